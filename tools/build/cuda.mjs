@@ -1,0 +1,68 @@
+// Answers binding.gyp's questions about CUDA, so the build decides in one place:
+//   node tools/build/cuda.mjs home     -> the CUDA toolkit root, or nothing for a CPU-only build
+//   node tools/build/cuda.mjs gencode  -> nvcc -gencode flags, one per line
+//   node tools/build/cuda.mjs sources  -> the .cu files under native/, one per line
+// BLOOMERY_CUDA=0 forces a CPU-only build; BLOOMERY_CUDA_ARCHS="90" (or "80;90") narrows the
+// architectures; CUDA_PATH names a toolkit elsewhere than /usr/local/cuda.
+import { existsSync, readdirSync } from "node:fs";
+import { join, dirname, relative } from "node:path";
+import { fileURLToPath } from "node:url";
+import { execFileSync } from "node:child_process";
+
+export const DEFAULT_ARCHS = ["80", "86", "89", "90", "120"];
+
+export function findCudaHome(env = process.env) {
+  if (env.BLOOMERY_CUDA === "0") return "";
+  const candidates = [env.CUDA_PATH, env.CUDA_HOME, "/usr/local/cuda"].filter(Boolean);
+  try {
+    const nvcc = execFileSync("sh", ["-c", "command -v nvcc"], { encoding: "utf8" }).trim();
+    if (nvcc) candidates.push(dirname(dirname(nvcc)));
+  } catch {
+    // no nvcc on PATH: the fixed candidates decide
+  }
+  for (const home of candidates) {
+    if (existsSync(join(home, "bin", "nvcc")) && existsSync(join(home, "lib64", "libcudart_static.a")))
+      return home;
+  }
+  return "";
+}
+
+export function cudaArchs(env = process.env) {
+  const raw = env.BLOOMERY_CUDA_ARCHS?.trim();
+  const archs = raw ? raw.split(/[;, ]+/).filter(Boolean) : DEFAULT_ARCHS;
+  for (const a of archs) if (!/^\d{2,3}[af]?$/.test(a)) throw new Error(`BLOOMERY_CUDA_ARCHS: bad architecture "${a}"`);
+  return archs;
+}
+
+export function gencodeFlags(archs) {
+  const flags = archs.map((a) => `-gencode=arch=compute_${a},code=sm_${a}`);
+  // PTX of the newest architecture lets future GPUs JIT-compile the kernels.
+  const newest = archs[archs.length - 1];
+  flags.push(`-gencode=arch=compute_${newest},code=compute_${newest}`);
+  return flags;
+}
+
+function cudaSources(root) {
+  const out = [];
+  const walk = (dir) => {
+    for (const e of readdirSync(dir, { withFileTypes: true })) {
+      const p = join(dir, e.name);
+      if (e.isDirectory()) walk(p);
+      else if (e.name.endsWith(".cu")) out.push(relative(root, p));
+    }
+  };
+  walk(join(root, "native"));
+  return out.sort();
+}
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
+  const what = process.argv[2];
+  if (what === "home") console.log(findCudaHome());
+  else if (what === "gencode") console.log(gencodeFlags(cudaArchs()).join("\n"));
+  else if (what === "sources") console.log(findCudaHome() ? cudaSources(root).join("\n") : "");
+  else {
+    console.error("usage: cuda.mjs home|gencode|sources");
+    process.exit(2);
+  }
+}
