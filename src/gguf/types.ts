@@ -35,6 +35,8 @@ export type GgufArray =
   | Float64Array
   | boolean[]
   | string[]
+  /** Accepted by writeGguf() (see its inference rules); the reader returns typed arrays. */
+  | number[]
   | GgufArray[];
 
 /** A metadata value as read: u64/i64 are `bigint`, other numbers `number`. */
