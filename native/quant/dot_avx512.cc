@@ -1,0 +1,247 @@
+// AVX-512 (F/BW/VL/VNNI) dots: 64 bytes per step, so the 32-element formats take two
+// blocks at a time (an odd last block goes to the AVX2 kernel, which this tier's CPUs
+// have) and the K-quants 64 elements at a time. VNNI fuses the int16 x scale multiply
+// with its accumulation (dpwssd) and the signed byte dots (dpbusd).
+#include <immintrin.h>
+
+#include "quant/blocks.h"
+#include "quant/dot_simd.h"
+#include "quant/float_formats.h"
+
+// GCC 12's AVX-512 intrinsics build their "undefined" operands by self-initialization,
+// which -Wuninitialized reports wherever they inline under a target attribute.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#define BLOOMERY_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+
+namespace bloomery::quant {
+
+namespace {
+
+BLOOMERY_AVX512 inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
+
+BLOOMERY_AVX512 inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+BLOOMERY_AVX512 inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
+
+BLOOMERY_AVX512 inline __m512i join(__m256i lo, __m256i hi) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+// One float per 256-bit half: the scales of two 32-element blocks side by side.
+BLOOMERY_AVX512 inline __m512 two_scales(float lo, float hi) {
+  return _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(lo), _mm512_set1_ps(hi));
+}
+BLOOMERY_AVX512 inline __m512i two_scales_i16(int16_t lo, int16_t hi) {
+  return _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16(lo), _mm512_set1_epi16(hi));
+}
+
+// |x| (unsigned) and y carrying x's sign: the operands for dpbusd / maddubs.
+struct SignSplit {
+  __m512i magnitude;
+  __m512i signed_y;
+};
+BLOOMERY_AVX512 inline SignSplit sign_split(__m512i x, __m512i y) {
+  const __mmask64 negative = _mm512_movepi8_mask(x);
+  return {_mm512_abs_epi8(x), _mm512_mask_sub_epi8(y, negative, _mm512_setzero_si512(), y)};
+}
+
+// Signed x signed bytes, summed in fours into sixteen int32 (lanes 0..7 from the low
+// 32 bytes, 8..15 from the high).
+BLOOMERY_AVX512 inline __m512i dot_i8(__m512i x, __m512i y) {
+  const SignSplit s = sign_split(x, y);
+  return _mm512_dpbusd_epi32(_mm512_setzero_si512(), s.magnitude, s.signed_y);
+}
+
+// The codes of two 16-byte nibble arrays in element order.
+BLOOMERY_AVX512 inline __m256i unpack_nibbles(const uint8_t* qs) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0f));
+}
+BLOOMERY_AVX512 inline __m512i unpack_nibbles2(const uint8_t* qa, const uint8_t* qb) {
+  return join(unpack_nibbles(qa), unpack_nibbles(qb));
+}
+
+BLOOMERY_AVX512 inline __m512i codebook(const int8_t* values) {
+  return _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(values)));
+}
+
+// Q4_K/Q5_K mins: sum_j min_j * (bsums[2j] + bsums[2j+1]), in int.
+inline int k4_mins_dot(const uint8_t* mins, const int16_t* bsums) {
+  int sum = 0;
+  for (int j = 0; j < 8; ++j) sum += mins[j] * (bsums[2 * j] + bsums[2 * j + 1]);
+  return sum;
+}
+
+}  // namespace
+
+BLOOMERY_AVX512 float vec_dot_q8_0_q8_0_avx512(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const BlockQ8_0*>(w);
+  const auto* y = static_cast<const BlockQ8_0*>(a);
+  const int64_t nb = n / kQK;
+  __m512 acc = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 1 < nb; i += 2) {
+    const __m512i xq = join(load256(x[i].qs), load256(x[i + 1].qs));
+    const __m512i yq = join(load256(y[i].qs), load256(y[i + 1].qs));
+    const __m512 d = two_scales(half_to_float(x[i].d) * half_to_float(y[i].d),
+                                half_to_float(x[i + 1].d) * half_to_float(y[i + 1].d));
+    acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot_i8(xq, yq)), acc);
+  }
+  const float tail = i < nb ? vec_dot_q8_0_q8_0_avx2(x + i, y + i, kQK) : 0.0f;
+  return _mm512_reduce_add_ps(acc) + tail;
+}
+
+BLOOMERY_AVX512 float vec_dot_q4_0_q8_0_avx512(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const BlockQ4_0*>(w);
+  const auto* y = static_cast<const BlockQ8_0*>(a);
+  const int64_t nb = n / kQK;
+  __m512 acc = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 1 < nb; i += 2) {
+    const __m512i xq = _mm512_sub_epi8(unpack_nibbles2(x[i].qs, x[i + 1].qs), _mm512_set1_epi8(8));
+    const __m512i yq = join(load256(y[i].qs), load256(y[i + 1].qs));
+    const __m512 d = two_scales(half_to_float(x[i].d) * half_to_float(y[i].d),
+                                half_to_float(x[i + 1].d) * half_to_float(y[i + 1].d));
+    acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot_i8(xq, yq)), acc);
+  }
+  const float tail = i < nb ? vec_dot_q4_0_q8_0_avx2(x + i, y + i, kQK) : 0.0f;
+  return _mm512_reduce_add_ps(acc) + tail;
+}
+
+BLOOMERY_AVX512 float vec_dot_mxfp4_q8_0_avx512(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const BlockMXFP4*>(w);
+  const auto* y = static_cast<const BlockQ8_0*>(a);
+  const int64_t nb = n / kQK;
+  const __m512i values = codebook(kMxfp4Values);
+  __m512 acc = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 1 < nb; i += 2) {
+    const __m512i xq = _mm512_shuffle_epi8(values, unpack_nibbles2(x[i].qs, x[i + 1].qs));
+    const __m512i yq = join(load256(y[i].qs), load256(y[i + 1].qs));
+    const __m512 d = two_scales(half_to_float(y[i].d) * e8m0_to_fp32_half(x[i].e),
+                                half_to_float(y[i + 1].d) * e8m0_to_fp32_half(x[i + 1].e));
+    acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot_i8(xq, yq)), acc);
+  }
+  const float tail = i < nb ? vec_dot_mxfp4_q8_0_avx2(x + i, y + i, kQK) : 0.0f;
+  return _mm512_reduce_add_ps(acc) + tail;
+}
+
+BLOOMERY_AVX512 float vec_dot_q4_k_q8_k_avx512(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const BlockQ4_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  const __m256i low_mask = _mm256_set1_epi8(0x0f);
+  __m512 acc = _mm512_setzero_ps();
+  float mins = 0;
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    uint8_t scales[8], block_mins[8];
+    k4_unpack_scale_mins(x[i].scales, scales, block_mins);
+    mins += y[i].d * half_to_float(x[i].dmin) * static_cast<float>(k4_mins_dot(block_mins, y[i].bsums));
+    __m512i sum = _mm512_setzero_si512();
+    for (int g = 0; g < 4; ++g) {
+      const __m256i q = load256(x[i].qs + 32 * g);
+      const __m512i codes = join(_mm256_and_si256(q, low_mask), _mm256_and_si256(_mm256_srli_epi16(q, 4), low_mask));
+      const __m512i p = _mm512_maddubs_epi16(codes, load512(y[i].qs + 64 * g));
+      const __m512i s = two_scales_i16(scales[2 * g], scales[2 * g + 1]);
+      sum = _mm512_dpwssd_epi32(sum, p, s);
+    }
+    acc = _mm512_fmadd_ps(_mm512_set1_ps(y[i].d * half_to_float(x[i].d)), _mm512_cvtepi32_ps(sum), acc);
+  }
+  return _mm512_reduce_add_ps(acc) - mins;
+}
+
+BLOOMERY_AVX512 float vec_dot_q5_k_q8_k_avx512(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const BlockQ5_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  const __m256i low_mask = _mm256_set1_epi8(0x0f);
+  const __m256i one = _mm256_set1_epi8(1);
+  __m512 acc = _mm512_setzero_ps();
+  float mins = 0;
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    uint8_t scales[8], block_mins[8];
+    k4_unpack_scale_mins(x[i].scales, scales, block_mins);
+    mins += y[i].d * half_to_float(x[i].dmin) * static_cast<float>(k4_mins_dot(block_mins, y[i].bsums));
+    __m256i high_bits = load256(x[i].qh);  // shifted down two bits per 64 elements
+    __m512i sum = _mm512_setzero_si512();
+    for (int g = 0; g < 4; ++g) {
+      const __m256i q = load256(x[i].qs + 32 * g);
+      const __m256i h_lo = _mm256_slli_epi16(_mm256_and_si256(high_bits, one), 4);
+      const __m256i h_hi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(high_bits, 1), one), 4);
+      high_bits = _mm256_srli_epi16(high_bits, 2);
+      const __m512i codes = join(_mm256_or_si256(_mm256_and_si256(q, low_mask), h_lo),
+                                 _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), low_mask), h_hi));
+      const __m512i p = _mm512_maddubs_epi16(codes, load512(y[i].qs + 64 * g));
+      const __m512i s = two_scales_i16(scales[2 * g], scales[2 * g + 1]);
+      sum = _mm512_dpwssd_epi32(sum, p, s);
+    }
+    acc = _mm512_fmadd_ps(_mm512_set1_ps(y[i].d * half_to_float(x[i].d)), _mm512_cvtepi32_ps(sum), acc);
+  }
+  return _mm512_reduce_add_ps(acc) - mins;
+}
+
+namespace {
+// For each 64-element step of a Q6_K block, the scale index of every int16 product lane
+// (two elements each): 64 elements span four 16-element sub-blocks.
+alignas(32) constexpr uint8_t kQ6ScaleLanes[4][32] = {
+    {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
+    {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5, 6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
+    {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9, 10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
+    {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13,
+     14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15},
+};
+}  // namespace
+
+// Q6_K: codes used unsigned (0..63), the -32 offset restored from Q8_K's per-16 sums.
+// Per 128-element half, the low 64 elements come from ql bytes 0..63 (low nibbles) with
+// qh bit pairs 0 and 1, the high 64 from the same ql bytes' high nibbles with pairs 2, 3.
+BLOOMERY_AVX512 float vec_dot_q6_k_q8_k_avx512(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const BlockQ6_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  const __m512i low_mask = _mm512_set1_epi8(0x0f);
+  __m512i lanes[4];
+  for (int k = 0; k < 4; ++k) lanes[k] = _mm512_cvtepu8_epi16(load256(kQ6ScaleLanes[k]));
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    const __m256i scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales)));
+    const __m512i scales512 = _mm512_castsi256_si512(scales);
+    const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(load256(y[i].bsums), scales), 5);
+    __m512i sum = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_inserti64x4(_mm512_setzero_si512(), offset, 0));
+    for (int half = 0; half < 2; ++half) {
+      const __m512i ql = load512(x[i].ql + 64 * half);
+      const __m256i qh = load256(x[i].qh + 32 * half);
+      const __m512i qh2 = join(qh, _mm256_srli_epi16(qh, 2));
+      const __m512i q_low = _mm512_or_si512(_mm512_and_si512(ql, low_mask),
+                                            _mm512_slli_epi16(_mm512_and_si512(qh2, _mm512_set1_epi8(0x03)), 4));
+      const __m512i q_high = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low_mask),
+                                             _mm512_and_si512(qh2, _mm512_set1_epi8(0x30)));
+      const __m512i p_low = _mm512_maddubs_epi16(q_low, load512(y[i].qs + 128 * half));
+      const __m512i p_high = _mm512_maddubs_epi16(q_high, load512(y[i].qs + 128 * half + 64));
+      sum = _mm512_dpwssd_epi32(sum, p_low, _mm512_permutexvar_epi16(lanes[2 * half], scales512));
+      sum = _mm512_dpwssd_epi32(sum, p_high, _mm512_permutexvar_epi16(lanes[2 * half + 1], scales512));
+    }
+    acc = _mm512_fmadd_ps(_mm512_set1_ps(y[i].d * half_to_float(x[i].d)), _mm512_cvtepi32_ps(sum), acc);
+  }
+  return _mm512_reduce_add_ps(acc);
+}
+
+BLOOMERY_AVX512 float vec_dot_iq4_xs_q8_k_avx512(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const BlockIQ4_XS*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  const __m512i values = codebook(kIq4nlValues);
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    __m512i sum = _mm512_setzero_si512();
+    for (int sub = 0; sub < 8; sub += 2) {
+      const __m512i q = _mm512_shuffle_epi8(values, unpack_nibbles2(x[i].qs + 16 * sub, x[i].qs + 16 * sub + 16));
+      const SignSplit s = sign_split(q, load512(y[i].qs + 32 * sub));
+      const __m512i p = _mm512_maddubs_epi16(s.magnitude, s.signed_y);
+      const __m512i scale = two_scales_i16(static_cast<int16_t>(iq4xs_scale(x[i], sub)),
+                                           static_cast<int16_t>(iq4xs_scale(x[i], sub + 1)));
+      sum = _mm512_dpwssd_epi32(sum, p, scale);
+    }
+    acc = _mm512_fmadd_ps(_mm512_set1_ps(y[i].d * half_to_float(x[i].d)), _mm512_cvtepi32_ps(sum), acc);
+  }
+  return _mm512_reduce_add_ps(acc);
+}
+
+}  // namespace bloomery::quant

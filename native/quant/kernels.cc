@@ -1,0 +1,107 @@
+#include "quant/kernels.h"
+
+#include <array>
+#include <string>
+
+#include "base/error.h"
+#include "quant/dequantize.h"
+#include "quant/dot_scalar.h"
+#include "quant/dot_simd.h"
+#include "quant/quantize_activations.h"
+
+namespace bloomery::quant {
+
+namespace {
+
+// One row per weight type: the scalar kernels every tier shares, and the dot of each
+// SIMD tier where one exists (nullptr: that tier uses the tier below).
+struct KernelRow {
+  uint32_t type;
+  uint32_t activation_type;
+  DequantizeRowFn dequantize_row;
+  QuantizeRowFn quantize_activations;
+  VecDotFn dot_scalar;
+  VecDotFn dot_avx2;
+  VecDotFn dot_avx512;
+};
+
+constexpr uint32_t kF32 = 0, kF16 = 1, kQ8_0 = 8, kQ8_1 = 9, kQ8_K = 15, kBF16 = 30;
+
+constexpr KernelRow kRows[] = {
+    {0, kF32, dequantize_row_f32, quantize_row_f32, vec_dot_f32_f32, nullptr, nullptr},
+    {1, kF16, dequantize_row_f16, quantize_row_f16, vec_dot_f16_f16, nullptr, nullptr},
+    {2, kQ8_0, dequantize_row_q4_0, quantize_row_q8_0, vec_dot_q4_0_q8_0, vec_dot_q4_0_q8_0_avx2,
+     vec_dot_q4_0_q8_0_avx512},
+    {3, kQ8_1, dequantize_row_q4_1, quantize_row_q8_1, vec_dot_q4_1_q8_1, nullptr, nullptr},
+    {6, kQ8_0, dequantize_row_q5_0, quantize_row_q8_0, vec_dot_q5_0_q8_0, nullptr, nullptr},
+    {7, kQ8_1, dequantize_row_q5_1, quantize_row_q8_1, vec_dot_q5_1_q8_1, nullptr, nullptr},
+    {8, kQ8_0, dequantize_row_q8_0, quantize_row_q8_0, vec_dot_q8_0_q8_0, vec_dot_q8_0_q8_0_avx2,
+     vec_dot_q8_0_q8_0_avx512},
+    {10, kQ8_K, dequantize_row_q2_k, quantize_row_q8_k, vec_dot_q2_k_q8_k, nullptr, nullptr},
+    {11, kQ8_K, dequantize_row_q3_k, quantize_row_q8_k, vec_dot_q3_k_q8_k, nullptr, nullptr},
+    {12, kQ8_K, dequantize_row_q4_k, quantize_row_q8_k, vec_dot_q4_k_q8_k, vec_dot_q4_k_q8_k_avx2,
+     vec_dot_q4_k_q8_k_avx512},
+    {13, kQ8_K, dequantize_row_q5_k, quantize_row_q8_k, vec_dot_q5_k_q8_k, vec_dot_q5_k_q8_k_avx2,
+     vec_dot_q5_k_q8_k_avx512},
+    {14, kQ8_K, dequantize_row_q6_k, quantize_row_q8_k, vec_dot_q6_k_q8_k, vec_dot_q6_k_q8_k_avx2,
+     vec_dot_q6_k_q8_k_avx512},
+    {20, kQ8_0, dequantize_row_iq4_nl, quantize_row_q8_0, vec_dot_iq4_nl_q8_0, vec_dot_iq4_nl_q8_0_avx2, nullptr},
+    {23, kQ8_K, dequantize_row_iq4_xs, quantize_row_q8_k, vec_dot_iq4_xs_q8_k, vec_dot_iq4_xs_q8_k_avx2,
+     vec_dot_iq4_xs_q8_k_avx512},
+    {30, kBF16, dequantize_row_bf16, quantize_row_bf16, vec_dot_bf16_bf16, nullptr, nullptr},
+    {39, kQ8_0, dequantize_row_mxfp4, quantize_row_q8_0, vec_dot_mxfp4_q8_0, vec_dot_mxfp4_q8_0_avx2,
+     vec_dot_mxfp4_q8_0_avx512},
+};
+constexpr size_t kRowCount = std::size(kRows);
+constexpr size_t kTierCount = 3;
+
+// Resolves the tier of each row: the highest tier at or below `tier` that has a dot.
+QuantKernels resolve(const KernelRow& row, SimdTier tier) {
+  QuantKernels k{row.type,       row.activation_type, row.dequantize_row, row.quantize_activations,
+                 row.dot_scalar, SimdTier::kScalar};
+  if (tier >= SimdTier::kAvx2 && row.dot_avx2) k.vec_dot = row.dot_avx2, k.vec_dot_tier = SimdTier::kAvx2;
+  if (tier >= SimdTier::kAvx512 && row.dot_avx512) k.vec_dot = row.dot_avx512, k.vec_dot_tier = SimdTier::kAvx512;
+  return k;
+}
+
+using Table = std::array<std::array<QuantKernels, kRowCount>, kTierCount>;
+
+const Table& table() {
+  static const Table t = [] {
+    Table out{};
+    for (size_t tier = 0; tier < kTierCount; ++tier)
+      for (size_t r = 0; r < kRowCount; ++r) out[tier][r] = resolve(kRows[r], static_cast<SimdTier>(tier));
+    return out;
+  }();
+  return t;
+}
+
+constexpr std::array<uint32_t, kRowCount> kTypeIds = [] {
+  std::array<uint32_t, kRowCount> ids{};
+  for (size_t r = 0; r < kRowCount; ++r) ids[r] = kRows[r].type;
+  return ids;
+}();
+
+}  // namespace
+
+std::string_view simd_tier_name(SimdTier tier) {
+  switch (tier) {
+    case SimdTier::kScalar:
+      return "scalar";
+    case SimdTier::kAvx2:
+      return "avx2";
+    case SimdTier::kAvx512:
+      return "avx512";
+  }
+  return "unknown";
+}
+
+const QuantKernels& quant_kernels(uint32_t type, SimdTier tier) {
+  for (size_t r = 0; r < kRowCount; ++r)
+    if (kRows[r].type == type) return table()[static_cast<size_t>(tier)][r];
+  throw Error("UNSUPPORTED_QUANT", "ggml type " + std::to_string(type) + " has no CPU kernels");
+}
+
+std::span<const uint32_t> cpu_weight_types() { return kTypeIds; }
+
+}  // namespace bloomery::quant

@@ -1,0 +1,44 @@
+// The CPU kernel table: per weight type, its dequantizer, the activation format its dot
+// reads (with that format's quantizer) and the dot itself, at a SIMD tier. A tier that
+// lacks a kernel uses the next tier down and records which one it used, so tests and
+// system reports can say what really runs. Selection by CPU features lives in
+// cpu/cpu_dispatch.h; this layer knows nothing of the host.
+//
+// Activation pairings follow ggml: Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4 with Q8_0; Q4_1, Q5_1
+// with Q8_1; the K-quants and IQ4_XS with Q8_K; F32, F16, BF16 each with itself.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+namespace bloomery::quant {
+
+enum class SimdTier : uint8_t {
+  kScalar,
+  kAvx2,    // AVX2 + FMA + F16C
+  kAvx512,  // AVX-512 F/BW/VL/VNNI (plus the AVX2 tier's features)
+};
+std::string_view simd_tier_name(SimdTier tier);
+
+using DequantizeRowFn = void (*)(const void* src, float* dst, int64_t n);
+using QuantizeRowFn = void (*)(const float* src, void* dst, int64_t n);
+using VecDotFn = float (*)(const void* weights, const void* activations, int64_t n);
+
+struct QuantKernels {
+  uint32_t type;             // ggml id of the weight type
+  uint32_t activation_type;  // ggml id of the format vec_dot reads activations in
+  DequantizeRowFn dequantize_row;
+  QuantizeRowFn quantize_activations;  // float row -> activation_type row
+  VecDotFn vec_dot;
+  SimdTier vec_dot_tier;  // the tier vec_dot comes from: at most the tier asked for
+};
+
+// The kernels of weight type `type` for a CPU of `tier`. Throws Error UNSUPPORTED_QUANT
+// for a type without CPU kernels.
+const QuantKernels& quant_kernels(uint32_t type, SimdTier tier);
+
+// Weight types that have CPU kernels, in ggml id order.
+std::span<const uint32_t> cpu_weight_types();
+
+}  // namespace bloomery::quant
