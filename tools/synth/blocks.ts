@@ -1,0 +1,238 @@
+/**
+ * Random but valid tensor data: quantized blocks whose scales are fixed small numbers and
+ * whose other bytes are random, and float tensors of small uniform values.
+ *
+ * Every block's f16 scale `d` is {@link BLOCK_D} (0.0005); the f16 `dmin` of Q2_K, Q4_K and
+ * Q5_K is {@link BLOCK_DMIN} (0.0002); the f16 min `m` of Q4_1 and Q5_1 is minus half the
+ * quant range times `d`, so their values centre on zero; the E8M0 exponent of MXFP4 is
+ * {@link MXFP4_E} (2^-8, values within about ±0.023). Block sizes come from the engine's
+ * type table (ggmlType); this file only knows where each format keeps its scales.
+ * @module
+ */
+import { BloomeryError } from "../../src/errors.js";
+import { ggmlType } from "../../src/system.js";
+import { fillWords } from "./random.js";
+
+/** The f16 scale `d` of every synthetic block. */
+export const BLOCK_D = 0.0005;
+/** The f16 `dmin` of every synthetic Q2_K, Q4_K and Q5_K block. */
+export const BLOCK_DMIN = 0.0002;
+/** The E8M0 scale byte of every synthetic MXFP4 block. */
+export const MXFP4_E = 119;
+
+const f32 = new Float32Array(1);
+const u32 = new Uint32Array(f32.buffer);
+
+/** The IEEE half-precision bits nearest to `value` (round to nearest even). */
+export function f32ToF16(value: number): number {
+  f32[0] = value;
+  const x = u32[0]!;
+  const sign = (x >>> 16) & 0x8000;
+  const exp = (x >>> 23) & 0xff;
+  let mant = x & 0x7fffff;
+  if (exp === 0xff) return sign | 0x7c00 | (mant ? 0x200 : 0);
+  const e = exp - 127 + 15;
+  if (e >= 0x1f) return sign | 0x7c00;
+  if (e <= 0) {
+    if (e < -10) return sign;
+    mant |= 0x800000;
+    const shift = 14 - e;
+    const half = mant >>> shift;
+    const rest = mant & ((1 << shift) - 1);
+    const mid = 1 << (shift - 1);
+    return sign | (half + (rest > mid || (rest === mid && half & 1) ? 1 : 0));
+  }
+  const half = (e << 10) | (mant >>> 13);
+  const rest = mant & 0x1fff;
+  // A carry out of the mantissa correctly bumps the exponent.
+  return sign | (half + (rest > 0x1000 || (rest === 0x1000 && half & 1) ? 1 : 0));
+}
+
+/** The value of IEEE half-precision bits. */
+export function f16ToF32(bits: number): number {
+  const sign = bits & 0x8000 ? -1 : 1;
+  const exp = (bits >>> 10) & 0x1f;
+  const mant = bits & 0x3ff;
+  if (exp === 0) return sign * mant * 2 ** -24;
+  if (exp === 0x1f) return mant ? NaN : sign * Infinity;
+  return sign * (1 + mant / 1024) * 2 ** (exp - 15);
+}
+
+/** bfloat16 bits of `value` (round to nearest even). */
+function f32ToBf16(value: number): number {
+  f32[0] = value;
+  const x = u32[0]!;
+  return ((x + 0x7fff + ((x >>> 16) & 1)) >>> 16) & 0xffff;
+}
+
+/** A fixed little-endian field of a block: its byte offset and bytes. */
+interface BlockField {
+  offset: number;
+  bytes: number[];
+}
+
+function f16Field(offset: number, value: number): BlockField {
+  const bits = f32ToF16(value);
+  return { offset, bytes: [bits & 0xff, bits >>> 8] };
+}
+
+/** Where each quantized format keeps its scales (ggml's block structs), set to fixed values. */
+function scaleFields(type: string): BlockField[] {
+  const d = (offset: number) => f16Field(offset, BLOCK_D);
+  const dmin = (offset: number) => f16Field(offset, BLOCK_DMIN);
+  switch (type) {
+    case "Q4_0":
+    case "Q5_0":
+    case "Q8_0":
+    case "IQ4_NL":
+    case "IQ4_XS":
+      return [d(0)];
+    case "Q4_1":
+      return [d(0), f16Field(2, -8 * BLOCK_D)];
+    case "Q5_1":
+      return [d(0), f16Field(2, -16 * BLOCK_D)];
+    case "Q4_K":
+    case "Q5_K":
+      return [d(0), dmin(2)];
+    case "Q2_K":
+      return [d(80), dmin(82)];
+    case "Q3_K":
+      return [d(108)];
+    case "Q6_K":
+      return [d(208)];
+    case "MXFP4":
+      return [{ offset: 0, bytes: [MXFP4_E] }];
+    default:
+      throw new BloomeryError("UNSUPPORTED_QUANT", `no synthetic block layout for ${type}`, { type });
+  }
+}
+
+/** The byte offset of the f16 `d` in a block of `type` (for checks that decode it). */
+export function blockScaleOffset(type: string): number {
+  const field = scaleFields(type)[0]!;
+  if (field.bytes.length !== 2) throw new BloomeryError("UNSUPPORTED_QUANT", `${type} has no f16 scale`, { type });
+  return field.offset;
+}
+
+/** How float values of a tensor are drawn: `center + uniform(±amplitude) * rowScale[row]`. */
+export interface FloatInit {
+  center: number;
+  amplitude: number;
+  /** Elements per row, and a scale per row (repeated if shorter than the row count). */
+  rowLength?: number;
+  rowScale?: Float32Array;
+}
+
+/** The types writeSyntheticModel can fill, quantized or float. */
+export const FILLABLE_TYPES = [
+  "F32",
+  "F16",
+  "BF16",
+  "Q8_0",
+  "Q4_0",
+  "Q4_1",
+  "Q5_0",
+  "Q5_1",
+  "Q4_K",
+  "Q5_K",
+  "Q6_K",
+  "Q2_K",
+  "Q3_K",
+  "IQ4_NL",
+  "IQ4_XS",
+  "MXFP4",
+] as const;
+
+const FLOAT_BYTES: Record<string, number> = { F32: 4, F16: 2, BF16: 2 };
+
+/** A reusable scratch buffer, grown on demand. */
+class Scratch {
+  private buf = new ArrayBuffer(0);
+  bytes(n: number): Uint8Array {
+    if (this.buf.byteLength < n) this.buf = new ArrayBuffer(Math.max(n, this.buf.byteLength * 2));
+    return new Uint8Array(this.buf, 0, n);
+  }
+}
+
+/**
+ * A `fill(chunk, byteOffset)` for a tensor of `type`: random bytes with fixed scales for a
+ * quantized type, or values drawn per `float` for F32/F16/BF16. `key` picks the random stream.
+ */
+export function tensorFiller(
+  type: string,
+  key: number,
+  float: FloatInit,
+): (chunk: Uint8Array, byteOffset: number) => void {
+  const scratch = new Scratch();
+  const elementBytes = FLOAT_BYTES[type];
+  if (elementBytes !== undefined) return floatFiller(type, elementBytes, key, float, scratch);
+  const blockBytes = ggmlType(type).blockBytes;
+  const fields = scaleFields(type);
+  return (chunk, byteOffset) => {
+    randomBytes(chunk, byteOffset, key, scratch);
+    patchFields(chunk, byteOffset, blockBytes, fields);
+  };
+}
+
+/** Random bytes for tensor bytes [byteOffset, byteOffset + chunk.length), from 4-byte words of the stream. */
+function randomBytes(chunk: Uint8Array, byteOffset: number, key: number, scratch: Scratch): void {
+  const firstWord = Math.floor(byteOffset / 4);
+  const skip = byteOffset - firstWord * 4;
+  const words = Math.ceil((skip + chunk.length) / 4);
+  if (skip === 0 && chunk.byteOffset % 4 === 0 && chunk.length % 4 === 0) {
+    fillWords(new Uint32Array(chunk.buffer, chunk.byteOffset, words), key, firstWord);
+    return;
+  }
+  const tmp = scratch.bytes(words * 4);
+  fillWords(new Uint32Array(tmp.buffer, 0, words), key, firstWord);
+  chunk.set(tmp.subarray(skip, skip + chunk.length));
+}
+
+function patchFields(chunk: Uint8Array, byteOffset: number, blockBytes: number, fields: BlockField[]): void {
+  const end = byteOffset + chunk.length;
+  for (let block = Math.floor(byteOffset / blockBytes); block * blockBytes < end; block++) {
+    const base = block * blockBytes - byteOffset;
+    for (const field of fields) {
+      for (let j = 0; j < field.bytes.length; j++) {
+        const at = base + field.offset + j;
+        if (at >= 0 && at < chunk.length) chunk[at] = field.bytes[j]!;
+      }
+    }
+  }
+}
+
+function floatFiller(
+  type: string,
+  elementBytes: number,
+  key: number,
+  float: FloatInit,
+  scratch: Scratch,
+): (chunk: Uint8Array, byteOffset: number) => void {
+  const { center, amplitude, rowLength, rowScale } = float;
+  return (chunk, byteOffset) => {
+    const first = Math.floor(byteOffset / elementBytes);
+    const count = Math.ceil((byteOffset + chunk.length) / elementBytes) - first;
+    const tmp = scratch.bytes(count * Math.max(elementBytes, 4));
+    const words = new Uint32Array(tmp.buffer, 0, count);
+    fillWords(words, key, first);
+    const values = new Float32Array(tmp.buffer, 0, count);
+    for (let i = 0; i < count; i++) {
+      // Uniform in [-1, 1) from the top 24 bits. `values` aliases `words`: word i is read before value i replaces it.
+      const unit = (words[i]! >>> 8) / 0x800000 - 1;
+      const scale = rowScale && rowLength ? rowScale[Math.floor((first + i) / rowLength) % rowScale.length]! : 1;
+      values[i] = center + unit * amplitude * scale;
+    }
+    let out: Uint8Array;
+    if (type === "F32") {
+      out = tmp.subarray(0, count * 4);
+    } else {
+      // Narrow in place: element i's two bytes land before element i + 1's four are read.
+      const halves = new Uint16Array(tmp.buffer, 0, count);
+      const convert = type === "F16" ? f32ToF16 : f32ToBf16;
+      for (let i = 0; i < count; i++) halves[i] = convert(values[i]!);
+      out = tmp.subarray(0, count * 2);
+    }
+    const skip = byteOffset - first * elementBytes;
+    chunk.set(out.subarray(skip, skip + chunk.length));
+  };
+}

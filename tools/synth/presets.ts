@@ -1,0 +1,158 @@
+/**
+ * The synthetic models: hyper-parameters and tensor types of each preset.
+ * @module
+ */
+import { BloomeryError } from "../../src/errors.js";
+import type { VocabFamily } from "./vocab.js";
+
+/** The architectures the generator writes (llama.cpp's `general.architecture` names). */
+export type SynthArchitecture = "qwen3moe" | "qwen3" | "llama";
+
+/** The weight matrices whose type a preset fixes or the `weightType` option sets (norms and routers stay F32). */
+export type WeightRole =
+  | "token_embd"
+  | "output"
+  | "attn_q"
+  | "attn_k"
+  | "attn_v"
+  | "attn_output"
+  | "ffn_gate"
+  | "ffn_up"
+  | "ffn_down"
+  | "ffn_gate_exps"
+  | "ffn_up_exps"
+  | "ffn_down_exps";
+
+/** One synthetic model. Lengths are in elements. */
+export interface SynthPreset {
+  name: string;
+  description: string;
+  architecture: SynthArchitecture;
+  vocab: VocabFamily;
+  /** Pad the vocabulary to this many tokens (the real model's count); otherwise it is what buildVocab makes. */
+  vocabSize?: number;
+  layers: number;
+  embedding: number;
+  heads: number;
+  headsKv: number;
+  headDim: number;
+  /** Dense FFN length (for an MoE model, the `feed_forward_length` its metadata states). */
+  feedForward: number;
+  /** Routed experts per layer (0: dense). */
+  experts: number;
+  expertsUsed: number;
+  expertFeedForward: number;
+  contextLength: number;
+  ropeFreqBase: number;
+  rmsEpsilon: number;
+  /** Fixed type of every weight matrix; a preset without one takes the `weightType` option. */
+  mix?: Partial<Record<WeightRole, string>>;
+  /** `general.file_type` (a llama_ftype) of a preset with a fixed mix. */
+  fileType?: number;
+}
+
+/**
+ * The presets. `qwen3-30b-a3b` has the shapes and tensor types of Qwen3-30B-A3B at a Q4_K_M-like
+ * mix (docs: BASELINES.md, "The benchmark model"); the tiny ones are a few MB, with every row
+ * length a multiple of 256 so that every fillable type, K-quants included, applies.
+ */
+export const PRESETS: Record<string, SynthPreset> = {
+  "qwen3-30b-a3b": {
+    name: "qwen3-30b-a3b",
+    description: "Qwen3-30B-A3B shapes, Q4_K_M-like mix, 48 layers x 128 experts (8 used), 19.8 GB",
+    architecture: "qwen3moe",
+    vocab: "qwen",
+    vocabSize: 151_936,
+    layers: 48,
+    embedding: 2048,
+    heads: 32,
+    headsKv: 4,
+    headDim: 128,
+    feedForward: 6144,
+    experts: 128,
+    expertsUsed: 8,
+    expertFeedForward: 768,
+    contextLength: 40_960,
+    ropeFreqBase: 1e6,
+    rmsEpsilon: 1e-6,
+    mix: {
+      token_embd: "Q4_K",
+      output: "Q6_K",
+      attn_q: "Q4_K",
+      attn_k: "Q4_K",
+      attn_v: "Q6_K",
+      attn_output: "Q4_K",
+      ffn_gate_exps: "Q4_K",
+      ffn_up_exps: "Q4_K",
+      ffn_down_exps: "Q6_K",
+    },
+    fileType: 15, // LLAMA_FTYPE_MOSTLY_Q4_K_M
+  },
+  "tiny-qwen3moe": {
+    name: "tiny-qwen3moe",
+    description: "qwen3moe, 3 layers x 8 experts (2 used), embedding 256, 8 heads of 64 (q wider than the embedding)",
+    architecture: "qwen3moe",
+    vocab: "qwen",
+    layers: 3,
+    embedding: 256,
+    heads: 8,
+    headsKv: 2,
+    headDim: 64,
+    feedForward: 512,
+    experts: 8,
+    expertsUsed: 2,
+    expertFeedForward: 256,
+    contextLength: 4096,
+    ropeFreqBase: 1e6,
+    rmsEpsilon: 1e-6,
+  },
+  "tiny-qwen3": {
+    name: "tiny-qwen3",
+    description: "dense qwen3 with q/k norms, 2 layers, embedding 256, 4 heads of 128, FFN 768",
+    architecture: "qwen3",
+    vocab: "qwen",
+    layers: 2,
+    embedding: 256,
+    heads: 4,
+    headsKv: 2,
+    headDim: 128,
+    feedForward: 768,
+    experts: 0,
+    expertsUsed: 0,
+    expertFeedForward: 0,
+    contextLength: 4096,
+    ropeFreqBase: 1e6,
+    rmsEpsilon: 1e-6,
+  },
+  "tiny-llama": {
+    name: "tiny-llama",
+    description: "llama 3 style, 2 layers, embedding 256, 4 heads of 64 (2 KV heads), FFN 768",
+    architecture: "llama",
+    vocab: "llama",
+    layers: 2,
+    embedding: 256,
+    heads: 4,
+    headsKv: 2,
+    headDim: 64,
+    feedForward: 768,
+    experts: 0,
+    expertsUsed: 0,
+    expertFeedForward: 0,
+    contextLength: 8192,
+    ropeFreqBase: 500_000,
+    rmsEpsilon: 1e-5,
+  },
+};
+
+/** The preset of this name; throws INVALID_ARGUMENT naming the known ones. */
+export function getPreset(name: string): SynthPreset {
+  const preset = Object.hasOwn(PRESETS, name) ? PRESETS[name] : undefined;
+  if (!preset) {
+    const known = Object.keys(PRESETS);
+    throw new BloomeryError("INVALID_ARGUMENT", `unknown preset ${JSON.stringify(name)} (known: ${known.join(", ")})`, {
+      preset: name,
+      known,
+    });
+  }
+  return preset;
+}

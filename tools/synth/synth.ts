@@ -1,0 +1,275 @@
+/**
+ * writeSyntheticModel(): GGUF models of real shapes with random but valid weights, for tests
+ * and benchmarks. See tools/synth/README.md.
+ * @module
+ */
+import { BloomeryError } from "../../src/errors.js";
+import type { GgufMetadataType, GgufTensorSource, GgufValue } from "../../src/gguf/types.js";
+import { writeGguf } from "../../src/gguf/write.js";
+import { ggmlType } from "../../src/system.js";
+import { FILLABLE_TYPES, tensorFiller, type FloatInit } from "./blocks.js";
+import { getPreset, type SynthPreset, type WeightRole } from "./presets.js";
+import { streamKey, wordAt } from "./random.js";
+import { buildVocab, vocabMetadata, type SyntheticVocab } from "./vocab.js";
+
+/** Options of writeSyntheticModel(). */
+export interface SyntheticModelOptions {
+  /** A preset name (see PRESETS). */
+  preset: string;
+  /** Type of every weight matrix of a tiny preset (default Q8_0); presets with a fixed mix refuse it. */
+  weightType?: string;
+  /** Seed of the random weights (default 1): the same seed writes the same bytes. */
+  seed?: number;
+  /** Write only the header: a sparse file of full size whose tensor data is a hole. */
+  headerOnly?: boolean;
+  /** Called as tensor data is produced, with the bytes so far and in all. */
+  onProgress?: (bytesDone: number, bytesTotal: number) => void;
+}
+
+/** One tensor of a synthetic model. */
+export interface SyntheticTensor {
+  name: string;
+  type: string;
+  /** GGUF order: the row length first. */
+  shape: number[];
+  bytes: number;
+  /** How its values are drawn when its type is F32, F16 or BF16. */
+  init: FloatInit;
+}
+
+/** Everything a synthetic model is made of, before any byte is written. */
+export interface SyntheticModelPlan {
+  preset: SynthPreset;
+  /** The weight type of a tiny preset, or "mix" for a preset with a fixed mix. */
+  weightType: string;
+  seed: number;
+  vocab: SyntheticVocab;
+  metadata: Record<string, GgufValue>;
+  metadataTypes: Record<string, GgufMetadataType>;
+  tensors: SyntheticTensor[];
+  /** Bytes of all tensor data (without alignment padding). */
+  tensorBytes: number;
+}
+
+/** The default weight type of tiny presets. */
+export const DEFAULT_WEIGHT_TYPE = "Q8_0";
+
+/** `general.file_type` (llama_ftype) of a model whose weights are all of one type. */
+const FILE_TYPE: Record<string, number> = {
+  F32: 0,
+  F16: 1,
+  Q4_0: 2,
+  Q4_1: 3,
+  Q8_0: 7,
+  Q5_0: 8,
+  Q5_1: 9,
+  Q2_K: 10,
+  Q3_K: 11,
+  Q4_K: 14,
+  Q5_K: 16,
+  Q6_K: 18,
+  IQ4_NL: 25,
+  IQ4_XS: 30,
+  BF16: 32,
+  MXFP4: 38,
+};
+
+const WEIGHT_INIT: FloatInit = { center: 0, amplitude: 0.05 };
+const NORM_INIT: FloatInit = { center: 1, amplitude: 0.02 };
+
+/**
+ * Router row scales of one layer: expert e gets (1 + rank(e))^-1/2, the ranks a seeded
+ * permutation per layer, so each layer has its own hot experts. For hidden states of no
+ * preferred direction, wider rows win the top-k more often: at 128 experts, 8 used, the
+ * hottest quarter of the experts takes about 70 % of the routings and every expert is used.
+ */
+export function routerScales(experts: number, seed: number, layer: number): Float32Array {
+  const rank = Array.from({ length: experts }, (_, i) => i);
+  const key = streamKey(seed, 0x726f7574, layer);
+  for (let i = experts - 1; i > 0; i--) {
+    const j = wordAt(key, i) % (i + 1);
+    [rank[i], rank[j]] = [rank[j]!, rank[i]!];
+  }
+  return Float32Array.from(rank, (r) => 1 / Math.sqrt(1 + r));
+}
+
+function tensorBytes(type: string, shape: number[]): number {
+  const t = ggmlType(type);
+  const rowLength = shape[0]!;
+  if (rowLength % t.blockElements !== 0) {
+    throw new BloomeryError("INVALID_ARGUMENT", `row length ${rowLength} is not a whole number of ${type} blocks`, {
+      type,
+      shape,
+    });
+  }
+  return (shape.reduce((a, b) => a * b, 1) / t.blockElements) * t.blockBytes;
+}
+
+function architectureMetadata(p: SynthPreset): [string, GgufValue, GgufMetadataType][] {
+  const a = p.architecture;
+  const entries: [string, GgufValue, GgufMetadataType][] = [
+    [`${a}.context_length`, p.contextLength, "u32"],
+    [`${a}.embedding_length`, p.embedding, "u32"],
+    [`${a}.block_count`, p.layers, "u32"],
+    [`${a}.feed_forward_length`, p.feedForward, "u32"],
+    [`${a}.attention.head_count`, p.heads, "u32"],
+    [`${a}.attention.head_count_kv`, p.headsKv, "u32"],
+    [`${a}.rope.freq_base`, p.ropeFreqBase, "f32"],
+    [`${a}.attention.layer_norm_rms_epsilon`, p.rmsEpsilon, "f32"],
+  ];
+  if (a === "llama") {
+    entries.push([`${a}.rope.dimension_count`, p.headDim, "u32"]);
+  } else {
+    // Qwen3's heads are not embedding / heads wide: llama.cpp reads their width from these keys.
+    entries.push([`${a}.attention.key_length`, p.headDim, "u32"], [`${a}.attention.value_length`, p.headDim, "u32"]);
+  }
+  if (p.experts > 0) {
+    entries.push(
+      [`${a}.expert_count`, p.experts, "u32"],
+      [`${a}.expert_used_count`, p.expertsUsed, "u32"],
+      [`${a}.expert_feed_forward_length`, p.expertFeedForward, "u32"],
+    );
+  }
+  return entries;
+}
+
+/** The tensors of a preset, in file order (llama.cpp names; shapes row length first). */
+function planTensors(
+  p: SynthPreset,
+  nVocab: number,
+  typeOf: (role: WeightRole) => string,
+  seed: number,
+): SyntheticTensor[] {
+  const tensors: SyntheticTensor[] = [];
+  const add = (name: string, type: string, shape: number[], init: FloatInit) =>
+    tensors.push({ name, type, shape, bytes: tensorBytes(type, shape), init });
+  const weight = (name: string, role: WeightRole, shape: number[]) => add(name, typeOf(role), shape, WEIGHT_INIT);
+  const norm = (name: string, length: number) => add(name, "F32", [length], NORM_INIT);
+
+  const qWidth = p.heads * p.headDim;
+  const kvWidth = p.headsKv * p.headDim;
+  weight("token_embd.weight", "token_embd", [p.embedding, nVocab]);
+  for (let l = 0; l < p.layers; l++) {
+    const blk = `blk.${l}`;
+    norm(`${blk}.attn_norm.weight`, p.embedding);
+    weight(`${blk}.attn_q.weight`, "attn_q", [p.embedding, qWidth]);
+    weight(`${blk}.attn_k.weight`, "attn_k", [p.embedding, kvWidth]);
+    weight(`${blk}.attn_v.weight`, "attn_v", [p.embedding, kvWidth]);
+    weight(`${blk}.attn_output.weight`, "attn_output", [qWidth, p.embedding]);
+    if (p.architecture !== "llama") {
+      norm(`${blk}.attn_q_norm.weight`, p.headDim);
+      norm(`${blk}.attn_k_norm.weight`, p.headDim);
+    }
+    norm(`${blk}.ffn_norm.weight`, p.embedding);
+    if (p.experts > 0) {
+      const rowScale = routerScales(p.experts, seed, l);
+      add(`${blk}.ffn_gate_inp.weight`, "F32", [p.embedding, p.experts], {
+        ...WEIGHT_INIT,
+        rowLength: p.embedding,
+        rowScale,
+      });
+      weight(`${blk}.ffn_gate_exps.weight`, "ffn_gate_exps", [p.embedding, p.expertFeedForward, p.experts]);
+      weight(`${blk}.ffn_up_exps.weight`, "ffn_up_exps", [p.embedding, p.expertFeedForward, p.experts]);
+      weight(`${blk}.ffn_down_exps.weight`, "ffn_down_exps", [p.expertFeedForward, p.embedding, p.experts]);
+    } else {
+      weight(`${blk}.ffn_gate.weight`, "ffn_gate", [p.embedding, p.feedForward]);
+      weight(`${blk}.ffn_up.weight`, "ffn_up", [p.embedding, p.feedForward]);
+      weight(`${blk}.ffn_down.weight`, "ffn_down", [p.feedForward, p.embedding]);
+    }
+  }
+  norm("output_norm.weight", p.embedding);
+  weight("output.weight", "output", [p.embedding, nVocab]);
+  return tensors;
+}
+
+/** Plans a synthetic model: its vocabulary, metadata and tensors, without writing anything. */
+export function planSyntheticModel(
+  options: Omit<SyntheticModelOptions, "headerOnly" | "onProgress">,
+): SyntheticModelPlan {
+  const preset = getPreset(options.preset);
+  const seed = options.seed ?? 1;
+  if (!Number.isSafeInteger(seed)) throw new BloomeryError("INVALID_ARGUMENT", `seed must be an integer`, { seed });
+  if (preset.mix && options.weightType !== undefined) {
+    throw new BloomeryError(
+      "INVALID_ARGUMENT",
+      `preset ${preset.name} has a fixed tensor-type mix; weightType applies to tiny presets only`,
+      { preset: preset.name, weightType: options.weightType },
+    );
+  }
+  const weightType = preset.mix ? "mix" : (options.weightType ?? DEFAULT_WEIGHT_TYPE);
+  if (!preset.mix && !(FILLABLE_TYPES as readonly string[]).includes(weightType)) {
+    throw new BloomeryError(
+      "UNSUPPORTED_QUANT",
+      `weightType ${weightType} is not one of ${FILLABLE_TYPES.join(", ")}`,
+      {
+        weightType,
+      },
+    );
+  }
+  const typeOf = (role: WeightRole): string => {
+    if (!preset.mix) return weightType;
+    const type = preset.mix[role];
+    if (!type) throw new BloomeryError("INTERNAL", `preset ${preset.name} has no type for ${role}`);
+    return type;
+  };
+
+  const vocab = buildVocab(preset.vocab, preset.vocabSize === undefined ? {} : { size: preset.vocabSize });
+  const tensors = planTensors(preset, vocab.tokens.length, typeOf, seed);
+
+  const fileType = preset.mix ? preset.fileType : FILE_TYPE[weightType];
+  const entries: [string, GgufValue, GgufMetadataType][] = [
+    ["general.architecture", preset.architecture, "string"],
+    ["general.type", "model", "string"],
+    ["general.name", `bloomery synthetic ${preset.name}`, "string"],
+    ...(fileType === undefined
+      ? []
+      : [["general.file_type", fileType, "u32"] as [string, GgufValue, GgufMetadataType]]),
+    ["general.quantization_version", 2, "u32"],
+    ...architectureMetadata(preset),
+  ];
+  const metadata: Record<string, GgufValue> = {};
+  const metadataTypes: Record<string, GgufMetadataType> = {};
+  for (const [key, value, type] of entries) {
+    metadata[key] = value;
+    metadataTypes[key] = type;
+  }
+  const tokenizer = vocabMetadata(vocab);
+  Object.assign(metadata, tokenizer.metadata);
+  Object.assign(metadataTypes, tokenizer.types);
+
+  const totalBytes = tensors.reduce((sum, t) => sum + t.bytes, 0);
+  return { preset, weightType, seed, vocab, metadata, metadataTypes, tensors, tensorBytes: totalBytes };
+}
+
+/**
+ * Writes a synthetic model of a preset to `path` (see tools/synth/README.md): llama.cpp's
+ * tensor names and shapes, tokenizer metadata, and random but valid weights, streamed to disk.
+ * Returns the plan it wrote.
+ */
+export async function writeSyntheticModel(path: string, options: SyntheticModelOptions): Promise<SyntheticModelPlan> {
+  const plan = planSyntheticModel(options);
+  let done = 0;
+  const tensors: GgufTensorSource[] = plan.tensors.map((t, index) => {
+    const fill = tensorFiller(t.type, streamKey(plan.seed, index), t.init);
+    const onProgress = options.onProgress;
+    return {
+      name: t.name,
+      type: t.type,
+      shape: t.shape,
+      fill: onProgress
+        ? (chunk, byteOffset) => {
+            fill(chunk, byteOffset);
+            done += chunk.length;
+            onProgress(done, plan.tensorBytes);
+          }
+        : fill,
+    };
+  });
+  await writeGguf(path, {
+    metadata: plan.metadata,
+    metadataTypes: plan.metadataTypes,
+    tensors,
+    headerOnly: options.headerOnly ?? false,
+  });
+  return plan;
+}
