@@ -319,22 +319,29 @@ function buildHeader(version: number, alignment: number, metadata: MetadataEntry
   return h.result();
 }
 
-/** Sequential writes through one reusable buffer, so small tensors do not cost a syscall each. */
+/**
+ * Sequential writes through reusable buffers, so small tensors do not cost a syscall each;
+ * double-buffered: one buffer is written while the caller fills
+ * the other, so producing bytes (e.g. random blocks) and disk writes overlap.
+ */
 class FileSink {
-  private readonly buf: Buffer;
+  private buffers: [Buffer, Buffer];
+  private buf: Buffer;
   private used = 0;
+  private inFlight: Promise<void> = Promise.resolve();
   position = 0;
 
   constructor(
     private readonly fh: FileHandle,
     capacity: number,
   ) {
-    this.buf = Buffer.alloc(capacity);
+    this.buffers = [Buffer.alloc(capacity), Buffer.alloc(capacity)];
+    this.buf = this.buffers[0];
   }
 
   /** Room for up to `max` bytes (at least 1), zeroed. */
   async take(max: number): Promise<Buffer> {
-    if (this.used === this.buf.length) await this.flush();
+    if (this.used === this.buf.length) await this.startFlush();
     const n = Math.min(max, this.buf.length - this.used);
     const chunk = this.buf.subarray(this.used, this.used + n);
     chunk.fill(0);
@@ -360,10 +367,20 @@ class FileSink {
     for (let left = n; left > 0; ) left -= (await this.take(left)).length;
   }
 
-  async flush(): Promise<void> {
-    await writeAll(this.fh, this.buf.subarray(0, this.used), this.position);
+  /** Starts writing the filled buffer and switches to the other one once its own write is done. */
+  private async startFlush(): Promise<void> {
+    await this.inFlight;
+    const full = this.buf.subarray(0, this.used);
+    this.inFlight = writeAll(this.fh, full, this.position);
     this.position += this.used;
     this.used = 0;
+    this.buf = this.buf === this.buffers[0] ? this.buffers[1] : this.buffers[0];
+  }
+
+  /** Writes everything buffered and waits for it. */
+  async flush(): Promise<void> {
+    await this.startFlush();
+    await this.inFlight;
   }
 }
 
