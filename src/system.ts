@@ -37,7 +37,14 @@ export interface GpuInfo {
 
 /** The machine as bloomery sees it. Memory figures are in bytes. */
 export interface SystemInfo {
-  cpu: { model: string; logicalCores: number; physicalCores: number; features: CpuFeatures };
+  cpu: {
+    model: string;
+    logicalCores: number;
+    physicalCores: number;
+    features: CpuFeatures;
+    /** The widest CPU kernels bloomery runs here: "avx512" needs AVX-512 F/BW/VL/VNNI, "avx2" needs AVX2/FMA/F16C. */
+    simdTier: "scalar" | "avx2" | "avx512";
+  };
   /** Host RAM; under a cgroup memory limit, the limit and what it leaves. */
   memory: { total: number; available: number };
   cuda: {

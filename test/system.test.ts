@@ -24,6 +24,13 @@ describe("getSystemInfo", () => {
     expect(f.amxInt8).toBe(procFlags.has("amx_int8"));
   });
 
+  it("picks the widest CPU kernels the features allow", () => {
+    const f = info.cpu.features;
+    const avx2 = f.avx2 && f.fma && f.f16c;
+    const avx512 = avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni;
+    expect(info.cpu.simdTier).toBe(avx512 ? "avx512" : avx2 ? "avx2" : "scalar");
+  });
+
   it("reports cores and memory", () => {
     const logical = readFileSync("/proc/cpuinfo", "utf8").match(/^processor\s*:/gm)?.length ?? 0;
     expect(info.cpu.logicalCores).toBe(logical);

@@ -1,6 +1,7 @@
 // getSystemInfo() and ggmlTypes(): what the host, its GPUs and the quant table look like.
 #include "addon/bindings.h"
 #include "addon/errors.h"
+#include "cpu/cpu_dispatch.h"
 #include "cpu/host_info.h"
 #include "cuda/device.h"
 #include "quant/ggml_types.h"
@@ -34,6 +35,7 @@ Napi::Value get_system_info(const Napi::CallbackInfo& info) {
     f.Set("amxInt8", cf.amx_int8);
     f.Set("amxBf16", cf.amx_bf16);
     cpu_obj.Set("features", f);
+    cpu_obj.Set("simdTier", std::string(quant::simd_tier_name(cpu::host_simd_tier())));
 
     Napi::Object mem = Napi::Object::New(env);
     mem.Set("total", double(host.total_ram));
