@@ -45,8 +45,8 @@ class FailureMessage {
 
 #define BLOOMERY_CONCAT2(a, b) a##b
 #define BLOOMERY_CONCAT(a, b) BLOOMERY_CONCAT2(a, b)
-#define TEST(name)                                                                                              \
-  static void BLOOMERY_CONCAT(test_, name)();                                                                   \
+#define TEST(name)                                                                                            \
+  static void BLOOMERY_CONCAT(test_, name)();                                                                 \
   static ::bloomery::tests::Registrar BLOOMERY_CONCAT(registrar_, name)(#name, BLOOMERY_CONCAT(test_, name)); \
   static void BLOOMERY_CONCAT(test_, name)()
 #define CHECK(cond) \

@@ -1,4 +1,5 @@
 #include "quant/ggml_types.h"
+
 #include "tests/check.h"
 
 using namespace bloomery::quant;
