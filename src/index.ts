@@ -14,3 +14,13 @@ export {
 } from "./system.js";
 export { readGgufInfo, writeGguf } from "./gguf.js";
 export type * from "./gguf/types.js";
+export { loadModel, Model, type LoadModelOptions, type ModelInfo } from "./model.js";
+export {
+  Session,
+  type EvaluateOptions,
+  type GenerateOptions,
+  type GenerateChunk,
+  type GenerateIterable,
+  type GenerateResult,
+  type StopReason,
+} from "./session.js";

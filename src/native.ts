@@ -12,11 +12,68 @@ import { BloomeryError, fromNativeError } from "./errors.js";
 import type { RawGgufInfo } from "./gguf/types.js";
 import type { SystemInfo, GgmlTypeInfo } from "./system.js";
 
+/** An opaque handle to a loaded model (native/addon/model.cc). */
+export type NativeModelHandle = { readonly __nativeHandle: "model" };
+/** An opaque handle to a session's native state. */
+export type NativeSessionHandle = { readonly __nativeHandle: "session" };
+
+/** What modelInfo() returns. */
+export interface RawModelInfo {
+  architecture: string;
+  layers: number;
+  embeddingLength: number;
+  vocabSize: number;
+  heads: number;
+  kvHeads: number;
+  headDim: number;
+  experts: number;
+  expertsUsed: number;
+  contextLength: number;
+  contextSize: number;
+  threads: number;
+  bosToken: number;
+  eosToken: number;
+}
+
 /** The functions the addon exports (native/addon). */
 export interface NativeAddon {
   getSystemInfo(): SystemInfo;
   ggmlTypes(): GgmlTypeInfo[];
   readGgufInfo(path: string): Promise<RawGgufInfo>;
+  loadModel(path: string, options: { threads?: number; contextSize?: number }): Promise<NativeModelHandle>;
+  modelInfo(model: NativeModelHandle): RawModelInfo;
+  disposeModel(model: NativeModelHandle): void;
+  createSession(model: NativeModelHandle): NativeSessionHandle;
+  sessionEvaluate(session: NativeSessionHandle, tokens: Int32Array, allLogits: boolean): Promise<Float32Array>;
+  sessionReset(session: NativeSessionHandle): void;
+  sessionPosition(session: NativeSessionHandle): number;
+  disposeSession(session: NativeSessionHandle): void;
+  NativeTokenizer: new (path: string) => NativeTokenizer;
+  NativeStreamDecoder: new (tokenizer: NativeTokenizer, special: boolean) => NativeStreamDecoder;
+}
+
+/** The vocabulary facts NativeTokenizer.info() reports. */
+export interface RawTokenizerInfo {
+  model: "gpt2" | "llama";
+  size: number;
+  bos: number | null;
+  eos: number | null;
+  eot: number | null;
+  addBos: boolean;
+  addEos: boolean;
+}
+
+/** native/addon/tokenizer.cc: a GGUF file's tokenizer. */
+export interface NativeTokenizer {
+  tokenize(text: string, addSpecial: boolean, parseSpecial: boolean): Uint32Array;
+  detokenize(tokens: Uint32Array, special: boolean): string;
+  info(): RawTokenizerInfo;
+}
+
+/** native/addon/tokenizer.cc: detokenizes a token stream, holding back unfinished UTF-8. */
+export interface NativeStreamDecoder {
+  push(tokens: Uint32Array): string;
+  flush(): string;
 }
 
 let addon: NativeAddon | undefined;

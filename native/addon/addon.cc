@@ -8,6 +8,8 @@ namespace {
 Napi::Object init(Napi::Env env, Napi::Object exports) {
   bloomery::addon::register_system_info(env, exports);
   bloomery::addon::register_gguf(env, exports);
+  bloomery::addon::register_tokenizer(env, exports);
+  bloomery::addon::register_model(env, exports);
   return exports;
 }
 

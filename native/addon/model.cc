@@ -1,0 +1,254 @@
+// The model and session bindings: loadModel(path, options) resolves to a model handle;
+// sessions are created from it; evaluate runs the forward pass on a worker thread.
+// Handles are type-tagged externals that own shared pointers, so a session keeps its
+// model's weights alive, and a dispose() while a pass runs waits for nothing.
+#include "model/model.h"
+
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "addon/bindings.h"
+#include "addon/errors.h"
+#include "engine/session.h"
+
+namespace bloomery::addon {
+
+namespace {
+
+constexpr napi_type_tag kModelTag{0x6c6f6f6d6d6f6465, 0x0000000000000001};
+constexpr napi_type_tag kSessionTag{0x6c6f6f6d73657373, 0x0000000000000002};
+
+struct ModelHandle {
+  std::shared_ptr<engine::Runtime> runtime;
+};
+
+struct SessionHandle {
+  std::shared_ptr<engine::Session> session;
+};
+
+template <typename Handle>
+Handle& unwrap(const Napi::CallbackInfo& info, size_t index, const napi_type_tag& tag, const char* what) {
+  if (info.Length() <= index || !info[index].IsExternal() ||
+      !info[index].As<Napi::External<Handle>>().CheckTypeTag(&tag)) {
+    throw to_js_error(info.Env(), "INVALID_ARGUMENT", std::string("expected a ") + what + " handle");
+  }
+  return *info[index].As<Napi::External<Handle>>().Data();
+}
+
+template <typename Handle>
+Napi::External<Handle> wrap(Napi::Env env, Handle handle, const napi_type_tag& tag) {
+  auto external =
+      Napi::External<Handle>::New(env, new Handle(std::move(handle)), [](Napi::Env, Handle* h) { delete h; });
+  external.TypeTag(&tag);
+  return external;
+}
+
+engine::Runtime& live(ModelHandle& h, Napi::Env env) {
+  if (!h.runtime) throw to_js_error(env, "DISPOSED", "the model has been disposed");
+  return *h.runtime;
+}
+
+std::shared_ptr<engine::Session> live(SessionHandle& h, Napi::Env env) {
+  if (!h.session) throw to_js_error(env, "DISPOSED", "the session has been disposed");
+  return h.session;
+}
+
+int64_t option_integer(Napi::Object options, const char* name) {
+  const Napi::Value v = options.Get(name);
+  if (v.IsUndefined()) return 0;
+  if (!v.IsNumber() || v.As<Napi::Number>().DoubleValue() < 1 ||
+      v.As<Napi::Number>().DoubleValue() != static_cast<double>(v.As<Napi::Number>().Int64Value())) {
+    throw to_js_error(options.Env(), "INVALID_ARGUMENT", std::string(name) + " must be a positive integer");
+  }
+  return v.As<Napi::Number>().Int64Value();
+}
+
+class LoadModelWorker : public Napi::AsyncWorker {
+ public:
+  LoadModelWorker(Napi::Env env, std::string path, engine::RuntimeOptions options)
+      : Napi::AsyncWorker(env),
+        path_(std::move(path)),
+        options_(options),
+        deferred_(Napi::Promise::Deferred::New(env)) {}
+
+  Napi::Promise promise() const { return deferred_.Promise(); }
+
+  void Execute() override {
+    try {
+      runtime_ = std::make_shared<engine::Runtime>(model::load_model(path_), options_);
+    } catch (...) {
+      error_ = std::current_exception();
+    }
+  }
+
+  void OnOK() override {
+    if (error_) {
+      deferred_.Reject(to_js_error(Env(), error_).Value());
+      return;
+    }
+    deferred_.Resolve(wrap(Env(), ModelHandle{std::move(runtime_)}, kModelTag));
+  }
+
+ private:
+  std::string path_;
+  engine::RuntimeOptions options_;
+  Napi::Promise::Deferred deferred_;
+  std::shared_ptr<engine::Runtime> runtime_;
+  std::exception_ptr error_;
+};
+
+class EvaluateWorker : public Napi::AsyncWorker {
+ public:
+  EvaluateWorker(Napi::Env env, std::shared_ptr<engine::Session> session, std::vector<int32_t> tokens,
+                 engine::LogitRows rows)
+      : Napi::AsyncWorker(env),
+        session_(std::move(session)),
+        tokens_(std::move(tokens)),
+        rows_(rows),
+        deferred_(Napi::Promise::Deferred::New(env)) {}
+
+  Napi::Promise promise() const { return deferred_.Promise(); }
+
+  void Execute() override {
+    try {
+      logits_ = session_->evaluate(tokens_, rows_);
+    } catch (...) {
+      error_ = std::current_exception();
+    }
+  }
+
+  void OnOK() override {
+    if (error_) {
+      deferred_.Reject(to_js_error(Env(), error_).Value());
+      return;
+    }
+    Napi::Float32Array out = Napi::Float32Array::New(Env(), logits_.size());
+    std::memcpy(out.Data(), logits_.data(), logits_.size() * sizeof(float));
+    deferred_.Resolve(out);
+  }
+
+ private:
+  std::shared_ptr<engine::Session> session_;
+  std::vector<int32_t> tokens_;
+  engine::LogitRows rows_;
+  Napi::Promise::Deferred deferred_;
+  std::vector<float> logits_;
+  std::exception_ptr error_;
+};
+
+// loadModel(path, { threads?, contextSize? }) -> Promise<model handle>
+Napi::Value load_model(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    if (info.Length() < 1 || !info[0].IsString()) {
+      throw to_js_error(info.Env(), "INVALID_ARGUMENT", "loadModel(path): path must be a string");
+    }
+    engine::RuntimeOptions options;
+    if (info.Length() > 1 && info[1].IsObject()) {
+      const Napi::Object o = info[1].As<Napi::Object>();
+      options.threads = static_cast<uint32_t>(option_integer(o, "threads"));
+      options.context_size = option_integer(o, "contextSize");
+    }
+    auto* worker = new LoadModelWorker(info.Env(), info[0].As<Napi::String>().Utf8Value(), options);
+    Napi::Promise promise = worker->promise();
+    worker->Queue();
+    return promise;
+  });
+}
+
+// modelInfo(model) -> the hyper-parameters and run settings.
+Napi::Value model_info(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    const engine::Runtime& runtime = live(unwrap<ModelHandle>(info, 0, kModelTag, "model"), info.Env());
+    const model::HyperParams& p = runtime.model().params;
+    Napi::Object o = Napi::Object::New(info.Env());
+    o.Set("architecture", p.architecture);
+    o.Set("layers", double(p.layers));
+    o.Set("embeddingLength", double(p.embedding));
+    o.Set("vocabSize", double(p.vocab));
+    o.Set("heads", double(p.heads));
+    o.Set("kvHeads", double(p.kv_heads));
+    o.Set("headDim", double(p.head_dim));
+    o.Set("experts", double(p.experts));
+    o.Set("expertsUsed", double(p.experts_used));
+    o.Set("contextLength", double(p.context_length));
+    o.Set("contextSize", double(runtime.context_size()));
+    o.Set("threads", runtime.threads());
+    o.Set("bosToken", p.bos_token);
+    o.Set("eosToken", p.eos_token);
+    return o;
+  });
+}
+
+Napi::Value dispose_model(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    unwrap<ModelHandle>(info, 0, kModelTag, "model").runtime.reset();
+    return info.Env().Undefined();
+  });
+}
+
+// createSession(model) -> session handle
+Napi::Value create_session(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    ModelHandle& model = unwrap<ModelHandle>(info, 0, kModelTag, "model");
+    live(model, info.Env());
+    return wrap(info.Env(), SessionHandle{std::make_shared<engine::Session>(model.runtime)}, kSessionTag);
+  });
+}
+
+// sessionEvaluate(session, tokens: Int32Array, allLogits: boolean) -> Promise<Float32Array>
+Napi::Value session_evaluate(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    std::shared_ptr<engine::Session> session = live(unwrap<SessionHandle>(info, 0, kSessionTag, "session"), info.Env());
+    if (info.Length() < 2 || !info[1].IsTypedArray() ||
+        info[1].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array) {
+      throw to_js_error(info.Env(), "INVALID_ARGUMENT", "tokens must be an Int32Array");
+    }
+    const Napi::Int32Array tokens = info[1].As<Napi::Int32Array>();
+    const bool all = info.Length() > 2 && info[2].ToBoolean().Value();
+    auto* worker = new EvaluateWorker(info.Env(), std::move(session),
+                                      std::vector<int32_t>(tokens.Data(), tokens.Data() + tokens.ElementLength()),
+                                      all ? engine::LogitRows::kAll : engine::LogitRows::kLast);
+    Napi::Promise promise = worker->promise();
+    worker->Queue();
+    return promise;
+  });
+}
+
+Napi::Value session_reset(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    live(unwrap<SessionHandle>(info, 0, kSessionTag, "session"), info.Env())->reset();
+    return info.Env().Undefined();
+  });
+}
+
+Napi::Value session_position(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    return Napi::Number::New(
+        info.Env(), double(live(unwrap<SessionHandle>(info, 0, kSessionTag, "session"), info.Env())->position()));
+  });
+}
+
+Napi::Value dispose_session(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    unwrap<SessionHandle>(info, 0, kSessionTag, "session").session.reset();
+    return info.Env().Undefined();
+  });
+}
+
+}  // namespace
+
+void register_model(Napi::Env env, Napi::Object exports) {
+  exports.Set("loadModel", Napi::Function::New(env, load_model, "loadModel"));
+  exports.Set("modelInfo", Napi::Function::New(env, model_info, "modelInfo"));
+  exports.Set("disposeModel", Napi::Function::New(env, dispose_model, "disposeModel"));
+  exports.Set("createSession", Napi::Function::New(env, create_session, "createSession"));
+  exports.Set("sessionEvaluate", Napi::Function::New(env, session_evaluate, "sessionEvaluate"));
+  exports.Set("sessionReset", Napi::Function::New(env, session_reset, "sessionReset"));
+  exports.Set("sessionPosition", Napi::Function::New(env, session_position, "sessionPosition"));
+  exports.Set("disposeSession", Napi::Function::New(env, dispose_session, "disposeSession"));
+}
+
+}  // namespace bloomery::addon

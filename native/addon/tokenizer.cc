@@ -1,0 +1,147 @@
+// The tokenizer binding: NativeTokenizer(path) with tokenize / detokenize / info, and
+// NativeStreamDecoder(tokenizer, special) for streamed detokenization.
+#include "tokenizer/tokenizer.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "addon/bindings.h"
+#include "addon/errors.h"
+
+namespace bloomery::addon {
+
+namespace {
+
+using tokenizer::StreamDecoder;
+using tokenizer::Tokenizer;
+
+Napi::Error invalid(Napi::Env env, const std::string& message) { return to_js_error(env, "INVALID_ARGUMENT", message); }
+
+bool flag(const Napi::CallbackInfo& info, size_t i) { return info.Length() > i && info[i].ToBoolean().Value(); }
+
+std::vector<uint32_t> token_ids(const Napi::CallbackInfo& info, size_t i) {
+  if (info.Length() <= i || !info[i].IsTypedArray() ||
+      info[i].As<Napi::TypedArray>().TypedArrayType() != napi_uint32_array) {
+    throw invalid(info.Env(), "tokens must be a Uint32Array");
+  }
+  const Napi::Uint32Array a = info[i].As<Napi::Uint32Array>();
+  return std::vector<uint32_t>(a.Data(), a.Data() + a.ElementLength());
+}
+
+Napi::Uint32Array to_js(Napi::Env env, const std::vector<uint32_t>& ids) {
+  Napi::Uint32Array a = Napi::Uint32Array::New(env, ids.size());
+  std::copy(ids.begin(), ids.end(), a.Data());
+  return a;
+}
+
+Napi::String utf8(Napi::Env env, const std::string& bytes) {
+  return Napi::String::New(env, bytes.data(), bytes.size());
+}
+
+// Marks NativeTokenizer objects, so a decoder can check what it is given before unwrapping it.
+constexpr napi_type_tag kTokenizerTag = {0x5b1c0e3a9d274f61ull, 0xa4e8c2f07b3d9156ull};
+
+class TokenizerWrap : public Napi::ObjectWrap<TokenizerWrap> {
+ public:
+  static Napi::Function define(Napi::Env env) {
+    return DefineClass(env, "NativeTokenizer",
+                       {
+                           InstanceMethod<&TokenizerWrap::tokenize>("tokenize"),
+                           InstanceMethod<&TokenizerWrap::detokenize>("detokenize"),
+                           InstanceMethod<&TokenizerWrap::info>("info"),
+                       });
+  }
+
+  explicit TokenizerWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<TokenizerWrap>(info) {
+    guarded(info, [&]() -> Napi::Value {
+      if (info.Length() < 1 || !info[0].IsString())
+        throw invalid(info.Env(), "NativeTokenizer(path): path must be a string");
+      tokenizer_ = Tokenizer::open(info[0].As<Napi::String>().Utf8Value());
+      info.This().As<Napi::Object>().TypeTag(&kTokenizerTag);
+      return info.Env().Undefined();
+    });
+  }
+
+  std::shared_ptr<const Tokenizer> shared() const { return tokenizer_; }
+
+ private:
+  // tokenize(text, addSpecial, parseSpecial) -> Uint32Array
+  Napi::Value tokenize(const Napi::CallbackInfo& info) {
+    return guarded(info, [&]() -> Napi::Value {
+      if (info.Length() < 1 || !info[0].IsString()) throw invalid(info.Env(), "tokenize(text): text must be a string");
+      const std::string text = info[0].As<Napi::String>().Utf8Value();
+      return to_js(info.Env(), tokenizer_->tokenize(text, flag(info, 1), flag(info, 2)));
+    });
+  }
+
+  // detokenize(tokens, special) -> string (invalid UTF-8 shows as U+FFFD)
+  Napi::Value detokenize(const Napi::CallbackInfo& info) {
+    return guarded(info, [&]() -> Napi::Value {
+      return utf8(info.Env(), tokenizer_->detokenize(token_ids(info, 0), flag(info, 1)));
+    });
+  }
+
+  // The vocabulary's facts that a caller needs: size, special ids and flags.
+  Napi::Value info(const Napi::CallbackInfo& info) {
+    return guarded(info, [&]() -> Napi::Value {
+      const tokenizer::Vocab& v = tokenizer_->vocab();
+      Napi::Env env = info.Env();
+      Napi::Object o = Napi::Object::New(env);
+      auto id = [&](int64_t t) -> Napi::Value { return t < 0 ? env.Null() : Napi::Number::New(env, double(t)); };
+      o.Set("model", v.kind == tokenizer::VocabKind::kSpm ? "llama" : "gpt2");
+      o.Set("size", double(v.size()));
+      o.Set("bos", id(v.bos));
+      o.Set("eos", id(v.eos));
+      o.Set("eot", id(v.eot));
+      o.Set("addBos", v.add_bos);
+      o.Set("addEos", v.add_eos);
+      return o;
+    });
+  }
+
+  std::shared_ptr<const Tokenizer> tokenizer_;
+};
+
+class DecoderWrap : public Napi::ObjectWrap<DecoderWrap> {
+ public:
+  static Napi::Function define(Napi::Env env) {
+    return DefineClass(env, "NativeStreamDecoder",
+                       {InstanceMethod<&DecoderWrap::push>("push"), InstanceMethod<&DecoderWrap::flush>("flush")});
+  }
+
+  // new NativeStreamDecoder(nativeTokenizer, special)
+  explicit DecoderWrap(const Napi::CallbackInfo& info) : Napi::ObjectWrap<DecoderWrap>(info) {
+    guarded(info, [&]() -> Napi::Value {
+      if (info.Length() < 1 || !info[0].IsObject() || !info[0].As<Napi::Object>().CheckTypeTag(&kTokenizerTag)) {
+        throw invalid(info.Env(), "NativeStreamDecoder(tokenizer, special): tokenizer must be a NativeTokenizer");
+      }
+      decoder_.emplace(TokenizerWrap::Unwrap(info[0].As<Napi::Object>())->shared(), flag(info, 1));
+      return info.Env().Undefined();
+    });
+  }
+
+ private:
+  Napi::Value push(const Napi::CallbackInfo& info) {
+    return guarded(info, [&]() -> Napi::Value { return utf8(info.Env(), ready().push(token_ids(info, 0))); });
+  }
+
+  Napi::Value flush(const Napi::CallbackInfo& info) {
+    return guarded(info, [&]() -> Napi::Value { return utf8(info.Env(), ready().flush()); });
+  }
+
+  StreamDecoder& ready() { return *decoder_; }
+
+  // Set by the constructor, which throws otherwise.
+  std::optional<StreamDecoder> decoder_;
+};
+
+}  // namespace
+
+void register_tokenizer(Napi::Env env, Napi::Object exports) {
+  exports.Set("NativeTokenizer", TokenizerWrap::define(env));
+  exports.Set("NativeStreamDecoder", DecoderWrap::define(env));
+}
+
+}  // namespace bloomery::addon

@@ -1,0 +1,25 @@
+// Causal multi-head attention over an f16 KV cache, with grouped KV heads. The rounding
+// follows llama.cpp's CPU graph (without flash attention): queries are rounded to f16 for
+// the K dot, and the softmax weights are rounded to f16 for the V sum.
+#pragma once
+
+#include <cstdint>
+
+#include "cpu/thread_pool.h"
+
+namespace bloomery::cpu {
+
+struct AttentionShape {
+  int64_t heads = 0;
+  int64_t kv_heads = 0;  // divides heads: query head h reads KV head h / (heads / kv_heads)
+  int64_t head_dim = 0;
+  float scale = 1.0f;  // applied to q.k before the softmax
+};
+
+// q: n rows of heads * head_dim floats, token i at position first_position + i.
+// keys, values: f16 rows of kv_heads * head_dim for positions [0, first_position + n).
+// out: n rows of heads * head_dim. Token i attends positions [0, first_position + i].
+void causal_attention(const float* q, int64_t n, int64_t first_position, const uint16_t* keys, const uint16_t* values,
+                      const AttentionShape& shape, float* out, ThreadPool& pool);
+
+}  // namespace bloomery::cpu

@@ -1,0 +1,70 @@
+#include "cpu/matmul.h"
+
+#include <algorithm>
+
+#include "quant/ggml_types.h"
+
+namespace bloomery::cpu {
+
+namespace {
+
+// Weight rows per task: enough work per hand-out, small enough for a few tasks per thread.
+constexpr int64_t kRowsPerTask = 16;
+
+}  // namespace
+
+void quantize_rows(const quant::QuantKernels& kernels, const float* x, int64_t n, int64_t cols, int64_t stride,
+                   QuantizedRows& out, ThreadPool& pool) {
+  out.activation_type = kernels.activation_type;
+  out.row_bytes = *quant::ggml_row_bytes(*quant::ggml_type(kernels.activation_type), static_cast<uint64_t>(cols));
+  out.bytes.resize(out.row_bytes * static_cast<size_t>(n));
+  pool.parallel_for(static_cast<size_t>(n), 4, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      kernels.quantize_activations(x + i * stride, out.bytes.data() + i * out.row_bytes, cols);
+    }
+  });
+}
+
+void matmul(const WeightMatrix& w, const QuantizedRows& x, int64_t n, float* y, ThreadPool& pool) {
+  const quant::VecDotFn dot = w.kernels->vec_dot;
+  const size_t blocks = static_cast<size_t>((w.rows + kRowsPerTask - 1) / kRowsPerTask);
+  pool.parallel_for(blocks, 1, [&](size_t begin, size_t end) {
+    for (size_t b = begin; b < end; ++b) {
+      const int64_t first = static_cast<int64_t>(b) * kRowsPerTask;
+      const int64_t last = std::min(w.rows, first + kRowsPerTask);
+      for (int64_t i = 0; i < n; ++i) {
+        const uint8_t* activation = x.row(i);
+        float* out = y + i * w.rows;
+        for (int64_t o = first; o < last; ++o) out[o] = dot(w.row(o), activation, w.cols);
+      }
+    }
+  });
+}
+
+void MatmulInput::reset(const float* x, int64_t n, int64_t cols) {
+  x_ = x;
+  n_ = n;
+  cols_ = cols;
+  valid_.assign(valid_.size(), false);
+}
+
+const QuantizedRows& MatmulInput::quantized_for(const quant::QuantKernels& kernels, ThreadPool& pool) {
+  for (size_t i = 0; i < copies_.size(); ++i) {
+    if (copies_[i].activation_type != kernels.activation_type) continue;
+    if (!valid_[i]) quantize_rows(kernels, x_, n_, cols_, cols_, copies_[i], pool);
+    valid_[i] = true;
+    return copies_[i];
+  }
+  copies_.emplace_back();
+  valid_.push_back(true);
+  quantize_rows(kernels, x_, n_, cols_, cols_, copies_.back(), pool);
+  return copies_.back();
+}
+
+void matmul(const WeightMatrix& w, MatmulInput& x, float* y, ThreadPool& pool) {
+  matmul(w, x.quantized_for(*w.kernels, pool), x.rows(), y, pool);
+}
+
+void dequantize_row(const WeightMatrix& w, int64_t r, float* out) { w.kernels->dequantize_row(w.row(r), out, w.cols); }
+
+}  // namespace bloomery::cpu

@@ -1,0 +1,67 @@
+// Matrix products against weights stored in any ggml type the quant kernels serve. The
+// way ggml does it: each activation row is quantized once into the format the weight
+// type's dot reads, then every weight row is dotted with it. Work is split over blocks of
+// weight rows, so a block stays in cache while every activation row passes over it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "cpu/thread_pool.h"
+#include "quant/kernels.h"
+
+namespace bloomery::cpu {
+
+// A row-major matrix of `rows` rows of `cols` elements in one ggml type (GGUF's ne0 = cols).
+struct WeightMatrix {
+  const quant::QuantKernels* kernels = nullptr;
+  const uint8_t* data = nullptr;
+  int64_t cols = 0;
+  int64_t rows = 0;
+  size_t row_bytes = 0;
+
+  const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
+  bool empty() const { return data == nullptr; }
+};
+
+// Float rows quantized into the activation format of a weight type.
+struct QuantizedRows {
+  std::vector<uint8_t> bytes;
+  size_t row_bytes = 0;
+  uint32_t activation_type = 0;
+
+  const uint8_t* row(int64_t r) const { return bytes.data() + static_cast<size_t>(r) * row_bytes; }
+};
+
+// Quantizes `n` rows of `cols` floats (row stride `stride`) for weights of `kernels`' type.
+void quantize_rows(const quant::QuantKernels& kernels, const float* x, int64_t n, int64_t cols, int64_t stride,
+                   QuantizedRows& out, ThreadPool& pool);
+
+// y[i * w.rows + o] = dot(w.row(o), x.row(i)) for i < n: x quantized for w by quantize_rows.
+void matmul(const WeightMatrix& w, const QuantizedRows& x, int64_t n, float* y, ThreadPool& pool);
+
+// Float rows that several matrices multiply: each activation format is quantized once
+// however many weights read it (Q, K and V of one layer; an FFN's gate and up).
+class MatmulInput {
+ public:
+  // Points at n rows of `cols` floats; forgets the quantized copies of the previous rows.
+  void reset(const float* x, int64_t n, int64_t cols);
+  const QuantizedRows& quantized_for(const quant::QuantKernels& kernels, ThreadPool& pool);
+  int64_t rows() const { return n_; }
+
+ private:
+  const float* x_ = nullptr;
+  int64_t n_ = 0;
+  int64_t cols_ = 0;
+  std::vector<QuantizedRows> copies_;
+  std::vector<bool> valid_;
+};
+
+// y = w x for every row of `x`.
+void matmul(const WeightMatrix& w, MatmulInput& x, float* y, ThreadPool& pool);
+
+// Dequantizes row `r` of `w` into `out` (w.cols floats): an embedding lookup.
+void dequantize_row(const WeightMatrix& w, int64_t r, float* out);
+
+}  // namespace bloomery::cpu

@@ -1,0 +1,50 @@
+// Mixture-of-experts FFN on the CPU: softmax routing with top-k, and SwiGLU experts run
+// grouped by expert, so each expert's weights are read once per pass however many rows
+// chose it. Outputs are combined per row in top-k order, as llama.cpp adds them.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "cpu/matmul.h"
+#include "cpu/thread_pool.h"
+
+namespace bloomery::cpu {
+
+// One weight matrix per expert, stored back to back (GGUF's ne2 is the expert index).
+struct ExpertMatrices {
+  WeightMatrix first;  // expert 0
+  int64_t count = 0;
+
+  WeightMatrix expert(int64_t e) const {
+    WeightMatrix w = first;
+    w.data += static_cast<size_t>(e) * static_cast<size_t>(first.rows) * first.row_bytes;
+    return w;
+  }
+};
+
+// The experts each row uses and their weights: n rows of `used` entries, best first.
+struct Routing {
+  int64_t used = 0;
+  std::vector<int32_t> experts;
+  std::vector<float> weights;
+};
+
+// Softmax over each row's router logits, the `used` highest probabilities, optionally
+// divided by their sum (Qwen3-MoE's norm_topk_prob).
+void route_top_k(const float* logits, int64_t n, int64_t experts, int64_t used, bool normalize, Routing& routing);
+
+// Buffers reused across calls.
+struct MoeScratch {
+  QuantizedRows input;
+  QuantizedRows hidden_quantized;
+  std::vector<float> hidden;
+  std::vector<float> expert_out;
+};
+
+// out[i] = sum over k of weight(i, k) * down_e(silu(gate_e x_i) * up_e x_i), e = expert(i, k).
+// x: n rows of gate.first.cols floats; out: n rows of down.first.rows floats.
+void moe_swiglu(const float* x, int64_t n, const Routing& routing, const ExpertMatrices& gate, const ExpertMatrices& up,
+                const ExpertMatrices& down, float* out, MoeScratch& scratch, ThreadPool& pool);
+
+}  // namespace bloomery::cpu

@@ -1,0 +1,131 @@
+#include "engine/forward.h"
+
+#include <cmath>
+
+#include "cpu/attention.h"
+#include "cpu/rms_norm.h"
+#include "cpu/rope.h"
+#include "cpu/swiglu.h"
+
+namespace bloomery::engine {
+
+namespace {
+
+using model::HyperParams;
+using model::LayerWeights;
+
+void add_bias(float* rows, int64_t n, int64_t width, const float* bias) {
+  if (!bias) return;
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < width; ++j) rows[i * width + j] += bias[j];
+  }
+}
+
+void add_into(float* residual, const float* delta, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) residual[i] += delta[i];
+}
+
+// Per-head RMS norm (Q/K norms), then RoPE, of n rows of `heads` heads.
+void position_heads(const HyperParams& p, float* rows, int64_t n, int64_t heads, const float* head_norm,
+                    const ForwardScratch& s) {
+  if (head_norm) cpu::rms_norm(rows, n * heads, p.head_dim, p.head_dim, head_norm, p.rms_epsilon, rows, p.head_dim);
+  for (int64_t i = 0; i < n; ++i) {
+    cpu::rope_apply(rows + i * heads * p.head_dim, heads, p.head_dim, p.rope, s.rope_angles[i]);
+  }
+}
+
+void attention_block(const HyperParams& p, const LayerWeights& w, int64_t layer, int64_t n, int64_t first_position,
+                     KvCache& cache, ForwardScratch& s, cpu::ThreadPool& pool) {
+  const int64_t q_width = p.heads * p.head_dim;
+  const int64_t kv_width = p.kv_heads * p.head_dim;
+  cpu::rms_norm(s.residual.data(), n, p.embedding, p.embedding, w.attention_norm, p.rms_epsilon, s.normed.data(),
+                p.embedding);
+  s.input.reset(s.normed.data(), n, p.embedding);
+  cpu::matmul(w.q, s.input, s.q.data(), pool);
+  cpu::matmul(w.k, s.input, s.k.data(), pool);
+  cpu::matmul(w.v, s.input, s.v.data(), pool);
+  add_bias(s.q.data(), n, q_width, w.q_bias);
+  add_bias(s.k.data(), n, kv_width, w.k_bias);
+  add_bias(s.v.data(), n, kv_width, w.v_bias);
+  position_heads(p, s.q.data(), n, p.heads, w.q_norm, s);
+  position_heads(p, s.k.data(), n, p.kv_heads, w.k_norm, s);
+  cache.store(layer, first_position, n, s.k.data(), s.v.data());
+
+  const cpu::AttentionShape shape{p.heads, p.kv_heads, p.head_dim, 1.0f / std::sqrt(static_cast<float>(p.head_dim))};
+  cpu::causal_attention(s.q.data(), n, first_position, cache.keys(layer), cache.values(layer), shape,
+                        s.attention.data(), pool);
+  s.input.reset(s.attention.data(), n, q_width);
+  cpu::matmul(w.attention_output, s.input, s.projected.data(), pool);
+  add_into(s.residual.data(), s.projected.data(), n * p.embedding);
+}
+
+void dense_ffn(const HyperParams& p, const LayerWeights& w, int64_t n, ForwardScratch& s, cpu::ThreadPool& pool) {
+  s.input.reset(s.normed.data(), n, p.embedding);
+  cpu::matmul(w.ffn_gate, s.input, s.gate.data(), pool);
+  cpu::matmul(w.ffn_up, s.input, s.up.data(), pool);
+  cpu::swiglu(s.gate.data(), s.up.data(), n * p.feed_forward, s.activated.data());
+  s.input.reset(s.activated.data(), n, p.feed_forward);
+  cpu::matmul(w.ffn_down, s.input, s.projected.data(), pool);
+}
+
+void moe_ffn(const HyperParams& p, const LayerWeights& w, int64_t n, ForwardScratch& s, cpu::ThreadPool& pool) {
+  s.input.reset(s.normed.data(), n, p.embedding);
+  cpu::matmul(w.router, s.input, s.router_logits.data(), pool);
+  cpu::route_top_k(s.router_logits.data(), n, p.experts, p.experts_used, p.normalize_expert_weights, s.routing);
+  cpu::moe_swiglu(s.normed.data(), n, s.routing, w.expert_gate, w.expert_up, w.expert_down, s.projected.data(), s.moe,
+                  pool);
+}
+
+void ffn_block(const HyperParams& p, const LayerWeights& w, int64_t n, ForwardScratch& s, cpu::ThreadPool& pool) {
+  cpu::rms_norm(s.residual.data(), n, p.embedding, p.embedding, w.ffn_norm, p.rms_epsilon, s.normed.data(),
+                p.embedding);
+  if (p.experts > 0) {
+    moe_ffn(p, w, n, s, pool);
+  } else {
+    dense_ffn(p, w, n, s, pool);
+  }
+  add_into(s.residual.data(), s.projected.data(), n * p.embedding);
+}
+
+void size_scratch(const HyperParams& p, int64_t n, ForwardScratch& s) {
+  const auto rows = [n](int64_t width) { return static_cast<size_t>(n * width); };
+  s.residual.resize(rows(p.embedding));
+  s.normed.resize(rows(p.embedding));
+  s.q.resize(rows(p.heads * p.head_dim));
+  s.k.resize(rows(p.kv_heads * p.head_dim));
+  s.v.resize(rows(p.kv_heads * p.head_dim));
+  s.attention.resize(rows(p.heads * p.head_dim));
+  s.projected.resize(rows(p.embedding));
+  s.gate.resize(rows(p.feed_forward));
+  s.up.resize(rows(p.feed_forward));
+  s.activated.resize(rows(p.feed_forward));
+  s.router_logits.resize(rows(p.experts));
+  s.rope_angles.resize(static_cast<size_t>(n));
+}
+
+}  // namespace
+
+void forward(const model::Model& model, std::span<const int32_t> tokens, int64_t first_position, KvCache& cache,
+             LogitRows rows, std::vector<float>& logits, ForwardScratch& s, cpu::ThreadPool& pool) {
+  const HyperParams& p = model.params;
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  size_scratch(p, n, s);
+  for (int64_t i = 0; i < n; ++i) {
+    cpu::dequantize_row(model.token_embedding, tokens[i], s.residual.data() + i * p.embedding);
+    cpu::rope_angles(p.rope, first_position + i, s.rope_angles[i]);
+  }
+  for (int64_t l = 0; l < p.layers; ++l) {
+    attention_block(p, model.layers[l], l, n, first_position, cache, s, pool);
+    ffn_block(p, model.layers[l], n, s, pool);
+  }
+
+  const int64_t first_row = rows == LogitRows::kAll ? 0 : n - 1;
+  const int64_t out_rows = n - first_row;
+  cpu::rms_norm(s.residual.data() + first_row * p.embedding, out_rows, p.embedding, p.embedding, model.output_norm,
+                p.rms_epsilon, s.normed.data(), p.embedding);
+  logits.resize(static_cast<size_t>(out_rows * p.vocab));
+  s.input.reset(s.normed.data(), out_rows, p.embedding);
+  cpu::matmul(model.output, s.input, logits.data(), pool);
+}
+
+}  // namespace bloomery::engine

@@ -1,0 +1,32 @@
+// The keys and values of one sequence, in f16 as llama.cpp keeps them: per layer, one row
+// of kv_heads * head_dim per position, for positions [0, capacity).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/model.h"
+
+namespace bloomery::engine {
+
+class KvCache {
+ public:
+  KvCache(const model::HyperParams& params, int64_t capacity);
+
+  int64_t capacity() const { return capacity_; }
+  int64_t row_width() const { return row_width_; }
+
+  uint16_t* keys(int64_t layer) { return keys_[layer].data(); }
+  uint16_t* values(int64_t layer) { return values_[layer].data(); }
+
+  // Stores n rows of keys and values (floats, row_width each) at positions [first, first + n).
+  void store(int64_t layer, int64_t first, int64_t n, const float* keys, const float* values);
+
+ private:
+  int64_t capacity_;
+  int64_t row_width_;
+  std::vector<std::vector<uint16_t>> keys_;
+  std::vector<std::vector<uint16_t>> values_;
+};
+
+}  // namespace bloomery::engine

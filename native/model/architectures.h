@@ -1,0 +1,14 @@
+// The architectures we serve, one file each: each reads its hyper-parameters and binds
+// its weights into the Binder's model.
+#pragma once
+
+#include "model/binder.h"
+
+namespace bloomery::model {
+
+void bind_qwen3moe(Binder& binder);
+void bind_qwen3(Binder& binder);
+void bind_llama(Binder& binder);
+void bind_qwen2(Binder& binder);
+
+}  // namespace bloomery::model

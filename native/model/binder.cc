@@ -1,0 +1,185 @@
+#include "model/binder.h"
+
+#include <cmath>
+
+#include "base/error.h"
+#include "cpu/cpu_dispatch.h"
+
+namespace bloomery::model {
+
+namespace {
+
+std::string shape_text(const std::array<uint64_t, gguf::kMaxDims>& shape, uint32_t dims) {
+  std::string s = "[";
+  for (uint32_t d = 0; d < dims; ++d) s += (d ? ", " : "") + std::to_string(shape[d]);
+  return s + "]";
+}
+
+std::string shape_text(std::initializer_list<int64_t> shape) {
+  std::string s = "[";
+  bool first = true;
+  for (const int64_t n : shape) {
+    s += (first ? "" : ", ") + std::to_string(n);
+    first = false;
+  }
+  return s + "]";
+}
+
+}  // namespace
+
+std::string layer_tensor(int64_t layer, std::string_view name) {
+  return "blk." + std::to_string(layer) + "." + std::string(name) + ".weight";
+}
+
+Binder::Binder(Model& model, std::string architecture) : model_(model), architecture_(std::move(architecture)) {
+  model_.params.architecture = architecture_;
+}
+
+std::string Binder::key(std::string_view suffix) const { return architecture_ + "." + std::string(suffix); }
+
+int64_t Binder::required_count(std::string_view suffix) const {
+  const std::string k = key(suffix);
+  const std::optional<uint64_t> value = model_.file.get_uint(k);
+  if (!value) throw Error("MODEL_BAD_METADATA", "the model has no " + k);
+  if (*value == 0 || *value > (uint64_t{1} << 40)) {
+    throw Error("MODEL_BAD_METADATA", k + " = " + std::to_string(*value) + " is out of range");
+  }
+  return static_cast<int64_t>(*value);
+}
+
+int64_t Binder::count_or(std::string_view suffix, int64_t fallback) const {
+  return model_.file.find(key(suffix)) ? required_count(suffix) : fallback;
+}
+
+float Binder::float_or(std::string_view suffix, float fallback) const {
+  const std::optional<double> value = model_.file.get_float(key(suffix));
+  if (!value) return fallback;
+  if (!std::isfinite(*value)) throw Error("MODEL_BAD_METADATA", key(suffix) + " is not a finite number");
+  return static_cast<float>(*value);
+}
+
+const gguf::Tensor& Binder::tensor(const std::string& name, std::initializer_list<int64_t> shape) const {
+  const gguf::Tensor* t = model_.file.find_tensor(name);
+  if (!t) throw Error("MODEL_MISSING_TENSOR", architecture_ + " model has no tensor " + name);
+  bool same = true;
+  uint32_t d = 0;
+  for (const int64_t n : shape) same = same && t->shape[d++] == static_cast<uint64_t>(n);
+  for (; d < gguf::kMaxDims; ++d) same = same && t->shape[d] == 1;
+  if (!same) {
+    throw Error("MODEL_TENSOR_SHAPE",
+                "tensor " + name + " has shape " + shape_text(t->shape, t->n_dims) + ", expected " + shape_text(shape));
+  }
+  return *t;
+}
+
+cpu::WeightMatrix Binder::bind_matrix(const gguf::Tensor& t) const {
+  cpu::WeightMatrix w;
+  try {
+    w.kernels = &cpu::host_quant_kernels(t.type.id);
+  } catch (const Error& e) {
+    if (e.code() != "UNSUPPORTED_QUANT") throw;
+    throw Error("UNSUPPORTED_QUANT", "tensor " + std::string(t.name) + " has type " + std::string(t.type.name) +
+                                         ", which the CPU backend does not support");
+  }
+  w.data = t.data;
+  w.cols = static_cast<int64_t>(t.shape[0]);
+  w.rows = static_cast<int64_t>(t.shape[1]);
+  w.row_bytes = *quant::ggml_row_bytes(t.type, t.shape[0]);
+  return w;
+}
+
+cpu::WeightMatrix Binder::matrix(const std::string& name, int64_t cols, int64_t rows) const {
+  return bind_matrix(tensor(name, {cols, rows}));
+}
+
+cpu::WeightMatrix Binder::optional_matrix(const std::string& name, int64_t cols, int64_t rows) const {
+  return model_.file.find_tensor(name) ? matrix(name, cols, rows) : cpu::WeightMatrix{};
+}
+
+cpu::ExpertMatrices Binder::experts(const std::string& name, int64_t cols, int64_t rows, int64_t count) const {
+  return {bind_matrix(tensor(name, {cols, rows, count})), count};
+}
+
+const float* Binder::vector(const std::string& name, int64_t length) const {
+  const gguf::Tensor& t = tensor(name, {length});
+  if (t.type.id != 0) {
+    throw Error("UNSUPPORTED_QUANT", "tensor " + name + " has type " + std::string(t.type.name) + ", expected F32");
+  }
+  return reinterpret_cast<const float*>(t.data);
+}
+
+const float* Binder::optional_vector(const std::string& name, int64_t length) const {
+  return model_.file.find_tensor(name) ? vector(name, length) : nullptr;
+}
+
+void Binder::read_common_params(cpu::RopeStyle style) {
+  HyperParams& p = model_.params;
+  const gguf::GgufFile& file = model_.file;
+  p.layers = required_count("block_count");
+  p.embedding = required_count("embedding_length");
+  p.context_length = required_count("context_length");
+  p.heads = required_count("attention.head_count");
+  p.kv_heads = count_or("attention.head_count_kv", p.heads);
+  if (p.heads % p.kv_heads != 0) {
+    throw Error("MODEL_BAD_METADATA", key("attention.head_count") + " = " + std::to_string(p.heads) +
+                                          " is not a multiple of " + key("attention.head_count_kv") + " = " +
+                                          std::to_string(p.kv_heads));
+  }
+  p.head_dim = count_or("attention.key_length", p.embedding / p.heads);
+  if (count_or("attention.value_length", p.head_dim) != p.head_dim) {
+    throw Error("MODEL_BAD_METADATA", key("attention.value_length") + " differs from the key length");
+  }
+  const std::optional<double> eps = file.get_float(key("attention.layer_norm_rms_epsilon"));
+  if (!eps) throw Error("MODEL_BAD_METADATA", "the model has no " + key("attention.layer_norm_rms_epsilon"));
+  p.rms_epsilon = static_cast<float>(*eps);
+
+  p.rope.style = style;
+  p.rope.dims = count_or("rope.dimension_count", p.head_dim);
+  if (p.rope.dims > p.head_dim || p.rope.dims % 2 != 0) {
+    throw Error("MODEL_BAD_METADATA", key("rope.dimension_count") + " = " + std::to_string(p.rope.dims) +
+                                          " does not fit a head of " + std::to_string(p.head_dim));
+  }
+  p.rope.freq_base = float_or("rope.freq_base", 10000.0f);
+  const std::string scaling(file.get_string(key("rope.scaling.type")).value_or("none"));
+  if (scaling != "none" && scaling != "linear") {
+    throw Error("MODEL_BAD_METADATA", key("rope.scaling.type") + " = " + scaling + " is not supported");
+  }
+  const float factor = float_or("rope.scaling.factor", float_or("rope.scale_linear", 1.0f));
+  p.rope.freq_scale = scaling == "linear" || file.find(key("rope.scale_linear")) ? 1.0f / factor : 1.0f;
+  p.rope.freq_factors = optional_vector("rope_freqs.weight", p.rope.dims / 2);
+
+  p.bos_token = static_cast<int32_t>(file.get_int("tokenizer.ggml.bos_token_id").value_or(-1));
+  p.eos_token = static_cast<int32_t>(file.get_int("tokenizer.ggml.eos_token_id").value_or(-1));
+}
+
+void Binder::bind_embeddings() {
+  HyperParams& p = model_.params;
+  const gguf::Tensor* embedding = model_.file.find_tensor("token_embd.weight");
+  if (!embedding) throw Error("MODEL_MISSING_TENSOR", architecture_ + " model has no tensor token_embd.weight");
+  p.vocab = static_cast<int64_t>(embedding->shape[1]);
+  model_.token_embedding = matrix("token_embd.weight", p.embedding, p.vocab);
+  model_.output_norm = vector("output_norm.weight", p.embedding);
+  model_.output = optional_matrix("output.weight", p.embedding, p.vocab);
+  if (model_.output.empty()) model_.output = model_.token_embedding;
+}
+
+void Binder::bind_attention(int64_t layer, LayerWeights& w) {
+  const HyperParams& p = model_.params;
+  const int64_t q_width = p.heads * p.head_dim;
+  const int64_t kv_width = p.kv_heads * p.head_dim;
+  w.attention_norm = vector(layer_tensor(layer, "attn_norm"), p.embedding);
+  w.q = matrix(layer_tensor(layer, "attn_q"), p.embedding, q_width);
+  w.k = matrix(layer_tensor(layer, "attn_k"), p.embedding, kv_width);
+  w.v = matrix(layer_tensor(layer, "attn_v"), p.embedding, kv_width);
+  w.attention_output = matrix(layer_tensor(layer, "attn_output"), q_width, p.embedding);
+}
+
+void Binder::bind_dense_ffn(int64_t layer, LayerWeights& w) {
+  const HyperParams& p = model_.params;
+  w.ffn_norm = vector(layer_tensor(layer, "ffn_norm"), p.embedding);
+  w.ffn_gate = matrix(layer_tensor(layer, "ffn_gate"), p.embedding, p.feed_forward);
+  w.ffn_up = matrix(layer_tensor(layer, "ffn_up"), p.embedding, p.feed_forward);
+  w.ffn_down = matrix(layer_tensor(layer, "ffn_down"), p.feed_forward, p.embedding);
+}
+
+}  // namespace bloomery::model

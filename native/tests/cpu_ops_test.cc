@@ -1,0 +1,145 @@
+// The CPU ops against plain reference math: the thread pool covers every task once, matmul
+// over quantized weights matches dequantize-then-dot, RoPE rotates by the right angles in
+// both layouts, MoE routing picks and normalizes the top-k, and the grouped MoE matches
+// running each row's experts one by one.
+#include <atomic>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "cpu/cpu_dispatch.h"
+#include "cpu/matmul.h"
+#include "cpu/moe.h"
+#include "cpu/rope.h"
+#include "cpu/swiglu.h"
+#include "cpu/thread_pool.h"
+#include "quant/ggml_types.h"
+#include "tests/check.h"
+
+using namespace bloomery;
+using namespace bloomery::cpu;
+
+namespace {
+
+constexpr uint32_t kF32 = 0;
+
+std::vector<float> random_floats(size_t n, std::mt19937& rng, float amplitude = 1.0f) {
+  std::uniform_real_distribution<float> dist(-amplitude, amplitude);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+WeightMatrix f32_matrix(const std::vector<float>& values, int64_t cols, int64_t rows) {
+  return {&host_quant_kernels(kF32), reinterpret_cast<const uint8_t*>(values.data()), cols, rows,
+          static_cast<size_t>(cols) * sizeof(float)};
+}
+
+float dot(const float* a, const float* b, int64_t n) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(a[i]) * b[i];
+  return static_cast<float>(sum);
+}
+
+}  // namespace
+
+TEST(cpu_thread_pool_runs_every_task_once) {
+  ThreadPool pool(4);
+  for (const size_t tasks : {size_t{1}, size_t{7}, size_t{1000}}) {
+    std::vector<std::atomic<int>> seen(tasks);
+    pool.parallel_for(tasks, 3, [&](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i) seen[i].fetch_add(1);
+    });
+    for (size_t i = 0; i < tasks; ++i) CHECK(seen[i].load() == 1) << "task " << i << " of " << tasks;
+  }
+}
+
+TEST(cpu_matmul_matches_dequantized_dot) {
+  std::mt19937 rng(7);
+  ThreadPool pool(3);
+  const int64_t cols = 256, rows = 40, n = 5;
+  const std::vector<float> weights = random_floats(static_cast<size_t>(cols * rows), rng);
+  const std::vector<float> x = random_floats(static_cast<size_t>(cols * n), rng);
+  const WeightMatrix w = f32_matrix(weights, cols, rows);
+  std::vector<float> y(static_cast<size_t>(rows * n));
+  MatmulInput input;
+  input.reset(x.data(), n, cols);
+  matmul(w, input, y.data(), pool);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t o = 0; o < rows; ++o) {
+      const float expected = dot(weights.data() + o * cols, x.data() + i * cols, cols);
+      CHECK(std::fabs(y[i * rows + o] - expected) < 1e-4f) << "row " << i << " out " << o;
+    }
+  }
+}
+
+TEST(cpu_rope_rotates_pairs_by_position_angles) {
+  const int64_t dims = 8;
+  for (const RopeStyle style : {RopeStyle::kNormal, RopeStyle::kNeox}) {
+    RopeParams params{style, dims, 10000.0f, 1.0f, nullptr};
+    std::vector<float> angles;
+    rope_angles(params, 3, angles);
+    std::vector<float> x(10);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i + 1);
+    std::vector<float> y = x;
+    rope_apply(y.data(), 1, 10, params, angles);
+    for (int64_t pair = 0; pair < dims / 2; ++pair) {
+      const double theta = 3.0 * std::pow(10000.0, -2.0 * pair / dims);
+      const int64_t a = style == RopeStyle::kNeox ? pair : 2 * pair;
+      const int64_t b = style == RopeStyle::kNeox ? pair + dims / 2 : 2 * pair + 1;
+      CHECK(std::fabs(y[a] - (x[a] * std::cos(theta) - x[b] * std::sin(theta))) < 1e-4) << "pair " << pair;
+      CHECK(std::fabs(y[b] - (x[a] * std::sin(theta) + x[b] * std::cos(theta))) < 1e-4) << "pair " << pair;
+    }
+    CHECK(y[8] == x[8] && y[9] == x[9]) << "elements past rope dims pass through";
+  }
+}
+
+TEST(cpu_route_top_k_picks_and_normalizes) {
+  const float logits[] = {0.1f, 2.0f, -1.0f, 1.5f};
+  Routing routing;
+  route_top_k(logits, 1, 4, 2, true, routing);
+  CHECK(routing.experts[0] == 1 && routing.experts[1] == 3);
+  CHECK(std::fabs(routing.weights[0] + routing.weights[1] - 1.0f) < 1e-6f);
+  CHECK(std::fabs(routing.weights[0] / routing.weights[1] - std::exp(0.5f)) < 1e-5f);
+  route_top_k(logits, 1, 4, 2, false, routing);
+  CHECK(routing.weights[0] + routing.weights[1] < 0.99f) << "unnormalized weights keep the softmax's mass";
+}
+
+TEST(cpu_grouped_moe_matches_rows_one_by_one) {
+  std::mt19937 rng(11);
+  ThreadPool pool(3);
+  const int64_t width = 64, hidden = 48, experts = 5, used = 2, n = 6;
+  const auto gate_w = random_floats(static_cast<size_t>(width * hidden * experts), rng);
+  const auto up_w = random_floats(static_cast<size_t>(width * hidden * experts), rng);
+  const auto down_w = random_floats(static_cast<size_t>(hidden * width * experts), rng);
+  const ExpertMatrices gate{f32_matrix(gate_w, width, hidden), experts};
+  const ExpertMatrices up{f32_matrix(up_w, width, hidden), experts};
+  const ExpertMatrices down{f32_matrix(down_w, hidden, width), experts};
+  const auto x = random_floats(static_cast<size_t>(width * n), rng);
+  const auto router_logits = random_floats(static_cast<size_t>(experts * n), rng, 3.0f);
+  Routing routing;
+  route_top_k(router_logits.data(), n, experts, used, true, routing);
+  std::vector<float> out(static_cast<size_t>(width * n));
+  MoeScratch scratch;
+  moe_swiglu(x.data(), n, routing, gate, up, down, out.data(), scratch, pool);
+
+  for (int64_t i = 0; i < n; ++i) {
+    std::vector<float> expected(static_cast<size_t>(width), 0.0f);
+    for (int64_t k = 0; k < used; ++k) {
+      const int32_t e = routing.experts[i * used + k];
+      std::vector<float> g(hidden), u(hidden), h(hidden);
+      for (int64_t o = 0; o < hidden; ++o) {
+        g[o] = dot(gate_w.data() + (e * hidden + o) * width, x.data() + i * width, width);
+        u[o] = dot(up_w.data() + (e * hidden + o) * width, x.data() + i * width, width);
+      }
+      swiglu(g.data(), u.data(), hidden, h.data());
+      for (int64_t o = 0; o < width; ++o) {
+        expected[o] += routing.weights[i * used + k] * dot(down_w.data() + (e * width + o) * hidden, h.data(), hidden);
+      }
+    }
+    for (int64_t o = 0; o < width; ++o) {
+      CHECK(std::fabs(out[i * width + o] - expected[o]) < 1e-3f * (1.0f + std::fabs(expected[o])))
+          << "row " << i << " out " << o << ": " << out[i * width + o] << " vs " << expected[o];
+    }
+  }
+}

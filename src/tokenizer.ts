@@ -1,0 +1,104 @@
+/**
+ * The tokenizer of a GGUF file (byte-level BPE or SentencePiece, from its `tokenizer.ggml.*`
+ * metadata), giving the same token ids as llama.cpp. {@link Model} delegates to it.
+ * @internal
+ * @module
+ */
+import { BloomeryError } from "./errors.js";
+import { callNative, type NativeStreamDecoder, type NativeTokenizer, type RawTokenizerInfo } from "./native.js";
+
+/** Options of {@link Tokenizer.tokenize}. */
+export interface TokenizeOptions {
+  /**
+   * Turn the text of control tokens (`<|im_start|>`, `<|eot_id|>`) into those tokens. Off by
+   * default, so user text cannot forge them; user-defined tokens (`<think>`) always match.
+   */
+  special?: boolean;
+  /** Add BOS / EOS where the vocabulary asks for them (`tokenizer.ggml.add_bos_token`). Default true. */
+  addSpecial?: boolean;
+}
+
+/** Options of {@link Tokenizer.detokenize} and {@link Tokenizer.createDecoder}. */
+export interface DetokenizeOptions {
+  /** Show control tokens as their text; by default they produce no text. */
+  special?: boolean;
+}
+
+/** A vocabulary's size, special token ids and flags. */
+export type TokenizerInfo = RawTokenizerInfo;
+
+/**
+ * Detokenizes a stream of tokens as they are generated. {@link push} returns only whole
+ * characters: the bytes of a character split over several tokens wait for the rest.
+ */
+export class StreamDecoder {
+  readonly #native: NativeStreamDecoder;
+
+  /** @internal */
+  constructor(native: NativeStreamDecoder) {
+    this.#native = native;
+  }
+
+  /** Adds tokens; returns the text they complete. */
+  push(tokens: ArrayLike<number> | number): string {
+    const ids = toIds(typeof tokens === "number" ? [tokens] : tokens);
+    return callNative(() => this.#native.push(ids));
+  }
+
+  /** Ends the stream: returns what was held back (an unfinished character shows as U+FFFD). */
+  flush(): string {
+    return callNative(() => this.#native.flush());
+  }
+}
+
+/** Text to token ids and back, for one GGUF file's vocabulary. Create it with {@link openTokenizer}. */
+export class Tokenizer {
+  readonly #native: NativeTokenizer;
+  /** Vocabulary size, BOS/EOS ids, and whether BOS/EOS are added. */
+  readonly info: TokenizerInfo;
+
+  /** @internal */
+  constructor(native: NativeTokenizer) {
+    this.#native = native;
+    this.info = callNative(() => native.info());
+  }
+
+  /** The token ids of `text`. */
+  tokenize(text: string, options: TokenizeOptions = {}): Uint32Array {
+    if (typeof text !== "string") throw new BloomeryError("INVALID_ARGUMENT", "tokenize(text): text must be a string");
+    return callNative(() => this.#native.tokenize(text, options.addSpecial ?? true, options.special ?? false));
+  }
+
+  /**
+   * The text of `tokens`: for ids that {@link tokenize} produced, the original text. Bytes that
+   * do not form whole UTF-8 characters show as U+FFFD; use {@link createDecoder} for streams.
+   */
+  detokenize(tokens: ArrayLike<number>, options: DetokenizeOptions = {}): string {
+    const ids = toIds(tokens);
+    return callNative(() => this.#native.detokenize(ids, options.special ?? false));
+  }
+
+  /** A decoder for tokens that arrive one (or a few) at a time. */
+  createDecoder(options: DetokenizeOptions = {}): StreamDecoder {
+    const native = callNative((addon) => new addon.NativeStreamDecoder(this.#native, options.special ?? false));
+    return new StreamDecoder(native);
+  }
+}
+
+/** Reads the tokenizer of a GGUF file (a vocabulary-only file is enough). */
+export function openTokenizer(path: string): Tokenizer {
+  return new Tokenizer(callNative((addon) => new addon.NativeTokenizer(path)));
+}
+
+function toIds(tokens: ArrayLike<number>): Uint32Array {
+  if (tokens instanceof Uint32Array) return tokens;
+  const ids = new Uint32Array(tokens.length);
+  for (let i = 0; i < tokens.length; i++) {
+    const t = tokens[i]!;
+    if (!Number.isInteger(t) || t < 0 || t > 0xffffffff) {
+      throw new BloomeryError("INVALID_ARGUMENT", `token ${String(t)} at index ${i} is not a token id`, { index: i });
+    }
+    ids[i] = t;
+  }
+  return ids;
+}
