@@ -14,7 +14,11 @@ export default defineConfig([
     outDir: "dist",
   },
   {
-    entry: { "synth-cli": "tools/synth/cli.ts", "inspect-cli": "tools/inspect/cli.ts" },
+    entry: {
+      "synth-cli": "tools/synth/cli.ts",
+      "inspect-cli": "tools/inspect/cli.ts",
+      "train-export": "tools/train/export-cli.ts",
+    },
     format: ["esm"],
     shims: true,
     sourcemap: true,

@@ -1,0 +1,96 @@
+import { statSync } from "node:fs";
+import {
+  getLlama,
+  JinjaTemplateChatWrapper,
+  LlamaLogLevel,
+  type Llama,
+  type LlamaModel,
+  type Token,
+} from "node-llama-cpp";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { readGgufInfo } from "../src/gguf/read.js";
+import { f16ToF32 } from "../tools/synth/blocks.js";
+import { quantizeQ8_0 } from "../tools/train/export.js";
+
+// The trained default model that ships in models/ (models/README.md): it must stay a small qwen3moe
+// that llama.cpp loads, tokenizes with and chats with through the template stored in the file.
+const MODEL = "models/bloomery-tiny-moe-Q8_0.gguf";
+
+describe("the default model's file", () => {
+  it("is a qwen3moe of 6 layers x 16 experts (4 used), Q8_0 matrices and F32 norms and routers", async () => {
+    const info = await readGgufInfo(MODEL);
+    expect(info.summary).toMatchObject({ architecture: "qwen3moe", layers: 6, experts: 16, expertsUsed: 4 });
+    expect(info.summary.contextLength).toBe(1024);
+    expect(Object.keys(info.summary.bytesByType).sort()).toEqual(["F32", "Q8_0"]);
+    expect(info.tensors.find((t) => t.name === "blk.0.ffn_down_exps.weight")?.shape).toEqual([128, 384, 16]);
+    expect(info.metadata["tokenizer.ggml.pre"]).toBe("qwen2");
+    expect(statSync(MODEL).size).toBeLessThan(30e6);
+  });
+});
+
+describe("the export's Q8_0 blocks", () => {
+  it("scale each block by max|x| / 127 and round half away from zero", () => {
+    const values = new Float32Array(32);
+    values[0] = -127 / 64; // max|x|: d = 1/64, exact in f16
+    values[1] = 1 / 128; // half a step each way: away from zero
+    values[2] = -1 / 128;
+    values[3] = 0.3;
+    const block = quantizeQ8_0(values);
+    expect(block).toHaveLength(34);
+    const view = new DataView(block.buffer);
+    expect(f16ToF32(view.getUint16(0, true))).toBe(1 / 64);
+    expect([0, 1, 2, 3, 4].map((i) => view.getInt8(2 + i))).toEqual([-127, 1, -1, 19, 0]);
+  });
+});
+
+describe("llama.cpp runs the default model", () => {
+  let llama: Llama;
+  let model: LlamaModel;
+
+  beforeAll(async () => {
+    llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });
+    model = await llama.loadModel({ modelPath: MODEL });
+  });
+
+  afterAll(async () => {
+    await model?.dispose();
+    await llama?.dispose();
+  });
+
+  it("round-trips text through its tokenizer", () => {
+    for (const text of [
+      "A dog is a domesticated animal.",
+      "  indented\n\ttabs, 12345 digits, ünïcode — and émoji 🙂",
+      "",
+    ]) {
+      expect(model.detokenize(model.tokenize(text))).toBe(text);
+    }
+    expect(model.tokenize("<|im_start|>", true)).toHaveLength(1);
+    expect(model.tokens.eos).toBe(model.tokenize("<|im_end|>", true)[0]);
+  });
+
+  it("answers a chat prompt in English, greedily, through its own template", async () => {
+    const wrapper = new JinjaTemplateChatWrapper({ template: String(model.fileInfo.metadata.tokenizer.chat_template) });
+    const { contextText } = wrapper.generateContextState({
+      chatHistory: [
+        { type: "user", text: "What is a dog?" },
+        { type: "model", response: [] },
+      ],
+    });
+    const context = await model.createContext({ contextSize: 256, threads: 1 }); // a tiny model: more threads only spin
+    try {
+      const answer: Token[] = [];
+      for await (const token of context
+        .getSequence()
+        .evaluate(contextText.tokenize(model.tokenizer), { temperature: 0 })) {
+        if (token === model.tokens.eos || answer.length === 24) break;
+        answer.push(token);
+      }
+      const text = model.detokenize(answer);
+      expect(text).toMatch(/^A dog is /);
+      expect(text.split(" ").length).toBeGreaterThan(4);
+    } finally {
+      await context.dispose();
+    }
+  });
+});
