@@ -17,6 +17,7 @@ export default defineConfig([
     entry: {
       "synth-cli": "tools/synth/cli.ts",
       "inspect-cli": "tools/inspect/cli.ts",
+      "chat-cli": "tools/chat/cli.ts",
       "train-export": "tools/train/export-cli.ts",
     },
     format: ["esm"],

@@ -15,6 +15,7 @@ export {
 export { readGgufInfo, writeGguf } from "./gguf.js";
 export type * from "./gguf/types.js";
 export { loadModel, Model, type LoadModelOptions, type ModelInfo } from "./model.js";
+export type { ChatMessage, ApplyChatTemplateOptions } from "./chat/template.js";
 export {
   Session,
   type EvaluateOptions,

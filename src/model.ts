@@ -6,6 +6,8 @@ import { BloomeryError } from "./errors.js";
 import { callNative, callNativeAsync, type NativeModelHandle } from "./native.js";
 import { Session } from "./session.js";
 import { openTokenizer, type DetokenizeOptions, type TokenizeOptions, type Tokenizer } from "./tokenizer.js";
+import { ChatTemplate, type ApplyChatTemplateOptions, type ChatMessage } from "./chat/template.js";
+import { readGgufInfo } from "./gguf/read.js";
 
 /** Options of {@link loadModel}. */
 export interface LoadModelOptions {
@@ -39,6 +41,19 @@ export interface ModelInfo {
   /** Beginning- and end-of-sequence tokens (-1 when the model names none). */
   bosToken: number;
   eosToken: number;
+  /** Bytes of weights per ggml type, e.g. `{ Q4_K: ..., Q6_K: ..., F32: ... }`. */
+  quantMix: Record<string, number>;
+  /** Bytes of all weights. */
+  bytes: number;
+  /** The chat template stored in the file (`tokenizer.chat_template`), if any. */
+  chatTemplate?: string;
+}
+
+/** What loadModel reads from the file besides the engine's view. @internal */
+interface FileFacts {
+  quantMix: Record<string, number>;
+  bytes: number;
+  chatTemplate?: string;
 }
 
 /** A loaded model. Create sessions from it; dispose() frees it and every session it made. */
@@ -49,12 +64,31 @@ export class Model {
   readonly info: ModelInfo;
 
   readonly #tokenizer: Tokenizer;
+  readonly #chatTemplate: ChatTemplate | undefined;
 
   /** @internal */
-  constructor(handle: NativeModelHandle, tokenizer: Tokenizer) {
+  constructor(handle: NativeModelHandle, tokenizer: Tokenizer, facts: FileFacts) {
     this.#handle = handle;
     this.#tokenizer = tokenizer;
-    this.info = Object.freeze(callNative((a) => a.modelInfo(handle)));
+    this.#chatTemplate = facts.chatTemplate === undefined ? undefined : new ChatTemplate(facts.chatTemplate);
+    this.info = Object.freeze({ ...callNative((a) => a.modelInfo(handle)), ...facts });
+  }
+
+  /**
+   * The prompt text for a conversation, rendered with the model's chat template. Throws
+   * BloomeryError CHAT_TEMPLATE when the file has no template or it fails.
+   */
+  applyChatTemplate(messages: readonly ChatMessage[], options: ApplyChatTemplateOptions = {}): string {
+    this.#live();
+    if (!this.#chatTemplate) {
+      throw new BloomeryError("CHAT_TEMPLATE", "the model file has no chat template (tokenizer.chat_template)");
+    }
+    const text = (token: number) => (token < 0 ? "" : this.#tokenizer.detokenize([token], { special: true }));
+    return this.#chatTemplate.render(
+      messages,
+      { bosToken: text(this.info.bosToken), eosToken: text(this.info.eosToken) },
+      options,
+    );
   }
 
   /**
@@ -129,9 +163,13 @@ export async function loadModel(path: string, options: LoadModelOptions = {}): P
   const nativeOptions: { threads?: number; contextSize?: number } = {};
   if (options.threads !== undefined) nativeOptions.threads = options.threads;
   if (options.contextSize !== undefined) nativeOptions.contextSize = options.contextSize;
+  const file = await readGgufInfo(path);
+  const facts: FileFacts = { quantMix: file.summary.bytesByType, bytes: file.summary.tensorBytes };
+  const template = file.metadata["tokenizer.chat_template"];
+  if (typeof template === "string") facts.chatTemplate = template;
   const handle = await callNativeAsync((a) => a.loadModel(path, nativeOptions));
   try {
-    return new Model(handle, openTokenizer(path));
+    return new Model(handle, openTokenizer(path), facts);
   } catch (error) {
     callNative((a) => a.disposeModel(handle));
     throw error;

@@ -1,21 +1,12 @@
 // bloomery-inspect: what this machine offers and what a GGUF file holds.
 //   bloomery-inspect [model.gguf] [--json]
-// Without a path it inspects the default model (models/, built by `npm install`).
-import { existsSync, readFileSync } from "node:fs";
-import { join } from "node:path";
+// Without a path it inspects the default model (models/README.md).
+import { existsSync } from "node:fs";
 import { getSystemInfo, readGgufInfo, BloomeryError } from "../../src/index.js";
-import { packageRoot } from "../../src/native.js";
+import { defaultModelPath } from "../default-model.js";
 
 const GiB = 1024 ** 3;
 const fmtBytes = (n: number) => (n >= GiB ? `${(n / GiB).toFixed(2)} GiB` : `${(n / 1024 ** 2).toFixed(1)} MiB`);
-
-/** The model `npm start` runs: package.json's `bloomery.defaultModel`. */
-function defaultModel(): string {
-  const pkg = JSON.parse(readFileSync(join(packageRoot(), "package.json"), "utf8")) as {
-    bloomery: { defaultModel: string };
-  };
-  return join(packageRoot(), pkg.bloomery.defaultModel);
-}
 
 async function main(argv: string[]): Promise<number> {
   const json = argv.includes("--json");
@@ -24,11 +15,9 @@ async function main(argv: string[]): Promise<number> {
     console.log("usage: bloomery-inspect [model.gguf] [--json]");
     return 0;
   }
-  const path = paths[0] ?? defaultModel();
+  const path = paths[0] ?? defaultModelPath();
   if (!existsSync(path)) {
-    console.error(
-      `bloomery-inspect: ${path} not found${paths[0] ? "" : " (run `npm install` to build the default model)"}`,
-    );
+    console.error(`bloomery-inspect: ${path} not found`);
     return 1;
   }
   const system = getSystemInfo();
