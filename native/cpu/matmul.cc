@@ -25,18 +25,41 @@ void quantize_rows(const quant::QuantKernels& kernels, const float* x, int64_t n
   });
 }
 
+void dot_rows(const WeightMatrix& w, int64_t first, int64_t last, const uint8_t* const* activations, float* const* out,
+              int64_t count) {
+  const quant::QuantKernels& k = *w.kernels;
+  constexpr int kGroup = quant::kDotRows;
+  float group[kGroup];
+  int64_t done = 0;
+  if (k.vec_dot_rows) {
+    for (; done + kGroup <= count; done += kGroup) {
+      const void* const* a = reinterpret_cast<const void* const*>(activations + done);
+      for (int64_t o = first; o < last; ++o) {
+        k.vec_dot_rows(w.row(o), a, w.cols, group);
+        for (int r = 0; r < kGroup; ++r) out[done + r][o] = group[r];
+      }
+    }
+  }
+  for (; done < count; ++done) {
+    for (int64_t o = first; o < last; ++o) out[done][o] = k.vec_dot(w.row(o), activations[done], w.cols);
+  }
+}
+
 void matmul(const WeightMatrix& w, const QuantizedRows& x, int64_t n, float* y, ThreadPool& pool) {
-  const quant::VecDotFn dot = w.kernels->vec_dot;
+  // Reused by this thread's later calls: a decode step allocates nothing here.
+  // Workers see their own thread_locals, so the body captures plain pointers to these.
+  thread_local std::vector<const uint8_t*> activation_rows;
+  thread_local std::vector<float*> out_rows;
+  activation_rows.resize(static_cast<size_t>(n));
+  out_rows.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) activation_rows[i] = x.row(i), out_rows[i] = y + i * w.rows;
+  const uint8_t* const* activations = activation_rows.data();
+  float* const* out = out_rows.data();
   const size_t blocks = static_cast<size_t>((w.rows + kRowsPerTask - 1) / kRowsPerTask);
   pool.parallel_for(blocks, 1, [&](size_t begin, size_t end) {
     for (size_t b = begin; b < end; ++b) {
       const int64_t first = static_cast<int64_t>(b) * kRowsPerTask;
-      const int64_t last = std::min(w.rows, first + kRowsPerTask);
-      for (int64_t i = 0; i < n; ++i) {
-        const uint8_t* activation = x.row(i);
-        float* out = y + i * w.rows;
-        for (int64_t o = first; o < last; ++o) out[o] = dot(w.row(o), activation, w.cols);
-      }
+      dot_rows(w, first, std::min(w.rows, first + kRowsPerTask), activations, out, n);
     }
   });
 }

@@ -38,6 +38,12 @@ struct QuantizedRows {
 void quantize_rows(const quant::QuantKernels& kernels, const float* x, int64_t n, int64_t cols, int64_t stride,
                    QuantizedRows& out, ThreadPool& pool);
 
+// out[k][o] = dot(w.row(o), activations[k]) for o in [first, last) and k < count, in
+// w's activation format: quant::kDotRows activations at a time where the kernels have a
+// multi-row dot, so each weight row is decoded once per group rather than once per row.
+void dot_rows(const WeightMatrix& w, int64_t first, int64_t last, const uint8_t* const* activations, float* const* out,
+              int64_t count);
+
 // y[i * w.rows + o] = dot(w.row(o), x.row(i)) for i < n: x quantized for w by quantize_rows.
 void matmul(const WeightMatrix& w, const QuantizedRows& x, int64_t n, float* y, ThreadPool& pool);
 

@@ -14,26 +14,40 @@ namespace {
 constexpr float kMinWeightSum = 6.103515625e-5f;
 constexpr int64_t kRowsPerTask = 16;
 
-// A unit of work: one expert and a block of its output rows.
-struct ExpertTask {
-  int32_t expert;
-  int64_t first_row;
-};
-
-// The (row, slot) pairs routed to each expert, as indices row * used + slot.
-std::vector<std::vector<int64_t>> group_by_expert(const Routing& routing, int64_t n, int64_t experts) {
-  std::vector<std::vector<int64_t>> groups(static_cast<size_t>(experts));
-  for (int64_t i = 0; i < n * routing.used; ++i) groups[routing.experts[i]].push_back(i);
-  return groups;
+// Sorts the (row, k) slots by expert (a counting sort: stable, so rows keep their order).
+void group_by_expert(const Routing& routing, int64_t n, int64_t experts, MoeScratch& s) {
+  const int64_t count = n * routing.used;
+  s.group_begin.assign(static_cast<size_t>(experts + 1), 0);
+  for (int64_t i = 0; i < count; ++i) ++s.group_begin[routing.experts[i] + 1];
+  for (int64_t e = 0; e < experts; ++e) s.group_begin[e + 1] += s.group_begin[e];
+  s.slots.resize(static_cast<size_t>(count));
+  s.cursors.assign(s.group_begin.begin(), s.group_begin.end() - 1);
+  for (int64_t i = 0; i < count; ++i) s.slots[s.cursors[routing.experts[i]]++] = i;
 }
 
-std::vector<ExpertTask> expert_tasks(const std::vector<std::vector<int64_t>>& groups, int64_t rows) {
-  std::vector<ExpertTask> tasks;
-  for (size_t e = 0; e < groups.size(); ++e) {
-    if (groups[e].empty()) continue;
-    for (int64_t r = 0; r < rows; r += kRowsPerTask) tasks.push_back({static_cast<int32_t>(e), r});
+// One task per block of kRowsPerTask output rows of each expert in use.
+void expert_tasks(int64_t experts, int64_t rows, MoeScratch& s) {
+  const int64_t blocks = (rows + kRowsPerTask - 1) / kRowsPerTask;
+  s.tasks.clear();
+  for (int64_t e = 0; e < experts; ++e) {
+    if (s.group_begin[e] == s.group_begin[e + 1]) continue;
+    for (int64_t b = 0; b < blocks; ++b) s.tasks.push_back(e * blocks + b);
   }
-  return tasks;
+}
+
+// Runs `body(expert, first_row, last_row)` over every task of expert_tasks(rows).
+template <typename Body>
+void for_expert_blocks(int64_t experts, int64_t rows, MoeScratch& s, ThreadPool& pool, const Body& body) {
+  expert_tasks(experts, rows, s);
+  const int64_t blocks = (rows + kRowsPerTask - 1) / kRowsPerTask;
+  const int64_t* tasks = s.tasks.data();
+  pool.parallel_for(s.tasks.size(), 1, [&](size_t begin, size_t end) {
+    for (size_t t = begin; t < end; ++t) {
+      const int64_t expert = tasks[t] / blocks;
+      const int64_t first = (tasks[t] % blocks) * kRowsPerTask;
+      body(expert, first, std::min(rows, first + kRowsPerTask));
+    }
+  });
 }
 
 }  // namespace
@@ -61,61 +75,55 @@ void route_top_k(const float* logits, int64_t n, int64_t experts, int64_t used, 
 }
 
 void moe_swiglu(const float* x, int64_t n, const Routing& routing, const ExpertMatrices& gate, const ExpertMatrices& up,
-                const ExpertMatrices& down, float* out, MoeScratch& scratch, ThreadPool& pool) {
+                const ExpertMatrices& down, float* out, MoeScratch& s, ThreadPool& pool) {
   const int64_t used = routing.used;
+  const int64_t slots = n * used;
   const int64_t width = gate.first.cols;
   const int64_t hidden = gate.first.rows;
   const int64_t out_width = down.first.rows;
-  const auto groups = group_by_expert(routing, n, gate.count);
+  group_by_expert(routing, n, gate.count, s);
 
   // Gate and up read the same activation format in every real model; quantize once for both.
-  quantize_rows(*gate.first.kernels, x, n, width, width, scratch.input, pool);
-  QuantizedRows up_input_storage;
+  quantize_rows(*gate.first.kernels, x, n, width, width, s.input, pool);
   const bool shared_input = up.first.kernels->activation_type == gate.first.kernels->activation_type;
-  if (!shared_input) quantize_rows(*up.first.kernels, x, n, width, width, up_input_storage, pool);
-  const QuantizedRows& up_input = shared_input ? scratch.input : up_input_storage;
+  if (!shared_input) quantize_rows(*up.first.kernels, x, n, width, width, s.up_input, pool);
+  const QuantizedRows& up_input = shared_input ? s.input : s.up_input;
 
-  scratch.hidden.resize(static_cast<size_t>(n * used * hidden));
-  const std::vector<ExpertTask> hidden_tasks = expert_tasks(groups, hidden);
-  pool.parallel_for(hidden_tasks.size(), 1, [&](size_t begin, size_t end) {
-    for (size_t t = begin; t < end; ++t) {
-      const ExpertTask task = hidden_tasks[t];
-      const WeightMatrix g = gate.expert(task.expert);
-      const WeightMatrix u = up.expert(task.expert);
-      const int64_t last = std::min(hidden, task.first_row + kRowsPerTask);
-      for (const int64_t slot : groups[task.expert]) {
-        const int64_t row = slot / used;
-        float* h = scratch.hidden.data() + slot * hidden;
-        for (int64_t o = task.first_row; o < last; ++o) {
-          const float g_out = g.kernels->vec_dot(g.row(o), scratch.input.row(row), width);
-          const float u_out = u.kernels->vec_dot(u.row(o), up_input.row(row), width);
-          swiglu(&g_out, &u_out, 1, h + o);
-        }
-      }
-    }
+  s.gate.resize(static_cast<size_t>(slots * hidden));
+  s.up.resize(static_cast<size_t>(slots * hidden));
+  s.hidden.resize(static_cast<size_t>(slots * hidden));
+  s.expert_out.resize(static_cast<size_t>(slots * out_width));
+  for (auto* v : {&s.gate_in, &s.up_in, &s.down_in}) v->resize(static_cast<size_t>(slots));
+  for (auto* v : {&s.gate_out, &s.up_out, &s.down_out}) v->resize(static_cast<size_t>(slots));
+  for (int64_t j = 0; j < slots; ++j) {
+    const int64_t slot = s.slots[j];
+    s.gate_in[j] = s.input.row(slot / used);
+    s.up_in[j] = up_input.row(slot / used);
+    s.gate_out[j] = s.gate.data() + slot * hidden;
+    s.up_out[j] = s.up.data() + slot * hidden;
+    s.down_out[j] = s.expert_out.data() + slot * out_width;
+  }
+
+  const int64_t* begin = s.group_begin.data();
+  for_expert_blocks(gate.count, hidden, s, pool, [&](int64_t e, int64_t first, int64_t last) {
+    const int64_t count = begin[e + 1] - begin[e];
+    dot_rows(gate.expert(e), first, last, s.gate_in.data() + begin[e], s.gate_out.data() + begin[e], count);
+    dot_rows(up.expert(e), first, last, s.up_in.data() + begin[e], s.up_out.data() + begin[e], count);
   });
+  swiglu(s.gate.data(), s.up.data(), slots * hidden, s.hidden.data());
 
-  quantize_rows(*down.first.kernels, scratch.hidden.data(), n * used, hidden, hidden, scratch.hidden_quantized, pool);
-  scratch.expert_out.resize(static_cast<size_t>(n * used * out_width));
-  const std::vector<ExpertTask> down_tasks = expert_tasks(groups, out_width);
-  pool.parallel_for(down_tasks.size(), 1, [&](size_t begin, size_t end) {
-    for (size_t t = begin; t < end; ++t) {
-      const ExpertTask task = down_tasks[t];
-      const WeightMatrix d = down.expert(task.expert);
-      const int64_t last = std::min(out_width, task.first_row + kRowsPerTask);
-      for (const int64_t slot : groups[task.expert]) {
-        float* y = scratch.expert_out.data() + slot * out_width;
-        const uint8_t* activation = scratch.hidden_quantized.row(slot);
-        for (int64_t o = task.first_row; o < last; ++o) y[o] = d.kernels->vec_dot(d.row(o), activation, hidden);
-      }
-    }
+  quantize_rows(*down.first.kernels, s.hidden.data(), slots, hidden, hidden, s.hidden_quantized, pool);
+  for (int64_t j = 0; j < slots; ++j) s.down_in[j] = s.hidden_quantized.row(s.slots[j]);
+  for_expert_blocks(down.count, out_width, s, pool, [&](int64_t e, int64_t first, int64_t last) {
+    const int64_t count = begin[e + 1] - begin[e];
+    dot_rows(down.expert(e), first, last, s.down_in.data() + begin[e], s.down_out.data() + begin[e], count);
   });
 
   for (int64_t i = 0; i < n; ++i) {
     float* o = out + i * out_width;
     for (int64_t k = 0; k < used; ++k) {
       const float w = routing.weights[i * used + k];
-      const float* y = scratch.expert_out.data() + (i * used + k) * out_width;
+      const float* y = s.expert_out.data() + (i * used + k) * out_width;
       if (k == 0) {
         for (int64_t j = 0; j < out_width; ++j) o[j] = w * y[j];
       } else {

@@ -34,12 +34,18 @@ struct Routing {
 // divided by their sum (Qwen3-MoE's norm_topk_prob).
 void route_top_k(const float* logits, int64_t n, int64_t experts, int64_t used, bool normalize, Routing& routing);
 
-// Buffers reused across calls.
+// Buffers reused across calls, so a decode step allocates nothing.
 struct MoeScratch {
   QuantizedRows input;
+  QuantizedRows up_input;  // only where up reads another activation format than gate
   QuantizedRows hidden_quantized;
-  std::vector<float> hidden;
-  std::vector<float> expert_out;
+  std::vector<float> gate, up, hidden, expert_out;
+  std::vector<int64_t> slots;        // (row * used + k) grouped by expert
+  std::vector<int64_t> group_begin;  // expert e's slots are slots[group_begin[e] .. group_begin[e + 1])
+  std::vector<int64_t> cursors;      // where group_by_expert puts each expert's next slot
+  std::vector<int64_t> tasks;        // expert * row_blocks + block, for the experts in use
+  std::vector<const uint8_t*> gate_in, up_in, down_in;
+  std::vector<float*> gate_out, up_out, down_out;
 };
 
 // out[i] = sum over k of weight(i, k) * down_e(silu(gate_e x_i) * up_e x_i), e = expert(i, k).

@@ -45,6 +45,22 @@ BLOOMERY_AVX2 inline __m256i codebook(const int8_t* values) {
 
 }  // namespace
 
+// F32 rows (the MoE router): four independent accumulators keep the FMA pipes busy.
+BLOOMERY_AVX2 float vec_dot_f32_f32_avx2(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const float*>(w);
+  const auto* y = static_cast<const float*>(a);
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    for (int k = 0; k < 4; ++k) {
+      acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8 * k), _mm256_loadu_ps(y + i + 8 * k), acc[k]);
+    }
+  }
+  float sum = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+  for (; i < n; ++i) sum += x[i] * y[i];
+  return sum;
+}
+
 BLOOMERY_AVX2 float vec_dot_q8_0_q8_0_avx2(const void* w, const void* a, int64_t n) {
   const auto* x = static_cast<const BlockQ8_0*>(w);
   const auto* y = static_cast<const BlockQ8_0*>(a);

@@ -4,6 +4,8 @@
 // with its accumulation (dpwssd) and the signed byte dots (dpbusd).
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "quant/blocks.h"
 #include "quant/dot_simd.h"
 #include "quant/float_formats.h"
@@ -127,27 +129,79 @@ BLOOMERY_AVX512 float vec_dot_mxfp4_q8_0_avx512(const void* w, const void* a, in
   return _mm512_reduce_add_ps(acc) + tail;
 }
 
+namespace {
+
+// W Q4_K rows against R Q8_K rows (out[w * R + r]): each weight block is unpacked once for
+// all R activations, each activation block loaded once for all W weights. Every (weight,
+// activation) pair goes through the same operations in the same order whatever W and R are,
+// so a batched prompt gives bit-identical results to one token at a time. One token's pass
+// uses W = 1: several weight rows interleaved defeat the hardware prefetcher (a third of the
+// bandwidth from DRAM), so W > 1 is only for weights that stay in cache.
+template <int W, int R>
+BLOOMERY_AVX512 inline void q4_k_tile(const BlockQ4_K* const* x, const BlockQ8_K* const* y, int64_t n, float* out) {
+  const __m256i low_mask = _mm256_set1_epi8(0x0f);
+  // Bytes 0,0,1,1,...,7,7: each 32-element min against its two 16-element bsums.
+  const __m128i pair_mins = _mm_set_epi8(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+  __m512 acc[W][R];
+  __m256 mins[W][R];
+  for (int w = 0; w < W; ++w)
+    for (int r = 0; r < R; ++r) acc[w][r] = _mm512_setzero_ps(), mins[w][r] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    uint8_t scales[W][8];
+    float d[W];
+    __m512i sum[W][R];
+    for (int w = 0; w < W; ++w) {
+      uint8_t block_mins[8];
+      k4_unpack_scale_mins(x[w][i].scales, scales[w], block_mins);
+      d[w] = half_to_float(x[w][i].d);
+      const float dmin = half_to_float(x[w][i].dmin);
+      int64_t mins_bytes;
+      std::memcpy(&mins_bytes, block_mins, 8);
+      const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_cvtsi64_si128(mins_bytes), pair_mins));
+      for (int r = 0; r < R; ++r) {
+        const __m256i m = _mm256_madd_epi16(load256(y[r][i].bsums), mins16);
+        mins[w][r] = _mm256_fmadd_ps(_mm256_set1_ps(y[r][i].d * dmin), _mm256_cvtepi32_ps(m), mins[w][r]);
+        sum[w][r] = _mm512_setzero_si512();
+      }
+    }
+    for (int g = 0; g < 4; ++g) {
+      __m512i activations[R];
+      for (int r = 0; r < R; ++r) activations[r] = load512(y[r][i].qs + 64 * g);
+      for (int w = 0; w < W; ++w) {
+        const __m256i q = load256(x[w][i].qs + 32 * g);
+        const __m512i codes = join(_mm256_and_si256(q, low_mask), _mm256_and_si256(_mm256_srli_epi16(q, 4), low_mask));
+        const __m512i s = two_scales_i16(scales[w][2 * g], scales[w][2 * g + 1]);
+        for (int r = 0; r < R; ++r) {
+          sum[w][r] = _mm512_dpwssd_epi32(sum[w][r], _mm512_maddubs_epi16(codes, activations[r]), s);
+        }
+      }
+    }
+    for (int w = 0; w < W; ++w) {
+      for (int r = 0; r < R; ++r) {
+        acc[w][r] = _mm512_fmadd_ps(_mm512_set1_ps(y[r][i].d * d[w]), _mm512_cvtepi32_ps(sum[w][r]), acc[w][r]);
+      }
+    }
+  }
+  for (int w = 0; w < W; ++w) {
+    for (int r = 0; r < R; ++r) {
+      out[w * R + r] = _mm512_reduce_add_ps(acc[w][r]) - _mm512_reduce_add_ps(_mm512_zextps256_ps512(mins[w][r]));
+    }
+  }
+}
+
+}  // namespace
+
 BLOOMERY_AVX512 float vec_dot_q4_k_q8_k_avx512(const void* w, const void* a, int64_t n) {
   const auto* x = static_cast<const BlockQ4_K*>(w);
   const auto* y = static_cast<const BlockQ8_K*>(a);
-  const __m256i low_mask = _mm256_set1_epi8(0x0f);
-  __m512 acc = _mm512_setzero_ps();
-  float mins = 0;
-  for (int64_t i = 0; i < n / kQKK; ++i) {
-    uint8_t scales[8], block_mins[8];
-    k4_unpack_scale_mins(x[i].scales, scales, block_mins);
-    mins += y[i].d * half_to_float(x[i].dmin) * static_cast<float>(k4_mins_dot(block_mins, y[i].bsums));
-    __m512i sum = _mm512_setzero_si512();
-    for (int g = 0; g < 4; ++g) {
-      const __m256i q = load256(x[i].qs + 32 * g);
-      const __m512i codes = join(_mm256_and_si256(q, low_mask), _mm256_and_si256(_mm256_srli_epi16(q, 4), low_mask));
-      const __m512i p = _mm512_maddubs_epi16(codes, load512(y[i].qs + 64 * g));
-      const __m512i s = two_scales_i16(scales[2 * g], scales[2 * g + 1]);
-      sum = _mm512_dpwssd_epi32(sum, p, s);
-    }
-    acc = _mm512_fmadd_ps(_mm512_set1_ps(y[i].d * half_to_float(x[i].d)), _mm512_cvtepi32_ps(sum), acc);
-  }
-  return _mm512_reduce_add_ps(acc) - mins;
+  float out;
+  q4_k_tile<1, 1>(&x, &y, n, &out);
+  return out;
+}
+
+BLOOMERY_AVX512 void vec_dot_rows_q4_k_q8_k_avx512(const void* w, const void* const* a, int64_t n, float* out) {
+  const auto* x = static_cast<const BlockQ4_K*>(w);
+  q4_k_tile<1, kDotRows>(&x, reinterpret_cast<const BlockQ8_K* const*>(a), n, out);
 }
 
 BLOOMERY_AVX512 float vec_dot_q5_k_q8_k_avx512(const void* w, const void* a, int64_t n) {
@@ -194,34 +248,74 @@ alignas(32) constexpr uint8_t kQ6ScaleLanes[4][32] = {
 // Q6_K: codes used unsigned (0..63), the -32 offset restored from Q8_K's per-16 sums.
 // Per 128-element half, the low 64 elements come from ql bytes 0..63 (low nibbles) with
 // qh bit pairs 0 and 1, the high 64 from the same ql bytes' high nibbles with pairs 2, 3.
-BLOOMERY_AVX512 float vec_dot_q6_k_q8_k_avx512(const void* w, const void* a, int64_t n) {
-  const auto* x = static_cast<const BlockQ6_K*>(w);
-  const auto* y = static_cast<const BlockQ8_K*>(a);
+namespace {
+
+// W Q6_K rows against R Q8_K rows, on the same terms as q4_k_tile.
+template <int W, int R>
+BLOOMERY_AVX512 inline void q6_k_tile(const BlockQ6_K* const* x, const BlockQ8_K* const* y, int64_t n, float* out) {
   const __m512i low_mask = _mm512_set1_epi8(0x0f);
   __m512i lanes[4];
   for (int k = 0; k < 4; ++k) lanes[k] = _mm512_cvtepu8_epi16(load256(kQ6ScaleLanes[k]));
-  __m512 acc = _mm512_setzero_ps();
+  __m512 acc[W][R];
+  for (int w = 0; w < W; ++w)
+    for (int r = 0; r < R; ++r) acc[w][r] = _mm512_setzero_ps();
   for (int64_t i = 0; i < n / kQKK; ++i) {
-    const __m256i scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales)));
-    const __m512i scales512 = _mm512_castsi256_si512(scales);
-    const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(load256(y[i].bsums), scales), 5);
-    __m512i sum = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_inserti64x4(_mm512_setzero_si512(), offset, 0));
-    for (int half = 0; half < 2; ++half) {
-      const __m512i ql = load512(x[i].ql + 64 * half);
-      const __m256i qh = load256(x[i].qh + 32 * half);
-      const __m512i qh2 = join(qh, _mm256_srli_epi16(qh, 2));
-      const __m512i q_low = _mm512_or_si512(_mm512_and_si512(ql, low_mask),
-                                            _mm512_slli_epi16(_mm512_and_si512(qh2, _mm512_set1_epi8(0x03)), 4));
-      const __m512i q_high = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low_mask),
-                                             _mm512_and_si512(qh2, _mm512_set1_epi8(0x30)));
-      const __m512i p_low = _mm512_maddubs_epi16(q_low, load512(y[i].qs + 128 * half));
-      const __m512i p_high = _mm512_maddubs_epi16(q_high, load512(y[i].qs + 128 * half + 64));
-      sum = _mm512_dpwssd_epi32(sum, p_low, _mm512_permutexvar_epi16(lanes[2 * half], scales512));
-      sum = _mm512_dpwssd_epi32(sum, p_high, _mm512_permutexvar_epi16(lanes[2 * half + 1], scales512));
+    __m512i scales512[W];
+    __m512i sum[W][R];
+    for (int w = 0; w < W; ++w) {
+      const __m256i scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[w][i].scales)));
+      scales512[w] = _mm512_castsi256_si512(scales);
+      for (int r = 0; r < R; ++r) {
+        const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(load256(y[r][i].bsums), scales), 5);
+        sum[w][r] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_inserti64x4(_mm512_setzero_si512(), offset, 0));
+      }
     }
-    acc = _mm512_fmadd_ps(_mm512_set1_ps(y[i].d * half_to_float(x[i].d)), _mm512_cvtepi32_ps(sum), acc);
+    for (int half = 0; half < 2; ++half) {
+      __m512i a_low[R], a_high[R];
+      for (int r = 0; r < R; ++r) {
+        a_low[r] = load512(y[r][i].qs + 128 * half);
+        a_high[r] = load512(y[r][i].qs + 128 * half + 64);
+      }
+      for (int w = 0; w < W; ++w) {
+        const __m512i ql = load512(x[w][i].ql + 64 * half);
+        const __m256i qh = load256(x[w][i].qh + 32 * half);
+        const __m512i qh2 = join(qh, _mm256_srli_epi16(qh, 2));
+        const __m512i q_low = _mm512_or_si512(_mm512_and_si512(ql, low_mask),
+                                              _mm512_slli_epi16(_mm512_and_si512(qh2, _mm512_set1_epi8(0x03)), 4));
+        const __m512i q_high = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), low_mask),
+                                               _mm512_and_si512(qh2, _mm512_set1_epi8(0x30)));
+        const __m512i s_low = _mm512_permutexvar_epi16(lanes[2 * half], scales512[w]);
+        const __m512i s_high = _mm512_permutexvar_epi16(lanes[2 * half + 1], scales512[w]);
+        for (int r = 0; r < R; ++r) {
+          sum[w][r] = _mm512_dpwssd_epi32(sum[w][r], _mm512_maddubs_epi16(q_low, a_low[r]), s_low);
+          sum[w][r] = _mm512_dpwssd_epi32(sum[w][r], _mm512_maddubs_epi16(q_high, a_high[r]), s_high);
+        }
+      }
+    }
+    for (int w = 0; w < W; ++w) {
+      const float d = half_to_float(x[w][i].d);
+      for (int r = 0; r < R; ++r) {
+        acc[w][r] = _mm512_fmadd_ps(_mm512_set1_ps(y[r][i].d * d), _mm512_cvtepi32_ps(sum[w][r]), acc[w][r]);
+      }
+    }
   }
-  return _mm512_reduce_add_ps(acc);
+  for (int w = 0; w < W; ++w)
+    for (int r = 0; r < R; ++r) out[w * R + r] = _mm512_reduce_add_ps(acc[w][r]);
+}
+
+}  // namespace
+
+BLOOMERY_AVX512 float vec_dot_q6_k_q8_k_avx512(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const BlockQ6_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  float out;
+  q6_k_tile<1, 1>(&x, &y, n, &out);
+  return out;
+}
+
+BLOOMERY_AVX512 void vec_dot_rows_q6_k_q8_k_avx512(const void* w, const void* const* a, int64_t n, float* out) {
+  const auto* x = static_cast<const BlockQ6_K*>(w);
+  q6_k_tile<1, kDotRows>(&x, reinterpret_cast<const BlockQ8_K* const*>(a), n, out);
 }
 
 BLOOMERY_AVX512 float vec_dot_iq4_xs_q8_k_avx512(const void* w, const void* a, int64_t n) {

@@ -23,12 +23,13 @@ struct KernelRow {
   VecDotFn dot_scalar;
   VecDotFn dot_avx2;
   VecDotFn dot_avx512;
+  VecDotRowsFn dot_rows_avx512 = nullptr;  // paired with dot_avx512: the same arithmetic
 };
 
 constexpr uint32_t kF32 = 0, kF16 = 1, kQ8_0 = 8, kQ8_1 = 9, kQ8_K = 15, kBF16 = 30;
 
 constexpr KernelRow kRows[] = {
-    {0, kF32, dequantize_row_f32, quantize_row_f32, vec_dot_f32_f32, nullptr, nullptr},
+    {0, kF32, dequantize_row_f32, quantize_row_f32, vec_dot_f32_f32, vec_dot_f32_f32_avx2, nullptr},
     {1, kF16, dequantize_row_f16, quantize_row_f16, vec_dot_f16_f16, nullptr, nullptr},
     {2, kQ8_0, dequantize_row_q4_0, quantize_row_q8_0, vec_dot_q4_0_q8_0, vec_dot_q4_0_q8_0_avx2,
      vec_dot_q4_0_q8_0_avx512},
@@ -40,11 +41,11 @@ constexpr KernelRow kRows[] = {
     {10, kQ8_K, dequantize_row_q2_k, quantize_row_q8_k, vec_dot_q2_k_q8_k, nullptr, nullptr},
     {11, kQ8_K, dequantize_row_q3_k, quantize_row_q8_k, vec_dot_q3_k_q8_k, nullptr, nullptr},
     {12, kQ8_K, dequantize_row_q4_k, quantize_row_q8_k, vec_dot_q4_k_q8_k, vec_dot_q4_k_q8_k_avx2,
-     vec_dot_q4_k_q8_k_avx512},
+     vec_dot_q4_k_q8_k_avx512, vec_dot_rows_q4_k_q8_k_avx512},
     {13, kQ8_K, dequantize_row_q5_k, quantize_row_q8_k, vec_dot_q5_k_q8_k, vec_dot_q5_k_q8_k_avx2,
      vec_dot_q5_k_q8_k_avx512},
     {14, kQ8_K, dequantize_row_q6_k, quantize_row_q8_k, vec_dot_q6_k_q8_k, vec_dot_q6_k_q8_k_avx2,
-     vec_dot_q6_k_q8_k_avx512},
+     vec_dot_q6_k_q8_k_avx512, vec_dot_rows_q6_k_q8_k_avx512},
     {20, kQ8_0, dequantize_row_iq4_nl, quantize_row_q8_0, vec_dot_iq4_nl_q8_0, vec_dot_iq4_nl_q8_0_avx2, nullptr},
     {23, kQ8_K, dequantize_row_iq4_xs, quantize_row_q8_k, vec_dot_iq4_xs_q8_k, vec_dot_iq4_xs_q8_k_avx2,
      vec_dot_iq4_xs_q8_k_avx512},
@@ -57,10 +58,13 @@ constexpr size_t kTierCount = 3;
 
 // Resolves the tier of each row: the highest tier at or below `tier` that has a dot.
 QuantKernels resolve(const KernelRow& row, SimdTier tier) {
-  QuantKernels k{row.type,       row.activation_type, row.dequantize_row, row.quantize_activations,
-                 row.dot_scalar, SimdTier::kScalar};
+  QuantKernels k{
+      row.type, row.activation_type, row.dequantize_row, row.quantize_activations, row.dot_scalar, SimdTier::kScalar,
+      nullptr};
   if (tier >= SimdTier::kAvx2 && row.dot_avx2) k.vec_dot = row.dot_avx2, k.vec_dot_tier = SimdTier::kAvx2;
-  if (tier >= SimdTier::kAvx512 && row.dot_avx512) k.vec_dot = row.dot_avx512, k.vec_dot_tier = SimdTier::kAvx512;
+  if (tier >= SimdTier::kAvx512 && row.dot_avx512) {
+    k.vec_dot = row.dot_avx512, k.vec_dot_tier = SimdTier::kAvx512, k.vec_dot_rows = row.dot_rows_avx512;
+  }
   return k;
 }
 

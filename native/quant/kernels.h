@@ -25,13 +25,20 @@ using DequantizeRowFn = void (*)(const void* src, float* dst, int64_t n);
 using QuantizeRowFn = void (*)(const float* src, void* dst, int64_t n);
 using VecDotFn = float (*)(const void* weights, const void* activations, int64_t n);
 
+// Activation rows a multi-row dot takes at once.
+constexpr int kDotRows = 4;
+// out[r] = vec_dot(weights, activations[r], n) for r < kDotRows, bit for bit, with the weight
+// row decoded once for all of them: prompts reuse each decoded weight block kDotRows times.
+using VecDotRowsFn = void (*)(const void* weights, const void* const* activations, int64_t n, float* out);
+
 struct QuantKernels {
   uint32_t type;             // ggml id of the weight type
   uint32_t activation_type;  // ggml id of the format vec_dot reads activations in
   DequantizeRowFn dequantize_row;
   QuantizeRowFn quantize_activations;  // float row -> activation_type row
   VecDotFn vec_dot;
-  SimdTier vec_dot_tier;  // the tier vec_dot comes from: at most the tier asked for
+  SimdTier vec_dot_tier;      // the tier vec_dot comes from: at most the tier asked for
+  VecDotRowsFn vec_dot_rows;  // nullptr where the tier has none: callers loop over vec_dot
 };
 
 // The kernels of weight type `type` for a CPU of `tier`. Throws Error UNSUPPORTED_QUANT

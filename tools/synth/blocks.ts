@@ -7,6 +7,12 @@
  * quant range times `d`, so their values centre on zero; the E8M0 exponent of MXFP4 is
  * {@link MXFP4_E} (2^-8, values within about ±0.023). Block sizes come from the engine's
  * type table (ggmlType); this file only knows where each format keeps its scales.
+ *
+ * With `boundedScales` (the tiny presets), Q6_K's int8 sub-block scales are drawn from
+ * [-{@link Q6_K_SCALE_BOUND}, {@link Q6_K_SCALE_BOUND}) instead of all 256 byte values: raw bytes
+ * make weights up to ±2 (127 x 32 x `d`), some 30x the other types', and logits that wide let
+ * rounding-level differences decide the next-token distributions; bounded, they span ±0.064,
+ * Q8_0's range.
  * @module
  */
 import { BloomeryError } from "../../src/errors.js";
@@ -19,6 +25,11 @@ export const BLOCK_D = 0.0005;
 export const BLOCK_DMIN = 0.0002;
 /** The E8M0 scale byte of every synthetic MXFP4 block. */
 export const MXFP4_E = 119;
+/** Under `boundedScales`, Q6_K's sub-block scales lie in [-Q6_K_SCALE_BOUND, Q6_K_SCALE_BOUND). */
+export const Q6_K_SCALE_BOUND = 4;
+/** Where Q6_K keeps its sixteen int8 sub-block scales (after ql[128] and qh[64]). */
+const Q6_K_SCALES_OFFSET = 192;
+const Q6_K_SCALES = 16;
 
 const f32 = new Float32Array(1);
 const u32 = new Uint32Array(f32.buffer);
@@ -154,6 +165,12 @@ class Scratch {
   }
 }
 
+/** How quantized blocks are filled beyond their fixed scales. */
+export interface BlockFillOptions {
+  /** Bound Q6_K's int8 sub-block scales to [-Q6_K_SCALE_BOUND, Q6_K_SCALE_BOUND) (module note). */
+  boundedScales?: boolean;
+}
+
 /**
  * A `fill(chunk, byteOffset)` for a tensor of `type`: random bytes with fixed scales for a
  * quantized type, or values drawn per `float` for F32/F16/BF16. `key` picks the random stream.
@@ -162,16 +179,31 @@ export function tensorFiller(
   type: string,
   key: number,
   float: FloatInit,
+  options: BlockFillOptions = {},
 ): (chunk: Uint8Array, byteOffset: number) => void {
   const scratch = new Scratch();
   const elementBytes = FLOAT_BYTES[type];
   if (elementBytes !== undefined) return floatFiller(type, elementBytes, key, float, scratch);
   const blockBytes = ggmlType(type).blockBytes;
   const fields = scaleFields(type);
+  const boundQ6KScales = options.boundedScales === true && type === "Q6_K";
   return (chunk, byteOffset) => {
     randomBytes(chunk, byteOffset, key, scratch);
+    if (boundQ6KScales) boundQ6KSubBlockScales(chunk, byteOffset, blockBytes);
     patchFields(chunk, byteOffset, blockBytes, fields);
   };
+}
+
+/** Maps each random scale byte into the bound: a function of the byte alone, so chunking cannot change it. */
+function boundQ6KSubBlockScales(chunk: Uint8Array, byteOffset: number, blockBytes: number): void {
+  const end = byteOffset + chunk.length;
+  for (let block = Math.floor(byteOffset / blockBytes); block * blockBytes < end; block++) {
+    const base = block * blockBytes - byteOffset + Q6_K_SCALES_OFFSET;
+    for (let j = 0; j < Q6_K_SCALES; j++) {
+      const at = base + j;
+      if (at >= 0 && at < chunk.length) chunk[at] = ((chunk[at]! % (2 * Q6_K_SCALE_BOUND)) - Q6_K_SCALE_BOUND) & 0xff;
+    }
+  }
 }
 
 /** Random bytes for tensor bytes [byteOffset, byteOffset + chunk.length), from 4-byte words of the stream. */

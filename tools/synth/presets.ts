@@ -49,6 +49,11 @@ export interface SynthPreset {
   mix?: Partial<Record<WeightRole, string>>;
   /** `general.file_type` (a llama_ftype) of a preset with a fixed mix. */
   fileType?: number;
+  /**
+   * Bound Q6_K's sub-block scales (blocks.ts): the tiny presets' oracle fixtures need logits as
+   * narrow as the other types' give; the benchmark presets keep every byte but `d` random.
+   */
+  boundedScales?: boolean;
 }
 
 /**
@@ -88,6 +93,38 @@ export const PRESETS: Record<string, SynthPreset> = {
     },
     fileType: 15, // LLAMA_FTYPE_MOSTLY_Q4_K_M
   },
+  "qwen3moe-2b": {
+    name: "qwen3moe-2b",
+    description:
+      "qwen3moe for the CPU benchmark: 24 layers x 32 experts (4 used), embedding 1536, the big preset's mix, 2 GB",
+    architecture: "qwen3moe",
+    vocab: "qwen",
+    vocabSize: 32_768,
+    layers: 24,
+    embedding: 1536,
+    heads: 16,
+    headsKv: 4,
+    headDim: 128,
+    feedForward: 4608,
+    experts: 32,
+    expertsUsed: 4,
+    expertFeedForward: 768,
+    contextLength: 40_960,
+    ropeFreqBase: 1e6,
+    rmsEpsilon: 1e-6,
+    mix: {
+      token_embd: "Q4_K",
+      output: "Q6_K",
+      attn_q: "Q4_K",
+      attn_k: "Q4_K",
+      attn_v: "Q6_K",
+      attn_output: "Q4_K",
+      ffn_gate_exps: "Q4_K",
+      ffn_up_exps: "Q4_K",
+      ffn_down_exps: "Q6_K",
+    },
+    fileType: 15, // LLAMA_FTYPE_MOSTLY_Q4_K_M
+  },
   "tiny-qwen3moe": {
     name: "tiny-qwen3moe",
     description: "qwen3moe, 3 layers x 8 experts (2 used), embedding 256, 8 heads of 64 (q wider than the embedding)",
@@ -105,6 +142,7 @@ export const PRESETS: Record<string, SynthPreset> = {
     contextLength: 4096,
     ropeFreqBase: 1e6,
     rmsEpsilon: 1e-6,
+    boundedScales: true,
   },
   "tiny-qwen3": {
     name: "tiny-qwen3",
@@ -123,6 +161,7 @@ export const PRESETS: Record<string, SynthPreset> = {
     contextLength: 4096,
     ropeFreqBase: 1e6,
     rmsEpsilon: 1e-6,
+    boundedScales: true,
   },
   "tiny-llama": {
     name: "tiny-llama",
@@ -141,6 +180,7 @@ export const PRESETS: Record<string, SynthPreset> = {
     contextLength: 8192,
     ropeFreqBase: 500_000,
     rmsEpsilon: 1e-5,
+    boundedScales: true,
   },
 };
 

@@ -250,7 +250,9 @@ export async function writeSyntheticModel(path: string, options: SyntheticModelO
   const plan = planSyntheticModel(options);
   let done = 0;
   const tensors: GgufTensorSource[] = plan.tensors.map((t, index) => {
-    const fill = tensorFiller(t.type, streamKey(plan.seed, index), t.init);
+    const fill = tensorFiller(t.type, streamKey(plan.seed, index), t.init, {
+      boundedScales: plan.preset.boundedScales ?? false,
+    });
     const onProgress = options.onProgress;
     return {
       name: t.name,
