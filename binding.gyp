@@ -21,6 +21,7 @@
           {
             "sources": ["<!@(node tools/build/cuda.mjs sources)"],
             "defines": ["BLOOMERY_CUDA=1"],
+            "direct_dependent_settings": { "defines": ["BLOOMERY_CUDA=1"] },
             "include_dirs": ["<(cuda_home)/include"],
             "link_settings": {
               "libraries": ["<(cuda_home)/lib64/libcudart_static.a", "-ldl", "-lrt", "-lpthread"]

@@ -23,5 +23,7 @@ export {
   type GenerateChunk,
   type GenerateIterable,
   type GenerateResult,
+  type GenerateTimings,
   type StopReason,
 } from "./session.js";
+export type { SamplingOptions } from "./sampling.js";

@@ -3,16 +3,26 @@
  * @module
  */
 import { BloomeryError } from "./errors.js";
-import { callNative, callNativeAsync, type NativeModelHandle } from "./native.js";
+import { callNative, callNativeAsync, type NativeLoadOptions, type NativeModelHandle } from "./native.js";
 import { Session } from "./session.js";
 import { openTokenizer, type DetokenizeOptions, type TokenizeOptions, type Tokenizer } from "./tokenizer.js";
 import { ChatTemplate, type ApplyChatTemplateOptions, type ChatMessage } from "./chat/template.js";
 import { readGgufInfo } from "./gguf/read.js";
 
+/** Where {@link loadModel} puts the model on a GPU: the device index (default 0) and the device memory it may use. */
+export interface GpuOptions {
+  device?: number;
+  /** Bytes, or a size such as `"8GiB"` or `"512MB"` (default: the card's free memory). */
+  budget?: number | string;
+}
+
 /** Options of {@link loadModel}. */
 export interface LoadModelOptions {
-  /** `false`: run on the CPU. The CPU is the only backend so far, so leaving it out does the same. */
-  gpu?: false;
+  /**
+   * `false` or left out: run on the CPU. `"auto"` or `{ device?, budget? }`: the whole model on the GPU;
+   * loadModel refuses (GPU_UNAVAILABLE, INSUFFICIENT_MEMORY naming each term) rather than fall back to the CPU.
+   */
+  gpu?: false | "auto" | GpuOptions;
   /** Threads of the CPU backend (default: one per physical core). */
   threads?: number;
   /** Tokens each session holds (default: the model's trained context, at most 4096). */
@@ -38,6 +48,8 @@ export interface ModelInfo {
   /** Tokens each session holds. */
   contextSize: number;
   threads: number;
+  /** Whether the whole model runs on the GPU. */
+  gpu: boolean;
   /** Beginning- and end-of-sequence tokens (-1 when the model names none). */
   bosToken: number;
   eosToken: number;
@@ -142,27 +154,71 @@ export class Model {
   }
 }
 
+const SIZE_UNITS: Record<string, number> = {
+  "": 1,
+  B: 1,
+  KB: 1e3,
+  MB: 1e6,
+  GB: 1e9,
+  TB: 1e12,
+  KIB: 1024,
+  MIB: 1024 ** 2,
+  GIB: 1024 ** 3,
+  TIB: 1024 ** 4,
+};
+
+/** Bytes of a size given as a number or as text such as "8GiB". */
+function parseBytes(size: number | string, what: string): number {
+  const match = typeof size === "string" ? /^\s*([\d.]+)\s*([a-z]*)\s*$/i.exec(size) : null;
+  const unit = match ? SIZE_UNITS[(match[2] ?? "").toUpperCase()] : undefined;
+  const bytes = typeof size === "number" ? size : match && unit !== undefined ? Number(match[1]) * unit : NaN;
+  if (!Number.isFinite(bytes) || bytes < 1) {
+    throw new BloomeryError("INVALID_ARGUMENT", `${what} must be a positive number of bytes or a size like "8GiB"`, {
+      [what]: size,
+    });
+  }
+  return Math.floor(bytes);
+}
+
+/** The addon's view of the gpu option: undefined runs on the CPU. */
+function resolveGpu(gpu: LoadModelOptions["gpu"]): NativeLoadOptions["gpu"] {
+  if (gpu === undefined || gpu === false) return undefined;
+  if (gpu === "auto") return {};
+  if (typeof gpu !== "object" || gpu === null) {
+    throw new BloomeryError("INVALID_ARGUMENT", 'gpu must be false, "auto" or { device?, budget? }', { gpu });
+  }
+  const out: NonNullable<NativeLoadOptions["gpu"]> = {};
+  if (gpu.device !== undefined) {
+    if (!Number.isInteger(gpu.device) || gpu.device < 0) {
+      throw new BloomeryError("INVALID_ARGUMENT", "gpu.device must be a non-negative integer", { device: gpu.device });
+    }
+    out.device = gpu.device;
+  }
+  if (gpu.budget !== undefined) out.budget = parseBytes(gpu.budget, "gpu.budget");
+  return out;
+}
+
 /**
- * Loads a GGUF model (qwen3moe, qwen3, qwen2 or llama) for inference on the CPU. Throws
- * BloomeryError UNSUPPORTED_ARCH, UNSUPPORTED_QUANT (naming the tensor), MODEL_MISSING_TENSOR,
+ * Loads a GGUF model (qwen3moe, qwen3, qwen2 or llama) for inference on the CPU, or with `gpu`
+ * set, wholly on a GPU (GPU weight types: Q4_K, Q6_K, Q8_0, F16, F32). Throws GPU_UNAVAILABLE
+ * (no usable CUDA device, saying why), INSUFFICIENT_MEMORY, UNSUPPORTED_QUANT (a tensor type
+ * without a GPU kernel), and like the CPU path BloomeryError UNSUPPORTED_ARCH, UNSUPPORTED_QUANT
+ * (naming the tensor), MODEL_MISSING_TENSOR,
  * MODEL_TENSOR_SHAPE, MODEL_BAD_METADATA, CONTEXT_TOO_LONG (a contextSize beyond the model's
  * trained context), or the GGUF reader's codes.
  */
 export async function loadModel(path: string, options: LoadModelOptions = {}): Promise<Model> {
-  if (options.gpu !== undefined && options.gpu !== false) {
-    throw new BloomeryError("INVALID_ARGUMENT", "only the CPU backend exists so far: pass gpu: false or leave it out", {
-      gpu: options.gpu,
-    });
-  }
   for (const key of ["threads", "contextSize"] as const) {
     const value = options[key];
     if (value !== undefined && (!Number.isInteger(value) || value < 1)) {
       throw new BloomeryError("INVALID_ARGUMENT", `${key} must be a positive integer`, { [key]: value });
     }
   }
-  const nativeOptions: { threads?: number; contextSize?: number } = {};
+  const nativeOptions: NativeLoadOptions = {};
   if (options.threads !== undefined) nativeOptions.threads = options.threads;
   if (options.contextSize !== undefined) nativeOptions.contextSize = options.contextSize;
+  const gpu = resolveGpu(options.gpu);
+  if (gpu) nativeOptions.gpu = gpu;
   const file = await readGgufInfo(path);
   const facts: FileFacts = { quantMix: file.summary.bytesByType, bytes: file.summary.tensorBytes };
   const template = file.metadata["tokenizer.chat_template"];

@@ -16,6 +16,23 @@ import type { SystemInfo, GgmlTypeInfo } from "./system.js";
 export type NativeModelHandle = { readonly __nativeHandle: "model" };
 /** An opaque handle to a session's native state. */
 export type NativeSessionHandle = { readonly __nativeHandle: "session" };
+/** An opaque handle to one generation's sampler (native/addon/sampling.cc). */
+export type NativeSamplerHandle = { readonly __nativeHandle: "sampler" };
+
+/** What createSampler() reads; left-out settings take the engine's defaults (native/engine/sampler.h). */
+export interface NativeSamplerOptions {
+  temperature?: number;
+  topK?: number;
+  topP?: number;
+  minP?: number;
+  repeatPenalty?: number;
+  repeatLastN?: number;
+  presencePenalty?: number;
+  frequencyPenalty?: number;
+  seed?: number;
+  biasTokens?: Int32Array;
+  biasValues?: Float32Array;
+}
 
 /** What modelInfo() returns. */
 export interface RawModelInfo {
@@ -31,8 +48,17 @@ export interface RawModelInfo {
   contextLength: number;
   contextSize: number;
   threads: number;
+  /** Whether the whole model runs on the GPU. */
+  gpu: boolean;
   bosToken: number;
   eosToken: number;
+}
+
+/** What loadModel() passes to the addon: `gpu` set runs the whole model on that device. */
+export interface NativeLoadOptions {
+  threads?: number;
+  contextSize?: number;
+  gpu?: { device?: number; budget?: number };
 }
 
 /** The functions the addon exports (native/addon). */
@@ -40,7 +66,7 @@ export interface NativeAddon {
   getSystemInfo(): SystemInfo;
   ggmlTypes(): GgmlTypeInfo[];
   readGgufInfo(path: string): Promise<RawGgufInfo>;
-  loadModel(path: string, options: { threads?: number; contextSize?: number }): Promise<NativeModelHandle>;
+  loadModel(path: string, options: NativeLoadOptions): Promise<NativeModelHandle>;
   modelInfo(model: NativeModelHandle): RawModelInfo;
   disposeModel(model: NativeModelHandle): void;
   createSession(model: NativeModelHandle): NativeSessionHandle;
@@ -48,6 +74,10 @@ export interface NativeAddon {
   sessionReset(session: NativeSessionHandle): void;
   sessionPosition(session: NativeSessionHandle): number;
   disposeSession(session: NativeSessionHandle): void;
+  createSampler(options: NativeSamplerOptions): NativeSamplerHandle;
+  /** Evaluates `tokens`, adds them to the sampler's history, and draws the next token. */
+  sessionSample(session: NativeSessionHandle, tokens: Int32Array, sampler: NativeSamplerHandle): Promise<number>;
+  disposeSampler(sampler: NativeSamplerHandle): void;
   NativeTokenizer: new (path: string) => NativeTokenizer;
   NativeStreamDecoder: new (tokenizer: NativeTokenizer, special: boolean) => NativeStreamDecoder;
 }

@@ -3,11 +3,22 @@
 
 #include <napi.h>
 
+#include <memory>
+
+namespace bloomery::engine {
+class Session;
+}
+
 namespace bloomery::addon {
 
 void register_system_info(Napi::Env env, Napi::Object exports);
 void register_gguf(Napi::Env env, Napi::Object exports);
 void register_tokenizer(Napi::Env env, Napi::Object exports);
 void register_model(Napi::Env env, Napi::Object exports);
+void register_sampling(Napi::Env env, Napi::Object exports);
+
+// The live session behind the session handle info[index] (model.cc owns the handles); throws
+// INVALID_ARGUMENT for anything else and DISPOSED for a disposed session.
+std::shared_ptr<engine::Session> session_argument(const Napi::CallbackInfo& info, size_t index);
 
 }  // namespace bloomery::addon

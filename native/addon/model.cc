@@ -66,6 +66,27 @@ int64_t option_integer(Napi::Object options, const char* name) {
   return v.As<Napi::Number>().Int64Value();
 }
 
+// gpu: { device?, budget? } (src/model.ts resolves "auto" and budget strings to this).
+engine::GpuOptions gpu_options(Napi::Object gpu) {
+  engine::GpuOptions g;
+  const Napi::Value device = gpu.Get("device");
+  if (!device.IsUndefined()) {
+    if (!device.IsNumber() || device.As<Napi::Number>().Int32Value() < 0 ||
+        device.As<Napi::Number>().DoubleValue() != device.As<Napi::Number>().Int32Value()) {
+      throw to_js_error(gpu.Env(), "INVALID_ARGUMENT", "gpu.device must be a non-negative integer");
+    }
+    g.device = device.As<Napi::Number>().Int32Value();
+  }
+  const Napi::Value budget = gpu.Get("budget");
+  if (!budget.IsUndefined()) {
+    if (!budget.IsNumber() || !(budget.As<Napi::Number>().DoubleValue() >= 1)) {
+      throw to_js_error(gpu.Env(), "INVALID_ARGUMENT", "gpu.budget must be a positive number of bytes");
+    }
+    g.budget = static_cast<uint64_t>(budget.As<Napi::Number>().DoubleValue());
+  }
+  return g;
+}
+
 class LoadModelWorker : public Napi::AsyncWorker {
  public:
   LoadModelWorker(Napi::Env env, std::string path, engine::RuntimeOptions options)
@@ -139,7 +160,7 @@ class EvaluateWorker : public Napi::AsyncWorker {
   std::exception_ptr error_;
 };
 
-// loadModel(path, { threads?, contextSize? }) -> Promise<model handle>
+// loadModel(path, { threads?, contextSize?, gpu?: { device?, budget? } }) -> Promise<model handle>
 Napi::Value load_model(const Napi::CallbackInfo& info) {
   return guarded(info, [&]() -> Napi::Value {
     if (info.Length() < 1 || !info[0].IsString()) {
@@ -150,6 +171,7 @@ Napi::Value load_model(const Napi::CallbackInfo& info) {
       const Napi::Object o = info[1].As<Napi::Object>();
       options.threads = static_cast<uint32_t>(option_integer(o, "threads"));
       options.context_size = option_integer(o, "contextSize");
+      if (o.Get("gpu").IsObject()) options.gpu = gpu_options(o.Get("gpu").As<Napi::Object>());
     }
     auto* worker = new LoadModelWorker(info.Env(), info[0].As<Napi::String>().Utf8Value(), options);
     Napi::Promise promise = worker->promise();
@@ -176,6 +198,7 @@ Napi::Value model_info(const Napi::CallbackInfo& info) {
     o.Set("contextLength", double(p.context_length));
     o.Set("contextSize", double(runtime.context_size()));
     o.Set("threads", runtime.threads());
+    o.Set("gpu", runtime.on_gpu());
     o.Set("bosToken", p.bos_token);
     o.Set("eosToken", p.eos_token);
     return o;
@@ -239,6 +262,10 @@ Napi::Value dispose_session(const Napi::CallbackInfo& info) {
 }
 
 }  // namespace
+
+std::shared_ptr<engine::Session> session_argument(const Napi::CallbackInfo& info, size_t index) {
+  return live(unwrap<SessionHandle>(info, index, kSessionTag, "session"), info.Env());
+}
 
 void register_model(Napi::Env env, Napi::Object exports) {
   exports.Set("loadModel", Napi::Function::New(env, load_model, "loadModel"));

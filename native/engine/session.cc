@@ -24,10 +24,15 @@ int64_t resolve_context_size(const model::HyperParams& p, int64_t requested) {
 Runtime::Runtime(std::unique_ptr<model::Model> model, const RuntimeOptions& options)
     : model_(std::move(model)),
       context_size_(resolve_context_size(model_->params, options.context_size)),
-      pool_(options.threads) {}
+      pool_(options.threads) {
+  if (options.gpu) gpu_ = upload_model(*model_, *options.gpu, context_size_);
+}
 
 Session::Session(std::shared_ptr<Runtime> runtime)
-    : runtime_(std::move(runtime)), cache_(runtime_->model().params, runtime_->context_size()) {}
+    : runtime_(std::move(runtime)),
+      cache_(runtime_->model().params, runtime_->on_gpu() ? 0 : runtime_->context_size()) {
+  if (runtime_->on_gpu()) gpu_ = create_gpu_sequence(*runtime_->gpu_, runtime_->context_size());
+}
 
 std::vector<float> Session::evaluate(std::span<const int32_t> tokens, LogitRows rows) {
   std::lock_guard lock(runtime_->compute_);
@@ -40,12 +45,16 @@ std::vector<float> Session::evaluate(std::span<const int32_t> tokens, LogitRows 
     }
   }
   const int64_t end = position_ + static_cast<int64_t>(tokens.size());
-  if (end > cache_.capacity()) {
+  if (end > runtime_->context_size()) {
     throw Error("CONTEXT_TOO_LONG", std::to_string(end) + " tokens do not fit the context of " +
-                                        std::to_string(cache_.capacity()) + " tokens");
+                                        std::to_string(runtime_->context_size()) + " tokens");
   }
   std::vector<float> logits;
-  forward(runtime_->model(), tokens, position_, cache_, rows, logits, scratch_, runtime_->pool_);
+  if (gpu_) {
+    gpu_forward(*runtime_->gpu_, *gpu_, tokens, position_, rows, logits);
+  } else {
+    forward(runtime_->model(), tokens, position_, cache_, rows, logits, scratch_, runtime_->pool_);
+  }
   position_ = end;
   return logits;
 }

@@ -6,19 +6,22 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "cpu/thread_pool.h"
 #include "engine/forward.h"
+#include "engine/gpu_forward.h"
 #include "engine/kv_cache.h"
 #include "model/model.h"
 
 namespace bloomery::engine {
 
 struct RuntimeOptions {
-  uint32_t threads = 0;      // 0: one per physical core
-  int64_t context_size = 0;  // per sequence; 0: the model's trained context, at most kDefaultContextSize
+  uint32_t threads = 0;           // 0: one per physical core
+  int64_t context_size = 0;       // per sequence; 0: the model's trained context, at most kDefaultContextSize
+  std::optional<GpuOptions> gpu;  // set: the whole model on the GPU (see gpu_forward.h)
 };
 
 inline constexpr int64_t kDefaultContextSize = 4096;
@@ -31,6 +34,7 @@ class Runtime {
   const model::Model& model() const { return *model_; }
   int64_t context_size() const { return context_size_; }
   uint32_t threads() const { return pool_.size(); }
+  bool on_gpu() const { return gpu_ != nullptr; }
 
  private:
   friend class Session;
@@ -38,6 +42,7 @@ class Runtime {
   int64_t context_size_;
   cpu::ThreadPool pool_;
   std::mutex compute_;
+  std::shared_ptr<GpuModel> gpu_;
 };
 
 class Session {
@@ -56,7 +61,8 @@ class Session {
 
  private:
   std::shared_ptr<Runtime> runtime_;
-  KvCache cache_;
+  KvCache cache_;  // empty when the model runs on the GPU
+  std::shared_ptr<GpuSequence> gpu_;
   ForwardScratch scratch_;
   int64_t position_ = 0;
 };

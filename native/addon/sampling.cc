@@ -1,0 +1,201 @@
+// The sampling bindings: createSampler(options) makes a sampler for one generation, and
+// sessionSample(session, tokens, sampler) evaluates the tokens and draws the next one on a
+// worker thread, so the vocabulary-sized logits row never crosses into JavaScript.
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "addon/bindings.h"
+#include "addon/errors.h"
+#include "engine/sampler.h"
+#include "engine/session.h"
+
+namespace bloomery::addon {
+
+namespace {
+
+constexpr napi_type_tag kSamplerTag{0x6c6f6f6d73616d70, 0x0000000000000003};
+
+// A step holds the sampler while it runs; the mutex keeps two steps from sharing its history
+// and generator at once.
+struct SamplerState {
+  explicit SamplerState(engine::SamplerParams params) : sampler(std::move(params)) {}
+  std::mutex mutex;
+  engine::Sampler sampler;
+};
+
+struct SamplerHandle {
+  std::shared_ptr<SamplerState> state;
+};
+
+SamplerHandle& unwrap_sampler(const Napi::CallbackInfo& info, size_t index) {
+  if (info.Length() <= index || !info[index].IsExternal() ||
+      !info[index].As<Napi::External<SamplerHandle>>().CheckTypeTag(&kSamplerTag)) {
+    throw to_js_error(info.Env(), "INVALID_ARGUMENT", "expected a sampler handle");
+  }
+  return *info[index].As<Napi::External<SamplerHandle>>().Data();
+}
+
+// Reads the option `name` into `slot`: false when it is left out, INVALID_ARGUMENT unless a number.
+bool number_option(const Napi::Object& options, const char* name, Napi::Value& slot) {
+  slot = options.Get(name);
+  if (slot.IsUndefined()) return false;
+  if (!slot.IsNumber()) throw to_js_error(options.Env(), "INVALID_ARGUMENT", std::string(name) + " must be a number");
+  return true;
+}
+
+void read_float(const Napi::Object& options, const char* name, float& out) {
+  Napi::Value slot;
+  if (number_option(options, name, slot)) out = slot.As<Napi::Number>().FloatValue();
+}
+
+void read_int(const Napi::Object& options, const char* name, int32_t& out) {
+  Napi::Value slot;
+  if (!number_option(options, name, slot)) return;
+  const double v = slot.As<Napi::Number>().DoubleValue();
+  if (v != static_cast<double>(static_cast<int32_t>(v))) {
+    throw to_js_error(options.Env(), "INVALID_ARGUMENT", std::string(name) + " must be an integer");
+  }
+  out = static_cast<int32_t>(v);
+}
+
+uint64_t read_seed(const Napi::Object& options) {
+  Napi::Value slot;
+  if (!number_option(options, "seed", slot)) {
+    // No seed: a fresh one from the OS, so unseeded generations differ from run to run.
+    std::random_device device;
+    return (static_cast<uint64_t>(device()) << 32) ^ device();
+  }
+  const double v = slot.As<Napi::Number>().DoubleValue();
+  if (!(v >= 0 && v <= 9007199254740991.0) || v != static_cast<double>(static_cast<uint64_t>(v))) {
+    throw to_js_error(options.Env(), "INVALID_ARGUMENT", "seed must be an integer from 0 to 2^53 - 1");
+  }
+  return static_cast<uint64_t>(v);
+}
+
+std::vector<std::pair<int32_t, float>> read_bias(const Napi::Object& options) {
+  const Napi::Value tokens = options.Get("biasTokens");
+  const Napi::Value values = options.Get("biasValues");
+  if (tokens.IsUndefined() && values.IsUndefined()) return {};
+  if (!tokens.IsTypedArray() || tokens.As<Napi::TypedArray>().TypedArrayType() != napi_int32_array ||
+      !values.IsTypedArray() || values.As<Napi::TypedArray>().TypedArrayType() != napi_float32_array ||
+      tokens.As<Napi::Int32Array>().ElementLength() != values.As<Napi::Float32Array>().ElementLength()) {
+    throw to_js_error(options.Env(), "INVALID_ARGUMENT",
+                      "logitBias must come as biasTokens (Int32Array) and biasValues (Float32Array) of one length");
+  }
+  const Napi::Int32Array t = tokens.As<Napi::Int32Array>();
+  const Napi::Float32Array b = values.As<Napi::Float32Array>();
+  std::vector<std::pair<int32_t, float>> bias;
+  for (size_t i = 0; i < t.ElementLength(); ++i) bias.emplace_back(t[i], b[i]);
+  return bias;
+}
+
+class SampleWorker : public Napi::AsyncWorker {
+ public:
+  SampleWorker(Napi::Env env, std::shared_ptr<engine::Session> session, std::vector<int32_t> tokens,
+               std::shared_ptr<SamplerState> sampler)
+      : Napi::AsyncWorker(env),
+        session_(std::move(session)),
+        tokens_(std::move(tokens)),
+        sampler_(std::move(sampler)),
+        deferred_(Napi::Promise::Deferred::New(env)) {}
+
+  Napi::Promise promise() const { return deferred_.Promise(); }
+
+  void Execute() override {
+    try {
+      std::lock_guard lock(sampler_->mutex);
+      const std::vector<float> logits = session_->evaluate(tokens_);
+      sampler_->sampler.accept(tokens_);
+      token_ = sampler_->sampler.sample(logits);
+    } catch (...) {
+      error_ = std::current_exception();
+    }
+  }
+
+  void OnOK() override {
+    if (error_) {
+      deferred_.Reject(to_js_error(Env(), error_).Value());
+      return;
+    }
+    deferred_.Resolve(Napi::Number::New(Env(), token_));
+  }
+
+ private:
+  std::shared_ptr<engine::Session> session_;
+  std::vector<int32_t> tokens_;
+  std::shared_ptr<SamplerState> sampler_;
+  Napi::Promise::Deferred deferred_;
+  int32_t token_ = -1;
+  std::exception_ptr error_;
+};
+
+// createSampler({ temperature?, topK?, topP?, minP?, repeatPenalty?, repeatLastN?, presencePenalty?,
+// frequencyPenalty?, seed?, biasTokens?, biasValues? }) -> sampler handle; left-out settings take
+// engine::SamplerParams' defaults.
+Napi::Value create_sampler(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    if (info.Length() < 1 || !info[0].IsObject()) {
+      throw to_js_error(info.Env(), "INVALID_ARGUMENT", "createSampler(options): options must be an object");
+    }
+    const Napi::Object o = info[0].As<Napi::Object>();
+    engine::SamplerParams params;
+    read_float(o, "temperature", params.temperature);
+    read_int(o, "topK", params.top_k);
+    read_float(o, "topP", params.top_p);
+    read_float(o, "minP", params.min_p);
+    read_float(o, "repeatPenalty", params.repeat_penalty);
+    read_int(o, "repeatLastN", params.repeat_last_n);
+    read_float(o, "presencePenalty", params.presence_penalty);
+    read_float(o, "frequencyPenalty", params.frequency_penalty);
+    params.seed = read_seed(o);
+    params.logit_bias = read_bias(o);
+    auto external = Napi::External<SamplerHandle>::New(
+        info.Env(), new SamplerHandle{std::make_shared<SamplerState>(std::move(params))},
+        [](Napi::Env, SamplerHandle* h) { delete h; });
+    external.TypeTag(&kSamplerTag);
+    return external;
+  });
+}
+
+// sessionSample(session, tokens: Int32Array, sampler) -> Promise<number>: appends the tokens to
+// the session's context and to the sampler's history, then draws the next token.
+Napi::Value session_sample(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    std::shared_ptr<engine::Session> session = session_argument(info, 0);
+    if (info.Length() < 2 || !info[1].IsTypedArray() ||
+        info[1].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array) {
+      throw to_js_error(info.Env(), "INVALID_ARGUMENT", "tokens must be an Int32Array");
+    }
+    const Napi::Int32Array tokens = info[1].As<Napi::Int32Array>();
+    std::shared_ptr<SamplerState> sampler = unwrap_sampler(info, 2).state;
+    if (!sampler) throw to_js_error(info.Env(), "DISPOSED", "the sampler has been disposed");
+    auto* worker = new SampleWorker(info.Env(), std::move(session),
+                                    std::vector<int32_t>(tokens.Data(), tokens.Data() + tokens.ElementLength()),
+                                    std::move(sampler));
+    Napi::Promise promise = worker->promise();
+    worker->Queue();
+    return promise;
+  });
+}
+
+// disposeSampler(sampler): frees its buffers now rather than at garbage collection; a step in
+// flight keeps them until it ends.
+Napi::Value dispose_sampler(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    unwrap_sampler(info, 0).state.reset();
+    return info.Env().Undefined();
+  });
+}
+
+}  // namespace
+
+void register_sampling(Napi::Env env, Napi::Object exports) {
+  exports.Set("createSampler", Napi::Function::New(env, create_sampler, "createSampler"));
+  exports.Set("sessionSample", Napi::Function::New(env, session_sample, "sessionSample"));
+  exports.Set("disposeSampler", Napi::Function::New(env, dispose_sampler, "disposeSampler"));
+}
+
+}  // namespace bloomery::addon

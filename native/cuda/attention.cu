@@ -1,0 +1,151 @@
+// Causal attention over the f16 KV cache in device memory. One block per (query row, head);
+// grouped-query heads share a KV head, whose rows the block's neighbours read from L2.
+// The rounding is the CPU path's (cpu/attention.cc, as llama.cpp's graph without flash
+// attention): the query rounded to f16, each score a sequential float dot (no fused
+// multiply-add) times the scale, the softmax with float exps summed in double, the
+// probabilities rounded to f16, and each output element a sequential sum over positions.
+// So GPU and CPU give the same floats, not merely close ones: the synthetic fixtures'
+// sharp attention turns any difference in a probability's f16 rounding into a different token.
+#include "base/error.h"
+#include "cuda/common.cuh"
+
+namespace bloomery::cuda {
+
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kMaxHeadDim = 256;
+constexpr int kPerThread = kMaxHeadDim / kThreads;  // output elements each thread sums
+constexpr int kTile = 2048;                         // scores held in shared memory at once
+
+__global__ void store_kv_kernel(const float* k, const float* v, int64_t count, int kv_width, const int32_t* positions,
+                                uint16_t* keys, uint16_t* values) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  const int64_t slot = static_cast<int64_t>(positions[i / kv_width]) * kv_width + i % kv_width;
+  keys[slot] = __half_as_ushort(__float2half(k[i]));
+  values[slot] = __half_as_ushort(__float2half(v[i]));
+}
+
+__device__ float block_max(float v, float* scratch) {
+  v = warp_max(v);
+  if (threadIdx.x % kWarp == 0) scratch[threadIdx.x / kWarp] = v;
+  __syncthreads();
+  float result = -INFINITY;
+  for (int w = 0; w < kThreads / kWarp; ++w) result = fmaxf(result, scratch[w]);
+  __syncthreads();
+  return result;
+}
+
+__device__ double block_sum(double v, double* scratch) {
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  if (threadIdx.x % kWarp == 0) scratch[threadIdx.x / kWarp] = v;
+  __syncthreads();
+  double result = 0.0;
+  for (int w = 0; w < kThreads / kWarp; ++w) result += scratch[w];
+  __syncthreads();
+  return result;
+}
+
+// q . k over the head, element by element in order, times the scale.
+__device__ float score(const float* query, const uint16_t* k, int head_dim, float scale) {
+  float dot = 0.0f;
+  for (int i = 0; i < head_dim; i += 8) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(k + i);
+    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      dot = __fadd_rn(dot, __fmul_rn(query[i + 2 * w], half_bits_to_float(static_cast<uint16_t>(words[w]))));
+      dot = __fadd_rn(dot, __fmul_rn(query[i + 2 * w + 1], half_bits_to_float(static_cast<uint16_t>(words[w] >> 16))));
+    }
+  }
+  return __fmul_rn(dot, scale);
+}
+
+// Three sweeps over the keys: the scores' maximum, the sum of their exps, then the
+// f16-rounded probabilities times the values. Scores of up to kTile positions stay in
+// shared memory between sweeps; longer rows recompute them (the same floats each time).
+__global__ void __launch_bounds__(kThreads)
+    attention_kernel(const float* q, const int32_t* positions, const uint16_t* keys, const uint16_t* values,
+                     AttentionShape shape, float* out) {
+  __shared__ float query[kMaxHeadDim];
+  __shared__ float tile[kTile];
+  __shared__ float max_scratch[kThreads / kWarp];
+  __shared__ double sum_scratch[kThreads / kWarp];
+  const int token = blockIdx.x;
+  const int head = blockIdx.y;
+  const int head_dim = static_cast<int>(shape.head_dim);
+  const int kv_head = head / static_cast<int>(shape.heads / shape.kv_heads);
+  const int64_t kv_width = shape.kv_heads * shape.head_dim;
+  const float* q_head = q + (static_cast<int64_t>(token) * shape.heads + head) * head_dim;
+  for (int i = threadIdx.x; i < head_dim; i += kThreads) query[i] = round_to_half(q_head[i]);
+  __syncthreads();
+
+  const int length = positions[token] + 1;
+  const bool resident = length <= kTile;
+  const uint16_t* k_head = keys + kv_head * head_dim;
+  const uint16_t* v_head = values + kv_head * head_dim;
+  const auto key = [&](int j) { return score(query, k_head + j * kv_width, head_dim, shape.scale); };
+
+  float local_max = -INFINITY;
+  for (int j = threadIdx.x; j < length; j += kThreads) {
+    const float s = key(j);
+    if (resident) tile[j] = s;
+    local_max = fmaxf(local_max, s);
+  }
+  const float max = block_max(local_max, max_scratch);
+
+  double local_sum = 0.0;
+  for (int j = threadIdx.x; j < length; j += kThreads) {
+    local_sum += static_cast<double>(exp_as_host(__fsub_rn(resident ? tile[j] : key(j), max)));
+  }
+  const auto inverse = static_cast<float>(1.0 / block_sum(local_sum, sum_scratch));
+
+  float acc[kPerThread] = {};
+  for (int first = 0; first < length; first += kTile) {
+    const int count = min(kTile, length - first);
+    for (int j = threadIdx.x; j < count; j += kThreads) {
+      const float s = resident ? tile[j] : key(first + j);
+      tile[j] = round_to_half(__fmul_rn(exp_as_host(__fsub_rn(s, max)), inverse));
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < kPerThread; ++r) {
+      const int d = threadIdx.x + r * kThreads;
+      if (d >= head_dim) continue;
+      const uint16_t* v = v_head + static_cast<int64_t>(first) * kv_width + d;
+      float sum = acc[r];
+      for (int j = 0; j < count; ++j) sum = __fadd_rn(sum, __fmul_rn(tile[j], half_bits_to_float(v[j * kv_width])));
+      acc[r] = sum;
+    }
+    __syncthreads();
+  }
+  float* o = out + (static_cast<int64_t>(token) * shape.heads + head) * head_dim;
+#pragma unroll
+  for (int r = 0; r < kPerThread; ++r) {
+    const int d = threadIdx.x + r * kThreads;
+    if (d < head_dim) o[d] = acc[r];
+  }
+}
+
+}  // namespace
+
+void store_kv(const float* k, const float* v, int64_t n, int64_t kv_width, const int32_t* positions, uint16_t* keys,
+              uint16_t* values, StreamHandle stream) {
+  constexpr int kStoreThreads = 256;
+  store_kv_kernel<<<ceil_div(n * kv_width, kStoreThreads), kStoreThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      k, v, n * kv_width, static_cast<int>(kv_width), positions, keys, values);
+}
+
+void causal_attention(const float* q, int64_t n, const int32_t* positions, const uint16_t* keys, const uint16_t* values,
+                      const AttentionShape& shape, float* out, StreamHandle stream) {
+  if (shape.head_dim % kWarp != 0 || shape.head_dim > kMaxHeadDim) {
+    throw Error("UNSUPPORTED_MODEL",
+                "GPU attention needs head_dim a multiple of 32 up to 256, not " + std::to_string(shape.head_dim));
+  }
+  const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(shape.heads));
+  attention_kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(q, positions, keys, values, shape, out);
+}
+
+}  // namespace bloomery::cuda

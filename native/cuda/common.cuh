@@ -1,0 +1,55 @@
+// Helpers shared by the kernels: warp reductions, the ggml type ids the kernels serve, and
+// unaligned loads (ggml blocks of 34 and 210 bytes leave their data only 2-byte aligned).
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "cuda/ops.h"
+#include "quant/blocks.h"
+
+namespace bloomery::cuda {
+
+inline constexpr uint32_t kTypeF32 = 0;
+inline constexpr uint32_t kTypeF16 = 1;
+inline constexpr uint32_t kTypeQ8_0 = quant::BlockQ8_0::kType;
+inline constexpr uint32_t kTypeQ4_K = quant::BlockQ4_K::kType;
+inline constexpr uint32_t kTypeQ6_K = quant::BlockQ6_K::kType;
+
+inline constexpr int kWarp = 32;
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+__device__ __forceinline__ float half_bits_to_float(uint16_t bits) { return __half2float(__ushort_as_half(bits)); }
+
+// A 32-bit word from a 2-byte aligned address.
+__device__ __forceinline__ int load_int_aligned2(const uint8_t* p) {
+  const auto* h = reinterpret_cast<const uint16_t*>(p);
+  return static_cast<int>(static_cast<uint32_t>(h[0]) | (static_cast<uint32_t>(h[1]) << 16));
+}
+
+// A float's exp, correctly rounded as the host's libm gives it (through double), so the GPU
+// and the CPU path round softmax and SwiGLU inputs alike.
+__device__ __forceinline__ float exp_as_host(float x) { return static_cast<float>(exp(static_cast<double>(x))); }
+
+// silu(gate) * up, rounded step by step as cpu/swiglu.cc computes it.
+__device__ __forceinline__ float swiglu_value(float gate, float up) {
+  return __fmul_rn(__fdiv_rn(gate, __fadd_rn(1.0f, exp_as_host(-gate))), up);
+}
+
+__device__ __forceinline__ float round_to_half(float x) { return __half2float(__float2half_rn(x)); }
+
+inline unsigned int ceil_div(int64_t a, int64_t b) { return static_cast<unsigned int>((a + b - 1) / b); }
+
+}  // namespace bloomery::cuda

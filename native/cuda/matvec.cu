@@ -1,0 +1,344 @@
+// Quantized matrix-vector products: one warp per weight row, each lane taking 16 weights at
+// a time, decoded once and dotted (dp4a) with the activation blocks of up to NT rows. The
+// same kernel serves dense matrices (rows of a batch in chunks of NT) and expert stacks
+// (chunks of rows routed to one expert, from moe.cu's grouping).
+#include <cstddef>
+
+#include "base/error.h"
+#include "cuda/common.cuh"
+
+namespace bloomery::cuda {
+
+namespace {
+
+using quant::BlockQ4_K;
+using quant::BlockQ6_K;
+using quant::BlockQ8_0;
+
+constexpr int kWarpsPerBlock = 4;
+constexpr int kUnit = 16;  // weights a lane decodes at once
+
+// 16 weights as packed int8 codes q, worth scale * q - min.
+struct Unit {
+  int q[4];
+  float scale;
+  float min;
+};
+
+__device__ __forceinline__ int q4k_scale(const uint8_t* s, int j) {
+  return j < 4 ? s[j] & 63 : (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
+}
+__device__ __forceinline__ int q4k_min(const uint8_t* s, int j) {
+  return j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+}
+
+template <uint32_t Type>
+__device__ __forceinline__ Unit decode_unit(const uint8_t* row, int unit) {
+  Unit u{};
+  if constexpr (Type == kTypeQ4_K) {
+    // Sub-block j (32 weights) of a super-block: low nibbles of qs[32 (j/2) ..] for even j, high for odd.
+    const uint8_t* b = row + (unit / 16) * sizeof(BlockQ4_K);
+    const int j = (unit % 16) / 2;
+    const int4 raw = *reinterpret_cast<const int4*>(b + offsetof(BlockQ4_K, qs) + 32 * (j / 2) + 16 * (unit % 2));
+    const int shift = 4 * (j % 2);
+    u.q[0] = (raw.x >> shift) & 0x0f0f0f0f;
+    u.q[1] = (raw.y >> shift) & 0x0f0f0f0f;
+    u.q[2] = (raw.z >> shift) & 0x0f0f0f0f;
+    u.q[3] = (raw.w >> shift) & 0x0f0f0f0f;
+    const uint8_t* scales = b + offsetof(BlockQ4_K, scales);
+    const float d = half_bits_to_float(*reinterpret_cast<const uint16_t*>(b + offsetof(BlockQ4_K, d)));
+    const float dmin = half_bits_to_float(*reinterpret_cast<const uint16_t*>(b + offsetof(BlockQ4_K, dmin)));
+    u.scale = d * static_cast<float>(q4k_scale(scales, j));
+    u.min = dmin * static_cast<float>(q4k_min(scales, j));
+  } else if constexpr (Type == kTypeQ6_K) {
+    // Element o of a super-block: half h = o / 128, quarter t = (o % 128) / 32, offset l = o % 32;
+    // its low four bits are a nibble of ql[64 h + 32 (t & 1) + l], its high two bits sit in
+    // qh[32 h + l] at 2 t, and its scale is scales[8 h + 2 t + l / 16].
+    const uint8_t* b = row + (unit / 16) * sizeof(BlockQ6_K);
+    const int o = (unit % 16) * kUnit;
+    const int h = o / 128, t = (o % 128) / 32, l = o % 32;
+    const uint8_t* ql = b + offsetof(BlockQ6_K, ql) + 64 * h + 32 * (t & 1) + l;
+    const uint8_t* qh = b + offsetof(BlockQ6_K, qh) + 32 * h + l;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int low = (load_int_aligned2(ql + 4 * i) >> (4 * (t >> 1))) & 0x0f0f0f0f;
+      const int high = ((load_int_aligned2(qh + 4 * i) >> (2 * t)) & 0x03030303) << 4;
+      u.q[i] = static_cast<int>(__vsub4(static_cast<unsigned>(low | high), 0x20202020u));
+    }
+    const auto scale = static_cast<int8_t>(b[offsetof(BlockQ6_K, scales) + 8 * h + 2 * t + l / 16]);
+    const float d = half_bits_to_float(*reinterpret_cast<const uint16_t*>(b + offsetof(BlockQ6_K, d)));
+    u.scale = d * static_cast<float>(scale);
+  } else {
+    static_assert(Type == kTypeQ8_0);
+    const uint8_t* b = row + (unit / 2) * sizeof(BlockQ8_0);
+    const uint8_t* qs = b + offsetof(BlockQ8_0, qs) + kUnit * (unit % 2);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) u.q[i] = load_int_aligned2(qs + 4 * i);
+    u.scale = half_bits_to_float(*reinterpret_cast<const uint16_t*>(b + offsetof(BlockQ8_0, d)));
+  }
+  return u;
+}
+
+template <uint32_t Type>
+__device__ __forceinline__ float dot_unit(const Unit& u, const ActivationBlock& a, int unit) {
+  const int* y = reinterpret_cast<const int*>(a.qs) + 4 * (unit % 2);
+  int sum = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) sum = __dp4a(u.q[i], y[i], sum);
+  if constexpr (Type == kTypeQ4_K) {
+    int sum_y = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) sum_y = __dp4a(0x01010101, y[i], sum_y);
+    return a.d * (u.scale * static_cast<float>(sum) - u.min * static_cast<float>(sum_y));
+  } else {
+    return a.d * u.scale * static_cast<float>(sum);
+  }
+}
+
+struct MatvecArgs {
+  const uint8_t* w;
+  const uint8_t* w_up;  // gated products only
+  size_t row_bytes;
+  size_t matrix_bytes;
+  int rows;
+  int units;     // cols / 16
+  int x_blocks;  // cols / 32
+  const ActivationBlock* x;
+  int x_row_divisor;  // routed slot -> activation row
+  float* y;
+  bool accumulate;
+  int n;                 // dense: rows of the batch
+  const int32_t* order;  // grouped: see ExpertGroups
+  const int32_t* chunks;
+  const int32_t* chunk_count;
+};
+
+template <uint32_t Type, int NT, bool Gated>
+__global__ void __launch_bounds__(kWarpsPerBlock* kWarp) matvec_kernel(MatvecArgs a) {
+  const int lane = threadIdx.x % kWarp;
+  const int row = blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarp;
+  int expert = 0, first, count;
+  if (a.chunks) {
+    const int c = blockIdx.y;
+    if (c >= *a.chunk_count) return;
+    expert = a.chunks[3 * c];
+    first = a.chunks[3 * c + 1];
+    count = a.chunks[3 * c + 2];
+  } else {
+    first = blockIdx.y * NT;
+    count = min(NT, a.n - first);
+  }
+  if (row >= a.rows) return;
+
+  // Rows past `count` repeat the last one so the inner loop has no branches; their sums are dropped.
+  const ActivationBlock* xs[NT];
+  int out_rows[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    const int p = first + min(t, count - 1);
+    const int slot = a.order ? a.order[p] : p;
+    xs[t] = a.x + static_cast<int64_t>(slot / a.x_row_divisor) * a.x_blocks;
+    out_rows[t] = slot;
+  }
+  const size_t offset = static_cast<size_t>(expert) * a.matrix_bytes + static_cast<size_t>(row) * a.row_bytes;
+  const uint8_t* w = a.w + offset;
+  float acc[NT] = {};
+  float acc_up[Gated ? NT : 1] = {};
+  for (int unit = lane; unit < a.units; unit += kWarp) {
+    const Unit u = decode_unit<Type>(w, unit);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[t] += dot_unit<Type>(u, xs[t][unit / 2], unit);
+    if constexpr (Gated) {
+      const Unit v = decode_unit<Type>(a.w_up + offset, unit);
+#pragma unroll
+      for (int t = 0; t < NT; ++t) acc_up[t] += dot_unit<Type>(v, xs[t][unit / 2], unit);
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    float value = warp_sum(acc[t]);
+    if constexpr (Gated) value = swiglu_value(value, warp_sum(acc_up[t]));
+    if (lane == t && t < count) {
+      float* out = a.y + static_cast<int64_t>(out_rows[t]) * a.rows + row;
+      *out = a.accumulate ? *out + value : value;
+    }
+  }
+}
+
+// F32 and F16 weights against float rows (routers, small dense matrices).
+template <uint32_t Type, int NT>
+__global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
+    float_matvec_kernel(const uint8_t* w, size_t row_bytes, int rows, int cols, const float* x, int n, float* y,
+                        bool accumulate) {
+  const int lane = threadIdx.x % kWarp;
+  const int row = blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarp;
+  const int first = blockIdx.y * NT;
+  const int count = min(NT, n - first);
+  if (row >= rows) return;
+  const uint8_t* wrow = w + static_cast<size_t>(row) * row_bytes;
+  float acc[NT] = {};
+  for (int c = lane; c < cols; c += kWarp) {
+    float weight;
+    if constexpr (Type == kTypeF32) {
+      weight = reinterpret_cast<const float*>(wrow)[c];
+    } else {
+      weight = half_bits_to_float(reinterpret_cast<const uint16_t*>(wrow)[c]);
+    }
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const float v = x[static_cast<int64_t>(first + min(t, count - 1)) * cols + c];
+      // The CPU path (as ggml) multiplies F16 weights with activations rounded to F16.
+      acc[t] += weight * (Type == kTypeF16 ? round_to_half(v) : v);
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    const float value = warp_sum(acc[t]);
+    if (lane == t && t < count) {
+      float* out = y + static_cast<int64_t>(first + t) * rows + row;
+      *out = accumulate ? *out + value : value;
+    }
+  }
+}
+
+int tokens_per_block(int64_t n) { return n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : 8; }
+
+template <int NT, bool Gated>
+void launch_quantized(uint32_t type, dim3 grid, const MatvecArgs& a, cudaStream_t stream) {
+  constexpr int kThreads = kWarpsPerBlock * kWarp;
+  switch (type) {
+    case kTypeQ4_K:
+      matvec_kernel<kTypeQ4_K, NT, Gated><<<grid, kThreads, 0, stream>>>(a);
+      break;
+    case kTypeQ6_K:
+      matvec_kernel<kTypeQ6_K, NT, Gated><<<grid, kThreads, 0, stream>>>(a);
+      break;
+    case kTypeQ8_0:
+      matvec_kernel<kTypeQ8_0, NT, Gated><<<grid, kThreads, 0, stream>>>(a);
+      break;
+    default:
+      throw Error("UNSUPPORTED_QUANT", "no GPU matvec kernel for ggml type " + std::to_string(type));
+  }
+}
+
+template <bool Gated>
+void launch_quantized(uint32_t type, int nt, dim3 grid, const MatvecArgs& a, StreamHandle stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  switch (nt) {
+    case 1:
+      launch_quantized<1, Gated>(type, grid, a, s);
+      break;
+    case 2:
+      launch_quantized<2, Gated>(type, grid, a, s);
+      break;
+    case 4:
+      launch_quantized<4, Gated>(type, grid, a, s);
+      break;
+    default:
+      launch_quantized<8, Gated>(type, grid, a, s);
+      break;
+  }
+}
+
+template <int NT>
+void launch_float(const DeviceMatrix& w, const float* x, int64_t n, float* y, bool accumulate, cudaStream_t stream) {
+  const dim3 grid(ceil_div(w.rows, kWarpsPerBlock), ceil_div(n, NT));
+  constexpr int kThreads = kWarpsPerBlock * kWarp;
+  const auto rows = static_cast<int>(w.rows);
+  const auto cols = static_cast<int>(w.cols);
+  const auto nn = static_cast<int>(n);
+  if (w.type == kTypeF32) {
+    float_matvec_kernel<kTypeF32, NT>
+        <<<grid, kThreads, 0, stream>>>(w.data, w.row_bytes, rows, cols, x, nn, y, accumulate);
+  } else {
+    float_matvec_kernel<kTypeF16, NT>
+        <<<grid, kThreads, 0, stream>>>(w.data, w.row_bytes, rows, cols, x, nn, y, accumulate);
+  }
+}
+
+MatvecArgs dense_args(const DeviceMatrix& w, const ActivationBlock* x, int64_t n, float* y, bool accumulate) {
+  MatvecArgs a{};
+  a.w = w.data;
+  a.row_bytes = w.row_bytes;
+  a.matrix_bytes = w.matrix_bytes;
+  a.rows = static_cast<int>(w.rows);
+  a.units = static_cast<int>(w.cols / kUnit);
+  a.x_blocks = static_cast<int>(w.cols / 32);
+  a.x = x;
+  a.x_row_divisor = 1;
+  a.y = y;
+  a.accumulate = accumulate;
+  a.n = static_cast<int>(n);
+  return a;
+}
+
+MatvecArgs grouped_args(const DeviceMatrix& w, const ActivationBlock* x, int64_t divisor, const ExpertGroups& g,
+                        float* y) {
+  MatvecArgs a = dense_args(w, x, 0, y, false);
+  a.x_row_divisor = static_cast<int>(divisor);
+  a.order = g.order;
+  a.chunks = g.chunks;
+  a.chunk_count = g.chunk_count;
+  return a;
+}
+
+}  // namespace
+
+bool is_float_type(uint32_t type) { return type == kTypeF32 || type == kTypeF16; }
+
+bool matvec_supports(uint32_t type) {
+  return is_float_type(type) || type == kTypeQ4_K || type == kTypeQ6_K || type == kTypeQ8_0;
+}
+
+void matvec(const DeviceMatrix& w, const MatvecInput& x, int64_t n, float* y, bool accumulate, StreamHandle stream) {
+  const int nt = tokens_per_block(n);
+  if (is_float_type(w.type)) {
+    const auto s = static_cast<cudaStream_t>(stream);
+    switch (nt) {
+      case 1:
+        launch_float<1>(w, x.floats, n, y, accumulate, s);
+        break;
+      case 2:
+        launch_float<2>(w, x.floats, n, y, accumulate, s);
+        break;
+      case 4:
+        launch_float<4>(w, x.floats, n, y, accumulate, s);
+        break;
+      default:
+        launch_float<8>(w, x.floats, n, y, accumulate, s);
+        break;
+    }
+    return;
+  }
+  const dim3 grid(ceil_div(w.rows, kWarpsPerBlock), ceil_div(n, nt));
+  launch_quantized<false>(w.type, nt, grid, dense_args(w, x.blocks, n, y, accumulate), stream);
+}
+
+bool gated_matvec_supports(const DeviceMatrix& gate, const DeviceMatrix& up) {
+  return gate.type == up.type && !is_float_type(gate.type) && matvec_supports(gate.type) && gate.rows == up.rows &&
+         gate.cols == up.cols && gate.row_bytes == up.row_bytes && gate.matrix_bytes == up.matrix_bytes;
+}
+
+void gated_matvec(const DeviceMatrix& gate, const DeviceMatrix& up, const ActivationBlock* x, int64_t n, float* y,
+                  StreamHandle stream) {
+  const int nt = tokens_per_block(n);
+  MatvecArgs a = dense_args(gate, x, n, y, false);
+  a.w_up = up.data;
+  launch_quantized<true>(gate.type, nt, dim3(ceil_div(gate.rows, kWarpsPerBlock), ceil_div(n, nt)), a, stream);
+}
+
+void expert_gated_matvec(const DeviceMatrix& gate, const DeviceMatrix& up, const ActivationBlock* x, int64_t used,
+                         const ExpertGroups& groups, float* hidden, StreamHandle stream) {
+  MatvecArgs a = grouped_args(gate, x, used, groups, hidden);
+  a.w_up = up.data;
+  const dim3 grid(ceil_div(gate.rows, kWarpsPerBlock), static_cast<unsigned>(groups.max_chunks));
+  launch_quantized<true>(gate.type, groups.tokens_per_chunk, grid, a, stream);
+}
+
+void expert_matvec(const DeviceMatrix& down, const ActivationBlock* hidden, const ExpertGroups& groups, float* out,
+                   StreamHandle stream) {
+  const dim3 grid(ceil_div(down.rows, kWarpsPerBlock), static_cast<unsigned>(groups.max_chunks));
+  launch_quantized<false>(down.type, groups.tokens_per_chunk, grid, grouped_args(down, hidden, 1, groups, out), stream);
+}
+
+}  // namespace bloomery::cuda

@@ -1,0 +1,168 @@
+// The MoE layer's routing: top-k over the router's softmax, the routed slots grouped by
+// expert (so each expert's weights are read once per chunk of rows), and the weighted sum
+// of the experts' outputs back into the residual stream.
+#include "base/error.h"
+#include "cuda/common.cuh"
+
+namespace bloomery::cuda {
+
+namespace {
+
+constexpr int kMaxExpertsPerLane = 16;  // 512 experts per router row
+// llama.cpp clamps the sum of the chosen weights from below before dividing by it.
+constexpr float kMinWeightSum = 6.103515625e-5f;
+
+// One warp per row: each lane holds experts lane, lane + 32, ...; k rounds of a warp argmax
+// (ties to the lower index) pick the best in order. The softmax is the CPU path's
+// (cpu/softmax.cc, cpu/moe.cc): exps rounded to float, their sum in double, probabilities
+// as exp * float(1 / sum), the chosen ones' sum in double, so both route alike.
+__global__ void top_k_kernel(const float* logits, int n, int experts, int used, bool normalize, int32_t* chosen,
+                             float* weights) {
+  const int row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+  if (row >= n) return;
+  const int lane = threadIdx.x % kWarp;
+  const float* l = logits + static_cast<int64_t>(row) * experts;
+  float p[kMaxExpertsPerLane];
+  float local_max = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < kMaxExpertsPerLane; ++i) {
+    const int e = lane + i * kWarp;
+    p[i] = e < experts ? l[e] : -INFINITY;
+    local_max = fmaxf(local_max, p[i]);
+  }
+  const float max = warp_max(local_max);
+  double local_sum = 0.0;
+#pragma unroll
+  for (int i = 0; i < kMaxExpertsPerLane; ++i) {
+    const int e = lane + i * kWarp;
+    p[i] = e < experts ? exp_as_host(__fsub_rn(p[i], max)) : -1.0f;
+    local_sum += e < experts ? static_cast<double>(p[i]) : 0.0;
+  }
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) local_sum += __shfl_xor_sync(0xffffffffu, local_sum, offset);
+  const auto inverse = static_cast<float>(1.0 / local_sum);
+#pragma unroll
+  for (int i = 0; i < kMaxExpertsPerLane; ++i) {
+    if (p[i] >= 0.0f) p[i] = __fmul_rn(p[i], inverse);
+  }
+  double chosen_sum = 0.0;
+  for (int k = 0; k < used; ++k) {
+    float best = -1.0f;
+    int best_e = INT32_MAX;
+#pragma unroll
+    for (int i = 0; i < kMaxExpertsPerLane; ++i) {
+      if (p[i] > best) {
+        best = p[i];
+        best_e = lane + i * kWarp;
+      }
+    }
+#pragma unroll
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+      const float other = __shfl_xor_sync(0xffffffffu, best, offset);
+      const int other_e = __shfl_xor_sync(0xffffffffu, best_e, offset);
+      if (other > best || (other == best && other_e < best_e)) {
+        best = other;
+        best_e = other_e;
+      }
+    }
+    if (best_e % kWarp == lane) p[best_e / kWarp] = -1.0f;
+    chosen_sum += static_cast<double>(best);
+    if (lane == 0) {
+      chosen[row * used + k] = best_e;
+      weights[row * used + k] = best;
+    }
+  }
+  if (normalize && lane == 0) {
+    const float divisor = fmaxf(static_cast<float>(chosen_sum), kMinWeightSum);
+    for (int k = 0; k < used; ++k) weights[row * used + k] = __fdiv_rn(weights[row * used + k], divisor);
+  }
+}
+
+// One block: counts per expert, offsets, the chunk table, then each slot's place in `order`.
+// The order within an expert varies from run to run; each slot's result does not depend on it.
+__global__ void group_kernel(const int32_t* chosen, int pairs, int experts, int tokens_per_chunk, int32_t* order,
+                             int32_t* chunks, int32_t* chunk_count) {
+  extern __shared__ int shared[];
+  int* counts = shared;
+  int* offsets = shared + experts;
+  int* chunk_offsets = shared + 2 * experts;
+  int* fill = shared + 3 * experts;
+  for (int e = threadIdx.x; e < experts; e += blockDim.x) {
+    counts[e] = 0;
+    fill[e] = 0;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < pairs; i += blockDim.x) atomicAdd(&counts[chosen[i]], 1);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int offset = 0, chunk = 0;
+    for (int e = 0; e < experts; ++e) {
+      offsets[e] = offset;
+      chunk_offsets[e] = chunk;
+      offset += counts[e];
+      chunk += (counts[e] + tokens_per_chunk - 1) / tokens_per_chunk;
+    }
+    *chunk_count = chunk;
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < experts; e += blockDim.x) {
+    for (int start = 0, c = chunk_offsets[e]; start < counts[e]; start += tokens_per_chunk, ++c) {
+      chunks[3 * c] = e;
+      chunks[3 * c + 1] = offsets[e] + start;
+      chunks[3 * c + 2] = min(tokens_per_chunk, counts[e] - start);
+    }
+  }
+  for (int i = threadIdx.x; i < pairs; i += blockDim.x) {
+    const int e = chosen[i];
+    order[offsets[e] + atomicAdd(&fill[e], 1)] = i;
+  }
+}
+
+// Products and sums rounded one by one, in k order, as cpu/moe.cc adds them.
+__global__ void combine_kernel(const float* expert_out, const float* weights, int used, int width, float* residual) {
+  const int row = blockIdx.x;
+  for (int j = threadIdx.x; j < width; j += blockDim.x) {
+    float sum = 0.0f;
+    for (int k = 0; k < used; ++k) {
+      sum = __fadd_rn(
+          sum, __fmul_rn(weights[row * used + k], expert_out[(static_cast<int64_t>(row) * used + k) * width + j]));
+    }
+    residual[static_cast<int64_t>(row) * width + j] += sum;
+  }
+}
+
+}  // namespace
+
+void route_top_k(const float* logits, int64_t n, int64_t experts, int64_t used, bool normalize, int32_t* chosen,
+                 float* weights, StreamHandle stream) {
+  if (experts > kMaxExpertsPerLane * kWarp) {
+    throw Error("UNSUPPORTED_MODEL", "the GPU router serves at most " + std::to_string(kMaxExpertsPerLane * kWarp) +
+                                         " experts, the model has " + std::to_string(experts));
+  }
+  constexpr int kThreads = 128;
+  top_k_kernel<<<ceil_div(n, kThreads / kWarp), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      logits, static_cast<int>(n), static_cast<int>(experts), static_cast<int>(used), normalize, chosen, weights);
+}
+
+int tokens_per_expert_chunk(int64_t n) { return n == 1 ? 1 : 8; }
+
+int64_t max_expert_chunks(int64_t n, int64_t experts, int64_t used) {
+  const int64_t pairs = n * used;
+  const int64_t per_chunk = tokens_per_expert_chunk(n);
+  return std::min(pairs, (pairs + per_chunk - 1) / per_chunk + experts);
+}
+
+void group_by_expert(const int32_t* chosen, int64_t n, int64_t experts, int64_t used, int tokens_per_chunk,
+                     int32_t* order, int32_t* chunks, int32_t* chunk_count, StreamHandle stream) {
+  const size_t shared = 4 * static_cast<size_t>(experts) * sizeof(int);
+  group_kernel<<<1, 1024, shared, static_cast<cudaStream_t>(stream)>>>(
+      chosen, static_cast<int>(n * used), static_cast<int>(experts), tokens_per_chunk, order, chunks, chunk_count);
+}
+
+void combine_experts(const float* expert_out, const float* weights, int64_t n, int64_t used, int64_t width,
+                     float* residual, StreamHandle stream) {
+  combine_kernel<<<static_cast<unsigned>(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+      expert_out, weights, static_cast<int>(used), static_cast<int>(width), residual);
+}
+
+}  // namespace bloomery::cuda

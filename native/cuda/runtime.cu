@@ -1,0 +1,108 @@
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "base/error.h"
+#include "cuda/runtime.h"
+
+namespace bloomery::cuda {
+
+namespace {
+
+void check(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return;
+  cudaGetLastError();
+  if (err == cudaErrorMemoryAllocation) {
+    throw Error("INSUFFICIENT_MEMORY", std::string(what) + ": the GPU is out of memory");
+  }
+  throw Error("CUDA_ERROR", std::string(what) + ": " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
+}
+
+cudaStream_t raw(StreamHandle s) { return static_cast<cudaStream_t>(s); }
+
+}  // namespace
+
+void use_device(int device) { check(cudaSetDevice(device), "cudaSetDevice"); }
+
+MemoryInfo memory_info() {
+  size_t free_bytes = 0, total_bytes = 0;
+  check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  return {free_bytes, total_bytes};
+}
+
+DeviceBuffer::DeviceBuffer(size_t bytes, const std::string& what) : bytes_(bytes) {
+  const cudaError_t err = cudaMalloc(&data_, bytes == 0 ? 1 : bytes);
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    data_ = nullptr;
+    throw Error("INSUFFICIENT_MEMORY", what + ": " + std::to_string(bytes) + " bytes do not fit the GPU's free memory");
+  }
+  check(err, "cudaMalloc");
+}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    if (data_) cudaFree(data_);
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (data_) cudaFree(data_);
+}
+
+Stream::Stream() {
+  cudaStream_t s = nullptr;
+  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+  stream_ = s;
+}
+
+Stream::~Stream() {
+  if (stream_) cudaStreamDestroy(raw(stream_));
+}
+
+void Stream::synchronize() const { check(cudaStreamSynchronize(raw(stream_)), "cudaStreamSynchronize"); }
+
+void copy_to_device(void* dst, const void* src, size_t bytes, StreamHandle stream) {
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, raw(stream)), "cudaMemcpyAsync (to device)");
+}
+
+void copy_to_host(void* dst, const void* src, size_t bytes, StreamHandle stream) {
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, raw(stream)), "cudaMemcpyAsync (to host)");
+}
+
+void upload(void* dst, const void* src, size_t bytes) {
+  check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy (weights)");
+}
+
+void check_launch(const char* what) { check(cudaGetLastError(), what); }
+
+Graph::~Graph() {
+  if (exec_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+}
+
+void Graph::begin_capture(StreamHandle stream) {
+  // Thread-local: passes run on whichever pool thread the addon picks.
+  check(cudaStreamBeginCapture(raw(stream), cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+}
+
+void Graph::end_capture(StreamHandle stream) {
+  cudaGraph_t graph = nullptr;
+  check(cudaStreamEndCapture(raw(stream), &graph), "cudaStreamEndCapture");
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  check(err, "cudaGraphInstantiate");
+  exec_ = exec;
+}
+
+void Graph::launch(StreamHandle stream) const {
+  check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), raw(stream)), "cudaGraphLaunch");
+}
+
+}  // namespace bloomery::cuda

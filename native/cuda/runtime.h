@@ -1,0 +1,87 @@
+// Device memory, streams and graphs behind a plain C++ interface, so the engine (compiled
+// by the host compiler) needs no CUDA headers. Every failure throws bloomery::Error with a
+// code: INSUFFICIENT_MEMORY for an allocation the card cannot serve, CUDA_ERROR otherwise.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace bloomery::cuda {
+
+// Makes `device` current on the calling thread (the addon runs passes on pool threads).
+void use_device(int device);
+
+// Free and total bytes of the current device.
+struct MemoryInfo {
+  uint64_t free = 0;
+  uint64_t total = 0;
+};
+MemoryInfo memory_info();
+
+// One allocation of device memory, freed on destruction.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  // `what` names the allocation in the INSUFFICIENT_MEMORY error.
+  DeviceBuffer(size_t bytes, const std::string& what);
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer();
+
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// An opaque cudaStream_t.
+using StreamHandle = void*;
+
+class Stream {
+ public:
+  Stream();
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  ~Stream();
+  StreamHandle handle() const { return stream_; }
+  void synchronize() const;
+
+ private:
+  StreamHandle stream_ = nullptr;
+};
+
+void copy_to_device(void* dst, const void* src, size_t bytes, StreamHandle stream);
+void copy_to_host(void* dst, const void* src, size_t bytes, StreamHandle stream);
+// Synchronous upload of a large host range (weights at load).
+void upload(void* dst, const void* src, size_t bytes);
+
+// Throws CUDA_ERROR naming `what` if a launch on the calling thread failed.
+void check_launch(const char* what);
+
+// A captured sequence of launches replayed as one graph (a decode step).
+class Graph {
+ public:
+  Graph() = default;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  ~Graph();
+
+  bool ready() const { return exec_ != nullptr; }
+  void begin_capture(StreamHandle stream);
+  void end_capture(StreamHandle stream);
+  void launch(StreamHandle stream) const;
+
+ private:
+  void* exec_ = nullptr;  // cudaGraphExec_t
+};
+
+}  // namespace bloomery::cuda

@@ -1,0 +1,562 @@
+#include "engine/gpu_forward.h"
+
+#include "base/error.h"
+
+#ifdef BLOOMERY_CUDA
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+
+#include "cuda/device.h"
+#include "cuda/ops.h"
+#include "cuda/runtime.h"
+#include "quant/ggml_types.h"
+
+namespace bloomery::engine {
+
+namespace {
+
+using cuda::ActivationBlock;
+using cuda::DeviceBuffer;
+using cuda::DeviceMatrix;
+
+// Rows per pass: longer prompts run as several passes, so the workspace stays bounded.
+constexpr int64_t kMaxBatch = 512;
+// Device memory left to the CUDA context, graphs and kernels' local memory.
+constexpr uint64_t kReserve = 512ull << 20;
+
+std::string gib(uint64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / (1ull << 30));
+  return text;
+}
+
+std::string type_name(uint32_t type) {
+  const auto info = quant::ggml_type(type);
+  return info ? std::string(info->name) : "type " + std::to_string(type);
+}
+
+struct GpuLayer {
+  const float* attention_norm = nullptr;
+  DeviceMatrix q, k, v, attention_output;
+  const float* q_bias = nullptr;
+  const float* k_bias = nullptr;
+  const float* v_bias = nullptr;
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  const float* ffn_norm = nullptr;
+  DeviceMatrix ffn_gate, ffn_up, ffn_down;
+  DeviceMatrix router, expert_gate, expert_up, expert_down;
+};
+
+// Where each of the model's host ranges goes in the one device allocation of weights.
+class WeightPlan {
+ public:
+  size_t place(const void* host, size_t bytes) {
+    if (!host) return kNone;
+    const auto [it, added] = offsets_.try_emplace(host, total_);
+    if (added) {
+      ranges_.push_back({host, bytes, total_});
+      total_ += (bytes + 255) / 256 * 256;
+    }
+    return it->second;
+  }
+  size_t total() const { return total_; }
+  void upload(const DeviceBuffer& arena) const {
+    for (const Range& r : ranges_) cuda::upload(arena.as<uint8_t>() + r.offset, r.host, r.bytes);
+  }
+  static constexpr size_t kNone = ~size_t{0};
+
+ private:
+  struct Range {
+    const void* host;
+    size_t bytes;
+    size_t offset;
+  };
+  std::map<const void*, size_t> offsets_;
+  std::vector<Range> ranges_;
+  size_t total_ = 0;
+};
+
+}  // namespace
+
+// The pass's buffers, sized for kMaxBatch rows.
+struct Workspace {
+  DeviceBuffer residual, normed, q, k, v, attention, gate, up, hidden, expert_out, router_logits, routing_weights;
+  DeviceBuffer chosen, order, chunks, chunk_count, tokens, positions, activations, last_logits;
+  DeviceBuffer all_logits;  // grown on demand for LogitRows::kAll
+};
+
+class GpuModel {
+ public:
+  int device = 0;
+  model::HyperParams params;
+  DeviceBuffer weights;
+  DeviceMatrix token_embedding, output;
+  const float* output_norm = nullptr;
+  const float* freq_factors = nullptr;
+  std::vector<GpuLayer> layers;
+  cuda::Stream stream;
+  Workspace work;
+  int64_t max_chunks = 0;
+};
+
+class GpuSequence {
+ public:
+  DeviceBuffer keys, values;  // layers * capacity * kv_width f16 each
+  int64_t layer_elements = 0;
+  cuda::Graph decode_step;
+};
+
+namespace {
+
+size_t kv_bytes(const model::HyperParams& p, int64_t context_size) {
+  return 2 * static_cast<size_t>(p.layers * context_size * p.kv_heads * p.head_dim) * sizeof(uint16_t);
+}
+
+// The workspace's buffers, in bytes, in Workspace's order (all_logits excepted).
+std::vector<std::pair<const char*, size_t>> workspace_sizes(const model::HyperParams& p) {
+  const auto floats = [](int64_t count) { return static_cast<size_t>(count) * sizeof(float); };
+  const auto ints = [](int64_t count) { return static_cast<size_t>(count) * sizeof(int32_t); };
+  const int64_t b = kMaxBatch;
+  const int64_t q_width = p.heads * p.head_dim, kv_width = p.kv_heads * p.head_dim;
+  const int64_t routed = b * p.experts_used;
+  const int64_t hidden = std::max(b * p.feed_forward, routed * p.expert_feed_forward);
+  const int64_t widest = std::max({b * p.embedding, b * q_width, hidden});
+  const int64_t chunks = p.experts > 0 ? cuda::max_expert_chunks(b, p.experts, p.experts_used) : 0;
+  return {{"residual", floats(b * p.embedding)},
+          {"normed", floats(b * p.embedding)},
+          {"q", floats(b * q_width)},
+          {"k", floats(b * kv_width)},
+          {"v", floats(b * kv_width)},
+          {"attention", floats(b * q_width)},
+          {"gate", floats(b * p.feed_forward)},
+          {"up", floats(b * p.feed_forward)},
+          {"hidden", floats(hidden)},
+          {"expert_out", floats(routed * p.embedding)},
+          {"router_logits", floats(b * p.experts)},
+          {"routing_weights", floats(routed)},
+          {"chosen", ints(routed)},
+          {"order", ints(routed)},
+          {"chunks", ints(3 * chunks)},
+          {"chunk_count", ints(1)},
+          {"tokens", ints(b)},
+          {"positions", ints(b)},
+          {"activations", static_cast<size_t>(widest / 32) * sizeof(ActivationBlock)},
+          {"last_logits", floats(p.vocab)}};
+}
+
+void allocate_workspace(const model::HyperParams& p, Workspace& w) {
+  DeviceBuffer* buffers[] = {&w.residual,
+                             &w.normed,
+                             &w.q,
+                             &w.k,
+                             &w.v,
+                             &w.attention,
+                             &w.gate,
+                             &w.up,
+                             &w.hidden,
+                             &w.expert_out,
+                             &w.router_logits,
+                             &w.routing_weights,
+                             &w.chosen,
+                             &w.order,
+                             &w.chunks,
+                             &w.chunk_count,
+                             &w.tokens,
+                             &w.positions,
+                             &w.activations,
+                             &w.last_logits};
+  const auto sizes = workspace_sizes(p);
+  for (size_t i = 0; i < sizes.size(); ++i) *buffers[i] = DeviceBuffer(sizes[i].second, sizes[i].first);
+}
+
+// Checks the GPU kernels cover a matrix; `name` says which tensor in the refusal.
+void require(bool supported, const cpu::WeightMatrix& w, const std::string& name) {
+  if (!supported) {
+    throw Error("UNSUPPORTED_QUANT",
+                name + " is " + type_name(w.kernels->type) + ", which has no GPU kernel; load with gpu: false");
+  }
+}
+
+class Uploader {
+ public:
+  explicit Uploader(const model::HyperParams& p) : p_(p) {}
+
+  // First pass: place every tensor; second pass (after allocation): resolve device pointers.
+  DeviceMatrix matrix(const cpu::WeightMatrix& w, int64_t count = 1) {
+    const size_t matrix_bytes = static_cast<size_t>(w.rows) * w.row_bytes;
+    DeviceMatrix d;
+    if (w.empty()) return d;
+    d.type = w.kernels->type;
+    d.rows = w.rows;
+    d.cols = w.cols;
+    d.row_bytes = w.row_bytes;
+    d.matrix_bytes = matrix_bytes;
+    d.count = count;
+    d.data = resolve<uint8_t>(plan_.place(w.data, matrix_bytes * static_cast<size_t>(count)));
+    return d;
+  }
+  const float* vector(const float* host, int64_t length) {
+    return resolve<float>(plan_.place(host, static_cast<size_t>(length) * sizeof(float)));
+  }
+  void allocate() {
+    arena_ = DeviceBuffer(plan_.total(), "model weights");
+    plan_.upload(arena_);
+  }
+  size_t bytes() const { return plan_.total(); }
+  DeviceBuffer take() { return std::move(arena_); }
+
+ private:
+  template <typename T>
+  const T* resolve(size_t offset) {
+    if (offset == WeightPlan::kNone || !arena_.data()) return nullptr;
+    return reinterpret_cast<const T*>(arena_.as<uint8_t>() + offset);
+  }
+  const model::HyperParams& p_;
+  WeightPlan plan_;
+  DeviceBuffer arena_;
+};
+
+void bind_weights(const model::Model& m, Uploader& up, GpuModel& g) {
+  const model::HyperParams& p = m.params;
+  const int64_t q_width = p.heads * p.head_dim, kv_width = p.kv_heads * p.head_dim;
+  g.token_embedding = up.matrix(m.token_embedding);
+  g.output = up.matrix(m.output);
+  g.output_norm = up.vector(m.output_norm, p.embedding);
+  g.freq_factors = up.vector(p.rope.freq_factors, p.rope.dims / 2);
+  g.layers.resize(m.layers.size());
+  for (size_t l = 0; l < m.layers.size(); ++l) {
+    const model::LayerWeights& w = m.layers[l];
+    GpuLayer& d = g.layers[l];
+    d.attention_norm = up.vector(w.attention_norm, p.embedding);
+    d.q = up.matrix(w.q);
+    d.k = up.matrix(w.k);
+    d.v = up.matrix(w.v);
+    d.attention_output = up.matrix(w.attention_output);
+    d.q_bias = up.vector(w.q_bias, q_width);
+    d.k_bias = up.vector(w.k_bias, kv_width);
+    d.v_bias = up.vector(w.v_bias, kv_width);
+    d.q_norm = up.vector(w.q_norm, p.head_dim);
+    d.k_norm = up.vector(w.k_norm, p.head_dim);
+    d.ffn_norm = up.vector(w.ffn_norm, p.embedding);
+    d.ffn_gate = up.matrix(w.ffn_gate);
+    d.ffn_up = up.matrix(w.ffn_up);
+    d.ffn_down = up.matrix(w.ffn_down);
+    d.router = up.matrix(w.router);
+    d.expert_gate = up.matrix(w.expert_gate.first, w.expert_gate.count);
+    d.expert_up = up.matrix(w.expert_up.first, w.expert_up.count);
+    d.expert_down = up.matrix(w.expert_down.first, w.expert_down.count);
+  }
+}
+
+void check_kernels(const model::Model& m) {
+  require(cuda::embedding_supports(m.token_embedding.kernels->type), m.token_embedding, "token_embd");
+  require(cuda::matvec_supports(m.output.kernels->type), m.output, "output");
+  for (size_t l = 0; l < m.layers.size(); ++l) {
+    const model::LayerWeights& w = m.layers[l];
+    const std::string layer = "blk." + std::to_string(l) + ".";
+    for (const auto& [matrix, name] :
+         {std::pair{&w.q, "attn_q"}, std::pair{&w.k, "attn_k"}, std::pair{&w.v, "attn_v"},
+          std::pair{&w.attention_output, "attn_output"}, std::pair{&w.ffn_gate, "ffn_gate"},
+          std::pair{&w.ffn_up, "ffn_up"}, std::pair{&w.ffn_down, "ffn_down"}, std::pair{&w.router, "ffn_gate_inp"}}) {
+      if (!matrix->empty()) require(cuda::matvec_supports(matrix->kernels->type), *matrix, layer + name);
+    }
+    if (m.params.experts == 0) continue;
+    for (const auto& [experts, name] :
+         {std::pair{&w.expert_gate, "ffn_gate_exps"}, std::pair{&w.expert_up, "ffn_up_exps"},
+          std::pair{&w.expert_down, "ffn_down_exps"}}) {
+      const uint32_t type = experts->first.kernels->type;
+      require(cuda::matvec_supports(type) && !cuda::is_float_type(type), experts->first, layer + name);
+    }
+    if (w.expert_gate.first.kernels->type != w.expert_up.first.kernels->type) {
+      throw Error("UNSUPPORTED_QUANT", layer + "ffn_gate_exps and ffn_up_exps differ in type (" +
+                                           type_name(w.expert_gate.first.kernels->type) + ", " +
+                                           type_name(w.expert_up.first.kernels->type) +
+                                           "); the GPU's fused expert kernel needs one; load with gpu: false");
+    }
+  }
+}
+
+void check_shape(const model::HyperParams& p) {
+  if (p.head_dim % 32 != 0 || p.head_dim > 256 || p.embedding % 32 != 0) {
+    throw Error("UNSUPPORTED_MODEL",
+                "the GPU path needs head_dim a multiple of 32 up to 256 and embedding a multiple "
+                "of 32 (head_dim " +
+                    std::to_string(p.head_dim) + ", embedding " + std::to_string(p.embedding) + ")");
+  }
+}
+
+// --- the pass ---
+
+struct Pass {
+  GpuModel& m;
+  GpuSequence& s;
+  int64_t n;
+  cuda::StreamHandle stream;
+
+  float* f(const DeviceBuffer& b) const { return b.as<float>(); }
+  ActivationBlock* blocks() const { return m.work.activations.as<ActivationBlock>(); }
+
+  // Float rows that one or more matrices read, quantized into the one activations buffer in
+  // the format each weight type wants, again only when that format changes.
+  class Input {
+   public:
+    Input(const Pass& pass, const float* x, int64_t rows, int64_t cols)
+        : pass_(pass), x_(x), rows_(rows), cols_(cols) {}
+    cuda::MatvecInput for_type(uint32_t type) {
+      if (cuda::is_float_type(type)) return {x_, nullptr};
+      const int format = cuda::superblock_activations(type) ? 1 : 0;
+      if (format != format_) {
+        cuda::quantize_activations(x_, rows_, cols_, type, pass_.blocks(), pass_.stream);
+        format_ = format;
+      }
+      return {x_, pass_.blocks()};
+    }
+
+   private:
+    const Pass& pass_;
+    const float* x_;
+    int64_t rows_, cols_;
+    int format_ = -1;
+  };
+
+  void mul(const DeviceMatrix& w, Input& x, int64_t rows, float* y, bool accumulate) const {
+    cuda::matvec(w, x.for_type(w.type), rows, y, accumulate, stream);
+  }
+
+  void position_heads(float* rows, int64_t heads, const float* head_norm) const {
+    const model::HyperParams& p = m.params;
+    if (head_norm) cuda::rms_norm(rows, n * heads, p.head_dim, head_norm, p.rms_epsilon, rows, stream);
+    const cuda::RopeShape shape{p.rope.style == cpu::RopeStyle::kNeox, p.rope.dims, p.rope.freq_base, p.rope.freq_scale,
+                                m.freq_factors};
+    cuda::rope(rows, n, heads, p.head_dim, m.work.positions.as<int32_t>(), shape, stream);
+  }
+
+  void attention_block(const GpuLayer& w, int64_t layer) const {
+    const model::HyperParams& p = m.params;
+    const Workspace& ws = m.work;
+    const int64_t q_width = p.heads * p.head_dim, kv_width = p.kv_heads * p.head_dim;
+    cuda::rms_norm(f(ws.residual), n, p.embedding, w.attention_norm, p.rms_epsilon, f(ws.normed), stream);
+    Input x(*this, f(ws.normed), n, p.embedding);
+    mul(w.q, x, n, f(ws.q), false);
+    mul(w.k, x, n, f(ws.k), false);
+    mul(w.v, x, n, f(ws.v), false);
+    if (w.q_bias) cuda::add_bias(f(ws.q), n, q_width, w.q_bias, stream);
+    if (w.k_bias) cuda::add_bias(f(ws.k), n, kv_width, w.k_bias, stream);
+    if (w.v_bias) cuda::add_bias(f(ws.v), n, kv_width, w.v_bias, stream);
+    position_heads(f(ws.q), p.heads, w.q_norm);
+    position_heads(f(ws.k), p.kv_heads, w.k_norm);
+    uint16_t* keys = s.keys.as<uint16_t>() + layer * s.layer_elements;
+    uint16_t* values = s.values.as<uint16_t>() + layer * s.layer_elements;
+    cuda::store_kv(f(ws.k), f(ws.v), n, kv_width, ws.positions.as<int32_t>(), keys, values, stream);
+    const cuda::AttentionShape shape{p.heads, p.kv_heads, p.head_dim, 1.0f / std::sqrt(static_cast<float>(p.head_dim))};
+    cuda::causal_attention(f(ws.q), n, ws.positions.as<int32_t>(), keys, values, shape, f(ws.attention), stream);
+    Input attended(*this, f(ws.attention), n, q_width);
+    mul(w.attention_output, attended, n, f(ws.residual), true);
+  }
+
+  void dense_ffn(const GpuLayer& w, Input& x) const {
+    const model::HyperParams& p = m.params;
+    const Workspace& ws = m.work;
+    if (cuda::gated_matvec_supports(w.ffn_gate, w.ffn_up)) {
+      cuda::gated_matvec(w.ffn_gate, w.ffn_up, x.for_type(w.ffn_gate.type).blocks, n, f(ws.hidden), stream);
+    } else {
+      mul(w.ffn_gate, x, n, f(ws.gate), false);
+      mul(w.ffn_up, x, n, f(ws.up), false);
+      cuda::swiglu(f(ws.gate), f(ws.up), n * p.feed_forward, f(ws.hidden), stream);
+    }
+    Input hidden(*this, f(ws.hidden), n, p.feed_forward);
+    mul(w.ffn_down, hidden, n, f(ws.residual), true);
+  }
+
+  void moe_ffn(const GpuLayer& w, Input& x) const {
+    const model::HyperParams& p = m.params;
+    const Workspace& ws = m.work;
+    mul(w.router, x, n, f(ws.router_logits), false);
+    cuda::route_top_k(f(ws.router_logits), n, p.experts, p.experts_used, p.normalize_expert_weights,
+                      ws.chosen.as<int32_t>(), f(ws.routing_weights), stream);
+    cuda::ExpertGroups groups;
+    groups.order = ws.order.as<int32_t>();
+    groups.chunks = ws.chunks.as<int32_t>();
+    groups.chunk_count = ws.chunk_count.as<int32_t>();
+    groups.tokens_per_chunk = cuda::tokens_per_expert_chunk(n);
+    groups.max_chunks = cuda::max_expert_chunks(n, p.experts, p.experts_used);
+    cuda::group_by_expert(ws.chosen.as<int32_t>(), n, p.experts, p.experts_used, groups.tokens_per_chunk,
+                          ws.order.as<int32_t>(), ws.chunks.as<int32_t>(), ws.chunk_count.as<int32_t>(), stream);
+    cuda::expert_gated_matvec(w.expert_gate, w.expert_up, x.for_type(w.expert_gate.type).blocks, p.experts_used, groups,
+                              f(ws.hidden), stream);
+    Input hidden(*this, f(ws.hidden), n * p.experts_used, p.expert_feed_forward);
+    cuda::expert_matvec(w.expert_down, hidden.for_type(w.expert_down.type).blocks, groups, f(ws.expert_out), stream);
+    cuda::combine_experts(f(ws.expert_out), f(ws.routing_weights), n, p.experts_used, p.embedding, f(ws.residual),
+                          stream);
+  }
+
+  void ffn_block(const GpuLayer& w) const {
+    const model::HyperParams& p = m.params;
+    const Workspace& ws = m.work;
+    cuda::rms_norm(f(ws.residual), n, p.embedding, w.ffn_norm, p.rms_epsilon, f(ws.normed), stream);
+    Input x(*this, f(ws.normed), n, p.embedding);
+    if (p.experts > 0) {
+      moe_ffn(w, x);
+    } else {
+      dense_ffn(w, x);
+    }
+  }
+
+  // Runs the layers over the batch uploaded to work.tokens / work.positions, then writes the
+  // logits of the last `out_rows` rows (none for an early batch of a long prompt) to `logits` (device).
+  void run(int64_t out_rows, float* logits) const {
+    const model::HyperParams& p = m.params;
+    const Workspace& ws = m.work;
+    cuda::embed(m.token_embedding, ws.tokens.as<int32_t>(), n, f(ws.residual), stream);
+    for (int64_t l = 0; l < p.layers; ++l) {
+      attention_block(m.layers[l], l);
+      ffn_block(m.layers[l]);
+    }
+    cuda::check_launch("the GPU forward pass");
+    if (out_rows == 0) return;
+    const float* last = f(ws.residual) + (n - out_rows) * p.embedding;
+    cuda::rms_norm(last, out_rows, p.embedding, m.output_norm, p.rms_epsilon, f(ws.normed), stream);
+    Input normed(*this, f(ws.normed), out_rows, p.embedding);
+    mul(m.output, normed, out_rows, logits, false);
+    cuda::check_launch("the GPU forward pass");
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptions& options, int64_t context_size) {
+  const cuda::CudaStatus status = cuda::query_cuda();
+  if (!status.available) throw Error("GPU_UNAVAILABLE", status.reason);
+  if (options.device < 0 || options.device >= static_cast<int>(status.devices.size())) {
+    throw Error("GPU_UNAVAILABLE", "gpu.device " + std::to_string(options.device) + " does not exist (" +
+                                       std::to_string(status.devices.size()) + " CUDA devices)");
+  }
+  const model::HyperParams& p = model.params;
+  check_shape(p);
+  check_kernels(model);
+
+  cuda::use_device(options.device);
+  auto g = std::make_shared<GpuModel>();
+  g->device = options.device;
+  g->params = p;
+  Uploader planner(p);
+  bind_weights(model, planner, *g);
+  size_t workspace = 0;
+  for (const auto& [name, bytes] : workspace_sizes(p)) workspace += (bytes + 255) / 256 * 256;
+  const size_t weights = planner.bytes();
+  const size_t kv = kv_bytes(p, context_size);
+  const cuda::MemoryInfo memory = cuda::memory_info();
+  const uint64_t usable = memory.free > kReserve ? memory.free - kReserve : 0;
+  const uint64_t available = options.budget > 0 ? std::min<uint64_t>(options.budget, usable) : usable;
+  const uint64_t needed = weights + workspace + kv;
+  if (needed > available) {
+    const std::string limit = options.budget > 0 && options.budget < usable
+                                  ? "the gpu budget of " + gib(options.budget)
+                                  : gib(memory.free) + " free on " + status.devices[options.device].name +
+                                        " less a reserve of " + gib(kReserve);
+    throw Error("INSUFFICIENT_MEMORY", "the model needs " + gib(needed) + " of GPU memory: weights " + gib(weights) +
+                                           " + KV cache " + gib(kv) + " (contextSize " + std::to_string(context_size) +
+                                           ") + workspace " + gib(workspace) + "; more than " + limit);
+  }
+  planner.allocate();
+  bind_weights(model, planner, *g);
+  g->weights = planner.take();
+  allocate_workspace(p, g->work);
+  return g;
+}
+
+std::shared_ptr<GpuSequence> create_gpu_sequence(GpuModel& model, int64_t context_size) {
+  cuda::use_device(model.device);
+  const model::HyperParams& p = model.params;
+  const size_t bytes = kv_bytes(p, context_size);
+  const cuda::MemoryInfo memory = cuda::memory_info();
+  if (bytes + kReserve > memory.free) {
+    throw Error("INSUFFICIENT_MEMORY", "a session's KV cache needs " + gib(bytes) + " (contextSize " +
+                                           std::to_string(context_size) + "); the GPU has " + gib(memory.free) +
+                                           " free, less a reserve of " + gib(kReserve));
+  }
+  auto s = std::make_shared<GpuSequence>();
+  s->layer_elements = context_size * p.kv_heads * p.head_dim;
+  s->keys = DeviceBuffer(bytes / 2, "KV cache (keys)");
+  s->values = DeviceBuffer(bytes / 2, "KV cache (values)");
+  return s;
+}
+
+void gpu_forward(GpuModel& model, GpuSequence& sequence, std::span<const int32_t> tokens, int64_t first_position,
+                 LogitRows rows, std::vector<float>& logits) {
+  cuda::use_device(model.device);
+  const model::HyperParams& p = model.params;
+  Workspace& ws = model.work;
+  const cuda::StreamHandle stream = model.stream.handle();
+  const int64_t total = static_cast<int64_t>(tokens.size());
+  const bool all = rows == LogitRows::kAll;
+  logits.resize(static_cast<size_t>((all ? total : 1) * p.vocab));
+  if (all && total > 1) {
+    const size_t bytes = static_cast<size_t>(std::min(total, kMaxBatch) * p.vocab) * sizeof(float);
+    if (ws.all_logits.bytes() < bytes) ws.all_logits = DeviceBuffer(bytes, "logits of every row");
+  }
+  std::vector<int32_t> positions;
+  for (int64_t first = 0; first < total; first += kMaxBatch) {
+    const int64_t n = std::min(kMaxBatch, total - first);
+    positions.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) positions[i] = static_cast<int32_t>(first_position + first + i);
+    cuda::copy_to_device(ws.tokens.data(), tokens.data() + first, n * sizeof(int32_t), stream);
+    cuda::copy_to_device(ws.positions.data(), positions.data(), n * sizeof(int32_t), stream);
+    const Pass pass{model, sequence, n, stream};
+    const bool last_batch = first + n == total;
+    if (n == 1) {
+      // A decode step: every launch reads its position from device memory, so one graph serves each step.
+      if (!sequence.decode_step.ready()) {
+        sequence.decode_step.begin_capture(stream);
+        try {
+          pass.run(1, ws.last_logits.as<float>());
+        } catch (...) {
+          sequence.decode_step.end_capture(stream);
+          throw;
+        }
+        sequence.decode_step.end_capture(stream);
+      }
+      sequence.decode_step.launch(stream);
+      if (all || last_batch) {
+        cuda::copy_to_host(logits.data() + (all ? first * p.vocab : 0), ws.last_logits.data(), p.vocab * sizeof(float),
+                           stream);
+      }
+    } else if (all) {
+      pass.run(n, ws.all_logits.as<float>());
+      cuda::copy_to_host(logits.data() + first * p.vocab, ws.all_logits.data(), n * p.vocab * sizeof(float), stream);
+    } else {
+      pass.run(last_batch ? 1 : 0, ws.last_logits.as<float>());
+      if (last_batch) cuda::copy_to_host(logits.data(), ws.last_logits.data(), p.vocab * sizeof(float), stream);
+    }
+  }
+  model.stream.synchronize();
+}
+
+}  // namespace bloomery::engine
+
+#else
+
+namespace bloomery::engine {
+
+class GpuModel {};
+class GpuSequence {};
+
+namespace {
+[[noreturn]] void refuse() {
+  throw Error("GPU_UNAVAILABLE", "this build of bloomery has no CUDA (nvcc was not found when it was compiled)");
+}
+}  // namespace
+
+std::shared_ptr<GpuModel> upload_model(const model::Model&, const GpuOptions&, int64_t) { refuse(); }
+std::shared_ptr<GpuSequence> create_gpu_sequence(GpuModel&, int64_t) { refuse(); }
+void gpu_forward(GpuModel&, GpuSequence&, std::span<const int32_t>, int64_t, LogitRows, std::vector<float>&) {
+  refuse();
+}
+
+}  // namespace bloomery::engine
+
+#endif

@@ -1,0 +1,197 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "base/error.h"
+
+namespace bloomery::engine {
+
+namespace {
+
+[[noreturn]] void refuse(const std::string& message) { throw Error("INVALID_ARGUMENT", message); }
+
+// Most likely first; equal logits by token id, so every order the filters see is deterministic.
+bool more_likely(const Candidate& a, const Candidate& b) {
+  return a.logit > b.logit || (a.logit == b.logit && a.token < b.token);
+}
+
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+}  // namespace
+
+void validate(const SamplerParams& p) {
+  if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature)) refuse("temperature must be a finite number >= 0");
+  if (p.top_k < 0) refuse("topK must be an integer >= 0 (0: no limit)");
+  if (!(p.top_p >= 0.0f && p.top_p <= 1.0f)) refuse("topP must be between 0 and 1");
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) refuse("minP must be between 0 and 1");
+  if (!(p.repeat_penalty > 0.0f) || !std::isfinite(p.repeat_penalty)) {
+    refuse("repeatPenalty must be a finite number > 0");
+  }
+  if (p.repeat_last_n < -1) refuse("repeatLastN must be -1 (all tokens), 0 (off) or a count of tokens");
+  if (!std::isfinite(p.presence_penalty)) refuse("presencePenalty must be a finite number");
+  if (!std::isfinite(p.frequency_penalty)) refuse("frequencyPenalty must be a finite number");
+  for (const auto& [token, bias] : p.logit_bias) {
+    if (token < 0) refuse("logitBias names token " + std::to_string(token) + ", which is not a token id");
+    if (std::isnan(bias) || bias == std::numeric_limits<float>::infinity()) {
+      refuse("logitBias of token " + std::to_string(token) + " must be a finite number or -Infinity");
+    }
+  }
+}
+
+Xoshiro256::Xoshiro256(uint64_t seed) {
+  for (uint64_t& word : s_) word = splitmix64(seed);
+}
+
+uint64_t Xoshiro256::next() {
+  const uint64_t result = rotl(s_[1] * 5, 7) * 9;
+  const uint64_t t = s_[1] << 17;
+  s_[2] ^= s_[0];
+  s_[3] ^= s_[1];
+  s_[1] ^= s_[2];
+  s_[0] ^= s_[3];
+  s_[2] ^= t;
+  s_[3] = rotl(s_[3], 45);
+  return result;
+}
+
+double Xoshiro256::uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+
+Sampler::Sampler(SamplerParams params) : params_(std::move(params)), rng_(params_.seed) { validate(params_); }
+
+void Sampler::accept(std::span<const int32_t> tokens) { history_.insert(history_.end(), tokens.begin(), tokens.end()); }
+
+void Sampler::apply_bias_and_penalties(std::span<const float> logits) {
+  adjusted_.assign(logits.begin(), logits.end());
+  const auto vocab = static_cast<int64_t>(logits.size());
+  for (const auto& [token, bias] : params_.logit_bias) {
+    if (token >= vocab) {
+      refuse("logitBias names token " + std::to_string(token) + ", outside the vocabulary of " + std::to_string(vocab));
+    }
+    adjusted_[token] += bias;
+  }
+
+  const SamplerParams& p = params_;
+  const bool penalize = p.repeat_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+  if (!penalize || p.repeat_last_n == 0 || history_.empty()) return;
+  const size_t window =
+      p.repeat_last_n < 0 ? history_.size() : std::min(history_.size(), static_cast<size_t>(p.repeat_last_n));
+  std::vector<int32_t> recent(history_.end() - static_cast<ptrdiff_t>(window), history_.end());
+  std::sort(recent.begin(), recent.end());
+  for (size_t i = 0; i < recent.size();) {
+    size_t j = i;
+    while (j < recent.size() && recent[j] == recent[i]) ++j;
+    const int32_t token = recent[i];
+    const auto count = static_cast<float>(j - i);
+    i = j;
+    if (token < 0 || token >= vocab) continue;
+    // The repeat penalty shrinks a logit toward "less likely" whatever its sign (llama.cpp's rule).
+    float& logit = adjusted_[token];
+    logit = logit <= 0.0f ? logit * p.repeat_penalty : logit / p.repeat_penalty;
+    logit -= count * p.frequency_penalty + p.presence_penalty;
+  }
+}
+
+void Sampler::keep_top_k() {
+  const auto k = static_cast<size_t>(params_.top_k);
+  if (k == 0 || k >= candidates_.size()) return;
+  std::nth_element(candidates_.begin(), candidates_.begin() + static_cast<ptrdiff_t>(k), candidates_.end(),
+                   more_likely);
+  candidates_.resize(k);
+  std::sort(candidates_.begin(), candidates_.end(), more_likely);
+  sorted_ = true;
+}
+
+void Sampler::keep_top_p() {
+  if (params_.top_p >= 1.0f) return;
+  if (!sorted_) std::sort(candidates_.begin(), candidates_.end(), more_likely);
+  sorted_ = true;
+  // The smallest most-likely-first prefix whose probability (at temperature 1) reaches top_p.
+  const double max = candidates_.front().logit;
+  double total = 0.0;
+  for (const Candidate& c : candidates_) total += std::exp(c.logit - max);
+  double cumulative = 0.0;
+  size_t keep = candidates_.size();
+  for (size_t i = 0; i < candidates_.size(); ++i) {
+    cumulative += std::exp(candidates_[i].logit - max) / total;
+    if (cumulative >= params_.top_p) {
+      keep = i + 1;
+      break;
+    }
+  }
+  candidates_.resize(keep);
+}
+
+void Sampler::keep_min_p() {
+  if (params_.min_p <= 0.0f) return;
+  float max = -std::numeric_limits<float>::infinity();
+  for (const Candidate& c : candidates_) max = std::max(max, c.logit);
+  // p(token) >= min_p * p(most likely)  <=>  logit >= max + log(min_p).
+  const float threshold = max + std::log(params_.min_p);
+  std::erase_if(candidates_, [&](const Candidate& c) { return c.logit < threshold; });
+}
+
+void Sampler::softmax(float temperature) {
+  float max = -std::numeric_limits<float>::infinity();
+  for (Candidate& c : candidates_) {
+    c.logit /= temperature;
+    max = std::max(max, c.logit);
+  }
+  double total = 0.0;
+  for (const Candidate& c : candidates_) total += std::exp(static_cast<double>(c.logit) - max);
+  for (Candidate& c : candidates_) {
+    c.probability = static_cast<float>(std::exp(static_cast<double>(c.logit) - max) / total);
+  }
+}
+
+const std::vector<Candidate>& Sampler::distribution(std::span<const float> logits) {
+  apply_bias_and_penalties(logits);
+  candidates_.clear();
+  sorted_ = false;
+  if (params_.temperature <= 0.0f) {
+    // Greedy: every filter keeps the most likely token, so it alone decides.
+    Candidate best{-1, -std::numeric_limits<float>::infinity(), 1.0f};
+    for (size_t i = 0; i < adjusted_.size(); ++i) {
+      if (adjusted_[i] > best.logit) best = {static_cast<int32_t>(i), adjusted_[i], 1.0f};
+    }
+    if (best.token >= 0) candidates_.push_back(best);
+  } else {
+    for (size_t i = 0; i < adjusted_.size(); ++i) {
+      if (adjusted_[i] > -std::numeric_limits<float>::infinity()) {
+        candidates_.push_back({static_cast<int32_t>(i), adjusted_[i], 0.0f});
+      }
+    }
+    if (!candidates_.empty()) {
+      keep_top_k();
+      keep_top_p();
+      keep_min_p();
+      softmax(params_.temperature);
+    }
+  }
+  if (candidates_.empty()) refuse("no token is left to sample: logitBias bans every token");
+  return candidates_;
+}
+
+int32_t Sampler::sample(std::span<const float> logits) {
+  const std::vector<Candidate>& candidates = distribution(logits);
+  if (candidates.size() == 1) return candidates.front().token;
+  const double u = rng_.uniform();
+  double cumulative = 0.0;
+  for (const Candidate& c : candidates) {
+    cumulative += c.probability;
+    if (u < cumulative) return c.token;
+  }
+  // The probabilities' rounding left u past their sum: the last token owns that sliver.
+  return candidates.back().token;
+}
+
+}  // namespace bloomery::engine

@@ -1,0 +1,83 @@
+// Picks the next token from a row of logits: logit bias, then repetition penalties over the
+// recent tokens, then top-k, top-p, min-p and temperature (llama.cpp's default order), then a
+// draw from a seeded generator. One Sampler serves one generation; the same seed, logits and
+// history give the same token on every machine.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <utility>
+#include <vector>
+
+namespace bloomery::engine {
+
+// The sampling settings. The defaults are llama.cpp's, except temperature, which defaults to
+// greedy decoding so that an unconfigured generation is deterministic.
+struct SamplerParams {
+  float temperature = 0.0f;                           // 0: always the most likely token (after bias and penalties)
+  int32_t top_k = 40;                                 // 0: no limit
+  float top_p = 0.95f;                                // 1: off
+  float min_p = 0.05f;                                // 0: off
+  float repeat_penalty = 1.0f;                        // 1: off
+  int32_t repeat_last_n = 64;                         // tokens of history the penalties look at; 0: off, -1: all of it
+  float presence_penalty = 0.0f;                      // subtracted once from every token seen in that window
+  float frequency_penalty = 0.0f;                     // subtracted once per occurrence in that window
+  std::vector<std::pair<int32_t, float>> logit_bias;  // added to the logit; -infinity bans the token
+  uint64_t seed = 0;
+};
+
+// Throws Error INVALID_ARGUMENT naming the first setting out of range (by its TypeScript name).
+void validate(const SamplerParams& params);
+
+// xoshiro256** (Blackman and Vigna, 2018), its state filled from the seed by splitmix64, as its
+// authors recommend. Small, fast and specified exactly, so a seed means the same everywhere.
+class Xoshiro256 {
+ public:
+  explicit Xoshiro256(uint64_t seed);
+  uint64_t next();
+  // Uniform in [0, 1), from the top 53 bits.
+  double uniform();
+
+ private:
+  uint64_t s_[4];
+};
+
+// A token that survived the filters, with its final logit and probability.
+struct Candidate {
+  int32_t token;
+  float logit;
+  float probability;
+};
+
+class Sampler {
+ public:
+  // Validates the settings (see validate()).
+  explicit Sampler(SamplerParams params);
+
+  // Adds tokens to the history the penalties look at: the prompt, then each generated token.
+  void accept(std::span<const int32_t> tokens);
+
+  // The tokens the next draw chooses among and their probabilities (summing to 1), in no
+  // particular order. Greedy settings leave one token with probability 1. Throws Error
+  // INVALID_ARGUMENT when a biased token lies outside `logits` or every token is banned.
+  const std::vector<Candidate>& distribution(std::span<const float> logits);
+
+  // Draws the next token from distribution(logits).
+  int32_t sample(std::span<const float> logits);
+
+ private:
+  void apply_bias_and_penalties(std::span<const float> logits);
+  void keep_top_k();
+  void keep_top_p();
+  void keep_min_p();
+  void softmax(float temperature);
+
+  SamplerParams params_;
+  Xoshiro256 rng_;
+  std::vector<int32_t> history_;
+  std::vector<float> adjusted_;  // the logits after bias and penalties
+  std::vector<Candidate> candidates_;
+  bool sorted_ = false;  // candidates_ is most likely first
+};
+
+}  // namespace bloomery::engine

@@ -1,0 +1,148 @@
+/**
+ * Sampling settings and stop strings for `Session.generate`. The sampler itself runs in
+ * native code (native/engine/sampler.cc), on the worker thread that runs the forward pass.
+ * @module
+ */
+import { BloomeryError } from "./errors.js";
+import type { NativeSamplerOptions } from "./native.js";
+
+/**
+ * How the next token is chosen. The stages run in llama.cpp's default order: `logitBias`, the
+ * penalties, `topK`, `topP`, `minP`, `temperature`, then a draw seeded by `seed`. Defaults are
+ * llama.cpp's except `temperature`, which defaults to 0 (greedy) so that a generation without
+ * settings is deterministic.
+ */
+export interface SamplingOptions {
+  /** Divides the logits before the draw; 0 (default) always takes the most likely token. */
+  temperature?: number;
+  /** Keeps only the `topK` most likely tokens (default 40; 0: no limit). */
+  topK?: number;
+  /** Keeps the fewest most likely tokens whose probabilities add up to `topP` (default 0.95; 1: off). */
+  topP?: number;
+  /** Drops tokens less likely than `minP` times the most likely one (default 0.05; 0: off). */
+  minP?: number;
+  /**
+   * Seeds the draw (an integer from 0 to 2^53 - 1): the same seed, prompt, settings and model give
+   * the same text. Left out, each generation takes a fresh seed from the operating system.
+   */
+  seed?: number;
+  /**
+   * Makes tokens of the last `repeatLastN` tokens (prompt included) less likely: a positive logit
+   * is divided by it, a negative one multiplied (llama.cpp's rule). Default 1: off.
+   */
+  repeatPenalty?: number;
+  /** How many of the latest tokens the penalties look at (default 64; 0: off; -1: all of them). */
+  repeatLastN?: number;
+  /** Subtracted from the logit of every token in the penalty window, once (OpenAI's rule; default 0). */
+  presencePenalty?: number;
+  /** Subtracted from a token's logit once per time it occurs in the penalty window (default 0). */
+  frequencyPenalty?: number;
+  /** Added to the logits of the given token ids; `-Infinity` bans a token, a large value forces it. */
+  logitBias?: Readonly<Record<number, number>>;
+}
+
+const NUMERIC_OPTIONS = [
+  "temperature",
+  "topK",
+  "topP",
+  "minP",
+  "seed",
+  "repeatPenalty",
+  "repeatLastN",
+  "presencePenalty",
+  "frequencyPenalty",
+] as const;
+
+/**
+ * The settings in the form the addon reads. Types and token ids are checked here; the native
+ * sampler checks the ranges, naming the option.
+ * @internal
+ */
+export function nativeSamplerOptions(options: SamplingOptions, vocabSize: number): NativeSamplerOptions {
+  const out: NativeSamplerOptions = {};
+  for (const name of NUMERIC_OPTIONS) {
+    const value = options[name];
+    if (value === undefined) continue;
+    if (typeof value !== "number")
+      throw new BloomeryError("INVALID_ARGUMENT", `${name} must be a number`, { [name]: value });
+    out[name] = value;
+  }
+  if (options.logitBias !== undefined) {
+    if (typeof options.logitBias !== "object" || options.logitBias === null) {
+      throw new BloomeryError("INVALID_ARGUMENT", "logitBias must be an object of token id -> bias");
+    }
+    const entries = Object.entries(options.logitBias);
+    out.biasTokens = new Int32Array(entries.length);
+    out.biasValues = new Float32Array(entries.length);
+    entries.forEach(([key, bias], i) => {
+      const token = Number(key);
+      if (!Number.isInteger(token) || token < 0 || token >= vocabSize) {
+        throw new BloomeryError("INVALID_ARGUMENT", `logitBias names ${key}, not a token id below ${vocabSize}`, {
+          token: key,
+        });
+      }
+      if (typeof bias !== "number") {
+        throw new BloomeryError("INVALID_ARGUMENT", `logitBias of token ${key} must be a number`, { token });
+      }
+      out.biasTokens![i] = token;
+      out.biasValues![i] = bias;
+    });
+  }
+  return out;
+}
+
+/**
+ * Finds stop strings in streamed text. Text that could be the start of a stop string is held
+ * back until the next piece shows whether it is one, so a stop string split over several tokens
+ * is still found and none of it is ever emitted.
+ * @internal
+ */
+export class StopStrings {
+  readonly #stops: readonly string[];
+  #held = "";
+
+  constructor(stop: string | readonly string[] | undefined) {
+    const stops = stop === undefined ? [] : typeof stop === "string" ? [stop] : stop;
+    if (!Array.isArray(stops) || stops.some((s) => typeof s !== "string" || s.length === 0)) {
+      throw new BloomeryError("INVALID_ARGUMENT", "stop must be a non-empty string or an array of them", { stop });
+    }
+    this.#stops = [...stops];
+  }
+
+  /** Adds generated text; returns the text that can be emitted, and whether a stop string ended it. */
+  push(piece: string): { text: string; stopped: boolean } {
+    const text = this.#held + piece;
+    let at = -1;
+    for (const stop of this.#stops) {
+      const i = text.indexOf(stop);
+      if (i >= 0 && (at < 0 || i < at)) at = i;
+    }
+    if (at >= 0) {
+      this.#held = "";
+      return { text: text.slice(0, at), stopped: true };
+    }
+    const hold = this.#partialMatch(text);
+    this.#held = text.slice(text.length - hold);
+    return { text: text.slice(0, text.length - hold), stopped: false };
+  }
+
+  /** The held-back text, once generation ended without a stop string. */
+  flush(): string {
+    const held = this.#held;
+    this.#held = "";
+    return held;
+  }
+
+  /** The length of the longest end of `text` that begins some stop string. */
+  #partialMatch(text: string): number {
+    for (let length = Math.min(text.length, this.#longest() - 1); length > 0; length--) {
+      const tail = text.slice(text.length - length);
+      if (this.#stops.some((stop) => stop.startsWith(tail))) return length;
+    }
+    return 0;
+  }
+
+  #longest(): number {
+    return this.#stops.reduce((n, s) => Math.max(n, s.length), 0);
+  }
+}

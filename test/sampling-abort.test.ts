@@ -1,0 +1,112 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { loadModel, type Model } from "../src/index.js";
+
+// Ending a generation early: an AbortSignal stops it at once (the iteration does not wait for the
+// forward pass in flight), leaving out of the for-await loop stops it before the next pass, and in
+// both cases the session serves the next request. session.position counts the forward passes.
+const MODEL = "models/bloomery-tiny-moe-Q8_0.gguf";
+let model: Model;
+let prompt: number[];
+
+beforeAll(async () => {
+  model = await loadModel(MODEL, { threads: 2, contextSize: 1024 });
+  prompt = Array.from(
+    model.tokenize(model.applyChatTemplate([{ role: "user", content: "What is a river?" }]), {
+      special: true,
+      addSpecial: true,
+    }),
+  );
+});
+
+afterAll(() => model?.dispose());
+
+describe("abort", () => {
+  it("stops at once when the signal aborts mid-generation, keeps the partial text, and the session goes on", async () => {
+    const session = model.createSession();
+    const controller = new AbortController();
+    const run = session.generate(prompt, { maxTokens: 40, signal: controller.signal });
+    const texts: string[] = [];
+    for await (const chunk of run) {
+      texts.push(chunk.text);
+      if (texts.length === 3) controller.abort();
+    }
+    const result = await run.result;
+    expect(texts).toHaveLength(3);
+    expect(result.stopReason).toBe("abort");
+    expect(result.text).toBe(texts.join(""));
+    expect(result.tokens).toHaveLength(3);
+    // The prompt and the two tokens fed back: no pass ran after the abort.
+    expect(session.position).toBe(prompt.length + 2);
+
+    const next = await session.generate([result.tokens[2]!], { maxTokens: 5 }).result;
+    expect(next.stopReason).toBe("maxTokens");
+    expect(next.tokens).toHaveLength(5);
+    expect(session.position).toBe(prompt.length + 2 + 5);
+  });
+
+  it("returns without waiting for the pass in flight, which finishes before the next call", async () => {
+    // A long prompt: its pass takes far longer than the abort takes to land.
+    const long = Array.from({ length: 600 }, (_, i) => prompt[i % prompt.length]!);
+    const session = model.createSession();
+    const controller = new AbortController();
+    const run = session.generate(long, { maxTokens: 40, signal: controller.signal });
+    const iterator = run[Symbol.asyncIterator]();
+    const first = iterator.next();
+    // One turn of the event loop: the generation has taken the session and started the prompt's pass.
+    await new Promise((resolve) => setImmediate(resolve));
+    const abortedAt = performance.now();
+    controller.abort();
+    expect((await first).done).toBe(true);
+    const returnedMs = performance.now() - abortedAt;
+    expect((await run.result).stopReason).toBe("abort");
+    expect((await run.result).tokens).toEqual([]);
+    // evaluate() waits for the prompt's pass: the abort returned well before that pass ended.
+    const logits = await session.evaluate([prompt[0]!]);
+    const passMs = performance.now() - abortedAt;
+    expect(logits.length).toBe(model.info.vocabSize);
+    expect(returnedMs).toBeLessThan(passMs / 2);
+    expect(session.position).toBe(long.length + 1);
+  });
+
+  it("runs no pass at all for a signal aborted before it starts", async () => {
+    const session = model.createSession();
+    const result = await session.generate(prompt, { signal: AbortSignal.abort() }).result;
+    expect(result).toMatchObject({ text: "", tokens: [], stopReason: "abort" });
+    expect(session.position).toBe(0);
+  });
+});
+
+describe("leaving the loop", () => {
+  it("stops before the next forward pass and frees the session for the next request", async () => {
+    const session = model.createSession();
+    const run = session.generate(prompt, { maxTokens: 40 });
+    let seen = 0;
+    for await (const chunk of run) {
+      void chunk;
+      if (++seen === 3) break;
+    }
+    expect(session.position).toBe(prompt.length + 2);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(session.position).toBe(prompt.length + 2);
+    const result = await run.result;
+    expect(result.stopReason).toBe("abort");
+    expect(result.tokens).toHaveLength(3);
+
+    const next = await session.generate([result.tokens[2]!], { maxTokens: 4 }).result;
+    expect(next.tokens).toHaveLength(4);
+    expect(session.position).toBe(prompt.length + 2 + 4);
+  });
+
+  it("makes the session's other calls wait for a running generation instead of interleaving", async () => {
+    const session = model.createSession();
+    const run = session.generate(prompt, { maxTokens: 6 });
+    const iterator = run[Symbol.asyncIterator]();
+    await iterator.next();
+    const evaluated = session.evaluate([prompt[0]!]).then(() => session.position);
+    const chunks = [];
+    for (let step = await iterator.next(); !step.done; step = await iterator.next()) chunks.push(step.value);
+    const result = await run.result;
+    const generatedPasses = result.tokens.length - (result.stopReason === "maxTokens" ? 1 : 0);
+    expect(await evaluated).toBe(prompt.length + generatedPasses + 1);
+  });
+});
