@@ -18,6 +18,7 @@ export default defineConfig([
       "synth-cli": "tools/synth/cli.ts",
       "inspect-cli": "tools/inspect/cli.ts",
       "chat-cli": "tools/chat/cli.ts",
+      "serve-cli": "examples/server/cli.ts",
       "train-export": "tools/train/export-cli.ts",
     },
     format: ["esm"],

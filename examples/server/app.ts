@@ -1,0 +1,80 @@
+// The fastify app: JSON bodies (strict UTF-8, whatever the content type, as llama-server reads
+// them), the API key check, llama-server's error shapes, and the routes of each API family.
+import { timingSafeEqual } from "node:crypto";
+import Fastify, { type FastifyInstance, type FastifyRequest } from "fastify";
+import { HttpError, sendError } from "./errors.js";
+import { ServerContext, type ServerConfig } from "./context.js";
+import { registerInfo } from "./routes/info.js";
+import { registerTokenize } from "./routes/tokenize.js";
+import { registerOpenAiChat } from "./routes/openai-chat.js";
+import { registerOpenAiCompletions } from "./routes/openai-completions.js";
+import { registerLlamaNative } from "./routes/llama-native.js";
+import { registerAnthropic } from "./routes/anthropic.js";
+
+export interface AppOptions {
+  /** Largest request body in bytes (default 8 MiB); larger ones get a 413. */
+  bodyLimit?: number;
+  /** Log requests through fastify's logger (pino) to stdout. */
+  logger?: boolean;
+}
+
+/** Endpoints that answer without an API key, as llama-server's. */
+const PUBLIC_PATHS = new Set(["/health", "/v1/health", "/models", "/v1/models"]);
+
+const utf8 = new TextDecoder("utf-8", { fatal: true });
+
+export function createApp(
+  config: ServerConfig,
+  options: AppOptions = {},
+): { app: FastifyInstance; context: ServerContext } {
+  const context = new ServerContext(config);
+  const app = Fastify({ bodyLimit: options.bodyLimit ?? 8 * 1024 * 1024, logger: options.logger ?? false });
+
+  // Bodies are JSON whatever their content type (curl -d sends form-urlencoded), and must be
+  // valid UTF-8: a replacement character silently standing in for bad bytes would change the prompt.
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser("*", { parseAs: "buffer" }, (_request, body: Buffer, done) => {
+    let text: string;
+    try {
+      text = utf8.decode(body);
+    } catch {
+      return done(new HttpError(400, "the request body is not valid UTF-8"));
+    }
+    try {
+      done(null, JSON.parse(text));
+    } catch (error) {
+      done(new HttpError(400, `the request body is not valid JSON: ${(error as Error).message}`));
+    }
+  });
+
+  app.addHook("onRequest", async (request) => {
+    const path = request.url.split("?")[0]!;
+    if (config.apiKeys.length > 0 && !PUBLIC_PATHS.has(path) && !hasKey(request, config.apiKeys)) {
+      throw new HttpError(401, "Invalid API Key");
+    }
+    if (!context.loaded && path !== "/health" && path !== "/v1/health") throw new HttpError(503, "Loading model");
+  });
+
+  app.setErrorHandler((error, request, reply) => sendError(reply, error, request));
+  app.setNotFoundHandler((_request, reply) => sendError(reply, new HttpError(404, "File Not Found")));
+
+  registerInfo(app, context);
+  registerTokenize(app, context);
+  registerOpenAiChat(app, context);
+  registerOpenAiCompletions(app, context);
+  registerLlamaNative(app, context);
+  registerAnthropic(app, context);
+  return { app, context };
+}
+
+/** The key from `Authorization: Bearer <key>` (OpenAI) or `x-api-key` (Anthropic). */
+function hasKey(request: FastifyRequest, keys: string[]): boolean {
+  const auth = request.headers.authorization;
+  const given = auth?.startsWith("Bearer ") ? auth.slice(7) : request.headers["x-api-key"];
+  if (typeof given !== "string") return false;
+  const a = Buffer.from(given);
+  return keys.some((key) => {
+    const b = Buffer.from(key);
+    return a.length === b.length && timingSafeEqual(a, b);
+  });
+}

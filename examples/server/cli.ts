@@ -1,0 +1,50 @@
+// bloomery-serve: a llama-server-compatible HTTP server on bloomery's public API.
+//   bloomery-serve [-m model.gguf] [--host H] [--port P] [-c N] [-np N] [--api-key K] ... (--help lists all)
+// It listens at once (GET /health answers 503 until the model is loaded), then serves.
+import { BloomeryError, loadModel } from "../../src/index.js";
+import { defaultModelPath } from "../../tools/default-model.js";
+import { createApp } from "./app.js";
+import { parseServeOptions, usage, UsageError } from "./options.js";
+import { Slots } from "./slots.js";
+
+async function main(): Promise<void> {
+  const options = parseServeOptions(process.argv.slice(2), process.env);
+  if (options.help) {
+    process.stdout.write(usage());
+    return;
+  }
+  const modelPath = options.model ?? defaultModelPath();
+  const { app, context } = createApp({
+    modelPath,
+    alias: options.alias,
+    apiKeys: options.apiKeys,
+    metrics: options.metrics,
+    temperature: options.temperature,
+  });
+  const address = await app.listen({ host: options.host, port: options.port });
+  console.error(`bloomery-serve: listening on ${address}, loading ${modelPath}`);
+  const model = await loadModel(modelPath, {
+    gpu: false,
+    ...(options.threads !== undefined ? { threads: options.threads } : {}),
+    ...(options.ctxSize !== undefined ? { contextSize: options.ctxSize } : {}),
+  });
+  const slots = new Slots(model, options.parallel);
+  context.serve(slots);
+  console.error(`bloomery-serve: model loaded, ${options.parallel} slot(s) of ${model.info.contextSize} tokens`);
+
+  const shutdown = () => {
+    void app.close().finally(() => {
+      model.dispose();
+      process.exit(0);
+    });
+  };
+  process.once("SIGINT", shutdown);
+  process.once("SIGTERM", shutdown);
+}
+
+main().catch((error: unknown) => {
+  if (error instanceof UsageError) console.error(`bloomery-serve: ${error.message}\n\n${usage()}`);
+  else if (error instanceof BloomeryError) console.error(`bloomery-serve: ${error.code}: ${error.message}`);
+  else console.error(error);
+  process.exit(1);
+});

@@ -1,0 +1,52 @@
+// What every route shares: the server's settings and, once the model is loaded, its slots.
+import { basename } from "node:path";
+import type { Model } from "../../src/index.js";
+import { HttpError } from "./errors.js";
+import type { Slots } from "./slots.js";
+
+export interface ServerConfig {
+  /** The model file, as given on the command line. */
+  modelPath: string;
+  /** -a/--alias: the model's name in responses (default: the file's path). */
+  alias?: string;
+  /** --api-key: requests must carry one of them (none: no key needed). */
+  apiKeys: string[];
+  /** --metrics: serve GET /metrics. */
+  metrics: boolean;
+  /** --temp: the temperature of requests that set none (llama-server's default 0.8). */
+  temperature: number;
+}
+
+export class ServerContext {
+  #slots: Slots | undefined;
+
+  constructor(readonly config: ServerConfig) {}
+
+  /** Called once the model is loaded: requests are served from then on. */
+  serve(slots: Slots): void {
+    this.#slots = slots;
+  }
+
+  get loaded(): boolean {
+    return this.#slots !== undefined;
+  }
+
+  /** The slots, or a 503 while the model loads. */
+  get slots(): Slots {
+    if (!this.#slots) throw new HttpError(503, "Loading model");
+    return this.#slots;
+  }
+
+  get model(): Model {
+    return this.slots.model;
+  }
+
+  /** The model's name in responses. */
+  get modelId(): string {
+    return this.config.alias ?? this.config.modelPath;
+  }
+
+  get modelName(): string {
+    return this.config.alias ?? basename(this.config.modelPath);
+  }
+}

@@ -1,0 +1,203 @@
+// bloomery-serve's command line: llama-server's spellings, each also read from its LLAMA_ARG_*
+// environment variable (the command line wins). Unknown flags and variables are refused by name.
+import { readFileSync } from "node:fs";
+
+export interface ServeOptions {
+  model?: string;
+  host: string;
+  port: number;
+  ctxSize?: number;
+  threads?: number;
+  parallel: number;
+  apiKeys: string[];
+  alias?: string;
+  metrics: boolean;
+  temperature: number;
+  help: boolean;
+}
+
+type Kind = "string" | "integer" | "number" | "flag";
+
+interface Flag {
+  names: string[];
+  env?: string;
+  kind: Kind;
+  help: string;
+  apply: (options: ServeOptions, value: string | number | boolean) => void;
+}
+
+const FLAGS: Flag[] = [
+  {
+    names: ["-m", "--model"],
+    env: "LLAMA_ARG_MODEL",
+    kind: "string",
+    help: "model file (default: the bundled model)",
+    apply: (o, v) => (o.model = v as string),
+  },
+  {
+    names: ["--host"],
+    env: "LLAMA_ARG_HOST",
+    kind: "string",
+    help: "address to listen on (default 127.0.0.1)",
+    apply: (o, v) => (o.host = v as string),
+  },
+  {
+    names: ["--port"],
+    env: "LLAMA_ARG_PORT",
+    kind: "integer",
+    help: "port to listen on (default 8080)",
+    apply: (o, v) => (o.port = v as number),
+  },
+  {
+    names: ["-c", "--ctx-size"],
+    env: "LLAMA_ARG_CTX_SIZE",
+    kind: "integer",
+    help: "tokens of context per slot (default: the model's, at most 4096)",
+    apply: (o, v) => (o.ctxSize = v as number),
+  },
+  {
+    names: ["-t", "--threads"],
+    env: "LLAMA_ARG_THREADS",
+    kind: "integer",
+    help: "CPU threads (default: one per physical core)",
+    apply: (o, v) => (o.threads = v as number),
+  },
+  {
+    names: ["-np", "--parallel"],
+    env: "LLAMA_ARG_N_PARALLEL",
+    kind: "integer",
+    help: "slots: requests served at once (default 2)",
+    apply: (o, v) => (o.parallel = v as number),
+  },
+  {
+    names: ["--api-key"],
+    env: "LLAMA_API_KEY",
+    kind: "string",
+    help: "API keys, comma-separated, that requests must carry",
+    apply: (o, v) => o.apiKeys.push(...splitKeys(v as string)),
+  },
+  {
+    names: ["--api-key-file"],
+    env: "LLAMA_ARG_API_KEY_FILE",
+    kind: "string",
+    help: "file of API keys, one per line",
+    apply: (o, v) => o.apiKeys.push(...readKeyFile(v as string)),
+  },
+  {
+    names: ["-a", "--alias"],
+    env: "LLAMA_ARG_ALIAS",
+    kind: "string",
+    help: "the model's name in responses",
+    apply: (o, v) => (o.alias = v as string),
+  },
+  {
+    names: ["--jinja"],
+    env: "LLAMA_ARG_JINJA",
+    kind: "flag",
+    help: "accepted: chat templates are always Jinja",
+    apply: () => {},
+  },
+  {
+    names: ["--metrics"],
+    env: "LLAMA_ARG_ENDPOINT_METRICS",
+    kind: "flag",
+    help: "serve GET /metrics",
+    apply: (o, v) => (o.metrics = v as boolean),
+  },
+  {
+    names: ["--temp"],
+    kind: "number",
+    help: "temperature of requests that set none (default 0.8)",
+    apply: (o, v) => (o.temperature = v as number),
+  },
+  { names: ["-h", "--help"], kind: "flag", help: "print this and exit", apply: (o, v) => (o.help = v as boolean) },
+];
+
+/** Thrown for a bad command line; the message names the flag or variable. */
+export class UsageError extends Error {}
+
+export function parseServeOptions(argv: readonly string[], env: NodeJS.ProcessEnv = {}): ServeOptions {
+  const options: ServeOptions = {
+    host: "127.0.0.1",
+    port: 8080,
+    parallel: 2,
+    apiKeys: [],
+    metrics: false,
+    temperature: 0.8,
+    help: false,
+  };
+  const fromArgs = new Set<Flag>();
+  const pending: [Flag, string | undefined, string][] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    const [name, inline] =
+      arg.startsWith("--") && arg.includes("=")
+        ? [arg.slice(0, arg.indexOf("=")), arg.slice(arg.indexOf("=") + 1)]
+        : [arg, undefined];
+    const flag = FLAGS.find((f) => f.names.includes(name));
+    if (!flag) throw new UsageError(`unknown argument: ${arg}`);
+    let value = inline;
+    if (flag.kind !== "flag" && value === undefined) {
+      value = argv[++i];
+      if (value === undefined) throw new UsageError(`${name} needs a value`);
+    }
+    fromArgs.add(flag);
+    pending.push([flag, value, name]);
+  }
+  for (const [key, value] of Object.entries(env)) {
+    if (!key.startsWith("LLAMA_ARG_") && key !== "LLAMA_API_KEY") continue;
+    const flag = FLAGS.find((f) => f.env === key);
+    if (!flag) throw new UsageError(`unsupported environment variable: ${key}`);
+    if (!fromArgs.has(flag) && value !== undefined) pending.unshift([flag, value, key]);
+  }
+  for (const [flag, value, name] of pending) flag.apply(options, convert(flag, value, name));
+  if (options.parallel < 1) throw new UsageError("--parallel must be at least 1");
+  if (options.port < 0 || options.port > 65535) throw new UsageError("--port must be between 0 and 65535");
+  return options;
+}
+
+function convert(flag: Flag, value: string | undefined, name: string): string | number | boolean {
+  switch (flag.kind) {
+    case "flag":
+      if (value === undefined) return true;
+      if (/^(1|true|on|enabled)$/i.test(value)) return true;
+      if (/^(0|false|off|disabled)$/i.test(value)) return false;
+      throw new UsageError(`${name} must be true or false, not ${JSON.stringify(value)}`);
+    case "integer":
+      if (!/^-?\d+$/.test(value!)) throw new UsageError(`${name} must be an integer, not ${JSON.stringify(value)}`);
+      return Number(value);
+    case "number":
+      if (!Number.isFinite(Number(value)) || value!.trim() === "")
+        throw new UsageError(`${name} must be a number, not ${JSON.stringify(value)}`);
+      return Number(value);
+    case "string":
+      return value!;
+  }
+}
+
+function splitKeys(list: string): string[] {
+  return list
+    .split(",")
+    .map((key) => key.trim())
+    .filter(Boolean);
+}
+
+function readKeyFile(path: string): string[] {
+  try {
+    return readFileSync(path, "utf8")
+      .split(/\r?\n/)
+      .map((key) => key.trim())
+      .filter(Boolean);
+  } catch (error) {
+    throw new UsageError(`--api-key-file ${path}: ${(error as Error).message}`);
+  }
+}
+
+/** The --help text: every flag with its environment variable. */
+export function usage(): string {
+  const rows = FLAGS.map((f) => {
+    const names = f.names.join(", ") + (f.kind === "flag" ? "" : f.kind === "string" ? " VALUE" : " N");
+    return `  ${names.padEnd(24)} ${f.help}${f.env ? ` (env: ${f.env})` : ""}`;
+  });
+  return ["usage: bloomery-serve [options]", "", ...rows, ""].join("\n");
+}

@@ -1,0 +1,49 @@
+// Pieces of the responses that several API families share.
+import { randomBytes } from "node:crypto";
+import type { GenerateResult, Model, StopReason } from "../../src/index.js";
+
+/** Response ids as the APIs spell them: `chatcmpl-…`, `cmpl-…`, `msg_…`. */
+export function responseId(prefix: string): string {
+  return prefix + randomBytes(16).toString("hex");
+}
+
+export function unixSeconds(): number {
+  return Math.floor(Date.now() / 1000);
+}
+
+export const SYSTEM_FINGERPRINT = "bloomery";
+
+/** OpenAI's finish_reason. */
+export function finishReason(reason: StopReason): "stop" | "length" {
+  return reason === "maxTokens" || reason === "contextFull" ? "length" : "stop";
+}
+
+/** llama-server's `timings` object. */
+export function llamaTimings(result: GenerateResult): Record<string, number> {
+  const { promptTokens, promptMs, decodeTokens, decodeMs } = result.timings;
+  const predicted = result.tokens.length;
+  // The first generated token is drawn with the prompt's pass; the rest take one pass each.
+  return {
+    cache_n: 0,
+    prompt_n: promptTokens,
+    prompt_ms: promptMs,
+    prompt_per_token_ms: promptTokens ? promptMs / promptTokens : 0,
+    prompt_per_second: promptMs ? (promptTokens * 1000) / promptMs : 0,
+    predicted_n: predicted,
+    predicted_ms: decodeMs,
+    predicted_per_token_ms: decodeTokens ? decodeMs / decodeTokens : 0,
+    predicted_per_second: decodeMs ? (decodeTokens * 1000) / decodeMs : 0,
+  };
+}
+
+/** Which stop string ended the run: the text of its tokens just past the emitted text begins with it. */
+export function stoppingWord(model: Model, result: GenerateResult, stop: readonly string[] | undefined): string {
+  if (result.stopReason !== "stop" || !stop) return "";
+  const rest = model.detokenize(result.tokens).slice(result.text.length);
+  return stop.find((word) => rest.startsWith(word)) ?? "";
+}
+
+/** The prompt's tokens as llama-server makes them: special tokens parsed, BOS added when the model asks. */
+export function promptTokens(model: Model, prompt: string): number[] {
+  return Array.from(model.tokenize(prompt, { special: true, addSpecial: true }));
+}

@@ -1,0 +1,94 @@
+// The sampling fields shared by the OpenAI and llama.cpp endpoints, mapped onto Session.generate's
+// options. Names and defaults are llama-server's: temperature 0.8 unless the server's --temp says
+// otherwise (the SDK itself defaults to greedy), top_k 40, top_p 0.95, min_p 0.05, a fresh seed.
+import type { GenerateOptions } from "../../src/index.js";
+import { Fields, isObject } from "./fields.js";
+
+/** What a request asks of the generation, before the server adds the signal. */
+export type RequestSampling = Omit<GenerateOptions, "signal">;
+
+/** The fields of llama-server's sampler that bloomery maps; a route may read fewer (Anthropic's). */
+export const SAMPLING_FIELDS = [
+  "temperature",
+  "top_k",
+  "top_p",
+  "min_p",
+  "seed",
+  "repeat_penalty",
+  "repeat_last_n",
+  "presence_penalty",
+  "frequency_penalty",
+  "logit_bias",
+] as const;
+
+export type SamplingField = (typeof SAMPLING_FIELDS)[number];
+
+export interface SamplingDefaults {
+  temperature: number;
+  vocabSize: number;
+}
+
+export function readSampling(
+  f: Fields,
+  defaults: SamplingDefaults,
+  fields: readonly SamplingField[] = SAMPLING_FIELDS,
+): RequestSampling {
+  const use = new Set(fields);
+  const out: RequestSampling = { temperature: f.number("temperature", { min: 0 }) ?? defaults.temperature };
+  if (use.has("top_k")) out.topK = f.integer("top_k", { min: 0 });
+  if (use.has("top_p")) out.topP = f.number("top_p", { min: 0, max: 1 });
+  if (use.has("min_p")) out.minP = f.number("min_p", { min: 0, max: 1 });
+  if (use.has("seed")) {
+    // llama-server's -1 (and OpenAI's absent) both mean a fresh seed.
+    const seed = f.integer("seed", { min: -1 });
+    if (seed !== undefined && seed >= 0) out.seed = seed;
+  }
+  if (use.has("repeat_penalty")) out.repeatPenalty = f.number("repeat_penalty", { min: 0 });
+  if (use.has("repeat_last_n")) out.repeatLastN = f.integer("repeat_last_n", { min: -1 });
+  if (use.has("presence_penalty")) out.presencePenalty = f.number("presence_penalty");
+  if (use.has("frequency_penalty")) out.frequencyPenalty = f.number("frequency_penalty");
+  if (use.has("logit_bias")) out.logitBias = readLogitBias(f, defaults.vocabSize);
+  for (const key of Object.keys(out) as (keyof RequestSampling)[]) if (out[key] === undefined) delete out[key];
+  return out;
+}
+
+/**
+ * `logit_bias` as OpenAI sends it ({"token id": bias}) or as llama.cpp also takes it
+ * ([[token id, bias or false], ...], false banning the token).
+ */
+function readLogitBias(f: Fields, vocabSize: number): Record<number, number> | undefined {
+  const value = f.raw("logit_bias");
+  if (value === undefined) return undefined;
+  const pairs: [unknown, unknown][] = isObject(value)
+    ? Object.entries(value)
+    : Array.isArray(value) && value.every((p) => Array.isArray(p) && p.length === 2)
+      ? (value as [unknown, unknown][])
+      : [];
+  if (!isObject(value) && pairs.length !== (value as unknown[]).length) {
+    throw f.bad("logit_bias", "must be an object of token id -> bias, or an array of [token id, bias] pairs");
+  }
+  const bias: Record<number, number> = {};
+  for (const [key, amount] of pairs) {
+    const token = typeof key === "string" && /^\d+$/.test(key) ? Number(key) : key;
+    if (typeof token !== "number" || !Number.isInteger(token) || token < 0 || token >= vocabSize) {
+      throw f.bad("logit_bias", `names ${JSON.stringify(key)}, not a token id below ${vocabSize}`);
+    }
+    if (amount === false) bias[token] = -Infinity;
+    else if (typeof amount === "number" && Number.isFinite(amount)) bias[token] = amount;
+    else throw f.bad("logit_bias", `of token ${token} must be a finite number or false`);
+  }
+  return bias;
+}
+
+/**
+ * The most tokens to generate, from the first of `names` the request sets; -1 (llama-server's
+ * default) and absent mean "until the context is full".
+ */
+export function readMaxTokens(f: Fields, names: readonly string[]): number | undefined {
+  let max: number | undefined;
+  for (const name of names) {
+    const value = f.integer(name, { min: -1 });
+    if (max === undefined && value !== undefined && value >= 0) max = value;
+  }
+  return max;
+}

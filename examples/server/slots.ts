@@ -1,0 +1,132 @@
+// The server's slots: one session each (-np/--parallel of them). A request takes the first slot
+// that is free, in arrival order, and holds it until its generation ends; the engine runs the
+// forward passes of busy slots one at a time.
+import type { GenerateChunk, GenerateOptions, GenerateResult, Model, Session } from "../../src/index.js";
+import { HttpError } from "./errors.js";
+
+/** Thrown to a request whose client left while it waited for a slot. */
+export class ClientGone extends Error {}
+
+export interface SlotRun extends GenerateResult {
+  slot: number;
+}
+
+/** The counters behind GET /metrics, named as llama-server's. */
+export interface SlotMetrics {
+  promptTokens: number;
+  promptSeconds: number;
+  predictedTokens: number;
+  predictedSeconds: number;
+  decodes: number;
+  busySlotsSum: number;
+  requestsProcessing: number;
+  requestsDeferred: number;
+}
+
+interface Slot {
+  id: number;
+  session: Session;
+}
+
+export class Slots {
+  readonly #free: Slot[];
+  readonly #waiting: ((slot: Slot) => void)[] = [];
+  readonly metrics: SlotMetrics = {
+    promptTokens: 0,
+    promptSeconds: 0,
+    predictedTokens: 0,
+    predictedSeconds: 0,
+    decodes: 0,
+    busySlotsSum: 0,
+    requestsProcessing: 0,
+    requestsDeferred: 0,
+  };
+
+  constructor(
+    readonly model: Model,
+    readonly count: number,
+  ) {
+    this.#free = Array.from({ length: count }, (_, id) => ({ id, session: model.createSession() }));
+  }
+
+  /** Slots generating now. */
+  get busy(): number {
+    return this.count - this.#free.length;
+  }
+
+  /**
+   * Generates from `prompt` on a free slot, handing each chunk with text or tokens to `onChunk`.
+   * A prompt longer than the context is refused before it waits; `signal` ends the wait or the run.
+   */
+  async run(
+    prompt: number[],
+    options: Omit<GenerateOptions, "signal">,
+    signal: AbortSignal,
+    onChunk: (chunk: GenerateChunk) => void,
+  ): Promise<SlotRun> {
+    const contextSize = this.model.info.contextSize;
+    if (prompt.length === 0) throw new HttpError(400, "the prompt is empty");
+    if (prompt.length > contextSize) {
+      throw new HttpError(
+        400,
+        "the request exceeds the available context size, try increasing it",
+        "exceed_context_size_error",
+        {
+          n_prompt_tokens: prompt.length,
+          n_ctx: contextSize,
+        },
+      );
+    }
+    const slot = await this.#acquire(signal);
+    this.metrics.requestsProcessing++;
+    try {
+      // Each request starts from an empty context: no prompt cache across requests yet.
+      await slot.session.reset();
+      const run = slot.session.generate(prompt, { maxTokens: contextSize, ...options, signal });
+      for await (const chunk of run) if (chunk.text || chunk.tokens.length > 0) onChunk(chunk);
+      const result = await run.result;
+      this.#count(result);
+      return { ...result, slot: slot.id };
+    } finally {
+      this.metrics.requestsProcessing--;
+      this.#release(slot);
+    }
+  }
+
+  #count(result: GenerateResult): void {
+    const m = this.metrics;
+    m.promptTokens += result.timings.promptTokens;
+    m.promptSeconds += result.timings.promptMs / 1000;
+    m.predictedTokens += result.tokens.length;
+    m.predictedSeconds += result.timings.decodeMs / 1000;
+    m.decodes += result.timings.decodeTokens + 1;
+    m.busySlotsSum += (result.timings.decodeTokens + 1) * this.busy;
+  }
+
+  #acquire(signal: AbortSignal): Promise<Slot> {
+    const slot = this.#free.shift();
+    if (slot) return Promise.resolve(slot);
+    if (signal.aborted) return Promise.reject(new ClientGone());
+    this.metrics.requestsDeferred++;
+    return new Promise((resolve, reject) => {
+      const take = (s: Slot) => {
+        signal.removeEventListener("abort", leave);
+        this.metrics.requestsDeferred--;
+        resolve(s);
+      };
+      const leave = () => {
+        this.#waiting.splice(this.#waiting.indexOf(take), 1);
+        this.metrics.requestsDeferred--;
+        reject(new ClientGone());
+      };
+      signal.addEventListener("abort", leave, { once: true });
+      this.#waiting.push(take);
+    });
+  }
+
+  #release(slot: Slot): void {
+    const next = this.#waiting.shift();
+    if (next) next(slot);
+    else this.#free.push(slot);
+  }
+}
