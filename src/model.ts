@@ -62,11 +62,7 @@ export interface ModelInfo {
 }
 
 /** What loadModel reads from the file besides the engine's view. @internal */
-interface FileFacts {
-  quantMix: Record<string, number>;
-  bytes: number;
-  chatTemplate?: string;
-}
+type FileFacts = Pick<ModelInfo, "quantMix" | "bytes" | "chatTemplate">;
 
 /** A loaded model. Create sessions from it; dispose() frees it and every session it made. */
 export class Model {

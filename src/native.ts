@@ -11,6 +11,7 @@ import { fileURLToPath } from "node:url";
 import { BloomeryError, fromNativeError } from "./errors.js";
 import type { RawGgufInfo } from "./gguf/types.js";
 import type { SystemInfo, GgmlTypeInfo } from "./system.js";
+import type { ModelInfo } from "./model.js";
 
 /** An opaque handle to a loaded model (native/addon/model.cc). */
 export type NativeModelHandle = { readonly __nativeHandle: "model" };
@@ -34,25 +35,8 @@ export interface NativeSamplerOptions {
   biasValues?: Float32Array;
 }
 
-/** What modelInfo() returns. */
-export interface RawModelInfo {
-  architecture: string;
-  layers: number;
-  embeddingLength: number;
-  vocabSize: number;
-  heads: number;
-  kvHeads: number;
-  headDim: number;
-  experts: number;
-  expertsUsed: number;
-  contextLength: number;
-  contextSize: number;
-  threads: number;
-  /** Whether the whole model runs on the GPU. */
-  gpu: boolean;
-  bosToken: number;
-  eosToken: number;
-}
+/** What modelInfo() returns: the engine's part of ModelInfo (loadModel adds what it reads from the file). */
+export type RawModelInfo = Omit<ModelInfo, "quantMix" | "bytes" | "chatTemplate">;
 
 /** What loadModel() passes to the addon: `gpu` set runs the whole model on that device. */
 export interface NativeLoadOptions {
