@@ -23,6 +23,7 @@ afterAll(async () => {
 
 const CASES: [preset: string, type: string][] = [
   ["tiny-qwen3", "Q8_0"],
+  ["tiny-qwen2", "Q8_0"],
   ["tiny-llama", "Q8_0"],
   ["tiny-llama", "Q4_K"],
   ...FILLABLE_TYPES.map((type): [string, string] => ["tiny-qwen3moe", type]),

@@ -23,6 +23,7 @@ const DENSE_TYPES = ["F32", "F16", "Q8_0", "Q4_0", "Q4_K", "Q5_K"];
 const CASES: [preset: string, weightType: string][] = [
   ...[...QWEN3MOE_TYPES, "IQ4_NL", "IQ4_XS", "MXFP4"].map((t): [string, string] => ["tiny-qwen3moe", t]),
   ...DENSE_TYPES.map((t): [string, string] => ["tiny-qwen3", t]),
+  ...DENSE_TYPES.map((t): [string, string] => ["tiny-qwen2", t]),
   // tiny-llama Q8_0 is left out: KL 9e-6 (100x under the bar), but its flat random-weight
   // distributions flip one near-tie (0.01023 vs 0.01005 at position 63) since the activations
   // are quantized as llama.cpp's x86 path does (which fixed the trained default model's KL);

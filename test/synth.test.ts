@@ -20,7 +20,7 @@ import { buildVocab, byteSymbols, TokenType } from "../tools/synth/vocab.js";
 const dir = mkdtempSync(join(tmpdir(), "bloomery-synth-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-const TINY = ["tiny-qwen3moe", "tiny-qwen3", "tiny-llama"];
+const TINY = ["tiny-qwen3moe", "tiny-qwen3", "tiny-qwen2", "tiny-llama"];
 const ALIGNMENT = 32;
 const alignUp = (n: number) => Math.ceil(n / ALIGNMENT) * ALIGNMENT;
 
@@ -77,8 +77,9 @@ describe("tiny presets", () => {
         expect(info.metadata["tokenizer.ggml.eos_token_id"]).toBe(plan.vocab.eos);
         expectTightLayout(info);
 
-        // Weights take the type; norms and the router stay F32.
-        const isWeight = (name: string) => !name.includes("norm") && !name.includes("ffn_gate_inp");
+        // Weights take the type; norms, biases and the router stay F32.
+        const isWeight = (name: string) =>
+          !name.includes("norm") && !name.includes("ffn_gate_inp") && !name.endsWith(".bias");
         for (const t of info.tensors) expect(t.type, t.name).toBe(isWeight(t.name) ? type : "F32");
         expect(info.tensors.find((t) => t.name === "token_embd.weight")!.shape).toEqual([
           256,
@@ -149,6 +150,14 @@ describe("tiny presets", () => {
     const qwen3 = planSyntheticModel({ preset: "tiny-qwen3" });
     expect(qwen3.tensors.find((t) => t.name === "blk.1.attn_k_norm.weight")!.shape).toEqual([128]);
     expect(qwen3.tensors.find((t) => t.name === "blk.1.ffn_down.weight")!.shape).toEqual([768, 256]);
+    const qwen2 = planSyntheticModel({ preset: "tiny-qwen2" });
+    expect(qwen2.metadata["tokenizer.ggml.pre"]).toBe("qwen2");
+    expect(qwen2.metadata["qwen2.attention.key_length"]).toBeUndefined();
+    expect(qwen2.tensors.some((t) => t.name === "output.weight")).toBe(false);
+    expect(qwen2.tensors.some((t) => t.name.includes("q_norm"))).toBe(false);
+    expect(qwen2.tensors.find((t) => t.name === "blk.1.attn_q.bias")).toMatchObject({ type: "F32", shape: [256] });
+    expect(qwen2.tensors.find((t) => t.name === "blk.1.attn_k.bias")).toMatchObject({ type: "F32", shape: [128] });
+    expect(qwen2.tensors.find((t) => t.name === "blk.1.attn_v.bias")).toMatchObject({ type: "F32", shape: [128] });
   });
 });
 

@@ -6,7 +6,7 @@ import { BloomeryError } from "../../src/errors.js";
 import type { VocabFamily } from "./vocab.js";
 
 /** The architectures the generator writes (llama.cpp's `general.architecture` names). */
-export type SynthArchitecture = "qwen3moe" | "qwen3" | "llama";
+export type SynthArchitecture = "qwen3moe" | "qwen3" | "qwen2" | "llama";
 
 /** The weight matrices whose type a preset fixes or the `weightType` option sets (norms and routers stay F32). */
 export type WeightRole =
@@ -45,6 +45,8 @@ export interface SynthPreset {
   contextLength: number;
   ropeFreqBase: number;
   rmsEpsilon: number;
+  /** No output.weight: the output projection reuses token_embd (tied embeddings, as small Qwen2 models have). */
+  tiedOutput?: boolean;
   /** Fixed type of every weight matrix; a preset without one takes the `weightType` option. */
   mix?: Partial<Record<WeightRole, string>>;
   /** `general.file_type` (a llama_ftype) of a preset with a fixed mix. */
@@ -161,6 +163,27 @@ export const PRESETS: Record<string, SynthPreset> = {
     contextLength: 4096,
     ropeFreqBase: 1e6,
     rmsEpsilon: 1e-6,
+    boundedScales: true,
+  },
+  "tiny-qwen2": {
+    name: "tiny-qwen2",
+    description:
+      "qwen2 with Q/K/V biases and a tied output, 2 layers, embedding 256, 4 heads of 64 (2 KV heads), FFN 768",
+    architecture: "qwen2",
+    vocab: "qwen",
+    layers: 2,
+    embedding: 256,
+    heads: 4,
+    headsKv: 2,
+    headDim: 64,
+    feedForward: 768,
+    experts: 0,
+    expertsUsed: 0,
+    expertFeedForward: 0,
+    contextLength: 4096,
+    ropeFreqBase: 1e6,
+    rmsEpsilon: 1e-6,
+    tiedOutput: true,
     boundedScales: true,
   },
   "tiny-llama": {

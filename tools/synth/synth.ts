@@ -76,6 +76,8 @@ const FILE_TYPE: Record<string, number> = {
 
 const WEIGHT_INIT: FloatInit = { center: 0, amplitude: 0.05 };
 const NORM_INIT: FloatInit = { center: 1, amplitude: 0.02 };
+// As wide as the projections' outputs (about ±0.5 for unit inputs), so that a bias left out shows in the logits.
+const BIAS_INIT: FloatInit = { center: 0, amplitude: 0.5 };
 
 /**
  * Router row scales of one layer: expert e gets (1 + rank(e))^-1/2, the ranks a seeded
@@ -119,8 +121,9 @@ function architectureMetadata(p: SynthPreset): [string, GgufValue, GgufMetadataT
   ];
   if (a === "llama") {
     entries.push([`${a}.rope.dimension_count`, p.headDim, "u32"]);
-  } else {
+  } else if (a !== "qwen2") {
     // Qwen3's heads are not embedding / heads wide: llama.cpp reads their width from these keys.
+    // Qwen2's always are (llama.cpp sizes its attn_output by the embedding), and its files omit them.
     entries.push([`${a}.attention.key_length`, p.headDim, "u32"], [`${a}.attention.value_length`, p.headDim, "u32"]);
   }
   if (p.experts > 0) {
@@ -155,8 +158,13 @@ function planTensors(
     weight(`${blk}.attn_q.weight`, "attn_q", [p.embedding, qWidth]);
     weight(`${blk}.attn_k.weight`, "attn_k", [p.embedding, kvWidth]);
     weight(`${blk}.attn_v.weight`, "attn_v", [p.embedding, kvWidth]);
+    if (p.architecture === "qwen2") {
+      add(`${blk}.attn_q.bias`, "F32", [qWidth], BIAS_INIT);
+      add(`${blk}.attn_k.bias`, "F32", [kvWidth], BIAS_INIT);
+      add(`${blk}.attn_v.bias`, "F32", [kvWidth], BIAS_INIT);
+    }
     weight(`${blk}.attn_output.weight`, "attn_output", [qWidth, p.embedding]);
-    if (p.architecture !== "llama") {
+    if (p.architecture === "qwen3" || p.architecture === "qwen3moe") {
       norm(`${blk}.attn_q_norm.weight`, p.headDim);
       norm(`${blk}.attn_k_norm.weight`, p.headDim);
     }
@@ -178,7 +186,7 @@ function planTensors(
     }
   }
   norm("output_norm.weight", p.embedding);
-  weight("output.weight", "output", [p.embedding, nVocab]);
+  if (!p.tiedOutput) weight("output.weight", "output", [p.embedding, nVocab]);
   return tensors;
 }
 
