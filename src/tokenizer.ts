@@ -7,7 +7,7 @@
 import { BloomeryError } from "./errors.js";
 import { callNative, type NativeStreamDecoder, type NativeTokenizer, type RawTokenizerInfo } from "./native.js";
 
-/** Options of {@link Tokenizer.tokenize}. */
+/** Options of {@link Model.tokenize}. */
 export interface TokenizeOptions {
   /**
    * Turn the text of control tokens (`<|im_start|>`, `<|eot_id|>`) into those tokens. Off by
@@ -18,7 +18,7 @@ export interface TokenizeOptions {
   addSpecial?: boolean;
 }
 
-/** Options of {@link Tokenizer.detokenize} and {@link Tokenizer.createDecoder}. */
+/** Options of {@link Model.detokenize}. */
 export interface DetokenizeOptions {
   /** Show control tokens as their text; by default they produce no text. */
   special?: boolean;
