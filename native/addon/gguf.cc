@@ -1,10 +1,10 @@
 // readGgufInfo(path): parses a GGUF file (or split model) on a worker thread and resolves
 // to the RawGgufInfo object of src/gguf/types.ts.
 #include <cstring>
-#include <exception>
 #include <optional>
 #include <string>
 
+#include "addon/async.h"
 #include "addon/bindings.h"
 #include "addon/errors.h"
 #include "gguf/gguf_file.h"
@@ -164,53 +164,14 @@ Napi::Object info_to_js(Napi::Env env, const gguf::GgufFile& file) {
   return info;
 }
 
-class ReadGgufWorker : public Napi::AsyncWorker {
- public:
-  ReadGgufWorker(Napi::Env env, std::string path)
-      : Napi::AsyncWorker(env), path_(std::move(path)), deferred_(Napi::Promise::Deferred::New(env)) {}
-
-  Napi::Promise promise() const { return deferred_.Promise(); }
-
-  void Execute() override {
-    // Engine errors carry a code that SetError's plain message would lose, so they are kept whole.
-    try {
-      file_.emplace(gguf::GgufFile::open(path_));
-    } catch (...) {
-      error_ = std::current_exception();
-    }
-  }
-
-  void OnOK() override {
-    Napi::Env env = Env();
-    if (error_) {
-      deferred_.Reject(to_js_error(env, error_).Value());
-      return;
-    }
-    try {
-      deferred_.Resolve(info_to_js(env, *file_));
-    } catch (const Napi::Error& e) {
-      deferred_.Reject(e.Value());
-    } catch (...) {
-      deferred_.Reject(to_js_error(env, std::current_exception()).Value());
-    }
-  }
-
- private:
-  std::string path_;
-  Napi::Promise::Deferred deferred_;
-  std::optional<gguf::GgufFile> file_;
-  std::exception_ptr error_;
-};
-
 Napi::Value read_gguf_info(const Napi::CallbackInfo& info) {
   return guarded(info, [&]() -> Napi::Value {
     if (info.Length() < 1 || !info[0].IsString()) {
       throw to_js_error(info.Env(), "INVALID_ARGUMENT", "readGgufInfo(path): path must be a string");
     }
-    auto* worker = new ReadGgufWorker(info.Env(), info[0].As<Napi::String>().Utf8Value());
-    Napi::Promise promise = worker->promise();
-    worker->Queue();
-    return promise;
+    return run_async(
+        info.Env(), [path = info[0].As<Napi::String>().Utf8Value()] { return gguf::GgufFile::open(path); },
+        [](Napi::Env env, const gguf::GgufFile& file) { return info_to_js(env, file); });
   });
 }
 

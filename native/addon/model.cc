@@ -5,11 +5,11 @@
 #include "model/model.h"
 
 #include <cstring>
-#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "addon/async.h"
 #include "addon/bindings.h"
 #include "addon/errors.h"
 #include "engine/session.h"
@@ -87,79 +87,6 @@ engine::GpuOptions gpu_options(Napi::Object gpu) {
   return g;
 }
 
-class LoadModelWorker : public Napi::AsyncWorker {
- public:
-  LoadModelWorker(Napi::Env env, std::string path, engine::RuntimeOptions options)
-      : Napi::AsyncWorker(env),
-        path_(std::move(path)),
-        options_(options),
-        deferred_(Napi::Promise::Deferred::New(env)) {}
-
-  Napi::Promise promise() const { return deferred_.Promise(); }
-
-  void Execute() override {
-    try {
-      runtime_ = std::make_shared<engine::Runtime>(model::load_model(path_), options_);
-    } catch (...) {
-      error_ = std::current_exception();
-    }
-  }
-
-  void OnOK() override {
-    if (error_) {
-      deferred_.Reject(to_js_error(Env(), error_).Value());
-      return;
-    }
-    deferred_.Resolve(wrap(Env(), ModelHandle{std::move(runtime_)}, kModelTag));
-  }
-
- private:
-  std::string path_;
-  engine::RuntimeOptions options_;
-  Napi::Promise::Deferred deferred_;
-  std::shared_ptr<engine::Runtime> runtime_;
-  std::exception_ptr error_;
-};
-
-class EvaluateWorker : public Napi::AsyncWorker {
- public:
-  EvaluateWorker(Napi::Env env, std::shared_ptr<engine::Session> session, std::vector<int32_t> tokens,
-                 engine::LogitRows rows)
-      : Napi::AsyncWorker(env),
-        session_(std::move(session)),
-        tokens_(std::move(tokens)),
-        rows_(rows),
-        deferred_(Napi::Promise::Deferred::New(env)) {}
-
-  Napi::Promise promise() const { return deferred_.Promise(); }
-
-  void Execute() override {
-    try {
-      logits_ = session_->evaluate(tokens_, rows_);
-    } catch (...) {
-      error_ = std::current_exception();
-    }
-  }
-
-  void OnOK() override {
-    if (error_) {
-      deferred_.Reject(to_js_error(Env(), error_).Value());
-      return;
-    }
-    Napi::Float32Array out = Napi::Float32Array::New(Env(), logits_.size());
-    std::memcpy(out.Data(), logits_.data(), logits_.size() * sizeof(float));
-    deferred_.Resolve(out);
-  }
-
- private:
-  std::shared_ptr<engine::Session> session_;
-  std::vector<int32_t> tokens_;
-  engine::LogitRows rows_;
-  Napi::Promise::Deferred deferred_;
-  std::vector<float> logits_;
-  std::exception_ptr error_;
-};
-
 // loadModel(path, { threads?, contextSize?, gpu?: { device?, budget? } }) -> Promise<model handle>
 Napi::Value load_model(const Napi::CallbackInfo& info) {
   return guarded(info, [&]() -> Napi::Value {
@@ -173,10 +100,14 @@ Napi::Value load_model(const Napi::CallbackInfo& info) {
       options.context_size = option_integer(o, "contextSize");
       if (o.Get("gpu").IsObject()) options.gpu = gpu_options(o.Get("gpu").As<Napi::Object>());
     }
-    auto* worker = new LoadModelWorker(info.Env(), info[0].As<Napi::String>().Utf8Value(), options);
-    Napi::Promise promise = worker->promise();
-    worker->Queue();
-    return promise;
+    return run_async(
+        info.Env(),
+        [path = info[0].As<Napi::String>().Utf8Value(), options] {
+          return std::make_shared<engine::Runtime>(model::load_model(path), options);
+        },
+        [](Napi::Env env, std::shared_ptr<engine::Runtime>& runtime) {
+          return wrap(env, ModelHandle{std::move(runtime)}, kModelTag);
+        });
   });
 }
 
@@ -231,12 +162,16 @@ Napi::Value session_evaluate(const Napi::CallbackInfo& info) {
     }
     const Napi::Int32Array tokens = info[1].As<Napi::Int32Array>();
     const bool all = info.Length() > 2 && info[2].ToBoolean().Value();
-    auto* worker = new EvaluateWorker(info.Env(), std::move(session),
-                                      std::vector<int32_t>(tokens.Data(), tokens.Data() + tokens.ElementLength()),
-                                      all ? engine::LogitRows::kAll : engine::LogitRows::kLast);
-    Napi::Promise promise = worker->promise();
-    worker->Queue();
-    return promise;
+    return run_async(
+        info.Env(),
+        [session = std::move(session),
+         batch = std::vector<int32_t>(tokens.Data(), tokens.Data() + tokens.ElementLength()),
+         rows = all ? engine::LogitRows::kAll : engine::LogitRows::kLast] { return session->evaluate(batch, rows); },
+        [](Napi::Env env, const std::vector<float>& logits) {
+          Napi::Float32Array out = Napi::Float32Array::New(env, logits.size());
+          std::memcpy(out.Data(), logits.data(), logits.size() * sizeof(float));
+          return out;
+        });
   });
 }
 

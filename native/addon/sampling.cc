@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "addon/async.h"
 #include "addon/bindings.h"
 #include "addon/errors.h"
 #include "engine/sampler.h"
@@ -92,46 +93,6 @@ std::vector<std::pair<int32_t, float>> read_bias(const Napi::Object& options) {
   return bias;
 }
 
-class SampleWorker : public Napi::AsyncWorker {
- public:
-  SampleWorker(Napi::Env env, std::shared_ptr<engine::Session> session, std::vector<int32_t> tokens,
-               std::shared_ptr<SamplerState> sampler)
-      : Napi::AsyncWorker(env),
-        session_(std::move(session)),
-        tokens_(std::move(tokens)),
-        sampler_(std::move(sampler)),
-        deferred_(Napi::Promise::Deferred::New(env)) {}
-
-  Napi::Promise promise() const { return deferred_.Promise(); }
-
-  void Execute() override {
-    try {
-      std::lock_guard lock(sampler_->mutex);
-      const std::vector<float> logits = session_->evaluate(tokens_);
-      sampler_->sampler.accept(tokens_);
-      token_ = sampler_->sampler.sample(logits);
-    } catch (...) {
-      error_ = std::current_exception();
-    }
-  }
-
-  void OnOK() override {
-    if (error_) {
-      deferred_.Reject(to_js_error(Env(), error_).Value());
-      return;
-    }
-    deferred_.Resolve(Napi::Number::New(Env(), token_));
-  }
-
- private:
-  std::shared_ptr<engine::Session> session_;
-  std::vector<int32_t> tokens_;
-  std::shared_ptr<SamplerState> sampler_;
-  Napi::Promise::Deferred deferred_;
-  int32_t token_ = -1;
-  std::exception_ptr error_;
-};
-
 // createSampler({ temperature?, topK?, topP?, minP?, repeatPenalty?, repeatLastN?, presencePenalty?,
 // frequencyPenalty?, seed?, biasTokens?, biasValues? }) -> sampler handle; left-out settings take
 // engine::SamplerParams' defaults.
@@ -172,12 +133,17 @@ Napi::Value session_sample(const Napi::CallbackInfo& info) {
     const Napi::Int32Array tokens = info[1].As<Napi::Int32Array>();
     std::shared_ptr<SamplerState> sampler = unwrap_sampler(info, 2).state;
     if (!sampler) throw to_js_error(info.Env(), "DISPOSED", "the sampler has been disposed");
-    auto* worker = new SampleWorker(info.Env(), std::move(session),
-                                    std::vector<int32_t>(tokens.Data(), tokens.Data() + tokens.ElementLength()),
-                                    std::move(sampler));
-    Napi::Promise promise = worker->promise();
-    worker->Queue();
-    return promise;
+    return run_async(
+        info.Env(),
+        [session = std::move(session),
+         batch = std::vector<int32_t>(tokens.Data(), tokens.Data() + tokens.ElementLength()),
+         sampler = std::move(sampler)] {
+          std::lock_guard lock(sampler->mutex);
+          const std::vector<float> logits = session->evaluate(batch);
+          sampler->sampler.accept(batch);
+          return sampler->sampler.sample(logits);
+        },
+        [](Napi::Env env, int32_t token) { return Napi::Number::New(env, token); });
   });
 }
 
