@@ -27,6 +27,8 @@ export interface LoadModelOptions {
   threads?: number;
   /** Tokens each session holds (default: the model's trained context, at most 4096). */
   contextSize?: number;
+  /** A Jinja chat template to use instead of the file's `tokenizer.chat_template`. */
+  chatTemplate?: string;
 }
 
 /** What a loaded model is. */
@@ -217,7 +219,7 @@ export async function loadModel(path: string, options: LoadModelOptions = {}): P
   if (gpu) nativeOptions.gpu = gpu;
   const file = await readGgufInfo(path);
   const facts: FileFacts = { quantMix: file.summary.bytesByType, bytes: file.summary.tensorBytes };
-  const template = file.metadata["tokenizer.chat_template"];
+  const template = options.chatTemplate ?? file.metadata["tokenizer.chat_template"];
   if (typeof template === "string") facts.chatTemplate = template;
   const handle = await callNativeAsync((a) => a.loadModel(path, nativeOptions));
   try {

@@ -130,6 +130,24 @@ describe("Model and Session", () => {
     expect(() => model.tokenize("x")).toThrowError(expect.objectContaining({ code: "DISPOSED" }));
   });
 
+  it("renders the file's chat template, or the one given to loadModel", async () => {
+    const messages = [{ role: "user", content: "hello" }];
+    const fromFile = await loadModel(modelPath, { threads: 1, contextSize: 32 });
+    const given = await loadModel(modelPath, {
+      threads: 1,
+      contextSize: 32,
+      chatTemplate: "U:{{ messages[0].content }}",
+    });
+    try {
+      expect(fromFile.applyChatTemplate(messages)).toContain("<|im_start|>user\nhello");
+      expect(given.applyChatTemplate(messages)).toBe("U:hello");
+      expect(given.info.chatTemplate).toBe("U:{{ messages[0].content }}");
+    } finally {
+      fromFile.dispose();
+      given.dispose();
+    }
+  });
+
   it("refuses disposed objects with DISPOSED, and dispose cascades from the model", async () => {
     const model = await loadModel(modelPath, { threads: 2, contextSize: 32 });
     const session = model.createSession();

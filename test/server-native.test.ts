@@ -1,4 +1,7 @@
 // bloomery-serve's llama.cpp-native endpoints over raw HTTP, the API key, errors, and disconnects.
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createApp } from "../examples/server/app.js";
 import { parseServeOptions } from "../examples/server/options.js";
@@ -145,6 +148,14 @@ describe("command line", () => {
       alias: "name",
       apiKeys: ["a", "b"],
     });
+  });
+
+  it("takes a chat template inline or from a file, and names a file it cannot read", () => {
+    const path = join(mkdtempSync(join(tmpdir(), "bloomery-template-")), "t.jinja");
+    writeFileSync(path, "{{ messages[0].content }}");
+    expect(parseServeOptions(["--chat-template-file", path]).chatTemplate).toBe("{{ messages[0].content }}");
+    expect(parseServeOptions(["--chat-template", "x{{ 1 }}"]).chatTemplate).toBe("x{{ 1 }}");
+    expect(() => parseServeOptions(["--chat-template-file", `${path}.missing`])).toThrow(/--chat-template-file/);
   });
 
   it("refuses unknown flags and variables by name", () => {

@@ -27,6 +27,7 @@ async function main(): Promise<void> {
     gpu: false,
     ...(options.threads !== undefined ? { threads: options.threads } : {}),
     ...(options.ctxSize !== undefined ? { contextSize: options.ctxSize } : {}),
+    ...(options.chatTemplate !== undefined ? { chatTemplate: options.chatTemplate } : {}),
   });
   const slots = new Slots(model, options.parallel);
   context.serve(slots);

@@ -11,6 +11,7 @@ export interface ServeOptions {
   parallel: number;
   apiKeys: string[];
   alias?: string;
+  chatTemplate?: string;
   metrics: boolean;
   temperature: number;
   help: boolean;
@@ -89,6 +90,20 @@ const FLAGS: Flag[] = [
     kind: "string",
     help: "the model's name in responses",
     apply: (o, v) => (o.alias = v as string),
+  },
+  {
+    names: ["--chat-template"],
+    env: "LLAMA_ARG_CHAT_TEMPLATE",
+    kind: "string",
+    help: "a Jinja chat template to use instead of the model's",
+    apply: (o, v) => (o.chatTemplate = v as string),
+  },
+  {
+    names: ["--chat-template-file"],
+    env: "LLAMA_ARG_CHAT_TEMPLATE_FILE",
+    kind: "string",
+    help: "a file holding a Jinja chat template to use instead of the model's",
+    apply: (o, v) => (o.chatTemplate = readTemplateFile(v as string)),
   },
   {
     names: ["--jinja"],
@@ -190,6 +205,14 @@ function readKeyFile(path: string): string[] {
       .filter(Boolean);
   } catch (error) {
     throw new UsageError(`--api-key-file ${path}: ${(error as Error).message}`);
+  }
+}
+
+function readTemplateFile(path: string): string {
+  try {
+    return readFileSync(path, "utf8");
+  } catch (error) {
+    throw new UsageError(`--chat-template-file ${path}: ${(error as Error).message}`);
   }
 }
 
