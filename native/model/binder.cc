@@ -27,8 +27,8 @@ std::string shape_text(std::initializer_list<int64_t> shape) {
 
 }  // namespace
 
-std::string layer_tensor(int64_t layer, std::string_view name) {
-  return "blk." + std::to_string(layer) + "." + std::string(name) + ".weight";
+std::string layer_tensor(int64_t layer, std::string_view name, std::string_view kind) {
+  return "blk." + std::to_string(layer) + "." + std::string(name) + "." + std::string(kind);
 }
 
 Binder::Binder(Model& model, std::string architecture) : model_(model), architecture_(std::move(architecture)) {
@@ -172,6 +172,12 @@ void Binder::bind_attention(int64_t layer, LayerWeights& w) {
   w.k = matrix(layer_tensor(layer, "attn_k"), p.embedding, kv_width);
   w.v = matrix(layer_tensor(layer, "attn_v"), p.embedding, kv_width);
   w.attention_output = matrix(layer_tensor(layer, "attn_output"), q_width, p.embedding);
+}
+
+void Binder::bind_qk_norms(int64_t layer, LayerWeights& w) {
+  const int64_t head_dim = model_.params.head_dim;
+  w.q_norm = vector(layer_tensor(layer, "attn_q_norm"), head_dim);
+  w.k_norm = vector(layer_tensor(layer, "attn_k_norm"), head_dim);
 }
 
 void Binder::bind_dense_ffn(int64_t layer, LayerWeights& w) {

@@ -37,6 +37,8 @@ class Binder {
   void bind_embeddings();
   // Attention norm and Q/K/V/O of layer `layer`.
   void bind_attention(int64_t layer, LayerWeights& weights);
+  // Qwen3's per-head RMS norms of Q and K.
+  void bind_qk_norms(int64_t layer, LayerWeights& weights);
   // FFN norm and a dense SwiGLU FFN.
   void bind_dense_ffn(int64_t layer, LayerWeights& weights);
 
@@ -49,6 +51,7 @@ class Binder {
   std::string architecture_;
 };
 
-std::string layer_tensor(int64_t layer, std::string_view name);
+// `blk.<layer>.<name>.<kind>`: the name llama.cpp gives a layer's tensor.
+std::string layer_tensor(int64_t layer, std::string_view name, std::string_view kind = "weight");
 
 }  // namespace bloomery::model

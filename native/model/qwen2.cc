@@ -12,10 +12,9 @@ void bind_qwen2(Binder& b) {
   for (int64_t l = 0; l < p.layers; ++l) {
     LayerWeights& w = b.model().layers[l];
     b.bind_attention(l, w);
-    const std::string prefix = "blk." + std::to_string(l) + ".";
-    w.q_bias = b.vector(prefix + "attn_q.bias", p.heads * p.head_dim);
-    w.k_bias = b.vector(prefix + "attn_k.bias", p.kv_heads * p.head_dim);
-    w.v_bias = b.vector(prefix + "attn_v.bias", p.kv_heads * p.head_dim);
+    w.q_bias = b.vector(layer_tensor(l, "attn_q", "bias"), p.heads * p.head_dim);
+    w.k_bias = b.vector(layer_tensor(l, "attn_k", "bias"), p.kv_heads * p.head_dim);
+    w.v_bias = b.vector(layer_tensor(l, "attn_v", "bias"), p.kv_heads * p.head_dim);
     b.bind_dense_ffn(l, w);
   }
 }

@@ -12,8 +12,7 @@ void bind_qwen3(Binder& b) {
   for (int64_t l = 0; l < p.layers; ++l) {
     LayerWeights& w = b.model().layers[l];
     b.bind_attention(l, w);
-    w.q_norm = b.vector(layer_tensor(l, "attn_q_norm"), p.head_dim);
-    w.k_norm = b.vector(layer_tensor(l, "attn_k_norm"), p.head_dim);
+    b.bind_qk_norms(l, w);
     b.bind_dense_ffn(l, w);
   }
 }

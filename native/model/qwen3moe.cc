@@ -17,8 +17,7 @@ void bind_qwen3moe(Binder& b) {
   for (int64_t l = 0; l < p.layers; ++l) {
     LayerWeights& w = b.model().layers[l];
     b.bind_attention(l, w);
-    w.q_norm = b.vector(layer_tensor(l, "attn_q_norm"), p.head_dim);
-    w.k_norm = b.vector(layer_tensor(l, "attn_k_norm"), p.head_dim);
+    b.bind_qk_norms(l, w);
     w.ffn_norm = b.vector(layer_tensor(l, "ffn_norm"), p.embedding);
     w.router = b.matrix(layer_tensor(l, "ffn_gate_inp"), p.embedding, p.experts);
     w.expert_gate = b.experts(layer_tensor(l, "ffn_gate_exps"), p.embedding, p.expert_feed_forward, p.experts);
