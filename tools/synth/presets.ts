@@ -63,6 +63,19 @@ export interface SynthPreset {
  * mix (docs: BASELINES.md, "The benchmark model"); the tiny ones are a few MB, with every row
  * length a multiple of 256 so that every fillable type, K-quants included, applies.
  */
+/** The tensor types of BASELINES.md's benchmark model: a Q4_K_M-like mix. */
+const Q4_K_M_MIX: Partial<Record<WeightRole, string>> = {
+  token_embd: "Q4_K",
+  output: "Q6_K",
+  attn_q: "Q4_K",
+  attn_k: "Q4_K",
+  attn_v: "Q6_K",
+  attn_output: "Q4_K",
+  ffn_gate_exps: "Q4_K",
+  ffn_up_exps: "Q4_K",
+  ffn_down_exps: "Q6_K",
+};
+
 export const PRESETS: Record<string, SynthPreset> = {
   "qwen3-30b-a3b": {
     name: "qwen3-30b-a3b",
@@ -82,17 +95,7 @@ export const PRESETS: Record<string, SynthPreset> = {
     contextLength: 40_960,
     ropeFreqBase: 1e6,
     rmsEpsilon: 1e-6,
-    mix: {
-      token_embd: "Q4_K",
-      output: "Q6_K",
-      attn_q: "Q4_K",
-      attn_k: "Q4_K",
-      attn_v: "Q6_K",
-      attn_output: "Q4_K",
-      ffn_gate_exps: "Q4_K",
-      ffn_up_exps: "Q4_K",
-      ffn_down_exps: "Q6_K",
-    },
+    mix: Q4_K_M_MIX,
     fileType: 15, // LLAMA_FTYPE_MOSTLY_Q4_K_M
   },
   "qwen3moe-2b": {
@@ -114,17 +117,7 @@ export const PRESETS: Record<string, SynthPreset> = {
     contextLength: 40_960,
     ropeFreqBase: 1e6,
     rmsEpsilon: 1e-6,
-    mix: {
-      token_embd: "Q4_K",
-      output: "Q6_K",
-      attn_q: "Q4_K",
-      attn_k: "Q4_K",
-      attn_v: "Q6_K",
-      attn_output: "Q4_K",
-      ffn_gate_exps: "Q4_K",
-      ffn_up_exps: "Q4_K",
-      ffn_down_exps: "Q6_K",
-    },
+    mix: Q4_K_M_MIX,
     fileType: 15, // LLAMA_FTYPE_MOSTLY_Q4_K_M
   },
   "tiny-qwen3moe": {
