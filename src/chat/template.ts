@@ -4,12 +4,7 @@
  */
 import { Template } from "@huggingface/jinja";
 import { BloomeryError } from "../errors.js";
-
-/** One message of a conversation. */
-export interface ChatMessage {
-  role: "system" | "user" | "assistant" | "tool" | (string & {});
-  content: string;
-}
+import type { ChatMessage, ChatTool } from "./types.js";
 
 /** Options of {@link Model.applyChatTemplate}. */
 export interface ApplyChatTemplateOptions {
@@ -17,12 +12,34 @@ export interface ApplyChatTemplateOptions {
   addGenerationPrompt?: boolean;
   /** Extra variables for the template, e.g. `{ enable_thinking: false }`. */
   templateKwargs?: Record<string, unknown>;
+  /** Functions the model may call, given to the template as `tools`. */
+  tools?: readonly ChatTool[];
 }
 
 /** The text of the special tokens a template may name. */
 export interface TemplateTokens {
   bosToken: string;
   eosToken: string;
+}
+
+/**
+ * A message as chat templates read it: OpenAI's field names (`tool_calls` with `function.name`
+ * and `function.arguments` as an object, `tool_call_id`, `reasoning_content`), which is what
+ * Hugging Face templates are written against.
+ */
+function templateMessage(message: ChatMessage): Record<string, unknown> {
+  const out: Record<string, unknown> = { role: message.role, content: message.content };
+  if (message.reasoning !== undefined) out.reasoning_content = message.reasoning;
+  if (message.toolCalls && message.toolCalls.length > 0) {
+    out.tool_calls = message.toolCalls.map((call) => ({
+      id: call.id,
+      type: "function",
+      function: { name: call.name, arguments: call.arguments },
+    }));
+  }
+  if (message.toolCallId !== undefined) out.tool_call_id = message.toolCallId;
+  if (message.name !== undefined) out.name = message.name;
+  return out;
 }
 
 /** A parsed chat template, rendered once per request. */
@@ -44,10 +61,12 @@ export class ChatTemplate {
 
   /** The prompt text for `messages`. */
   render(messages: readonly ChatMessage[], tokens: TemplateTokens, options: ApplyChatTemplateOptions = {}): string {
+    const tools = options.tools && options.tools.length > 0 ? { tools: options.tools } : {};
     try {
       return this.#template.render({
         ...options.templateKwargs,
-        messages,
+        ...tools,
+        messages: messages.map(templateMessage),
         add_generation_prompt: options.addGenerationPrompt ?? true,
         bos_token: tokens.bosToken,
         eos_token: tokens.eosToken,
