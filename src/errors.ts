@@ -35,6 +35,7 @@ export type BloomeryErrorCode =
   | "OUT_OF_MEMORY"
   | "NATIVE_LOAD"
   | "DISPOSED"
+  | "ABORTED"
   | "INTERNAL";
 
 /** An error with a stable, machine-readable `code`, and `details` that name what was wrong. */

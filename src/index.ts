@@ -14,9 +14,21 @@ export {
 } from "./system.js";
 export { readGgufInfo, writeGguf } from "./gguf.js";
 export type * from "./gguf/types.js";
-export { loadModel, Model, type LoadModelOptions, type ModelInfo, type GpuOptions } from "./model.js";
+export {
+  loadModel,
+  Model,
+  type LoadModelOptions,
+  type LoadProgress,
+  type ModelEvents,
+  type ModelInfo,
+  type ModelWarning,
+  type GpuOptions,
+} from "./model.js";
 export type { TokenizeOptions, DetokenizeOptions } from "./tokenizer.js";
-export type { ChatMessage, ApplyChatTemplateOptions } from "./chat/template.js";
+export type { ApplyChatTemplateOptions } from "./chat/template.js";
+export type { ChatMessage, ChatTool, ToolCall } from "./chat/types.js";
+export type { AssistantMessage, ToolCallFormat } from "./chat/output.js";
+export type { BuiltinTemplateName } from "./chat/builtin-templates.js";
 export {
   Session,
   type EvaluateOptions,
@@ -26,5 +38,9 @@ export {
   type GenerateResult,
   type GenerateTimings,
   type StopReason,
+  type ChatOptions,
+  type ChatChunk,
+  type ChatIterable,
+  type ChatResult,
 } from "./session.js";
 export type { SamplingOptions } from "./sampling.js";

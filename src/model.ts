@@ -2,11 +2,15 @@
  * loadModel() and Model: a GGUF model loaded into the native engine.
  * @module
  */
+import { EventEmitter } from "eventemitter3";
 import { BloomeryError } from "./errors.js";
 import { callNative, callNativeAsync, type NativeLoadOptions, type NativeModelHandle } from "./native.js";
-import { Session } from "./session.js";
+import { ABORTED, isAbortSignal, Session, untilAborted } from "./session.js";
 import { openTokenizer, type DetokenizeOptions, type TokenizeOptions, type Tokenizer } from "./tokenizer.js";
-import { ChatTemplate, type ApplyChatTemplateOptions, type ChatMessage } from "./chat/template.js";
+import { ChatTemplate, type ApplyChatTemplateOptions } from "./chat/template.js";
+import { BUILTIN_TEMPLATES, type BuiltinTemplateName } from "./chat/builtin-templates.js";
+import { detectToolCallFormat, type ToolCallFormat } from "./chat/output.js";
+import type { ChatMessage } from "./chat/types.js";
 import { readGgufInfo } from "./gguf/read.js";
 
 /** Where {@link loadModel} puts the model on a GPU: the device index (default 0) and the device memory it may use. */
@@ -29,6 +33,38 @@ export interface LoadModelOptions {
   contextSize?: number;
   /** A Jinja chat template to use instead of the file's `tokenizer.chat_template`. */
   chatTemplate?: string;
+  /** Called as loading moves on (also before it starts and once it is done). */
+  onProgress?: (progress: LoadProgress) => void;
+  /**
+   * Aborting it stops loading: loadModel rejects with BloomeryError ABORTED at once (a native load
+   * in flight finishes in the background and is freed).
+   */
+  signal?: AbortSignal;
+}
+
+/**
+ * How far {@link loadModel} is: `"metadata"` (reading the file's header), `"weights"` (the engine
+ * maps and prepares the weights: one step, it reports no finer progress yet), `"ready"`.
+ * `fraction` grows from 0 to 1.
+ */
+export interface LoadProgress {
+  stage: "metadata" | "weights" | "ready";
+  fraction: number;
+}
+
+/** Something worth knowing that is not an error, e.g. a built-in chat template standing in for a missing one. */
+export interface ModelWarning {
+  /** `"CHAT_TEMPLATE_FALLBACK"`: the file has no chat template; the built-in one named in the message is used. */
+  code: "CHAT_TEMPLATE_FALLBACK";
+  message: string;
+}
+
+/** The events of a {@link Model}, with their listeners' signatures. */
+export interface ModelEvents {
+  /** A warning: emitted once, when the thing it warns of first happens. */
+  warning: (warning: ModelWarning) => void;
+  /** Progress of a long operation on the model (the same shape as loading's). */
+  progress: (progress: LoadProgress) => void;
 }
 
 /** What a loaded model is. */
@@ -61,40 +97,59 @@ export interface ModelInfo {
   bytes: number;
   /** The chat template stored in the file (`tokenizer.chat_template`), if any. */
   chatTemplate?: string;
+  /** The built-in template chats use when the file has none (see the `warning` event). */
+  builtinChatTemplate?: BuiltinTemplateName;
 }
 
 /** What loadModel reads from the file besides the engine's view. @internal */
-type FileFacts = Pick<ModelInfo, "quantMix" | "bytes" | "chatTemplate">;
+type FileFacts = Pick<ModelInfo, "quantMix" | "bytes" | "chatTemplate" | "builtinChatTemplate">;
 
-/** A loaded model. Create sessions from it; dispose() frees it and every session it made. */
-export class Model {
+/** The template a model's chats use, and what it tells of the model's output. @internal */
+interface ModelChatTemplate {
+  template: ChatTemplate;
+  toolCallFormat: ToolCallFormat;
+}
+
+/**
+ * A loaded model. Create sessions from it; dispose() frees it and every session it made. It is an
+ * EventEmitter (eventemitter3) of {@link ModelEvents}.
+ */
+export class Model extends EventEmitter<ModelEvents> {
   #handle: NativeModelHandle | undefined;
   readonly #sessions = new Set<Session>();
   /** What the model is and how it runs. */
   readonly info: ModelInfo;
 
   readonly #tokenizer: Tokenizer;
-  readonly #chatTemplate: ChatTemplate | undefined;
+  readonly #chatTemplate: ModelChatTemplate;
+  #fallbackWarned = false;
 
   /** @internal */
   constructor(handle: NativeModelHandle, tokenizer: Tokenizer, facts: FileFacts) {
+    super();
     this.#handle = handle;
     this.#tokenizer = tokenizer;
-    this.#chatTemplate = facts.chatTemplate === undefined ? undefined : new ChatTemplate(facts.chatTemplate);
+    const source = facts.chatTemplate ?? BUILTIN_TEMPLATES[facts.builtinChatTemplate ?? "chatml"];
+    this.#chatTemplate = { template: new ChatTemplate(source), toolCallFormat: detectToolCallFormat(source) };
     this.info = Object.freeze({ ...callNative((a) => a.modelInfo(handle)), ...facts });
   }
 
   /**
-   * The prompt text for a conversation, rendered with the model's chat template. Throws
-   * BloomeryError CHAT_TEMPLATE when the file has no template or it fails.
+   * The prompt text for a conversation, rendered with the model's chat template (or, when the file
+   * has none, the built-in one `info.builtinChatTemplate` names, with a `warning` event the first
+   * time). Throws BloomeryError CHAT_TEMPLATE when the template fails.
    */
   applyChatTemplate(messages: readonly ChatMessage[], options: ApplyChatTemplateOptions = {}): string {
     this.#live();
-    if (!this.#chatTemplate) {
-      throw new BloomeryError("CHAT_TEMPLATE", "the model file has no chat template (tokenizer.chat_template)");
+    if (this.info.builtinChatTemplate && !this.#fallbackWarned) {
+      this.#fallbackWarned = true;
+      this.emit("warning", {
+        code: "CHAT_TEMPLATE_FALLBACK",
+        message: `the model file has no chat template (tokenizer.chat_template): using the built-in "${this.info.builtinChatTemplate}" template`,
+      });
     }
     const text = (token: number) => (token < 0 ? "" : this.#tokenizer.detokenize([token], { special: true }));
-    return this.#chatTemplate.render(
+    return this.#chatTemplate.template.render(
       messages,
       { bosToken: text(this.info.bosToken), eosToken: text(this.info.eosToken) },
       options,
@@ -130,6 +185,10 @@ export class Model {
         contextSize: this.info.contextSize,
         eosToken: this.info.eosToken,
         tokenizer: this.#tokenizer,
+        renderChat: (messages, options) => ({
+          prompt: this.applyChatTemplate(messages, options),
+          toolCallFormat: this.#chatTemplate.toolCallFormat,
+        }),
         sessionClosed: (s) => this.#sessions.delete(s),
       },
     );
@@ -144,6 +203,11 @@ export class Model {
     const handle = this.#handle;
     this.#handle = undefined;
     callNative((a) => a.disposeModel(handle));
+  }
+
+  /** {@link dispose}, for `await using model = await loadModel(...)`. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    this.dispose();
   }
 
   #live(): NativeModelHandle {
@@ -203,9 +267,20 @@ function resolveGpu(gpu: LoadModelOptions["gpu"]): NativeLoadOptions["gpu"] {
  * without a GPU kernel), and like the CPU path BloomeryError UNSUPPORTED_ARCH, UNSUPPORTED_QUANT
  * (naming the tensor), MODEL_MISSING_TENSOR,
  * MODEL_TENSOR_SHAPE, MODEL_BAD_METADATA, CONTEXT_TOO_LONG (a contextSize beyond the model's
- * trained context), or the GGUF reader's codes.
+ * trained context), or the GGUF reader's codes; ABORTED when `signal` aborts first.
  */
 export async function loadModel(path: string, options: LoadModelOptions = {}): Promise<Model> {
+  const { signal, onProgress } = options;
+  if (signal !== undefined && !isAbortSignal(signal)) {
+    throw new BloomeryError("INVALID_ARGUMENT", "signal must be an AbortSignal");
+  }
+  if (onProgress !== undefined && typeof onProgress !== "function") {
+    throw new BloomeryError("INVALID_ARGUMENT", "onProgress must be a function");
+  }
+  const checkAborted = () => {
+    if (signal?.aborted) throw new BloomeryError("ABORTED", "loading was aborted", { path });
+  };
+  checkAborted();
   for (const key of ["threads", "contextSize"] as const) {
     const value = options[key];
     if (value !== undefined && (!Number.isInteger(value) || value < 1)) {
@@ -217,15 +292,28 @@ export async function loadModel(path: string, options: LoadModelOptions = {}): P
   if (options.contextSize !== undefined) nativeOptions.contextSize = options.contextSize;
   const gpu = resolveGpu(options.gpu);
   if (gpu) nativeOptions.gpu = gpu;
+  onProgress?.({ stage: "metadata", fraction: 0 });
   const file = await readGgufInfo(path);
+  checkAborted();
   const facts: FileFacts = { quantMix: file.summary.bytesByType, bytes: file.summary.tensorBytes };
   const template = options.chatTemplate ?? file.metadata["tokenizer.chat_template"];
   if (typeof template === "string") facts.chatTemplate = template;
-  const handle = await callNativeAsync((a) => a.loadModel(path, nativeOptions));
+  else facts.builtinChatTemplate = "chatml";
+  onProgress?.({ stage: "weights", fraction: 0.1 });
+  const loading = callNativeAsync((a) => a.loadModel(path, nativeOptions));
+  const handle = await untilAborted(loading, signal);
+  if (handle === ABORTED) {
+    // The native load cannot be interrupted: free what it makes once it is done.
+    loading.then((late) => callNative((a) => a.disposeModel(late))).catch(() => {});
+    throw new BloomeryError("ABORTED", "loading was aborted", { path });
+  }
+  let model: Model;
   try {
-    return new Model(handle, openTokenizer(path), facts);
+    model = new Model(handle, openTokenizer(path), facts);
   } catch (error) {
     callNative((a) => a.disposeModel(handle));
     throw error;
   }
+  onProgress?.({ stage: "ready", fraction: 1 });
+  return model;
 }

@@ -26,14 +26,15 @@ const CHATML = `{%- if tools -%}
 {%- if loop.first or messages[loop.index0 - 1].role != 'tool' -%}{{- '<|im_start|>user' -}}{%- endif -%}
 {{- '\\n<tool_response>\\n' + message.content + '\\n</tool_response>' -}}
 {%- if loop.last or messages[loop.index0 + 1].role != 'tool' -%}{{- '<|im_end|>\\n' -}}{%- endif -%}
-{%- else -%}
-{{- '<|im_start|>' + message.role + '\\n' + (message.content or '') -}}
-{%- if message.tool_calls -%}
+{%- elif message.tool_calls -%}
+{{- '<|im_start|>' + message.role -}}
+{%- if message.content -%}{{- '\\n' + message.content -}}{%- endif -%}
 {%- for call in message.tool_calls -%}
 {{- '\\n<tool_call>\\n{"name": "' + call.function.name + '", "arguments": ' + (call.function.arguments | tojson) + '}\\n</tool_call>' -}}
 {%- endfor -%}
-{%- endif -%}
 {{- '<|im_end|>\\n' -}}
+{%- else -%}
+{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' -}}
 {%- endif -%}
 {%- endfor -%}
 {%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}`;

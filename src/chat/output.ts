@@ -126,3 +126,24 @@ export class AssistantMessageBuilder {
     return message;
   }
 }
+
+/** Which tool the model must call: any (`"required"`) or the one named. */
+export type ForcedToolChoice = "required" | { name: string };
+
+/**
+ * The text that starts the assistant's answer so that it is a tool call (of the named function):
+ * the prompt ends with it and the parser reads it before the model's text. A think block the
+ * prompt left open is closed first: a forced call skips the reasoning.
+ */
+export function forcedCallPrefix(format: ToolCallFormat, choice: ForcedToolChoice, opensThinking: boolean): string {
+  const name = typeof choice === "object" ? choice.name : undefined;
+  const close = opensThinking ? "</think>\n\n" : "";
+  switch (format) {
+    case "hermes":
+      return `${close}<tool_call>\n{"name": ${name === undefined ? '"' : `${JSON.stringify(name)}, "arguments": `}`;
+    case "qwen3-coder":
+      return `${close}<tool_call>\n<function=${name === undefined ? "" : `${name}>\n`}`;
+    case "llama3":
+      return `${close}{"name": ${name === undefined ? '"' : `${JSON.stringify(name)}, "parameters": `}`;
+  }
+}
