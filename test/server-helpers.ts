@@ -13,11 +13,22 @@ export interface TestServer {
 }
 
 export async function startServer(
-  options: { apiKeys?: string[]; parallel?: number; temperature?: number } = {},
+  options: {
+    apiKeys?: string[];
+    parallel?: number;
+    temperature?: number;
+    modelPath?: string;
+    chatTemplate?: string;
+  } = {},
 ): Promise<TestServer> {
-  const model = await loadModel(defaultModelPath(), { gpu: false, threads: 2 });
+  const modelPath = options.modelPath ?? defaultModelPath();
+  const model = await loadModel(modelPath, {
+    gpu: false,
+    threads: 2,
+    ...(options.chatTemplate !== undefined ? { chatTemplate: options.chatTemplate } : {}),
+  });
   const { app, context } = createApp({
-    modelPath: defaultModelPath(),
+    modelPath,
     alias: "tiny",
     apiKeys: options.apiKeys ?? [],
     metrics: true,

@@ -102,10 +102,10 @@ describe("openai client", () => {
       .create({
         model: "tiny",
         messages: [{ role: "user", content: "hi" }],
-        tools: [{ type: "function", function: { name: "f" } }],
+        n: 2,
       })
       .catch((e: unknown) => e);
     expect(error).toBeInstanceOf(OpenAI.BadRequestError);
-    expect((error as Error).message).toMatch(/'tools'/);
+    expect((error as Error).message).toMatch(/'n'/);
   });
 });

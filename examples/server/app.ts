@@ -4,6 +4,7 @@ import { timingSafeEqual } from "node:crypto";
 import Fastify, { type FastifyInstance, type FastifyRequest } from "fastify";
 import { HttpError, sendError } from "./errors.js";
 import { ServerContext, type ServerConfig } from "./context.js";
+import { registerCors } from "./cors.js";
 import { registerInfo } from "./routes/info.js";
 import { registerTokenize } from "./routes/tokenize.js";
 import { registerOpenAiChat } from "./routes/openai-chat.js";
@@ -47,6 +48,7 @@ export function createApp(
     }
   });
 
+  registerCors(app);
   app.addHook("onRequest", async (request) => {
     const path = request.url.split("?")[0]!;
     if (config.apiKeys.length > 0 && !PUBLIC_PATHS.has(path) && !hasKey(request, config.apiKeys)) {

@@ -1,27 +1,64 @@
-// Conversations from OpenAI's and Anthropic's request shapes, as the chat template's messages.
-// Only text is supported yet: images, audio, tool calls and tool results are refused by name.
-import type { ChatMessage } from "../../src/index.js";
+// Conversations from OpenAI's and Anthropic's request shapes, as the SDK's chat messages: text,
+// reasoning, tool calls and tool results. Images and audio are refused by name.
+import type { ChatMessage, ToolCall } from "../../src/index.js";
 import { badField } from "./errors.js";
-import { Fields } from "./fields.js";
+import { Fields, isObject } from "./fields.js";
 
-/** OpenAI's `messages`: content as a string or an array of `{type: "text", text}` parts. */
+/**
+ * OpenAI's `messages`: content as a string or an array of `{type: "text", text}` parts (absent
+ * or null in an assistant message that calls tools), `tool_calls` with their arguments as JSON
+ * text, `tool_call_id` and `name` of tool messages, and llama-server's `reasoning_content`.
+ */
 export function openAiMessages(value: unknown): ChatMessage[] {
   if (!Array.isArray(value) || value.length === 0) throw badField("messages", "must be a non-empty array");
   return value.map((message, i) => {
     const f = new Fields(message, `messages[${i}].`);
     const role = f.string("role");
     if (!role) throw f.bad("role", "must be a non-empty string");
-    const content = textContent(f, "content", "text");
-    f.unsupported("name");
-    f.unsupported("tool_calls", (v) => Array.isArray(v) && v.length === 0);
-    f.unsupported("tool_call_id");
-    f.unsupported("reasoning_content");
+    const toolCalls = f.array("tool_calls")?.map((call, j) => openAiToolCall(call, `${f.prefix}tool_calls[${j}].`));
+    const content = role === "assistant" && !f.has("content") ? "" : textContent(f, "content", "text");
+    const out: ChatMessage = { role, content };
+    if (toolCalls && toolCalls.length > 0) out.toolCalls = toolCalls;
+    const toolCallId = f.string("tool_call_id");
+    if (toolCallId !== undefined) out.toolCallId = toolCallId;
+    const name = f.string("name");
+    if (name !== undefined) out.name = name;
+    const reasoning = f.string("reasoning_content");
+    if (reasoning !== undefined) out.reasoning = reasoning;
     f.finish();
-    return { role, content };
+    return out;
   });
 }
 
-/** Anthropic's `system` (a string or text blocks) and `messages`. */
+function openAiToolCall(value: unknown, prefix: string): ToolCall {
+  const f = new Fields(value, prefix);
+  const id = f.string("id") ?? "";
+  const type = f.string("type");
+  if (type !== undefined && type !== "function") throw f.bad("type", 'must be "function"');
+  const fn = new Fields(f.object("function") ?? {}, `${prefix}function.`);
+  const name = fn.string("name");
+  if (!name) throw fn.bad("name", "must be a non-empty string");
+  const text = fn.string("arguments") ?? "{}";
+  fn.finish();
+  f.finish();
+  return { id, name, arguments: jsonObject(text, () => fn.bad("arguments", "must be a JSON object, as text")) };
+}
+
+function jsonObject(text: string, bad: () => Error): Record<string, unknown> {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    throw bad();
+  }
+  if (!isObject(value)) throw bad();
+  return value;
+}
+
+/**
+ * Anthropic's `system` (a string or text blocks) and `messages`, whose content blocks may be
+ * `text`, `thinking` and `tool_use` (assistant) or `tool_result` (user: each becomes a tool message).
+ */
 export function anthropicMessages(system: unknown, value: unknown): ChatMessage[] {
   const out: ChatMessage[] = [];
   if (system !== undefined && system !== null) {
@@ -32,11 +69,59 @@ export function anthropicMessages(system: unknown, value: unknown): ChatMessage[
     const f = new Fields(message, `messages[${i}].`);
     const role = f.string("role");
     if (role !== "user" && role !== "assistant") throw f.bad("role", 'must be "user" or "assistant"');
-    const content = textContent(f, "content", "text");
+    const content = f.raw("content");
+    if (typeof content === "string") {
+      out.push({ role, content });
+    } else if (Array.isArray(content)) {
+      out.push(...anthropicBlocks(role, content, `${f.prefix}content`));
+    } else {
+      throw f.bad("content", "must be a string or an array of content blocks");
+    }
     f.finish();
-    out.push({ role, content });
   });
   return out;
+}
+
+/** The blocks of one Anthropic message, in order: tool results first become tool messages. */
+function anthropicBlocks(role: "user" | "assistant", blocks: unknown[], where: string): ChatMessage[] {
+  const out: ChatMessage[] = [];
+  const message: ChatMessage = { role, content: "" };
+  const toolCalls: ToolCall[] = [];
+  blocks.forEach((block, j) => {
+    const p = new Fields(block, `${where}[${j}].`);
+    const type = p.string("type");
+    // Anthropic's prompt-caching hint changes nothing for a local engine.
+    p.raw("cache_control");
+    if (type === "text") {
+      message.content += requiredString(p, "text");
+      p.raw("citations");
+    } else if (type === "thinking" && role === "assistant") {
+      message.reasoning = (message.reasoning ?? "") + requiredString(p, "thinking");
+      // Signatures guard Anthropic's own thinking blocks; a local model has nothing to check them against.
+      p.string("signature");
+    } else if (type === "tool_use" && role === "assistant") {
+      const input = p.object("input") ?? {};
+      toolCalls.push({ id: requiredString(p, "id"), name: requiredString(p, "name"), arguments: input });
+    } else if (type === "tool_result" && role === "user") {
+      const id = requiredString(p, "tool_use_id");
+      const result = p.raw("content");
+      const text = result === undefined ? "" : typeof result === "string" ? result : textContent(p, "content", "text");
+      const isError = p.boolean("is_error") ?? false;
+      out.push({ role: "tool", content: isError ? `Error: ${text}` : text, toolCallId: id });
+    } else {
+      throw p.bad("type", `${JSON.stringify(type)} is not supported in a ${role} message`);
+    }
+    p.finish();
+  });
+  if (toolCalls.length > 0) message.toolCalls = toolCalls;
+  if (message.content || message.reasoning !== undefined || toolCalls.length > 0 || out.length === 0) out.push(message);
+  return out;
+}
+
+function requiredString(p: Fields, name: string): string {
+  const value = p.string(name);
+  if (value === undefined) throw p.bad(name, "must be a string");
+  return value;
 }
 
 /** A string, or an array of text parts joined; any other kind of part is refused by its type. */
@@ -51,7 +136,6 @@ function textContent(f: Fields, name: string, textType: string): string {
       if (type !== textType) throw p.bad("type", `${JSON.stringify(type)} is not supported yet (only "${textType}")`);
       const text = p.string("text");
       if (text === undefined) throw p.bad("text", "must be a string");
-      // Anthropic's prompt-caching hint changes nothing for a local engine.
       p.raw("cache_control");
       p.finish();
       return text;

@@ -1,7 +1,17 @@
 // The server's slots: one session each (-np/--parallel of them). A request takes the first slot
 // that is free, in arrival order, and holds it until its generation ends; the engine runs the
 // forward passes of busy slots one at a time.
-import type { GenerateChunk, GenerateOptions, GenerateResult, Model, Session } from "../../src/index.js";
+import type {
+  ChatChunk,
+  ChatMessage,
+  ChatOptions,
+  ChatResult,
+  GenerateChunk,
+  GenerateOptions,
+  GenerateResult,
+  Model,
+  Session,
+} from "../../src/index.js";
 import { HttpError } from "./errors.js";
 
 /** Thrown to a request whose client left while it waited for a slot. */
@@ -9,6 +19,15 @@ export class ClientGone extends Error {}
 
 export interface SlotRun extends GenerateResult {
   slot: number;
+}
+
+export interface SlotChat extends ChatResult {
+  slot: number;
+}
+
+/** What a slot's session runs: chunks as they come, then the whole. */
+interface Run<C, R> extends AsyncIterable<C> {
+  readonly result: Promise<R>;
 }
 
 /** The counters behind GET /metrics, named as llama-server's. */
@@ -58,21 +77,56 @@ export class Slots {
    * Generates from `prompt` on a free slot, handing each chunk with text or tokens to `onChunk`.
    * A prompt longer than the context is refused before it waits; `signal` ends the wait or the run.
    */
-  async run(
+  run(
     prompt: number[],
     options: Omit<GenerateOptions, "signal">,
     signal: AbortSignal,
     onChunk: (chunk: GenerateChunk) => void,
   ): Promise<SlotRun> {
+    return this.#serve(
+      prompt.length,
+      signal,
+      (session, maxTokens) => session.generate(prompt, { maxTokens, ...options, signal }),
+      (chunk) => {
+        if (chunk.text || chunk.tokens.length > 0) onChunk(chunk);
+      },
+    );
+  }
+
+  /**
+   * Chats on a free slot (Session.chat), handing each chunk to `onChunk`. `promptLength` (the
+   * rendered conversation's tokens) is checked against the context before it waits.
+   */
+  chat(
+    messages: readonly ChatMessage[],
+    promptLength: number,
+    options: Omit<ChatOptions, "signal">,
+    signal: AbortSignal,
+    onChunk: (chunk: ChatChunk) => void,
+  ): Promise<SlotChat> {
+    return this.#serve(
+      promptLength,
+      signal,
+      (session, maxTokens) => session.chat(messages, { maxTokens, ...options, signal }),
+      onChunk,
+    );
+  }
+
+  async #serve<C, R extends GenerateResult | ChatResult>(
+    promptLength: number,
+    signal: AbortSignal,
+    start: (session: Session, maxTokens: number) => Run<C, R>,
+    onChunk: (chunk: C) => void,
+  ): Promise<R & { slot: number }> {
     const contextSize = this.model.info.contextSize;
-    if (prompt.length === 0) throw new HttpError(400, "the prompt is empty");
-    if (prompt.length > contextSize) {
+    if (promptLength === 0) throw new HttpError(400, "the prompt is empty");
+    if (promptLength > contextSize) {
       throw new HttpError(
         400,
         "the request exceeds the available context size, try increasing it",
         "exceed_context_size_error",
         {
-          n_prompt_tokens: prompt.length,
+          n_prompt_tokens: promptLength,
           n_ctx: contextSize,
         },
       );
@@ -82,8 +136,8 @@ export class Slots {
     try {
       // Each request starts from an empty context: no prompt cache across requests yet.
       await slot.session.reset();
-      const run = slot.session.generate(prompt, { maxTokens: contextSize, ...options, signal });
-      for await (const chunk of run) if (chunk.text || chunk.tokens.length > 0) onChunk(chunk);
+      const run = start(slot.session, contextSize);
+      for await (const chunk of run) onChunk(chunk);
       const result = await run.result;
       this.#count(result);
       return { ...result, slot: slot.id };
@@ -93,7 +147,7 @@ export class Slots {
     }
   }
 
-  #count(result: GenerateResult): void {
+  #count(result: GenerateResult | ChatResult): void {
     const m = this.metrics;
     m.promptTokens += result.timings.promptTokens;
     m.promptSeconds += result.timings.promptMs / 1000;

@@ -1,5 +1,6 @@
 // Server-sent events as llama-server writes them: `data: <json>\n\n` (with an `event:` line for
 // Anthropic's stream), and a signal that aborts the generation when the client goes away.
+import type { OutgoingHttpHeaders } from "node:http";
 import type { FastifyReply } from "fastify";
 import { errorBody, toHttpError } from "./errors.js";
 
@@ -56,6 +57,8 @@ export class SseStream {
     this.#open = true;
     this.reply.hijack();
     this.reply.raw.writeHead(200, {
+      // Headers set before the stream began (CORS) go out with it.
+      ...(this.reply.getHeaders() as OutgoingHttpHeaders),
       "Content-Type": "text/event-stream",
       "Cache-Control": "no-cache",
       Connection: "keep-alive",

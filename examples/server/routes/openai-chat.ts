@@ -1,14 +1,43 @@
 // POST /v1/chat/completions (and /chat/completions): OpenAI's chat API, streamed as llama-server
-// streams it (a first delta with the role, content deltas, a last chunk with finish_reason, a
-// usage chunk when asked, then [DONE]).
+// streams it (a first delta with the role, reasoning_content / content / tool_calls deltas, a last
+// chunk with finish_reason, a usage chunk when asked, then [DONE]).
 import type { FastifyInstance } from "fastify";
+import type { ChatChunk, ToolCall } from "../../../src/index.js";
 import type { ServerContext } from "../context.js";
 import { Fields, isObject } from "../fields.js";
 import { openAiMessages } from "../messages.js";
 import { finishReason, llamaTimings, promptTokens, responseId, SYSTEM_FINGERPRINT, unixSeconds } from "../responses.js";
 import { readMaxTokens, readSampling } from "../sampling.js";
 import { clientSignal, SseStream, streamReply } from "../sse.js";
+import { readOpenAiTools } from "../tools.js";
 import { readOpenAiCommon } from "./openai-completions.js";
+
+/** llama-server's `reasoning_format`: "none" leaves think blocks in the content. */
+const REASONING_FORMATS = ["none", "auto", "deepseek"];
+
+/** A tool call as OpenAI's message carries it: arguments as JSON text. */
+function openAiToolCall(call: ToolCall) {
+  return { type: "function", id: call.id, function: { name: call.name, arguments: JSON.stringify(call.arguments) } };
+}
+
+/**
+ * The deltas of one chat chunk, as llama-server streams them: reasoning first, then content, then
+ * each tool call as two deltas (its index, id, type and name with empty arguments, then its
+ * arguments). `callsSoFar` is the number of calls streamed before this chunk.
+ */
+export function openAiChatDeltas(chunk: ChatChunk, callsSoFar: number): Record<string, unknown>[] {
+  const deltas: Record<string, unknown>[] = [];
+  if (chunk.reasoning) deltas.push({ reasoning_content: chunk.reasoning });
+  if (chunk.text) deltas.push({ content: chunk.text });
+  (chunk.toolCalls ?? []).forEach((call, i) => {
+    const index = callsSoFar + i;
+    deltas.push({
+      tool_calls: [{ index, id: call.id, type: "function", function: { name: call.name, arguments: "" } }],
+    });
+    deltas.push({ tool_calls: [{ index, function: { arguments: JSON.stringify(call.arguments) } }] });
+  });
+  return deltas;
+}
 
 export function registerOpenAiChat(app: FastifyInstance, context: ServerContext): void {
   for (const path of ["/v1/chat/completions", "/chat/completions"]) {
@@ -21,36 +50,45 @@ export function registerOpenAiChat(app: FastifyInstance, context: ServerContext)
       const maxTokens = readMaxTokens(f, ["max_completion_tokens", "max_tokens", "n_predict"]);
       const stop = f.strings("stop");
       const sampling = readSampling(f, { temperature: context.config.temperature, vocabSize: model.info.vocabSize });
-      f.unsupported("tools", (v) => Array.isArray(v) && v.length === 0);
-      f.unsupported("tool_choice", (v) => v === "none");
+      const toolOptions = readOpenAiTools(f);
+      const reasoningFormat = f.string("reasoning_format") ?? "auto";
+      if (!REASONING_FORMATS.includes(reasoningFormat)) {
+        throw f.bad("reasoning_format", `must be one of ${REASONING_FORMATS.join(", ")}`);
+      }
       f.unsupported("response_format", (v) => isObject(v) && v.type === "text" && Object.keys(v).length === 1);
       f.finish();
 
-      const prompt = promptTokens(model, model.applyChatTemplate(messages, { templateKwargs }));
-      const options = { ...sampling, maxTokens, stop };
+      const tools = toolOptions.toolChoice === "none" ? undefined : toolOptions.tools;
+      const prompt = promptTokens(model, model.applyChatTemplate(messages, { templateKwargs, tools }));
+      const options = {
+        ...sampling,
+        ...toolOptions,
+        maxTokens,
+        stop,
+        templateKwargs,
+        parseReasoning: reasoningFormat !== "none",
+      };
       const signal = clientSignal(reply);
       const id = responseId("chatcmpl-");
       const created = unixSeconds();
       const head = { id, created, model: context.modelId, system_fingerprint: SYSTEM_FINGERPRINT };
-      const usage = (completion: number) => ({
+      const usage = (promptLength: number, completion: number) => ({
         completion_tokens: completion,
-        prompt_tokens: prompt.length,
-        total_tokens: prompt.length + completion,
+        prompt_tokens: promptLength,
+        total_tokens: promptLength + completion,
       });
 
       if (!stream) {
-        const result = await context.slots.run(prompt, options, signal, () => {});
+        const result = await context.slots.chat(messages, prompt.length, options, signal, () => {});
+        const { content, reasoning, toolCalls } = result.message;
+        const message: Record<string, unknown> = { role: "assistant", content: toolCalls && !content ? null : content };
+        if (reasoning) message.reasoning_content = reasoning;
+        if (toolCalls) message.tool_calls = toolCalls.map(openAiToolCall);
         return {
           ...head,
           object: "chat.completion",
-          choices: [
-            {
-              index: 0,
-              finish_reason: finishReason(result.stopReason),
-              message: { role: "assistant", content: result.text },
-            },
-          ],
-          usage: usage(result.tokens.length),
+          choices: [{ index: 0, finish_reason: toolCalls ? "tool_calls" : finishReason(result.stopReason), message }],
+          usage: usage(result.timings.promptTokens, result.tokens.length),
           timings: llamaTimings(result),
         };
       }
@@ -65,15 +103,23 @@ export function registerOpenAiChat(app: FastifyInstance, context: ServerContext)
         const sendRole = () => {
           if (!sse.open) sse.send(chunk({ role: "assistant", content: null }));
         };
-        const result = await context.slots.run(prompt, options, signal, (piece) => {
+        let calls = 0;
+        const result = await context.slots.chat(messages, prompt.length, options, signal, (piece) => {
           sendRole();
-          if (piece.text) sse.send(chunk({ content: piece.text }));
+          for (const delta of openAiChatDeltas(piece, calls)) sse.send(chunk(delta));
+          calls += piece.toolCalls?.length ?? 0;
         });
         if (signal.aborted) throw new Error("client gone");
         sendRole();
-        sse.send({ ...chunk({}, finishReason(result.stopReason)), timings: llamaTimings(result) });
+        const finish = calls > 0 ? "tool_calls" : finishReason(result.stopReason);
+        sse.send({ ...chunk({}, finish), timings: llamaTimings(result) });
         if (includeUsage) {
-          sse.send({ ...head, object: "chat.completion.chunk", choices: [], usage: usage(result.tokens.length) });
+          sse.send({
+            ...head,
+            object: "chat.completion.chunk",
+            choices: [],
+            usage: usage(result.timings.promptTokens, result.tokens.length),
+          });
         }
         sse.done();
         sse.end();
