@@ -261,6 +261,7 @@ export class Session {
    * blocks) and tool calls (in the format the template teaches: Qwen3/Hermes, Qwen3-Coder XML or
    * Llama 3 JSON) come as their own fields of the chunks, and `.result` holds the whole message.
    * Text that only looked like a tool call (malformed, or cut off) comes back as answer text.
+   * `messages` is the whole conversation: the session's context is replaced by it.
    *
    * Throws BloomeryError CHAT_TEMPLATE when the template fails, INVALID_ARGUMENT as generate does.
    */
@@ -291,6 +292,9 @@ export class Session {
     const parserOptions: ChatOutputOptions = { parseReasoning: reasoning, startInReasoning: opensThinking };
     if (offered) Object.assign(parserOptions, { toolCallFormat: format, tools: offered });
     const parser = new ChatOutputParser(parserOptions);
+    // The conversation is the whole context: what the session held before goes (the reset is queued
+    // ahead of the generation, as the session's calls run in order; a failure shows in the generation).
+    this.reset().catch(() => {});
     const run = this.generate(rendered.prompt + prefix, generation);
     const stopAfterOneCall = offered !== undefined && parallelToolCalls === false;
 
