@@ -130,10 +130,12 @@ describe("OpenAI tool calls", () => {
           },
           { role: "tool", tool_call_id: "call_1", content: "sunny" },
         ],
+        tools: [weather],
       },
       { authorization: "Bearer k" },
     );
     const { prompt } = await response.json();
+    expect(prompt).toContain("Tools: get_weather<|im_end|>");
     expect(prompt).toContain('<tool_call><function=get_weather>{"city": "Paris"}</function></tool_call>');
     expect(prompt).toContain("<|im_start|>tool\nsunny (answers call_1)<|im_end|>");
   });

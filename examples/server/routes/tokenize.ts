@@ -3,6 +3,7 @@ import type { FastifyInstance } from "fastify";
 import type { ServerContext } from "../context.js";
 import { Fields } from "../fields.js";
 import { openAiMessages } from "../messages.js";
+import { readOpenAiTools } from "../tools.js";
 
 export function registerTokenize(app: FastifyInstance, context: ServerContext): void {
   app.post("/tokenize", async (request) => {
@@ -30,8 +31,12 @@ export function registerTokenize(app: FastifyInstance, context: ServerContext): 
     const messages = openAiMessages(f.raw("messages"));
     const templateKwargs = f.object("chat_template_kwargs");
     const addGenerationPrompt = f.boolean("add_generation_prompt");
+    const { tools, toolChoice } = readOpenAiTools(f);
     f.finish();
-    return { prompt: context.model.applyChatTemplate(messages, { templateKwargs, addGenerationPrompt }) };
+    const offered = toolChoice === "none" ? undefined : tools;
+    return {
+      prompt: context.model.applyChatTemplate(messages, { templateKwargs, addGenerationPrompt, tools: offered }),
+    };
   });
 }
 
