@@ -1,6 +1,7 @@
 // Starts bloomery-serve's app on the default model, on an ephemeral loopback port.
 import type { FastifyInstance } from "fastify";
 import { createApp } from "../examples/server/app.js";
+import type { ServerConfig } from "../examples/server/context.js";
 import { Slots } from "../examples/server/slots.js";
 import { loadModel, type Model } from "../src/index.js";
 import { defaultModelPath } from "../tools/default-model.js";
@@ -19,6 +20,7 @@ export async function startServer(
     temperature?: number;
     modelPath?: string;
     chatTemplate?: string;
+    config?: Pick<ServerConfig, "reasoningFormat" | "chatTemplateKwargs">;
   } = {},
 ): Promise<TestServer> {
   const modelPath = options.modelPath ?? defaultModelPath();
@@ -33,6 +35,7 @@ export async function startServer(
     apiKeys: options.apiKeys ?? [],
     metrics: true,
     temperature: options.temperature ?? 0.8,
+    ...options.config,
   });
   context.serve(new Slots(model, options.parallel ?? 2));
   const url = await app.listen({ host: "127.0.0.1", port: 0 });

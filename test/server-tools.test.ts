@@ -17,6 +17,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { AnthropicBlocks } from "../examples/server/routes/anthropic.js";
 import { openAiChatDeltas } from "../examples/server/routes/openai-chat.js";
 import type { ChatChunk } from "../src/index.js";
+import { parseServeOptions, UsageError } from "../examples/server/options.js";
 import { writeSyntheticModel } from "../tools/synth/synth.js";
 import { getUrl, postJson, startServer, type TestServer } from "./server-helpers.js";
 
@@ -309,6 +310,46 @@ describe("reasoning", () => {
       expect(events.slice(-3)).toEqual(["content_block_stop", "message_delta", "message_stop"]);
     } finally {
       await thinkServer.close();
+    }
+  });
+});
+
+describe("--reasoning-format and --chat-template-kwargs", () => {
+  it("are read from flags and LLAMA_ARG_THINK / LLAMA_CHAT_TEMPLATE_KWARGS, and refuse bad values", () => {
+    expect(parseServeOptions([])).toMatchObject({ reasoningFormat: "auto" });
+    const flags = parseServeOptions(["--reasoning-format", "none", "--chat-template-kwargs", '{"think":true}']);
+    expect(flags).toMatchObject({ reasoningFormat: "none", chatTemplateKwargs: { think: true } });
+    const env = parseServeOptions([], { LLAMA_ARG_THINK: "deepseek", LLAMA_CHAT_TEMPLATE_KWARGS: '{"a":1}' });
+    expect(env).toMatchObject({ reasoningFormat: "deepseek", chatTemplateKwargs: { a: 1 } });
+    expect(() => parseServeOptions(["--reasoning-format", "deepseek-legacy"])).toThrow(UsageError);
+    expect(() => parseServeOptions(["--chat-template-kwargs", "[1]"])).toThrow(/--chat-template-kwargs/);
+  });
+
+  it("set the defaults of requests, which may override them", async () => {
+    const configured = await startServer({
+      modelPath: join(dir, "tiny-qwen3moe.gguf"),
+      chatTemplate: TEMPLATE,
+      config: { reasoningFormat: "none", chatTemplateKwargs: { think: true } },
+    });
+    try {
+      const client = new OpenAI({ baseURL: `${configured.url}/v1`, apiKey: "unused", maxRetries: 0 });
+      const body = { model: "tiny", messages: ask, temperature: 0, max_tokens: 6 };
+      const raw = (await client.chat.completions.create(body)).choices[0]!.message;
+      expect(raw.content!.length).toBeGreaterThan(0);
+      const parsed = await client.chat.completions.create({ ...body, reasoning_format: "auto" } as typeof body);
+      expect((parsed.choices[0]!.message as unknown as Record<string, unknown>).reasoning_content).toBe(
+        raw.content!.trim(),
+      );
+      const rendered = async (kwargs?: object) =>
+        (
+          await (
+            await postJson(`${configured.url}/apply-template`, { messages: ask, chat_template_kwargs: kwargs })
+          ).json()
+        ).prompt as string;
+      expect((await rendered()).endsWith("<|im_start|>assistant\n<think>\n")).toBe(true);
+      expect((await rendered({ think: false })).endsWith("<|im_start|>assistant\n")).toBe(true);
+    } finally {
+      await configured.close();
     }
   });
 });

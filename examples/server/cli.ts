@@ -20,6 +20,8 @@ async function main(): Promise<void> {
     apiKeys: options.apiKeys,
     metrics: options.metrics,
     temperature: options.temperature,
+    reasoningFormat: options.reasoningFormat,
+    ...(options.chatTemplateKwargs ? { chatTemplateKwargs: options.chatTemplateKwargs } : {}),
   });
   const address = await app.listen({ host: options.host, port: options.port });
   console.error(`bloomery-serve: listening on ${address}, loading ${modelPath}`);

@@ -15,7 +15,18 @@ export interface ServerConfig {
   metrics: boolean;
   /** --temp: the temperature of requests that set none (llama-server's default 0.8). */
   temperature: number;
+  /** --reasoning-format: where reasoning goes in requests that do not say (default "auto"). */
+  reasoningFormat?: ReasoningFormat;
+  /** --chat-template-kwargs: template variables of every chat, under the request's own. */
+  chatTemplateKwargs?: Record<string, unknown>;
 }
+
+/**
+ * llama-server's reasoning formats: "none" leaves think blocks in the content; "auto" and
+ * "deepseek" move them to `reasoning_content` (Anthropic: thinking blocks).
+ */
+export const REASONING_FORMATS = ["none", "auto", "deepseek"] as const;
+export type ReasoningFormat = (typeof REASONING_FORMATS)[number];
 
 export class ServerContext {
   #slots: Slots | undefined;
@@ -44,6 +55,12 @@ export class ServerContext {
   /** The model's name in responses. */
   get modelId(): string {
     return this.config.alias ?? this.config.modelPath;
+  }
+
+  /** The template variables of a request: the server's, then the request's. */
+  templateKwargs(request: Record<string, unknown> | undefined): Record<string, unknown> | undefined {
+    const server = this.config.chatTemplateKwargs;
+    return server || request ? { ...server, ...request } : undefined;
   }
 
   get modelName(): string {

@@ -1,6 +1,7 @@
 // bloomery-serve's command line: llama-server's spellings, each also read from its LLAMA_ARG_*
 // environment variable (the command line wins). Unknown flags and variables are refused by name.
 import { readFileSync } from "node:fs";
+import { REASONING_FORMATS, type ReasoningFormat } from "./context.js";
 
 export interface ServeOptions {
   model?: string;
@@ -12,6 +13,8 @@ export interface ServeOptions {
   apiKeys: string[];
   alias?: string;
   chatTemplate?: string;
+  chatTemplateKwargs?: Record<string, unknown>;
+  reasoningFormat: ReasoningFormat;
   metrics: boolean;
   temperature: number;
   help: boolean;
@@ -106,6 +109,20 @@ const FLAGS: Flag[] = [
     apply: (o, v) => (o.chatTemplate = readTemplateFile(v as string)),
   },
   {
+    names: ["--chat-template-kwargs"],
+    env: "LLAMA_CHAT_TEMPLATE_KWARGS",
+    kind: "string",
+    help: "a JSON object of template variables for every chat, e.g. '{\"enable_thinking\":false}'",
+    apply: (o, v) => (o.chatTemplateKwargs = readKwargs(v as string)),
+  },
+  {
+    names: ["--reasoning-format"],
+    env: "LLAMA_ARG_THINK",
+    kind: "string",
+    help: `where reasoning goes when a request does not say: ${REASONING_FORMATS.join(", ")} (default auto)`,
+    apply: (o, v) => (o.reasoningFormat = readReasoningFormat(v as string)),
+  },
+  {
     names: ["--jinja"],
     env: "LLAMA_ARG_JINJA",
     kind: "flag",
@@ -137,6 +154,7 @@ export function parseServeOptions(argv: readonly string[], env: NodeJS.ProcessEn
     port: 8080,
     parallel: 2,
     apiKeys: [],
+    reasoningFormat: "auto",
     metrics: false,
     temperature: 0.8,
     help: false,
@@ -160,7 +178,7 @@ export function parseServeOptions(argv: readonly string[], env: NodeJS.ProcessEn
     pending.push([flag, value, name]);
   }
   for (const [key, value] of Object.entries(env)) {
-    if (!key.startsWith("LLAMA_ARG_") && key !== "LLAMA_API_KEY") continue;
+    if (!key.startsWith("LLAMA_ARG_") && key !== "LLAMA_API_KEY" && key !== "LLAMA_CHAT_TEMPLATE_KWARGS") continue;
     const flag = FLAGS.find((f) => f.env === key);
     if (!flag) throw new UsageError(`unsupported environment variable: ${key}`);
     if (!fromArgs.has(flag) && value !== undefined) pending.unshift([flag, value, key]);
@@ -206,6 +224,28 @@ function readKeyFile(path: string): string[] {
   } catch (error) {
     throw new UsageError(`--api-key-file ${path}: ${(error as Error).message}`);
   }
+}
+
+function readKwargs(text: string): Record<string, unknown> {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    value = undefined;
+  }
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    throw new UsageError(`--chat-template-kwargs must be a JSON object, not ${JSON.stringify(text)}`);
+  }
+  return value as Record<string, unknown>;
+}
+
+function readReasoningFormat(text: string): ReasoningFormat {
+  const format = REASONING_FORMATS.find((f) => f === text);
+  if (!format)
+    throw new UsageError(
+      `--reasoning-format must be one of ${REASONING_FORMATS.join(", ")}, not ${JSON.stringify(text)}`,
+    );
+  return format;
 }
 
 function readTemplateFile(path: string): string {

@@ -23,10 +23,11 @@ const STOP_REASONS: Record<StopReason, string> = {
 interface Conversation extends ToolOptions {
   messages: ChatMessage[];
   templateKwargs?: Record<string, unknown>;
+  parseReasoning?: boolean;
 }
 
 /** The conversation and the fields both endpoints take. */
-function readConversation(f: Fields): Conversation {
+function readConversation(f: Fields, context: ServerContext): Conversation {
   f.string("model");
   const conversation: Conversation = { messages: anthropicMessages(f.raw("system"), f.raw("messages")) };
   Object.assign(conversation, readAnthropicTools(f));
@@ -41,6 +42,9 @@ function readConversation(f: Fields): Conversation {
     // Templates with a thinking switch (Qwen3's) read it from this variable.
     conversation.templateKwargs = { enable_thinking: type === "enabled" };
   }
+  const templateKwargs = context.templateKwargs(conversation.templateKwargs);
+  if (templateKwargs) conversation.templateKwargs = templateKwargs;
+  if (context.config.reasoningFormat === "none") conversation.parseReasoning = false;
   return conversation;
 }
 
@@ -113,7 +117,7 @@ export class AnthropicBlocks {
 export function registerAnthropic(app: FastifyInstance, context: ServerContext): void {
   app.post("/v1/messages/count_tokens", async (request) => {
     const f = new Fields(request.body);
-    const conversation = readConversation(f);
+    const conversation = readConversation(f, context);
     f.finish();
     return { input_tokens: promptLength(context, conversation) };
   });
@@ -121,7 +125,7 @@ export function registerAnthropic(app: FastifyInstance, context: ServerContext):
   app.post("/v1/messages", async (request, reply) => {
     const model = context.model;
     const f = new Fields(request.body);
-    const conversation = readConversation(f);
+    const conversation = readConversation(f, context);
     const maxTokens = f.integer("max_tokens", { min: 1 });
     if (maxTokens === undefined) throw badField("max_tokens", "is required");
     const stop = f.strings("stop_sequences");

@@ -3,7 +3,7 @@
 // chunk with finish_reason, a usage chunk when asked, then [DONE]).
 import type { FastifyInstance } from "fastify";
 import type { ChatChunk, ToolCall } from "../../../src/index.js";
-import type { ServerContext } from "../context.js";
+import { REASONING_FORMATS, type ServerContext } from "../context.js";
 import { Fields, isObject } from "../fields.js";
 import { openAiMessages } from "../messages.js";
 import { finishReason, llamaTimings, promptTokens, responseId, SYSTEM_FINGERPRINT, unixSeconds } from "../responses.js";
@@ -11,9 +11,6 @@ import { readMaxTokens, readSampling } from "../sampling.js";
 import { clientSignal, SseStream, streamReply } from "../sse.js";
 import { readOpenAiTools } from "../tools.js";
 import { readOpenAiCommon } from "./openai-completions.js";
-
-/** llama-server's `reasoning_format`: "none" leaves think blocks in the content. */
-const REASONING_FORMATS = ["none", "auto", "deepseek"];
 
 /** A tool call as OpenAI's message carries it: arguments as JSON text. */
 function openAiToolCall(call: ToolCall) {
@@ -45,14 +42,14 @@ export function registerOpenAiChat(app: FastifyInstance, context: ServerContext)
       const model = context.model;
       const f = new Fields(request.body);
       const messages = openAiMessages(f.raw("messages"));
-      const templateKwargs = f.object("chat_template_kwargs");
+      const templateKwargs = context.templateKwargs(f.object("chat_template_kwargs"));
       const { stream, includeUsage } = readOpenAiCommon(f);
       const maxTokens = readMaxTokens(f, ["max_completion_tokens", "max_tokens", "n_predict"]);
       const stop = f.strings("stop");
       const sampling = readSampling(f, { temperature: context.config.temperature, vocabSize: model.info.vocabSize });
       const toolOptions = readOpenAiTools(f);
-      const reasoningFormat = f.string("reasoning_format") ?? "auto";
-      if (!REASONING_FORMATS.includes(reasoningFormat)) {
+      const reasoningFormat = f.string("reasoning_format") ?? context.config.reasoningFormat ?? "auto";
+      if (!REASONING_FORMATS.some((format) => format === reasoningFormat)) {
         throw f.bad("reasoning_format", `must be one of ${REASONING_FORMATS.join(", ")}`);
       }
       f.unsupported("response_format", (v) => isObject(v) && v.type === "text" && Object.keys(v).length === 1);

@@ -29,7 +29,7 @@ export function registerTokenize(app: FastifyInstance, context: ServerContext): 
   app.post("/apply-template", async (request) => {
     const f = new Fields(request.body);
     const messages = openAiMessages(f.raw("messages"));
-    const templateKwargs = f.object("chat_template_kwargs");
+    const templateKwargs = context.templateKwargs(f.object("chat_template_kwargs"));
     const addGenerationPrompt = f.boolean("add_generation_prompt");
     const { tools, toolChoice } = readOpenAiTools(f);
     f.finish();
