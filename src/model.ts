@@ -196,9 +196,13 @@ export class Model extends EventEmitter<ModelEvents> {
     return session;
   }
 
-  /** Disposes every session of the model, then frees the model. Later calls throw BloomeryError DISPOSED. */
+  /**
+   * Disposes every session of the model, then frees the model and drops its event listeners.
+   * Later calls throw BloomeryError DISPOSED.
+   */
   dispose(): void {
     if (!this.#handle) return;
+    this.removeAllListeners();
     for (const session of [...this.#sessions]) session.dispose();
     const handle = this.#handle;
     this.#handle = undefined;

@@ -277,7 +277,12 @@ export class Session {
           toolChoice,
         });
       }
-      if (!offered || (named !== undefined && !offered.some((tool) => tool.function.name === named))) {
+      if (!offered) {
+        throw new BloomeryError("INVALID_ARGUMENT", "toolChoice asks for a tool call, but no tools are offered", {
+          toolChoice,
+        });
+      }
+      if (named !== undefined && !offered.some((tool) => tool.function.name === named)) {
         throw new BloomeryError("INVALID_ARGUMENT", "toolChoice names a tool that is not offered", { toolChoice });
       }
     }

@@ -4,7 +4,7 @@
  * several calls may follow one another, separated by whitespace or `;`.
  * @module
  */
-import { callFromJson } from "./hermes.js";
+import { callFromJson } from "./tool-call-values.js";
 import { partialTagLength } from "./holdback.js";
 import type { ToolCallDelta, ToolCallIds, ToolCallParser } from "./types.js";
 

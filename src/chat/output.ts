@@ -4,7 +4,7 @@
  * @module
  */
 import { parseHermesBody } from "./hermes.js";
-import { randomToolCallId } from "./holdback.js";
+import { randomToolCallId } from "./tool-call-values.js";
 import { Llama3ToolCallParser } from "./llama3.js";
 import { qwen3CoderBody } from "./qwen3-coder.js";
 import { ReasoningParser } from "./reasoning.js";

@@ -3,7 +3,7 @@
  * `<tool_call><function=NAME><parameter=P>VALUE</parameter>...</function></tool_call>`.
  * @module
  */
-import { isPlainObject } from "./holdback.js";
+import { isPlainObject } from "./tool-call-values.js";
 import type { ChatTool, ToolCall } from "./types.js";
 
 const FUNCTION = /^<function=([^>\s]+)>([\s\S]*)<\/function>$/;
