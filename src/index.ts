@@ -38,9 +38,6 @@ export {
   type GenerateResult,
   type GenerateTimings,
   type StopReason,
-  type ChatOptions,
-  type ChatChunk,
-  type ChatIterable,
-  type ChatResult,
 } from "./session.js";
+export type { ChatOptions, ChatChunk, ChatIterable, ChatResult } from "./chat/run.js";
 export type { SamplingOptions } from "./sampling.js";

@@ -6,17 +6,8 @@ import { BloomeryError } from "./errors.js";
 import { callNative, callNativeAsync, type NativeSamplerHandle, type NativeSessionHandle } from "./native.js";
 import { nativeSamplerOptions, StopStrings, type SamplingOptions } from "./sampling.js";
 import type { Tokenizer } from "./tokenizer.js";
-import type { ApplyChatTemplateOptions } from "./chat/template.js";
-import type { ChatMessage, ChatTool, ToolCall } from "./chat/types.js";
-import {
-  AssistantMessageBuilder,
-  ChatOutputParser,
-  forcedCallPrefix,
-  promptOpensThinking,
-  type AssistantMessage,
-  type ChatOutputOptions,
-  type ToolCallFormat,
-} from "./chat/output.js";
+import type { ChatMessage } from "./chat/types.js";
+import { runChat, type ChatIterable, type ChatOptions, type RenderChat } from "./chat/run.js";
 
 /** Options of {@link Session.evaluate}. */
 export interface EvaluateOptions {
@@ -87,62 +78,6 @@ export interface GenerateIterable extends AsyncIterable<GenerateChunk> {
   readonly result: Promise<GenerateResult>;
 }
 
-/** Options of {@link Session.chat}: those of generate, and the chat's tools and template settings. */
-export interface ChatOptions extends GenerateOptions {
-  /** Functions the model may call (OpenAI's shape), given to the chat template as `tools`. */
-  tools?: readonly ChatTool[];
-  /**
-   * `"auto"` (default): the model answers or calls tools as it likes. `"none"`: the tools are not
-   * offered and the answer is text. `"required"`, or `{ name }`: the answer starts as a call (of the
-   * named function): the prompt ends with the opening of a call in the model's format, so the
-   * model writes the rest (a forced call skips reasoning).
-   */
-  toolChoice?: "auto" | "none" | "required" | { name: string };
-  /**
-   * `false`: generation stops as soon as the first tool call is complete (stop reason `"stop"`).
-   * Default true: the model may make several calls.
-   */
-  parallelToolCalls?: boolean;
-  /** Extra variables for the chat template, e.g. `{ enable_thinking: false }`. */
-  templateKwargs?: Record<string, unknown>;
-  /** How the model writes tool calls (default: read from its chat template). */
-  toolCallFormat?: ToolCallFormat;
-  /**
-   * Split `<think>` blocks out of the answer into `reasoning` (default true); `false` leaves them
-   * in the text. A prompt that ends inside an open think block starts the answer as reasoning.
-   */
-  parseReasoning?: boolean;
-}
-
-/** One step of {@link Session.chat}: what this piece of output adds to the answer, the reasoning and the tool calls. */
-export interface ChatChunk {
-  /** Answer text (without reasoning or tool calls); may be empty. */
-  text: string;
-  /** Reasoning text, when this piece adds some. */
-  reasoning?: string;
-  /** Tool calls completed in this piece, in order, each whole. */
-  toolCalls?: ToolCall[];
-  /** The tokens this piece adds. */
-  tokens: number[];
-}
-
-/** The whole of a {@link Session.chat} run. */
-export interface ChatResult {
-  /** The assistant's message: answer text, reasoning and tool calls, with their arguments parsed. */
-  message: AssistantMessage;
-  /** The raw text of the assistant's turn, as the model wrote it (with a forced call's opening). */
-  text: string;
-  tokens: number[];
-  stopReason: StopReason;
-  timings: GenerateTimings;
-}
-
-/** What {@link Session.chat} returns: the chunks as they come, and `.result` once it is done. */
-export interface ChatIterable extends AsyncIterable<ChatChunk> {
-  /** The run's message, raw text, stop reason and timings; awaiting it without iterating runs the chat to its end. */
-  readonly result: Promise<ChatResult>;
-}
-
 /** What one generation needs besides the session. */
 interface GenerateRun {
   prompt: number[];
@@ -159,10 +94,7 @@ export interface SessionModel {
   readonly eosToken: number;
   readonly tokenizer: Tokenizer;
   /** The prompt of a chat, and how the model writes tool calls. */
-  renderChat(
-    messages: readonly ChatMessage[],
-    options: ApplyChatTemplateOptions,
-  ): { prompt: string; toolCallFormat: ToolCallFormat };
+  readonly renderChat: RenderChat;
   sessionClosed(session: Session): void;
 }
 
@@ -267,110 +199,7 @@ export class Session {
    */
   chat(messages: readonly ChatMessage[], options: ChatOptions = {}): ChatIterable {
     this.#live();
-    const { tools, toolChoice, parallelToolCalls, templateKwargs, toolCallFormat, parseReasoning, ...generation } =
-      options;
-    const offered = tools && tools.length > 0 && toolChoice !== "none" ? tools : undefined;
-    if (toolChoice !== undefined && toolChoice !== "auto" && toolChoice !== "none") {
-      const named = typeof toolChoice === "object" && toolChoice !== null ? toolChoice.name : undefined;
-      if (toolChoice !== "required" && typeof named !== "string") {
-        throw new BloomeryError("INVALID_ARGUMENT", 'toolChoice must be "auto", "none", "required" or { name }', {
-          toolChoice,
-        });
-      }
-      if (!offered) {
-        throw new BloomeryError("INVALID_ARGUMENT", "toolChoice asks for a tool call, but no tools are offered", {
-          toolChoice,
-        });
-      }
-      if (named !== undefined && !offered.some((tool) => tool.function.name === named)) {
-        throw new BloomeryError("INVALID_ARGUMENT", "toolChoice names a tool that is not offered", { toolChoice });
-      }
-    }
-    const rendered = this.#model.renderChat(messages, { templateKwargs, tools: offered });
-    const format = toolCallFormat ?? rendered.toolCallFormat;
-    const reasoning = parseReasoning ?? true;
-    const opensThinking = reasoning && promptOpensThinking(rendered.prompt);
-    const prefix =
-      offered && (toolChoice === "required" || typeof toolChoice === "object")
-        ? forcedCallPrefix(format, toolChoice, opensThinking)
-        : "";
-    const parserOptions: ChatOutputOptions = { parseReasoning: reasoning, startInReasoning: opensThinking };
-    if (offered) Object.assign(parserOptions, { toolCallFormat: format, tools: offered });
-    const parser = new ChatOutputParser(parserOptions);
-    // The conversation is the whole context: what the session held before goes (the reset is queued
-    // ahead of the generation, as the session's calls run in order; a failure shows in the generation).
-    this.reset().catch(() => {});
-    const run = this.generate(rendered.prompt + prefix, generation);
-    const stopAfterOneCall = offered !== undefined && parallelToolCalls === false;
-
-    let settle!: { resolve: (r: ChatResult) => void; reject: (e: unknown) => void };
-    const result = new Promise<ChatResult>((resolve, reject) => (settle = { resolve, reject }));
-    result.catch(() => {});
-    async function* stream(): AsyncGenerator<ChatChunk, void, undefined> {
-      const message = new AssistantMessageBuilder();
-      let calls = 0;
-      let stoppedAtCall = false;
-      const chunkOf = (delta: ReturnType<ChatOutputParser["push"]>, tokens: number[]): ChatChunk => {
-        message.add(delta);
-        calls += delta.toolCalls.length;
-        const chunk: ChatChunk = { text: delta.text, tokens };
-        if (delta.reasoning) chunk.reasoning = delta.reasoning;
-        if (delta.toolCalls.length > 0) chunk.toolCalls = delta.toolCalls;
-        return chunk;
-      };
-      const settleWith = (done: GenerateResult, stopReason: StopReason) =>
-        settle.resolve({
-          message: message.message,
-          text: prefix + done.text,
-          tokens: done.tokens,
-          stopReason,
-          timings: done.timings,
-        });
-      let settled = false;
-      try {
-        parser.push(prefix);
-        for await (const piece of run) {
-          yield chunkOf(parser.push(piece.text), piece.tokens);
-          if (stopAfterOneCall && calls > 0) {
-            stoppedAtCall = true;
-            break;
-          }
-        }
-        const done = await run.result;
-        const tail = chunkOf(parser.finish(), []);
-        settled = true;
-        settleWith(done, stoppedAtCall ? "stop" : done.stopReason);
-        if (tail.text || tail.reasoning || tail.toolCalls) yield tail;
-      } catch (error) {
-        settled = true;
-        settle.reject(error);
-        throw error;
-      } finally {
-        if (!settled) {
-          // The consumer left the loop: settle with what was parsed, the held-back text included.
-          message.add(parser.finish());
-          settleWith(await run.result, "abort");
-        }
-      }
-    }
-    const iterator = stream();
-    let started = false;
-    return {
-      [Symbol.asyncIterator]() {
-        if (started) throw new BloomeryError("INVALID_ARGUMENT", "a chat() result can be iterated once");
-        started = true;
-        return iterator;
-      },
-      get result() {
-        if (!started) {
-          started = true;
-          void (async () => {
-            for await (const chunk of { [Symbol.asyncIterator]: () => iterator }) void chunk;
-          })().catch(() => {});
-        }
-        return result;
-      },
-    };
+    return runChat(this, this.#model.renderChat, messages, options);
   }
 
   /** Forgets every token of the context. */
