@@ -56,6 +56,38 @@ DeviceBuffer::~DeviceBuffer() {
   if (data_) cudaFree(data_);
 }
 
+PinnedBuffer::PinnedBuffer(size_t bytes, const std::string& what) {
+  const cudaError_t err = cudaHostAlloc(&host_, bytes == 0 ? 1 : bytes, cudaHostAllocMapped);
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    host_ = nullptr;
+    throw Error("INSUFFICIENT_MEMORY", what + ": " + std::to_string(bytes) + " bytes of pinned host memory");
+  }
+  check(err, "cudaHostAlloc");
+  const cudaError_t mapped = cudaHostGetDevicePointer(&device_, host_, 0);
+  if (mapped != cudaSuccess) {
+    cudaFreeHost(host_);
+    host_ = nullptr;
+    check(mapped, "cudaHostGetDevicePointer");
+  }
+}
+
+PinnedBuffer::PinnedBuffer(PinnedBuffer&& other) noexcept
+    : host_(std::exchange(other.host_, nullptr)), device_(std::exchange(other.device_, nullptr)) {}
+
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
+  if (this != &other) {
+    if (host_) cudaFreeHost(host_);
+    host_ = std::exchange(other.host_, nullptr);
+    device_ = std::exchange(other.device_, nullptr);
+  }
+  return *this;
+}
+
+PinnedBuffer::~PinnedBuffer() {
+  if (host_) cudaFreeHost(host_);
+}
+
 Stream::Stream() {
   cudaStream_t s = nullptr;
   check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -68,6 +100,13 @@ Stream::~Stream() {
 
 void Stream::synchronize() const { check(cudaStreamSynchronize(raw(stream_)), "cudaStreamSynchronize"); }
 
+bool Stream::idle() const {
+  const cudaError_t err = cudaStreamQuery(raw(stream_));
+  if (err == cudaErrorNotReady) return false;
+  check(err, "cudaStreamQuery");
+  return true;
+}
+
 void copy_to_device(void* dst, const void* src, size_t bytes, StreamHandle stream) {
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, raw(stream)), "cudaMemcpyAsync (to device)");
 }
@@ -78,6 +117,10 @@ void copy_to_host(void* dst, const void* src, size_t bytes, StreamHandle stream)
 
 void upload(void* dst, const void* src, size_t bytes) {
   check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy (weights)");
+}
+
+void download(void* dst, const void* src, size_t bytes) {
+  check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy (to host)");
 }
 
 void check_launch(const char* what) { check(cudaGetLastError(), what); }
