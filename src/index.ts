@@ -14,7 +14,25 @@ export {
 } from "./system.js";
 export { readGgufInfo, writeGguf } from "./gguf.js";
 export type * from "./gguf/types.js";
-export { loadModel, Model, type LoadModelOptions, type ModelInfo, type GpuOptions } from "./model.js";
+export {
+  loadModel,
+  Model,
+  type LoadModelOptions,
+  type ModelInfo,
+  type GpuOptions,
+  type ModelStats,
+  type OffloadTimes,
+} from "./model.js";
+export {
+  planOffload,
+  checkOffloadPlan,
+  modelFootprint,
+  type ModelFootprint,
+  type OffloadBudgets,
+  type OffloadPlan,
+  type OffloadLayer,
+  type OffloadGpuBytes,
+} from "./plan.js";
 export type { TokenizeOptions, DetokenizeOptions } from "./tokenizer.js";
 export type { ChatMessage, ApplyChatTemplateOptions } from "./chat/template.js";
 export {
