@@ -103,10 +103,20 @@ void combine_experts(const float* expert_out, const float* weights, const int32_
 // Each pass bumps a step counter in device memory; a flag set to the current step means
 // "this layer's data is there". Graph replays need no new parameters: kernels read the step.
 void begin_handoff_step(uint32_t* step, StreamHandle stream);
-// Sets *flag (mapped host memory) to the step once the work queued before it is done and visible to the host.
-void publish_to_host(const uint32_t* step, uint32_t* flag, StreamHandle stream);
-// Waits (one thread, spinning) until the host sets *flag (mapped) to the step, adding the
-// nanoseconds waited to *waited_ns; then residual[i] += host_rows[i] (mapped) for `count` floats.
+// A layer's routed rows (device) and where they go in mapped host memory.
+struct HandoffRows {
+  const float* rows = nullptr;      // `count` floats
+  const int32_t* chosen = nullptr;  // `routed` experts and weights
+  const float* weights = nullptr;
+  int64_t count = 0, routed = 0;
+  float* host_rows = nullptr;
+  int32_t* host_chosen = nullptr;
+  float* host_weights = nullptr;
+};
+// Copies `rows` to host memory, then sets *flag (mapped) to the step. `blocks_done`: a device
+// counter, zero between calls.
+void publish_to_host(const HandoffRows& rows, const uint32_t* step, uint32_t* flag, uint32_t* blocks_done,
+                     StreamHandle stream);
 void add_from_host(const uint32_t* step, const uint32_t* flag, uint64_t* waited_ns, const float* host_rows,
                    int64_t count, float* residual, StreamHandle stream);
 

@@ -23,6 +23,7 @@ double since(Clock::time_point start) { return std::chrono::duration<double>(Clo
 constexpr int kSpinsPerCheck = 2048;
 
 uint32_t* step_of(const cuda::DeviceBuffer& counters) { return counters.as<uint32_t>(); }
+uint32_t* blocks_done_of(const cuda::DeviceBuffer& counters) { return counters.as<uint32_t>() + 1; }
 uint64_t* waited_of(const cuda::DeviceBuffer& counters) { return counters.as<uint64_t>() + 1; }
 
 }  // namespace
@@ -59,10 +60,17 @@ void HostExperts::queue_begin_pass(cuda::StreamHandle stream) { cuda::begin_hand
 
 void HostExperts::queue_publish(int64_t layer, int64_t n, const float* rows, const int32_t* chosen,
                                 const float* weights, cuda::StreamHandle stream) {
-  cuda::copy_to_host(rows_.host<float>(), rows, static_cast<size_t>(n * width_) * sizeof(float), stream);
-  cuda::copy_to_host(chosen_.host<int32_t>(), chosen, static_cast<size_t>(n * used_) * sizeof(int32_t), stream);
-  cuda::copy_to_host(weights_.host<float>(), weights, static_cast<size_t>(n * used_) * sizeof(float), stream);
-  cuda::publish_to_host(step_of(counters_), ready_.device<uint32_t>() + layer, stream);
+  cuda::HandoffRows handoff;
+  handoff.rows = rows;
+  handoff.chosen = chosen;
+  handoff.weights = weights;
+  handoff.count = n * width_;
+  handoff.routed = n * used_;
+  handoff.host_rows = rows_.device<float>();
+  handoff.host_chosen = chosen_.device<int32_t>();
+  handoff.host_weights = weights_.device<float>();
+  cuda::publish_to_host(handoff, step_of(counters_), ready_.device<uint32_t>() + layer, blocks_done_of(counters_),
+                        stream);
 }
 
 void HostExperts::queue_collect(int64_t layer, int64_t n, float* residual, cuda::StreamHandle stream) {

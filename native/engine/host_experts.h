@@ -65,7 +65,8 @@ class HostExperts {
   cpu::ThreadPool& pool_;
   int64_t used_, width_;
   cuda::PinnedBuffer rows_, chosen_, weights_, sums_, ready_, done_;
-  cuda::DeviceBuffer counters_;  // [0]: the step (uint32), [1]: nanoseconds the GPU waited (uint64)
+  // uint32 [0]: the step, [1]: publish's block counter; uint64 [1]: nanoseconds the GPU waited.
+  cuda::DeviceBuffer counters_;
   uint32_t step_ = 0;
   cpu::Routing routing_;
   cpu::MoeScratch scratch_;
