@@ -2,8 +2,9 @@
 // CPU, against ik_llama.cpp's figures on the same machine and model (../shared/BASELINES.md):
 //   cpu-experts  every routed expert on the CPU (ik_llama.cpp -ot exps=CPU -fmoe 1 -t 16)
 //   budget-8gib  the whole model in a GPU budget of 8 GiB (ik_llama.cpp: 8 of 48 layers' experts on the card)
-// Decode tok/s of one stream, prompt tok/s at P = 512 and 4096, and per decode step: wall time,
-// GPU busy (wall less the GPU's waits for the CPU), CPU expert time and their overlap.
+// Decode tok/s of one stream, prompt tok/s at P = 512 and 4096 (passes of 512 rows, which copy
+// the host experts to the GPU over PCIe), and per decode step: wall time, GPU busy (wall less the
+// GPU's waits for the CPU), CPU expert time and their overlap.
 // Writes JSON to $OUT (or the working directory).
 //   node bench/hybrid.mjs /root/q.gguf
 import { writeFileSync } from "node:fs";
@@ -75,6 +76,7 @@ async function measure(name, options) {
       overlapMs: perStepMs(Math.max(0, d.cpuExpertSeconds - d.gpuWaitSeconds)),
     },
     prompt4096Passes: {
+      streamedPasses: prompt4096Stats.streamedPasses,
       passes: prompt4096Stats.passes,
       wallSeconds: prompt4096Stats.wallSeconds,
       gpuWaitSeconds: prompt4096Stats.gpuWaitSeconds,
@@ -100,7 +102,7 @@ async function measure(name, options) {
 }
 
 const footprint = await modelFootprint(path, { contextSize: CONTEXT });
-const dense = footprint.denseBytes + footprint.kvBytes + footprint.workspaceBytes;
+const dense = footprint.denseBytes + footprint.kvBytes + footprint.workspaceBytes + footprint.streamBytes;
 const cpuExperts = planOffload(footprint, { gpu: dense, hostRam: Number.MAX_SAFE_INTEGER });
 const runs = {
   "cpu-experts": await measure("cpu-experts", { gpu: "auto", plan: cpuExperts }),

@@ -87,9 +87,11 @@ type FileFacts = Pick<ModelInfo, "quantMix" | "bytes" | "chatTemplate">;
  * `cpuExpertSeconds - gpuWaitSeconds`.
  */
 export interface OffloadTimes {
-  /** Forward passes (a decode step is one; a prompt one per 512 tokens). */
+  /** Passes whose host experts the CPU ran (a decode step is one; a prompt one per 512 tokens). */
   passes: number;
-  /** Wall time of those passes. */
+  /** Prompt passes of 64 rows or more, which copied the host experts to the GPU instead (not in the times below). */
+  streamedPasses: number;
+  /** Wall time of the model's passes on the GPU. */
   wallSeconds: number;
   /** The CPU thread pool running host experts. */
   cpuExpertSeconds: number;

@@ -25,6 +25,8 @@ export interface ModelFootprint {
   kvBytes: number;
   /** The forward pass's buffers. */
   workspaceBytes: number;
+  /** Staging for prompts that copy one layer's host experts to the GPU: needed only when some experts are on the host. */
+  streamBytes: number;
   /** Device memory left free for the CUDA context, graphs and kernels. */
   reserveBytes: number;
 }
@@ -52,6 +54,8 @@ export interface OffloadGpuBytes {
   dense: number;
   kvCache: number;
   workspace: number;
+  /** Prompt staging ({@link ModelFootprint.streamBytes}), when some experts are on the host. */
+  staging: number;
   experts: number;
   /** The sum of the above. */
   total: number;
@@ -83,25 +87,37 @@ function gib(bytes: number): string {
 
 const range = (from: number, to: number) => Array.from({ length: Math.max(0, to - from) }, (_, i) => from + i);
 
-function fixedGpu(footprint: ModelFootprint): Omit<OffloadGpuBytes, "experts" | "total"> {
-  return { dense: footprint.denseBytes, kvCache: footprint.kvBytes, workspace: footprint.workspaceBytes };
+function fixedGpu(footprint: ModelFootprint, hybrid: boolean): Omit<OffloadGpuBytes, "experts" | "total"> {
+  return {
+    dense: footprint.denseBytes,
+    kvCache: footprint.kvBytes,
+    workspace: footprint.workspaceBytes,
+    staging: hybrid ? footprint.streamBytes : 0,
+  };
 }
+
+const fixedTotal = (fixed: Omit<OffloadGpuBytes, "experts" | "total">) =>
+  fixed.dense + fixed.kvCache + fixed.workspace + fixed.staging;
 
 /** The byte totals of `layers`, refusing by name what the budgets cannot hold. */
 function tally(footprint: ModelFootprint, budgets: OffloadBudgets, layers: OffloadLayer[]): OffloadPlan["bytes"] {
-  const fixed = fixedGpu(footprint);
+  const fixed = fixedGpu(
+    footprint,
+    layers.some((layer) => layer.host.length > 0),
+  );
   let experts = 0;
   let host = 0;
   layers.forEach((layer, l) => {
     experts += layer.gpu.length * (footprint.expertBytes[l] ?? 0);
     host += layer.host.length * (footprint.expertBytes[l] ?? 0);
   });
-  const total = fixed.dense + fixed.kvCache + fixed.workspace + experts;
+  const total = fixedTotal(fixed) + experts;
   if (total > budgets.gpu) {
     throw new BloomeryError(
       "INSUFFICIENT_MEMORY",
       `the plan needs ${gib(total)} of GPU memory: dense weights ${gib(fixed.dense)} + KV cache ${gib(fixed.kvCache)} ` +
-        `(contextSize ${footprint.contextSize}) + workspace ${gib(fixed.workspace)} + experts ${gib(experts)}; ` +
+        `(contextSize ${footprint.contextSize}) + workspace ${gib(fixed.workspace)} + prompt staging ` +
+        `${gib(fixed.staging)} + experts ${gib(experts)}; ` +
         `more than the gpu budget of ${gib(budgets.gpu)}`,
       { needed: total, budget: budgets.gpu },
     );
@@ -118,7 +134,8 @@ function tally(footprint: ModelFootprint, budgets: OffloadBudgets, layers: Offlo
 }
 
 /**
- * Places a model: dense weights, KV cache and workspace on the GPU first, then as many
+ * Places a model: dense weights, KV cache and workspace on the GPU first (and, unless every
+ * expert fits, the staging long prompts copy host experts into), then as many
  * routed experts per layer as the GPU budget holds, the same count in every layer (the
  * remainder one more in the first layers), the lowest expert ids first (no routing profile
  * yet); the other experts stay in host RAM. Pure. Throws INSUFFICIENT_MEMORY, naming each
@@ -126,21 +143,22 @@ function tally(footprint: ModelFootprint, budgets: OffloadBudgets, layers: Offlo
  * `hostRam` (the disk tier is not supported yet).
  */
 export function planOffload(footprint: ModelFootprint, budgets: OffloadBudgets): OffloadPlan {
-  const fixed = fixedGpu(footprint);
-  const fixedTotal = fixed.dense + fixed.kvCache + fixed.workspace;
-  if (fixedTotal > budgets.gpu) {
+  const E = footprint.experts;
+  const perRound = footprint.expertBytes.reduce((sum, bytes) => sum + bytes, 0);
+  const whole = fixedTotal(fixedGpu(footprint, false)) + E * perRound <= budgets.gpu;
+  const fixed = fixedGpu(footprint, !whole);
+  const fixedBytes = fixedTotal(fixed);
+  if (fixedBytes > budgets.gpu) {
     throw new BloomeryError(
       "INSUFFICIENT_MEMORY",
-      `the model needs ${gib(fixedTotal)} of GPU memory before any routed expert: dense weights ${gib(fixed.dense)} ` +
-        `+ KV cache ${gib(fixed.kvCache)} (contextSize ${footprint.contextSize}) + workspace ${gib(fixed.workspace)}; ` +
-        `more than the gpu budget of ${gib(budgets.gpu)}`,
-      { needed: fixedTotal, budget: budgets.gpu },
+      `the model needs ${gib(fixedBytes)} of GPU memory before any routed expert: dense weights ${gib(fixed.dense)} ` +
+        `+ KV cache ${gib(fixed.kvCache)} (contextSize ${footprint.contextSize}) + workspace ${gib(fixed.workspace)} ` +
+        `+ prompt staging ${gib(fixed.staging)}; more than the gpu budget of ${gib(budgets.gpu)}`,
+      { needed: fixedBytes, budget: budgets.gpu },
     );
   }
-  const E = footprint.experts;
   const layerCount = footprint.expertBytes.length;
-  const perRound = footprint.expertBytes.reduce((sum, bytes) => sum + bytes, 0);
-  let left = budgets.gpu - fixedTotal;
+  let left = budgets.gpu - fixedBytes;
   const even = perRound > 0 ? Math.min(E, Math.floor(left / perRound)) : E;
   left -= even * perRound;
   const counts = footprint.expertBytes.map(() => even);

@@ -24,6 +24,7 @@ const footprint: ModelFootprint = {
   expertBytes: [100, 100, 100, 100],
   kvBytes: 2_000,
   workspaceBytes: 500,
+  streamBytes: 0,
   reserveBytes: 1 << 20,
 };
 const fixed = 12_500;
@@ -56,7 +57,14 @@ describe("planOffload", () => {
   it("puts every expert on the host when only the dense part fits", () => {
     const plan = planOffload(footprint, { gpu: fixed + 99, hostRam: roomy });
     expect(plan.layers.map((l) => l.gpu.length)).toEqual([0, 0, 0, 0]);
-    expect(plan.bytes.gpu).toEqual({ dense: 10_000, kvCache: 2_000, workspace: 500, experts: 0, total: fixed });
+    expect(plan.bytes.gpu).toEqual({
+      dense: 10_000,
+      kvCache: 2_000,
+      workspace: 500,
+      staging: 0,
+      experts: 0,
+      total: fixed,
+    });
     expect(plan.bytes.host).toBe(everyExpert);
     expect(plan.layers[0]?.reason).toMatch(/no GPU room/);
     expectPartition(plan, 8);
@@ -94,6 +102,19 @@ describe("planOffload", () => {
       previous = plan.bytes.gpu.experts;
       expectPartition(plan, 8);
     }
+  });
+
+  it("reserves the prompt staging only when some experts stay on the host", () => {
+    const staged = { ...footprint, streamBytes: 700 };
+    const whole = planOffload(staged, { gpu: fixed + everyExpert, hostRam: 0 });
+    expect(whole.bytes.gpu.staging).toBe(0);
+    expect(whole.layers.every((l) => l.host.length === 0)).toBe(true);
+    const partial = planOffload(staged, { gpu: fixed + everyExpert - 1, hostRam: roomy });
+    expect(partial.bytes.gpu.staging).toBe(700);
+    expect(partial.layers.map((l) => l.gpu.length)).toEqual([6, 6, 6, 6]);
+    expect(partial.bytes.gpu.total).toBeLessThanOrEqual(fixed + everyExpert - 1);
+    const error = thrown(() => planOffload(staged, { gpu: fixed + 699, hostRam: roomy }));
+    expect(error.message).toMatch(/prompt staging/);
   });
 
   it("refuses host experts beyond hostRam: the disk tier is not supported yet", () => {

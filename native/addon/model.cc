@@ -132,6 +132,7 @@ Napi::Value gpu_footprint(const Napi::CallbackInfo& info) {
           o.Set("expertBytes", experts);
           o.Set("kvBytes", double(f.kv_bytes));
           o.Set("workspaceBytes", double(f.workspace_bytes));
+          o.Set("streamBytes", double(f.stream_bytes));
           o.Set("reserveBytes", double(f.reserve_bytes));
           return o;
         });
@@ -195,6 +196,7 @@ Napi::Value offload_stats(const Napi::CallbackInfo& info) {
     const engine::OffloadStats s = engine::offload_stats(*runtime.gpu());
     Napi::Object o = Napi::Object::New(info.Env());
     o.Set("passes", double(s.passes));
+    o.Set("streamedPasses", double(s.streamed_passes));
     o.Set("wallSeconds", s.wall_seconds);
     o.Set("cpuExpertSeconds", s.cpu_expert_seconds);
     o.Set("cpuWaitSeconds", s.cpu_wait_seconds);

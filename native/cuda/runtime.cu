@@ -1,4 +1,5 @@
 #include <cuda_runtime.h>
+#include <unistd.h>
 
 #include <utility>
 
@@ -88,6 +89,25 @@ PinnedBuffer::~PinnedBuffer() {
   if (host_) cudaFreeHost(host_);
 }
 
+HostRegistration::HostRegistration(const void* data, size_t bytes, const std::string& what) {
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t first = reinterpret_cast<uintptr_t>(data) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + bytes + page - 1) / page * page;
+  void* base = reinterpret_cast<void*>(first);
+  const cudaError_t err = cudaHostRegister(base, end - first, cudaHostRegisterReadOnly);
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    throw Error("INSUFFICIENT_MEMORY",
+                what + ": " + std::to_string(end - first) + " bytes of host memory could not be page-locked");
+  }
+  check(err, ("cudaHostRegister (" + what + ")").c_str());
+  base_ = base;
+}
+
+HostRegistration::~HostRegistration() {
+  if (base_) cudaHostUnregister(base_);
+}
+
 Stream::Stream() {
   cudaStream_t s = nullptr;
   check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -113,6 +133,10 @@ void copy_to_device(void* dst, const void* src, size_t bytes, StreamHandle strea
 
 void copy_to_host(void* dst, const void* src, size_t bytes, StreamHandle stream) {
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, raw(stream)), "cudaMemcpyAsync (to host)");
+}
+
+void copy_async(void* dst, const void* src, size_t bytes, StreamHandle stream) {
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, raw(stream)), "cudaMemcpyAsync");
 }
 
 void upload(void* dst, const void* src, size_t bytes) {

@@ -69,6 +69,21 @@ class PinnedBuffer {
   void* device_ = nullptr;
 };
 
+// Existing host memory (e.g. a read-only file mapping) page-locked for DMA while this lives,
+// so copies from it run at the link's speed rather than through a pageable bounce buffer.
+class HostRegistration {
+ public:
+  HostRegistration() = default;
+  // Registers the pages covering [data, data + bytes) read-only; `what` names it in errors.
+  HostRegistration(const void* data, size_t bytes, const std::string& what);
+  HostRegistration(const HostRegistration&) = delete;
+  HostRegistration& operator=(const HostRegistration&) = delete;
+  ~HostRegistration();
+
+ private:
+  void* base_ = nullptr;
+};
+
 // An opaque cudaStream_t.
 using StreamHandle = void*;
 
@@ -89,6 +104,8 @@ class Stream {
 
 void copy_to_device(void* dst, const void* src, size_t bytes, StreamHandle stream);
 void copy_to_host(void* dst, const void* src, size_t bytes, StreamHandle stream);
+// Either direction, or device to device (unified addressing tells which).
+void copy_async(void* dst, const void* src, size_t bytes, StreamHandle stream);
 // Synchronous upload of a large host range (weights at load).
 void upload(void* dst, const void* src, size_t bytes);
 // Synchronous read of a small device range (counters).

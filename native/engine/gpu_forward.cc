@@ -14,6 +14,7 @@
 #include "cuda/device.h"
 #include "cuda/ops.h"
 #include "cuda/runtime.h"
+#include "engine/expert_stream.h"
 #include "quant/ggml_types.h"
 
 namespace bloomery::engine {
@@ -121,7 +122,8 @@ class GpuModel : public GpuWeights {
  public:
   int device = 0;
   model::HyperParams params;
-  std::unique_ptr<HostExperts> host_experts;  // set when some experts live in host memory
+  std::unique_ptr<HostExperts> host_experts;    // set when some experts live in host memory: decode and short prompts
+  std::unique_ptr<ExpertStream> expert_stream;  // with host_experts: long prompts copy them to the GPU
   DeviceBuffer weights;
   cuda::Stream stream;
   Workspace work;
@@ -469,6 +471,9 @@ struct Pass {
     mul(w.ffn_down, hidden, n, f(ws.residual), true);
   }
 
+  // Whether this pass copies host experts to the GPU rather than handing rows to the CPU.
+  bool streams() const { return m.expert_stream && n >= ExpertStream::kMinRows; }
+
   void moe_ffn(const GpuLayer& w, int64_t layer, Input& x) const {
     const model::HyperParams& p = m.params;
     const Workspace& ws = m.work;
@@ -476,7 +481,10 @@ struct Pass {
     cuda::route_top_k(f(ws.router_logits), n, p.experts, p.experts_used, p.normalize_expert_weights,
                       ws.chosen.as<int32_t>(), f(ws.routing_weights), stream);
     HostExperts* host = m.host_experts.get();
-    const bool hybrid = host && host->has_host_experts(layer);
+    const bool host_layer = host && host->has_host_experts(layer);
+    const bool hybrid = host_layer && !streams();
+    ExpertStacks experts{w.expert_gate, w.expert_up, w.expert_down, w.expert_slots};
+    if (host_layer && streams()) experts = m.expert_stream->queue_layer(layer, experts, stream);
     if (hybrid) host->queue_publish(layer, n, f(ws.normed), ws.chosen.as<int32_t>(), f(ws.routing_weights), stream);
     cuda::ExpertGroups groups;
     groups.order = ws.order.as<int32_t>();
@@ -484,14 +492,14 @@ struct Pass {
     groups.chunk_count = ws.chunk_count.as<int32_t>();
     groups.tokens_per_chunk = cuda::tokens_per_expert_chunk(n);
     groups.max_chunks = cuda::max_expert_chunks(n, p.experts, p.experts_used);
-    cuda::group_by_expert(ws.chosen.as<int32_t>(), n, p.experts, p.experts_used, w.expert_slots,
+    cuda::group_by_expert(ws.chosen.as<int32_t>(), n, p.experts, p.experts_used, experts.slot_of_expert,
                           groups.tokens_per_chunk, ws.order.as<int32_t>(), ws.chunks.as<int32_t>(),
                           ws.chunk_count.as<int32_t>(), stream);
-    cuda::expert_gated_matvec(w.expert_gate, w.expert_up, x.for_type(w.expert_gate.type).blocks, p.experts_used, groups,
+    cuda::expert_gated_matvec(experts.gate, experts.up, x.for_type(experts.gate.type).blocks, p.experts_used, groups,
                               f(ws.hidden), stream);
     Input hidden(*this, f(ws.hidden), n * p.experts_used, p.expert_feed_forward);
-    cuda::expert_matvec(w.expert_down, hidden.for_type(w.expert_down.type).blocks, groups, f(ws.expert_out), stream);
-    cuda::combine_experts(f(ws.expert_out), f(ws.routing_weights), ws.chosen.as<int32_t>(), w.expert_slots, n,
+    cuda::expert_matvec(experts.down, hidden.for_type(experts.down.type).blocks, groups, f(ws.expert_out), stream);
+    cuda::combine_experts(f(ws.expert_out), f(ws.routing_weights), ws.chosen.as<int32_t>(), experts.slot_of_expert, n,
                           p.experts_used, p.embedding, f(ws.residual), stream);
     if (hybrid) host->queue_collect(layer, n, f(ws.residual), stream);
   }
@@ -512,7 +520,7 @@ struct Pass {
   // layer(), then finish(), which writes the logits of the last `out_rows` rows (none for an
   // early batch of a long prompt) to `logits` (device).
   void begin() const {
-    if (m.host_experts) m.host_experts->queue_begin_pass(stream);
+    if (m.host_experts && !streams()) m.host_experts->queue_begin_pass(stream);
     cuda::embed(m.token_embedding, m.work.tokens.as<int32_t>(), n, f(m.work.residual), stream);
   }
   void layer(int64_t l) const {
@@ -601,6 +609,7 @@ GpuFootprint gpu_footprint(const model::Model& model, int64_t context_size) {
   }
   f.kv_bytes = kv_bytes(p, context_size);
   f.workspace_bytes = workspace_bytes(p);
+  f.stream_bytes = ExpertStream::staging_bytes(model);
   f.reserve_bytes = kReserve;
   return f;
 }
@@ -633,7 +642,8 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
   const cuda::MemoryInfo memory = cuda::memory_info();
   const uint64_t usable = memory.free > kReserve ? memory.free - kReserve : 0;
   const uint64_t available = options.budget > 0 ? std::min<uint64_t>(options.budget, usable) : usable;
-  const uint64_t needed = weights + workspace + kv;
+  const uint64_t staging = resident < all ? ExpertStream::staging_bytes(model) : 0;
+  const uint64_t needed = weights + workspace + kv + staging;
   if (needed > available) {
     const std::string limit = options.budget > 0 && options.budget < usable
                                   ? "the gpu budget of " + gib(options.budget)
@@ -644,6 +654,7 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
     throw Error("INSUFFICIENT_MEMORY", "the model needs " + gib(needed) + " of GPU memory: weights " + gib(weights) +
                                            experts + " + KV cache " + gib(kv) + " (contextSize " +
                                            std::to_string(context_size) + ") + workspace " + gib(workspace) +
+                                           (staging > 0 ? " + prompt expert staging " + gib(staging) : "") +
                                            "; more than " + limit);
   }
   planner.allocate();
@@ -658,6 +669,7 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
       on_host.push_back(std::move(mask));
     }
     g->host_experts = std::make_unique<HostExperts>(model, std::move(on_host), kMaxBatch, pool);
+    g->expert_stream = std::make_unique<ExpertStream>(model, g->slot_tables);
   }
   return g;
 }
@@ -726,7 +738,8 @@ void gpu_forward(GpuModel& model, GpuSequence& sequence, std::span<const int32_t
     } else {
       const int64_t out_rows = all ? n : last_batch ? 1 : 0;
       float* device_logits = all ? ws.all_logits.as<float>() : ws.last_logits.as<float>();
-      if (host) {
+      if (host && pass.streams()) host->count_streamed_pass();
+      if (host && !pass.streams()) {
         run_hybrid(pass, out_rows, device_logits, model.stream);
       } else {
         pass.run(out_rows, device_logits);

@@ -40,6 +40,7 @@ struct GpuFootprint {
   std::vector<uint64_t> expert_bytes;  // per layer: one routed expert's gate, up and down (0: a dense layer)
   uint64_t kv_bytes = 0;
   uint64_t workspace_bytes = 0;
+  uint64_t stream_bytes = 0;   // staging for prompts that copy host experts to the GPU (only with some on the host)
   uint64_t reserve_bytes = 0;  // left free for the CUDA context, graphs and kernels
 };
 // `context_size` as the runtime resolved it. Throws GPU_UNAVAILABLE in a CPU-only build.

@@ -13,7 +13,8 @@ namespace bloomery::engine {
 
 // Where a hybrid model's time went, summed over its passes since load.
 struct OffloadStats {
-  uint64_t passes = 0;
+  uint64_t passes = 0;            // passes whose host experts the CPU ran
+  uint64_t streamed_passes = 0;   // prompt passes that copied the host experts to the GPU instead
   double wall_seconds = 0;        // from the pass's first launch to its logits on the host
   double cpu_expert_seconds = 0;  // the thread pool running host experts
   double cpu_wait_seconds = 0;    // the host waiting for the GPU's routed rows
@@ -55,6 +56,7 @@ class HostExperts {
   void release_from(int64_t layer);
 
   void add_pass_time(double seconds);
+  void count_streamed_pass() { ++stats_.streamed_passes; }
   // Reads the GPU's wait counter: call with the stream idle.
   OffloadStats stats() const;
 
