@@ -546,15 +546,14 @@ struct Pass {
 };
 
 // Serves the host's half of every hybrid layer of the pass the stream runs, in order; on a
-// failure, answers the rest so the GPU's waits end, then rethrows.
+// failure, lets the GPU's waits end and realigns the step counters, then rethrows.
 void serve_host_experts(HostExperts& host, int64_t layers, int64_t n, const cuda::Stream& stream) {
-  int64_t layer = 0;
   try {
-    for (; layer < layers; ++layer) {
+    for (int64_t layer = 0; layer < layers; ++layer) {
       if (host.has_host_experts(layer)) host.serve(layer, n, stream);
     }
   } catch (...) {
-    host.release_from(layer);
+    host.recover(stream);
     throw;
   }
 }
@@ -565,11 +564,10 @@ void run_hybrid(const Pass& pass, int64_t out_rows, float* logits, const cuda::S
   HostExperts& host = *pass.m.host_experts;
   const int64_t layers = pass.m.params.layers;
   host.start_pass();
-  int64_t layer = 0;
   try {
     pass.begin();
     pass.layer(0);
-    for (; layer < layers; ++layer) {
+    for (int64_t layer = 0; layer < layers; ++layer) {
       if (layer + 1 < layers) {
         pass.layer(layer + 1);
       } else {
@@ -578,7 +576,7 @@ void run_hybrid(const Pass& pass, int64_t out_rows, float* logits, const cuda::S
       if (host.has_host_experts(layer)) host.serve(layer, pass.n, stream);
     }
   } catch (...) {
-    host.release_from(layer);
+    host.recover(stream);
     throw;
   }
 }
@@ -728,8 +726,8 @@ void gpu_forward(GpuModel& model, GpuSequence& sequence, std::span<const int32_t
         }
         sequence.decode_step.end_capture(stream);
       }
-      if (host) host->start_pass();
       sequence.decode_step.launch(stream);
+      if (host) host->start_pass();  // after the launch, so a failed one leaves the steps aligned
       if (host) serve_host_experts(*host, p.layers, 1, model.stream);
       if (all || last_batch) {
         cuda::copy_to_host(logits.data() + (all ? first * p.vocab : 0), ws.last_logits.data(), p.vocab * sizeof(float),

@@ -80,6 +80,7 @@ void HostExperts::queue_collect(int64_t layer, int64_t n, float* residual, cuda:
 
 void HostExperts::start_pass() {
   ++step_;
+  std::lock_guard lock(stats_mutex_);
   ++stats_.passes;
 }
 
@@ -94,7 +95,7 @@ void HostExperts::serve(int64_t layer, int64_t n, const cuda::Stream& stream) {
     }
   }
   const auto computing = Clock::now();
-  stats_.cpu_wait_seconds += std::chrono::duration<double>(computing - waiting).count();
+  const double waited = std::chrono::duration<double>(computing - waiting).count();
 
   const auto total = static_cast<size_t>(n * used_);
   routing_.used = used_;
@@ -103,21 +104,40 @@ void HostExperts::serve(int64_t layer, int64_t n, const cuda::Stream& stream) {
   const model::LayerWeights& w = model_.layers[layer];
   cpu::moe_swiglu(rows_.host<float>(), n, routing_, w.expert_gate, w.expert_up, w.expert_down, sums_.host<float>(),
                   scratch_, pool_, on_host_[layer]);
-  stats_.cpu_expert_seconds += since(computing);
+  {
+    std::lock_guard lock(stats_mutex_);
+    stats_.cpu_wait_seconds += waited;
+    stats_.cpu_expert_seconds += since(computing);
+  }
   std::atomic_ref<uint32_t>(done_.host<uint32_t>()[layer]).store(step_, std::memory_order_release);
 }
 
-void HostExperts::release_from(int64_t layer) {
-  for (int64_t l = layer; l < static_cast<int64_t>(on_host_.size()); ++l) {
+void HostExperts::recover(const cuda::Stream& stream) {
+  for (size_t l = 0; l < on_host_.size(); ++l) {
     std::atomic_ref<uint32_t>(done_.host<uint32_t>()[l]).store(step_, std::memory_order_release);
   }
+  try {
+    stream.synchronize();
+  } catch (const Error&) {
+    // The failure being reported already says what went wrong with the stream.
+  }
+  cuda::upload(step_of(counters_), &step_, sizeof step_);
 }
 
-void HostExperts::add_pass_time(double seconds) { stats_.wall_seconds += seconds; }
+void HostExperts::add_pass_time(double seconds) {
+  std::lock_guard lock(stats_mutex_);
+  stats_.wall_seconds += seconds;
+}
+
+void HostExperts::count_streamed_pass() {
+  std::lock_guard lock(stats_mutex_);
+  ++stats_.streamed_passes;
+}
 
 OffloadStats HostExperts::stats() const {
   uint64_t counters[2];
   cuda::download(counters, counters_.data(), sizeof counters);
+  std::lock_guard lock(stats_mutex_);
   OffloadStats s = stats_;
   s.gpu_wait_seconds = static_cast<double>(counters[1]) * 1e-9;
   return s;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <vector>
 
 namespace bloomery::engine {
@@ -52,12 +53,14 @@ class HostExperts {
   // Waits for layer l's rows (checking the stream for failures), runs its host experts and
   // answers. Throws CUDA_ERROR if the GPU failed or finished without publishing.
   void serve(int64_t layer, int64_t n, const cuda::Stream& stream);
-  // After a failure: answers every layer from `layer` on, so no GPU wait is left spinning.
-  void release_from(int64_t layer);
+  // After a failure: answers every layer, so no GPU wait is left spinning, waits for the
+  // stream, and sets the GPU's step to the host's (a pass that failed before its first
+  // launch would leave them apart).
+  void recover(const cuda::Stream& stream);
 
   void add_pass_time(double seconds);
-  void count_streamed_pass() { ++stats_.streamed_passes; }
-  // Reads the GPU's wait counter: call with the stream idle.
+  void count_streamed_pass();
+  // Any time: the GPU's wait counter is read as it stands.
   OffloadStats stats() const;
 
  private:
@@ -72,6 +75,7 @@ class HostExperts {
   uint32_t step_ = 0;
   cpu::Routing routing_;
   cpu::MoeScratch scratch_;
+  mutable std::mutex stats_mutex_;  // stats() may run on another thread than the passes
   OffloadStats stats_;
 };
 
