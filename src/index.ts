@@ -23,7 +23,19 @@ export {
   type ModelInfo,
   type ModelWarning,
   type GpuOptions,
+  type ModelStats,
+  type OffloadTimes,
 } from "./model.js";
+export {
+  planOffload,
+  checkOffloadPlan,
+  modelFootprint,
+  type ModelFootprint,
+  type OffloadBudgets,
+  type OffloadPlan,
+  type OffloadLayer,
+  type OffloadGpuBytes,
+} from "./plan.js";
 export type { TokenizeOptions, DetokenizeOptions } from "./tokenizer.js";
 export type { ApplyChatTemplateOptions } from "./chat/template.js";
 export type { ChatMessage, ChatTool, ToolCall } from "./chat/types.js";

@@ -12,6 +12,8 @@ import { BUILTIN_TEMPLATES, type BuiltinTemplateName } from "./chat/builtin-temp
 import { detectToolCallFormat, type ToolCallFormat } from "./chat/output.js";
 import type { ChatMessage } from "./chat/types.js";
 import { readGgufInfo } from "./gguf/read.js";
+import { checkOffloadPlan, planOffload, type ModelFootprint, type OffloadBudgets, type OffloadPlan } from "./plan.js";
+import { getSystemInfo } from "./system.js";
 
 /** Where {@link loadModel} puts the model on a GPU: the device index (default 0) and the device memory it may use. */
 export interface GpuOptions {
@@ -23,10 +25,23 @@ export interface GpuOptions {
 /** Options of {@link loadModel}. */
 export interface LoadModelOptions {
   /**
-   * `false` or left out: run on the CPU. `"auto"` or `{ device?, budget? }`: the whole model on the GPU;
-   * loadModel refuses (GPU_UNAVAILABLE, INSUFFICIENT_MEMORY naming each term) rather than fall back to the CPU.
+   * `false` or left out: run on the CPU. `"auto"` or `{ device?, budget? }`: on the GPU, the whole model when it
+   * fits the budget; otherwise dense weights, KV cache and as many routed experts per layer as fit go on the GPU and
+   * the CPU runs the rest from host RAM (see {@link planOffload}). loadModel refuses (GPU_UNAVAILABLE,
+   * INSUFFICIENT_MEMORY naming each term) rather than fall back to the CPU.
    */
   gpu?: false | "auto" | GpuOptions;
+  /**
+   * Bytes (or a size such as `"64GiB"`) of host RAM the routed experts left off the GPU may take (default: the
+   * RAM available now). A plan needing more is refused (INSUFFICIENT_MEMORY): experts paged from disk are not
+   * supported yet.
+   */
+  hostRam?: number | string;
+  /**
+   * An offload plan to use as is (e.g. `model.plan` of an earlier load, edited): checked against the model and the
+   * budgets (INVALID_ARGUMENT, INSUFFICIENT_MEMORY). Needs `gpu`.
+   */
+  plan?: OffloadPlan;
   /** Threads of the CPU backend (default: one per physical core). */
   threads?: number;
   /** Tokens each session holds (default: the model's trained context, at most 4096). */
@@ -86,7 +101,7 @@ export interface ModelInfo {
   /** Tokens each session holds. */
   contextSize: number;
   threads: number;
-  /** Whether the whole model runs on the GPU. */
+  /** Whether the model runs on the GPU (wholly, or with some routed experts on the CPU: see `Model.plan`). */
   gpu: boolean;
   /** Beginning- and end-of-sequence tokens (-1 when the model names none). */
   bosToken: number;
@@ -104,6 +119,32 @@ export interface ModelInfo {
 /** What loadModel reads from the file besides the engine's view. @internal */
 type FileFacts = Pick<ModelInfo, "quantMix" | "bytes" | "chatTemplate" | "builtinChatTemplate">;
 
+/**
+ * Where a model on the GPU spent the time of its hybrid passes (those with routed experts on the CPU), summed
+ * since load. Per MoE layer the GPU and the CPU run their experts at once: the overlap is about
+ * `cpuExpertSeconds - gpuWaitSeconds`.
+ */
+export interface OffloadTimes {
+  /** Passes whose host experts the CPU ran (a decode step is one; a prompt one per 512 tokens). */
+  passes: number;
+  /** Prompt passes of 64 rows or more, which copied the host experts to the GPU instead (not in the times below). */
+  streamedPasses: number;
+  /** Wall time of the model's passes on the GPU. */
+  wallSeconds: number;
+  /** The CPU thread pool running host experts. */
+  cpuExpertSeconds: number;
+  /** The host waiting for the GPU's routed rows. */
+  cpuWaitSeconds: number;
+  /** The GPU waiting for the CPU's expert sums. */
+  gpuWaitSeconds: number;
+}
+
+/** What {@link Model.stats} reports. */
+export interface ModelStats {
+  /** Hybrid pass times on the GPU; null for a model on the CPU. */
+  offload: OffloadTimes | null;
+}
+
 /** The template a model's chats use, and what it tells of the model's output. @internal */
 interface ModelChatTemplate {
   template: ChatTemplate;
@@ -119,15 +160,18 @@ export class Model extends EventEmitter<ModelEvents> {
   readonly #sessions = new Set<Session>();
   /** What the model is and how it runs. */
   readonly info: ModelInfo;
+  /** Where the weights live, for a model on the GPU (undefined on the CPU). Pass it back to loadModel as `plan`. */
+  readonly plan: OffloadPlan | undefined;
 
   readonly #tokenizer: Tokenizer;
   readonly #chatTemplate: ModelChatTemplate;
   #fallbackWarned = false;
 
   /** @internal */
-  constructor(handle: NativeModelHandle, tokenizer: Tokenizer, facts: FileFacts) {
+  constructor(handle: NativeModelHandle, tokenizer: Tokenizer, facts: FileFacts, plan?: OffloadPlan) {
     super();
     this.#handle = handle;
+    this.plan = plan && deepFreeze(plan);
     this.#tokenizer = tokenizer;
     const source = facts.chatTemplate ?? BUILTIN_TEMPLATES[facts.builtinChatTemplate ?? "chatml"];
     this.#chatTemplate = { template: new ChatTemplate(source), toolCallFormat: detectToolCallFormat(source) };
@@ -169,6 +213,12 @@ export class Model extends EventEmitter<ModelEvents> {
   detokenize(tokens: ArrayLike<number>, options: DetokenizeOptions = {}): string {
     this.#live();
     return this.#tokenizer.detokenize(tokens, options);
+  }
+
+  /** Counters of the running model. */
+  stats(): ModelStats {
+    const handle = this.#live();
+    return { offload: callNative((a) => a.offloadStats(handle)) };
   }
 
   /** True once {@link dispose} ran. */
@@ -246,6 +296,35 @@ function parseBytes(size: number | string, what: string): number {
   return Math.floor(bytes);
 }
 
+function deepFreeze<T>(value: T): T {
+  if (typeof value === "object" && value !== null) {
+    for (const inner of Object.values(value)) deepFreeze(inner);
+    Object.freeze(value);
+  }
+  return value;
+}
+
+/**
+ * The plan for a load on the GPU: `given` checked, or planOffload's, within the gpu budget (the card's free memory
+ * less the engine's reserve) and the hostRam budget. Undefined when the device does not exist (the addon refuses).
+ */
+async function gpuPlan(
+  path: string,
+  gpu: NonNullable<NativeLoadOptions["gpu"]>,
+  options: LoadModelOptions,
+): Promise<OffloadPlan | undefined> {
+  const system = getSystemInfo();
+  const card = system.gpus.find((g) => g.index === (gpu.device ?? 0));
+  if (!card) return undefined;
+  const footprint: ModelFootprint = await callNativeAsync((a) => a.gpuFootprint(path, options.contextSize ?? 0));
+  const usable = Math.max(0, card.freeMemory - footprint.reserveBytes);
+  const budgets: OffloadBudgets = {
+    gpu: gpu.budget === undefined ? usable : Math.min(gpu.budget, usable),
+    hostRam: options.hostRam === undefined ? system.memory.available : parseBytes(options.hostRam, "hostRam"),
+  };
+  return options.plan ? checkOffloadPlan(options.plan, footprint, budgets) : planOffload(footprint, budgets);
+}
+
 /** The addon's view of the gpu option: undefined runs on the CPU. */
 function resolveGpu(gpu: LoadModelOptions["gpu"]): NativeLoadOptions["gpu"] {
   if (gpu === undefined || gpu === false) return undefined;
@@ -266,7 +345,9 @@ function resolveGpu(gpu: LoadModelOptions["gpu"]): NativeLoadOptions["gpu"] {
 
 /**
  * Loads a GGUF model (qwen3moe, qwen3, qwen2 or llama) for inference on the CPU, or with `gpu`
- * set, wholly on a GPU (GPU weight types: Q4_K, Q6_K, Q8_0, F16, F32). Throws GPU_UNAVAILABLE
+ * set on a GPU (GPU weight types: Q4_K, Q6_K, Q8_0, F16, F32): wholly when it fits, else with the
+ * routed experts the budget cannot hold run by the CPU from host RAM, as `plan` (or
+ * {@link planOffload}) places them; `model.plan` shows the placement. Throws GPU_UNAVAILABLE
  * (no usable CUDA device, saying why), INSUFFICIENT_MEMORY, UNSUPPORTED_QUANT (a tensor type
  * without a GPU kernel), and like the CPU path BloomeryError UNSUPPORTED_ARCH, UNSUPPORTED_QUANT
  * (naming the tensor), MODEL_MISSING_TENSOR,
@@ -295,7 +376,12 @@ export async function loadModel(path: string, options: LoadModelOptions = {}): P
   if (options.threads !== undefined) nativeOptions.threads = options.threads;
   if (options.contextSize !== undefined) nativeOptions.contextSize = options.contextSize;
   const gpu = resolveGpu(options.gpu);
-  if (gpu) nativeOptions.gpu = gpu;
+  if (!gpu && options.plan !== undefined) {
+    throw new BloomeryError("INVALID_ARGUMENT", "plan needs gpu: it places experts between the GPU and the CPU");
+  }
+  if (options.hostRam !== undefined) parseBytes(options.hostRam, "hostRam");
+  const plan = gpu ? await gpuPlan(path, gpu, options) : undefined;
+  if (gpu) nativeOptions.gpu = plan ? { ...gpu, experts: plan.layers.map((layer) => layer.gpu) } : gpu;
   onProgress?.({ stage: "metadata", fraction: 0 });
   const file = await readGgufInfo(path);
   checkAborted();
@@ -313,7 +399,7 @@ export async function loadModel(path: string, options: LoadModelOptions = {}): P
   }
   let model: Model;
   try {
-    model = new Model(handle, openTokenizer(path), facts);
+    model = new Model(handle, openTokenizer(path), facts, plan);
   } catch (error) {
     callNative((a) => a.disposeModel(handle));
     throw error;

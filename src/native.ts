@@ -11,7 +11,8 @@ import { fileURLToPath } from "node:url";
 import { BloomeryError, fromNativeError } from "./errors.js";
 import type { RawGgufInfo } from "./gguf/types.js";
 import type { SystemInfo, GgmlTypeInfo } from "./system.js";
-import type { ModelInfo } from "./model.js";
+import type { ModelInfo, OffloadTimes } from "./model.js";
+import type { ModelFootprint } from "./plan.js";
 
 /** An opaque handle to a loaded model (native/addon/model.cc). */
 export type NativeModelHandle = { readonly __nativeHandle: "model" };
@@ -38,11 +39,15 @@ export interface NativeSamplerOptions {
 /** What modelInfo() returns: the engine's part of ModelInfo (loadModel adds what it reads from the file). */
 export type RawModelInfo = Omit<ModelInfo, "quantMix" | "bytes" | "chatTemplate">;
 
-/** What loadModel() passes to the addon: `gpu` set runs the whole model on that device. */
+/**
+ * What loadModel() passes to the addon: `gpu` set runs the model on that device, with
+ * `experts` (per layer, the expert ids resident there; left out: all) on the GPU and the
+ * other routed experts on the CPU.
+ */
 export interface NativeLoadOptions {
   threads?: number;
   contextSize?: number;
-  gpu?: { device?: number; budget?: number };
+  gpu?: { device?: number; budget?: number; experts?: number[][] };
 }
 
 /** The functions the addon exports (native/addon). */
@@ -53,6 +58,10 @@ export interface NativeAddon {
   loadModel(path: string, options: NativeLoadOptions): Promise<NativeModelHandle>;
   modelInfo(model: NativeModelHandle): RawModelInfo;
   disposeModel(model: NativeModelHandle): void;
+  /** The device memory terms of the model at `path` (contextSize 0: the default). */
+  gpuFootprint(path: string, contextSize: number): Promise<ModelFootprint>;
+  /** Where a model on the GPU spent its hybrid passes' time (zeros without host experts); null on the CPU. */
+  offloadStats(model: NativeModelHandle): OffloadTimes | null;
   createSession(model: NativeModelHandle): NativeSessionHandle;
   sessionEvaluate(session: NativeSessionHandle, tokens: Int32Array, allLogits: boolean): Promise<Float32Array>;
   sessionReset(session: NativeSessionHandle): void;

@@ -66,7 +66,28 @@ int64_t option_integer(Napi::Object options, const char* name) {
   return v.As<Napi::Number>().Int64Value();
 }
 
-// gpu: { device?, budget? } (src/model.ts resolves "auto" and budget strings to this).
+// experts: one array of expert ids per layer (src/model.ts takes them from the offload plan).
+std::vector<std::vector<int32_t>> gpu_experts(Napi::Value value) {
+  const auto refuse = [&] {
+    return to_js_error(value.Env(), "INVALID_ARGUMENT", "gpu.experts must be an array of arrays of expert ids");
+  };
+  if (!value.IsArray()) throw refuse();
+  const Napi::Array layers = value.As<Napi::Array>();
+  std::vector<std::vector<int32_t>> experts(layers.Length());
+  for (uint32_t l = 0; l < layers.Length(); ++l) {
+    const Napi::Value layer = layers.Get(l);
+    if (!layer.IsArray()) throw refuse();
+    const Napi::Array ids = layer.As<Napi::Array>();
+    for (uint32_t i = 0; i < ids.Length(); ++i) {
+      const Napi::Value id = ids.Get(i);
+      if (!id.IsNumber() || id.As<Napi::Number>().DoubleValue() != id.As<Napi::Number>().Int32Value()) throw refuse();
+      experts[l].push_back(id.As<Napi::Number>().Int32Value());
+    }
+  }
+  return experts;
+}
+
+// gpu: { device?, budget?, experts? } (src/model.ts resolves "auto", budget strings and the plan to this).
 engine::GpuOptions gpu_options(Napi::Object gpu) {
   engine::GpuOptions g;
   const Napi::Value device = gpu.Get("device");
@@ -84,7 +105,38 @@ engine::GpuOptions gpu_options(Napi::Object gpu) {
     }
     g.budget = static_cast<uint64_t>(budget.As<Napi::Number>().DoubleValue());
   }
+  if (!gpu.Get("experts").IsUndefined()) g.gpu_experts = gpu_experts(gpu.Get("experts"));
   return g;
+}
+
+// gpuFootprint(path, contextSize) -> Promise<the device memory terms the offload planner needs>
+// (engine::GpuFootprint; contextSize 0 takes the runtime's default).
+Napi::Value gpu_footprint(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    if (info.Length() < 2 || !info[0].IsString() || !info[1].IsNumber()) {
+      throw to_js_error(info.Env(), "INVALID_ARGUMENT", "gpuFootprint(path, contextSize)");
+    }
+    return run_async(
+        info.Env(),
+        [path = info[0].As<Napi::String>().Utf8Value(), requested = info[1].As<Napi::Number>().Int64Value()] {
+          const std::unique_ptr<model::Model> model = model::load_model(path);
+          return engine::gpu_footprint(*model, engine::resolve_context_size(model->params, requested));
+        },
+        [](Napi::Env env, const engine::GpuFootprint& f) -> Napi::Value {
+          Napi::Object o = Napi::Object::New(env);
+          o.Set("contextSize", double(f.context_size));
+          o.Set("experts", double(f.experts));
+          o.Set("denseBytes", double(f.dense_bytes));
+          Napi::Array experts = Napi::Array::New(env, f.expert_bytes.size());
+          for (size_t l = 0; l < f.expert_bytes.size(); ++l) experts.Set(uint32_t(l), double(f.expert_bytes[l]));
+          o.Set("expertBytes", experts);
+          o.Set("kvBytes", double(f.kv_bytes));
+          o.Set("workspaceBytes", double(f.workspace_bytes));
+          o.Set("streamBytes", double(f.stream_bytes));
+          o.Set("reserveBytes", double(f.reserve_bytes));
+          return o;
+        });
+  });
 }
 
 // loadModel(path, { threads?, contextSize?, gpu?: { device?, budget? } }) -> Promise<model handle>
@@ -132,6 +184,23 @@ Napi::Value model_info(const Napi::CallbackInfo& info) {
     o.Set("gpu", runtime.on_gpu());
     o.Set("bosToken", p.bos_token);
     o.Set("eosToken", p.eos_token);
+    return o;
+  });
+}
+
+// offloadStats(model) -> where a hybrid model's passes spent their time (engine::OffloadStats), or null on the CPU.
+Napi::Value offload_stats(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    const engine::Runtime& runtime = live(unwrap<ModelHandle>(info, 0, kModelTag, "model"), info.Env());
+    if (!runtime.gpu()) return info.Env().Null();
+    const engine::OffloadStats s = engine::offload_stats(*runtime.gpu());
+    Napi::Object o = Napi::Object::New(info.Env());
+    o.Set("passes", double(s.passes));
+    o.Set("streamedPasses", double(s.streamed_passes));
+    o.Set("wallSeconds", s.wall_seconds);
+    o.Set("cpuExpertSeconds", s.cpu_expert_seconds);
+    o.Set("cpuWaitSeconds", s.cpu_wait_seconds);
+    o.Set("gpuWaitSeconds", s.gpu_wait_seconds);
     return o;
   });
 }
@@ -206,6 +275,8 @@ void register_model(Napi::Env env, Napi::Object exports) {
   exports.Set("loadModel", Napi::Function::New(env, load_model, "loadModel"));
   exports.Set("modelInfo", Napi::Function::New(env, model_info, "modelInfo"));
   exports.Set("disposeModel", Napi::Function::New(env, dispose_model, "disposeModel"));
+  exports.Set("gpuFootprint", Napi::Function::New(env, gpu_footprint, "gpuFootprint"));
+  exports.Set("offloadStats", Napi::Function::New(env, offload_stats, "offloadStats"));
   exports.Set("createSession", Napi::Function::New(env, create_session, "createSession"));
   exports.Set("sessionEvaluate", Napi::Function::New(env, session_evaluate, "sessionEvaluate"));
   exports.Set("sessionReset", Napi::Function::New(env, session_reset, "sessionReset"));

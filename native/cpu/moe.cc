@@ -14,15 +14,28 @@ namespace {
 constexpr float kMinWeightSum = 6.103515625e-5f;
 constexpr int64_t kRowsPerTask = 16;
 
-// Sorts the (row, k) slots by expert (a counting sort: stable, so rows keep their order).
-void group_by_expert(const Routing& routing, int64_t n, int64_t experts, MoeScratch& s) {
+// Sorts the (row, k) slots of the experts that run by expert (a counting sort: stable, so
+// rows keep their order); returns how many there are.
+int64_t group_by_expert(const Routing& routing, int64_t n, int64_t experts, std::span<const uint8_t> run_expert,
+                        MoeScratch& s) {
   const int64_t count = n * routing.used;
+  const auto runs = [&](int32_t e) { return run_expert.empty() || run_expert[e] != 0; };
   s.group_begin.assign(static_cast<size_t>(experts + 1), 0);
-  for (int64_t i = 0; i < count; ++i) ++s.group_begin[routing.experts[i] + 1];
+  for (int64_t i = 0; i < count; ++i) {
+    if (runs(routing.experts[i])) ++s.group_begin[routing.experts[i] + 1];
+  }
   for (int64_t e = 0; e < experts; ++e) s.group_begin[e + 1] += s.group_begin[e];
-  s.slots.resize(static_cast<size_t>(count));
+  const int64_t running = s.group_begin[experts];
+  s.slots.resize(static_cast<size_t>(running));
+  s.slot_place.assign(static_cast<size_t>(count), -1);
   s.cursors.assign(s.group_begin.begin(), s.group_begin.end() - 1);
-  for (int64_t i = 0; i < count; ++i) s.slots[s.cursors[routing.experts[i]]++] = i;
+  for (int64_t i = 0; i < count; ++i) {
+    const int32_t e = routing.experts[i];
+    if (!runs(e)) continue;
+    s.slot_place[i] = s.cursors[e];
+    s.slots[s.cursors[e]++] = i;
+  }
+  return running;
 }
 
 // One task per block of kRowsPerTask output rows of each expert in use.
@@ -75,13 +88,16 @@ void route_top_k(const float* logits, int64_t n, int64_t experts, int64_t used, 
 }
 
 void moe_swiglu(const float* x, int64_t n, const Routing& routing, const ExpertMatrices& gate, const ExpertMatrices& up,
-                const ExpertMatrices& down, float* out, MoeScratch& s, ThreadPool& pool) {
+                const ExpertMatrices& down, float* out, MoeScratch& s, ThreadPool& pool,
+                std::span<const uint8_t> run_expert) {
   const int64_t used = routing.used;
-  const int64_t slots = n * used;
   const int64_t width = gate.first.cols;
   const int64_t hidden = gate.first.rows;
   const int64_t out_width = down.first.rows;
-  group_by_expert(routing, n, gate.count, s);
+  // The grouped buffers hold the running slots in `slots` order: slot s.slots[j] is row j.
+  const int64_t running = group_by_expert(routing, n, gate.count, run_expert, s);
+  std::fill(out, out + n * out_width, 0.0f);
+  if (running == 0) return;
 
   // Gate and up read the same activation format in every real model; quantize once for both.
   quantize_rows(*gate.first.kernels, x, n, width, width, s.input, pool);
@@ -89,19 +105,19 @@ void moe_swiglu(const float* x, int64_t n, const Routing& routing, const ExpertM
   if (!shared_input) quantize_rows(*up.first.kernels, x, n, width, width, s.up_input, pool);
   const QuantizedRows& up_input = shared_input ? s.input : s.up_input;
 
-  s.gate.resize(static_cast<size_t>(slots * hidden));
-  s.up.resize(static_cast<size_t>(slots * hidden));
-  s.hidden.resize(static_cast<size_t>(slots * hidden));
-  s.expert_out.resize(static_cast<size_t>(slots * out_width));
-  for (auto* v : {&s.gate_in, &s.up_in, &s.down_in}) v->resize(static_cast<size_t>(slots));
-  for (auto* v : {&s.gate_out, &s.up_out, &s.down_out}) v->resize(static_cast<size_t>(slots));
-  for (int64_t j = 0; j < slots; ++j) {
-    const int64_t slot = s.slots[j];
-    s.gate_in[j] = s.input.row(slot / used);
-    s.up_in[j] = up_input.row(slot / used);
-    s.gate_out[j] = s.gate.data() + slot * hidden;
-    s.up_out[j] = s.up.data() + slot * hidden;
-    s.down_out[j] = s.expert_out.data() + slot * out_width;
+  s.gate.resize(static_cast<size_t>(running * hidden));
+  s.up.resize(static_cast<size_t>(running * hidden));
+  s.hidden.resize(static_cast<size_t>(running * hidden));
+  s.expert_out.resize(static_cast<size_t>(running * out_width));
+  for (auto* v : {&s.gate_in, &s.up_in, &s.down_in}) v->resize(static_cast<size_t>(running));
+  for (auto* v : {&s.gate_out, &s.up_out, &s.down_out}) v->resize(static_cast<size_t>(running));
+  for (int64_t j = 0; j < running; ++j) {
+    const int64_t row = s.slots[j] / used;
+    s.gate_in[j] = s.input.row(row);
+    s.up_in[j] = up_input.row(row);
+    s.gate_out[j] = s.gate.data() + j * hidden;
+    s.up_out[j] = s.up.data() + j * hidden;
+    s.down_out[j] = s.expert_out.data() + j * out_width;
   }
 
   const int64_t* begin = s.group_begin.data();
@@ -110,25 +126,24 @@ void moe_swiglu(const float* x, int64_t n, const Routing& routing, const ExpertM
     dot_rows(gate.expert(e), first, last, s.gate_in.data() + begin[e], s.gate_out.data() + begin[e], count);
     dot_rows(up.expert(e), first, last, s.up_in.data() + begin[e], s.up_out.data() + begin[e], count);
   });
-  swiglu(s.gate.data(), s.up.data(), slots * hidden, s.hidden.data());
+  swiglu(s.gate.data(), s.up.data(), running * hidden, s.hidden.data());
 
-  quantize_rows(*down.first.kernels, s.hidden.data(), slots, hidden, hidden, s.hidden_quantized, pool);
-  for (int64_t j = 0; j < slots; ++j) s.down_in[j] = s.hidden_quantized.row(s.slots[j]);
+  quantize_rows(*down.first.kernels, s.hidden.data(), running, hidden, hidden, s.hidden_quantized, pool);
+  for (int64_t j = 0; j < running; ++j) s.down_in[j] = s.hidden_quantized.row(j);
   for_expert_blocks(down.count, out_width, s, pool, [&](int64_t e, int64_t first, int64_t last) {
     const int64_t count = begin[e + 1] - begin[e];
     dot_rows(down.expert(e), first, last, s.down_in.data() + begin[e], s.down_out.data() + begin[e], count);
   });
 
+  // Adding to zero keeps the first term exact, so the sum is the all-experts one's, in k order.
   for (int64_t i = 0; i < n; ++i) {
     float* o = out + i * out_width;
     for (int64_t k = 0; k < used; ++k) {
+      const int64_t place = s.slot_place[i * used + k];
+      if (place < 0) continue;
       const float w = routing.weights[i * used + k];
-      const float* y = s.expert_out.data() + (i * used + k) * out_width;
-      if (k == 0) {
-        for (int64_t j = 0; j < out_width; ++j) o[j] = w * y[j];
-      } else {
-        for (int64_t j = 0; j < out_width; ++j) o[j] += w * y[j];
-      }
+      const float* y = s.expert_out.data() + place * out_width;
+      for (int64_t j = 0; j < out_width; ++j) o[j] += w * y[j];
     }
   }
 }

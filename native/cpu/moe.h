@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "cpu/matmul.h"
@@ -40,7 +41,8 @@ struct MoeScratch {
   QuantizedRows up_input;  // only where up reads another activation format than gate
   QuantizedRows hidden_quantized;
   std::vector<float> gate, up, hidden, expert_out;
-  std::vector<int64_t> slots;        // (row * used + k) grouped by expert
+  std::vector<int64_t> slots;        // (row * used + k) of the experts that run, grouped by expert
+  std::vector<int64_t> slot_place;   // where slot (row * used + k) sits in `slots`, -1 when its expert does not run
   std::vector<int64_t> group_begin;  // expert e's slots are slots[group_begin[e] .. group_begin[e + 1])
   std::vector<int64_t> cursors;      // where group_by_expert puts each expert's next slot
   std::vector<int64_t> tasks;        // expert * row_blocks + block, for the experts in use
@@ -50,7 +52,10 @@ struct MoeScratch {
 
 // out[i] = sum over k of weight(i, k) * down_e(silu(gate_e x_i) * up_e x_i), e = expert(i, k).
 // x: n rows of gate.first.cols floats; out: n rows of down.first.rows floats.
+// `run_expert` (one flag per expert; empty: all) limits the sum to those experts, so a hybrid
+// pass runs here only the experts that live in host memory (rows with none of them get zeros).
 void moe_swiglu(const float* x, int64_t n, const Routing& routing, const ExpertMatrices& gate, const ExpertMatrices& up,
-                const ExpertMatrices& down, float* out, MoeScratch& scratch, ThreadPool& pool);
+                const ExpertMatrices& down, float* out, MoeScratch& scratch, ThreadPool& pool,
+                std::span<const uint8_t> run_expert = {});
 
 }  // namespace bloomery::cpu

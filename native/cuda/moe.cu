@@ -79,9 +79,11 @@ __global__ void top_k_kernel(const float* logits, int n, int experts, int used, 
 }
 
 // One block: counts per expert, offsets, the chunk table, then each slot's place in `order`.
+// Experts whose slot is -1 (in host memory) get no chunk: the CPU runs them. Chunks name the
+// expert's slot, which is where the expert kernels read its weights.
 // The order within an expert varies from run to run; each slot's result does not depend on it.
-__global__ void group_kernel(const int32_t* chosen, int pairs, int experts, int tokens_per_chunk, int32_t* order,
-                             int32_t* chunks, int32_t* chunk_count) {
+__global__ void group_kernel(const int32_t* chosen, int pairs, int experts, const int32_t* slot_of_expert,
+                             int tokens_per_chunk, int32_t* order, int32_t* chunks, int32_t* chunk_count) {
   extern __shared__ int shared[];
   int* counts = shared;
   int* offsets = shared + experts;
@@ -92,7 +94,9 @@ __global__ void group_kernel(const int32_t* chosen, int pairs, int experts, int 
     fill[e] = 0;
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < pairs; i += blockDim.x) atomicAdd(&counts[chosen[i]], 1);
+  for (int i = threadIdx.x; i < pairs; i += blockDim.x) {
+    if (slot_of_expert[chosen[i]] >= 0) atomicAdd(&counts[chosen[i]], 1);
+  }
   __syncthreads();
   if (threadIdx.x == 0) {
     int offset = 0, chunk = 0;
@@ -107,23 +111,26 @@ __global__ void group_kernel(const int32_t* chosen, int pairs, int experts, int 
   __syncthreads();
   for (int e = threadIdx.x; e < experts; e += blockDim.x) {
     for (int start = 0, c = chunk_offsets[e]; start < counts[e]; start += tokens_per_chunk, ++c) {
-      chunks[3 * c] = e;
+      chunks[3 * c] = slot_of_expert[e];
       chunks[3 * c + 1] = offsets[e] + start;
       chunks[3 * c + 2] = min(tokens_per_chunk, counts[e] - start);
     }
   }
   for (int i = threadIdx.x; i < pairs; i += blockDim.x) {
     const int e = chosen[i];
-    order[offsets[e] + atomicAdd(&fill[e], 1)] = i;
+    if (slot_of_expert[e] >= 0) order[offsets[e] + atomicAdd(&fill[e], 1)] = i;
   }
 }
 
-// Products and sums rounded one by one, in k order, as cpu/moe.cc adds them.
-__global__ void combine_kernel(const float* expert_out, const float* weights, int used, int width, float* residual) {
+// Products and sums rounded one by one, in k order, as cpu/moe.cc adds them; experts in host
+// memory (slot -1) are left to the CPU's sum.
+__global__ void combine_kernel(const float* expert_out, const float* weights, const int32_t* chosen,
+                               const int32_t* slot_of_expert, int used, int width, float* residual) {
   const int row = blockIdx.x;
   for (int j = threadIdx.x; j < width; j += blockDim.x) {
     float sum = 0.0f;
     for (int k = 0; k < used; ++k) {
+      if (slot_of_expert[chosen[row * used + k]] < 0) continue;
       sum = __fadd_rn(
           sum, __fmul_rn(weights[row * used + k], expert_out[(static_cast<int64_t>(row) * used + k) * width + j]));
     }
@@ -152,17 +159,19 @@ int64_t max_expert_chunks(int64_t n, int64_t experts, int64_t used) {
   return std::min(pairs, (pairs + per_chunk - 1) / per_chunk + experts);
 }
 
-void group_by_expert(const int32_t* chosen, int64_t n, int64_t experts, int64_t used, int tokens_per_chunk,
-                     int32_t* order, int32_t* chunks, int32_t* chunk_count, StreamHandle stream) {
+void group_by_expert(const int32_t* chosen, int64_t n, int64_t experts, int64_t used, const int32_t* slot_of_expert,
+                     int tokens_per_chunk, int32_t* order, int32_t* chunks, int32_t* chunk_count, StreamHandle stream) {
   const size_t shared = 4 * static_cast<size_t>(experts) * sizeof(int);
-  group_kernel<<<1, 1024, shared, static_cast<cudaStream_t>(stream)>>>(
-      chosen, static_cast<int>(n * used), static_cast<int>(experts), tokens_per_chunk, order, chunks, chunk_count);
+  group_kernel<<<1, 1024, shared, static_cast<cudaStream_t>(stream)>>>(chosen, static_cast<int>(n * used),
+                                                                       static_cast<int>(experts), slot_of_expert,
+                                                                       tokens_per_chunk, order, chunks, chunk_count);
 }
 
-void combine_experts(const float* expert_out, const float* weights, int64_t n, int64_t used, int64_t width,
-                     float* residual, StreamHandle stream) {
+void combine_experts(const float* expert_out, const float* weights, const int32_t* chosen,
+                     const int32_t* slot_of_expert, int64_t n, int64_t used, int64_t width, float* residual,
+                     StreamHandle stream) {
   combine_kernel<<<static_cast<unsigned>(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(
-      expert_out, weights, static_cast<int>(used), static_cast<int>(width), residual);
+      expert_out, weights, chosen, slot_of_expert, static_cast<int>(used), static_cast<int>(width), residual);
 }
 
 }  // namespace bloomery::cuda

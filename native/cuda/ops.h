@@ -87,12 +87,38 @@ void route_top_k(const float* logits, int64_t n, int64_t experts, int64_t used, 
 // Tokens per chunk the grouping uses for a pass of n rows, and the most chunks it can make.
 int tokens_per_expert_chunk(int64_t n);
 int64_t max_expert_chunks(int64_t n, int64_t experts, int64_t used);
-// Groups n * used routed slots by expert (order, chunks, chunk_count: see ExpertGroups).
-void group_by_expert(const int32_t* chosen, int64_t n, int64_t experts, int64_t used, int tokens_per_chunk,
-                     int32_t* order, int32_t* chunks, int32_t* chunk_count, StreamHandle stream);
-// residual[i] += sum over k of weights[i, k] * expert_out[i * used + k], in k order.
-void combine_experts(const float* expert_out, const float* weights, int64_t n, int64_t used, int64_t width,
-                     float* residual, StreamHandle stream);
+// Groups the n * used routed slots of GPU-resident experts by expert (order, chunks,
+// chunk_count: see ExpertGroups). `slot_of_expert` (device, one per expert) says where each
+// expert's weights sit in the layer's slot pool, -1 for an expert in host memory: chunks name
+// slots, so the expert kernels read the pool, and a swap only rewrites this table.
+void group_by_expert(const int32_t* chosen, int64_t n, int64_t experts, int64_t used, const int32_t* slot_of_expert,
+                     int tokens_per_chunk, int32_t* order, int32_t* chunks, int32_t* chunk_count, StreamHandle stream);
+// residual[i] += sum over k of weights[i, k] * expert_out[i * used + k], in k order, over the
+// GPU-resident experts (slot_of_expert[chosen[i, k]] >= 0).
+void combine_experts(const float* expert_out, const float* weights, const int32_t* chosen,
+                     const int32_t* slot_of_expert, int64_t n, int64_t used, int64_t width, float* residual,
+                     StreamHandle stream);
+
+// --- handoff.cu: the GPU's side of a hybrid pass, through flags in mapped host memory ---
+// Each pass bumps a step counter in device memory; a flag set to the current step means
+// "this layer's data is there". Graph replays need no new parameters: kernels read the step.
+void begin_handoff_step(uint32_t* step, StreamHandle stream);
+// A layer's routed rows (device) and where they go in mapped host memory.
+struct HandoffRows {
+  const float* rows = nullptr;      // `count` floats
+  const int32_t* chosen = nullptr;  // `routed` experts and weights
+  const float* weights = nullptr;
+  int64_t count = 0, routed = 0;
+  float* host_rows = nullptr;
+  int32_t* host_chosen = nullptr;
+  float* host_weights = nullptr;
+};
+// Copies `rows` to host memory, then sets *flag (mapped) to the step. `blocks_done`: a device
+// counter, zero between calls.
+void publish_to_host(const HandoffRows& rows, const uint32_t* step, uint32_t* flag, uint32_t* blocks_done,
+                     StreamHandle stream);
+void add_from_host(const uint32_t* step, const uint32_t* flag, uint64_t* waited_ns, const float* host_rows,
+                   int64_t count, float* residual, StreamHandle stream);
 
 // --- norm.cu ---
 // out[r] = x[r] / rms(x[r]) * weight, for `rows` rows of `width` floats (contiguous).

@@ -1,4 +1,5 @@
 #include <cuda_runtime.h>
+#include <unistd.h>
 
 #include <utility>
 
@@ -56,6 +57,57 @@ DeviceBuffer::~DeviceBuffer() {
   if (data_) cudaFree(data_);
 }
 
+PinnedBuffer::PinnedBuffer(size_t bytes, const std::string& what) {
+  const cudaError_t err = cudaHostAlloc(&host_, bytes == 0 ? 1 : bytes, cudaHostAllocMapped);
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    host_ = nullptr;
+    throw Error("INSUFFICIENT_MEMORY", what + ": " + std::to_string(bytes) + " bytes of pinned host memory");
+  }
+  check(err, "cudaHostAlloc");
+  const cudaError_t mapped = cudaHostGetDevicePointer(&device_, host_, 0);
+  if (mapped != cudaSuccess) {
+    cudaFreeHost(host_);
+    host_ = nullptr;
+    check(mapped, "cudaHostGetDevicePointer");
+  }
+}
+
+PinnedBuffer::PinnedBuffer(PinnedBuffer&& other) noexcept
+    : host_(std::exchange(other.host_, nullptr)), device_(std::exchange(other.device_, nullptr)) {}
+
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
+  if (this != &other) {
+    if (host_) cudaFreeHost(host_);
+    host_ = std::exchange(other.host_, nullptr);
+    device_ = std::exchange(other.device_, nullptr);
+  }
+  return *this;
+}
+
+PinnedBuffer::~PinnedBuffer() {
+  if (host_) cudaFreeHost(host_);
+}
+
+HostRegistration::HostRegistration(const void* data, size_t bytes, const std::string& what) {
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t first = reinterpret_cast<uintptr_t>(data) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + bytes + page - 1) / page * page;
+  void* base = reinterpret_cast<void*>(first);
+  const cudaError_t err = cudaHostRegister(base, end - first, cudaHostRegisterReadOnly);
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    throw Error("INSUFFICIENT_MEMORY",
+                what + ": " + std::to_string(end - first) + " bytes of host memory could not be page-locked");
+  }
+  check(err, ("cudaHostRegister (" + what + ")").c_str());
+  base_ = base;
+}
+
+HostRegistration::~HostRegistration() {
+  if (base_) cudaHostUnregister(base_);
+}
+
 Stream::Stream() {
   cudaStream_t s = nullptr;
   check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -68,6 +120,13 @@ Stream::~Stream() {
 
 void Stream::synchronize() const { check(cudaStreamSynchronize(raw(stream_)), "cudaStreamSynchronize"); }
 
+bool Stream::idle() const {
+  const cudaError_t err = cudaStreamQuery(raw(stream_));
+  if (err == cudaErrorNotReady) return false;
+  check(err, "cudaStreamQuery");
+  return true;
+}
+
 void copy_to_device(void* dst, const void* src, size_t bytes, StreamHandle stream) {
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, raw(stream)), "cudaMemcpyAsync (to device)");
 }
@@ -76,8 +135,16 @@ void copy_to_host(void* dst, const void* src, size_t bytes, StreamHandle stream)
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, raw(stream)), "cudaMemcpyAsync (to host)");
 }
 
+void copy_async(void* dst, const void* src, size_t bytes, StreamHandle stream) {
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, raw(stream)), "cudaMemcpyAsync");
+}
+
 void upload(void* dst, const void* src, size_t bytes) {
   check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy (weights)");
+}
+
+void download(void* dst, const void* src, size_t bytes) {
+  check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy (to host)");
 }
 
 void check_launch(const char* what) { check(cudaGetLastError(), what); }

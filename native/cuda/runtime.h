@@ -43,6 +43,47 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
+// Page-locked host memory mapped into the device's address space: the host and the GPU's
+// kernels read and write it directly (a hybrid pass's handoff), freed on destruction.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  PinnedBuffer(size_t bytes, const std::string& what);
+  PinnedBuffer(PinnedBuffer&& other) noexcept;
+  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer();
+
+  template <typename T>
+  T* host() const {
+    return static_cast<T*>(host_);
+  }
+  template <typename T>
+  T* device() const {
+    return static_cast<T*>(device_);
+  }
+
+ private:
+  void* host_ = nullptr;
+  void* device_ = nullptr;
+};
+
+// Existing host memory (e.g. a read-only file mapping) page-locked for DMA while this lives,
+// so copies from it run at the link's speed rather than through a pageable bounce buffer.
+class HostRegistration {
+ public:
+  HostRegistration() = default;
+  // Registers the pages covering [data, data + bytes) read-only; `what` names it in errors.
+  HostRegistration(const void* data, size_t bytes, const std::string& what);
+  HostRegistration(const HostRegistration&) = delete;
+  HostRegistration& operator=(const HostRegistration&) = delete;
+  ~HostRegistration();
+
+ private:
+  void* base_ = nullptr;
+};
+
 // An opaque cudaStream_t.
 using StreamHandle = void*;
 
@@ -54,6 +95,8 @@ class Stream {
   ~Stream();
   StreamHandle handle() const { return stream_; }
   void synchronize() const;
+  // True when all queued work is done, false while some runs; throws CUDA_ERROR if it failed.
+  bool idle() const;
 
  private:
   StreamHandle stream_ = nullptr;
@@ -61,8 +104,12 @@ class Stream {
 
 void copy_to_device(void* dst, const void* src, size_t bytes, StreamHandle stream);
 void copy_to_host(void* dst, const void* src, size_t bytes, StreamHandle stream);
+// Either direction, or device to device (unified addressing tells which).
+void copy_async(void* dst, const void* src, size_t bytes, StreamHandle stream);
 // Synchronous upload of a large host range (weights at load).
 void upload(void* dst, const void* src, size_t bytes);
+// Synchronous read of a small device range (counters).
+void download(void* dst, const void* src, size_t bytes);
 
 // Throws CUDA_ERROR naming `what` if a launch on the calling thread failed.
 void check_launch(const char* what);

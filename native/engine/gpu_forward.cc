@@ -5,13 +5,16 @@
 #ifdef BLOOMERY_CUDA
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <map>
+#include <numeric>
 #include <string>
 
 #include "cuda/device.h"
 #include "cuda/ops.h"
 #include "cuda/runtime.h"
+#include "engine/expert_stream.h"
 #include "quant/ggml_types.h"
 
 namespace bloomery::engine {
@@ -48,7 +51,8 @@ struct GpuLayer {
   const float* k_norm = nullptr;
   const float* ffn_norm = nullptr;
   DeviceMatrix ffn_gate, ffn_up, ffn_down;
-  DeviceMatrix router, expert_gate, expert_up, expert_down;
+  DeviceMatrix router, expert_gate, expert_up, expert_down;  // the experts: the layer's slot pool
+  const int32_t* expert_slots = nullptr;                     // expert -> slot in the pool, -1: in host memory
 };
 
 // Where each of the model's host ranges goes in the one device allocation of weights.
@@ -62,6 +66,20 @@ class WeightPlan {
       total_ += (bytes + 255) / 256 * 256;
     }
     return it->second;
+  }
+  // Host ranges of `bytes_each` placed back to back (a slot pool); ranges adjacent on both
+  // sides upload as one copy.
+  size_t gather(const std::vector<const uint8_t*>& sources, size_t bytes_each) {
+    const size_t offset = total_;
+    for (size_t i = 0; i < sources.size(); ++i) {
+      if (i > 0 && static_cast<const uint8_t*>(ranges_.back().host) + ranges_.back().bytes == sources[i]) {
+        ranges_.back().bytes += bytes_each;
+      } else {
+        ranges_.push_back({sources[i], bytes_each, offset + i * bytes_each});
+      }
+    }
+    total_ += (sources.size() * bytes_each + 255) / 256 * 256;
+    return offset;
   }
   size_t total() const { return total_; }
   void upload(const DeviceBuffer& arena) const {
@@ -89,15 +107,24 @@ struct Workspace {
   DeviceBuffer all_logits;  // grown on demand for LogitRows::kAll
 };
 
-class GpuModel {
- public:
-  int device = 0;
-  model::HyperParams params;
-  DeviceBuffer weights;
+// The weights' places in device memory, and which experts are there: what bind_weights
+// fills (also for gpu_footprint, which needs no device).
+struct GpuWeights {
+  std::vector<std::vector<int32_t>> resident;     // per layer, the GPU's experts, in slot order
+  std::vector<std::vector<int32_t>> slot_tables;  // per layer, expert -> slot (-1: host), uploaded with the weights
   DeviceMatrix token_embedding, output;
   const float* output_norm = nullptr;
   const float* freq_factors = nullptr;
   std::vector<GpuLayer> layers;
+};
+
+class GpuModel : public GpuWeights {
+ public:
+  int device = 0;
+  model::HyperParams params;
+  std::unique_ptr<HostExperts> host_experts;    // set when some experts live in host memory: decode and short prompts
+  std::unique_ptr<ExpertStream> expert_stream;  // with host_experts: long prompts copy them to the GPU
+  DeviceBuffer weights;
   cuda::Stream stream;
   Workspace work;
   int64_t max_chunks = 0;
@@ -196,11 +223,27 @@ class Uploader {
     d.row_bytes = w.row_bytes;
     d.matrix_bytes = matrix_bytes;
     d.count = count;
-    d.data = resolve<uint8_t>(plan_.place(w.data, matrix_bytes * static_cast<size_t>(count)));
+    if (count > 0) d.data = resolve<uint8_t>(plan_.place(w.data, matrix_bytes * static_cast<size_t>(count)));
     return d;
   }
   const float* vector(const float* host, int64_t length) {
     return resolve<float>(plan_.place(host, static_cast<size_t>(length) * sizeof(float)));
+  }
+  const int32_t* table(const std::vector<int32_t>& host) {
+    return resolve<int32_t>(plan_.place(host.data(), host.size() * sizeof(int32_t)));
+  }
+  // A slot pool holding the `resident` experts of a stack, slot i = resident[i].
+  DeviceMatrix experts(const cpu::ExpertMatrices& w, const std::vector<int32_t>& resident) {
+    DeviceMatrix d = matrix(w.first, 0);
+    d.count = static_cast<int64_t>(resident.size());
+    if (arena_.data()) {
+      d.data = resolve<uint8_t>(pools_[next_pool_++]);
+      return d;
+    }
+    std::vector<const uint8_t*> sources;
+    for (const int32_t e : resident) sources.push_back(w.expert(e).data);
+    pools_.push_back(plan_.gather(sources, d.matrix_bytes));
+    return d;
   }
   void allocate() {
     arena_ = DeviceBuffer(plan_.total(), "model weights");
@@ -218,9 +261,11 @@ class Uploader {
   const model::HyperParams& p_;
   WeightPlan plan_;
   DeviceBuffer arena_;
+  std::vector<size_t> pools_;  // each pool's offset, in the order bind_weights places them
+  size_t next_pool_ = 0;
 };
 
-void bind_weights(const model::Model& m, Uploader& up, GpuModel& g) {
+void bind_weights(const model::Model& m, Uploader& up, GpuWeights& g) {
   const model::HyperParams& p = m.params;
   const int64_t q_width = p.heads * p.head_dim, kv_width = p.kv_heads * p.head_dim;
   g.token_embedding = up.matrix(m.token_embedding);
@@ -246,10 +291,64 @@ void bind_weights(const model::Model& m, Uploader& up, GpuModel& g) {
     d.ffn_up = up.matrix(w.ffn_up);
     d.ffn_down = up.matrix(w.ffn_down);
     d.router = up.matrix(w.router);
-    d.expert_gate = up.matrix(w.expert_gate.first, w.expert_gate.count);
-    d.expert_up = up.matrix(w.expert_up.first, w.expert_up.count);
-    d.expert_down = up.matrix(w.expert_down.first, w.expert_down.count);
+    if (p.experts == 0) continue;
+    d.expert_gate = up.experts(w.expert_gate, g.resident[l]);
+    d.expert_up = up.experts(w.expert_up, g.resident[l]);
+    d.expert_down = up.experts(w.expert_down, g.resident[l]);
+    d.expert_slots = up.table(g.slot_tables[l]);
   }
+}
+
+// Per layer, the GPU's experts (sorted, so neighbours upload as one range), from the
+// requested lists (empty: all of them); INVALID_ARGUMENT for lists that do not fit the model.
+std::vector<std::vector<int32_t>> resident_experts(const model::HyperParams& p,
+                                                   const std::vector<std::vector<int32_t>>& requested) {
+  std::vector<std::vector<int32_t>> resident(static_cast<size_t>(p.layers));
+  if (p.experts == 0) {
+    for (const auto& r : requested) {
+      if (!r.empty()) throw Error("INVALID_ARGUMENT", "gpu experts were listed for a model without routed experts");
+    }
+    return resident;
+  }
+  if (requested.empty()) {
+    for (auto& r : resident) {
+      r.resize(static_cast<size_t>(p.experts));
+      std::iota(r.begin(), r.end(), 0);
+    }
+    return resident;
+  }
+  if (static_cast<int64_t>(requested.size()) != p.layers) {
+    throw Error("INVALID_ARGUMENT", "gpu experts name " + std::to_string(requested.size()) + " layers; the model has " +
+                                        std::to_string(p.layers));
+  }
+  for (size_t l = 0; l < requested.size(); ++l) {
+    std::vector<bool> seen(static_cast<size_t>(p.experts), false);
+    for (const int32_t e : requested[l]) {
+      if (e < 0 || e >= p.experts || seen[e]) {
+        throw Error("INVALID_ARGUMENT", "layer " + std::to_string(l) + "'s gpu experts list expert " +
+                                            std::to_string(e) + (e >= 0 && e < p.experts ? " twice" : "") +
+                                            "; the model has " + std::to_string(p.experts) + " experts per layer");
+      }
+      seen[e] = true;
+    }
+    resident[l] = requested[l];
+    std::sort(resident[l].begin(), resident[l].end());
+  }
+  return resident;
+}
+
+void set_residency(const model::HyperParams& p, std::vector<std::vector<int32_t>> resident, GpuWeights& g) {
+  g.resident = std::move(resident);
+  g.slot_tables.assign(g.resident.size(), std::vector<int32_t>(static_cast<size_t>(p.experts), -1));
+  for (size_t l = 0; l < g.resident.size(); ++l) {
+    for (size_t slot = 0; slot < g.resident[l].size(); ++slot) g.slot_tables[l][g.resident[l][slot]] = int32_t(slot);
+  }
+}
+
+size_t workspace_bytes(const model::HyperParams& p) {
+  size_t bytes = 0;
+  for (const auto& [name, size] : workspace_sizes(p)) bytes += (size + 255) / 256 * 256;
+  return bytes;
 }
 
 void check_kernels(const model::Model& m) {
@@ -372,50 +471,70 @@ struct Pass {
     mul(w.ffn_down, hidden, n, f(ws.residual), true);
   }
 
-  void moe_ffn(const GpuLayer& w, Input& x) const {
+  // Whether this pass copies host experts to the GPU rather than handing rows to the CPU.
+  bool streams() const { return m.expert_stream && n >= ExpertStream::kMinRows; }
+
+  void moe_ffn(const GpuLayer& w, int64_t layer, Input& x) const {
     const model::HyperParams& p = m.params;
     const Workspace& ws = m.work;
     mul(w.router, x, n, f(ws.router_logits), false);
     cuda::route_top_k(f(ws.router_logits), n, p.experts, p.experts_used, p.normalize_expert_weights,
                       ws.chosen.as<int32_t>(), f(ws.routing_weights), stream);
+    HostExperts* host = m.host_experts.get();
+    const bool host_layer = host && host->has_host_experts(layer);
+    const bool hybrid = host_layer && !streams();
+    ExpertStacks experts{w.expert_gate, w.expert_up, w.expert_down, w.expert_slots};
+    if (host_layer && streams()) experts = m.expert_stream->queue_layer(layer, experts, stream);
+    if (hybrid) host->queue_publish(layer, n, f(ws.normed), ws.chosen.as<int32_t>(), f(ws.routing_weights), stream);
     cuda::ExpertGroups groups;
     groups.order = ws.order.as<int32_t>();
     groups.chunks = ws.chunks.as<int32_t>();
     groups.chunk_count = ws.chunk_count.as<int32_t>();
     groups.tokens_per_chunk = cuda::tokens_per_expert_chunk(n);
     groups.max_chunks = cuda::max_expert_chunks(n, p.experts, p.experts_used);
-    cuda::group_by_expert(ws.chosen.as<int32_t>(), n, p.experts, p.experts_used, groups.tokens_per_chunk,
-                          ws.order.as<int32_t>(), ws.chunks.as<int32_t>(), ws.chunk_count.as<int32_t>(), stream);
-    cuda::expert_gated_matvec(w.expert_gate, w.expert_up, x.for_type(w.expert_gate.type).blocks, p.experts_used, groups,
+    cuda::group_by_expert(ws.chosen.as<int32_t>(), n, p.experts, p.experts_used, experts.slot_of_expert,
+                          groups.tokens_per_chunk, ws.order.as<int32_t>(), ws.chunks.as<int32_t>(),
+                          ws.chunk_count.as<int32_t>(), stream);
+    cuda::expert_gated_matvec(experts.gate, experts.up, x.for_type(experts.gate.type).blocks, p.experts_used, groups,
                               f(ws.hidden), stream);
     Input hidden(*this, f(ws.hidden), n * p.experts_used, p.expert_feed_forward);
-    cuda::expert_matvec(w.expert_down, hidden.for_type(w.expert_down.type).blocks, groups, f(ws.expert_out), stream);
-    cuda::combine_experts(f(ws.expert_out), f(ws.routing_weights), n, p.experts_used, p.embedding, f(ws.residual),
-                          stream);
+    cuda::expert_matvec(experts.down, hidden.for_type(experts.down.type).blocks, groups, f(ws.expert_out), stream);
+    cuda::combine_experts(f(ws.expert_out), f(ws.routing_weights), ws.chosen.as<int32_t>(), experts.slot_of_expert, n,
+                          p.experts_used, p.embedding, f(ws.residual), stream);
+    if (hybrid) host->queue_collect(layer, n, f(ws.residual), stream);
   }
 
-  void ffn_block(const GpuLayer& w) const {
+  void ffn_block(const GpuLayer& w, int64_t layer) const {
     const model::HyperParams& p = m.params;
     const Workspace& ws = m.work;
     cuda::rms_norm(f(ws.residual), n, p.embedding, w.ffn_norm, p.rms_epsilon, f(ws.normed), stream);
     Input x(*this, f(ws.normed), n, p.embedding);
     if (p.experts > 0) {
-      moe_ffn(w, x);
+      moe_ffn(w, layer, x);
     } else {
       dense_ffn(w, x);
     }
   }
 
-  // Runs the layers over the batch uploaded to work.tokens / work.positions, then writes the
-  // logits of the last `out_rows` rows (none for an early batch of a long prompt) to `logits` (device).
+  // Queues the pass over the batch uploaded to work.tokens / work.positions: begin(), each
+  // layer(), then finish(), which writes the logits of the last `out_rows` rows (none for an
+  // early batch of a long prompt) to `logits` (device).
+  void begin() const {
+    if (m.host_experts && !streams()) m.host_experts->queue_begin_pass(stream);
+    cuda::embed(m.token_embedding, m.work.tokens.as<int32_t>(), n, f(m.work.residual), stream);
+  }
+  void layer(int64_t l) const {
+    attention_block(m.layers[l], l);
+    ffn_block(m.layers[l], l);
+  }
   void run(int64_t out_rows, float* logits) const {
+    begin();
+    for (int64_t l = 0; l < m.params.layers; ++l) layer(l);
+    finish(out_rows, logits);
+  }
+  void finish(int64_t out_rows, float* logits) const {
     const model::HyperParams& p = m.params;
     const Workspace& ws = m.work;
-    cuda::embed(m.token_embedding, ws.tokens.as<int32_t>(), n, f(ws.residual), stream);
-    for (int64_t l = 0; l < p.layers; ++l) {
-      attention_block(m.layers[l], l);
-      ffn_block(m.layers[l]);
-    }
     cuda::check_launch("the GPU forward pass");
     if (out_rows == 0) return;
     const float* last = f(ws.residual) + (n - out_rows) * p.embedding;
@@ -426,9 +545,75 @@ struct Pass {
   }
 };
 
+// Serves the host's half of every hybrid layer of the pass the stream runs, in order; on a
+// failure, lets the GPU's waits end and realigns the step counters, then rethrows.
+void serve_host_experts(HostExperts& host, int64_t layers, int64_t n, const cuda::Stream& stream) {
+  try {
+    for (int64_t layer = 0; layer < layers; ++layer) {
+      if (host.has_host_experts(layer)) host.serve(layer, n, stream);
+    }
+  } catch (...) {
+    host.recover(stream);
+    throw;
+  }
+}
+
+// A hybrid pass not captured in a graph: the host stays one layer ahead of the GPU with its
+// launches (the GPU waits in stream order anyway) and serves each layer as it comes.
+void run_hybrid(const Pass& pass, int64_t out_rows, float* logits, const cuda::Stream& stream) {
+  HostExperts& host = *pass.m.host_experts;
+  const int64_t layers = pass.m.params.layers;
+  host.start_pass();
+  try {
+    pass.begin();
+    pass.layer(0);
+    for (int64_t layer = 0; layer < layers; ++layer) {
+      if (layer + 1 < layers) {
+        pass.layer(layer + 1);
+      } else {
+        pass.finish(out_rows, logits);
+      }
+      if (host.has_host_experts(layer)) host.serve(layer, pass.n, stream);
+    }
+  } catch (...) {
+    host.recover(stream);
+    throw;
+  }
+}
+
 }  // namespace
 
-std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptions& options, int64_t context_size) {
+GpuFootprint gpu_footprint(const model::Model& model, int64_t context_size) {
+  const model::HyperParams& p = model.params;
+  GpuWeights none;
+  set_residency(p, std::vector<std::vector<int32_t>>(static_cast<size_t>(p.layers)), none);
+  Uploader planner(p);
+  bind_weights(model, planner, none);
+  GpuFootprint f;
+  f.context_size = context_size;
+  f.experts = p.experts;
+  f.dense_bytes = planner.bytes();
+  for (const model::LayerWeights& w : model.layers) {
+    if (p.experts == 0) {
+      f.expert_bytes.push_back(0);
+      continue;
+    }
+    uint64_t bytes = 0;
+    for (const cpu::ExpertMatrices* m : {&w.expert_gate, &w.expert_up, &w.expert_down}) {
+      bytes += static_cast<uint64_t>(m->first.rows) * m->first.row_bytes;
+    }
+    f.expert_bytes.push_back(bytes);
+    f.dense_bytes += 3 * 256;  // each of the layer's three pools may round up to 256 bytes
+  }
+  f.kv_bytes = kv_bytes(p, context_size);
+  f.workspace_bytes = workspace_bytes(p);
+  f.stream_bytes = ExpertStream::staging_bytes(model);
+  f.reserve_bytes = kReserve;
+  return f;
+}
+
+std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptions& options, int64_t context_size,
+                                       cpu::ThreadPool& pool) {
   const cuda::CudaStatus status = cuda::query_cuda();
   if (!status.available) throw Error("GPU_UNAVAILABLE", status.reason);
   if (options.device < 0 || options.device >= static_cast<int>(status.devices.size())) {
@@ -443,29 +628,47 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
   auto g = std::make_shared<GpuModel>();
   g->device = options.device;
   g->params = p;
+  set_residency(p, resident_experts(p, options.gpu_experts), *g);
+  int64_t resident = 0;
+  for (const auto& r : g->resident) resident += static_cast<int64_t>(r.size());
+  const int64_t all = p.experts * p.layers;
   Uploader planner(p);
   bind_weights(model, planner, *g);
-  size_t workspace = 0;
-  for (const auto& [name, bytes] : workspace_sizes(p)) workspace += (bytes + 255) / 256 * 256;
+  const size_t workspace = workspace_bytes(p);
   const size_t weights = planner.bytes();
   const size_t kv = kv_bytes(p, context_size);
   const cuda::MemoryInfo memory = cuda::memory_info();
   const uint64_t usable = memory.free > kReserve ? memory.free - kReserve : 0;
   const uint64_t available = options.budget > 0 ? std::min<uint64_t>(options.budget, usable) : usable;
-  const uint64_t needed = weights + workspace + kv;
+  const uint64_t staging = resident < all ? ExpertStream::staging_bytes(model) : 0;
+  const uint64_t needed = weights + workspace + kv + staging;
   if (needed > available) {
     const std::string limit = options.budget > 0 && options.budget < usable
                                   ? "the gpu budget of " + gib(options.budget)
                                   : gib(memory.free) + " free on " + status.devices[options.device].name +
                                         " less a reserve of " + gib(kReserve);
+    const std::string experts =
+        all > 0 ? " (" + std::to_string(resident) + " of " + std::to_string(all) + " routed experts on the GPU)" : "";
     throw Error("INSUFFICIENT_MEMORY", "the model needs " + gib(needed) + " of GPU memory: weights " + gib(weights) +
-                                           " + KV cache " + gib(kv) + " (contextSize " + std::to_string(context_size) +
-                                           ") + workspace " + gib(workspace) + "; more than " + limit);
+                                           experts + " + KV cache " + gib(kv) + " (contextSize " +
+                                           std::to_string(context_size) + ") + workspace " + gib(workspace) +
+                                           (staging > 0 ? " + prompt expert staging " + gib(staging) : "") +
+                                           "; more than " + limit);
   }
   planner.allocate();
   bind_weights(model, planner, *g);
   g->weights = planner.take();
   allocate_workspace(p, g->work);
+  if (resident < all) {
+    std::vector<std::vector<uint8_t>> on_host;
+    for (const auto& table : g->slot_tables) {
+      std::vector<uint8_t> mask;
+      for (const int32_t slot : table) mask.push_back(slot < 0 ? 1 : 0);
+      on_host.push_back(std::move(mask));
+    }
+    g->host_experts = std::make_unique<HostExperts>(model, std::move(on_host), kMaxBatch, pool);
+    g->expert_stream = std::make_unique<ExpertStream>(model, g->slot_tables);
+  }
   return g;
 }
 
@@ -488,6 +691,7 @@ std::shared_ptr<GpuSequence> create_gpu_sequence(GpuModel& model, int64_t contex
 
 void gpu_forward(GpuModel& model, GpuSequence& sequence, std::span<const int32_t> tokens, int64_t first_position,
                  LogitRows rows, std::vector<float>& logits) {
+  const auto started = std::chrono::steady_clock::now();
   cuda::use_device(model.device);
   const model::HyperParams& p = model.params;
   Workspace& ws = model.work;
@@ -508,8 +712,10 @@ void gpu_forward(GpuModel& model, GpuSequence& sequence, std::span<const int32_t
     cuda::copy_to_device(ws.positions.data(), positions.data(), n * sizeof(int32_t), stream);
     const Pass pass{model, sequence, n, stream};
     const bool last_batch = first + n == total;
+    HostExperts* host = model.host_experts.get();
     if (n == 1) {
-      // A decode step: every launch reads its position from device memory, so one graph serves each step.
+      // A decode step: every launch reads its position (and a hybrid step its step number)
+      // from device memory, so one graph serves each step.
       if (!sequence.decode_step.ready()) {
         sequence.decode_step.begin_capture(stream);
         try {
@@ -521,19 +727,38 @@ void gpu_forward(GpuModel& model, GpuSequence& sequence, std::span<const int32_t
         sequence.decode_step.end_capture(stream);
       }
       sequence.decode_step.launch(stream);
+      if (host) host->start_pass();  // after the launch, so a failed one leaves the steps aligned
+      if (host) serve_host_experts(*host, p.layers, 1, model.stream);
       if (all || last_batch) {
         cuda::copy_to_host(logits.data() + (all ? first * p.vocab : 0), ws.last_logits.data(), p.vocab * sizeof(float),
                            stream);
       }
-    } else if (all) {
-      pass.run(n, ws.all_logits.as<float>());
-      cuda::copy_to_host(logits.data() + first * p.vocab, ws.all_logits.data(), n * p.vocab * sizeof(float), stream);
     } else {
-      pass.run(last_batch ? 1 : 0, ws.last_logits.as<float>());
-      if (last_batch) cuda::copy_to_host(logits.data(), ws.last_logits.data(), p.vocab * sizeof(float), stream);
+      const int64_t out_rows = all ? n : last_batch ? 1 : 0;
+      float* device_logits = all ? ws.all_logits.as<float>() : ws.last_logits.as<float>();
+      if (host && pass.streams()) host->count_streamed_pass();
+      if (host && !pass.streams()) {
+        run_hybrid(pass, out_rows, device_logits, model.stream);
+      } else {
+        pass.run(out_rows, device_logits);
+      }
+      if (out_rows > 0) {
+        cuda::copy_to_host(logits.data() + (all ? first * p.vocab : 0), device_logits,
+                           out_rows * p.vocab * sizeof(float), stream);
+      }
     }
   }
   model.stream.synchronize();
+  if (model.host_experts) {
+    model.host_experts->add_pass_time(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  }
+}
+
+OffloadStats offload_stats(GpuModel& model) {
+  if (!model.host_experts) return {};
+  cuda::use_device(model.device);
+  return model.host_experts->stats();
 }
 
 }  // namespace bloomery::engine
@@ -551,11 +776,13 @@ namespace {
 }
 }  // namespace
 
-std::shared_ptr<GpuModel> upload_model(const model::Model&, const GpuOptions&, int64_t) { refuse(); }
+GpuFootprint gpu_footprint(const model::Model&, int64_t) { refuse(); }
+std::shared_ptr<GpuModel> upload_model(const model::Model&, const GpuOptions&, int64_t, cpu::ThreadPool&) { refuse(); }
 std::shared_ptr<GpuSequence> create_gpu_sequence(GpuModel&, int64_t) { refuse(); }
 void gpu_forward(GpuModel&, GpuSequence&, std::span<const int32_t>, int64_t, LogitRows, std::vector<float>&) {
   refuse();
 }
+OffloadStats offload_stats(GpuModel&) { refuse(); }
 
 }  // namespace bloomery::engine
 

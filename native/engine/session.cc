@@ -7,8 +7,6 @@
 
 namespace bloomery::engine {
 
-namespace {
-
 int64_t resolve_context_size(const model::HyperParams& p, int64_t requested) {
   if (requested < 0) throw Error("INVALID_ARGUMENT", "contextSize must be positive");
   if (requested == 0) return std::min(p.context_length, kDefaultContextSize);
@@ -19,13 +17,11 @@ int64_t resolve_context_size(const model::HyperParams& p, int64_t requested) {
   return requested;
 }
 
-}  // namespace
-
 Runtime::Runtime(std::unique_ptr<model::Model> model, const RuntimeOptions& options)
     : model_(std::move(model)),
       context_size_(resolve_context_size(model_->params, options.context_size)),
       pool_(options.threads) {
-  if (options.gpu) gpu_ = upload_model(*model_, *options.gpu, context_size_);
+  if (options.gpu) gpu_ = upload_model(*model_, *options.gpu, context_size_, pool_);
 }
 
 Session::Session(std::shared_ptr<Runtime> runtime)

@@ -21,10 +21,14 @@ namespace bloomery::engine {
 struct RuntimeOptions {
   uint32_t threads = 0;           // 0: one per physical core
   int64_t context_size = 0;       // per sequence; 0: the model's trained context, at most kDefaultContextSize
-  std::optional<GpuOptions> gpu;  // set: the whole model on the GPU (see gpu_forward.h)
+  std::optional<GpuOptions> gpu;  // set: on the GPU, with gpu->gpu_experts resident there (see gpu_forward.h)
 };
 
 inline constexpr int64_t kDefaultContextSize = 4096;
+
+// The context size a runtime uses for `requested` (0: the model's trained context, at most
+// kDefaultContextSize). Throws CONTEXT_TOO_LONG beyond the trained context.
+int64_t resolve_context_size(const model::HyperParams& p, int64_t requested);
 
 class Runtime {
  public:
@@ -35,6 +39,7 @@ class Runtime {
   int64_t context_size() const { return context_size_; }
   uint32_t threads() const { return pool_.size(); }
   bool on_gpu() const { return gpu_ != nullptr; }
+  GpuModel* gpu() const { return gpu_.get(); }
 
  private:
   friend class Session;

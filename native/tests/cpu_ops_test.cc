@@ -143,3 +143,34 @@ TEST(cpu_grouped_moe_matches_rows_one_by_one) {
     }
   }
 }
+
+// A hybrid pass splits the experts between the GPU and the CPU: the two halves' sums must add
+// up to the all-experts sum, and rows whose experts all run elsewhere get zeros.
+TEST(cpu_moe_expert_subset_and_its_complement_add_up) {
+  std::mt19937 rng(12);
+  ThreadPool pool(3);
+  const int64_t width = 64, hidden = 48, experts = 6, used = 2, n = 7;
+  const auto gate_w = random_floats(static_cast<size_t>(width * hidden * experts), rng);
+  const auto up_w = random_floats(static_cast<size_t>(width * hidden * experts), rng);
+  const auto down_w = random_floats(static_cast<size_t>(hidden * width * experts), rng);
+  const ExpertMatrices gate{f32_matrix(gate_w, width, hidden), experts};
+  const ExpertMatrices up{f32_matrix(up_w, width, hidden), experts};
+  const ExpertMatrices down{f32_matrix(down_w, hidden, width), experts};
+  const auto x = random_floats(static_cast<size_t>(width * n), rng);
+  const auto router_logits = random_floats(static_cast<size_t>(experts * n), rng, 3.0f);
+  Routing routing;
+  route_top_k(router_logits.data(), n, experts, used, true, routing);
+  routing.experts[0] = 0;  // row 0 uses only even experts: the odd half gives it zeros
+  routing.experts[1] = 2;
+  const std::vector<uint8_t> even{1, 0, 1, 0, 1, 0}, odd{0, 1, 0, 1, 0, 1};
+  std::vector<float> all(static_cast<size_t>(width * n)), a(all.size(), 7.0f), b(all.size(), 7.0f);
+  MoeScratch scratch;
+  moe_swiglu(x.data(), n, routing, gate, up, down, all.data(), scratch, pool);
+  moe_swiglu(x.data(), n, routing, gate, up, down, a.data(), scratch, pool, even);
+  moe_swiglu(x.data(), n, routing, gate, up, down, b.data(), scratch, pool, odd);
+  for (int64_t o = 0; o < width; ++o) CHECK(b[o] == 0.0f) << "row 0 has no odd expert, out " << o;
+  for (size_t i = 0; i < all.size(); ++i) {
+    CHECK(std::fabs(a[i] + b[i] - all[i]) < 1e-4f * (1.0f + std::fabs(all[i])))
+        << "element " << i << ": " << a[i] << " + " << b[i] << " vs " << all[i];
+  }
+}

@@ -4,6 +4,7 @@
 // built to round as the CPU does, so the test counts floats that differ at all.
 #include <cmath>
 #include <cstdio>
+#include <numeric>
 #include <vector>
 
 #include "tests/check.h"
@@ -139,47 +140,61 @@ TEST(cuda_moe_routing_matches_cpu) {
         << experts << " experts: " << mismatches(got_weights, routing.weights) << " weights differ, relative error "
         << relative_error(got_weights, routing.weights);
 
-    // Grouping: every routed slot once, under its expert, in chunks of at most tokens_per_chunk.
+    // Grouping: every routed slot of a GPU-resident expert once, in a chunk naming its slot,
+    // in chunks of at most tokens_per_chunk; slots of host experts (-1) in none. Then the
+    // combined sum over the resident experts, in k order. First every expert in slot e, then
+    // the odd experts in host memory and the even ones in reversed slots.
     const int per_chunk = cuda::tokens_per_expert_chunk(n);
     const int64_t max_chunks = cuda::max_expert_chunks(n, experts, used);
-    cuda::DeviceBuffer order(static_cast<size_t>(n * used) * sizeof(int32_t), "order");
-    cuda::DeviceBuffer chunks(static_cast<size_t>(3 * max_chunks) * sizeof(int32_t), "chunks");
-    cuda::DeviceBuffer chunk_count(sizeof(int32_t), "chunk count");
-    cuda::group_by_expert(chosen.as<int32_t>(), n, experts, used, per_chunk, order.as<int32_t>(), chunks.as<int32_t>(),
-                          chunk_count.as<int32_t>(), stream.handle());
-    const auto got_order = download<int32_t>(order, static_cast<size_t>(n * used), stream);
-    const auto got_chunks = download<int32_t>(chunks, static_cast<size_t>(3 * max_chunks), stream);
-    const int count = download<int32_t>(chunk_count, 1, stream)[0];
-    std::vector<int> seen(static_cast<size_t>(n * used), 0);
-    bool consistent = count <= max_chunks;
-    for (int c = 0; c < count && consistent; ++c) {
-      const int e = got_chunks[3 * c], first = got_chunks[3 * c + 1], size = got_chunks[3 * c + 2];
-      consistent = size >= 1 && size <= per_chunk;
-      for (int i = first; i < first + size && consistent; ++i) {
-        consistent = routing.experts[got_order[i]] == e;
-        ++seen[got_order[i]];
-      }
+    std::vector<int32_t> identity(static_cast<size_t>(experts)), split(static_cast<size_t>(experts), -1);
+    std::iota(identity.begin(), identity.end(), 0);
+    for (int64_t e = experts - 1, slot = 0; e >= 0; --e) {
+      if (e % 2 == 0) split[e] = static_cast<int32_t>(slot++);
     }
-    for (const int s : seen) consistent = consistent && s == 1;
-    CHECK(consistent) << experts << " experts: the grouping misses, repeats or misfiles a slot";
-
     const auto expert_out = random_floats(static_cast<size_t>(n * used * width), 3.0f, rng);
     const auto residual = random_floats(static_cast<size_t>(n * width), 3.0f, rng);
-    const auto de = upload(expert_out), dr = upload(residual);
-    cuda::combine_experts(de.as<float>(), weights.as<float>(), n, used, width, dr.as<float>(), stream.handle());
-    const auto got = download<float>(dr, residual.size(), stream);
-    auto want = residual;
-    for (int64_t i = 0; i < n; ++i) {
-      for (int64_t j = 0; j < width; ++j) {
-        float o = 0.0f;
-        for (int64_t k = 0; k < used; ++k) {
-          const float p = routing.weights[i * used + k] * expert_out[(i * used + k) * width + j];
-          o = k == 0 ? p : o + p;
+    for (const auto& table : {identity, split}) {
+      const char* what = table == identity ? "all on the GPU" : "odd experts on the host";
+      const auto slots = upload(table);
+      cuda::DeviceBuffer order(static_cast<size_t>(n * used) * sizeof(int32_t), "order");
+      cuda::DeviceBuffer chunks(static_cast<size_t>(3 * max_chunks) * sizeof(int32_t), "chunks");
+      cuda::DeviceBuffer chunk_count(sizeof(int32_t), "chunk count");
+      cuda::group_by_expert(chosen.as<int32_t>(), n, experts, used, slots.as<int32_t>(), per_chunk, order.as<int32_t>(),
+                            chunks.as<int32_t>(), chunk_count.as<int32_t>(), stream.handle());
+      const auto got_order = download<int32_t>(order, static_cast<size_t>(n * used), stream);
+      const auto got_chunks = download<int32_t>(chunks, static_cast<size_t>(3 * max_chunks), stream);
+      const int count = download<int32_t>(chunk_count, 1, stream)[0];
+      std::vector<int> seen(static_cast<size_t>(n * used), 0);
+      bool consistent = count <= max_chunks;
+      for (int c = 0; c < count && consistent; ++c) {
+        const int slot = got_chunks[3 * c], first = got_chunks[3 * c + 1], size = got_chunks[3 * c + 2];
+        consistent = size >= 1 && size <= per_chunk;
+        for (int i = first; i < first + size && consistent; ++i) {
+          consistent = table[routing.experts[got_order[i]]] == slot;
+          ++seen[got_order[i]];
         }
-        want[i * width + j] += o;
       }
+      for (size_t i = 0; i < seen.size(); ++i) consistent = consistent && seen[i] == (table[routing.experts[i]] >= 0);
+      CHECK(consistent) << experts << " experts, " << what << ": the grouping misses, repeats or misfiles a slot";
+
+      const auto de = upload(expert_out), dr = upload(residual);
+      cuda::combine_experts(de.as<float>(), weights.as<float>(), chosen.as<int32_t>(), slots.as<int32_t>(), n, used,
+                            width, dr.as<float>(), stream.handle());
+      const auto got = download<float>(dr, residual.size(), stream);
+      auto want = residual;
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < width; ++j) {
+          float o = 0.0f;
+          for (int64_t k = 0; k < used; ++k) {
+            if (table[routing.experts[i * used + k]] < 0) continue;
+            o += routing.weights[i * used + k] * expert_out[(i * used + k) * width + j];
+          }
+          want[i * width + j] += o;
+        }
+      }
+      CHECK(mismatches(got, want) == 0) << experts << " experts, " << what << ": combined rows differ in "
+                                        << mismatches(got, want);
     }
-    CHECK(mismatches(got, want) == 0) << experts << " experts: combined rows differ in " << mismatches(got, want);
   }
 }
 

@@ -1,0 +1,122 @@
+// Hybrid benchmark (run on the GPU machine): routed experts split between the GPU and the
+// CPU, against ik_llama.cpp's figures on the same machine and model (../shared/BASELINES.md):
+//   cpu-experts  every routed expert on the CPU (ik_llama.cpp -ot exps=CPU -fmoe 1 -t 16)
+//   budget-8gib  the whole model in a GPU budget of 8 GiB (ik_llama.cpp: 8 of 48 layers' experts on the card)
+// Decode tok/s of one stream, prompt tok/s at P = 512 and 4096 (passes of 512 rows, which copy
+// the host experts to the GPU over PCIe), and per decode step: wall time, GPU busy (wall less the
+// GPU's waits for the CPU), CPU expert time and their overlap.
+// Writes JSON to $OUT (or the working directory).
+//   node bench/hybrid.mjs /root/q.gguf
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { getSystemInfo, loadModel, modelFootprint, planOffload } from "../dist/index.js";
+
+const path = process.argv[2] ?? "/root/q.gguf";
+const CONTEXT = 8192;
+const DECODE_STEPS = 128;
+const PEERS = {
+  "cpu-experts": { name: "ik_llama.cpp (-ot exps=CPU -fmoe 1 -t 16)", decode: 45.6, prompt512: 1186, prompt4096: 1799 },
+  "budget-8gib": { name: "ik_llama.cpp (experts of 40 of 48 layers on the CPU)", decode: 52.0, prompt512: 1309 },
+};
+
+const seconds = (start) => Number(process.hrtime.bigint() - start) / 1e9;
+const prompt = (length, vocab) => Array.from({ length }, (_, i) => (i * 7919 + 11) % vocab);
+function argmax(row) {
+  let best = 0;
+  for (let i = 1; i < row.length; ++i) if (row[i] > row[best]) best = i;
+  return best;
+}
+const delta = (after, before) => Object.fromEntries(Object.keys(after).map((k) => [k, after[k] - before[k]]));
+
+async function measure(name, options) {
+  const loadStart = process.hrtime.bigint();
+  const model = await loadModel(path, { contextSize: CONTEXT, ...options });
+  const loadSeconds = seconds(loadStart);
+  const vocab = model.info.vocabSize;
+  const session = model.createSession();
+  const promptRate = async (length) => {
+    session.reset();
+    const start = process.hrtime.bigint();
+    await session.evaluate(prompt(length, vocab));
+    return length / seconds(start);
+  };
+  await promptRate(64);
+  const prompt512 = Math.max(await promptRate(512), await promptRate(512));
+  const promptStats = model.stats().offload;
+  const prompt4096 = await promptRate(4096);
+  const prompt4096Stats = delta(model.stats().offload, promptStats);
+
+  session.reset();
+  let logits = await session.evaluate(prompt(64, vocab));
+  logits = await session.evaluate([argmax(logits)]); // captures the decode graph
+  const before = model.stats().offload;
+  const decodeStart = process.hrtime.bigint();
+  for (let i = 0; i < DECODE_STEPS; ++i) logits = await session.evaluate([argmax(logits)]);
+  const decode = DECODE_STEPS / seconds(decodeStart);
+  const d = delta(model.stats().offload, before);
+  const plan = model.plan;
+  model.dispose();
+
+  const perStepMs = (s) => (s / d.passes) * 1e3;
+  const figures = {
+    loadSeconds,
+    gpuExperts: plan.layers.reduce((n, l) => n + l.gpu.length, 0),
+    hostExperts: plan.layers.reduce((n, l) => n + l.host.length, 0),
+    planBytes: plan.bytes,
+    decodeTokensPerSecond: decode,
+    decodeSteps: DECODE_STEPS,
+    prompt512TokensPerSecond: prompt512,
+    prompt4096TokensPerSecond: prompt4096,
+    decodeStep: {
+      wallMs: perStepMs(d.wallSeconds),
+      gpuBusyMs: perStepMs(d.wallSeconds - d.gpuWaitSeconds),
+      gpuWaitMs: perStepMs(d.gpuWaitSeconds),
+      cpuExpertMs: perStepMs(d.cpuExpertSeconds),
+      cpuWaitMs: perStepMs(d.cpuWaitSeconds),
+      overlapMs: perStepMs(Math.max(0, d.cpuExpertSeconds - d.gpuWaitSeconds)),
+    },
+    prompt4096Passes: {
+      streamedPasses: prompt4096Stats.streamedPasses,
+      passes: prompt4096Stats.passes,
+      wallSeconds: prompt4096Stats.wallSeconds,
+      gpuWaitSeconds: prompt4096Stats.gpuWaitSeconds,
+      cpuExpertSeconds: prompt4096Stats.cpuExpertSeconds,
+      cpuWaitSeconds: prompt4096Stats.cpuWaitSeconds,
+    },
+  };
+  const peer = PEERS[name];
+  const ratios = { decode: decode / peer.decode, prompt512: prompt512 / peer.prompt512 };
+  if (peer.prompt4096) ratios.prompt4096 = prompt4096 / peer.prompt4096;
+  console.log(
+    `${name}: decode ${decode.toFixed(1)} tok/s (${ratios.decode.toFixed(2)}x ${peer.name}), prompt 512: ` +
+      `${prompt512.toFixed(0)} (${ratios.prompt512.toFixed(2)}x), 4096: ${prompt4096.toFixed(0)}` +
+      (ratios.prompt4096 ? ` (${ratios.prompt4096.toFixed(2)}x)` : "") +
+      `; step ${JSON.stringify(figures.decodeStep)}`,
+  );
+  return {
+    options: { ...options, plan: options.plan ? "every routed expert on the host" : undefined },
+    figures,
+    peer,
+    ratios,
+  };
+}
+
+const footprint = await modelFootprint(path, { contextSize: CONTEXT });
+const dense = footprint.denseBytes + footprint.kvBytes + footprint.workspaceBytes + footprint.streamBytes;
+const cpuExperts = planOffload(footprint, { gpu: dense, hostRam: Number.MAX_SAFE_INTEGER });
+const runs = {
+  "cpu-experts": await measure("cpu-experts", { gpu: "auto", plan: cpuExperts }),
+  "budget-8gib": await measure("budget-8gib", { gpu: { budget: "8GiB" } }),
+};
+
+const result = {
+  command: `node bench/hybrid.mjs ${path}`,
+  date: new Date().toISOString(),
+  machine: getSystemInfo(),
+  model: { path, preset: "qwen3-30b-a3b synthetic", contextSize: CONTEXT },
+  footprint: { ...footprint, expertBytes: footprint.expertBytes[0] },
+  runs,
+};
+const out = join(process.env.OUT ?? ".", "hybrid-bench.json");
+writeFileSync(out, JSON.stringify(result, null, 2));
+console.log(`wrote ${out}`);

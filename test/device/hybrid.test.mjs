@@ -1,0 +1,174 @@
+// GPU machine: hybrid runs (some routed experts on the GPU, the others run by the CPU from
+// host memory, in every layer) give the all-GPU run's greedy tokens and distributions, as
+// decode steps (one graph per step) and as prompts longer than one pass. Skips where no
+// NVIDIA device exists.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { existsSync, mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { loadModel, modelFootprint } from "../../dist/index.js";
+
+const hasGpu = existsSync("/dev/nvidiactl");
+const skip = !hasGpu && "no NVIDIA device on this machine";
+const synthCli = fileURLToPath(new globalThis.URL("../../dist/synth-cli.js", import.meta.url));
+const dir = hasGpu ? mkdtempSync(join(tmpdir(), "bloomery-hybrid-")) : "";
+const CONTEXT = 1024;
+
+function fixture(preset, type) {
+  const path = join(dir, `${preset}-${type}.gguf`);
+  if (!existsSync(path)) execFileSync(process.execPath, [synthCli, preset, path, "--type", type], { stdio: "ignore" });
+  return path;
+}
+
+function logSoftmax(row) {
+  let max = -Infinity;
+  for (const x of row) max = Math.max(max, x);
+  let sum = 0;
+  for (const x of row) sum += Math.exp(x - max);
+  const log = Math.log(sum) + max;
+  return Float64Array.from(row, (x) => x - log);
+}
+
+function argmax(row) {
+  let best = 0;
+  for (let i = 1; i < row.length; ++i) if (row[i] > row[best]) best = i;
+  return best;
+}
+
+// Top-1 agreement, mean KL(reference || candidate) over rows of `vocab` logits, and the widest
+// top-1 disagreement: how far below its own best the reference puts the candidate's best.
+function compare(reference, candidate, vocab) {
+  let agree = 0;
+  let kl = 0;
+  let widestFlip = 0;
+  const rows = reference.length / vocab;
+  for (let r = 0; r < rows; ++r) {
+    const p = logSoftmax(reference.subarray(r * vocab, (r + 1) * vocab));
+    const q = logSoftmax(candidate.subarray(r * vocab, (r + 1) * vocab));
+    const best = argmax(p);
+    if (best === argmax(q)) agree += 1;
+    else widestFlip = Math.max(widestFlip, p[best] - p[argmax(q)]);
+    for (let i = 0; i < vocab; ++i) kl += Math.exp(p[i]) * (p[i] - q[i]);
+  }
+  return { top1: agree / rows, kl: kl / rows, widestFlip };
+}
+
+async function greedy(model, prompt) {
+  const session = model.createSession();
+  const { tokens } = await session.generate(prompt, { maxTokens: 24 }).result;
+  session.dispose();
+  return tokens;
+}
+
+// Logits of every row of a prompt of 600 tokens (passes of 512 and 88 rows: a hybrid model
+// copies its host experts to the GPU for these), then of 32 decode steps of given tokens (each
+// run sees the same context, whatever it would sample), then of a 40-token prompt in a new
+// session (a hybrid model hands its rows to the CPU).
+async function logitsOf(model) {
+  const vocab = model.info.vocabSize;
+  const tokens = (count, seed) => Array.from({ length: count }, (_, i) => (i * 7919 + seed) % vocab);
+  const session = model.createSession();
+  const long = await session.evaluate(tokens(600, 13), { logits: "all" });
+  const steps = new Float32Array(32 * vocab);
+  for (const [i, token] of tokens(32, 101).entries()) steps.set(await session.evaluate([token]), i * vocab);
+  session.dispose();
+  const fresh = model.createSession();
+  const short = await fresh.evaluate(tokens(40, 29), { logits: "all" });
+  fresh.dispose();
+  const prompt = new Float32Array(long.length + short.length);
+  prompt.set(long);
+  prompt.set(short, long.length);
+  return { prompt, steps };
+}
+
+// The all-GPU plan with each layer's experts split by `onGpu(expert)`.
+function split(plan, onGpu) {
+  const edited = JSON.parse(JSON.stringify(plan));
+  for (const layer of edited.layers) {
+    const all = [...layer.gpu, ...layer.host].sort((a, b) => a - b);
+    layer.gpu = all.filter(onGpu);
+    layer.host = all.filter((e) => !onGpu(e));
+    layer.reason = "test split";
+  }
+  return edited;
+}
+
+async function expectSameAsAllGpu(path, reference, referenceLogits, hybrid, what) {
+  const vocab = hybrid.info.vocabSize;
+  const start = [1, 2, 3, 4, 5, 6, 7, 8].map((t) => (t * 131) % vocab);
+  const got = await logitsOf(hybrid);
+  const prompt = compare(referenceLogits.prompt, got.prompt, vocab);
+  const decode = compare(referenceLogits.steps, got.steps, vocab);
+  const stats = hybrid.stats().offload;
+  console.log(`${path} ${what}: prompt ${JSON.stringify(prompt)}, decode ${JSON.stringify(decode)}`);
+  console.log(`  offload ${JSON.stringify(stats)}`);
+  assert.ok(stats.passes > 0 && stats.cpuExpertSeconds > 0, "the CPU ran experts");
+  assert.ok(stats.streamedPasses >= 2, "the long prompt copied host experts to the GPU");
+  // The CPU's expert dots round differently from the GPU's (as in gpu-vs-cpu.test.mjs, issue 9):
+  // on these near-flat random distributions near-ties may flip (Q8_0 measured top-1 0.987, KL 6e-5,
+  // the widest flip 0.06 nats), so every flip must be a near-tie of the reference's own distribution.
+  for (const [name, m] of [
+    ["prompt", prompt],
+    ["decode", decode],
+  ]) {
+    assert.ok(m.top1 >= 0.9, `${what} ${name}: top-1 agreement ${m.top1}`);
+    assert.ok(m.widestFlip <= 0.1, `${what} ${name}: a top-1 flip ${m.widestFlip} nats below the best`);
+    assert.ok(m.kl <= 1e-3, `${what} ${name}: mean KL ${m.kl}`);
+  }
+  assert.deepEqual(await greedy(hybrid, start), await greedy(reference, start), `${what}: greedy tokens differ`);
+}
+
+for (const type of ["Q4_K", "Q8_0", "Q6_K"]) {
+  test(`tiny-qwen3moe ${type}: hybrid runs give the all-GPU run's tokens`, { skip }, async () => {
+    const path = fixture("tiny-qwen3moe", type);
+    const reference = await loadModel(path, { gpu: "auto", contextSize: CONTEXT });
+    try {
+      assert.ok(
+        reference.plan.layers.every((l) => l.host.length === 0),
+        "the whole fixture fits the card",
+      );
+      assert.equal(reference.stats().offload.passes + reference.stats().offload.streamedPasses, 0);
+      const referenceLogits = await logitsOf(reference);
+      for (const [what, onGpu] of [
+        ["even experts on the GPU, odd on the CPU", (e) => e % 2 === 0],
+        ["every expert on the CPU", () => false],
+      ]) {
+        const hybrid = await loadModel(path, {
+          gpu: "auto",
+          contextSize: CONTEXT,
+          plan: split(reference.plan, onGpu),
+        });
+        try {
+          assert.ok(hybrid.plan.layers.every((l) => l.host.length > 0));
+          await expectSameAsAllGpu(path, reference, referenceLogits, hybrid, what);
+        } finally {
+          hybrid.dispose();
+        }
+      }
+    } finally {
+      reference.dispose();
+    }
+  });
+}
+
+test("a GPU budget below the model's size plans experts on both sides of every layer", { skip }, async () => {
+  const path = fixture("tiny-qwen3moe", "Q4_K");
+  const f = await modelFootprint(path, { contextSize: CONTEXT });
+  const fixed = f.denseBytes + f.kvBytes + f.workspaceBytes;
+  const halfTheExperts = (f.expertBytes.reduce((a, b) => a + b, 0) * f.experts) / 2;
+  const reference = await loadModel(path, { gpu: "auto", contextSize: CONTEXT });
+  const hybrid = await loadModel(path, { gpu: { budget: fixed + halfTheExperts }, contextSize: CONTEXT });
+  try {
+    for (const layer of hybrid.plan.layers) {
+      assert.ok(layer.gpu.length > 0 && layer.host.length > 0, JSON.stringify(layer));
+    }
+    assert.ok(hybrid.plan.bytes.gpu.total <= fixed + halfTheExperts);
+    await expectSameAsAllGpu(path, reference, await logitsOf(reference), hybrid, "budget of half the experts");
+  } finally {
+    reference.dispose();
+    hybrid.dispose();
+  }
+});

@@ -1,0 +1,208 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import {
+  BloomeryError,
+  checkOffloadPlan,
+  getSystemInfo,
+  loadModel,
+  modelFootprint,
+  planOffload,
+  readGgufInfo,
+  type ModelFootprint,
+  type OffloadPlan,
+} from "../src/index.js";
+import { writeSyntheticModel } from "../tools/synth/synth.js";
+
+// planOffload places dense weights, KV cache and workspace first, then the same number of
+// routed experts in each layer while the GPU budget lasts, the rest in host RAM.
+const footprint: ModelFootprint = {
+  contextSize: 1024,
+  experts: 8,
+  denseBytes: 10_000,
+  expertBytes: [100, 100, 100, 100],
+  kvBytes: 2_000,
+  workspaceBytes: 500,
+  streamBytes: 0,
+  reserveBytes: 1 << 20,
+};
+const fixed = 12_500;
+const everyExpert = 4 * 8 * 100;
+const roomy = 1e12;
+
+function thrown(fn: () => unknown): BloomeryError {
+  try {
+    fn();
+  } catch (error) {
+    expect(error).toBeInstanceOf(BloomeryError);
+    return error as BloomeryError;
+  }
+  throw new Error("expected a BloomeryError");
+}
+
+function expectPartition(plan: OffloadPlan, experts: number): void {
+  for (const layer of plan.layers) {
+    expect([...layer.gpu, ...layer.host].sort((a, b) => a - b)).toEqual(Array.from({ length: experts }, (_, i) => i));
+  }
+}
+
+describe("planOffload", () => {
+  it("refuses a GPU budget that cannot hold the dense part, naming each term", () => {
+    const error = thrown(() => planOffload(footprint, { gpu: fixed - 1, hostRam: roomy }));
+    expect(error.code).toBe("INSUFFICIENT_MEMORY");
+    expect(error.message).toMatch(/dense weights .* KV cache .* \(contextSize 1024\) .* workspace .* gpu budget/);
+  });
+
+  it("puts every expert on the host when only the dense part fits", () => {
+    const plan = planOffload(footprint, { gpu: fixed + 99, hostRam: roomy });
+    expect(plan.layers.map((l) => l.gpu.length)).toEqual([0, 0, 0, 0]);
+    expect(plan.bytes.gpu).toEqual({
+      dense: 10_000,
+      kvCache: 2_000,
+      workspace: 500,
+      staging: 0,
+      experts: 0,
+      total: fixed,
+    });
+    expect(plan.bytes.host).toBe(everyExpert);
+    expect(plan.layers[0]?.reason).toMatch(/no GPU room/);
+    expectPartition(plan, 8);
+  });
+
+  it("puts every expert on the GPU when they all fit", () => {
+    const plan = planOffload(footprint, { gpu: fixed + everyExpert, hostRam: 0 });
+    expect(plan.layers.map((l) => l.gpu.length)).toEqual([8, 8, 8, 8]);
+    expect(plan.bytes.host).toBe(0);
+    expect(plan.bytes.gpu.total).toBe(fixed + everyExpert);
+    expect(plan.layers[3]?.reason).toMatch(/all 8 experts/);
+  });
+
+  it("spreads a partial budget evenly, the remainder one more in the first layers", () => {
+    const plan = planOffload(footprint, { gpu: fixed + 3 * 400 + 250, hostRam: roomy });
+    expect(plan.layers.map((l) => l.gpu.length)).toEqual([4, 4, 3, 3]);
+    expect(plan.layers[0]?.gpu).toEqual([0, 1, 2, 3]);
+    expect(plan.layers[2]?.host).toEqual([3, 4, 5, 6, 7]);
+    expect(plan.bytes.gpu.experts).toBe(1400);
+    expect(plan.bytes.host).toBe(1800);
+    expectPartition(plan, 8);
+  });
+
+  it("covers every budget from zero expert slots to all of them", () => {
+    let previous = -1;
+    for (let slots = 0; slots <= 32; ++slots) {
+      const budget = fixed + slots * 100;
+      const plan = planOffload(footprint, { gpu: budget, hostRam: roomy });
+      const counts = plan.layers.map((l) => l.gpu.length);
+      expect(counts.reduce((a, b) => a + b, 0)).toBe(slots);
+      expect(Math.max(...counts) - Math.min(...counts)).toBeLessThanOrEqual(1);
+      expect(plan.bytes.gpu.total).toBeLessThanOrEqual(budget);
+      expect(plan.bytes.gpu.experts + plan.bytes.host).toBe(everyExpert);
+      expect(plan.bytes.gpu.experts).toBeGreaterThan(previous);
+      previous = plan.bytes.gpu.experts;
+      expectPartition(plan, 8);
+    }
+  });
+
+  it("reserves the prompt staging only when some experts stay on the host", () => {
+    const staged = { ...footprint, streamBytes: 700 };
+    const whole = planOffload(staged, { gpu: fixed + everyExpert, hostRam: 0 });
+    expect(whole.bytes.gpu.staging).toBe(0);
+    expect(whole.layers.every((l) => l.host.length === 0)).toBe(true);
+    const partial = planOffload(staged, { gpu: fixed + everyExpert - 1, hostRam: roomy });
+    expect(partial.bytes.gpu.staging).toBe(700);
+    expect(partial.layers.map((l) => l.gpu.length)).toEqual([6, 6, 6, 6]);
+    expect(partial.bytes.gpu.total).toBeLessThanOrEqual(fixed + everyExpert - 1);
+    const error = thrown(() => planOffload(staged, { gpu: fixed + 699, hostRam: roomy }));
+    expect(error.message).toMatch(/prompt staging/);
+  });
+
+  it("refuses host experts beyond hostRam: the disk tier is not supported yet", () => {
+    const error = thrown(() => planOffload(footprint, { gpu: fixed + 1600, hostRam: 1599 }));
+    expect(error.code).toBe("INSUFFICIENT_MEMORY");
+    expect(error.message).toMatch(/hostRam .* disk/);
+    expect(planOffload(footprint, { gpu: fixed + 1600, hostRam: 1600 }).bytes.host).toBe(1600);
+  });
+
+  it("plans a dense model as its dense part alone", () => {
+    const dense = { ...footprint, experts: 0, expertBytes: [0, 0, 0, 0] };
+    const plan = planOffload(dense, { gpu: fixed, hostRam: 0 });
+    expect(plan.layers.every((l) => l.gpu.length === 0 && l.host.length === 0)).toBe(true);
+    expect(plan.bytes.gpu.total).toBe(fixed);
+  });
+});
+
+describe("checkOffloadPlan", () => {
+  const budgets = { gpu: fixed + everyExpert, hostRam: roomy };
+  const base = planOffload(footprint, budgets);
+  const edited = (edit: (layers: OffloadPlan["layers"]) => void): OffloadPlan => {
+    const copy = structuredClone(base);
+    edit(copy.layers);
+    return copy;
+  };
+
+  it("uses an edited plan as given, with its bytes recomputed", () => {
+    const alternate = edited((layers) => {
+      for (const layer of layers) {
+        layer.gpu = [0, 2, 4, 6];
+        layer.host = [7, 5, 3, 1];
+        layer.reason = "even experts on the GPU";
+      }
+    });
+    const plan = checkOffloadPlan(alternate, footprint, budgets);
+    expect(plan.layers[1]).toEqual({ gpu: [0, 2, 4, 6], host: [7, 5, 3, 1], reason: "even experts on the GPU" });
+    expect(plan.bytes.gpu.experts).toBe(1600);
+    expect(plan.bytes.host).toBe(1600);
+  });
+
+  it("refuses plans that do not fit the model", () => {
+    const faults: [string, OffloadPlan][] = [
+      ["3 layers", edited((layers) => layers.pop())],
+      ["twice", edited((layers) => layers[0]?.host.push(0))],
+      ["places 7 of its 8", edited((layers) => layers[2]?.gpu.pop())],
+      ["expert 8", edited((layers) => layers[1]?.gpu.push(8))],
+      ["contextSize 64", { ...structuredClone(base), contextSize: 64 }],
+    ];
+    for (const [mentions, plan] of faults) {
+      const error = thrown(() => checkOffloadPlan(plan, footprint, budgets));
+      expect(error.code).toBe("INVALID_ARGUMENT");
+      expect(error.message).toContain(mentions);
+    }
+  });
+
+  it("refuses an edited plan the GPU budget cannot hold", () => {
+    const error = thrown(() => checkOffloadPlan(base, footprint, { gpu: fixed + everyExpert - 1, hostRam: roomy }));
+    expect(error.code).toBe("INSUFFICIENT_MEMORY");
+    expect(error.message).toMatch(/experts .* gpu budget/);
+  });
+});
+
+describe("modelFootprint", () => {
+  const dir = mkdtempSync(join(tmpdir(), "bloomery-plan-"));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+  const cuda = getSystemInfo().cuda.compiled;
+
+  it.skipIf(!cuda)("reports the file's expert slices and the KV cache the engine allocates", async () => {
+    const path = join(dir, "tiny-qwen3moe.gguf");
+    await writeSyntheticModel(path, { preset: "tiny-qwen3moe", weightType: "Q4_K" });
+    const info = await readGgufInfo(path);
+    const f = await modelFootprint(path, { contextSize: 64 });
+    const layers = f.expertBytes.length;
+    const experts = info.tensors.filter((t) => /_exps\.weight$/.test(t.name)).reduce((sum, t) => sum + t.bytes, 0);
+    expect(f.experts).toBeGreaterThan(1);
+    expect(f.expertBytes.reduce((a, b) => a + b, 0) * f.experts).toBe(experts);
+    expect(f.contextSize).toBe(64);
+    const m = info.metadata;
+    const kvWidth = Number(m["qwen3moe.attention.head_count_kv"]) * Number(m["qwen3moe.attention.key_length"]);
+    expect(f.kvBytes).toBe(2 * layers * 64 * kvWidth * 2);
+    expect(f.denseBytes + experts).toBeGreaterThan(info.summary.tensorBytes);
+  });
+
+  it("is what loadModel plans with; a plan without gpu is refused", async () => {
+    const path = join(dir, "tiny-qwen3moe.gguf");
+    await writeSyntheticModel(path, { preset: "tiny-qwen3moe", weightType: "Q4_K" });
+    const plan = planOffload(footprint, { gpu: fixed, hostRam: roomy });
+    await expect(loadModel(path, { plan })).rejects.toMatchObject({ code: "INVALID_ARGUMENT" });
+    await expect(loadModel(path, { gpu: false, hostRam: "lots" })).rejects.toMatchObject({ code: "INVALID_ARGUMENT" });
+  });
+});
