@@ -36,4 +36,12 @@ std::shared_ptr<GpuSequence> create_gpu_sequence(GpuModel& model, int64_t contex
 void gpu_forward(GpuModel& model, GpuSequence& sequence, std::span<const int32_t> tokens, int64_t first_position,
                  LogitRows rows, std::vector<float>& logits);
 
+// Copies the keys and values of positions [0, n) to / from host memory, packed layer after
+// layer with `packed` rows per layer (n <= packed), as KvCache::copy_out does: how sessions
+// are saved and restored.
+void copy_kv_to_host(GpuModel& model, const GpuSequence& sequence, int64_t n, int64_t packed, uint16_t* keys,
+                     uint16_t* values);
+void copy_kv_to_device(GpuModel& model, GpuSequence& sequence, int64_t n, int64_t packed, const uint16_t* keys,
+                       const uint16_t* values);
+
 }  // namespace bloomery::engine
