@@ -121,8 +121,10 @@ Napi::Value create_sampler(const Napi::CallbackInfo& info) {
   });
 }
 
-// sessionSample(session, tokens: Int32Array, sampler) -> Promise<number>: appends the tokens to
-// the session's context and to the sampler's history, then draws the next token.
+// sessionSample(session, tokens: Int32Array, sampler, reused?: Int32Array) -> Promise<number>:
+// appends the tokens to the session's context and to the sampler's history, then draws the next
+// token. `reused` are prompt tokens already in the context (Session::prepare_prompt kept them):
+// the sampler's penalties count them before `tokens`, as if they had been evaluated.
 Napi::Value session_sample(const Napi::CallbackInfo& info) {
   return guarded(info, [&]() -> Napi::Value {
     std::shared_ptr<engine::Session> session = session_argument(info, 0);
@@ -133,13 +135,22 @@ Napi::Value session_sample(const Napi::CallbackInfo& info) {
     const Napi::Int32Array tokens = info[1].As<Napi::Int32Array>();
     std::shared_ptr<SamplerState> sampler = unwrap_sampler(info, 2).state;
     if (!sampler) throw to_js_error(info.Env(), "DISPOSED", "the sampler has been disposed");
+    std::vector<int32_t> reused;
+    if (info.Length() > 3 && !info[3].IsUndefined()) {
+      if (!info[3].IsTypedArray() || info[3].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array) {
+        throw to_js_error(info.Env(), "INVALID_ARGUMENT", "reused tokens must be an Int32Array");
+      }
+      const Napi::Int32Array r = info[3].As<Napi::Int32Array>();
+      reused.assign(r.Data(), r.Data() + r.ElementLength());
+    }
     return run_async(
         info.Env(),
         [session = std::move(session),
          batch = std::vector<int32_t>(tokens.Data(), tokens.Data() + tokens.ElementLength()),
-         sampler = std::move(sampler)] {
+         sampler = std::move(sampler), reused = std::move(reused)] {
           std::lock_guard lock(sampler->mutex);
           const std::vector<float> logits = session->evaluate(batch);
+          sampler->sampler.accept(reused);
           sampler->sampler.accept(batch);
           return sampler->sampler.sample(logits);
         },
