@@ -19,6 +19,7 @@ export type { TokenizeOptions, DetokenizeOptions } from "./tokenizer.js";
 export type { ChatMessage, ApplyChatTemplateOptions } from "./chat/template.js";
 export {
   Session,
+  SessionState,
   type EvaluateOptions,
   type GenerateOptions,
   type GenerateChunk,

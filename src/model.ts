@@ -2,8 +2,15 @@
  * loadModel() and Model: a GGUF model loaded into the native engine.
  * @module
  */
+import { totalmem } from "node:os";
 import { BloomeryError } from "./errors.js";
-import { callNative, callNativeAsync, type NativeLoadOptions, type NativeModelHandle } from "./native.js";
+import {
+  callNative,
+  callNativeAsync,
+  type NativeLoadOptions,
+  type NativeModelHandle,
+  type NativeSessionHandle,
+} from "./native.js";
 import { Session } from "./session.js";
 import { openTokenizer, type DetokenizeOptions, type TokenizeOptions, type Tokenizer } from "./tokenizer.js";
 import { ChatTemplate, type ApplyChatTemplateOptions, type ChatMessage } from "./chat/template.js";
@@ -29,6 +36,14 @@ export interface LoadModelOptions {
   contextSize?: number;
   /** A Jinja chat template to use instead of the file's `tokenizer.chat_template`. */
   chatTemplate?: string;
+  /**
+   * Host RAM for the prompt-state cache: bytes, or a size such as `"8GiB"`; `0` turns it off.
+   * Default: a quarter of the machine's RAM, at most 8 GiB. The cache keeps the states of ended
+   * generations (and of reset or disposed sessions), least recently used out first, so that a
+   * prompt sharing a prefix with one of them restores it instead of evaluating it again
+   * (see {@link Session.generate}).
+   */
+  cacheRam?: number | string;
 }
 
 /** What a loaded model is. */
@@ -124,26 +139,32 @@ export class Model {
   /** A new session with an empty context of `info.contextSize` tokens. */
   createSession(): Session {
     const handle = this.#live();
-    const session = new Session(
-      callNative((a) => a.createSession(handle)),
-      {
-        contextSize: this.info.contextSize,
-        eosToken: this.info.eosToken,
-        tokenizer: this.#tokenizer,
-        sessionClosed: (s) => this.#sessions.delete(s),
-      },
-    );
-    this.#sessions.add(session);
-    return session;
+    return this.#adopt(callNative((a) => a.createSession(handle)));
   }
 
   /** Disposes every session of the model, then frees the model. Later calls throw BloomeryError DISPOSED. */
   dispose(): void {
     if (!this.#handle) return;
-    for (const session of [...this.#sessions]) session.dispose();
     const handle = this.#handle;
     this.#handle = undefined;
+    for (const session of [...this.#sessions]) session.dispose();
     callNative((a) => a.disposeModel(handle));
+  }
+
+  #adopt(native: NativeSessionHandle): Session {
+    const disposed = () => this.disposed;
+    const session = new Session(native, {
+      contextSize: this.info.contextSize,
+      eosToken: this.info.eosToken,
+      tokenizer: this.#tokenizer,
+      get closing() {
+        return disposed();
+      },
+      sessionClosed: (s) => this.#sessions.delete(s),
+      adoptSession: (forked) => this.#adopt(forked),
+    });
+    this.#sessions.add(session);
+    return session;
   }
 
   #live(): NativeModelHandle {
@@ -176,6 +197,13 @@ function parseBytes(size: number | string, what: string): number {
     });
   }
   return Math.floor(bytes);
+}
+
+/** Bytes of the prompt-state cache: the option, or a quarter of the RAM up to 8 GiB. */
+function resolveCacheRam(cacheRam: LoadModelOptions["cacheRam"]): number {
+  if (cacheRam === undefined) return Math.min(8 * 1024 ** 3, Math.floor(totalmem() / 4));
+  if (cacheRam === 0 || cacheRam === "0") return 0;
+  return parseBytes(cacheRam, "cacheRam");
 }
 
 /** The addon's view of the gpu option: undefined runs on the CPU. */
@@ -217,6 +245,7 @@ export async function loadModel(path: string, options: LoadModelOptions = {}): P
   if (options.contextSize !== undefined) nativeOptions.contextSize = options.contextSize;
   const gpu = resolveGpu(options.gpu);
   if (gpu) nativeOptions.gpu = gpu;
+  nativeOptions.cacheRam = resolveCacheRam(options.cacheRam);
   const file = await readGgufInfo(path);
   const facts: FileFacts = { quantMix: file.summary.bytesByType, bytes: file.summary.tensorBytes };
   const template = options.chatTemplate ?? file.metadata["tokenizer.chat_template"];

@@ -1,12 +1,11 @@
-// The session-state bindings: save / restore (in memory or through a file), fork, and the
-// prompt-state cache's two hooks, prepare_prompt before a generation and store_in_cache after
-// it. The work that copies keys and values runs on a worker thread.
+// The session-state bindings: save / restore (in memory or through a file), fork, and storing
+// a session's state in the prompt-state cache (sessionSamplePrompt, in sampling.cc, restores
+// from it). The work that copies keys and values runs on a worker thread.
 #include "engine/state.h"
 
 #include <cstring>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "addon/async.h"
 #include "addon/bindings.h"
@@ -50,15 +49,6 @@ std::string path_argument(const Napi::CallbackInfo& info, size_t index) {
     throw to_js_error(info.Env(), "INVALID_ARGUMENT", "the path must be a non-empty string");
   }
   return info[index].As<Napi::String>().Utf8Value();
-}
-
-std::vector<int32_t> tokens_argument(const Napi::CallbackInfo& info, size_t index) {
-  if (info.Length() <= index || !info[index].IsTypedArray() ||
-      info[index].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array) {
-    throw to_js_error(info.Env(), "INVALID_ARGUMENT", "tokens must be an Int32Array");
-  }
-  const Napi::Int32Array tokens = info[index].As<Napi::Int32Array>();
-  return {tokens.Data(), tokens.Data() + tokens.ElementLength()};
 }
 
 Napi::Value resolved_undefined(Napi::Env env, bool) { return env.Undefined(); }
@@ -139,23 +129,6 @@ Napi::Value state_bytes(const Napi::CallbackInfo& info) {
   });
 }
 
-// sessionPreparePrompt(session, tokens) -> Promise<{ first, fromCache }>: see Session::prepare_prompt.
-Napi::Value session_prepare_prompt(const Napi::CallbackInfo& info) {
-  return guarded(info, [&]() -> Napi::Value {
-    return run_async(
-        info.Env(),
-        [session = session_argument(info, 0), tokens = tokens_argument(info, 1)] {
-          return session->prepare_prompt(tokens);
-        },
-        [](Napi::Env env, const engine::PromptReuse& reuse) {
-          Napi::Object o = Napi::Object::New(env);
-          o.Set("first", static_cast<double>(reuse.first));
-          o.Set("fromCache", reuse.from_cache);
-          return o;
-        });
-  });
-}
-
 // sessionStoreInCache(session) -> Promise<boolean>: see Session::store_in_cache.
 Napi::Value session_store_in_cache(const Napi::CallbackInfo& info) {
   return guarded(info, [&]() -> Napi::Value {
@@ -175,7 +148,6 @@ void register_state(Napi::Env env, Napi::Object exports) {
   exports.Set("sessionFork", Napi::Function::New(env, session_fork, "sessionFork"));
   exports.Set("stateTokens", Napi::Function::New(env, state_tokens, "stateTokens"));
   exports.Set("stateBytes", Napi::Function::New(env, state_bytes, "stateBytes"));
-  exports.Set("sessionPreparePrompt", Napi::Function::New(env, session_prepare_prompt, "sessionPreparePrompt"));
   exports.Set("sessionStoreInCache", Napi::Function::New(env, session_store_in_cache, "sessionStoreInCache"));
 }
 
