@@ -203,6 +203,9 @@ function parseBytes(size: number | string, what: string): number {
 function resolveCacheRam(cacheRam: LoadModelOptions["cacheRam"]): number {
   if (cacheRam === undefined) return Math.min(8 * 1024 ** 3, Math.floor(totalmem() / 4));
   if (cacheRam === 0 || cacheRam === "0") return 0;
+  if (typeof cacheRam === "number" && !Number.isInteger(cacheRam)) {
+    throw new BloomeryError("INVALID_ARGUMENT", "cacheRam must be a whole number of bytes", { cacheRam });
+  }
   return parseBytes(cacheRam, "cacheRam");
 }
 

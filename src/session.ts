@@ -328,6 +328,7 @@ export class Session {
     let text = "";
     let stopReason: StopReason | undefined;
     let inflight: Promise<unknown> | undefined;
+    let stored = false;
     const turn = this.#takeTurn();
     try {
       if ((await untilAborted(turn, signal)) === ABORTED) stopReason = "abort";
@@ -377,6 +378,11 @@ export class Session {
         input = [token];
         promptPass = false;
       }
+      if (stopReason !== "abort") {
+        // Before the result settles, so that the next prompt, of any session, finds this state.
+        await callNativeAsync((a) => a.sessionStoreInCache(handle));
+        stored = true;
+      }
       if (stopReason === "eos" || stopReason === "maxTokens" || stopReason === "contextFull") {
         // What the decoder and the stop strings held back is text after all.
         const piece = stop.push(decoder.flush());
@@ -393,12 +399,14 @@ export class Session {
       // Reached without a stop reason only when the consumer left the loop.
       run.settle.resolve({ text, tokens, stopReason: stopReason ?? "abort", timings });
       // The session's next call, and freeing the sampler, wait for the pass in flight; then the
-      // state goes to the prompt-state cache (a store refused for lack of room resolves false;
-      // one on a session disposed meanwhile rejects DISPOSED, and dispose() stored it already).
+      // state of an aborted generation goes to the prompt-state cache (a store refused for lack of
+      // room resolves false; one on a session disposed meanwhile rejects DISPOSED, and dispose()
+      // stored it already).
       const release = () => {
         callNative((a) => a.disposeSampler(sampler));
         const next = () => void turn.then((done) => done());
-        callNativeAsync((a) => a.sessionStoreInCache(handle)).then(next, next);
+        if (stored) next();
+        else callNativeAsync((a) => a.sessionStoreInCache(handle)).then(next, next);
       };
       if (inflight) void inflight.then(release, release);
       else release();
