@@ -379,8 +379,9 @@ export class Session {
         promptPass = false;
       }
       if (stopReason !== "abort") {
-        // Before the result settles, so that the next prompt, of any session, finds this state.
-        await callNativeAsync((a) => a.sessionStoreInCache(handle));
+        // Before the result settles, so that the next prompt, of any session, finds this state. It
+        // rejects only for a session disposed meanwhile, whose dispose() stored the state already.
+        await callNativeAsync((a) => a.sessionStoreInCache(handle)).catch(() => {});
         stored = true;
       }
       if (stopReason === "eos" || stopReason === "maxTokens" || stopReason === "contextFull") {
