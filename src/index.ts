@@ -43,6 +43,7 @@ export type { AssistantMessage, ToolCallFormat } from "./chat/output.js";
 export type { BuiltinTemplateName } from "./chat/builtin-templates.js";
 export {
   Session,
+  SessionState,
   type EvaluateOptions,
   type GenerateOptions,
   type GenerateChunk,

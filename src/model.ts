@@ -2,9 +2,16 @@
  * loadModel() and Model: a GGUF model loaded into the native engine.
  * @module
  */
+import { totalmem } from "node:os";
 import { EventEmitter } from "eventemitter3";
 import { BloomeryError } from "./errors.js";
-import { callNative, callNativeAsync, type NativeLoadOptions, type NativeModelHandle } from "./native.js";
+import {
+  callNative,
+  callNativeAsync,
+  type NativeLoadOptions,
+  type NativeModelHandle,
+  type NativeSessionHandle,
+} from "./native.js";
 import { ABORTED, isAbortSignal, Session, untilAborted } from "./session.js";
 import { openTokenizer, type DetokenizeOptions, type TokenizeOptions, type Tokenizer } from "./tokenizer.js";
 import { ChatTemplate, type ApplyChatTemplateOptions } from "./chat/template.js";
@@ -48,6 +55,14 @@ export interface LoadModelOptions {
   contextSize?: number;
   /** A Jinja chat template to use instead of the file's `tokenizer.chat_template`. */
   chatTemplate?: string;
+  /**
+   * Host RAM for the prompt-state cache: bytes, or a size such as `"8GiB"`; `0` turns it off.
+   * Default: a quarter of the machine's RAM, at most 8 GiB. The cache keeps the states of ended
+   * generations (and of reset or disposed sessions), least recently used out first, so that a
+   * prompt sharing a prefix with one of them restores it instead of evaluating it again
+   * (see {@link Session.generate}).
+   */
+  cacheRam?: number | string;
   /** Called as loading moves on (also before it starts and once it is done). */
   onProgress?: (progress: LoadProgress) => void;
   /**
@@ -229,21 +244,7 @@ export class Model extends EventEmitter<ModelEvents> {
   /** A new session with an empty context of `info.contextSize` tokens. */
   createSession(): Session {
     const handle = this.#live();
-    const session = new Session(
-      callNative((a) => a.createSession(handle)),
-      {
-        contextSize: this.info.contextSize,
-        eosToken: this.info.eosToken,
-        tokenizer: this.#tokenizer,
-        renderChat: (messages, options) => ({
-          prompt: this.applyChatTemplate(messages, options),
-          toolCallFormat: this.#chatTemplate.toolCallFormat,
-        }),
-        sessionClosed: (s) => this.#sessions.delete(s),
-      },
-    );
-    this.#sessions.add(session);
-    return session;
+    return this.#adopt(callNative((a) => a.createSession(handle)));
   }
 
   /**
@@ -253,15 +254,35 @@ export class Model extends EventEmitter<ModelEvents> {
   dispose(): void {
     if (!this.#handle) return;
     this.removeAllListeners();
-    for (const session of [...this.#sessions]) session.dispose();
     const handle = this.#handle;
     this.#handle = undefined;
+    for (const session of [...this.#sessions]) session.dispose();
     callNative((a) => a.disposeModel(handle));
   }
 
   /** {@link dispose}, for `await using model = await loadModel(...)`. */
   async [Symbol.asyncDispose](): Promise<void> {
     this.dispose();
+  }
+
+  #adopt(native: NativeSessionHandle): Session {
+    const disposed = () => this.disposed;
+    const session = new Session(native, {
+      contextSize: this.info.contextSize,
+      eosToken: this.info.eosToken,
+      tokenizer: this.#tokenizer,
+      renderChat: (messages, options) => ({
+        prompt: this.applyChatTemplate(messages, options),
+        toolCallFormat: this.#chatTemplate.toolCallFormat,
+      }),
+      get closing() {
+        return disposed();
+      },
+      sessionClosed: (s) => this.#sessions.delete(s),
+      adoptSession: (forked) => this.#adopt(forked),
+    });
+    this.#sessions.add(session);
+    return session;
   }
 
   #live(): NativeModelHandle {
@@ -325,6 +346,16 @@ async function gpuPlan(
   return options.plan ? checkOffloadPlan(options.plan, footprint, budgets) : planOffload(footprint, budgets);
 }
 
+/** Bytes of the prompt-state cache: the option, or a quarter of the RAM up to 8 GiB. */
+function resolveCacheRam(cacheRam: LoadModelOptions["cacheRam"]): number {
+  if (cacheRam === undefined) return Math.min(8 * 1024 ** 3, Math.floor(totalmem() / 4));
+  if (cacheRam === 0 || cacheRam === "0") return 0;
+  if (typeof cacheRam === "number" && !Number.isInteger(cacheRam)) {
+    throw new BloomeryError("INVALID_ARGUMENT", "cacheRam must be a whole number of bytes", { cacheRam });
+  }
+  return parseBytes(cacheRam, "cacheRam");
+}
+
 /** The addon's view of the gpu option: undefined runs on the CPU. */
 function resolveGpu(gpu: LoadModelOptions["gpu"]): NativeLoadOptions["gpu"] {
   if (gpu === undefined || gpu === false) return undefined;
@@ -382,6 +413,7 @@ export async function loadModel(path: string, options: LoadModelOptions = {}): P
   if (options.hostRam !== undefined) parseBytes(options.hostRam, "hostRam");
   const plan = gpu ? await gpuPlan(path, gpu, options) : undefined;
   if (gpu) nativeOptions.gpu = plan ? { ...gpu, experts: plan.layers.map((layer) => layer.gpu) } : gpu;
+  nativeOptions.cacheRam = resolveCacheRam(options.cacheRam);
   onProgress?.({ stage: "metadata", fraction: 0 });
   const file = await readGgufInfo(path);
   checkAborted();

@@ -20,6 +20,8 @@ export type NativeModelHandle = { readonly __nativeHandle: "model" };
 export type NativeSessionHandle = { readonly __nativeHandle: "session" };
 /** An opaque handle to one generation's sampler (native/addon/sampling.cc). */
 export type NativeSamplerHandle = { readonly __nativeHandle: "sampler" };
+/** An opaque handle to a saved session state (native/addon/state.cc). */
+export type NativeStateHandle = { readonly __nativeHandle: "state" };
 
 /** What createSampler() reads; left-out settings take the engine's defaults (native/engine/sampler.h). */
 export interface NativeSamplerOptions {
@@ -48,6 +50,8 @@ export interface NativeLoadOptions {
   threads?: number;
   contextSize?: number;
   gpu?: { device?: number; budget?: number; experts?: number[][] };
+  /** Bytes of the prompt-state cache; 0 or left out: no cache. */
+  cacheRam?: number;
 }
 
 /** The functions the addon exports (native/addon). */
@@ -70,7 +74,26 @@ export interface NativeAddon {
   createSampler(options: NativeSamplerOptions): NativeSamplerHandle;
   /** Evaluates `tokens`, adds them to the sampler's history, and draws the next token. */
   sessionSample(session: NativeSessionHandle, tokens: Int32Array, sampler: NativeSamplerHandle): Promise<number>;
+  /**
+   * Replaces the context by `prompt` (keeping the prefix already computed, `reused` tokens, restored
+   * from the prompt-state cache when `fromCache`), evaluates the rest, adds the prompt to the
+   * sampler's history, and draws the next token.
+   */
+  sessionSamplePrompt(
+    session: NativeSessionHandle,
+    prompt: Int32Array,
+    sampler: NativeSamplerHandle,
+  ): Promise<{ token: number; reused: number; fromCache: boolean }>;
   disposeSampler(sampler: NativeSamplerHandle): void;
+  sessionSave(session: NativeSessionHandle): Promise<NativeStateHandle>;
+  sessionSaveFile(session: NativeSessionHandle, path: string): Promise<void>;
+  sessionRestore(session: NativeSessionHandle, state: NativeStateHandle): Promise<void>;
+  sessionRestoreFile(session: NativeSessionHandle, path: string): Promise<void>;
+  sessionFork(session: NativeSessionHandle): Promise<NativeSessionHandle>;
+  stateTokens(state: NativeStateHandle): Int32Array;
+  stateBytes(state: NativeStateHandle): number;
+  /** Stores the session's state in the prompt-state cache; false when the cache cannot take it. */
+  sessionStoreInCache(session: NativeSessionHandle): Promise<boolean>;
   NativeTokenizer: new (path: string) => NativeTokenizer;
   NativeStreamDecoder: new (tokenizer: NativeTokenizer, special: boolean) => NativeStreamDecoder;
 }

@@ -3,7 +3,13 @@
  * @module
  */
 import { BloomeryError } from "./errors.js";
-import { callNative, callNativeAsync, type NativeSamplerHandle, type NativeSessionHandle } from "./native.js";
+import {
+  callNative,
+  callNativeAsync,
+  type NativeSamplerHandle,
+  type NativeSessionHandle,
+  type NativeStateHandle,
+} from "./native.js";
 import { nativeSamplerOptions, StopStrings, type SamplingOptions } from "./sampling.js";
 import type { Tokenizer } from "./tokenizer.js";
 import type { ChatMessage } from "./chat/types.js";
@@ -54,6 +60,14 @@ export type StopReason = "eos" | "maxTokens" | "stop" | "abort" | "contextFull";
 export interface GenerateTimings {
   /** Prompt tokens evaluated. */
   promptTokens: number;
+  /**
+   * Prompt tokens not evaluated because the context held them already: the prefix the prompt
+   * shares with the session's previous context, or with a state restored from the model's
+   * prompt-state cache (see `promptCacheHit`). `cachedPromptTokens + promptTokens` is the prompt's length.
+   */
+  cachedPromptTokens: number;
+  /** Whether the cached prompt tokens were restored from the model's prompt-state cache. */
+  promptCacheHit: boolean;
   /** Milliseconds to evaluate the prompt and draw the first token. */
   promptMs: number;
   /** Generated tokens evaluated after the prompt, one forward pass each. */
@@ -95,7 +109,37 @@ export interface SessionModel {
   readonly tokenizer: Tokenizer;
   /** The prompt of a chat, and how the model writes tool calls. */
   readonly renderChat: RenderChat;
+  /** True while the model is being disposed: its sessions' states are not worth caching. */
+  readonly closing: boolean;
   sessionClosed(session: Session): void;
+  /** A Session for a native session made from this one (fork). */
+  adoptSession(handle: NativeSessionHandle): Session;
+}
+
+const stateHandles = new WeakMap<SessionState, NativeStateHandle>();
+
+/**
+ * A copy of a session's state, made by {@link Session.save}: the tokens of its context and
+ * their keys and values, in host memory. Restore it into any session of the same model with
+ * {@link Session.restore}. It is freed when it is garbage-collected.
+ */
+export class SessionState {
+  /** @internal */
+  constructor(handle: NativeStateHandle) {
+    stateHandles.set(this, handle);
+  }
+
+  /** The tokens of the saved context, in order. */
+  get tokens(): number[] {
+    const handle = stateHandles.get(this)!;
+    return Array.from(callNative((a) => a.stateTokens(handle)));
+  }
+
+  /** Bytes of host memory the state holds. */
+  get bytes(): number {
+    const handle = stateHandles.get(this)!;
+    return callNative((a) => a.stateBytes(handle));
+  }
 }
 
 /**
@@ -138,11 +182,20 @@ export class Session {
   }
 
   /**
-   * Generates text: evaluates the prompt (text, tokenized with the model's BOS when it asks for
-   * one, or tokens as given), then draws one token after another with the sampling settings (greedy
-   * by default) until the end-of-sequence token (not yielded), `maxTokens`, a stop string, the
+   * Generates text from a prompt (text, tokenized with the model's BOS when it asks for one, or
+   * tokens as given), then draws one token after another with the sampling settings (greedy by
+   * default) until the end-of-sequence token (not yielded), `maxTokens`, a stop string, the
    * signal, or a full context. Leaving the `for await` loop stops it before the next forward pass.
    * The generation holds the session: its other calls wait until it ends.
+   *
+   * The prompt replaces the session's context (unlike {@link evaluate}, which appends): the
+   * context becomes the prompt, then the generated tokens. The longest prefix of the prompt whose
+   * keys and values exist already is not evaluated again: the prefix it shares with the session's
+   * previous context, or, when longer, with a state in the model's prompt-state cache (`cacheRam`),
+   * which is restored. The prompt's last token is always evaluated. So a conversation continues
+   * cheaply by passing its whole text again. When the generation ends, the session's state goes
+   * to the prompt-state cache, where other sessions of the model find it; `timings` says how many
+   * prompt tokens were evaluated and how many were reused.
    *
    * Throws BloomeryError INVALID_ARGUMENT naming the option that is out of range.
    */
@@ -202,17 +255,78 @@ export class Session {
     return runChat(this, this.#model.renderChat, messages, options);
   }
 
-  /** Forgets every token of the context. */
+  /** Forgets every token of the context, after storing its state in the model's prompt-state cache. */
   reset(): Promise<void> {
     const handle = this.#live();
-    return this.#enqueue(async () => callNative((a) => a.sessionReset(handle)));
+    return this.#enqueue(async () => {
+      await callNativeAsync((a) => a.sessionStoreInCache(handle));
+      callNative((a) => a.sessionReset(handle));
+    });
   }
 
-  /** Frees the session's KV cache. Later calls throw BloomeryError DISPOSED. */
+  /**
+   * A new session of the same model whose context is a copy of this one's (after the calls made
+   * before it): both continue from it independently, and give the same tokens for the same calls.
+   */
+  fork(): Promise<Session> {
+    const handle = this.#live();
+    return this.#enqueue(async () => {
+      const forked = await callNativeAsync((a) => a.sessionFork(handle));
+      return this.#model.adoptSession(forked);
+    });
+  }
+
+  /**
+   * Saves the session's state (the tokens of its context and their keys and values): to a
+   * {@link SessionState} in memory, or with `path`, to a file there. A file records the model's
+   * identity, so only the same model file restores it. Throws BloomeryError FILE_WRITE when the
+   * file cannot be written.
+   */
+  save(): Promise<SessionState>;
+  save(path: string): Promise<void>;
+  save(path?: string): Promise<SessionState | void> {
+    const handle = this.#live();
+    if (path !== undefined && (typeof path !== "string" || path === "")) {
+      throw new BloomeryError("INVALID_ARGUMENT", "save(path): path must be a non-empty string", { path });
+    }
+    return this.#enqueue(async () => {
+      if (path !== undefined) return callNativeAsync((a) => a.sessionSaveFile(handle, path));
+      return new SessionState(await callNativeAsync((a) => a.sessionSave(handle)));
+    });
+  }
+
+  /**
+   * Replaces the session's state by a saved one: a {@link SessionState} from {@link save}, or the
+   * path of a file it wrote. Throws BloomeryError STATE_MODEL_MISMATCH (saved from another model),
+   * CONTEXT_TOO_LONG (more tokens than this session's context), STATE_BAD_FILE (not a state file,
+   * or truncated), STATE_UNSUPPORTED_VERSION, FILE_NOT_FOUND or FILE_READ; the session is
+   * unchanged after an error.
+   */
+  restore(state: SessionState | string): Promise<void> {
+    const handle = this.#live();
+    if (typeof state === "string") {
+      if (state === "") throw new BloomeryError("INVALID_ARGUMENT", "restore(path): path must be a non-empty string");
+      return this.#enqueue(() => callNativeAsync((a) => a.sessionRestoreFile(handle, state)));
+    }
+    const saved = state instanceof SessionState ? stateHandles.get(state) : undefined;
+    if (!saved) {
+      throw new BloomeryError("INVALID_ARGUMENT", "restore() takes a SessionState from save() or a file path");
+    }
+    return this.#enqueue(() => callNativeAsync((a) => a.sessionRestore(handle, saved)));
+  }
+
+  /**
+   * Frees the session. Its state goes to the model's prompt-state cache first (on a worker
+   * thread; the native session is freed once it is stored). Later calls throw BloomeryError DISPOSED.
+   */
   dispose(): void {
     if (!this.#handle) return;
     const handle = this.#handle;
     this.#handle = undefined;
+    if (!this.#model.closing) {
+      // Storing can only fail for lack of room, which it reports as false: nothing to act on.
+      void callNativeAsync((a) => a.sessionStoreInCache(handle)).catch(() => {});
+    }
     callNative((a) => a.disposeSession(handle));
     this.#model.sessionClosed(this);
   }
@@ -222,34 +336,54 @@ export class Session {
     const { prompt, sampler, maxTokens, stop, signal } = run;
     const decoder = this.#model.tokenizer.createDecoder();
     const tokens: number[] = [];
-    const timings: GenerateTimings = { promptTokens: prompt.length, promptMs: 0, decodeTokens: 0, decodeMs: 0 };
+    const timings: GenerateTimings = {
+      promptTokens: prompt.length,
+      cachedPromptTokens: 0,
+      promptCacheHit: false,
+      promptMs: 0,
+      decodeTokens: 0,
+      decodeMs: 0,
+    };
     let text = "";
     let stopReason: StopReason | undefined;
-    let inflight: Promise<number> | undefined;
+    let inflight: Promise<unknown> | undefined;
+    let stored = false;
     const turn = this.#takeTurn();
     try {
       if ((await untilAborted(turn, signal)) === ABORTED) stopReason = "abort";
       let input = prompt;
+      let promptPass = true;
       while (stopReason === undefined) {
         if (signal?.aborted) stopReason = "abort";
         else if (tokens.length >= maxTokens) stopReason = "maxTokens";
-        else if (this.position + input.length > this.#model.contextSize) stopReason = "contextFull";
+        else if ((promptPass ? 0 : this.position) + input.length > this.#model.contextSize) stopReason = "contextFull";
         if (stopReason !== undefined) break;
 
         const startedAt = performance.now();
         const batch = Int32Array.from(input);
-        inflight = callNativeAsync((a) => a.sessionSample(handle, batch, sampler));
-        const token = await untilAborted(inflight, signal);
-        if (token === ABORTED) {
+        // The prompt replaces the context; what the context, or the prompt-state cache, holds of it is kept.
+        const pass = promptPass
+          ? callNativeAsync((a) => a.sessionSamplePrompt(handle, batch, sampler))
+          : callNativeAsync((a) => a.sessionSample(handle, batch, sampler));
+        inflight = pass;
+        const drawn = await untilAborted<number | { token: number; reused: number; fromCache: boolean }>(pass, signal);
+        if (drawn === ABORTED) {
           stopReason = "abort";
           break;
         }
         inflight = undefined;
         const ms = performance.now() - startedAt;
-        if (input === prompt) timings.promptMs = ms;
-        else {
+        let token: number;
+        if (typeof drawn === "number") {
+          token = drawn;
           timings.decodeTokens += input.length;
           timings.decodeMs += ms;
+        } else {
+          token = drawn.token;
+          timings.promptMs = ms;
+          timings.promptTokens = input.length - drawn.reused;
+          timings.cachedPromptTokens = drawn.reused;
+          timings.promptCacheHit = drawn.fromCache;
         }
         if (token === this.#model.eosToken) {
           stopReason = "eos";
@@ -261,6 +395,13 @@ export class Session {
         if (piece.stopped) stopReason = "stop";
         yield { text: piece.text, tokens: [token] };
         input = [token];
+        promptPass = false;
+      }
+      if (stopReason !== "abort") {
+        // Before the result settles, so that the next prompt, of any session, finds this state. It
+        // rejects only for a session disposed meanwhile, whose dispose() stored the state already.
+        await callNativeAsync((a) => a.sessionStoreInCache(handle)).catch(() => {});
+        stored = true;
       }
       if (stopReason === "eos" || stopReason === "maxTokens" || stopReason === "contextFull") {
         // What the decoder and the stop strings held back is text after all.
@@ -277,10 +418,15 @@ export class Session {
     } finally {
       // Reached without a stop reason only when the consumer left the loop.
       run.settle.resolve({ text, tokens, stopReason: stopReason ?? "abort", timings });
-      // The session's next call, and freeing the sampler, wait for the pass in flight.
+      // The session's next call, and freeing the sampler, wait for the pass in flight; then the
+      // state of an aborted generation goes to the prompt-state cache (a store refused for lack of
+      // room resolves false; one on a session disposed meanwhile rejects DISPOSED, and dispose()
+      // stored it already).
       const release = () => {
-        void turn.then((done) => done());
         callNative((a) => a.disposeSampler(sampler));
+        const next = () => void turn.then((done) => done());
+        if (stored) next();
+        else callNativeAsync((a) => a.sessionStoreInCache(handle)).then(next, next);
       };
       if (inflight) void inflight.then(release, release);
       else release();

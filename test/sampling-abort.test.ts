@@ -38,9 +38,11 @@ describe("abort", () => {
     // The prompt and the two tokens fed back: no pass ran after the abort.
     expect(session.position).toBe(prompt.length + 2);
 
-    const next = await session.generate([result.tokens[2]!], { maxTokens: 5 }).result;
+    // The next prompt repeats the context: only the token it had not evaluated yet is evaluated.
+    const next = await session.generate([...prompt, ...result.tokens], { maxTokens: 5 }).result;
     expect(next.stopReason).toBe("maxTokens");
     expect(next.tokens).toHaveLength(5);
+    expect(next.timings.promptTokens).toBe(1);
     expect(session.position).toBe(prompt.length + 2 + 5);
   });
 
@@ -92,8 +94,9 @@ describe("leaving the loop", () => {
     expect(result.stopReason).toBe("abort");
     expect(result.tokens).toHaveLength(3);
 
-    const next = await session.generate([result.tokens[2]!], { maxTokens: 4 }).result;
+    const next = await session.generate([...prompt, ...result.tokens], { maxTokens: 4 }).result;
     expect(next.tokens).toHaveLength(4);
+    expect(next.timings.promptTokens).toBe(1);
     expect(session.position).toBe(prompt.length + 2 + 4);
   });
 

@@ -126,7 +126,9 @@ describe("sampling settings", () => {
   it("reports prompt and decode timings", async () => {
     const run = await model.createSession().generate(prompt, { maxTokens: 10 }).result;
     const promptTokens = model.tokenize(prompt, { special: true, addSpecial: true }).length;
-    expect(run.timings.promptTokens).toBe(promptTokens);
+    // Evaluated and reused tokens make up the prompt (other tests of this model left states in its cache).
+    expect(run.timings.promptTokens).toBeGreaterThanOrEqual(1);
+    expect(run.timings.promptTokens + run.timings.cachedPromptTokens).toBe(promptTokens);
     expect(run.timings.promptMs).toBeGreaterThan(0);
     // Ten tokens drawn: the first from the prompt's pass, nine more fed back one pass each.
     expect(run.timings.decodeTokens).toBe(9);

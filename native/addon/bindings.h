@@ -16,9 +16,13 @@ void register_gguf(Napi::Env env, Napi::Object exports);
 void register_tokenizer(Napi::Env env, Napi::Object exports);
 void register_model(Napi::Env env, Napi::Object exports);
 void register_sampling(Napi::Env env, Napi::Object exports);
+void register_state(Napi::Env env, Napi::Object exports);
 
 // The live session behind the session handle info[index] (model.cc owns the handles); throws
 // INVALID_ARGUMENT for anything else and DISPOSED for a disposed session.
 std::shared_ptr<engine::Session> session_argument(const Napi::CallbackInfo& info, size_t index);
+
+// A new session handle that owns `session`.
+Napi::Value wrap_session(Napi::Env env, std::shared_ptr<engine::Session> session);
 
 }  // namespace bloomery::addon

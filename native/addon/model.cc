@@ -139,7 +139,18 @@ Napi::Value gpu_footprint(const Napi::CallbackInfo& info) {
   });
 }
 
-// loadModel(path, { threads?, contextSize?, gpu?: { device?, budget? } }) -> Promise<model handle>
+// cacheRam: bytes of the prompt-state cache, 0 for none (src/model.ts resolves the default and size strings).
+uint64_t cache_ram_option(Napi::Object options) {
+  const Napi::Value v = options.Get("cacheRam");
+  if (v.IsUndefined()) return 0;
+  const double bytes = v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : -1;
+  if (!(bytes >= 0 && bytes <= 9007199254740991.0) || bytes != static_cast<double>(static_cast<uint64_t>(bytes))) {
+    throw to_js_error(options.Env(), "INVALID_ARGUMENT", "cacheRam must be a non-negative integer number of bytes");
+  }
+  return static_cast<uint64_t>(bytes);
+}
+
+// loadModel(path, { threads?, contextSize?, gpu?: { device?, budget? }, cacheRam? }) -> Promise<model handle>
 Napi::Value load_model(const Napi::CallbackInfo& info) {
   return guarded(info, [&]() -> Napi::Value {
     if (info.Length() < 1 || !info[0].IsString()) {
@@ -151,6 +162,7 @@ Napi::Value load_model(const Napi::CallbackInfo& info) {
       options.threads = static_cast<uint32_t>(option_integer(o, "threads"));
       options.context_size = option_integer(o, "contextSize");
       if (o.Get("gpu").IsObject()) options.gpu = gpu_options(o.Get("gpu").As<Napi::Object>());
+      options.cache_ram = cache_ram_option(o);
     }
     return run_async(
         info.Env(),
@@ -217,7 +229,7 @@ Napi::Value create_session(const Napi::CallbackInfo& info) {
   return guarded(info, [&]() -> Napi::Value {
     ModelHandle& model = unwrap<ModelHandle>(info, 0, kModelTag, "model");
     live(model, info.Env());
-    return wrap(info.Env(), SessionHandle{std::make_shared<engine::Session>(model.runtime)}, kSessionTag);
+    return wrap_session(info.Env(), std::make_shared<engine::Session>(model.runtime));
   });
 }
 
@@ -266,6 +278,10 @@ Napi::Value dispose_session(const Napi::CallbackInfo& info) {
 }
 
 }  // namespace
+
+Napi::Value wrap_session(Napi::Env env, std::shared_ptr<engine::Session> session) {
+  return wrap(env, SessionHandle{std::move(session)}, kSessionTag);
+}
 
 std::shared_ptr<engine::Session> session_argument(const Napi::CallbackInfo& info, size_t index) {
   return live(unwrap<SessionHandle>(info, index, kSessionTag, "session"), info.Env());

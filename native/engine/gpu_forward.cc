@@ -761,6 +761,32 @@ OffloadStats offload_stats(GpuModel& model) {
   return model.host_experts->stats();
 }
 
+void copy_kv_to_host(GpuModel& model, const GpuSequence& sequence, int64_t n, int64_t packed, uint16_t* keys,
+                     uint16_t* values) {
+  cuda::use_device(model.device);
+  const int64_t width = model.params.kv_heads * model.params.head_dim;
+  const size_t bytes = static_cast<size_t>(n * width) * sizeof(uint16_t);
+  for (int64_t layer = 0; layer < model.params.layers; ++layer) {
+    const int64_t device = layer * sequence.layer_elements, host = layer * packed * width;
+    cuda::copy_to_host(keys + host, sequence.keys.as<uint16_t>() + device, bytes, model.stream.handle());
+    cuda::copy_to_host(values + host, sequence.values.as<uint16_t>() + device, bytes, model.stream.handle());
+  }
+  model.stream.synchronize();
+}
+
+void copy_kv_to_device(GpuModel& model, GpuSequence& sequence, int64_t n, int64_t packed, const uint16_t* keys,
+                       const uint16_t* values) {
+  cuda::use_device(model.device);
+  const int64_t width = model.params.kv_heads * model.params.head_dim;
+  const size_t bytes = static_cast<size_t>(n * width) * sizeof(uint16_t);
+  for (int64_t layer = 0; layer < model.params.layers; ++layer) {
+    const int64_t device = layer * sequence.layer_elements, host = layer * packed * width;
+    cuda::copy_to_device(sequence.keys.as<uint16_t>() + device, keys + host, bytes, model.stream.handle());
+    cuda::copy_to_device(sequence.values.as<uint16_t>() + device, values + host, bytes, model.stream.handle());
+  }
+  model.stream.synchronize();
+}
+
 }  // namespace bloomery::engine
 
 #else
@@ -783,6 +809,8 @@ void gpu_forward(GpuModel&, GpuSequence&, std::span<const int32_t>, int64_t, Log
   refuse();
 }
 OffloadStats offload_stats(GpuModel&) { refuse(); }
+void copy_kv_to_host(GpuModel&, const GpuSequence&, int64_t, int64_t, uint16_t*, uint16_t*) { refuse(); }
+void copy_kv_to_device(GpuModel&, GpuSequence&, int64_t, int64_t, const uint16_t*, const uint16_t*) { refuse(); }
 
 }  // namespace bloomery::engine
 

@@ -67,5 +67,12 @@ void gpu_forward(GpuModel& model, GpuSequence& sequence, std::span<const int32_t
 
 // Where a hybrid model's time went since load (all zero when every expert is on the GPU).
 OffloadStats offload_stats(GpuModel& model);
+// Copies the keys and values of positions [0, n) to / from host memory, packed layer after
+// layer with `packed` rows per layer (n <= packed), as KvCache::copy_out does: how sessions
+// are saved and restored.
+void copy_kv_to_host(GpuModel& model, const GpuSequence& sequence, int64_t n, int64_t packed, uint16_t* keys,
+                     uint16_t* values);
+void copy_kv_to_device(GpuModel& model, GpuSequence& sequence, int64_t n, int64_t packed, const uint16_t* keys,
+                       const uint16_t* values);
 
 }  // namespace bloomery::engine

@@ -22,6 +22,11 @@ class KvCache {
   // Stores n rows of keys and values (floats, row_width each) at positions [first, first + n).
   void store(int64_t layer, int64_t first, int64_t n, const float* keys, const float* values);
 
+  // Copies the rows of positions [0, n) of every layer to / from `keys` and `values`, packed
+  // layer after layer as a SessionState holds them, `packed` rows per layer (n <= packed).
+  void copy_out(int64_t n, int64_t packed, uint16_t* keys, uint16_t* values) const;
+  void copy_in(int64_t n, int64_t packed, const uint16_t* keys, const uint16_t* values);
+
  private:
   int64_t capacity_;
   int64_t row_width_;

@@ -1,6 +1,7 @@
 #include "engine/session.h"
 
 #include <algorithm>
+#include <new>
 #include <string>
 
 #include "base/error.h"
@@ -20,8 +21,14 @@ int64_t resolve_context_size(const model::HyperParams& p, int64_t requested) {
 Runtime::Runtime(std::unique_ptr<model::Model> model, const RuntimeOptions& options)
     : model_(std::move(model)),
       context_size_(resolve_context_size(model_->params, options.context_size)),
-      pool_(options.threads) {
+      pool_(options.threads),
+      prompt_cache_(options.cache_ram) {
   if (options.gpu) gpu_ = upload_model(*model_, *options.gpu, context_size_, pool_);
+}
+
+uint64_t Runtime::fingerprint() {
+  std::call_once(fingerprint_once_, [this] { fingerprint_ = model_fingerprint(*model_); });
+  return fingerprint_;
 }
 
 Session::Session(std::shared_ptr<Runtime> runtime)
@@ -52,12 +59,122 @@ std::vector<float> Session::evaluate(std::span<const int32_t> tokens, LogitRows 
     forward(runtime_->model(), tokens, position_, cache_, rows, logits, scratch_, runtime_->pool_);
   }
   position_ = end;
+  history_.insert(history_.end(), tokens.begin(), tokens.end());
+  in_cache_ = false;
   return logits;
 }
 
 void Session::reset() {
   std::lock_guard lock(runtime_->compute_);
   position_ = 0;
+  history_.clear();
+  in_cache_ = false;
+}
+
+PromptReuse Session::prepare_prompt(std::span<const int32_t> tokens) {
+  std::lock_guard lock(runtime_->compute_);
+  if (tokens.empty()) return {};
+  const int64_t limit = static_cast<int64_t>(tokens.size()) - 1;
+  const int64_t own = std::min(common_prefix(history_, tokens), limit);
+  PromptCache& cache = runtime_->prompt_cache_;
+  const PromptCache::Match match = cache.capacity() > 0 ? cache.find(tokens) : PromptCache::Match{};
+  const int64_t cached = std::min(match.length, limit);
+  if (cached > own) {
+    store_locked();
+    load(*match.state, cached);
+    in_cache_ = true;
+    return {cached, true};
+  }
+  if (own < position_) {
+    store_locked();
+    history_.resize(static_cast<size_t>(own));
+    position_ = own;
+  }
+  return {own, false};
+}
+
+bool Session::store_in_cache() {
+  std::lock_guard lock(runtime_->compute_);
+  return store_locked();
+}
+
+bool Session::store_locked() {
+  if (in_cache_ || position_ == 0) return in_cache_;
+  PromptCache& cache = runtime_->prompt_cache_;
+  if (cache.holds(history_)) return in_cache_ = true;
+  const model::HyperParams& p = runtime_->model().params;
+  if (session_state_bytes(p.layers, p.kv_heads * p.head_dim, position_) > cache.capacity()) return false;
+  try {
+    in_cache_ = cache.store(snapshot(position_));
+  } catch (const std::bad_alloc&) {
+    return false;
+  }
+  return in_cache_;
+}
+
+std::shared_ptr<const SessionState> Session::save() {
+  std::lock_guard lock(runtime_->compute_);
+  return snapshot(position_);
+}
+
+void Session::save(const std::string& path) { write_state_file(path, *save()); }
+
+void Session::restore(const SessionState& state) {
+  std::lock_guard lock(runtime_->compute_);
+  check_restorable(state);
+  load(state, static_cast<int64_t>(state.tokens.size()));
+  in_cache_ = false;
+}
+
+void Session::restore(const std::string& path) { restore(read_state_file(path, runtime_->fingerprint())); }
+
+std::shared_ptr<Session> Session::fork() {
+  const std::shared_ptr<const SessionState> state = save();
+  auto copy = std::make_shared<Session>(runtime_);
+  copy->restore(*state);
+  return copy;
+}
+
+std::shared_ptr<SessionState> Session::snapshot(int64_t n) {
+  const model::HyperParams& p = runtime_->model().params;
+  auto state = std::make_shared<SessionState>();
+  state->model_fingerprint = runtime_->fingerprint();
+  state->layers = p.layers;
+  state->row_width = p.kv_heads * p.head_dim;
+  state->tokens.assign(history_.begin(), history_.begin() + n);
+  const size_t elements = static_cast<size_t>(state->layers * state->row_width * n);
+  state->keys.resize(elements);
+  state->values.resize(elements);
+  if (gpu_) {
+    copy_kv_to_host(*runtime_->gpu_, *gpu_, n, n, state->keys.data(), state->values.data());
+  } else {
+    cache_.copy_out(n, n, state->keys.data(), state->values.data());
+  }
+  return state;
+}
+
+void Session::load(const SessionState& state, int64_t n) {
+  const int64_t packed = static_cast<int64_t>(state.tokens.size());
+  if (gpu_) {
+    copy_kv_to_device(*runtime_->gpu_, *gpu_, n, packed, state.keys.data(), state.values.data());
+  } else {
+    cache_.copy_in(n, packed, state.keys.data(), state.values.data());
+  }
+  history_.assign(state.tokens.begin(), state.tokens.begin() + n);
+  position_ = n;
+}
+
+void Session::check_restorable(const SessionState& state) {
+  const model::HyperParams& p = runtime_->model().params;
+  if (state.model_fingerprint != runtime_->fingerprint() || state.layers != p.layers ||
+      state.row_width != p.kv_heads * p.head_dim) {
+    throw Error("STATE_MODEL_MISMATCH", "the session state was saved from another model (or another file of it)");
+  }
+  if (static_cast<int64_t>(state.tokens.size()) > runtime_->context_size()) {
+    throw Error("CONTEXT_TOO_LONG", "the session state's " + std::to_string(state.tokens.size()) +
+                                        " tokens do not fit the context of " +
+                                        std::to_string(runtime_->context_size()) + " tokens");
+  }
 }
 
 }  // namespace bloomery::engine

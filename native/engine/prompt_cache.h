@@ -1,0 +1,53 @@
+// The prompt-state cache (llama-server's --cache-ram): saved session states in host RAM,
+// keyed by their token history, at most `capacity` bytes, least recently used out first.
+// One per model; every session of the model stores into it and restores from it.
+// Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <span>
+
+#include "engine/state.h"
+
+namespace bloomery::engine {
+
+class PromptCache {
+ public:
+  explicit PromptCache(uint64_t capacity) : capacity_(capacity) {}
+
+  struct Match {
+    std::shared_ptr<const SessionState> state;  // null when nothing shares a token with the prompt
+    int64_t length = 0;                         // tokens the state shares with the prompt, from the start
+  };
+
+  // Takes `state` as the most recently used entry, unless it is larger than the whole cache
+  // (then returns false). An entry whose tokens begin the new state's is dropped (the new one
+  // holds it too); a state whose tokens begin an entry's only refreshes that entry. Then the
+  // least recently used entries go until the rest fits.
+  bool store(std::shared_ptr<const SessionState> state);
+
+  // Whether an entry's tokens begin with `tokens` (then it counts as used): such a state
+  // needs no storing.
+  bool holds(std::span<const int32_t> tokens);
+
+  // The entry sharing the longest prefix with `tokens` (marked as used), or an empty match.
+  Match find(std::span<const int32_t> tokens);
+
+  uint64_t capacity() const { return capacity_; }
+  uint64_t bytes() const;
+  size_t size() const;
+
+ private:
+  const uint64_t capacity_;
+  mutable std::mutex mutex_;
+  std::list<std::shared_ptr<const SessionState>> entries_;  // most recently used first
+  uint64_t bytes_ = 0;
+};
+
+// Tokens `a` and `b` share from the start.
+int64_t common_prefix(std::span<const int32_t> a, std::span<const int32_t> b);
+
+}  // namespace bloomery::engine

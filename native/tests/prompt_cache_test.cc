@@ -1,0 +1,166 @@
+// The prompt-state cache on hand-made states: longest-prefix lookup, states that hold one
+// another, LRU eviction under its byte budget; the KV cache's packed copies; and the state
+// file's round trip and refusals.
+#include "engine/prompt_cache.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "engine/kv_cache.h"
+#include "engine/state.h"
+#include "tests/check.h"
+
+using namespace bloomery;
+using namespace bloomery::engine;
+
+namespace {
+
+constexpr int64_t kLayers = 2, kRowWidth = 4;
+
+// A state of `tokens` whose keys and values are numbered from `seed`, so copies can be told apart.
+std::shared_ptr<SessionState> make_state(std::vector<int32_t> tokens, uint16_t seed = 0) {
+  auto s = std::make_shared<SessionState>();
+  s->model_fingerprint = 0x1234;
+  s->layers = kLayers;
+  s->row_width = kRowWidth;
+  s->tokens = std::move(tokens);
+  const size_t elements = static_cast<size_t>(kLayers * kRowWidth) * s->tokens.size();
+  for (size_t i = 0; i < elements; ++i) {
+    s->keys.push_back(static_cast<uint16_t>(seed + i));
+    s->values.push_back(static_cast<uint16_t>(seed + 2 * i));
+  }
+  return s;
+}
+
+uint64_t bytes_of(size_t tokens) { return session_state_bytes(kLayers, kRowWidth, static_cast<int64_t>(tokens)); }
+
+std::string refusal(const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const Error& e) {
+    return e.code();
+  }
+  return "none";
+}
+
+std::string temp_path(const char* name) { return (std::filesystem::temp_directory_path() / name).string(); }
+
+}  // namespace
+
+TEST(prompt_cache_finds_the_longest_shared_prefix) {
+  PromptCache cache(1 << 20);
+  CHECK(cache.store(make_state({1, 2, 3, 4})));
+  CHECK(cache.store(make_state({1, 2, 9})));
+  CHECK(cache.store(make_state({7, 8})));
+  const std::vector<int32_t> prompt{1, 2, 3, 5, 6};
+  const PromptCache::Match m = cache.find(prompt);
+  CHECK(m.state != nullptr);
+  CHECK(m.length == 3) << m.length;
+  CHECK(m.state->tokens.size() == 4);
+  CHECK(cache.find(std::vector<int32_t>{5, 1}).state == nullptr);
+  CHECK(cache.find(std::vector<int32_t>{7}).length == 1);
+}
+
+TEST(prompt_cache_keeps_one_entry_for_states_that_hold_one_another) {
+  PromptCache cache(1 << 20);
+  CHECK(cache.store(make_state({1, 2})));
+  CHECK(cache.store(make_state({1, 2, 3})));  // holds {1, 2}: replaces it
+  CHECK(cache.size() == 1) << cache.size();
+  CHECK(cache.bytes() == bytes_of(3));
+  CHECK(cache.store(make_state({1, 2})));  // begins {1, 2, 3}: nothing new
+  CHECK(cache.size() == 1);
+  CHECK(cache.holds(std::vector<int32_t>{1, 2}));
+  CHECK(!cache.holds(std::vector<int32_t>{1, 2, 4}));
+}
+
+TEST(prompt_cache_evicts_the_least_recently_used_within_its_budget) {
+  PromptCache cache(2 * bytes_of(4) + bytes_of(4) / 2);  // room for two states of four tokens
+  CHECK(cache.store(make_state({1, 1, 1, 1})));
+  CHECK(cache.store(make_state({2, 2, 2, 2})));
+  CHECK(cache.find(std::vector<int32_t>{1, 1, 1, 1}).length == 4);  // {1...} is now the most recent
+  CHECK(cache.store(make_state({3, 3, 3, 3})));
+  CHECK(cache.size() == 2) << cache.size();
+  CHECK(cache.bytes() <= cache.capacity());
+  CHECK(cache.find(std::vector<int32_t>{2, 2}).state == nullptr) << "the least recently used entry stays";
+  CHECK(cache.find(std::vector<int32_t>{1, 1}).length == 2);
+  CHECK(cache.find(std::vector<int32_t>{3, 3}).length == 2);
+  // A state larger than the whole cache is refused and evicts nothing.
+  CHECK(!cache.store(make_state(std::vector<int32_t>(40, 5))));
+  CHECK(cache.size() == 2);
+}
+
+TEST(prompt_cache_of_zero_bytes_holds_nothing) {
+  PromptCache cache(0);
+  CHECK(!cache.store(make_state({1})));
+  CHECK(cache.size() == 0);
+  CHECK(cache.bytes() == 0);
+}
+
+TEST(kv_cache_copies_a_prefix_to_and_from_a_packed_state) {
+  model::HyperParams p;
+  p.layers = kLayers;
+  p.kv_heads = 2;
+  p.head_dim = 2;
+  KvCache kv(p, 8);
+  const std::shared_ptr<SessionState> state = make_state({1, 2, 3, 4, 5}, 100);
+  kv.copy_in(3, 5, state->keys.data(), state->values.data());  // the first 3 of 5 positions
+  for (int64_t layer = 0; layer < kLayers; ++layer) {
+    for (int64_t i = 0; i < 3 * kRowWidth; ++i) {
+      CHECK(kv.keys(layer)[i] == state->keys[layer * 5 * kRowWidth + i]) << layer << " " << i;
+      CHECK(kv.values(layer)[i] == state->values[layer * 5 * kRowWidth + i]) << layer << " " << i;
+    }
+  }
+  std::vector<uint16_t> keys(kLayers * 3 * kRowWidth), values(keys.size());
+  kv.copy_out(3, 3, keys.data(), values.data());
+  for (int64_t layer = 0; layer < kLayers; ++layer) {
+    for (int64_t i = 0; i < 3 * kRowWidth; ++i) {
+      CHECK(keys[layer * 3 * kRowWidth + i] == state->keys[layer * 5 * kRowWidth + i]) << layer << " " << i;
+    }
+  }
+}
+
+TEST(state_file_round_trips) {
+  const std::string path = temp_path("bloomery-state-roundtrip.bin");
+  const std::shared_ptr<SessionState> state = make_state({4, 5, 6}, 7);
+  write_state_file(path, *state);
+  const SessionState back = read_state_file(path, state->model_fingerprint);
+  CHECK(back.tokens == state->tokens);
+  CHECK(back.keys == state->keys);
+  CHECK(back.values == state->values);
+  CHECK(back.layers == kLayers && back.row_width == kRowWidth);
+  std::filesystem::remove(path);
+}
+
+TEST(state_file_refuses_by_name) {
+  const std::string path = temp_path("bloomery-state-refusals.bin");
+  const std::shared_ptr<SessionState> state = make_state({4, 5, 6});
+  write_state_file(path, *state);
+  CHECK(refusal([&] { read_state_file(path, state->model_fingerprint + 1); }) == "STATE_MODEL_MISMATCH");
+
+  const auto size = std::filesystem::file_size(path);
+  std::filesystem::resize_file(path, size - 1);
+  CHECK(refusal([&] { read_state_file(path, state->model_fingerprint); }) == "STATE_BAD_FILE");
+
+  write_state_file(path, *state);
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(8);
+    const uint32_t version = 99;
+    f.write(reinterpret_cast<const char*>(&version), sizeof version);
+  }
+  CHECK(refusal([&] { read_state_file(path, state->model_fingerprint); }) == "STATE_UNSUPPORTED_VERSION");
+
+  {
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f << "GGUF and not a state at all, but long enough to hold a header";
+  }
+  CHECK(refusal([&] { read_state_file(path, state->model_fingerprint); }) == "STATE_BAD_FILE");
+  std::filesystem::remove(path);
+  CHECK(refusal([&] { read_state_file(path, state->model_fingerprint); }) == "FILE_NOT_FOUND");
+  CHECK(refusal([&] { write_state_file("/nonexistent-dir/state.bin", *state); }) == "FILE_WRITE");
+}
