@@ -20,11 +20,11 @@ export function finishReason(reason: StopReason): "stop" | "length" {
 
 /** llama-server's `timings` object. */
 export function llamaTimings(result: GenerateResult): Record<string, number> {
-  const { promptTokens, promptMs, decodeTokens, decodeMs } = result.timings;
+  const { promptTokens, cachedPromptTokens, promptMs, decodeTokens, decodeMs } = result.timings;
   const predicted = result.tokens.length;
   // The first generated token is drawn with the prompt's pass; the rest take one pass each.
   return {
-    cache_n: 0,
+    cache_n: cachedPromptTokens,
     prompt_n: promptTokens,
     prompt_ms: promptMs,
     prompt_per_token_ms: promptTokens ? promptMs / promptTokens : 0,

@@ -134,8 +134,8 @@ export class Slots {
     const slot = await this.#acquire(signal);
     this.metrics.requestsProcessing++;
     try {
-      // Each request starts from an empty context: no prompt cache across requests yet.
-      await slot.session.reset();
+      // generate() replaces the slot's context by the request's prompt, keeping the prefix the two
+      // share (or a longer one from the model's prompt-state cache).
       const run = start(slot.session, contextSize);
       for await (const chunk of run) onChunk(chunk);
       const result = await run.result;

@@ -75,8 +75,8 @@ export interface ChatIterable extends AsyncIterable<ChatChunk> {
 
 /** What a chat needs of its session. */
 interface ChatSession {
+  /** Replaces the session's context by the prompt (reusing the prefix it shares with a computed state). */
   generate(prompt: string, options: GenerateOptions): GenerateIterable;
-  reset(): Promise<void>;
 }
 
 /** The prompt of a chat, and how the model writes tool calls. */
@@ -85,7 +85,7 @@ export type RenderChat = (
   options: ApplyChatTemplateOptions,
 ) => { prompt: string; toolCallFormat: ToolCallFormat };
 
-/** {@link Session.chat}'s work, on the session's public generate and reset. */
+/** {@link Session.chat}'s work, on the session's public generate. */
 export function runChat(
   session: ChatSession,
   render: RenderChat,
@@ -122,9 +122,6 @@ export function runChat(
   const parserOptions: ChatOutputOptions = { parseReasoning: reasoning, startInReasoning: opensThinking };
   if (offered) Object.assign(parserOptions, { toolCallFormat: format, tools: offered });
   const parser = new ChatOutputParser(parserOptions);
-  // The conversation is the whole context: what the session held before goes (the reset is queued
-  // ahead of the generation, as the session's calls run in order; a failure shows in the generation).
-  session.reset().catch(() => {});
   const run = session.generate(rendered.prompt + prefix, generation);
   const stopAfterOneCall = offered !== undefined && parallelToolCalls === false;
 

@@ -160,7 +160,10 @@ export function registerAnthropic(app: FastifyInstance, context: ServerContext):
         ...message,
         content: blocks,
         ...ending(result),
-        usage: { input_tokens: result.timings.promptTokens, output_tokens: result.tokens.length },
+        usage: {
+          input_tokens: result.timings.promptTokens + result.timings.cachedPromptTokens,
+          output_tokens: result.tokens.length,
+        },
       };
     }
     const sse = new SseStream(reply);

@@ -85,7 +85,7 @@ export function registerOpenAiChat(app: FastifyInstance, context: ServerContext)
           ...head,
           object: "chat.completion",
           choices: [{ index: 0, finish_reason: toolCalls ? "tool_calls" : finishReason(result.stopReason), message }],
-          usage: usage(result.timings.promptTokens, result.tokens.length),
+          usage: usage(result.timings.promptTokens + result.timings.cachedPromptTokens, result.tokens.length),
           timings: llamaTimings(result),
         };
       }
@@ -115,7 +115,7 @@ export function registerOpenAiChat(app: FastifyInstance, context: ServerContext)
             ...head,
             object: "chat.completion.chunk",
             choices: [],
-            usage: usage(result.timings.promptTokens, result.tokens.length),
+            usage: usage(result.timings.promptTokens + result.timings.cachedPromptTokens, result.tokens.length),
           });
         }
         sse.done();
