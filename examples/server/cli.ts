@@ -1,10 +1,12 @@
 // bloomery-serve: a llama-server-compatible HTTP server on bloomery's public API.
 //   bloomery-serve [-m model.gguf] [--host H] [--port P] [-c N] [-np N] [--api-key K] ... (--help lists all)
 // It listens at once (GET /health answers 503 until the model is loaded), then serves.
-import { BloomeryError, loadModel } from "../../src/index.js";
+import { totalmem } from "node:os";
+import { BloomeryError, loadModel, readGgufInfo } from "../../src/index.js";
 import { defaultModelPath } from "../../tools/default-model.js";
 import { createApp } from "./app.js";
 import { parseServeOptions, usage, UsageError } from "./options.js";
+import { placement } from "./placement.js";
 import { Slots } from "./slots.js";
 
 async function main(): Promise<void> {
@@ -14,6 +16,8 @@ async function main(): Promise<void> {
     return;
   }
   const modelPath = options.model ?? defaultModelPath();
+  // Flags are checked against the file before listening, so a bad one fails at once.
+  const where = await placement(modelPath, options, (await readGgufInfo(modelPath)).summary.layers);
   const { app, context } = createApp({
     modelPath,
     alias: options.alias,
@@ -24,9 +28,13 @@ async function main(): Promise<void> {
     ...(options.chatTemplateKwargs ? { chatTemplateKwargs: options.chatTemplateKwargs } : {}),
   });
   const address = await app.listen({ host: options.host, port: options.port });
-  console.error(`bloomery-serve: listening on ${address}, loading ${modelPath}`);
+  console.error(`bloomery-serve: listening on ${address}, loading ${modelPath} ${where.description}`);
   const model = await loadModel(modelPath, {
-    gpu: false,
+    gpu: where.gpu,
+    ...(where.plan ? { plan: where.plan } : {}),
+    ...(options.cacheRamMiB !== undefined
+      ? { cacheRam: options.cacheRamMiB < 0 ? totalmem() : options.cacheRamMiB * 1024 ** 2 }
+      : {}),
     ...(options.threads !== undefined ? { threads: options.threads } : {}),
     ...(options.ctxSize !== undefined ? { contextSize: options.ctxSize } : {}),
     ...(options.chatTemplate !== undefined ? { chatTemplate: options.chatTemplate } : {}),

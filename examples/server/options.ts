@@ -16,6 +16,16 @@ export interface ServeOptions {
   chatTemplateKwargs?: Record<string, unknown>;
   reasoningFormat: ReasoningFormat;
   metrics: boolean;
+  /** -ngl as given: "auto", "all" or a layer count; undefined: the GPU when there is one. */
+  gpuLayers?: string;
+  /** --cpu-moe: every routed expert on the CPU. */
+  cpuMoe: boolean;
+  /** --n-cpu-moe: the routed experts of the first N layers on the CPU. */
+  nCpuMoe?: number;
+  /** -ot patterns, `regex=buffer type`. */
+  overrideTensors: string[];
+  /** --cache-ram in MiB: -1 no limit, 0 off. */
+  cacheRamMiB?: number;
   temperature: number;
   help: boolean;
 }
@@ -123,6 +133,41 @@ const FLAGS: Flag[] = [
     apply: (o, v) => (o.reasoningFormat = readReasoningFormat(v as string)),
   },
   {
+    names: ["-ngl", "--gpu-layers", "--n-gpu-layers"],
+    env: "LLAMA_ARG_N_GPU_LAYERS",
+    kind: "string",
+    help: "0: run on the CPU; auto, all or at least the model's layers: on the GPU (default: the GPU when there is one)",
+    apply: (o, v) => (o.gpuLayers = v as string),
+  },
+  {
+    names: ["-cmoe", "--cpu-moe"],
+    env: "LLAMA_ARG_CPU_MOE",
+    kind: "flag",
+    help: "keep every routed expert in host RAM, run by the CPU",
+    apply: (o, v) => (o.cpuMoe = v as boolean),
+  },
+  {
+    names: ["-ncmoe", "--n-cpu-moe"],
+    env: "LLAMA_ARG_N_CPU_MOE",
+    kind: "integer",
+    help: "keep the routed experts of the first N layers in host RAM, run by the CPU",
+    apply: (o, v) => (o.nCpuMoe = v as number),
+  },
+  {
+    names: ["-ot", "--override-tensor"],
+    env: "LLAMA_ARG_OVERRIDE_TENSOR",
+    kind: "string",
+    help: "<tensor regex>=CPU for routed expert tensors, comma-separated (e.g. 'blk\\.[0-9]\\.ffn_.*_exps=CPU')",
+    apply: (o, v) => o.overrideTensors.push(...splitKeys(v as string)),
+  },
+  {
+    names: ["--cache-ram"],
+    env: "LLAMA_ARG_CACHE_RAM",
+    kind: "integer",
+    help: "MiB of host RAM for the prompt-state cache (-1: no limit, 0: off; default: a quarter of RAM, at most 8 GiB)",
+    apply: (o, v) => (o.cacheRamMiB = v as number),
+  },
+  {
     names: ["--jinja"],
     env: "LLAMA_ARG_JINJA",
     kind: "flag",
@@ -154,6 +199,8 @@ export function parseServeOptions(argv: readonly string[], env: NodeJS.ProcessEn
     port: 8080,
     parallel: 2,
     apiKeys: [],
+    cpuMoe: false,
+    overrideTensors: [],
     reasoningFormat: "auto",
     metrics: false,
     temperature: 0.8,

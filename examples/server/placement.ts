@@ -1,0 +1,118 @@
+// Where bloomery-serve puts the model: llama-server's -ngl, --cpu-moe, --n-cpu-moe and -ot mapped
+// onto loadModel's gpu and plan options. bloomery always keeps the dense weights (attention, norms,
+// router, embeddings, output) on the GPU when it uses one, so what these flags can move to the CPU
+// is the routed experts; a flag that asks for more is refused by name rather than half-obeyed.
+import {
+  getSystemInfo,
+  modelFootprint,
+  planOffload,
+  type LoadModelOptions,
+  type OffloadPlan,
+} from "../../src/index.js";
+import { UsageError, type ServeOptions } from "./options.js";
+
+export interface Placement {
+  gpu: LoadModelOptions["gpu"];
+  plan?: OffloadPlan;
+  /** One line for the log: where the model runs and why. */
+  description: string;
+}
+
+const EXPERT_TENSORS = ["ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"];
+
+/** The -ot rules as (regex, buffer type); only CPU moves anything (any other type is the GPU, as by default). */
+function overrideRules(patterns: readonly string[]): { regex: RegExp; cpu: boolean; text: string }[] {
+  return patterns.map((text) => {
+    const at = text.lastIndexOf("=");
+    if (at <= 0)
+      throw new UsageError(`--override-tensor ${JSON.stringify(text)}: expected <tensor regex>=<buffer type>`);
+    let regex: RegExp;
+    try {
+      regex = new RegExp(text.slice(0, at));
+    } catch (error) {
+      throw new UsageError(`--override-tensor ${JSON.stringify(text)}: ${(error as Error).message}`);
+    }
+    return { regex, cpu: /^cpu$/i.test(text.slice(at + 1)), text };
+  });
+}
+
+/** Which layers' routed experts the flags send to the CPU; refuses a rule that would move a dense tensor. */
+export function cpuExpertLayers(options: ServeOptions, layers: number): boolean[] {
+  const rules = overrideRules(options.overrideTensors);
+  const denseProbe = ["attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate_inp", "attn_norm", "ffn_norm"];
+  for (const rule of rules.filter((r) => r.cpu)) {
+    for (let l = 0; l < layers; l++) {
+      const dense = denseProbe.find((name) => rule.regex.test(`blk.${l}.${name}.weight`));
+      if (dense) {
+        throw new UsageError(
+          `--override-tensor ${rule.text} matches blk.${l}.${dense}.weight: only routed expert tensors ` +
+            `(${EXPERT_TENSORS.join(", ")}) can be kept on the CPU`,
+        );
+      }
+    }
+  }
+  return Array.from({ length: layers }, (_, l) => {
+    if (options.cpuMoe || (options.nCpuMoe !== undefined && l < options.nCpuMoe)) return true;
+    const names = EXPERT_TENSORS.map((t) => `blk.${l}.${t}.weight`);
+    // The first rule matching a tensor decides its buffer, as llama.cpp applies them.
+    const decided = names.map((name) => rules.find((r) => r.regex.test(name))?.cpu ?? false);
+    if (decided.some((cpu) => cpu) && !decided.every((cpu) => cpu)) {
+      throw new UsageError(
+        `--override-tensor keeps only some of layer ${l}'s expert tensors on the CPU: bloomery moves an expert's ` +
+          `gate, up and down together`,
+      );
+    }
+    return decided[0]!;
+  });
+}
+
+/** The gpu and plan options for loadModel from the serve options. */
+export async function placement(modelPath: string, options: ServeOptions, layers: number): Promise<Placement> {
+  const moesToCpu = options.cpuMoe || options.nCpuMoe !== undefined || options.overrideTensors.length > 0;
+  const ngl = options.gpuLayers?.trim().toLowerCase();
+  if (options.nCpuMoe !== undefined && options.nCpuMoe < 0) throw new UsageError("--n-cpu-moe must be at least 0");
+  if (ngl === "0") {
+    if (moesToCpu)
+      throw new UsageError("--cpu-moe, --n-cpu-moe and --override-tensor need the GPU; -ngl 0 runs on the CPU");
+    return { gpu: false, description: "on the CPU (-ngl 0)" };
+  }
+  if (ngl !== undefined && ngl !== "auto" && ngl !== "all" && ngl !== "-1") {
+    if (!/^\d+$/.test(ngl)) throw new UsageError(`-ngl must be a layer count, auto or all, not ${JSON.stringify(ngl)}`);
+    if (Number(ngl) < layers) {
+      throw new UsageError(
+        `-ngl ${ngl} of ${layers} layers: bloomery keeps every layer's dense weights on the GPU; ` +
+          `use --n-cpu-moe or --cpu-moe to keep routed experts on the CPU instead`,
+      );
+    }
+  }
+  const onCpu = moesToCpu ? cpuExpertLayers(options, layers) : [];
+  const cuda = getSystemInfo().gpus;
+  if (cuda.length === 0) {
+    if (ngl !== undefined || moesToCpu) {
+      throw new UsageError("-ngl, --cpu-moe, --n-cpu-moe and --override-tensor need a CUDA GPU, and none is usable");
+    }
+    return { gpu: false, description: "on the CPU (no usable CUDA GPU)" };
+  }
+  if (!moesToCpu) return { gpu: "auto", description: "on the GPU (experts it cannot hold stay in host RAM)" };
+  const footprint = await modelFootprint(
+    modelPath,
+    options.ctxSize !== undefined ? { contextSize: options.ctxSize } : {},
+  );
+  // Every expert on the GPU but those the flags name; loadModel checks the result against the real budgets.
+  const all = planOffload(footprint, { gpu: Infinity, hostRam: Infinity });
+  const plan: OffloadPlan = {
+    ...all,
+    layers: all.layers.map((layer, l) => {
+      const experts = [...layer.gpu, ...layer.host].sort((a, b) => a - b);
+      return onCpu[l]
+        ? { gpu: [], host: experts, reason: "routed experts kept on the CPU by the command line" }
+        : { gpu: experts, host: [], reason: "routed experts on the GPU (the command line moves only the others)" };
+    }),
+  };
+  const count = onCpu.filter(Boolean).length;
+  return {
+    gpu: "auto",
+    plan,
+    description: `on the GPU, with the routed experts of ${count} of ${layers} layers on the CPU`,
+  };
+}

@@ -1,0 +1,56 @@
+import { describe, expect, it } from "vitest";
+import { parseServeOptions, UsageError } from "../examples/server/options.js";
+import { cpuExpertLayers, placement } from "../examples/server/placement.js";
+import { getSystemInfo } from "../src/index.js";
+
+const LAYERS = 6;
+const flags = (...argv: string[]) => parseServeOptions(argv);
+
+describe("bloomery-serve's expert placement flags", () => {
+  it("--cpu-moe and --n-cpu-moe pick whole layers' routed experts", () => {
+    expect(cpuExpertLayers(flags("--cpu-moe"), LAYERS)).toEqual([true, true, true, true, true, true]);
+    expect(cpuExpertLayers(flags("--n-cpu-moe", "2"), LAYERS)).toEqual([true, true, false, false, false, false]);
+    expect(cpuExpertLayers(flags(), LAYERS)).toEqual([false, false, false, false, false, false]);
+  });
+
+  it("-ot maps expert tensors by regex, the first matching rule deciding, as llama.cpp applies them", () => {
+    expect(cpuExpertLayers(flags("-ot", "blk\\.(1|3)\\.ffn_.*_exps=CPU"), LAYERS)).toEqual([
+      false,
+      true,
+      false,
+      true,
+      false,
+      false,
+    ]);
+    expect(cpuExpertLayers(flags("-ot", "exps=CPU"), LAYERS)).toEqual([true, true, true, true, true, true]);
+    // An earlier rule keeping layer 0 on the GPU wins over a later catch-all.
+    expect(cpuExpertLayers(flags("-ot", "blk\\.0\\.=CUDA0,exps=CPU"), LAYERS)).toEqual([
+      false,
+      true,
+      true,
+      true,
+      true,
+      true,
+    ]);
+  });
+
+  it("refuses by name what it cannot obey: dense tensors on the CPU, a layer's experts split, a partial -ngl", async () => {
+    expect(() => cpuExpertLayers(flags("-ot", "blk\\.2\\.=CPU"), LAYERS)).toThrow(/matches blk\.2\.attn_q\.weight/);
+    expect(() => cpuExpertLayers(flags("-ot", "ffn_down_exps=CPU"), LAYERS)).toThrow(/gate, up and down together/);
+    expect(() => cpuExpertLayers(flags("-ot", "exps"), LAYERS)).toThrow(UsageError);
+    await expect(placement("unused.gguf", flags("-ngl", "3"), LAYERS)).rejects.toThrow(/-ngl 3 of 6 layers/);
+    await expect(placement("unused.gguf", flags("-ngl", "0", "--cpu-moe"), LAYERS)).rejects.toThrow(/need the GPU/);
+    await expect(placement("unused.gguf", flags("-ngl", "many"), LAYERS)).rejects.toThrow(/layer count/);
+  });
+
+  it("runs on the CPU with -ngl 0, and without a GPU only when no flag asks for one", async () => {
+    expect(await placement("unused.gguf", flags("-ngl", "0"), LAYERS)).toMatchObject({ gpu: false });
+    if (getSystemInfo().gpus.length > 0) return;
+    expect(await placement("unused.gguf", flags(), LAYERS)).toMatchObject({
+      gpu: false,
+      description: "on the CPU (no usable CUDA GPU)",
+    });
+    await expect(placement("unused.gguf", flags("--n-cpu-moe", "2"), LAYERS)).rejects.toThrow(/need a CUDA GPU/);
+    await expect(placement("unused.gguf", flags("-ngl", "all"), LAYERS)).rejects.toThrow(/need a CUDA GPU/);
+  });
+});
