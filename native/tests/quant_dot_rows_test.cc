@@ -56,12 +56,14 @@ TEST(quant_multi_row_dots_match_single_row_dots_bit_for_bit) {
       k.quantize_activations(x.data(), a.data() + r * a_bytes, n);
       rows[r] = a.data() + r * a_bytes;
     }
-    float got[kDotRows];
-    k.vec_dot_rows(w.data(), rows, n, got);
-    for (int r = 0; r < kDotRows; ++r) {
-      const float expected = k.vec_dot(w.data(), rows[r], n);
-      CHECK(std::memcmp(&got[r], &expected, sizeof(float)) == 0)
-          << "type " << type << " row " << r << ": " << got[r] << " vs " << expected;
+    for (int count = 1; count <= kDotRows; ++count) {
+      float got[kDotRows];
+      k.vec_dot_rows(w.data(), rows, count, n, got);
+      for (int r = 0; r < count; ++r) {
+        const float expected = k.vec_dot(w.data(), rows[r], n);
+        CHECK(std::memcmp(&got[r], &expected, sizeof(float)) == 0)
+            << "type " << type << " rows " << count << " row " << r << ": " << got[r] << " vs " << expected;
+      }
     }
   }
 }
