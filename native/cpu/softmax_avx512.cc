@@ -1,6 +1,6 @@
 #include <limits>
 
-#include "cpu/exp_avx512.h"
+#include "cpu/avx512_math.h"
 #include "cpu/softmax.h"
 
 // GCC 12's AVX-512 intrinsics build their "undefined" operands by self-initialization,

@@ -1,4 +1,4 @@
-#include "cpu/exp_avx512.h"
+#include "cpu/avx512_math.h"
 #include "cpu/swiglu.h"
 
 // GCC 12's AVX-512 intrinsics build their "undefined" operands by self-initialization,

@@ -1,6 +1,7 @@
-// e^x on sixteen floats with AVX-512, for the softmax and SiLU loops: within two ulp of
-// std::exp over the float range (tested), about a tenth of its cost. Include only from
-// code compiled for the AVX-512 tier (BLOOMERY_CPU_AVX512 functions).
+// AVX-512 helpers of the CPU ops' AVX-512 kernels (softmax, SwiGLU, RMS norm): e^x on
+// sixteen floats, within two ulp of std::exp over the float range (tested) at about a
+// tenth of its cost, and the lane mask of a row's last chunk. Include only from code
+// compiled for the AVX-512 tier (BLOOMERY_CPU_AVX512 functions).
 #pragma once
 
 #include <immintrin.h>

@@ -1,12 +1,13 @@
-// The AVX-512 exponential and the softmax and SwiGLU built on it, against std::exp and the
-// scalar kernels.
+// The AVX-512 exponential and the softmax and SwiGLU built on it, and the RMS norm's sum of
+// squares, against std::exp and the scalar kernels.
 #include <cmath>
 #include <limits>
 #include <random>
 #include <vector>
 
+#include "cpu/avx512_math.h"
 #include "cpu/cpu_dispatch.h"
-#include "cpu/exp_avx512.h"
+#include "cpu/rms_norm.h"
 #include "cpu/softmax.h"
 #include "cpu/swiglu.h"
 #include "tests/check.h"
@@ -65,5 +66,18 @@ TEST(cpu_softmax_and_swiglu_avx512_match_scalar) {
     swiglu_avx512(x.data(), up.data(), n, got.data());
     for (int64_t i = 0; i < n; ++i)
       CHECK(std::fabs(got[i] - want[i]) <= 5e-7f * std::fabs(want[i]) + 1e-12f) << n << ":" << i;
+  }
+}
+
+TEST(cpu_sum_of_squares_avx512_matches_scalar) {
+  if (!has_avx512()) return;
+  std::mt19937 rng(6);
+  std::uniform_real_distribution<float> uniform(-3.0f, 3.0f);
+  for (const int64_t n : {int64_t{1}, int64_t{128}, int64_t{1531}}) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (float& v : x) v = uniform(rng);
+    const double want = sum_of_squares_scalar(x.data(), n);
+    const double got = sum_of_squares_avx512(x.data(), n);
+    CHECK(std::fabs(got - want) <= 1e-12 * want) << n << ": " << got << " vs " << want;
   }
 }
