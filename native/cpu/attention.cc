@@ -6,17 +6,16 @@
 #include "cpu/cpu_dispatch.h"
 #include "cpu/softmax.h"
 #include "quant/f16_rows.h"
-#include "quant/float_formats.h"
 
 namespace bloomery::cpu {
 
 namespace {
 
-float round_to_f16(float x) { return quant::fp16_to_fp32(quant::fp32_to_fp16(x)); }
-
 // Per-thread buffers, kept between calls so a decode step allocates nothing.
 struct AttentionBuffers {
-  std::vector<float> query, scores, sum;
+  std::vector<float> queries, scores;
+  std::vector<const float*> query_rows, weight_rows;
+  std::vector<float*> score_rows, out_rows;
 };
 
 }  // namespace
@@ -28,30 +27,52 @@ void causal_attention(const float* q, int64_t n, int64_t first_position, const u
   const int64_t q_width = shape.heads * d;
   const int64_t kv_width = shape.kv_heads * d;
   const int64_t group = shape.heads / shape.kv_heads;
-  pool.parallel_for(static_cast<size_t>(n * shape.heads), 1, [&](size_t begin, size_t end) {
-    thread_local AttentionBuffers buffers;
-    std::vector<float>& query = buffers.query;
-    std::vector<float>& scores = buffers.scores;
-    std::vector<float>& sum = buffers.sum;
-    query.resize(static_cast<size_t>(d));
-    sum.resize(static_cast<size_t>(d));
+  // One task: one KV head and enough tokens that their query heads fill a kernel call, so
+  // each cached row is converted once for all of them.
+  const int64_t tokens_per_task = std::max<int64_t>(1, quant::kQueryTile / group);
+  const int64_t token_blocks = (n + tokens_per_task - 1) / tokens_per_task;
+  const auto kv_heads = static_cast<size_t>(shape.kv_heads);
+  pool.parallel_for(static_cast<size_t>(token_blocks) * kv_heads, 1, [&](size_t begin, size_t end) {
+    thread_local AttentionBuffers b;
     for (size_t task = begin; task < end; ++task) {
-      const int64_t token = static_cast<int64_t>(task) / shape.heads;
-      const int64_t head = static_cast<int64_t>(task) % shape.heads;
-      const int64_t kv_head = head / group;
-      const int64_t length = first_position + token + 1;
-      const float* q_head = q + token * q_width + head * d;
-      for (int64_t i = 0; i < d; ++i) query[i] = round_to_f16(q_head[i]);
+      // The last tokens (the longest rows) go first, so the tasks handed out last are short.
+      const int64_t block = token_blocks - 1 - static_cast<int64_t>(task / kv_heads);
+      const int64_t kv_head = static_cast<int64_t>(task % kv_heads);
+      const int64_t first_token = block * tokens_per_task;
+      const int64_t tokens = std::min(n, first_token + tokens_per_task) - first_token;
+      const int64_t length = first_position + first_token + tokens;  // positions the last token sees
+      const int64_t queries = tokens * group;
+      b.queries.resize(static_cast<size_t>(queries * d));
+      b.scores.resize(static_cast<size_t>(queries * length));
+      for (auto* rows : {&b.query_rows, &b.weight_rows}) rows->resize(static_cast<size_t>(queries));
+      for (auto* rows : {&b.score_rows, &b.out_rows}) rows->resize(static_cast<size_t>(queries));
+      for (int64_t i = 0; i < queries; ++i) {
+        const int64_t token = first_token + i / group;
+        const int64_t head = kv_head * group + i % group;
+        std::copy_n(q + token * q_width + head * d, d, b.queries.data() + i * d);
+        b.query_rows[i] = b.queries.data() + i * d;
+        b.score_rows[i] = b.scores.data() + i * length;
+        b.weight_rows[i] = b.score_rows[i];
+        b.out_rows[i] = out + token * q_width + head * d;
+      }
+      f16.round(b.queries.data(), queries * d);
 
-      scores.resize(static_cast<size_t>(length));
       const uint16_t* k = keys + kv_head * d;
-      for (int64_t j = 0; j < length; ++j) scores[j] = f16.dot(k + j * kv_width, query.data(), d) * shape.scale;
-      softmax(scores.data(), length);
-
-      std::fill(sum.begin(), sum.end(), 0.0f);
+      for (int64_t i = 0; i < queries; i += quant::kQueryTile) {
+        const int count = static_cast<int>(std::min<int64_t>(quant::kQueryTile, queries - i));
+        f16.scores(k, kv_width, length, b.query_rows.data() + i, count, d, shape.scale, b.score_rows.data() + i);
+      }
+      for (int64_t i = 0; i < queries; ++i) {
+        const int64_t seen = first_position + first_token + i / group + 1;
+        softmax(b.score_rows[i], seen);
+        f16.round(b.score_rows[i], seen);
+        std::fill(b.score_rows[i] + seen, b.score_rows[i] + length, 0.0f);
+      }
       const uint16_t* v = values + kv_head * d;
-      for (int64_t j = 0; j < length; ++j) f16.axpy(round_to_f16(scores[j]), v + j * kv_width, sum.data(), d);
-      std::copy(sum.begin(), sum.end(), out + token * q_width + head * d);
+      for (int64_t i = 0; i < queries; i += quant::kQueryTile) {
+        const int count = static_cast<int>(std::min<int64_t>(quant::kQueryTile, queries - i));
+        f16.weighted_sum(b.weight_rows.data() + i, count, v, kv_width, length, d, b.out_rows.data() + i);
+      }
     }
   });
 }

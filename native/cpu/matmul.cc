@@ -28,20 +28,20 @@ void quantize_rows(const quant::QuantKernels& kernels, const float* x, int64_t n
 void dot_rows(const WeightMatrix& w, int64_t first, int64_t last, const uint8_t* const* activations, float* const* out,
               int64_t count) {
   const quant::QuantKernels& k = *w.kernels;
-  constexpr int kGroup = quant::kDotRows;
-  float group[kGroup];
-  int64_t done = 0;
-  if (k.vec_dot_rows) {
-    for (; done + kGroup <= count; done += kGroup) {
-      const void* const* a = reinterpret_cast<const void* const*>(activations + done);
-      for (int64_t o = first; o < last; ++o) {
-        k.vec_dot_rows(w.row(o), a, w.cols, group);
-        for (int r = 0; r < kGroup; ++r) out[done + r][o] = group[r];
-      }
+  if (!k.vec_dot_rows) {
+    for (int64_t r = 0; r < count; ++r) {
+      for (int64_t o = first; o < last; ++o) out[r][o] = k.vec_dot(w.row(o), activations[r], w.cols);
     }
+    return;
   }
-  for (; done < count; ++done) {
-    for (int64_t o = first; o < last; ++o) out[done][o] = k.vec_dot(w.row(o), activations[done], w.cols);
+  float group[quant::kDotRows];
+  for (int64_t done = 0; done < count; done += quant::kDotRows) {
+    const int rows = static_cast<int>(std::min<int64_t>(quant::kDotRows, count - done));
+    const void* const* a = reinterpret_cast<const void* const*>(activations + done);
+    for (int64_t o = first; o < last; ++o) {
+      k.vec_dot_rows(w.row(o), a, rows, w.cols, group);
+      for (int r = 0; r < rows; ++r) out[done + r][o] = group[r];
+    }
   }
 }
 

@@ -39,7 +39,7 @@ void quantize_rows(const quant::QuantKernels& kernels, const float* x, int64_t n
                    QuantizedRows& out, ThreadPool& pool);
 
 // out[k][o] = dot(w.row(o), activations[k]) for o in [first, last) and k < count, in
-// w's activation format: quant::kDotRows activations at a time where the kernels have a
+// w's activation format: up to quant::kDotRows activations at a time where the kernels have a
 // multi-row dot, so each weight row is decoded once per group rather than once per row.
 void dot_rows(const WeightMatrix& w, int64_t first, int64_t last, const uint8_t* const* activations, float* const* out,
               int64_t count);

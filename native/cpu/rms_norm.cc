@@ -2,16 +2,24 @@
 
 #include <cmath>
 
+#include "cpu/cpu_dispatch.h"
+
 namespace bloomery::cpu {
+
+double sum_of_squares_scalar(const float* x, int64_t n) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
+  return sum;
+}
 
 void rms_norm(const float* x, int64_t rows, int64_t n, int64_t in_stride, const float* weight, float eps, float* out,
               int64_t out_stride) {
+  static const auto sum_of_squares =
+      host_simd_tier() >= quant::SimdTier::kAvx512 ? sum_of_squares_avx512 : sum_of_squares_scalar;
   for (int64_t r = 0; r < rows; ++r) {
     const float* in = x + r * in_stride;
     float* y = out + r * out_stride;
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(in[i]) * in[i];
-    const float mean = static_cast<float>(sum / static_cast<double>(n));
+    const float mean = static_cast<float>(sum_of_squares(in, n) / static_cast<double>(n));
     const float scale = 1.0f / std::sqrt(mean + eps);
     for (int64_t i = 0; i < n; ++i) y[i] = (in[i] * scale) * weight[i];
   }

@@ -1,4 +1,4 @@
-// RMS normalization, as ggml computes it: the mean square summed in double, the row
+// RMS normalization, as ggml computes it: the squares (in float) summed in double, the row
 // scaled by 1/sqrt(mean + eps), then multiplied by the weight.
 #pragma once
 
@@ -9,5 +9,10 @@ namespace bloomery::cpu {
 // Normalizes `rows` rows of `n` floats (row strides `in_stride` and `out_stride`); `out` may be `x`.
 void rms_norm(const float* x, int64_t rows, int64_t n, int64_t in_stride, const float* weight, float eps, float* out,
               int64_t out_stride);
+
+// The sum of x[i]^2 (each square rounded to float) in double: the one reduction of a row,
+// per tier (the scalar loop, and AVX-512).
+double sum_of_squares_scalar(const float* x, int64_t n);
+double sum_of_squares_avx512(const float* x, int64_t n);
 
 }  // namespace bloomery::cpu

@@ -3,9 +3,16 @@
 #include <cmath>
 #include <limits>
 
+#include "cpu/cpu_dispatch.h"
+
 namespace bloomery::cpu {
 
 void softmax(float* x, int64_t n) {
+  static const auto kernel = host_simd_tier() >= quant::SimdTier::kAvx512 ? softmax_avx512 : softmax_scalar;
+  kernel(x, n);
+}
+
+void softmax_scalar(float* x, int64_t n) {
   float max = -std::numeric_limits<float>::infinity();
   for (int64_t i = 0; i < n; ++i) max = x[i] > max ? x[i] : max;
   double sum = 0.0;

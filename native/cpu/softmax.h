@@ -5,6 +5,11 @@
 
 namespace bloomery::cpu {
 
+// The kernel of this host's tier.
 void softmax(float* x, int64_t n);
+
+// The tiers: std::exp one at a time, and AVX-512 (avx512_math.h).
+void softmax_scalar(float* x, int64_t n);
+void softmax_avx512(float* x, int64_t n);
 
 }  // namespace bloomery::cpu

@@ -5,6 +5,11 @@
 
 namespace bloomery::cpu {
 
+// The kernel of this host's tier.
 void swiglu(const float* gate, const float* up, int64_t n, float* out);
+
+// The tiers: std::exp one at a time, and AVX-512 (avx512_math.h), the same formula.
+void swiglu_scalar(const float* gate, const float* up, int64_t n, float* out);
+void swiglu_avx512(const float* gate, const float* up, int64_t n, float* out);
 
 }  // namespace bloomery::cpu

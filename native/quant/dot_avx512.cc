@@ -9,6 +9,7 @@
 #include "quant/blocks.h"
 #include "quant/dot_simd.h"
 #include "quant/float_formats.h"
+#include "quant/reduce_avx512.h"
 
 // GCC 12's AVX-512 intrinsics build their "undefined" operands by self-initialization,
 // which -Wuninitialized reports wherever they inline under a target attribute.
@@ -73,6 +74,23 @@ inline int k4_mins_dot(const uint8_t* mins, const int16_t* bsums) {
   int sum = 0;
   for (int j = 0; j < 8; ++j) sum += mins[j] * (bsums[2 * j] + bsums[2 * j + 1]);
   return sum;
+}
+
+// out[r] = the sum of the lanes of v[r] for r < R, each bit for bit _mm512_reduce_add_ps(v[r]):
+// from four vectors on, eight at a time through sum_each_of_8.
+template <int R>
+BLOOMERY_AVX512 inline void sum_each(const __m512* v, float* out) {
+  if constexpr (R < 4) {
+    for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(v[r]);
+  } else {
+    for (int first = 0; first < R; first += 8) {
+      __m512 group[8];
+      for (int i = 0; i < 8; ++i) group[i] = first + i < R ? v[first + i] : _mm512_setzero_ps();
+      alignas(32) float sums[8];
+      _mm256_store_ps(sums, sum_each_of_8(group));
+      for (int i = 0; i < 8 && first + i < R; ++i) out[first + i] = sums[i];
+    }
+  }
 }
 
 }  // namespace
@@ -183,9 +201,12 @@ BLOOMERY_AVX512 inline void q4_k_tile(const BlockQ4_K* const* x, const BlockQ8_K
     }
   }
   for (int w = 0; w < W; ++w) {
-    for (int r = 0; r < R; ++r) {
-      out[w * R + r] = _mm512_reduce_add_ps(acc[w][r]) - _mm512_reduce_add_ps(_mm512_zextps256_ps512(mins[w][r]));
-    }
+    __m512 wide_mins[R];
+    for (int r = 0; r < R; ++r) wide_mins[r] = _mm512_zextps256_ps512(mins[w][r]);
+    float sums[R], min_sums[R];
+    sum_each<R>(acc[w], sums);
+    sum_each<R>(wide_mins, min_sums);
+    for (int r = 0; r < R; ++r) out[w * R + r] = sums[r] - min_sums[r];
   }
 }
 
@@ -199,9 +220,13 @@ BLOOMERY_AVX512 float vec_dot_q4_k_q8_k_avx512(const void* w, const void* a, int
   return out;
 }
 
-BLOOMERY_AVX512 void vec_dot_rows_q4_k_q8_k_avx512(const void* w, const void* const* a, int64_t n, float* out) {
+BLOOMERY_AVX512 void vec_dot_rows_q4_k_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n,
+                                                   float* out) {
+  using Tile = void (*)(const BlockQ4_K* const*, const BlockQ8_K* const*, int64_t, float*);
+  static constexpr Tile kTiles[kDotRows] = {q4_k_tile<1, 1>, q4_k_tile<1, 2>, q4_k_tile<1, 3>, q4_k_tile<1, 4>,
+                                            q4_k_tile<1, 5>, q4_k_tile<1, 6>, q4_k_tile<1, 7>, q4_k_tile<1, 8>};
   const auto* x = static_cast<const BlockQ4_K*>(w);
-  q4_k_tile<1, kDotRows>(&x, reinterpret_cast<const BlockQ8_K* const*>(a), n, out);
+  kTiles[rows - 1](&x, reinterpret_cast<const BlockQ8_K* const*>(a), n, out);
 }
 
 BLOOMERY_AVX512 float vec_dot_q5_k_q8_k_avx512(const void* w, const void* a, int64_t n) {
@@ -299,8 +324,7 @@ BLOOMERY_AVX512 inline void q6_k_tile(const BlockQ6_K* const* x, const BlockQ8_K
       }
     }
   }
-  for (int w = 0; w < W; ++w)
-    for (int r = 0; r < R; ++r) out[w * R + r] = _mm512_reduce_add_ps(acc[w][r]);
+  for (int w = 0; w < W; ++w) sum_each<R>(acc[w], out + w * R);
 }
 
 }  // namespace
@@ -313,9 +337,13 @@ BLOOMERY_AVX512 float vec_dot_q6_k_q8_k_avx512(const void* w, const void* a, int
   return out;
 }
 
-BLOOMERY_AVX512 void vec_dot_rows_q6_k_q8_k_avx512(const void* w, const void* const* a, int64_t n, float* out) {
+BLOOMERY_AVX512 void vec_dot_rows_q6_k_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n,
+                                                   float* out) {
+  using Tile = void (*)(const BlockQ6_K* const*, const BlockQ8_K* const*, int64_t, float*);
+  static constexpr Tile kTiles[kDotRows] = {q6_k_tile<1, 1>, q6_k_tile<1, 2>, q6_k_tile<1, 3>, q6_k_tile<1, 4>,
+                                            q6_k_tile<1, 5>, q6_k_tile<1, 6>, q6_k_tile<1, 7>, q6_k_tile<1, 8>};
   const auto* x = static_cast<const BlockQ6_K*>(w);
-  q6_k_tile<1, kDotRows>(&x, reinterpret_cast<const BlockQ8_K* const*>(a), n, out);
+  kTiles[rows - 1](&x, reinterpret_cast<const BlockQ8_K* const*>(a), n, out);
 }
 
 BLOOMERY_AVX512 float vec_dot_iq4_xs_q8_k_avx512(const void* w, const void* a, int64_t n) {

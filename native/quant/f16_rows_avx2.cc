@@ -44,4 +44,12 @@ BLOOMERY_AVX2 void axpy_f16_avx2(float a, const uint16_t* x, float* y, int64_t n
   for (; i < n; ++i) y[i] += a * _cvtsh_ss(x[i]);
 }
 
+BLOOMERY_AVX2 void round_f16_avx2(float* x, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(x + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
+  }
+  for (; i < n; ++i) x[i] = _cvtsh_ss(_cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT));
+}
+
 }  // namespace bloomery::quant

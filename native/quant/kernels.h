@@ -25,11 +25,12 @@ using DequantizeRowFn = void (*)(const void* src, float* dst, int64_t n);
 using QuantizeRowFn = void (*)(const float* src, void* dst, int64_t n);
 using VecDotFn = float (*)(const void* weights, const void* activations, int64_t n);
 
-// Activation rows a multi-row dot takes at once.
-constexpr int kDotRows = 4;
-// out[r] = vec_dot(weights, activations[r], n) for r < kDotRows, bit for bit, with the weight
-// row decoded once for all of them: prompts reuse each decoded weight block kDotRows times.
-using VecDotRowsFn = void (*)(const void* weights, const void* const* activations, int64_t n, float* out);
+// Activation rows a multi-row dot takes at most.
+constexpr int kDotRows = 8;
+// out[r] = vec_dot(weights, activations[r], n) for r < rows (1 to kDotRows), bit for bit, with
+// the weight row decoded once for all of them: prompts reuse each decoded weight block up to
+// kDotRows times.
+using VecDotRowsFn = void (*)(const void* weights, const void* const* activations, int rows, int64_t n, float* out);
 
 struct QuantKernels {
   uint32_t type;             // ggml id of the weight type

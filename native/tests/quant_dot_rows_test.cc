@@ -56,30 +56,92 @@ TEST(quant_multi_row_dots_match_single_row_dots_bit_for_bit) {
       k.quantize_activations(x.data(), a.data() + r * a_bytes, n);
       rows[r] = a.data() + r * a_bytes;
     }
-    float got[kDotRows];
-    k.vec_dot_rows(w.data(), rows, n, got);
-    for (int r = 0; r < kDotRows; ++r) {
-      const float expected = k.vec_dot(w.data(), rows[r], n);
-      CHECK(std::memcmp(&got[r], &expected, sizeof(float)) == 0)
-          << "type " << type << " row " << r << ": " << got[r] << " vs " << expected;
+    for (int count = 1; count <= kDotRows; ++count) {
+      float got[kDotRows];
+      k.vec_dot_rows(w.data(), rows, count, n, got);
+      for (int r = 0; r < count; ++r) {
+        const float expected = k.vec_dot(w.data(), rows[r], n);
+        CHECK(std::memcmp(&got[r], &expected, sizeof(float)) == 0)
+            << "type " << type << " rows " << count << " row " << r << ": " << got[r] << " vs " << expected;
+      }
     }
   }
 }
 
+// Queries of width d against `count` random f16 rows, through `k` and through the scalar tier.
 TEST(quant_f16_row_kernels_match_scalar) {
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> uniform(-2.0f, 2.0f);
-  const int64_t n = 133;  // not a multiple of the vector width: the tails run too
-  std::vector<uint16_t> x(static_cast<size_t>(n));
-  std::vector<float> y(static_cast<size_t>(n));
-  for (uint16_t& v : x) v = fp32_to_fp16(uniform(rng));
-  for (float& v : y) v = uniform(rng);
   const F16RowKernels& simd = f16_row_kernels(cpu::host_simd_tier());
-  const float expected = dot_f16_scalar(x.data(), y.data(), n);
-  const float got = simd.dot(x.data(), y.data(), n);
-  CHECK(std::fabs(got - expected) <= 1e-4f * n) << got << " vs " << expected;
-  std::vector<float> a = y, b = y;
-  axpy_f16_scalar(0.37f, x.data(), a.data(), n);
-  simd.axpy(0.37f, x.data(), b.data(), n);
-  for (int64_t i = 0; i < n; ++i) CHECK(std::fabs(a[i] - b[i]) <= 1e-6f) << i << ": " << b[i] << " vs " << a[i];
+  const F16RowKernels& scalar = f16_row_kernels(SimdTier::kScalar);
+  for (const int64_t d : {int64_t{128}, int64_t{133}}) {  // 133: the tails run too
+    const int64_t count = 37, stride = d + 5;
+    std::vector<uint16_t> rows(static_cast<size_t>(count * stride));
+    for (uint16_t& v : rows) v = fp32_to_fp16(uniform(rng));
+    for (int queries = 1; queries <= kQueryTile; ++queries) {
+      std::vector<float> q(static_cast<size_t>(queries * d)), weights(static_cast<size_t>(queries * count));
+      for (float& v : q) v = uniform(rng);
+      for (float& v : weights) v = uniform(rng);
+      std::vector<float> want(static_cast<size_t>(queries * std::max(d, count))), got(want.size());
+      std::vector<const float*> q_rows, w_rows;
+      std::vector<float*> want_rows, got_rows;
+      for (int i = 0; i < queries; ++i) {
+        q_rows.push_back(q.data() + i * d);
+        w_rows.push_back(weights.data() + i * count);
+        want_rows.push_back(want.data() + i * std::max(d, count));
+        got_rows.push_back(got.data() + i * std::max(d, count));
+      }
+      scalar.scores(rows.data(), stride, count, q_rows.data(), queries, d, 0.5f, want_rows.data());
+      simd.scores(rows.data(), stride, count, q_rows.data(), queries, d, 0.5f, got_rows.data());
+      for (int i = 0; i < queries; ++i)
+        for (int64_t j = 0; j < count; ++j)
+          CHECK(std::fabs(got_rows[i][j] - want_rows[i][j]) <= 1e-5f * d) << d << " q" << i << " row " << j;
+      scalar.weighted_sum(w_rows.data(), queries, rows.data(), stride, count, d, want_rows.data());
+      simd.weighted_sum(w_rows.data(), queries, rows.data(), stride, count, d, got_rows.data());
+      for (int i = 0; i < queries; ++i)
+        for (int64_t j = 0; j < d; ++j)
+          CHECK(std::fabs(got_rows[i][j] - want_rows[i][j]) <= 1e-5f * count) << d << " q" << i << " elem " << j;
+    }
+  }
+  std::vector<float> want(133), got(133);
+  for (float& v : want) v = uniform(rng) * 1e3f;
+  got = want;
+  scalar.round(want.data(), 133);
+  simd.round(got.data(), 133);
+  CHECK(std::memcmp(want.data(), got.data(), 133 * sizeof(float)) == 0) << "f16 rounding";
+}
+
+// A query's scores and weighted sums do not depend on the queries passed with it: the
+// same bits alone as in a full tile (a prompt's pass and one token's pass agree).
+TEST(quant_f16_row_kernels_are_independent_of_the_tile) {
+  std::mt19937 rng(12);
+  std::uniform_real_distribution<float> uniform(-2.0f, 2.0f);
+  const F16RowKernels& k = f16_row_kernels(cpu::host_simd_tier());
+  const int64_t d = 128, count = 29;
+  std::vector<uint16_t> rows(static_cast<size_t>(count * d));
+  for (uint16_t& v : rows) v = fp32_to_fp16(uniform(rng));
+  std::vector<float> q(static_cast<size_t>(kQueryTile * d)), weights(static_cast<size_t>(kQueryTile * count));
+  for (float& v : q) v = uniform(rng);
+  for (float& v : weights) v = uniform(rng);
+  std::vector<float> tile_scores(static_cast<size_t>(kQueryTile * count)),
+      tile_sums(static_cast<size_t>(kQueryTile * d));
+  std::vector<const float*> q_rows, w_rows;
+  std::vector<float*> score_rows, sum_rows;
+  for (int i = 0; i < kQueryTile; ++i) {
+    q_rows.push_back(q.data() + i * d);
+    w_rows.push_back(weights.data() + i * count);
+    score_rows.push_back(tile_scores.data() + i * count);
+    sum_rows.push_back(tile_sums.data() + i * d);
+  }
+  k.scores(rows.data(), d, count, q_rows.data(), kQueryTile, d, 0.25f, score_rows.data());
+  k.weighted_sum(w_rows.data(), kQueryTile, rows.data(), d, count, d, sum_rows.data());
+  for (int i = 0; i < kQueryTile; ++i) {
+    std::vector<float> alone_scores(static_cast<size_t>(count)), alone_sums(static_cast<size_t>(d));
+    float* s = alone_scores.data();
+    float* o = alone_sums.data();
+    k.scores(rows.data(), d, count, &q_rows[i], 1, d, 0.25f, &s);
+    k.weighted_sum(&w_rows[i], 1, rows.data(), d, count, d, &o);
+    CHECK(std::memcmp(s, score_rows[i], count * sizeof(float)) == 0) << "scores of query " << i;
+    CHECK(std::memcmp(o, sum_rows[i], d * sizeof(float)) == 0) << "sums of query " << i;
+  }
 }
