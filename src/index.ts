@@ -14,7 +14,7 @@ export {
 } from "./system.js";
 export { readGgufInfo, writeGguf } from "./gguf.js";
 export type * from "./gguf/types.js";
-export { loadModel, Model, type LoadModelOptions, type ModelInfo, type GpuOptions } from "./model.js";
+export { loadModel, Model, type LoadModelOptions, type ModelInfo, type ModelStats, type GpuOptions } from "./model.js";
 export type { TokenizeOptions, DetokenizeOptions } from "./tokenizer.js";
 export type { ChatMessage, ApplyChatTemplateOptions } from "./chat/template.js";
 export {

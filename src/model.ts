@@ -27,6 +27,14 @@ export interface LoadModelOptions {
   threads?: number;
   /** Tokens each session holds (default: the model's trained context, at most 4096). */
   contextSize?: number;
+  /**
+   * Sequences decoded together (default 2): the scheduler thread runs the next tokens of up to
+   * this many generating or evaluating sessions in one forward pass, so each weight is read once
+   * for all of them; further sessions wait in the order they asked. On the CPU the sequences
+   * share every matrix product; a GPU model runs them one after another within each step (not
+   * batched yet).
+   */
+  parallel?: number;
   /** A Jinja chat template to use instead of the file's `tokenizer.chat_template`. */
   chatTemplate?: string;
 }
@@ -50,6 +58,8 @@ export interface ModelInfo {
   /** Tokens each session holds. */
   contextSize: number;
   threads: number;
+  /** Sequences decoded together (`LoadModelOptions.parallel`). */
+  parallel: number;
   /** Whether the whole model runs on the GPU. */
   gpu: boolean;
   /** Beginning- and end-of-sequence tokens (-1 when the model names none). */
@@ -61,6 +71,31 @@ export interface ModelInfo {
   bytes: number;
   /** The chat template stored in the file (`tokenizer.chat_template`), if any. */
   chatTemplate?: string;
+}
+
+/** A snapshot of {@link Model.stats}: the scheduler's work since the model was loaded. */
+export interface ModelStats {
+  /** Prompt (and `evaluate`) tokens run. */
+  promptTokens: number;
+  /** Generated tokens fed back, one row each. */
+  decodeTokens: number;
+  /** promptTokens over the wall time of the passes that ran prompt tokens. */
+  promptTokensPerSecond: number;
+  /**
+   * decodeTokens over the wall time of the passes that ran generated tokens: the total decode
+   * rate of all streams together. A pass with both kinds counts in both rates.
+   */
+  decodeTokensPerSecond: number;
+  /** Sequences running now: at most `info.parallel`. */
+  activeSequences: number;
+  /** Sequences waiting for a place, served in the order they asked. */
+  waitingSequences: number;
+  /** Forward passes run. */
+  passes: number;
+  /** Token rows per pass, on average. */
+  meanRowsPerPass: number;
+  /** Sessions per pass, on average: above 1 when streams shared passes. */
+  meanSequencesPerPass: number;
 }
 
 /** What loadModel reads from the file besides the engine's view. @internal */
@@ -127,7 +162,6 @@ export class Model {
     const session = new Session(
       callNative((a) => a.createSession(handle)),
       {
-        contextSize: this.info.contextSize,
         eosToken: this.info.eosToken,
         tokenizer: this.#tokenizer,
         sessionClosed: (s) => this.#sessions.delete(s),
@@ -135,6 +169,26 @@ export class Model {
     );
     this.#sessions.add(session);
     return session;
+  }
+
+  /**
+   * What the scheduler has done since the model was loaded, and what it is doing now. Counters
+   * only grow; compare two snapshots for the rates of a period.
+   */
+  stats(): ModelStats {
+    const handle = this.#live();
+    const s = callNative((a) => a.modelStats(handle));
+    return {
+      promptTokens: s.promptTokens,
+      decodeTokens: s.decodeTokens,
+      promptTokensPerSecond: s.promptSeconds > 0 ? s.promptTokens / s.promptSeconds : 0,
+      decodeTokensPerSecond: s.decodeSeconds > 0 ? s.decodeTokens / s.decodeSeconds : 0,
+      activeSequences: s.active,
+      waitingSequences: s.waiting,
+      passes: s.passes,
+      meanRowsPerPass: s.passes > 0 ? s.rows / s.passes : 0,
+      meanSequencesPerPass: s.passes > 0 ? s.sequenceRows / s.passes : 0,
+    };
   }
 
   /** Disposes every session of the model, then frees the model. Later calls throw BloomeryError DISPOSED. */
@@ -206,7 +260,7 @@ function resolveGpu(gpu: LoadModelOptions["gpu"]): NativeLoadOptions["gpu"] {
  * trained context), or the GGUF reader's codes.
  */
 export async function loadModel(path: string, options: LoadModelOptions = {}): Promise<Model> {
-  for (const key of ["threads", "contextSize"] as const) {
+  for (const key of ["threads", "contextSize", "parallel"] as const) {
     const value = options[key];
     if (value !== undefined && (!Number.isInteger(value) || value < 1)) {
       throw new BloomeryError("INVALID_ARGUMENT", `${key} must be a positive integer`, { [key]: value });
@@ -215,6 +269,7 @@ export async function loadModel(path: string, options: LoadModelOptions = {}): P
   const nativeOptions: NativeLoadOptions = {};
   if (options.threads !== undefined) nativeOptions.threads = options.threads;
   if (options.contextSize !== undefined) nativeOptions.contextSize = options.contextSize;
+  if (options.parallel !== undefined) nativeOptions.parallel = options.parallel;
   const gpu = resolveGpu(options.gpu);
   if (gpu) nativeOptions.gpu = gpu;
   const file = await readGgufInfo(path);

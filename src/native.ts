@@ -19,6 +19,38 @@ export type NativeModelHandle = { readonly __nativeHandle: "model" };
 export type NativeSessionHandle = { readonly __nativeHandle: "session" };
 /** An opaque handle to one generation's sampler (native/addon/sampling.cc). */
 export type NativeSamplerHandle = { readonly __nativeHandle: "sampler" };
+/** An opaque handle to a running generation (native/addon/generation.cc). */
+export type NativeGenerationHandle = { readonly __nativeHandle: "generation" };
+
+/** Where a native generation's time went (native/engine/scheduler.h GenerationTimings). */
+export interface NativeGenerationTimings {
+  promptTokens: number;
+  promptMs: number;
+  decodeTokens: number;
+  decodeMs: number;
+}
+
+/** What a native generation tells its listener: each token, then its end, once. */
+export type NativeGenerationEvent =
+  | { token: number; timings: NativeGenerationTimings }
+  | {
+      end: "eos" | "maxTokens" | "contextFull" | "abort";
+      timings: NativeGenerationTimings;
+      error?: Error;
+    };
+
+/** The scheduler's counters (native/engine/scheduler.h SchedulerStats). */
+export interface NativeModelStats {
+  promptTokens: number;
+  decodeTokens: number;
+  promptSeconds: number;
+  decodeSeconds: number;
+  passes: number;
+  rows: number;
+  sequenceRows: number;
+  active: number;
+  waiting: number;
+}
 
 /** What createSampler() reads; left-out settings take the engine's defaults (native/engine/sampler.h). */
 export interface NativeSamplerOptions {
@@ -42,6 +74,7 @@ export type RawModelInfo = Omit<ModelInfo, "quantMix" | "bytes" | "chatTemplate"
 export interface NativeLoadOptions {
   threads?: number;
   contextSize?: number;
+  parallel?: number;
   gpu?: { device?: number; budget?: number };
 }
 
@@ -53,14 +86,26 @@ export interface NativeAddon {
   loadModel(path: string, options: NativeLoadOptions): Promise<NativeModelHandle>;
   modelInfo(model: NativeModelHandle): RawModelInfo;
   disposeModel(model: NativeModelHandle): void;
+  modelStats(model: NativeModelHandle): NativeModelStats;
   createSession(model: NativeModelHandle): NativeSessionHandle;
   sessionEvaluate(session: NativeSessionHandle, tokens: Int32Array, allLogits: boolean): Promise<Float32Array>;
   sessionReset(session: NativeSessionHandle): void;
   sessionPosition(session: NativeSessionHandle): number;
   disposeSession(session: NativeSessionHandle): void;
   createSampler(options: NativeSamplerOptions): NativeSamplerHandle;
-  /** Evaluates `tokens`, adds them to the sampler's history, and draws the next token. */
-  sessionSample(session: NativeSessionHandle, tokens: Int32Array, sampler: NativeSamplerHandle): Promise<number>;
+  /**
+   * Starts a generation on the model's scheduler thread: evaluates `prompt`, then draws up to
+   * `maxTokens` tokens, calling `listener` on the JS thread with each and then with the end.
+   */
+  sessionGenerate(
+    session: NativeSessionHandle,
+    prompt: Int32Array,
+    sampler: NativeSamplerHandle,
+    maxTokens: number,
+    listener: (event: NativeGenerationEvent) => void,
+  ): NativeGenerationHandle;
+  /** Ends a generation at once; the session keeps the prompt and `keptTokens - 1` drawn tokens (none of it for 0). */
+  generationCancel(generation: NativeGenerationHandle, keptTokens: number): void;
   disposeSampler(sampler: NativeSamplerHandle): void;
   NativeTokenizer: new (path: string) => NativeTokenizer;
   NativeStreamDecoder: new (tokenizer: NativeTokenizer, special: boolean) => NativeStreamDecoder;

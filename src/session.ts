@@ -2,8 +2,14 @@
  * Session: one sequence with its own KV state, evaluated by the native engine off the JS thread.
  * @module
  */
-import { BloomeryError } from "./errors.js";
-import { callNative, callNativeAsync, type NativeSamplerHandle, type NativeSessionHandle } from "./native.js";
+import { BloomeryError, fromNativeError } from "./errors.js";
+import {
+  callNative,
+  callNativeAsync,
+  type NativeGenerationEvent,
+  type NativeSamplerHandle,
+  type NativeSessionHandle,
+} from "./native.js";
 import { nativeSamplerOptions, StopStrings, type SamplingOptions } from "./sampling.js";
 import type { Tokenizer } from "./tokenizer.js";
 
@@ -25,8 +31,9 @@ export interface GenerateOptions extends SamplingOptions {
   stop?: string | readonly string[];
   /**
    * Aborting it ends generation at once with stop reason `"abort"`: the iteration ends without
-   * waiting for the forward pass in flight (which still finishes, before the session's next call
-   * starts), nothing more is emitted, and `.result` keeps the text emitted so far.
+   * waiting for the forward pass in flight (whose results are dropped), nothing more is emitted,
+   * `.result` keeps the text emitted so far, and the session's context keeps the prompt and the
+   * tokens emitted but the last (nothing of the generation when none was emitted).
    */
   signal?: AbortSignal;
 }
@@ -48,7 +55,11 @@ export interface GenerateChunk {
  */
 export type StopReason = "eos" | "maxTokens" | "stop" | "abort" | "contextFull";
 
-/** Where the time of a {@link Session.generate} run went. */
+/**
+ * Where the time of a {@link Session.generate} run went, as wall-clock time: passes shared with
+ * other sessions' streams count in full, and time spent waiting for a place (more sessions than
+ * the model's `parallel`) does not count.
+ */
 export interface GenerateTimings {
   /** Prompt tokens evaluated. */
   promptTokens: number;
@@ -56,7 +67,7 @@ export interface GenerateTimings {
   promptMs: number;
   /** Generated tokens evaluated after the prompt, one forward pass each. */
   decodeTokens: number;
-  /** Milliseconds those passes took, each with its draw. */
+  /** Milliseconds from the first token drawn to the last. */
   decodeMs: number;
 }
 
@@ -88,7 +99,6 @@ interface GenerateRun {
 
 /** What a session needs to know of its model. @internal */
 export interface SessionModel {
-  readonly contextSize: number;
   readonly eosToken: number;
   readonly tokenizer: Tokenizer;
   sessionClosed(session: Session): void;
@@ -96,7 +106,8 @@ export interface SessionModel {
 
 /**
  * One sequence with its own KV cache. Calls run one after another, in the order they are made;
- * the forward passes run on a worker thread. Create sessions with `Model.createSession()`.
+ * the forward passes run on the model's scheduler thread, in one pass with the other sessions'
+ * work (see `LoadModelOptions.parallel`). Create sessions with `Model.createSession()`.
  */
 export class Session {
   #handle: NativeSessionHandle | undefined;
@@ -138,7 +149,9 @@ export class Session {
    * one, or tokens as given), then draws one token after another with the sampling settings (greedy
    * by default) until the end-of-sequence token (not yielded), `maxTokens`, a stop string, the
    * signal, or a full context. Leaving the `for await` loop stops it before the next forward pass.
-   * The generation holds the session: its other calls wait until it ends.
+   * The generation holds the session: its other calls wait until it ends. The tokens are drawn on
+   * the model's scheduler thread, which runs ahead of the iteration; the context ends up as if it
+   * had not (see `signal`).
    *
    * Throws BloomeryError INVALID_ARGUMENT naming the option that is out of range.
    */
@@ -203,45 +216,39 @@ export class Session {
     const { prompt, sampler, maxTokens, stop, signal } = run;
     const decoder = this.#model.tokenizer.createDecoder();
     const tokens: number[] = [];
-    const timings: GenerateTimings = { promptTokens: prompt.length, promptMs: 0, decodeTokens: 0, decodeMs: 0 };
+    let timings: GenerateTimings = { promptTokens: 0, promptMs: 0, decodeTokens: 0, decodeMs: 0 };
     let text = "";
     let stopReason: StopReason | undefined;
-    let inflight: Promise<number> | undefined;
+    let cancel: ((keptTokens: number) => void) | undefined;
     const turn = this.#takeTurn();
     try {
       if ((await untilAborted(turn, signal)) === ABORTED) stopReason = "abort";
-      let input = prompt;
+      const events = new EventQueue<NativeGenerationEvent>();
+      if (stopReason === undefined) {
+        const batch = Int32Array.from(prompt);
+        const generation = callNative((a) =>
+          a.sessionGenerate(handle, batch, sampler, maxTokens, (event) => events.push(event)),
+        );
+        cancel = (kept) => callNative((a) => a.generationCancel(generation, kept));
+      }
       while (stopReason === undefined) {
-        if (signal?.aborted) stopReason = "abort";
-        else if (tokens.length >= maxTokens) stopReason = "maxTokens";
-        else if (this.position + input.length > this.#model.contextSize) stopReason = "contextFull";
-        if (stopReason !== undefined) break;
-
-        const startedAt = performance.now();
-        const batch = Int32Array.from(input);
-        inflight = callNativeAsync((a) => a.sessionSample(handle, batch, sampler));
-        const token = await untilAborted(inflight, signal);
-        if (token === ABORTED) {
+        const event = await untilAborted(events.next(), signal);
+        if (event === ABORTED) {
           stopReason = "abort";
           break;
         }
-        inflight = undefined;
-        const ms = performance.now() - startedAt;
-        if (input === prompt) timings.promptMs = ms;
-        else {
-          timings.decodeTokens += input.length;
-          timings.decodeMs += ms;
-        }
-        if (token === this.#model.eosToken) {
-          stopReason = "eos";
+        timings = { ...event.timings };
+        if ("end" in event) {
+          cancel = undefined;
+          if (event.error) throw fromNativeError(event.error);
+          stopReason = event.end;
           break;
         }
-        tokens.push(token);
-        const piece = stop.push(decoder.push(token));
+        tokens.push(event.token);
+        const piece = stop.push(decoder.push(event.token));
         text += piece.text;
         if (piece.stopped) stopReason = "stop";
-        yield { text: piece.text, tokens: [token] };
-        input = [token];
+        yield { text: piece.text, tokens: [event.token] };
       }
       if (stopReason === "eos" || stopReason === "maxTokens" || stopReason === "contextFull") {
         // What the decoder and the stop strings held back is text after all.
@@ -256,15 +263,13 @@ export class Session {
       run.settle.reject(error);
       throw error;
     } finally {
+      // Still running: a stop string, the signal, or the consumer leaving the loop ended it here.
+      cancel?.(tokens.length);
       // Reached without a stop reason only when the consumer left the loop.
       run.settle.resolve({ text, tokens, stopReason: stopReason ?? "abort", timings });
-      // The session's next call, and freeing the sampler, wait for the pass in flight.
-      const release = () => {
-        void turn.then((done) => done());
-        callNative((a) => a.disposeSampler(sampler));
-      };
-      if (inflight) void inflight.then(release, release);
-      else release();
+      // The session's next call is queued behind the cancelled generation by the scheduler.
+      void turn.then((done) => done());
+      callNative((a) => a.disposeSampler(sampler));
     }
   }
 
@@ -290,6 +295,24 @@ export class Session {
 }
 
 const ABORTED = Symbol("aborted");
+
+/** Values pushed by a producer, taken in order by one consumer that awaits them. */
+class EventQueue<T> {
+  readonly #values: T[] = [];
+  #waiting: ((value: T) => void) | undefined;
+
+  push(value: T): void {
+    const waiting = this.#waiting;
+    this.#waiting = undefined;
+    if (waiting) waiting(value);
+    else this.#values.push(value);
+  }
+
+  next(): Promise<T> {
+    if (this.#values.length > 0) return Promise.resolve(this.#values.shift()!);
+    return new Promise((resolve) => (this.#waiting = resolve));
+  }
+}
 
 /** `promise`, or ABORTED as soon as `signal` aborts (the promise keeps running). */
 function untilAborted<T>(promise: Promise<T>, signal: AbortSignal | undefined): Promise<T | typeof ABORTED> {

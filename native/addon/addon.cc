@@ -11,6 +11,7 @@ Napi::Object init(Napi::Env env, Napi::Object exports) {
   bloomery::addon::register_tokenizer(env, exports);
   bloomery::addon::register_model(env, exports);
   bloomery::addon::register_sampling(env, exports);
+  bloomery::addon::register_generation(env, exports);
   return exports;
 }
 

@@ -6,8 +6,9 @@
 #include <memory>
 
 namespace bloomery::engine {
+class Sampler;
 class Session;
-}
+}  // namespace bloomery::engine
 
 namespace bloomery::addon {
 
@@ -16,9 +17,14 @@ void register_gguf(Napi::Env env, Napi::Object exports);
 void register_tokenizer(Napi::Env env, Napi::Object exports);
 void register_model(Napi::Env env, Napi::Object exports);
 void register_sampling(Napi::Env env, Napi::Object exports);
+void register_generation(Napi::Env env, Napi::Object exports);
 
 // The live session behind the session handle info[index] (model.cc owns the handles); throws
 // INVALID_ARGUMENT for anything else and DISPOSED for a disposed session.
 std::shared_ptr<engine::Session> session_argument(const Napi::CallbackInfo& info, size_t index);
+
+// The live sampler behind the sampler handle info[index] (sampling.cc owns the handles); throws
+// INVALID_ARGUMENT for anything else and DISPOSED for a disposed sampler.
+std::shared_ptr<engine::Sampler> sampler_argument(const Napi::CallbackInfo& info, size_t index);
 
 }  // namespace bloomery::addon

@@ -1,17 +1,14 @@
-// The sampling bindings: createSampler(options) makes a sampler for one generation, and
-// sessionSample(session, tokens, sampler) evaluates the tokens and draws the next one on a
-// worker thread, so the vocabulary-sized logits row never crosses into JavaScript.
+// The sampling bindings: createSampler(options) makes a sampler for one generation, which
+// sessionGenerate (generation.cc) hands to the scheduler thread, so the vocabulary-sized
+// logits row never crosses into JavaScript.
 #include <memory>
-#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "addon/async.h"
 #include "addon/bindings.h"
 #include "addon/errors.h"
 #include "engine/sampler.h"
-#include "engine/session.h"
 
 namespace bloomery::addon {
 
@@ -19,16 +16,8 @@ namespace {
 
 constexpr napi_type_tag kSamplerTag{0x6c6f6f6d73616d70, 0x0000000000000003};
 
-// A step holds the sampler while it runs; the mutex keeps two steps from sharing its history
-// and generator at once.
-struct SamplerState {
-  explicit SamplerState(engine::SamplerParams params) : sampler(std::move(params)) {}
-  std::mutex mutex;
-  engine::Sampler sampler;
-};
-
 struct SamplerHandle {
-  std::shared_ptr<SamplerState> state;
+  std::shared_ptr<engine::Sampler> sampler;
 };
 
 SamplerHandle& unwrap_sampler(const Napi::CallbackInfo& info, size_t index) {
@@ -114,53 +103,32 @@ Napi::Value create_sampler(const Napi::CallbackInfo& info) {
     params.seed = read_seed(o);
     params.logit_bias = read_bias(o);
     auto external = Napi::External<SamplerHandle>::New(
-        info.Env(), new SamplerHandle{std::make_shared<SamplerState>(std::move(params))},
+        info.Env(), new SamplerHandle{std::make_shared<engine::Sampler>(std::move(params))},
         [](Napi::Env, SamplerHandle* h) { delete h; });
     external.TypeTag(&kSamplerTag);
     return external;
   });
 }
 
-// sessionSample(session, tokens: Int32Array, sampler) -> Promise<number>: appends the tokens to
-// the session's context and to the sampler's history, then draws the next token.
-Napi::Value session_sample(const Napi::CallbackInfo& info) {
-  return guarded(info, [&]() -> Napi::Value {
-    std::shared_ptr<engine::Session> session = session_argument(info, 0);
-    if (info.Length() < 2 || !info[1].IsTypedArray() ||
-        info[1].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array) {
-      throw to_js_error(info.Env(), "INVALID_ARGUMENT", "tokens must be an Int32Array");
-    }
-    const Napi::Int32Array tokens = info[1].As<Napi::Int32Array>();
-    std::shared_ptr<SamplerState> sampler = unwrap_sampler(info, 2).state;
-    if (!sampler) throw to_js_error(info.Env(), "DISPOSED", "the sampler has been disposed");
-    return run_async(
-        info.Env(),
-        [session = std::move(session),
-         batch = std::vector<int32_t>(tokens.Data(), tokens.Data() + tokens.ElementLength()),
-         sampler = std::move(sampler)] {
-          std::lock_guard lock(sampler->mutex);
-          const std::vector<float> logits = session->evaluate(batch);
-          sampler->sampler.accept(batch);
-          return sampler->sampler.sample(logits);
-        },
-        [](Napi::Env env, int32_t token) { return Napi::Number::New(env, token); });
-  });
-}
-
-// disposeSampler(sampler): frees its buffers now rather than at garbage collection; a step in
-// flight keeps them until it ends.
+// disposeSampler(sampler): frees its buffers now rather than at garbage collection; a running
+// generation keeps them until it ends.
 Napi::Value dispose_sampler(const Napi::CallbackInfo& info) {
   return guarded(info, [&]() -> Napi::Value {
-    unwrap_sampler(info, 0).state.reset();
+    unwrap_sampler(info, 0).sampler.reset();
     return info.Env().Undefined();
   });
 }
 
 }  // namespace
 
+std::shared_ptr<engine::Sampler> sampler_argument(const Napi::CallbackInfo& info, size_t index) {
+  std::shared_ptr<engine::Sampler> sampler = unwrap_sampler(info, index).sampler;
+  if (!sampler) throw to_js_error(info.Env(), "DISPOSED", "the sampler has been disposed");
+  return sampler;
+}
+
 void register_sampling(Napi::Env env, Napi::Object exports) {
   exports.Set("createSampler", Napi::Function::New(env, create_sampler, "createSampler"));
-  exports.Set("sessionSample", Napi::Function::New(env, session_sample, "sessionSample"));
   exports.Set("disposeSampler", Napi::Function::New(env, dispose_sampler, "disposeSampler"));
 }
 

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "engine/scheduler.h"
 
 namespace bloomery::engine {
 
@@ -24,44 +25,24 @@ int64_t resolve_context_size(const model::HyperParams& p, int64_t requested) {
 Runtime::Runtime(std::unique_ptr<model::Model> model, const RuntimeOptions& options)
     : model_(std::move(model)),
       context_size_(resolve_context_size(model_->params, options.context_size)),
+      parallel_(options.parallel),
+      step_tokens_(options.step_tokens),
       pool_(options.threads) {
+  if (parallel_ < 1) throw Error("INVALID_ARGUMENT", "parallel must be a positive integer");
+  if (step_tokens_ < parallel_) {
+    throw Error("INVALID_ARGUMENT", "a step of " + std::to_string(step_tokens_) + " tokens cannot hold " +
+                                        std::to_string(parallel_) + " parallel sequences");
+  }
   if (options.gpu) gpu_ = upload_model(*model_, *options.gpu, context_size_);
+  scheduler_ = Scheduler::start(*this);
 }
+
+Runtime::~Runtime() { scheduler_->stop(); }
 
 Session::Session(std::shared_ptr<Runtime> runtime)
     : runtime_(std::move(runtime)),
       cache_(runtime_->model().params, runtime_->on_gpu() ? 0 : runtime_->context_size()) {
   if (runtime_->on_gpu()) gpu_ = create_gpu_sequence(*runtime_->gpu_, runtime_->context_size());
-}
-
-std::vector<float> Session::evaluate(std::span<const int32_t> tokens, LogitRows rows) {
-  std::lock_guard lock(runtime_->compute_);
-  const model::HyperParams& p = runtime_->model().params;
-  if (tokens.empty()) throw Error("INVALID_ARGUMENT", "evaluate needs at least one token");
-  for (const int32_t token : tokens) {
-    if (token < 0 || token >= p.vocab) {
-      throw Error("INVALID_ARGUMENT",
-                  "token " + std::to_string(token) + " is outside the vocabulary of " + std::to_string(p.vocab));
-    }
-  }
-  const int64_t end = position_ + static_cast<int64_t>(tokens.size());
-  if (end > runtime_->context_size()) {
-    throw Error("CONTEXT_TOO_LONG", std::to_string(end) + " tokens do not fit the context of " +
-                                        std::to_string(runtime_->context_size()) + " tokens");
-  }
-  std::vector<float> logits;
-  if (gpu_) {
-    gpu_forward(*runtime_->gpu_, *gpu_, tokens, position_, rows, logits);
-  } else {
-    forward(runtime_->model(), tokens, position_, cache_, rows, logits, scratch_, runtime_->pool_);
-  }
-  position_ = end;
-  return logits;
-}
-
-void Session::reset() {
-  std::lock_guard lock(runtime_->compute_);
-  position_ = 0;
 }
 
 }  // namespace bloomery::engine
