@@ -79,12 +79,13 @@ export interface ModelStats {
   promptTokens: number;
   /** Generated tokens fed back, one row each. */
   decodeTokens: number;
-  /** promptTokens over the wall time of the passes that ran prompt tokens. */
+  /** Wall time of the passes that ran prompt tokens. */
+  promptSeconds: number;
+  /** Wall time of the passes that ran generated tokens (a pass with both kinds counts in both). */
+  decodeSeconds: number;
+  /** promptTokens / promptSeconds. */
   promptTokensPerSecond: number;
-  /**
-   * decodeTokens over the wall time of the passes that ran generated tokens: the total decode
-   * rate of all streams together. A pass with both kinds counts in both rates.
-   */
+  /** decodeTokens / decodeSeconds: the total decode rate of all streams together. */
   decodeTokensPerSecond: number;
   /** Sequences running now: at most `info.parallel`. */
   activeSequences: number;
@@ -181,6 +182,8 @@ export class Model {
     return {
       promptTokens: s.promptTokens,
       decodeTokens: s.decodeTokens,
+      promptSeconds: s.promptSeconds,
+      decodeSeconds: s.decodeSeconds,
       promptTokensPerSecond: s.promptSeconds > 0 ? s.promptTokens / s.promptSeconds : 0,
       decodeTokensPerSecond: s.decodeSeconds > 0 ? s.decodeTokens / s.decodeSeconds : 0,
       activeSequences: s.active,
