@@ -81,7 +81,8 @@ describe("parallel streams", () => {
     const results = await Promise.all([consume(0, 4), consume(1, 12), consume(2, 12), consume(3, 12)]);
     expect(results[0]).toEqual(expected[0]!.slice(0, 4));
     expect(results.slice(1)).toEqual(expected.slice(1));
-    expect(seenWaiting).toBe(2);
+    // Requests join at step boundaries: all but the first may wait through the first pass.
+    expect(seenWaiting).toBeGreaterThanOrEqual(2);
     const at = (event: string) => events.indexOf(event);
     expect(at("start 0")).toBeLessThan(at("end 0"));
     expect(at("start 1")).toBeLessThan(at("end 0"));
@@ -118,6 +119,21 @@ describe("parallel streams", () => {
     const next = await aborted.generate([taken[2]!], { maxTokens: 5 }).result;
     const straight = await model.createSession().generate(prompts[0]!, { maxTokens: 8 }).result;
     expect([...taken, ...next.tokens]).toEqual(straight.tokens);
+  });
+
+  it("lets an aborted session reset and evaluate at once, while its dropped pass may still run", async () => {
+    const long = Array.from({ length: 480 }, (_, i) => prompts[0]![i % prompts[0]!.length]!);
+    const session = model.createSession();
+    const controller = new AbortController();
+    const iterator = session.generate(long, { signal: controller.signal })[Symbol.asyncIterator]();
+    const first = iterator.next();
+    await new Promise((resolve) => setImmediate(resolve));
+    controller.abort();
+    expect((await first).done).toBe(true);
+    await session.reset();
+    expect(session.position).toBe(0);
+    const token = prompts[0]![0]!;
+    expect(await session.evaluate([token])).toEqual(await model.createSession().evaluate([token]));
   });
 
   it("keeps the event loop turning while a long prompt runs", async () => {

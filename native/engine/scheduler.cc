@@ -199,7 +199,10 @@ void Scheduler::cancel_locked(Request& request, int64_t kept_tokens) {
 
 void Scheduler::reset(Session& session) {
   std::lock_guard lock(mutex_);
-  if (session.busy_) throw Error("INVALID_ARGUMENT", "reset() while the session is evaluating");
+  // A cancelled request's pass may still run, but its results are dropped.
+  if (session.running_ && !session.running_->cancelled) {
+    throw Error("INVALID_ARGUMENT", "reset() while the session is evaluating");
+  }
   session.position_ = 0;
 }
 
@@ -214,7 +217,7 @@ SchedulerStats Scheduler::stats() const {
 bool Scheduler::has_work() const {
   if (!active_.empty()) return true;
   return std::any_of(waiting_.begin(), waiting_.end(),
-                     [](const auto& r) { return r->cancelled || !r->session->busy_; });
+                     [](const auto& r) { return r->cancelled || !r->session->running_; });
 }
 
 void Scheduler::run() {
@@ -256,7 +259,7 @@ void Scheduler::admit(Outbox& out) {
   for (auto it = waiting_.begin(); it != waiting_.end() && active_.size() < runtime_.parallel();) {
     Request& r = **it;
     Session& session = *r.session;
-    if (session.busy_) {
+    if (session.running_) {
       ++it;
       continue;
     }
@@ -279,7 +282,7 @@ void Scheduler::admit(Outbox& out) {
       finish(request, ended(StopReason::kMaxTokens), out);
       continue;
     }
-    session.busy_ = true;
+    session.running_ = &r;
     active_.push_back(std::move(request));
   }
 }
@@ -412,7 +415,7 @@ void Scheduler::commit(Pass& pass, Outbox& out) {
 void Scheduler::finish(std::shared_ptr<Request> request, RequestEnd end, Outbox& out) {
   Request& r = *request;
   if (r.admitted) {
-    r.session->busy_ = false;
+    r.session->running_ = nullptr;
     std::erase(active_, request);
   }
   r.pending = -1;

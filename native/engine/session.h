@@ -18,6 +18,7 @@
 
 namespace bloomery::engine {
 
+class Request;
 class Scheduler;
 
 inline constexpr int64_t kDefaultContextSize = 4096;
@@ -82,7 +83,7 @@ class Session {
   std::shared_ptr<GpuSequence> gpu_;
   // Written by the scheduler under its mutex; read anywhere.
   std::atomic<int64_t> position_{0};
-  bool busy_ = false;  // a request of this session is running (guarded by the scheduler's mutex)
+  const Request* running_ = nullptr;  // the request of this session that runs now (guarded by the scheduler's mutex)
 };
 
 }  // namespace bloomery::engine
