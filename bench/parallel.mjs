@@ -11,10 +11,10 @@
 // passes that ran them (model.stats(), compared before and after); the end-to-end rate (all
 // generated tokens over the wall time from the first request to the last token, prompts
 // included) is printed beside it. Each stream count keeps its best round. Writes
-// bench/results/<date>-parallel.json.
+// bench/results/<date>-parallel.json, with the machine's load average before and after.
 import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, writeFileSync } from "node:fs";
-import { availableParallelism, tmpdir } from "node:os";
+import { availableParallelism, loadavg, tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { performance } from "node:perf_hooks";
@@ -95,6 +95,8 @@ async function runStreams(model, streams) {
 
 async function main() {
   const modelPath = benchModel();
+  // Other processes on the machine take CPU time from the passes: the report records how busy it was.
+  const loadBefore = loadavg();
   const { loadModel, getSystemInfo } = await import(join(root, "dist/index.js"));
   const model = await loadModel(modelPath, {
     gpu: false,
@@ -132,6 +134,7 @@ async function main() {
     command: `node bench/parallel.mjs ${process.argv.slice(2).join(" ")}`.trim(),
     date,
     machine: getSystemInfo(),
+    loadAverage: { before: loadBefore, after: loadavg() },
     model: { preset: PRESET, path: modelPath },
     settings,
     best,
