@@ -3,7 +3,8 @@ import { loadModel, type Model } from "../src/index.js";
 
 // Ending a generation early: an AbortSignal stops it at once (the iteration does not wait for the
 // forward pass in flight), leaving out of the for-await loop stops it before the next pass, and in
-// both cases the session serves the next request. session.position counts the forward passes.
+// both cases the session serves the next request. session.position counts the tokens in the
+// context: the prompt and the tokens taken but the last (none of the generation if none was taken).
 const MODEL = "models/bloomery-tiny-moe-Q8_0.gguf";
 let model: Model;
 let prompt: number[];
@@ -46,15 +47,16 @@ describe("abort", () => {
     expect(session.position).toBe(prompt.length + 2 + 5);
   });
 
-  it("returns without waiting for the pass in flight, which finishes before the next call", async () => {
-    // A long prompt: its pass takes far longer than the abort takes to land.
+  it("returns without waiting for the pass in flight, and leaves nothing the unanswered prompt evaluated in the context", async () => {
+    // A long prompt: its passes take far longer than the abort takes to land. It begins with
+    // `prompt`, whose state the generations above left in the prompt-state cache.
     const long = Array.from({ length: 600 }, (_, i) => prompt[i % prompt.length]!);
     const session = model.createSession();
     const controller = new AbortController();
     const run = session.generate(long, { maxTokens: 40, signal: controller.signal });
     const iterator = run[Symbol.asyncIterator]();
     const first = iterator.next();
-    // One turn of the event loop: the generation has taken the session and started the prompt's pass.
+    // One turn of the event loop: the generation has taken the session and its prompt's first pass runs.
     await new Promise((resolve) => setImmediate(resolve));
     const abortedAt = performance.now();
     controller.abort();
@@ -62,12 +64,16 @@ describe("abort", () => {
     const returnedMs = performance.now() - abortedAt;
     expect((await run.result).stopReason).toBe("abort");
     expect((await run.result).tokens).toEqual([]);
-    // evaluate() waits for the prompt's pass: the abort returned well before that pass ended.
+    // evaluate() waits for the pass in flight: the abort returned well before that pass ended.
     const logits = await session.evaluate([prompt[0]!]);
     const passMs = performance.now() - abortedAt;
-    expect(logits.length).toBe(model.info.vocabSize);
     expect(returnedMs).toBeLessThan(passMs / 2);
-    expect(session.position).toBe(long.length + 1);
+    // No token was taken, so the context keeps only what the generation found computed when it
+    // started (`prompt`, restored from the cache), as a new session that evaluated it would.
+    expect(session.position).toBe(prompt.length + 1);
+    const fresh = model.createSession();
+    await fresh.evaluate(prompt);
+    expect(logits).toEqual(await fresh.evaluate([prompt[0]!]));
   });
 
   it("runs no pass at all for a signal aborted before it starts", async () => {
