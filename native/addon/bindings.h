@@ -8,6 +8,9 @@
 namespace bloomery::engine {
 class Session;
 }
+namespace bloomery::tokenizer {
+class Tokenizer;
+}
 
 namespace bloomery::addon {
 
@@ -20,5 +23,9 @@ void register_sampling(Napi::Env env, Napi::Object exports);
 // The live session behind the session handle info[index] (model.cc owns the handles); throws
 // INVALID_ARGUMENT for anything else and DISPOSED for a disposed session.
 std::shared_ptr<engine::Session> session_argument(const Napi::CallbackInfo& info, size_t index);
+
+// The tokenizer behind a NativeTokenizer object (tokenizer.cc owns them); throws
+// INVALID_ARGUMENT for anything else, naming `what`.
+std::shared_ptr<const tokenizer::Tokenizer> tokenizer_argument(const Napi::Value& value, const char* what);
 
 }  // namespace bloomery::addon

@@ -1,8 +1,10 @@
 // The sampling bindings: createSampler(options) makes a sampler for one generation, and
 // sessionSample(session, tokens, sampler) evaluates the tokens and draws the next one on a
-// worker thread, so the vocabulary-sized logits row never crosses into JavaScript.
+// worker thread, so the vocabulary-sized logits row never crosses into JavaScript;
+// samplerLogprobs(sampler) reports the last draw's log-probabilities.
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "addon/errors.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
+#include "tokenizer/tokenizer.h"
 
 namespace bloomery::addon {
 
@@ -22,9 +25,11 @@ constexpr napi_type_tag kSamplerTag{0x6c6f6f6d73616d70, 0x0000000000000003};
 // A step holds the sampler while it runs; the mutex keeps two steps from sharing its history
 // and generator at once.
 struct SamplerState {
-  explicit SamplerState(engine::SamplerParams params) : sampler(std::move(params)) {}
+  SamplerState(engine::SamplerParams params, std::shared_ptr<const tokenizer::Tokenizer> tokenizer)
+      : sampler(std::move(params), std::move(tokenizer)) {}
   std::mutex mutex;
   engine::Sampler sampler;
+  bool drawn = false;  // after the first draw, the tokens a step brings are generated ones
 };
 
 struct SamplerHandle {
@@ -94,8 +99,9 @@ std::vector<std::pair<int32_t, float>> read_bias(const Napi::Object& options) {
 }
 
 // createSampler({ temperature?, topK?, topP?, minP?, repeatPenalty?, repeatLastN?, presencePenalty?,
-// frequencyPenalty?, seed?, biasTokens?, biasValues? }) -> sampler handle; left-out settings take
-// engine::SamplerParams' defaults.
+// frequencyPenalty?, seed?, biasTokens?, biasValues?, grammar?, logprobs? }, tokenizer?) -> sampler
+// handle; left-out settings take engine::SamplerParams' defaults. A grammar needs the model's
+// NativeTokenizer.
 Napi::Value create_sampler(const Napi::CallbackInfo& info) {
   return guarded(info, [&]() -> Napi::Value {
     if (info.Length() < 1 || !info[0].IsObject()) {
@@ -113,8 +119,17 @@ Napi::Value create_sampler(const Napi::CallbackInfo& info) {
     read_float(o, "frequencyPenalty", params.frequency_penalty);
     params.seed = read_seed(o);
     params.logit_bias = read_bias(o);
+    read_int(o, "logprobs", params.logprobs);
+    const Napi::Value grammar = o.Get("grammar");
+    if (!grammar.IsUndefined()) {
+      if (!grammar.IsString()) throw to_js_error(info.Env(), "INVALID_ARGUMENT", "grammar must be a string");
+      params.grammar = grammar.As<Napi::String>().Utf8Value();
+    }
+    std::shared_ptr<const tokenizer::Tokenizer> tokenizer;
+    if (info.Length() > 1 && !info[1].IsUndefined())
+      tokenizer = tokenizer_argument(info[1], "createSampler's tokenizer");
     auto external = Napi::External<SamplerHandle>::New(
-        info.Env(), new SamplerHandle{std::make_shared<SamplerState>(std::move(params))},
+        info.Env(), new SamplerHandle{std::make_shared<SamplerState>(std::move(params), std::move(tokenizer))},
         [](Napi::Env, SamplerHandle* h) { delete h; });
     external.TypeTag(&kSamplerTag);
     return external;
@@ -122,7 +137,8 @@ Napi::Value create_sampler(const Napi::CallbackInfo& info) {
 }
 
 // sessionSample(session, tokens: Int32Array, sampler) -> Promise<number>: appends the tokens to
-// the session's context and to the sampler's history, then draws the next token.
+// the session's context and gives them to the sampler (the first step's as the prompt, later
+// ones as generated tokens, which move its grammar on), then draws the next token.
 Napi::Value session_sample(const Napi::CallbackInfo& info) {
   return guarded(info, [&]() -> Napi::Value {
     std::shared_ptr<engine::Session> session = session_argument(info, 0);
@@ -140,10 +156,39 @@ Napi::Value session_sample(const Napi::CallbackInfo& info) {
          sampler = std::move(sampler)] {
           std::lock_guard lock(sampler->mutex);
           const std::vector<float> logits = session->evaluate(batch);
-          sampler->sampler.accept(batch);
-          return sampler->sampler.sample(logits);
+          if (sampler->drawn) {
+            for (int32_t token : batch) sampler->sampler.accept(token);
+          } else {
+            sampler->sampler.accept_prompt(batch);
+          }
+          const int32_t next = sampler->sampler.sample(logits);
+          sampler->drawn = true;
+          return next;
         },
         [](Napi::Env env, int32_t token) { return Napi::Number::New(env, token); });
+  });
+}
+
+// samplerLogprobs(sampler) -> { token, logprob, top: [{ token, logprob }] } of the last draw, or
+// null when the sampler was created without `logprobs` or has not drawn yet.
+Napi::Value sampler_logprobs(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    std::shared_ptr<SamplerState> sampler = unwrap_sampler(info, 0).state;
+    if (!sampler) throw to_js_error(info.Env(), "DISPOSED", "the sampler has been disposed");
+    std::lock_guard lock(sampler->mutex);
+    const std::optional<engine::DrawLogprobs>& draw = sampler->sampler.last_logprobs();
+    if (!draw) return info.Env().Null();
+    const auto entry = [&](const engine::TokenLogprob& t) {
+      Napi::Object o = Napi::Object::New(info.Env());
+      o.Set("token", t.token);
+      o.Set("logprob", t.logprob);
+      return o;
+    };
+    Napi::Object out = entry(draw->drawn);
+    Napi::Array top = Napi::Array::New(info.Env(), draw->top.size());
+    for (size_t i = 0; i < draw->top.size(); ++i) top.Set(static_cast<uint32_t>(i), entry(draw->top[i]));
+    out.Set("top", top);
+    return out;
   });
 }
 
@@ -161,6 +206,7 @@ Napi::Value dispose_sampler(const Napi::CallbackInfo& info) {
 void register_sampling(Napi::Env env, Napi::Object exports) {
   exports.Set("createSampler", Napi::Function::New(env, create_sampler, "createSampler"));
   exports.Set("sessionSample", Napi::Function::New(env, session_sample, "sessionSample"));
+  exports.Set("samplerLogprobs", Napi::Function::New(env, sampler_logprobs, "samplerLogprobs"));
   exports.Set("disposeSampler", Napi::Function::New(env, dispose_sampler, "disposeSampler"));
 }
 

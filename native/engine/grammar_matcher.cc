@@ -1,0 +1,150 @@
+#include "engine/grammar_matcher.h"
+
+#include <algorithm>
+
+#include "base/error.h"
+
+namespace bloomery::engine {
+
+namespace {
+
+// Bytes of the UTF-8 sequence `lead` begins; 0 for a byte that cannot begin one.
+size_t sequence_length(uint8_t lead) {
+  if (lead < 0x80) return 1;
+  if ((lead >> 5) == 0x6) return 2;
+  if ((lead >> 4) == 0xe) return 3;
+  if ((lead >> 3) == 0x1e) return 4;
+  return 0;
+}
+
+// The code point of a whole sequence, or the range of those an unfinished one can still become;
+// false when a continuation byte is malformed.
+bool decode(std::string_view bytes, size_t length, uint32_t& low, uint32_t& high) {
+  const auto lead = static_cast<uint8_t>(bytes[0]);
+  uint32_t value = length == 1 ? lead : lead & (0x7fu >> length);
+  for (size_t i = 1; i < bytes.size(); ++i) {
+    const auto next = static_cast<uint8_t>(bytes[i]);
+    if ((next & 0xc0) != 0x80) return false;
+    value = (value << 6) | (next & 0x3f);
+  }
+  const size_t missing_bits = 6 * (length - bytes.size());
+  low = value << missing_bits;
+  high = low | ((1u << missing_bits) - 1);
+  return true;
+}
+
+}  // namespace
+
+GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar) : grammar_(std::move(grammar)) {
+  for (uint32_t start : grammar_->alternatives[grammar_->root]) {
+    Stack stack;
+    if (grammar_->elements[start].kind != ElementKind::kEnd) stack.push_back(start);
+    expand(std::move(stack), state_.stacks);
+  }
+  deduplicate(state_.stacks);
+}
+
+bool GrammarMatcher::allows(std::string_view bytes) const {
+  if (bytes.empty()) return false;
+  // Most tokens fail on their first character: test it on the stacks as they are, before
+  // copying them to read the rest.
+  if (state_.partial.empty()) {
+    const size_t length = sequence_length(static_cast<uint8_t>(bytes[0]));
+    if (length == 0) return false;
+    uint32_t low = 0;
+    uint32_t high = 0;
+    if (!decode(bytes.substr(0, std::min(length, bytes.size())), length, low, high)) return false;
+    const bool readable = std::any_of(state_.stacks.begin(), state_.stacks.end(), [&](const Stack& s) {
+      return !s.empty() && grammar_->classes[grammar_->elements[s.back()].index].intersects(low, high);
+    });
+    if (!readable) return false;
+  }
+  State trial = state_;
+  return read(trial, bytes);
+}
+
+void GrammarMatcher::advance(std::string_view bytes) {
+  State next = state_;
+  if (bytes.empty() || !read(next, bytes)) {
+    throw Error("INVALID_ARGUMENT", "the grammar does not allow the text \"" + std::string(bytes) + "\" here");
+  }
+  state_ = std::move(next);
+}
+
+bool GrammarMatcher::complete() const {
+  return state_.partial.empty() &&
+         std::any_of(state_.stacks.begin(), state_.stacks.end(), [](const Stack& s) { return s.empty(); });
+}
+
+bool GrammarMatcher::read(State& state, std::string_view bytes) const {
+  std::string joined;
+  if (!state.partial.empty()) {
+    joined = state.partial + std::string(bytes);
+    bytes = joined;
+    state.partial.clear();
+  }
+  size_t i = 0;
+  while (i < bytes.size()) {
+    const size_t length = sequence_length(static_cast<uint8_t>(bytes[i]));
+    if (length == 0) return false;
+    const std::string_view sequence = bytes.substr(i, length);
+    uint32_t low = 0;
+    uint32_t high = 0;
+    if (!decode(sequence, length, low, high)) return false;
+    if (sequence.size() < length) {
+      // The character ends in a later token: keep its bytes if some parse could read it.
+      const bool readable = std::any_of(state.stacks.begin(), state.stacks.end(), [&](const Stack& s) {
+        return !s.empty() && grammar_->classes[grammar_->elements[s.back()].index].intersects(low, high);
+      });
+      if (!readable) return false;
+      state.partial = std::string(sequence);
+      return true;
+    }
+    step(state.stacks, low);
+    if (state.stacks.empty()) return false;
+    i += length;
+  }
+  return true;
+}
+
+void GrammarMatcher::step(std::vector<Stack>& stacks, uint32_t code_point) const {
+  const Grammar& g = *grammar_;
+  std::vector<Stack> next;
+  for (const Stack& stack : stacks) {
+    if (stack.empty() || !g.classes[g.elements[stack.back()].index].contains(code_point)) continue;
+    Stack advanced = stack;
+    const uint32_t after = advanced.back() + 1;
+    advanced.pop_back();
+    if (g.elements[after].kind != ElementKind::kEnd) advanced.push_back(after);
+    expand(std::move(advanced), next);
+  }
+  deduplicate(next);
+  stacks = std::move(next);
+}
+
+// Enters rules at the top of `stack` until a character is on top (or nothing is left: a
+// finished parse), one stack per way of doing so. The grammar has no left recursion, so this ends.
+void GrammarMatcher::expand(Stack stack, std::vector<Stack>& out) const {
+  const Grammar& g = *grammar_;
+  if (stack.empty() || g.elements[stack.back()].kind == ElementKind::kChar) {
+    out.push_back(std::move(stack));
+    return;
+  }
+  const uint32_t at = stack.back();
+  const uint32_t rule = g.elements[at].index;
+  stack.pop_back();
+  // The rest of the current alternative waits below the rule; nothing waits when the rule ends it.
+  if (g.elements[at + 1].kind != ElementKind::kEnd) stack.push_back(at + 1);
+  for (uint32_t start : g.alternatives[rule]) {
+    Stack entered = stack;
+    if (g.elements[start].kind != ElementKind::kEnd) entered.push_back(start);
+    expand(std::move(entered), out);
+  }
+}
+
+void GrammarMatcher::deduplicate(std::vector<Stack>& stacks) {
+  std::sort(stacks.begin(), stacks.end());
+  stacks.erase(std::unique(stacks.begin(), stacks.end()), stacks.end());
+}
+
+}  // namespace bloomery::engine
