@@ -26,5 +26,8 @@ export {
   type GenerateResult,
   type GenerateTimings,
   type StopReason,
+  type TokenLogprob,
+  type TokenLogprobs,
 } from "./session.js";
 export type { SamplingOptions } from "./sampling.js";
+export { jsonSchemaToGrammar } from "./grammar/json-schema.js";

@@ -33,6 +33,17 @@ export interface NativeSamplerOptions {
   seed?: number;
   biasTokens?: Int32Array;
   biasValues?: Float32Array;
+  /** GBNF text; needs createSampler's tokenizer. */
+  grammar?: string;
+  /** How many alternatives samplerLogprobs reports; left out: logprobs off. */
+  logprobs?: number;
+}
+
+/** What samplerLogprobs() returns: the drawn token and the most likely ones, log-softmax of the raw logits. */
+export interface RawDrawLogprobs {
+  token: number;
+  logprob: number;
+  top: { token: number; logprob: number }[];
 }
 
 /** What modelInfo() returns: the engine's part of ModelInfo (loadModel adds what it reads from the file). */
@@ -58,7 +69,9 @@ export interface NativeAddon {
   sessionReset(session: NativeSessionHandle): void;
   sessionPosition(session: NativeSessionHandle): number;
   disposeSession(session: NativeSessionHandle): void;
-  createSampler(options: NativeSamplerOptions): NativeSamplerHandle;
+  createSampler(options: NativeSamplerOptions, tokenizer?: NativeTokenizer): NativeSamplerHandle;
+  /** The last draw's log-probabilities; null when the sampler was made without `logprobs`. */
+  samplerLogprobs(sampler: NativeSamplerHandle): RawDrawLogprobs | null;
   /** Evaluates `tokens`, adds them to the sampler's history, and draws the next token. */
   sessionSample(session: NativeSessionHandle, tokens: Int32Array, sampler: NativeSamplerHandle): Promise<number>;
   disposeSampler(sampler: NativeSamplerHandle): void;

@@ -40,6 +40,23 @@ export interface GenerateChunk {
   text: string;
   /** The tokens this chunk adds. */
   tokens: number[];
+  /** With the `logprobs` option: one entry per token of `tokens`, in order. */
+  logprobs?: TokenLogprobs[];
+}
+
+/** A token and its log-probability (natural log). */
+export interface TokenLogprob {
+  token: number;
+  logprob: number;
+}
+
+/**
+ * A generated token's log-probability and the most likely tokens at its step (the `logprobs`
+ * option says how many), most likely first. They are the log-softmax of the model's logits,
+ * before logit bias, penalties, filters, grammar and temperature, as llama-server reports them.
+ */
+export interface TokenLogprobs extends TokenLogprob {
+  top: TokenLogprob[];
 }
 
 /**
@@ -66,6 +83,8 @@ export interface GenerateResult {
   text: string;
   /** Every generated token, including those of a stop string; not the end-of-sequence token. */
   tokens: number[];
+  /** With the `logprobs` option: one entry per token of `tokens`. */
+  logprobs?: TokenLogprobs[];
   stopReason: StopReason;
   timings: GenerateTimings;
 }
@@ -81,6 +100,7 @@ interface GenerateRun {
   prompt: number[];
   sampler: NativeSamplerHandle;
   maxTokens: number;
+  logprobs: boolean;
   stop: StopStrings;
   signal: AbortSignal | undefined;
   settle: { resolve: (r: GenerateResult) => void; reject: (e: unknown) => void };
@@ -155,7 +175,7 @@ export class Session {
     const stop = new StopStrings(options.stop);
     const tokenizer = this.#model.tokenizer;
     const samplerOptions = nativeSamplerOptions(options, tokenizer.info.size);
-    const sampler = callNative((a) => a.createSampler(samplerOptions));
+    const sampler = callNative((a) => a.createSampler(samplerOptions, tokenizer.nativeTokenizer));
     const promptTokens = Array.from(
       typeof prompt === "string" ? tokenizer.tokenize(prompt, { special: true, addSpecial: true }) : prompt,
     );
@@ -163,7 +183,16 @@ export class Session {
     const result = new Promise<GenerateResult>((resolve, reject) => (settle = { resolve, reject }));
     // A caller that only iterates must not leave an unhandled rejection behind.
     result.catch(() => {});
-    const iterator = this.#stream(handle, { prompt: promptTokens, sampler, maxTokens, stop, signal, settle: settle! });
+    const logprobs = samplerOptions.logprobs !== undefined;
+    const iterator = this.#stream(handle, {
+      prompt: promptTokens,
+      sampler,
+      maxTokens,
+      logprobs,
+      stop,
+      signal,
+      settle: settle!,
+    });
     let started = false;
     return {
       [Symbol.asyncIterator]() {
@@ -203,6 +232,7 @@ export class Session {
     const { prompt, sampler, maxTokens, stop, signal } = run;
     const decoder = this.#model.tokenizer.createDecoder();
     const tokens: number[] = [];
+    const logprobs: TokenLogprobs[] | undefined = run.logprobs ? [] : undefined;
     const timings: GenerateTimings = { promptTokens: prompt.length, promptMs: 0, decodeTokens: 0, decodeMs: 0 };
     let text = "";
     let stopReason: StopReason | undefined;
@@ -240,7 +270,13 @@ export class Session {
         const piece = stop.push(decoder.push(token));
         text += piece.text;
         if (piece.stopped) stopReason = "stop";
-        yield { text: piece.text, tokens: [token] };
+        if (logprobs) {
+          const drawn: TokenLogprobs = callNative((a) => a.samplerLogprobs(sampler))!;
+          logprobs.push(drawn);
+          yield { text: piece.text, tokens: [token], logprobs: [drawn] };
+        } else {
+          yield { text: piece.text, tokens: [token] };
+        }
         input = [token];
       }
       if (stopReason === "eos" || stopReason === "maxTokens" || stopReason === "contextFull") {
@@ -249,15 +285,15 @@ export class Session {
         const tail = piece.stopped ? piece.text : piece.text + stop.flush();
         if (piece.stopped) stopReason = "stop";
         text += tail;
-        if (tail) yield { text: tail, tokens: [] };
+        if (tail) yield { text: tail, tokens: [], ...(logprobs && { logprobs: [] }) };
       }
-      run.settle.resolve({ text, tokens, stopReason, timings });
+      run.settle.resolve({ text, tokens, ...(logprobs && { logprobs }), stopReason, timings });
     } catch (error) {
       run.settle.reject(error);
       throw error;
     } finally {
       // Reached without a stop reason only when the consumer left the loop.
-      run.settle.resolve({ text, tokens, stopReason: stopReason ?? "abort", timings });
+      run.settle.resolve({ text, tokens, ...(logprobs && { logprobs }), stopReason: stopReason ?? "abort", timings });
       // The session's next call, and freeing the sampler, wait for the pass in flight.
       const release = () => {
         void turn.then((done) => done());

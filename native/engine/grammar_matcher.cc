@@ -18,8 +18,10 @@ size_t sequence_length(uint8_t lead) {
 }
 
 // The code point of a whole sequence, or the range of those an unfinished one can still become;
-// false when a continuation byte is malformed.
+// false when the bytes are not UTF-8: a malformed continuation byte, an overlong form (which
+// would let a grammar's characters through spelled another way), a surrogate, or beyond U+10FFFF.
 bool decode(std::string_view bytes, size_t length, uint32_t& low, uint32_t& high) {
+  static constexpr uint32_t kShortest[5] = {0, 0, 0x80, 0x800, 0x10000};
   const auto lead = static_cast<uint8_t>(bytes[0]);
   uint32_t value = length == 1 ? lead : lead & (0x7fu >> length);
   for (size_t i = 1; i < bytes.size(); ++i) {
@@ -28,9 +30,10 @@ bool decode(std::string_view bytes, size_t length, uint32_t& low, uint32_t& high
     value = (value << 6) | (next & 0x3f);
   }
   const size_t missing_bits = 6 * (length - bytes.size());
-  low = value << missing_bits;
-  high = low | ((1u << missing_bits) - 1);
-  return true;
+  low = std::max(value << missing_bits, kShortest[length]);
+  high = std::min((value << missing_bits) | ((1u << missing_bits) - 1), 0x10ffffu);
+  if (low > high) return false;
+  return bytes.size() < length || low < 0xd800 || low > 0xdfff;
 }
 
 }  // namespace

@@ -117,6 +117,13 @@ TEST(grammar_utf8_split_across_tokens) {
   CHECK(!m.allows("\xd0"));  // Cyrillic lead byte: nothing in the class begins so
   CHECK(!m.allows("\x80"));  // a stray continuation byte
   CHECK(!m.allows("\xff"));  // never UTF-8
+  // Overlong forms would spell a character the grammar allows in bytes it does not.
+  GrammarMatcher letter = matcher("root ::= \"\xc3\x89\"");  // É, C3 89 in UTF-8
+  CHECK(letter.allows("\xc3"));
+  CHECK(!letter.allows("\xf0\x80"));  // no four-byte form of it is UTF-8
+  CHECK(!letter.allows("\xe0\x83"));  // nor three-byte
+  CHECK(!matcher("root ::= \"e\"").allows("\xc1\xa5"));
+  CHECK(!matcher("root ::= [^a]").allows("\xed\xa0\x80"));  // a surrogate
   CHECK(!matcher("root ::= [^a]").allows(""));
   // A negated class lets through a character begun by bytes its ranges do not cover whole.
   CHECK(accepts_bytewise("root ::= [^\xce\xb1] [^\xce\xb1]", "\xce\xb2\xe4\xb8\x80"));
