@@ -2,11 +2,12 @@
 // streams it (a first delta with the role, content deltas, a last chunk with finish_reason, a
 // usage chunk when asked, then [DONE]).
 import type { FastifyInstance } from "fastify";
+import type { TokenLogprobs } from "../../../src/index.js";
 import type { ServerContext } from "../context.js";
-import { Fields, isObject } from "../fields.js";
+import { Fields } from "../fields.js";
 import { openAiMessages } from "../messages.js";
 import { finishReason, llamaTimings, promptTokens, responseId, SYSTEM_FINGERPRINT, unixSeconds } from "../responses.js";
-import { readMaxTokens, readSampling } from "../sampling.js";
+import { openAiLogprobs, readLogprobs, readMaxTokens, readSampling } from "../sampling.js";
 import { clientSignal, SseStream, streamReply } from "../sse.js";
 import { readOpenAiCommon } from "./openai-completions.js";
 
@@ -21,13 +22,13 @@ export function registerOpenAiChat(app: FastifyInstance, context: ServerContext)
       const maxTokens = readMaxTokens(f, ["max_completion_tokens", "max_tokens", "n_predict"]);
       const stop = f.strings("stop");
       const sampling = readSampling(f, { temperature: context.config.temperature, vocabSize: model.info.vocabSize });
+      const logprobs = readLogprobs(f, "chat");
       f.unsupported("tools", (v) => Array.isArray(v) && v.length === 0);
       f.unsupported("tool_choice", (v) => v === "none");
-      f.unsupported("response_format", (v) => isObject(v) && v.type === "text" && Object.keys(v).length === 1);
       f.finish();
 
       const prompt = promptTokens(model, model.applyChatTemplate(messages, { templateKwargs }));
-      const options = { ...sampling, maxTokens, stop };
+      const options = { ...sampling, maxTokens, stop, logprobs };
       const signal = clientSignal(reply);
       const id = responseId("chatcmpl-");
       const created = unixSeconds();
@@ -48,6 +49,7 @@ export function registerOpenAiChat(app: FastifyInstance, context: ServerContext)
               index: 0,
               finish_reason: finishReason(result.stopReason),
               message: { role: "assistant", content: result.text },
+              ...(result.logprobs && { logprobs: openAiLogprobs(model, result.logprobs) }),
             },
           ],
           usage: usage(result.tokens.length),
@@ -56,10 +58,12 @@ export function registerOpenAiChat(app: FastifyInstance, context: ServerContext)
       }
 
       const sse = new SseStream(reply);
-      const chunk = (delta: Record<string, unknown>, finish: string | null = null) => ({
+      const chunk = (delta: Record<string, unknown>, finish: string | null = null, tokens?: TokenLogprobs[]) => ({
         ...head,
         object: "chat.completion.chunk",
-        choices: [{ index: 0, finish_reason: finish, delta }],
+        choices: [
+          { index: 0, finish_reason: finish, delta, ...(tokens && { logprobs: openAiLogprobs(model, tokens) }) },
+        ],
       });
       await streamReply(sse, signal, async () => {
         const sendRole = () => {
@@ -67,7 +71,7 @@ export function registerOpenAiChat(app: FastifyInstance, context: ServerContext)
         };
         const result = await context.slots.run(prompt, options, signal, (piece) => {
           sendRole();
-          if (piece.text) sse.send(chunk({ content: piece.text }));
+          if (piece.text || piece.logprobs?.length) sse.send(chunk({ content: piece.text }, null, piece.logprobs));
         });
         if (signal.aborted) throw new Error("client gone");
         sendRole();
