@@ -32,6 +32,9 @@ constexpr size_t kNowhere = std::numeric_limits<size_t>::max();
 constexpr uint32_t kUnbounded = std::numeric_limits<uint32_t>::max();
 // Repetition counts beyond this would only blow the rules up; no useful grammar needs them.
 constexpr uint32_t kMaxRepetition = 10000;
+// Nested repetitions multiply: (("a"{100}){100}){100} is a million copies. Past this many copied
+// elements a grammar is refused rather than allowed to take the memory.
+constexpr uint64_t kMaxCopiedElements = 1'000'000;
 
 bool is_name_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
@@ -251,6 +254,9 @@ class Parser {
     const std::vector<GrammarElement> item(seq.begin() + static_cast<ptrdiff_t>(symbol), seq.end());
     seq.resize(symbol);
     if (item.empty()) return;
+    const uint64_t copies = max == kUnbounded ? static_cast<uint64_t>(min) + 1 : max;
+    copied_ += copies * item.size();
+    if (copied_ > kMaxCopiedElements) fail(at, "the repetitions expand to more than a million elements");
     for (uint32_t i = 0; i < min; ++i) seq.insert(seq.end(), item.begin(), item.end());
     if (max == kUnbounded) {
       const uint32_t loop = generated_rule(at);
@@ -442,6 +448,7 @@ class Parser {
   std::unordered_map<std::string, uint32_t> ids_;
   std::vector<CharClass> classes_;
   uint32_t current_rule_ = 0;
+  uint64_t copied_ = 0;  // elements the repetitions have copied so far
 };
 
 }  // namespace

@@ -36,13 +36,18 @@ bool decode(std::string_view bytes, size_t length, uint32_t& low, uint32_t& high
   return bytes.size() < length || low < 0xd800 || low > 0xdfff;
 }
 
+// Expansions one character may take. Nested empty-able repetitions such as (("a"?)?){0,1000}
+// double the ways to reach each point; past this the grammar is refused, not followed for ages.
+constexpr size_t kMaxExpansions = 1'000'000;
+
 }  // namespace
 
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar) : grammar_(std::move(grammar)) {
+  size_t work = 0;
   for (uint32_t start : grammar_->alternatives[grammar_->root]) {
     Stack stack;
     if (grammar_->elements[start].kind != ElementKind::kEnd) stack.push_back(start);
-    expand(std::move(stack), state_.stacks);
+    expand(std::move(stack), state_.stacks, work);
   }
   deduplicate(state_.stacks);
 }
@@ -113,13 +118,14 @@ bool GrammarMatcher::read(State& state, std::string_view bytes) const {
 void GrammarMatcher::step(std::vector<Stack>& stacks, uint32_t code_point) const {
   const Grammar& g = *grammar_;
   std::vector<Stack> next;
+  size_t work = 0;
   for (const Stack& stack : stacks) {
     if (stack.empty() || !g.classes[g.elements[stack.back()].index].contains(code_point)) continue;
     Stack advanced = stack;
     const uint32_t after = advanced.back() + 1;
     advanced.pop_back();
     if (g.elements[after].kind != ElementKind::kEnd) advanced.push_back(after);
-    expand(std::move(advanced), next);
+    expand(std::move(advanced), next, work);
   }
   deduplicate(next);
   stacks = std::move(next);
@@ -127,8 +133,11 @@ void GrammarMatcher::step(std::vector<Stack>& stacks, uint32_t code_point) const
 
 // Enters rules at the top of `stack` until a character is on top (or nothing is left: a
 // finished parse), one stack per way of doing so. The grammar has no left recursion, so this ends.
-void GrammarMatcher::expand(Stack stack, std::vector<Stack>& out) const {
+void GrammarMatcher::expand(Stack stack, std::vector<Stack>& out, size_t& work) const {
   const Grammar& g = *grammar_;
+  if (++work > kMaxExpansions) {
+    throw Error("GRAMMAR_INVALID", "the grammar is too ambiguous to follow: one character opens over a million parses");
+  }
   if (stack.empty() || g.elements[stack.back()].kind == ElementKind::kChar) {
     out.push_back(std::move(stack));
     return;
@@ -141,7 +150,7 @@ void GrammarMatcher::expand(Stack stack, std::vector<Stack>& out) const {
   for (uint32_t start : g.alternatives[rule]) {
     Stack entered = stack;
     if (g.elements[start].kind != ElementKind::kEnd) entered.push_back(start);
-    expand(std::move(entered), out);
+    expand(std::move(entered), out, work);
   }
 }
 

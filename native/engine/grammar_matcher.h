@@ -39,7 +39,8 @@ class GrammarMatcher {
   // Reads bytes into `state`; false when no parse survives them or they are not UTF-8.
   bool read(State& state, std::string_view bytes) const;
   void step(std::vector<Stack>& stacks, uint32_t code_point) const;
-  void expand(Stack stack, std::vector<Stack>& out) const;
+  // `work` counts the expansions of one character; Error GRAMMAR_INVALID past a million.
+  void expand(Stack stack, std::vector<Stack>& out, size_t& work) const;
   static void deduplicate(std::vector<Stack>& stacks);
 
   std::shared_ptr<const Grammar> grammar_;

@@ -160,6 +160,9 @@ TEST(grammar_refuses_bad_grammars_with_line_and_column) {
   CHECK(mentions(refusal("root ::= * \"a\""), "'*' has nothing to repeat"));
   CHECK(mentions(refusal("root ::= \"a\"{3,1}"), "max below min"));
   CHECK(mentions(refusal("root ::= \"a\"{99999}"), "repetition count above"));
+  // A group repeats as one rule reference; a long literal repeats as all its characters.
+  CHECK(refusal("root ::= ((\"ab\"{1000}){1000}){1000}").empty());
+  CHECK(mentions(refusal("root ::= \"" + std::string(200, 'x') + "\"{9000}"), "more than a million elements"));
   CHECK(mentions(refusal("root ::= \"a\" @"), "unexpected '@'"));
   CHECK(mentions(refusal("root ::= \"a\" \"\xff\""), "invalid UTF-8"));
   CHECK(refusal("root ::= \"a\"\n\n# only a comment\nother ::= root \"b\"\n").empty());
@@ -171,6 +174,14 @@ TEST(grammar_refuses_left_recursion) {
   // Through another rule, and through a prefix that can be empty.
   CHECK(mentions(refusal("root ::= a\na ::= b \"x\"\nb ::= \"y\"? a"), "left-recursive"));
   CHECK(mentions(refusal("root ::= (\"a\"?)*"), "left-recursive"));
+  // Ambiguity that doubles the parses at each of 40 levels is refused, not followed.
+  bool too_ambiguous = false;
+  try {
+    matcher("root ::= ((\"a\"?)?){0,40} \"b\"");
+  } catch (const Error& e) {
+    too_ambiguous = e.code() == "GRAMMAR_INVALID" && mentions(e.what(), "too ambiguous");
+  }
+  CHECK(too_ambiguous);
   // Right recursion is fine.
   CHECK(accepts("root ::= \"1\" (\"+\" root)?", "1+1+1"));
 }
