@@ -71,6 +71,64 @@ bool GrammarMatcher::allows(std::string_view bytes) const {
   return read(trial, bytes);
 }
 
+std::vector<bool> GrammarMatcher::allows_each(std::span<const std::string_view> texts) const {
+  std::vector<bool> allowed(texts.size(), false);
+  if (!state_.partial.empty()) {
+    // Rare (the last token ended inside a character): each text completes it differently.
+    for (size_t t = 0; t < texts.size(); ++t) allowed[t] = allows(texts[t]);
+    return allowed;
+  }
+  std::vector<Reading> readings;
+  readings.reserve(texts.size());
+  for (size_t t = 0; t < texts.size(); ++t) {
+    if (!texts[t].empty()) readings.push_back({static_cast<uint32_t>(t), 0});
+  }
+  size_t work = 0;
+  for (const Stack& stack : state_.stacks) {
+    std::erase_if(readings, [&](const Reading& r) { return allowed[r.text]; });
+    if (readings.empty()) break;
+    accept_for_stack(stack, texts, readings, allowed, work);
+  }
+  return allowed;
+}
+
+// Marks the readings that `stack` (and the stacks it becomes) can take to the end of their text.
+void GrammarMatcher::accept_for_stack(const Stack& stack, std::span<const std::string_view> texts,
+                                      const std::vector<Reading>& readings, std::vector<bool>& allowed,
+                                      size_t& work) const {
+  const Grammar& g = *grammar_;
+  if (stack.empty()) return;  // a finished parse reads nothing more
+  const CharClass& top = g.classes[g.elements[stack.back()].index];
+  std::vector<Reading> next;
+  for (const Reading& r : readings) {
+    const std::string_view text = texts[r.text];
+    const size_t length = sequence_length(static_cast<uint8_t>(text[r.at]));
+    if (length == 0) continue;
+    const std::string_view sequence = text.substr(r.at, length);
+    uint32_t low = 0;
+    uint32_t high = 0;
+    if (!decode(sequence, length, low, high) || !top.intersects(low, high)) continue;
+    if (sequence.size() < length || r.at + length == text.size()) {
+      allowed[r.text] = true;  // its last character: whole and read, or unfinished and still readable
+    } else {
+      next.push_back({r.text, static_cast<uint32_t>(r.at + length)});
+    }
+  }
+  if (next.empty()) return;
+  Stack advanced = stack;
+  const uint32_t after = advanced.back() + 1;
+  advanced.pop_back();
+  if (g.elements[after].kind != ElementKind::kEnd) advanced.push_back(after);
+  std::vector<Stack> stacks;
+  expand(std::move(advanced), stacks, work);
+  deduplicate(stacks);
+  for (const Stack& s : stacks) {
+    std::erase_if(next, [&](const Reading& r) { return allowed[r.text]; });
+    if (next.empty()) return;
+    accept_for_stack(s, texts, next, allowed, work);
+  }
+}
+
 void GrammarMatcher::advance(std::string_view bytes) {
   State next = state_;
   if (bytes.empty() || !read(next, bytes)) {

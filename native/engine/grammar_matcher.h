@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,6 +23,10 @@ class GrammarMatcher {
   // counts when some parse could read a character that begins so). Empty bytes are refused.
   bool allows(std::string_view bytes) const;
 
+  // allows() of each text, computed together: each parse moves past a character once for all
+  // the texts that reach it there, instead of once per text (for masking a whole vocabulary).
+  std::vector<bool> allows_each(std::span<const std::string_view> texts) const;
+
   // Reads `bytes`; throws Error INVALID_ARGUMENT when allows(bytes) is false.
   void advance(std::string_view bytes);
 
@@ -35,6 +40,13 @@ class GrammarMatcher {
     std::vector<Stack> stacks;  // each ends at a character element, or is empty (a finished parse)
     std::string partial;        // the first bytes of a character not yet whole
   };
+
+  struct Reading {
+    uint32_t text;  // index into allows_each's texts
+    uint32_t at;    // the byte where its next character starts
+  };
+  void accept_for_stack(const Stack& stack, std::span<const std::string_view> texts,
+                        const std::vector<Reading>& readings, std::vector<bool>& allowed, size_t& work) const;
 
   // Reads bytes into `state`; false when no parse survives them or they are not UTF-8.
   bool read(State& state, std::string_view bytes) const;

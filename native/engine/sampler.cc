@@ -112,10 +112,23 @@ void Sampler::keep_grammar_candidates() {
     return;
   }
   // The filters kept nothing the grammar allows: mask the vocabulary, then filter again.
+  constexpr float kBanned = -std::numeric_limits<float>::infinity();
   const size_t vocab = std::min(adjusted_.size(), tokenizer_->vocab().size());
+  std::vector<int32_t> tokens;
+  std::vector<std::string_view> texts;
   for (size_t i = 0; i < adjusted_.size(); ++i) {
-    if (adjusted_[i] == -std::numeric_limits<float>::infinity()) continue;
-    if (i >= vocab || !grammar_allows(static_cast<int32_t>(i))) adjusted_[i] = -std::numeric_limits<float>::infinity();
+    if (adjusted_[i] == kBanned) continue;
+    const auto token = static_cast<int32_t>(i);
+    if (i < vocab && !is_end_token(token)) {
+      tokens.push_back(token);
+      texts.push_back(tokenizer_->piece(static_cast<uint32_t>(i), false));
+    } else if (i >= vocab || !grammar_->complete()) {
+      adjusted_[i] = kBanned;
+    }
+  }
+  const std::vector<bool> allowed = grammar_->allows_each(texts);
+  for (size_t k = 0; k < tokens.size(); ++k) {
+    if (!allowed[k]) adjusted_[static_cast<size_t>(tokens[k])] = kBanned;
   }
   filter_candidates();
   if (candidates_.empty()) {

@@ -146,6 +146,35 @@ TEST(grammar_json_like_recursion) {
   CHECK(!accepts(json, "[[]"));
 }
 
+TEST(grammar_allows_each_agrees_with_allows) {
+  // Random texts over JSON's characters, some multi-byte and some cut inside a character, checked
+  // together and one by one from several points of a grammar, a character split included.
+  const std::string g =
+      "root ::= \"{\" ws \"\\\"k\\\"\" ws \":\" ws (str | num) ws \"}\"\n"
+      "str ::= \"\\\"\" [^\"\\\\\\x00-\\x1f]{0,8} \"\\\"\"\nnum ::= \"-\"? [0-9]{1,4}\nws ::= [ \\n]{0,2}\n";
+  const std::vector<std::string> alphabet = {
+      "{", "}",        "\"",           "k",    ":",        " ",    "\n", "-",   "7", "0",
+      "a", "\xc3\xa9", "\xe2\x82\xac", "\xc3", "\xe2\x82", "\xac", "\\", "\x01"};
+  uint64_t seed = 12345;
+  const auto next = [&] { return (seed = seed * 6364136223846793005ull + 1442695040888963407ull) >> 33; };
+  std::vector<std::string> texts(3000);
+  for (std::string& t : texts) {
+    for (uint64_t n = 1 + next() % 4; n > 0; --n) t += alphabet[next() % alphabet.size()];
+  }
+  const std::vector<std::string_view> views(texts.begin(), texts.end());
+  for (const char* prefix : {"", "{", "{ \"k\":", "{\"k\": \"a", "{\"k\":\"\xe2\x82", "{\"k\":-1"}) {
+    GrammarMatcher m = matcher(g);
+    if (*prefix) m.advance(prefix);
+    const std::vector<bool> together = m.allows_each(views);
+    size_t allowed = 0;
+    for (size_t i = 0; i < texts.size(); ++i) {
+      CHECK(together[i] == m.allows(texts[i])) << "after \"" << prefix << "\": \"" << texts[i] << "\"";
+      allowed += together[i];
+    }
+    CHECK(allowed > 0 && allowed < texts.size()) << prefix << ": " << allowed;
+  }
+}
+
 TEST(grammar_refuses_bad_grammars_with_line_and_column) {
   CHECK(mentions(refusal("root ::= \"abc"), "line 1, column 10: unterminated string literal"));
   CHECK(mentions(refusal("root ::= foo"), "line 1, column 10: rule 'foo' is not defined"));
