@@ -37,7 +37,7 @@ export interface NativeGenerationTimings {
 
 /** What a native generation tells its listener: each token, then its end, once. */
 export type NativeGenerationEvent =
-  | { token: number; timings: NativeGenerationTimings }
+  | { token: number; logprobs?: RawDrawLogprobs; timings: NativeGenerationTimings }
   | {
       end: "eos" | "maxTokens" | "contextFull" | "abort";
       timings: NativeGenerationTimings;
@@ -74,6 +74,17 @@ export interface NativeSamplerOptions {
   seed?: number;
   biasTokens?: Int32Array;
   biasValues?: Float32Array;
+  /** GBNF text; needs createSampler's tokenizer. */
+  grammar?: string;
+  /** How many alternatives each generated token's logprobs report; left out: logprobs off. */
+  logprobs?: number;
+}
+
+/** A drawn token's log-probabilities: it and the most likely ones, log-softmax of the raw logits. */
+export interface RawDrawLogprobs {
+  token: number;
+  logprob: number;
+  top: { token: number; logprob: number }[];
 }
 
 /** What modelInfo() returns: the engine's part of ModelInfo (loadModel adds what it reads from the file). */
@@ -109,7 +120,7 @@ export interface NativeAddon {
   sessionReset(session: NativeSessionHandle): void;
   sessionPosition(session: NativeSessionHandle): number;
   disposeSession(session: NativeSessionHandle): void;
-  createSampler(options: NativeSamplerOptions): NativeSamplerHandle;
+  createSampler(options: NativeSamplerOptions, tokenizer?: NativeTokenizer): NativeSamplerHandle;
   /**
    * Starts a generation on the model's scheduler thread: `prompt` replaces the context (the prefix
    * the context or the prompt-state cache holds already is kept), the rest is evaluated, then up

@@ -51,6 +51,23 @@ export interface GenerateChunk {
   text: string;
   /** The tokens this chunk adds. */
   tokens: number[];
+  /** With the `logprobs` option: one entry per token of `tokens`, in order. */
+  logprobs?: TokenLogprobs[];
+}
+
+/** A token and its log-probability (natural log). */
+export interface TokenLogprob {
+  token: number;
+  logprob: number;
+}
+
+/**
+ * A generated token's log-probability and the most likely tokens at its step (the `logprobs`
+ * option says how many), most likely first. They are the log-softmax of the model's logits,
+ * before logit bias, penalties, filters, grammar and temperature, as llama-server reports them.
+ */
+export interface TokenLogprobs extends TokenLogprob {
+  top: TokenLogprob[];
 }
 
 /**
@@ -89,6 +106,8 @@ export interface GenerateResult {
   text: string;
   /** Every generated token, including those of a stop string; not the end-of-sequence token. */
   tokens: number[];
+  /** With the `logprobs` option: one entry per token of `tokens`. */
+  logprobs?: TokenLogprobs[];
   stopReason: StopReason;
   timings: GenerateTimings;
 }
@@ -104,6 +123,7 @@ interface GenerateRun {
   prompt: number[];
   sampler: NativeSamplerHandle;
   maxTokens: number;
+  logprobs: boolean;
   stop: StopStrings;
   signal: AbortSignal | undefined;
   settle: { resolve: (r: GenerateResult) => void; reject: (e: unknown) => void };
@@ -221,7 +241,7 @@ export class Session {
     const stop = new StopStrings(options.stop);
     const tokenizer = this.#model.tokenizer;
     const samplerOptions = nativeSamplerOptions(options, tokenizer.info.size);
-    const sampler = callNative((a) => a.createSampler(samplerOptions));
+    const sampler = callNative((a) => a.createSampler(samplerOptions, tokenizer.nativeTokenizer));
     const promptTokens = Array.from(
       typeof prompt === "string" ? tokenizer.tokenize(prompt, { special: true, addSpecial: true }) : prompt,
     );
@@ -229,7 +249,16 @@ export class Session {
     const result = new Promise<GenerateResult>((resolve, reject) => (settle = { resolve, reject }));
     // A caller that only iterates must not leave an unhandled rejection behind.
     result.catch(() => {});
-    const iterator = this.#stream(handle, { prompt: promptTokens, sampler, maxTokens, stop, signal, settle: settle! });
+    const logprobs = samplerOptions.logprobs !== undefined;
+    const iterator = this.#stream(handle, {
+      prompt: promptTokens,
+      sampler,
+      maxTokens,
+      logprobs,
+      stop,
+      signal,
+      settle: settle!,
+    });
     let started = false;
     return {
       [Symbol.asyncIterator]() {
@@ -345,6 +374,7 @@ export class Session {
     const { prompt, sampler, maxTokens, stop, signal } = run;
     const decoder = this.#model.tokenizer.createDecoder();
     const tokens: number[] = [];
+    const logprobs: TokenLogprobs[] | undefined = run.logprobs ? [] : undefined;
     let timings: GenerateTimings = {
       promptTokens: 0,
       cachedPromptTokens: 0,
@@ -385,7 +415,13 @@ export class Session {
         const piece = stop.push(decoder.push(event.token));
         text += piece.text;
         if (piece.stopped) stopReason = "stop";
-        yield { text: piece.text, tokens: [event.token] };
+        if (logprobs) {
+          const drawn: TokenLogprobs = event.logprobs!;
+          logprobs.push(drawn);
+          yield { text: piece.text, tokens: [event.token], logprobs: [drawn] };
+        } else {
+          yield { text: piece.text, tokens: [event.token] };
+        }
       }
       if (stopReason === "stop") {
         // A stop string ends the generation here: the context keeps the tokens before it. Its state
@@ -403,9 +439,9 @@ export class Session {
         const tail = piece.stopped ? piece.text : piece.text + stop.flush();
         if (piece.stopped) stopReason = "stop";
         text += tail;
-        if (tail) yield { text: tail, tokens: [] };
+        if (tail) yield { text: tail, tokens: [], ...(logprobs && { logprobs: [] }) };
       }
-      run.settle.resolve({ text, tokens, stopReason, timings });
+      run.settle.resolve({ text, tokens, ...(logprobs && { logprobs }), stopReason, timings });
     } catch (error) {
       run.settle.reject(error);
       throw error;
@@ -413,7 +449,7 @@ export class Session {
       // Still running: a stop string, the signal, or the consumer leaving the loop ended it here.
       cancel?.(tokens.length);
       // Reached without a stop reason only when the consumer left the loop.
-      run.settle.resolve({ text, tokens, stopReason: stopReason ?? "abort", timings });
+      run.settle.resolve({ text, tokens, ...(logprobs && { logprobs }), stopReason: stopReason ?? "abort", timings });
       // The session's next call waits until the state of an aborted generation is in the
       // prompt-state cache (the scheduler left the cancelled generation's pass in flight, if any,
       // out of the context; a store refused for lack of room resolves false; one on a session

@@ -9,6 +9,9 @@ namespace bloomery::engine {
 class Sampler;
 class Session;
 }  // namespace bloomery::engine
+namespace bloomery::tokenizer {
+class Tokenizer;
+}  // namespace bloomery::tokenizer
 
 namespace bloomery::addon {
 
@@ -30,5 +33,9 @@ Napi::Value wrap_session(Napi::Env env, std::shared_ptr<engine::Session> session
 // The live sampler behind the sampler handle info[index] (sampling.cc owns the handles); throws
 // INVALID_ARGUMENT for anything else and DISPOSED for a disposed sampler.
 std::shared_ptr<engine::Sampler> sampler_argument(const Napi::CallbackInfo& info, size_t index);
+
+// The tokenizer behind a NativeTokenizer object (tokenizer.cc owns them); throws
+// INVALID_ARGUMENT for anything else, naming `what`.
+std::shared_ptr<const tokenizer::Tokenizer> tokenizer_argument(const Napi::Value& value, const char* what);
 
 }  // namespace bloomery::addon

@@ -34,10 +34,27 @@ Napi::Object timings_object(Napi::Env env, const engine::GenerationTimings& t) {
   return o;
 }
 
+Napi::Object token_logprob(Napi::Env env, const engine::TokenLogprob& t) {
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("token", t.token);
+  o.Set("logprob", t.logprob);
+  return o;
+}
+
+// { token, logprob, top: [{ token, logprob }] }: a drawn token's log-probability and the most likely tokens.
+Napi::Object logprobs_object(Napi::Env env, const engine::DrawLogprobs& draw) {
+  Napi::Object o = token_logprob(env, draw.drawn);
+  Napi::Array top = Napi::Array::New(env, draw.top.size());
+  for (size_t i = 0; i < draw.top.size(); ++i) top.Set(static_cast<uint32_t>(i), token_logprob(env, draw.top[i]));
+  o.Set("top", top);
+  return o;
+}
+
 // sessionGenerate(session, prompt: Int32Array, sampler, maxTokens: number, listener) -> generation
 // handle. The prompt replaces the session's context (what the context or the prompt-state cache
-// holds of it is kept: Scheduler::generate). listener({ token, timings }) for each token, then
-// listener({ end, timings, error? }) once: end is "eos", "maxTokens", "contextFull" or "abort".
+// holds of it is kept: Scheduler::generate). listener({ token, logprobs?, timings }) for each token
+// (logprobs when the sampler was made with them), then listener({ end, timings, error? }) once:
+// end is "eos", "maxTokens", "contextFull" or "abort".
 Napi::Value session_generate(const Napi::CallbackInfo& info) {
   return guarded(info, [&]() -> Napi::Value {
     Napi::Env env = info.Env();
@@ -58,10 +75,11 @@ Napi::Value session_generate(const Napi::CallbackInfo& info) {
     auto js = std::make_shared<JsThread>(env, "bloomery.generate", info[4].As<Napi::Function>());
 
     engine::RequestEvents events;
-    events.on_token = [js](int32_t token, const engine::GenerationTimings& timings) {
-      js->post([token, timings](Napi::Env env, Napi::Function listener) {
+    events.on_token = [js](const engine::DrawnToken& drawn, const engine::GenerationTimings& timings) {
+      js->post([drawn, timings](Napi::Env env, Napi::Function listener) {
         Napi::Object event = Napi::Object::New(env);
-        event.Set("token", token);
+        event.Set("token", drawn.token);
+        if (drawn.logprobs) event.Set("logprobs", logprobs_object(env, *drawn.logprobs));
         event.Set("timings", timings_object(env, timings));
         listener.Call({event});
       });

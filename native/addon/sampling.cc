@@ -9,6 +9,7 @@
 #include "addon/bindings.h"
 #include "addon/errors.h"
 #include "engine/sampler.h"
+#include "tokenizer/tokenizer.h"
 
 namespace bloomery::addon {
 
@@ -83,8 +84,10 @@ std::vector<std::pair<int32_t, float>> read_bias(const Napi::Object& options) {
 }
 
 // createSampler({ temperature?, topK?, topP?, minP?, repeatPenalty?, repeatLastN?, presencePenalty?,
-// frequencyPenalty?, seed?, biasTokens?, biasValues? }) -> sampler handle; left-out settings take
-// engine::SamplerParams' defaults.
+// frequencyPenalty?, seed?, biasTokens?, biasValues?, grammar?, logprobs? }, tokenizer?) -> sampler
+// handle; left-out settings take engine::SamplerParams' defaults. A grammar needs the model's
+// NativeTokenizer. With logprobs, each token a generation delivers carries its log-probabilities
+// (generation.cc).
 Napi::Value create_sampler(const Napi::CallbackInfo& info) {
   return guarded(info, [&]() -> Napi::Value {
     if (info.Length() < 1 || !info[0].IsObject()) {
@@ -102,8 +105,18 @@ Napi::Value create_sampler(const Napi::CallbackInfo& info) {
     read_float(o, "frequencyPenalty", params.frequency_penalty);
     params.seed = read_seed(o);
     params.logit_bias = read_bias(o);
+    read_int(o, "logprobs", params.logprobs);
+    const Napi::Value grammar = o.Get("grammar");
+    if (!grammar.IsUndefined()) {
+      if (!grammar.IsString()) throw to_js_error(info.Env(), "INVALID_ARGUMENT", "grammar must be a string");
+      params.grammar = grammar.As<Napi::String>().Utf8Value();
+    }
+    std::shared_ptr<const tokenizer::Tokenizer> tokenizer;
+    if (info.Length() > 1 && !info[1].IsUndefined()) {
+      tokenizer = tokenizer_argument(info[1], "createSampler's tokenizer");
+    }
     auto external = Napi::External<SamplerHandle>::New(
-        info.Env(), new SamplerHandle{std::make_shared<engine::Sampler>(std::move(params))},
+        info.Env(), new SamplerHandle{std::make_shared<engine::Sampler>(std::move(params), std::move(tokenizer))},
         [](Napi::Env, SamplerHandle* h) { delete h; });
     external.TypeTag(&kSamplerTag);
     return external;

@@ -403,8 +403,13 @@ void Scheduler::commit(Pass& pass, Outbox& out) {
     const Clock::time_point now = Clock::now();
     int32_t token = -1;
     try {
-      // The sampler's history: the whole prompt once it is in, then each token fed back.
-      r.sampler->accept(part.decode ? std::span<const int32_t>(part.tokens) : std::span<const int32_t>(r.input));
+      // The sampler's history: the whole prompt once it is in, then each token fed back, which
+      // also moves its grammar on.
+      if (part.decode) {
+        r.sampler->accept(part.tokens.front());
+      } else {
+        r.sampler->accept_prompt(r.input);
+      }
       token = r.sampler->sample(std::span<const float>(logits, static_cast<size_t>(p.vocab)));
     } catch (...) {
       finish(part.request, failed(std::current_exception()), out);
@@ -423,9 +428,10 @@ void Scheduler::commit(Pass& pass, Outbox& out) {
       continue;
     }
     ++r.generated;
-    out.events.push_back([request = part.request, token, timings = r.timings] {
-      if (request->events.on_token) request->events.on_token(token, timings);
-    });
+    out.events.push_back(
+        [request = part.request, drawn = DrawnToken{token, r.sampler->last_logprobs()}, timings = r.timings] {
+          if (request->events.on_token) request->events.on_token(drawn, timings);
+        });
     if (r.generated >= r.max_tokens) {
       finish(part.request, ended(StopReason::kMaxTokens, r.timings), out);
     } else if (r.session->position_ + 1 > context) {

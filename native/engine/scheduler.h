@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string_view>
 #include <thread>
 #include <vector>
@@ -56,11 +57,17 @@ struct RequestEnd {
                               // holds the whole generation when storing it in the prompt-state cache failed
 };
 
+// A token a generation delivers.
+struct DrawnToken {
+  int32_t token = -1;
+  std::optional<DrawLogprobs> logprobs;  // set when the sampler reports log-probabilities (SamplerParams::logprobs)
+};
+
 // What the scheduler tells a request's owner, on the scheduler thread, without holding its
 // lock: the handlers may call cancel() but must not block.
 struct RequestEvents {
-  std::function<void(int32_t token, const GenerationTimings& timings)> on_token;  // generations only
-  std::function<void(RequestEnd end)> on_end;                                     // exactly once
+  std::function<void(const DrawnToken& drawn, const GenerationTimings& timings)> on_token;  // generations only
+  std::function<void(RequestEnd end)> on_end;                                               // exactly once
 };
 
 class Request;
