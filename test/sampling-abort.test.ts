@@ -47,10 +47,10 @@ describe("abort", () => {
     expect(session.position).toBe(prompt.length + 2 + 5);
   });
 
-  it("returns without waiting for the pass in flight, and leaves nothing the unanswered prompt evaluated in the context", async () => {
-    // A long prompt: its passes take far longer than the abort takes to land. It begins with
-    // `prompt`, whose state the generations above left in the prompt-state cache.
-    const long = Array.from({ length: 600 }, (_, i) => prompt[i % prompt.length]!);
+  it("returns without waiting for the pass in flight, and leaves nothing of an unanswered prompt in the context", async () => {
+    // A long prompt: its passes take far longer than the abort takes to land. It shares no prefix
+    // with the states the generations above left in the prompt-state cache.
+    const long = Array.from({ length: 600 }, (_, i) => prompt[(i + 1) % prompt.length]!);
     const session = model.createSession();
     const controller = new AbortController();
     const run = session.generate(long, { maxTokens: 40, signal: controller.signal });
@@ -68,8 +68,28 @@ describe("abort", () => {
     const logits = await session.evaluate([prompt[0]!]);
     const passMs = performance.now() - abortedAt;
     expect(returnedMs).toBeLessThan(passMs / 2);
-    // No token was taken, so the context keeps only what the generation found computed when it
-    // started (`prompt`, restored from the cache), as a new session that evaluated it would.
+    // No token was taken, so the context is as before the generation: one token, as in a new session.
+    expect(session.position).toBe(1);
+    expect(logits).toEqual(await model.createSession().evaluate([prompt[0]!]));
+  });
+
+  it("keeps the prefix the prompt found computed when aborted after it started, before its first token", async () => {
+    const session = model.createSession();
+    await session.generate(prompt, { maxTokens: 1 }).result;
+    expect(session.position).toBe(prompt.length);
+    // The same prompt and a long tail: its prefix is reused, then the tail's passes run.
+    const long = [...prompt, ...Array.from({ length: 600 }, (_, i) => prompt[(i + 1) % prompt.length]!)];
+    const controller = new AbortController();
+    const run = session.generate(long, { maxTokens: 40, signal: controller.signal });
+    const iterator = run[Symbol.asyncIterator]();
+    const first = iterator.next();
+    // The scheduler has taken the generation (and made its prompt the context) once it is active.
+    while (model.stats().activeSequences === 0) await new Promise((resolve) => setImmediate(resolve));
+    controller.abort();
+    expect((await first).done).toBe(true);
+    expect((await run.result).tokens).toEqual([]);
+    // The context keeps the prefix it reused, and nothing the generation evaluated.
+    const logits = await session.evaluate([prompt[0]!]);
     expect(session.position).toBe(prompt.length + 1);
     const fresh = model.createSession();
     await fresh.evaluate(prompt);
