@@ -51,6 +51,9 @@ export {
   type GenerateResult,
   type GenerateTimings,
   type StopReason,
+  type TokenLogprob,
+  type TokenLogprobs,
 } from "./session.js";
 export type { ChatOptions, ChatChunk, ChatIterable, ChatResult } from "./chat/run.js";
 export type { SamplingOptions } from "./sampling.js";
+export { jsonSchemaToGrammar } from "./grammar/json-schema.js";

@@ -53,6 +53,14 @@ export interface LoadModelOptions {
   threads?: number;
   /** Tokens each session holds (default: the model's trained context, at most 4096). */
   contextSize?: number;
+  /**
+   * Sequences decoded together (default 2): the scheduler thread runs the next tokens of up to
+   * this many generating or evaluating sessions in one forward pass, so each weight is read once
+   * for all of them; further sessions wait in the order they asked. On the CPU the sequences
+   * share every matrix product; a GPU model runs them one after another within each step (not
+   * batched yet).
+   */
+  parallel?: number;
   /** A Jinja chat template to use instead of the file's `tokenizer.chat_template`. */
   chatTemplate?: string;
   /**
@@ -116,6 +124,8 @@ export interface ModelInfo {
   /** Tokens each session holds. */
   contextSize: number;
   threads: number;
+  /** Sequences decoded together (`LoadModelOptions.parallel`). */
+  parallel: number;
   /** Whether the model runs on the GPU (wholly, or with some routed experts on the CPU: see `Model.plan`). */
   gpu: boolean;
   /** Beginning- and end-of-sequence tokens (-1 when the model names none). */
@@ -154,8 +164,30 @@ export interface OffloadTimes {
   gpuWaitSeconds: number;
 }
 
-/** What {@link Model.stats} reports. */
+/** A snapshot of {@link Model.stats}: the scheduler's work since the model was loaded. */
 export interface ModelStats {
+  /** Prompt (and `evaluate`) tokens run. */
+  promptTokens: number;
+  /** Generated tokens fed back, one row each. */
+  decodeTokens: number;
+  /** Wall time of the passes that ran prompt tokens. */
+  promptSeconds: number;
+  /** Wall time of the passes that ran generated tokens (a pass with both kinds counts in both). */
+  decodeSeconds: number;
+  /** promptTokens / promptSeconds. */
+  promptTokensPerSecond: number;
+  /** decodeTokens / decodeSeconds: the total decode rate of all streams together. */
+  decodeTokensPerSecond: number;
+  /** Sequences running now: at most `info.parallel`. */
+  activeSequences: number;
+  /** Sequences waiting for a place, served in the order they asked. */
+  waitingSequences: number;
+  /** Forward passes run. */
+  passes: number;
+  /** Token rows per pass, on average. */
+  meanRowsPerPass: number;
+  /** Sessions per pass, on average: above 1 when streams shared passes. */
+  meanSequencesPerPass: number;
   /** Hybrid pass times on the GPU; null for a model on the CPU. */
   offload: OffloadTimes | null;
 }
@@ -230,12 +262,6 @@ export class Model extends EventEmitter<ModelEvents> {
     return this.#tokenizer.detokenize(tokens, options);
   }
 
-  /** Counters of the running model. */
-  stats(): ModelStats {
-    const handle = this.#live();
-    return { offload: callNative((a) => a.offloadStats(handle)) };
-  }
-
   /** True once {@link dispose} ran. */
   get disposed(): boolean {
     return this.#handle === undefined;
@@ -245,6 +271,30 @@ export class Model extends EventEmitter<ModelEvents> {
   createSession(): Session {
     const handle = this.#live();
     return this.#adopt(callNative((a) => a.createSession(handle)));
+  }
+
+  /**
+   * What the scheduler has done since the model was loaded, and what it is doing now, and where a
+   * model on the GPU spent its hybrid passes' time. Counters only grow; compare two snapshots for
+   * the rates of a period.
+   */
+  stats(): ModelStats {
+    const handle = this.#live();
+    const s = callNative((a) => a.modelStats(handle));
+    return {
+      promptTokens: s.promptTokens,
+      decodeTokens: s.decodeTokens,
+      promptSeconds: s.promptSeconds,
+      decodeSeconds: s.decodeSeconds,
+      promptTokensPerSecond: s.promptSeconds > 0 ? s.promptTokens / s.promptSeconds : 0,
+      decodeTokensPerSecond: s.decodeSeconds > 0 ? s.decodeTokens / s.decodeSeconds : 0,
+      activeSequences: s.active,
+      waitingSequences: s.waiting,
+      passes: s.passes,
+      meanRowsPerPass: s.passes > 0 ? s.rows / s.passes : 0,
+      meanSequencesPerPass: s.passes > 0 ? s.sequenceRows / s.passes : 0,
+      offload: s.offload,
+    };
   }
 
   /**
@@ -268,7 +318,6 @@ export class Model extends EventEmitter<ModelEvents> {
   #adopt(native: NativeSessionHandle): Session {
     const disposed = () => this.disposed;
     const session = new Session(native, {
-      contextSize: this.info.contextSize,
       eosToken: this.info.eosToken,
       tokenizer: this.#tokenizer,
       renderChat: (messages, options) => ({
@@ -397,7 +446,7 @@ export async function loadModel(path: string, options: LoadModelOptions = {}): P
     if (signal?.aborted) throw new BloomeryError("ABORTED", "loading was aborted", { path });
   };
   checkAborted();
-  for (const key of ["threads", "contextSize"] as const) {
+  for (const key of ["threads", "contextSize", "parallel"] as const) {
     const value = options[key];
     if (value !== undefined && (!Number.isInteger(value) || value < 1)) {
       throw new BloomeryError("INVALID_ARGUMENT", `${key} must be a positive integer`, { [key]: value });
@@ -406,6 +455,7 @@ export async function loadModel(path: string, options: LoadModelOptions = {}): P
   const nativeOptions: NativeLoadOptions = {};
   if (options.threads !== undefined) nativeOptions.threads = options.threads;
   if (options.contextSize !== undefined) nativeOptions.contextSize = options.contextSize;
+  if (options.parallel !== undefined) nativeOptions.parallel = options.parallel;
   const gpu = resolveGpu(options.gpu);
   if (!gpu && options.plan !== undefined) {
     throw new BloomeryError("INVALID_ARGUMENT", "plan needs gpu: it places experts between the GPU and the CPU");

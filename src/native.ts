@@ -22,6 +22,44 @@ export type NativeSessionHandle = { readonly __nativeHandle: "session" };
 export type NativeSamplerHandle = { readonly __nativeHandle: "sampler" };
 /** An opaque handle to a saved session state (native/addon/state.cc). */
 export type NativeStateHandle = { readonly __nativeHandle: "state" };
+/** An opaque handle to a running generation (native/addon/generation.cc). */
+export type NativeGenerationHandle = { readonly __nativeHandle: "generation" };
+
+/** Where a native generation's time went (native/engine/scheduler.h GenerationTimings). */
+export interface NativeGenerationTimings {
+  promptTokens: number;
+  cachedPromptTokens: number;
+  promptCacheHit: boolean;
+  promptMs: number;
+  decodeTokens: number;
+  decodeMs: number;
+}
+
+/** What a native generation tells its listener: each token, then its end, once. */
+export type NativeGenerationEvent =
+  | { token: number; logprobs?: RawDrawLogprobs; timings: NativeGenerationTimings }
+  | {
+      end: "eos" | "maxTokens" | "contextFull" | "abort";
+      timings: NativeGenerationTimings;
+      error?: Error;
+    };
+
+/**
+ * The scheduler's counters (native/engine/scheduler.h SchedulerStats), and where a model on the
+ * GPU spent its hybrid passes' time (zeros without host experts; null on the CPU).
+ */
+export interface NativeModelStats {
+  promptTokens: number;
+  decodeTokens: number;
+  promptSeconds: number;
+  decodeSeconds: number;
+  passes: number;
+  rows: number;
+  sequenceRows: number;
+  active: number;
+  waiting: number;
+  offload: OffloadTimes | null;
+}
 
 /** What createSampler() reads; left-out settings take the engine's defaults (native/engine/sampler.h). */
 export interface NativeSamplerOptions {
@@ -36,6 +74,17 @@ export interface NativeSamplerOptions {
   seed?: number;
   biasTokens?: Int32Array;
   biasValues?: Float32Array;
+  /** GBNF text; needs createSampler's tokenizer. */
+  grammar?: string;
+  /** How many alternatives each generated token's logprobs report; left out: logprobs off. */
+  logprobs?: number;
+}
+
+/** A drawn token's log-probabilities: it and the most likely ones, log-softmax of the raw logits. */
+export interface RawDrawLogprobs {
+  token: number;
+  logprob: number;
+  top: { token: number; logprob: number }[];
 }
 
 /** What modelInfo() returns: the engine's part of ModelInfo (loadModel adds what it reads from the file). */
@@ -49,6 +98,7 @@ export type RawModelInfo = Omit<ModelInfo, "quantMix" | "bytes" | "chatTemplate"
 export interface NativeLoadOptions {
   threads?: number;
   contextSize?: number;
+  parallel?: number;
   gpu?: { device?: number; budget?: number; experts?: number[][] };
   /** Bytes of the prompt-state cache; 0 or left out: no cache. */
   cacheRam?: number;
@@ -64,26 +114,27 @@ export interface NativeAddon {
   disposeModel(model: NativeModelHandle): void;
   /** The device memory terms of the model at `path` (contextSize 0: the default). */
   gpuFootprint(path: string, contextSize: number): Promise<ModelFootprint>;
-  /** Where a model on the GPU spent its hybrid passes' time (zeros without host experts); null on the CPU. */
-  offloadStats(model: NativeModelHandle): OffloadTimes | null;
+  modelStats(model: NativeModelHandle): NativeModelStats;
   createSession(model: NativeModelHandle): NativeSessionHandle;
   sessionEvaluate(session: NativeSessionHandle, tokens: Int32Array, allLogits: boolean): Promise<Float32Array>;
   sessionReset(session: NativeSessionHandle): void;
   sessionPosition(session: NativeSessionHandle): number;
   disposeSession(session: NativeSessionHandle): void;
-  createSampler(options: NativeSamplerOptions): NativeSamplerHandle;
-  /** Evaluates `tokens`, adds them to the sampler's history, and draws the next token. */
-  sessionSample(session: NativeSessionHandle, tokens: Int32Array, sampler: NativeSamplerHandle): Promise<number>;
+  createSampler(options: NativeSamplerOptions, tokenizer?: NativeTokenizer): NativeSamplerHandle;
   /**
-   * Replaces the context by `prompt` (keeping the prefix already computed, `reused` tokens, restored
-   * from the prompt-state cache when `fromCache`), evaluates the rest, adds the prompt to the
-   * sampler's history, and draws the next token.
+   * Starts a generation on the model's scheduler thread: `prompt` replaces the context (the prefix
+   * the context or the prompt-state cache holds already is kept), the rest is evaluated, then up
+   * to `maxTokens` tokens are drawn, calling `listener` on the JS thread with each and then with the end.
    */
-  sessionSamplePrompt(
+  sessionGenerate(
     session: NativeSessionHandle,
     prompt: Int32Array,
     sampler: NativeSamplerHandle,
-  ): Promise<{ token: number; reused: number; fromCache: boolean }>;
+    maxTokens: number,
+    listener: (event: NativeGenerationEvent) => void,
+  ): NativeGenerationHandle;
+  /** Ends a generation at once; the session keeps the prompt and `keptTokens - 1` drawn tokens (none of it for 0). */
+  generationCancel(generation: NativeGenerationHandle, keptTokens: number): void;
   disposeSampler(sampler: NativeSamplerHandle): void;
   sessionSave(session: NativeSessionHandle): Promise<NativeStateHandle>;
   sessionSaveFile(session: NativeSessionHandle, path: string): Promise<void>;

@@ -4,6 +4,7 @@
  * @module
  */
 import { BloomeryError } from "./errors.js";
+import { jsonSchemaToGrammar } from "./grammar/json-schema.js";
 import type { NativeSamplerOptions } from "./native.js";
 
 /**
@@ -39,6 +40,27 @@ export interface SamplingOptions {
   frequencyPenalty?: number;
   /** Added to the logits of the given token ids; `-Infinity` bans a token, a large value forces it. */
   logitBias?: Readonly<Record<number, number>>;
+  /**
+   * A GBNF grammar (llama.cpp's dialect, with a `root` rule) the generated text must follow:
+   * tokens whose text it does not allow are never drawn, and the end-of-sequence token only
+   * where the text is a whole sentence of it. A bad grammar throws BloomeryError GRAMMAR_INVALID
+   * with its line and column. Not together with `jsonSchema`.
+   */
+  grammar?: string;
+  /**
+   * A JSON Schema the generated text must satisfy: it is turned into a grammar (see
+   * `grammar`), so the text parses as JSON and validates against the schema. `{}` allows any
+   * JSON value, `{ type: "object" }` any object. Keywords the conversion cannot honour
+   * (`pattern`, `format`, `minimum`, ...) throw BloomeryError JSON_SCHEMA_UNSUPPORTED naming them.
+   */
+  jsonSchema?: Readonly<Record<string, unknown>> | boolean;
+  /**
+   * Report each generated token's log-probability and those of the `logprobs` most likely
+   * tokens (chunks' and the result's `logprobs`). As llama-server reports them by default, they
+   * are the log-softmax of the model's logits: before logit bias, penalties, filters, grammar
+   * and temperature. Left out: not reported.
+   */
+  logprobs?: number;
 }
 
 const NUMERIC_OPTIONS = [
@@ -87,6 +109,22 @@ export function nativeSamplerOptions(options: SamplingOptions, vocabSize: number
       out.biasTokens![i] = token;
       out.biasValues![i] = bias;
     });
+  }
+  if (options.grammar !== undefined && options.jsonSchema !== undefined) {
+    throw new BloomeryError("INVALID_ARGUMENT", "grammar and jsonSchema cannot be used together");
+  }
+  if (options.grammar !== undefined) {
+    if (typeof options.grammar !== "string") throw new BloomeryError("INVALID_ARGUMENT", "grammar must be a string");
+    out.grammar = options.grammar;
+  }
+  if (options.jsonSchema !== undefined) out.grammar = jsonSchemaToGrammar(options.jsonSchema);
+  if (options.logprobs !== undefined) {
+    if (!Number.isInteger(options.logprobs) || options.logprobs < 0 || options.logprobs > vocabSize) {
+      throw new BloomeryError("INVALID_ARGUMENT", `logprobs must be an integer from 0 to ${vocabSize}`, {
+        logprobs: options.logprobs,
+      });
+    }
+    out.logprobs = options.logprobs;
   }
   return out;
 }

@@ -2,10 +2,11 @@
  * Session: one sequence with its own KV state, evaluated by the native engine off the JS thread.
  * @module
  */
-import { BloomeryError } from "./errors.js";
+import { BloomeryError, fromNativeError } from "./errors.js";
 import {
   callNative,
   callNativeAsync,
+  type NativeGenerationEvent,
   type NativeSamplerHandle,
   type NativeSessionHandle,
   type NativeStateHandle,
@@ -33,8 +34,10 @@ export interface GenerateOptions extends SamplingOptions {
   stop?: string | readonly string[];
   /**
    * Aborting it ends generation at once with stop reason `"abort"`: the iteration ends without
-   * waiting for the forward pass in flight (which still finishes, before the session's next call
-   * starts), nothing more is emitted, and `.result` keeps the text emitted so far.
+   * waiting for the forward pass in flight (whose results are dropped), nothing more is emitted,
+   * `.result` keeps the text emitted so far, and the session's context keeps the prompt and the
+   * tokens emitted but the last (when none was emitted, only the prefix of the prompt that the
+   * context or the prompt-state cache held already).
    */
   signal?: AbortSignal;
 }
@@ -48,6 +51,23 @@ export interface GenerateChunk {
   text: string;
   /** The tokens this chunk adds. */
   tokens: number[];
+  /** With the `logprobs` option: one entry per token of `tokens`, in order. */
+  logprobs?: TokenLogprobs[];
+}
+
+/** A token and its log-probability (natural log). */
+export interface TokenLogprob {
+  token: number;
+  logprob: number;
+}
+
+/**
+ * A generated token's log-probability and the most likely tokens at its step (the `logprobs`
+ * option says how many), most likely first. They are the log-softmax of the model's logits,
+ * before logit bias, penalties, filters, grammar and temperature, as llama-server reports them.
+ */
+export interface TokenLogprobs extends TokenLogprob {
+  top: TokenLogprob[];
 }
 
 /**
@@ -56,7 +76,11 @@ export interface GenerateChunk {
  */
 export type StopReason = "eos" | "maxTokens" | "stop" | "abort" | "contextFull";
 
-/** Where the time of a {@link Session.generate} run went. */
+/**
+ * Where the time of a {@link Session.generate} run went, as wall-clock time: passes shared with
+ * other sessions' streams count in full, and time spent waiting for a place (more sessions than
+ * the model's `parallel`) does not count.
+ */
 export interface GenerateTimings {
   /** Prompt tokens evaluated. */
   promptTokens: number;
@@ -72,7 +96,7 @@ export interface GenerateTimings {
   promptMs: number;
   /** Generated tokens evaluated after the prompt, one forward pass each. */
   decodeTokens: number;
-  /** Milliseconds those passes took, each with its draw. */
+  /** Milliseconds from the first token drawn to the last. */
   decodeMs: number;
 }
 
@@ -82,6 +106,8 @@ export interface GenerateResult {
   text: string;
   /** Every generated token, including those of a stop string; not the end-of-sequence token. */
   tokens: number[];
+  /** With the `logprobs` option: one entry per token of `tokens`. */
+  logprobs?: TokenLogprobs[];
   stopReason: StopReason;
   timings: GenerateTimings;
 }
@@ -97,6 +123,7 @@ interface GenerateRun {
   prompt: number[];
   sampler: NativeSamplerHandle;
   maxTokens: number;
+  logprobs: boolean;
   stop: StopStrings;
   signal: AbortSignal | undefined;
   settle: { resolve: (r: GenerateResult) => void; reject: (e: unknown) => void };
@@ -104,7 +131,6 @@ interface GenerateRun {
 
 /** What a session needs to know of its model. @internal */
 export interface SessionModel {
-  readonly contextSize: number;
   readonly eosToken: number;
   readonly tokenizer: Tokenizer;
   /** The prompt of a chat, and how the model writes tool calls. */
@@ -144,7 +170,8 @@ export class SessionState {
 
 /**
  * One sequence with its own KV cache. Calls run one after another, in the order they are made;
- * the forward passes run on a worker thread. Create sessions with `Model.createSession()`.
+ * the forward passes run on the model's scheduler thread, in one pass with the other sessions'
+ * work (see `LoadModelOptions.parallel`). Create sessions with `Model.createSession()`.
  */
 export class Session {
   #handle: NativeSessionHandle | undefined;
@@ -186,7 +213,9 @@ export class Session {
    * tokens as given), then draws one token after another with the sampling settings (greedy by
    * default) until the end-of-sequence token (not yielded), `maxTokens`, a stop string, the
    * signal, or a full context. Leaving the `for await` loop stops it before the next forward pass.
-   * The generation holds the session: its other calls wait until it ends.
+   * The generation holds the session: its other calls wait until it ends. The tokens are drawn on
+   * the model's scheduler thread, which runs ahead of the iteration; the context ends up as if it
+   * had not (see `signal`).
    *
    * The prompt replaces the session's context (unlike {@link evaluate}, which appends): the
    * context becomes the prompt, then the generated tokens. The longest prefix of the prompt whose
@@ -212,7 +241,7 @@ export class Session {
     const stop = new StopStrings(options.stop);
     const tokenizer = this.#model.tokenizer;
     const samplerOptions = nativeSamplerOptions(options, tokenizer.info.size);
-    const sampler = callNative((a) => a.createSampler(samplerOptions));
+    const sampler = callNative((a) => a.createSampler(samplerOptions, tokenizer.nativeTokenizer));
     const promptTokens = Array.from(
       typeof prompt === "string" ? tokenizer.tokenize(prompt, { special: true, addSpecial: true }) : prompt,
     );
@@ -220,7 +249,16 @@ export class Session {
     const result = new Promise<GenerateResult>((resolve, reject) => (settle = { resolve, reject }));
     // A caller that only iterates must not leave an unhandled rejection behind.
     result.catch(() => {});
-    const iterator = this.#stream(handle, { prompt: promptTokens, sampler, maxTokens, stop, signal, settle: settle! });
+    const logprobs = samplerOptions.logprobs !== undefined;
+    const iterator = this.#stream(handle, {
+      prompt: promptTokens,
+      sampler,
+      maxTokens,
+      logprobs,
+      stop,
+      signal,
+      settle: settle!,
+    });
     let started = false;
     return {
       [Symbol.asyncIterator]() {
@@ -336,8 +374,9 @@ export class Session {
     const { prompt, sampler, maxTokens, stop, signal } = run;
     const decoder = this.#model.tokenizer.createDecoder();
     const tokens: number[] = [];
-    const timings: GenerateTimings = {
-      promptTokens: prompt.length,
+    const logprobs: TokenLogprobs[] | undefined = run.logprobs ? [] : undefined;
+    let timings: GenerateTimings = {
+      promptTokens: 0,
       cachedPromptTokens: 0,
       promptCacheHit: false,
       promptMs: 0,
@@ -346,90 +385,79 @@ export class Session {
     };
     let text = "";
     let stopReason: StopReason | undefined;
-    let inflight: Promise<unknown> | undefined;
+    let cancel: ((keptTokens: number) => void) | undefined;
     let stored = false;
     const turn = this.#takeTurn();
     try {
       if ((await untilAborted(turn, signal)) === ABORTED) stopReason = "abort";
-      let input = prompt;
-      let promptPass = true;
+      const events = new EventQueue<NativeGenerationEvent>();
+      if (stopReason === undefined) {
+        const batch = Int32Array.from(prompt);
+        const generation = callNative((a) =>
+          a.sessionGenerate(handle, batch, sampler, maxTokens, (event) => events.push(event)),
+        );
+        cancel = (kept) => callNative((a) => a.generationCancel(generation, kept));
+      }
       while (stopReason === undefined) {
-        if (signal?.aborted) stopReason = "abort";
-        else if (tokens.length >= maxTokens) stopReason = "maxTokens";
-        else if ((promptPass ? 0 : this.position) + input.length > this.#model.contextSize) stopReason = "contextFull";
-        if (stopReason !== undefined) break;
-
-        const startedAt = performance.now();
-        const batch = Int32Array.from(input);
-        // The prompt replaces the context; what the context, or the prompt-state cache, holds of it is kept.
-        const pass = promptPass
-          ? callNativeAsync((a) => a.sessionSamplePrompt(handle, batch, sampler))
-          : callNativeAsync((a) => a.sessionSample(handle, batch, sampler));
-        inflight = pass;
-        const drawn = await untilAborted<number | { token: number; reused: number; fromCache: boolean }>(pass, signal);
-        if (drawn === ABORTED) {
+        const event = await untilAborted(events.next(), signal);
+        if (event === ABORTED) {
           stopReason = "abort";
           break;
         }
-        inflight = undefined;
-        const ms = performance.now() - startedAt;
-        let token: number;
-        if (typeof drawn === "number") {
-          token = drawn;
-          timings.decodeTokens += input.length;
-          timings.decodeMs += ms;
-        } else {
-          token = drawn.token;
-          timings.promptMs = ms;
-          timings.promptTokens = input.length - drawn.reused;
-          timings.cachedPromptTokens = drawn.reused;
-          timings.promptCacheHit = drawn.fromCache;
-        }
-        if (token === this.#model.eosToken) {
-          stopReason = "eos";
+        timings = { ...event.timings };
+        if ("end" in event) {
+          cancel = undefined;
+          if (event.error) throw fromNativeError(event.error);
+          stopReason = event.end;
           break;
         }
-        tokens.push(token);
-        const piece = stop.push(decoder.push(token));
+        tokens.push(event.token);
+        const piece = stop.push(decoder.push(event.token));
         text += piece.text;
         if (piece.stopped) stopReason = "stop";
-        yield { text: piece.text, tokens: [token] };
-        input = [token];
-        promptPass = false;
+        if (logprobs) {
+          const drawn: TokenLogprobs = event.logprobs!;
+          logprobs.push(drawn);
+          yield { text: piece.text, tokens: [event.token], logprobs: [drawn] };
+        } else {
+          yield { text: piece.text, tokens: [event.token] };
+        }
       }
-      if (stopReason !== "abort") {
-        // Before the result settles, so that the next prompt, of any session, finds this state. It
-        // rejects only for a session disposed meanwhile, whose dispose() stored the state already.
+      if (stopReason === "stop") {
+        // A stop string ends the generation here: the context keeps the tokens before it. Its state
+        // goes to the prompt-state cache before the result settles, so that the next prompt, of any
+        // session, finds it (a generation that ended by itself was stored by the scheduler). The
+        // store rejects only for a session disposed meanwhile, whose dispose() stored the state already.
+        cancel?.(tokens.length);
+        cancel = undefined;
         await callNativeAsync((a) => a.sessionStoreInCache(handle)).catch(() => {});
-        stored = true;
       }
+      stored = stopReason !== "abort";
       if (stopReason === "eos" || stopReason === "maxTokens" || stopReason === "contextFull") {
         // What the decoder and the stop strings held back is text after all.
         const piece = stop.push(decoder.flush());
         const tail = piece.stopped ? piece.text : piece.text + stop.flush();
         if (piece.stopped) stopReason = "stop";
         text += tail;
-        if (tail) yield { text: tail, tokens: [] };
+        if (tail) yield { text: tail, tokens: [], ...(logprobs && { logprobs: [] }) };
       }
-      run.settle.resolve({ text, tokens, stopReason, timings });
+      run.settle.resolve({ text, tokens, ...(logprobs && { logprobs }), stopReason, timings });
     } catch (error) {
       run.settle.reject(error);
       throw error;
     } finally {
+      // Still running: a stop string, the signal, or the consumer leaving the loop ended it here.
+      cancel?.(tokens.length);
       // Reached without a stop reason only when the consumer left the loop.
-      run.settle.resolve({ text, tokens, stopReason: stopReason ?? "abort", timings });
-      // The session's next call, and freeing the sampler, wait for the pass in flight; then the
-      // state of an aborted generation goes to the prompt-state cache (a store refused for lack of
-      // room resolves false; one on a session disposed meanwhile rejects DISPOSED, and dispose()
-      // stored it already).
-      const release = () => {
-        callNative((a) => a.disposeSampler(sampler));
-        const next = () => void turn.then((done) => done());
-        if (stored) next();
-        else callNativeAsync((a) => a.sessionStoreInCache(handle)).then(next, next);
-      };
-      if (inflight) void inflight.then(release, release);
-      else release();
+      run.settle.resolve({ text, tokens, ...(logprobs && { logprobs }), stopReason: stopReason ?? "abort", timings });
+      // The session's next call waits until the state of an aborted generation is in the
+      // prompt-state cache (the scheduler left the cancelled generation's pass in flight, if any,
+      // out of the context; a store refused for lack of room resolves false; one on a session
+      // disposed meanwhile rejects DISPOSED, and dispose() stored it already).
+      callNative((a) => a.disposeSampler(sampler));
+      const next = () => void turn.then((done) => done());
+      if (stored) next();
+      else callNativeAsync((a) => a.sessionStoreInCache(handle)).then(next, next);
     }
   }
 
@@ -455,6 +483,24 @@ export class Session {
 }
 
 export const ABORTED = Symbol("aborted");
+
+/** Values pushed by a producer, taken in order by one consumer that awaits them. */
+class EventQueue<T> {
+  readonly #values: T[] = [];
+  #waiting: ((value: T) => void) | undefined;
+
+  push(value: T): void {
+    const waiting = this.#waiting;
+    this.#waiting = undefined;
+    if (waiting) waiting(value);
+    else this.#values.push(value);
+  }
+
+  next(): Promise<T> {
+    if (this.#values.length > 0) return Promise.resolve(this.#values.shift()!);
+    return new Promise((resolve) => (this.#waiting = resolve));
+  }
+}
 
 /** `promise`, or ABORTED as soon as `signal` aborts (the promise keeps running). */
 export function untilAborted<T>(promise: Promise<T>, signal: AbortSignal | undefined): Promise<T | typeof ABORTED> {

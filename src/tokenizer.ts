@@ -63,6 +63,11 @@ export class Tokenizer {
     this.info = callNative(() => native.info());
   }
 
+  /** The addon's tokenizer, for native objects that need the vocabulary (a grammar's sampler). @internal */
+  get nativeTokenizer(): NativeTokenizer {
+    return this.#native;
+  }
+
   /** The token ids of `text`. */
   tokenize(text: string, options: TokenizeOptions = {}): Uint32Array {
     if (typeof text !== "string") throw new BloomeryError("INVALID_ARGUMENT", "tokenize(text): text must be a string");

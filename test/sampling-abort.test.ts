@@ -3,7 +3,8 @@ import { loadModel, type Model } from "../src/index.js";
 
 // Ending a generation early: an AbortSignal stops it at once (the iteration does not wait for the
 // forward pass in flight), leaving out of the for-await loop stops it before the next pass, and in
-// both cases the session serves the next request. session.position counts the forward passes.
+// both cases the session serves the next request. session.position counts the tokens in the
+// context: the prompt and the tokens taken but the last (none of the generation if none was taken).
 const MODEL = "models/bloomery-tiny-moe-Q8_0.gguf";
 let model: Model;
 let prompt: number[];
@@ -46,15 +47,16 @@ describe("abort", () => {
     expect(session.position).toBe(prompt.length + 2 + 5);
   });
 
-  it("returns without waiting for the pass in flight, which finishes before the next call", async () => {
-    // A long prompt: its pass takes far longer than the abort takes to land.
-    const long = Array.from({ length: 600 }, (_, i) => prompt[i % prompt.length]!);
+  it("returns without waiting for the pass in flight, and leaves nothing of an unanswered prompt in the context", async () => {
+    // A long prompt: its passes take far longer than the abort takes to land. It shares no prefix
+    // with the states the generations above left in the prompt-state cache.
+    const long = Array.from({ length: 600 }, (_, i) => prompt[(i + 1) % prompt.length]!);
     const session = model.createSession();
     const controller = new AbortController();
     const run = session.generate(long, { maxTokens: 40, signal: controller.signal });
     const iterator = run[Symbol.asyncIterator]();
     const first = iterator.next();
-    // One turn of the event loop: the generation has taken the session and started the prompt's pass.
+    // One turn of the event loop: the generation has taken the session and its prompt's first pass runs.
     await new Promise((resolve) => setImmediate(resolve));
     const abortedAt = performance.now();
     controller.abort();
@@ -62,12 +64,36 @@ describe("abort", () => {
     const returnedMs = performance.now() - abortedAt;
     expect((await run.result).stopReason).toBe("abort");
     expect((await run.result).tokens).toEqual([]);
-    // evaluate() waits for the prompt's pass: the abort returned well before that pass ended.
+    // evaluate() waits for the pass in flight: the abort returned well before that pass ended.
     const logits = await session.evaluate([prompt[0]!]);
     const passMs = performance.now() - abortedAt;
-    expect(logits.length).toBe(model.info.vocabSize);
     expect(returnedMs).toBeLessThan(passMs / 2);
-    expect(session.position).toBe(long.length + 1);
+    // No token was taken, so the context is as before the generation: one token, as in a new session.
+    expect(session.position).toBe(1);
+    expect(logits).toEqual(await model.createSession().evaluate([prompt[0]!]));
+  });
+
+  it("keeps the prefix the prompt found computed when aborted after it started, before its first token", async () => {
+    const session = model.createSession();
+    await session.generate(prompt, { maxTokens: 1 }).result;
+    expect(session.position).toBe(prompt.length);
+    // The same prompt and a long tail: its prefix is reused, then the tail's passes run.
+    const long = [...prompt, ...Array.from({ length: 600 }, (_, i) => prompt[(i + 1) % prompt.length]!)];
+    const controller = new AbortController();
+    const run = session.generate(long, { maxTokens: 40, signal: controller.signal });
+    const iterator = run[Symbol.asyncIterator]();
+    const first = iterator.next();
+    // The scheduler has taken the generation (and made its prompt the context) once it is active.
+    while (model.stats().activeSequences === 0) await new Promise((resolve) => setImmediate(resolve));
+    controller.abort();
+    expect((await first).done).toBe(true);
+    expect((await run.result).tokens).toEqual([]);
+    // The context keeps the prefix it reused, and nothing the generation evaluated.
+    const logits = await session.evaluate([prompt[0]!]);
+    expect(session.position).toBe(prompt.length + 1);
+    const fresh = model.createSession();
+    await fresh.evaluate(prompt);
+    expect(logits).toEqual(await fresh.evaluate([prompt[0]!]));
   });
 
   it("runs no pass at all for a signal aborted before it starts", async () => {

@@ -35,11 +35,20 @@ export function errorBody(error: HttpError): { error: Record<string, unknown> } 
   return { error: { code: error.status, message: error.message, type: error.type, ...error.extra } };
 }
 
+/** The engine's refusals that a request caused: answered with 400 and the engine's message. */
+const REQUEST_ERRORS = new Set<string>([
+  "INVALID_ARGUMENT",
+  "CHAT_TEMPLATE",
+  "CONTEXT_TOO_LONG",
+  "GRAMMAR_INVALID",
+  "JSON_SCHEMA_UNSUPPORTED",
+]);
+
 /** Any thrown value as the HttpError to answer with. */
 export function toHttpError(error: unknown): HttpError {
   if (error instanceof HttpError) return error;
   if (error instanceof BloomeryError) {
-    if (error.code === "INVALID_ARGUMENT" || error.code === "CHAT_TEMPLATE" || error.code === "CONTEXT_TOO_LONG") {
+    if (REQUEST_ERRORS.has(error.code)) {
       return new HttpError(400, error.message);
     }
     return new HttpError(500, `${error.code}: ${error.message}`);

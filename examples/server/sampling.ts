@@ -1,7 +1,8 @@
 // The sampling fields shared by the OpenAI and llama.cpp endpoints, mapped onto Session.generate's
 // options. Names and defaults are llama-server's: temperature 0.8 unless the server's --temp says
 // otherwise (the SDK itself defaults to greedy), top_k 40, top_p 0.95, min_p 0.05, a fresh seed.
-import type { GenerateOptions } from "../../src/index.js";
+// Constrained output (grammar, json_schema, response_format) and OpenAI's logprobs live here too.
+import type { GenerateOptions, Model, TokenLogprob, TokenLogprobs } from "../../src/index.js";
 import { Fields, isObject } from "./fields.js";
 
 /** What a request asks of the generation, before the server adds the signal. */
@@ -19,6 +20,9 @@ export const SAMPLING_FIELDS = [
   "presence_penalty",
   "frequency_penalty",
   "logit_bias",
+  "grammar",
+  "json_schema",
+  "response_format",
 ] as const;
 
 export type SamplingField = (typeof SAMPLING_FIELDS)[number];
@@ -48,8 +52,75 @@ export function readSampling(
   if (use.has("presence_penalty")) out.presencePenalty = f.number("presence_penalty");
   if (use.has("frequency_penalty")) out.frequencyPenalty = f.number("frequency_penalty");
   if (use.has("logit_bias")) out.logitBias = readLogitBias(f, defaults.vocabSize);
+  if (use.has("grammar")) out.grammar = f.string("grammar");
+  if (use.has("json_schema")) out.jsonSchema = readSchema(f, "json_schema", f.raw("json_schema"));
+  if (use.has("response_format")) {
+    const format = readResponseFormat(f);
+    if (format !== undefined && out.jsonSchema !== undefined) {
+      throw f.bad("response_format", "cannot be used together with json_schema");
+    }
+    out.jsonSchema ??= format;
+  }
+  if (out.grammar !== undefined && out.jsonSchema !== undefined) {
+    throw f.bad("grammar", "cannot be used together with a JSON schema (json_schema or response_format)");
+  }
   for (const key of Object.keys(out) as (keyof RequestSampling)[]) if (out[key] === undefined) delete out[key];
   return out;
+}
+
+function readSchema(f: Fields, name: string, value: unknown): Record<string, unknown> | undefined {
+  if (value === undefined) return undefined;
+  if (!isObject(value)) throw f.bad(name, "must be a JSON Schema object");
+  return value;
+}
+
+/**
+ * OpenAI's `response_format`: `{type: "text"}` (no constraint), `{type: "json_object"}` (any
+ * JSON object) or `{type: "json_schema", json_schema: {schema, name?, strict?, description?}}`;
+ * llama-server also takes `{type: "json_object", schema}`.
+ */
+function readResponseFormat(f: Fields): Record<string, unknown> | undefined {
+  const value = f.raw("response_format");
+  if (value === undefined) return undefined;
+  const format = new Fields(value, "response_format.");
+  const type = format.string("type");
+  let schema: Record<string, unknown> | undefined;
+  if (type === "json_object") {
+    schema = readSchema(format, "schema", format.raw("schema")) ?? { type: "object" };
+  } else if (type === "json_schema") {
+    const wrapper = new Fields(format.raw("json_schema") ?? {}, "response_format.json_schema.");
+    wrapper.string("name");
+    wrapper.string("description");
+    wrapper.boolean("strict");
+    schema = readSchema(wrapper, "schema", wrapper.raw("schema"));
+    if (schema === undefined) throw wrapper.bad("schema", "is required");
+    wrapper.finish();
+  } else if (type !== "text") {
+    throw format.bad("type", 'must be "text", "json_object" or "json_schema"');
+  }
+  format.finish();
+  return schema;
+}
+
+/**
+ * How many alternatives to report per token, from OpenAI's fields: chat's `logprobs` (boolean)
+ * and `top_logprobs` (0 to 20), or completions' `logprobs` (a count, 0 to 20). Undefined: none.
+ */
+export function readLogprobs(f: Fields, style: "chat" | "completions"): number | undefined {
+  if (style === "completions") return f.integer("logprobs", { min: 0, max: 20 });
+  const wanted = f.boolean("logprobs") ?? false;
+  const top = f.integer("top_logprobs", { min: 0, max: 20 });
+  if (top !== undefined && !wanted) throw f.bad("top_logprobs", "needs logprobs: true");
+  return wanted ? (top ?? 0) : undefined;
+}
+
+/** OpenAI's `logprobs` object for generated tokens: `{content: [{token, logprob, bytes, top_logprobs}]}`. */
+export function openAiLogprobs(model: Model, entries: readonly TokenLogprobs[]) {
+  const describe = (t: TokenLogprob) => {
+    const token = model.detokenize([t.token], { special: true });
+    return { token, logprob: t.logprob, bytes: Array.from(Buffer.from(token, "utf8")) };
+  };
+  return { content: entries.map((e) => ({ ...describe(e), top_logprobs: e.top.map(describe) })) };
 }
 
 /**

@@ -12,6 +12,7 @@ Napi::Object init(Napi::Env env, Napi::Object exports) {
   bloomery::addon::register_model(env, exports);
   bloomery::addon::register_sampling(env, exports);
   bloomery::addon::register_state(env, exports);
+  bloomery::addon::register_generation(env, exports);
   return exports;
 }
 

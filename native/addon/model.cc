@@ -1,9 +1,11 @@
 // The model and session bindings: loadModel(path, options) resolves to a model handle;
-// sessions are created from it; evaluate runs the forward pass on a worker thread.
-// Handles are type-tagged externals that own shared pointers, so a session keeps its
-// model's weights alive, and a dispose() while a pass runs waits for nothing.
+// sessions are created from it; evaluate hands its tokens to the model's scheduler thread and
+// resolves once a pass has run them. Handles are type-tagged externals that own shared
+// pointers, so a session keeps its model's weights alive, and a dispose() while a pass runs
+// waits for nothing.
 #include "model/model.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -12,6 +14,8 @@
 #include "addon/async.h"
 #include "addon/bindings.h"
 #include "addon/errors.h"
+#include "addon/js_thread.h"
+#include "engine/scheduler.h"
 #include "engine/session.h"
 
 namespace bloomery::addon {
@@ -150,7 +154,8 @@ uint64_t cache_ram_option(Napi::Object options) {
   return static_cast<uint64_t>(bytes);
 }
 
-// loadModel(path, { threads?, contextSize?, gpu?: { device?, budget? }, cacheRam? }) -> Promise<model handle>
+// loadModel(path, { threads?, contextSize?, parallel?, gpu?: { device?, budget?, experts? }, cacheRam? }) ->
+// Promise<model handle>
 Napi::Value load_model(const Napi::CallbackInfo& info) {
   return guarded(info, [&]() -> Napi::Value {
     if (info.Length() < 1 || !info[0].IsString()) {
@@ -161,6 +166,10 @@ Napi::Value load_model(const Napi::CallbackInfo& info) {
       const Napi::Object o = info[1].As<Napi::Object>();
       options.threads = static_cast<uint32_t>(option_integer(o, "threads"));
       options.context_size = option_integer(o, "contextSize");
+      if (const int64_t parallel = option_integer(o, "parallel")) {
+        options.parallel = static_cast<uint32_t>(parallel);
+        options.step_tokens = std::max(options.step_tokens, parallel);
+      }
       if (o.Get("gpu").IsObject()) options.gpu = gpu_options(o.Get("gpu").As<Napi::Object>());
       options.cache_ram = cache_ram_option(o);
     }
@@ -193,26 +202,10 @@ Napi::Value model_info(const Napi::CallbackInfo& info) {
     o.Set("contextLength", double(p.context_length));
     o.Set("contextSize", double(runtime.context_size()));
     o.Set("threads", runtime.threads());
+    o.Set("parallel", runtime.parallel());
     o.Set("gpu", runtime.on_gpu());
     o.Set("bosToken", p.bos_token);
     o.Set("eosToken", p.eos_token);
-    return o;
-  });
-}
-
-// offloadStats(model) -> where a hybrid model's passes spent their time (engine::OffloadStats), or null on the CPU.
-Napi::Value offload_stats(const Napi::CallbackInfo& info) {
-  return guarded(info, [&]() -> Napi::Value {
-    const engine::Runtime& runtime = live(unwrap<ModelHandle>(info, 0, kModelTag, "model"), info.Env());
-    if (!runtime.gpu()) return info.Env().Null();
-    const engine::OffloadStats s = engine::offload_stats(*runtime.gpu());
-    Napi::Object o = Napi::Object::New(info.Env());
-    o.Set("passes", double(s.passes));
-    o.Set("streamedPasses", double(s.streamed_passes));
-    o.Set("wallSeconds", s.wall_seconds);
-    o.Set("cpuExpertSeconds", s.cpu_expert_seconds);
-    o.Set("cpuWaitSeconds", s.cpu_wait_seconds);
-    o.Set("gpuWaitSeconds", s.gpu_wait_seconds);
     return o;
   });
 }
@@ -233,6 +226,40 @@ Napi::Value create_session(const Napi::CallbackInfo& info) {
   });
 }
 
+// The seconds a hybrid model's passes spent on each side (engine::OffloadStats).
+Napi::Object offload_times(Napi::Env env, const engine::OffloadStats& s) {
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("passes", double(s.passes));
+  o.Set("streamedPasses", double(s.streamed_passes));
+  o.Set("wallSeconds", s.wall_seconds);
+  o.Set("cpuExpertSeconds", s.cpu_expert_seconds);
+  o.Set("cpuWaitSeconds", s.cpu_wait_seconds);
+  o.Set("gpuWaitSeconds", s.gpu_wait_seconds);
+  return o;
+}
+
+// modelStats(model) -> the scheduler's counters (src/model.ts derives the rates), and `offload`:
+// where a GPU model's passes spent their time, or null on the CPU.
+Napi::Value model_stats(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    engine::Runtime& runtime = live(unwrap<ModelHandle>(info, 0, kModelTag, "model"), info.Env());
+    const engine::SchedulerStats s = runtime.scheduler().stats();
+    Napi::Object o = Napi::Object::New(info.Env());
+    o.Set("promptTokens", double(s.prompt_tokens));
+    o.Set("decodeTokens", double(s.decode_tokens));
+    o.Set("promptSeconds", s.prompt_seconds);
+    o.Set("decodeSeconds", s.decode_seconds);
+    o.Set("passes", double(s.passes));
+    o.Set("rows", double(s.rows));
+    o.Set("sequenceRows", double(s.sequence_rows));
+    o.Set("active", double(s.active));
+    o.Set("waiting", double(s.waiting));
+    o.Set("offload", runtime.gpu() ? Napi::Value(offload_times(info.Env(), engine::offload_stats(*runtime.gpu())))
+                                   : info.Env().Null());
+    return o;
+  });
+}
+
 // sessionEvaluate(session, tokens: Int32Array, allLogits: boolean) -> Promise<Float32Array>
 Napi::Value session_evaluate(const Napi::CallbackInfo& info) {
   return guarded(info, [&]() -> Napi::Value {
@@ -243,22 +270,40 @@ Napi::Value session_evaluate(const Napi::CallbackInfo& info) {
     }
     const Napi::Int32Array tokens = info[1].As<Napi::Int32Array>();
     const bool all = info.Length() > 2 && info[2].ToBoolean().Value();
-    return run_async(
-        info.Env(),
-        [session = std::move(session),
-         batch = std::vector<int32_t>(tokens.Data(), tokens.Data() + tokens.ElementLength()),
-         rows = all ? engine::LogitRows::kAll : engine::LogitRows::kLast] { return session->evaluate(batch, rows); },
-        [](Napi::Env env, const std::vector<float>& logits) {
-          Napi::Float32Array out = Napi::Float32Array::New(env, logits.size());
-          std::memcpy(out.Data(), logits.data(), logits.size() * sizeof(float));
-          return out;
-        });
+    auto deferred = std::make_shared<Napi::Promise::Deferred>(Napi::Promise::Deferred::New(info.Env()));
+    auto js = std::make_shared<JsThread>(info.Env(), "bloomery.evaluate");
+    engine::RequestEvents events;
+    events.on_end = [deferred, js](engine::RequestEnd end) {
+      js->post([deferred, end = std::move(end)](Napi::Env env, Napi::Function) {
+        if (end.error) {
+          deferred->Reject(to_js_error(env, end.error).Value());
+        } else if (end.reason != engine::StopReason::kDone) {
+          deferred->Reject(to_js_error(env, "DISPOSED", "the session was disposed before its tokens ran").Value());
+        } else {
+          Napi::Float32Array out = Napi::Float32Array::New(env, end.logits.size());
+          std::memcpy(out.Data(), end.logits.data(), end.logits.size() * sizeof(float));
+          deferred->Resolve(out);
+        }
+      });
+      js->close();
+    };
+    engine::Scheduler& scheduler = session->runtime().scheduler();
+    try {
+      scheduler.evaluate(std::move(session),
+                         std::vector<int32_t>(tokens.Data(), tokens.Data() + tokens.ElementLength()),
+                         all ? engine::LogitRows::kAll : engine::LogitRows::kLast, std::move(events));
+    } catch (...) {
+      js->close();
+      throw;
+    }
+    return deferred->Promise();
   });
 }
 
 Napi::Value session_reset(const Napi::CallbackInfo& info) {
   return guarded(info, [&]() -> Napi::Value {
-    live(unwrap<SessionHandle>(info, 0, kSessionTag, "session"), info.Env())->reset();
+    std::shared_ptr<engine::Session> session = live(unwrap<SessionHandle>(info, 0, kSessionTag, "session"), info.Env());
+    session->runtime().scheduler().reset(*session);
     return info.Env().Undefined();
   });
 }
@@ -272,7 +317,9 @@ Napi::Value session_position(const Napi::CallbackInfo& info) {
 
 Napi::Value dispose_session(const Napi::CallbackInfo& info) {
   return guarded(info, [&]() -> Napi::Value {
-    unwrap<SessionHandle>(info, 0, kSessionTag, "session").session.reset();
+    SessionHandle& handle = unwrap<SessionHandle>(info, 0, kSessionTag, "session");
+    if (handle.session) handle.session->runtime().scheduler().cancel_all(*handle.session);
+    handle.session.reset();
     return info.Env().Undefined();
   });
 }
@@ -292,7 +339,7 @@ void register_model(Napi::Env env, Napi::Object exports) {
   exports.Set("modelInfo", Napi::Function::New(env, model_info, "modelInfo"));
   exports.Set("disposeModel", Napi::Function::New(env, dispose_model, "disposeModel"));
   exports.Set("gpuFootprint", Napi::Function::New(env, gpu_footprint, "gpuFootprint"));
-  exports.Set("offloadStats", Napi::Function::New(env, offload_stats, "offloadStats"));
+  exports.Set("modelStats", Napi::Function::New(env, model_stats, "modelStats"));
   exports.Set("createSession", Napi::Function::New(env, create_session, "createSession"));
   exports.Set("sessionEvaluate", Napi::Function::New(env, session_evaluate, "sessionEvaluate"));
   exports.Set("sessionReset", Napi::Function::New(env, session_reset, "sessionReset"));

@@ -1,18 +1,15 @@
-// The sampling bindings: createSampler(options) makes a sampler for one generation, and
-// sessionSample(session, tokens, sampler) evaluates the tokens and draws the next one on a
-// worker thread (sessionSamplePrompt does so for a prompt that replaces the context), so the
-// vocabulary-sized logits row never crosses into JavaScript.
+// The sampling bindings: createSampler(options) makes a sampler for one generation, which
+// sessionGenerate (generation.cc) hands to the scheduler thread, so the vocabulary-sized
+// logits row never crosses into JavaScript.
 #include <memory>
-#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "addon/async.h"
 #include "addon/bindings.h"
 #include "addon/errors.h"
 #include "engine/sampler.h"
-#include "engine/session.h"
+#include "tokenizer/tokenizer.h"
 
 namespace bloomery::addon {
 
@@ -20,16 +17,8 @@ namespace {
 
 constexpr napi_type_tag kSamplerTag{0x6c6f6f6d73616d70, 0x0000000000000003};
 
-// A step holds the sampler while it runs; the mutex keeps two steps from sharing its history
-// and generator at once.
-struct SamplerState {
-  explicit SamplerState(engine::SamplerParams params) : sampler(std::move(params)) {}
-  std::mutex mutex;
-  engine::Sampler sampler;
-};
-
 struct SamplerHandle {
-  std::shared_ptr<SamplerState> state;
+  std::shared_ptr<engine::Sampler> sampler;
 };
 
 SamplerHandle& unwrap_sampler(const Napi::CallbackInfo& info, size_t index) {
@@ -95,8 +84,10 @@ std::vector<std::pair<int32_t, float>> read_bias(const Napi::Object& options) {
 }
 
 // createSampler({ temperature?, topK?, topP?, minP?, repeatPenalty?, repeatLastN?, presencePenalty?,
-// frequencyPenalty?, seed?, biasTokens?, biasValues? }) -> sampler handle; left-out settings take
-// engine::SamplerParams' defaults.
+// frequencyPenalty?, seed?, biasTokens?, biasValues?, grammar?, logprobs? }, tokenizer?) -> sampler
+// handle; left-out settings take engine::SamplerParams' defaults. A grammar needs the model's
+// NativeTokenizer. With logprobs, each token a generation delivers carries its log-probabilities
+// (generation.cc).
 Napi::Value create_sampler(const Napi::CallbackInfo& info) {
   return guarded(info, [&]() -> Napi::Value {
     if (info.Length() < 1 || !info[0].IsObject()) {
@@ -114,94 +105,43 @@ Napi::Value create_sampler(const Napi::CallbackInfo& info) {
     read_float(o, "frequencyPenalty", params.frequency_penalty);
     params.seed = read_seed(o);
     params.logit_bias = read_bias(o);
+    read_int(o, "logprobs", params.logprobs);
+    const Napi::Value grammar = o.Get("grammar");
+    if (!grammar.IsUndefined()) {
+      if (!grammar.IsString()) throw to_js_error(info.Env(), "INVALID_ARGUMENT", "grammar must be a string");
+      params.grammar = grammar.As<Napi::String>().Utf8Value();
+    }
+    std::shared_ptr<const tokenizer::Tokenizer> tokenizer;
+    if (info.Length() > 1 && !info[1].IsUndefined()) {
+      tokenizer = tokenizer_argument(info[1], "createSampler's tokenizer");
+    }
     auto external = Napi::External<SamplerHandle>::New(
-        info.Env(), new SamplerHandle{std::make_shared<SamplerState>(std::move(params))},
+        info.Env(), new SamplerHandle{std::make_shared<engine::Sampler>(std::move(params), std::move(tokenizer))},
         [](Napi::Env, SamplerHandle* h) { delete h; });
     external.TypeTag(&kSamplerTag);
     return external;
   });
 }
 
-// The session, tokens and sampler of sessionSample and sessionSamplePrompt.
-struct SampleArguments {
-  std::shared_ptr<engine::Session> session;
-  std::vector<int32_t> tokens;
-  std::shared_ptr<SamplerState> sampler;
-};
-
-SampleArguments sample_arguments(const Napi::CallbackInfo& info) {
-  std::shared_ptr<engine::Session> session = session_argument(info, 0);
-  if (info.Length() < 2 || !info[1].IsTypedArray() ||
-      info[1].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array) {
-    throw to_js_error(info.Env(), "INVALID_ARGUMENT", "tokens must be an Int32Array");
-  }
-  const Napi::Int32Array tokens = info[1].As<Napi::Int32Array>();
-  std::shared_ptr<SamplerState> sampler = unwrap_sampler(info, 2).state;
-  if (!sampler) throw to_js_error(info.Env(), "DISPOSED", "the sampler has been disposed");
-  return {std::move(session), std::vector<int32_t>(tokens.Data(), tokens.Data() + tokens.ElementLength()),
-          std::move(sampler)};
-}
-
-// sessionSample(session, tokens: Int32Array, sampler) -> Promise<number>: appends the tokens to
-// the session's context and to the sampler's history, then draws the next token.
-Napi::Value session_sample(const Napi::CallbackInfo& info) {
-  return guarded(info, [&]() -> Napi::Value {
-    return run_async(
-        info.Env(),
-        [a = sample_arguments(info)] {
-          std::lock_guard lock(a.sampler->mutex);
-          const std::vector<float> logits = a.session->evaluate(a.tokens);
-          a.sampler->sampler.accept(a.tokens);
-          return a.sampler->sampler.sample(logits);
-        },
-        [](Napi::Env env, int32_t token) { return Napi::Number::New(env, token); });
-  });
-}
-
-// sessionSamplePrompt(session, prompt: Int32Array, sampler) -> Promise<{ token, reused, fromCache }>:
-// the prompt replaces the session's context (Session::prepare_prompt keeps the prefix already
-// computed, `reused` tokens, from the prompt-state cache when `fromCache`), the rest is evaluated,
-// the whole prompt goes to the sampler's history, and the next token is drawn.
-Napi::Value session_sample_prompt(const Napi::CallbackInfo& info) {
-  return guarded(info, [&]() -> Napi::Value {
-    struct Drawn {
-      int32_t token;
-      engine::PromptReuse reuse;
-    };
-    return run_async(
-        info.Env(),
-        [a = sample_arguments(info)] {
-          std::lock_guard lock(a.sampler->mutex);
-          const engine::PromptReuse reuse = a.session->prepare_prompt(a.tokens);
-          const std::vector<float> logits = a.session->evaluate(std::span(a.tokens).subspan(reuse.first));
-          a.sampler->sampler.accept(a.tokens);
-          return Drawn{a.sampler->sampler.sample(logits), reuse};
-        },
-        [](Napi::Env env, const Drawn& drawn) {
-          Napi::Object o = Napi::Object::New(env);
-          o.Set("token", drawn.token);
-          o.Set("reused", static_cast<double>(drawn.reuse.first));
-          o.Set("fromCache", drawn.reuse.from_cache);
-          return o;
-        });
-  });
-}
-
-// disposeSampler(sampler): frees its buffers now rather than at garbage collection; a step in
-// flight keeps them until it ends.
+// disposeSampler(sampler): frees its buffers now rather than at garbage collection; a running
+// generation keeps them until it ends.
 Napi::Value dispose_sampler(const Napi::CallbackInfo& info) {
   return guarded(info, [&]() -> Napi::Value {
-    unwrap_sampler(info, 0).state.reset();
+    unwrap_sampler(info, 0).sampler.reset();
     return info.Env().Undefined();
   });
 }
 
 }  // namespace
 
+std::shared_ptr<engine::Sampler> sampler_argument(const Napi::CallbackInfo& info, size_t index) {
+  std::shared_ptr<engine::Sampler> sampler = unwrap_sampler(info, index).sampler;
+  if (!sampler) throw to_js_error(info.Env(), "DISPOSED", "the sampler has been disposed");
+  return sampler;
+}
+
 void register_sampling(Napi::Env env, Napi::Object exports) {
   exports.Set("createSampler", Napi::Function::New(env, create_sampler, "createSampler"));
-  exports.Set("sessionSample", Napi::Function::New(env, session_sample, "sessionSample"));
-  exports.Set("sessionSamplePrompt", Napi::Function::New(env, session_sample_prompt, "sessionSamplePrompt"));
   exports.Set("disposeSampler", Napi::Function::New(env, dispose_sampler, "disposeSampler"));
 }
 

@@ -1,6 +1,7 @@
 // The session-state bindings: save / restore (in memory or through a file), fork, and storing
-// a session's state in the prompt-state cache (sessionSamplePrompt, in sampling.cc, restores
-// from it). The work that copies keys and values runs on a worker thread.
+// a session's state in the prompt-state cache (a generation's prompt restores from it:
+// Scheduler::generate). The work that copies keys and values runs on a worker thread, under
+// the runtime's compute lock, so it never overlaps a pass of the scheduler thread.
 #include "engine/state.h"
 
 #include <cstring>

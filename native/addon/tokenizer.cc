@@ -139,6 +139,13 @@ class DecoderWrap : public Napi::ObjectWrap<DecoderWrap> {
 
 }  // namespace
 
+std::shared_ptr<const Tokenizer> tokenizer_argument(const Napi::Value& value, const char* what) {
+  if (!value.IsObject() || !value.As<Napi::Object>().CheckTypeTag(&kTokenizerTag)) {
+    throw invalid(value.Env(), std::string(what) + " must be a NativeTokenizer");
+  }
+  return TokenizerWrap::Unwrap(value.As<Napi::Object>())->shared();
+}
+
 void register_tokenizer(Napi::Env env, Napi::Object exports) {
   exports.Set("NativeTokenizer", TokenizerWrap::define(env));
   exports.Set("NativeStreamDecoder", DecoderWrap::define(env));

@@ -34,8 +34,8 @@ void position_heads(const HyperParams& p, float* rows, int64_t n, int64_t heads,
   }
 }
 
-void attention_block(const HyperParams& p, const LayerWeights& w, int64_t layer, int64_t n, int64_t first_position,
-                     KvCache& cache, ForwardScratch& s, cpu::ThreadPool& pool) {
+void attention_block(const HyperParams& p, const LayerWeights& w, int64_t layer, int64_t n,
+                     std::span<const SequenceRows> batch, ForwardScratch& s, cpu::ThreadPool& pool) {
   const int64_t q_width = p.heads * p.head_dim;
   const int64_t kv_width = p.kv_heads * p.head_dim;
   cpu::rms_norm(s.residual.data(), n, p.embedding, p.embedding, w.attention_norm, p.rms_epsilon, s.normed.data(),
@@ -49,11 +49,16 @@ void attention_block(const HyperParams& p, const LayerWeights& w, int64_t layer,
   add_bias(s.v.data(), n, kv_width, w.v_bias);
   position_heads(p, s.q.data(), n, p.heads, w.q_norm, s);
   position_heads(p, s.k.data(), n, p.kv_heads, w.k_norm, s);
-  cache.store(layer, first_position, n, s.k.data(), s.v.data());
 
   const cpu::AttentionShape shape{p.heads, p.kv_heads, p.head_dim, 1.0f / std::sqrt(static_cast<float>(p.head_dim))};
-  cpu::causal_attention(s.q.data(), n, first_position, cache.keys(layer), cache.values(layer), shape,
-                        s.attention.data(), pool);
+  int64_t row = 0;
+  for (const SequenceRows& part : batch) {
+    const int64_t rows = static_cast<int64_t>(part.tokens.size());
+    part.cache->store(layer, part.first_position, rows, s.k.data() + row * kv_width, s.v.data() + row * kv_width);
+    cpu::causal_attention(s.q.data() + row * q_width, rows, part.first_position, part.cache->keys(layer),
+                          part.cache->values(layer), shape, s.attention.data() + row * q_width, pool);
+    row += rows;
+  }
   s.input.reset(s.attention.data(), n, q_width);
   cpu::matmul(w.attention_output, s.input, s.projected.data(), pool);
   add_into(s.residual.data(), s.projected.data(), n * p.embedding);
@@ -105,24 +110,33 @@ void size_scratch(const HyperParams& p, int64_t n, ForwardScratch& s) {
 
 }  // namespace
 
-void forward(const model::Model& model, std::span<const int32_t> tokens, int64_t first_position, KvCache& cache,
-             LogitRows rows, std::vector<float>& logits, ForwardScratch& s, cpu::ThreadPool& pool) {
+void forward(const model::Model& model, std::span<const SequenceRows> batch, std::vector<float>& logits,
+             ForwardScratch& s, cpu::ThreadPool& pool) {
   const HyperParams& p = model.params;
-  const int64_t n = static_cast<int64_t>(tokens.size());
+  int64_t n = 0;
+  for (const SequenceRows& part : batch) n += static_cast<int64_t>(part.tokens.size());
   size_scratch(p, n, s);
-  for (int64_t i = 0; i < n; ++i) {
-    cpu::dequantize_row(model.token_embedding, tokens[i], s.residual.data() + i * p.embedding);
-    cpu::rope_angles(p.rope, first_position + i, s.rope_angles[i]);
+  s.logit_rows.clear();
+  int64_t row = 0;
+  for (const SequenceRows& part : batch) {
+    const int64_t rows = static_cast<int64_t>(part.tokens.size());
+    for (int64_t i = 0; i < rows; ++i, ++row) {
+      cpu::dequantize_row(model.token_embedding, part.tokens[i], s.residual.data() + row * p.embedding);
+      cpu::rope_angles(p.rope, part.first_position + i, s.rope_angles[row]);
+      if (part.rows == LogitRows::kAll || i == rows - 1) s.logit_rows.push_back(row);
+    }
   }
   for (int64_t l = 0; l < p.layers; ++l) {
-    attention_block(p, model.layers[l], l, n, first_position, cache, s, pool);
+    attention_block(p, model.layers[l], l, n, batch, s, pool);
     ffn_block(p, model.layers[l], n, s, pool);
   }
 
-  const int64_t first_row = rows == LogitRows::kAll ? 0 : n - 1;
-  const int64_t out_rows = n - first_row;
-  cpu::rms_norm(s.residual.data() + first_row * p.embedding, out_rows, p.embedding, p.embedding, model.output_norm,
-                p.rms_epsilon, s.normed.data(), p.embedding);
+  // The output norm gathers the rows that return logits, so the output product reads only those.
+  const auto out_rows = static_cast<int64_t>(s.logit_rows.size());
+  for (int64_t i = 0; i < out_rows; ++i) {
+    cpu::rms_norm(s.residual.data() + s.logit_rows[i] * p.embedding, 1, p.embedding, p.embedding, model.output_norm,
+                  p.rms_epsilon, s.normed.data() + i * p.embedding, p.embedding);
+  }
   logits.resize(static_cast<size_t>(out_rows * p.vocab));
   s.input.reset(s.normed.data(), out_rows, p.embedding);
   cpu::matmul(model.output, s.input, logits.data(), pool);

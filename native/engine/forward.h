@@ -1,7 +1,17 @@
-// The forward pass of a decoder-only transformer over a batch of tokens of one sequence:
-// embeddings, then per layer attention and FFN (dense or MoE) with residuals, then the
+// The forward pass of a decoder-only transformer over a batch made of several sequences'
+// rows: embeddings, then per layer attention and FFN (dense or MoE) with residuals, then the
 // output norm and logits. It reads the model's hyper-parameters and weights, never its
 // architecture's name.
+//
+// Every matrix product runs once over all rows of the batch, so each weight is read once per
+// pass however many sequences take part; attention runs per sequence against its own cache;
+// the MoE layer groups the rows of every sequence by expert. A row's result does not depend on
+// the other rows of the batch, bit for bit: activations are quantized row by row, each output
+// of a quantized product is one dot of one weight row with one activation row (the multi-row
+// dots equal the single-row dot exactly, native/tests/quant_dot_rows_test.cc), norms, RoPE,
+// routing and attention work per row, and a row's expert outputs are added in its top-k order.
+// So a sequence run together with others gives the same logits as run alone
+// (native/tests/forward_batch_test.cc).
 #pragma once
 
 #include <cstdint>
@@ -19,19 +29,29 @@ namespace bloomery::engine {
 // Buffers reused from one pass to the next.
 struct ForwardScratch {
   std::vector<float> residual, normed, q, k, v, attention, projected, gate, up, activated, router_logits;
-  std::vector<std::vector<float>> rope_angles;  // per token
+  std::vector<std::vector<float>> rope_angles;  // per row
+  std::vector<int64_t> logit_rows;              // the rows whose logits the pass returns
   cpu::MatmulInput input;
   cpu::Routing routing;
   cpu::MoeScratch moe;
 };
 
-// Which rows of logits a pass returns.
+// Which rows of logits a sequence's part of a pass returns.
 enum class LogitRows : uint8_t { kLast, kAll };
 
-// Runs `tokens` at positions [first_position, first_position + tokens.size()), storing their
-// keys and values in `cache`, and writes vocab logits for the last token or for each token.
-// The caller checks token ids and that the positions fit the cache.
-void forward(const model::Model& model, std::span<const int32_t> tokens, int64_t first_position, KvCache& cache,
-             LogitRows rows, std::vector<float>& logits, ForwardScratch& scratch, cpu::ThreadPool& pool);
+// One sequence's rows in a pass: `tokens` at positions [first_position, first_position +
+// tokens.size()), whose keys and values go to `cache`.
+struct SequenceRows {
+  std::span<const int32_t> tokens;
+  int64_t first_position = 0;
+  KvCache* cache = nullptr;
+  LogitRows rows = LogitRows::kLast;
+};
+
+// Runs every sequence's rows in one pass and writes vocab logits, sequence after sequence:
+// one row for a kLast part, one per token for a kAll part. The caller checks token ids, that
+// the positions fit each cache, and that no cache appears twice.
+void forward(const model::Model& model, std::span<const SequenceRows> batch, std::vector<float>& logits,
+             ForwardScratch& scratch, cpu::ThreadPool& pool);
 
 }  // namespace bloomery::engine

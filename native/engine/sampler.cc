@@ -6,6 +6,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "engine/grammar.h"
 
 namespace bloomery::engine {
 
@@ -46,6 +47,7 @@ void validate(const SamplerParams& p) {
       refuse("logitBias of token " + std::to_string(token) + " must be a finite number or -Infinity");
     }
   }
+  if (p.logprobs < -1) refuse("logprobs must be a count of alternatives >= 0 (or -1: off)");
 }
 
 Xoshiro256::Xoshiro256(uint64_t seed) {
@@ -66,9 +68,73 @@ uint64_t Xoshiro256::next() {
 
 double Xoshiro256::uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
 
-Sampler::Sampler(SamplerParams params) : params_(std::move(params)), rng_(params_.seed) { validate(params_); }
+Sampler::Sampler(SamplerParams params, std::shared_ptr<const tokenizer::Tokenizer> tokenizer)
+    : params_(std::move(params)), rng_(params_.seed), tokenizer_(std::move(tokenizer)) {
+  validate(params_);
+  if (!params_.grammar.empty()) {
+    if (!tokenizer_) refuse("a grammar needs the model's tokenizer, for the bytes of each token");
+    grammar_.emplace(std::make_shared<const Grammar>(parse_grammar(params_.grammar)));
+  }
+}
 
-void Sampler::accept(std::span<const int32_t> tokens) { history_.insert(history_.end(), tokens.begin(), tokens.end()); }
+void Sampler::accept_prompt(std::span<const int32_t> tokens) {
+  history_.insert(history_.end(), tokens.begin(), tokens.end());
+}
+
+void Sampler::accept(int32_t token) {
+  if (grammar_ && !is_end_token(token)) {
+    if (token < 0 || static_cast<size_t>(token) >= tokenizer_->vocab().size()) {
+      refuse("token " + std::to_string(token) + " is outside the vocabulary");
+    }
+    grammar_->advance(tokenizer_->piece(static_cast<uint32_t>(token), false));
+  }
+  history_.push_back(token);
+}
+
+bool Sampler::is_end_token(int32_t token) const {
+  const tokenizer::Vocab& v = tokenizer_->vocab();
+  return token == v.eos || token == v.eot;
+}
+
+// The end of generation only where the grammar is complete; other tokens by their text (a
+// token without text, such as a control token, never: it would let the grammar stall).
+bool Sampler::grammar_allows(int32_t token) const {
+  if (is_end_token(token)) return grammar_->complete();
+  return grammar_->allows(tokenizer_->piece(static_cast<uint32_t>(token), false));
+}
+
+void Sampler::keep_grammar_candidates() {
+  std::erase_if(candidates_, [&](const Candidate& c) { return !grammar_allows(c.token); });
+  if (!candidates_.empty()) {
+    double total = 0.0;
+    for (const Candidate& c : candidates_) total += c.probability;
+    for (Candidate& c : candidates_) c.probability = static_cast<float>(c.probability / total);
+    return;
+  }
+  // The filters kept nothing the grammar allows: mask the vocabulary, then filter again.
+  constexpr float kBanned = -std::numeric_limits<float>::infinity();
+  const size_t vocab = std::min(adjusted_.size(), tokenizer_->vocab().size());
+  std::vector<int32_t> tokens;
+  std::vector<std::string_view> texts;
+  for (size_t i = 0; i < adjusted_.size(); ++i) {
+    if (adjusted_[i] == kBanned) continue;
+    const auto token = static_cast<int32_t>(i);
+    if (i < vocab && !is_end_token(token)) {
+      tokens.push_back(token);
+      texts.push_back(tokenizer_->piece(static_cast<uint32_t>(i), false));
+    } else if (i >= vocab || !grammar_->complete()) {
+      adjusted_[i] = kBanned;
+    }
+  }
+  const std::vector<bool> allowed = grammar_->allows_each(texts);
+  for (size_t k = 0; k < tokens.size(); ++k) {
+    if (!allowed[k]) adjusted_[static_cast<size_t>(tokens[k])] = kBanned;
+  }
+  filter_candidates();
+  if (candidates_.empty()) {
+    throw Error("GRAMMAR_INVALID", "no token of the vocabulary that logitBias leaves can continue the grammar here");
+  }
+}
 
 void Sampler::apply_bias_and_penalties(std::span<const float> logits) {
   adjusted_.assign(logits.begin(), logits.end());
@@ -155,6 +221,14 @@ void Sampler::softmax(float temperature) {
 
 const std::vector<Candidate>& Sampler::distribution(std::span<const float> logits) {
   apply_bias_and_penalties(logits);
+  filter_candidates();
+  if (grammar_) keep_grammar_candidates();
+  if (candidates_.empty()) refuse("no token is left to sample: logitBias bans every token");
+  return candidates_;
+}
+
+// The chain after bias and penalties, over adjusted_: top-k, top-p, min-p, temperature.
+void Sampler::filter_candidates() {
   candidates_.clear();
   sorted_ = false;
   if (params_.temperature <= 0.0f) {
@@ -177,21 +251,48 @@ const std::vector<Candidate>& Sampler::distribution(std::span<const float> logit
       softmax(params_.temperature);
     }
   }
-  if (candidates_.empty()) refuse("no token is left to sample: logitBias bans every token");
-  return candidates_;
 }
 
 int32_t Sampler::sample(std::span<const float> logits) {
   const std::vector<Candidate>& candidates = distribution(logits);
-  if (candidates.size() == 1) return candidates.front().token;
-  const double u = rng_.uniform();
-  double cumulative = 0.0;
-  for (const Candidate& c : candidates) {
-    cumulative += c.probability;
-    if (u < cumulative) return c.token;
+  // The probabilities' rounding may leave u past their sum: the last token owns that sliver.
+  int32_t token = candidates.back().token;
+  if (candidates.size() > 1) {
+    const double u = rng_.uniform();
+    double cumulative = 0.0;
+    for (const Candidate& c : candidates) {
+      cumulative += c.probability;
+      if (u < cumulative) {
+        token = c.token;
+        break;
+      }
+    }
   }
-  // The probabilities' rounding left u past their sum: the last token owns that sliver.
-  return candidates.back().token;
+  record_logprobs(logits, token);
+  return token;
+}
+
+void Sampler::record_logprobs(std::span<const float> logits, int32_t drawn) {
+  if (params_.logprobs < 0) return;
+  double max = -std::numeric_limits<double>::infinity();
+  for (float l : logits) max = std::max(max, static_cast<double>(l));
+  double total = 0.0;
+  for (float l : logits) total += std::exp(static_cast<double>(l) - max);
+  const double log_total = max + std::log(total);
+  const auto logprob = [&](int32_t token) {
+    return static_cast<float>(logits[static_cast<size_t>(token)] - log_total);
+  };
+
+  const size_t n = std::min(static_cast<size_t>(params_.logprobs), logits.size());
+  std::vector<int32_t> order(logits.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+  std::partial_sort(order.begin(), order.begin() + static_cast<ptrdiff_t>(n), order.end(), [&](int32_t a, int32_t b) {
+    return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] ||
+           (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b);
+  });
+  DrawLogprobs out{{drawn, logprob(drawn)}, {}};
+  for (size_t i = 0; i < n; ++i) out.top.push_back({order[i], logprob(order[i])});
+  last_logprobs_ = std::move(out);
 }
 
 }  // namespace bloomery::engine

@@ -1,13 +1,19 @@
 // Picks the next token from a row of logits: logit bias, then repetition penalties over the
 // recent tokens, then top-k, top-p, min-p and temperature (llama.cpp's default order), then a
-// draw from a seeded generator. One Sampler serves one generation; the same seed, logits and
-// history give the same token on every machine.
+// grammar constraint, then a draw from a seeded generator. One Sampler serves one generation;
+// the same seed, logits and history give the same token on every machine.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
+
+#include "engine/grammar_matcher.h"
+#include "tokenizer/tokenizer.h"
 
 namespace bloomery::engine {
 
@@ -24,6 +30,8 @@ struct SamplerParams {
   float frequency_penalty = 0.0f;                     // subtracted once per occurrence in that window
   std::vector<std::pair<int32_t, float>> logit_bias;  // added to the logit; -infinity bans the token
   uint64_t seed = 0;
+  std::string grammar;    // GBNF text (engine/grammar.h); empty: no constraint
+  int32_t logprobs = -1;  // report each draw's log-probability and this many alternatives; -1: off
 };
 
 // Throws Error INVALID_ARGUMENT naming the first setting out of range (by its TypeScript name).
@@ -49,23 +57,51 @@ struct Candidate {
   float probability;
 };
 
+struct TokenLogprob {
+  int32_t token;
+  float logprob;
+};
+
+// A draw's log-probabilities as llama-server reports them by default: the log-softmax of the
+// model's logits as they came, before bias, penalties, filters, grammar and temperature.
+struct DrawLogprobs {
+  TokenLogprob drawn;
+  std::vector<TokenLogprob> top;  // the most likely tokens, most likely first
+};
+
 class Sampler {
  public:
-  // Validates the settings (see validate()).
-  explicit Sampler(SamplerParams params);
+  // Validates the settings (see validate()) and parses the grammar (Error GRAMMAR_INVALID). A
+  // grammar needs the tokenizer, for each token's bytes and the end-of-generation tokens.
+  explicit Sampler(SamplerParams params, std::shared_ptr<const tokenizer::Tokenizer> tokenizer = nullptr);
 
-  // Adds tokens to the history the penalties look at: the prompt, then each generated token.
-  void accept(std::span<const int32_t> tokens);
+  // Adds prompt tokens to the history the penalties look at.
+  void accept_prompt(std::span<const int32_t> tokens);
+
+  // Adds a generated token to that history and moves the grammar past its bytes (Error
+  // INVALID_ARGUMENT when the grammar does not allow it).
+  void accept(int32_t token);
 
   // The tokens the next draw chooses among and their probabilities (summing to 1), in no
-  // particular order. Greedy settings leave one token with probability 1. Throws Error
-  // INVALID_ARGUMENT when a biased token lies outside `logits` or every token is banned.
+  // particular order. Greedy settings leave one token with probability 1. Under a grammar,
+  // the candidates the filters keep that the grammar refuses are dropped; when it refuses them
+  // all, the grammar masks the whole vocabulary and the filters run again on what it allows.
+  // Throws Error INVALID_ARGUMENT when a biased token lies outside `logits` or every token is
+  // banned, GRAMMAR_INVALID when no token of the vocabulary can continue the grammar.
   const std::vector<Candidate>& distribution(std::span<const float> logits);
 
   // Draws the next token from distribution(logits).
   int32_t sample(std::span<const float> logits);
 
+  // The log-probabilities of the last sample() (params.logprobs alternatives); nullopt when off.
+  const std::optional<DrawLogprobs>& last_logprobs() const { return last_logprobs_; }
+
  private:
+  void filter_candidates();
+  bool is_end_token(int32_t token) const;
+  bool grammar_allows(int32_t token) const;
+  void keep_grammar_candidates();
+  void record_logprobs(std::span<const float> logits, int32_t drawn);
   void apply_bias_and_penalties(std::span<const float> logits);
   void keep_top_k();
   void keep_top_p();
@@ -78,6 +114,9 @@ class Sampler {
   std::vector<float> adjusted_;  // the logits after bias and penalties
   std::vector<Candidate> candidates_;
   bool sorted_ = false;  // candidates_ is most likely first
+  std::shared_ptr<const tokenizer::Tokenizer> tokenizer_;
+  std::optional<GrammarMatcher> grammar_;
+  std::optional<DrawLogprobs> last_logprobs_;
 };
 
 }  // namespace bloomery::engine

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "engine/scheduler.h"
 
 namespace bloomery::engine {
 
@@ -21,9 +22,17 @@ int64_t resolve_context_size(const model::HyperParams& p, int64_t requested) {
 Runtime::Runtime(std::unique_ptr<model::Model> model, const RuntimeOptions& options)
     : model_(std::move(model)),
       context_size_(resolve_context_size(model_->params, options.context_size)),
+      parallel_(options.parallel),
+      step_tokens_(options.step_tokens),
       pool_(options.threads),
       prompt_cache_(options.cache_ram) {
+  if (parallel_ < 1) throw Error("INVALID_ARGUMENT", "parallel must be a positive integer");
+  if (step_tokens_ < parallel_) {
+    throw Error("INVALID_ARGUMENT", "a step of " + std::to_string(step_tokens_) + " tokens cannot hold " +
+                                        std::to_string(parallel_) + " parallel sequences");
+  }
   if (options.gpu) gpu_ = upload_model(*model_, *options.gpu, context_size_, pool_);
+  scheduler_ = Scheduler::start(*this);
 }
 
 uint64_t Runtime::fingerprint() {
@@ -31,51 +40,19 @@ uint64_t Runtime::fingerprint() {
   return fingerprint_;
 }
 
+Runtime::~Runtime() { scheduler_->stop(); }
+
 Session::Session(std::shared_ptr<Runtime> runtime)
     : runtime_(std::move(runtime)),
       cache_(runtime_->model().params, runtime_->on_gpu() ? 0 : runtime_->context_size()) {
   if (runtime_->on_gpu()) gpu_ = create_gpu_sequence(*runtime_->gpu_, runtime_->context_size());
 }
 
-std::vector<float> Session::evaluate(std::span<const int32_t> tokens, LogitRows rows) {
-  std::lock_guard lock(runtime_->compute_);
-  const model::HyperParams& p = runtime_->model().params;
-  if (tokens.empty()) throw Error("INVALID_ARGUMENT", "evaluate needs at least one token");
-  for (const int32_t token : tokens) {
-    if (token < 0 || token >= p.vocab) {
-      throw Error("INVALID_ARGUMENT",
-                  "token " + std::to_string(token) + " is outside the vocabulary of " + std::to_string(p.vocab));
-    }
-  }
-  const int64_t end = position_ + static_cast<int64_t>(tokens.size());
-  if (end > runtime_->context_size()) {
-    throw Error("CONTEXT_TOO_LONG", std::to_string(end) + " tokens do not fit the context of " +
-                                        std::to_string(runtime_->context_size()) + " tokens");
-  }
-  std::vector<float> logits;
-  if (gpu_) {
-    gpu_forward(*runtime_->gpu_, *gpu_, tokens, position_, rows, logits);
-  } else {
-    forward(runtime_->model(), tokens, position_, cache_, rows, logits, scratch_, runtime_->pool_);
-  }
-  position_ = end;
-  history_.insert(history_.end(), tokens.begin(), tokens.end());
-  in_cache_ = false;
-  return logits;
-}
-
-void Session::reset() {
-  std::lock_guard lock(runtime_->compute_);
-  position_ = 0;
-  history_.clear();
-  in_cache_ = false;
-}
-
 PromptReuse Session::prepare_prompt(std::span<const int32_t> tokens) {
   std::lock_guard lock(runtime_->compute_);
   if (tokens.empty()) return {};
   const int64_t limit = static_cast<int64_t>(tokens.size()) - 1;
-  const int64_t own = std::min(common_prefix(history_, tokens), limit);
+  const int64_t own = std::min(common_prefix(current_history(), tokens), limit);
   PromptCache& cache = runtime_->prompt_cache_;
   const PromptCache::Match match = cache.capacity() > 0 ? cache.find(tokens) : PromptCache::Match{};
   const int64_t cached = std::min(match.length, limit);
@@ -99,9 +76,10 @@ bool Session::store_in_cache() {
 }
 
 bool Session::store_locked() {
-  if (in_cache_ || position_ == 0) return in_cache_;
+  if (position_ == 0) return false;
+  if (in_cache_) return true;
   PromptCache& cache = runtime_->prompt_cache_;
-  if (cache.holds(history_)) return in_cache_ = true;
+  if (cache.holds(current_history())) return in_cache_ = true;
   const model::HyperParams& p = runtime_->model().params;
   if (session_state_bytes(p.layers, p.kv_heads * p.head_dim, position_) > cache.capacity()) return false;
   try {
@@ -133,6 +111,17 @@ std::shared_ptr<Session> Session::fork() {
   auto copy = std::make_shared<Session>(runtime_);
   copy->restore(*state);
   return copy;
+}
+
+const std::vector<int32_t>& Session::current_history() {
+  history_.resize(std::min(history_.size(), static_cast<size_t>(position_.load())));
+  return history_;
+}
+
+void Session::record(int64_t first_position, std::span<const int32_t> tokens) {
+  history_.resize(static_cast<size_t>(first_position));
+  history_.insert(history_.end(), tokens.begin(), tokens.end());
+  in_cache_ = false;
 }
 
 std::shared_ptr<SessionState> Session::snapshot(int64_t n) {

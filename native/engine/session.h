@@ -1,8 +1,9 @@
-// A model ready to run (weights, thread pool, context size) and the sequences that use it.
-// One forward pass runs at a time per model: the later scheduler batches sessions into one
-// pass; until then they take turns.
+// A model ready to run (weights, thread pool, context size, scheduler) and the sequences
+// that use it. Every forward pass runs on the model's scheduler thread (scheduler.h), which
+// puts the next tokens of all running sequences into one pass.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -21,14 +22,23 @@
 
 namespace bloomery::engine {
 
-struct RuntimeOptions {
-  uint32_t threads = 0;           // 0: one per physical core
-  int64_t context_size = 0;       // per sequence; 0: the model's trained context, at most kDefaultContextSize
-  std::optional<GpuOptions> gpu;  // set: on the GPU, with gpu->gpu_experts resident there (see gpu_forward.h)
-  uint64_t cache_ram = 0;         // bytes of host RAM for the prompt-state cache; 0: no cache
-};
+class Request;
+class Scheduler;
 
 inline constexpr int64_t kDefaultContextSize = 4096;
+inline constexpr uint32_t kDefaultParallel = 2;
+// Rows of one pass: decode tokens first, then prompt chunks up to this many rows, so a long
+// prompt delays the running streams by one bounded pass at a time.
+inline constexpr int64_t kDefaultStepTokens = 256;
+
+struct RuntimeOptions {
+  uint32_t threads = 0;                  // 0: one per physical core
+  int64_t context_size = 0;              // per sequence; 0: the model's trained context, at most kDefaultContextSize
+  uint32_t parallel = kDefaultParallel;  // sequences that run together; more wait their turn
+  int64_t step_tokens = kDefaultStepTokens;  // rows of one pass (at least `parallel`)
+  std::optional<GpuOptions> gpu;             // set: on the GPU, gpu->gpu_experts resident there (gpu_forward.h)
+  uint64_t cache_ram = 0;                    // bytes of host RAM for the prompt-state cache; 0: no cache
+};
 
 // The context size a runtime uses for `requested` (0: the model's trained context, at most
 // kDefaultContextSize). Throws CONTEXT_TOO_LONG beyond the trained context.
@@ -36,28 +46,38 @@ int64_t resolve_context_size(const model::HyperParams& p, int64_t requested);
 
 class Runtime {
  public:
-  // Throws CONTEXT_TOO_LONG when options.context_size exceeds the model's trained context.
+  // Throws CONTEXT_TOO_LONG when options.context_size exceeds the model's trained context,
+  // INVALID_ARGUMENT for a parallel of 0 or a step smaller than parallel.
   Runtime(std::unique_ptr<model::Model> model, const RuntimeOptions& options);
+  ~Runtime();
 
   const model::Model& model() const { return *model_; }
   int64_t context_size() const { return context_size_; }
   uint32_t threads() const { return pool_.size(); }
+  uint32_t parallel() const { return parallel_; }
+  int64_t step_tokens() const { return step_tokens_; }
   bool on_gpu() const { return gpu_ != nullptr; }
   GpuModel* gpu() const { return gpu_.get(); }
-  PromptCache& prompt_cache() { return prompt_cache_; }
   // The identity saved states carry (model_fingerprint), computed on first use.
   uint64_t fingerprint();
+  Scheduler& scheduler() { return *scheduler_; }
 
  private:
   friend class Session;
+  friend class Scheduler;
   std::unique_ptr<model::Model> model_;
   int64_t context_size_;
+  uint32_t parallel_;
+  int64_t step_tokens_;
   cpu::ThreadPool pool_;
+  // Held by every forward pass, and by whatever reads or writes a session's KV cache, token
+  // history or the prompt-state cache outside a pass (save, restore, fork, prepare_prompt, stores).
   std::mutex compute_;
   std::shared_ptr<GpuModel> gpu_;
   PromptCache prompt_cache_;
   std::once_flag fingerprint_once_;
   uint64_t fingerprint_ = 0;
+  std::shared_ptr<Scheduler> scheduler_;  // its thread runs the passes; stopped first in ~Runtime
 };
 
 // Where prepare_prompt left the context.
@@ -66,26 +86,14 @@ struct PromptReuse {
   bool from_cache = false;  // they came from the prompt-state cache (else from the session's own state)
 };
 
+// One sequence: its KV cache and how many tokens it holds. Its tokens are evaluated by
+// requests to the model's scheduler (Scheduler::evaluate, Scheduler::generate).
 class Session {
  public:
   explicit Session(std::shared_ptr<Runtime> runtime);
 
-  // Appends `tokens` and returns the logits after the last one (vocab floats), or after each
-  // one with LogitRows::kAll. INVALID_ARGUMENT for an empty batch or a token outside the
-  // vocabulary, CONTEXT_TOO_LONG when the tokens do not fit the context; the state is
-  // unchanged after an error.
-  std::vector<float> evaluate(std::span<const int32_t> tokens, LogitRows rows = LogitRows::kLast);
-
-  // Forgets every token.
-  void reset();
-  int64_t position() const { return position_; }
-
-  // Makes the context the longest computed prefix of `tokens`: the session's own (cut to the
-  // prefix it shares with them) or, when longer, a state of the model's prompt-state cache.
-  // The last token is always left to evaluate, so that its logits come from a pass. Before
-  // cutting its own state, the session stores it in the cache. The caller evaluates
-  // tokens[first...] next.
-  PromptReuse prepare_prompt(std::span<const int32_t> tokens);
+  Runtime& runtime() { return *runtime_; }
+  int64_t position() const { return position_.load(); }
 
   // Stores the state in the model's prompt-state cache unless the cache holds it already, it
   // is empty, or it is larger than the whole cache. Returns whether the cache holds it. The
@@ -104,20 +112,39 @@ class Session {
   std::shared_ptr<Session> fork();
 
  private:
+  friend class Scheduler;
+
+  // Makes the context the longest computed prefix of `tokens`: the session's own (cut to the
+  // prefix it shares with them) or, when longer, a state of the model's prompt-state cache.
+  // The last token is always left to evaluate, so that its logits come from a pass. Before
+  // cutting its own state, the session stores it in the cache. Scheduler::admit calls it
+  // when a generation starts, and evaluates tokens[first...] next.
+  PromptReuse prepare_prompt(std::span<const int32_t> tokens);
+
   // The state of the first n tokens; the caller holds the runtime's compute lock.
   std::shared_ptr<SessionState> snapshot(int64_t n);
   // Loads the first n tokens of `state`; the caller holds the lock and has checked the state.
   void load(const SessionState& state, int64_t n);
   void check_restorable(const SessionState& state);
   bool store_locked();
+  // history_ cut to position_; the caller holds the compute lock.
+  const std::vector<int32_t>& current_history();
+  // Records that the keys and values of `tokens` were written at first_position on (the
+  // scheduler calls it inside a pass, under the compute lock).
+  void record(int64_t first_position, std::span<const int32_t> tokens);
 
   std::shared_ptr<Runtime> runtime_;
   KvCache cache_;  // empty when the model runs on the GPU
   std::shared_ptr<GpuSequence> gpu_;
-  ForwardScratch scratch_;
-  int64_t position_ = 0;
-  std::vector<int32_t> history_;  // the tokens whose keys and values the context holds
-  bool in_cache_ = false;         // the prompt-state cache holds this state (or one it begins)
+  // The context is the first position_ tokens of history_. Written by the scheduler under its
+  // mutex (prepare_prompt runs there too) or, while no request of the session runs, under the
+  // compute lock (restore); read anywhere.
+  std::atomic<int64_t> position_{0};
+  // Guarded by the runtime's compute lock. Tokens past position_ (left by a cancel or a reset,
+  // which only move position_) are stale: current_history() drops them.
+  std::vector<int32_t> history_;
+  bool in_cache_ = false;             // the prompt-state cache holds this state (or one it begins)
+  const Request* running_ = nullptr;  // the request of this session that runs now (guarded by the scheduler's mutex)
 };
 
 }  // namespace bloomery::engine

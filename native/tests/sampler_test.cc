@@ -108,7 +108,7 @@ TEST(sampler_temperature_zero_is_argmax_after_bias_and_penalties) {
   p.logit_bias.clear();
   p.repeat_penalty = 2.0f;
   Sampler penalized(p);
-  penalized.accept(std::vector<int32_t>{1});
+  penalized.accept_prompt(std::vector<int32_t>{1});
   CHECK(penalized.sample(logits) == 2);
 }
 
@@ -149,7 +149,7 @@ TEST(sampler_penalties_follow_llama_cpp_and_openai) {
   p.presence_penalty = 0.5f;
   p.frequency_penalty = 0.25f;
   Sampler sampler(p);
-  sampler.accept(std::vector<int32_t>{0, 2, 2});
+  sampler.accept_prompt(std::vector<int32_t>{0, 2, 2});
   // Token 0 (seen once, positive): 2 / 2 - 0.25 - 0.5. Token 2 (twice, negative): -1 * 2 - 0.5 - 0.5.
   CHECK(
       near(probabilities(sampler, {2.0f, 1.0f, -1.0f, 0.5f}), softmax_of({{0, 0.25}, {1, 1.0}, {2, -3.0}, {3, 0.5}})));
@@ -160,19 +160,19 @@ TEST(sampler_penalties_look_at_the_last_n_tokens) {
   p.frequency_penalty = 1.0f;
   p.repeat_last_n = 2;
   Sampler sampler(p);
-  sampler.accept(std::vector<int32_t>{0, 0, 1});
-  sampler.accept(std::vector<int32_t>{2});
+  sampler.accept_prompt(std::vector<int32_t>{0, 0, 1});
+  sampler.accept(2);
   // The window is {1, 2}: token 0's two uses fell out of it.
   CHECK(near(probabilities(sampler, {1.0f, 1.0f, 1.0f}), softmax_of({{0, 1.0}, {1, 0.0}, {2, 0.0}})));
 
   p.repeat_last_n = -1;
   Sampler whole(p);
-  whole.accept(std::vector<int32_t>{0, 0, 1, 2});
+  whole.accept_prompt(std::vector<int32_t>{0, 0, 1, 2});
   CHECK(near(probabilities(whole, {1.0f, 1.0f, 1.0f}), softmax_of({{0, -1.0}, {1, 0.0}, {2, 0.0}})));
 
   p.repeat_last_n = 0;
   Sampler off(p);
-  off.accept(std::vector<int32_t>{0, 0, 1, 2});
+  off.accept_prompt(std::vector<int32_t>{0, 0, 1, 2});
   CHECK(near(probabilities(off, {1.0f, 1.0f, 1.0f}), softmax_of({{0, 1.0}, {1, 1.0}, {2, 1.0}})));
 }
 
@@ -215,7 +215,7 @@ TEST(sampler_filters_run_in_llama_cpp_order) {
   p.repeat_penalty = 4.0f;
   p.top_k = 1;
   Sampler penalties_then_top_k(p);
-  penalties_then_top_k.accept(std::vector<int32_t>{0});
+  penalties_then_top_k.accept_prompt(std::vector<int32_t>{0});
   CHECK(near(probabilities(penalties_then_top_k, {3.0f, 2.0f, 1.0f}), {{1, 1.0}}));
 
   // top-k then top-p: the pair 0.4, 0.3 renormalized puts 4/7 >= 0.5 on its own.

@@ -4,7 +4,14 @@
  * @module
  */
 import { BloomeryError } from "../errors.js";
-import type { GenerateIterable, GenerateOptions, GenerateResult, GenerateTimings, StopReason } from "../session.js";
+import type {
+  GenerateIterable,
+  GenerateOptions,
+  GenerateResult,
+  GenerateTimings,
+  StopReason,
+  TokenLogprobs,
+} from "../session.js";
 import {
   AssistantMessageBuilder,
   ChatOutputParser,
@@ -54,6 +61,8 @@ export interface ChatChunk {
   toolCalls?: ToolCall[];
   /** The tokens this piece adds. */
   tokens: number[];
+  /** With the `logprobs` option: one entry per token of `tokens`, in order. */
+  logprobs?: TokenLogprobs[];
 }
 
 /** The whole of a {@link Session.chat} run. */
@@ -63,6 +72,8 @@ export interface ChatResult {
   /** The raw text of the assistant's turn, as the model wrote it (with a forced call's opening). */
   text: string;
   tokens: number[];
+  /** With the `logprobs` option: one entry per token of `tokens`. */
+  logprobs?: TokenLogprobs[];
   stopReason: StopReason;
   timings: GenerateTimings;
 }
@@ -132,10 +143,15 @@ export function runChat(
     const message = new AssistantMessageBuilder();
     let calls = 0;
     let stoppedAtCall = false;
-    const chunkOf = (delta: ReturnType<ChatOutputParser["push"]>, tokens: number[]): ChatChunk => {
+    const chunkOf = (
+      delta: ReturnType<ChatOutputParser["push"]>,
+      tokens: number[],
+      logprobs?: TokenLogprobs[],
+    ): ChatChunk => {
       message.add(delta);
       calls += delta.toolCalls.length;
       const chunk: ChatChunk = { text: delta.text, tokens };
+      if (logprobs) chunk.logprobs = logprobs;
       if (delta.reasoning) chunk.reasoning = delta.reasoning;
       if (delta.toolCalls.length > 0) chunk.toolCalls = delta.toolCalls;
       return chunk;
@@ -145,6 +161,7 @@ export function runChat(
         message: message.message,
         text: prefix + done.text,
         tokens: done.tokens,
+        ...(done.logprobs && { logprobs: done.logprobs }),
         stopReason,
         timings: done.timings,
       });
@@ -152,7 +169,7 @@ export function runChat(
     try {
       parser.push(prefix);
       for await (const piece of run) {
-        yield chunkOf(parser.push(piece.text), piece.tokens);
+        yield chunkOf(parser.push(piece.text), piece.tokens, piece.logprobs);
         if (stopAfterOneCall && calls > 0) {
           stoppedAtCall = true;
           break;

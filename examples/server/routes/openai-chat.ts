@@ -2,12 +2,12 @@
 // streams it (a first delta with the role, reasoning_content / content / tool_calls deltas, a last
 // chunk with finish_reason, a usage chunk when asked, then [DONE]).
 import type { FastifyInstance } from "fastify";
-import type { ChatChunk, ToolCall } from "../../../src/index.js";
+import type { ChatChunk, TokenLogprobs, ToolCall } from "../../../src/index.js";
 import { REASONING_FORMATS, type ServerContext } from "../context.js";
-import { Fields, isObject } from "../fields.js";
+import { Fields } from "../fields.js";
 import { openAiMessages } from "../messages.js";
 import { finishReason, llamaTimings, promptTokens, responseId, SYSTEM_FINGERPRINT, unixSeconds } from "../responses.js";
-import { readMaxTokens, readSampling } from "../sampling.js";
+import { openAiLogprobs, readLogprobs, readMaxTokens, readSampling } from "../sampling.js";
 import { clientSignal, SseStream, streamReply } from "../sse.js";
 import { readOpenAiTools } from "../tools.js";
 import { readOpenAiCommon } from "./openai-completions.js";
@@ -52,7 +52,7 @@ export function registerOpenAiChat(app: FastifyInstance, context: ServerContext)
       if (!REASONING_FORMATS.some((format) => format === reasoningFormat)) {
         throw f.bad("reasoning_format", `must be one of ${REASONING_FORMATS.join(", ")}`);
       }
-      f.unsupported("response_format", (v) => isObject(v) && v.type === "text" && Object.keys(v).length === 1);
+      const logprobs = readLogprobs(f, "chat");
       f.finish();
 
       const tools = toolOptions.toolChoice === "none" ? undefined : toolOptions.tools;
@@ -62,6 +62,7 @@ export function registerOpenAiChat(app: FastifyInstance, context: ServerContext)
         ...toolOptions,
         maxTokens,
         stop,
+        logprobs,
         templateKwargs,
         parseReasoning: reasoningFormat !== "none",
       };
@@ -84,17 +85,26 @@ export function registerOpenAiChat(app: FastifyInstance, context: ServerContext)
         return {
           ...head,
           object: "chat.completion",
-          choices: [{ index: 0, finish_reason: toolCalls ? "tool_calls" : finishReason(result.stopReason), message }],
+          choices: [
+            {
+              index: 0,
+              finish_reason: toolCalls ? "tool_calls" : finishReason(result.stopReason),
+              message,
+              ...(result.logprobs && { logprobs: openAiLogprobs(model, result.logprobs) }),
+            },
+          ],
           usage: usage(result.timings.promptTokens + result.timings.cachedPromptTokens, result.tokens.length),
           timings: llamaTimings(result),
         };
       }
 
       const sse = new SseStream(reply);
-      const chunk = (delta: Record<string, unknown>, finish: string | null = null) => ({
+      const chunk = (delta: Record<string, unknown>, finish: string | null = null, tokens?: TokenLogprobs[]) => ({
         ...head,
         object: "chat.completion.chunk",
-        choices: [{ index: 0, finish_reason: finish, delta }],
+        choices: [
+          { index: 0, finish_reason: finish, delta, ...(tokens && { logprobs: openAiLogprobs(model, tokens) }) },
+        ],
       });
       await streamReply(sse, signal, async () => {
         const sendRole = () => {
@@ -103,7 +113,10 @@ export function registerOpenAiChat(app: FastifyInstance, context: ServerContext)
         let calls = 0;
         const result = await context.slots.chat(messages, prompt.length, options, signal, (piece) => {
           sendRole();
-          for (const delta of openAiChatDeltas(piece, calls)) sse.send(chunk(delta));
+          // The piece's logprobs go with its first delta (or alone, when it adds no text).
+          const deltas = openAiChatDeltas(piece, calls);
+          if (deltas.length === 0 && piece.logprobs?.length) deltas.push({ content: "" });
+          deltas.forEach((delta, i) => sse.send(chunk(delta, null, i === 0 ? piece.logprobs : undefined)));
           calls += piece.toolCalls?.length ?? 0;
         });
         if (signal.aborted) throw new Error("client gone");

@@ -1,10 +1,11 @@
 // POST /v1/completions: OpenAI's legacy text completions, on a prompt given as text or tokens.
 import type { FastifyInstance } from "fastify";
+import type { TokenLogprobs } from "../../../src/index.js";
 import type { ServerContext } from "../context.js";
 import { badField } from "../errors.js";
 import { Fields } from "../fields.js";
 import { finishReason, llamaTimings, promptTokens, responseId, SYSTEM_FINGERPRINT, unixSeconds } from "../responses.js";
-import { readMaxTokens, readSampling } from "../sampling.js";
+import { openAiLogprobs, readLogprobs, readMaxTokens, readSampling } from "../sampling.js";
 import { clientSignal, SseStream, streamReply } from "../sse.js";
 
 /** The fields every OpenAI-style generation takes besides its prompt and sampling. */
@@ -16,7 +17,6 @@ export function readOpenAiCommon(f: Fields): { stream: boolean; includeUsage: bo
   f.boolean("cache_prompt");
   f.unsupported("id_slot", (v) => v === -1);
   f.unsupported("n", (v) => v === 1);
-  f.unsupported("logprobs", (v) => v === false);
   const stream = f.boolean("stream") ?? false;
   const options = f.object("stream_options");
   let includeUsage = false;
@@ -46,12 +46,13 @@ export function registerOpenAiCompletions(app: FastifyInstance, context: ServerC
     const maxTokens = readMaxTokens(f, ["max_tokens", "n_predict"]);
     const stop = f.strings("stop");
     const sampling = readSampling(f, { temperature: context.config.temperature, vocabSize: model.info.vocabSize });
+    const logprobs = readLogprobs(f, "completions");
     f.unsupported("echo", (v) => v === false);
     f.unsupported("best_of", (v) => v === 1);
     f.unsupported("suffix");
     f.finish();
 
-    const options = { ...sampling, maxTokens, stop };
+    const options = { ...sampling, maxTokens, stop, logprobs };
     const signal = clientSignal(reply);
     const head = {
       id: responseId("cmpl-"),
@@ -65,13 +66,18 @@ export function registerOpenAiCompletions(app: FastifyInstance, context: ServerC
       prompt_tokens: prompt.length,
       total_tokens: prompt.length + completion,
     });
-    const choice = (text: string, finish: string | null) => ({ text, index: 0, logprobs: null, finish_reason: finish });
+    const choice = (text: string, finish: string | null, tokens?: TokenLogprobs[]) => ({
+      text,
+      index: 0,
+      logprobs: tokens ? openAiLogprobs(model, tokens) : null,
+      finish_reason: finish,
+    });
 
     if (!stream) {
       const result = await context.slots.run(prompt, options, signal, () => {});
       return {
         ...head,
-        choices: [choice(result.text, finishReason(result.stopReason))],
+        choices: [choice(result.text, finishReason(result.stopReason), result.logprobs)],
         usage: usage(result.tokens.length),
         timings: llamaTimings(result),
       };
@@ -79,7 +85,8 @@ export function registerOpenAiCompletions(app: FastifyInstance, context: ServerC
     const sse = new SseStream(reply);
     await streamReply(sse, signal, async () => {
       const result = await context.slots.run(prompt, options, signal, (piece) => {
-        if (piece.text) sse.send({ ...head, choices: [choice(piece.text, null)] });
+        if (piece.text || piece.logprobs?.length)
+          sse.send({ ...head, choices: [choice(piece.text, null, piece.logprobs)] });
       });
       if (signal.aborted) throw new Error("client gone");
       sse.send({ ...head, choices: [choice("", finishReason(result.stopReason))], timings: llamaTimings(result) });

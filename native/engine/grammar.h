@@ -1,0 +1,57 @@
+// A GBNF grammar (llama.cpp's dialect), parsed into flat rules that GrammarMatcher walks.
+//
+//   root  ::= object          # a rule; `root` is where matching starts
+//   object ::= "{" ws ( pair ( "," ws pair )* )? "}"
+//   pair  ::= [a-z_]+ ":" ws value{1,3}
+//
+// Literals with escapes (\n \t \r \\ \" \[ \] \xHH \uHHHH \UHHHHHHHH), character classes with
+// ranges and negation ([^"\\]), `.` for any character, groups, alternation, and the repetitions
+// * + ? {m} {m,} {m,n}. Repetitions and groups become generated rules, so the matcher only knows
+// characters, rule references and alternatives.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace bloomery::engine {
+
+// A set of code points: sorted, non-overlapping inclusive ranges, or everything outside them.
+struct CharClass {
+  std::vector<std::pair<uint32_t, uint32_t>> ranges;
+  bool negated = false;
+
+  bool contains(uint32_t code_point) const;
+  // Whether some code point in [low, high] is in the set (for a character whose first bytes
+  // are known: they narrow it to such a range).
+  bool intersects(uint32_t low, uint32_t high) const;
+};
+
+enum class ElementKind : uint8_t {
+  kChar,  // one code point from classes[index]
+  kRule,  // rule number `index`
+  kEnd,   // ends an alternative
+};
+
+struct GrammarElement {
+  ElementKind kind;
+  uint32_t index;
+};
+
+struct Grammar {
+  // Every alternative of every rule, one after another, each closed by a kEnd element.
+  std::vector<GrammarElement> elements;
+  // For each rule, where each of its alternatives starts in `elements`.
+  std::vector<std::vector<uint32_t>> alternatives;
+  std::vector<CharClass> classes;
+  uint32_t root = 0;
+};
+
+// Throws Error GRAMMAR_INVALID with the line and column of the first fault: bad syntax, an
+// undefined or twice-defined rule, a missing `root`, or left recursion (a rule that can reach
+// itself before reading a character, which no top-down matcher can walk).
+Grammar parse_grammar(std::string_view text);
+
+}  // namespace bloomery::engine

@@ -1,0 +1,158 @@
+// Continuous batching: one thread per model runs every forward pass. Sessions submit requests
+// (tokens to evaluate, or a prompt to evaluate and then tokens to generate); each step takes
+// the next tokens of every running request into one pass: one row per decoding sequence, then
+// prompt chunks up to the model's step budget, so a long prompt never holds the streams up by
+// more than one bounded pass. At most `parallel` requests run together; later ones wait in
+// the order they came (a session's requests run one at a time, in order).
+//
+// A GPU model goes through the same steps, but runs its sequences' parts one after another
+// inside a step (gpu_forward serves one sequence per call).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "engine/forward.h"
+#include "engine/sampler.h"
+#include "engine/session.h"
+
+namespace bloomery::engine {
+
+// Why a request ended.
+enum class StopReason : uint8_t {
+  kDone,         // an evaluation: its tokens are in the context
+  kEos,          // the end-of-sequence token was drawn (it is not delivered)
+  kMaxTokens,    // max_tokens were delivered
+  kContextFull,  // the next token does not fit the context
+  kCancelled,    // cancel(), or an error (RequestEnd::error)
+};
+// "done", "eos", "maxTokens", "contextFull", "abort": the names src/session.ts uses.
+std::string_view stop_reason_name(StopReason reason);
+
+// Where a generation's time went; wall-clock time, shared passes included.
+struct GenerationTimings {
+  int64_t prompt_tokens = 0;         // prompt tokens this request evaluated
+  int64_t cached_prompt_tokens = 0;  // prompt tokens the context held already (Session::prepare_prompt)
+  bool prompt_cache_hit = false;     // they were restored from the prompt-state cache
+  double prompt_ms = 0;              // from the request's start to its first token
+  int64_t decode_tokens = 0;         // generated tokens fed back and evaluated
+  double decode_ms = 0;              // from the first token to the latest
+};
+
+struct RequestEnd {
+  StopReason reason = StopReason::kDone;
+  GenerationTimings timings;
+  std::vector<float> logits;  // an evaluation's logits (its LogitRows)
+  std::exception_ptr error;   // set: the request failed (reason kCancelled); the context is as before it, or
+                              // holds the whole generation when storing it in the prompt-state cache failed
+};
+
+// A token a generation delivers.
+struct DrawnToken {
+  int32_t token = -1;
+  std::optional<DrawLogprobs> logprobs;  // set when the sampler reports log-probabilities (SamplerParams::logprobs)
+};
+
+// What the scheduler tells a request's owner, on the scheduler thread, without holding its
+// lock: the handlers may call cancel() but must not block.
+struct RequestEvents {
+  std::function<void(const DrawnToken& drawn, const GenerationTimings& timings)> on_token;  // generations only
+  std::function<void(RequestEnd end)> on_end;                                               // exactly once
+};
+
+class Request;
+
+struct SchedulerStats {
+  int64_t prompt_tokens = 0;  // rows of submitted tokens (prompts, evaluations) run
+  int64_t decode_tokens = 0;  // rows of generated tokens fed back
+  double prompt_seconds = 0;  // wall time of the passes that had prompt rows
+  double decode_seconds = 0;  // wall time of the passes that had decode rows (a mixed pass counts for both)
+  int64_t passes = 0;
+  int64_t rows = 0;           // rows over all passes
+  int64_t sequence_rows = 0;  // sequences over all passes: sequence_rows / passes is the mean batch width
+  int64_t active = 0;         // requests running now
+  int64_t waiting = 0;        // requests waiting for a place
+};
+
+class Scheduler : public std::enable_shared_from_this<Scheduler> {
+ public:
+  // Starts the thread. The runtime outlives every pass: requests hold their sessions, which hold it.
+  static std::shared_ptr<Scheduler> start(Runtime& runtime);
+  // Stops the thread once no request is left (the runtime's destructor calls it).
+  void stop();
+
+  // Appends `tokens` to the session's context; on_end gets the logits after the last one, or
+  // after each with LogitRows::kAll. Throws INVALID_ARGUMENT for no tokens or a token outside
+  // the vocabulary; the request ends with CONTEXT_TOO_LONG when they do not fit the context.
+  std::shared_ptr<Request> evaluate(std::shared_ptr<Session> session, std::vector<int32_t> tokens, LogitRows rows,
+                                    RequestEvents events);
+
+  // Makes `prompt` the session's context, evaluating only what the context or the prompt-state
+  // cache does not hold of it already (Session::prepare_prompt, when the request is admitted),
+  // then draws up to `max_tokens` tokens with `sampler` (which sees the prompt and every drawn
+  // token), feeding each back, until the end-of-sequence token or a full context. The last
+  // token delivered is not evaluated. Throws like evaluate(). A prompt longer than the context
+  // ends with kContextFull, and a max_tokens of 0 with kMaxTokens, the context untouched. A
+  // generation that ends by itself (eos, max_tokens, a full context) stores the session's state
+  // in the prompt-state cache before on_end.
+  std::shared_ptr<Request> generate(std::shared_ptr<Session> session, std::vector<int32_t> prompt,
+                                    std::shared_ptr<Sampler> sampler, int64_t max_tokens, RequestEvents events);
+
+  // Ends the request at once: it leaves the next pass, its owner gets on_end(kCancelled), and
+  // the session keeps the prompt and the first `kept_tokens - 1` generated tokens (the tokens
+  // the owner took, less the last, as if it had stopped there), or nothing of the request when
+  // kept_tokens is 0 (a generation keeps the prefix of its prompt that the context held when
+  // it was admitted). A pass already running finishes, but its results are dropped; a pass
+  // planned but not begun leaves the request out, so once cancel() returns the session's keys
+  // and values up to its position stay as they are (save, restore and fork rely on it).
+  void cancel(Request& request, int64_t kept_tokens);
+  // Cancels every request of the session (it is being disposed).
+  void cancel_all(const Session& session);
+
+  // Forgets the session's tokens (without storing them in the prompt-state cache).
+  // INVALID_ARGUMENT while one of its requests runs.
+  void reset(Session& session);
+
+  SchedulerStats stats() const;
+
+  explicit Scheduler(Runtime& runtime);
+  ~Scheduler();
+
+ private:
+  struct Pass;
+  struct Outbox;
+
+  std::shared_ptr<Request> submit(std::shared_ptr<Request> request);
+  void run();
+  bool has_work() const;
+  void retire_cancelled(Outbox& out);
+  void admit(Outbox& out);
+  void plan(Pass& pass);
+  void execute(Pass& pass);
+  void commit(Pass& pass, Outbox& out);
+  void finish(std::shared_ptr<Request> request, RequestEnd end, Outbox& out);
+  void cancel_locked(Request& request, int64_t kept_tokens);
+
+  Runtime& runtime_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::shared_ptr<Request>> waiting_;
+  std::vector<std::shared_ptr<Request>> active_;
+  SchedulerStats stats_;
+  bool stopping_ = false;
+  std::thread thread_;
+  ForwardScratch scratch_;
+  std::vector<float> logits_;
+};
+
+}  // namespace bloomery::engine

@@ -1,0 +1,320 @@
+/**
+ * JSON Schema to GBNF: a grammar whose sentences are exactly the JSON texts (with bounded
+ * whitespace) that the schema accepts, for `Session.generate({ jsonSchema })`. Pure; no I/O.
+ *
+ * Supported: `type` (one or a list), `properties`, `required`, `additionalProperties`, `items`,
+ * `prefixItems`, `minItems`, `maxItems`, `minLength`, `maxLength`, `enum`, `const`, `anyOf`,
+ * `oneOf` (read as anyOf), a one-element `allOf`, `$ref` to `#/$defs/...` or `#/definitions/...`
+ * (recursive schemas too), and the annotations (`title`, `description`, `default`, ...). Anything
+ * else that would constrain the value (`pattern`, `format`, `minimum`, ...) is refused with
+ * BloomeryError JSON_SCHEMA_UNSUPPORTED naming the keyword and where it is, rather than ignored.
+ *
+ * As llama.cpp's converter does, an object schema that lists `properties` allows no other
+ * properties unless `additionalProperties` says so, and properties come in the listed order.
+ * @module
+ */
+import { BloomeryError } from "../errors.js";
+
+/** Keywords that describe a schema without constraining the value. */
+const ANNOTATIONS = new Set([
+  "$schema",
+  "$id",
+  "$comment",
+  "title",
+  "description",
+  "default",
+  "examples",
+  "deprecated",
+  "readOnly",
+  "writeOnly",
+  "$defs",
+  "definitions",
+]);
+
+/** Keywords the converter reads. */
+const HANDLED = new Set([
+  "type",
+  "properties",
+  "required",
+  "additionalProperties",
+  "items",
+  "prefixItems",
+  "minItems",
+  "maxItems",
+  "minLength",
+  "maxLength",
+  "enum",
+  "const",
+  "anyOf",
+  "oneOf",
+  "allOf",
+  "$ref",
+]);
+
+/** The rules every grammar may use: JSON's pieces, with at most one line break and 20 blanks between tokens. */
+const PRIMITIVES: Record<string, string> = {
+  space: '| " " | "\\n" [ \\t]{0,20}',
+  boolean: '("true" | "false") space',
+  null: '"null" space',
+  "integral-part": "[0] | [1-9] [0-9]{0,15}",
+  "decimal-part": "[0-9]{1,16}",
+  integer: '"-"? integral-part space',
+  number: '"-"? integral-part ("." decimal-part)? ([eE] [-+]? integral-part)? space',
+  char: '[^"\\\\\\x7F\\x00-\\x1F] | "\\\\" (["\\\\/bfnrt] | "u" [0-9a-fA-F]{4})',
+  string: '"\\"" char* "\\"" space',
+  value: "object | array | string | number | boolean | null",
+  object: '"{" space ( string ":" space value ("," space string ":" space value)* )? "}" space',
+  array: '"[" space ( value ("," space value)* )? "]" space',
+};
+
+/** What each primitive rule uses, so a grammar carries only the rules it needs. */
+const PRIMITIVE_USES: Record<string, readonly string[]> = {
+  boolean: ["space"],
+  null: ["space"],
+  integer: ["integral-part", "space"],
+  number: ["integral-part", "decimal-part", "space"],
+  string: ["char", "space"],
+  value: ["object", "array", "string", "number", "boolean", "null"],
+  object: ["space", "string", "value"],
+  array: ["space", "value"],
+};
+
+/** A GBNF literal for `text` (UTF-8 passes through; quotes, backslashes and controls are escaped). */
+export function gbnfLiteral(text: string): string {
+  let out = '"';
+  for (const ch of text) {
+    const code = ch.codePointAt(0)!;
+    if (ch === '"' || ch === "\\") out += "\\" + ch;
+    else if (ch === "\n") out += "\\n";
+    else if (ch === "\r") out += "\\r";
+    else if (ch === "\t") out += "\\t";
+    else if (code < 0x20 || code === 0x7f) out += "\\x" + code.toString(16).padStart(2, "0");
+    else out += ch;
+  }
+  return out + '"';
+}
+
+type Schema = Record<string, unknown>;
+
+class Converter {
+  readonly #rules = new Map<string, string>();
+  readonly #root: unknown;
+  /** Rule names of the `$ref`s met so far, by reference. */
+  readonly #refs = new Map<string, string>();
+
+  constructor(root: unknown) {
+    this.#root = root;
+  }
+
+  grammar(): string {
+    const root = this.#visit(this.#root, "root", "#");
+    const lines = [`root ::= ${root}`];
+    for (const [name, body] of this.#rules) lines.push(`${name} ::= ${body}`);
+    return lines.join("\n") + "\n";
+  }
+
+  /** The GBNF expression for `schema`, adding the rules it needs; `name` names those rules. */
+  #visit(schema: unknown, name: string, path: string): string {
+    if (schema === true) return this.#primitive("value");
+    if (schema === false) this.#refuse(path, "the schema `false` accepts no value");
+    if (typeof schema !== "object" || schema === null || Array.isArray(schema)) {
+      throw new BloomeryError("INVALID_ARGUMENT", `jsonSchema at ${path} must be an object or a boolean`, { path });
+    }
+    const s = schema as Schema;
+    for (const key of Object.keys(s)) {
+      if (!HANDLED.has(key) && !ANNOTATIONS.has(key)) this.#refuse(path, `the keyword "${key}" is not supported`);
+    }
+    if (s.$ref !== undefined) return this.#ref(s.$ref, path);
+    if (s.const !== undefined) {
+      this.#use("space");
+      return `${gbnfLiteral(JSON.stringify(s.const))} space`;
+    }
+    if (s.enum !== undefined) {
+      if (!Array.isArray(s.enum) || s.enum.length === 0) this.#refuse(path, "enum must be a non-empty array");
+      this.#use("space");
+      return `(${s.enum.map((v) => gbnfLiteral(JSON.stringify(v))).join(" | ")}) space`;
+    }
+    const choices = s.anyOf ?? s.oneOf;
+    if (choices !== undefined) {
+      if (!Array.isArray(choices) || choices.length === 0)
+        this.#refuse(path, "anyOf / oneOf must be a non-empty array");
+      const key = s.anyOf !== undefined ? "anyOf" : "oneOf";
+      return `(${choices.map((c, i) => this.#visit(c, `${name}-${i}`, `${path}/${key}/${i}`)).join(" | ")})`;
+    }
+    if (s.allOf !== undefined) {
+      if (!Array.isArray(s.allOf) || s.allOf.length !== 1)
+        this.#refuse(path, "allOf is supported with one schema only");
+      return this.#visit(s.allOf[0], name, `${path}/allOf/0`);
+    }
+    const type = s.type;
+    if (Array.isArray(type)) {
+      return `(${type.map((t) => this.#typed(s, t, `${name}-${String(t)}`, path)).join(" | ")})`;
+    }
+    if (type === undefined) {
+      if (s.properties !== undefined || s.additionalProperties !== undefined)
+        return this.#typed(s, "object", name, path);
+      if (s.items !== undefined || s.prefixItems !== undefined) return this.#typed(s, "array", name, path);
+      return this.#primitive("value");
+    }
+    return this.#typed(s, type, name, path);
+  }
+
+  #typed(s: Schema, type: unknown, name: string, path: string): string {
+    switch (type) {
+      case "object":
+        return this.#object(s, name, path);
+      case "array":
+        return this.#array(s, name, path);
+      case "string":
+        return this.#string(s, path);
+      case "number":
+      case "integer":
+      case "boolean":
+      case "null":
+        return this.#primitive(type);
+      default:
+        return this.#refuse(path, `the type ${JSON.stringify(type)} is not a JSON Schema type`);
+    }
+  }
+
+  #object(s: Schema, name: string, path: string): string {
+    const properties = s.properties ?? {};
+    if (typeof properties !== "object" || properties === null || Array.isArray(properties)) {
+      this.#refuse(path, "properties must be an object");
+    }
+    const required = s.required ?? [];
+    if (!Array.isArray(required) || required.some((r) => typeof r !== "string")) {
+      this.#refuse(path, "required must be an array of property names");
+    }
+    const keys = Object.keys(properties);
+    for (const r of required as string[]) {
+      if (!keys.includes(r)) this.#refuse(path, `required names "${r}", which properties does not define`);
+    }
+    const extra = s.additionalProperties;
+    if (keys.length === 0 && (extra === undefined || extra === true)) return this.#primitive("object");
+    this.#use("space");
+    const pairs = keys.map((key) => {
+      const value = this.#visit((properties as Schema)[key], `${name}-${ruleName(key)}`, `${path}/properties/${key}`);
+      return `${gbnfLiteral(JSON.stringify(key))} space ":" space ${value}`;
+    });
+    // Properties past the listed ones, when additionalProperties allows them.
+    let rest = "";
+    let restFirst = "";
+    if (extra !== undefined && extra !== false) {
+      const value = this.#visit(extra, `${name}-additional`, `${path}/additionalProperties`);
+      const pair = this.#add(`${name}-additional-kv`, `string ":" space ${value}`);
+      this.#use("string");
+      rest = this.#add(`${name}-additional-rest`, `("," space ${pair})*`);
+      restFirst = `(${pair} ${rest})?`;
+    }
+    // after[i]: properties i.. once something is written (each starts with a comma);
+    // first[i]: properties i.. before anything is (the first one written has none).
+    let after = rest;
+    let first = restFirst;
+    for (let i = keys.length - 1; i >= 0; i--) {
+      const optional = !(required as string[]).includes(keys[i]!);
+      const kv = this.#add(`${name}-kv-${ruleName(keys[i]!)}`, pairs[i]!);
+      first = this.#add(`${name}-first-${i}`, `${kv} ${after}${optional ? ` | ${first || '""'}` : ""}`);
+      if (i > 0)
+        after = this.#add(`${name}-after-${i}`, `"," space ${kv} ${after}${optional ? ` | ${after || '""'}` : ""}`);
+    }
+    return `"{" space ${first} "}" space`;
+  }
+
+  #array(s: Schema, name: string, path: string): string {
+    const min = this.#count(s, "minItems", path) ?? 0;
+    const max = this.#count(s, "maxItems", path);
+    if (max !== undefined && max < min) this.#refuse(path, "maxItems is below minItems");
+    this.#use("space");
+    if (s.prefixItems !== undefined) {
+      if (!Array.isArray(s.prefixItems)) this.#refuse(path, "prefixItems must be an array");
+      if (s.items !== undefined && s.items !== false) this.#refuse(path, "items beside prefixItems is not supported");
+      const items = s.prefixItems.map((item, i) => this.#visit(item, `${name}-${i}`, `${path}/prefixItems/${i}`));
+      return `"[" space ${items.join(' "," space ')} "]" space`;
+    }
+    const item = this.#add(`${name}-item`, this.#visit(s.items ?? true, `${name}-item`, `${path}/items`));
+    if (max === 0) return `"[" space "]" space`;
+    const more = `("," space ${item}){${Math.max(min - 1, 0)},${max === undefined ? "" : max - 1}}`;
+    const list = `${item} ${more}`;
+    return `"[" space ${min > 0 ? list : `(${list})?`} "]" space`;
+  }
+
+  #string(s: Schema, path: string): string {
+    const min = this.#count(s, "minLength", path) ?? 0;
+    const max = this.#count(s, "maxLength", path);
+    if (max !== undefined && max < min) this.#refuse(path, "maxLength is below minLength");
+    if (min === 0 && max === undefined) return this.#primitive("string");
+    this.#use("char");
+    this.#use("space");
+    return `"\\"" char{${min},${max ?? ""}} "\\"" space`;
+  }
+
+  #ref(ref: unknown, path: string): string {
+    const match = typeof ref === "string" ? /^#\/(\$defs|definitions)\/([^/]+)$/.exec(ref) : null;
+    if (!match)
+      this.#refuse(path, `$ref ${JSON.stringify(ref)} is not supported (only #/$defs/... and #/definitions/...)`);
+    const known = this.#refs.get(ref as string);
+    if (known) return known;
+    const defs = (this.#root as Schema | null)?.[match[1]!] as Schema | undefined;
+    const target = defs?.[decodeURIComponent(match[2]!)];
+    if (target === undefined) this.#refuse(path, `$ref ${ref as string} names no definition`);
+    const name = this.#unique(`ref-${ruleName(match[2]!)}`);
+    // Reserved before visiting, so that a recursive definition refers to itself.
+    this.#refs.set(ref as string, name);
+    this.#rules.set(name, "");
+    this.#rules.set(name, this.#visit(target, name, ref as string));
+    return name;
+  }
+
+  #count(s: Schema, key: string, path: string): number | undefined {
+    const v = s[key];
+    if (v === undefined) return undefined;
+    if (typeof v !== "number" || !Number.isInteger(v) || v < 0 || v > 10000) {
+      this.#refuse(path, `${key} must be an integer from 0 to 10000`);
+    }
+    return v;
+  }
+
+  /** Adds the primitive rule and what it uses; returns its name. */
+  #primitive(name: string): string {
+    this.#use(name);
+    return name;
+  }
+
+  #use(name: string): void {
+    if (this.#rules.has(name)) return;
+    this.#rules.set(name, PRIMITIVES[name]!);
+    for (const dep of PRIMITIVE_USES[name] ?? []) this.#use(dep);
+  }
+
+  /** A new rule with `body` (named after `name`, made unique); returns its name. */
+  #add(name: string, body: string): string {
+    const unique = this.#unique(name);
+    this.#rules.set(unique, body);
+    return unique;
+  }
+
+  #unique(name: string): string {
+    let unique = name;
+    for (let i = 1; this.#rules.has(unique) || unique in PRIMITIVES || unique === "root"; i++) unique = `${name}-${i}`;
+    return unique;
+  }
+
+  #refuse(path: string, why: string): never {
+    throw new BloomeryError("JSON_SCHEMA_UNSUPPORTED", `jsonSchema at ${path}: ${why}`, { path });
+  }
+}
+
+/** A rule name from a property or definition name (GBNF names are letters, digits, - and _). */
+function ruleName(text: string): string {
+  return text.replace(/[^A-Za-z0-9_-]/g, "-") || "empty";
+}
+
+/**
+ * A GBNF grammar for the JSON texts `schema` accepts (see the module's notes for what is
+ * supported). `{}` or `true` give any JSON value; `{ type: "object" }` any JSON object.
+ * Throws BloomeryError JSON_SCHEMA_UNSUPPORTED naming a keyword it cannot honour.
+ */
+export function jsonSchemaToGrammar(schema: unknown): string {
+  return new Converter(schema).grammar();
+}

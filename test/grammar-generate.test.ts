@@ -1,0 +1,129 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { BloomeryError, loadModel, type GenerateOptions, type Model } from "../src/index.js";
+import { duplicateKey, schemaViolation } from "./json-schema-check.js";
+
+// Grammar- and schema-constrained generation on the default model, whose weights know nothing of
+// the constraints: whatever it would write, the sampler keeps the text inside the grammar, greedy
+// or sampled, and lets the end of sequence through only once the text is complete. The parser and
+// matcher themselves are tested in native/tests/grammar_test.cc.
+const MODEL = "models/bloomery-tiny-moe-Q8_0.gguf";
+let model: Model;
+let prompt: string;
+
+beforeAll(async () => {
+  model = await loadModel(MODEL, { threads: 2, contextSize: 1024 });
+  prompt = model.applyChatTemplate([{ role: "user", content: "Describe a river." }]);
+});
+
+afterAll(() => model?.dispose());
+
+async function generate(options: GenerateOptions) {
+  return model.createSession().generate(prompt, { maxTokens: 600, ...options }).result;
+}
+
+const SAMPLED = [
+  { temperature: 0 },
+  { temperature: 1, seed: 1 },
+  { temperature: 1.5, topK: 0, topP: 1, minP: 0, seed: 2 },
+];
+
+const SCHEMAS: Record<string, Record<string, unknown>> = {
+  "an object with required and optional properties": {
+    type: "object",
+    properties: {
+      name: { type: "string", maxLength: 12 },
+      kind: { enum: ["river", "lake", "sea"] },
+      length: { type: "integer" },
+      navigable: { type: "boolean" },
+    },
+    required: ["name", "kind"],
+  },
+  "arrays with bounds, numbers, null and anyOf": {
+    type: "object",
+    properties: {
+      depths: { type: "array", items: { type: "number" }, minItems: 2, maxItems: 4 },
+      source: { anyOf: [{ type: "null" }, { const: "spring" }, { type: "string", maxLength: 8 }] },
+    },
+    required: ["depths", "source"],
+  },
+  "a recursive $ref": {
+    $defs: {
+      node: {
+        type: "object",
+        properties: {
+          id: { type: "integer" },
+          children: { type: "array", items: { $ref: "#/$defs/node" }, maxItems: 1 },
+        },
+        required: ["id"],
+      },
+    },
+    $ref: "#/$defs/node",
+  },
+  "a tuple, a type list and additionalProperties": {
+    type: "array",
+    prefixItems: [
+      { type: ["integer", "string"], maxLength: 5 },
+      { type: "object", additionalProperties: { type: "boolean" } },
+    ],
+  },
+};
+
+describe("jsonSchema", () => {
+  for (const [what, schema] of Object.entries(SCHEMAS)) {
+    it(`writes JSON that validates: ${what}`, async () => {
+      // Keys of additional properties are free strings, which a hot sampler may never close.
+      const samplings = schema.prefixItems ? SAMPLED.slice(0, 2) : SAMPLED;
+      for (const sampling of samplings) {
+        const run = await generate({ jsonSchema: schema, ...sampling });
+        expect(run.stopReason, run.text).toBe("eos");
+        const value: unknown = JSON.parse(run.text);
+        expect(schemaViolation(schema, value), run.text).toBeUndefined();
+        expect(duplicateKey(run.text), run.text).toBeUndefined();
+      }
+    });
+  }
+
+  it("refuses a keyword it cannot honour, by name, before generating", () => {
+    const session = model.createSession();
+    const pattern = { type: "string", pattern: "^[a-z]+$" };
+    expect(() => session.generate(prompt, { jsonSchema: pattern })).toThrow(
+      expect.objectContaining({ code: "JSON_SCHEMA_UNSUPPORTED", message: expect.stringContaining('"pattern"') }),
+    );
+  });
+});
+
+describe("grammar", () => {
+  it("forces a fixed text exactly, then ends", async () => {
+    const text = 'The answer is "42".\nÉtienne said: ok!';
+    const grammar = `root ::= "The answer is \\"42\\".\\n" name " said: ok!"\nname ::= "Étienne"`;
+    for (const sampling of SAMPLED) {
+      const run = await generate({ grammar, ...sampling });
+      expect(run.text).toBe(text);
+      expect(run.stopReason).toBe("eos");
+    }
+  });
+
+  it("keeps a sampled text inside a character-class grammar", async () => {
+    const grammar = 'root ::= [a-z]+ (" " [a-z]+){2,5} "."';
+    for (const sampling of SAMPLED) {
+      const run = await generate({ grammar, ...sampling });
+      expect(run.text).toMatch(/^[a-z]+( [a-z]+){2,5}\.$/);
+    }
+  });
+
+  it("refuses a bad grammar by name, with its line and column", () => {
+    const session = model.createSession();
+    let error: unknown;
+    try {
+      session.generate(prompt, { grammar: 'root ::= "a"\nitem ::= "b" | (' });
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toBeInstanceOf(BloomeryError);
+    expect((error as BloomeryError).code).toBe("GRAMMAR_INVALID");
+    expect((error as BloomeryError).message).toMatch(/line 2, column 17: expected '\)'/);
+    expect(() => session.generate(prompt, { grammar: "root ::= x", jsonSchema: {} })).toThrow(
+      expect.objectContaining({ code: "INVALID_ARGUMENT" }),
+    );
+  });
+});

@@ -1,0 +1,96 @@
+import { describe, expect, it } from "vitest";
+import { BloomeryError, jsonSchemaToGrammar } from "../src/index.js";
+import { gbnfLiteral } from "../src/grammar/json-schema.js";
+
+// The JSON Schema to GBNF conversion as text: what it writes for each construct and what it
+// refuses by name. That its grammars accept exactly valid JSON is tested by generating under
+// them (test/grammar-generate.test.ts), since only the native matcher reads GBNF.
+function refusal(schema: unknown): BloomeryError {
+  try {
+    jsonSchemaToGrammar(schema);
+  } catch (error) {
+    return error as BloomeryError;
+  }
+  throw new Error("the schema was accepted");
+}
+
+describe("jsonSchemaToGrammar", () => {
+  it("writes a root rule and only the primitives it uses", () => {
+    expect(jsonSchemaToGrammar({ type: "boolean" })).toBe(
+      'root ::= boolean\nboolean ::= ("true" | "false") space\nspace ::= | " " | "\\n" [ \\t]{0,20}\n',
+    );
+    const any = jsonSchemaToGrammar({});
+    expect(any).toMatch(/^root ::= value\n/);
+    for (const rule of ["value", "object", "array", "string", "number", "boolean", "null", "char", "space"]) {
+      expect(any).toContain(`\n${rule} ::= `);
+    }
+  });
+
+  it("lists properties in order, required ones always, optional ones maybe", () => {
+    const grammar = jsonSchemaToGrammar({
+      type: "object",
+      properties: { a: { type: "integer" }, "b c": { type: "string" } },
+      required: ["a"],
+    });
+    expect(grammar).toContain('root ::= "{" space root-first-0 "}" space');
+    expect(grammar).toContain('root-kv-a ::= "\\"a\\"" space ":" space integer');
+    expect(grammar).toContain('root-kv-b-c ::= "\\"b c\\"" space ":" space string');
+    // "a" comes first and has no alternative without it; "b c" may follow, after a comma, or not.
+    expect(grammar).toMatch(/\nroot-first-0 ::= root-kv-a root-after-1\n/);
+    expect(grammar).toMatch(/\nroot-after-1 ::= "," space root-kv-b-c {2}\| ""\n/);
+    expect(grammar).not.toContain("root-after-0");
+  });
+
+  it("bounds arrays and strings, and spells enums and consts as JSON", () => {
+    const grammar = jsonSchemaToGrammar({
+      type: "array",
+      items: { enum: ["x", 1, null, { k: [true] }] },
+      minItems: 2,
+      maxItems: 5,
+    });
+    expect(grammar).toContain('root ::= "[" space root-item ("," space root-item){1,4} "]" space');
+    expect(grammar).toContain('root-item ::= ("\\"x\\"" | "1" | "null" | "{\\"k\\":[true]}") space');
+    expect(jsonSchemaToGrammar({ type: "string", minLength: 1, maxLength: 3 })).toContain(
+      'root ::= "\\"" char{1,3} "\\"" space',
+    );
+    expect(jsonSchemaToGrammar({ const: "é\n" })).toContain('root ::= "\\"é\\\\n\\"" space');
+  });
+
+  it("follows $ref to $defs and definitions, recursively", () => {
+    const grammar = jsonSchemaToGrammar({
+      definitions: { tree: { type: "array", items: { $ref: "#/definitions/tree" } } },
+      $ref: "#/definitions/tree",
+    });
+    expect(grammar).toContain("root ::= ref-tree\n");
+    expect(grammar).toMatch(/ref-tree-item ::= ref-tree\n/);
+  });
+
+  it("refuses what it cannot honour, naming the keyword and where it is", () => {
+    const cases: [unknown, string][] = [
+      [{ type: "string", pattern: "^a" }, 'jsonSchema at #: the keyword "pattern" is not supported'],
+      [
+        { type: "object", properties: { n: { type: "number", minimum: 0 } } },
+        'at #/properties/n: the keyword "minimum"',
+      ],
+      [{ type: "string", format: "date" }, '"format"'],
+      [{ $ref: "https://example.com/s.json" }, "only #/$defs/... and #/definitions/..."],
+      [{ $ref: "#/$defs/missing" }, "names no definition"],
+      [{ allOf: [{}, {}] }, "allOf is supported with one schema only"],
+      [{ type: "object", properties: {}, required: ["x"] }, 'required names "x"'],
+      [{ type: "date" }, "not a JSON Schema type"],
+      [false, "accepts no value"],
+      [{ type: "array", minItems: 3, maxItems: 2 }, "maxItems is below minItems"],
+    ];
+    for (const [schema, message] of cases) {
+      const error = refusal(schema);
+      expect(error).toBeInstanceOf(BloomeryError);
+      expect(error.code).toBe("JSON_SCHEMA_UNSUPPORTED");
+      expect(error.message).toContain(message);
+    }
+    expect(refusal("not a schema").code).toBe("INVALID_ARGUMENT");
+  });
+
+  it("escapes GBNF literals", () => {
+    expect(gbnfLiteral('a"b\\c\n\t\u0001é')).toBe('"a\\"b\\\\c\\n\\t\\x01é"');
+  });
+});
