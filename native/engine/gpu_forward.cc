@@ -8,7 +8,9 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <mutex>
 #include <numeric>
+#include <shared_mutex>
 #include <string>
 
 #include "cuda/device.h"
@@ -128,6 +130,13 @@ class GpuModel : public GpuWeights {
   cuda::Stream stream;
   Workspace work;
   int64_t max_chunks = 0;
+
+  // Sequences released while a hybrid pass runs anywhere (see hybrid_passes), freed later.
+  std::mutex retired_mutex;
+  std::vector<GpuSequence*> retired;
+
+  ~GpuModel();
+  void free_retired();
 };
 
 class GpuSequence {
@@ -136,6 +145,45 @@ class GpuSequence {
   int64_t layer_elements = 0;
   cuda::Graph decode_step;
 };
+
+GpuModel::~GpuModel() { free_retired(); }
+
+void GpuModel::free_retired() {
+  std::vector<GpuSequence*> sequences;
+  {
+    std::lock_guard lock(retired_mutex);
+    sequences.swap(retired);
+  }
+  if (!sequences.empty()) cuda::use_device(device);
+  for (GpuSequence* sequence : sequences) delete sequence;
+}
+
+namespace {
+
+// A hybrid pass's kernels wait for the host's expert sums, while freeing (and pinning) device
+// or host memory waits for the whole device and holds the driver meanwhile: a free from any
+// thread while a hybrid pass of any model runs would leave the GPU, the pass's host thread and
+// the free waiting on one another for ever. Hybrid passes hold this shared; loading, creating and
+// freeing models and sequences hold it exclusively (passes of whole-GPU models need neither).
+std::shared_mutex& hybrid_passes() {
+  static std::shared_mutex passes;
+  return passes;
+}
+
+// The deleter of create_gpu_sequence's sequences: frees at once unless a hybrid pass is running;
+// then the model's next pass, or its end, frees it.
+void release_sequence(GpuModel& model, GpuSequence* sequence) {
+  std::unique_lock exclusive(hybrid_passes(), std::try_to_lock);
+  if (exclusive.owns_lock()) {
+    cuda::use_device(model.device);
+    delete sequence;
+    return;
+  }
+  std::lock_guard lock(model.retired_mutex);
+  model.retired.push_back(sequence);
+}
+
+}  // namespace
 
 namespace {
 
@@ -625,7 +673,12 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
   check_kernels(model);
 
   cuda::use_device(options.device);
-  auto g = std::make_shared<GpuModel>();
+  std::shared_ptr<GpuModel> g(new GpuModel, [](GpuModel* m) {
+    const std::lock_guard freeing(hybrid_passes());
+    delete m;
+  });
+  // Taken after g, so that a failed upload lets go of it before g's deleter takes it again.
+  const std::lock_guard exclusive(hybrid_passes());
   g->device = options.device;
   g->params = p;
   set_residency(p, resident_experts(p, options.gpu_experts), *g);
@@ -682,7 +735,8 @@ std::shared_ptr<GpuSequence> create_gpu_sequence(GpuModel& model, int64_t contex
                                            std::to_string(context_size) + "); the GPU has " + gib(memory.free) +
                                            " free, less a reserve of " + gib(kReserve));
   }
-  auto s = std::make_shared<GpuSequence>();
+  std::shared_ptr<GpuSequence> s(new GpuSequence, [m = &model](GpuSequence* q) { release_sequence(*m, q); });
+  const std::lock_guard exclusive(hybrid_passes());  // after s: see upload_model
   s->layer_elements = context_size * p.kv_heads * p.head_dim;
   s->keys = DeviceBuffer(bytes / 2, "KV cache (keys)");
   s->values = DeviceBuffer(bytes / 2, "KV cache (values)");
@@ -693,6 +747,12 @@ void gpu_forward(GpuModel& model, GpuSequence& sequence, std::span<const int32_t
                  LogitRows rows, std::vector<float>& logits) {
   const auto started = std::chrono::steady_clock::now();
   cuda::use_device(model.device);
+  {
+    std::unique_lock exclusive(hybrid_passes(), std::try_to_lock);
+    if (exclusive.owns_lock()) model.free_retired();
+  }
+  std::shared_lock<std::shared_mutex> hybrid_pass;
+  if (model.host_experts) hybrid_pass = std::shared_lock(hybrid_passes());
   const model::HyperParams& p = model.params;
   Workspace& ws = model.work;
   const cuda::StreamHandle stream = model.stream.handle();
