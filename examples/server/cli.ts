@@ -31,6 +31,8 @@ async function main(): Promise<void> {
   console.error(`bloomery-serve: listening on ${address}, loading ${modelPath} ${where.description}`);
   const model = await loadModel(modelPath, {
     gpu: where.gpu,
+    // Every slot decodes in the same pass: -np slots, -np sequences per pass.
+    parallel: options.parallel,
     ...(where.plan ? { plan: where.plan } : {}),
     ...(options.cacheRamMiB !== undefined
       ? { cacheRam: options.cacheRamMiB < 0 ? totalmem() : options.cacheRamMiB * 1024 ** 2 }

@@ -1,6 +1,6 @@
 // The server's slots: one session each (-np/--parallel of them). A request takes the first slot
-// that is free, in arrival order, and holds it until its generation ends; the engine runs the
-// forward passes of busy slots one at a time.
+// that is free, in arrival order, and holds it until its generation ends; the engine decodes every
+// busy slot in one forward pass per step (the model is loaded with parallel = the slot count).
 import type {
   ChatChunk,
   ChatMessage,
