@@ -4,23 +4,11 @@
 // uncached model draws. Skips where no NVIDIA device exists.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
-import { existsSync, mkdtempSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { fixtures, skip } from "./helpers.mjs";
 import { loadModel } from "../../dist/index.js";
 
-const hasGpu = existsSync("/dev/nvidiactl");
-const skip = !hasGpu && "no NVIDIA device on this machine";
-const synthCli = fileURLToPath(new globalThis.URL("../../dist/synth-cli.js", import.meta.url));
-const dir = hasGpu ? mkdtempSync(join(tmpdir(), "bloomery-gpu-state-")) : "";
-
-function fixture(preset, type) {
-  const path = join(dir, `${preset}-${type}.gguf`);
-  if (!existsSync(path)) execFileSync(process.execPath, [synthCli, preset, path, "--type", type], { stdio: "ignore" });
-  return path;
-}
+const { dir, fixture } = fixtures("gpu-state");
 
 function tokens(n, seed, vocab) {
   return Array.from({ length: n }, (_, i) => (i * 7919 + seed * 104729 + 13) % vocab);

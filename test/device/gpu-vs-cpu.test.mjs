@@ -3,53 +3,11 @@
 // its greedy tokens, for each tiny fixture and GPU weight type. Skips where no NVIDIA device exists.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
-import { existsSync, mkdtempSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { compare, fixtures, skip } from "./helpers.mjs";
 import { loadModel } from "../../dist/index.js";
 
-const hasGpu = existsSync("/dev/nvidiactl");
-const skip = !hasGpu && "no NVIDIA device on this machine";
-const synthCli = fileURLToPath(new globalThis.URL("../../dist/synth-cli.js", import.meta.url));
-const dir = hasGpu ? mkdtempSync(join(tmpdir(), "bloomery-gpu-")) : "";
+const { fixture } = fixtures("gpu");
 const POSITIONS = 64;
-
-function fixture(preset, type) {
-  const path = join(dir, `${preset}-${type}.gguf`);
-  if (!existsSync(path)) execFileSync(process.execPath, [synthCli, preset, path, "--type", type], { stdio: "ignore" });
-  return path;
-}
-
-function logSoftmax(row) {
-  let max = -Infinity;
-  for (const x of row) max = Math.max(max, x);
-  let sum = 0;
-  for (const x of row) sum += Math.exp(x - max);
-  const log = Math.log(sum) + max;
-  return Float64Array.from(row, (x) => x - log);
-}
-
-function argmax(row) {
-  let best = 0;
-  for (let i = 1; i < row.length; ++i) if (row[i] > row[best]) best = i;
-  return best;
-}
-
-// Top-1 agreement and mean KL(reference || candidate) over rows of `vocab` logits.
-function compare(reference, candidate, vocab) {
-  let agree = 0;
-  let kl = 0;
-  const rows = reference.length / vocab;
-  for (let r = 0; r < rows; ++r) {
-    const p = logSoftmax(reference.subarray(r * vocab, (r + 1) * vocab));
-    const q = logSoftmax(candidate.subarray(r * vocab, (r + 1) * vocab));
-    if (argmax(p) === argmax(q)) agree += 1;
-    for (let i = 0; i < vocab; ++i) kl += Math.exp(p[i]) * (p[i] - q[i]);
-  }
-  return { top1: agree / rows, kl: kl / rows };
-}
 
 function tokens(vocab) {
   return Array.from({ length: POSITIONS }, (_, i) => (i * 7919 + 13) % vocab);

@@ -4,57 +4,11 @@
 // NVIDIA device exists.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
-import { existsSync, mkdtempSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { compare, fixtures, skip } from "./helpers.mjs";
 import { loadModel, modelFootprint } from "../../dist/index.js";
 
-const hasGpu = existsSync("/dev/nvidiactl");
-const skip = !hasGpu && "no NVIDIA device on this machine";
-const synthCli = fileURLToPath(new globalThis.URL("../../dist/synth-cli.js", import.meta.url));
-const dir = hasGpu ? mkdtempSync(join(tmpdir(), "bloomery-hybrid-")) : "";
+const { fixture } = fixtures("hybrid");
 const CONTEXT = 1024;
-
-function fixture(preset, type) {
-  const path = join(dir, `${preset}-${type}.gguf`);
-  if (!existsSync(path)) execFileSync(process.execPath, [synthCli, preset, path, "--type", type], { stdio: "ignore" });
-  return path;
-}
-
-function logSoftmax(row) {
-  let max = -Infinity;
-  for (const x of row) max = Math.max(max, x);
-  let sum = 0;
-  for (const x of row) sum += Math.exp(x - max);
-  const log = Math.log(sum) + max;
-  return Float64Array.from(row, (x) => x - log);
-}
-
-function argmax(row) {
-  let best = 0;
-  for (let i = 1; i < row.length; ++i) if (row[i] > row[best]) best = i;
-  return best;
-}
-
-// Top-1 agreement, mean KL(reference || candidate) over rows of `vocab` logits, and the widest
-// top-1 disagreement: how far below its own best the reference puts the candidate's best.
-function compare(reference, candidate, vocab) {
-  let agree = 0;
-  let kl = 0;
-  let widestFlip = 0;
-  const rows = reference.length / vocab;
-  for (let r = 0; r < rows; ++r) {
-    const p = logSoftmax(reference.subarray(r * vocab, (r + 1) * vocab));
-    const q = logSoftmax(candidate.subarray(r * vocab, (r + 1) * vocab));
-    const best = argmax(p);
-    if (best === argmax(q)) agree += 1;
-    else widestFlip = Math.max(widestFlip, p[best] - p[argmax(q)]);
-    for (let i = 0; i < vocab; ++i) kl += Math.exp(p[i]) * (p[i] - q[i]);
-  }
-  return { top1: agree / rows, kl: kl / rows, widestFlip };
-}
 
 async function greedy(model, prompt) {
   const session = model.createSession();
