@@ -10,12 +10,13 @@
 // machine costs a round, not the ratio. Prints the figures and their ratios (ours / llama.cpp)
 // and writes them to bench/results/<date>-cpu.json.
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, writeFileSync } from "node:fs";
-import { availableParallelism, tmpdir } from "node:os";
+import { mkdirSync, writeFileSync } from "node:fs";
+import { availableParallelism } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { performance } from "node:perf_hooks";
 import { parseArgs } from "node:util";
+import { benchModel } from "./model-file.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const PRESET = "qwen3moe-2b";
@@ -134,20 +135,6 @@ async function benchLlamaCpp(modelPath) {
   return { promptSeconds, decodeSeconds, info };
 }
 
-/** The benchmark model, written once and kept under the temp directory. */
-function benchModel() {
-  if (values.model) return values.model;
-  const dir = join(tmpdir(), "bloomery-bench");
-  const path = join(dir, `${PRESET}.gguf`);
-  if (!existsSync(path)) {
-    mkdirSync(dir, { recursive: true });
-    console.log(`writing ${path} ...`);
-    execFileSync(process.execPath, [join(root, "dist/synth-cli.js"), PRESET, `${path}.partial`], { stdio: "inherit" });
-    execFileSync("mv", [`${path}.partial`, path]);
-  }
-  return path;
-}
-
 function runChild(engine, modelPath) {
   const args = [fileURLToPath(import.meta.url), "--child", engine, "--model", modelPath];
   for (const key of ["threads", "prompt", "decode", "reps"]) args.push(`--${key}`, String(settings[key]));
@@ -166,7 +153,7 @@ async function main() {
     console.log(JSON.stringify(result));
     return;
   }
-  const modelPath = benchModel();
+  const modelPath = values.model ?? benchModel(PRESET);
   const { getSystemInfo } = await import(join(root, "dist/index.js"));
   const runs = { ours: [], llamaCpp: [] };
   for (let round = 0; round < settings.rounds; round++) {

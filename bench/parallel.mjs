@@ -12,13 +12,13 @@
 // generated tokens over the wall time from the first request to the last token, prompts
 // included) is printed beside it. Each stream count keeps its best round. Writes
 // bench/results/<date>-parallel.json, with the machine's load average before and after.
-import { execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, writeFileSync } from "node:fs";
-import { availableParallelism, loadavg, tmpdir } from "node:os";
+import { mkdirSync, writeFileSync } from "node:fs";
+import { availableParallelism, loadavg } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { performance } from "node:perf_hooks";
 import { parseArgs } from "node:util";
+import { benchModel } from "./model-file.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const PRESET = "qwen3moe-2b";
@@ -51,20 +51,6 @@ function promptTokens(stream, count) {
   return tokens;
 }
 
-/** The benchmark model, written once and kept under the temp directory (as bench/cpu.mjs does). */
-function benchModel() {
-  if (values.model) return values.model;
-  const dir = join(tmpdir(), "bloomery-bench");
-  const path = join(dir, `${PRESET}.gguf`);
-  if (!existsSync(path)) {
-    mkdirSync(dir, { recursive: true });
-    console.log(`writing ${path} ...`);
-    execFileSync(process.execPath, [join(root, "dist/synth-cli.js"), PRESET, `${path}.partial`], { stdio: "inherit" });
-    execFileSync("mv", [`${path}.partial`, path]);
-  }
-  return path;
-}
-
 /** `streams` sessions generating at once; the decode rate from the model's counters. */
 async function runStreams(model, streams) {
   const options = { maxTokens: settings.decode, logitBias: { [model.info.eosToken]: -Infinity } };
@@ -94,7 +80,7 @@ async function runStreams(model, streams) {
 }
 
 async function main() {
-  const modelPath = benchModel();
+  const modelPath = values.model ?? benchModel(PRESET);
   // Other processes on the machine take CPU time from the passes: the report records how busy it was.
   const loadBefore = loadavg();
   const { loadModel, getSystemInfo } = await import(join(root, "dist/index.js"));
