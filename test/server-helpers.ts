@@ -20,7 +20,7 @@ export async function startServer(
     temperature?: number;
     modelPath?: string;
     chatTemplate?: string;
-    config?: Pick<ServerConfig, "reasoningFormat" | "chatTemplateKwargs">;
+    config?: Pick<ServerConfig, "reasoningFormat" | "chatTemplateKwargs" | "slotSavePath" | "slotsEndpoint">;
   } = {},
 ): Promise<TestServer> {
   const modelPath = options.modelPath ?? defaultModelPath();

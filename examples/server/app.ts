@@ -11,6 +11,7 @@ import { registerOpenAiChat } from "./routes/openai-chat.js";
 import { registerOpenAiCompletions } from "./routes/openai-completions.js";
 import { registerLlamaNative } from "./routes/llama-native.js";
 import { registerAnthropic } from "./routes/anthropic.js";
+import { registerSlots } from "./routes/slots.js";
 
 export interface AppOptions {
   /** Largest request body in bytes (default 8 MiB); larger ones get a 413. */
@@ -66,6 +67,7 @@ export function createApp(
   registerOpenAiCompletions(app, context);
   registerLlamaNative(app, context);
   registerAnthropic(app, context);
+  registerSlots(app, context);
   return { app, context };
 }
 

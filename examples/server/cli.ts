@@ -23,6 +23,8 @@ async function main(): Promise<void> {
     alias: options.alias,
     apiKeys: options.apiKeys,
     metrics: options.metrics,
+    slotsEndpoint: options.slots,
+    ...(options.slotSavePath !== undefined ? { slotSavePath: options.slotSavePath } : {}),
     temperature: options.temperature,
     reasoningFormat: options.reasoningFormat,
     ...(options.chatTemplateKwargs ? { chatTemplateKwargs: options.chatTemplateKwargs } : {}),

@@ -13,6 +13,10 @@ export interface ServerConfig {
   apiKeys: string[];
   /** --metrics: serve GET /metrics. */
   metrics: boolean;
+  /** GET /slots (on unless --no-slots). */
+  slotsEndpoint?: boolean;
+  /** --slot-save-path: the folder POST /slots/:id?action=save|restore reads and writes. */
+  slotSavePath?: string;
   /** --temp: the temperature of requests that set none (llama-server's default 0.8). */
   temperature: number;
   /** --reasoning-format: where reasoning goes in requests that do not say (default "auto"). */

@@ -42,6 +42,9 @@ const REQUEST_ERRORS = new Set<string>([
   "CONTEXT_TOO_LONG",
   "GRAMMAR_INVALID",
   "JSON_SCHEMA_UNSUPPORTED",
+  "STATE_BAD_FILE",
+  "STATE_MODEL_MISMATCH",
+  "STATE_UNSUPPORTED_VERSION",
 ]);
 
 /** Any thrown value as the HttpError to answer with. */
@@ -51,6 +54,7 @@ export function toHttpError(error: unknown): HttpError {
     if (REQUEST_ERRORS.has(error.code)) {
       return new HttpError(400, error.message);
     }
+    if (error.code === "FILE_NOT_FOUND") return new HttpError(404, error.message);
     return new HttpError(500, `${error.code}: ${error.message}`);
   }
   // Fastify's own errors (bad content, body too large, ...) carry the status to send.

@@ -24,6 +24,10 @@ export interface ServeOptions {
   nCpuMoe?: number;
   /** -ot patterns, `regex=buffer type`. */
   overrideTensors: string[];
+  /** GET /slots (llama-server's --slots / --no-slots; on by default). */
+  slots: boolean;
+  /** --slot-save-path: where slots are saved to and restored from. */
+  slotSavePath?: string;
   /** --cache-ram in MiB: -1 no limit, 0 off. */
   cacheRamMiB?: number;
   temperature: number;
@@ -161,6 +165,26 @@ const FLAGS: Flag[] = [
     apply: (o, v) => o.overrideTensors.push(...splitKeys(v as string)),
   },
   {
+    names: ["--slots"],
+    env: "LLAMA_ARG_ENDPOINT_SLOTS",
+    kind: "flag",
+    help: "serve GET /slots (default on; --no-slots turns it off)",
+    apply: (o, v) => (o.slots = v as boolean),
+  },
+  {
+    names: ["--no-slots"],
+    kind: "flag",
+    help: "do not serve GET /slots",
+    apply: (o, v) => (o.slots = !(v as boolean)),
+  },
+  {
+    names: ["--slot-save-path"],
+    env: "LLAMA_ARG_SLOT_SAVE_PATH",
+    kind: "string",
+    help: "folder of POST /slots/:id?action=save|restore files (without it, save and restore are refused)",
+    apply: (o, v) => (o.slotSavePath = v as string),
+  },
+  {
     names: ["--cache-ram"],
     env: "LLAMA_ARG_CACHE_RAM",
     kind: "integer",
@@ -201,6 +225,7 @@ export function parseServeOptions(argv: readonly string[], env: NodeJS.ProcessEn
     apiKeys: [],
     cpuMoe: false,
     overrideTensors: [],
+    slots: true,
     reasoningFormat: "auto",
     metrics: false,
     temperature: 0.8,

@@ -73,6 +73,31 @@ export class Slots {
     return this.count - this.#free.length;
   }
 
+  /** Each slot: whether a request holds it, and the tokens its context holds. */
+  list(): { id: number; busy: boolean; position: number }[] {
+    const all = [...this.#free];
+    return Array.from({ length: this.count }, (_, id) => {
+      const free = all.find((slot) => slot.id === id);
+      return { id, busy: !free, position: free ? free.session.position : -1 };
+    });
+  }
+
+  /**
+   * Runs `work` on slot `id`'s session while no request can take the slot; refuses a slot
+   * that does not exist (404) or that a request holds now (409).
+   */
+  async withSlot<T>(id: number, work: (session: Session) => Promise<T>): Promise<T> {
+    if (!Number.isInteger(id) || id < 0 || id >= this.count) throw new HttpError(404, `slot ${id} does not exist`);
+    const index = this.#free.findIndex((slot) => slot.id === id);
+    if (index < 0) throw new HttpError(409, `slot ${id} is busy`, "unavailable_error");
+    const [slot] = this.#free.splice(index, 1);
+    try {
+      return await work(slot!.session);
+    } finally {
+      this.#release(slot!);
+    }
+  }
+
   /**
    * Generates from `prompt` on a free slot, handing each chunk with text or tokens to `onChunk`.
    * A prompt longer than the context is refused before it waits; `signal` ends the wait or the run.

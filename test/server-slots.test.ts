@@ -1,0 +1,66 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startServer, type TestServer } from "./server-helpers.js";
+
+// llama-server's slot endpoints: a slot's context saved to --slot-save-path, erased, and restored,
+// so that a completion after the restore continues exactly as it did before the erase.
+describe("bloomery-serve /slots", () => {
+  let server: TestServer;
+  const folder = mkdtempSync(join(tmpdir(), "bloomery-slots-"));
+
+  beforeAll(async () => {
+    server = await startServer({ parallel: 1, config: { slotSavePath: folder } });
+  });
+
+  afterAll(async () => {
+    await server?.close();
+    rmSync(folder, { recursive: true, force: true });
+  });
+
+  const post = (path: string, body: unknown = {}) =>
+    fetch(`${server.url}${path}`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify(body),
+    });
+  const slots = async () => (await (await fetch(`${server.url}/slots`)).json()) as Record<string, unknown>[];
+  const complete = async (prompt: string) => {
+    const response = await post("/completion", { prompt, n_predict: 8, temperature: 0 });
+    return (await response.json()) as { content: string; timings: { cache_n: number; prompt_n: number } };
+  };
+
+  it("saves, erases and restores a slot's context; the restored prefix is reused", async () => {
+    const prompt = "The river ran past the old mill and the quiet town";
+    const first = await complete(prompt);
+    const held = (await slots())[0]!;
+    expect(held).toMatchObject({ id: 0, is_processing: false });
+    expect(held.n_past).toBeGreaterThan(8);
+
+    const saved = await post("/slots/0?action=save", { filename: "river.bin" });
+    expect(saved.status).toBe(200);
+    expect(await saved.json()).toMatchObject({ id_slot: 0, filename: "river.bin", n_saved: held.n_past });
+
+    const erased = await post("/slots/0?action=erase");
+    expect(await erased.json()).toEqual({ id_slot: 0, n_erased: held.n_past });
+    expect((await slots())[0]!.n_past).toBe(0);
+
+    const restored = await post("/slots/0?action=restore", { filename: "river.bin" });
+    expect(await restored.json()).toMatchObject({ id_slot: 0, filename: "river.bin", n_restored: held.n_past });
+
+    const again = await complete(prompt);
+    expect(again.content).toBe(first.content);
+    expect(again.timings.cache_n).toBeGreaterThan(0);
+  });
+
+  it("refuses by name: an unknown action, a path as file name, a missing slot or file", async () => {
+    expect((await post("/slots/0?action=explode")).status).toBe(400);
+    const escape = await post("/slots/0?action=save", { filename: "../outside.bin" });
+    expect(escape.status).toBe(400);
+    expect(JSON.stringify(await escape.json())).toMatch(/plain file name/);
+    expect((await post("/slots/7?action=erase")).status).toBe(404);
+    expect((await post("/slots/0?action=restore", { filename: "never-saved.bin" })).status).toBe(404);
+    expect((await post("/slots/0?action=save", { filename: "x.bin", extra: 1 })).status).toBe(400);
+  });
+});
