@@ -98,7 +98,10 @@ class Parser {
 
   static std::string describe(char c) {
     if (c == '\n') return "end of line";
-    return "'" + std::string(1, c) + "'";
+    // Built in place: GCC 12 flags "'" + std::string(1, c) with a false -Wrestrict.
+    std::string quoted(3, '\'');
+    quoted[1] = c;
+    return quoted;
   }
 
   bool at_end() const { return pos_ >= text_.size(); }
