@@ -71,6 +71,16 @@ export interface LoadModelOptions {
    * (see {@link Session.generate}).
    */
   cacheRam?: number | string;
+  /**
+   * `true` (default): map the file, so its pages are shared with the page cache and cost no private
+   * memory. `false`: read it into private memory (for file systems where mapping is slow or unsafe).
+   */
+  mmap?: boolean;
+  /**
+   * Lock the model's bytes in RAM (default `false`), so the kernel never drops or swaps them. A refused
+   * lock (e.g. the `ulimit -l` limit) is INSUFFICIENT_MEMORY, never ignored.
+   */
+  mlock?: boolean;
   /** Called as loading moves on (also before it starts and once it is done). */
   onProgress?: (progress: LoadProgress) => void;
   /**
@@ -464,6 +474,13 @@ export async function loadModel(path: string, options: LoadModelOptions = {}): P
   const plan = gpu ? await gpuPlan(path, gpu, options) : undefined;
   if (gpu) nativeOptions.gpu = plan ? { ...gpu, experts: plan.layers.map((layer) => layer.gpu) } : gpu;
   nativeOptions.cacheRam = resolveCacheRam(options.cacheRam);
+  for (const key of ["mmap", "mlock"] as const) {
+    const value = options[key];
+    if (value === undefined) continue;
+    if (typeof value !== "boolean")
+      throw new BloomeryError("INVALID_ARGUMENT", `${key} must be a boolean`, { [key]: value });
+    nativeOptions[key] = value;
+  }
   onProgress?.({ stage: "metadata", fraction: 0 });
   const file = await readGgufInfo(path);
   checkAborted();

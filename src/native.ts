@@ -102,6 +102,10 @@ export interface NativeLoadOptions {
   gpu?: { device?: number; budget?: number; experts?: number[][] };
   /** Bytes of the prompt-state cache; 0 or left out: no cache. */
   cacheRam?: number;
+  /** false: read the file into private memory instead of mapping it. */
+  mmap?: boolean;
+  /** Lock the model's bytes in RAM. */
+  mlock?: boolean;
 }
 
 /** The functions the addon exports (native/addon). */

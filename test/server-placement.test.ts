@@ -6,6 +6,17 @@ import { getSystemInfo } from "../src/index.js";
 const LAYERS = 6;
 const flags = (...argv: string[]) => parseServeOptions(argv);
 
+describe("bloomery-serve's memory flags", () => {
+  it("reads --mlock and --no-mmap, and their LLAMA_ARG_* variables", () => {
+    expect(flags()).toMatchObject({ mlock: false, noMmap: false });
+    expect(flags("--mlock", "--no-mmap")).toMatchObject({ mlock: true, noMmap: true });
+    expect(parseServeOptions([], { LLAMA_ARG_MLOCK: "1", LLAMA_ARG_NO_MMAP: "true" })).toMatchObject({
+      mlock: true,
+      noMmap: true,
+    });
+  });
+});
+
 describe("bloomery-serve's expert placement flags", () => {
   it("--cpu-moe and --n-cpu-moe pick whole layers' routed experts", () => {
     expect(cpuExpertLayers(flags("--cpu-moe"), LAYERS)).toEqual([true, true, true, true, true, true]);

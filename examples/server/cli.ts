@@ -35,6 +35,8 @@ async function main(): Promise<void> {
     gpu: where.gpu,
     // Every slot decodes in the same pass: -np slots, -np sequences per pass.
     parallel: options.parallel,
+    mlock: options.mlock,
+    mmap: !options.noMmap,
     ...(where.plan ? { plan: where.plan } : {}),
     ...(options.cacheRamMiB !== undefined
       ? { cacheRam: options.cacheRamMiB < 0 ? totalmem() : options.cacheRamMiB * 1024 ** 2 }

@@ -24,6 +24,10 @@ export interface ServeOptions {
   nCpuMoe?: number;
   /** -ot patterns, `regex=buffer type`. */
   overrideTensors: string[];
+  /** --mlock: lock the model's bytes in RAM. */
+  mlock: boolean;
+  /** --no-mmap: read the model into private memory instead of mapping it. */
+  noMmap: boolean;
   /** GET /slots (llama-server's --slots / --no-slots; on by default). */
   slots: boolean;
   /** --slot-save-path: where slots are saved to and restored from. */
@@ -165,6 +169,20 @@ const FLAGS: Flag[] = [
     apply: (o, v) => o.overrideTensors.push(...splitKeys(v as string)),
   },
   {
+    names: ["--mlock"],
+    env: "LLAMA_ARG_MLOCK",
+    kind: "flag",
+    help: "lock the model's bytes in RAM (a refused lock stops the server, naming why)",
+    apply: (o, v) => (o.mlock = v as boolean),
+  },
+  {
+    names: ["--no-mmap"],
+    env: "LLAMA_ARG_NO_MMAP",
+    kind: "flag",
+    help: "read the model into private memory instead of mapping the file",
+    apply: (o, v) => (o.noMmap = v as boolean),
+  },
+  {
     names: ["--slots"],
     env: "LLAMA_ARG_ENDPOINT_SLOTS",
     kind: "flag",
@@ -226,6 +244,8 @@ export function parseServeOptions(argv: readonly string[], env: NodeJS.ProcessEn
     cpuMoe: false,
     overrideTensors: [],
     slots: true,
+    mlock: false,
+    noMmap: false,
     reasoningFormat: "auto",
     metrics: false,
     temperature: 0.8,

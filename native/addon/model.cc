@@ -154,16 +154,23 @@ uint64_t cache_ram_option(Napi::Object options) {
   return static_cast<uint64_t>(bytes);
 }
 
-// loadModel(path, { threads?, contextSize?, parallel?, gpu?: { device?, budget?, experts? }, cacheRam? }) ->
-// Promise<model handle>
+// loadModel(path, { threads?, contextSize?, parallel?, gpu?: { device?, budget?, experts? }, cacheRam?, mmap?,
+// mlock? }) -> Promise<model handle>
 Napi::Value load_model(const Napi::CallbackInfo& info) {
   return guarded(info, [&]() -> Napi::Value {
     if (info.Length() < 1 || !info[0].IsString()) {
       throw to_js_error(info.Env(), "INVALID_ARGUMENT", "loadModel(path): path must be a string");
     }
     engine::RuntimeOptions options;
+    gguf::MapOptions map;
     if (info.Length() > 1 && info[1].IsObject()) {
       const Napi::Object o = info[1].As<Napi::Object>();
+      for (auto [name, slot] : {std::pair{"mmap", &map.mmap}, std::pair{"mlock", &map.mlock}}) {
+        const Napi::Value v = o.Get(name);
+        if (v.IsUndefined()) continue;
+        if (!v.IsBoolean()) throw to_js_error(info.Env(), "INVALID_ARGUMENT", std::string(name) + " must be a boolean");
+        *slot = v.As<Napi::Boolean>().Value();
+      }
       options.threads = static_cast<uint32_t>(option_integer(o, "threads"));
       options.context_size = option_integer(o, "contextSize");
       if (const int64_t parallel = option_integer(o, "parallel")) {
@@ -175,8 +182,8 @@ Napi::Value load_model(const Napi::CallbackInfo& info) {
     }
     return run_async(
         info.Env(),
-        [path = info[0].As<Napi::String>().Utf8Value(), options] {
-          return std::make_shared<engine::Runtime>(model::load_model(path), options);
+        [path = info[0].As<Napi::String>().Utf8Value(), options, map] {
+          return std::make_shared<engine::Runtime>(model::load_model(path, map), options);
         },
         [](Napi::Env env, std::shared_ptr<engine::Runtime>& runtime) {
           return wrap(env, ModelHandle{std::move(runtime)}, kModelTag);

@@ -460,9 +460,9 @@ std::optional<double> Value::to_double() const {
   return double(*v);
 }
 
-GgufFile GgufFile::open(const std::string& path) {
+GgufFile GgufFile::open(const std::string& path, const MapOptions& options) {
   GgufFile g;
-  g.maps_.emplace_back(path);
+  g.maps_.emplace_back(path, options);
   ParsedFile first = parse_file(g.maps_.front());
   g.metadata_ = std::move(first.metadata);
   g.metadata_index_.reserve(g.metadata_.size());
@@ -493,7 +493,7 @@ GgufFile GgufFile::open(const std::string& path) {
   for (uint64_t i = 1; i < count; ++i) {
     const std::string shard = split_path(name->prefix, i + 1, count);
     try {
-      g.maps_.emplace_back(shard);
+      g.maps_.emplace_back(shard, options);
     } catch (const Error& e) {
       if (e.code() == "FILE_NOT_FOUND") split_error(path + ": shard " + shard + " is missing");
       throw;

@@ -96,7 +96,8 @@ class GgufFile {
  public:
   // Opens a GGUF file. A split model (a path ending in -00001-of-0000N.gguf, or a first
   // file whose split.count is above 1) opens all of its shards as one model.
-  static GgufFile open(const std::string& path);
+  // `options` says how its bytes are held (mapped or read; locked in RAM or not).
+  static GgufFile open(const std::string& path, const MapOptions& options = {});
 
   GgufFile(GgufFile&&) noexcept = default;
   GgufFile& operator=(GgufFile&&) noexcept = default;

@@ -20,9 +20,23 @@ namespace {
   throw Error(err == ENOENT || err == ENOTDIR ? "FILE_NOT_FOUND" : "FILE_READ", message);
 }
 
+// Reads the whole of `fd` into `out` (size bytes), resuming after short reads and signals.
+void read_all(int fd, uint8_t* out, uint64_t size, const std::string& path) {
+  uint64_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::pread(fd, out + done, size - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail(path, "cannot read", errno);
+    if (n == 0) throw Error("FILE_READ", path + ": the file ended while it was read (truncated meanwhile?)");
+    done += static_cast<uint64_t>(n);
+  }
+}
+
+std::string mib(uint64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
+
 }  // namespace
 
-MappedFile::MappedFile(const std::string& path) : path_(path) {
+MappedFile::MappedFile(const std::string& path, const MapOptions& options) : path_(path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail(path, "cannot open", errno);
   struct stat st {};
@@ -36,7 +50,7 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
     throw Error("FILE_READ", path + ": not a regular file");
   }
   size_ = uint64_t(st.st_size);
-  if (size_ > 0) {
+  if (size_ > 0 && options.mmap) {
     void* p = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
       const int err = errno;
@@ -44,15 +58,43 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
       fail(path, "cannot map", err);
     }
     data_ = static_cast<const uint8_t*>(p);
+  } else if (size_ > 0) {
+    void* p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      ::close(fd);
+      throw Error("INSUFFICIENT_MEMORY", path + ": reading it without mmap needs " + mib(size_) +
+                                             " of private memory, which the system refused");
+    }
+    data_ = static_cast<const uint8_t*>(p);
+    try {
+      read_all(fd, static_cast<uint8_t*>(p), size_, path);
+    } catch (...) {
+      ::close(fd);
+      release();
+      throw;
+    }
+    ::mprotect(p, size_, PROT_READ);
   }
-  // The mapping keeps the file's pages; the descriptor is no longer needed.
+  // The mapping (or the copy) keeps the file's bytes; the descriptor is no longer needed.
   ::close(fd);
+  if (size_ > 0 && options.mlock) {
+    if (::mlock(data_, size_) != 0) {
+      const int err = errno;
+      release();
+      throw Error("INSUFFICIENT_MEMORY", path + ": cannot lock its " + mib(size_) + " in RAM (" + std::strerror(err) +
+                                             "); raise the locked-memory limit (ulimit -l) or load without mlock");
+    }
+    locked_ = true;
+  }
 }
 
 MappedFile::~MappedFile() { release(); }
 
 MappedFile::MappedFile(MappedFile&& other) noexcept
-    : path_(std::move(other.path_)), data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+    : path_(std::move(other.path_)),
+      data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      locked_(std::exchange(other.locked_, false)) {}
 
 MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   if (this != &other) {
@@ -60,14 +102,17 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
     path_ = std::move(other.path_);
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
+    locked_ = std::exchange(other.locked_, false);
   }
   return *this;
 }
 
 void MappedFile::release() noexcept {
+  if (data_ && locked_) ::munlock(data_, size_);
   if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
   data_ = nullptr;
   size_ = 0;
+  locked_ = false;
 }
 
 }  // namespace bloomery::gguf

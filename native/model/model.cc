@@ -29,8 +29,8 @@ std::vector<std::string> supported_architectures() {
   return names;
 }
 
-std::unique_ptr<Model> load_model(const std::string& path) {
-  auto model = std::make_unique<Model>(gguf::GgufFile::open(path));
+std::unique_ptr<Model> load_model(const std::string& path, const gguf::MapOptions& map) {
+  auto model = std::make_unique<Model>(gguf::GgufFile::open(path, map));
   const std::optional<std::string_view> name = model->file.get_string("general.architecture");
   if (!name) throw Error("MODEL_BAD_METADATA", "the model has no general.architecture");
   for (const Architecture& a : kArchitectures) {

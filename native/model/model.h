@@ -65,7 +65,8 @@ struct Model {
 // Opens a GGUF file and binds its weights. Throws Error with UNSUPPORTED_ARCH (an
 // architecture we do not serve), UNSUPPORTED_QUANT (naming the tensor), MODEL_MISSING_TENSOR,
 // MODEL_TENSOR_SHAPE, MODEL_BAD_METADATA (naming the key), or the reader's GGUF_* codes.
-std::unique_ptr<Model> load_model(const std::string& path);
+// `map` says how the file's bytes are held (gguf::MapOptions: mmap, mlock).
+std::unique_ptr<Model> load_model(const std::string& path, const gguf::MapOptions& map = {});
 
 // The architectures load_model serves.
 std::vector<std::string> supported_architectures();
