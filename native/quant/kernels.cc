@@ -36,8 +36,9 @@ constexpr KernelRow kRows[] = {
     {3, kQ8_1, dequantize_row_q4_1, quantize_row_q8_1, vec_dot_q4_1_q8_1, nullptr, nullptr},
     {6, kQ8_0, dequantize_row_q5_0, quantize_row_q8_0, vec_dot_q5_0_q8_0, nullptr, nullptr},
     {7, kQ8_1, dequantize_row_q5_1, quantize_row_q8_1, vec_dot_q5_1_q8_1, nullptr, nullptr},
-    {8, kQ8_0, dequantize_row_q8_0, quantize_row_q8_0, vec_dot_q8_0_q8_0, vec_dot_q8_0_q8_0_avx2,
-     vec_dot_q8_0_q8_0_avx512},
+    // Q8_0 keeps the AVX2 dot on AVX-512 hosts: llama.cpp's x86 Q8_0 dot is that one (one 8-lane
+    // accumulator over the blocks in order), and the same order keeps near-ties on its side.
+    {8, kQ8_0, dequantize_row_q8_0, quantize_row_q8_0, vec_dot_q8_0_q8_0, vec_dot_q8_0_q8_0_avx2, nullptr},
     {10, kQ8_K, dequantize_row_q2_k, quantize_row_q8_k, vec_dot_q2_k_q8_k, nullptr, nullptr},
     {11, kQ8_K, dequantize_row_q3_k, quantize_row_q8_k, vec_dot_q3_k_q8_k, nullptr, nullptr},
     {12, kQ8_K, dequantize_row_q4_k, quantize_row_q8_k, vec_dot_q4_k_q8_k, vec_dot_q4_k_q8_k_avx2,
