@@ -5,6 +5,7 @@ import { totalmem } from "node:os";
 import { BloomeryError, loadModel, readGgufInfo } from "../../src/index.js";
 import { defaultModelPath } from "../../tools/default-model.js";
 import { createApp } from "./app.js";
+import { fetchHubModel, HubError, hubLocation } from "./hf.js";
 import { parseServeOptions, usage, UsageError } from "./options.js";
 import { placement } from "./placement.js";
 import { Slots } from "./slots.js";
@@ -15,7 +16,15 @@ async function main(): Promise<void> {
     process.stdout.write(usage());
     return;
   }
-  const modelPath = options.model ?? defaultModelPath();
+  const modelPath = options.hfRepo
+    ? await fetchHubModel({
+        repo: options.hfRepo,
+        ...(options.hfFile !== undefined ? { file: options.hfFile } : {}),
+        ...(options.hfToken !== undefined ? { token: options.hfToken } : {}),
+        ...hubLocation(process.env),
+        log: (line) => console.error(`bloomery-serve: ${line}`),
+      })
+    : (options.model ?? defaultModelPath());
   // Flags are checked against the file before listening, so a bad one fails at once.
   const where = await placement(modelPath, options, (await readGgufInfo(modelPath)).summary.layers);
   const { app, context } = createApp({
@@ -61,6 +70,7 @@ async function main(): Promise<void> {
 
 main().catch((error: unknown) => {
   if (error instanceof UsageError) console.error(`bloomery-serve: ${error.message}\n\n${usage()}`);
+  else if (error instanceof HubError) console.error(`bloomery-serve: ${error.message}`);
   else if (error instanceof BloomeryError) console.error(`bloomery-serve: ${error.code}: ${error.message}`);
   else console.error(error);
   process.exit(1);

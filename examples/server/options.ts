@@ -5,6 +5,12 @@ import { REASONING_FORMATS, type ReasoningFormat } from "./context.js";
 
 export interface ServeOptions {
   model?: string;
+  /** -hf: `user/model[:quant]` on the Hugging Face hub, downloaded into the cache and served. */
+  hfRepo?: string;
+  /** --hf-file: the repo's file to serve instead of one picked by quant. */
+  hfFile?: string;
+  /** --hf-token: the hub's access token. */
+  hfToken?: string;
   host: string;
   port: number;
   ctxSize?: number;
@@ -55,6 +61,27 @@ const FLAGS: Flag[] = [
     kind: "string",
     help: "model file (default: the bundled model)",
     apply: (o, v) => (o.model = v as string),
+  },
+  {
+    names: ["-hf", "-hfr", "--hf-repo", "--hf"],
+    env: "LLAMA_ARG_HF_REPO",
+    kind: "string",
+    help: "<user>/<model>[:quant] on the Hugging Face hub (quant default Q4_K_M), downloaded into LLAMA_CACHE (default ~/.cache/bloomery); the hub is HF_ENDPOINT",
+    apply: (o, v) => (o.hfRepo = v as string),
+  },
+  {
+    names: ["-hff", "--hf-file"],
+    env: "LLAMA_ARG_HF_FILE",
+    kind: "string",
+    help: "the file of the -hf repo to serve, instead of one picked by quant",
+    apply: (o, v) => (o.hfFile = v as string),
+  },
+  {
+    names: ["-hft", "--hf-token"],
+    env: "HF_TOKEN",
+    kind: "string",
+    help: "Hugging Face access token, sent to the hub",
+    apply: (o, v) => (o.hfToken = v as string),
   },
   {
     names: ["--host"],
@@ -270,12 +297,21 @@ export function parseServeOptions(argv: readonly string[], env: NodeJS.ProcessEn
     pending.push([flag, value, name]);
   }
   for (const [key, value] of Object.entries(env)) {
-    if (!key.startsWith("LLAMA_ARG_") && key !== "LLAMA_API_KEY" && key !== "LLAMA_CHAT_TEMPLATE_KWARGS") continue;
+    if (
+      !key.startsWith("LLAMA_ARG_") &&
+      key !== "LLAMA_API_KEY" &&
+      key !== "LLAMA_CHAT_TEMPLATE_KWARGS" &&
+      key !== "HF_TOKEN"
+    )
+      continue;
     const flag = FLAGS.find((f) => f.env === key);
     if (!flag) throw new UsageError(`unsupported environment variable: ${key}`);
     if (!fromArgs.has(flag) && value !== undefined) pending.unshift([flag, value, key]);
   }
   for (const [flag, value, name] of pending) flag.apply(options, convert(flag, value, name));
+  if (options.model !== undefined && options.hfRepo !== undefined)
+    throw new UsageError("-m and -hf both name the model: give one");
+  if (options.hfFile !== undefined && options.hfRepo === undefined) throw new UsageError("--hf-file needs -hf");
   if (options.parallel < 1) throw new UsageError("--parallel must be at least 1");
   if (options.port < 0 || options.port > 65535) throw new UsageError("--port must be between 0 and 65535");
   return options;
