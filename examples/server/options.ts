@@ -30,6 +30,8 @@ export interface ServeOptions {
   slotSavePath?: string;
   /** --cache-ram in MiB: -1 no limit, 0 off. */
   cacheRamMiB?: number;
+  /** --timeout: seconds a client may take to send its request (0: no limit). */
+  timeoutSeconds: number;
   temperature: number;
   help: boolean;
 }
@@ -192,6 +194,13 @@ const FLAGS: Flag[] = [
     apply: (o, v) => (o.cacheRamMiB = v as number),
   },
   {
+    names: ["-to", "--timeout"],
+    env: "LLAMA_ARG_TIMEOUT",
+    kind: "integer",
+    help: "seconds a client may take to send its request; a slower one gets 408 (0: no limit; default 600)",
+    apply: (o, v) => (o.timeoutSeconds = v as number),
+  },
+  {
     names: ["--jinja"],
     env: "LLAMA_ARG_JINJA",
     kind: "flag",
@@ -229,6 +238,7 @@ export function parseServeOptions(argv: readonly string[], env: NodeJS.ProcessEn
     reasoningFormat: "auto",
     metrics: false,
     temperature: 0.8,
+    timeoutSeconds: 600,
     help: false,
   };
   const fromArgs = new Set<Flag>();
@@ -258,6 +268,7 @@ export function parseServeOptions(argv: readonly string[], env: NodeJS.ProcessEn
   for (const [flag, value, name] of pending) flag.apply(options, convert(flag, value, name));
   if (options.parallel < 1) throw new UsageError("--parallel must be at least 1");
   if (options.port < 0 || options.port > 65535) throw new UsageError("--port must be between 0 and 65535");
+  if (options.timeoutSeconds < 0) throw new UsageError("--timeout must be at least 0");
   return options;
 }
 
