@@ -36,6 +36,7 @@ async function main(): Promise<void> {
   console.error(`bloomery-serve: listening on ${address}, loading ${modelPath} ${where.description}`);
   const model = await loadModel(modelPath, {
     gpu: where.gpu,
+    ...(where.hostRam !== undefined ? { hostRam: where.hostRam } : {}),
     // Every slot decodes in the same pass: -np slots, -np sequences per pass.
     parallel: options.parallel,
     ...(where.plan ? { plan: where.plan } : {}),

@@ -32,6 +32,10 @@ export interface ServeOptions {
   cacheRamMiB?: number;
   /** --timeout: seconds a client may take to send its request (0: no limit). */
   timeoutSeconds: number;
+  /** --gpu-budget: bytes or a size such as "8GiB" of GPU memory the model may use (loadModel's gpu.budget). */
+  gpuBudget?: string;
+  /** --host-ram: bytes or a size such as "64GiB" of host RAM for the experts off the GPU (loadModel's hostRam). */
+  hostRam?: string;
   temperature: number;
   help: boolean;
 }
@@ -201,6 +205,24 @@ const FLAGS: Flag[] = [
     apply: (o, v) => (o.timeoutSeconds = v as number),
   },
   {
+    names: ["--gpu-budget"],
+    kind: "string",
+    help: "GPU memory the model may use: bytes or a size such as 8GiB (default: the card's free memory)",
+    apply: (o, v) => (o.gpuBudget = v as string),
+  },
+  {
+    names: ["--host-ram"],
+    kind: "string",
+    help: "host RAM for the routed experts the GPU does not hold: bytes or a size such as 64GiB (default: RAM available)",
+    apply: (o, v) => (o.hostRam = v as string),
+  },
+  {
+    names: ["--residency"],
+    kind: "string",
+    help: "which experts stay on the GPU: static, placed once at load (the only one yet; adaptive is not supported)",
+    apply: (_o, v) => readResidency(v as string),
+  },
+  {
     names: ["--jinja"],
     env: "LLAMA_ARG_JINJA",
     kind: "flag",
@@ -329,6 +351,14 @@ function readReasoningFormat(text: string): ReasoningFormat {
       `--reasoning-format must be one of ${REASONING_FORMATS.join(", ")}, not ${JSON.stringify(text)}`,
     );
   return format;
+}
+
+/** Only static residency exists: experts placed at load stay there. Adaptive (moving hot experts) is issue #7. */
+function readResidency(text: string): void {
+  if (text === "static") return;
+  if (text === "adaptive")
+    throw new UsageError("--residency adaptive is not supported yet: experts stay where the load put them (static)");
+  throw new UsageError(`--residency must be static or adaptive, not ${JSON.stringify(text)}`);
 }
 
 function readTemplateFile(path: string): string {
