@@ -1,7 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { parseServeOptions, UsageError } from "../examples/server/options.js";
-import { cpuExpertLayers, placement } from "../examples/server/placement.js";
-import { getSystemInfo } from "../src/index.js";
+import { cpuExpertLayers, gpuBudgets, placement } from "../examples/server/placement.js";
+import { getSystemInfo, loadModel } from "../src/index.js";
+import { defaultModelPath } from "../tools/default-model.js";
 
 const LAYERS = 6;
 const flags = (...argv: string[]) => parseServeOptions(argv);
@@ -63,5 +64,46 @@ describe("bloomery-serve's expert placement flags", () => {
     });
     await expect(placement("unused.gguf", flags("--n-cpu-moe", "2"), LAYERS)).rejects.toThrow(/need a CUDA GPU/);
     await expect(placement("unused.gguf", flags("-ngl", "all"), LAYERS)).rejects.toThrow(/need a CUDA GPU/);
+  });
+});
+
+describe("bloomery-serve's --gpu-budget, --host-ram and --residency", () => {
+  it("maps --gpu-budget onto loadModel's gpu.budget and --host-ram onto hostRam, bytes or sizes as given", () => {
+    expect(gpuBudgets(flags())).toEqual({ gpu: "auto", hostRam: {}, within: "" });
+    expect(gpuBudgets(flags("--gpu-budget", "8GiB"))).toEqual({
+      gpu: { budget: "8GiB" },
+      hostRam: {},
+      within: ", within 8GiB of GPU memory",
+    });
+    expect(gpuBudgets(flags("--gpu-budget=4294967296", "--host-ram", "64GiB"))).toEqual({
+      gpu: { budget: "4294967296" },
+      hostRam: { hostRam: "64GiB" },
+      within: ", within 4294967296 of GPU memory and 64GiB of host RAM",
+    });
+  });
+
+  it("refuses the budgets where the model runs on the CPU rather than ignore them", async () => {
+    await expect(placement("unused.gguf", flags("-ngl", "0", "--gpu-budget", "8GiB"), LAYERS)).rejects.toThrow(
+      /--gpu-budget and --host-ram need the GPU; -ngl 0 runs on the CPU/,
+    );
+    await expect(placement("unused.gguf", flags("-ngl", "0", "--host-ram", "1GiB"), LAYERS)).rejects.toThrow(
+      UsageError,
+    );
+    if (getSystemInfo().gpus.length > 0) return;
+    await expect(placement("unused.gguf", flags("--host-ram", "64GiB"), LAYERS)).rejects.toThrow(/need a CUDA GPU/);
+  });
+
+  it("leaves the size syntax to loadModel, which refuses a value that is not one by name", async () => {
+    const { hostRam } = gpuBudgets(flags("--host-ram", "lots"));
+    await expect(loadModel(defaultModelPath(), { gpu: false, ...hostRam })).rejects.toMatchObject({
+      code: "INVALID_ARGUMENT",
+      message: expect.stringMatching(/hostRam must be a positive number of bytes or a size like "8GiB"/),
+    });
+  });
+
+  it("accepts --residency static and refuses adaptive by name", () => {
+    expect(() => flags("--residency", "static")).not.toThrow();
+    expect(() => flags("--residency", "adaptive")).toThrow(/--residency adaptive is not supported yet/);
+    expect(() => flags("--residency", "dynamic")).toThrow(/--residency must be static or adaptive/);
   });
 });

@@ -18,6 +18,11 @@ export interface AppOptions {
   bodyLimit?: number;
   /** Log requests through fastify's logger (pino) to stdout. */
   logger?: boolean;
+  /**
+   * Seconds a client may take to send its whole request, headers and body (llama-server's --timeout, its read
+   * timeout; default 600); a slower one is answered 408 and disconnected. 0: no limit.
+   */
+  timeoutSeconds?: number;
 }
 
 /** Endpoints that answer without an API key, as llama-server's. */
@@ -30,7 +35,18 @@ export function createApp(
   options: AppOptions = {},
 ): { app: FastifyInstance; context: ServerContext } {
   const context = new ServerContext(config);
-  const app = Fastify({ bodyLimit: options.bodyLimit ?? 8 * 1024 * 1024, logger: options.logger ?? false });
+  const requestTimeout = (options.timeoutSeconds ?? 600) * 1000;
+  const app = Fastify({
+    bodyLimit: options.bodyLimit ?? 8 * 1024 * 1024,
+    logger: options.logger ?? false,
+    requestTimeout,
+    // Node checks the timeout every connectionsCheckingInterval (30 s by default): often enough for a short one
+    // to be kept, and its headers timeout (60 s by default) may not exceed it.
+    http: {
+      headersTimeout: requestTimeout === 0 ? 60_000 : Math.min(60_000, requestTimeout),
+      connectionsCheckingInterval: requestTimeout === 0 ? 30_000 : Math.min(30_000, Math.ceil(requestTimeout / 4)),
+    },
+  });
 
   // Bodies are JSON whatever their content type (curl -d sends form-urlencoded), and must be
   // valid UTF-8: a replacement character silently standing in for bad bytes would change the prompt.

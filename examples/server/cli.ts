@@ -27,21 +27,25 @@ async function main(): Promise<void> {
     : (options.model ?? defaultModelPath());
   // Flags are checked against the file before listening, so a bad one fails at once.
   const where = await placement(modelPath, options, (await readGgufInfo(modelPath)).summary.layers);
-  const { app, context } = createApp({
-    modelPath,
-    alias: options.alias,
-    apiKeys: options.apiKeys,
-    metrics: options.metrics,
-    slotsEndpoint: options.slots,
-    ...(options.slotSavePath !== undefined ? { slotSavePath: options.slotSavePath } : {}),
-    temperature: options.temperature,
-    reasoningFormat: options.reasoningFormat,
-    ...(options.chatTemplateKwargs ? { chatTemplateKwargs: options.chatTemplateKwargs } : {}),
-  });
+  const { app, context } = createApp(
+    {
+      modelPath,
+      alias: options.alias,
+      apiKeys: options.apiKeys,
+      metrics: options.metrics,
+      slotsEndpoint: options.slots,
+      ...(options.slotSavePath !== undefined ? { slotSavePath: options.slotSavePath } : {}),
+      temperature: options.temperature,
+      reasoningFormat: options.reasoningFormat,
+      ...(options.chatTemplateKwargs ? { chatTemplateKwargs: options.chatTemplateKwargs } : {}),
+    },
+    { timeoutSeconds: options.timeoutSeconds },
+  );
   const address = await app.listen({ host: options.host, port: options.port });
   console.error(`bloomery-serve: listening on ${address}, loading ${modelPath} ${where.description}`);
   const model = await loadModel(modelPath, {
     gpu: where.gpu,
+    ...(where.hostRam !== undefined ? { hostRam: where.hostRam } : {}),
     // Every slot decodes in the same pass: -np slots, -np sequences per pass.
     parallel: options.parallel,
     mlock: options.mlock,

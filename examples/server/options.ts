@@ -40,6 +40,12 @@ export interface ServeOptions {
   slotSavePath?: string;
   /** --cache-ram in MiB: -1 no limit, 0 off. */
   cacheRamMiB?: number;
+  /** --timeout: seconds a client may take to send its request (0: no limit). */
+  timeoutSeconds: number;
+  /** --gpu-budget: bytes or a size such as "8GiB" of GPU memory the model may use (loadModel's gpu.budget). */
+  gpuBudget?: string;
+  /** --host-ram: bytes or a size such as "64GiB" of host RAM for the experts off the GPU (loadModel's hostRam). */
+  hostRam?: string;
   temperature: number;
   help: boolean;
 }
@@ -237,6 +243,31 @@ const FLAGS: Flag[] = [
     apply: (o, v) => (o.cacheRamMiB = v as number),
   },
   {
+    names: ["-to", "--timeout"],
+    env: "LLAMA_ARG_TIMEOUT",
+    kind: "integer",
+    help: "seconds a client may take to send its request; a slower one gets 408 (0: no limit; default 600)",
+    apply: (o, v) => (o.timeoutSeconds = v as number),
+  },
+  {
+    names: ["--gpu-budget"],
+    kind: "string",
+    help: "GPU memory the model may use: bytes or a size such as 8GiB (default: the card's free memory)",
+    apply: (o, v) => (o.gpuBudget = v as string),
+  },
+  {
+    names: ["--host-ram"],
+    kind: "string",
+    help: "host RAM for the routed experts the GPU does not hold: bytes or a size such as 64GiB (default: RAM available)",
+    apply: (o, v) => (o.hostRam = v as string),
+  },
+  {
+    names: ["--residency"],
+    kind: "string",
+    help: "which experts stay on the GPU: static, placed once at load (the only one yet; adaptive is not supported)",
+    apply: (_o, v) => readResidency(v as string),
+  },
+  {
     names: ["--jinja"],
     env: "LLAMA_ARG_JINJA",
     kind: "flag",
@@ -276,6 +307,7 @@ export function parseServeOptions(argv: readonly string[], env: NodeJS.ProcessEn
     reasoningFormat: "auto",
     metrics: false,
     temperature: 0.8,
+    timeoutSeconds: 600,
     help: false,
   };
   const fromArgs = new Set<Flag>();
@@ -314,6 +346,7 @@ export function parseServeOptions(argv: readonly string[], env: NodeJS.ProcessEn
   if (options.hfFile !== undefined && options.hfRepo === undefined) throw new UsageError("--hf-file needs -hf");
   if (options.parallel < 1) throw new UsageError("--parallel must be at least 1");
   if (options.port < 0 || options.port > 65535) throw new UsageError("--port must be between 0 and 65535");
+  if (options.timeoutSeconds < 0) throw new UsageError("--timeout must be at least 0");
   return options;
 }
 
@@ -374,6 +407,14 @@ function readReasoningFormat(text: string): ReasoningFormat {
       `--reasoning-format must be one of ${REASONING_FORMATS.join(", ")}, not ${JSON.stringify(text)}`,
     );
   return format;
+}
+
+/** Only static residency exists: experts placed at load stay there. Adaptive (moving hot experts) is issue #7. */
+function readResidency(text: string): void {
+  if (text === "static") return;
+  if (text === "adaptive")
+    throw new UsageError("--residency adaptive is not supported yet: experts stay where the load put them (static)");
+  throw new UsageError(`--residency must be static or adaptive, not ${JSON.stringify(text)}`);
 }
 
 function readTemplateFile(path: string): string {

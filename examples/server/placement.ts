@@ -2,6 +2,7 @@
 // onto loadModel's gpu and plan options. bloomery always keeps the dense weights (attention, norms,
 // router, embeddings, output) on the GPU when it uses one, so what these flags can move to the CPU
 // is the routed experts; a flag that asks for more is refused by name rather than half-obeyed.
+// bloomery's own --gpu-budget and --host-ram are loadModel's gpu.budget and hostRam, whose sizes it checks.
 import {
   getSystemInfo,
   modelFootprint,
@@ -14,6 +15,7 @@ import { UsageError, type ServeOptions } from "./options.js";
 export interface Placement {
   gpu: LoadModelOptions["gpu"];
   plan?: OffloadPlan;
+  hostRam?: LoadModelOptions["hostRam"];
   /** One line for the log: where the model runs and why. */
   description: string;
 }
@@ -66,14 +68,35 @@ export function cpuExpertLayers(options: ServeOptions, layers: number): boolean[
   });
 }
 
+/** loadModel's gpu and hostRam options of a load on the GPU, from --gpu-budget and --host-ram. */
+export function gpuBudgets(options: ServeOptions): {
+  gpu: LoadModelOptions["gpu"];
+  hostRam: Pick<LoadModelOptions, "hostRam">;
+  /** How the log names the limits. */
+  within: string;
+} {
+  const limits = [
+    ...(options.gpuBudget !== undefined ? [`${options.gpuBudget} of GPU memory`] : []),
+    ...(options.hostRam !== undefined ? [`${options.hostRam} of host RAM`] : []),
+  ];
+  return {
+    gpu: options.gpuBudget !== undefined ? { budget: options.gpuBudget } : "auto",
+    hostRam: options.hostRam !== undefined ? { hostRam: options.hostRam } : {},
+    within: limits.length > 0 ? `, within ${limits.join(" and ")}` : "",
+  };
+}
+
 /** The gpu and plan options for loadModel from the serve options. */
 export async function placement(modelPath: string, options: ServeOptions, layers: number): Promise<Placement> {
   const moesToCpu = options.cpuMoe || options.nCpuMoe !== undefined || options.overrideTensors.length > 0;
+  const budgets = options.gpuBudget !== undefined || options.hostRam !== undefined;
   const ngl = options.gpuLayers?.trim().toLowerCase();
   if (options.nCpuMoe !== undefined && options.nCpuMoe < 0) throw new UsageError("--n-cpu-moe must be at least 0");
   if (ngl === "0") {
-    if (moesToCpu)
-      throw new UsageError("--cpu-moe, --n-cpu-moe and --override-tensor need the GPU; -ngl 0 runs on the CPU");
+    if (moesToCpu || budgets)
+      throw new UsageError(
+        "--cpu-moe, --n-cpu-moe, --override-tensor, --gpu-budget and --host-ram need the GPU; -ngl 0 runs on the CPU",
+      );
     return { gpu: false, description: "on the CPU (-ngl 0)" };
   }
   if (ngl !== undefined && ngl !== "auto" && ngl !== "all" && ngl !== "-1") {
@@ -88,12 +111,16 @@ export async function placement(modelPath: string, options: ServeOptions, layers
   const onCpu = moesToCpu ? cpuExpertLayers(options, layers) : [];
   const cuda = getSystemInfo().gpus;
   if (cuda.length === 0) {
-    if (ngl !== undefined || moesToCpu) {
-      throw new UsageError("-ngl, --cpu-moe, --n-cpu-moe and --override-tensor need a CUDA GPU, and none is usable");
+    if (ngl !== undefined || moesToCpu || budgets) {
+      throw new UsageError(
+        "-ngl, --cpu-moe, --n-cpu-moe, --override-tensor, --gpu-budget and --host-ram need a CUDA GPU, and none is usable",
+      );
     }
     return { gpu: false, description: "on the CPU (no usable CUDA GPU)" };
   }
-  if (!moesToCpu) return { gpu: "auto", description: "on the GPU (experts it cannot hold stay in host RAM)" };
+  const { gpu, hostRam, within } = gpuBudgets(options);
+  if (!moesToCpu)
+    return { gpu, ...hostRam, description: `on the GPU (experts it cannot hold stay in host RAM)${within}` };
   const footprint = await modelFootprint(
     modelPath,
     options.ctxSize !== undefined ? { contextSize: options.ctxSize } : {},
@@ -111,8 +138,9 @@ export async function placement(modelPath: string, options: ServeOptions, layers
   };
   const count = onCpu.filter(Boolean).length;
   return {
-    gpu: "auto",
+    gpu,
+    ...hostRam,
     plan,
-    description: `on the GPU, with the routed experts of ${count} of ${layers} layers on the CPU`,
+    description: `on the GPU, with the routed experts of ${count} of ${layers} layers on the CPU${within}`,
   };
 }
