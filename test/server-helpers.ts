@@ -27,6 +27,7 @@ export async function startServer(
   const model = await loadModel(modelPath, {
     gpu: false,
     threads: 2,
+    parallel: options.parallel ?? 2, // as bloomery-serve loads it: every slot in one pass
     ...(options.chatTemplate !== undefined ? { chatTemplate: options.chatTemplate } : {}),
   });
   const { app, context } = createApp({
