@@ -30,7 +30,8 @@ export function registerLlamaNative(app: FastifyInstance, context: ServerContext
       const maxTokens = readMaxTokens(f, ["n_predict", "max_tokens"]);
       const stop = f.strings("stop");
       const sampling = readSampling(f, { temperature: context.config.temperature, vocabSize: model.info.vocabSize });
-      // Every prompt is evaluated in full (no prompt cache yet), which gives the same text.
+      // A prefix reused from the slot or the prompt-state cache gives the same text as evaluating the
+      // prompt in full, so cache_prompt only changes speed: bloomery always reuses.
       f.boolean("cache_prompt");
       f.unsupported("id_slot", (v) => v === -1);
       f.unsupported("n_probs", (v) => v === 0);

@@ -13,7 +13,8 @@ export function readOpenAiCommon(f: Fields): { stream: boolean; includeUsage: bo
   // One model is served: any name is accepted, as llama-server does.
   f.string("model");
   f.string("user");
-  // Every prompt is evaluated in full (no prompt cache yet), which gives the same text.
+  // A prefix reused from the slot or the prompt-state cache gives the same text as evaluating the
+  // prompt in full, so cache_prompt only changes speed: bloomery always reuses.
   f.boolean("cache_prompt");
   f.unsupported("id_slot", (v) => v === -1);
   f.unsupported("n", (v) => v === 1);
