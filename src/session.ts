@@ -12,6 +12,7 @@ import {
   type NativeStateHandle,
 } from "./native.js";
 import { nativeSamplerOptions, StopStrings, type SamplingOptions } from "./sampling.js";
+import { iterableWithResult } from "./run-iterable.js";
 import type { Tokenizer } from "./tokenizer.js";
 import type { ChatMessage } from "./chat/types.js";
 import { runChat, type ChatIterable, type ChatOptions, type RenderChat } from "./chat/run.js";
@@ -259,23 +260,7 @@ export class Session {
       signal,
       settle: settle!,
     });
-    let started = false;
-    return {
-      [Symbol.asyncIterator]() {
-        if (started) throw new BloomeryError("INVALID_ARGUMENT", "a generate() result can be iterated once");
-        started = true;
-        return iterator;
-      },
-      get result() {
-        if (!started) {
-          started = true;
-          void (async () => {
-            for await (const chunk of { [Symbol.asyncIterator]: () => iterator }) void chunk;
-          })().catch(() => {});
-        }
-        return result;
-      },
-    };
+    return iterableWithResult(iterator, result, "generate()");
   }
 
   /**

@@ -4,6 +4,7 @@
  * @module
  */
 import { BloomeryError } from "../errors.js";
+import { iterableWithResult } from "../run-iterable.js";
 import type {
   GenerateIterable,
   GenerateOptions,
@@ -192,22 +193,5 @@ export function runChat(
       }
     }
   }
-  const iterator = stream();
-  let started = false;
-  return {
-    [Symbol.asyncIterator]() {
-      if (started) throw new BloomeryError("INVALID_ARGUMENT", "a chat() result can be iterated once");
-      started = true;
-      return iterator;
-    },
-    get result() {
-      if (!started) {
-        started = true;
-        void (async () => {
-          for await (const chunk of { [Symbol.asyncIterator]: () => iterator }) void chunk;
-        })().catch(() => {});
-      }
-      return result;
-    },
-  };
+  return iterableWithResult(stream(), result, "chat()");
 }
