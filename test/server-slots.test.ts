@@ -64,3 +64,35 @@ describe("bloomery-serve /slots", () => {
     expect((await post("/slots/0?action=save", { filename: "x.bin", extra: 1 })).status).toBe(400);
   });
 });
+
+describe("bloomery-serve id_slot", () => {
+  let server: TestServer;
+
+  beforeAll(async () => {
+    server = await startServer({ parallel: 2 });
+  });
+
+  afterAll(async () => {
+    await server?.close();
+  });
+
+  const complete = (body: Record<string, unknown>) =>
+    fetch(`${server.url}/completion`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ prompt: "A quiet town by the river", n_predict: 4, temperature: 0, ...body }),
+    });
+
+  it("runs a request on the slot it names, and refuses a slot that does not exist", async () => {
+    const response = await complete({ id_slot: 1 });
+    expect(response.status).toBe(200);
+    expect(((await response.json()) as { id_slot: number }).id_slot).toBe(1);
+    const slots = (await (await fetch(`${server.url}/slots`)).json()) as { id: number; n_past: number }[];
+    expect(slots.find((s) => s.id === 1)!.n_past).toBeGreaterThan(4);
+    expect(slots.find((s) => s.id === 0)!.n_past).toBe(0);
+
+    const refused = await complete({ id_slot: 2 });
+    expect(refused.status).toBe(400);
+    expect(JSON.stringify(await refused.json())).toMatch(/id_slot/);
+  });
+});

@@ -49,7 +49,8 @@ interface Slot {
 
 export class Slots {
   readonly #free: Slot[];
-  readonly #waiting: ((slot: Slot) => void)[] = [];
+  /** Requests waiting for a slot, in arrival order: `slot` -1 takes any, else that one. */
+  readonly #waiting: { slot: number; take: (slot: Slot) => void }[] = [];
   readonly metrics: SlotMetrics = {
     promptTokens: 0,
     promptSeconds: 0,
@@ -107,9 +108,11 @@ export class Slots {
     options: Omit<GenerateOptions, "signal">,
     signal: AbortSignal,
     onChunk: (chunk: GenerateChunk) => void,
+    idSlot = -1,
   ): Promise<SlotRun> {
     return this.#serve(
       prompt.length,
+      idSlot,
       signal,
       (session, maxTokens) => session.generate(prompt, { maxTokens, ...options, signal }),
       (chunk) => {
@@ -128,9 +131,11 @@ export class Slots {
     options: Omit<ChatOptions, "signal">,
     signal: AbortSignal,
     onChunk: (chunk: ChatChunk) => void,
+    idSlot = -1,
   ): Promise<SlotChat> {
     return this.#serve(
       promptLength,
+      idSlot,
       signal,
       (session, maxTokens) => session.chat(messages, { maxTokens, ...options, signal }),
       onChunk,
@@ -139,6 +144,7 @@ export class Slots {
 
   async #serve<C, R extends GenerateResult | ChatResult>(
     promptLength: number,
+    idSlot: number,
     signal: AbortSignal,
     start: (session: Session, maxTokens: number) => Run<C, R>,
     onChunk: (chunk: C) => void,
@@ -156,7 +162,10 @@ export class Slots {
         },
       );
     }
-    const slot = await this.#acquire(signal);
+    if (!Number.isInteger(idSlot) || idSlot < -1 || idSlot >= this.count) {
+      throw new HttpError(400, `'id_slot' must be -1 (any slot) or a slot from 0 to ${this.count - 1}, not ${idSlot}`);
+    }
+    const slot = await this.#acquire(signal, idSlot);
     this.metrics.requestsProcessing++;
     try {
       // generate() replaces the slot's context by the request's prompt, keeping the prefix the two
@@ -182,9 +191,10 @@ export class Slots {
     m.busySlotsSum += (result.timings.decodeTokens + 1) * this.busy;
   }
 
-  #acquire(signal: AbortSignal): Promise<Slot> {
-    const slot = this.#free.shift();
-    if (slot) return Promise.resolve(slot);
+  /** The first free slot (or slot `wanted`), else a wait in arrival order. */
+  #acquire(signal: AbortSignal, wanted: number): Promise<Slot> {
+    const index = wanted < 0 ? 0 : this.#free.findIndex((free) => free.id === wanted);
+    if (index >= 0 && index < this.#free.length) return Promise.resolve(this.#free.splice(index, 1)[0]!);
     if (signal.aborted) return Promise.reject(new ClientGone());
     this.metrics.requestsDeferred++;
     return new Promise((resolve, reject) => {
@@ -194,18 +204,21 @@ export class Slots {
         resolve(s);
       };
       const leave = () => {
-        this.#waiting.splice(this.#waiting.indexOf(take), 1);
+        this.#waiting.splice(
+          this.#waiting.findIndex((w) => w.take === take),
+          1,
+        );
         this.metrics.requestsDeferred--;
         reject(new ClientGone());
       };
       signal.addEventListener("abort", leave, { once: true });
-      this.#waiting.push(take);
+      this.#waiting.push({ slot: wanted, take });
     });
   }
 
   #release(slot: Slot): void {
-    const next = this.#waiting.shift();
-    if (next) next(slot);
+    const next = this.#waiting.findIndex((w) => w.slot < 0 || w.slot === slot.id);
+    if (next >= 0) this.#waiting.splice(next, 1)[0]!.take(slot);
     else this.#free.push(slot);
   }
 }

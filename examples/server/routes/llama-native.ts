@@ -33,7 +33,7 @@ export function registerLlamaNative(app: FastifyInstance, context: ServerContext
       // A prefix reused from the slot or the prompt-state cache gives the same text as evaluating the
       // prompt in full, so cache_prompt only changes speed: bloomery always reuses.
       f.boolean("cache_prompt");
-      f.unsupported("id_slot", (v) => v === -1);
+      const idSlot = f.integer("id_slot") ?? -1;
       f.unsupported("n_probs", (v) => v === 0);
       f.unsupported("ignore_eos", (v) => v === false);
       f.finish();
@@ -60,24 +60,30 @@ export function registerLlamaNative(app: FastifyInstance, context: ServerContext
       });
 
       if (!stream) {
-        const result = await context.slots.run(prompt, options, signal, () => {});
+        const result = await context.slots.run(prompt, options, signal, () => {}, idSlot);
         return final(result, result.text);
       }
       const sse = new SseStream(reply);
       await streamReply(sse, signal, async () => {
         let predicted = 0;
-        const result = await context.slots.run(prompt, options, signal, (piece) => {
-          predicted += piece.tokens.length;
-          sse.send({
-            index: 0,
-            content: piece.text,
-            tokens: returnTokens ? piece.tokens : [],
-            stop: false,
-            id_slot: -1,
-            tokens_predicted: predicted,
-            tokens_evaluated: prompt.length,
-          });
-        });
+        const result = await context.slots.run(
+          prompt,
+          options,
+          signal,
+          (piece) => {
+            predicted += piece.tokens.length;
+            sse.send({
+              index: 0,
+              content: piece.text,
+              tokens: returnTokens ? piece.tokens : [],
+              stop: false,
+              id_slot: idSlot,
+              tokens_predicted: predicted,
+              tokens_evaluated: prompt.length,
+            });
+          },
+          idSlot,
+        );
         if (signal.aborted) throw new Error("client gone");
         sse.send(final(result, ""));
         sse.end();

@@ -43,7 +43,7 @@ export function registerOpenAiChat(app: FastifyInstance, context: ServerContext)
       const f = new Fields(request.body);
       const messages = openAiMessages(f.raw("messages"));
       const templateKwargs = context.templateKwargs(f.object("chat_template_kwargs"));
-      const { stream, includeUsage } = readOpenAiCommon(f);
+      const { stream, includeUsage, idSlot } = readOpenAiCommon(f);
       const maxTokens = readMaxTokens(f, ["max_completion_tokens", "max_tokens", "n_predict"]);
       const stop = f.strings("stop");
       const sampling = readSampling(f, { temperature: context.config.temperature, vocabSize: model.info.vocabSize });
@@ -77,7 +77,7 @@ export function registerOpenAiChat(app: FastifyInstance, context: ServerContext)
       });
 
       if (!stream) {
-        const result = await context.slots.chat(messages, prompt.length, options, signal, () => {});
+        const result = await context.slots.chat(messages, prompt.length, options, signal, () => {}, idSlot);
         const { content, reasoning, toolCalls } = result.message;
         const message: Record<string, unknown> = { role: "assistant", content: toolCalls && !content ? null : content };
         if (reasoning) message.reasoning_content = reasoning;
@@ -111,14 +111,21 @@ export function registerOpenAiChat(app: FastifyInstance, context: ServerContext)
           if (!sse.open) sse.send(chunk({ role: "assistant", content: null }));
         };
         let calls = 0;
-        const result = await context.slots.chat(messages, prompt.length, options, signal, (piece) => {
-          sendRole();
-          // The piece's logprobs go with its first delta (or alone, when it adds no text).
-          const deltas = openAiChatDeltas(piece, calls);
-          if (deltas.length === 0 && piece.logprobs?.length) deltas.push({ content: "" });
-          deltas.forEach((delta, i) => sse.send(chunk(delta, null, i === 0 ? piece.logprobs : undefined)));
-          calls += piece.toolCalls?.length ?? 0;
-        });
+        const result = await context.slots.chat(
+          messages,
+          prompt.length,
+          options,
+          signal,
+          (piece) => {
+            sendRole();
+            // The piece's logprobs go with its first delta (or alone, when it adds no text).
+            const deltas = openAiChatDeltas(piece, calls);
+            if (deltas.length === 0 && piece.logprobs?.length) deltas.push({ content: "" });
+            deltas.forEach((delta, i) => sse.send(chunk(delta, null, i === 0 ? piece.logprobs : undefined)));
+            calls += piece.toolCalls?.length ?? 0;
+          },
+          idSlot,
+        );
         if (signal.aborted) throw new Error("client gone");
         sendRole();
         const finish = calls > 0 ? "tool_calls" : finishReason(result.stopReason);

@@ -9,14 +9,14 @@ import { openAiLogprobs, readLogprobs, readMaxTokens, readSampling } from "../sa
 import { clientSignal, SseStream, streamReply } from "../sse.js";
 
 /** The fields every OpenAI-style generation takes besides its prompt and sampling. */
-export function readOpenAiCommon(f: Fields): { stream: boolean; includeUsage: boolean } {
+export function readOpenAiCommon(f: Fields): { stream: boolean; includeUsage: boolean; idSlot: number } {
   // One model is served: any name is accepted, as llama-server does.
   f.string("model");
   f.string("user");
   // A prefix reused from the slot or the prompt-state cache gives the same text as evaluating the
   // prompt in full, so cache_prompt only changes speed: bloomery always reuses.
   f.boolean("cache_prompt");
-  f.unsupported("id_slot", (v) => v === -1);
+  const idSlot = f.integer("id_slot") ?? -1;
   f.unsupported("n", (v) => v === 1);
   const stream = f.boolean("stream") ?? false;
   const options = f.object("stream_options");
@@ -26,7 +26,7 @@ export function readOpenAiCommon(f: Fields): { stream: boolean; includeUsage: bo
     includeUsage = o.boolean("include_usage") ?? false;
     o.finish();
   }
-  return { stream, includeUsage };
+  return { stream, includeUsage, idSlot };
 }
 
 /** `prompt` as text, one text in an array, or token ids. */
@@ -43,7 +43,7 @@ export function registerOpenAiCompletions(app: FastifyInstance, context: ServerC
     const model = context.model;
     const f = new Fields(request.body);
     const prompt = readPrompt(f, model.info.vocabSize, (text) => promptTokens(model, text));
-    const { stream, includeUsage } = readOpenAiCommon(f);
+    const { stream, includeUsage, idSlot } = readOpenAiCommon(f);
     const maxTokens = readMaxTokens(f, ["max_tokens", "n_predict"]);
     const stop = f.strings("stop");
     const sampling = readSampling(f, { temperature: context.config.temperature, vocabSize: model.info.vocabSize });
@@ -75,7 +75,7 @@ export function registerOpenAiCompletions(app: FastifyInstance, context: ServerC
     });
 
     if (!stream) {
-      const result = await context.slots.run(prompt, options, signal, () => {});
+      const result = await context.slots.run(prompt, options, signal, () => {}, idSlot);
       return {
         ...head,
         choices: [choice(result.text, finishReason(result.stopReason), result.logprobs)],
@@ -85,10 +85,16 @@ export function registerOpenAiCompletions(app: FastifyInstance, context: ServerC
     }
     const sse = new SseStream(reply);
     await streamReply(sse, signal, async () => {
-      const result = await context.slots.run(prompt, options, signal, (piece) => {
-        if (piece.text || piece.logprobs?.length)
-          sse.send({ ...head, choices: [choice(piece.text, null, piece.logprobs)] });
-      });
+      const result = await context.slots.run(
+        prompt,
+        options,
+        signal,
+        (piece) => {
+          if (piece.text || piece.logprobs?.length)
+            sse.send({ ...head, choices: [choice(piece.text, null, piece.logprobs)] });
+        },
+        idSlot,
+      );
       if (signal.aborted) throw new Error("client gone");
       sse.send({ ...head, choices: [choice("", finishReason(result.stopReason))], timings: llamaTimings(result) });
       if (includeUsage) sse.send({ ...head, choices: [], usage: usage(result.tokens.length) });
