@@ -61,6 +61,10 @@ async function main(): Promise<void> {
   const slots = new Slots(model, options.parallel);
   context.serve(slots);
   console.error(`bloomery-serve: model loaded, ${options.parallel} slot(s) of ${model.info.contextSize} tokens`);
+  for (const question of options.ask) {
+    process.stdout.write(`> ${question}\n${await askOverHttp(address, question, options.apiKeys[0])}\n\n`);
+  }
+  if (options.ask.length > 0) console.error(`bloomery-serve: serving on ${address} (Ctrl-C stops it)`);
 
   const shutdown = () => {
     void app.close().finally(() => {
@@ -70,6 +74,19 @@ async function main(): Promise<void> {
   };
   process.once("SIGINT", shutdown);
   process.once("SIGTERM", shutdown);
+}
+
+/** One greedy chat turn through the server's own OpenAI endpoint, as any client would send it. */
+async function askOverHttp(address: string, question: string, apiKey: string | undefined): Promise<string> {
+  const response = await fetch(`${address}/v1/chat/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json", ...(apiKey ? { authorization: `Bearer ${apiKey}` } : {}) },
+    body: JSON.stringify({ messages: [{ role: "user", content: question }], temperature: 0, max_tokens: 96 }),
+  });
+  const body = (await response.json()) as { choices?: { message: { content: string } }[]; error?: { message: string } };
+  if (!response.ok || !body.choices)
+    throw new Error(`--ask ${JSON.stringify(question)}: ${body.error?.message ?? response.status}`);
+  return body.choices[0]!.message.content.trim();
 }
 
 main().catch((error: unknown) => {

@@ -30,6 +30,8 @@ export interface ServeOptions {
   nCpuMoe?: number;
   /** -ot patterns, `regex=buffer type`. */
   overrideTensors: string[];
+  /** --ask: questions the server puts to itself once loaded, printing the answers (npm start's demo). */
+  ask: string[];
   /** --mlock: lock the model's bytes in RAM. */
   mlock: boolean;
   /** --no-mmap: read the model into private memory instead of mapping it. */
@@ -202,6 +204,12 @@ const FLAGS: Flag[] = [
     apply: (o, v) => o.overrideTensors.push(...splitKeys(v as string)),
   },
   {
+    names: ["--ask"],
+    kind: "string",
+    help: "bloomery's own: once loaded, ask this question through the server's /v1/chat/completions and print the answer (repeatable)",
+    apply: (o, v) => o.ask.push(v as string),
+  },
+  {
     names: ["--mlock"],
     env: "LLAMA_ARG_MLOCK",
     kind: "flag",
@@ -304,6 +312,7 @@ export function parseServeOptions(argv: readonly string[], env: NodeJS.ProcessEn
     slots: true,
     mlock: false,
     noMmap: false,
+    ask: [],
     reasoningFormat: "auto",
     metrics: false,
     temperature: 0.8,
