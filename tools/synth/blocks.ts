@@ -5,8 +5,9 @@
  * Every block's f16 scale `d` is {@link BLOCK_D} (0.0005); the f16 `dmin` of Q2_K, Q4_K and
  * Q5_K is {@link BLOCK_DMIN} (0.0002); the f16 min `m` of Q4_1 and Q5_1 is minus half the
  * quant range times `d`, so their values centre on zero; the E8M0 exponent of MXFP4 is
- * {@link MXFP4_E} (2^-8, values within about ±0.023). Block sizes come from the engine's
- * type table (ggmlType); this file only knows where each format keeps its scales.
+ * {@link MXFP4_E} (2^-8, values within about ±0.023); IQ4_XS's sub-block scales are fixed at one
+ * `d` too. Block sizes come from the engine's type table (ggmlType); this file only knows where
+ * each format keeps its scales.
  *
  * With `boundedScales` (the tiny presets), Q6_K's int8 sub-block scales are drawn from
  * [-{@link Q6_K_SCALE_BOUND}, {@link Q6_K_SCALE_BOUND}) instead of all 256 byte values: raw bytes
@@ -96,8 +97,11 @@ function scaleFields(type: string): BlockField[] {
     case "Q5_0":
     case "Q8_0":
     case "IQ4_NL":
-    case "IQ4_XS":
       return [d(0)];
+    case "IQ4_XS":
+      // Each 32-value sub-block's 6-bit scale (4 low bits in scales_l, 2 high in scales_h) is fixed
+      // at 33, i.e. d x (33 - 32) = d: random ones reach 32 x d and weights 30x the other types'.
+      return [d(0), { offset: 2, bytes: [0xaa, 0xaa] }, { offset: 4, bytes: [0x11, 0x11, 0x11, 0x11] }];
     case "Q4_1":
       return [d(0), f16Field(2, -8 * BLOCK_D)];
     case "Q5_1":
