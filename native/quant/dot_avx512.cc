@@ -95,23 +95,6 @@ BLOOMERY_AVX512 inline void sum_each(const __m512* v, float* out) {
 
 }  // namespace
 
-BLOOMERY_AVX512 float vec_dot_q8_0_q8_0_avx512(const void* w, const void* a, int64_t n) {
-  const auto* x = static_cast<const BlockQ8_0*>(w);
-  const auto* y = static_cast<const BlockQ8_0*>(a);
-  const int64_t nb = n / kQK;
-  __m512 acc = _mm512_setzero_ps();
-  int64_t i = 0;
-  for (; i + 1 < nb; i += 2) {
-    const __m512i xq = join(load256(x[i].qs), load256(x[i + 1].qs));
-    const __m512i yq = join(load256(y[i].qs), load256(y[i + 1].qs));
-    const __m512 d = two_scales(half_to_float(x[i].d) * half_to_float(y[i].d),
-                                half_to_float(x[i + 1].d) * half_to_float(y[i + 1].d));
-    acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot_i8(xq, yq)), acc);
-  }
-  const float tail = i < nb ? vec_dot_q8_0_q8_0_avx2(x + i, y + i, kQK) : 0.0f;
-  return _mm512_reduce_add_ps(acc) + tail;
-}
-
 BLOOMERY_AVX512 float vec_dot_q4_0_q8_0_avx512(const void* w, const void* a, int64_t n) {
   const auto* x = static_cast<const BlockQ4_0*>(w);
   const auto* y = static_cast<const BlockQ8_0*>(a);

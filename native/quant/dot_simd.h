@@ -19,7 +19,6 @@ float vec_dot_iq4_xs_q8_k_avx2(const void* w, const void* a, int64_t n);
 float vec_dot_mxfp4_q8_0_avx2(const void* w, const void* a, int64_t n);
 
 float vec_dot_q4_0_q8_0_avx512(const void* w, const void* a, int64_t n);
-float vec_dot_q8_0_q8_0_avx512(const void* w, const void* a, int64_t n);
 float vec_dot_q4_k_q8_k_avx512(const void* w, const void* a, int64_t n);
 float vec_dot_q5_k_q8_k_avx512(const void* w, const void* a, int64_t n);
 float vec_dot_q6_k_q8_k_avx512(const void* w, const void* a, int64_t n);
