@@ -76,9 +76,8 @@ export class Slots {
 
   /** Each slot: whether a request holds it, and the tokens its context holds. */
   list(): { id: number; busy: boolean; position: number }[] {
-    const all = [...this.#free];
     return Array.from({ length: this.count }, (_, id) => {
-      const free = all.find((slot) => slot.id === id);
+      const free = this.#free.find((slot) => slot.id === id);
       return { id, busy: !free, position: free ? free.session.position : -1 };
     });
   }
@@ -89,13 +88,12 @@ export class Slots {
    */
   async withSlot<T>(id: number, work: (session: Session) => Promise<T>): Promise<T> {
     if (!Number.isInteger(id) || id < 0 || id >= this.count) throw new HttpError(404, `slot ${id} does not exist`);
-    const index = this.#free.findIndex((slot) => slot.id === id);
-    if (index < 0) throw new HttpError(409, `slot ${id} is busy`, "unavailable_error");
-    const [slot] = this.#free.splice(index, 1);
+    const slot = this.#takeFree(id);
+    if (!slot) throw new HttpError(409, `slot ${id} is busy`, "unavailable_error");
     try {
-      return await work(slot!.session);
+      return await work(slot.session);
     } finally {
-      this.#release(slot!);
+      this.#release(slot);
     }
   }
 
@@ -193,8 +191,8 @@ export class Slots {
 
   /** The first free slot (or slot `wanted`), else a wait in arrival order. */
   #acquire(signal: AbortSignal, wanted: number): Promise<Slot> {
-    const index = wanted < 0 ? 0 : this.#free.findIndex((free) => free.id === wanted);
-    if (index >= 0 && index < this.#free.length) return Promise.resolve(this.#free.splice(index, 1)[0]!);
+    const free = this.#takeFree(wanted);
+    if (free) return Promise.resolve(free);
     if (signal.aborted) return Promise.reject(new ClientGone());
     this.metrics.requestsDeferred++;
     return new Promise((resolve, reject) => {
@@ -214,6 +212,12 @@ export class Slots {
       signal.addEventListener("abort", leave, { once: true });
       this.#waiting.push({ slot: wanted, take });
     });
+  }
+
+  /** Takes the first free slot (`wanted` -1) or slot `wanted` when it is free. */
+  #takeFree(wanted: number): Slot | undefined {
+    const index = wanted < 0 ? 0 : this.#free.findIndex((free) => free.id === wanted);
+    return index >= 0 && index < this.#free.length ? this.#free.splice(index, 1)[0] : undefined;
   }
 
   #release(slot: Slot): void {
