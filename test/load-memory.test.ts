@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -32,6 +32,28 @@ describe("loadModel's mmap and mlock options", () => {
     expect(await logits({ mmap: false })).toEqual(mapped);
     expect(await logits({ mmap: false, mlock: true })).toEqual(mapped);
     expect(await logits({ mlock: true })).toEqual(mapped);
+  });
+
+  // Linux's view of this process: whether the file is mapped, and how many bytes are locked in RAM.
+  const mapsFile = () => readFileSync("/proc/self/maps", "utf8").includes(path);
+  const lockedBytes = () => Number(/VmLck:\s+(\d+) kB/.exec(readFileSync("/proc/self/status", "utf8"))![1]) * 1024;
+
+  it("maps the file only with mmap, and locks its bytes only with mlock", async () => {
+    for (const [options, mapped, locked] of [
+      [{}, true, false],
+      [{ mmap: false }, false, false],
+      [{ mlock: true }, true, true],
+      [{ mmap: false, mlock: true }, false, true],
+    ] as const) {
+      const before = lockedBytes();
+      const model = await loadModel(path, { gpu: false, threads: 1, contextSize: 64, ...options });
+      try {
+        expect(mapsFile(), JSON.stringify(options)).toBe(mapped);
+        expect(lockedBytes() - before >= statSync(path).size, JSON.stringify(options)).toBe(locked);
+      } finally {
+        model.dispose();
+      }
+    }
   });
 
   it("refuses options that are not booleans", async () => {
