@@ -127,6 +127,38 @@ bool Stream::idle() const {
   return true;
 }
 
+Event::Event(bool timed) {
+  cudaEvent_t e = nullptr;
+  check(cudaEventCreateWithFlags(&e, timed ? cudaEventDefault : cudaEventDisableTiming), "cudaEventCreate");
+  event_ = e;
+}
+
+Event::~Event() {
+  if (event_) cudaEventDestroy(static_cast<cudaEvent_t>(event_));
+}
+
+void Event::record(StreamHandle stream) {
+  check(cudaEventRecord(static_cast<cudaEvent_t>(event_), raw(stream)), "cudaEventRecord");
+}
+
+void Event::wait_in(StreamHandle stream) const {
+  check(cudaStreamWaitEvent(raw(stream), static_cast<cudaEvent_t>(event_), 0), "cudaStreamWaitEvent");
+}
+
+bool Event::done() const {
+  const cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event_));
+  if (err == cudaErrorNotReady) return false;
+  check(err, "cudaEventQuery");
+  return true;
+}
+
+float Event::elapsed_ms(const Event& start) const {
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start.event_), static_cast<cudaEvent_t>(event_)),
+        "cudaEventElapsedTime");
+  return ms;
+}
+
 void copy_to_device(void* dst, const void* src, size_t bytes, StreamHandle stream) {
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, raw(stream)), "cudaMemcpyAsync (to device)");
 }

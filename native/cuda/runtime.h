@@ -102,6 +102,27 @@ class Stream {
   StreamHandle stream_ = nullptr;
 };
 
+// A point in a stream's queued work: recorded on one stream, waited for by another without
+// the host waiting, queried, or timed against another event.
+class Event {
+ public:
+  // `timed`: elapsed_ms can read it (recording costs a little more).
+  explicit Event(bool timed = false);
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  ~Event();
+  void record(StreamHandle stream);
+  // `stream`'s later work waits until the work before this event's record is done.
+  void wait_in(StreamHandle stream) const;
+  // True once the work before the record is done (or nothing was recorded).
+  bool done() const;
+  // Milliseconds from `start` to this event, both timed and done.
+  float elapsed_ms(const Event& start) const;
+
+ private:
+  void* event_ = nullptr;  // cudaEvent_t
+};
+
 void copy_to_device(void* dst, const void* src, size_t bytes, StreamHandle stream);
 void copy_to_host(void* dst, const void* src, size_t bytes, StreamHandle stream);
 // Either direction, or device to device (unified addressing tells which).

@@ -1,8 +1,48 @@
 #include "engine/expert_stream.h"
 
+#include <algorithm>
+#include <bit>
+
+namespace bloomery::engine {
+
+namespace {
+
+// Weight of a new measurement in the running averages.
+constexpr double kNewWeight = 0.25;
+
+double blend(double average, double sample) { return average > 0 ? average + kNewWeight * (sample - average) : sample; }
+
+}  // namespace
+
+bool StreamChoice::stream(int64_t rows, double copy_layer_seconds, double cpu_layer_seconds) {
+  if (rows < kFloorRows) return false;
+  if (rows >= kCeilingRows) return true;
+  if (copy_layer_seconds <= 0 || cpu_layer_seconds <= 0) return rows >= kDefaultRows;
+  return cpu_layer_seconds > copy_layer_seconds;
+}
+
+int RowCostTable::bucket(int64_t rows) {
+  return std::min(kBuckets - 1,
+                  static_cast<int>(std::bit_width(static_cast<uint64_t>(std::max<int64_t>(rows, 1)))) - 1);
+}
+
+void RowCostTable::observe(int64_t rows, double layer_seconds) {
+  if (rows <= 0 || layer_seconds <= 0) return;
+  double& per_row = seconds_[bucket(rows)];
+  per_row = blend(per_row, layer_seconds / static_cast<double>(rows));
+}
+
+double RowCostTable::estimate(int64_t rows) const {
+  for (int b = bucket(rows); b >= 0; --b) {
+    if (seconds_[b] > 0) return seconds_[b] * static_cast<double>(rows);
+  }
+  return 0;
+}
+
+}  // namespace bloomery::engine
+
 #ifdef BLOOMERY_CUDA
 
-#include <algorithm>
 #include <numeric>
 #include <tuple>
 
@@ -20,11 +60,13 @@ size_t largest(const model::Model& model, const cpu::ExpertMatrices model::Layer
   return bytes;
 }
 
+size_t expert_bytes(const cpu::ExpertMatrices& m) { return static_cast<size_t>(m.first.rows) * m.first.row_bytes; }
+
 // Copies a stack's experts into `stack` in expert order: runs of host experts (adjacent in
 // the file) and runs of resident ones in consecutive slots each go as one copy.
 void gather(const cpu::ExpertMatrices& host, const cuda::DeviceMatrix& pool, const std::vector<int32_t>& slots,
             uint8_t* stack, cuda::StreamHandle stream) {
-  const size_t bytes = static_cast<size_t>(host.first.rows) * host.first.row_bytes;
+  const size_t bytes = expert_bytes(host);
   const auto experts = static_cast<int64_t>(slots.size());
   for (int64_t first = 0; first < experts;) {
     const bool on_host = slots[first] < 0;
@@ -41,46 +83,110 @@ void gather(const cpu::ExpertMatrices& host, const cuda::DeviceMatrix& pool, con
 }  // namespace
 
 uint64_t ExpertStream::staging_bytes(const model::Model& model) {
-  return largest(model, &model::LayerWeights::expert_gate) + largest(model, &model::LayerWeights::expert_up) +
-         largest(model, &model::LayerWeights::expert_down) +
-         static_cast<uint64_t>(model.params.experts) * sizeof(int32_t);
+  const uint64_t stack = largest(model, &model::LayerWeights::expert_gate) +
+                         largest(model, &model::LayerWeights::expert_up) +
+                         largest(model, &model::LayerWeights::expert_down);
+  return 2 * stack + static_cast<uint64_t>(model.params.experts) * sizeof(int32_t);
 }
 
-ExpertStream::ExpertStream(const model::Model& model, std::vector<std::vector<int32_t>> slot_tables)
-    : model_(model), slot_tables_(std::move(slot_tables)) {
+ExpertStream::ExpertStream(const model::Model& model, std::vector<std::vector<int32_t>> slot_tables,
+                           std::vector<ExpertStacks> pools)
+    : model_(model), slot_tables_(std::move(slot_tables)), pools_(std::move(pools)) {
   const uint8_t* first = nullptr;
   const uint8_t* end = nullptr;
-  for (const model::LayerWeights& w : model.layers) {
+  uint64_t host_total = 0;
+  int64_t host_layers = 0;
+  for (size_t l = 0; l < model.layers.size(); ++l) {
+    const model::LayerWeights& w = model.layers[l];
+    uint64_t host = 0;
     for (const cpu::ExpertMatrices* m : {&w.expert_gate, &w.expert_up, &w.expert_down}) {
       first = first ? std::min(first, m->first.data) : m->first.data;
       end = std::max(end, m->first.data + stack_bytes(*m));
+      for (const int32_t slot : slot_tables_[l]) host += slot < 0 ? expert_bytes(*m) : 0;
     }
+    host_bytes_.push_back(host);
+    host_total += host;
+    host_layers += host > 0 ? 1 : 0;
   }
+  average_host_bytes_ = host_layers > 0 ? host_total / static_cast<uint64_t>(host_layers) : 0;
   pinned_ = std::make_unique<cuda::HostRegistration>(first, static_cast<size_t>(end - first),
                                                      "the routed experts' file pages (prompt streaming)");
-  gate_ = cuda::DeviceBuffer(largest(model, &model::LayerWeights::expert_gate), "expert staging (gate)");
-  up_ = cuda::DeviceBuffer(largest(model, &model::LayerWeights::expert_up), "expert staging (up)");
-  down_ = cuda::DeviceBuffer(largest(model, &model::LayerWeights::expert_down), "expert staging (down)");
+  for (size_t i = 0; i < stages_.size(); ++i) {
+    const std::string which = std::to_string(i + 1) + " of 2)";
+    stages_[i].gate =
+        cuda::DeviceBuffer(largest(model, &model::LayerWeights::expert_gate), "expert staging (gate " + which);
+    stages_[i].up = cuda::DeviceBuffer(largest(model, &model::LayerWeights::expert_up), "expert staging (up " + which);
+    stages_[i].down =
+        cuda::DeviceBuffer(largest(model, &model::LayerWeights::expert_down), "expert staging (down " + which);
+  }
   std::vector<int32_t> identity(static_cast<size_t>(model.params.experts));
   std::iota(identity.begin(), identity.end(), 0);
   identity_ = cuda::DeviceBuffer(identity.size() * sizeof(int32_t), "expert staging (table)");
   cuda::upload(identity_.data(), identity.data(), identity.size() * sizeof(int32_t));
 }
 
-ExpertStacks ExpertStream::queue_layer(int64_t layer, const ExpertStacks& resident, cuda::StreamHandle stream) {
+void ExpertStream::harvest_timing(Stage& stage) {
+  if (stage.timed_bytes == 0 || !stage.copy_end.done()) return;
+  const double seconds = stage.copy_end.elapsed_ms(stage.copy_start) * 1e-3;
+  if (seconds > 0) seconds_per_byte_ = blend(seconds_per_byte_, seconds / static_cast<double>(stage.timed_bytes));
+  stage.timed_bytes = 0;
+}
+
+double ExpertStream::copy_layer_seconds() {
+  for (Stage& stage : stages_) harvest_timing(stage);
+  return seconds_per_byte_ * static_cast<double>(average_host_bytes_);
+}
+
+int64_t ExpertStream::next_host_layer(int64_t after) const {
+  for (auto l = after + 1; l < static_cast<int64_t>(host_bytes_.size()); ++l) {
+    if (host_bytes_[l] > 0) return l;
+  }
+  return -1;
+}
+
+void ExpertStream::queue_copy(int64_t layer, Stage& stage) {
+  const cuda::StreamHandle stream = copies_.handle();
+  stage.used.wait_in(stream);  // the stage's previous layer's kernels are done with it
+  harvest_timing(stage);
+  const bool timed = stage.timed_bytes == 0;  // else the last timing is still unread: skip this one
+  if (timed) stage.copy_start.record(stream);
   const model::LayerWeights& w = model_.layers[layer];
-  const std::vector<int32_t>& slots = slot_tables_[layer];
-  ExpertStacks stacks = resident;
-  const auto experts = static_cast<int64_t>(slots.size());
-  for (auto [matrix, host, buffer] :
-       {std::tuple{&stacks.gate, &w.expert_gate, &gate_}, std::tuple{&stacks.up, &w.expert_up, &up_},
-        std::tuple{&stacks.down, &w.expert_down, &down_}}) {
-    gather(*host, *matrix, slots, buffer->as<uint8_t>(), stream);
+  const ExpertStacks& pool = pools_[layer];
+  gather(w.expert_gate, pool.gate, slot_tables_[layer], stage.gate.as<uint8_t>(), stream);
+  gather(w.expert_up, pool.up, slot_tables_[layer], stage.up.as<uint8_t>(), stream);
+  gather(w.expert_down, pool.down, slot_tables_[layer], stage.down.as<uint8_t>(), stream);
+  if (timed) {
+    stage.copy_end.record(stream);
+    stage.timed_bytes = host_bytes_[layer];
+  }
+  stage.copied.record(stream);
+}
+
+void ExpertStream::begin_pass() {
+  streamed_layers_ = 0;
+  const int64_t first = next_host_layer(-1);
+  if (first >= 0) queue_copy(first, stages_[0]);
+}
+
+ExpertStacks ExpertStream::queue_layer(int64_t layer, cuda::StreamHandle stream) {
+  Stage& stage = stages_[streamed_layers_ % 2];
+  stage.copied.wait_in(stream);
+  const int64_t next = next_host_layer(layer);
+  if (next >= 0) queue_copy(next, stages_[(streamed_layers_ + 1) % 2]);
+  ExpertStacks stacks = pools_[layer];
+  const auto experts = static_cast<int64_t>(slot_tables_[layer].size());
+  for (auto [matrix, buffer] : {std::tuple{&stacks.gate, &stage.gate}, std::tuple{&stacks.up, &stage.up},
+                                std::tuple{&stacks.down, &stage.down}}) {
     matrix->data = buffer->as<uint8_t>();
     matrix->count = experts;
   }
   stacks.slot_of_expert = identity_.as<int32_t>();
   return stacks;
+}
+
+void ExpertStream::layer_done(cuda::StreamHandle stream) {
+  stages_[streamed_layers_ % 2].used.record(stream);
+  ++streamed_layers_;
 }
 
 }  // namespace bloomery::engine

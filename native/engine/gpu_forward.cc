@@ -443,6 +443,7 @@ struct Pass {
   GpuSequence& s;
   int64_t n;
   cuda::StreamHandle stream;
+  bool streamed = false;  // a hybrid pass that copies its host experts to the GPU (see ExpertStream)
 
   float* f(const DeviceBuffer& b) const { return b.as<float>(); }
   ActivationBlock* blocks() const { return m.work.activations.as<ActivationBlock>(); }
@@ -520,7 +521,7 @@ struct Pass {
   }
 
   // Whether this pass copies host experts to the GPU rather than handing rows to the CPU.
-  bool streams() const { return m.expert_stream && n >= ExpertStream::kMinRows; }
+  bool streams() const { return streamed; }
 
   void moe_ffn(const GpuLayer& w, int64_t layer, Input& x) const {
     const model::HyperParams& p = m.params;
@@ -532,7 +533,7 @@ struct Pass {
     const bool host_layer = host && host->has_host_experts(layer);
     const bool hybrid = host_layer && !streams();
     ExpertStacks experts{w.expert_gate, w.expert_up, w.expert_down, w.expert_slots};
-    if (host_layer && streams()) experts = m.expert_stream->queue_layer(layer, experts, stream);
+    if (host_layer && streams()) experts = m.expert_stream->queue_layer(layer, stream);
     if (hybrid) host->queue_publish(layer, n, f(ws.normed), ws.chosen.as<int32_t>(), f(ws.routing_weights), stream);
     cuda::ExpertGroups groups;
     groups.order = ws.order.as<int32_t>();
@@ -549,6 +550,7 @@ struct Pass {
     cuda::expert_matvec(experts.down, hidden.for_type(experts.down.type).blocks, groups, f(ws.expert_out), stream);
     cuda::combine_experts(f(ws.expert_out), f(ws.routing_weights), ws.chosen.as<int32_t>(), experts.slot_of_expert, n,
                           p.experts_used, p.embedding, f(ws.residual), stream);
+    if (host_layer && streams()) m.expert_stream->layer_done(stream);
     if (hybrid) host->queue_collect(layer, n, f(ws.residual), stream);
   }
 
@@ -569,6 +571,7 @@ struct Pass {
   // early batch of a long prompt) to `logits` (device).
   void begin() const {
     if (m.host_experts && !streams()) m.host_experts->queue_begin_pass(stream);
+    if (streams()) m.expert_stream->begin_pass();
     cuda::embed(m.token_embedding, m.work.tokens.as<int32_t>(), n, f(m.work.residual), stream);
   }
   void layer(int64_t l) const {
@@ -720,7 +723,9 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
       on_host.push_back(std::move(mask));
     }
     g->host_experts = std::make_unique<HostExperts>(model, std::move(on_host), kMaxBatch, pool);
-    g->expert_stream = std::make_unique<ExpertStream>(model, g->slot_tables);
+    std::vector<ExpertStacks> pools;
+    for (const GpuLayer& l : g->layers) pools.push_back({l.expert_gate, l.expert_up, l.expert_down, l.expert_slots});
+    g->expert_stream = std::make_unique<ExpertStream>(model, g->slot_tables, std::move(pools));
   }
   return g;
 }
@@ -770,7 +775,10 @@ void gpu_forward(GpuModel& model, GpuSequence& sequence, std::span<const int32_t
     for (int64_t i = 0; i < n; ++i) positions[i] = static_cast<int32_t>(first_position + first + i);
     cuda::copy_to_device(ws.tokens.data(), tokens.data() + first, n * sizeof(int32_t), stream);
     cuda::copy_to_device(ws.positions.data(), positions.data(), n * sizeof(int32_t), stream);
-    const Pass pass{model, sequence, n, stream};
+    const bool streamed =
+        n > 1 && model.expert_stream &&
+        StreamChoice::stream(n, model.expert_stream->copy_layer_seconds(), model.host_experts->cpu_layer_seconds(n));
+    const Pass pass{model, sequence, n, stream, streamed};
     const bool last_batch = first + n == total;
     HostExperts* host = model.host_experts.get();
     if (n == 1) {

@@ -105,9 +105,11 @@ void HostExperts::serve(int64_t layer, int64_t n, const cuda::Stream& stream) {
   cpu::moe_swiglu(rows_.host<float>(), n, routing_, w.expert_gate, w.expert_up, w.expert_down, sums_.host<float>(),
                   scratch_, pool_, on_host_[layer]);
   {
+    const double computed = since(computing);
     std::lock_guard lock(stats_mutex_);
     stats_.cpu_wait_seconds += waited;
-    stats_.cpu_expert_seconds += since(computing);
+    stats_.cpu_expert_seconds += computed;
+    cpu_costs_.observe(n, computed);
   }
   std::atomic_ref<uint32_t>(done_.host<uint32_t>()[layer]).store(step_, std::memory_order_release);
 }
@@ -122,6 +124,11 @@ void HostExperts::recover(const cuda::Stream& stream) {
     // The failure being reported already says what went wrong with the stream.
   }
   cuda::upload(step_of(counters_), &step_, sizeof step_);
+}
+
+double HostExperts::cpu_layer_seconds(int64_t rows) const {
+  std::lock_guard lock(stats_mutex_);
+  return cpu_costs_.estimate(rows);
 }
 
 void HostExperts::add_pass_time(double seconds) {

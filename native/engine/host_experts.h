@@ -29,6 +29,7 @@ struct OffloadStats {
 #include "cpu/moe.h"
 #include "cpu/thread_pool.h"
 #include "cuda/runtime.h"
+#include "engine/expert_stream.h"
 #include "model/model.h"
 
 namespace bloomery::engine {
@@ -58,6 +59,10 @@ class HostExperts {
   // launch would leave them apart).
   void recover(const cuda::Stream& stream);
 
+  // The CPU's estimated time for one layer's host experts over `rows` rows, from the layers
+  // it ran (0 before the first).
+  double cpu_layer_seconds(int64_t rows) const;
+
   void add_pass_time(double seconds);
   void count_streamed_pass();
   // Any time: the GPU's wait counter is read as it stands.
@@ -77,6 +82,7 @@ class HostExperts {
   cpu::MoeScratch scratch_;
   mutable std::mutex stats_mutex_;  // stats() may run on another thread than the passes
   OffloadStats stats_;
+  RowCostTable cpu_costs_;
 };
 
 }  // namespace bloomery::engine

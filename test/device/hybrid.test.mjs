@@ -18,9 +18,10 @@ async function greedy(model, prompt) {
 }
 
 // Logits of every row of a prompt of 600 tokens (passes of 512 and 88 rows: a hybrid model
-// copies its host experts to the GPU for these), then of 32 decode steps of given tokens (each
-// run sees the same context, whatever it would sample), then of a 40-token prompt in a new
-// session (a hybrid model hands its rows to the CPU).
+// copies its host experts to the GPU for these, the first by its row count, the second before
+// the CPU's cost was measured), then of 32 decode steps of given tokens (each run sees the same
+// context, whatever it would sample; the CPU runs the host experts), then of a 40-token prompt
+// in a new session (either way, as the measured costs choose).
 async function logitsOf(model) {
   const vocab = model.info.vocabSize;
   const tokens = (count, seed) => Array.from({ length: count }, (_, i) => (i * 7919 + seed) % vocab);
