@@ -162,7 +162,11 @@ type FileFacts = Pick<ModelInfo, "quantMix" | "bytes" | "chatTemplate" | "builti
 export interface OffloadTimes {
   /** Passes whose host experts the CPU ran (a decode step is one; a prompt one per 512 tokens). */
   passes: number;
-  /** Prompt passes of 64 rows or more, which copied the host experts to the GPU instead (not in the times below). */
+  /**
+   * Prompt passes that copied the host experts to the GPU instead (not in the times below): those of 512 rows
+   * or more, and those of 16 to 511 rows where the measured copy time is below the CPU's measured time for
+   * as many rows (before both are measured: 64 rows or more).
+   */
   streamedPasses: number;
   /** Wall time of the model's passes on the GPU. */
   wallSeconds: number;

@@ -25,7 +25,10 @@ export interface ModelFootprint {
   kvBytes: number;
   /** The forward pass's buffers. */
   workspaceBytes: number;
-  /** Staging for prompts that copy one layer's host experts to the GPU: needed only when some experts are on the host. */
+  /**
+   * Staging for prompts that copy host experts to the GPU: a ring of two layers' experts (one filled over
+   * PCIe while the other's layer computes); needed only when some experts are on the host.
+   */
   streamBytes: number;
   /** Device memory left free for the CUDA context, graphs and kernels. */
   reserveBytes: number;
