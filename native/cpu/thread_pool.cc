@@ -1,6 +1,7 @@
 #include "cpu/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "cpu/host_info.h"
 
@@ -8,9 +9,14 @@ namespace bloomery::cpu {
 
 namespace {
 
-// Spins this many times before sleeping: a decode step launches many short loops, and a
-// futex wake costs more than the loop between two of them.
-constexpr int kSpinsBeforeSleep = 20000;
+// How long an idle worker spins before sleeping. A decode step launches many short loops,
+// and a futex wake of every worker costs more than the loop between two of them; in a hybrid
+// step the gap between two layers' loops is the GPU's part of a layer (~0.1-0.2 ms on the
+// H200 host), which a spin counted in iterations (~20 us) did not cover, so every layer
+// began by waking the pool.
+constexpr auto kSpinBeforeSleep = std::chrono::microseconds(2000);
+// Spins between two reads of the clock.
+constexpr int kSpinsPerClockRead = 256;
 
 uint32_t default_threads() { return std::max<uint32_t>(1, detect_host().physical_cores); }
 
@@ -40,7 +46,9 @@ void ThreadPool::worker_loop() {
   uint64_t seen = 0;
   for (;;) {
     uint64_t now = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; now == seen && spin < kSpinsBeforeSleep; ++spin) {
+    const auto sleep_at = std::chrono::steady_clock::now() + kSpinBeforeSleep;
+    for (int spin = 1; now == seen; ++spin) {
+      if (spin % kSpinsPerClockRead == 0 && std::chrono::steady_clock::now() >= sleep_at) break;
       now = generation_.load(std::memory_order_acquire);
     }
     if (now == seen) {
