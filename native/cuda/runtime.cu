@@ -127,6 +127,31 @@ bool Stream::idle() const {
   return true;
 }
 
+Event::Event() {
+  cudaEvent_t e = nullptr;
+  check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+  event_ = e;
+}
+
+Event::~Event() {
+  if (event_) cudaEventDestroy(static_cast<cudaEvent_t>(event_));
+}
+
+void Event::record(StreamHandle stream) {
+  check(cudaEventRecord(static_cast<cudaEvent_t>(event_), raw(stream)), "cudaEventRecord");
+}
+
+bool Event::done() const {
+  const cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event_));
+  if (err == cudaErrorNotReady) return false;
+  check(err, "cudaEventQuery");
+  return true;
+}
+
+void wait_for(StreamHandle stream, const Event& event) {
+  check(cudaStreamWaitEvent(raw(stream), static_cast<cudaEvent_t>(event.event_), 0), "cudaStreamWaitEvent");
+}
+
 void copy_to_device(void* dst, const void* src, size_t bytes, StreamHandle stream) {
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, raw(stream)), "cudaMemcpyAsync (to device)");
 }

@@ -102,6 +102,25 @@ class Stream {
   StreamHandle stream_ = nullptr;
 };
 
+// A point in a stream's work: another stream can wait for it, the host can ask whether it passed.
+class Event {
+ public:
+  Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  ~Event();
+  // Marks the work queued on `stream` so far.
+  void record(StreamHandle stream);
+  // True once that work is done (never blocks); throws CUDA_ERROR if it failed.
+  bool done() const;
+
+ private:
+  friend void wait_for(StreamHandle stream, const Event& event);
+  void* event_ = nullptr;  // cudaEvent_t
+};
+// Work queued on `stream` after this waits for `event`'s point, on the device (the host goes on).
+void wait_for(StreamHandle stream, const Event& event);
+
 void copy_to_device(void* dst, const void* src, size_t bytes, StreamHandle stream);
 void copy_to_host(void* dst, const void* src, size_t bytes, StreamHandle stream);
 // Either direction, or device to device (unified addressing tells which).

@@ -46,8 +46,7 @@ uint64_t ExpertStream::staging_bytes(const model::Model& model) {
          static_cast<uint64_t>(model.params.experts) * sizeof(int32_t);
 }
 
-ExpertStream::ExpertStream(const model::Model& model, std::vector<std::vector<int32_t>> slot_tables)
-    : model_(model), slot_tables_(std::move(slot_tables)) {
+ExpertStream::ExpertStream(const model::Model& model) : model_(model) {
   const uint8_t* first = nullptr;
   const uint8_t* end = nullptr;
   for (const model::LayerWeights& w : model.layers) {
@@ -67,9 +66,9 @@ ExpertStream::ExpertStream(const model::Model& model, std::vector<std::vector<in
   cuda::upload(identity_.data(), identity.data(), identity.size() * sizeof(int32_t));
 }
 
-ExpertStacks ExpertStream::queue_layer(int64_t layer, const ExpertStacks& resident, cuda::StreamHandle stream) {
+ExpertStacks ExpertStream::queue_layer(int64_t layer, const ExpertStacks& resident, const std::vector<int32_t>& slots,
+                                       cuda::StreamHandle stream) {
   const model::LayerWeights& w = model_.layers[layer];
-  const std::vector<int32_t>& slots = slot_tables_[layer];
   ExpertStacks stacks = resident;
   const auto experts = static_cast<int64_t>(slots.size());
   for (auto [matrix, host, buffer] :

@@ -33,16 +33,18 @@ class ExpertStream {
   static uint64_t staging_bytes(const model::Model& model);
 
   // Page-locks the file range holding the routed experts (INSUFFICIENT_MEMORY if the host
-  // cannot) and allocates the staging stack. `slot_tables`: per layer, expert -> slot (-1: host).
-  ExpertStream(const model::Model& model, std::vector<std::vector<int32_t>> slot_tables);
+  // cannot; adaptive residency copies host experts to GPU slots from these pages too) and
+  // allocates the staging stack.
+  explicit ExpertStream(const model::Model& model);
 
   // Queues the copies that gather layer `layer`'s experts (resident ones read from
-  // `resident`'s pools) and returns the stack, whose slots are the expert ids.
-  ExpertStacks queue_layer(int64_t layer, const ExpertStacks& resident, cuda::StreamHandle stream);
+  // `resident`'s pools, at `slots`: expert -> slot, -1: host) and returns the stack, whose
+  // slots are the expert ids.
+  ExpertStacks queue_layer(int64_t layer, const ExpertStacks& resident, const std::vector<int32_t>& slots,
+                           cuda::StreamHandle stream);
 
  private:
   const model::Model& model_;
-  std::vector<std::vector<int32_t>> slot_tables_;
   std::unique_ptr<cuda::HostRegistration> pinned_;
   cuda::DeviceBuffer gate_, up_, down_, identity_;
 };
