@@ -25,6 +25,10 @@ export {
   type GpuOptions,
   type ModelStats,
   type OffloadTimes,
+  type ResidencyStats,
+  type ResidencyEvent,
+  type ResidencyMove,
+  type RoutingTrace,
 } from "./model.js";
 export {
   planOffload,
@@ -35,6 +39,8 @@ export {
   type OffloadPlan,
   type OffloadLayer,
   type OffloadGpuBytes,
+  type RoutingProfile,
+  type PlanOffloadOptions,
 } from "./plan.js";
 export type { TokenizeOptions, DetokenizeOptions } from "./tokenizer.js";
 export type { ApplyChatTemplateOptions } from "./chat/template.js";

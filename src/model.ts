@@ -10,6 +10,7 @@ import {
   callNativeAsync,
   type NativeLoadOptions,
   type NativeModelHandle,
+  type NativeModelStats,
   type NativeSessionHandle,
 } from "./native.js";
 import { ABORTED, isAbortSignal, Session, untilAborted } from "./session.js";
@@ -19,7 +20,14 @@ import { BUILTIN_TEMPLATES, type BuiltinTemplateName } from "./chat/builtin-temp
 import { detectToolCallFormat, type ToolCallFormat } from "./chat/output.js";
 import type { ChatMessage } from "./chat/types.js";
 import { readGgufInfo } from "./gguf/read.js";
-import { checkOffloadPlan, planOffload, type ModelFootprint, type OffloadBudgets, type OffloadPlan } from "./plan.js";
+import {
+  checkOffloadPlan,
+  planOffload,
+  type ModelFootprint,
+  type OffloadBudgets,
+  type OffloadPlan,
+  type RoutingProfile,
+} from "./plan.js";
 import { getSystemInfo } from "./system.js";
 
 /** Where {@link loadModel} puts the model on a GPU: the device index (default 0) and the device memory it may use. */
@@ -49,6 +57,12 @@ export interface LoadModelOptions {
    * budgets (INVALID_ARGUMENT, INSUFFICIENT_MEMORY). Needs `gpu`.
    */
   plan?: OffloadPlan;
+  /**
+   * With routed experts split between the GPU and host RAM: `"adaptive"` (default) moves the most-routed host
+   * experts into the GPU slots of the least-routed ones between steps (a `residency` event says which), `"static"`
+   * keeps the plan's placement. Output is the same either way.
+   */
+  residency?: "adaptive" | "static";
   /** Threads of the CPU backend (default: one per physical core). */
   threads?: number;
   /** Tokens each session holds (default: the model's trained context, at most 4096). */
@@ -113,6 +127,52 @@ export interface ModelEvents {
   warning: (warning: ModelWarning) => void;
   /** Progress of a long operation on the model (the same shape as loading's). */
   progress: (progress: LoadProgress) => void;
+  /** Routed experts moved between host RAM and the GPU (residency `"adaptive"`), reported after the step that moved them. */
+  residency: (event: ResidencyEvent) => void;
+}
+
+/** One expert move: `seated` takes GPU slot `slot` of `layer` from `evicted`, which the CPU serves from then on. */
+export interface ResidencyMove {
+  layer: number;
+  slot: number;
+  evicted: number;
+  seated: number;
+}
+
+/** A {@link ModelEvents.residency} event. */
+export interface ResidencyEvent {
+  /** The moves, in the order they began (each expert's copy lands a step or so later; the CPU serves it meanwhile). */
+  moves: ResidencyMove[];
+  /** Per layer, how many of `moves` are in it. */
+  movesPerLayer: number[];
+}
+
+/** Each step's routed calls, from {@link Model.traceRouting}. */
+export interface RoutingTrace {
+  layers: number;
+  experts: number;
+  /** Per step, rows routed to each (layer, expert): `step[layer * experts + expert]`. */
+  steps: Uint32Array[];
+}
+
+/**
+ * Where routed experts ran: each routed call (a row routed to an expert) counts for the tier that served it. Rates
+ * are shares of all calls since load (0 before any).
+ */
+export interface ResidencyStats {
+  gpuCalls: number;
+  hostCalls: number;
+  /** Calls served from the disk tier (0: there is none yet). */
+  diskCalls: number;
+  gpuHitRate: number;
+  hostHitRate: number;
+  diskHitRate: number;
+  /** Steps (forward passes of the scheduler) counted. */
+  steps: number;
+  /** Expert moves begun since load. */
+  moves: number;
+  /** Whether experts move (residency "adaptive" on a model with experts in host RAM). */
+  adaptive: boolean;
 }
 
 /** What a loaded model is. */
@@ -204,6 +264,8 @@ export interface ModelStats {
   meanSequencesPerPass: number;
   /** Hybrid pass times on the GPU; null for a model on the CPU. */
   offload: OffloadTimes | null;
+  /** Routed expert calls by tier, and expert moves. */
+  residency: ResidencyStats;
 }
 
 /** The template a model's chats use, and what it tells of the model's output. @internal */
@@ -308,6 +370,35 @@ export class Model extends EventEmitter<ModelEvents> {
       meanRowsPerPass: s.passes > 0 ? s.rows / s.passes : 0,
       meanSequencesPerPass: s.passes > 0 ? s.sequenceRows / s.passes : 0,
       offload: s.offload,
+      residency: residencyStats(s.residency),
+    };
+  }
+
+  /** The routing counts so far (decaying: see {@link RoutingProfile}); pass them to planOffload for a later load. */
+  routingProfile(): RoutingProfile {
+    const handle = this.#live();
+    const counts = callNative((a) => a.modelRoutingCounts(handle));
+    const steps = callNative((a) => a.modelStats(handle)).residency.steps;
+    const { layers, experts } = this.info;
+    const rows = Array.from({ length: experts > 0 ? layers : 0 }, (_, l) =>
+      Array.from(counts.subarray(l * experts, (l + 1) * experts)),
+    );
+    return { layers, experts, steps, counts: rows };
+  }
+
+  /**
+   * Starts recording each step's routed calls (for studying routing, e.g. simulating a cache on the same trace);
+   * `stop()` ends the recording and returns it.
+   */
+  traceRouting(): { stop(): RoutingTrace } {
+    const handle = this.#live();
+    callNative((a) => a.modelRoutingTrace(handle, true));
+    return {
+      stop: () => ({
+        layers: this.info.layers,
+        experts: this.info.experts,
+        steps: callNative((a) => a.modelRoutingTrace(this.#live(), false)),
+      }),
     };
   }
 
@@ -342,10 +433,26 @@ export class Model extends EventEmitter<ModelEvents> {
         return disposed();
       },
       sessionClosed: (s) => this.#sessions.delete(s),
+      stepped: () => this.#reportMoves(),
       adoptSession: (forked) => this.#adopt(forked),
     });
     this.#sessions.add(session);
     return session;
+  }
+
+  #reportMoves(): void {
+    if (!this.#handle) return;
+    const handle = this.#handle;
+    const raw = callNative((a) => a.modelTakeMoves(handle));
+    if (raw.length === 0) return;
+    const moves: ResidencyMove[] = [];
+    const movesPerLayer = new Array<number>(this.info.layers).fill(0);
+    for (let i = 0; i < raw.length; i += 4) {
+      const move = { layer: raw[i]!, slot: raw[i + 1]!, evicted: raw[i + 2]!, seated: raw[i + 3]! };
+      moves.push(move);
+      movesPerLayer[move.layer]! += 1;
+    }
+    this.emit("residency", { moves, movesPerLayer });
   }
 
   #live(): NativeModelHandle {
@@ -407,6 +514,22 @@ async function gpuPlan(
     hostRam: options.hostRam === undefined ? system.memory.available : parseBytes(options.hostRam, "hostRam"),
   };
   return options.plan ? checkOffloadPlan(options.plan, footprint, budgets) : planOffload(footprint, budgets);
+}
+
+function residencyStats(r: NativeModelStats["residency"]): ResidencyStats {
+  const total = r.gpuCalls + r.hostCalls + r.diskCalls;
+  const rate = (calls: number) => (total > 0 ? calls / total : 0);
+  return {
+    gpuCalls: r.gpuCalls,
+    hostCalls: r.hostCalls,
+    diskCalls: r.diskCalls,
+    gpuHitRate: rate(r.gpuCalls),
+    hostHitRate: rate(r.hostCalls),
+    diskHitRate: rate(r.diskCalls),
+    steps: r.steps,
+    moves: r.moves,
+    adaptive: r.adaptive,
+  };
 }
 
 /** Bytes of the prompt-state cache: the option, or a quarter of the RAM up to 8 GiB. */
@@ -478,6 +601,14 @@ export async function loadModel(path: string, options: LoadModelOptions = {}): P
   const plan = gpu ? await gpuPlan(path, gpu, options) : undefined;
   if (gpu) nativeOptions.gpu = plan ? { ...gpu, experts: plan.layers.map((layer) => layer.gpu) } : gpu;
   nativeOptions.cacheRam = resolveCacheRam(options.cacheRam);
+  if (options.residency !== undefined) {
+    if (options.residency !== "adaptive" && options.residency !== "static") {
+      throw new BloomeryError("INVALID_ARGUMENT", 'residency must be "adaptive" or "static"', {
+        residency: options.residency,
+      });
+    }
+    nativeOptions.residency = options.residency;
+  }
   for (const key of ["mmap", "mlock"] as const) {
     const value = options[key];
     if (value === undefined) continue;

@@ -59,6 +59,14 @@ export interface NativeModelStats {
   active: number;
   waiting: number;
   offload: OffloadTimes | null;
+  residency: {
+    gpuCalls: number;
+    hostCalls: number;
+    diskCalls: number;
+    steps: number;
+    moves: number;
+    adaptive: boolean;
+  };
 }
 
 /** What createSampler() reads; left-out settings take the engine's defaults (native/engine/sampler.h). */
@@ -106,6 +114,8 @@ export interface NativeLoadOptions {
   mmap?: boolean;
   /** Lock the model's bytes in RAM. */
   mlock?: boolean;
+  /** "adaptive" (default) or "static": whether experts move between the GPU and host RAM as routing asks. */
+  residency?: "adaptive" | "static";
 }
 
 /** The functions the addon exports (native/addon). */
@@ -119,6 +129,12 @@ export interface NativeAddon {
   /** The device memory terms of the model at `path` (contextSize 0: the default). */
   gpuFootprint(path: string, contextSize: number): Promise<ModelFootprint>;
   modelStats(model: NativeModelHandle): NativeModelStats;
+  /** The decaying routing counts, layer after layer (layers * experts). */
+  modelRoutingCounts(model: NativeModelHandle): Float64Array;
+  /** [layer, slot, evicted, seated] per expert swap begun since the last call. */
+  modelTakeMoves(model: NativeModelHandle): Int32Array;
+  /** Starts (on) or stops keeping each step's routed calls; returns those kept so far. */
+  modelRoutingTrace(model: NativeModelHandle, on: boolean): Uint32Array[];
   createSession(model: NativeModelHandle): NativeSessionHandle;
   sessionEvaluate(session: NativeSessionHandle, tokens: Int32Array, allLogits: boolean): Promise<Float32Array>;
   sessionReset(session: NativeSessionHandle): void;

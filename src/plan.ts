@@ -79,6 +79,45 @@ export interface OffloadPlan {
   layers: OffloadLayer[];
 }
 
+/**
+ * How often a model's router picked each routed expert, counts that decay by half every 128 steps
+ * (a step: one forward pass of the scheduler): {@link Model.routingProfile} exports it, and
+ * {@link planOffload} takes it (`{ profile }`) to seat the hottest experts on the GPU from the start.
+ * Plain data: save it as JSON.
+ */
+export interface RoutingProfile {
+  layers: number;
+  /** Routed experts per layer. */
+  experts: number;
+  /** Steps counted. */
+  steps: number;
+  /** Per layer, per expert, the decayed count of rows routed to it. */
+  counts: number[][];
+}
+
+/** Options of {@link planOffload}. */
+export interface PlanOffloadOptions {
+  /** Seat each layer's most-routed experts on the GPU (ties to the lower id) instead of the lowest ids. */
+  profile?: RoutingProfile;
+}
+
+/** Per layer, the expert ids from most to least routed (ties to the lower id); INVALID_ARGUMENT for a profile of another shape. */
+function hottestFirst(profile: RoutingProfile, footprint: ModelFootprint): number[][] {
+  const layerCount = footprint.expertBytes.length;
+  const counts = profile?.counts;
+  if (
+    !Array.isArray(counts) ||
+    counts.length !== layerCount ||
+    counts.some((row) => !Array.isArray(row) || row.length !== footprint.experts || row.some((c) => !(c >= 0)))
+  ) {
+    throw new BloomeryError(
+      "INVALID_ARGUMENT",
+      `profile: it must count ${footprint.experts} experts in each of ${layerCount} layers with non-negative numbers`,
+    );
+  }
+  return counts.map((row) => range(0, footprint.experts).sort((a, b) => row[b]! - row[a]! || a - b));
+}
+
 /** The device memory terms of the model at `path` with sessions of `contextSize` tokens (default: loadModel's). */
 export async function modelFootprint(path: string, options: { contextSize?: number } = {}): Promise<ModelFootprint> {
   return callNativeAsync((a) => a.gpuFootprint(path, options.contextSize ?? 0));
@@ -140,12 +179,18 @@ function tally(footprint: ModelFootprint, budgets: OffloadBudgets, layers: Offlo
  * Places a model: dense weights, KV cache and workspace on the GPU first (and, unless every
  * expert fits, the staging long prompts copy host experts into), then as many
  * routed experts per layer as the GPU budget holds, the same count in every layer (the
- * remainder one more in the first layers), the lowest expert ids first (no routing profile
- * yet); the other experts stay in host RAM. Pure. Throws INSUFFICIENT_MEMORY, naming each
- * term, when the dense part does not fit the GPU budget or the host experts do not fit
- * `hostRam` (the disk tier is not supported yet).
+ * remainder one more in the first layers): with `options.profile` each layer's most-routed
+ * experts, else the lowest expert ids; the other experts stay in host RAM. Pure. Throws
+ * INSUFFICIENT_MEMORY, naming each term, when the dense part does not fit the GPU budget or
+ * the host experts do not fit `hostRam` (the disk tier is not supported yet), INVALID_ARGUMENT
+ * for a profile of another model's shape.
  */
-export function planOffload(footprint: ModelFootprint, budgets: OffloadBudgets): OffloadPlan {
+export function planOffload(
+  footprint: ModelFootprint,
+  budgets: OffloadBudgets,
+  options: PlanOffloadOptions = {},
+): OffloadPlan {
+  const order = options.profile ? hottestFirst(options.profile, footprint) : undefined;
   const E = footprint.experts;
   const perRound = footprint.expertBytes.reduce((sum, bytes) => sum + bytes, 0);
   const whole = fixedTotal(fixedGpu(footprint, false)) + E * perRound <= budgets.gpu;
@@ -171,16 +216,19 @@ export function planOffload(footprint: ModelFootprint, budgets: OffloadBudgets):
     counts[l] = even + 1;
     left -= bytes;
   }
-  const layers = counts.map((count): OffloadLayer => {
+  const layers = counts.map((count, l): OffloadLayer => {
     let reason: string;
+    const seat = order ? "the most-routed first (routing profile)" : "lowest ids first, no routing profile";
     if (E === 0) reason = "a dense layer: no routed experts";
     else if (count === E) reason = `all ${E} experts fit the GPU budget`;
     else if (count === 0) reason = `no GPU room left for experts after the dense weights, KV cache and workspace`;
     else
       reason =
         `${count} of ${E} experts fit the GPU budget (the same count in each layer${count > even ? ", one more here" : ""}); ` +
-        `lowest ids first, no routing profile yet`;
-    return { gpu: range(0, count), host: range(count, E), reason };
+        seat;
+    const ranked = order?.[l] ?? range(0, E);
+    const byId = (a: number, b: number) => a - b;
+    return { gpu: ranked.slice(0, count).sort(byId), host: ranked.slice(count).sort(byId), reason };
   });
   return {
     contextSize: footprint.contextSize,

@@ -139,6 +139,8 @@ export interface SessionModel {
   /** True while the model is being disposed: its sessions' states are not worth caching. */
   readonly closing: boolean;
   sessionClosed(session: Session): void;
+  /** The model's passes moved on (a token was drawn, an evaluation ended): time to report expert moves. */
+  stepped(): void;
   /** A Session for a native session made from this one (fork). */
   adoptSession(handle: NativeSessionHandle): Session;
 }
@@ -206,7 +208,11 @@ export class Session {
     const handle = this.#live();
     const batch = Int32Array.from(tokens);
     const all = options.logits === "all";
-    return this.#enqueue(() => callNativeAsync((a) => a.sessionEvaluate(handle, batch, all)));
+    return this.#enqueue(async () => {
+      const logits = await callNativeAsync((a) => a.sessionEvaluate(handle, batch, all));
+      this.#model.stepped();
+      return logits;
+    });
   }
 
   /**
@@ -379,7 +385,10 @@ export class Session {
       if (stopReason === undefined) {
         const batch = Int32Array.from(prompt);
         const generation = callNative((a) =>
-          a.sessionGenerate(handle, batch, sampler, maxTokens, (event) => events.push(event)),
+          a.sessionGenerate(handle, batch, sampler, maxTokens, (event) => {
+            events.push(event);
+            this.#model.stepped();
+          }),
         );
         cancel = (kept) => callNative((a) => a.generationCancel(generation, kept));
       }

@@ -206,3 +206,45 @@ describe("modelFootprint", () => {
     await expect(loadModel(path, { gpu: false, hostRam: "lots" })).rejects.toMatchObject({ code: "INVALID_ARGUMENT" });
   });
 });
+
+describe("planOffload with a routing profile", () => {
+  // Layer l's expert (7 - e + l) % 8 is the e-th most routed.
+  const profile = {
+    layers: 4,
+    experts: 8,
+    steps: 10,
+    counts: [0, 1, 2, 3].map((l) => Array.from({ length: 8 }, (_, e) => 8 - ((e + l) % 8) + (e === 0 ? 0.5 : 0))),
+  };
+
+  it("seats each layer's most-routed experts on the GPU", () => {
+    const plan = planOffload(footprint, { gpu: fixed + 4 * 3 * 100, hostRam: roomy }, { profile });
+    plan.layers.forEach((layer, l) => {
+      const ranked = Array.from({ length: 8 }, (_, e) => e).sort(
+        (a, b) => profile.counts[l]![b]! - profile.counts[l]![a]! || a - b,
+      );
+      expect(layer.gpu).toEqual(ranked.slice(0, 3).sort((a, b) => a - b));
+      expect(layer.host).toEqual(ranked.slice(3).sort((a, b) => a - b));
+      expect(layer.reason).toMatch(/routing profile/);
+    });
+    expect(plan.layers[0]!.gpu).toEqual([0, 1, 2]);
+    expect(plan.layers[1]!.gpu).toEqual([0, 1, 7]);
+  });
+
+  it("breaks ties by the lower expert id, as without a profile", () => {
+    const flat = { ...profile, counts: profile.counts.map((row) => row.map(() => 1)) };
+    const withFlat = planOffload(footprint, { gpu: fixed + 4 * 3 * 100, hostRam: roomy }, { profile: flat });
+    const without = planOffload(footprint, { gpu: fixed + 4 * 3 * 100, hostRam: roomy });
+    expect(withFlat.layers.map((l) => l.gpu)).toEqual(without.layers.map((l) => l.gpu));
+  });
+
+  it("refuses a profile of another shape", () => {
+    const wrongLayers = { ...profile, counts: profile.counts.slice(1) };
+    expect(thrown(() => planOffload(footprint, { gpu: roomy, hostRam: roomy }, { profile: wrongLayers })).code).toBe(
+      "INVALID_ARGUMENT",
+    );
+    const negative = { ...profile, counts: profile.counts.map((row) => row.map(() => -1)) };
+    expect(thrown(() => planOffload(footprint, { gpu: roomy, hostRam: roomy }, { profile: negative })).code).toBe(
+      "INVALID_ARGUMENT",
+    );
+  });
+});

@@ -179,6 +179,14 @@ Napi::Value load_model(const Napi::CallbackInfo& info) {
       }
       if (o.Get("gpu").IsObject()) options.gpu = gpu_options(o.Get("gpu").As<Napi::Object>());
       options.cache_ram = cache_ram_option(o);
+      const Napi::Value residency = o.Get("residency");
+      if (!residency.IsUndefined()) {
+        const std::string mode = residency.IsString() ? residency.As<Napi::String>().Utf8Value() : "";
+        if (mode != "adaptive" && mode != "static") {
+          throw to_js_error(info.Env(), "INVALID_ARGUMENT", "residency must be \"adaptive\" or \"static\"");
+        }
+        options.adaptive_residency = mode == "adaptive";
+      }
     }
     return run_async(
         info.Env(),
@@ -263,7 +271,61 @@ Napi::Value model_stats(const Napi::CallbackInfo& info) {
     o.Set("waiting", double(s.waiting));
     o.Set("offload", runtime.gpu() ? Napi::Value(offload_times(info.Env(), engine::offload_stats(*runtime.gpu())))
                                    : info.Env().Null());
+    const engine::ResidencyStats r = runtime.residency().stats();
+    Napi::Object residency = Napi::Object::New(info.Env());
+    residency.Set("gpuCalls", double(r.hits.gpu));
+    residency.Set("hostCalls", double(r.hits.host));
+    residency.Set("diskCalls", double(r.hits.disk));
+    residency.Set("steps", double(r.steps));
+    residency.Set("moves", double(r.moves));
+    residency.Set("adaptive", r.adaptive);
+    o.Set("residency", residency);
     return o;
+  });
+}
+
+// modelRoutingCounts(model) -> Float64Array: the decaying routing counts, layer after layer.
+Napi::Value model_routing_counts(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    engine::Runtime& runtime = live(unwrap<ModelHandle>(info, 0, kModelTag, "model"), info.Env());
+    const std::vector<double> counts = runtime.residency().counts();
+    Napi::Float64Array out = Napi::Float64Array::New(info.Env(), counts.size());
+    std::copy(counts.begin(), counts.end(), out.Data());
+    return out;
+  });
+}
+
+// modelTakeMoves(model) -> Int32Array of [layer, slot, evicted, seated] per swap begun since the last call.
+Napi::Value model_take_moves(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    engine::Runtime& runtime = live(unwrap<ModelHandle>(info, 0, kModelTag, "model"), info.Env());
+    const std::vector<engine::Swap> moves = runtime.residency().take_moves();
+    Napi::Int32Array out = Napi::Int32Array::New(info.Env(), moves.size() * 4);
+    for (size_t i = 0; i < moves.size(); ++i) {
+      const engine::Swap& m = moves[i];
+      out[4 * i] = m.layer;
+      out[4 * i + 1] = m.slot;
+      out[4 * i + 2] = m.evicted;
+      out[4 * i + 3] = m.seated;
+    }
+    return out;
+  });
+}
+
+// modelRoutingTrace(model, on) -> Uint32Array[]: starts (on) or stops keeping each step's routed
+// calls (layers * experts), returning those kept so far.
+Napi::Value model_routing_trace(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    engine::Runtime& runtime = live(unwrap<ModelHandle>(info, 0, kModelTag, "model"), info.Env());
+    const bool on = info.Length() > 1 && info[1].ToBoolean().Value();
+    const std::vector<std::vector<uint32_t>> steps = runtime.residency().trace(on);
+    Napi::Array out = Napi::Array::New(info.Env(), steps.size());
+    for (size_t i = 0; i < steps.size(); ++i) {
+      Napi::Uint32Array step = Napi::Uint32Array::New(info.Env(), steps[i].size());
+      std::copy(steps[i].begin(), steps[i].end(), step.Data());
+      out.Set(static_cast<uint32_t>(i), step);
+    }
+    return out;
   });
 }
 
@@ -347,6 +409,9 @@ void register_model(Napi::Env env, Napi::Object exports) {
   exports.Set("disposeModel", Napi::Function::New(env, dispose_model, "disposeModel"));
   exports.Set("gpuFootprint", Napi::Function::New(env, gpu_footprint, "gpuFootprint"));
   exports.Set("modelStats", Napi::Function::New(env, model_stats, "modelStats"));
+  exports.Set("modelRoutingCounts", Napi::Function::New(env, model_routing_counts, "modelRoutingCounts"));
+  exports.Set("modelTakeMoves", Napi::Function::New(env, model_take_moves, "modelTakeMoves"));
+  exports.Set("modelRoutingTrace", Napi::Function::New(env, model_routing_trace, "modelRoutingTrace"));
   exports.Set("createSession", Napi::Function::New(env, create_session, "createSession"));
   exports.Set("sessionEvaluate", Napi::Function::New(env, session_evaluate, "sessionEvaluate"));
   exports.Set("sessionReset", Napi::Function::New(env, session_reset, "sessionReset"));

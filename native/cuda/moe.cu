@@ -138,7 +138,25 @@ __global__ void combine_kernel(const float* expert_out, const float* weights, co
   }
 }
 
+// Routing counts: each routed slot adds one to its expert's counter (wrapping; the host
+// takes differences).
+__global__ void count_kernel(const int32_t* chosen, int pairs, uint32_t* counts) {
+  for (int i = threadIdx.x; i < pairs; i += blockDim.x) atomicAdd(&counts[chosen[i]], 1u);
+}
+
+__global__ void set_slot_kernel(int32_t* slot_of_expert, int32_t expert, int32_t slot) {
+  slot_of_expert[expert] = slot;
+}
+
 }  // namespace
+
+void count_routed(const int32_t* chosen, int64_t n, int64_t used, uint32_t* counts, StreamHandle stream) {
+  count_kernel<<<1, 256, 0, static_cast<cudaStream_t>(stream)>>>(chosen, static_cast<int>(n * used), counts);
+}
+
+void set_expert_slot(int32_t* slot_of_expert, int32_t expert, int32_t slot, StreamHandle stream) {
+  set_slot_kernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(slot_of_expert, expert, slot);
+}
 
 void route_top_k(const float* logits, int64_t n, int64_t experts, int64_t used, bool normalize, int32_t* chosen,
                  float* weights, StreamHandle stream) {

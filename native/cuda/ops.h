@@ -84,6 +84,11 @@ void expert_matvec(const DeviceMatrix& down, const ActivationBlock* hidden, cons
 // renormalized to sum to one.
 void route_top_k(const float* logits, int64_t n, int64_t experts, int64_t used, bool normalize, int32_t* chosen,
                  float* weights, StreamHandle stream);
+// counts[e] += the number of the n * used routed slots that chose expert e (device counters,
+// wrapping: adaptive residency reads their differences between passes).
+void count_routed(const int32_t* chosen, int64_t n, int64_t used, uint32_t* counts, StreamHandle stream);
+// slot_of_expert[expert] = slot, in stream order: how adaptive residency retires and seats experts.
+void set_expert_slot(int32_t* slot_of_expert, int32_t expert, int32_t slot, StreamHandle stream);
 // Tokens per chunk the grouping uses for a pass of n rows, and the most chunks it can make.
 int tokens_per_expert_chunk(int64_t n);
 int64_t max_expert_chunks(int64_t n, int64_t experts, int64_t used);

@@ -89,26 +89,17 @@ uint64_t ExpertStream::staging_bytes(const model::Model& model) {
   return 2 * stack + static_cast<uint64_t>(model.params.experts) * sizeof(int32_t);
 }
 
-ExpertStream::ExpertStream(const model::Model& model, std::vector<std::vector<int32_t>> slot_tables,
+ExpertStream::ExpertStream(const model::Model& model, const std::vector<std::vector<int32_t>>& slot_tables,
                            std::vector<ExpertStacks> pools)
-    : model_(model), slot_tables_(std::move(slot_tables)), pools_(std::move(pools)) {
+    : model_(model), slot_tables_(slot_tables), pools_(std::move(pools)) {
   const uint8_t* first = nullptr;
   const uint8_t* end = nullptr;
-  uint64_t host_total = 0;
-  int64_t host_layers = 0;
-  for (size_t l = 0; l < model.layers.size(); ++l) {
-    const model::LayerWeights& w = model.layers[l];
-    uint64_t host = 0;
+  for (const model::LayerWeights& w : model.layers) {
     for (const cpu::ExpertMatrices* m : {&w.expert_gate, &w.expert_up, &w.expert_down}) {
       first = first ? std::min(first, m->first.data) : m->first.data;
       end = std::max(end, m->first.data + stack_bytes(*m));
-      for (const int32_t slot : slot_tables_[l]) host += slot < 0 ? expert_bytes(*m) : 0;
     }
-    host_bytes_.push_back(host);
-    host_total += host;
-    host_layers += host > 0 ? 1 : 0;
   }
-  average_host_bytes_ = host_layers > 0 ? host_total / static_cast<uint64_t>(host_layers) : 0;
   pinned_ = std::make_unique<cuda::HostRegistration>(first, static_cast<size_t>(end - first),
                                                      "the routed experts' file pages (prompt streaming)");
   for (size_t i = 0; i < stages_.size(); ++i) {
@@ -132,14 +123,28 @@ void ExpertStream::harvest_timing(Stage& stage) {
   stage.timed_bytes = 0;
 }
 
+uint64_t ExpertStream::host_bytes(int64_t layer) const {
+  const model::LayerWeights& w = model_.layers[layer];
+  const uint64_t expert = expert_bytes(w.expert_gate) + expert_bytes(w.expert_up) + expert_bytes(w.expert_down);
+  const std::vector<int32_t>& slots = slot_tables_[layer];
+  return expert * static_cast<uint64_t>(std::count_if(slots.begin(), slots.end(), [](int32_t s) { return s < 0; }));
+}
+
 double ExpertStream::copy_layer_seconds() {
   for (Stage& stage : stages_) harvest_timing(stage);
-  return seconds_per_byte_ * static_cast<double>(average_host_bytes_);
+  uint64_t bytes = 0;
+  int64_t layers = 0;
+  for (int64_t l = 0; l < static_cast<int64_t>(slot_tables_.size()); ++l) {
+    const uint64_t host = host_bytes(l);
+    bytes += host;
+    layers += host > 0 ? 1 : 0;
+  }
+  return layers > 0 ? seconds_per_byte_ * static_cast<double>(bytes) / static_cast<double>(layers) : 0;
 }
 
 int64_t ExpertStream::next_host_layer(int64_t after) const {
-  for (auto l = after + 1; l < static_cast<int64_t>(host_bytes_.size()); ++l) {
-    if (host_bytes_[l] > 0) return l;
+  for (auto l = after + 1; l < static_cast<int64_t>(slot_tables_.size()); ++l) {
+    if (host_bytes(l) > 0) return l;
   }
   return -1;
 }
@@ -157,7 +162,7 @@ void ExpertStream::queue_copy(int64_t layer, Stage& stage) {
   gather(w.expert_down, pool.down, slot_tables_[layer], stage.down.as<uint8_t>(), stream);
   if (timed) {
     stage.copy_end.record(stream);
-    stage.timed_bytes = host_bytes_[layer];
+    stage.timed_bytes = host_bytes(layer);
   }
   stage.copied.record(stream);
 }

@@ -66,9 +66,11 @@ class ExpertStream {
   static uint64_t staging_bytes(const model::Model& model);
 
   // Page-locks the file range holding the routed experts (INSUFFICIENT_MEMORY if the host
-  // cannot) and allocates the ring. `slot_tables`: per layer, expert -> slot (-1: host);
+  // cannot; adaptive residency copies host experts to GPU slots from these pages too) and
+  // allocates the ring. `slot_tables`: per layer, expert -> slot (-1: host), the host's copy
+  // of the device tables, which residency rewrites between passes (read, not copied);
   // `pools`: per layer, the resident experts' device stacks.
-  ExpertStream(const model::Model& model, std::vector<std::vector<int32_t>> slot_tables,
+  ExpertStream(const model::Model& model, const std::vector<std::vector<int32_t>>& slot_tables,
                std::vector<ExpertStacks> pools);
 
   // One layer's measured copy time (the average host layer's bytes at the measured rate); 0
@@ -90,21 +92,20 @@ class ExpertStream {
     uint64_t timed_bytes = 0;  // of the copy between copy_start and copy_end, not yet read
   };
 
+  uint64_t host_bytes(int64_t layer) const;
   int64_t next_host_layer(int64_t after) const;
   void queue_copy(int64_t layer, Stage& stage);
   void harvest_timing(Stage& stage);
 
   const model::Model& model_;
-  std::vector<std::vector<int32_t>> slot_tables_;
+  const std::vector<std::vector<int32_t>>& slot_tables_;
   std::vector<ExpertStacks> pools_;
   std::unique_ptr<cuda::HostRegistration> pinned_;
   cuda::Stream copies_;
   std::array<Stage, 2> stages_;
   cuda::DeviceBuffer identity_;
-  std::vector<uint64_t> host_bytes_;  // per layer, the bytes of its host experts
-  uint64_t average_host_bytes_ = 0;   // over the layers that have host experts
-  int64_t streamed_layers_ = 0;       // of this pass: stage streamed_layers_ % 2 is the current one
-  double seconds_per_byte_ = 0;       // copies' measured rate, exponentially averaged; 0 = none yet
+  int64_t streamed_layers_ = 0;  // of this pass: stage streamed_layers_ % 2 is the current one
+  double seconds_per_byte_ = 0;  // copies' measured rate, exponentially averaged; 0 = none yet
 };
 
 }  // namespace bloomery::engine

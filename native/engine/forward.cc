@@ -73,19 +73,22 @@ void dense_ffn(const HyperParams& p, const LayerWeights& w, int64_t n, ForwardSc
   cpu::matmul(w.ffn_down, s.input, s.projected.data(), pool);
 }
 
-void moe_ffn(const HyperParams& p, const LayerWeights& w, int64_t n, ForwardScratch& s, cpu::ThreadPool& pool) {
+void moe_ffn(const HyperParams& p, const LayerWeights& w, int64_t layer, int64_t n, ForwardScratch& s,
+             cpu::ThreadPool& pool) {
   s.input.reset(s.normed.data(), n, p.embedding);
   cpu::matmul(w.router, s.input, s.router_logits.data(), pool);
   cpu::route_top_k(s.router_logits.data(), n, p.experts, p.experts_used, p.normalize_expert_weights, s.routing);
+  for (const int32_t e : s.routing.experts) ++s.routed[static_cast<size_t>(layer * p.experts + e)];
   cpu::moe_swiglu(s.normed.data(), n, s.routing, w.expert_gate, w.expert_up, w.expert_down, s.projected.data(), s.moe,
                   pool);
 }
 
-void ffn_block(const HyperParams& p, const LayerWeights& w, int64_t n, ForwardScratch& s, cpu::ThreadPool& pool) {
+void ffn_block(const HyperParams& p, const LayerWeights& w, int64_t layer, int64_t n, ForwardScratch& s,
+               cpu::ThreadPool& pool) {
   cpu::rms_norm(s.residual.data(), n, p.embedding, p.embedding, w.ffn_norm, p.rms_epsilon, s.normed.data(),
                 p.embedding);
   if (p.experts > 0) {
-    moe_ffn(p, w, n, s, pool);
+    moe_ffn(p, w, layer, n, s, pool);
   } else {
     dense_ffn(p, w, n, s, pool);
   }
@@ -116,6 +119,7 @@ void forward(const model::Model& model, std::span<const SequenceRows> batch, std
   int64_t n = 0;
   for (const SequenceRows& part : batch) n += static_cast<int64_t>(part.tokens.size());
   size_scratch(p, n, s);
+  s.routed.assign(static_cast<size_t>(p.layers * p.experts), 0);
   s.logit_rows.clear();
   int64_t row = 0;
   for (const SequenceRows& part : batch) {
@@ -128,7 +132,7 @@ void forward(const model::Model& model, std::span<const SequenceRows> batch, std
   }
   for (int64_t l = 0; l < p.layers; ++l) {
     attention_block(p, model.layers[l], l, n, batch, s, pool);
-    ffn_block(p, model.layers[l], n, s, pool);
+    ffn_block(p, model.layers[l], l, n, s, pool);
   }
 
   // The output norm gathers the rows that return logits, so the output product reads only those.

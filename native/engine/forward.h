@@ -34,6 +34,8 @@ struct ForwardScratch {
   cpu::MatmulInput input;
   cpu::Routing routing;
   cpu::MoeScratch moe;
+  // Rows the last pass routed to each (layer, expert), layer after layer: the routing counts' input.
+  std::vector<uint32_t> routed;
 };
 
 // Which rows of logits a sequence's part of a pass returns.

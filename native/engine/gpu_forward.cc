@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <numeric>
@@ -17,6 +18,7 @@
 #include "cuda/ops.h"
 #include "cuda/runtime.h"
 #include "engine/expert_stream.h"
+#include "engine/gpu_residency.h"
 #include "quant/ggml_types.h"
 
 namespace bloomery::engine {
@@ -112,8 +114,10 @@ struct Workspace {
 // The weights' places in device memory, and which experts are there: what bind_weights
 // fills (also for gpu_footprint, which needs no device).
 struct GpuWeights {
-  std::vector<std::vector<int32_t>> resident;     // per layer, the GPU's experts, in slot order
-  std::vector<std::vector<int32_t>> slot_tables;  // per layer, expert -> slot (-1: host), uploaded with the weights
+  std::vector<std::vector<int32_t>> resident;  // per layer, the GPU's experts, in slot order
+  // Per layer, expert -> slot (-1: host), uploaded with the weights: the host's view of the device
+  // tables, which adaptive residency (GpuResidency) rewrites between passes.
+  std::vector<std::vector<int32_t>> slot_tables;
   DeviceMatrix token_embedding, output;
   const float* output_norm = nullptr;
   const float* freq_factors = nullptr;
@@ -126,6 +130,12 @@ class GpuModel : public GpuWeights {
   model::HyperParams params;
   std::unique_ptr<HostExperts> host_experts;    // set when some experts live in host memory: decode and short prompts
   std::unique_ptr<ExpertStream> expert_stream;  // with host_experts: long prompts copy them to the GPU
+  std::unique_ptr<GpuResidency> residency;      // with host_experts: moves experts between passes
+  // Rows routed to each (layer, expert) since load, counted on the device (wrapping), copied to
+  // mapped host memory at the end of each gpu_forward; `routed_taken` is what take_routed_calls saw.
+  DeviceBuffer routed;
+  cuda::PinnedBuffer routed_host;
+  std::vector<uint32_t> routed_taken;
   DeviceBuffer weights;
   cuda::Stream stream;
   Workspace work;
@@ -529,6 +539,7 @@ struct Pass {
     mul(w.router, x, n, f(ws.router_logits), false);
     cuda::route_top_k(f(ws.router_logits), n, p.experts, p.experts_used, p.normalize_expert_weights,
                       ws.chosen.as<int32_t>(), f(ws.routing_weights), stream);
+    cuda::count_routed(ws.chosen.as<int32_t>(), n, p.experts_used, m.routed.as<uint32_t>() + layer * p.experts, stream);
     HostExperts* host = m.host_experts.get();
     const bool host_layer = host && host->has_host_experts(layer);
     const bool hybrid = host_layer && !streams();
@@ -715,6 +726,15 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
   bind_weights(model, planner, *g);
   g->weights = planner.take();
   allocate_workspace(p, g->work);
+  if (p.experts > 0) {
+    const std::vector<uint32_t> zeros(static_cast<size_t>(p.layers * p.experts), 0);
+    const size_t bytes = zeros.size() * sizeof(uint32_t);
+    g->routed = DeviceBuffer(bytes, "routing counts");
+    cuda::upload(g->routed.data(), zeros.data(), bytes);
+    g->routed_host = cuda::PinnedBuffer(bytes, "routing counts (host copy)");
+    std::memset(g->routed_host.host<uint32_t>(), 0, bytes);
+    g->routed_taken = zeros;
+  }
   if (resident < all) {
     std::vector<std::vector<uint8_t>> on_host;
     for (const auto& table : g->slot_tables) {
@@ -723,9 +743,16 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
       on_host.push_back(std::move(mask));
     }
     g->host_experts = std::make_unique<HostExperts>(model, std::move(on_host), kMaxBatch, pool);
-    std::vector<ExpertStacks> pools;
-    for (const GpuLayer& l : g->layers) pools.push_back({l.expert_gate, l.expert_up, l.expert_down, l.expert_slots});
-    g->expert_stream = std::make_unique<ExpertStream>(model, g->slot_tables, std::move(pools));
+    std::vector<ExpertStacks> stacks;
+    for (const GpuLayer& l : g->layers) stacks.push_back({l.expert_gate, l.expert_up, l.expert_down, l.expert_slots});
+    g->expert_stream = std::make_unique<ExpertStream>(model, g->slot_tables, std::move(stacks));
+    std::vector<SlotPools> pools;
+    for (const GpuLayer& layer : g->layers) {
+      // The pools and tables sit in the weights' allocation, which the model owns: writable.
+      pools.push_back({const_cast<uint8_t*>(layer.expert_gate.data), const_cast<uint8_t*>(layer.expert_up.data),
+                       const_cast<uint8_t*>(layer.expert_down.data), const_cast<int32_t*>(layer.expert_slots)});
+    }
+    g->residency = std::make_unique<GpuResidency>(model, std::move(pools), g->slot_tables, *g->host_experts);
   }
   return g;
 }
@@ -816,6 +843,10 @@ void gpu_forward(GpuModel& model, GpuSequence& sequence, std::span<const int32_t
       }
     }
   }
+  if (p.experts > 0) {
+    cuda::copy_to_host(model.routed_host.host<uint32_t>(), model.routed.data(),
+                       static_cast<size_t>(p.layers * p.experts) * sizeof(uint32_t), stream);
+  }
   model.stream.synchronize();
   if (model.host_experts) {
     model.host_experts->add_pass_time(
@@ -827,6 +858,35 @@ OffloadStats offload_stats(GpuModel& model) {
   if (!model.host_experts) return {};
   cuda::use_device(model.device);
   return model.host_experts->stats();
+}
+
+bool gpu_has_host_experts(GpuModel& model) { return model.host_experts != nullptr; }
+
+void take_routed_calls(GpuModel& model, std::vector<uint32_t>& calls) {
+  const uint32_t* counted = model.routed_host.host<uint32_t>();
+  for (size_t i = 0; i < model.routed_taken.size(); ++i) {
+    calls[i] += counted[i] - model.routed_taken[i];
+    model.routed_taken[i] = counted[i];
+  }
+}
+
+const std::vector<std::vector<int32_t>>& gpu_slot_tables(GpuModel& model) { return model.slot_tables; }
+
+const std::vector<std::vector<int32_t>>& gpu_slot_experts(GpuModel& model) {
+  if (!model.residency) throw Error("INVALID_ARGUMENT", "the model has no experts in host memory to move");
+  return model.residency->slot_experts();
+}
+
+void begin_swaps(GpuModel& model, std::span<const Swap> swaps) {
+  if (!model.residency) throw Error("INVALID_ARGUMENT", "the model has no experts in host memory to move");
+  cuda::use_device(model.device);
+  model.residency->begin(swaps, model.stream.handle());
+}
+
+void seat_copied_experts(GpuModel& model) {
+  if (!model.residency) throw Error("INVALID_ARGUMENT", "the model has no experts in host memory to move");
+  cuda::use_device(model.device);
+  model.residency->seat_copied(model.stream.handle());
 }
 
 void copy_kv_to_host(GpuModel& model, const GpuSequence& sequence, int64_t n, int64_t packed, uint16_t* keys,
@@ -877,6 +937,12 @@ void gpu_forward(GpuModel&, GpuSequence&, std::span<const int32_t>, int64_t, Log
   refuse();
 }
 OffloadStats offload_stats(GpuModel&) { refuse(); }
+bool gpu_has_host_experts(GpuModel&) { refuse(); }
+void take_routed_calls(GpuModel&, std::vector<uint32_t>&) { refuse(); }
+const std::vector<std::vector<int32_t>>& gpu_slot_tables(GpuModel&) { refuse(); }
+const std::vector<std::vector<int32_t>>& gpu_slot_experts(GpuModel&) { refuse(); }
+void begin_swaps(GpuModel&, std::span<const Swap>) { refuse(); }
+void seat_copied_experts(GpuModel&) { refuse(); }
 void copy_kv_to_host(GpuModel&, const GpuSequence&, int64_t, int64_t, uint16_t*, uint16_t*) { refuse(); }
 void copy_kv_to_device(GpuModel&, GpuSequence&, int64_t, int64_t, const uint16_t*, const uint16_t*) { refuse(); }
 

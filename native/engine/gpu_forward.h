@@ -18,6 +18,7 @@
 #include "cpu/thread_pool.h"
 #include "engine/forward.h"
 #include "engine/host_experts.h"
+#include "engine/residency.h"
 #include "model/model.h"
 
 namespace bloomery::engine {
@@ -67,6 +68,22 @@ void gpu_forward(GpuModel& model, GpuSequence& sequence, std::span<const int32_t
 
 // Where a hybrid model's time went since load (all zero when every expert is on the GPU).
 OffloadStats offload_stats(GpuModel& model);
+// --- routing counts and adaptive residency (engine/residency.h): between passes, on the scheduler thread ---
+// Whether some routed experts live in host memory (the CPU runs them).
+bool gpu_has_host_experts(GpuModel& model);
+// Adds to `calls` (layers * experts, layer after layer) the rows routed to each expert by the
+// passes since the last call.
+void take_routed_calls(GpuModel& model, std::vector<uint32_t>& calls);
+// Per layer, expert -> GPU slot as the passes see it (-1: the CPU serves it).
+const std::vector<std::vector<int32_t>>& gpu_slot_tables(GpuModel& model);
+// The rest need host experts (INVALID_ARGUMENT otherwise); see engine/gpu_residency.h.
+// Per layer, the expert each GPU slot holds or is being copied into.
+const std::vector<std::vector<int32_t>>& gpu_slot_experts(GpuModel& model);
+// Retires each swap's evicted expert and queues the copy of its seated one.
+void begin_swaps(GpuModel& model, std::span<const Swap> swaps);
+// Points the tables at the experts whose copies have landed (never waits for one).
+void seat_copied_experts(GpuModel& model);
+
 // Copies the keys and values of positions [0, n) to / from host memory, packed layer after
 // layer with `packed` rows per layer (n <= packed), as KvCache::copy_out does: how sessions
 // are saved and restored.

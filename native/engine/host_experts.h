@@ -42,6 +42,9 @@ class HostExperts {
 
   // Whether layer l has experts in host memory (the others need no handoff).
   bool has_host_experts(int64_t layer) const { return layer_active_[layer]; }
+  // Between passes (adaptive residency): whether the CPU serves expert e of layer l from the
+  // next pass on. A layer keeps its count of host experts, so has_host_experts stays.
+  void set_on_host(int64_t layer, int32_t expert, bool on_host) { on_host_[layer][expert] = on_host ? 1 : 0; }
 
   // --- queued on the GPU stream (capturable into a graph) ---
   void queue_begin_pass(cuda::StreamHandle stream);

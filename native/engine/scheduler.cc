@@ -351,6 +351,9 @@ void Scheduler::execute(Pass& pass) {
       }
       forward(runtime_.model(), batch, logits_, scratch_, runtime_.pool_);
     }
+    const bool prompt =
+        std::any_of(pass.parts.begin(), pass.parts.end(), [](const Pass::Part& p) { return !p.decode; });
+    runtime_.residency_->after_step(scratch_.routed, prompt);
     for (const Pass::Part& part : pass.parts) part.request->session->record(part.first_position, part.tokens);
   } catch (...) {
     pass.error = std::current_exception();

@@ -32,6 +32,8 @@ Runtime::Runtime(std::unique_ptr<model::Model> model, const RuntimeOptions& opti
                                         std::to_string(parallel_) + " parallel sequences");
   }
   if (options.gpu) gpu_ = upload_model(*model_, *options.gpu, context_size_, pool_);
+  residency_ = std::make_unique<Residency>(model_->params.layers, model_->params.experts, gpu_.get(),
+                                           options.adaptive_residency);
   scheduler_ = Scheduler::start(*this);
 }
 

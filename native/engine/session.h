@@ -17,6 +17,7 @@
 #include "engine/gpu_forward.h"
 #include "engine/kv_cache.h"
 #include "engine/prompt_cache.h"
+#include "engine/residency.h"
 #include "engine/state.h"
 #include "model/model.h"
 
@@ -38,6 +39,7 @@ struct RuntimeOptions {
   int64_t step_tokens = kDefaultStepTokens;  // rows of one pass (at least `parallel`)
   std::optional<GpuOptions> gpu;             // set: on the GPU, gpu->gpu_experts resident there (gpu_forward.h)
   uint64_t cache_ram = 0;                    // bytes of host RAM for the prompt-state cache; 0: no cache
+  bool adaptive_residency = true;            // with experts split between GPU and host, move them as routing asks
 };
 
 // The context size a runtime uses for `requested` (0: the model's trained context, at most
@@ -61,6 +63,8 @@ class Runtime {
   // The identity saved states carry (model_fingerprint), computed on first use.
   uint64_t fingerprint();
   Scheduler& scheduler() { return *scheduler_; }
+  // Routing counts, tier hits and expert moves (engine/residency.h).
+  Residency& residency() { return *residency_; }
 
  private:
   friend class Session;
@@ -74,6 +78,7 @@ class Runtime {
   // history or the prompt-state cache outside a pass (save, restore, fork, prepare_prompt, stores).
   std::mutex compute_;
   std::shared_ptr<GpuModel> gpu_;
+  std::unique_ptr<Residency> residency_;
   PromptCache prompt_cache_;
   std::once_flag fingerprint_once_;
   uint64_t fingerprint_ = 0;

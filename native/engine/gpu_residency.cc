@@ -1,0 +1,71 @@
+#include "engine/gpu_residency.h"
+
+#ifdef BLOOMERY_CUDA
+
+#include <algorithm>
+
+#include "cuda/ops.h"
+
+namespace bloomery::engine {
+
+namespace {
+
+size_t expert_bytes(const cpu::ExpertMatrices& m) { return static_cast<size_t>(m.first.rows) * m.first.row_bytes; }
+
+}  // namespace
+
+GpuResidency::GpuResidency(const model::Model& model, std::vector<SlotPools> pools,
+                           std::vector<std::vector<int32_t>>& slot_tables, HostExperts& host)
+    : model_(model), pools_(std::move(pools)), slot_tables_(slot_tables), host_(host) {
+  for (const std::vector<int32_t>& table : slot_tables_) {
+    std::vector<int32_t> experts;
+    for (size_t e = 0; e < table.size(); ++e) {
+      if (table[e] < 0) continue;
+      if (static_cast<size_t>(table[e]) >= experts.size()) experts.resize(static_cast<size_t>(table[e]) + 1, -1);
+      experts[static_cast<size_t>(table[e])] = static_cast<int32_t>(e);
+    }
+    slot_experts_.push_back(std::move(experts));
+  }
+}
+
+void GpuResidency::begin(std::span<const Swap> swaps, cuda::StreamHandle compute) {
+  for (const Swap& s : swaps) {
+    if (slot_tables_[s.layer][s.evicted] >= 0) {
+      cuda::set_expert_slot(pools_[s.layer].slot_of_expert, s.evicted, -1, compute);
+      slot_tables_[s.layer][s.evicted] = -1;
+      host_.set_on_host(s.layer, s.evicted, true);
+    }
+    std::erase_if(in_flight_, [&](const Copy& c) { return c.swap.layer == s.layer && c.swap.slot == s.slot; });
+    slot_experts_[s.layer][s.slot] = s.seated;
+  }
+  retired_.record(compute);
+  retired_.wait_in(copies_.handle());
+  for (const Swap& s : swaps) {
+    const model::LayerWeights& w = model_.layers[s.layer];
+    const SlotPools& pools = pools_[s.layer];
+    for (const auto& [stack, pool] : {std::pair{&w.expert_gate, pools.gate}, std::pair{&w.expert_up, pools.up},
+                                      std::pair{&w.expert_down, pools.down}}) {
+      const size_t bytes = expert_bytes(*stack);
+      cuda::copy_async(pool + static_cast<size_t>(s.slot) * bytes, stack->expert(s.seated).data, bytes,
+                       copies_.handle());
+    }
+    Copy copy{s, std::make_unique<cuda::Event>()};
+    copy.landed->record(copies_.handle());
+    in_flight_.push_back(std::move(copy));
+  }
+}
+
+void GpuResidency::seat_copied(cuda::StreamHandle compute) {
+  std::erase_if(in_flight_, [&](const Copy& c) {
+    if (!c.landed->done()) return false;
+    const Swap& s = c.swap;
+    cuda::set_expert_slot(pools_[s.layer].slot_of_expert, s.seated, s.slot, compute);
+    slot_tables_[s.layer][s.seated] = s.slot;
+    host_.set_on_host(s.layer, s.seated, false);
+    return true;
+  });
+}
+
+}  // namespace bloomery::engine
+
+#endif

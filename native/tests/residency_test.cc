@@ -1,0 +1,95 @@
+// Adaptive residency's host half: the decaying counts and tier hits, and the swap policy
+// (pairing, margin, cap, ties, determinism) on hand-made counts.
+#include "engine/residency.h"
+
+#include <cmath>
+#include <vector>
+
+#include "tests/check.h"
+
+using namespace bloomery::engine;
+
+namespace {
+
+// A one-step history: `calls` per (layer, expert), all served by the host.
+RoutingCounts counted(int64_t layers, int64_t experts, const std::vector<uint32_t>& calls) {
+  RoutingCounts counts(layers, experts);
+  counts.add_step(calls, {});
+  return counts;
+}
+
+}  // namespace
+
+TEST(routing_counts_decay_then_add) {
+  RoutingCounts counts(1, 3);
+  counts.add_step(std::vector<uint32_t>{4, 0, 1}, {});
+  counts.add_step(std::vector<uint32_t>{0, 2, 1}, {});
+  CHECK(std::abs(counts.count(0, 0) - 4 * kRoutingDecay) < 1e-12) << counts.count(0, 0);
+  CHECK(std::abs(counts.count(0, 1) - 2) < 1e-12) << counts.count(0, 1);
+  CHECK(std::abs(counts.count(0, 2) - (kRoutingDecay + 1)) < 1e-12) << counts.count(0, 2);
+  CHECK(counts.steps() == 2);
+  CHECK(std::abs(std::pow(kRoutingDecay, 128) - 0.5) < 1e-3) << "half-life of 128 steps";
+}
+
+TEST(routing_counts_split_hits_by_tier) {
+  RoutingCounts counts(2, 2);
+  // Layer 0: expert 1 on the GPU; layer 1: expert 0 on the GPU.
+  const std::vector<std::vector<int32_t>> tables{{-1, 0}, {0, -1}};
+  counts.add_step(std::vector<uint32_t>{3, 5, 7, 11}, tables);
+  CHECK(counts.hits().gpu == 5 + 7) << counts.hits().gpu;
+  CHECK(counts.hits().host == 3 + 11) << counts.hits().host;
+  CHECK(counts.hits().disk == 0);
+  counts.add_step(std::vector<uint32_t>{1, 1, 1, 1}, {});
+  CHECK(counts.hits().host == 3 + 11 + 4) << "no tables: the CPU engine serves all";
+}
+
+TEST(swaps_pair_hottest_host_with_coldest_gpu) {
+  // Six experts, GPU slots 0 and 1 hold experts 0 and 1 (cold); experts 4 and 5 are hot.
+  const RoutingCounts counts = counted(1, 6, {1, 0, 3, 2, 9, 20});
+  const std::vector<Swap> swaps = choose_swaps(counts, {{0, 1}}, {0.5, 10});
+  CHECK(swaps.size() == 2) << swaps.size();
+  if (swaps.size() != 2) return;
+  CHECK(swaps[0].seated == 5 && swaps[0].evicted == 1 && swaps[0].slot == 1) << swaps[0].seated << swaps[0].evicted;
+  CHECK(swaps[1].seated == 4 && swaps[1].evicted == 0 && swaps[1].slot == 0) << swaps[1].seated << swaps[1].evicted;
+}
+
+TEST(swaps_respect_margin) {
+  const RoutingCounts counts = counted(1, 3, {4, 5, 7});
+  CHECK(choose_swaps(counts, {{0}}, {3.0, 10}).empty()) << "7 - 4 is not more than a margin of 3";
+  CHECK(choose_swaps(counts, {{0}}, {2.5, 10}).size() == 1);
+  // A hot host expert never displaces a GPU expert as hot as it.
+  const RoutingCounts even = counted(1, 2, {5, 5});
+  CHECK(choose_swaps(even, {{1}}, {0.0, 10}).empty());
+}
+
+TEST(swaps_cap_keeps_the_largest_gains_over_layers) {
+  // Layer 0's best gain is 10 - 0, layer 1's 30 - 0 and 20 - 1.
+  const RoutingCounts counts = counted(2, 4, {0, 10, 0, 0, 0, 1, 30, 20});
+  const std::vector<Swap> swaps = choose_swaps(counts, {{0}, {0, 1}}, {0.5, 2});
+  CHECK(swaps.size() == 2) << swaps.size();
+  if (swaps.size() != 2) return;
+  CHECK(swaps[0].layer == 1 && swaps[0].seated == 2 && swaps[0].evicted == 0);
+  CHECK(swaps[1].layer == 1 && swaps[1].seated == 3 && swaps[1].evicted == 1);
+  CHECK(choose_swaps(counts, {{0}, {0, 1}}, {0.5, 0}).empty()) << "a cap of 0 moves nothing";
+}
+
+TEST(swaps_break_ties_by_expert_id_and_repeat) {
+  // Hosts 2, 3, 4 tie; GPU 0 and 1 tie: the lower ids go first on both sides.
+  const RoutingCounts counts = counted(1, 5, {1, 1, 6, 6, 6});
+  const std::vector<Swap> a = choose_swaps(counts, {{1, 0}}, {0.5, 10});
+  const std::vector<Swap> b = choose_swaps(counts, {{1, 0}}, {0.5, 10});
+  CHECK(a.size() == 2) << a.size();
+  if (a.size() != 2) return;
+  CHECK(a[0].seated == 2 && a[0].evicted == 0 && a[0].slot == 1) << a[0].seated << a[0].evicted << a[0].slot;
+  CHECK(a[1].seated == 3 && a[1].evicted == 1 && a[1].slot == 0) << a[1].seated << a[1].evicted << a[1].slot;
+  for (size_t i = 0; i < a.size(); ++i) {
+    CHECK(a[i].layer == b[i].layer && a[i].slot == b[i].slot && a[i].seated == b[i].seated &&
+          a[i].evicted == b[i].evicted);
+  }
+}
+
+TEST(swaps_skip_layers_without_gpu_slots) {
+  const RoutingCounts counts = counted(1, 3, {0, 9, 9});
+  CHECK(choose_swaps(counts, {{}}, {0.0, 10}).empty());
+  CHECK(choose_swaps(counts, {{0, 1, 2}}, {0.0, 10}).empty()) << "all on the GPU: nothing to seat";
+}
