@@ -39,9 +39,26 @@ __device__ __forceinline__ int load_int_aligned2(const uint8_t* p) {
   return static_cast<int>(static_cast<uint32_t>(h[0]) | (static_cast<uint32_t>(h[1]) << 16));
 }
 
-// A float's exp, correctly rounded as the host's libm gives it (through double), so the GPU
-// and the CPU path round softmax and SwiGLU inputs alike.
-__device__ __forceinline__ float exp_as_host(float x) { return static_cast<float>(exp(static_cast<double>(x))); }
+// A float's exp as the CPU path computes it on AVX-512 hosts (cpu/avx512_math.h's
+// exp_avx512, step for step: the same clamps, the same round-to-nearest k, fused multiply-adds
+// in the same order, the same scaling by 2^k), so the GPU and the CPU round softmax, SwiGLU
+// and attention inputs alike there. (On hosts without AVX-512 the CPU uses libm's exp: the
+// two differ by at most 2 ulp.)
+__device__ __forceinline__ float exp_as_host(float x) {
+  x = fminf(89.0f, fmaxf(-104.0f, x));
+  const float k = rintf(__fmul_rn(x, 1.44269504088896341f));
+  float r = __fmaf_rn(-k, 0.693145751953125f, x);
+  r = __fmaf_rn(-k, 1.4286068202862268e-06f, r);
+  float p = 1.0f / 5040;
+  p = __fmaf_rn(p, r, 1.0f / 720);
+  p = __fmaf_rn(p, r, 1.0f / 120);
+  p = __fmaf_rn(p, r, 1.0f / 24);
+  p = __fmaf_rn(p, r, 1.0f / 6);
+  p = __fmaf_rn(p, r, 0.5f);
+  p = __fmaf_rn(p, r, 1.0f);
+  p = __fmaf_rn(p, r, 1.0f);
+  return ldexpf(p, static_cast<int>(k));
+}
 
 // silu(gate) * up, rounded step by step as cpu/swiglu.cc computes it.
 __device__ __forceinline__ float swiglu_value(float gate, float up) {

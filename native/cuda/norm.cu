@@ -4,8 +4,8 @@ namespace bloomery::cuda {
 
 namespace {
 
-// One warp per row. The arithmetic is the CPU path's (cpu/rms_norm.cc): the sum of squares
-// in double, the mean rounded to float, 1 / sqrt(mean + eps), then (x * scale) * weight,
+// One warp per row. The arithmetic is the CPU path's (cpu/rms_norm.cc): the squares rounded
+// to float (as ggml does) and summed in double, the mean rounded to float, 1 / sqrt(mean + eps), then (x * scale) * weight,
 // each step rounded as there (no fused multiply-add), so both give the same floats.
 __global__ void rms_norm_kernel(const float* x, int rows, int width, const float* weight, float eps, float* out) {
   const int row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
@@ -14,8 +14,7 @@ __global__ void rms_norm_kernel(const float* x, int rows, int width, const float
   const float* in = x + static_cast<int64_t>(row) * width;
   double sum = 0.0;
   for (int i = lane; i < width; i += kWarp) {
-    const auto v = static_cast<double>(in[i]);
-    sum = __dadd_rn(sum, __dmul_rn(v, v));
+    sum = __dadd_rn(sum, static_cast<double>(__fmul_rn(in[i], in[i])));
   }
 #pragma unroll
   for (int offset = kWarp / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);

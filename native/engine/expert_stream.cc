@@ -62,22 +62,44 @@ size_t largest(const model::Model& model, const cpu::ExpertMatrices model::Layer
 
 size_t expert_bytes(const cpu::ExpertMatrices& m) { return static_cast<size_t>(m.first.rows) * m.first.row_bytes; }
 
+// Most copies a stack's gather may take. Residency scatters the GPU's experts over a layer,
+// cutting the host's experts into short runs; past this many copies, each costing the host
+// microseconds to queue, copying the whole stack from the host (resident experts included)
+// costs less than the PCIe bytes it saves.
+constexpr int kMaxGatherCopies = 16;
+
 // Copies a stack's experts into `stack` in expert order: runs of host experts (adjacent in
-// the file) and runs of resident ones in consecutive slots each go as one copy.
-void gather(const cpu::ExpertMatrices& host, const cuda::DeviceMatrix& pool, const std::vector<int32_t>& slots,
-            uint8_t* stack, cuda::StreamHandle stream) {
+// the file) and runs of resident ones in consecutive slots each go as one copy, or the whole
+// stack from the host when that would take more than kMaxGatherCopies. Returns the bytes
+// copied from the host.
+size_t gather(const cpu::ExpertMatrices& host, const cuda::DeviceMatrix& pool, const std::vector<int32_t>& slots,
+              uint8_t* stack, cuda::StreamHandle stream) {
   const size_t bytes = expert_bytes(host);
   const auto experts = static_cast<int64_t>(slots.size());
-  for (int64_t first = 0; first < experts;) {
+  const auto run_end = [&](int64_t first) {
     const bool on_host = slots[first] < 0;
     int64_t end = first + 1;
     while (end < experts && (slots[end] < 0) == on_host && (on_host || slots[end] == slots[end - 1] + 1)) ++end;
+    return end;
+  };
+  int runs = 0;
+  for (int64_t first = 0; first < experts; first = run_end(first)) ++runs;
+  if (runs > kMaxGatherCopies) {
+    cuda::copy_async(stack, host.expert(0).data, static_cast<size_t>(experts) * bytes, stream);
+    return static_cast<size_t>(experts) * bytes;
+  }
+  size_t from_host = 0;
+  for (int64_t first = 0; first < experts;) {
+    const bool on_host = slots[first] < 0;
+    const int64_t end = run_end(first);
+    const size_t run = static_cast<size_t>(end - first) * bytes;
     const void* source = on_host ? static_cast<const void*>(host.expert(first).data)
                                  : static_cast<const void*>(pool.data + static_cast<size_t>(slots[first]) * bytes);
-    cuda::copy_async(stack + static_cast<size_t>(first) * bytes, source, static_cast<size_t>(end - first) * bytes,
-                     stream);
+    cuda::copy_async(stack + static_cast<size_t>(first) * bytes, source, run, stream);
+    from_host += on_host ? run : 0;
     first = end;
   }
+  return from_host;
 }
 
 }  // namespace
@@ -157,12 +179,13 @@ void ExpertStream::queue_copy(int64_t layer, Stage& stage) {
   if (timed) stage.copy_start.record(stream);
   const model::LayerWeights& w = model_.layers[layer];
   const ExpertStacks& pool = pools_[layer];
-  gather(w.expert_gate, pool.gate, slot_tables_[layer], stage.gate.as<uint8_t>(), stream);
-  gather(w.expert_up, pool.up, slot_tables_[layer], stage.up.as<uint8_t>(), stream);
-  gather(w.expert_down, pool.down, slot_tables_[layer], stage.down.as<uint8_t>(), stream);
+  const std::vector<int32_t>& slots = slot_tables_[layer];
+  const size_t from_host = gather(w.expert_gate, pool.gate, slots, stage.gate.as<uint8_t>(), stream) +
+                           gather(w.expert_up, pool.up, slots, stage.up.as<uint8_t>(), stream) +
+                           gather(w.expert_down, pool.down, slots, stage.down.as<uint8_t>(), stream);
   if (timed) {
     stage.copy_end.record(stream);
-    stage.timed_bytes = host_bytes(layer);
+    stage.timed_bytes = from_host;
   }
   stage.copied.record(stream);
 }

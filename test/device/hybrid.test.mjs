@@ -112,7 +112,7 @@ for (const type of ["Q4_K", "Q8_0", "Q6_K"]) {
 test("a GPU budget below the model's size plans experts on both sides of every layer", { skip }, async () => {
   const path = fixture("tiny-qwen3moe", "Q4_K");
   const f = await modelFootprint(path, { contextSize: CONTEXT });
-  const fixed = f.denseBytes + f.kvBytes + f.workspaceBytes;
+  const fixed = f.denseBytes + f.kvBytes + f.workspaceBytes + f.streamBytes;
   const halfTheExperts = (f.expertBytes.reduce((a, b) => a + b, 0) * f.experts) / 2;
   const reference = await loadModel(path, { gpu: "auto", contextSize: CONTEXT });
   const hybrid = await loadModel(path, { gpu: { budget: fixed + halfTheExperts }, contextSize: CONTEXT });
