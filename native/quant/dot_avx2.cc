@@ -189,8 +189,8 @@ BLOOMERY_AVX2 inline __m128i load128(const void* p) { return _mm_loadu_si128(sta
 
 // Q3_K in llama.cpp's AVX2 order: each 32-element run's products land in int32 lane
 // (position in the run) / 4, summed over the block's eight runs, and only then scaled by d
-// into a per-lane float accumulator (llama.cpp sums the lanes once, at the end). The codes are signed (-4..3): maddubs takes their
-// magnitude and y carries their sign.
+// into a per-lane float accumulator (llama.cpp sums the lanes once, at the end). The codes
+// are signed (-4..3): maddubs takes their magnitude and y carries their sign.
 BLOOMERY_AVX2 float vec_dot_q3_k_q8_k_avx2(const void* w, const void* a, int64_t n) {
   const auto* x = static_cast<const BlockQ3_K*>(w);
   const auto* y = static_cast<const BlockQ8_K*>(a);
