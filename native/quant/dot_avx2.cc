@@ -7,6 +7,8 @@
 #include "quant/blocks.h"
 #include "quant/dot_simd.h"
 #include "quant/float_formats.h"
+#include "quant/q3k_scales_simd.h"
+#include "quant/reduce_avx2.h"
 
 #define BLOOMERY_AVX2 __attribute__((target("avx2,fma,f16c")))
 
@@ -15,13 +17,6 @@ namespace bloomery::quant {
 namespace {
 
 BLOOMERY_AVX2 inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
-
-BLOOMERY_AVX2 inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 BLOOMERY_AVX2 inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 
@@ -56,7 +51,7 @@ BLOOMERY_AVX2 float vec_dot_f32_f32_avx2(const void* w, const void* a, int64_t n
       acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8 * k), _mm256_loadu_ps(y + i + 8 * k), acc[k]);
     }
   }
-  float sum = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+  float sum = sum_of_8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
   for (; i < n; ++i) sum += x[i] * y[i];
   return sum;
 }
@@ -69,7 +64,7 @@ BLOOMERY_AVX2 float vec_dot_q8_0_q8_0_avx2(const void* w, const void* a, int64_t
     const __m256 d = _mm256_set1_ps(half_to_float(x[i].d) * half_to_float(y[i].d));
     acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(load256(x[i].qs), load256(y[i].qs))), acc);
   }
-  return hsum(acc);
+  return sum_of_8(acc);
 }
 
 BLOOMERY_AVX2 float vec_dot_q4_0_q8_0_avx2(const void* w, const void* a, int64_t n) {
@@ -81,7 +76,7 @@ BLOOMERY_AVX2 float vec_dot_q4_0_q8_0_avx2(const void* w, const void* a, int64_t
     const __m256i q = _mm256_sub_epi8(unpack_nibbles(x[i].qs), _mm256_set1_epi8(8));
     acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(q, load256(y[i].qs))), acc);
   }
-  return hsum(acc);
+  return sum_of_8(acc);
 }
 
 BLOOMERY_AVX2 float vec_dot_iq4_nl_q8_0_avx2(const void* w, const void* a, int64_t n) {
@@ -94,7 +89,7 @@ BLOOMERY_AVX2 float vec_dot_iq4_nl_q8_0_avx2(const void* w, const void* a, int64
     const __m256i q = _mm256_shuffle_epi8(values, unpack_nibbles(x[i].qs));
     acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(q, load256(y[i].qs))), acc);
   }
-  return hsum(acc);
+  return sum_of_8(acc);
 }
 
 BLOOMERY_AVX2 float vec_dot_mxfp4_q8_0_avx2(const void* w, const void* a, int64_t n) {
@@ -107,7 +102,7 @@ BLOOMERY_AVX2 float vec_dot_mxfp4_q8_0_avx2(const void* w, const void* a, int64_
     const __m256i q = _mm256_shuffle_epi8(values, unpack_nibbles(x[i].qs));
     acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(q, load256(y[i].qs))), acc);
   }
-  return hsum(acc);
+  return sum_of_8(acc);
 }
 
 // Q4_K/Q5_K mins: sum_j min_j * (bsums[2j] + bsums[2j+1]), in int.
@@ -142,7 +137,7 @@ BLOOMERY_AVX2 float vec_dot_q4_k_q8_k_avx2(const void* w, const void* a, int64_t
     }
     acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * half_to_float(x[i].d)), _mm256_cvtepi32_ps(sum), acc);
   }
-  return hsum(acc) - mins;
+  return sum_of_8(acc) - mins;
 }
 
 BLOOMERY_AVX2 float vec_dot_q5_k_q8_k_avx2(const void* w, const void* a, int64_t n) {
@@ -173,11 +168,61 @@ BLOOMERY_AVX2 float vec_dot_q5_k_q8_k_avx2(const void* w, const void* a, int64_t
     }
     acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * half_to_float(x[i].d)), _mm256_cvtepi32_ps(sum), acc);
   }
-  return hsum(acc) - mins;
+  return sum_of_8(acc) - mins;
 }
 
-// Q6_K: the codes are used unsigned (0..63); their -32 offset comes back as
-// 32 * sum_j scale_j * bsums[j], from Q8_K's per-16 sums.
+namespace {
+// For each 32-element run of a 16-element sub-block format, the byte of each int16 product
+// lane's scale (eight lanes per sub-block).
+alignas(16) constexpr uint8_t kRunScales[8][16] = {
+    {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1},
+    {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
+    {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5},
+    {6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
+    {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9},
+    {10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
+    {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13},
+    {14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15},
+};
+BLOOMERY_AVX2 inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+}  // namespace
+
+// Q3_K in llama.cpp's AVX2 order: each 32-element run's products land in int32 lane
+// (position in the run) / 4, summed over the block's eight runs, and only then scaled by d
+// into a per-lane float accumulator (llama.cpp sums the lanes once, at the end). The codes
+// are signed (-4..3): maddubs takes their magnitude and y carries their sign.
+BLOOMERY_AVX2 float vec_dot_q3_k_q8_k_avx2(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const BlockQ3_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  const __m256i low_bits = _mm256_set1_epi8(3);
+  const __m256i four = _mm256_set1_epi8(4);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    const __m128i scales = q3k_scales(x[i].scales);
+    const __m256i high_bits = load256(x[i].hmask);
+    __m256i sum = _mm256_setzero_si256();
+    for (int half = 0; half < 2; ++half) {
+      const __m256i low = load256(x[i].qs + 32 * half);
+      for (int k = 0; k < 4; ++k) {
+        const int run = 4 * half + k;  // the 32-element run; its high bit is bit `run` of hmask
+        const __m256i code = _mm256_and_si256(_mm256_srli_epi16(low, 2 * k), low_bits);
+        const __m256i high_clear = _mm256_cmpeq_epi8(
+            _mm256_and_si256(high_bits, _mm256_set1_epi8(static_cast<char>(1 << run))), _mm256_setzero_si256());
+        const __m256i q = _mm256_sub_epi8(code, _mm256_and_si256(high_clear, four));
+        const __m256i yq = load256(y[i].qs + 32 * run);
+        const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(yq, q));
+        const __m256i s = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, load128(kRunScales[run])));
+        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, s));
+      }
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * half_to_float(x[i].d)), _mm256_cvtepi32_ps(sum), acc);
+  }
+  return sum_of_8(acc);
+}
+
+// Q6_K in llama.cpp's AVX2 order (the lanes as Q3_K's above; the offset's in lane j / 2): the
+// codes are used unsigned (0..63); their -32 offset comes back as 32 * sum_j scale_j * bsums[j],
+// from Q8_K's per-16 sums.
 BLOOMERY_AVX2 float vec_dot_q6_k_q8_k_avx2(const void* w, const void* a, int64_t n) {
   const auto* x = static_cast<const BlockQ6_K*>(w);
   const auto* y = static_cast<const BlockQ8_K*>(a);
@@ -210,7 +255,7 @@ BLOOMERY_AVX2 float vec_dot_q6_k_q8_k_avx2(const void* w, const void* a, int64_t
     }
     acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * half_to_float(x[i].d)), _mm256_cvtepi32_ps(sum), acc);
   }
-  return hsum(acc);
+  return sum_of_8(acc);
 }
 
 BLOOMERY_AVX2 float vec_dot_iq4_xs_q8_k_avx2(const void* w, const void* a, int64_t n) {
@@ -229,7 +274,7 @@ BLOOMERY_AVX2 float vec_dot_iq4_xs_q8_k_avx2(const void* w, const void* a, int64
     }
     acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * half_to_float(x[i].d)), _mm256_cvtepi32_ps(sum), acc);
   }
-  return hsum(acc);
+  return sum_of_8(acc);
 }
 
 }  // namespace bloomery::quant

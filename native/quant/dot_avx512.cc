@@ -9,6 +9,8 @@
 #include "quant/blocks.h"
 #include "quant/dot_simd.h"
 #include "quant/float_formats.h"
+#include "quant/q3k_scales_simd.h"
+#include "quant/reduce_avx2.h"
 #include "quant/reduce_avx512.h"
 
 // GCC 12's AVX-512 intrinsics build their "undefined" operands by self-initialization,
@@ -91,6 +93,27 @@ BLOOMERY_AVX512 inline void sum_each(const __m512* v, float* out) {
       for (int i = 0; i < 8 && first + i < R; ++i) out[first + i] = sums[i];
     }
   }
+}
+
+// For each 64-element step of a 16-element sub-block format (Q3_K, Q6_K), the sub-block of
+// every int16 product lane (two elements each): 64 elements span four sub-blocks.
+alignas(32) constexpr uint8_t kSubBlockScaleLanes[4][32] = {
+    {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
+    {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5, 6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
+    {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9, 10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
+    {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13,
+     14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15},
+};
+
+// llama.cpp's AVX2 K-quant order (see dot_avx2.cc) on this tier: a 512-bit block sum holds two
+// 32-element runs' int32 lanes side by side; adding its halves gives each lane's sum over all
+// runs, the integer the AVX2 kernel scales by d into its per-lane accumulator, and the same
+// steps from there give that kernel's bits.
+BLOOMERY_AVX512 inline __m256i add_runs(__m512i sum) {
+  return _mm256_add_epi32(_mm512_castsi512_si256(sum), _mm512_extracti64x4_epi64(sum, 1));
+}
+BLOOMERY_AVX512 inline __m256 accumulate_block(__m256i lanes, float d, __m256 acc) {
+  return _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
 }
 
 }  // namespace
@@ -241,19 +264,81 @@ BLOOMERY_AVX512 float vec_dot_q5_k_q8_k_avx512(const void* w, const void* a, int
   return _mm512_reduce_add_ps(acc) - mins;
 }
 
+// Q3_K in llama.cpp's AVX2 order (bit for bit vec_dot_q3_k_q8_k_avx2). Per 128-element half,
+// 64 elements at a time: two-bit codes from the same 32 qs bytes at shifts 0, 2 (then 4, 6),
+// their third bits from hmask bits 4 * half + 0, 1 (then 2, 3). The signed codes' magnitudes
+// go to maddubs, their signs onto the activations.
 namespace {
-// For each 64-element step of a Q6_K block, the scale index of every int16 product lane
-// (two elements each): 64 elements span four 16-element sub-blocks.
-alignas(32) constexpr uint8_t kQ6ScaleLanes[4][32] = {
-    {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
-    {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5, 6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
-    {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9, 10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
-    {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13,
-     14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15},
-};
+
+// W Q3_K rows against R Q8_K rows, on the same terms as q4_k_tile.
+template <int W, int R>
+BLOOMERY_AVX512 inline void q3_k_tile(const BlockQ3_K* const* x, const BlockQ8_K* const* y, int64_t n, float* out) {
+  const __m512i low_bits = _mm512_set1_epi8(3);
+  const __m512i four = _mm512_set1_epi8(4);
+  __m512i lanes[4];
+  for (int k = 0; k < 4; ++k) lanes[k] = _mm512_cvtepu8_epi16(load256(kSubBlockScaleLanes[k]));
+  __m256 acc[W][R];
+  for (int w = 0; w < W; ++w)
+    for (int r = 0; r < R; ++r) acc[w][r] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    __m512i scales512[W];
+    __m512i sum[W][R];
+    for (int w = 0; w < W; ++w) {
+      scales512[w] = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(q3k_scales(x[w][i].scales)));
+      for (int r = 0; r < R; ++r) sum[w][r] = _mm512_setzero_si512();
+    }
+    for (int step = 0; step < 4; ++step) {
+      const int half = step / 2, pair = step % 2;
+      __m512i activations[R];
+      for (int r = 0; r < R; ++r) activations[r] = load512(y[r][i].qs + 64 * step);
+      for (int w = 0; w < W; ++w) {
+        const __m256i qs = load256(x[w][i].qs + 32 * half);
+        const __m256i hmask = load256(x[w][i].hmask);
+        const __m512i codes =
+            _mm512_and_si512(_mm512_srli_epi16(join(qs, _mm256_srli_epi16(qs, 2)), 4 * pair), low_bits);
+        const __mmask64 high_clear = _mm512_testn_epi8_mask(
+            join(hmask, _mm256_srli_epi16(hmask, 1)), _mm512_set1_epi8(static_cast<char>(1 << (4 * half + 2 * pair))));
+        const __m512i q = _mm512_mask_sub_epi8(codes, high_clear, codes, four);
+        const __mmask64 negative = _mm512_movepi8_mask(q);
+        const __m512i magnitude = _mm512_abs_epi8(q);
+        const __m512i s = _mm512_permutexvar_epi16(lanes[step], scales512[w]);
+        for (int r = 0; r < R; ++r) {
+          const __m512i signed_y =
+              _mm512_mask_sub_epi8(activations[r], negative, _mm512_setzero_si512(), activations[r]);
+          sum[w][r] = _mm512_dpwssd_epi32(sum[w][r], _mm512_maddubs_epi16(magnitude, signed_y), s);
+        }
+      }
+    }
+    for (int w = 0; w < W; ++w) {
+      const float d = half_to_float(x[w][i].d);
+      for (int r = 0; r < R; ++r) acc[w][r] = accumulate_block(add_runs(sum[w][r]), y[r][i].d * d, acc[w][r]);
+    }
+  }
+  for (int w = 0; w < W; ++w)
+    for (int r = 0; r < R; ++r) out[w * R + r] = sum_of_8(acc[w][r]);
+}
+
 }  // namespace
 
-// Q6_K: codes used unsigned (0..63), the -32 offset restored from Q8_K's per-16 sums.
+BLOOMERY_AVX512 float vec_dot_q3_k_q8_k_avx512(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const BlockQ3_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  float out;
+  q3_k_tile<1, 1>(&x, &y, n, &out);
+  return out;
+}
+
+BLOOMERY_AVX512 void vec_dot_rows_q3_k_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n,
+                                                   float* out) {
+  using Tile = void (*)(const BlockQ3_K* const*, const BlockQ8_K* const*, int64_t, float*);
+  static constexpr Tile kTiles[kDotRows] = {q3_k_tile<1, 1>, q3_k_tile<1, 2>, q3_k_tile<1, 3>, q3_k_tile<1, 4>,
+                                            q3_k_tile<1, 5>, q3_k_tile<1, 6>, q3_k_tile<1, 7>, q3_k_tile<1, 8>};
+  const auto* x = static_cast<const BlockQ3_K*>(w);
+  kTiles[rows - 1](&x, reinterpret_cast<const BlockQ8_K* const*>(a), n, out);
+}
+
+// Q6_K: codes used unsigned (0..63), the -32 offset restored from Q8_K's per-16 sums, in
+// llama.cpp's AVX2 order (bit for bit vec_dot_q6_k_q8_k_avx2).
 // Per 128-element half, the low 64 elements come from ql bytes 0..63 (low nibbles) with
 // qh bit pairs 0 and 1, the high 64 from the same ql bytes' high nibbles with pairs 2, 3.
 namespace {
@@ -263,19 +348,20 @@ template <int W, int R>
 BLOOMERY_AVX512 inline void q6_k_tile(const BlockQ6_K* const* x, const BlockQ8_K* const* y, int64_t n, float* out) {
   const __m512i low_mask = _mm512_set1_epi8(0x0f);
   __m512i lanes[4];
-  for (int k = 0; k < 4; ++k) lanes[k] = _mm512_cvtepu8_epi16(load256(kQ6ScaleLanes[k]));
-  __m512 acc[W][R];
+  for (int k = 0; k < 4; ++k) lanes[k] = _mm512_cvtepu8_epi16(load256(kSubBlockScaleLanes[k]));
+  __m256 acc[W][R];
   for (int w = 0; w < W; ++w)
-    for (int r = 0; r < R; ++r) acc[w][r] = _mm512_setzero_ps();
+    for (int r = 0; r < R; ++r) acc[w][r] = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / kQKK; ++i) {
     __m512i scales512[W];
     __m512i sum[W][R];
     for (int w = 0; w < W; ++w) {
       const __m256i scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[w][i].scales)));
       scales512[w] = _mm512_castsi256_si512(scales);
+      // The -32 offset through bsums, in the low run's lanes: -32 x each scale fits in int16.
+      const __m256i offset_scales = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(scales, 5));
       for (int r = 0; r < R; ++r) {
-        const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(load256(y[r][i].bsums), scales), 5);
-        sum[w][r] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_inserti64x4(_mm512_setzero_si512(), offset, 0));
+        sum[w][r] = _mm512_zextsi256_si512(_mm256_madd_epi16(load256(y[r][i].bsums), offset_scales));
       }
     }
     for (int half = 0; half < 2; ++half) {
@@ -302,12 +388,11 @@ BLOOMERY_AVX512 inline void q6_k_tile(const BlockQ6_K* const* x, const BlockQ8_K
     }
     for (int w = 0; w < W; ++w) {
       const float d = half_to_float(x[w][i].d);
-      for (int r = 0; r < R; ++r) {
-        acc[w][r] = _mm512_fmadd_ps(_mm512_set1_ps(y[r][i].d * d), _mm512_cvtepi32_ps(sum[w][r]), acc[w][r]);
-      }
+      for (int r = 0; r < R; ++r) acc[w][r] = accumulate_block(add_runs(sum[w][r]), y[r][i].d * d, acc[w][r]);
     }
   }
-  for (int w = 0; w < W; ++w) sum_each<R>(acc[w], out + w * R);
+  for (int w = 0; w < W; ++w)
+    for (int r = 0; r < R; ++r) out[w * R + r] = sum_of_8(acc[w][r]);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@ namespace bloomery::quant {
 float vec_dot_f32_f32_avx2(const void* w, const void* a, int64_t n);
 float vec_dot_q4_0_q8_0_avx2(const void* w, const void* a, int64_t n);
 float vec_dot_q8_0_q8_0_avx2(const void* w, const void* a, int64_t n);
+float vec_dot_q3_k_q8_k_avx2(const void* w, const void* a, int64_t n);
 float vec_dot_q4_k_q8_k_avx2(const void* w, const void* a, int64_t n);
 float vec_dot_q5_k_q8_k_avx2(const void* w, const void* a, int64_t n);
 float vec_dot_q6_k_q8_k_avx2(const void* w, const void* a, int64_t n);
@@ -19,6 +20,7 @@ float vec_dot_iq4_xs_q8_k_avx2(const void* w, const void* a, int64_t n);
 float vec_dot_mxfp4_q8_0_avx2(const void* w, const void* a, int64_t n);
 
 float vec_dot_q4_0_q8_0_avx512(const void* w, const void* a, int64_t n);
+float vec_dot_q3_k_q8_k_avx512(const void* w, const void* a, int64_t n);
 float vec_dot_q4_k_q8_k_avx512(const void* w, const void* a, int64_t n);
 float vec_dot_q5_k_q8_k_avx512(const void* w, const void* a, int64_t n);
 float vec_dot_q6_k_q8_k_avx512(const void* w, const void* a, int64_t n);
@@ -26,6 +28,7 @@ float vec_dot_mxfp4_q8_0_avx512(const void* w, const void* a, int64_t n);
 float vec_dot_iq4_xs_q8_k_avx512(const void* w, const void* a, int64_t n);
 
 // Multi-row dots (kernels.h's VecDotRowsFn), each bit-identical to its single-row dot above.
+void vec_dot_rows_q3_k_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n, float* out);
 void vec_dot_rows_q4_k_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n, float* out);
 void vec_dot_rows_q6_k_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n, float* out);
 

@@ -40,7 +40,10 @@ constexpr KernelRow kRows[] = {
     // accumulator over the blocks in order), and the same order keeps near-ties on its side.
     {8, kQ8_0, dequantize_row_q8_0, quantize_row_q8_0, vec_dot_q8_0_q8_0, vec_dot_q8_0_q8_0_avx2, nullptr},
     {10, kQ8_K, dequantize_row_q2_k, quantize_row_q8_k, vec_dot_q2_k_q8_k, nullptr, nullptr},
-    {11, kQ8_K, dequantize_row_q3_k, quantize_row_q8_k, vec_dot_q3_k_q8_k, nullptr, nullptr},
+    // Q3_K and Q6_K: both SIMD tiers sum in llama.cpp's AVX2 order (its x86 dots for these
+    // have no AVX-512 path), so near-ties fall as on its side.
+    {11, kQ8_K, dequantize_row_q3_k, quantize_row_q8_k, vec_dot_q3_k_q8_k, vec_dot_q3_k_q8_k_avx2,
+     vec_dot_q3_k_q8_k_avx512, vec_dot_rows_q3_k_q8_k_avx512},
     {12, kQ8_K, dequantize_row_q4_k, quantize_row_q8_k, vec_dot_q4_k_q8_k, vec_dot_q4_k_q8_k_avx2,
      vec_dot_q4_k_q8_k_avx512, vec_dot_rows_q4_k_q8_k_avx512},
     {13, kQ8_K, dequantize_row_q5_k, quantize_row_q8_k, vec_dot_q5_k_q8_k, vec_dot_q5_k_q8_k_avx2,

@@ -1,12 +1,15 @@
 // The multi-row dots against their single-row dots: a batched prompt and one token at a
 // time must give the same logits, so each output must be equal bit for bit, not close.
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <iomanip>
 #include <random>
 #include <vector>
 
 #include "cpu/cpu_dispatch.h"
+#include "quant/blocks.h"
 #include "quant/f16_rows.h"
 #include "quant/float_formats.h"
 #include "quant/ggml_types.h"
@@ -28,9 +31,30 @@ Bytes random_rows(uint32_t type, int64_t n, int64_t rows, std::mt19937& rng) {
   for (uint8_t& b : out) b = static_cast<uint8_t>(rng());
   const uint16_t half = fp32_to_fp16(0.001f);
   const size_t block_bytes = ggml_type(type)->block_bytes;
-  const std::vector<size_t> f16_fields = type == 12 ? std::vector<size_t>{0, 2} : std::vector<size_t>{208};
+  const std::vector<size_t> f16_fields = type == 12   ? std::vector<size_t>{0, 2}
+                                         : type == 11 ? std::vector<size_t>{offsetof(BlockQ3_K, d)}
+                                                      : std::vector<size_t>{offsetof(BlockQ6_K, d)};
   for (size_t block = 0; block < out.size() / block_bytes; ++block) {
     for (const size_t at : f16_fields) std::memcpy(out.data() + block * block_bytes + at, &half, 2);
+  }
+  return out;
+}
+
+// kDotRows activation rows of `n` random floats in `k`'s activation format.
+struct ActivationRows {
+  Bytes bytes;
+  const void* rows[kDotRows];
+};
+ActivationRows random_activations(const QuantKernels& k, int64_t n, std::mt19937& rng) {
+  const size_t a_bytes = *ggml_row_bytes(*ggml_type(k.activation_type), static_cast<uint64_t>(n));
+  ActivationRows out;
+  out.bytes.resize(a_bytes * kDotRows);
+  std::vector<float> x(static_cast<size_t>(n));
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (int r = 0; r < kDotRows; ++r) {
+    for (float& v : x) v = uniform(rng);
+    k.quantize_activations(x.data(), out.bytes.data() + r * a_bytes, n);
+    out.rows[r] = out.bytes.data() + r * a_bytes;
   }
   return out;
 }
@@ -41,21 +65,13 @@ TEST(quant_multi_row_dots_match_single_row_dots_bit_for_bit) {
   if (cpu::host_simd_tier() < SimdTier::kAvx512) return;
   std::mt19937 rng(7);
   const int64_t n = 1024;
-  for (const uint32_t type : {12u, 14u}) {
+  for (const uint32_t type : {11u, 12u, 14u}) {
     const QuantKernels& k = quant_kernels(type, SimdTier::kAvx512);
     CHECK(k.vec_dot_rows != nullptr) << type;
     if (!k.vec_dot_rows) continue;
     const Bytes w = random_rows(type, n, 1, rng);
-    const size_t a_bytes = *ggml_row_bytes(*ggml_type(k.activation_type), static_cast<uint64_t>(n));
-    Bytes a(a_bytes * kDotRows);
-    std::vector<float> x(static_cast<size_t>(n));
-    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-    const void* rows[kDotRows];
-    for (int r = 0; r < kDotRows; ++r) {
-      for (float& v : x) v = uniform(rng);
-      k.quantize_activations(x.data(), a.data() + r * a_bytes, n);
-      rows[r] = a.data() + r * a_bytes;
-    }
+    const ActivationRows activations = random_activations(k, n, rng);
+    const void* const* rows = activations.rows;
     for (int count = 1; count <= kDotRows; ++count) {
       float got[kDotRows];
       k.vec_dot_rows(w.data(), rows, count, n, got);
@@ -65,6 +81,38 @@ TEST(quant_multi_row_dots_match_single_row_dots_bit_for_bit) {
             << "type " << type << " rows " << count << " row " << r << ": " << got[r] << " vs " << expected;
       }
     }
+  }
+}
+
+// Q3_K and Q6_K keep llama.cpp's AVX2 summation order on the AVX-512 tier: its single-row and
+// multi-row dots give the AVX2 dot's bits, so both tiers land on the same side of near-ties.
+TEST(quant_avx512_q3_k_q6_k_dots_equal_the_avx2_dots_bit_for_bit) {
+  if (cpu::host_simd_tier() < SimdTier::kAvx512) return;
+  std::mt19937 rng(8);
+  const int64_t n = 4096;
+  for (const uint32_t type : {11u, 14u}) {
+    const QuantKernels& avx2 = quant_kernels(type, SimdTier::kAvx2);
+    const QuantKernels& avx512 = quant_kernels(type, SimdTier::kAvx512);
+    CHECK(avx2.vec_dot_tier == SimdTier::kAvx2 && avx512.vec_dot_tier == SimdTier::kAvx512 && avx512.vec_dot_rows)
+        << type;
+    if (!avx512.vec_dot_rows) continue;
+    int mismatches = 0;
+    for (int rep = 0; rep < 16; ++rep) {
+      const Bytes w = random_rows(type, n, 1, rng);
+      const ActivationRows activations = random_activations(avx512, n, rng);
+      float rows_out[kDotRows];
+      avx512.vec_dot_rows(w.data(), activations.rows, kDotRows, n, rows_out);
+      for (int r = 0; r < kDotRows; ++r) {
+        const float want = avx2.vec_dot(w.data(), activations.rows[r], n);
+        const float single = avx512.vec_dot(w.data(), activations.rows[r], n);
+        const bool same =
+            std::memcmp(&single, &want, sizeof want) == 0 && std::memcmp(&rows_out[r], &want, sizeof want) == 0;
+        mismatches += !same;
+        CHECK(same || mismatches > 3) << "type " << type << " rep " << rep << " row " << r << std::setprecision(9)
+                                      << ": avx512 " << single << ", rows " << rows_out[r] << ", avx2 " << want;
+      }
+    }
+    CHECK(mismatches == 0) << "type " << type << ": " << mismatches << " of " << 16 * kDotRows << " differ";
   }
 }
 

@@ -199,6 +199,8 @@ TEST(quant_kernel_table_records_tiers) {
     }
   }
   CHECK(quant_kernels(12, SimdTier::kAvx512).vec_dot_tier == SimdTier::kAvx512) << "Q4_K has an AVX-512 dot";
+  CHECK(quant_kernels(11, SimdTier::kAvx2).vec_dot_tier == SimdTier::kAvx2) << "Q3_K has an AVX2 dot";
+  CHECK(quant_kernels(11, SimdTier::kAvx512).vec_dot_rows != nullptr) << "Q3_K has an AVX-512 multi-row dot";
   CHECK(quant_kernels(20, SimdTier::kAvx512).vec_dot_tier == SimdTier::kAvx2) << "IQ4_NL falls back to AVX2";
   CHECK(quant_kernels(3, SimdTier::kAvx512).vec_dot_tier == SimdTier::kScalar) << "Q4_1 has only the scalar dot";
   CHECK(quant_kernels(14, SimdTier::kAvx512).activation_type == 15) << "Q6_K dots against Q8_K";
