@@ -646,11 +646,7 @@ GpuFootprint gpu_footprint(const model::Model& model, int64_t context_size) {
       f.expert_bytes.push_back(0);
       continue;
     }
-    uint64_t bytes = 0;
-    for (const cpu::ExpertMatrices* m : {&w.expert_gate, &w.expert_up, &w.expert_down}) {
-      bytes += static_cast<uint64_t>(m->first.rows) * m->first.row_bytes;
-    }
-    f.expert_bytes.push_back(bytes);
+    f.expert_bytes.push_back(routed_expert_bytes(w));
     f.dense_bytes += 3 * 256;  // each of the layer's three pools may round up to 256 bytes
   }
   f.kv_bytes = kv_bytes(p, context_size);
@@ -661,7 +657,7 @@ GpuFootprint gpu_footprint(const model::Model& model, int64_t context_size) {
 }
 
 std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptions& options, int64_t context_size,
-                                       cpu::ThreadPool& pool) {
+                                       cpu::ThreadPool& pool, ExpertArena* arena) {
   const cuda::CudaStatus status = cuda::query_cuda();
   if (!status.available) throw Error("GPU_UNAVAILABLE", status.reason);
   if (options.device < 0 || options.device >= static_cast<int>(status.devices.size())) {
@@ -693,7 +689,7 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
   const cuda::MemoryInfo memory = cuda::memory_info();
   const uint64_t usable = memory.free > kReserve ? memory.free - kReserve : 0;
   const uint64_t available = options.budget > 0 ? std::min<uint64_t>(options.budget, usable) : usable;
-  const uint64_t staging = resident < all ? ExpertStream::staging_bytes(model) : 0;
+  const uint64_t staging = resident < all && !arena ? ExpertStream::staging_bytes(model) : 0;
   const uint64_t needed = weights + workspace + kv + staging;
   if (needed > available) {
     const std::string limit = options.budget > 0 && options.budget < usable
@@ -719,8 +715,8 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
       for (const int32_t slot : table) mask.push_back(slot < 0 ? 1 : 0);
       on_host.push_back(std::move(mask));
     }
-    g->host_experts = std::make_unique<HostExperts>(model, std::move(on_host), kMaxBatch, pool);
-    g->expert_stream = std::make_unique<ExpertStream>(model, g->slot_tables);
+    g->host_experts = std::make_unique<HostExperts>(model, std::move(on_host), kMaxBatch, pool, arena);
+    if (!arena) g->expert_stream = std::make_unique<ExpertStream>(model, g->slot_tables);
   }
   return g;
 }
@@ -863,7 +859,10 @@ namespace {
 }  // namespace
 
 GpuFootprint gpu_footprint(const model::Model&, int64_t) { refuse(); }
-std::shared_ptr<GpuModel> upload_model(const model::Model&, const GpuOptions&, int64_t, cpu::ThreadPool&) { refuse(); }
+std::shared_ptr<GpuModel> upload_model(const model::Model&, const GpuOptions&, int64_t, cpu::ThreadPool&,
+                                       ExpertArena*) {
+  refuse();
+}
 std::shared_ptr<GpuSequence> create_gpu_sequence(GpuModel&, int64_t) { refuse(); }
 void gpu_forward(GpuModel&, GpuSequence&, std::span<const int32_t>, int64_t, LogitRows, std::vector<float>&) {
   refuse();

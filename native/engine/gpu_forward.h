@@ -51,12 +51,15 @@ class GpuSequence;
 
 // Uploads `model`'s dense weights and options.gpu_experts, and allocates the pass's workspace,
 // after checking that they and one sequence of `context_size` tokens fit. A hybrid model's
-// host experts run on `pool`, which must outlive the GpuModel. Throws GPU_UNAVAILABLE (no
+// host experts run on `pool`, which must outlive the GpuModel, and those `arena` pages (the
+// disk tier, or null) are read through it. With a disk tier no prompt pass copies host experts
+// to the GPU (that would read every paged expert from disk per layer): every pass hands its
+// rows to the CPU, as decode steps do, and no prompt staging is allocated. Throws GPU_UNAVAILABLE (no
 // usable device, naming why), INSUFFICIENT_MEMORY (naming each term), INVALID_ARGUMENT (a
 // gpu_experts list that does not fit the model), UNSUPPORTED_QUANT (a tensor whose type has
 // no GPU kernel) or UNSUPPORTED_MODEL.
 std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptions& options, int64_t context_size,
-                                       cpu::ThreadPool& pool);
+                                       cpu::ThreadPool& pool, ExpertArena* arena);
 
 // A sequence's KV cache on the card. Throws INSUFFICIENT_MEMORY when it does not fit.
 std::shared_ptr<GpuSequence> create_gpu_sequence(GpuModel& model, int64_t context_size);
