@@ -25,6 +25,7 @@ export {
   type GpuOptions,
   type ModelStats,
   type OffloadTimes,
+  type DiskTierStats,
 } from "./model.js";
 export {
   planOffload,
@@ -35,6 +36,7 @@ export {
   type OffloadPlan,
   type OffloadLayer,
   type OffloadGpuBytes,
+  type OffloadArena,
 } from "./plan.js";
 export type { TokenizeOptions, DetokenizeOptions } from "./tokenizer.js";
 export type { ApplyChatTemplateOptions } from "./chat/template.js";

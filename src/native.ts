@@ -59,6 +59,19 @@ export interface NativeModelStats {
   active: number;
   waiting: number;
   offload: OffloadTimes | null;
+  disk: NativeDiskTierStats | null;
+}
+
+/** The disk tier's counters (engine::ArenaStats). */
+export interface NativeDiskTierStats {
+  slots: number;
+  slotBytes: number;
+  hits: number;
+  misses: number;
+  bytesRead: number;
+  readSeconds: number;
+  waitSeconds: number;
+  directIo: boolean;
 }
 
 /** What createSampler() reads; left-out settings take the engine's defaults (native/engine/sampler.h). */
@@ -106,6 +119,8 @@ export interface NativeLoadOptions {
   mmap?: boolean;
   /** Lock the model's bytes in RAM. */
   mlock?: boolean;
+  /** The disk tier: per layer, the experts paged from the file, through an arena of arenaBytes. */
+  disk?: { experts: number[][]; arenaBytes: number };
 }
 
 /** The functions the addon exports (native/addon). */
@@ -118,6 +133,8 @@ export interface NativeAddon {
   disposeModel(model: NativeModelHandle): void;
   /** The device memory terms of the model at `path` (contextSize 0: the default). */
   gpuFootprint(path: string, contextSize: number): Promise<ModelFootprint>;
+  /** The footprint of the model at `path` on the CPU: its routed experts and the arena slot size; device terms 0. */
+  hostFootprint(path: string, contextSize: number): Promise<ModelFootprint>;
   modelStats(model: NativeModelHandle): NativeModelStats;
   createSession(model: NativeModelHandle): NativeSessionHandle;
   sessionEvaluate(session: NativeSessionHandle, tokens: Int32Array, allLogits: boolean): Promise<Float32Array>;
