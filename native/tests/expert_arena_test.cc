@@ -1,14 +1,19 @@
 // The disk tier's arena on the default model: an expert read into a slot (aligned, O_DIRECT
 // where the file system takes it) equals its bytes in the file, eviction takes the least
 // recently used unpinned slot, a lease's experts stay pinned while it lives, and an arena
-// smaller than the layer that pages the most experts is refused by name.
+// smaller than the layer that pages the most experts is refused by name. A CPU pass through
+// the arena gives the in-RAM pass's logits bit for bit and never maps a paged expert's page.
 #include "engine/expert_arena.h"
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "base/error.h"
+#include "engine/forward.h"
 #include "model/model.h"
 #include "tests/check.h"
 
@@ -121,4 +126,70 @@ TEST(expert_arena_refuses_fewer_slots_than_a_layer_pages) {
   }
   CHECK(message.rfind("INSUFFICIENT_MEMORY", 0) == 0 && message.find("layer 0 pages 3") != std::string::npos)
       << message;
+}
+
+namespace {
+
+// Pages of [begin, end) this process has mapped (the present bit of /proc/self/pagemap), or -1
+// when pagemap cannot be read.
+int64_t present_pages(const uint8_t* begin, const uint8_t* end) {
+  const long page = ::sysconf(_SC_PAGESIZE);
+  const int fd = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  int64_t present = 0;
+  for (uintptr_t at = reinterpret_cast<uintptr_t>(begin) / page; at < reinterpret_cast<uintptr_t>(end) / page; ++at) {
+    uint64_t entry = 0;
+    if (::pread(fd, &entry, sizeof entry, static_cast<off_t>(at * sizeof entry)) != sizeof entry) {
+      ::close(fd);
+      return -1;
+    }
+    present += (entry >> 63) & 1;
+  }
+  ::close(fd);
+  return present;
+}
+
+}  // namespace
+
+TEST(expert_arena_cpu_pass_equals_the_in_ram_pass_and_never_maps_paged_experts) {
+  const auto m = model::load_model(kDefaultModel);
+  const model::HyperParams& p = m->params;
+  std::vector<int32_t> all;
+  for (int32_t e = 0; e < p.experts; ++e) all.push_back(e);
+  std::vector<std::vector<uint8_t>> paged(static_cast<size_t>(p.layers), std::vector<uint8_t>(all.size(), 1));
+  engine::ExpertArena arena(*m, paged, engine::arena_slot_bytes(*m) * all.size());
+  cpu::ThreadPool pool(2);
+  engine::ForwardScratch scratch;
+  const std::vector<int32_t> prompt{1, 17, 230, 45, 9, 300, 12, 5, 88}, next{123};
+  std::vector<float> in_ram, through_arena;
+  for (engine::ExpertArena* source : {static_cast<engine::ExpertArena*>(nullptr), &arena}) {
+    engine::KvCache cache(p, 64);
+    std::vector<float> logits, out;
+    const engine::SequenceRows first{prompt, 0, &cache, engine::LogitRows::kAll};
+    engine::forward(*m, std::span(&first, 1), logits, scratch, pool, source);
+    out = logits;
+    const engine::SequenceRows second{next, 9, &cache, engine::LogitRows::kLast};
+    engine::forward(*m, std::span(&second, 1), logits, scratch, pool, source);
+    out.insert(out.end(), logits.begin(), logits.end());
+    (source ? through_arena : in_ram) = std::move(out);
+  }
+  CHECK(in_ram.size() == through_arena.size() &&
+        std::memcmp(in_ram.data(), through_arena.data(), in_ram.size() * sizeof(float)) == 0)
+      << "logits through the arena differ from those in RAM";
+  CHECK(arena.stats().misses > 0);
+
+  // Through a second mapping of the file, only the arena: each layer's up stack lies between the
+  // gate and down stacks, away from any other tensor, so no page of it may be mapped.
+  const auto fresh = model::load_model(kDefaultModel);
+  engine::ExpertArena fresh_arena(*fresh, paged, engine::arena_slot_bytes(*fresh) * all.size());
+  engine::KvCache cache(p, 64);
+  std::vector<float> logits;
+  const engine::SequenceRows rows{prompt, 0, &cache, engine::LogitRows::kLast};
+  engine::forward(*fresh, std::span(&rows, 1), logits, scratch, pool, &fresh_arena);
+  for (int64_t l = 0; l < p.layers; ++l) {
+    const cpu::ExpertMatrices& up = fresh->layers[l].expert_up;
+    const uint8_t* begin = up.first.data;
+    const int64_t mapped = present_pages(begin, begin + up.count * up.first.rows * up.first.row_bytes);
+    CHECK(mapped == 0) << "layer " << l << ": " << mapped << " pages of the paged up stack are mapped";
+  }
 }
