@@ -454,7 +454,7 @@ async function cpuPlan(path: string, options: LoadModelOptions): Promise<Offload
   if (footprint.experts === 0 && !options.plan) return undefined;
   const budgets: OffloadBudgets = {
     gpu: 0,
-    hostRam: resolveHostRam(options.hostRam, getSystemInfo().memory.available),
+    hostRam: resolveHostRam(options.hostRam, callNative((a) => a.hostMemory()).available),
   };
   return options.plan ? checkOffloadPlan(options.plan, footprint, budgets) : planOffload(footprint, budgets);
 }

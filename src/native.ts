@@ -126,6 +126,8 @@ export interface NativeLoadOptions {
 /** The functions the addon exports (native/addon). */
 export interface NativeAddon {
   getSystemInfo(): SystemInfo;
+  /** getSystemInfo().memory, without querying the GPUs. */
+  hostMemory(): SystemInfo["memory"];
   ggmlTypes(): GgmlTypeInfo[];
   readGgufInfo(path: string): Promise<RawGgufInfo>;
   loadModel(path: string, options: NativeLoadOptions): Promise<NativeModelHandle>;
