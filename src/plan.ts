@@ -254,7 +254,7 @@ export function planOffload(footprint: ModelFootprint, budgets: OffloadBudgets):
         `lowest ids first, no routing profile yet`;
     const rest = range(count, E);
     if (paging && rest.length > 0) {
-      reason += `; the other ${rest.length} are paged from disk into the RAM arena (hostRam cannot hold every host expert)`;
+      reason += `; the CPU's ${rest.length} are paged from disk into the RAM arena (hostRam cannot hold every host expert)`;
     }
     return { gpu: range(0, count), host: paging ? [] : rest, disk: paging ? rest : [], reason };
   });
