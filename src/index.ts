@@ -29,6 +29,7 @@ export {
   type ResidencyEvent,
   type ResidencyMove,
   type RoutingTrace,
+  type DiskTierStats,
 } from "./model.js";
 export {
   planOffload,
@@ -41,6 +42,7 @@ export {
   type OffloadGpuBytes,
   type RoutingProfile,
   type PlanOffloadOptions,
+  type OffloadArena,
 } from "./plan.js";
 export type { TokenizeOptions, DetokenizeOptions } from "./tokenizer.js";
 export type { ApplyChatTemplateOptions } from "./chat/template.js";

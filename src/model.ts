@@ -47,14 +47,15 @@ export interface LoadModelOptions {
    */
   gpu?: false | "auto" | GpuOptions;
   /**
-   * Bytes (or a size such as `"64GiB"`) of host RAM the routed experts left off the GPU may take (default: the
-   * RAM available now). A plan needing more is refused (INSUFFICIENT_MEMORY): experts paged from disk are not
-   * supported yet.
+   * Bytes (or a size such as `"64GiB"`) of host RAM the routed experts left off the GPU (on the CPU: all of them)
+   * may take (default: the RAM available now). When they need more, they are paged from the model file instead (the
+   * disk tier): read into a RAM arena of this size as passes need them (see {@link planOffload}); below the arena's
+   * minimum, one layer's experts, loadModel refuses (INSUFFICIENT_MEMORY).
    */
   hostRam?: number | string;
   /**
    * An offload plan to use as is (e.g. `model.plan` of an earlier load, edited): checked against the model and the
-   * budgets (INVALID_ARGUMENT, INSUFFICIENT_MEMORY). Needs `gpu`.
+   * budgets (INVALID_ARGUMENT, INSUFFICIENT_MEMORY). Without `gpu`, its layers may list no GPU experts.
    */
   plan?: OffloadPlan;
   /**
@@ -87,12 +88,14 @@ export interface LoadModelOptions {
   cacheRam?: number | string;
   /**
    * `true` (default): map the file, so its pages are shared with the page cache and cost no private
-   * memory. `false`: read it into private memory (for file systems where mapping is slow or unsafe).
+   * memory. `false`: read it into private memory (for file systems where mapping is slow or unsafe);
+   * refused (INVALID_ARGUMENT) when the plan pages experts from disk, since it would read them all.
    */
   mmap?: boolean;
   /**
    * Lock the model's bytes in RAM (default `false`), so the kernel never drops or swaps them. A refused
-   * lock (e.g. the `ulimit -l` limit) is INSUFFICIENT_MEMORY, never ignored.
+   * lock (e.g. the `ulimit -l` limit) is INSUFFICIENT_MEMORY, never ignored; refused (INVALID_ARGUMENT) when the
+   * plan pages experts from disk, since it would lock them all in RAM.
    */
   mlock?: boolean;
   /** Called as loading moves on (also before it starts and once it is done). */
@@ -238,6 +241,31 @@ export interface OffloadTimes {
   gpuWaitSeconds: number;
 }
 
+/**
+ * The disk tier's work since load (see {@link OffloadPlan.arena}): experts the CPU needed from it, found in the
+ * RAM arena (hits) or read from the model file (misses).
+ */
+export interface DiskTierStats {
+  /** Slots of the RAM arena: experts it holds at once. */
+  slots: number;
+  slotBytes: number;
+  hits: number;
+  misses: number;
+  /** hits / (hits + misses); 0 before any. */
+  hitRate: number;
+  /** Bytes the reads transferred (whole aligned blocks). */
+  bytesRead: number;
+  /** Time in reads, summed over the I/O threads (several reads run at once). */
+  readSeconds: number;
+  /** Time passes waited for reads with nothing else left to run. */
+  waitSeconds: number;
+  /**
+   * Whether reads bypass the page cache (O_DIRECT). `false`: the file system refused O_DIRECT (e.g. tmpfs), so they
+   * are plain reads, and the kernel may keep copies of the paged experts in its page cache.
+   */
+  directIo: boolean;
+}
+
 /** A snapshot of {@link Model.stats}: the scheduler's work since the model was loaded. */
 export interface ModelStats {
   /** Prompt (and `evaluate`) tokens run. */
@@ -266,6 +294,8 @@ export interface ModelStats {
   offload: OffloadTimes | null;
   /** Routed expert calls by tier, and expert moves. */
   residency: ResidencyStats;
+  /** The disk tier's counters; null when no expert is paged from disk. */
+  disk: DiskTierStats | null;
 }
 
 /** The template a model's chats use, and what it tells of the model's output. @internal */
@@ -283,7 +313,10 @@ export class Model extends EventEmitter<ModelEvents> {
   readonly #sessions = new Set<Session>();
   /** What the model is and how it runs. */
   readonly info: ModelInfo;
-  /** Where the weights live, for a model on the GPU (undefined on the CPU). Pass it back to loadModel as `plan`. */
+  /**
+   * Where the routed experts live: on the GPU, in host RAM or paged from disk (undefined for a dense model on the
+   * CPU). Pass it back to loadModel as `plan`.
+   */
   readonly plan: OffloadPlan | undefined;
 
   readonly #tokenizer: Tokenizer;
@@ -371,6 +404,10 @@ export class Model extends EventEmitter<ModelEvents> {
       meanSequencesPerPass: s.passes > 0 ? s.sequenceRows / s.passes : 0,
       offload: s.offload,
       residency: residencyStats(s.residency),
+      disk: s.disk && {
+        ...s.disk,
+        hitRate: s.disk.hits + s.disk.misses > 0 ? s.disk.hits / (s.disk.hits + s.disk.misses) : 0,
+      },
     };
   }
 
@@ -511,7 +548,7 @@ async function gpuPlan(
   const usable = Math.max(0, card.freeMemory - footprint.reserveBytes);
   const budgets: OffloadBudgets = {
     gpu: gpu.budget === undefined ? usable : Math.min(gpu.budget, usable),
-    hostRam: options.hostRam === undefined ? system.memory.available : parseBytes(options.hostRam, "hostRam"),
+    hostRam: resolveHostRam(options.hostRam, system.memory.available),
   };
   return options.plan ? checkOffloadPlan(options.plan, footprint, budgets) : planOffload(footprint, budgets);
 }
@@ -530,6 +567,27 @@ function residencyStats(r: NativeModelStats["residency"]): ResidencyStats {
     moves: r.moves,
     adaptive: r.adaptive,
   };
+}
+
+/**
+ * The plan for a load on the CPU (every expert in host RAM, or paged from disk beyond hostRam): `given` checked, or
+ * planOffload's with no GPU. Undefined for a dense model given no plan.
+ */
+async function cpuPlan(path: string, options: LoadModelOptions): Promise<OffloadPlan | undefined> {
+  if (options.plan?.layers?.some((layer) => (layer?.gpu ?? []).length > 0)) {
+    throw new BloomeryError("INVALID_ARGUMENT", "plan places experts on the GPU: load with gpu");
+  }
+  const footprint: ModelFootprint = await callNativeAsync((a) => a.hostFootprint(path, options.contextSize ?? 0));
+  if (footprint.experts === 0 && !options.plan) return undefined;
+  const budgets: OffloadBudgets = {
+    gpu: 0,
+    hostRam: resolveHostRam(options.hostRam, callNative((a) => a.hostMemory()).available),
+  };
+  return options.plan ? checkOffloadPlan(options.plan, footprint, budgets) : planOffload(footprint, budgets);
+}
+
+function resolveHostRam(hostRam: LoadModelOptions["hostRam"], available: number): number {
+  return hostRam === undefined ? available : parseBytes(hostRam, "hostRam");
 }
 
 /** Bytes of the prompt-state cache: the option, or a quarter of the RAM up to 8 GiB. */
@@ -563,8 +621,9 @@ function resolveGpu(gpu: LoadModelOptions["gpu"]): NativeLoadOptions["gpu"] {
 /**
  * Loads a GGUF model (qwen3moe, qwen3, qwen2 or llama) for inference on the CPU, or with `gpu`
  * set on a GPU (GPU weight types: Q4_K, Q6_K, Q8_0, F16, F32): wholly when it fits, else with the
- * routed experts the budget cannot hold run by the CPU from host RAM, as `plan` (or
- * {@link planOffload}) places them; `model.plan` shows the placement. Throws GPU_UNAVAILABLE
+ * routed experts the budget cannot hold run by the CPU from host RAM, or paged from disk where
+ * `hostRam` cannot hold them, as `plan` (or {@link planOffload}) places them; `model.plan` shows
+ * the placement. Throws GPU_UNAVAILABLE
  * (no usable CUDA device, saying why), INSUFFICIENT_MEMORY, UNSUPPORTED_QUANT (a tensor type
  * without a GPU kernel), and like the CPU path BloomeryError UNSUPPORTED_ARCH, UNSUPPORTED_QUANT
  * (naming the tensor), MODEL_MISSING_TENSOR,
@@ -594,13 +653,7 @@ export async function loadModel(path: string, options: LoadModelOptions = {}): P
   if (options.contextSize !== undefined) nativeOptions.contextSize = options.contextSize;
   if (options.parallel !== undefined) nativeOptions.parallel = options.parallel;
   const gpu = resolveGpu(options.gpu);
-  if (!gpu && options.plan !== undefined) {
-    throw new BloomeryError("INVALID_ARGUMENT", "plan needs gpu: it places experts between the GPU and the CPU");
-  }
   if (options.hostRam !== undefined) parseBytes(options.hostRam, "hostRam");
-  const plan = gpu ? await gpuPlan(path, gpu, options) : undefined;
-  if (gpu) nativeOptions.gpu = plan ? { ...gpu, experts: plan.layers.map((layer) => layer.gpu) } : gpu;
-  nativeOptions.cacheRam = resolveCacheRam(options.cacheRam);
   if (options.residency !== undefined) {
     if (options.residency !== "adaptive" && options.residency !== "static") {
       throw new BloomeryError("INVALID_ARGUMENT", 'residency must be "adaptive" or "static"', {
@@ -614,7 +667,23 @@ export async function loadModel(path: string, options: LoadModelOptions = {}): P
     if (value === undefined) continue;
     if (typeof value !== "boolean")
       throw new BloomeryError("INVALID_ARGUMENT", `${key} must be a boolean`, { [key]: value });
-    nativeOptions[key] = value;
+  }
+  const plan = gpu ? await gpuPlan(path, gpu, options) : await cpuPlan(path, options);
+  if (gpu) nativeOptions.gpu = plan ? { ...gpu, experts: plan.layers.map((layer) => layer.gpu) } : gpu;
+  if (plan && plan.arena.slots > 0) {
+    const paged = plan.layers.reduce((sum, layer) => sum + (layer.disk ?? []).length, 0);
+    if (options.mmap === false || options.mlock === true) {
+      throw new BloomeryError(
+        "INVALID_ARGUMENT",
+        `${options.mmap === false ? "mmap: false reads" : "mlock: true locks"} the whole model file in RAM, and the ` +
+          `plan pages ${paged} routed experts from disk because hostRam cannot hold them`,
+      );
+    }
+    nativeOptions.disk = { experts: plan.layers.map((layer) => layer.disk ?? []), arenaBytes: plan.arena.bytes };
+  }
+  nativeOptions.cacheRam = resolveCacheRam(options.cacheRam);
+  for (const key of ["mmap", "mlock"] as const) {
+    if (options[key] !== undefined) nativeOptions[key] = options[key];
   }
   onProgress?.({ stage: "metadata", fraction: 0 });
   const file = await readGgufInfo(path);

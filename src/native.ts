@@ -67,6 +67,19 @@ export interface NativeModelStats {
     moves: number;
     adaptive: boolean;
   };
+  disk: NativeDiskTierStats | null;
+}
+
+/** The disk tier's counters (engine::ArenaStats). */
+export interface NativeDiskTierStats {
+  slots: number;
+  slotBytes: number;
+  hits: number;
+  misses: number;
+  bytesRead: number;
+  readSeconds: number;
+  waitSeconds: number;
+  directIo: boolean;
 }
 
 /** What createSampler() reads; left-out settings take the engine's defaults (native/engine/sampler.h). */
@@ -116,11 +129,15 @@ export interface NativeLoadOptions {
   mlock?: boolean;
   /** "adaptive" (default) or "static": whether experts move between the GPU and host RAM as routing asks. */
   residency?: "adaptive" | "static";
+  /** The disk tier: per layer, the experts paged from the file, through an arena of arenaBytes. */
+  disk?: { experts: number[][]; arenaBytes: number };
 }
 
 /** The functions the addon exports (native/addon). */
 export interface NativeAddon {
   getSystemInfo(): SystemInfo;
+  /** getSystemInfo().memory, without querying the GPUs. */
+  hostMemory(): SystemInfo["memory"];
   ggmlTypes(): GgmlTypeInfo[];
   readGgufInfo(path: string): Promise<RawGgufInfo>;
   loadModel(path: string, options: NativeLoadOptions): Promise<NativeModelHandle>;
@@ -128,6 +145,8 @@ export interface NativeAddon {
   disposeModel(model: NativeModelHandle): void;
   /** The device memory terms of the model at `path` (contextSize 0: the default). */
   gpuFootprint(path: string, contextSize: number): Promise<ModelFootprint>;
+  /** The footprint of the model at `path` on the CPU: its routed experts and the arena slot size; device terms 0. */
+  hostFootprint(path: string, contextSize: number): Promise<ModelFootprint>;
   modelStats(model: NativeModelHandle): NativeModelStats;
   /** The decaying routing counts, layer after layer (layers * experts). */
   modelRoutingCounts(model: NativeModelHandle): Float64Array;

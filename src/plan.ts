@@ -1,6 +1,7 @@
 /**
- * The offload plan: which routed experts of each layer live on the GPU and which in host
- * RAM, given the model's footprint and the memory budgets. {@link planOffload} is pure;
+ * The offload plan: which routed experts of each layer live on the GPU, which in host RAM and
+ * which stay in the model file on disk (the disk tier), given the model's footprint and the
+ * memory budgets. {@link planOffload} is pure;
  * {@link loadModel} runs it (or checks a plan you pass back) and `model.plan` shows the
  * plan in use.
  * @module
@@ -32,13 +33,21 @@ export interface ModelFootprint {
   streamBytes: number;
   /** Device memory left free for the CUDA context, graphs and kernels. */
   reserveBytes: number;
+  /**
+   * Bytes of one slot of the disk tier's RAM arena: the largest routed expert, each of its three slices with room
+   * to be read as whole aligned blocks.
+   */
+  arenaSlotBytes: number;
 }
 
 /** The memory a plan may use, in bytes. */
 export interface OffloadBudgets {
   /** Device memory for dense weights, KV cache, workspace and expert slots (the reserve already taken off). */
   gpu: number;
-  /** Host RAM for the routed experts that are not on the GPU. */
+  /**
+   * Host RAM for the routed experts that are not on the GPU: the host experts' bytes, and the disk tier's arena
+   * (what is left, in whole slots) when they do not all fit.
+   */
   hostRam: number;
 }
 
@@ -48,6 +57,11 @@ export interface OffloadLayer {
   gpu: number[];
   /** Expert ids run by the CPU from host RAM (the model file's pages). */
   host: number[];
+  /**
+   * Expert ids run by the CPU from the disk tier: read from the model file (O_DIRECT where the file system allows)
+   * into the RAM arena's slots when a pass needs them, least recently used out first. Left out: none.
+   */
+  disk?: number[];
   /** Why the layer is split this way. */
   reason: string;
 }
@@ -57,11 +71,25 @@ export interface OffloadGpuBytes {
   dense: number;
   kvCache: number;
   workspace: number;
-  /** Prompt staging ({@link ModelFootprint.streamBytes}), when some experts are on the host. */
+  /**
+   * Prompt staging ({@link ModelFootprint.streamBytes}), when some experts are on the host and none on the disk tier
+   * (with a disk tier every prompt pass hands its rows to the CPU, as decode steps do: copying a layer's host experts
+   * to the GPU would read them all from disk).
+   */
   staging: number;
   experts: number;
   /** The sum of the above. */
   total: number;
+}
+
+/** The disk tier's RAM arena: fixed slots of one expert each (none when every host expert fits `hostRam`). */
+export interface OffloadArena {
+  /** Experts it holds at once: at least the most any layer pages, which one prompt pass may need together. */
+  slots: number;
+  /** {@link ModelFootprint.arenaSlotBytes}. */
+  slotBytes: number;
+  /** slots * slotBytes. */
+  bytes: number;
 }
 
 /**
@@ -73,8 +101,10 @@ export interface OffloadPlan {
   contextSize: number;
   /** The budgets the plan was made for. */
   budgets: OffloadBudgets;
-  /** Bytes per tier. The disk tier (experts beyond host RAM) is not supported yet: always 0. */
+  /** Bytes per tier: `host` the experts in host RAM, `disk` the experts paged from the file. */
   bytes: { gpu: OffloadGpuBytes; host: number; disk: number };
+  /** The disk tier's RAM arena (0 slots without a disk tier). */
+  arena: OffloadArena;
   /** Per layer, the experts on each tier. */
   layers: OffloadLayer[];
 }
@@ -141,17 +171,21 @@ function fixedGpu(footprint: ModelFootprint, hybrid: boolean): Omit<OffloadGpuBy
 const fixedTotal = (fixed: Omit<OffloadGpuBytes, "experts" | "total">) =>
   fixed.dense + fixed.kvCache + fixed.workspace + fixed.staging;
 
-/** The byte totals of `layers`, refusing by name what the budgets cannot hold. */
-function tally(footprint: ModelFootprint, budgets: OffloadBudgets, layers: OffloadLayer[]): OffloadPlan["bytes"] {
-  const fixed = fixedGpu(
-    footprint,
-    layers.some((layer) => layer.host.length > 0),
-  );
+/** The byte totals and arena of `layers`, refusing by name what the budgets cannot hold. */
+function tally(
+  footprint: ModelFootprint,
+  budgets: OffloadBudgets,
+  layers: OffloadLayer[],
+): Pick<OffloadPlan, "bytes" | "arena"> {
+  const paging = layers.some((layer) => (layer.disk ?? []).length > 0);
+  const fixed = fixedGpu(footprint, !paging && layers.some((layer) => layer.host.length > 0));
   let experts = 0;
   let host = 0;
+  let disk = 0;
   layers.forEach((layer, l) => {
     experts += layer.gpu.length * (footprint.expertBytes[l] ?? 0);
     host += layer.host.length * (footprint.expertBytes[l] ?? 0);
+    disk += (layer.disk ?? []).length * (footprint.expertBytes[l] ?? 0);
   });
   const total = fixedTotal(fixed) + experts;
   if (total > budgets.gpu) {
@@ -168,11 +202,61 @@ function tally(footprint: ModelFootprint, budgets: OffloadBudgets, layers: Offlo
     throw new BloomeryError(
       "INSUFFICIENT_MEMORY",
       `the experts left in host memory need ${gib(host)}, more than the hostRam budget of ${gib(budgets.hostRam)}; ` +
-        `experts paged from disk (the disk tier) are not supported yet`,
+        `list the others under a layer's disk to page them from the file`,
       { needed: host, hostRam: budgets.hostRam },
     );
   }
-  return { gpu: { ...fixed, experts, total }, host, disk: 0 };
+  const slotBytes = footprint.arenaSlotBytes;
+  const arena: OffloadArena = { slots: 0, slotBytes, bytes: 0 };
+  if (paging) {
+    let widest = 0;
+    let widestLayer = 0;
+    layers.forEach((layer, l) => {
+      if ((layer.disk ?? []).length > widest) [widest, widestLayer] = [(layer.disk ?? []).length, l];
+    });
+    const room = budgets.hostRam - host;
+    arena.slots = slotBytes > 0 ? Math.floor(room / slotBytes) : 0;
+    arena.bytes = arena.slots * slotBytes;
+    if (arena.slots < widest) {
+      throw new BloomeryError(
+        "INSUFFICIENT_MEMORY",
+        `the disk tier's RAM arena needs at least ${widest} slots of ${gib(slotBytes)} = ${gib(widest * slotBytes)} ` +
+          `(layer ${widestLayer} pages ${widest} experts, which one prompt pass may need at once); the hostRam budget ` +
+          `of ${gib(budgets.hostRam)}` +
+          (host > 0 ? ` less the host experts' ${gib(host)}` : "") +
+          ` holds ${arena.slots}`,
+        { needed: host + widest * slotBytes, hostRam: budgets.hostRam },
+      );
+    }
+  }
+  return { bytes: { gpu: { ...fixed, experts, total }, host, disk }, arena };
+}
+
+/** Per layer, how many routed experts (lowest ids first) the GPU budget holds after `fixedBytes`. */
+function gpuCounts(footprint: ModelFootprint, budgets: OffloadBudgets, fixedBytes: number): number[] {
+  const E = footprint.experts;
+  const perRound = footprint.expertBytes.reduce((sum, bytes) => sum + bytes, 0);
+  let left = budgets.gpu - fixedBytes;
+  const even = perRound > 0 ? Math.min(E, Math.floor(left / perRound)) : E;
+  left -= even * perRound;
+  const counts = footprint.expertBytes.map(() => even);
+  for (let l = 0; l < counts.length && even < E; ++l) {
+    const bytes = footprint.expertBytes[l] ?? 0;
+    if (bytes > left) break;
+    counts[l] = even + 1;
+    left -= bytes;
+  }
+  return counts;
+}
+
+function refuseDense(fixed: Omit<OffloadGpuBytes, "experts" | "total">, footprint: ModelFootprint, budget: number) {
+  return new BloomeryError(
+    "INSUFFICIENT_MEMORY",
+    `the model needs ${gib(fixedTotal(fixed))} of GPU memory before any routed expert: dense weights ` +
+      `${gib(fixed.dense)} + KV cache ${gib(fixed.kvCache)} (contextSize ${footprint.contextSize}) + workspace ` +
+      `${gib(fixed.workspace)} + prompt staging ${gib(fixed.staging)}; more than the gpu budget of ${gib(budget)}`,
+    { needed: fixedTotal(fixed), budget },
+  );
 }
 
 /**
@@ -180,10 +264,14 @@ function tally(footprint: ModelFootprint, budgets: OffloadBudgets, layers: Offlo
  * expert fits, the staging long prompts copy host experts into), then as many
  * routed experts per layer as the GPU budget holds, the same count in every layer (the
  * remainder one more in the first layers): with `options.profile` each layer's most-routed
- * experts, else the lowest expert ids; the other experts stay in host RAM. Pure. Throws
- * INSUFFICIENT_MEMORY, naming each term, when the dense part does not fit the GPU budget or
- * the host experts do not fit `hostRam` (the disk tier is not supported yet), INVALID_ARGUMENT
- * for a profile of another model's shape.
+ * experts, else the lowest expert ids; the other experts stay in host RAM. When `hostRam` cannot
+ * hold them, they all go to the disk tier instead: the CPU runs them from a RAM arena of
+ * `hostRam` (in whole slots), read from the model file as passes need them, and no prompt
+ * staging is reserved (prompts hand their rows to the CPU). A budgets.gpu of 0 plans a model on
+ * the CPU: every expert on the host or the disk tier. Pure. Throws INSUFFICIENT_MEMORY, naming
+ * each term, when the dense part does not fit the GPU budget or `hostRam` is below the arena's
+ * minimum (the most experts one layer pages), INVALID_ARGUMENT for a profile of another model's
+ * shape.
  */
 export function planOffload(
   footprint: ModelFootprint,
@@ -195,32 +283,20 @@ export function planOffload(
   const perRound = footprint.expertBytes.reduce((sum, bytes) => sum + bytes, 0);
   const whole = fixedTotal(fixedGpu(footprint, false)) + E * perRound <= budgets.gpu;
   const fixed = fixedGpu(footprint, !whole);
-  const fixedBytes = fixedTotal(fixed);
-  if (fixedBytes > budgets.gpu) {
-    throw new BloomeryError(
-      "INSUFFICIENT_MEMORY",
-      `the model needs ${gib(fixedBytes)} of GPU memory before any routed expert: dense weights ${gib(fixed.dense)} ` +
-        `+ KV cache ${gib(fixed.kvCache)} (contextSize ${footprint.contextSize}) + workspace ${gib(fixed.workspace)} ` +
-        `+ prompt staging ${gib(fixed.staging)}; more than the gpu budget of ${gib(budgets.gpu)}`,
-      { needed: fixedBytes, budget: budgets.gpu },
-    );
-  }
-  const layerCount = footprint.expertBytes.length;
-  let left = budgets.gpu - fixedBytes;
-  const even = perRound > 0 ? Math.min(E, Math.floor(left / perRound)) : E;
-  left -= even * perRound;
-  const counts = footprint.expertBytes.map(() => even);
-  for (let l = 0; l < layerCount && even < E; ++l) {
-    const bytes = footprint.expertBytes[l] ?? 0;
-    if (bytes > left) break;
-    counts[l] = even + 1;
-    left -= bytes;
-  }
+  if (fixedTotal(fixed) > budgets.gpu) throw refuseDense(fixed, footprint, budgets.gpu);
+  const hostBytes = (counts: number[]) =>
+    counts.reduce((sum, count, l) => sum + (E - count) * (footprint.expertBytes[l] ?? 0), 0);
+  let counts = gpuCounts(footprint, budgets, fixedTotal(fixed));
+  const paging = hostBytes(counts) > budgets.hostRam;
+  // The disk tier needs no prompt staging: its room goes to experts.
+  if (paging) counts = gpuCounts(footprint, budgets, fixedTotal(fixedGpu(footprint, false)));
+  const even = Math.min(...counts);
   const layers = counts.map((count, l): OffloadLayer => {
     let reason: string;
     const seat = order ? "the most-routed first (routing profile)" : "lowest ids first, no routing profile";
     if (E === 0) reason = "a dense layer: no routed experts";
     else if (count === E) reason = `all ${E} experts fit the GPU budget`;
+    else if (count === 0 && budgets.gpu === 0) reason = "no GPU: the CPU runs every expert";
     else if (count === 0) reason = `no GPU room left for experts after the dense weights, KV cache and workspace`;
     else
       reason =
@@ -228,20 +304,25 @@ export function planOffload(
         seat;
     const ranked = order?.[l] ?? range(0, E);
     const byId = (a: number, b: number) => a - b;
-    return { gpu: ranked.slice(0, count).sort(byId), host: ranked.slice(count).sort(byId), reason };
+    const rest = ranked.slice(count).sort(byId);
+    if (paging && rest.length > 0) {
+      reason += `; the CPU's ${rest.length} are paged from disk into the RAM arena (hostRam cannot hold every host expert)`;
+    }
+    return { gpu: ranked.slice(0, count).sort(byId), host: paging ? [] : rest, disk: paging ? rest : [], reason };
   });
   return {
     contextSize: footprint.contextSize,
     budgets: { ...budgets },
-    bytes: tally(footprint, budgets, layers),
+    ...tally(footprint, budgets, layers),
     layers,
   };
 }
 
 /**
  * Checks a plan passed back to loadModel against the model: one entry per layer, each
- * expert on exactly one tier, and the budgets. Returns it with its bytes recomputed (its
- * placement as given). Throws INVALID_ARGUMENT naming the first fault, or INSUFFICIENT_MEMORY.
+ * expert on exactly one tier (gpu, host or disk), and the budgets. Returns it with its bytes and
+ * arena recomputed (its placement as given): the arena takes what `hostRam` leaves after the host
+ * experts. Throws INVALID_ARGUMENT naming the first fault, or INSUFFICIENT_MEMORY.
  */
 export function checkOffloadPlan(plan: OffloadPlan, footprint: ModelFootprint, budgets: OffloadBudgets): OffloadPlan {
   const layerCount = footprint.expertBytes.length;
@@ -255,7 +336,7 @@ export function checkOffloadPlan(plan: OffloadPlan, footprint: ModelFootprint, b
   }
   const layers = plan.layers.map((layer, l): OffloadLayer => {
     const seen = new Set<number>();
-    for (const e of [...(layer?.gpu ?? []), ...(layer?.host ?? [])]) {
+    for (const e of [...(layer?.gpu ?? []), ...(layer?.host ?? []), ...(layer?.disk ?? [])]) {
       if (!Number.isInteger(e) || e < 0 || e >= footprint.experts) {
         throw refuse(`layer ${l} names expert ${String(e)}; the model has ${footprint.experts} per layer`);
       }
@@ -265,7 +346,12 @@ export function checkOffloadPlan(plan: OffloadPlan, footprint: ModelFootprint, b
     if (seen.size !== footprint.experts) {
       throw refuse(`layer ${l} places ${seen.size} of its ${footprint.experts} experts; each needs a tier`);
     }
-    return { gpu: [...layer.gpu], host: [...layer.host], reason: layer.reason ?? "as given" };
+    return {
+      gpu: [...(layer.gpu ?? [])],
+      host: [...(layer.host ?? [])],
+      disk: [...(layer.disk ?? [])],
+      reason: layer.reason ?? "as given",
+    };
   });
-  return { contextSize: plan.contextSize, budgets: { ...budgets }, bytes: tally(footprint, budgets, layers), layers };
+  return { contextSize: plan.contextSize, budgets: { ...budgets }, ...tally(footprint, budgets, layers), layers };
 }

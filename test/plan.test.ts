@@ -26,6 +26,7 @@ const footprint: ModelFootprint = {
   workspaceBytes: 500,
   streamBytes: 0,
   reserveBytes: 1 << 20,
+  arenaSlotBytes: 128,
 };
 const fixed = 12_500;
 const everyExpert = 4 * 8 * 100;
@@ -43,7 +44,9 @@ function thrown(fn: () => unknown): BloomeryError {
 
 function expectPartition(plan: OffloadPlan, experts: number): void {
   for (const layer of plan.layers) {
-    expect([...layer.gpu, ...layer.host].sort((a, b) => a - b)).toEqual(Array.from({ length: experts }, (_, i) => i));
+    expect([...layer.gpu, ...layer.host, ...(layer.disk ?? [])].sort((a, b) => a - b)).toEqual(
+      Array.from({ length: experts }, (_, i) => i),
+    );
   }
 }
 
@@ -117,11 +120,50 @@ describe("planOffload", () => {
     expect(error.message).toMatch(/prompt staging/);
   });
 
-  it("refuses host experts beyond hostRam: the disk tier is not supported yet", () => {
-    const error = thrown(() => planOffload(footprint, { gpu: fixed + 1600, hostRam: 1599 }));
+  it("pages the host experts from disk when hostRam cannot hold them, into an arena of whole slots", () => {
+    const inRam = planOffload(footprint, { gpu: fixed + 1600, hostRam: 1600 });
+    expect(inRam.bytes.host).toBe(1600);
+    expect(inRam.arena).toEqual({ slots: 0, slotBytes: 128, bytes: 0 });
+    expect(inRam.layers.every((l) => l.disk?.length === 0)).toBe(true);
+    const paged = planOffload(footprint, { gpu: fixed + 1600, hostRam: 1599 });
+    expect(paged.layers.map((l) => l.gpu.length)).toEqual([4, 4, 4, 4]);
+    expect(paged.layers.map((l) => l.disk)).toEqual([
+      [4, 5, 6, 7],
+      [4, 5, 6, 7],
+      [4, 5, 6, 7],
+      [4, 5, 6, 7],
+    ]);
+    expect(paged.layers.every((l) => l.host.length === 0)).toBe(true);
+    expect(paged.layers[0]?.reason).toMatch(/paged from disk/);
+    expect(paged.bytes).toMatchObject({ host: 0, disk: 1600 });
+    expect(paged.arena).toEqual({ slots: 12, slotBytes: 128, bytes: 1536 });
+    expectPartition(paged, 8);
+  });
+
+  it("refuses a hostRam below the arena's minimum, the most experts one layer pages, by name", () => {
+    expect(planOffload(footprint, { gpu: fixed + 1600, hostRam: 4 * 128 }).arena.slots).toBe(4);
+    const error = thrown(() => planOffload(footprint, { gpu: fixed + 1600, hostRam: 4 * 128 - 1 }));
     expect(error.code).toBe("INSUFFICIENT_MEMORY");
-    expect(error.message).toMatch(/hostRam .* disk/);
-    expect(planOffload(footprint, { gpu: fixed + 1600, hostRam: 1600 }).bytes.host).toBe(1600);
+    expect(error.message).toMatch(/arena needs at least 4 slots .*layer 0 pages 4 experts.* holds 3/);
+  });
+
+  it("gives the disk tier the prompt staging's GPU room: its prompts hand rows to the CPU", () => {
+    const staged = { ...footprint, streamBytes: 700 };
+    const plan = planOffload(staged, { gpu: fixed + 2400, hostRam: 4 * 128 });
+    expect(plan.bytes.gpu.staging).toBe(0);
+    expect(plan.layers.map((l) => l.gpu.length)).toEqual([6, 6, 6, 6]);
+    expect(plan.bytes.gpu.total).toBe(fixed + 2400);
+  });
+
+  it("plans a model on the CPU (a GPU budget of 0): every expert on the host or the disk tier", () => {
+    const cpu = { ...footprint, denseBytes: 0, kvBytes: 0, workspaceBytes: 0, reserveBytes: 0 };
+    const inRam = planOffload(cpu, { gpu: 0, hostRam: everyExpert });
+    expect(inRam.layers.every((l) => l.gpu.length === 0 && l.host.length === 8)).toBe(true);
+    expect(inRam.layers[0]?.reason).toMatch(/no GPU/);
+    expect(inRam.bytes.gpu.total).toBe(0);
+    const paged = planOffload(cpu, { gpu: 0, hostRam: everyExpert - 1 });
+    expect(paged.layers.every((l) => l.disk?.length === 8)).toBe(true);
+    expect(paged.arena.slots).toBe(Math.floor((everyExpert - 1) / 128));
   });
 
   it("plans a dense model as its dense part alone", () => {
@@ -150,7 +192,12 @@ describe("checkOffloadPlan", () => {
       }
     });
     const plan = checkOffloadPlan(alternate, footprint, budgets);
-    expect(plan.layers[1]).toEqual({ gpu: [0, 2, 4, 6], host: [7, 5, 3, 1], reason: "even experts on the GPU" });
+    expect(plan.layers[1]).toEqual({
+      gpu: [0, 2, 4, 6],
+      host: [7, 5, 3, 1],
+      disk: [],
+      reason: "even experts on the GPU",
+    });
     expect(plan.bytes.gpu.experts).toBe(1600);
     expect(plan.bytes.host).toBe(1600);
   });
@@ -168,6 +215,24 @@ describe("checkOffloadPlan", () => {
       expect(error.code).toBe("INVALID_ARGUMENT");
       expect(error.message).toContain(mentions);
     }
+  });
+
+  it("gives the arena what hostRam leaves after the host experts of an edited plan", () => {
+    const mixed = edited((layers) => {
+      for (const layer of layers) {
+        layer.gpu = [0, 1, 2, 3];
+        layer.host = [4, 5];
+        layer.disk = [6, 7];
+      }
+    });
+    const plan = checkOffloadPlan(mixed, footprint, { gpu: roomy, hostRam: 800 + 3 * 128 + 5 });
+    expect(plan.bytes).toMatchObject({ host: 800, disk: 800 });
+    expect(plan.arena).toEqual({ slots: 3, slotBytes: 128, bytes: 384 });
+    const error = thrown(() => checkOffloadPlan(mixed, footprint, { gpu: roomy, hostRam: 800 + 128 }));
+    expect(error.message).toMatch(/arena needs at least 2 slots .* less the host experts'/);
+    const onHost = planOffload(footprint, { gpu: fixed, hostRam: roomy });
+    const tooMuch = thrown(() => checkOffloadPlan(onHost, footprint, { gpu: roomy, hostRam: 0 }));
+    expect(tooMuch.message).toMatch(/hostRam .* disk/);
   });
 
   it("refuses an edited plan the GPU budget cannot hold", () => {
@@ -198,11 +263,14 @@ describe("modelFootprint", () => {
     expect(f.denseBytes + experts).toBeGreaterThan(info.summary.tensorBytes);
   });
 
-  it("is what loadModel plans with; a plan without gpu is refused", async () => {
+  it("is what loadModel plans with; a plan with GPU experts without gpu is refused", async () => {
     const path = join(dir, "tiny-qwen3moe.gguf");
     await writeSyntheticModel(path, { preset: "tiny-qwen3moe", weightType: "Q4_K" });
-    const plan = planOffload(footprint, { gpu: fixed, hostRam: roomy });
-    await expect(loadModel(path, { plan })).rejects.toMatchObject({ code: "INVALID_ARGUMENT" });
+    const plan = planOffload({ ...footprint, expertBytes: [100, 100, 100] }, { gpu: fixed + 300, hostRam: roomy });
+    await expect(loadModel(path, { plan })).rejects.toMatchObject({
+      code: "INVALID_ARGUMENT",
+      message: expect.stringMatching(/GPU: load with gpu/),
+    });
     await expect(loadModel(path, { gpu: false, hostRam: "lots" })).rejects.toMatchObject({ code: "INVALID_ARGUMENT" });
   });
 });

@@ -71,9 +71,10 @@ int64_t option_integer(Napi::Object options, const char* name) {
 }
 
 // experts: one array of expert ids per layer (src/model.ts takes them from the offload plan).
-std::vector<std::vector<int32_t>> gpu_experts(Napi::Value value) {
+std::vector<std::vector<int32_t>> expert_lists(Napi::Value value, const char* what) {
   const auto refuse = [&] {
-    return to_js_error(value.Env(), "INVALID_ARGUMENT", "gpu.experts must be an array of arrays of expert ids");
+    return to_js_error(value.Env(), "INVALID_ARGUMENT",
+                       std::string(what) + " must be an array of arrays of expert ids");
   };
   if (!value.IsArray()) throw refuse();
   const Napi::Array layers = value.As<Napi::Array>();
@@ -109,8 +110,60 @@ engine::GpuOptions gpu_options(Napi::Object gpu) {
     }
     g.budget = static_cast<uint64_t>(budget.As<Napi::Number>().DoubleValue());
   }
-  if (!gpu.Get("experts").IsUndefined()) g.gpu_experts = gpu_experts(gpu.Get("experts"));
+  if (!gpu.Get("experts").IsUndefined()) g.gpu_experts = expert_lists(gpu.Get("experts"), "gpu.experts");
   return g;
+}
+
+// disk: { experts, arenaBytes } (src/model.ts takes them from the offload plan).
+engine::DiskTierOptions disk_options(Napi::Object disk) {
+  engine::DiskTierOptions d;
+  d.experts = expert_lists(disk.Get("experts"), "disk.experts");
+  const Napi::Value bytes = disk.Get("arenaBytes");
+  if (!bytes.IsNumber() || !(bytes.As<Napi::Number>().DoubleValue() >= 0)) {
+    throw to_js_error(disk.Env(), "INVALID_ARGUMENT", "disk.arenaBytes must be a non-negative number of bytes");
+  }
+  d.arena_bytes = static_cast<uint64_t>(bytes.As<Napi::Number>().DoubleValue());
+  return d;
+}
+
+// The planner's footprint object (src/plan.ts ModelFootprint).
+Napi::Object footprint_object(Napi::Env env, const engine::GpuFootprint& f, uint64_t arena_slot_bytes) {
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("contextSize", double(f.context_size));
+  o.Set("experts", double(f.experts));
+  o.Set("denseBytes", double(f.dense_bytes));
+  Napi::Array experts = Napi::Array::New(env, f.expert_bytes.size());
+  for (size_t l = 0; l < f.expert_bytes.size(); ++l) experts.Set(uint32_t(l), double(f.expert_bytes[l]));
+  o.Set("expertBytes", experts);
+  o.Set("kvBytes", double(f.kv_bytes));
+  o.Set("workspaceBytes", double(f.workspace_bytes));
+  o.Set("streamBytes", double(f.stream_bytes));
+  o.Set("reserveBytes", double(f.reserve_bytes));
+  o.Set("arenaSlotBytes", double(arena_slot_bytes));
+  return o;
+}
+
+// hostFootprint(path, contextSize) -> Promise<the footprint of a model on the CPU: its routed
+// experts' bytes and the disk tier's slot size; every device term 0> (any build).
+Napi::Value host_footprint(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    if (info.Length() < 2 || !info[0].IsString() || !info[1].IsNumber()) {
+      throw to_js_error(info.Env(), "INVALID_ARGUMENT", "hostFootprint(path, contextSize)");
+    }
+    return run_async(
+        info.Env(),
+        [path = info[0].As<Napi::String>().Utf8Value(), requested = info[1].As<Napi::Number>().Int64Value()] {
+          const std::unique_ptr<model::Model> model = model::load_model(path);
+          engine::GpuFootprint f;
+          f.context_size = engine::resolve_context_size(model->params, requested);
+          f.experts = model->params.experts;
+          for (const model::LayerWeights& w : model->layers) f.expert_bytes.push_back(engine::routed_expert_bytes(w));
+          return std::pair{f, engine::arena_slot_bytes(*model)};
+        },
+        [](Napi::Env env, const std::pair<engine::GpuFootprint, uint64_t>& r) -> Napi::Value {
+          return footprint_object(env, r.first, r.second);
+        });
+  });
 }
 
 // gpuFootprint(path, contextSize) -> Promise<the device memory terms the offload planner needs>
@@ -124,21 +177,11 @@ Napi::Value gpu_footprint(const Napi::CallbackInfo& info) {
         info.Env(),
         [path = info[0].As<Napi::String>().Utf8Value(), requested = info[1].As<Napi::Number>().Int64Value()] {
           const std::unique_ptr<model::Model> model = model::load_model(path);
-          return engine::gpu_footprint(*model, engine::resolve_context_size(model->params, requested));
+          return std::pair{engine::gpu_footprint(*model, engine::resolve_context_size(model->params, requested)),
+                           engine::arena_slot_bytes(*model)};
         },
-        [](Napi::Env env, const engine::GpuFootprint& f) -> Napi::Value {
-          Napi::Object o = Napi::Object::New(env);
-          o.Set("contextSize", double(f.context_size));
-          o.Set("experts", double(f.experts));
-          o.Set("denseBytes", double(f.dense_bytes));
-          Napi::Array experts = Napi::Array::New(env, f.expert_bytes.size());
-          for (size_t l = 0; l < f.expert_bytes.size(); ++l) experts.Set(uint32_t(l), double(f.expert_bytes[l]));
-          o.Set("expertBytes", experts);
-          o.Set("kvBytes", double(f.kv_bytes));
-          o.Set("workspaceBytes", double(f.workspace_bytes));
-          o.Set("streamBytes", double(f.stream_bytes));
-          o.Set("reserveBytes", double(f.reserve_bytes));
-          return o;
+        [](Napi::Env env, const std::pair<engine::GpuFootprint, uint64_t>& r) -> Napi::Value {
+          return footprint_object(env, r.first, r.second);
         });
   });
 }
@@ -155,7 +198,7 @@ uint64_t cache_ram_option(Napi::Object options) {
 }
 
 // loadModel(path, { threads?, contextSize?, parallel?, gpu?: { device?, budget?, experts? }, cacheRam?, mmap?,
-// mlock? }) -> Promise<model handle>
+// mlock?, disk?: { experts, arenaBytes } }) -> Promise<model handle>
 Napi::Value load_model(const Napi::CallbackInfo& info) {
   return guarded(info, [&]() -> Napi::Value {
     if (info.Length() < 1 || !info[0].IsString()) {
@@ -187,6 +230,7 @@ Napi::Value load_model(const Napi::CallbackInfo& info) {
         }
         options.adaptive_residency = mode == "adaptive";
       }
+      if (o.Get("disk").IsObject()) options.disk = disk_options(o.Get("disk").As<Napi::Object>());
     }
     return run_async(
         info.Env(),
@@ -253,8 +297,23 @@ Napi::Object offload_times(Napi::Env env, const engine::OffloadStats& s) {
   return o;
 }
 
+// The disk tier's counters (engine::ArenaStats).
+Napi::Object disk_tier_stats(Napi::Env env, const engine::ArenaStats& s) {
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("slots", double(s.slots));
+  o.Set("slotBytes", double(s.slot_bytes));
+  o.Set("hits", double(s.hits));
+  o.Set("misses", double(s.misses));
+  o.Set("bytesRead", double(s.bytes_read));
+  o.Set("readSeconds", s.read_seconds);
+  o.Set("waitSeconds", s.wait_seconds);
+  o.Set("directIo", s.direct_io);
+  return o;
+}
+
 // modelStats(model) -> the scheduler's counters (src/model.ts derives the rates), and `offload`:
-// where a GPU model's passes spent their time, or null on the CPU.
+// where a GPU model's passes spent their time, or null on the CPU, and `disk`: the disk tier's
+// counters, or null without one.
 Napi::Value model_stats(const Napi::CallbackInfo& info) {
   return guarded(info, [&]() -> Napi::Value {
     engine::Runtime& runtime = live(unwrap<ModelHandle>(info, 0, kModelTag, "model"), info.Env());
@@ -280,6 +339,8 @@ Napi::Value model_stats(const Napi::CallbackInfo& info) {
     residency.Set("moves", double(r.moves));
     residency.Set("adaptive", r.adaptive);
     o.Set("residency", residency);
+    o.Set("disk",
+          runtime.arena() ? Napi::Value(disk_tier_stats(info.Env(), runtime.arena()->stats())) : info.Env().Null());
     return o;
   });
 }
@@ -408,6 +469,7 @@ void register_model(Napi::Env env, Napi::Object exports) {
   exports.Set("modelInfo", Napi::Function::New(env, model_info, "modelInfo"));
   exports.Set("disposeModel", Napi::Function::New(env, dispose_model, "disposeModel"));
   exports.Set("gpuFootprint", Napi::Function::New(env, gpu_footprint, "gpuFootprint"));
+  exports.Set("hostFootprint", Napi::Function::New(env, host_footprint, "hostFootprint"));
   exports.Set("modelStats", Napi::Function::New(env, model_stats, "modelStats"));
   exports.Set("modelRoutingCounts", Napi::Function::New(env, model_routing_counts, "modelRoutingCounts"));
   exports.Set("modelTakeMoves", Napi::Function::New(env, model_take_moves, "modelTakeMoves"));

@@ -1,4 +1,4 @@
-// getSystemInfo() and ggmlTypes(): what the host, its GPUs and the quant table look like.
+// getSystemInfo(), hostMemory() and ggmlTypes(): what the host, its GPUs and the quant table look like.
 #include "addon/bindings.h"
 #include "addon/errors.h"
 #include "cpu/cpu_dispatch.h"
@@ -71,6 +71,18 @@ Napi::Value get_system_info(const Napi::CallbackInfo& info) {
   });
 }
 
+// hostMemory() -> { total, available }: getSystemInfo's memory without querying the GPUs (a CPU load's
+// default hostRam must not create a CUDA context).
+Napi::Value host_memory(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    const cpu::HostInfo host = cpu::detect_host();
+    Napi::Object mem = Napi::Object::New(info.Env());
+    mem.Set("total", double(host.total_ram));
+    mem.Set("available", double(host.available_ram));
+    return mem;
+  });
+}
+
 Napi::Value ggml_types(const Napi::CallbackInfo& info) {
   return guarded(info, [&]() -> Napi::Value {
     Napi::Env env = info.Env();
@@ -92,6 +104,7 @@ Napi::Value ggml_types(const Napi::CallbackInfo& info) {
 
 void register_system_info(Napi::Env env, Napi::Object exports) {
   exports.Set("getSystemInfo", Napi::Function::New(env, get_system_info, "getSystemInfo"));
+  exports.Set("hostMemory", Napi::Function::New(env, host_memory, "hostMemory"));
   exports.Set("ggmlTypes", Napi::Function::New(env, ggml_types, "ggmlTypes"));
 }
 

@@ -5,6 +5,7 @@
 
 #include "cpu/softmax.h"
 #include "cpu/swiglu.h"
+#include "quant/ggml_types.h"
 
 namespace bloomery::cpu {
 
@@ -38,21 +39,16 @@ int64_t group_by_expert(const Routing& routing, int64_t n, int64_t experts, std:
   return running;
 }
 
-// One task per block of kRowsPerTask output rows of each expert in use.
-void expert_tasks(int64_t experts, int64_t rows, MoeScratch& s) {
+// Runs `body(expert, first_row, last_row)` over blocks of kRowsPerTask output rows of each of
+// `experts`, on the pool.
+template <typename Body>
+void for_expert_blocks(std::span<const int32_t> experts, int64_t rows, MoeScratch& s, ThreadPool& pool,
+                       const Body& body) {
   const int64_t blocks = (rows + kRowsPerTask - 1) / kRowsPerTask;
   s.tasks.clear();
-  for (int64_t e = 0; e < experts; ++e) {
-    if (s.group_begin[e] == s.group_begin[e + 1]) continue;
+  for (const int32_t e : experts) {
     for (int64_t b = 0; b < blocks; ++b) s.tasks.push_back(e * blocks + b);
   }
-}
-
-// Runs `body(expert, first_row, last_row)` over every task of expert_tasks(rows).
-template <typename Body>
-void for_expert_blocks(int64_t experts, int64_t rows, MoeScratch& s, ThreadPool& pool, const Body& body) {
-  expert_tasks(experts, rows, s);
-  const int64_t blocks = (rows + kRowsPerTask - 1) / kRowsPerTask;
   const int64_t* tasks = s.tasks.data();
   pool.parallel_for(s.tasks.size(), 1, [&](size_t begin, size_t end) {
     for (size_t t = begin; t < end; ++t) {
@@ -61,6 +57,12 @@ void for_expert_blocks(int64_t experts, int64_t rows, MoeScratch& s, ThreadPool&
       body(expert, first, std::min(rows, first + kRowsPerTask));
     }
   });
+}
+
+WeightMatrix at(const WeightMatrix& shape, const uint8_t* data) {
+  WeightMatrix w = shape;
+  w.data = data;
+  return w;
 }
 
 }  // namespace
@@ -87,16 +89,23 @@ void route_top_k(const float* logits, int64_t n, int64_t experts, int64_t used, 
   }
 }
 
-void moe_swiglu(const float* x, int64_t n, const Routing& routing, const ExpertMatrices& gate, const ExpertMatrices& up,
-                const ExpertMatrices& down, float* out, MoeScratch& s, ThreadPool& pool,
-                std::span<const uint8_t> run_expert) {
+ExpertSlices stack_slices(const ExpertMatrices& gate, const ExpertMatrices& up, const ExpertMatrices& down, int64_t e) {
+  return {gate.expert(e).data, up.expert(e).data, down.expert(e).data};
+}
+
+void moe_prepare(const float* x, int64_t n, const Routing& routing, const ExpertMatrices& gate,
+                 const ExpertMatrices& up, const ExpertMatrices& down, MoeScratch& s, ThreadPool& pool,
+                 std::span<const uint8_t> run_expert) {
   const int64_t used = routing.used;
   const int64_t width = gate.first.cols;
   const int64_t hidden = gate.first.rows;
   const int64_t out_width = down.first.rows;
   // The grouped buffers hold the running slots in `slots` order: slot s.slots[j] is row j.
   const int64_t running = group_by_expert(routing, n, gate.count, run_expert, s);
-  std::fill(out, out + n * out_width, 0.0f);
+  s.in_use.clear();
+  for (int64_t e = 0; e < gate.count; ++e) {
+    if (s.group_begin[e] != s.group_begin[e + 1]) s.in_use.push_back(static_cast<int32_t>(e));
+  }
   if (running == 0) return;
 
   // Gate and up read the same activation format in every real model; quantize once for both.
@@ -109,32 +118,62 @@ void moe_swiglu(const float* x, int64_t n, const Routing& routing, const ExpertM
   s.up.resize(static_cast<size_t>(running * hidden));
   s.hidden.resize(static_cast<size_t>(running * hidden));
   s.expert_out.resize(static_cast<size_t>(running * out_width));
+  const quant::QuantKernels& down_kernels = *down.first.kernels;
+  s.hidden_quantized.activation_type = down_kernels.activation_type;
+  s.hidden_quantized.row_bytes =
+      *quant::ggml_row_bytes(*quant::ggml_type(down_kernels.activation_type), static_cast<uint64_t>(hidden));
+  s.hidden_quantized.bytes.resize(s.hidden_quantized.row_bytes * static_cast<size_t>(running));
   for (auto* v : {&s.gate_in, &s.up_in, &s.down_in}) v->resize(static_cast<size_t>(running));
   for (auto* v : {&s.gate_out, &s.up_out, &s.down_out}) v->resize(static_cast<size_t>(running));
   for (int64_t j = 0; j < running; ++j) {
     const int64_t row = s.slots[j] / used;
     s.gate_in[j] = s.input.row(row);
     s.up_in[j] = up_input.row(row);
+    s.down_in[j] = s.hidden_quantized.row(j);
     s.gate_out[j] = s.gate.data() + j * hidden;
     s.up_out[j] = s.up.data() + j * hidden;
     s.down_out[j] = s.expert_out.data() + j * out_width;
   }
+}
 
+void moe_run_experts(std::span<const int32_t> experts, std::span<const ExpertSlices> slices, const ExpertMatrices& gate,
+                     const ExpertMatrices& up, const ExpertMatrices& down, MoeScratch& s, ThreadPool& pool) {
+  if (experts.empty()) return;
+  const int64_t hidden = gate.first.rows;
+  const int64_t out_width = down.first.rows;
   const int64_t* begin = s.group_begin.data();
-  for_expert_blocks(gate.count, hidden, s, pool, [&](int64_t e, int64_t first, int64_t last) {
+  for_expert_blocks(experts, hidden, s, pool, [&](int64_t e, int64_t first, int64_t last) {
     const int64_t count = begin[e + 1] - begin[e];
-    dot_rows(gate.expert(e), first, last, s.gate_in.data() + begin[e], s.gate_out.data() + begin[e], count);
-    dot_rows(up.expert(e), first, last, s.up_in.data() + begin[e], s.up_out.data() + begin[e], count);
-  });
-  swiglu(s.gate.data(), s.up.data(), running * hidden, s.hidden.data());
-
-  quantize_rows(*down.first.kernels, s.hidden.data(), running, hidden, hidden, s.hidden_quantized, pool);
-  for (int64_t j = 0; j < running; ++j) s.down_in[j] = s.hidden_quantized.row(j);
-  for_expert_blocks(down.count, out_width, s, pool, [&](int64_t e, int64_t first, int64_t last) {
-    const int64_t count = begin[e + 1] - begin[e];
-    dot_rows(down.expert(e), first, last, s.down_in.data() + begin[e], s.down_out.data() + begin[e], count);
+    dot_rows(at(gate.first, slices[e].gate), first, last, s.gate_in.data() + begin[e], s.gate_out.data() + begin[e],
+             count);
+    dot_rows(at(up.first, slices[e].up), first, last, s.up_in.data() + begin[e], s.up_out.data() + begin[e], count);
   });
 
+  // SwiGLU and the down product's activations, row by row (so a row's result is the same in any wave).
+  s.wave_rows.clear();
+  for (const int32_t e : experts) {
+    for (int64_t j = begin[e]; j < begin[e + 1]; ++j) s.wave_rows.push_back(j);
+  }
+  const quant::QuantKernels& down_kernels = *down.first.kernels;
+  pool.parallel_for(s.wave_rows.size(), 4, [&](size_t first, size_t end) {
+    for (size_t i = first; i < end; ++i) {
+      const int64_t j = s.wave_rows[i];
+      swiglu(s.gate.data() + j * hidden, s.up.data() + j * hidden, hidden, s.hidden.data() + j * hidden);
+      down_kernels.quantize_activations(s.hidden.data() + j * hidden,
+                                        s.hidden_quantized.bytes.data() + j * s.hidden_quantized.row_bytes, hidden);
+    }
+  });
+
+  for_expert_blocks(experts, out_width, s, pool, [&](int64_t e, int64_t first, int64_t last) {
+    const int64_t count = begin[e + 1] - begin[e];
+    dot_rows(at(down.first, slices[e].down), first, last, s.down_in.data() + begin[e], s.down_out.data() + begin[e],
+             count);
+  });
+}
+
+void moe_combine(int64_t n, const Routing& routing, int64_t out_width, float* out, const MoeScratch& s) {
+  const int64_t used = routing.used;
+  std::fill(out, out + n * out_width, 0.0f);
   // Adding to zero keeps the first term exact, so the sum is the all-experts one's, in k order.
   for (int64_t i = 0; i < n; ++i) {
     float* o = out + i * out_width;
@@ -146,6 +185,16 @@ void moe_swiglu(const float* x, int64_t n, const Routing& routing, const ExpertM
       for (int64_t j = 0; j < out_width; ++j) o[j] += w * y[j];
     }
   }
+}
+
+void moe_swiglu(const float* x, int64_t n, const Routing& routing, const ExpertMatrices& gate, const ExpertMatrices& up,
+                const ExpertMatrices& down, float* out, MoeScratch& s, ThreadPool& pool,
+                std::span<const uint8_t> run_expert) {
+  moe_prepare(x, n, routing, gate, up, down, s, pool, run_expert);
+  s.slices.resize(static_cast<size_t>(gate.count));
+  for (const int32_t e : s.in_use) s.slices[e] = stack_slices(gate, up, down, e);
+  moe_run_experts(s.in_use, s.slices, gate, up, down, s, pool);
+  moe_combine(n, routing, down.first.rows, out, s);
 }
 
 }  // namespace bloomery::cpu

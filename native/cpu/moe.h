@@ -1,6 +1,12 @@
 // Mixture-of-experts FFN on the CPU: softmax routing with top-k, and SwiGLU experts run
 // grouped by expert, so each expert's weights are read once per pass however many rows
 // chose it. Outputs are combined per row in top-k order, as llama.cpp adds them.
+//
+// Each expert's weights are read through its own pointers (ExpertSlices), not through the
+// stack's base and the expert's index, so an expert may sit anywhere: in the file's pages
+// or in a slot of the disk tier's arena (engine/expert_arena.h). A pass runs in three steps,
+// so experts can run in waves as they arrive from disk: moe_prepare, moe_run_experts (once
+// per wave), moe_combine; moe_swiglu does all three over experts in their stacks.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +30,16 @@ struct ExpertMatrices {
   }
 };
 
+// Where one expert's three matrices are (the stacks give their shape and type).
+struct ExpertSlices {
+  const uint8_t* gate = nullptr;
+  const uint8_t* up = nullptr;
+  const uint8_t* down = nullptr;
+};
+
+// Expert e's matrices in place in their stacks.
+ExpertSlices stack_slices(const ExpertMatrices& gate, const ExpertMatrices& up, const ExpertMatrices& down, int64_t e);
+
 // The experts each row uses and their weights: n rows of `used` entries, best first.
 struct Routing {
   int64_t used = 0;
@@ -45,10 +61,28 @@ struct MoeScratch {
   std::vector<int64_t> slot_place;   // where slot (row * used + k) sits in `slots`, -1 when its expert does not run
   std::vector<int64_t> group_begin;  // expert e's slots are slots[group_begin[e] .. group_begin[e + 1])
   std::vector<int64_t> cursors;      // where group_by_expert puts each expert's next slot
-  std::vector<int64_t> tasks;        // expert * row_blocks + block, for the experts in use
+  std::vector<int32_t> in_use;       // the experts that run and have rows, ascending (moe_prepare)
+  std::vector<int64_t> tasks;        // expert * row_blocks + block, for the experts of a wave
+  std::vector<int64_t> wave_rows;    // the grouped rows of a wave's experts
+  std::vector<ExpertSlices> slices;  // per expert, where its weights are (the caller's table)
   std::vector<const uint8_t*> gate_in, up_in, down_in;
   std::vector<float*> gate_out, up_out, down_out;
 };
+
+// Step 1: groups the rows' (row, k) slots by expert, for the experts that run here
+// (`run_expert`, one flag per expert; empty: all), fills s.in_use and quantizes x.
+void moe_prepare(const float* x, int64_t n, const Routing& routing, const ExpertMatrices& gate,
+                 const ExpertMatrices& up, const ExpertMatrices& down, MoeScratch& s, ThreadPool& pool,
+                 std::span<const uint8_t> run_expert = {});
+
+// Step 2, once per wave: runs `experts` (each of s.in_use once over the pass, in any order and
+// waves) over their rows, reading expert e's weights from slices[e].
+void moe_run_experts(std::span<const int32_t> experts, std::span<const ExpertSlices> slices, const ExpertMatrices& gate,
+                     const ExpertMatrices& up, const ExpertMatrices& down, MoeScratch& s, ThreadPool& pool);
+
+// Step 3: out (n rows of `out_width`) = each row's expert outputs times their weights, added in
+// top-k order (rows with no expert that runs here get zeros).
+void moe_combine(int64_t n, const Routing& routing, int64_t out_width, float* out, const MoeScratch& s);
 
 // out[i] = sum over k of weight(i, k) * down_e(silu(gate_e x_i) * up_e x_i), e = expert(i, k).
 // x: n rows of gate.first.cols floats; out: n rows of down.first.rows floats.

@@ -6,6 +6,7 @@
 #include "cpu/rms_norm.h"
 #include "cpu/rope.h"
 #include "cpu/swiglu.h"
+#include "engine/cpu_experts.h"
 
 namespace bloomery::engine {
 
@@ -73,22 +74,24 @@ void dense_ffn(const HyperParams& p, const LayerWeights& w, int64_t n, ForwardSc
   cpu::matmul(w.ffn_down, s.input, s.projected.data(), pool);
 }
 
-void moe_ffn(const HyperParams& p, const LayerWeights& w, int64_t layer, int64_t n, ForwardScratch& s,
+void moe_ffn(const model::Model& model, int64_t layer, int64_t n, ExpertArena* arena, ForwardScratch& s,
              cpu::ThreadPool& pool) {
+  const HyperParams& p = model.params;
   s.input.reset(s.normed.data(), n, p.embedding);
-  cpu::matmul(w.router, s.input, s.router_logits.data(), pool);
+  cpu::matmul(model.layers[layer].router, s.input, s.router_logits.data(), pool);
   cpu::route_top_k(s.router_logits.data(), n, p.experts, p.experts_used, p.normalize_expert_weights, s.routing);
   for (const int32_t e : s.routing.experts) ++s.routed[static_cast<size_t>(layer * p.experts + e)];
-  cpu::moe_swiglu(s.normed.data(), n, s.routing, w.expert_gate, w.expert_up, w.expert_down, s.projected.data(), s.moe,
-                  pool);
+  run_cpu_experts(model, layer, s.normed.data(), n, s.routing, {}, arena, s.projected.data(), s.moe, pool);
 }
 
-void ffn_block(const HyperParams& p, const LayerWeights& w, int64_t layer, int64_t n, ForwardScratch& s,
+void ffn_block(const model::Model& model, int64_t layer, int64_t n, ExpertArena* arena, ForwardScratch& s,
                cpu::ThreadPool& pool) {
+  const HyperParams& p = model.params;
+  const LayerWeights& w = model.layers[layer];
   cpu::rms_norm(s.residual.data(), n, p.embedding, p.embedding, w.ffn_norm, p.rms_epsilon, s.normed.data(),
                 p.embedding);
   if (p.experts > 0) {
-    moe_ffn(p, w, layer, n, s, pool);
+    moe_ffn(model, layer, n, arena, s, pool);
   } else {
     dense_ffn(p, w, n, s, pool);
   }
@@ -114,7 +117,7 @@ void size_scratch(const HyperParams& p, int64_t n, ForwardScratch& s) {
 }  // namespace
 
 void forward(const model::Model& model, std::span<const SequenceRows> batch, std::vector<float>& logits,
-             ForwardScratch& s, cpu::ThreadPool& pool) {
+             ForwardScratch& s, cpu::ThreadPool& pool, ExpertArena* arena) {
   const HyperParams& p = model.params;
   int64_t n = 0;
   for (const SequenceRows& part : batch) n += static_cast<int64_t>(part.tokens.size());
@@ -132,7 +135,7 @@ void forward(const model::Model& model, std::span<const SequenceRows> batch, std
   }
   for (int64_t l = 0; l < p.layers; ++l) {
     attention_block(p, model.layers[l], l, n, batch, s, pool);
-    ffn_block(p, model.layers[l], l, n, s, pool);
+    ffn_block(model, l, n, arena, s, pool);
   }
 
   // The output norm gathers the rows that return logits, so the output product reads only those.

@@ -21,6 +21,7 @@
 #include "cpu/matmul.h"
 #include "cpu/moe.h"
 #include "cpu/thread_pool.h"
+#include "engine/expert_arena.h"
 #include "engine/kv_cache.h"
 #include "model/model.h"
 
@@ -52,8 +53,9 @@ struct SequenceRows {
 
 // Runs every sequence's rows in one pass and writes vocab logits, sequence after sequence:
 // one row for a kLast part, one per token for a kAll part. The caller checks token ids, that
-// the positions fit each cache, and that no cache appears twice.
+// the positions fit each cache, and that no cache appears twice. `arena`: the disk tier's, which
+// serves the experts it pages (null: every expert in RAM).
 void forward(const model::Model& model, std::span<const SequenceRows> batch, std::vector<float>& logits,
-             ForwardScratch& scratch, cpu::ThreadPool& pool);
+             ForwardScratch& scratch, cpu::ThreadPool& pool, ExpertArena* arena = nullptr);
 
 }  // namespace bloomery::engine

@@ -660,11 +660,7 @@ GpuFootprint gpu_footprint(const model::Model& model, int64_t context_size) {
       f.expert_bytes.push_back(0);
       continue;
     }
-    uint64_t bytes = 0;
-    for (const cpu::ExpertMatrices* m : {&w.expert_gate, &w.expert_up, &w.expert_down}) {
-      bytes += static_cast<uint64_t>(m->first.rows) * m->first.row_bytes;
-    }
-    f.expert_bytes.push_back(bytes);
+    f.expert_bytes.push_back(routed_expert_bytes(w));
     f.dense_bytes += 3 * 256;  // each of the layer's three pools may round up to 256 bytes
   }
   f.kv_bytes = kv_bytes(p, context_size);
@@ -675,7 +671,7 @@ GpuFootprint gpu_footprint(const model::Model& model, int64_t context_size) {
 }
 
 std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptions& options, int64_t context_size,
-                                       cpu::ThreadPool& pool) {
+                                       cpu::ThreadPool& pool, ExpertArena* arena) {
   const cuda::CudaStatus status = cuda::query_cuda();
   if (!status.available) throw Error("GPU_UNAVAILABLE", status.reason);
   if (options.device < 0 || options.device >= static_cast<int>(status.devices.size())) {
@@ -707,7 +703,7 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
   const cuda::MemoryInfo memory = cuda::memory_info();
   const uint64_t usable = memory.free > kReserve ? memory.free - kReserve : 0;
   const uint64_t available = options.budget > 0 ? std::min<uint64_t>(options.budget, usable) : usable;
-  const uint64_t staging = resident < all ? ExpertStream::staging_bytes(model) : 0;
+  const uint64_t staging = resident < all && !arena ? ExpertStream::staging_bytes(model) : 0;
   const uint64_t needed = weights + workspace + kv + staging;
   if (needed > available) {
     const std::string limit = options.budget > 0 && options.budget < usable
@@ -742,17 +738,21 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
       for (const int32_t slot : table) mask.push_back(slot < 0 ? 1 : 0);
       on_host.push_back(std::move(mask));
     }
-    g->host_experts = std::make_unique<HostExperts>(model, std::move(on_host), kMaxBatch, pool);
-    std::vector<ExpertStacks> stacks;
-    for (const GpuLayer& l : g->layers) stacks.push_back({l.expert_gate, l.expert_up, l.expert_down, l.expert_slots});
-    g->expert_stream = std::make_unique<ExpertStream>(model, g->slot_tables, std::move(stacks));
-    std::vector<SlotPools> pools;
-    for (const GpuLayer& layer : g->layers) {
-      // The pools and tables sit in the weights' allocation, which the model owns: writable.
-      pools.push_back({const_cast<uint8_t*>(layer.expert_gate.data), const_cast<uint8_t*>(layer.expert_up.data),
-                       const_cast<uint8_t*>(layer.expert_down.data), const_cast<int32_t*>(layer.expert_slots)});
+    g->host_experts = std::make_unique<HostExperts>(model, std::move(on_host), kMaxBatch, pool, arena);
+    // With a disk tier, host experts live in the arena, not in page-locked file pages: prompts
+    // hand their rows to the CPU, and residency keeps the plan's placement (it copies from those pages).
+    if (!arena) {
+      std::vector<ExpertStacks> stacks;
+      for (const GpuLayer& l : g->layers) stacks.push_back({l.expert_gate, l.expert_up, l.expert_down, l.expert_slots});
+      g->expert_stream = std::make_unique<ExpertStream>(model, g->slot_tables, std::move(stacks));
+      std::vector<SlotPools> pools;
+      for (const GpuLayer& layer : g->layers) {
+        // The pools and tables sit in the weights' allocation, which the model owns: writable.
+        pools.push_back({const_cast<uint8_t*>(layer.expert_gate.data), const_cast<uint8_t*>(layer.expert_up.data),
+                         const_cast<uint8_t*>(layer.expert_down.data), const_cast<int32_t*>(layer.expert_slots)});
+      }
+      g->residency = std::make_unique<GpuResidency>(model, std::move(pools), g->slot_tables, *g->host_experts);
     }
-    g->residency = std::make_unique<GpuResidency>(model, std::move(pools), g->slot_tables, *g->host_experts);
   }
   return g;
 }
@@ -860,7 +860,7 @@ OffloadStats offload_stats(GpuModel& model) {
   return model.host_experts->stats();
 }
 
-bool gpu_has_host_experts(GpuModel& model) { return model.host_experts != nullptr; }
+bool gpu_can_move_experts(GpuModel& model) { return model.residency != nullptr; }
 
 void take_routed_calls(GpuModel& model, std::vector<uint32_t>& calls) {
   const uint32_t* counted = model.routed_host.host<uint32_t>();
@@ -931,13 +931,16 @@ namespace {
 }  // namespace
 
 GpuFootprint gpu_footprint(const model::Model&, int64_t) { refuse(); }
-std::shared_ptr<GpuModel> upload_model(const model::Model&, const GpuOptions&, int64_t, cpu::ThreadPool&) { refuse(); }
+std::shared_ptr<GpuModel> upload_model(const model::Model&, const GpuOptions&, int64_t, cpu::ThreadPool&,
+                                       ExpertArena*) {
+  refuse();
+}
 std::shared_ptr<GpuSequence> create_gpu_sequence(GpuModel&, int64_t) { refuse(); }
 void gpu_forward(GpuModel&, GpuSequence&, std::span<const int32_t>, int64_t, LogitRows, std::vector<float>&) {
   refuse();
 }
 OffloadStats offload_stats(GpuModel&) { refuse(); }
-bool gpu_has_host_experts(GpuModel&) { refuse(); }
+bool gpu_can_move_experts(GpuModel&) { refuse(); }
 void take_routed_calls(GpuModel&, std::vector<uint32_t>&) { refuse(); }
 const std::vector<std::vector<int32_t>>& gpu_slot_tables(GpuModel&) { refuse(); }
 const std::vector<std::vector<int32_t>>& gpu_slot_experts(GpuModel&) { refuse(); }

@@ -52,12 +52,15 @@ class GpuSequence;
 
 // Uploads `model`'s dense weights and options.gpu_experts, and allocates the pass's workspace,
 // after checking that they and one sequence of `context_size` tokens fit. A hybrid model's
-// host experts run on `pool`, which must outlive the GpuModel. Throws GPU_UNAVAILABLE (no
+// host experts run on `pool`, which must outlive the GpuModel, and those `arena` pages (the
+// disk tier, or null) are read through it. With a disk tier no prompt pass copies host experts
+// to the GPU (that would read every paged expert from disk per layer): every pass hands its
+// rows to the CPU, as decode steps do, and no prompt staging is allocated. Throws GPU_UNAVAILABLE (no
 // usable device, naming why), INSUFFICIENT_MEMORY (naming each term), INVALID_ARGUMENT (a
 // gpu_experts list that does not fit the model), UNSUPPORTED_QUANT (a tensor whose type has
 // no GPU kernel) or UNSUPPORTED_MODEL.
 std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptions& options, int64_t context_size,
-                                       cpu::ThreadPool& pool);
+                                       cpu::ThreadPool& pool, ExpertArena* arena);
 
 // A sequence's KV cache on the card. Throws INSUFFICIENT_MEMORY when it does not fit.
 std::shared_ptr<GpuSequence> create_gpu_sequence(GpuModel& model, int64_t context_size);
@@ -69,8 +72,9 @@ void gpu_forward(GpuModel& model, GpuSequence& sequence, std::span<const int32_t
 // Where a hybrid model's time went since load (all zero when every expert is on the GPU).
 OffloadStats offload_stats(GpuModel& model);
 // --- routing counts and adaptive residency (engine/residency.h): between passes, on the scheduler thread ---
-// Whether some routed experts live in host memory (the CPU runs them).
-bool gpu_has_host_experts(GpuModel& model);
+// Whether adaptive residency can move experts: some live in host memory, in the file's page-locked
+// pages (not in a disk tier's arena, which the copies do not read).
+bool gpu_can_move_experts(GpuModel& model);
 // Adds to `calls` (layers * experts, layer after layer) the rows routed to each expert by the
 // passes since the last call.
 void take_routed_calls(GpuModel& model, std::vector<uint32_t>& calls);

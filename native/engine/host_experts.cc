@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "cuda/ops.h"
+#include "engine/cpu_experts.h"
 
 namespace bloomery::engine {
 
@@ -29,10 +30,11 @@ uint64_t* waited_of(const cuda::DeviceBuffer& counters) { return counters.as<uin
 }  // namespace
 
 HostExperts::HostExperts(const model::Model& model, std::vector<std::vector<uint8_t>> on_host, int64_t max_rows,
-                         cpu::ThreadPool& pool)
+                         cpu::ThreadPool& pool, ExpertArena* arena)
     : model_(model),
       on_host_(std::move(on_host)),
       pool_(pool),
+      arena_(arena),
       used_(model.params.experts_used),
       width_(model.params.embedding) {
   const int64_t layers = model.params.layers;
@@ -101,9 +103,8 @@ void HostExperts::serve(int64_t layer, int64_t n, const cuda::Stream& stream) {
   routing_.used = used_;
   routing_.experts.assign(chosen_.host<int32_t>(), chosen_.host<int32_t>() + total);
   routing_.weights.assign(weights_.host<float>(), weights_.host<float>() + total);
-  const model::LayerWeights& w = model_.layers[layer];
-  cpu::moe_swiglu(rows_.host<float>(), n, routing_, w.expert_gate, w.expert_up, w.expert_down, sums_.host<float>(),
-                  scratch_, pool_, on_host_[layer]);
+  run_cpu_experts(model_, layer, rows_.host<float>(), n, routing_, on_host_[layer], arena_, sums_.host<float>(),
+                  scratch_, pool_);
   {
     const double computed = since(computing);
     std::lock_guard lock(stats_mutex_);

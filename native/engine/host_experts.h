@@ -1,7 +1,7 @@
 // The CPU's half of a hybrid MoE pass. Per MoE layer the GPU routes the rows, copies the
 // normed rows and their chosen experts and weights to mapped host memory and raises a flag;
-// here the thread pool runs the experts that live in host memory (the mmap'd file's pages)
-// over those rows, writes their weighted sum to mapped memory and raises the answering
+// here the thread pool runs the experts that live in host memory (the mmap'd file's pages, or
+// the disk tier's arena) over those rows, writes their weighted sum to mapped memory and raises the answering
 // flag; the GPU, which ran its resident experts meanwhile, waits for it and adds the sum.
 // Only the CUDA build has a GPU side; this file is compiled by the host compiler.
 #pragma once
@@ -29,6 +29,7 @@ struct OffloadStats {
 #include "cpu/moe.h"
 #include "cpu/thread_pool.h"
 #include "cuda/runtime.h"
+#include "engine/expert_arena.h"
 #include "engine/expert_stream.h"
 #include "model/model.h"
 
@@ -36,9 +37,10 @@ namespace bloomery::engine {
 
 class HostExperts {
  public:
-  // on_host[l][e] != 0: expert e of layer l runs on the CPU. Buffers hold `max_rows` rows.
+  // on_host[l][e] != 0: expert e of layer l runs on the CPU, from the file's pages or, for
+  // those `arena` pages (the disk tier; null: none), from its slots. Buffers hold `max_rows` rows.
   HostExperts(const model::Model& model, std::vector<std::vector<uint8_t>> on_host, int64_t max_rows,
-              cpu::ThreadPool& pool);
+              cpu::ThreadPool& pool, ExpertArena* arena);
 
   // Whether layer l has experts in host memory (the others need no handoff).
   bool has_host_experts(int64_t layer) const { return layer_active_[layer]; }
@@ -76,6 +78,7 @@ class HostExperts {
   std::vector<std::vector<uint8_t>> on_host_;
   std::vector<bool> layer_active_;
   cpu::ThreadPool& pool_;
+  ExpertArena* arena_;
   int64_t used_, width_;
   cuda::PinnedBuffer rows_, chosen_, weights_, sums_, ready_, done_;
   // uint32 [0]: the step, [1]: publish's block counter; uint64 [1]: nanoseconds the GPU waited.

@@ -67,7 +67,7 @@ std::vector<Swap> choose_swaps(const RoutingCounts& counts, const std::vector<st
 }
 
 Residency::Residency(int64_t layers, int64_t experts, GpuModel* gpu, bool adaptive)
-    : counts_(layers, experts), gpu_(gpu), adaptive_(adaptive && gpu && experts > 0 && gpu_has_host_experts(*gpu)) {}
+    : counts_(layers, experts), gpu_(gpu), adaptive_(adaptive && gpu && experts > 0 && gpu_can_move_experts(*gpu)) {}
 
 void Residency::after_step(std::span<const uint32_t> cpu_calls, bool prompt) {
   if (counts_.experts() == 0) return;

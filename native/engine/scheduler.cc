@@ -349,7 +349,7 @@ void Scheduler::execute(Pass& pass) {
         batch.push_back(
             {part.tokens, part.first_position, &r.session->cache_, r.generating() ? LogitRows::kLast : r.rows});
       }
-      forward(runtime_.model(), batch, logits_, scratch_, runtime_.pool_);
+      forward(runtime_.model(), batch, logits_, scratch_, runtime_.pool_, runtime_.arena_.get());
     }
     const bool prompt =
         std::any_of(pass.parts.begin(), pass.parts.end(), [](const Pass::Part& p) { return !p.decode; });

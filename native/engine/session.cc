@@ -19,6 +19,46 @@ int64_t resolve_context_size(const model::HyperParams& p, int64_t requested) {
   return requested;
 }
 
+namespace {
+
+// The arena of options.disk, or null when it pages nothing.
+std::unique_ptr<ExpertArena> disk_tier(const model::Model& model, const RuntimeOptions& options) {
+  const std::vector<std::vector<int32_t>>& experts = options.disk.experts;
+  bool any = false;
+  for (const auto& layer : experts) any = any || !layer.empty();
+  if (!any) return nullptr;
+  const model::HyperParams& p = model.params;
+  if (static_cast<int64_t>(experts.size()) != p.layers) {
+    throw Error("INVALID_ARGUMENT", "disk experts name " + std::to_string(experts.size()) + " layers; the model has " +
+                                        std::to_string(p.layers));
+  }
+  std::vector<std::vector<uint8_t>> paged(experts.size(), std::vector<uint8_t>(static_cast<size_t>(p.experts), 0));
+  for (size_t l = 0; l < experts.size(); ++l) {
+    for (const int32_t e : experts[l]) {
+      if (e < 0 || e >= p.experts || paged[l][e]) {
+        throw Error("INVALID_ARGUMENT", "layer " + std::to_string(l) + "'s disk experts list expert " +
+                                            std::to_string(e) + (e >= 0 && e < p.experts ? " twice" : "") +
+                                            "; the model has " + std::to_string(p.experts) + " experts per layer");
+      }
+      paged[l][e] = 1;
+    }
+    if (options.gpu && l < options.gpu->gpu_experts.size()) {
+      for (const int32_t e : options.gpu->gpu_experts[l]) {
+        if (e >= 0 && e < p.experts && paged[l][e]) {
+          throw Error("INVALID_ARGUMENT", "layer " + std::to_string(l) + "'s expert " + std::to_string(e) +
+                                              " is listed both on the GPU and on the disk tier");
+        }
+      }
+    }
+  }
+  if (options.gpu && options.gpu->gpu_experts.empty()) {
+    throw Error("INVALID_ARGUMENT", "disk experts with every expert on the GPU: list the GPU's experts");
+  }
+  return std::make_unique<ExpertArena>(model, std::move(paged), options.disk.arena_bytes);
+}
+
+}  // namespace
+
 Runtime::Runtime(std::unique_ptr<model::Model> model, const RuntimeOptions& options)
     : model_(std::move(model)),
       context_size_(resolve_context_size(model_->params, options.context_size)),
@@ -31,7 +71,8 @@ Runtime::Runtime(std::unique_ptr<model::Model> model, const RuntimeOptions& opti
     throw Error("INVALID_ARGUMENT", "a step of " + std::to_string(step_tokens_) + " tokens cannot hold " +
                                         std::to_string(parallel_) + " parallel sequences");
   }
-  if (options.gpu) gpu_ = upload_model(*model_, *options.gpu, context_size_, pool_);
+  arena_ = disk_tier(*model_, options);
+  if (options.gpu) gpu_ = upload_model(*model_, *options.gpu, context_size_, pool_, arena_.get());
   residency_ = std::make_unique<Residency>(model_->params.layers, model_->params.experts, gpu_.get(),
                                            options.adaptive_residency);
   scheduler_ = Scheduler::start(*this);

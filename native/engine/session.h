@@ -32,6 +32,13 @@ inline constexpr uint32_t kDefaultParallel = 2;
 // prompt delays the running streams by one bounded pass at a time.
 inline constexpr int64_t kDefaultStepTokens = 256;
 
+// The disk tier: routed experts read from the model file into an arena of `arena_bytes` as
+// passes need them (expert_arena.h). Per layer, the experts it pages; none: no disk tier.
+struct DiskTierOptions {
+  std::vector<std::vector<int32_t>> experts;
+  uint64_t arena_bytes = 0;
+};
+
 struct RuntimeOptions {
   uint32_t threads = 0;                  // 0: one per physical core
   int64_t context_size = 0;              // per sequence; 0: the model's trained context, at most kDefaultContextSize
@@ -40,6 +47,7 @@ struct RuntimeOptions {
   std::optional<GpuOptions> gpu;             // set: on the GPU, gpu->gpu_experts resident there (gpu_forward.h)
   uint64_t cache_ram = 0;                    // bytes of host RAM for the prompt-state cache; 0: no cache
   bool adaptive_residency = true;            // with experts split between GPU and host, move them as routing asks
+  DiskTierOptions disk;
 };
 
 // The context size a runtime uses for `requested` (0: the model's trained context, at most
@@ -49,7 +57,8 @@ int64_t resolve_context_size(const model::HyperParams& p, int64_t requested);
 class Runtime {
  public:
   // Throws CONTEXT_TOO_LONG when options.context_size exceeds the model's trained context,
-  // INVALID_ARGUMENT for a parallel of 0 or a step smaller than parallel.
+  // INVALID_ARGUMENT for a parallel of 0 or a step smaller than parallel, or disk experts that
+  // do not fit the model or are also on the GPU, and ExpertArena's errors.
   Runtime(std::unique_ptr<model::Model> model, const RuntimeOptions& options);
   ~Runtime();
 
@@ -60,6 +69,8 @@ class Runtime {
   int64_t step_tokens() const { return step_tokens_; }
   bool on_gpu() const { return gpu_ != nullptr; }
   GpuModel* gpu() const { return gpu_.get(); }
+  // The disk tier's arena; null when every expert is in RAM (or on the GPU).
+  const ExpertArena* arena() const { return arena_.get(); }
   // The identity saved states carry (model_fingerprint), computed on first use.
   uint64_t fingerprint();
   Scheduler& scheduler() { return *scheduler_; }
@@ -77,6 +88,7 @@ class Runtime {
   // Held by every forward pass, and by whatever reads or writes a session's KV cache, token
   // history or the prompt-state cache outside a pass (save, restore, fork, prepare_prompt, stores).
   std::mutex compute_;
+  std::unique_ptr<ExpertArena> arena_;  // before gpu_, whose host experts read it
   std::shared_ptr<GpuModel> gpu_;
   std::unique_ptr<Residency> residency_;
   PromptCache prompt_cache_;

@@ -1,0 +1,39 @@
+#include "engine/cpu_experts.h"
+
+#include <vector>
+
+namespace bloomery::engine {
+
+void run_cpu_experts(const model::Model& model, int64_t layer, const float* x, int64_t n, const cpu::Routing& routing,
+                     std::span<const uint8_t> run_expert, ExpertArena* arena, float* out, cpu::MoeScratch& s,
+                     cpu::ThreadPool& pool) {
+  const model::LayerWeights& w = model.layers[layer];
+  if (!arena || !arena->pages_layer(layer)) {
+    cpu::moe_swiglu(x, n, routing, w.expert_gate, w.expert_up, w.expert_down, out, s, pool, run_expert);
+    return;
+  }
+  cpu::moe_prepare(x, n, routing, w.expert_gate, w.expert_up, w.expert_down, s, pool, run_expert);
+  s.slices.resize(static_cast<size_t>(w.expert_gate.count));
+  std::vector<int32_t> wave, paged;
+  for (const int32_t e : s.in_use) {
+    if (arena->is_paged(layer, e)) {
+      paged.push_back(e);
+    } else {
+      s.slices[e] = cpu::stack_slices(w.expert_gate, w.expert_up, w.expert_down, e);
+      wave.push_back(e);
+    }
+  }
+  ExpertArena::Lease lease = arena->lease(layer, paged);
+  for (std::vector<int32_t> ready = lease.next_ready(wave.empty());; ready = lease.next_ready(true)) {
+    for (const int32_t e : ready) {
+      s.slices[e] = lease.slices(e);
+      wave.push_back(e);
+    }
+    if (wave.empty()) break;
+    cpu::moe_run_experts(wave, s.slices, w.expert_gate, w.expert_up, w.expert_down, s, pool);
+    wave.clear();
+  }
+  cpu::moe_combine(n, routing, w.expert_down.first.rows, out, s);
+}
+
+}  // namespace bloomery::engine

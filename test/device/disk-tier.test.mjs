@@ -1,0 +1,106 @@
+// GPU machine: the disk tier in hybrid runs. The experts a plan puts on the CPU are paged from
+// the model file through a small RAM arena (the minimum: one layer's paged experts); the greedy
+// tokens are the all-GPU run's and the distributions agree as hybrid.test.mjs asks of host
+// experts in RAM. Against the same split with those experts in RAM, decode steps and short
+// prompts (both hand their rows to the CPU) give the same logits bit for bit; long prompts,
+// which with experts in RAM copy them to the GPU, hand their rows to the CPU too with a disk
+// tier (no streamed pass, no prompt staging). Skips where no NVIDIA device exists.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { compare, fixtures, skip } from "./helpers.mjs";
+import { loadModel } from "../../dist/index.js";
+
+const { fixture } = fixtures("disk-tier");
+const CONTEXT = 1024;
+
+// Logits of a 600-token prompt (passes of 512 and 88 rows), of 24 decode steps of given tokens,
+// and of a 40-token prompt in a new session; then 24 greedy tokens of another.
+async function runOf(model) {
+  const vocab = model.info.vocabSize;
+  const tokens = (count, seed) => Array.from({ length: count }, (_, i) => (i * 7919 + seed) % vocab);
+  const session = model.createSession();
+  const long = await session.evaluate(tokens(600, 13), { logits: "all" });
+  const steps = new Float32Array(24 * vocab);
+  for (const [i, token] of tokens(24, 101).entries()) steps.set(await session.evaluate([token]), i * vocab);
+  session.dispose();
+  const fresh = model.createSession();
+  const short = await fresh.evaluate(tokens(40, 29), { logits: "all" });
+  fresh.dispose();
+  const greedy = model.createSession();
+  const { tokens: generated } = await greedy.generate(tokens(8, 131), { maxTokens: 24 }).result;
+  greedy.dispose();
+  return { long, steps, short, generated };
+}
+
+// The all-GPU plan with each layer's experts split: `onGpu(e)` on the GPU, the others on `tier`.
+function split(plan, onGpu, tier) {
+  const edited = JSON.parse(JSON.stringify(plan));
+  for (const layer of edited.layers) {
+    const all = [...layer.gpu, ...layer.host, ...(layer.disk ?? [])].sort((a, b) => a - b);
+    layer.gpu = all.filter(onGpu);
+    layer.host = tier === "host" ? all.filter((e) => !onGpu(e)) : [];
+    layer.disk = tier === "disk" ? all.filter((e) => !onGpu(e)) : [];
+    layer.reason = `test split, the CPU's experts on ${tier}`;
+  }
+  return edited;
+}
+
+const sameBits = (a, b) => Buffer.from(a.buffer).equals(Buffer.from(b.buffer));
+
+for (const type of ["Q4_K", "Q8_0"]) {
+  test(`tiny-qwen3moe ${type}: hybrid runs with the CPU's experts paged from disk`, { skip }, async () => {
+    const path = fixture("tiny-qwen3moe", type);
+    const reference = await loadModel(path, { gpu: "auto", contextSize: CONTEXT });
+    const slotBytes = reference.plan.arena.slotBytes;
+    const expected = await runOf(reference);
+    try {
+      for (const [what, onGpu, paged] of [
+        ["even experts on the GPU, odd ones paged", (e) => e % 2 === 0, 4],
+        ["every expert paged", () => false, 8],
+      ]) {
+        const inRam = await loadModel(path, {
+          gpu: "auto",
+          contextSize: CONTEXT,
+          plan: split(reference.plan, onGpu, "host"),
+        });
+        const fromRam = await runOf(inRam);
+        inRam.dispose();
+        const hybrid = await loadModel(path, {
+          gpu: "auto",
+          contextSize: CONTEXT,
+          hostRam: paged * slotBytes,
+          plan: split(reference.plan, onGpu, "disk"),
+        });
+        try {
+          assert.equal(hybrid.plan.arena.slots, paged, `${what}: the arena is one layer's paged experts`);
+          assert.equal(hybrid.plan.bytes.gpu.staging, 0, `${what}: no prompt staging with a disk tier`);
+          const got = await runOf(hybrid);
+          const vocab = hybrid.info.vocabSize;
+          const offload = hybrid.stats().offload;
+          const disk = hybrid.stats().disk;
+          console.log(`${path} ${what}: offload ${JSON.stringify(offload)}\n  disk ${JSON.stringify(disk)}`);
+          assert.equal(offload.streamedPasses, 0, `${what}: a disk tier never copies host experts to the GPU`);
+          assert.ok(disk.misses > 0 && disk.hits > 0, `${what}: the arena read and reused experts`);
+          assert.ok(sameBits(fromRam.steps, got.steps), `${what}: decode steps differ from the experts in RAM`);
+          assert.ok(sameBits(fromRam.short, got.short), `${what}: a short prompt differs from the experts in RAM`);
+          for (const [name, a, b] of [
+            ["long prompt", expected.long, got.long],
+            ["decode", expected.steps, got.steps],
+            ["short prompt", expected.short, got.short],
+          ]) {
+            const m = compare(a, b, vocab);
+            console.log(`  ${name} vs all-GPU: ${JSON.stringify(m)}`);
+            assert.ok(m.top1 >= 0.9, `${what} ${name}: top-1 agreement ${m.top1}`);
+            assert.ok(m.widestFlip <= 0.1, `${what} ${name}: a top-1 flip ${m.widestFlip} nats below the best`);
+            assert.ok(m.kl <= 1e-3, `${what} ${name}: mean KL ${m.kl}`);
+          }
+          assert.deepEqual(got.generated, expected.generated, `${what}: greedy tokens differ from the all-GPU run`);
+        } finally {
+          hybrid.dispose();
+        }
+      }
+    } finally {
+      reference.dispose();
+    }
+  });
+}
