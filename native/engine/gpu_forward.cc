@@ -624,8 +624,8 @@ struct Pass {
     if (layout.output_rows == 0) return;
     int64_t gathered = 0;
     for (const PassLayout::Run& run : layout.outputs) {
-      cuda::rms_norm(f(ws.residual) + run.first_row * p.embedding, run.rows, p.embedding, m.output_norm,
-                     p.rms_epsilon, f(ws.normed) + gathered * p.embedding, stream);
+      cuda::rms_norm(f(ws.residual) + run.first_row * p.embedding, run.rows, p.embedding, m.output_norm, p.rms_epsilon,
+                     f(ws.normed) + gathered * p.embedding, stream);
       gathered += run.rows;
     }
     Input normed(*this, f(ws.normed), layout.output_rows, p.embedding);
@@ -672,7 +672,7 @@ void run_hybrid(const Pass& pass, const cuda::Stream& stream) {
 
 // The pass over rows [first, first + n) of a batch whose part i has rows [first_row[i], first_row[i + 1]).
 PassLayout pass_layout(std::span<const GpuSequenceRows> batch, const std::vector<int64_t>& first_row, int64_t first,
-                   int64_t n) {
+                       int64_t n) {
   PassLayout layout;
   for (size_t i = 0; i < batch.size(); ++i) {
     const int64_t begin = std::max(first_row[i], first), end = std::min(first_row[i + 1], first + n);
