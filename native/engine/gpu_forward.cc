@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <list>
 #include <map>
 #include <mutex>
 #include <numeric>
@@ -31,6 +32,8 @@ using cuda::DeviceMatrix;
 constexpr int64_t kMaxBatch = 512;
 // Device memory left to the CUDA context, graphs and kernels' local memory.
 constexpr uint64_t kReserve = 512ull << 20;
+// Decode-step graphs kept at once: one per set of sequences recently decoded together.
+constexpr size_t kDecodeGraphs = 8;
 
 std::string gib(uint64_t bytes) {
   char text[32];
@@ -120,7 +123,7 @@ struct GpuWeights {
   std::vector<GpuLayer> layers;
 };
 
-// The graph of decode steps of one sequence count, and the KV caches it was captured with
+// The graph of decode steps of one set of sequences, and the KV caches it was captured with
 // (keys and values, sequence by sequence): its attention launches' parameters.
 struct DecodeGraph {
   cuda::Graph graph;
@@ -136,8 +139,9 @@ class GpuModel : public GpuWeights {
   DeviceBuffer weights;
   cuda::Stream stream;
   Workspace work;
-  // By sequence count. Captured with the workspace's addresses: dropped when `work.logits` grows.
-  std::map<int64_t, DecodeGraph> decode_graphs;
+  // Most recently used first, at most kDecodeGraphs. Captured with the workspace's addresses:
+  // dropped when `work.logits` grows.
+  std::list<DecodeGraph> decode_graphs;
 
   // Sequences released while a hybrid pass runs anywhere (see hybrid_passes), freed later.
   std::mutex retired_mutex;
@@ -687,21 +691,32 @@ PassLayout pass_layout(std::span<const GpuSequenceRows> batch, const std::vector
   return layout;
 }
 
-// Launches the graph of a decode step of pass.n sequences, captured first (or again, into the
-// same executable graph) when its sequences are not those the graph was captured with.
+// Launches the graph of a decode step of the pass's sequences. A set of sequences not among
+// the graphs kept is captured: into a new graph while fewer than kDecodeGraphs are kept, else
+// into the least recently used one of the same count (updated in place: the same launches with
+// other caches), or of any count (instantiated anew).
 void replay_decode_step(GpuModel& model, const Pass& pass) {
   std::vector<const void*> caches;
   for (const PassLayout::Segment& part : pass.layout.segments) {
     caches.push_back(part.sequence->keys.data());
     caches.push_back(part.sequence->values.data());
   }
-  DecodeGraph& step = model.decode_graphs[pass.n];
-  if (!step.graph.ready() || step.caches != caches) {
-    step.caches.clear();
-    step.graph.capture(pass.stream, [&pass] { pass.run(); });
-    step.caches = std::move(caches);
+  std::list<DecodeGraph>& graphs = model.decode_graphs;
+  auto step = std::find_if(graphs.begin(), graphs.end(), [&](const DecodeGraph& g) { return g.caches == caches; });
+  if (step == graphs.end()) {
+    if (graphs.size() < kDecodeGraphs) {
+      step = graphs.emplace(graphs.end());
+    } else {
+      const auto same_count = std::find_if(graphs.rbegin(), graphs.rend(),
+                                           [&](const DecodeGraph& g) { return g.caches.size() == caches.size(); });
+      step = same_count != graphs.rend() ? std::prev(same_count.base()) : std::prev(graphs.end());
+    }
+    step->caches.clear();
+    step->graph.capture(pass.stream, [&pass] { pass.run(); });
+    step->caches = std::move(caches);
   }
-  step.graph.launch(pass.stream);
+  graphs.splice(graphs.begin(), graphs, step);
+  step->graph.launch(pass.stream);
 }
 
 }  // namespace

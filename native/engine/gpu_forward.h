@@ -16,14 +16,14 @@
 // round unlike the CPU's, so a sequence's prompt rows batched past that size may differ in
 // the last bits from the same prompt run alone below it.
 //
-// A decode step (every sequence one token) replays a CUDA graph: one per sequence count,
-// captured on first use, and re-captured into the same executable graph (cudaGraphExecUpdate,
-// see cuda::Graph::capture) when the step's sequences differ from the last step of that count,
-// as their KV caches' addresses are parameters of the attention launches. Positions, tokens
-// and a hybrid step's step number are read from device memory, so the graph replays unchanged
-// while the same sequences decode. A hybrid step's graph waits for the host through flags in
-// mapped memory, so it stays one graph. A CPU-only build compiles this interface; it refuses
-// GPU_UNAVAILABLE.
+// A decode step (every sequence one token) replays a CUDA graph, one per set of sequences (in
+// order), as their KV caches' addresses are parameters of the attention launches; positions,
+// tokens and a hybrid step's step number are read from device memory, so a graph replays
+// unchanged while its sequences decode. The model keeps the graphs of the last eight sets; past
+// them, a new set is captured into the least recently used graph of the same count, updated in
+// place (cudaGraphExecUpdate, see cuda::Graph::capture) rather than instantiated anew. A hybrid
+// step's graph waits for the host through flags in mapped memory, so it stays one graph. A
+// CPU-only build compiles this interface; it refuses GPU_UNAVAILABLE.
 #pragma once
 
 #include <cstdint>
