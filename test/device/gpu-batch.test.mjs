@@ -1,9 +1,10 @@
 // GPU machine: sessions running at once share one GPU pass per step (engine/gpu_forward.h: the
 // rows of every sequence in one pass, a decode step of k sequences as one CUDA graph), and each
 // gets what it gets alone: 1, 2, 3 and 4 sessions generating greedily give exactly each one's
-// single-stream tokens, on MoE and dense fixtures and on a hybrid model (routed experts split
-// between the GPU and the CPU); prompts evaluated in shared passes give their single-stream
-// logits bit for bit. Skips where no NVIDIA device exists.
+// single-stream tokens, and the same log-probabilities bit for bit (these fixtures' greedy
+// tokens hardly depend on the context, their log-probabilities do), on MoE and dense fixtures
+// and on a hybrid model (routed experts split between the GPU and the CPU); prompts evaluated in
+// shared passes give their single-stream logits bit for bit. Skips where no NVIDIA device exists.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -32,7 +33,7 @@ function tokensOf(count, seed, vocab) {
 
 function generate(model, session, run) {
   // No end-of-sequence token: every session runs to maxTokens, so the steps are as planned.
-  const options = { maxTokens: run.maxTokens, logitBias: { [model.info.eosToken]: -Infinity } };
+  const options = { maxTokens: run.maxTokens, logprobs: 4, logitBias: { [model.info.eosToken]: -Infinity } };
   return session.generate(tokensOf(run.prompt, run.seed, model.info.vocabSize), options).result;
 }
 
@@ -52,13 +53,13 @@ async function decodedSince(model, before, count) {
 }
 
 async function alone(model) {
-  const tokens = [];
+  const results = [];
   for (const run of RUNS) {
     const session = model.createSession();
-    tokens.push((await generate(model, session, run)).tokens);
+    results.push(await generate(model, session, run));
     session.dispose();
   }
-  return tokens;
+  return results;
 }
 
 // The first k runs at once. The last of them (for k > 1) joins once the others have decoded a
@@ -70,10 +71,10 @@ async function together(model, k) {
   for (let i = 0; i < k - 1; ++i) results.push(generate(model, sessions[i], RUNS[i]));
   if (k > 1) await decodedSince(model, before, 4 * (k - 1));
   results.push(generate(model, sessions[k - 1], RUNS[k - 1]));
-  const tokens = (await Promise.all(results)).map((r) => r.tokens);
+  const got = await Promise.all(results);
   for (const session of sessions) session.dispose();
   const { passes, sequences } = passesSince(model, before);
-  return { tokens, perPass: sequences / passes };
+  return { results: got, perPass: sequences / passes };
 }
 
 async function expectBatchedAsAlone(model, what) {
@@ -81,11 +82,17 @@ async function expectBatchedAsAlone(model, what) {
   assert.ok(model.info.parallel >= STREAMS, `${what}: parallel ${model.info.parallel}`);
   const reference = await alone(model);
   for (let k = 1; k <= STREAMS; ++k) {
-    const { tokens, perPass } = await together(model, k);
+    const { results, perPass } = await together(model, k);
     console.log(`${what}, ${k} sessions at once: ${perPass.toFixed(2)} sequences per pass`);
     if (k > 1) assert.ok(perPass > 1.2, `${what}, ${k} sessions: few shared passes (${perPass} sequences per pass)`);
     for (let i = 0; i < k; ++i) {
-      assert.deepEqual(tokens[i], reference[i], `${what}, ${k} sessions: session ${i} differs from its run alone`);
+      const where = `${what}, ${k} sessions: session ${i}`;
+      assert.deepEqual(results[i].tokens, reference[i].tokens, `${where}'s tokens differ from its run alone`);
+      assert.deepEqual(
+        results[i].logprobs,
+        reference[i].logprobs,
+        `${where}'s log-probabilities differ from its run alone`,
+      );
     }
   }
 }
