@@ -7,7 +7,7 @@
 // after), so prompts are left out; each stream count keeps its best round. Writes JSON to $OUT
 // (or the working directory), like bench/gpu.mjs.
 //   node dist/synth-cli.js qwen3-30b-a3b /root/q.gguf   (once)
-//   node bench/gpu-parallel.mjs /root/q.gguf [--prompt 64 --decode 128 --rounds 2]
+//   node bench/gpu-parallel.mjs /root/q.gguf [--prompt 64 --decode 256 --rounds 2]
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
@@ -23,7 +23,7 @@ const { values, positionals } = parseArgs({
   allowPositionals: true,
   options: {
     prompt: { type: "string", default: "64" },
-    decode: { type: "string", default: "128" },
+    decode: { type: "string", default: "256" },
     rounds: { type: "string", default: "2" },
   },
 });
