@@ -71,9 +71,11 @@ export interface LoadModelOptions {
   /**
    * Sequences decoded together (default 2): the scheduler thread runs the next tokens of up to
    * this many generating or evaluating sessions in one forward pass, so each weight is read once
-   * for all of them; further sessions wait in the order they asked. On the CPU the sequences
-   * share every matrix product; a GPU model runs them one after another within each step (not
-   * batched yet).
+   * for all of them; further sessions wait in the order they asked. The sequences share every
+   * matrix product and the experts, on the CPU and on the GPU (where a decode step of k sequences
+   * is one CUDA graph), and a sequence's results do not depend on the others in its passes, but in
+   * a hybrid model: there a pass of many rows (see {@link OffloadTimes.streamedPasses}) runs the CPU's experts on
+   * the GPU, which rounds differently.
    */
   parallel?: number;
   /** A Jinja chat template to use instead of the file's `tokenizer.chat_template`. */

@@ -181,8 +181,11 @@ void download(void* dst, const void* src, size_t bytes) {
 
 void check_launch(const char* what) { check(cudaGetLastError(), what); }
 
-Graph::~Graph() {
+Graph::~Graph() { clear(); }
+
+void Graph::clear() {
   if (exec_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+  exec_ = nullptr;
 }
 
 void Graph::begin_capture(StreamHandle stream) {
@@ -192,12 +195,31 @@ void Graph::begin_capture(StreamHandle stream) {
 
 void Graph::end_capture(StreamHandle stream) {
   cudaGraph_t graph = nullptr;
-  check(cudaStreamEndCapture(raw(stream), &graph), "cudaStreamEndCapture");
+  const cudaError_t ended = cudaStreamEndCapture(raw(stream), &graph);
+  if (ended != cudaSuccess) clear();
+  check(ended, "cudaStreamEndCapture");
+  if (exec_) {
+    cudaGraphExecUpdateResultInfo info{};
+    if (cudaGraphExecUpdate(static_cast<cudaGraphExec_t>(exec_), graph, &info) == cudaSuccess) {
+      cudaGraphDestroy(graph);
+      return;
+    }
+    // Another shape of graph: not an error, but the runtime remembers it as the last one.
+    cudaGetLastError();
+    clear();
+  }
   cudaGraphExec_t exec = nullptr;
   const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
   cudaGraphDestroy(graph);
   check(err, "cudaGraphInstantiate");
   exec_ = exec;
+}
+
+void Graph::abandon_capture(StreamHandle stream) {
+  cudaGraph_t graph = nullptr;
+  if (cudaStreamEndCapture(raw(stream), &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
+  cudaGetLastError();
+  clear();
 }
 
 void Graph::launch(StreamHandle stream) const {

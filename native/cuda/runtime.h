@@ -144,11 +144,29 @@ class Graph {
   ~Graph();
 
   bool ready() const { return exec_ != nullptr; }
-  void begin_capture(StreamHandle stream);
-  void end_capture(StreamHandle stream);
+  // Records the launches `queue` makes on `stream` as this graph, replacing what it held: a
+  // graph already instantiated is updated in place when only the launches' parameters changed
+  // (cudaGraphExecUpdate, cheaper than a new instantiation), else instantiated anew. If
+  // `queue` throws, the capture is dropped and the graph left empty (not ready).
+  template <typename Queue>
+  void capture(StreamHandle stream, Queue&& queue) {
+    begin_capture(stream);
+    try {
+      queue();
+    } catch (...) {
+      abandon_capture(stream);
+      throw;
+    }
+    end_capture(stream);
+  }
   void launch(StreamHandle stream) const;
 
  private:
+  void begin_capture(StreamHandle stream);
+  void end_capture(StreamHandle stream);
+  void abandon_capture(StreamHandle stream);
+  void clear();
+
   void* exec_ = nullptr;  // cudaGraphExec_t
 };
 

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <list>
 #include <map>
 #include <mutex>
 #include <numeric>
@@ -33,6 +34,8 @@ using cuda::DeviceMatrix;
 constexpr int64_t kMaxBatch = 512;
 // Device memory left to the CUDA context, graphs and kernels' local memory.
 constexpr uint64_t kReserve = 512ull << 20;
+// Decode-step graphs kept at once: one per set of sequences recently decoded together.
+constexpr size_t kDecodeGraphs = 8;
 
 std::string gib(uint64_t bytes) {
   char text[32];
@@ -104,11 +107,11 @@ class WeightPlan {
 
 }  // namespace
 
-// The pass's buffers, sized for kMaxBatch rows.
+// The pass's buffers, sized for kMaxBatch rows; `logits` holds one row at first and grows to
+// the most rows of logits a pass has returned.
 struct Workspace {
   DeviceBuffer residual, normed, q, k, v, attention, gate, up, hidden, expert_out, router_logits, routing_weights;
-  DeviceBuffer chosen, order, chunks, chunk_count, tokens, positions, activations, last_logits;
-  DeviceBuffer all_logits;  // grown on demand for LogitRows::kAll
+  DeviceBuffer chosen, order, chunks, chunk_count, tokens, positions, activations, logits;
 };
 
 // The weights' places in device memory, and which experts are there: what bind_weights
@@ -122,6 +125,13 @@ struct GpuWeights {
   const float* output_norm = nullptr;
   const float* freq_factors = nullptr;
   std::vector<GpuLayer> layers;
+};
+
+// The graph of decode steps of one set of sequences, and the KV caches it was captured with
+// (keys and values, sequence by sequence): its attention launches' parameters.
+struct DecodeGraph {
+  cuda::Graph graph;
+  std::vector<const void*> caches;
 };
 
 class GpuModel : public GpuWeights {
@@ -139,7 +149,9 @@ class GpuModel : public GpuWeights {
   DeviceBuffer weights;
   cuda::Stream stream;
   Workspace work;
-  int64_t max_chunks = 0;
+  // Most recently used first, at most kDecodeGraphs. Captured with the workspace's addresses:
+  // dropped when `work.logits` grows.
+  std::list<DecodeGraph> decode_graphs;
 
   // Sequences released while a hybrid pass runs anywhere (see hybrid_passes), freed later.
   std::mutex retired_mutex;
@@ -153,7 +165,6 @@ class GpuSequence {
  public:
   DeviceBuffer keys, values;  // layers * capacity * kv_width f16 each
   int64_t layer_elements = 0;
-  cuda::Graph decode_step;
 };
 
 GpuModel::~GpuModel() { free_retired(); }
@@ -201,7 +212,7 @@ size_t kv_bytes(const model::HyperParams& p, int64_t context_size) {
   return 2 * static_cast<size_t>(p.layers * context_size * p.kv_heads * p.head_dim) * sizeof(uint16_t);
 }
 
-// The workspace's buffers, in bytes, in Workspace's order (all_logits excepted).
+// The workspace's buffers, in bytes, in Workspace's order (`logits` as first allocated).
 std::vector<std::pair<const char*, size_t>> workspace_sizes(const model::HyperParams& p) {
   const auto floats = [](int64_t count) { return static_cast<size_t>(count) * sizeof(float); };
   const auto ints = [](int64_t count) { return static_cast<size_t>(count) * sizeof(int32_t); };
@@ -230,7 +241,7 @@ std::vector<std::pair<const char*, size_t>> workspace_sizes(const model::HyperPa
           {"tokens", ints(b)},
           {"positions", ints(b)},
           {"activations", static_cast<size_t>(widest / 32) * sizeof(ActivationBlock)},
-          {"last_logits", floats(p.vocab)}};
+          {"logits", floats(p.vocab)}};
 }
 
 void allocate_workspace(const model::HyperParams& p, Workspace& w) {
@@ -253,7 +264,7 @@ void allocate_workspace(const model::HyperParams& p, Workspace& w) {
                              &w.tokens,
                              &w.positions,
                              &w.activations,
-                             &w.last_logits};
+                             &w.logits};
   const auto sizes = workspace_sizes(p);
   for (size_t i = 0; i < sizes.size(); ++i) *buffers[i] = DeviceBuffer(sizes[i].second, sizes[i].first);
 }
@@ -448,9 +459,33 @@ void check_shape(const model::HyperParams& p) {
 
 // --- the pass ---
 
+// How a pass's rows lie in the workspace: each sequence's rows together, sequences in batch
+// order, and which rows' logits it returns.
+struct PassLayout {
+  struct Segment {
+    GpuSequence* sequence;
+    int64_t first_row, rows;
+  };
+  struct Run {  // rows [first_row, first_row + rows) return logits
+    int64_t first_row, rows;
+  };
+  std::vector<Segment> segments;
+  std::vector<Run> outputs;
+  int64_t output_rows = 0;
+
+  void add_output(int64_t first_row, int64_t rows) {
+    if (!outputs.empty() && outputs.back().first_row + outputs.back().rows == first_row) {
+      outputs.back().rows += rows;
+    } else {
+      outputs.push_back({first_row, rows});
+    }
+    output_rows += rows;
+  }
+};
+
 struct Pass {
   GpuModel& m;
-  GpuSequence& s;
+  const PassLayout& layout;
   int64_t n;
   cuda::StreamHandle stream;
   bool streamed = false;  // a hybrid pass that copies its host experts to the GPU (see ExpertStream)
@@ -507,11 +542,17 @@ struct Pass {
     if (w.v_bias) cuda::add_bias(f(ws.v), n, kv_width, w.v_bias, stream);
     position_heads(f(ws.q), p.heads, w.q_norm);
     position_heads(f(ws.k), p.kv_heads, w.k_norm);
-    uint16_t* keys = s.keys.as<uint16_t>() + layer * s.layer_elements;
-    uint16_t* values = s.values.as<uint16_t>() + layer * s.layer_elements;
-    cuda::store_kv(f(ws.k), f(ws.v), n, kv_width, ws.positions.as<int32_t>(), keys, values, stream);
     const cuda::AttentionShape shape{p.heads, p.kv_heads, p.head_dim, 1.0f / std::sqrt(static_cast<float>(p.head_dim))};
-    cuda::causal_attention(f(ws.q), n, ws.positions.as<int32_t>(), keys, values, shape, f(ws.attention), stream);
+    for (const PassLayout::Segment& part : layout.segments) {
+      const GpuSequence& s = *part.sequence;
+      uint16_t* keys = s.keys.as<uint16_t>() + layer * s.layer_elements;
+      uint16_t* values = s.values.as<uint16_t>() + layer * s.layer_elements;
+      const int32_t* positions = ws.positions.as<int32_t>() + part.first_row;
+      cuda::store_kv(f(ws.k) + part.first_row * kv_width, f(ws.v) + part.first_row * kv_width, part.rows, kv_width,
+                     positions, keys, values, stream);
+      cuda::causal_attention(f(ws.q) + part.first_row * q_width, part.rows, positions, keys, values, shape,
+                             f(ws.attention) + part.first_row * q_width, stream);
+    }
     Input attended(*this, f(ws.attention), n, q_width);
     mul(w.attention_output, attended, n, f(ws.residual), true);
   }
@@ -577,9 +618,9 @@ struct Pass {
     }
   }
 
-  // Queues the pass over the batch uploaded to work.tokens / work.positions: begin(), each
-  // layer(), then finish(), which writes the logits of the last `out_rows` rows (none for an
-  // early batch of a long prompt) to `logits` (device).
+  // Queues the pass over the rows uploaded to work.tokens / work.positions: begin(), each
+  // layer(), then finish(), which writes the logits of layout.outputs, in row order, to
+  // work.logits.
   void begin() const {
     if (m.host_experts && !streams()) m.host_experts->queue_begin_pass(stream);
     if (streams()) m.expert_stream->begin_pass();
@@ -589,20 +630,24 @@ struct Pass {
     attention_block(m.layers[l], l);
     ffn_block(m.layers[l], l);
   }
-  void run(int64_t out_rows, float* logits) const {
+  void run() const {
     begin();
     for (int64_t l = 0; l < m.params.layers; ++l) layer(l);
-    finish(out_rows, logits);
+    finish();
   }
-  void finish(int64_t out_rows, float* logits) const {
+  void finish() const {
     const model::HyperParams& p = m.params;
     const Workspace& ws = m.work;
     cuda::check_launch("the GPU forward pass");
-    if (out_rows == 0) return;
-    const float* last = f(ws.residual) + (n - out_rows) * p.embedding;
-    cuda::rms_norm(last, out_rows, p.embedding, m.output_norm, p.rms_epsilon, f(ws.normed), stream);
-    Input normed(*this, f(ws.normed), out_rows, p.embedding);
-    mul(m.output, normed, out_rows, logits, false);
+    if (layout.output_rows == 0) return;
+    int64_t gathered = 0;
+    for (const PassLayout::Run& run : layout.outputs) {
+      cuda::rms_norm(f(ws.residual) + run.first_row * p.embedding, run.rows, p.embedding, m.output_norm, p.rms_epsilon,
+                     f(ws.normed) + gathered * p.embedding, stream);
+      gathered += run.rows;
+    }
+    Input normed(*this, f(ws.normed), layout.output_rows, p.embedding);
+    mul(m.output, normed, layout.output_rows, f(ws.logits), false);
     cuda::check_launch("the GPU forward pass");
   }
 };
@@ -622,7 +667,7 @@ void serve_host_experts(HostExperts& host, int64_t layers, int64_t n, const cuda
 
 // A hybrid pass not captured in a graph: the host stays one layer ahead of the GPU with its
 // launches (the GPU waits in stream order anyway) and serves each layer as it comes.
-void run_hybrid(const Pass& pass, int64_t out_rows, float* logits, const cuda::Stream& stream) {
+void run_hybrid(const Pass& pass, const cuda::Stream& stream) {
   HostExperts& host = *pass.m.host_experts;
   const int64_t layers = pass.m.params.layers;
   host.start_pass();
@@ -633,7 +678,7 @@ void run_hybrid(const Pass& pass, int64_t out_rows, float* logits, const cuda::S
       if (layer + 1 < layers) {
         pass.layer(layer + 1);
       } else {
-        pass.finish(out_rows, logits);
+        pass.finish();
       }
       if (host.has_host_experts(layer)) host.serve(layer, pass.n, stream);
     }
@@ -641,6 +686,51 @@ void run_hybrid(const Pass& pass, int64_t out_rows, float* logits, const cuda::S
     host.recover(stream);
     throw;
   }
+}
+
+// The pass over rows [first, first + n) of a batch whose part i has rows [first_row[i], first_row[i + 1]).
+PassLayout pass_layout(std::span<const GpuSequenceRows> batch, const std::vector<int64_t>& first_row, int64_t first,
+                       int64_t n) {
+  PassLayout layout;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const int64_t begin = std::max(first_row[i], first), end = std::min(first_row[i + 1], first + n);
+    if (begin >= end) continue;
+    layout.segments.push_back({batch[i].sequence, begin - first, end - begin});
+    if (batch[i].rows == LogitRows::kAll) {
+      layout.add_output(begin - first, end - begin);
+    } else if (end == first_row[i + 1]) {
+      layout.add_output(end - 1 - first, 1);
+    }
+  }
+  return layout;
+}
+
+// Launches the graph of a decode step of the pass's sequences. A set of sequences not among
+// the graphs kept is captured: into a new graph while fewer than kDecodeGraphs are kept, else
+// into the least recently used one of the same count (updated in place: the same launches with
+// other caches), or of any count (instantiated anew).
+void replay_decode_step(GpuModel& model, const Pass& pass) {
+  std::vector<const void*> caches;
+  for (const PassLayout::Segment& part : pass.layout.segments) {
+    caches.push_back(part.sequence->keys.data());
+    caches.push_back(part.sequence->values.data());
+  }
+  std::list<DecodeGraph>& graphs = model.decode_graphs;
+  auto step = std::find_if(graphs.begin(), graphs.end(), [&](const DecodeGraph& g) { return g.caches == caches; });
+  if (step == graphs.end()) {
+    if (graphs.size() < kDecodeGraphs) {
+      step = graphs.emplace(graphs.end());
+    } else {
+      const auto same_count = std::find_if(graphs.rbegin(), graphs.rend(),
+                                           [&](const DecodeGraph& g) { return g.caches.size() == caches.size(); });
+      step = same_count != graphs.rend() ? std::prev(same_count.base()) : std::prev(graphs.end());
+    }
+    step->caches.clear();
+    step->graph.capture(pass.stream, [&pass] { pass.run(); });
+    step->caches = std::move(caches);
+  }
+  graphs.splice(graphs.begin(), graphs, step);
+  step->graph.launch(pass.stream);
 }
 
 }  // namespace
@@ -775,73 +865,77 @@ std::shared_ptr<GpuSequence> create_gpu_sequence(GpuModel& model, int64_t contex
   return s;
 }
 
-void gpu_forward(GpuModel& model, GpuSequence& sequence, std::span<const int32_t> tokens, int64_t first_position,
-                 LogitRows rows, std::vector<float>& logits) {
+void gpu_forward(GpuModel& model, std::span<const GpuSequenceRows> batch, std::vector<float>& logits) {
   const auto started = std::chrono::steady_clock::now();
   cuda::use_device(model.device);
-  {
+  const model::HyperParams& p = model.params;
+  std::vector<int32_t> tokens, positions;
+  std::vector<int64_t> first_row{0};
+  bool decode = true;  // every sequence one token
+  for (const GpuSequenceRows& part : batch) {
+    for (size_t i = 0; i < part.tokens.size(); ++i) {
+      tokens.push_back(part.tokens[i]);
+      positions.push_back(static_cast<int32_t>(part.first_position + static_cast<int64_t>(i)));
+    }
+    first_row.push_back(static_cast<int64_t>(tokens.size()));
+    decode = decode && part.tokens.size() == 1;
+  }
+  const auto total = static_cast<int64_t>(tokens.size());
+  std::vector<PassLayout> passes;
+  int64_t widest = 0, output_rows = 0;
+  for (int64_t first = 0; first < total; first += kMaxBatch) {
+    passes.push_back(pass_layout(batch, first_row, first, std::min(kMaxBatch, total - first)));
+    widest = std::max(widest, passes.back().output_rows);
+    output_rows += passes.back().output_rows;
+  }
+  logits.resize(static_cast<size_t>(output_rows * p.vocab));
+  const size_t logit_bytes = static_cast<size_t>(widest * p.vocab) * sizeof(float);
+  if (model.work.logits.bytes() < logit_bytes) {
+    // Freeing device memory waits for hybrid passes to end (see hybrid_passes). The decode
+    // graphs wrote to the old buffer.
+    const std::lock_guard exclusive(hybrid_passes());
+    model.free_retired();
+    model.decode_graphs.clear();
+    model.work.logits = DeviceBuffer();
+    model.work.logits = DeviceBuffer(logit_bytes, "logits of a pass");
+  } else {
     std::unique_lock exclusive(hybrid_passes(), std::try_to_lock);
     if (exclusive.owns_lock()) model.free_retired();
   }
   std::shared_lock<std::shared_mutex> hybrid_pass;
   if (model.host_experts) hybrid_pass = std::shared_lock(hybrid_passes());
-  const model::HyperParams& p = model.params;
   Workspace& ws = model.work;
   const cuda::StreamHandle stream = model.stream.handle();
-  const int64_t total = static_cast<int64_t>(tokens.size());
-  const bool all = rows == LogitRows::kAll;
-  logits.resize(static_cast<size_t>((all ? total : 1) * p.vocab));
-  if (all && total > 1) {
-    const size_t bytes = static_cast<size_t>(std::min(total, kMaxBatch) * p.vocab) * sizeof(float);
-    if (ws.all_logits.bytes() < bytes) ws.all_logits = DeviceBuffer(bytes, "logits of every row");
-  }
-  std::vector<int32_t> positions;
-  for (int64_t first = 0; first < total; first += kMaxBatch) {
+  HostExperts* host = model.host_experts.get();
+  int64_t returned = 0;
+  for (size_t i = 0; i < passes.size(); ++i) {
+    const int64_t first = static_cast<int64_t>(i) * kMaxBatch;
     const int64_t n = std::min(kMaxBatch, total - first);
-    positions.resize(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) positions[i] = static_cast<int32_t>(first_position + first + i);
     cuda::copy_to_device(ws.tokens.data(), tokens.data() + first, n * sizeof(int32_t), stream);
-    cuda::copy_to_device(ws.positions.data(), positions.data(), n * sizeof(int32_t), stream);
+    cuda::copy_to_device(ws.positions.data(), positions.data() + first, n * sizeof(int32_t), stream);
     const bool streamed =
         n > 1 && model.expert_stream &&
         StreamChoice::stream(n, model.expert_stream->copy_layer_seconds(), model.host_experts->cpu_layer_seconds(n));
-    const Pass pass{model, sequence, n, stream, streamed};
-    const bool last_batch = first + n == total;
-    HostExperts* host = model.host_experts.get();
-    if (n == 1) {
-      // A decode step: every launch reads its position (and a hybrid step its step number)
-      // from device memory, so one graph serves each step.
-      if (!sequence.decode_step.ready()) {
-        sequence.decode_step.begin_capture(stream);
-        try {
-          pass.run(1, ws.last_logits.as<float>());
-        } catch (...) {
-          sequence.decode_step.end_capture(stream);
-          throw;
-        }
-        sequence.decode_step.end_capture(stream);
+    const Pass pass{model, passes[i], n, stream, streamed};
+    // Whether the CPU runs this pass's host experts (else they are copied to the GPU).
+    const bool hands_rows = host && !pass.streams();
+    if (host && !hands_rows) host->count_streamed_pass();
+    if (decode && passes.size() == 1 && !pass.streams()) {
+      replay_decode_step(model, pass);
+      if (hands_rows) {
+        host->start_pass();  // after the launch, so a failed one leaves the steps aligned
+        serve_host_experts(*host, p.layers, n, model.stream);
       }
-      sequence.decode_step.launch(stream);
-      if (host) host->start_pass();  // after the launch, so a failed one leaves the steps aligned
-      if (host) serve_host_experts(*host, p.layers, 1, model.stream);
-      if (all || last_batch) {
-        cuda::copy_to_host(logits.data() + (all ? first * p.vocab : 0), ws.last_logits.data(), p.vocab * sizeof(float),
-                           stream);
-      }
+    } else if (hands_rows) {
+      run_hybrid(pass, model.stream);
     } else {
-      const int64_t out_rows = all ? n : last_batch ? 1 : 0;
-      float* device_logits = all ? ws.all_logits.as<float>() : ws.last_logits.as<float>();
-      if (host && pass.streams()) host->count_streamed_pass();
-      if (host && !pass.streams()) {
-        run_hybrid(pass, out_rows, device_logits, model.stream);
-      } else {
-        pass.run(out_rows, device_logits);
-      }
-      if (out_rows > 0) {
-        cuda::copy_to_host(logits.data() + (all ? first * p.vocab : 0), device_logits,
-                           out_rows * p.vocab * sizeof(float), stream);
-      }
+      pass.run();
     }
+    const int64_t rows = passes[i].output_rows;
+    if (rows > 0) {
+      cuda::copy_to_host(logits.data() + returned * p.vocab, ws.logits.data(), rows * p.vocab * sizeof(float), stream);
+    }
+    returned += rows;
   }
   if (p.experts > 0) {
     cuda::copy_to_host(model.routed_host.host<uint32_t>(), model.routed.data(),
@@ -936,9 +1030,7 @@ std::shared_ptr<GpuModel> upload_model(const model::Model&, const GpuOptions&, i
   refuse();
 }
 std::shared_ptr<GpuSequence> create_gpu_sequence(GpuModel&, int64_t) { refuse(); }
-void gpu_forward(GpuModel&, GpuSequence&, std::span<const int32_t>, int64_t, LogitRows, std::vector<float>&) {
-  refuse();
-}
+void gpu_forward(GpuModel&, std::span<const GpuSequenceRows>, std::vector<float>&) { refuse(); }
 OffloadStats offload_stats(GpuModel&) { refuse(); }
 bool gpu_can_move_experts(GpuModel&) { refuse(); }
 void take_routed_calls(GpuModel&, std::vector<uint32_t>&) { refuse(); }

@@ -4,10 +4,26 @@
 // in device memory, and the forward pass as the same sequence of named ops as forward.cc,
 // run by the kernels of native/cuda. With experts in host memory the pass is hybrid: per
 // MoE layer the CPU's thread pool runs the host experts of the routed rows while the GPU
-// runs its own (engine/host_experts.h). Decode steps (one token) replay a CUDA graph
-// captured on the sequence's first step; a hybrid step's graph waits for the host through
-// flags in mapped memory, so it stays one graph. A CPU-only build compiles this interface;
-// it refuses GPU_UNAVAILABLE.
+// runs its own (engine/host_experts.h).
+//
+// A pass runs the rows of several sequences at once (the scheduler's step): every matrix
+// product, the router and the experts over all rows together, attention and the KV stores
+// sequence by sequence, each on its own rows and cache. A row's result does not depend on its
+// batch-mates (the kernels work row by row, and the mat-vec kernels' sums for a row are the
+// same whatever rows share its launch: native/tests/cuda_batch_rows_test.cc), so sequences
+// batched together decode the tokens each would alone. One exception, in hybrid models: a
+// pass that streams (StreamChoice: by its row count and the measured costs) runs the host
+// experts on the GPU, whose dots round unlike the CPU's, so a sequence's rows in such a pass may
+// differ in the last bits from the same rows run in a pass that hands them to the CPU.
+//
+// A decode step (every sequence one token) replays a CUDA graph, one per set of sequences (in
+// order), as their KV caches' addresses are parameters of the attention launches; positions,
+// tokens and a hybrid step's step number are read from device memory, so a graph replays
+// unchanged while its sequences decode. The model keeps the graphs of the last eight sets; past
+// them, a new set is captured into the least recently used graph of the same count, updated in
+// place (cudaGraphExecUpdate, see cuda::Graph::capture) rather than instantiated anew. A hybrid
+// step's graph waits for the host through flags in mapped memory, so it stays one graph. A
+// CPU-only build compiles this interface; it refuses GPU_UNAVAILABLE.
 #pragma once
 
 #include <cstdint>
@@ -65,9 +81,17 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
 // A sequence's KV cache on the card. Throws INSUFFICIENT_MEMORY when it does not fit.
 std::shared_ptr<GpuSequence> create_gpu_sequence(GpuModel& model, int64_t context_size);
 
-// forward() on the GPU: the same contract (the caller checks tokens and positions).
-void gpu_forward(GpuModel& model, GpuSequence& sequence, std::span<const int32_t> tokens, int64_t first_position,
-                 LogitRows rows, std::vector<float>& logits);
+// One sequence's rows in a GPU pass: forward.h's SequenceRows, with the cache on the card.
+struct GpuSequenceRows {
+  GpuSequence* sequence = nullptr;
+  std::span<const int32_t> tokens;
+  int64_t first_position = 0;
+  LogitRows rows = LogitRows::kLast;
+};
+
+// forward() on the GPU: the same contract (the caller checks tokens, positions and that no
+// sequence appears twice), the logits sequence after sequence.
+void gpu_forward(GpuModel& model, std::span<const GpuSequenceRows> batch, std::vector<float>& logits);
 
 // Where a hybrid model's time went since load (all zero when every expert is on the GPU).
 OffloadStats offload_stats(GpuModel& model);

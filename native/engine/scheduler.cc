@@ -332,15 +332,14 @@ void Scheduler::execute(Pass& pass) {
     std::erase_if(pass.parts, [](const Pass::Part& part) { return part.request->cancelled.load(); });
     if (pass.parts.empty()) return;
     if (runtime_.gpu_) {
-      // One sequence at a time: gpu_forward has no multi-sequence pass yet.
-      std::vector<float> part_logits;
-      logits_.clear();
+      std::vector<GpuSequenceRows> batch;
+      batch.reserve(pass.parts.size());
       for (const Pass::Part& part : pass.parts) {
         const Request& r = *part.request;
-        const LogitRows rows = r.generating() ? LogitRows::kLast : r.rows;
-        gpu_forward(*runtime_.gpu_, *r.session->gpu_, part.tokens, part.first_position, rows, part_logits);
-        logits_.insert(logits_.end(), part_logits.begin(), part_logits.end());
+        batch.push_back(
+            {r.session->gpu_.get(), part.tokens, part.first_position, r.generating() ? LogitRows::kLast : r.rows});
       }
+      gpu_forward(*runtime_.gpu_, batch, logits_);
     } else {
       std::vector<SequenceRows> batch;
       batch.reserve(pass.parts.size());

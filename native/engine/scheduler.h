@@ -3,10 +3,8 @@
 // the next tokens of every running request into one pass: one row per decoding sequence, then
 // prompt chunks up to the model's step budget, so a long prompt never holds the streams up by
 // more than one bounded pass. At most `parallel` requests run together; later ones wait in
-// the order they came (a session's requests run one at a time, in order).
-//
-// A GPU model goes through the same steps, but runs its sequences' parts one after another
-// inside a step (gpu_forward serves one sequence per call).
+// the order they came (a session's requests run one at a time, in order). A GPU model's step
+// is one gpu_forward pass over the same parts.
 #pragma once
 
 #include <chrono>

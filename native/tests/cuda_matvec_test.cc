@@ -20,20 +20,7 @@ using namespace bloomery::tests::gpu;
 
 namespace {
 
-constexpr uint32_t kGpuTypes[] = {0, 1, quant::BlockQ8_0::kType, quant::BlockQ4_K::kType, quant::BlockQ6_K::kType};
-
 const quant::QuantKernels& cpu_kernels(uint32_t type) { return quant::quant_kernels(type, cpu::host_simd_tier()); }
-
-cuda::DeviceMatrix device_matrix(uint32_t type, const cuda::DeviceBuffer& data, int64_t rows, int64_t cols) {
-  cuda::DeviceMatrix m;
-  m.type = type;
-  m.data = data.as<uint8_t>();
-  m.rows = rows;
-  m.cols = cols;
-  m.row_bytes = row_bytes(type, cols);
-  m.matrix_bytes = m.row_bytes * static_cast<size_t>(rows);
-  return m;
-}
 
 // CPU: y[i][r] = dot(row r, x[i]) through the CPU's activation quantizer and dot.
 std::vector<float> cpu_matvec(uint32_t type, const std::vector<uint8_t>& w, int64_t rows, int64_t cols,

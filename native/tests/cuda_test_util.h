@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cuda/device.h"
+#include "cuda/ops.h"
 #include "cuda/runtime.h"
 #include "quant/blocks.h"
 #include "quant/float_formats.h"
@@ -53,6 +54,24 @@ inline std::vector<float> random_floats(size_t count, float amplitude, std::mt19
 
 inline size_t row_bytes(uint32_t type, int64_t cols) {
   return *quant::ggml_row_bytes(*quant::ggml_type(type), static_cast<uint64_t>(cols));
+}
+
+// The weight types the GPU's mat-vec kernels take: F32, F16, Q8_0, Q4_K, Q6_K.
+inline constexpr uint32_t kGpuTypes[] = {0, 1, quant::BlockQ8_0::kType, quant::BlockQ4_K::kType,
+                                         quant::BlockQ6_K::kType};
+
+// `data` as `count` matrices of `rows` x `cols` weights of `type`, back to back.
+inline cuda::DeviceMatrix device_matrix(uint32_t type, const cuda::DeviceBuffer& data, int64_t rows, int64_t cols,
+                                        int64_t count = 1) {
+  cuda::DeviceMatrix m;
+  m.type = type;
+  m.data = data.as<uint8_t>();
+  m.rows = rows;
+  m.cols = cols;
+  m.row_bytes = row_bytes(type, cols);
+  m.matrix_bytes = m.row_bytes * static_cast<size_t>(rows);
+  m.count = count;
+  return m;
 }
 
 // `rows` rows of random codes; block scales set to the ranges real models use.

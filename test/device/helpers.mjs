@@ -58,3 +58,15 @@ export function compare(reference, candidate, vocab) {
   }
   return { top1: agree / rows, kl: kl / rows, widestFlip };
 }
+
+/** `plan` (a model's live plan) with each layer's routed experts split by `onGpu(expert)`: the others on the CPU. */
+export function split(plan, onGpu) {
+  const edited = JSON.parse(JSON.stringify(plan));
+  for (const layer of edited.layers) {
+    const all = [...layer.gpu, ...layer.host].sort((a, b) => a - b);
+    layer.gpu = all.filter(onGpu);
+    layer.host = all.filter((e) => !onGpu(e));
+    layer.reason = "test split";
+  }
+  return edited;
+}

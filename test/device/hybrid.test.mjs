@@ -4,7 +4,7 @@
 // NVIDIA device exists.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { compare, fixtures, skip } from "./helpers.mjs";
+import { compare, fixtures, skip, split } from "./helpers.mjs";
 import { loadModel, modelFootprint } from "../../dist/index.js";
 
 const { fixture } = fixtures("hybrid");
@@ -37,18 +37,6 @@ async function logitsOf(model) {
   prompt.set(long);
   prompt.set(short, long.length);
   return { prompt, steps };
-}
-
-// The all-GPU plan with each layer's experts split by `onGpu(expert)`.
-function split(plan, onGpu) {
-  const edited = JSON.parse(JSON.stringify(plan));
-  for (const layer of edited.layers) {
-    const all = [...layer.gpu, ...layer.host].sort((a, b) => a - b);
-    layer.gpu = all.filter(onGpu);
-    layer.host = all.filter((e) => !onGpu(e));
-    layer.reason = "test split";
-  }
-  return edited;
 }
 
 async function expectSameAsAllGpu(path, reference, referenceLogits, hybrid, what) {

@@ -1,0 +1,120 @@
+// GPU parallel-streams benchmark (run on the GPU machine): total decode tok/s of 1, 2 and 4
+// sessions generating at once, the whole model on the card, where every decode step is one
+// batched pass (one CUDA graph) over all the streams' rows. One model loaded with parallel 4;
+// each session gets its own prompt of `prompt` tokens and generates `decode` greedy tokens
+// (end-of-sequence banned, so every stream runs to the end). The figure is the model's own
+// count: decode rows over the wall time of the passes that ran them (model.stats() before and
+// after), so prompts are left out; each stream count keeps its best round. Writes JSON to $OUT
+// (or the working directory), like bench/gpu.mjs.
+//   node dist/synth-cli.js qwen3-30b-a3b /root/q.gguf   (once)
+//   node bench/gpu-parallel.mjs /root/q.gguf [--prompt 64 --decode 256 --rounds 2]
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import { performance } from "node:perf_hooks";
+import { getSystemInfo, loadModel } from "../dist/index.js";
+
+// ik_llama.cpp's one-stream decode on the same machine and model (../shared/BASELINES.md); it
+// has no figure for several streams.
+const PEER = { name: "ik_llama.cpp (-ngl 99 -fa 1), one stream", decode: 238.9 };
+const STREAMS = [1, 2, 4];
+
+const { values, positionals } = parseArgs({
+  allowPositionals: true,
+  options: {
+    prompt: { type: "string", default: "64" },
+    decode: { type: "string", default: "256" },
+    rounds: { type: "string", default: "2" },
+  },
+});
+const path = positionals[0] ?? "/root/q.gguf";
+const settings = { prompt: Number(values.prompt), decode: Number(values.decode), rounds: Number(values.rounds) };
+
+/** Stream `stream`'s prompt: deterministic tokens away from the special ones. */
+function promptTokens(stream, count, vocab) {
+  return Array.from({ length: count }, (_, i) => 256 + ((i * 7919 + stream * 104729 + 11) % (vocab - 512)));
+}
+
+/** `streams` sessions generating at once; the decode rate from the model's counters. */
+async function runStreams(model, streams) {
+  const options = { maxTokens: settings.decode, logitBias: { [model.info.eosToken]: -Infinity } };
+  const sessions = Array.from({ length: streams }, () => model.createSession());
+  const before = model.stats();
+  const started = performance.now();
+  const results = await Promise.all(
+    sessions.map(
+      (session, s) => session.generate(promptTokens(s, settings.prompt, model.info.vocabSize), options).result,
+    ),
+  );
+  const seconds = (performance.now() - started) / 1000;
+  const after = model.stats();
+  for (const session of sessions) session.dispose();
+  const generated = results.reduce((n, r) => n + r.tokens.length, 0);
+  if (generated !== streams * settings.decode)
+    throw new Error(`expected ${streams * settings.decode} tokens, got ${generated}`);
+  const decodeTokens = after.decodeTokens - before.decodeTokens;
+  const decodeSeconds = after.decodeSeconds - before.decodeSeconds;
+  const passes = after.passes - before.passes;
+  const sequenceRows = after.meanSequencesPerPass * after.passes - before.meanSequencesPerPass * before.passes;
+  return {
+    streams,
+    decodeTokens,
+    decodeSeconds,
+    decodeTokensPerSecond: decodeTokens / decodeSeconds,
+    perStreamTokensPerSecond: decodeTokens / decodeSeconds / streams,
+    endToEndTokensPerSecond: generated / seconds,
+    passes,
+    meanSequencesPerPass: sequenceRows / passes,
+  };
+}
+
+const loadStart = performance.now();
+const model = await loadModel(path, {
+  gpu: "auto",
+  parallel: Math.max(...STREAMS),
+  contextSize: settings.prompt + settings.decode + 16,
+  cacheRam: 0, // every round repeats its prompts: evaluate them each time
+});
+const loadSeconds = (performance.now() - loadStart) / 1000;
+for (const streams of STREAMS) await runStreams(model, streams); // warm-up: kernels loaded, graphs captured
+const rounds = [];
+for (let round = 0; round < settings.rounds; round++) {
+  for (const streams of STREAMS) rounds.push(await runStreams(model, streams));
+}
+model.dispose();
+
+const best = STREAMS.map((streams) =>
+  rounds
+    .filter((r) => r.streams === streams)
+    .reduce((a, b) => (b.decodeTokensPerSecond > a.decodeTokensPerSecond ? b : a)),
+);
+const one = best[0].decodeTokensPerSecond;
+const result = {
+  command: `node bench/gpu-parallel.mjs ${process.argv.slice(2).join(" ")}`.trim(),
+  date: new Date().toISOString(),
+  machine: getSystemInfo(),
+  model: { path, preset: "qwen3-30b-a3b synthetic", contextSize: settings.prompt + settings.decode + 16 },
+  settings,
+  figures: {
+    loadSeconds,
+    ...Object.fromEntries(best.map((r) => [`decodeTokensPerSecond${r.streams}`, r.decodeTokensPerSecond])),
+  },
+  best,
+  rounds,
+  ratios: {
+    ...Object.fromEntries(best.map((r) => [`vsOneStream${r.streams}`, r.decodeTokensPerSecond / one])),
+    ...Object.fromEntries(best.map((r) => [`vsPeerOneStream${r.streams}`, r.decodeTokensPerSecond / PEER.decode])),
+  },
+  peer: PEER,
+};
+const out = join(process.env.OUT ?? ".", "gpu-parallel-bench.json");
+writeFileSync(out, JSON.stringify(result, null, 2));
+console.log("streams  decode t/s (total)  per stream  vs 1 stream  sequences/pass  end-to-end t/s");
+for (const r of best) {
+  console.log(
+    `${String(r.streams).padStart(7)}  ${r.decodeTokensPerSecond.toFixed(1).padStart(18)}  ` +
+      `${r.perStreamTokensPerSecond.toFixed(1).padStart(10)}  ${(r.decodeTokensPerSecond / one).toFixed(2).padStart(10)}x  ` +
+      `${r.meanSequencesPerPass.toFixed(2).padStart(14)}  ${r.endToEndTokensPerSecond.toFixed(1).padStart(14)}`,
+  );
+}
+console.log(`one stream: ${(one / PEER.decode).toFixed(2)}x ${PEER.name}'s ${PEER.decode}; wrote ${out}`);

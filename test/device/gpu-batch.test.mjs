@@ -1,0 +1,177 @@
+// GPU machine: sessions running at once share one GPU pass per step (engine/gpu_forward.h: the
+// rows of every sequence in one pass, a decode step of k sequences as one CUDA graph), and each
+// gets what it gets alone: 1, 2, 3 and 4 sessions generating greedily give exactly each one's
+// single-stream tokens, and the same log-probabilities bit for bit (these fixtures' greedy
+// tokens hardly depend on the context, their log-probabilities do), on MoE and dense fixtures
+// and on a hybrid model (routed experts split between the GPU and the CPU); prompts evaluated in
+// shared passes give their single-stream logits bit for bit. Skips where no NVIDIA device exists.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { setTimeout as sleep } from "node:timers/promises";
+import { fixtures, skip, split } from "./helpers.mjs";
+import { loadModel } from "../../dist/index.js";
+
+const { fixture } = fixtures("gpu-batch");
+const STREAMS = 4;
+const CONTEXT = 256;
+// Per session: its prompt's length and the tokens it generates. Different lengths put the
+// sequences at different positions, and sessions ending at different steps change the set of
+// sequences the decode graphs run (a graph is re-captured for a new set of the same count). The
+// prompts together stay under 64 rows, so a hybrid model hands every pass's rows to the CPU (a
+// pass of 64 rows or more copies the host experts to the GPU instead, whose sums round
+// differently: see gpu_forward.h).
+const RUNS = [
+  { seed: 1, prompt: 7, maxTokens: 40 },
+  { seed: 2, prompt: 12, maxTokens: 24 },
+  { seed: 3, prompt: 5, maxTokens: 33 },
+  { seed: 4, prompt: 9, maxTokens: 17 },
+];
+
+function tokensOf(count, seed, vocab) {
+  return Array.from({ length: count }, (_, i) => (i * 7919 + seed * 104729 + 13) % vocab);
+}
+
+function generate(model, session, run) {
+  // No end-of-sequence token: every session runs to maxTokens, so the steps are as planned.
+  const options = { maxTokens: run.maxTokens, logprobs: 4, logitBias: { [model.info.eosToken]: -Infinity } };
+  return session.generate(tokensOf(run.prompt, run.seed, model.info.vocabSize), options).result;
+}
+
+/** Passes, and sequences over all of them, since `before` (a model.stats()). */
+function passesSince(model, before) {
+  const after = model.stats();
+  const sequences = after.meanSequencesPerPass * after.passes - before.meanSequencesPerPass * before.passes;
+  return { passes: after.passes - before.passes, sequences: Math.round(sequences) };
+}
+
+/** Waits (at most 5 s) until the model has decoded `count` more tokens than at `before`. */
+async function decodedSince(model, before, count) {
+  for (let waited = 0; waited < 5000; ++waited) {
+    if (model.stats().decodeTokens - before.decodeTokens >= count) return;
+    await sleep(1);
+  }
+}
+
+async function alone(model) {
+  const results = [];
+  for (const run of RUNS) {
+    const session = model.createSession();
+    results.push(await generate(model, session, run));
+    session.dispose();
+  }
+  return results;
+}
+
+// The first k runs at once. The last of them (for k > 1) joins once the others have decoded a
+// few tokens, so that some passes mix its prompt rows with their decode rows.
+async function together(model, k) {
+  const before = model.stats();
+  const sessions = RUNS.slice(0, k).map(() => model.createSession());
+  const results = [];
+  for (let i = 0; i < k - 1; ++i) results.push(generate(model, sessions[i], RUNS[i]));
+  if (k > 1) await decodedSince(model, before, 4 * (k - 1));
+  results.push(generate(model, sessions[k - 1], RUNS[k - 1]));
+  const got = await Promise.all(results);
+  for (const session of sessions) session.dispose();
+  const { passes, sequences } = passesSince(model, before);
+  return { results: got, perPass: sequences / passes };
+}
+
+async function expectBatchedAsAlone(model, what) {
+  assert.ok(model.info.gpu, `${what}: on the GPU`);
+  assert.ok(model.info.parallel >= STREAMS, `${what}: parallel ${model.info.parallel}`);
+  const reference = await alone(model);
+  for (let k = 1; k <= STREAMS; ++k) {
+    const { results, perPass } = await together(model, k);
+    console.log(`${what}, ${k} sessions at once: ${perPass.toFixed(2)} sequences per pass`);
+    if (k > 1) assert.ok(perPass > 1.2, `${what}, ${k} sessions: few shared passes (${perPass} sequences per pass)`);
+    for (let i = 0; i < k; ++i) {
+      const where = `${what}, ${k} sessions: session ${i}`;
+      assert.deepEqual(results[i].tokens, reference[i].tokens, `${where}'s tokens differ from its run alone`);
+      assert.deepEqual(
+        results[i].logprobs,
+        reference[i].logprobs,
+        `${where}'s log-probabilities differ from its run alone`,
+      );
+    }
+  }
+}
+
+for (const [preset, type] of [
+  ["tiny-qwen3moe", "Q4_K"],
+  ["tiny-qwen3moe", "Q8_0"],
+  ["tiny-qwen3", "Q4_K"],
+  ["tiny-llama", "Q6_K"],
+]) {
+  test(`${preset} ${type}: sessions decoded together give their single-stream tokens`, { skip }, async () => {
+    const model = await loadModel(fixture(preset, type), { gpu: "auto", parallel: STREAMS, contextSize: CONTEXT });
+    try {
+      await expectBatchedAsAlone(model, `${preset} ${type}`);
+    } finally {
+      model.dispose();
+    }
+  });
+}
+
+test("tiny-qwen3moe Q4_K hybrid: sessions decoded together give their single-stream tokens", { skip }, async () => {
+  const path = fixture("tiny-qwen3moe", "Q4_K");
+  const whole = await loadModel(path, { gpu: "auto", contextSize: CONTEXT });
+  const plan = split(whole.plan, (e) => e % 2 === 0);
+  whole.dispose();
+  const model = await loadModel(path, { gpu: "auto", parallel: STREAMS, contextSize: CONTEXT, plan });
+  try {
+    assert.ok(model.plan.layers.every((l) => l.host.length > 0 && l.gpu.length > 0));
+    await expectBatchedAsAlone(model, "hybrid, odd experts on the CPU");
+    const offload = model.stats().offload;
+    assert.ok(offload.passes > 0 && offload.cpuExpertSeconds > 0, "the CPU ran experts");
+    assert.equal(offload.streamedPasses, 0, "no pass copied the host experts to the GPU");
+  } finally {
+    model.dispose();
+  }
+});
+
+test(
+  "prompts evaluated in passes shared with other sessions give their logits alone, bit for bit",
+  { skip },
+  async () => {
+    const model = await loadModel(fixture("tiny-qwen3moe", "Q4_K"), {
+      gpu: "auto",
+      parallel: STREAMS,
+      contextSize: CONTEXT,
+    });
+    try {
+      const tokens = (count, seed) => tokensOf(count, seed, model.info.vocabSize);
+      // Every row's logits, the last row's, and every row's again: the pass returns rows of some
+      // sequences and not of others.
+      const inputs = [
+        { tokens: tokens(20, 1), logits: "all" },
+        { tokens: tokens(7, 2), logits: "last" },
+        { tokens: tokens(3, 3), logits: "all" },
+      ];
+      const reference = [];
+      for (const input of inputs) {
+        const session = model.createSession();
+        reference.push(await session.evaluate(input.tokens, { logits: input.logits }));
+        session.dispose();
+      }
+      // A generation keeps the scheduler stepping; the evaluations submitted meanwhile join its passes.
+      const before = model.stats();
+      const background = model.createSession();
+      const running = generate(model, background, { seed: 9, prompt: 6, maxTokens: 64 });
+      await decodedSince(model, before, 2);
+      const sessions = inputs.map(() => model.createSession());
+      const got = await Promise.all(
+        inputs.map((input, i) => sessions[i].evaluate(input.tokens, { logits: input.logits })),
+      );
+      await running;
+      const { passes, sequences } = passesSince(model, before);
+      console.log(`evaluations beside a generation: ${sequences} sequences in ${passes} passes`);
+      assert.ok(sequences > passes, "the evaluations shared passes with the generation");
+      for (const [i, input] of inputs.entries()) {
+        assert.deepEqual(got[i], reference[i], `${input.tokens.length} tokens, logits "${input.logits}"`);
+      }
+    } finally {
+      model.dispose();
+    }
+  },
+);
