@@ -1,5 +1,7 @@
 // Quantized matrix-vector products: one warp per weight row, each lane taking 16 weights at
-// a time, decoded once and dotted (dp4a) with the activation blocks of up to NT rows. The
+// a time, decoded once and dotted (dp4a) with the activation blocks of up to NT rows; a lane
+// loads several such units before it dots any, so that a decode step's short rows still keep
+// enough loads in flight to stream the weights at memory speed. The
 // same kernel serves dense matrices (rows of a batch in chunks of NT) and expert stacks
 // (chunks of rows routed to one expert, from moe.cu's grouping).
 #include <cstddef>
@@ -16,7 +18,8 @@ using quant::BlockQ6_K;
 using quant::BlockQ8_0;
 
 constexpr int kWarpsPerBlock = 4;
-constexpr int kUnit = 16;  // weights a lane decodes at once
+constexpr int kUnit = 16;          // weights a lane decodes at once
+constexpr int kUnitsInFlight = 4;  // units a lane loads before it dots any of them
 
 // 16 weights as packed int8 codes q, worth scale * q - min.
 struct Unit {
@@ -142,16 +145,31 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp) matvec_kernel(MatvecArg
   }
   const size_t offset = static_cast<size_t>(expert) * a.matrix_bytes + static_cast<size_t>(row) * a.row_bytes;
   const uint8_t* w = a.w + offset;
+  const uint8_t* w_up = Gated ? a.w_up + offset : nullptr;
   float acc[NT] = {};
   float acc_up[Gated ? NT : 1] = {};
-  for (int unit = lane; unit < a.units; unit += kWarp) {
-    const Unit u = decode_unit<Type>(w, unit);
+  // A lane's units in rounds of kUnitsInFlight: all of a round's weights are loaded before any
+  // is dotted, so each lane has that many independent loads in flight (a row of 2048 Q4_K
+  // weights is one round). Units past the row's end load a repeat of its last unit and add nothing.
+  for (int base = lane; base < a.units; base += kWarp * kUnitsInFlight) {
+    Unit u[kUnitsInFlight];
+    Unit v[Gated ? kUnitsInFlight : 1];
 #pragma unroll
-    for (int t = 0; t < NT; ++t) acc[t] += dot_unit<Type>(u, xs[t][unit / 2], unit);
-    if constexpr (Gated) {
-      const Unit v = decode_unit<Type>(a.w_up + offset, unit);
+    for (int b = 0; b < kUnitsInFlight; ++b) {
+      const int unit = min(base + b * kWarp, a.units - 1);
+      u[b] = decode_unit<Type>(w, unit);
+      if constexpr (Gated) v[b] = decode_unit<Type>(w_up, unit);
+    }
 #pragma unroll
-      for (int t = 0; t < NT; ++t) acc_up[t] += dot_unit<Type>(v, xs[t][unit / 2], unit);
+    for (int b = 0; b < kUnitsInFlight; ++b) {
+      const int unit = base + b * kWarp;
+      if (unit >= a.units) break;
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        const ActivationBlock& x = xs[t][unit / 2];
+        acc[t] += dot_unit<Type>(u[b], x, unit);
+        if constexpr (Gated) acc_up[t] += dot_unit<Type>(v[b], x, unit);
+      }
     }
   }
 #pragma unroll
@@ -165,39 +183,89 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp) matvec_kernel(MatvecArg
   }
 }
 
-// F32 and F16 weights against float rows (routers, small dense matrices).
+// F32 and F16 weights against float rows (routers, small dense matrices): a block per weight
+// row, each thread taking 4 columns at a time (one 16-byte load of F32 weights, 8 of F16), in
+// rounds of kUnitsInFlight loads, against NT activation rows.
+constexpr int kFloatThreads = 128;
+
+template <uint32_t Type>
+__device__ __forceinline__ float4 load_weights4(const uint8_t* row, int group) {
+  if constexpr (Type == kTypeF32) {
+    return reinterpret_cast<const float4*>(row)[group];
+  } else {
+    const uint2 bits = reinterpret_cast<const uint2*>(row)[group];
+    return make_float4(half_bits_to_float(bits.x & 0xffff), half_bits_to_float(bits.x >> 16),
+                       half_bits_to_float(bits.y & 0xffff), half_bits_to_float(bits.y >> 16));
+  }
+}
+
+template <uint32_t Type>
+__device__ __forceinline__ float load_weight(const uint8_t* row, int c) {
+  if constexpr (Type == kTypeF32) {
+    return reinterpret_cast<const float*>(row)[c];
+  } else {
+    return half_bits_to_float(reinterpret_cast<const uint16_t*>(row)[c]);
+  }
+}
+
+// The CPU path (as ggml) multiplies F16 weights with activations rounded to F16.
+template <uint32_t Type>
+__device__ __forceinline__ float activation(float v) {
+  return Type == kTypeF16 ? round_to_half(v) : v;
+}
+
 template <uint32_t Type, int NT>
-__global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
-    float_matvec_kernel(const uint8_t* w, size_t row_bytes, int rows, int cols, const float* x, int n, float* y,
+__global__ void __launch_bounds__(kFloatThreads)
+    float_matvec_kernel(const uint8_t* w, size_t row_bytes, int cols, const float* x, int n, float* y, int rows,
                         bool accumulate) {
-  const int lane = threadIdx.x % kWarp;
-  const int row = blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarp;
+  const int row = blockIdx.x;
   const int first = blockIdx.y * NT;
   const int count = min(NT, n - first);
-  if (row >= rows) return;
   const uint8_t* wrow = w + static_cast<size_t>(row) * row_bytes;
-  float acc[NT] = {};
-  for (int c = lane; c < cols; c += kWarp) {
-    float weight;
-    if constexpr (Type == kTypeF32) {
-      weight = reinterpret_cast<const float*>(wrow)[c];
-    } else {
-      weight = half_bits_to_float(reinterpret_cast<const uint16_t*>(wrow)[c]);
-    }
+  const float* xs[NT];
 #pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      const float v = x[static_cast<int64_t>(first + min(t, count - 1)) * cols + c];
-      // The CPU path (as ggml) multiplies F16 weights with activations rounded to F16.
-      acc[t] += weight * (Type == kTypeF16 ? round_to_half(v) : v);
+  for (int t = 0; t < NT; ++t) xs[t] = x + static_cast<int64_t>(first + min(t, count - 1)) * cols;
+  float acc[NT] = {};
+  // Groups of 4 columns where rows keep 16-byte alignment; the rest (and odd widths) one by one.
+  const int groups = cols % 4 == 0 ? cols / 4 : 0;
+  for (int base = threadIdx.x; base < groups; base += kFloatThreads * kUnitsInFlight) {
+    float4 weights[kUnitsInFlight];
+#pragma unroll
+    for (int b = 0; b < kUnitsInFlight; ++b)
+      weights[b] = load_weights4<Type>(wrow, min(base + b * kFloatThreads, groups - 1));
+#pragma unroll
+    for (int b = 0; b < kUnitsInFlight; ++b) {
+      const int group = base + b * kFloatThreads;
+      if (group >= groups) break;
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        const float4 v = reinterpret_cast<const float4*>(xs[t])[group];
+        acc[t] += weights[b].x * activation<Type>(v.x);
+        acc[t] += weights[b].y * activation<Type>(v.y);
+        acc[t] += weights[b].z * activation<Type>(v.z);
+        acc[t] += weights[b].w * activation<Type>(v.w);
+      }
     }
   }
+  for (int c = 4 * groups + threadIdx.x; c < cols; c += kFloatThreads) {
+    const float weight = load_weight<Type>(wrow, c);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[t] += weight * activation<Type>(xs[t][c]);
+  }
+  __shared__ float partial[NT][kFloatThreads / kWarp];
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
-    const float value = warp_sum(acc[t]);
-    if (lane == t && t < count) {
-      float* out = y + static_cast<int64_t>(first + t) * rows + row;
-      *out = accumulate ? *out + value : value;
-    }
+    const float sum = warp_sum(acc[t]);
+    if (threadIdx.x % kWarp == 0) partial[t][threadIdx.x / kWarp] = sum;
+  }
+  __syncthreads();
+  if (static_cast<int>(threadIdx.x) < count) {
+    const int t = static_cast<int>(threadIdx.x);
+    float value = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kFloatThreads / kWarp; ++i) value += partial[t][i];
+    float* out = y + static_cast<int64_t>(first + t) * rows + row;
+    *out = accumulate ? *out + value : value;
   }
 }
 
@@ -242,17 +310,16 @@ void launch_quantized(uint32_t type, int nt, dim3 grid, const MatvecArgs& a, Str
 
 template <int NT>
 void launch_float(const DeviceMatrix& w, const float* x, int64_t n, float* y, bool accumulate, cudaStream_t stream) {
-  const dim3 grid(ceil_div(w.rows, kWarpsPerBlock), ceil_div(n, NT));
-  constexpr int kThreads = kWarpsPerBlock * kWarp;
+  const dim3 grid(static_cast<unsigned>(w.rows), ceil_div(n, NT));
   const auto rows = static_cast<int>(w.rows);
   const auto cols = static_cast<int>(w.cols);
   const auto nn = static_cast<int>(n);
   if (w.type == kTypeF32) {
     float_matvec_kernel<kTypeF32, NT>
-        <<<grid, kThreads, 0, stream>>>(w.data, w.row_bytes, rows, cols, x, nn, y, accumulate);
+        <<<grid, kFloatThreads, 0, stream>>>(w.data, w.row_bytes, cols, x, nn, y, rows, accumulate);
   } else {
     float_matvec_kernel<kTypeF16, NT>
-        <<<grid, kThreads, 0, stream>>>(w.data, w.row_bytes, rows, cols, x, nn, y, accumulate);
+        <<<grid, kFloatThreads, 0, stream>>>(w.data, w.row_bytes, cols, x, nn, y, rows, accumulate);
   }
 }
 

@@ -12,12 +12,22 @@ constexpr int kMaxExpertsPerLane = 16;  // 512 experts per router row
 // llama.cpp clamps the sum of the chosen weights from below before dividing by it.
 constexpr float kMinWeightSum = 6.103515625e-5f;
 
+// Where top_k_kernel writes a single row's groups (see ExpertGroups); chunks null: not asked.
+struct SingleRowGroups {
+  const int32_t* slot_of_expert = nullptr;
+  int32_t* order = nullptr;
+  int32_t* chunks = nullptr;
+  int32_t* chunk_count = nullptr;
+};
+
 // One warp per row: each lane holds experts lane, lane + 32, ...; k rounds of a warp argmax
 // (ties to the lower index) pick the best in order. The softmax is the CPU path's
 // (cpu/softmax.cc, cpu/moe.cc): exps rounded to float, their sum in double, probabilities
 // as exp * float(1 / sum), the chosen ones' sum in double, so both route alike.
+// With `single` set (a pass of one row), lane 0 also writes the row's groups: one chunk per
+// GPU-resident chosen expert, in k order (what group_kernel makes of one row, in another order).
 __global__ void top_k_kernel(const float* logits, int n, int experts, int used, bool normalize, int32_t* chosen,
-                             float* weights) {
+                             float* weights, SingleRowGroups single) {
   const int row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
   if (row >= n) return;
   const int lane = threadIdx.x % kWarp;
@@ -75,6 +85,19 @@ __global__ void top_k_kernel(const float* logits, int n, int experts, int used, 
   if (normalize && lane == 0) {
     const float divisor = fmaxf(static_cast<float>(chosen_sum), kMinWeightSum);
     for (int k = 0; k < used; ++k) weights[row * used + k] = __fdiv_rn(weights[row * used + k], divisor);
+  }
+  if (single.chunks && lane == 0) {
+    int count = 0;
+    for (int k = 0; k < used; ++k) {
+      const int slot = single.slot_of_expert[chosen[k]];
+      if (slot < 0) continue;
+      single.chunks[3 * count] = slot;
+      single.chunks[3 * count + 1] = count;
+      single.chunks[3 * count + 2] = 1;
+      single.order[count] = k;
+      ++count;
+    }
+    *single.chunk_count = count;
   }
 }
 
@@ -138,17 +161,23 @@ __global__ void combine_kernel(const float* expert_out, const float* weights, co
   }
 }
 
-}  // namespace
-
-void route_top_k(const float* logits, int64_t n, int64_t experts, int64_t used, bool normalize, int32_t* chosen,
-                 float* weights, StreamHandle stream) {
+void launch_top_k(const float* logits, int64_t n, int64_t experts, int64_t used, bool normalize, int32_t* chosen,
+                  float* weights, const SingleRowGroups& single, StreamHandle stream) {
   if (experts > kMaxExpertsPerLane * kWarp) {
     throw Error("UNSUPPORTED_MODEL", "the GPU router serves at most " + std::to_string(kMaxExpertsPerLane * kWarp) +
                                          " experts, the model has " + std::to_string(experts));
   }
   constexpr int kThreads = 128;
   top_k_kernel<<<ceil_div(n, kThreads / kWarp), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      logits, static_cast<int>(n), static_cast<int>(experts), static_cast<int>(used), normalize, chosen, weights);
+      logits, static_cast<int>(n), static_cast<int>(experts), static_cast<int>(used), normalize, chosen, weights,
+      single);
+}
+
+}  // namespace
+
+void route_top_k(const float* logits, int64_t n, int64_t experts, int64_t used, bool normalize, int32_t* chosen,
+                 float* weights, StreamHandle stream) {
+  launch_top_k(logits, n, experts, used, normalize, chosen, weights, {}, stream);
 }
 
 int tokens_per_expert_chunk(int64_t n) { return n == 1 ? 1 : 8; }
@@ -157,6 +186,19 @@ int64_t max_expert_chunks(int64_t n, int64_t experts, int64_t used) {
   const int64_t pairs = n * used;
   const int64_t per_chunk = tokens_per_expert_chunk(n);
   return std::min(pairs, (pairs + per_chunk - 1) / per_chunk + experts);
+}
+
+void route_and_group(const float* logits, int64_t n, int64_t experts, int64_t used, bool normalize,
+                     const int32_t* slot_of_expert, int32_t* chosen, float* weights, int32_t* order, int32_t* chunks,
+                     int32_t* chunk_count, StreamHandle stream) {
+  if (n == 1) {
+    launch_top_k(logits, n, experts, used, normalize, chosen, weights, {slot_of_expert, order, chunks, chunk_count},
+                 stream);
+    return;
+  }
+  route_top_k(logits, n, experts, used, normalize, chosen, weights, stream);
+  group_by_expert(chosen, n, experts, used, slot_of_expert, tokens_per_expert_chunk(n), order, chunks, chunk_count,
+                  stream);
 }
 
 void group_by_expert(const int32_t* chosen, int64_t n, int64_t experts, int64_t used, const int32_t* slot_of_expert,

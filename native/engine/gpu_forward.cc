@@ -447,12 +447,20 @@ struct Pass {
   float* f(const DeviceBuffer& b) const { return b.as<float>(); }
   ActivationBlock* blocks() const { return m.work.activations.as<ActivationBlock>(); }
 
+  // The MoE sum of the last layer whose experts all ran here, left for the next norm to add
+  // (RmsNorm::pending), which saves a launch per layer.
+  mutable cuda::ExpertSum pending;
+
   // Float rows that one or more matrices read, quantized into the one activations buffer in
   // the format each weight type wants, again only when that format changes.
   class Input {
    public:
     Input(const Pass& pass, const float* x, int64_t rows, int64_t cols)
         : pass_(pass), x_(x), rows_(rows), cols_(cols) {}
+    // Rows a norm has already quantized for weights of `type`.
+    Input(const Pass& pass, const float* x, int64_t rows, int64_t cols, uint32_t type) : Input(pass, x, rows, cols) {
+      if (!cuda::is_float_type(type)) format_ = cuda::superblock_activations(type) ? 1 : 0;
+    }
     cuda::MatvecInput for_type(uint32_t type) {
       if (cuda::is_float_type(type)) return {x_, nullptr};
       const int format = cuda::superblock_activations(type) ? 1 : 0;
@@ -474,28 +482,57 @@ struct Pass {
     cuda::matvec(w, x.for_type(w.type), rows, y, accumulate, stream);
   }
 
-  void position_heads(float* rows, int64_t heads, const float* head_norm) const {
+  // normed = rms_norm(rows) (`count` rows from `x`), first adding the pending MoE sum, and
+  // quantized for `first`, the first matrix that reads it.
+  Input norm(float* x, int64_t count, const float* weight, const DeviceMatrix& first) const {
     const model::HyperParams& p = m.params;
-    if (head_norm) cuda::rms_norm(rows, n * heads, p.head_dim, head_norm, p.rms_epsilon, rows, stream);
-    const cuda::RopeShape shape{p.rope.style == cpu::RopeStyle::kNeox, p.rope.dims, p.rope.freq_base, p.rope.freq_scale,
-                                m.freq_factors};
-    cuda::rope(rows, n, heads, p.head_dim, m.work.positions.as<int32_t>(), shape, stream);
+    cuda::RmsNorm args;
+    args.x = x;
+    args.rows = count;
+    args.width = p.embedding;
+    args.weight = weight;
+    args.eps = p.rms_epsilon;
+    args.out = f(m.work.normed);
+    args.pending = pending;
+    if (pending.expert_out) {  // the sums of the last `count` rows
+      const int64_t skipped = (n - count) * pending.used;
+      args.pending.expert_out += skipped * p.embedding;
+      args.pending.weights += skipped;
+      args.pending.chosen += skipped;
+    }
+    pending = {};
+    if (!cuda::is_float_type(first.type)) {
+      args.blocks = blocks();
+      args.blocks_for = first.type;
+    }
+    cuda::rms_norm(args, stream);
+    return Input(*this, args.out, count, p.embedding, first.type);
   }
 
   void attention_block(const GpuLayer& w, int64_t layer) const {
     const model::HyperParams& p = m.params;
     const Workspace& ws = m.work;
     const int64_t q_width = p.heads * p.head_dim, kv_width = p.kv_heads * p.head_dim;
-    cuda::rms_norm(f(ws.residual), n, p.embedding, w.attention_norm, p.rms_epsilon, f(ws.normed), stream);
-    Input x(*this, f(ws.normed), n, p.embedding);
+    Input x = norm(f(ws.residual), n, w.attention_norm, w.q);
     mul(w.q, x, n, f(ws.q), false);
     mul(w.k, x, n, f(ws.k), false);
     mul(w.v, x, n, f(ws.v), false);
-    if (w.q_bias) cuda::add_bias(f(ws.q), n, q_width, w.q_bias, stream);
-    if (w.k_bias) cuda::add_bias(f(ws.k), n, kv_width, w.k_bias, stream);
-    if (w.v_bias) cuda::add_bias(f(ws.v), n, kv_width, w.v_bias, stream);
-    position_heads(f(ws.q), p.heads, w.q_norm);
-    position_heads(f(ws.k), p.kv_heads, w.k_norm);
+    cuda::AttentionHeads heads;
+    heads.q = f(ws.q);
+    heads.k = f(ws.k);
+    heads.v = f(ws.v);
+    heads.q_bias = w.q_bias;
+    heads.k_bias = w.k_bias;
+    heads.v_bias = w.v_bias;
+    heads.q_norm = w.q_norm;
+    heads.k_norm = w.k_norm;
+    heads.eps = p.rms_epsilon;
+    heads.heads = p.heads;
+    heads.kv_heads = p.kv_heads;
+    heads.head_dim = p.head_dim;
+    const cuda::RopeShape rope{p.rope.style == cpu::RopeStyle::kNeox, p.rope.dims, p.rope.freq_base, p.rope.freq_scale,
+                               m.freq_factors};
+    cuda::position_heads(heads, n, ws.positions.as<int32_t>(), rope, stream);
     uint16_t* keys = s.keys.as<uint16_t>() + layer * s.layer_elements;
     uint16_t* values = s.values.as<uint16_t>() + layer * s.layer_elements;
     cuda::store_kv(f(ws.k), f(ws.v), n, kv_width, ws.positions.as<int32_t>(), keys, values, stream);
@@ -526,13 +563,14 @@ struct Pass {
     const model::HyperParams& p = m.params;
     const Workspace& ws = m.work;
     mul(w.router, x, n, f(ws.router_logits), false);
-    cuda::route_top_k(f(ws.router_logits), n, p.experts, p.experts_used, p.normalize_expert_weights,
-                      ws.chosen.as<int32_t>(), f(ws.routing_weights), stream);
     HostExperts* host = m.host_experts.get();
     const bool host_layer = host && host->has_host_experts(layer);
     const bool hybrid = host_layer && !streams();
     ExpertStacks experts{w.expert_gate, w.expert_up, w.expert_down, w.expert_slots};
     if (host_layer && streams()) experts = m.expert_stream->queue_layer(layer, experts, stream);
+    cuda::route_and_group(f(ws.router_logits), n, p.experts, p.experts_used, p.normalize_expert_weights,
+                          experts.slot_of_expert, ws.chosen.as<int32_t>(), f(ws.routing_weights),
+                          ws.order.as<int32_t>(), ws.chunks.as<int32_t>(), ws.chunk_count.as<int32_t>(), stream);
     if (hybrid) host->queue_publish(layer, n, f(ws.normed), ws.chosen.as<int32_t>(), f(ws.routing_weights), stream);
     cuda::ExpertGroups groups;
     groups.order = ws.order.as<int32_t>();
@@ -540,23 +578,26 @@ struct Pass {
     groups.chunk_count = ws.chunk_count.as<int32_t>();
     groups.tokens_per_chunk = cuda::tokens_per_expert_chunk(n);
     groups.max_chunks = cuda::max_expert_chunks(n, p.experts, p.experts_used);
-    cuda::group_by_expert(ws.chosen.as<int32_t>(), n, p.experts, p.experts_used, experts.slot_of_expert,
-                          groups.tokens_per_chunk, ws.order.as<int32_t>(), ws.chunks.as<int32_t>(),
-                          ws.chunk_count.as<int32_t>(), stream);
     cuda::expert_gated_matvec(experts.gate, experts.up, x.for_type(experts.gate.type).blocks, p.experts_used, groups,
                               f(ws.hidden), stream);
     Input hidden(*this, f(ws.hidden), n * p.experts_used, p.expert_feed_forward);
     cuda::expert_matvec(experts.down, hidden.for_type(experts.down.type).blocks, groups, f(ws.expert_out), stream);
-    cuda::combine_experts(f(ws.expert_out), f(ws.routing_weights), ws.chosen.as<int32_t>(), experts.slot_of_expert, n,
-                          p.experts_used, p.embedding, f(ws.residual), stream);
+    const cuda::ExpertSum sum{f(ws.expert_out), f(ws.routing_weights), ws.chosen.as<int32_t>(), experts.slot_of_expert,
+                              p.experts_used};
+    if (!host_layer) {
+      pending = sum;
+      return;
+    }
+    // The host's sum is added after the GPU's, and a streamed layer's slot table is the stream's.
+    cuda::combine_experts(sum.expert_out, sum.weights, sum.chosen, sum.slot_of_expert, n, p.experts_used, p.embedding,
+                          f(ws.residual), stream);
     if (hybrid) host->queue_collect(layer, n, f(ws.residual), stream);
   }
 
   void ffn_block(const GpuLayer& w, int64_t layer) const {
     const model::HyperParams& p = m.params;
     const Workspace& ws = m.work;
-    cuda::rms_norm(f(ws.residual), n, p.embedding, w.ffn_norm, p.rms_epsilon, f(ws.normed), stream);
-    Input x(*this, f(ws.normed), n, p.embedding);
+    Input x = norm(f(ws.residual), n, w.ffn_norm, p.experts > 0 ? w.expert_gate : w.ffn_gate);
     if (p.experts > 0) {
       moe_ffn(w, layer, x);
     } else {
@@ -585,9 +626,8 @@ struct Pass {
     const Workspace& ws = m.work;
     cuda::check_launch("the GPU forward pass");
     if (out_rows == 0) return;
-    const float* last = f(ws.residual) + (n - out_rows) * p.embedding;
-    cuda::rms_norm(last, out_rows, p.embedding, m.output_norm, p.rms_epsilon, f(ws.normed), stream);
-    Input normed(*this, f(ws.normed), out_rows, p.embedding);
+    float* last = f(ws.residual) + (n - out_rows) * p.embedding;
+    Input normed = norm(last, out_rows, m.output_norm, m.output);
     mul(m.output, normed, out_rows, logits, false);
     cuda::check_launch("the GPU forward pass");
   }
@@ -770,7 +810,7 @@ void gpu_forward(GpuModel& model, GpuSequence& sequence, std::span<const int32_t
     for (int64_t i = 0; i < n; ++i) positions[i] = static_cast<int32_t>(first_position + first + i);
     cuda::copy_to_device(ws.tokens.data(), tokens.data() + first, n * sizeof(int32_t), stream);
     cuda::copy_to_device(ws.positions.data(), positions.data(), n * sizeof(int32_t), stream);
-    const Pass pass{model, sequence, n, stream};
+    const Pass pass{model, sequence, n, stream, {}};
     const bool last_batch = first + n == total;
     HostExperts* host = model.host_experts.get();
     if (n == 1) {
