@@ -120,8 +120,10 @@ template <uint32_t Type, int NT, bool Gated>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarp) matvec_kernel(MatvecArgs a) {
   const int lane = threadIdx.x % kWarp;
   const int row = blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarp;
+  const bool grouped = a.chunks != nullptr;
   int expert = 0, first, count;
-  if (a.chunks) {
+  if (grouped) {
+    wait_for_previous_kernel();  // the chunks are the grouping's
     const int c = blockIdx.y;
     if (c >= *a.chunk_count) return;
     expert = a.chunks[3 * c];
@@ -133,6 +135,26 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp) matvec_kernel(MatvecArg
   }
   if (row >= a.rows) return;
 
+  const size_t offset = static_cast<size_t>(expert) * a.matrix_bytes + static_cast<size_t>(row) * a.row_bytes;
+  const uint8_t* w = a.w + offset;
+  const uint8_t* w_up = Gated ? a.w_up + offset : nullptr;
+  // A lane's units in rounds of kUnitsInFlight: all of a round's weights are loaded before any
+  // is dotted, so each lane has that many independent loads in flight (a row of 2048 Q4_K
+  // weights is one round). Units past the row's end load a repeat of its last unit and add nothing.
+  Unit u[kUnitsInFlight];
+  Unit v[Gated ? kUnitsInFlight : 1];
+  const auto load_round = [&](int base) {
+#pragma unroll
+    for (int b = 0; b < kUnitsInFlight; ++b) {
+      const int unit = min(base + b * kWarp, a.units - 1);
+      u[b] = decode_unit<Type>(w, unit);
+      if constexpr (Gated) v[b] = decode_unit<Type>(w_up, unit);
+    }
+  };
+  load_round(lane);
+  // A dense matrix is no kernel's output: its first round loads while the previous kernel ends.
+  if (!grouped) wait_for_previous_kernel();
+
   // Rows past `count` repeat the last one so the inner loop has no branches; their sums are dropped.
   const ActivationBlock* xs[NT];
   int out_rows[NT];
@@ -143,23 +165,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp) matvec_kernel(MatvecArg
     xs[t] = a.x + static_cast<int64_t>(slot / a.x_row_divisor) * a.x_blocks;
     out_rows[t] = slot;
   }
-  const size_t offset = static_cast<size_t>(expert) * a.matrix_bytes + static_cast<size_t>(row) * a.row_bytes;
-  const uint8_t* w = a.w + offset;
-  const uint8_t* w_up = Gated ? a.w_up + offset : nullptr;
   float acc[NT] = {};
   float acc_up[Gated ? NT : 1] = {};
-  // A lane's units in rounds of kUnitsInFlight: all of a round's weights are loaded before any
-  // is dotted, so each lane has that many independent loads in flight (a row of 2048 Q4_K
-  // weights is one round). Units past the row's end load a repeat of its last unit and add nothing.
-  for (int base = lane; base < a.units; base += kWarp * kUnitsInFlight) {
-    Unit u[kUnitsInFlight];
-    Unit v[Gated ? kUnitsInFlight : 1];
-#pragma unroll
-    for (int b = 0; b < kUnitsInFlight; ++b) {
-      const int unit = min(base + b * kWarp, a.units - 1);
-      u[b] = decode_unit<Type>(w, unit);
-      if constexpr (Gated) v[b] = decode_unit<Type>(w_up, unit);
-    }
+  for (int base = lane;;) {
 #pragma unroll
     for (int b = 0; b < kUnitsInFlight; ++b) {
       const int unit = base + b * kWarp;
@@ -171,6 +179,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp) matvec_kernel(MatvecArg
         if constexpr (Gated) acc_up[t] += dot_unit<Type>(v[b], x, unit);
       }
     }
+    base += kWarp * kUnitsInFlight;
+    if (base >= a.units) break;
+    load_round(base);
   }
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
@@ -225,14 +236,19 @@ __global__ void __launch_bounds__(kFloatThreads)
   const float* xs[NT];
 #pragma unroll
   for (int t = 0; t < NT; ++t) xs[t] = x + static_cast<int64_t>(first + min(t, count - 1)) * cols;
-  float acc[NT] = {};
   // Groups of 4 columns where rows keep 16-byte alignment; the rest (and odd widths) one by one.
   const int groups = cols % 4 == 0 ? cols / 4 : 0;
-  for (int base = threadIdx.x; base < groups; base += kFloatThreads * kUnitsInFlight) {
-    float4 weights[kUnitsInFlight];
+  float4 weights[kUnitsInFlight];
+  const auto load_round = [&](int base) {
 #pragma unroll
     for (int b = 0; b < kUnitsInFlight; ++b)
       weights[b] = load_weights4<Type>(wrow, min(base + b * kFloatThreads, groups - 1));
+  };
+  // The weights are no kernel's output: the first round loads while the previous kernel ends.
+  if (static_cast<int>(threadIdx.x) < groups) load_round(threadIdx.x);
+  wait_for_previous_kernel();
+  float acc[NT] = {};
+  for (int base = threadIdx.x; base < groups;) {
 #pragma unroll
     for (int b = 0; b < kUnitsInFlight; ++b) {
       const int group = base + b * kFloatThreads;
@@ -246,6 +262,8 @@ __global__ void __launch_bounds__(kFloatThreads)
         acc[t] += weights[b].w * activation<Type>(v.w);
       }
     }
+    base += kFloatThreads * kUnitsInFlight;
+    if (base < groups) load_round(base);
   }
   for (int c = 4 * groups + threadIdx.x; c < cols; c += kFloatThreads) {
     const float weight = load_weight<Type>(wrow, c);
@@ -276,13 +294,13 @@ void launch_quantized(uint32_t type, dim3 grid, const MatvecArgs& a, cudaStream_
   constexpr int kThreads = kWarpsPerBlock * kWarp;
   switch (type) {
     case kTypeQ4_K:
-      matvec_kernel<kTypeQ4_K, NT, Gated><<<grid, kThreads, 0, stream>>>(a);
+      launch_early(matvec_kernel<kTypeQ4_K, NT, Gated>, grid, dim3(kThreads), 0, stream, a);
       break;
     case kTypeQ6_K:
-      matvec_kernel<kTypeQ6_K, NT, Gated><<<grid, kThreads, 0, stream>>>(a);
+      launch_early(matvec_kernel<kTypeQ6_K, NT, Gated>, grid, dim3(kThreads), 0, stream, a);
       break;
     case kTypeQ8_0:
-      matvec_kernel<kTypeQ8_0, NT, Gated><<<grid, kThreads, 0, stream>>>(a);
+      launch_early(matvec_kernel<kTypeQ8_0, NT, Gated>, grid, dim3(kThreads), 0, stream, a);
       break;
     default:
       throw Error("UNSUPPORTED_QUANT", "no GPU matvec kernel for ggml type " + std::to_string(type));
@@ -315,11 +333,11 @@ void launch_float(const DeviceMatrix& w, const float* x, int64_t n, float* y, bo
   const auto cols = static_cast<int>(w.cols);
   const auto nn = static_cast<int>(n);
   if (w.type == kTypeF32) {
-    float_matvec_kernel<kTypeF32, NT>
-        <<<grid, kFloatThreads, 0, stream>>>(w.data, w.row_bytes, cols, x, nn, y, rows, accumulate);
+    launch_early(float_matvec_kernel<kTypeF32, NT>, grid, dim3(kFloatThreads), 0, stream, w.data, w.row_bytes, cols, x,
+                 nn, y, rows, accumulate);
   } else {
-    float_matvec_kernel<kTypeF16, NT>
-        <<<grid, kFloatThreads, 0, stream>>>(w.data, w.row_bytes, cols, x, nn, y, rows, accumulate);
+    launch_early(float_matvec_kernel<kTypeF16, NT>, grid, dim3(kFloatThreads), 0, stream, w.data, w.row_bytes, cols, x,
+                 nn, y, rows, accumulate);
   }
 }
 

@@ -28,6 +28,7 @@ struct SingleRowGroups {
 // GPU-resident chosen expert, in k order (what group_kernel makes of one row, in another order).
 __global__ void top_k_kernel(const float* logits, int n, int experts, int used, bool normalize, int32_t* chosen,
                              float* weights, SingleRowGroups single) {
+  wait_for_previous_kernel();
   const int row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
   if (row >= n) return;
   const int lane = threadIdx.x % kWarp;
@@ -107,6 +108,7 @@ __global__ void top_k_kernel(const float* logits, int n, int experts, int used, 
 // The order within an expert varies from run to run; each slot's result does not depend on it.
 __global__ void group_kernel(const int32_t* chosen, int pairs, int experts, const int32_t* slot_of_expert,
                              int tokens_per_chunk, int32_t* order, int32_t* chunks, int32_t* chunk_count) {
+  wait_for_previous_kernel();
   extern __shared__ int shared[];
   int* counts = shared;
   int* offsets = shared + experts;
@@ -149,6 +151,7 @@ __global__ void group_kernel(const int32_t* chosen, int pairs, int experts, cons
 // memory (slot -1) are left to the CPU's sum.
 __global__ void combine_kernel(const float* expert_out, const float* weights, const int32_t* chosen,
                                const int32_t* slot_of_expert, int used, int width, float* residual) {
+  wait_for_previous_kernel();
   const int row = blockIdx.x;
   for (int j = threadIdx.x; j < width; j += blockDim.x) {
     float sum = 0.0f;
@@ -168,9 +171,9 @@ void launch_top_k(const float* logits, int64_t n, int64_t experts, int64_t used,
                                          " experts, the model has " + std::to_string(experts));
   }
   constexpr int kThreads = 128;
-  top_k_kernel<<<ceil_div(n, kThreads / kWarp), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      logits, static_cast<int>(n), static_cast<int>(experts), static_cast<int>(used), normalize, chosen, weights,
-      single);
+  launch_early(top_k_kernel, dim3(ceil_div(n, kThreads / kWarp)), dim3(kThreads), 0, static_cast<cudaStream_t>(stream),
+               logits, static_cast<int>(n), static_cast<int>(experts), static_cast<int>(used), normalize, chosen,
+               weights, single);
 }
 
 }  // namespace
@@ -204,16 +207,16 @@ void route_and_group(const float* logits, int64_t n, int64_t experts, int64_t us
 void group_by_expert(const int32_t* chosen, int64_t n, int64_t experts, int64_t used, const int32_t* slot_of_expert,
                      int tokens_per_chunk, int32_t* order, int32_t* chunks, int32_t* chunk_count, StreamHandle stream) {
   const size_t shared = 4 * static_cast<size_t>(experts) * sizeof(int);
-  group_kernel<<<1, 1024, shared, static_cast<cudaStream_t>(stream)>>>(chosen, static_cast<int>(n * used),
-                                                                       static_cast<int>(experts), slot_of_expert,
-                                                                       tokens_per_chunk, order, chunks, chunk_count);
+  launch_early(group_kernel, dim3(1), dim3(1024), shared, static_cast<cudaStream_t>(stream), chosen,
+               static_cast<int>(n * used), static_cast<int>(experts), slot_of_expert, tokens_per_chunk, order, chunks,
+               chunk_count);
 }
 
 void combine_experts(const float* expert_out, const float* weights, const int32_t* chosen,
                      const int32_t* slot_of_expert, int64_t n, int64_t used, int64_t width, float* residual,
                      StreamHandle stream) {
-  combine_kernel<<<static_cast<unsigned>(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(
-      expert_out, weights, chosen, slot_of_expert, static_cast<int>(used), static_cast<int>(width), residual);
+  launch_early(combine_kernel, dim3(static_cast<unsigned>(n)), dim3(256), 0, static_cast<cudaStream_t>(stream),
+               expert_out, weights, chosen, slot_of_expert, static_cast<int>(used), static_cast<int>(width), residual);
 }
 
 }  // namespace bloomery::cuda

@@ -59,6 +59,7 @@ __device__ double block_sum(double v) {
 // Each thread holds runs of 8 values, thread t of round r the run at r * kSpan + 8 t, so a warp
 // holds 256 consecutive values: one Q8_K super-block, eight Q8_0 blocks.
 __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNorm a, bool superblocks) {
+  wait_for_previous_kernel();
   const int64_t row = blockIdx.x;
   const auto width = static_cast<int>(a.width);
   float* x = a.x + row * width;
@@ -106,8 +107,8 @@ void rms_norm(const RmsNorm& norm, StreamHandle stream) {
                                         " values for ggml type " + std::to_string(norm.blocks_for));
   }
   if (norm.rows == 0) return;
-  rms_norm_kernel<<<static_cast<unsigned>(norm.rows), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(norm,
-                                                                                                        superblocks);
+  launch_early(rms_norm_kernel, dim3(static_cast<unsigned>(norm.rows)), dim3(kThreads), 0,
+               static_cast<cudaStream_t>(stream), norm, superblocks);
 }
 
 }  // namespace bloomery::cuda

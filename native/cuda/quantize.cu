@@ -12,6 +12,7 @@ namespace {
 // One warp per 256 values of the n rows taken as one (rows are whole blocks for either format:
 // 256 values for the K-quants, 32 for Q8_0, so no warp's blocks cross a row).
 __global__ void quantize_kernel(const float* x, int64_t count, bool superblocks, ActivationBlock* out) {
+  wait_for_previous_kernel();
   const int64_t first =
       (static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp) * kQuantizeValuesPerWarp;
   if (first >= count) return;
@@ -34,8 +35,8 @@ void quantize_activations(const float* x, int64_t n, int64_t cols, uint32_t weig
                           StreamHandle stream) {
   constexpr int kThreads = 256;
   const int64_t count = n * cols;
-  quantize_kernel<<<ceil_div(count, kThreads / kWarp * kQuantizeValuesPerWarp), kThreads, 0,
-                    static_cast<cudaStream_t>(stream)>>>(x, count, superblock_activations(weight_type), out);
+  launch_early(quantize_kernel, dim3(ceil_div(count, kThreads / kWarp * kQuantizeValuesPerWarp)), dim3(kThreads), 0,
+               static_cast<cudaStream_t>(stream), x, count, superblock_activations(weight_type), out);
 }
 
 }  // namespace bloomery::cuda

@@ -35,6 +35,7 @@ __device__ __forceinline__ void rope_angle(const RopeShape& shape, float theta_s
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
     position_heads_kernel(AttentionHeads h, int64_t warps, int per_row, const int32_t* positions, RopeShape shape,
                           float theta_scale) {
+  wait_for_previous_kernel();
   __shared__ float staged[kWarpsPerBlock][kMaxHeadDim];
   const int64_t warp = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
   if (warp >= warps) return;
@@ -106,8 +107,8 @@ void position_heads(const AttentionHeads& h, int64_t n, const int32_t* positions
   if (warps == 0) return;
   // On the host, with the host's powf, as the CPU path computes it.
   const float theta_scale = std::pow(shape.freq_base, -2.0f / static_cast<float>(shape.dims));
-  position_heads_kernel<<<ceil_div(warps, kWarpsPerBlock), kWarpsPerBlock * kWarp, 0,
-                          static_cast<cudaStream_t>(stream)>>>(h, warps, per_row, positions, shape, theta_scale);
+  launch_early(position_heads_kernel, dim3(ceil_div(warps, kWarpsPerBlock)), dim3(kWarpsPerBlock * kWarp), 0,
+               static_cast<cudaStream_t>(stream), h, warps, per_row, positions, shape, theta_scale);
 }
 
 }  // namespace bloomery::cuda
