@@ -1,13 +1,15 @@
 // Quantized matrix-vector products: one warp per weight row, each lane taking 16 weights at
 // a time, decoded once and dotted (dp4a) with the activation blocks of up to NT rows; a lane
 // loads several such units before it dots any, so that a decode step's short rows still keep
-// enough loads in flight to stream the weights at memory speed. The
+// enough loads in flight to stream the weights at memory speed. A block that reads one
+// activation row may take it as floats and quantize it into shared memory itself, which saves
+// a decode step the quantize launch before each such product. The
 // same kernel serves dense matrices (rows of a batch in chunks of NT) and expert stacks
 // (chunks of rows routed to one expert, from moe.cu's grouping).
 #include <cstddef>
 
 #include "base/error.h"
-#include "cuda/common.cuh"
+#include "cuda/quantize.cuh"
 
 namespace bloomery::cuda {
 
@@ -107,7 +109,9 @@ struct MatvecArgs {
   int units;     // cols / 16
   int x_blocks;  // cols / 32
   const ActivationBlock* x;
-  int x_row_divisor;  // routed slot -> activation row
+  const float* x_floats;  // instead of x (NT = 1 only): float rows the kernel quantizes
+  bool superblocks;       // with x_floats: the weights read Q8_K's format, else Q8_0's
+  int x_row_divisor;      // routed slot -> activation row
   float* y;
   bool accumulate;
   int n;                 // dense: rows of the batch
@@ -116,8 +120,26 @@ struct MatvecArgs {
   const int32_t* chunk_count;
 };
 
+// The activation row at x quantized into `blocks` (shared memory) by the block's warps, 256
+// values per warp at a time, as quantize_activations does it.
+__device__ void quantize_row(const float* x, int cols, bool superblocks, ActivationBlock* blocks) {
+  const int lane = threadIdx.x % kWarp;
+  for (int first = static_cast<int>(threadIdx.x / kWarp) * kQuantizeValuesPerWarp; first < cols;
+       first += kWarpsPerBlock * kQuantizeValuesPerWarp) {
+    float v[kQuantizeValuesPerLane];
+#pragma unroll
+    for (int i = 0; i < kQuantizeValuesPerLane; ++i) {
+      const int j = first + lane * kQuantizeValuesPerLane + i;
+      v[i] = j < cols ? x[j] : 0.0f;
+    }
+    quantize_warp(v, superblocks, first, cols, blocks);
+  }
+  __syncthreads();
+}
+
 template <uint32_t Type, int NT, bool Gated>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarp) matvec_kernel(MatvecArgs a) {
+  extern __shared__ ActivationBlock quantized[];  // with x_floats: the block's activation row
   const int lane = threadIdx.x % kWarp;
   const int row = blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarp;
   const bool grouped = a.chunks != nullptr;
@@ -133,9 +155,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp) matvec_kernel(MatvecArg
     first = blockIdx.y * NT;
     count = min(NT, a.n - first);
   }
-  if (row >= a.rows) return;
-
-  const size_t offset = static_cast<size_t>(expert) * a.matrix_bytes + static_cast<size_t>(row) * a.row_bytes;
+  // A warp past the last row loads that row again and writes nothing: it may still have a
+  // share in quantizing the activation row.
+  const size_t offset =
+      static_cast<size_t>(expert) * a.matrix_bytes + static_cast<size_t>(min(row, a.rows - 1)) * a.row_bytes;
   const uint8_t* w = a.w + offset;
   const uint8_t* w_up = Gated ? a.w_up + offset : nullptr;
   // A lane's units in rounds of kUnitsInFlight: all of a round's weights are loaded before any
@@ -162,9 +185,17 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp) matvec_kernel(MatvecArg
   for (int t = 0; t < NT; ++t) {
     const int p = first + min(t, count - 1);
     const int slot = a.order ? a.order[p] : p;
-    xs[t] = a.x + static_cast<int64_t>(slot / a.x_row_divisor) * a.x_blocks;
+    xs[t] = a.x ? a.x + static_cast<int64_t>(slot / a.x_row_divisor) * a.x_blocks : quantized;
     out_rows[t] = slot;
   }
+  if constexpr (NT == 1) {
+    if (a.x_floats) {
+      const int cols = a.x_blocks * 32;
+      quantize_row(a.x_floats + static_cast<int64_t>(out_rows[0] / a.x_row_divisor) * cols, cols, a.superblocks,
+                   quantized);
+    }
+  }
+  if (row >= a.rows) return;
   float acc[NT] = {};
   float acc_up[Gated ? NT : 1] = {};
   for (int base = lane;;) {
@@ -292,15 +323,16 @@ int tokens_per_block(int64_t n) { return n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : 
 template <int NT, bool Gated>
 void launch_quantized(uint32_t type, dim3 grid, const MatvecArgs& a, cudaStream_t stream) {
   constexpr int kThreads = kWarpsPerBlock * kWarp;
+  const size_t shared = a.x_floats ? static_cast<size_t>(a.x_blocks) * sizeof(ActivationBlock) : 0;
   switch (type) {
     case kTypeQ4_K:
-      launch_early(matvec_kernel<kTypeQ4_K, NT, Gated>, grid, dim3(kThreads), 0, stream, a);
+      launch_early(matvec_kernel<kTypeQ4_K, NT, Gated>, grid, dim3(kThreads), shared, stream, a);
       break;
     case kTypeQ6_K:
-      launch_early(matvec_kernel<kTypeQ6_K, NT, Gated>, grid, dim3(kThreads), 0, stream, a);
+      launch_early(matvec_kernel<kTypeQ6_K, NT, Gated>, grid, dim3(kThreads), shared, stream, a);
       break;
     case kTypeQ8_0:
-      launch_early(matvec_kernel<kTypeQ8_0, NT, Gated>, grid, dim3(kThreads), 0, stream, a);
+      launch_early(matvec_kernel<kTypeQ8_0, NT, Gated>, grid, dim3(kThreads), shared, stream, a);
       break;
     default:
       throw Error("UNSUPPORTED_QUANT", "no GPU matvec kernel for ggml type " + std::to_string(type));
@@ -309,6 +341,10 @@ void launch_quantized(uint32_t type, dim3 grid, const MatvecArgs& a, cudaStream_
 
 template <bool Gated>
 void launch_quantized(uint32_t type, int nt, dim3 grid, const MatvecArgs& a, StreamHandle stream) {
+  if (!a.x && !(a.x_floats && nt == 1 && quantizes_input(1, static_cast<int64_t>(a.x_blocks) * 32))) {
+    throw Error("INVALID_ARGUMENT", "a quantized product of " + std::to_string(nt) +
+                                        " rows per block needs its activations quantized beforehand");
+  }
   const auto s = static_cast<cudaStream_t>(stream);
   switch (nt) {
     case 1:
@@ -341,7 +377,7 @@ void launch_float(const DeviceMatrix& w, const float* x, int64_t n, float* y, bo
   }
 }
 
-MatvecArgs dense_args(const DeviceMatrix& w, const ActivationBlock* x, int64_t n, float* y, bool accumulate) {
+MatvecArgs dense_args(const DeviceMatrix& w, const MatvecInput& x, int64_t n, float* y, bool accumulate) {
   MatvecArgs a{};
   a.w = w.data;
   a.row_bytes = w.row_bytes;
@@ -349,7 +385,11 @@ MatvecArgs dense_args(const DeviceMatrix& w, const ActivationBlock* x, int64_t n
   a.rows = static_cast<int>(w.rows);
   a.units = static_cast<int>(w.cols / kUnit);
   a.x_blocks = static_cast<int>(w.cols / 32);
-  a.x = x;
+  a.x = x.blocks;
+  if (!x.blocks) {
+    a.x_floats = x.floats;
+    a.superblocks = superblock_activations(w.type);
+  }
   a.x_row_divisor = 1;
   a.y = y;
   a.accumulate = accumulate;
@@ -357,8 +397,7 @@ MatvecArgs dense_args(const DeviceMatrix& w, const ActivationBlock* x, int64_t n
   return a;
 }
 
-MatvecArgs grouped_args(const DeviceMatrix& w, const ActivationBlock* x, int64_t divisor, const ExpertGroups& g,
-                        float* y) {
+MatvecArgs grouped_args(const DeviceMatrix& w, const MatvecInput& x, int64_t divisor, const ExpertGroups& g, float* y) {
   MatvecArgs a = dense_args(w, x, 0, y, false);
   a.x_row_divisor = static_cast<int>(divisor);
   a.order = g.order;
@@ -370,6 +409,11 @@ MatvecArgs grouped_args(const DeviceMatrix& w, const ActivationBlock* x, int64_t
 }  // namespace
 
 bool is_float_type(uint32_t type) { return type == kTypeF32 || type == kTypeF16; }
+
+bool quantizes_input(int64_t rows_per_block, int64_t cols) {
+  // The row's blocks sit in shared memory: within the 48 KiB a launch gets without opting in.
+  return rows_per_block == 1 && static_cast<size_t>(cols / 32) * sizeof(ActivationBlock) <= 48 * 1024;
+}
 
 bool matvec_supports(uint32_t type) {
   return is_float_type(type) || type == kTypeQ4_K || type == kTypeQ6_K || type == kTypeQ8_0;
@@ -396,7 +440,7 @@ void matvec(const DeviceMatrix& w, const MatvecInput& x, int64_t n, float* y, bo
     return;
   }
   const dim3 grid(ceil_div(w.rows, kWarpsPerBlock), ceil_div(n, nt));
-  launch_quantized<false>(w.type, nt, grid, dense_args(w, x.blocks, n, y, accumulate), stream);
+  launch_quantized<false>(w.type, nt, grid, dense_args(w, x, n, y, accumulate), stream);
 }
 
 bool gated_matvec_supports(const DeviceMatrix& gate, const DeviceMatrix& up) {
@@ -407,20 +451,20 @@ bool gated_matvec_supports(const DeviceMatrix& gate, const DeviceMatrix& up) {
 void gated_matvec(const DeviceMatrix& gate, const DeviceMatrix& up, const ActivationBlock* x, int64_t n, float* y,
                   StreamHandle stream) {
   const int nt = tokens_per_block(n);
-  MatvecArgs a = dense_args(gate, x, n, y, false);
+  MatvecArgs a = dense_args(gate, {nullptr, x}, n, y, false);
   a.w_up = up.data;
   launch_quantized<true>(gate.type, nt, dim3(ceil_div(gate.rows, kWarpsPerBlock), ceil_div(n, nt)), a, stream);
 }
 
 void expert_gated_matvec(const DeviceMatrix& gate, const DeviceMatrix& up, const ActivationBlock* x, int64_t used,
                          const ExpertGroups& groups, float* hidden, StreamHandle stream) {
-  MatvecArgs a = grouped_args(gate, x, used, groups, hidden);
+  MatvecArgs a = grouped_args(gate, {nullptr, x}, used, groups, hidden);
   a.w_up = up.data;
   const dim3 grid(ceil_div(gate.rows, kWarpsPerBlock), static_cast<unsigned>(groups.max_chunks));
   launch_quantized<true>(gate.type, groups.tokens_per_chunk, grid, a, stream);
 }
 
-void expert_matvec(const DeviceMatrix& down, const ActivationBlock* hidden, const ExpertGroups& groups, float* out,
+void expert_matvec(const DeviceMatrix& down, const MatvecInput& hidden, const ExpertGroups& groups, float* out,
                    StreamHandle stream) {
   const dim3 grid(ceil_div(down.rows, kWarpsPerBlock), static_cast<unsigned>(groups.max_chunks));
   launch_quantized<false>(down.type, groups.tokens_per_chunk, grid, grouped_args(down, hidden, 1, groups, out), stream);

@@ -46,11 +46,16 @@ void quantize_activations(const float* x, int64_t n, int64_t cols, uint32_t weig
                           StreamHandle stream);
 
 // --- matvec.cu ---
-// The activation of a product: float rows for float weights, blocks for quantized ones.
+// The activation of a product: float rows for float weights; for quantized ones, blocks, or
+// (where quantizes_input allows) just the float rows, which the product quantizes itself as
+// quantize_activations would, saving a launch per product of a decode step.
 struct MatvecInput {
   const float* floats = nullptr;
   const ActivationBlock* blocks = nullptr;
 };
+// Whether a quantized product quantizes float input rows of `cols` itself: when each of its
+// blocks reads one row (a dense product of n = 1 rows, an expert product of tokens_per_chunk 1).
+bool quantizes_input(int64_t rows_per_block, int64_t cols);
 
 // y[i] (+)= w x[i] for n rows (y rows of w.rows floats). `accumulate` adds into y.
 void matvec(const DeviceMatrix& w, const MatvecInput& x, int64_t n, float* y, bool accumulate, StreamHandle stream);
@@ -76,7 +81,7 @@ struct ExpertGroups {
 void expert_gated_matvec(const DeviceMatrix& gate, const DeviceMatrix& up, const ActivationBlock* x, int64_t used,
                          const ExpertGroups& groups, float* hidden, StreamHandle stream);
 // For each routed slot s: out[s] = down_e hidden[s].
-void expert_matvec(const DeviceMatrix& down, const ActivationBlock* hidden, const ExpertGroups& groups, float* out,
+void expert_matvec(const DeviceMatrix& down, const MatvecInput& hidden, const ExpertGroups& groups, float* out,
                    StreamHandle stream);
 
 // --- moe.cu ---

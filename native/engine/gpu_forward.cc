@@ -452,7 +452,8 @@ struct Pass {
   mutable cuda::ExpertSum pending;
 
   // Float rows that one or more matrices read, quantized into the one activations buffer in
-  // the format each weight type wants, again only when that format changes.
+  // the format each weight type wants, again only when that format changes; in a decode step,
+  // left to the products that quantize their input themselves (cuda::quantizes_input).
   class Input {
    public:
     Input(const Pass& pass, const float* x, int64_t rows, int64_t cols)
@@ -464,6 +465,7 @@ struct Pass {
     cuda::MatvecInput for_type(uint32_t type) {
       if (cuda::is_float_type(type)) return {x_, nullptr};
       const int format = cuda::superblock_activations(type) ? 1 : 0;
+      if (format != format_ && pass_.n == 1 && cuda::quantizes_input(1, cols_)) return {x_, nullptr};
       if (format != format_) {
         cuda::quantize_activations(x_, rows_, cols_, type, pass_.blocks(), pass_.stream);
         format_ = format;
@@ -581,7 +583,7 @@ struct Pass {
     cuda::expert_gated_matvec(experts.gate, experts.up, x.for_type(experts.gate.type).blocks, p.experts_used, groups,
                               f(ws.hidden), stream);
     Input hidden(*this, f(ws.hidden), n * p.experts_used, p.expert_feed_forward);
-    cuda::expert_matvec(experts.down, hidden.for_type(experts.down.type).blocks, groups, f(ws.expert_out), stream);
+    cuda::expert_matvec(experts.down, hidden.for_type(experts.down.type), groups, f(ws.expert_out), stream);
     const cuda::ExpertSum sum{f(ws.expert_out), f(ws.routing_weights), ws.chosen.as<int32_t>(), experts.slot_of_expert,
                               p.experts_used};
     if (!host_layer) {

@@ -153,6 +153,14 @@ TEST(cuda_matvec_matches_cpu_dot) {
         std::printf("  matvec type %u cols %lld n %lld: relative error %.3g\n", type, static_cast<long long>(cols),
                     static_cast<long long>(n), error);
         CHECK(error < 2e-5) << "type " << type << " cols " << cols << " n " << n << ": relative error " << error;
+        if (input.blocks && cuda::quantizes_input(n, cols)) {
+          // The same product from the float row, quantized by the kernel: the very same sums.
+          cuda::matvec(m, {dx.as<float>(), nullptr}, n, y.as<float>(), false, stream.handle());
+          const auto from_floats = download<float>(y, static_cast<size_t>(n * rows), stream);
+          CHECK(mismatches(from_floats, got) == 0)
+              << "type " << type << " cols " << cols << ": " << mismatches(from_floats, got)
+              << " sums differ when the kernel quantizes its input";
+        }
       }
     }
   }
@@ -235,7 +243,8 @@ TEST(cuda_expert_matvec_matches_cpu) {
                                 stream.handle());
       cuda::quantize_activations(hidden.as<float>(), n * used, ff, down_type, h_blocks.as<cuda::ActivationBlock>(),
                                  stream.handle());
-      cuda::expert_matvec(md, h_blocks.as<cuda::ActivationBlock>(), groups, out.as<float>(), stream.handle());
+      cuda::expert_matvec(md, {nullptr, h_blocks.as<cuda::ActivationBlock>()}, groups, out.as<float>(),
+                          stream.handle());
       const auto routed = download<int32_t>(chosen, static_cast<size_t>(n * used), stream);
       const auto got_hidden = download<float>(hidden, static_cast<size_t>(n * used * ff), stream);
       const auto got_out = download<float>(out, static_cast<size_t>(n * used * width), stream);
@@ -256,6 +265,14 @@ TEST(cuda_expert_matvec_matches_cpu) {
                   down_type, static_cast<long long>(n), hidden_error, out_error);
       CHECK(hidden_error < 5e-5) << "types " << up_type << " n " << n << ": gate/up relative error " << hidden_error;
       CHECK(out_error < 2e-5) << "types " << down_type << " n " << n << ": down relative error " << out_error;
+      if (cuda::quantizes_input(groups.tokens_per_chunk, ff)) {
+        // A decode step's down product takes the hidden rows as floats: the very same sums.
+        cuda::expert_matvec(md, {hidden.as<float>(), nullptr}, groups, out.as<float>(), stream.handle());
+        const auto from_floats = download<float>(out, got_out.size(), stream);
+        CHECK(mismatches(from_floats, got_out) == 0)
+            << "types " << down_type << " n " << n << ": " << mismatches(from_floats, got_out)
+            << " down sums differ when the kernel quantizes its input";
+      }
     }
   }
 }
