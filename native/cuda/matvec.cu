@@ -3,10 +3,12 @@
 // loads several such units before it dots any, so that a decode step's short rows still keep
 // enough loads in flight to stream the weights at memory speed. A block that reads one
 // activation row may take it as floats and quantize it into shared memory itself, which saves
-// a decode step the quantize launch before each such product. The
+// a decode step the quantize launch before each such product. One launch may multiply up to
+// three matrices of one type by the same input (a layer's q, k and v), each block serving one. The
 // same kernel serves dense matrices (rows of a batch in chunks of NT) and expert stacks
 // (chunks of rows routed to one expert, from moe.cu's grouping).
 #include <cstddef>
+#include <vector>
 
 #include "base/error.h"
 #include "cuda/quantize.cuh"
@@ -100,22 +102,31 @@ __device__ __forceinline__ float dot_unit(const Unit& u, const ActivationBlock& 
   }
 }
 
-struct MatvecArgs {
+constexpr int kMaxParts = 3;  // matrices of one input a launch multiplies (a layer's q, k and v)
+
+// One matrix of a launch: grid.x blocks from first_block on serve its rows, outputs to y.
+struct MatvecPart {
   const uint8_t* w;
+  float* y;
+  int rows;
+  int first_block;
+  bool accumulate;
+};
+
+struct MatvecArgs {
+  MatvecPart parts[kMaxParts];
+  int part_count;
   const uint8_t* w_up;  // gated products only
   size_t row_bytes;
   size_t matrix_bytes;
-  int rows;
   int units;     // cols / 16
   int x_blocks;  // cols / 32
   const ActivationBlock* x;
   const float* x_floats;  // instead of x (NT = 1 only): float rows the kernel quantizes
   bool superblocks;       // with x_floats: the weights read Q8_K's format, else Q8_0's
   int x_row_divisor;      // routed slot -> activation row
-  float* y;
-  bool accumulate;
-  int n;                 // dense: rows of the batch
-  const int32_t* order;  // grouped: see ExpertGroups
+  int n;                  // dense: rows of the batch
+  const int32_t* order;   // grouped: see ExpertGroups
   const int32_t* chunks;
   const int32_t* chunk_count;
 };
@@ -141,7 +152,12 @@ template <uint32_t Type, int NT, bool Gated>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarp) matvec_kernel(MatvecArgs a) {
   extern __shared__ ActivationBlock quantized[];  // with x_floats: the block's activation row
   const int lane = threadIdx.x % kWarp;
-  const int row = blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarp;
+  MatvecPart part = a.parts[0];
+#pragma unroll
+  for (int p = 1; p < kMaxParts; ++p) {
+    if (p < a.part_count && static_cast<int>(blockIdx.x) >= a.parts[p].first_block) part = a.parts[p];
+  }
+  const int row = (static_cast<int>(blockIdx.x) - part.first_block) * kWarpsPerBlock + threadIdx.x / kWarp;
   const bool grouped = a.chunks != nullptr;
   int expert = 0, first, count;
   if (grouped) {
@@ -158,8 +174,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp) matvec_kernel(MatvecArg
   // A warp past the last row loads that row again and writes nothing: it may still have a
   // share in quantizing the activation row.
   const size_t offset =
-      static_cast<size_t>(expert) * a.matrix_bytes + static_cast<size_t>(min(row, a.rows - 1)) * a.row_bytes;
-  const uint8_t* w = a.w + offset;
+      static_cast<size_t>(expert) * a.matrix_bytes + static_cast<size_t>(min(row, part.rows - 1)) * a.row_bytes;
+  const uint8_t* w = part.w + offset;
   const uint8_t* w_up = Gated ? a.w_up + offset : nullptr;
   // A lane's units in rounds of kUnitsInFlight: all of a round's weights are loaded before any
   // is dotted, so each lane has that many independent loads in flight (a row of 2048 Q4_K
@@ -195,7 +211,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp) matvec_kernel(MatvecArg
                    quantized);
     }
   }
-  if (row >= a.rows) return;
+  if (row >= part.rows) return;
   float acc[NT] = {};
   float acc_up[Gated ? NT : 1] = {};
   for (int base = lane;;) {
@@ -219,8 +235,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp) matvec_kernel(MatvecArg
     float value = warp_sum(acc[t]);
     if constexpr (Gated) value = swiglu_value(value, warp_sum(acc_up[t]));
     if (lane == t && t < count) {
-      float* out = a.y + static_cast<int64_t>(out_rows[t]) * a.rows + row;
-      *out = a.accumulate ? *out + value : value;
+      float* out = part.y + static_cast<int64_t>(out_rows[t]) * part.rows + row;
+      *out = part.accumulate ? *out + value : value;
     }
   }
 }
@@ -379,10 +395,10 @@ void launch_float(const DeviceMatrix& w, const float* x, int64_t n, float* y, bo
 
 MatvecArgs dense_args(const DeviceMatrix& w, const MatvecInput& x, int64_t n, float* y, bool accumulate) {
   MatvecArgs a{};
-  a.w = w.data;
+  a.parts[0] = {w.data, y, static_cast<int>(w.rows), 0, accumulate};
+  a.part_count = 1;
   a.row_bytes = w.row_bytes;
   a.matrix_bytes = w.matrix_bytes;
-  a.rows = static_cast<int>(w.rows);
   a.units = static_cast<int>(w.cols / kUnit);
   a.x_blocks = static_cast<int>(w.cols / 32);
   a.x = x.blocks;
@@ -391,8 +407,6 @@ MatvecArgs dense_args(const DeviceMatrix& w, const MatvecInput& x, int64_t n, fl
     a.superblocks = superblock_activations(w.type);
   }
   a.x_row_divisor = 1;
-  a.y = y;
-  a.accumulate = accumulate;
   a.n = static_cast<int>(n);
   return a;
 }
@@ -441,6 +455,30 @@ void matvec(const DeviceMatrix& w, const MatvecInput& x, int64_t n, float* y, bo
   }
   const dim3 grid(ceil_div(w.rows, kWarpsPerBlock), ceil_div(n, nt));
   launch_quantized<false>(w.type, nt, grid, dense_args(w, x, n, y, accumulate), stream);
+}
+
+void matvecs(std::span<const MatvecProduct> products, const MatvecInput& x, int64_t n, StreamHandle stream) {
+  const int nt = tokens_per_block(n);
+  std::vector<bool> queued(products.size(), false);
+  for (size_t i = 0; i < products.size(); ++i) {
+    if (queued[i]) continue;
+    const DeviceMatrix& w = *products[i].w;
+    if (is_float_type(w.type)) {
+      matvec(w, x, n, products[i].y, products[i].accumulate, stream);
+      continue;
+    }
+    MatvecArgs a = dense_args(w, x, n, products[i].y, products[i].accumulate);
+    unsigned blocks = ceil_div(w.rows, kWarpsPerBlock);
+    for (size_t j = i + 1; j < products.size() && a.part_count < kMaxParts; ++j) {
+      const DeviceMatrix& other = *products[j].w;
+      if (queued[j] || other.type != w.type || other.cols != w.cols || other.row_bytes != w.row_bytes) continue;
+      a.parts[a.part_count++] = {other.data, products[j].y, static_cast<int>(other.rows), static_cast<int>(blocks),
+                                 products[j].accumulate};
+      blocks += ceil_div(other.rows, kWarpsPerBlock);
+      queued[j] = true;
+    }
+    launch_quantized<false>(w.type, nt, dim3(blocks, ceil_div(n, nt)), a, stream);
+  }
 }
 
 bool gated_matvec_supports(const DeviceMatrix& gate, const DeviceMatrix& up) {

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "cuda/runtime.h"
 
@@ -59,6 +60,17 @@ bool quantizes_input(int64_t rows_per_block, int64_t cols);
 
 // y[i] (+)= w x[i] for n rows (y rows of w.rows floats). `accumulate` adds into y.
 void matvec(const DeviceMatrix& w, const MatvecInput& x, int64_t n, float* y, bool accumulate, StreamHandle stream);
+
+// One of several products of one input (matvecs).
+struct MatvecProduct {
+  const DeviceMatrix* w = nullptr;
+  float* y = nullptr;
+  bool accumulate = false;
+};
+// matvec of each product's matrix by the one input x (in the format every product's type
+// reads): matrices of one quantized type and width share a launch, so a layer's q, k and v
+// take one or two launches, not three.
+void matvecs(std::span<const MatvecProduct> products, const MatvecInput& x, int64_t n, StreamHandle stream);
 
 // y[i] = silu(gate x[i]) * (up x[i]): an FFN's fused first half. gate and up share a
 // quantized type (see gated_matvec_supports).

@@ -460,11 +460,16 @@ struct Pass {
         : pass_(pass), x_(x), rows_(rows), cols_(cols) {}
     // Rows a norm has already quantized for weights of `type`.
     Input(const Pass& pass, const float* x, int64_t rows, int64_t cols, uint32_t type) : Input(pass, x, rows, cols) {
-      if (!cuda::is_float_type(type)) format_ = cuda::superblock_activations(type) ? 1 : 0;
+      format_ = format_of(type);
+    }
+    // The activation format weights of `type` read: -1 floats, 0 Q8_0's blocks, 1 Q8_K's.
+    static int format_of(uint32_t type) {
+      if (cuda::is_float_type(type)) return -1;
+      return cuda::superblock_activations(type) ? 1 : 0;
     }
     cuda::MatvecInput for_type(uint32_t type) {
-      if (cuda::is_float_type(type)) return {x_, nullptr};
-      const int format = cuda::superblock_activations(type) ? 1 : 0;
+      const int format = format_of(type);
+      if (format < 0) return {x_, nullptr};
       if (format != format_ && pass_.n == 1 && cuda::quantizes_input(1, cols_)) return {x_, nullptr};
       if (format != format_) {
         cuda::quantize_activations(x_, rows_, cols_, type, pass_.blocks(), pass_.stream);
@@ -482,6 +487,22 @@ struct Pass {
 
   void mul(const DeviceMatrix& w, Input& x, int64_t rows, float* y, bool accumulate) const {
     cuda::matvec(w, x.for_type(w.type), rows, y, accumulate, stream);
+  }
+
+  // Products of one input of n rows in as few launches as their types allow: each run of
+  // products reading one activation format is queued before the input is quantized for the next.
+  void mul_all(std::initializer_list<cuda::MatvecProduct> products, Input& x) const {
+    std::vector<cuda::MatvecProduct> run;
+    const auto queue = [&] {
+      if (run.empty()) return;
+      cuda::matvecs(run, x.for_type(run.front().w->type), n, stream);
+      run.clear();
+    };
+    for (const cuda::MatvecProduct& p : products) {
+      if (!run.empty() && Input::format_of(run.front().w->type) != Input::format_of(p.w->type)) queue();
+      run.push_back(p);
+    }
+    queue();
   }
 
   // normed = rms_norm(rows) (`count` rows from `x`), first adding the pending MoE sum, and
@@ -516,9 +537,7 @@ struct Pass {
     const Workspace& ws = m.work;
     const int64_t q_width = p.heads * p.head_dim, kv_width = p.kv_heads * p.head_dim;
     Input x = norm(f(ws.residual), n, w.attention_norm, w.q);
-    mul(w.q, x, n, f(ws.q), false);
-    mul(w.k, x, n, f(ws.k), false);
-    mul(w.v, x, n, f(ws.v), false);
+    mul_all({{&w.q, f(ws.q), false}, {&w.k, f(ws.k), false}, {&w.v, f(ws.v), false}}, x);
     cuda::AttentionHeads heads;
     heads.q = f(ws.q);
     heads.k = f(ws.k);

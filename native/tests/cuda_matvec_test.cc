@@ -166,6 +166,55 @@ TEST(cuda_matvec_matches_cpu_dot) {
   }
 }
 
+// Several matrices of one input in shared launches (two Q4_K of row counts not multiples of a
+// block's warps, one Q6_K, one F16; one product accumulating): each output as matvec alone gives it.
+TEST(cuda_matvecs_equal_single_products) {
+  if (!device_ready("cuda_matvecs_equal_single_products")) return;
+  std::mt19937 rng(29);
+  const int64_t cols = 768;
+  const cuda::Stream stream;
+  struct Spec {
+    uint32_t type;
+    int64_t rows;
+    bool accumulate;
+  };
+  const Spec specs[] = {{quant::BlockQ4_K::kType, 67, false},
+                        {quant::BlockQ6_K::kType, 33, false},
+                        {quant::BlockQ4_K::kType, 5, true},
+                        {1, 9, false}};
+  std::vector<cuda::DeviceBuffer> weights;
+  std::vector<cuda::DeviceMatrix> matrices;
+  for (const Spec& spec : specs) {
+    weights.push_back(upload(random_matrix(spec.type, spec.rows, cols, rng)));
+    matrices.push_back(device_matrix(spec.type, weights.back(), spec.rows, cols));
+  }
+  for (const int64_t n : {1, 3, 9}) {
+    const auto x = random_floats(static_cast<size_t>(n * cols), 2.0f, rng);
+    const auto dx = upload(x);
+    cuda::DeviceBuffer blocks(static_cast<size_t>(n * cols / 32) * sizeof(cuda::ActivationBlock), "blocks");
+    cuda::quantize_activations(dx.as<float>(), n, cols, quant::BlockQ4_K::kType, blocks.as<cuda::ActivationBlock>(),
+                               stream.handle());
+    const cuda::MatvecInput input{dx.as<float>(), blocks.as<cuda::ActivationBlock>()};
+    std::vector<std::vector<float>> start;
+    std::vector<cuda::DeviceBuffer> together, alone;
+    std::vector<cuda::MatvecProduct> products;
+    for (size_t i = 0; i < matrices.size(); ++i) {
+      start.push_back(random_floats(static_cast<size_t>(n * specs[i].rows), 1.0f, rng));
+      together.push_back(upload(start.back()));
+      alone.push_back(upload(start.back()));
+      products.push_back({&matrices[i], together.back().as<float>(), specs[i].accumulate});
+      cuda::matvec(matrices[i], input, n, alone.back().as<float>(), specs[i].accumulate, stream.handle());
+    }
+    cuda::matvecs(products, input, n, stream.handle());
+    for (size_t i = 0; i < matrices.size(); ++i) {
+      const size_t count = static_cast<size_t>(n * specs[i].rows);
+      const auto got = download<float>(together[i], count, stream), want = download<float>(alone[i], count, stream);
+      CHECK(mismatches(got, want) == 0) << "n " << n << ", product " << i << ": " << mismatches(got, want) << " of "
+                                        << count << " outputs differ from matvec's";
+    }
+  }
+}
+
 TEST(cuda_gated_matvec_matches_cpu) {
   if (!device_ready("cuda_gated_matvec_matches_cpu")) return;
   std::mt19937 rng(17);
