@@ -69,4 +69,44 @@ __device__ __forceinline__ float round_to_half(float x) { return __half2float(__
 
 inline unsigned int ceil_div(int64_t a, int64_t b) { return static_cast<unsigned int>((a + b - 1) / b); }
 
+// Programmatic dependent launch (sm_90 and later): a kernel started by launch_early may begin
+// while the kernel before it in the stream (or graph) finishes its last blocks, so that its
+// launch, its block scheduling and any loads of data no kernel writes (weights) overlap that
+// kernel's tail; a decode step is hundreds of short kernels. Such a kernel must call
+// wait_for_previous_kernel() before it touches memory another kernel writes or reads: it returns
+// once the previous kernel has completed and its writes are visible. The same call lets the next
+// early-launched kernel start (all of this one's blocks are running by then).
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Whether the current device starts kernels early (compute capability 9.0 and later); older
+// ones run launch_early's kernels as plain launches.
+inline bool launches_early() {
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) return false;
+  return major >= 9;
+}
+
+// kernel<<<grid, block, shared, stream>>>(args...), allowed to start early (see above). A failed
+// launch is reported as a <<<>>> launch's is, by cudaGetLastError (check_launch).
+template <typename... Params, typename... Args>
+void launch_early(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, cudaStream_t stream, Args... args) {
+  cudaLaunchAttribute early{};
+  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  early.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared;
+  config.stream = stream;
+  config.attrs = &early;
+  config.numAttrs = launches_early() ? 1 : 0;
+  cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+}
+
 }  // namespace bloomery::cuda

@@ -6,25 +6,17 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void add_bias_kernel(float* rows, int64_t count, int width, const float* bias) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < count) rows[i] += bias[i % width];
-}
-
 __global__ void swiglu_kernel(const float* gate, const float* up, int64_t count, float* out) {
+  wait_for_previous_kernel();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < count) out[i] = swiglu_value(gate[i], up[i]);
 }
 
 }  // namespace
 
-void add_bias(float* rows, int64_t n, int64_t width, const float* bias, StreamHandle stream) {
-  add_bias_kernel<<<ceil_div(n * width, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      rows, n * width, static_cast<int>(width), bias);
-}
-
 void swiglu(const float* gate, const float* up, int64_t count, float* out, StreamHandle stream) {
-  swiglu_kernel<<<ceil_div(count, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(gate, up, count, out);
+  launch_early(swiglu_kernel, dim3(ceil_div(count, kThreads)), dim3(kThreads), 0, static_cast<cudaStream_t>(stream),
+               gate, up, count, out);
 }
 
 }  // namespace bloomery::cuda

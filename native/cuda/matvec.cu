@@ -1,11 +1,17 @@
 // Quantized matrix-vector products: one warp per weight row, each lane taking 16 weights at
-// a time, decoded once and dotted (dp4a) with the activation blocks of up to NT rows. The
+// a time, decoded once and dotted (dp4a) with the activation blocks of up to NT rows; a lane
+// loads several such units before it dots any, so that a decode step's short rows still keep
+// enough loads in flight to stream the weights at memory speed. A block that reads one
+// activation row may take it as floats and quantize it into shared memory itself, which saves
+// a decode step the quantize launch before each such product. One launch may multiply up to
+// three matrices of one type by the same input (a layer's q, k and v), each block serving one. The
 // same kernel serves dense matrices (rows of a batch in chunks of NT) and expert stacks
 // (chunks of rows routed to one expert, from moe.cu's grouping).
 #include <cstddef>
+#include <vector>
 
 #include "base/error.h"
-#include "cuda/common.cuh"
+#include "cuda/quantize.cuh"
 
 namespace bloomery::cuda {
 
@@ -16,7 +22,8 @@ using quant::BlockQ6_K;
 using quant::BlockQ8_0;
 
 constexpr int kWarpsPerBlock = 4;
-constexpr int kUnit = 16;  // weights a lane decodes at once
+constexpr int kUnit = 16;          // weights a lane decodes at once
+constexpr int kUnitsInFlight = 4;  // units a lane loads before it dots any of them
 
 // 16 weights as packed int8 codes q, worth scale * q - min.
 struct Unit {
@@ -95,30 +102,66 @@ __device__ __forceinline__ float dot_unit(const Unit& u, const ActivationBlock& 
   }
 }
 
-struct MatvecArgs {
+constexpr int kMaxParts = 3;  // matrices of one input a launch multiplies (a layer's q, k and v)
+
+// One matrix of a launch: grid.x blocks from first_block on serve its rows, outputs to y.
+struct MatvecPart {
   const uint8_t* w;
+  float* y;
+  int rows;
+  int first_block;
+  bool accumulate;
+};
+
+struct MatvecArgs {
+  MatvecPart parts[kMaxParts];
+  int part_count;
   const uint8_t* w_up;  // gated products only
   size_t row_bytes;
   size_t matrix_bytes;
-  int rows;
   int units;     // cols / 16
   int x_blocks;  // cols / 32
   const ActivationBlock* x;
-  int x_row_divisor;  // routed slot -> activation row
-  float* y;
-  bool accumulate;
-  int n;                 // dense: rows of the batch
-  const int32_t* order;  // grouped: see ExpertGroups
+  const float* x_floats;  // instead of x (NT = 1 only): float rows the kernel quantizes
+  bool superblocks;       // with x_floats: the weights read Q8_K's format, else Q8_0's
+  int x_row_divisor;      // routed slot -> activation row
+  int n;                  // dense: rows of the batch
+  const int32_t* order;   // grouped: see ExpertGroups
   const int32_t* chunks;
   const int32_t* chunk_count;
 };
 
+// The activation row at x quantized into `blocks` (shared memory) by the block's warps, 256
+// values per warp at a time, as quantize_activations does it.
+__device__ void quantize_row(const float* x, int cols, bool superblocks, ActivationBlock* blocks) {
+  const int lane = threadIdx.x % kWarp;
+  for (int first = static_cast<int>(threadIdx.x / kWarp) * kQuantizeValuesPerWarp; first < cols;
+       first += kWarpsPerBlock * kQuantizeValuesPerWarp) {
+    float v[kQuantizeValuesPerLane];
+#pragma unroll
+    for (int i = 0; i < kQuantizeValuesPerLane; ++i) {
+      const int j = first + lane * kQuantizeValuesPerLane + i;
+      v[i] = j < cols ? x[j] : 0.0f;
+    }
+    quantize_warp(v, superblocks, first, cols, blocks);
+  }
+  __syncthreads();
+}
+
 template <uint32_t Type, int NT, bool Gated>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarp) matvec_kernel(MatvecArgs a) {
+  extern __shared__ ActivationBlock quantized[];  // with x_floats: the block's activation row
   const int lane = threadIdx.x % kWarp;
-  const int row = blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarp;
+  MatvecPart part = a.parts[0];
+#pragma unroll
+  for (int p = 1; p < kMaxParts; ++p) {
+    if (p < a.part_count && static_cast<int>(blockIdx.x) >= a.parts[p].first_block) part = a.parts[p];
+  }
+  const int row = (static_cast<int>(blockIdx.x) - part.first_block) * kWarpsPerBlock + threadIdx.x / kWarp;
+  const bool grouped = a.chunks != nullptr;
   int expert = 0, first, count;
-  if (a.chunks) {
+  if (grouped) {
+    wait_for_previous_kernel();  // the chunks are the grouping's
     const int c = blockIdx.y;
     if (c >= *a.chunk_count) return;
     expert = a.chunks[3 * c];
@@ -128,7 +171,28 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp) matvec_kernel(MatvecArg
     first = blockIdx.y * NT;
     count = min(NT, a.n - first);
   }
-  if (row >= a.rows) return;
+  // A warp past the last row loads that row again and writes nothing: it may still have a
+  // share in quantizing the activation row.
+  const size_t offset =
+      static_cast<size_t>(expert) * a.matrix_bytes + static_cast<size_t>(min(row, part.rows - 1)) * a.row_bytes;
+  const uint8_t* w = part.w + offset;
+  const uint8_t* w_up = Gated ? a.w_up + offset : nullptr;
+  // A lane's units in rounds of kUnitsInFlight: all of a round's weights are loaded before any
+  // is dotted, so each lane has that many independent loads in flight (a row of 2048 Q4_K
+  // weights is one round). Units past the row's end load a repeat of its last unit and add nothing.
+  Unit u[kUnitsInFlight];
+  Unit v[Gated ? kUnitsInFlight : 1];
+  const auto load_round = [&](int base) {
+#pragma unroll
+    for (int b = 0; b < kUnitsInFlight; ++b) {
+      const int unit = min(base + b * kWarp, a.units - 1);
+      u[b] = decode_unit<Type>(w, unit);
+      if constexpr (Gated) v[b] = decode_unit<Type>(w_up, unit);
+    }
+  };
+  load_round(lane);
+  // A dense matrix is no kernel's output: its first round loads while the previous kernel ends.
+  if (!grouped) wait_for_previous_kernel();
 
   // Rows past `count` repeat the last one so the inner loop has no branches; their sums are dropped.
   const ActivationBlock* xs[NT];
@@ -137,67 +201,136 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp) matvec_kernel(MatvecArg
   for (int t = 0; t < NT; ++t) {
     const int p = first + min(t, count - 1);
     const int slot = a.order ? a.order[p] : p;
-    xs[t] = a.x + static_cast<int64_t>(slot / a.x_row_divisor) * a.x_blocks;
+    xs[t] = a.x ? a.x + static_cast<int64_t>(slot / a.x_row_divisor) * a.x_blocks : quantized;
     out_rows[t] = slot;
   }
-  const size_t offset = static_cast<size_t>(expert) * a.matrix_bytes + static_cast<size_t>(row) * a.row_bytes;
-  const uint8_t* w = a.w + offset;
+  if constexpr (NT == 1) {
+    if (a.x_floats) {
+      const int cols = a.x_blocks * 32;
+      quantize_row(a.x_floats + static_cast<int64_t>(out_rows[0] / a.x_row_divisor) * cols, cols, a.superblocks,
+                   quantized);
+    }
+  }
+  if (row >= part.rows) return;
   float acc[NT] = {};
   float acc_up[Gated ? NT : 1] = {};
-  for (int unit = lane; unit < a.units; unit += kWarp) {
-    const Unit u = decode_unit<Type>(w, unit);
+  for (int base = lane;;) {
 #pragma unroll
-    for (int t = 0; t < NT; ++t) acc[t] += dot_unit<Type>(u, xs[t][unit / 2], unit);
-    if constexpr (Gated) {
-      const Unit v = decode_unit<Type>(a.w_up + offset, unit);
+    for (int b = 0; b < kUnitsInFlight; ++b) {
+      const int unit = base + b * kWarp;
+      if (unit >= a.units) break;
 #pragma unroll
-      for (int t = 0; t < NT; ++t) acc_up[t] += dot_unit<Type>(v, xs[t][unit / 2], unit);
+      for (int t = 0; t < NT; ++t) {
+        const ActivationBlock& x = xs[t][unit / 2];
+        acc[t] += dot_unit<Type>(u[b], x, unit);
+        if constexpr (Gated) acc_up[t] += dot_unit<Type>(v[b], x, unit);
+      }
     }
+    base += kWarp * kUnitsInFlight;
+    if (base >= a.units) break;
+    load_round(base);
   }
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
     float value = warp_sum(acc[t]);
     if constexpr (Gated) value = swiglu_value(value, warp_sum(acc_up[t]));
     if (lane == t && t < count) {
-      float* out = a.y + static_cast<int64_t>(out_rows[t]) * a.rows + row;
-      *out = a.accumulate ? *out + value : value;
+      float* out = part.y + static_cast<int64_t>(out_rows[t]) * part.rows + row;
+      *out = part.accumulate ? *out + value : value;
     }
   }
 }
 
-// F32 and F16 weights against float rows (routers, small dense matrices).
+// F32 and F16 weights against float rows (routers, small dense matrices): a block per weight
+// row, each thread taking 4 columns at a time (one 16-byte load of F32 weights, 8 of F16), in
+// rounds of kUnitsInFlight loads, against NT activation rows.
+constexpr int kFloatThreads = 128;
+
+template <uint32_t Type>
+__device__ __forceinline__ float4 load_weights4(const uint8_t* row, int group) {
+  if constexpr (Type == kTypeF32) {
+    return reinterpret_cast<const float4*>(row)[group];
+  } else {
+    const uint2 bits = reinterpret_cast<const uint2*>(row)[group];
+    return make_float4(half_bits_to_float(bits.x & 0xffff), half_bits_to_float(bits.x >> 16),
+                       half_bits_to_float(bits.y & 0xffff), half_bits_to_float(bits.y >> 16));
+  }
+}
+
+template <uint32_t Type>
+__device__ __forceinline__ float load_weight(const uint8_t* row, int c) {
+  if constexpr (Type == kTypeF32) {
+    return reinterpret_cast<const float*>(row)[c];
+  } else {
+    return half_bits_to_float(reinterpret_cast<const uint16_t*>(row)[c]);
+  }
+}
+
+// The CPU path (as ggml) multiplies F16 weights with activations rounded to F16.
+template <uint32_t Type>
+__device__ __forceinline__ float activation(float v) {
+  return Type == kTypeF16 ? round_to_half(v) : v;
+}
+
 template <uint32_t Type, int NT>
-__global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
-    float_matvec_kernel(const uint8_t* w, size_t row_bytes, int rows, int cols, const float* x, int n, float* y,
+__global__ void __launch_bounds__(kFloatThreads)
+    float_matvec_kernel(const uint8_t* w, size_t row_bytes, int cols, const float* x, int n, float* y, int rows,
                         bool accumulate) {
-  const int lane = threadIdx.x % kWarp;
-  const int row = blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarp;
+  const int row = blockIdx.x;
   const int first = blockIdx.y * NT;
   const int count = min(NT, n - first);
-  if (row >= rows) return;
   const uint8_t* wrow = w + static_cast<size_t>(row) * row_bytes;
-  float acc[NT] = {};
-  for (int c = lane; c < cols; c += kWarp) {
-    float weight;
-    if constexpr (Type == kTypeF32) {
-      weight = reinterpret_cast<const float*>(wrow)[c];
-    } else {
-      weight = half_bits_to_float(reinterpret_cast<const uint16_t*>(wrow)[c]);
-    }
+  const float* xs[NT];
 #pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      const float v = x[static_cast<int64_t>(first + min(t, count - 1)) * cols + c];
-      // The CPU path (as ggml) multiplies F16 weights with activations rounded to F16.
-      acc[t] += weight * (Type == kTypeF16 ? round_to_half(v) : v);
+  for (int t = 0; t < NT; ++t) xs[t] = x + static_cast<int64_t>(first + min(t, count - 1)) * cols;
+  // Groups of 4 columns where rows keep 16-byte alignment; the rest (and odd widths) one by one.
+  const int groups = cols % 4 == 0 ? cols / 4 : 0;
+  float4 weights[kUnitsInFlight];
+  const auto load_round = [&](int base) {
+#pragma unroll
+    for (int b = 0; b < kUnitsInFlight; ++b)
+      weights[b] = load_weights4<Type>(wrow, min(base + b * kFloatThreads, groups - 1));
+  };
+  // The weights are no kernel's output: the first round loads while the previous kernel ends.
+  if (static_cast<int>(threadIdx.x) < groups) load_round(threadIdx.x);
+  wait_for_previous_kernel();
+  float acc[NT] = {};
+  for (int base = threadIdx.x; base < groups;) {
+#pragma unroll
+    for (int b = 0; b < kUnitsInFlight; ++b) {
+      const int group = base + b * kFloatThreads;
+      if (group >= groups) break;
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        const float4 v = reinterpret_cast<const float4*>(xs[t])[group];
+        acc[t] += weights[b].x * activation<Type>(v.x);
+        acc[t] += weights[b].y * activation<Type>(v.y);
+        acc[t] += weights[b].z * activation<Type>(v.z);
+        acc[t] += weights[b].w * activation<Type>(v.w);
+      }
     }
+    base += kFloatThreads * kUnitsInFlight;
+    if (base < groups) load_round(base);
   }
+  for (int c = 4 * groups + threadIdx.x; c < cols; c += kFloatThreads) {
+    const float weight = load_weight<Type>(wrow, c);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[t] += weight * activation<Type>(xs[t][c]);
+  }
+  __shared__ float partial[NT][kFloatThreads / kWarp];
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
-    const float value = warp_sum(acc[t]);
-    if (lane == t && t < count) {
-      float* out = y + static_cast<int64_t>(first + t) * rows + row;
-      *out = accumulate ? *out + value : value;
-    }
+    const float sum = warp_sum(acc[t]);
+    if (threadIdx.x % kWarp == 0) partial[t][threadIdx.x / kWarp] = sum;
+  }
+  __syncthreads();
+  if (static_cast<int>(threadIdx.x) < count) {
+    const int t = static_cast<int>(threadIdx.x);
+    float value = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kFloatThreads / kWarp; ++i) value += partial[t][i];
+    float* out = y + static_cast<int64_t>(first + t) * rows + row;
+    *out = accumulate ? *out + value : value;
   }
 }
 
@@ -206,15 +339,16 @@ int tokens_per_block(int64_t n) { return n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : 
 template <int NT, bool Gated>
 void launch_quantized(uint32_t type, dim3 grid, const MatvecArgs& a, cudaStream_t stream) {
   constexpr int kThreads = kWarpsPerBlock * kWarp;
+  const size_t shared = a.x_floats ? static_cast<size_t>(a.x_blocks) * sizeof(ActivationBlock) : 0;
   switch (type) {
     case kTypeQ4_K:
-      matvec_kernel<kTypeQ4_K, NT, Gated><<<grid, kThreads, 0, stream>>>(a);
+      launch_early(matvec_kernel<kTypeQ4_K, NT, Gated>, grid, dim3(kThreads), shared, stream, a);
       break;
     case kTypeQ6_K:
-      matvec_kernel<kTypeQ6_K, NT, Gated><<<grid, kThreads, 0, stream>>>(a);
+      launch_early(matvec_kernel<kTypeQ6_K, NT, Gated>, grid, dim3(kThreads), shared, stream, a);
       break;
     case kTypeQ8_0:
-      matvec_kernel<kTypeQ8_0, NT, Gated><<<grid, kThreads, 0, stream>>>(a);
+      launch_early(matvec_kernel<kTypeQ8_0, NT, Gated>, grid, dim3(kThreads), shared, stream, a);
       break;
     default:
       throw Error("UNSUPPORTED_QUANT", "no GPU matvec kernel for ggml type " + std::to_string(type));
@@ -223,6 +357,10 @@ void launch_quantized(uint32_t type, dim3 grid, const MatvecArgs& a, cudaStream_
 
 template <bool Gated>
 void launch_quantized(uint32_t type, int nt, dim3 grid, const MatvecArgs& a, StreamHandle stream) {
+  if (!a.x && !(a.x_floats && nt == 1 && quantizes_input(1, static_cast<int64_t>(a.x_blocks) * 32))) {
+    throw Error("INVALID_ARGUMENT", "a quantized product of " + std::to_string(nt) +
+                                        " rows per block needs its activations quantized beforehand");
+  }
   const auto s = static_cast<cudaStream_t>(stream);
   switch (nt) {
     case 1:
@@ -242,38 +380,38 @@ void launch_quantized(uint32_t type, int nt, dim3 grid, const MatvecArgs& a, Str
 
 template <int NT>
 void launch_float(const DeviceMatrix& w, const float* x, int64_t n, float* y, bool accumulate, cudaStream_t stream) {
-  const dim3 grid(ceil_div(w.rows, kWarpsPerBlock), ceil_div(n, NT));
-  constexpr int kThreads = kWarpsPerBlock * kWarp;
+  const dim3 grid(static_cast<unsigned>(w.rows), ceil_div(n, NT));
   const auto rows = static_cast<int>(w.rows);
   const auto cols = static_cast<int>(w.cols);
   const auto nn = static_cast<int>(n);
   if (w.type == kTypeF32) {
-    float_matvec_kernel<kTypeF32, NT>
-        <<<grid, kThreads, 0, stream>>>(w.data, w.row_bytes, rows, cols, x, nn, y, accumulate);
+    launch_early(float_matvec_kernel<kTypeF32, NT>, grid, dim3(kFloatThreads), 0, stream, w.data, w.row_bytes, cols, x,
+                 nn, y, rows, accumulate);
   } else {
-    float_matvec_kernel<kTypeF16, NT>
-        <<<grid, kThreads, 0, stream>>>(w.data, w.row_bytes, rows, cols, x, nn, y, accumulate);
+    launch_early(float_matvec_kernel<kTypeF16, NT>, grid, dim3(kFloatThreads), 0, stream, w.data, w.row_bytes, cols, x,
+                 nn, y, rows, accumulate);
   }
 }
 
-MatvecArgs dense_args(const DeviceMatrix& w, const ActivationBlock* x, int64_t n, float* y, bool accumulate) {
+MatvecArgs dense_args(const DeviceMatrix& w, const MatvecInput& x, int64_t n, float* y, bool accumulate) {
   MatvecArgs a{};
-  a.w = w.data;
+  a.parts[0] = {w.data, y, static_cast<int>(w.rows), 0, accumulate};
+  a.part_count = 1;
   a.row_bytes = w.row_bytes;
   a.matrix_bytes = w.matrix_bytes;
-  a.rows = static_cast<int>(w.rows);
   a.units = static_cast<int>(w.cols / kUnit);
   a.x_blocks = static_cast<int>(w.cols / 32);
-  a.x = x;
+  a.x = x.blocks;
+  if (!x.blocks) {
+    a.x_floats = x.floats;
+    a.superblocks = superblock_activations(w.type);
+  }
   a.x_row_divisor = 1;
-  a.y = y;
-  a.accumulate = accumulate;
   a.n = static_cast<int>(n);
   return a;
 }
 
-MatvecArgs grouped_args(const DeviceMatrix& w, const ActivationBlock* x, int64_t divisor, const ExpertGroups& g,
-                        float* y) {
+MatvecArgs grouped_args(const DeviceMatrix& w, const MatvecInput& x, int64_t divisor, const ExpertGroups& g, float* y) {
   MatvecArgs a = dense_args(w, x, 0, y, false);
   a.x_row_divisor = static_cast<int>(divisor);
   a.order = g.order;
@@ -285,6 +423,11 @@ MatvecArgs grouped_args(const DeviceMatrix& w, const ActivationBlock* x, int64_t
 }  // namespace
 
 bool is_float_type(uint32_t type) { return type == kTypeF32 || type == kTypeF16; }
+
+bool quantizes_input(int64_t rows_per_block, int64_t cols) {
+  // The row's blocks sit in shared memory: within the 48 KiB a launch gets without opting in.
+  return rows_per_block == 1 && static_cast<size_t>(cols / 32) * sizeof(ActivationBlock) <= 48 * 1024;
+}
 
 bool matvec_supports(uint32_t type) {
   return is_float_type(type) || type == kTypeQ4_K || type == kTypeQ6_K || type == kTypeQ8_0;
@@ -311,7 +454,31 @@ void matvec(const DeviceMatrix& w, const MatvecInput& x, int64_t n, float* y, bo
     return;
   }
   const dim3 grid(ceil_div(w.rows, kWarpsPerBlock), ceil_div(n, nt));
-  launch_quantized<false>(w.type, nt, grid, dense_args(w, x.blocks, n, y, accumulate), stream);
+  launch_quantized<false>(w.type, nt, grid, dense_args(w, x, n, y, accumulate), stream);
+}
+
+void matvecs(std::span<const MatvecProduct> products, const MatvecInput& x, int64_t n, StreamHandle stream) {
+  const int nt = tokens_per_block(n);
+  std::vector<bool> queued(products.size(), false);
+  for (size_t i = 0; i < products.size(); ++i) {
+    if (queued[i]) continue;
+    const DeviceMatrix& w = *products[i].w;
+    if (is_float_type(w.type)) {
+      matvec(w, x, n, products[i].y, products[i].accumulate, stream);
+      continue;
+    }
+    MatvecArgs a = dense_args(w, x, n, products[i].y, products[i].accumulate);
+    unsigned blocks = ceil_div(w.rows, kWarpsPerBlock);
+    for (size_t j = i + 1; j < products.size() && a.part_count < kMaxParts; ++j) {
+      const DeviceMatrix& other = *products[j].w;
+      if (queued[j] || other.type != w.type || other.cols != w.cols || other.row_bytes != w.row_bytes) continue;
+      a.parts[a.part_count++] = {other.data, products[j].y, static_cast<int>(other.rows), static_cast<int>(blocks),
+                                 products[j].accumulate};
+      blocks += ceil_div(other.rows, kWarpsPerBlock);
+      queued[j] = true;
+    }
+    launch_quantized<false>(w.type, nt, dim3(blocks, ceil_div(n, nt)), a, stream);
+  }
 }
 
 bool gated_matvec_supports(const DeviceMatrix& gate, const DeviceMatrix& up) {
@@ -322,20 +489,20 @@ bool gated_matvec_supports(const DeviceMatrix& gate, const DeviceMatrix& up) {
 void gated_matvec(const DeviceMatrix& gate, const DeviceMatrix& up, const ActivationBlock* x, int64_t n, float* y,
                   StreamHandle stream) {
   const int nt = tokens_per_block(n);
-  MatvecArgs a = dense_args(gate, x, n, y, false);
+  MatvecArgs a = dense_args(gate, {nullptr, x}, n, y, false);
   a.w_up = up.data;
   launch_quantized<true>(gate.type, nt, dim3(ceil_div(gate.rows, kWarpsPerBlock), ceil_div(n, nt)), a, stream);
 }
 
 void expert_gated_matvec(const DeviceMatrix& gate, const DeviceMatrix& up, const ActivationBlock* x, int64_t used,
                          const ExpertGroups& groups, float* hidden, StreamHandle stream) {
-  MatvecArgs a = grouped_args(gate, x, used, groups, hidden);
+  MatvecArgs a = grouped_args(gate, {nullptr, x}, used, groups, hidden);
   a.w_up = up.data;
   const dim3 grid(ceil_div(gate.rows, kWarpsPerBlock), static_cast<unsigned>(groups.max_chunks));
   launch_quantized<true>(gate.type, groups.tokens_per_chunk, grid, a, stream);
 }
 
-void expert_matvec(const DeviceMatrix& down, const ActivationBlock* hidden, const ExpertGroups& groups, float* out,
+void expert_matvec(const DeviceMatrix& down, const MatvecInput& hidden, const ExpertGroups& groups, float* out,
                    StreamHandle stream) {
   const dim3 grid(ceil_div(down.rows, kWarpsPerBlock), static_cast<unsigned>(groups.max_chunks));
   launch_quantized<false>(down.type, groups.tokens_per_chunk, grid, grouped_args(down, hidden, 1, groups, out), stream);

@@ -12,12 +12,23 @@ constexpr int kMaxExpertsPerLane = 16;  // 512 experts per router row
 // llama.cpp clamps the sum of the chosen weights from below before dividing by it.
 constexpr float kMinWeightSum = 6.103515625e-5f;
 
+// Where top_k_kernel writes a single row's groups (see ExpertGroups); chunks null: not asked.
+struct SingleRowGroups {
+  const int32_t* slot_of_expert = nullptr;
+  int32_t* order = nullptr;
+  int32_t* chunks = nullptr;
+  int32_t* chunk_count = nullptr;
+};
+
 // One warp per row: each lane holds experts lane, lane + 32, ...; k rounds of a warp argmax
 // (ties to the lower index) pick the best in order. The softmax is the CPU path's
 // (cpu/softmax.cc, cpu/moe.cc): exps rounded to float, their sum in double, probabilities
 // as exp * float(1 / sum), the chosen ones' sum in double, so both route alike.
+// With `single` set (a pass of one row), lane 0 also writes the row's groups: one chunk per
+// GPU-resident chosen expert, in k order (what group_kernel makes of one row, in another order).
 __global__ void top_k_kernel(const float* logits, int n, int experts, int used, bool normalize, int32_t* chosen,
-                             float* weights) {
+                             float* weights, SingleRowGroups single) {
+  wait_for_previous_kernel();
   const int row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
   if (row >= n) return;
   const int lane = threadIdx.x % kWarp;
@@ -76,6 +87,19 @@ __global__ void top_k_kernel(const float* logits, int n, int experts, int used, 
     const float divisor = fmaxf(static_cast<float>(chosen_sum), kMinWeightSum);
     for (int k = 0; k < used; ++k) weights[row * used + k] = __fdiv_rn(weights[row * used + k], divisor);
   }
+  if (single.chunks && lane == 0) {
+    int count = 0;
+    for (int k = 0; k < used; ++k) {
+      const int slot = single.slot_of_expert[chosen[k]];
+      if (slot < 0) continue;
+      single.chunks[3 * count] = slot;
+      single.chunks[3 * count + 1] = count;
+      single.chunks[3 * count + 2] = 1;
+      single.order[count] = k;
+      ++count;
+    }
+    *single.chunk_count = count;
+  }
 }
 
 // One block: counts per expert, offsets, the chunk table, then each slot's place in `order`.
@@ -84,6 +108,7 @@ __global__ void top_k_kernel(const float* logits, int n, int experts, int used, 
 // The order within an expert varies from run to run; each slot's result does not depend on it.
 __global__ void group_kernel(const int32_t* chosen, int pairs, int experts, const int32_t* slot_of_expert,
                              int tokens_per_chunk, int32_t* order, int32_t* chunks, int32_t* chunk_count) {
+  wait_for_previous_kernel();
   extern __shared__ int shared[];
   int* counts = shared;
   int* offsets = shared + experts;
@@ -126,6 +151,7 @@ __global__ void group_kernel(const int32_t* chosen, int pairs, int experts, cons
 // memory (slot -1) are left to the CPU's sum.
 __global__ void combine_kernel(const float* expert_out, const float* weights, const int32_t* chosen,
                                const int32_t* slot_of_expert, int used, int width, float* residual) {
+  wait_for_previous_kernel();
   const int row = blockIdx.x;
   for (int j = threadIdx.x; j < width; j += blockDim.x) {
     float sum = 0.0f;
@@ -148,6 +174,18 @@ __global__ void set_slot_kernel(int32_t* slot_of_expert, int32_t expert, int32_t
   slot_of_expert[expert] = slot;
 }
 
+void launch_top_k(const float* logits, int64_t n, int64_t experts, int64_t used, bool normalize, int32_t* chosen,
+                  float* weights, const SingleRowGroups& single, StreamHandle stream) {
+  if (experts > kMaxExpertsPerLane * kWarp) {
+    throw Error("UNSUPPORTED_MODEL", "the GPU router serves at most " + std::to_string(kMaxExpertsPerLane * kWarp) +
+                                         " experts, the model has " + std::to_string(experts));
+  }
+  constexpr int kThreads = 128;
+  launch_early(top_k_kernel, dim3(ceil_div(n, kThreads / kWarp)), dim3(kThreads), 0, static_cast<cudaStream_t>(stream),
+               logits, static_cast<int>(n), static_cast<int>(experts), static_cast<int>(used), normalize, chosen,
+               weights, single);
+}
+
 }  // namespace
 
 void count_routed(const int32_t* chosen, int64_t n, int64_t used, uint32_t* counts, StreamHandle stream) {
@@ -160,13 +198,7 @@ void set_expert_slot(int32_t* slot_of_expert, int32_t expert, int32_t slot, Stre
 
 void route_top_k(const float* logits, int64_t n, int64_t experts, int64_t used, bool normalize, int32_t* chosen,
                  float* weights, StreamHandle stream) {
-  if (experts > kMaxExpertsPerLane * kWarp) {
-    throw Error("UNSUPPORTED_MODEL", "the GPU router serves at most " + std::to_string(kMaxExpertsPerLane * kWarp) +
-                                         " experts, the model has " + std::to_string(experts));
-  }
-  constexpr int kThreads = 128;
-  top_k_kernel<<<ceil_div(n, kThreads / kWarp), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      logits, static_cast<int>(n), static_cast<int>(experts), static_cast<int>(used), normalize, chosen, weights);
+  launch_top_k(logits, n, experts, used, normalize, chosen, weights, {}, stream);
 }
 
 int tokens_per_expert_chunk(int64_t n) { return n == 1 ? 1 : 8; }
@@ -177,19 +209,32 @@ int64_t max_expert_chunks(int64_t n, int64_t experts, int64_t used) {
   return std::min(pairs, (pairs + per_chunk - 1) / per_chunk + experts);
 }
 
+void route_and_group(const float* logits, int64_t n, int64_t experts, int64_t used, bool normalize,
+                     const int32_t* slot_of_expert, int32_t* chosen, float* weights, int32_t* order, int32_t* chunks,
+                     int32_t* chunk_count, StreamHandle stream) {
+  if (n == 1) {
+    launch_top_k(logits, n, experts, used, normalize, chosen, weights, {slot_of_expert, order, chunks, chunk_count},
+                 stream);
+    return;
+  }
+  route_top_k(logits, n, experts, used, normalize, chosen, weights, stream);
+  group_by_expert(chosen, n, experts, used, slot_of_expert, tokens_per_expert_chunk(n), order, chunks, chunk_count,
+                  stream);
+}
+
 void group_by_expert(const int32_t* chosen, int64_t n, int64_t experts, int64_t used, const int32_t* slot_of_expert,
                      int tokens_per_chunk, int32_t* order, int32_t* chunks, int32_t* chunk_count, StreamHandle stream) {
   const size_t shared = 4 * static_cast<size_t>(experts) * sizeof(int);
-  group_kernel<<<1, 1024, shared, static_cast<cudaStream_t>(stream)>>>(chosen, static_cast<int>(n * used),
-                                                                       static_cast<int>(experts), slot_of_expert,
-                                                                       tokens_per_chunk, order, chunks, chunk_count);
+  launch_early(group_kernel, dim3(1), dim3(1024), shared, static_cast<cudaStream_t>(stream), chosen,
+               static_cast<int>(n * used), static_cast<int>(experts), slot_of_expert, tokens_per_chunk, order, chunks,
+               chunk_count);
 }
 
 void combine_experts(const float* expert_out, const float* weights, const int32_t* chosen,
                      const int32_t* slot_of_expert, int64_t n, int64_t used, int64_t width, float* residual,
                      StreamHandle stream) {
-  combine_kernel<<<static_cast<unsigned>(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(
-      expert_out, weights, chosen, slot_of_expert, static_cast<int>(used), static_cast<int>(width), residual);
+  launch_early(combine_kernel, dim3(static_cast<unsigned>(n)), dim3(256), 0, static_cast<cudaStream_t>(stream),
+               expert_out, weights, chosen, slot_of_expert, static_cast<int>(used), static_cast<int>(width), residual);
 }
 
 }  // namespace bloomery::cuda

@@ -1,36 +1,113 @@
-#include "cuda/common.cuh"
+// RMS norm, one block per row. The arithmetic is the CPU path's (cpu/rms_norm.cc): the squares
+// rounded to float (as ggml does) and summed in double (the order differs, which in double rounds to the same float mean in
+// practice), the mean rounded to float, 1 / sqrt(mean + eps), then (x * scale) * weight, each
+// step rounded as there (no fused multiply-add), so both give the same floats. The norm also
+// takes over two neighbours that would be launches of their own: the MoE sum of the layer
+// before (combine_experts' arithmetic) and the quantization of its output for the next product.
+#include "base/error.h"
+#include "cuda/quantize.cuh"
 
 namespace bloomery::cuda {
 
 namespace {
 
-// One warp per row. The arithmetic is the CPU path's (cpu/rms_norm.cc): the squares rounded
-// to float (as ggml does) and summed in double, the mean rounded to float, 1 / sqrt(mean + eps), then (x * scale) * weight,
-// each step rounded as there (no fused multiply-add), so both give the same floats.
-__global__ void rms_norm_kernel(const float* x, int rows, int width, const float* weight, float eps, float* out) {
-  const int row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
-  if (row >= rows) return;
-  const int lane = threadIdx.x % kWarp;
-  const float* in = x + static_cast<int64_t>(row) * width;
-  double sum = 0.0;
-  for (int i = lane; i < width; i += kWarp) {
-    sum = __dadd_rn(sum, static_cast<double>(__fmul_rn(in[i], in[i])));
+constexpr int kThreads = 256;
+constexpr int kPerThread = kQuantizeValuesPerLane;  // consecutive values: a lane's share of a quantized warp
+constexpr int kSpan = kThreads * kPerThread;        // values the block covers per round
+
+// The `count` (at most 8) values at p, the rest zero.
+__device__ __forceinline__ void load_values(const float* p, int count, float (&v)[kPerThread]) {
+  if (count == kPerThread && reinterpret_cast<uintptr_t>(p) % 16 == 0) {
+    const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    return;
   }
 #pragma unroll
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-  const auto mean = static_cast<float>(sum / static_cast<double>(width));
-  const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
-  float* y = out + static_cast<int64_t>(row) * width;
-  for (int i = lane; i < width; i += kWarp) y[i] = __fmul_rn(__fmul_rn(in[i], scale), weight[i]);
+  for (int i = 0; i < kPerThread; ++i) v[i] = i < count ? p[i] : 0.0f;
+}
+
+// v += the experts' weighted sum for row `row`, values from column `first`: the products and
+// sums rounded one by one in k order, then added to v, as combine_experts (moe.cu) does.
+__device__ __forceinline__ void add_expert_sum(const ExpertSum& e, int64_t row, int first, int count, int width,
+                                               float (&v)[kPerThread]) {
+  float sum[kPerThread] = {};
+  for (int k = 0; k < e.used; ++k) {
+    const int64_t slot = row * e.used + k;
+    if (e.slot_of_expert[e.chosen[slot]] < 0) continue;
+    const float weight = e.weights[slot];
+    float out[kPerThread];
+    load_values(e.expert_out + slot * width + first, count, out);
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) sum[i] = __fadd_rn(sum[i], __fmul_rn(weight, out[i]));
+  }
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) v[i] = __fadd_rn(v[i], sum[i]);
+}
+
+__device__ double block_sum(double v) {
+  __shared__ double partial[kThreads / kWarp];
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  if (threadIdx.x % kWarp == 0) partial[threadIdx.x / kWarp] = v;
+  __syncthreads();
+  double sum = 0.0;
+#pragma unroll
+  for (int w = 0; w < kThreads / kWarp; ++w) sum += partial[w];
+  return sum;
+}
+
+// Each thread holds runs of 8 values, thread t of round r the run at r * kSpan + 8 t, so a warp
+// holds 256 consecutive values: one Q8_K super-block, eight Q8_0 blocks.
+__global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNorm a, bool superblocks) {
+  wait_for_previous_kernel();
+  const int64_t row = blockIdx.x;
+  const auto width = static_cast<int>(a.width);
+  float* x = a.x + row * width;
+  const int rounds = (width + kSpan - 1) / kSpan;
+  double sum = 0.0;
+  for (int r = 0; r < rounds; ++r) {
+    const int first = r * kSpan + static_cast<int>(threadIdx.x) * kPerThread;
+    const int count = max(0, min(kPerThread, width - first));
+    float v[kPerThread];
+    load_values(x + first, count, v);
+    if (a.pending.expert_out && count > 0) {
+      add_expert_sum(a.pending, row, first, count, width, v);
+      for (int i = 0; i < count; ++i) x[first + i] = v[i];
+    }
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      sum = __dadd_rn(sum, static_cast<double>(__fmul_rn(v[i], v[i])));
+    }
+  }
+  const auto mean = static_cast<float>(block_sum(sum) / static_cast<double>(width));
+  const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, a.eps)));
+  float* y = a.out + row * width;
+  ActivationBlock* blocks = a.blocks ? a.blocks + row * (width / 32) : nullptr;
+  for (int r = 0; r < rounds; ++r) {
+    const int first = r * kSpan + static_cast<int>(threadIdx.x) * kPerThread;
+    const int count = max(0, min(kPerThread, width - first));
+    float v[kPerThread], w[kPerThread];
+    load_values(x + first, count, v);
+    load_values(a.weight + first, count, w);
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) v[i] = __fmul_rn(__fmul_rn(v[i], scale), w[i]);
+    for (int i = 0; i < count; ++i) y[first + i] = v[i];
+    const int warp_first = r * kSpan + static_cast<int>(threadIdx.x / kWarp) * kQuantizeValuesPerWarp;
+    if (blocks && warp_first < width) quantize_warp(v, superblocks, warp_first, width, blocks);
+  }
 }
 
 }  // namespace
 
-void rms_norm(const float* x, int64_t rows, int64_t width, const float* weight, float eps, float* out,
-              StreamHandle stream) {
-  constexpr int kThreads = 256;
-  rms_norm_kernel<<<ceil_div(rows, kThreads / kWarp), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      x, static_cast<int>(rows), static_cast<int>(width), weight, eps, out);
+void rms_norm(const RmsNorm& norm, StreamHandle stream) {
+  const bool superblocks = norm.blocks && superblock_activations(norm.blocks_for);
+  if (norm.blocks && norm.width % (superblocks ? 256 : 32) != 0) {
+    throw Error("INVALID_ARGUMENT", "rms_norm cannot quantize rows of " + std::to_string(norm.width) +
+                                        " values for ggml type " + std::to_string(norm.blocks_for));
+  }
+  if (norm.rows == 0) return;
+  launch_early(rms_norm_kernel, dim3(static_cast<unsigned>(norm.rows)), dim3(kThreads), 0,
+               static_cast<cudaStream_t>(stream), norm, superblocks);
 }
 
 }  // namespace bloomery::cuda

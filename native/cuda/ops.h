@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "cuda/runtime.h"
 
@@ -46,14 +47,30 @@ void quantize_activations(const float* x, int64_t n, int64_t cols, uint32_t weig
                           StreamHandle stream);
 
 // --- matvec.cu ---
-// The activation of a product: float rows for float weights, blocks for quantized ones.
+// The activation of a product: float rows for float weights; for quantized ones, blocks, or
+// (where quantizes_input allows) just the float rows, which the product quantizes itself as
+// quantize_activations would, saving a launch per product of a decode step.
 struct MatvecInput {
   const float* floats = nullptr;
   const ActivationBlock* blocks = nullptr;
 };
+// Whether a quantized product quantizes float input rows of `cols` itself: when each of its
+// blocks reads one row (a dense product of n = 1 rows, an expert product of tokens_per_chunk 1).
+bool quantizes_input(int64_t rows_per_block, int64_t cols);
 
 // y[i] (+)= w x[i] for n rows (y rows of w.rows floats). `accumulate` adds into y.
 void matvec(const DeviceMatrix& w, const MatvecInput& x, int64_t n, float* y, bool accumulate, StreamHandle stream);
+
+// One of several products of one input (matvecs).
+struct MatvecProduct {
+  const DeviceMatrix* w = nullptr;
+  float* y = nullptr;
+  bool accumulate = false;
+};
+// matvec of each product's matrix by the one input x (in the format every product's type
+// reads): matrices of one quantized type and width share a launch, so a layer's q, k and v
+// take one or two launches, not three.
+void matvecs(std::span<const MatvecProduct> products, const MatvecInput& x, int64_t n, StreamHandle stream);
 
 // y[i] = silu(gate x[i]) * (up x[i]): an FFN's fused first half. gate and up share a
 // quantized type (see gated_matvec_supports).
@@ -76,7 +93,7 @@ struct ExpertGroups {
 void expert_gated_matvec(const DeviceMatrix& gate, const DeviceMatrix& up, const ActivationBlock* x, int64_t used,
                          const ExpertGroups& groups, float* hidden, StreamHandle stream);
 // For each routed slot s: out[s] = down_e hidden[s].
-void expert_matvec(const DeviceMatrix& down, const ActivationBlock* hidden, const ExpertGroups& groups, float* out,
+void expert_matvec(const DeviceMatrix& down, const MatvecInput& hidden, const ExpertGroups& groups, float* out,
                    StreamHandle stream);
 
 // --- moe.cu ---
@@ -98,8 +115,14 @@ int64_t max_expert_chunks(int64_t n, int64_t experts, int64_t used);
 // slots, so the expert kernels read the pool, and a swap only rewrites this table.
 void group_by_expert(const int32_t* chosen, int64_t n, int64_t experts, int64_t used, const int32_t* slot_of_expert,
                      int tokens_per_chunk, int32_t* order, int32_t* chunks, int32_t* chunk_count, StreamHandle stream);
+// route_top_k then group_by_expert (tokens_per_expert_chunk(n) per chunk); a single row (a
+// decode step) in one launch.
+void route_and_group(const float* logits, int64_t n, int64_t experts, int64_t used, bool normalize,
+                     const int32_t* slot_of_expert, int32_t* chosen, float* weights, int32_t* order, int32_t* chunks,
+                     int32_t* chunk_count, StreamHandle stream);
 // residual[i] += sum over k of weights[i, k] * expert_out[i * used + k], in k order, over the
-// GPU-resident experts (slot_of_expert[chosen[i, k]] >= 0).
+// GPU-resident experts (slot_of_expert[chosen[i, k]] >= 0). rms_norm can add the same sum
+// itself (RmsNorm::pending).
 void combine_experts(const float* expert_out, const float* weights, const int32_t* chosen,
                      const int32_t* slot_of_expert, int64_t n, int64_t used, int64_t width, float* residual,
                      StreamHandle stream);
@@ -126,13 +149,35 @@ void add_from_host(const uint32_t* step, const uint32_t* flag, uint64_t* waited_
                    int64_t count, float* residual, StreamHandle stream);
 
 // --- norm.cu ---
-// out[r] = x[r] / rms(x[r]) * weight, for `rows` rows of `width` floats (contiguous).
-void rms_norm(const float* x, int64_t rows, int64_t width, const float* weight, float eps, float* out,
-              StreamHandle stream);
+// The weighted sum of a MoE layer's GPU-resident experts (combine_experts' operands), for an
+// op that adds it into its input rows itself.
+struct ExpertSum {
+  const float* expert_out = nullptr;  // none: nothing to add
+  const float* weights = nullptr;
+  const int32_t* chosen = nullptr;
+  const int32_t* slot_of_expert = nullptr;
+  int64_t used = 0;
+};
+
+// out[r] = x[r] / rms(x[r]) * weight for `rows` rows of `width` floats (contiguous). With
+// `pending` set, first x[r] += the expert sum, in place and rounded as combine_experts adds it.
+// With `blocks` set, the normed rows are also quantized for weights of type `blocks_for`, as
+// quantize_activations would quantize `out` (width a multiple of 256 for the K-quants, of 32
+// for Q8_0), so the first product after a norm needs no quantize launch.
+struct RmsNorm {
+  float* x = nullptr;
+  int64_t rows = 0;
+  int64_t width = 0;
+  const float* weight = nullptr;
+  float eps = 0.0f;
+  float* out = nullptr;
+  ExpertSum pending;
+  ActivationBlock* blocks = nullptr;
+  uint32_t blocks_for = 0;
+};
+void rms_norm(const RmsNorm& norm, StreamHandle stream);
 
 // --- elementwise.cu ---
-// rows[i] += bias, for n rows of `width`.
-void add_bias(float* rows, int64_t n, int64_t width, const float* bias, StreamHandle stream);
 // out = silu(gate) * up, elementwise over `count` floats.
 void swiglu(const float* gate, const float* up, int64_t count, float* out, StreamHandle stream);
 
@@ -144,9 +189,27 @@ struct RopeShape {
   float freq_scale = 1.0f;
   const float* freq_factors = nullptr;  // device, dims / 2, or none
 };
-// Rotates n rows of `heads` heads of `head_dim` floats; row i sits at positions[i].
-void rope(float* x, int64_t n, int64_t heads, int64_t head_dim, const int32_t* positions, const RopeShape& shape,
-          StreamHandle stream);
+// A layer's q, k and v rows (n rows each; q of `heads`, k and v of `kv_heads` heads of
+// `head_dim`) made ready for attention in one launch, as the CPU path does it step by step
+// (engine/forward.cc): each plus its bias (when set), q and k heads RMS-normed by q_norm and
+// k_norm (when set; `head_dim` weights, epsilon `eps`), then rotated, row i sitting at
+// positions[i]. In place.
+struct AttentionHeads {
+  float* q = nullptr;
+  float* k = nullptr;
+  float* v = nullptr;
+  const float* q_bias = nullptr;
+  const float* k_bias = nullptr;
+  const float* v_bias = nullptr;
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  float eps = 0.0f;
+  int64_t heads = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;  // at most 256
+};
+void position_heads(const AttentionHeads& h, int64_t n, const int32_t* positions, const RopeShape& shape,
+                    StreamHandle stream);
 
 // --- embed.cu ---
 // out[i] = row tokens[i] of `table`, dequantized to floats.

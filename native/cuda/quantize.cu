@@ -2,57 +2,29 @@
 // so the integer dots see the same codes and GPU and CPU differ only in float summation order:
 // for the K-quants, Q8_K's one scale per 256 values (the signed value of largest magnitude maps
 // to -127, rounding half to even); for Q8_0, a half-precision scale per 32 values (127 / amax,
-// rounding half to even).
-#include "cuda/common.cuh"
+// rounding half to even). The warp-level quantizers are in quantize.cuh.
+#include "cuda/quantize.cuh"
 
 namespace bloomery::cuda {
 
 namespace {
 
-// One warp per 256 values; each lane quantizes 8 of them.
-__global__ void quantize_q8_k_kernel(const float* x, int64_t super_blocks, ActivationBlock* out) {
-  const int64_t sb = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
-  if (sb >= super_blocks) return;
+// One warp per 256 values of the n rows taken as one (rows are whole blocks for either format:
+// 256 values for the K-quants, 32 for Q8_0, so no warp's blocks cross a row).
+__global__ void quantize_kernel(const float* x, int64_t count, bool superblocks, ActivationBlock* out) {
+  wait_for_previous_kernel();
+  const int64_t first =
+      (static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp) * kQuantizeValuesPerWarp;
+  if (first >= count) return;
   const int lane = threadIdx.x % kWarp;
-  const float* in = x + sb * 256 + lane * 8;
-  float v[8];
-  float best = 0.0f;
+  float v[kQuantizeValuesPerLane];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    v[i] = in[i];
-    if (fabsf(v[i]) > fabsf(best)) best = v[i];
+  for (int i = 0; i < kQuantizeValuesPerLane; ++i) {
+    const int64_t j = first + lane * kQuantizeValuesPerLane + i;
+    v[i] = j < count ? x[j] : 0.0f;
   }
-  // The signed value of largest magnitude (on a tie of magnitudes, the positive one: both
-  // signs give the same codes up to the rare value that would round to +-128).
-#pragma unroll
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
-    const float other = __shfl_xor_sync(0xffffffffu, best, offset);
-    if (fabsf(other) > fabsf(best) || (fabsf(other) == fabsf(best) && other > best)) best = other;
-  }
-  ActivationBlock& block = out[sb * 8 + lane / 4];
-  if (best == 0.0f) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) block.qs[(lane % 4) * 8 + i] = 0;
-    if (lane % 4 == 0) block.d = 0.0f;
-    return;
-  }
-  const float inverse = -127.0f / best;
-#pragma unroll
-  for (int i = 0; i < 8; ++i)
-    block.qs[(lane % 4) * 8 + i] = static_cast<int8_t>(min(127, __float2int_rn(inverse * v[i])));
-  if (lane % 4 == 0) block.d = 1.0f / inverse;
-}
-
-// One warp per block of 32: each lane quantizes one value.
-__global__ void quantize_q8_0_kernel(const float* x, int64_t blocks, ActivationBlock* out) {
-  const int64_t block = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
-  if (block >= blocks) return;
-  const int lane = threadIdx.x % kWarp;
-  const float v = x[block * 32 + lane];
-  const float amax = warp_max(fabsf(v));
-  const float inverse = amax != 0.0f ? 127.0f / amax : 0.0f;
-  out[block].qs[lane] = static_cast<int8_t>(__float2int_rn(v * inverse));
-  if (lane == 0) out[block].d = __half2float(__float2half(amax / 127.0f));
+  const auto left = static_cast<int>(min(count - first, static_cast<int64_t>(kQuantizeValuesPerWarp)));
+  quantize_warp(v, superblocks, 0, left, out + first / 32);
 }
 
 }  // namespace
@@ -62,14 +34,9 @@ bool superblock_activations(uint32_t weight_type) { return weight_type != kTypeQ
 void quantize_activations(const float* x, int64_t n, int64_t cols, uint32_t weight_type, ActivationBlock* out,
                           StreamHandle stream) {
   constexpr int kThreads = 256;
-  const auto s = static_cast<cudaStream_t>(stream);
-  if (superblock_activations(weight_type)) {
-    const int64_t super_blocks = n * cols / 256;
-    quantize_q8_k_kernel<<<ceil_div(super_blocks, kThreads / kWarp), kThreads, 0, s>>>(x, super_blocks, out);
-  } else {
-    const int64_t blocks = n * cols / 32;
-    quantize_q8_0_kernel<<<ceil_div(blocks, kThreads / kWarp), kThreads, 0, s>>>(x, blocks, out);
-  }
+  const int64_t count = n * cols;
+  launch_early(quantize_kernel, dim3(ceil_div(count, kThreads / kWarp * kQuantizeValuesPerWarp)), dim3(kThreads), 0,
+               static_cast<cudaStream_t>(stream), x, count, superblock_activations(weight_type), out);
 }
 
 }  // namespace bloomery::cuda

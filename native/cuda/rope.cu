@@ -1,49 +1,114 @@
+// Attention heads made ready for the cache and the scores in one launch: bias, per-head RMS
+// norm and rotary position embedding, one warp per head.
 #include <cmath>
 
+#include "base/error.h"
 #include "cuda/common.cuh"
 
 namespace bloomery::cuda {
 
 namespace {
 
-// One thread per rotated pair. The angle is built as the CPU path (cpu/rope.cc) and ggml
-// build it: theta multiplied up by theta_scale in float, i times, so that every rounding
+constexpr int kWarpsPerBlock = 4;
+constexpr int kMaxHeadDim = 256;
+
+// The rotation of pair i at `position`. The angle is built as the CPU path (cpu/rope.cc) and
+// ggml build it: theta multiplied up by theta_scale in float, i times, so that every rounding
 // is the same; cos and sin are taken in double and rounded once, which gives the correctly
-// rounded float the host's libm returns. Products are kept apart from the sums (no fused
-// multiply-add) for the same reason.
-__global__ void rope_kernel(float* x, int64_t pairs, int heads, int head_dim, const int32_t* positions, RopeShape shape,
-                            float theta_scale) {
-  const int64_t index = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (index >= pairs) return;
-  const int half = static_cast<int>(shape.dims / 2);
-  const int i = static_cast<int>(index % half);
-  const int64_t head_row = index / half;  // token * heads + head
-  const int64_t token = head_row / heads;
-  float* head = x + head_row * head_dim;
-  float theta_base = static_cast<float>(positions[token]);
+// rounded float the host's libm returns.
+__device__ __forceinline__ void rope_angle(const RopeShape& shape, float theta_scale, int32_t position, int i, float* c,
+                                           float* s) {
+  float theta_base = static_cast<float>(position);
   for (int k = 0; k < i; ++k) theta_base = __fmul_rn(theta_base, theta_scale);
   const float factor = shape.freq_factors ? shape.freq_factors[i] : 1.0f;
   const float theta = __fmul_rn(shape.freq_scale, __fdiv_rn(theta_base, factor));
   double sin_theta, cos_theta;
   sincos(static_cast<double>(theta), &sin_theta, &cos_theta);
-  const auto s = static_cast<float>(sin_theta), c = static_cast<float>(cos_theta);
-  float* a = shape.neox ? head + i : head + 2 * i;
-  float* b = shape.neox ? head + i + half : head + 2 * i + 1;
-  const float x0 = *a, x1 = *b;
-  *a = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-  *b = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+  *c = static_cast<float>(cos_theta);
+  *s = static_cast<float>(sin_theta);
+}
+
+// Warp w of the grid serves head w % per_row of row w / per_row; per row the q heads, then
+// the k heads, then (only when v has a bias) the v heads. Each step rounds as the CPU path
+// does (engine/forward.cc: add_bias, then cpu/rms_norm.cc's norm per head, then cpu/rope.cc),
+// with no fused multiply-add.
+__global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
+    position_heads_kernel(AttentionHeads h, int64_t warps, int per_row, const int32_t* positions, RopeShape shape,
+                          float theta_scale) {
+  wait_for_previous_kernel();
+  __shared__ float staged[kWarpsPerBlock][kMaxHeadDim];
+  const int64_t warp = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
+  if (warp >= warps) return;
+  const int lane = threadIdx.x % kWarp;
+  const int64_t row = warp / per_row;
+  int head = static_cast<int>(warp % per_row);
+  const auto head_dim = static_cast<int>(h.head_dim);
+  float* x;
+  const float* bias;
+  const float* norm = nullptr;
+  bool rotate = true;
+  if (head < h.heads) {
+    x = h.q + (row * h.heads + head) * head_dim;
+    bias = h.q_bias;
+    norm = h.q_norm;
+  } else if ((head -= static_cast<int>(h.heads)) < h.kv_heads) {
+    x = h.k + (row * h.kv_heads + head) * head_dim;
+    bias = h.k_bias;
+    norm = h.k_norm;
+  } else {
+    head -= static_cast<int>(h.kv_heads);
+    x = h.v + (row * h.kv_heads + head) * head_dim;
+    bias = h.v_bias;
+    rotate = false;
+  }
+  if (bias) bias += static_cast<int64_t>(head) * head_dim;
+  float* values = staged[threadIdx.x / kWarp];
+  double sum = 0.0;
+  for (int j = lane; j < head_dim; j += kWarp) {
+    float v = x[j];
+    if (bias) v = __fadd_rn(v, bias[j]);
+    values[j] = v;
+    const auto d = static_cast<double>(v);
+    sum = __dadd_rn(sum, __dmul_rn(d, d));
+  }
+  if (norm) {
+#pragma unroll
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    const auto mean = static_cast<float>(sum / static_cast<double>(head_dim));
+    const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, h.eps)));
+    for (int j = lane; j < head_dim; j += kWarp) values[j] = __fmul_rn(__fmul_rn(values[j], scale), norm[j]);
+  }
+  __syncwarp();
+  const int dims = rotate ? static_cast<int>(shape.dims) : 0;
+  const int half = dims / 2;
+  for (int j = dims + lane; j < head_dim; j += kWarp) x[j] = values[j];
+  for (int i = lane; i < half; i += kWarp) {
+    float c, s;
+    rope_angle(shape, theta_scale, positions[row], i, &c, &s);
+    const int a = shape.neox ? i : 2 * i;
+    const int b = shape.neox ? i + half : 2 * i + 1;
+    const float x0 = values[a], x1 = values[b];
+    x[a] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+    x[b] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+  }
 }
 
 }  // namespace
 
-void rope(float* x, int64_t n, int64_t heads, int64_t head_dim, const int32_t* positions, const RopeShape& shape,
-          StreamHandle stream) {
-  constexpr int kThreads = 256;
-  const int64_t pairs = n * heads * (shape.dims / 2);
+void position_heads(const AttentionHeads& h, int64_t n, const int32_t* positions, const RopeShape& shape,
+                    StreamHandle stream) {
+  if (h.head_dim > kMaxHeadDim || shape.dims > h.head_dim || shape.dims % 2 != 0) {
+    throw Error("UNSUPPORTED_MODEL", "GPU rotary embedding needs head_dim up to " + std::to_string(kMaxHeadDim) +
+                                         " and an even rotated width within it (head_dim " +
+                                         std::to_string(h.head_dim) + ", rotated " + std::to_string(shape.dims) + ")");
+  }
+  const int per_row = static_cast<int>(h.heads + h.kv_heads + (h.v_bias ? h.kv_heads : 0));
+  const int64_t warps = n * per_row;
+  if (warps == 0) return;
   // On the host, with the host's powf, as the CPU path computes it.
   const float theta_scale = std::pow(shape.freq_base, -2.0f / static_cast<float>(shape.dims));
-  rope_kernel<<<ceil_div(pairs, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      x, pairs, static_cast<int>(heads), static_cast<int>(head_dim), positions, shape, theta_scale);
+  launch_early(position_heads_kernel, dim3(ceil_div(warps, kWarpsPerBlock)), dim3(kWarpsPerBlock * kWarp), 0,
+               static_cast<cudaStream_t>(stream), h, warps, per_row, positions, shape, theta_scale);
 }
 
 }  // namespace bloomery::cuda

@@ -493,15 +493,30 @@ struct Pass {
   float* f(const DeviceBuffer& b) const { return b.as<float>(); }
   ActivationBlock* blocks() const { return m.work.activations.as<ActivationBlock>(); }
 
+  // The MoE sum of the last layer whose experts all ran here, left for the next norm to add
+  // (RmsNorm::pending), which saves a launch per layer.
+  mutable cuda::ExpertSum pending;
+
   // Float rows that one or more matrices read, quantized into the one activations buffer in
-  // the format each weight type wants, again only when that format changes.
+  // the format each weight type wants, again only when that format changes; in a decode step,
+  // left to the products that quantize their input themselves (cuda::quantizes_input).
   class Input {
    public:
     Input(const Pass& pass, const float* x, int64_t rows, int64_t cols)
         : pass_(pass), x_(x), rows_(rows), cols_(cols) {}
+    // Rows a norm has already quantized for weights of `type`.
+    Input(const Pass& pass, const float* x, int64_t rows, int64_t cols, uint32_t type) : Input(pass, x, rows, cols) {
+      format_ = format_of(type);
+    }
+    // The activation format weights of `type` read: -1 floats, 0 Q8_0's blocks, 1 Q8_K's.
+    static int format_of(uint32_t type) {
+      if (cuda::is_float_type(type)) return -1;
+      return cuda::superblock_activations(type) ? 1 : 0;
+    }
     cuda::MatvecInput for_type(uint32_t type) {
-      if (cuda::is_float_type(type)) return {x_, nullptr};
-      const int format = cuda::superblock_activations(type) ? 1 : 0;
+      const int format = format_of(type);
+      if (format < 0) return {x_, nullptr};
+      if (format != format_ && pass_.n == 1 && cuda::quantizes_input(1, cols_)) return {x_, nullptr};
       if (format != format_) {
         cuda::quantize_activations(x_, rows_, cols_, type, pass_.blocks(), pass_.stream);
         format_ = format;
@@ -520,28 +535,71 @@ struct Pass {
     cuda::matvec(w, x.for_type(w.type), rows, y, accumulate, stream);
   }
 
-  void position_heads(float* rows, int64_t heads, const float* head_norm) const {
+  // Products of one input of n rows in as few launches as their types allow: each run of
+  // products reading one activation format is queued before the input is quantized for the next.
+  void mul_all(std::initializer_list<cuda::MatvecProduct> products, Input& x) const {
+    std::vector<cuda::MatvecProduct> run;
+    const auto queue = [&] {
+      if (run.empty()) return;
+      cuda::matvecs(run, x.for_type(run.front().w->type), n, stream);
+      run.clear();
+    };
+    for (const cuda::MatvecProduct& p : products) {
+      if (!run.empty() && Input::format_of(run.front().w->type) != Input::format_of(p.w->type)) queue();
+      run.push_back(p);
+    }
+    queue();
+  }
+
+  // normed = rms_norm(rows) (`count` rows from `x`), first adding the pending MoE sum, and
+  // quantized for `first`, the first matrix that reads it.
+  Input norm(float* x, int64_t count, const float* weight, const DeviceMatrix& first) const {
     const model::HyperParams& p = m.params;
-    if (head_norm) cuda::rms_norm(rows, n * heads, p.head_dim, head_norm, p.rms_epsilon, rows, stream);
-    const cuda::RopeShape shape{p.rope.style == cpu::RopeStyle::kNeox, p.rope.dims, p.rope.freq_base, p.rope.freq_scale,
-                                m.freq_factors};
-    cuda::rope(rows, n, heads, p.head_dim, m.work.positions.as<int32_t>(), shape, stream);
+    cuda::RmsNorm args;
+    args.x = x;
+    args.rows = count;
+    args.width = p.embedding;
+    args.weight = weight;
+    args.eps = p.rms_epsilon;
+    args.out = f(m.work.normed);
+    args.pending = pending;
+    if (pending.expert_out) {  // the sums of the last `count` rows
+      const int64_t skipped = (n - count) * pending.used;
+      args.pending.expert_out += skipped * p.embedding;
+      args.pending.weights += skipped;
+      args.pending.chosen += skipped;
+    }
+    pending = {};
+    if (!cuda::is_float_type(first.type)) {
+      args.blocks = blocks();
+      args.blocks_for = first.type;
+    }
+    cuda::rms_norm(args, stream);
+    return Input(*this, args.out, count, p.embedding, first.type);
   }
 
   void attention_block(const GpuLayer& w, int64_t layer) const {
     const model::HyperParams& p = m.params;
     const Workspace& ws = m.work;
     const int64_t q_width = p.heads * p.head_dim, kv_width = p.kv_heads * p.head_dim;
-    cuda::rms_norm(f(ws.residual), n, p.embedding, w.attention_norm, p.rms_epsilon, f(ws.normed), stream);
-    Input x(*this, f(ws.normed), n, p.embedding);
-    mul(w.q, x, n, f(ws.q), false);
-    mul(w.k, x, n, f(ws.k), false);
-    mul(w.v, x, n, f(ws.v), false);
-    if (w.q_bias) cuda::add_bias(f(ws.q), n, q_width, w.q_bias, stream);
-    if (w.k_bias) cuda::add_bias(f(ws.k), n, kv_width, w.k_bias, stream);
-    if (w.v_bias) cuda::add_bias(f(ws.v), n, kv_width, w.v_bias, stream);
-    position_heads(f(ws.q), p.heads, w.q_norm);
-    position_heads(f(ws.k), p.kv_heads, w.k_norm);
+    Input x = norm(f(ws.residual), n, w.attention_norm, w.q);
+    mul_all({{&w.q, f(ws.q), false}, {&w.k, f(ws.k), false}, {&w.v, f(ws.v), false}}, x);
+    cuda::AttentionHeads heads;
+    heads.q = f(ws.q);
+    heads.k = f(ws.k);
+    heads.v = f(ws.v);
+    heads.q_bias = w.q_bias;
+    heads.k_bias = w.k_bias;
+    heads.v_bias = w.v_bias;
+    heads.q_norm = w.q_norm;
+    heads.k_norm = w.k_norm;
+    heads.eps = p.rms_epsilon;
+    heads.heads = p.heads;
+    heads.kv_heads = p.kv_heads;
+    heads.head_dim = p.head_dim;
+    const cuda::RopeShape rope{p.rope.style == cpu::RopeStyle::kNeox, p.rope.dims, p.rope.freq_base, p.rope.freq_scale,
+                               m.freq_factors};
+    cuda::position_heads(heads, n, ws.positions.as<int32_t>(), rope, stream);
     const cuda::AttentionShape shape{p.heads, p.kv_heads, p.head_dim, 1.0f / std::sqrt(static_cast<float>(p.head_dim))};
     for (const PassLayout::Segment& part : layout.segments) {
       const GpuSequence& s = *part.sequence;
@@ -578,14 +636,15 @@ struct Pass {
     const model::HyperParams& p = m.params;
     const Workspace& ws = m.work;
     mul(w.router, x, n, f(ws.router_logits), false);
-    cuda::route_top_k(f(ws.router_logits), n, p.experts, p.experts_used, p.normalize_expert_weights,
-                      ws.chosen.as<int32_t>(), f(ws.routing_weights), stream);
-    cuda::count_routed(ws.chosen.as<int32_t>(), n, p.experts_used, m.routed.as<uint32_t>() + layer * p.experts, stream);
     HostExperts* host = m.host_experts.get();
     const bool host_layer = host && host->has_host_experts(layer);
     const bool hybrid = host_layer && !streams();
     ExpertStacks experts{w.expert_gate, w.expert_up, w.expert_down, w.expert_slots};
     if (host_layer && streams()) experts = m.expert_stream->queue_layer(layer, stream);
+    cuda::route_and_group(f(ws.router_logits), n, p.experts, p.experts_used, p.normalize_expert_weights,
+                          experts.slot_of_expert, ws.chosen.as<int32_t>(), f(ws.routing_weights),
+                          ws.order.as<int32_t>(), ws.chunks.as<int32_t>(), ws.chunk_count.as<int32_t>(), stream);
+    cuda::count_routed(ws.chosen.as<int32_t>(), n, p.experts_used, m.routed.as<uint32_t>() + layer * p.experts, stream);
     if (hybrid) host->queue_publish(layer, n, f(ws.normed), ws.chosen.as<int32_t>(), f(ws.routing_weights), stream);
     cuda::ExpertGroups groups;
     groups.order = ws.order.as<int32_t>();
@@ -593,24 +652,27 @@ struct Pass {
     groups.chunk_count = ws.chunk_count.as<int32_t>();
     groups.tokens_per_chunk = cuda::tokens_per_expert_chunk(n);
     groups.max_chunks = cuda::max_expert_chunks(n, p.experts, p.experts_used);
-    cuda::group_by_expert(ws.chosen.as<int32_t>(), n, p.experts, p.experts_used, experts.slot_of_expert,
-                          groups.tokens_per_chunk, ws.order.as<int32_t>(), ws.chunks.as<int32_t>(),
-                          ws.chunk_count.as<int32_t>(), stream);
     cuda::expert_gated_matvec(experts.gate, experts.up, x.for_type(experts.gate.type).blocks, p.experts_used, groups,
                               f(ws.hidden), stream);
     Input hidden(*this, f(ws.hidden), n * p.experts_used, p.expert_feed_forward);
-    cuda::expert_matvec(experts.down, hidden.for_type(experts.down.type).blocks, groups, f(ws.expert_out), stream);
-    cuda::combine_experts(f(ws.expert_out), f(ws.routing_weights), ws.chosen.as<int32_t>(), experts.slot_of_expert, n,
-                          p.experts_used, p.embedding, f(ws.residual), stream);
+    cuda::expert_matvec(experts.down, hidden.for_type(experts.down.type), groups, f(ws.expert_out), stream);
     if (host_layer && streams()) m.expert_stream->layer_done(stream);
+    const cuda::ExpertSum sum{f(ws.expert_out), f(ws.routing_weights), ws.chosen.as<int32_t>(), experts.slot_of_expert,
+                              p.experts_used};
+    if (!host_layer) {
+      pending = sum;
+      return;
+    }
+    // The host's sum is added after the GPU's, and a streamed layer's slot table is the stream's.
+    cuda::combine_experts(sum.expert_out, sum.weights, sum.chosen, sum.slot_of_expert, n, p.experts_used, p.embedding,
+                          f(ws.residual), stream);
     if (hybrid) host->queue_collect(layer, n, f(ws.residual), stream);
   }
 
   void ffn_block(const GpuLayer& w, int64_t layer) const {
     const model::HyperParams& p = m.params;
     const Workspace& ws = m.work;
-    cuda::rms_norm(f(ws.residual), n, p.embedding, w.ffn_norm, p.rms_epsilon, f(ws.normed), stream);
-    Input x(*this, f(ws.normed), n, p.embedding);
+    Input x = norm(f(ws.residual), n, w.ffn_norm, p.experts > 0 ? w.expert_gate : w.ffn_gate);
     if (p.experts > 0) {
       moe_ffn(w, layer, x);
     } else {
@@ -640,15 +702,40 @@ struct Pass {
     const Workspace& ws = m.work;
     cuda::check_launch("the GPU forward pass");
     if (layout.output_rows == 0) return;
+    const PassLayout::Run& only = layout.outputs.front();
+    if (layout.outputs.size() == 1 && only.first_row + only.rows == n) {
+      // The last rows (a decode step, a prompt's last row): the norm adds the pending MoE sum.
+      Input normed = norm(f(ws.residual) + only.first_row * p.embedding, only.rows, m.output_norm, m.output);
+      mul(m.output, normed, only.rows, f(ws.logits), false);
+    } else {
+      output_runs();
+    }
+    cuda::check_launch("the GPU forward pass");
+  }
+  // The logits of several runs of rows (gathered in row order): the pending MoE sum added to
+  // every row first, then each run normed.
+  void output_runs() const {
+    const model::HyperParams& p = m.params;
+    const Workspace& ws = m.work;
+    if (pending.expert_out) {
+      cuda::combine_experts(pending.expert_out, pending.weights, pending.chosen, pending.slot_of_expert, n,
+                            pending.used, p.embedding, f(ws.residual), stream);
+      pending = {};
+    }
     int64_t gathered = 0;
     for (const PassLayout::Run& run : layout.outputs) {
-      cuda::rms_norm(f(ws.residual) + run.first_row * p.embedding, run.rows, p.embedding, m.output_norm, p.rms_epsilon,
-                     f(ws.normed) + gathered * p.embedding, stream);
+      cuda::RmsNorm args;
+      args.x = f(ws.residual) + run.first_row * p.embedding;
+      args.rows = run.rows;
+      args.width = p.embedding;
+      args.weight = m.output_norm;
+      args.eps = p.rms_epsilon;
+      args.out = f(ws.normed) + gathered * p.embedding;
+      cuda::rms_norm(args, stream);
       gathered += run.rows;
     }
     Input normed(*this, f(ws.normed), layout.output_rows, p.embedding);
     mul(m.output, normed, layout.output_rows, f(ws.logits), false);
-    cuda::check_launch("the GPU forward pass");
   }
 };
 
@@ -916,7 +1003,7 @@ void gpu_forward(GpuModel& model, std::span<const GpuSequenceRows> batch, std::v
     const bool streamed =
         n > 1 && model.expert_stream &&
         StreamChoice::stream(n, model.expert_stream->copy_layer_seconds(), model.host_experts->cpu_layer_seconds(n));
-    const Pass pass{model, passes[i], n, stream, streamed};
+    const Pass pass{model, passes[i], n, stream, streamed, {}};
     // Whether the CPU runs this pass's host experts (else they are copied to the GPU).
     const bool hands_rows = host && !pass.streams();
     if (host && !hands_rows) host->count_streamed_pass();

@@ -1,9 +1,12 @@
 // The GPU's quantized kernels against the CPU path on random inputs: the activation
 // quantizers (the same codes and scales), the embedding lookup (the same floats), and the
-// mat-vec products of every GPU weight type (plain, gated, dense batches of 1 to 13 rows)
-// within float rounding of the CPU's dots. Skips, saying why, where there is no CUDA device.
+// mat-vec products of every GPU weight type (plain, gated, dense batches of 1 to 13 rows, and
+// expert stacks over routed groups) within float rounding of the CPU's dots. Skips, saying
+// why, where there is no CUDA device.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <utility>
 #include <vector>
 
 #include "tests/check.h"
@@ -42,40 +45,44 @@ std::vector<float> cpu_matvec(uint32_t type, const std::vector<uint8_t>& w, int6
 TEST(cuda_quantize_activations_match_cpu) {
   if (!device_ready("cuda_quantize_activations_match_cpu")) return;
   std::mt19937 rng(7);
-  const int64_t n = 5, cols = 768;
-  auto x = random_floats(static_cast<size_t>(n * cols), 3.0f, rng);
-  x[100] = 0.0f;
-  for (int64_t j = 256; j < 512; ++j) x[j] = 0.0f;  // an all-zero super-block
+  const int64_t n = 5;
   const cuda::Stream stream;
-  const auto dx = upload(x);
-  cuda::DeviceBuffer blocks(static_cast<size_t>(n * cols / 32) * sizeof(cuda::ActivationBlock), "blocks");
-  for (const uint32_t type : {quant::BlockQ8_0::kType, quant::BlockQ4_K::kType}) {
-    cuda::quantize_activations(dx.as<float>(), n, cols, type, blocks.as<cuda::ActivationBlock>(), stream.handle());
-    const auto got = download<cuda::ActivationBlock>(blocks, static_cast<size_t>(n * cols / 32), stream);
-    const quant::QuantKernels& k = cpu_kernels(type);
-    std::vector<uint8_t> a(row_bytes(k.activation_type, cols));
-    size_t code_diffs = 0, scale_diffs = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      k.quantize_activations(x.data() + i * cols, a.data(), cols);
-      for (int64_t b = 0; b < cols / 32; ++b) {
-        const cuda::ActivationBlock& g = got[i * cols / 32 + b];
-        const int8_t* qs;
-        float d;
-        if (type == quant::BlockQ8_0::kType) {
-          const auto* y = reinterpret_cast<const quant::BlockQ8_0*>(a.data()) + b;
-          qs = y->qs;
-          d = quant::fp16_to_fp32(y->d);
-        } else {
-          const auto* y = reinterpret_cast<const quant::BlockQ8_K*>(a.data()) + b / 8;
-          qs = y->qs + 32 * (b % 8);
-          d = y->d;
+  // Rows of whole super-blocks, and (Q8_0) rows of 5 blocks, which a warp's 256 values straddle.
+  for (const int64_t cols : {768, 160}) {
+    auto x = random_floats(static_cast<size_t>(n * cols), 3.0f, rng);
+    x[100] = 0.0f;
+    for (int64_t j = 256; j < std::min<int64_t>(512, n * cols); ++j) x[j] = 0.0f;  // an all-zero super-block
+    const auto dx = upload(x);
+    cuda::DeviceBuffer blocks(static_cast<size_t>(n * cols / 32) * sizeof(cuda::ActivationBlock), "blocks");
+    for (const uint32_t type : {quant::BlockQ8_0::kType, quant::BlockQ4_K::kType}) {
+      if (cols % 256 != 0 && type != quant::BlockQ8_0::kType) continue;
+      cuda::quantize_activations(dx.as<float>(), n, cols, type, blocks.as<cuda::ActivationBlock>(), stream.handle());
+      const auto got = download<cuda::ActivationBlock>(blocks, static_cast<size_t>(n * cols / 32), stream);
+      const quant::QuantKernels& k = cpu_kernels(type);
+      std::vector<uint8_t> a(row_bytes(k.activation_type, cols));
+      size_t code_diffs = 0, scale_diffs = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        k.quantize_activations(x.data() + i * cols, a.data(), cols);
+        for (int64_t b = 0; b < cols / 32; ++b) {
+          const cuda::ActivationBlock& g = got[i * cols / 32 + b];
+          const int8_t* qs;
+          float d;
+          if (type == quant::BlockQ8_0::kType) {
+            const auto* y = reinterpret_cast<const quant::BlockQ8_0*>(a.data()) + b;
+            qs = y->qs;
+            d = quant::fp16_to_fp32(y->d);
+          } else {
+            const auto* y = reinterpret_cast<const quant::BlockQ8_K*>(a.data()) + b / 8;
+            qs = y->qs + 32 * (b % 8);
+            d = y->d;
+          }
+          scale_diffs += g.d != d;
+          for (int j = 0; j < 32; ++j) code_diffs += g.qs[j] != qs[j];
         }
-        scale_diffs += g.d != d;
-        for (int j = 0; j < 32; ++j) code_diffs += g.qs[j] != qs[j];
       }
+      CHECK(code_diffs == 0 && scale_diffs == 0)
+          << "type " << type << " cols " << cols << ": " << code_diffs << " codes, " << scale_diffs << " scales differ";
     }
-    CHECK(code_diffs == 0 && scale_diffs == 0)
-        << "type " << type << ": " << code_diffs << " codes, " << scale_diffs << " scales differ";
   }
 }
 
@@ -102,31 +109,95 @@ TEST(cuda_embed_matches_cpu_dequantize) {
   }
 }
 
+// Rows not a multiple of a block's warps; widths of one round of a lane's loads and of several
+// with a partial last one (and, for the float types, one not a multiple of 4).
 TEST(cuda_matvec_matches_cpu_dot) {
   if (!device_ready("cuda_matvec_matches_cpu_dot")) return;
   std::mt19937 rng(13);
-  const int64_t rows = 67, cols = 768;
+  const int64_t rows = 67;
   const cuda::Stream stream;
   for (const uint32_t type : kGpuTypes) {
-    const auto w = random_matrix(type, rows, cols, rng);
-    const auto dw = upload(w);
-    const cuda::DeviceMatrix m = device_matrix(type, dw, rows, cols);
-    for (const int64_t n : {1, 2, 3, 8, 13}) {
-      const auto x = random_floats(static_cast<size_t>(n * cols), 2.0f, rng);
-      const auto dx = upload(x);
-      cuda::DeviceBuffer blocks(static_cast<size_t>(n * cols / 32) * sizeof(cuda::ActivationBlock), "blocks");
-      cuda::DeviceBuffer y(static_cast<size_t>(n * rows) * sizeof(float), "y");
-      cuda::MatvecInput input{dx.as<float>(), nullptr};
-      if (!cuda::is_float_type(type)) {
-        cuda::quantize_activations(dx.as<float>(), n, cols, type, blocks.as<cuda::ActivationBlock>(), stream.handle());
-        input.blocks = blocks.as<cuda::ActivationBlock>();
+    for (const int64_t cols : {768, 4352, 771}) {
+      if (cols % 256 != 0 && !cuda::is_float_type(type)) continue;
+      const auto w = random_matrix(type, rows, cols, rng);
+      const auto dw = upload(w);
+      const cuda::DeviceMatrix m = device_matrix(type, dw, rows, cols);
+      for (const int64_t n : {1, 2, 3, 8, 13}) {
+        const auto x = random_floats(static_cast<size_t>(n * cols), 2.0f, rng);
+        const auto dx = upload(x);
+        cuda::DeviceBuffer blocks(static_cast<size_t>(n * cols / 32) * sizeof(cuda::ActivationBlock), "blocks");
+        cuda::DeviceBuffer y(static_cast<size_t>(n * rows) * sizeof(float), "y");
+        cuda::MatvecInput input{dx.as<float>(), nullptr};
+        if (!cuda::is_float_type(type)) {
+          cuda::quantize_activations(dx.as<float>(), n, cols, type, blocks.as<cuda::ActivationBlock>(),
+                                     stream.handle());
+          input.blocks = blocks.as<cuda::ActivationBlock>();
+        }
+        cuda::matvec(m, input, n, y.as<float>(), false, stream.handle());
+        const auto got = download<float>(y, static_cast<size_t>(n * rows), stream);
+        const auto want = cpu_matvec(type, w, rows, cols, x, n);
+        const double error = relative_error(got, want);
+        std::printf("  matvec type %u cols %lld n %lld: relative error %.3g\n", type, static_cast<long long>(cols),
+                    static_cast<long long>(n), error);
+        CHECK(error < 2e-5) << "type " << type << " cols " << cols << " n " << n << ": relative error " << error;
+        if (input.blocks && cuda::quantizes_input(n, cols)) {
+          // The same product from the float row, quantized by the kernel: the very same sums.
+          cuda::matvec(m, {dx.as<float>(), nullptr}, n, y.as<float>(), false, stream.handle());
+          const auto from_floats = download<float>(y, static_cast<size_t>(n * rows), stream);
+          CHECK(mismatches(from_floats, got) == 0)
+              << "type " << type << " cols " << cols << ": " << mismatches(from_floats, got)
+              << " sums differ when the kernel quantizes its input";
+        }
       }
-      cuda::matvec(m, input, n, y.as<float>(), false, stream.handle());
-      const auto got = download<float>(y, static_cast<size_t>(n * rows), stream);
-      const auto want = cpu_matvec(type, w, rows, cols, x, n);
-      const double error = relative_error(got, want);
-      std::printf("  matvec type %u n %lld: relative error %.3g\n", type, static_cast<long long>(n), error);
-      CHECK(error < 2e-5) << "type " << type << " n " << n << ": relative error " << error;
+    }
+  }
+}
+
+// Several matrices of one input in shared launches (two Q4_K of row counts not multiples of a
+// block's warps, one Q6_K, one F16; one product accumulating): each output as matvec alone gives it.
+TEST(cuda_matvecs_equal_single_products) {
+  if (!device_ready("cuda_matvecs_equal_single_products")) return;
+  std::mt19937 rng(29);
+  const int64_t cols = 768;
+  const cuda::Stream stream;
+  struct Spec {
+    uint32_t type;
+    int64_t rows;
+    bool accumulate;
+  };
+  const Spec specs[] = {{quant::BlockQ4_K::kType, 67, false},
+                        {quant::BlockQ6_K::kType, 33, false},
+                        {quant::BlockQ4_K::kType, 5, true},
+                        {1, 9, false}};
+  std::vector<cuda::DeviceBuffer> weights;
+  std::vector<cuda::DeviceMatrix> matrices;
+  for (const Spec& spec : specs) {
+    weights.push_back(upload(random_matrix(spec.type, spec.rows, cols, rng)));
+    matrices.push_back(device_matrix(spec.type, weights.back(), spec.rows, cols));
+  }
+  for (const int64_t n : {1, 3, 9}) {
+    const auto x = random_floats(static_cast<size_t>(n * cols), 2.0f, rng);
+    const auto dx = upload(x);
+    cuda::DeviceBuffer blocks(static_cast<size_t>(n * cols / 32) * sizeof(cuda::ActivationBlock), "blocks");
+    cuda::quantize_activations(dx.as<float>(), n, cols, quant::BlockQ4_K::kType, blocks.as<cuda::ActivationBlock>(),
+                               stream.handle());
+    const cuda::MatvecInput input{dx.as<float>(), blocks.as<cuda::ActivationBlock>()};
+    std::vector<std::vector<float>> start;
+    std::vector<cuda::DeviceBuffer> together, alone;
+    std::vector<cuda::MatvecProduct> products;
+    for (size_t i = 0; i < matrices.size(); ++i) {
+      start.push_back(random_floats(static_cast<size_t>(n * specs[i].rows), 1.0f, rng));
+      together.push_back(upload(start.back()));
+      alone.push_back(upload(start.back()));
+      products.push_back({&matrices[i], together.back().as<float>(), specs[i].accumulate});
+      cuda::matvec(matrices[i], input, n, alone.back().as<float>(), specs[i].accumulate, stream.handle());
+    }
+    cuda::matvecs(products, input, n, stream.handle());
+    for (size_t i = 0; i < matrices.size(); ++i) {
+      const size_t count = static_cast<size_t>(n * specs[i].rows);
+      const auto got = download<float>(together[i], count, stream), want = download<float>(alone[i], count, stream);
+      CHECK(mismatches(got, want) == 0) << "n " << n << ", product " << i << ": " << mismatches(got, want) << " of "
+                                        << count << " outputs differ from matvec's";
     }
   }
 }
@@ -153,6 +224,92 @@ TEST(cuda_gated_matvec_matches_cpu) {
     const double error = relative_error(got, want);
     std::printf("  gated matvec type %u: relative error %.3g\n", type, error);
     CHECK(error < 5e-5) << "type " << type << ": relative error " << error;
+  }
+}
+
+// The expert kernels over route_and_group's groups (a decode step's single row, and a batch):
+// each routed slot's SwiGLU of its expert's gate and up, then its expert's down product of the
+// GPU's hidden row, against the CPU's dots of the same expert's rows.
+TEST(cuda_expert_matvec_matches_cpu) {
+  if (!device_ready("cuda_expert_matvec_matches_cpu")) return;
+  std::mt19937 rng(19);
+  const cuda::Stream stream;
+  const int64_t experts = 6, used = 3, width = 512, ff = 256;
+  for (const auto& [up_type, down_type] : {std::pair{quant::BlockQ4_K::kType, quant::BlockQ6_K::kType},
+                                           std::pair{quant::BlockQ8_0::kType, quant::BlockQ8_0::kType}}) {
+    const auto gate = random_matrix(up_type, experts * ff, width, rng),
+               up = random_matrix(up_type, experts * ff, width, rng);
+    const auto down = random_matrix(down_type, experts * width, ff, rng);
+    const auto dg = upload(gate), du = upload(up), dd = upload(down);
+    cuda::DeviceMatrix mg = device_matrix(up_type, dg, ff, width), mu = device_matrix(up_type, du, ff, width);
+    cuda::DeviceMatrix md = device_matrix(down_type, dd, width, ff);
+    mg.count = mu.count = md.count = experts;
+    const auto slice = [](const std::vector<uint8_t>& stack, size_t bytes, int32_t e) {
+      return std::vector<uint8_t>(stack.begin() + e * bytes, stack.begin() + (e + 1) * bytes);
+    };
+    std::vector<int32_t> identity(static_cast<size_t>(experts));
+    for (int64_t e = 0; e < experts; ++e) identity[e] = static_cast<int32_t>(e);
+    const auto slots = upload(identity);
+    for (const int64_t n : {1, 4}) {
+      const auto logits = random_floats(static_cast<size_t>(n * experts), 4.0f, rng);
+      const auto x = random_floats(static_cast<size_t>(n * width), 2.0f, rng);
+      const auto dl = upload(logits), dx = upload(x);
+      const int64_t max_chunks = cuda::max_expert_chunks(n, experts, used);
+      cuda::DeviceBuffer chosen(static_cast<size_t>(n * used) * sizeof(int32_t), "chosen");
+      cuda::DeviceBuffer weights(static_cast<size_t>(n * used) * sizeof(float), "weights");
+      cuda::DeviceBuffer order(static_cast<size_t>(n * used) * sizeof(int32_t), "order");
+      cuda::DeviceBuffer chunks(static_cast<size_t>(3 * max_chunks) * sizeof(int32_t), "chunks");
+      cuda::DeviceBuffer chunk_count(sizeof(int32_t), "chunk count");
+      cuda::route_and_group(dl.as<float>(), n, experts, used, true, slots.as<int32_t>(), chosen.as<int32_t>(),
+                            weights.as<float>(), order.as<int32_t>(), chunks.as<int32_t>(), chunk_count.as<int32_t>(),
+                            stream.handle());
+      cuda::ExpertGroups groups;
+      groups.order = order.as<int32_t>();
+      groups.chunks = chunks.as<int32_t>();
+      groups.chunk_count = chunk_count.as<int32_t>();
+      groups.max_chunks = max_chunks;
+      groups.tokens_per_chunk = cuda::tokens_per_expert_chunk(n);
+      cuda::DeviceBuffer x_blocks(static_cast<size_t>(n * width / 32) * sizeof(cuda::ActivationBlock), "x blocks");
+      cuda::DeviceBuffer hidden(static_cast<size_t>(n * used * ff) * sizeof(float), "hidden");
+      cuda::DeviceBuffer h_blocks(static_cast<size_t>(n * used * ff / 32) * sizeof(cuda::ActivationBlock), "blocks");
+      cuda::DeviceBuffer out(static_cast<size_t>(n * used * width) * sizeof(float), "out");
+      cuda::quantize_activations(dx.as<float>(), n, width, up_type, x_blocks.as<cuda::ActivationBlock>(),
+                                 stream.handle());
+      cuda::expert_gated_matvec(mg, mu, x_blocks.as<cuda::ActivationBlock>(), used, groups, hidden.as<float>(),
+                                stream.handle());
+      cuda::quantize_activations(hidden.as<float>(), n * used, ff, down_type, h_blocks.as<cuda::ActivationBlock>(),
+                                 stream.handle());
+      cuda::expert_matvec(md, {nullptr, h_blocks.as<cuda::ActivationBlock>()}, groups, out.as<float>(),
+                          stream.handle());
+      const auto routed = download<int32_t>(chosen, static_cast<size_t>(n * used), stream);
+      const auto got_hidden = download<float>(hidden, static_cast<size_t>(n * used * ff), stream);
+      const auto got_out = download<float>(out, static_cast<size_t>(n * used * width), stream);
+      std::vector<float> want_hidden(got_hidden.size()), want_out(got_out.size());
+      for (int64_t s = 0; s < n * used; ++s) {
+        const int32_t e = routed[s];
+        const std::vector<float> row(x.begin() + (s / used) * width, x.begin() + (s / used + 1) * width);
+        const auto g = cpu_matvec(up_type, slice(gate, mg.matrix_bytes, e), ff, width, row, 1);
+        const auto u = cpu_matvec(up_type, slice(up, mu.matrix_bytes, e), ff, width, row, 1);
+        for (int64_t j = 0; j < ff; ++j) want_hidden[s * ff + j] = g[j] / (1.0f + std::exp(-g[j])) * u[j];
+        const std::vector<float> h(got_hidden.begin() + s * ff, got_hidden.begin() + (s + 1) * ff);
+        const auto d = cpu_matvec(down_type, slice(down, md.matrix_bytes, e), width, ff, h, 1);
+        std::copy(d.begin(), d.end(), want_out.begin() + s * width);
+      }
+      const double hidden_error = relative_error(got_hidden, want_hidden),
+                   out_error = relative_error(got_out, want_out);
+      std::printf("  expert matvec types %u/%u n %lld: relative error %.3g (gate/up), %.3g (down)\n", up_type,
+                  down_type, static_cast<long long>(n), hidden_error, out_error);
+      CHECK(hidden_error < 5e-5) << "types " << up_type << " n " << n << ": gate/up relative error " << hidden_error;
+      CHECK(out_error < 2e-5) << "types " << down_type << " n " << n << ": down relative error " << out_error;
+      if (cuda::quantizes_input(groups.tokens_per_chunk, ff)) {
+        // A decode step's down product takes the hidden rows as floats: the very same sums.
+        cuda::expert_matvec(md, {hidden.as<float>(), nullptr}, groups, out.as<float>(), stream.handle());
+        const auto from_floats = download<float>(out, got_out.size(), stream);
+        CHECK(mismatches(from_floats, got_out) == 0)
+            << "types " << down_type << " n " << n << ": " << mismatches(from_floats, got_out)
+            << " down sums differ when the kernel quantizes its input";
+      }
+    }
   }
 }
 

@@ -1,10 +1,13 @@
-// The GPU's float ops against the CPU path on random inputs: RMS norm, RoPE (both layouts,
-// with and without frequency factors), causal attention over an f16 cache (short rows held
-// in shared memory, a long one recomputed), and the MoE routing and combination. Each is
+// The GPU's float ops against the CPU path on random inputs: RMS norm (alone, and with the MoE
+// sum it adds first and the blocks it quantizes for the next product), the heads' bias, norm
+// and RoPE in one launch (both layouts, with and without frequency factors), causal attention
+// over an f16 cache (short rows held in shared memory, a long one recomputed), and the MoE
+// routing (one launch for a single row), grouping and combination. Each is
 // built to round as the CPU does, so the test counts floats that differ at all.
 #include <cmath>
 #include <cstdio>
 #include <numeric>
+#include <tuple>
 #include <vector>
 
 #include "tests/check.h"
@@ -22,24 +25,142 @@
 using namespace bloomery;
 using namespace bloomery::tests::gpu;
 
+namespace {
+
+// The CPU's combine_experts: rows[i] += sum over k of weights[i, k] * expert_out[i * used + k],
+// over the experts whose slot is not -1, in k order.
+void add_expert_sum(const std::vector<float>& expert_out, const cpu::Routing& routing,
+                    const std::vector<int32_t>& slots, int64_t n, int64_t width, std::vector<float>& rows) {
+  const int64_t used = routing.used;
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < width; ++j) {
+      float o = 0.0f;
+      for (int64_t k = 0; k < used; ++k) {
+        if (slots[routing.experts[i * used + k]] < 0) continue;
+        o += routing.weights[i * used + k] * expert_out[(i * used + k) * width + j];
+      }
+      rows[i * width + j] += o;
+    }
+  }
+}
+
+cpu::Routing random_routing(int64_t n, int64_t experts, int64_t used, std::mt19937& rng) {
+  cpu::Routing routing;
+  const auto logits = random_floats(static_cast<size_t>(n * experts), 4.0f, rng);
+  cpu::route_top_k(logits.data(), n, experts, used, true, routing);
+  return routing;
+}
+
+}  // namespace
+
 TEST(cuda_rms_norm_matches_cpu) {
   if (!device_ready("cuda_rms_norm_matches_cpu")) return;
   std::mt19937 rng(3);
   const cuda::Stream stream;
-  for (const int64_t width : {128, 256, 2048}) {
+  // Widths below, at and past one block's round of 2048 values, and odd ones.
+  for (const int64_t width : {128, 256, 2048, 100, 4195}) {
     const int64_t rows = 9;
     const auto x = random_floats(static_cast<size_t>(rows * width), 40.0f, rng);
     const auto weight = random_floats(static_cast<size_t>(width), 2.0f, rng);
     const auto dx = upload(x), dw = upload(weight);
     cuda::DeviceBuffer out(x.size() * sizeof(float), "out");
-    cuda::rms_norm(dx.as<float>(), rows, width, dw.as<float>(), 1e-6f, out.as<float>(), stream.handle());
+    cuda::RmsNorm norm;
+    norm.x = dx.as<float>();
+    norm.rows = rows;
+    norm.width = width;
+    norm.weight = dw.as<float>();
+    norm.eps = 1e-6f;
+    norm.out = out.as<float>();
+    cuda::rms_norm(norm, stream.handle());
     const auto got = download<float>(out, x.size(), stream);
     std::vector<float> want(x.size());
     cpu::rms_norm(x.data(), rows, width, width, weight.data(), 1e-6f, want.data(), width);
     CHECK(mismatches(got, want) == 0) << "width " << width << ": " << mismatches(got, want)
                                       << " differ, relative error " << relative_error(got, want);
+    CHECK(mismatches(download<float>(dx, x.size(), stream), x) == 0) << "width " << width << ": the input changed";
   }
 }
+
+// The norm that first adds the previous layer's expert sum (in place) and quantizes its output:
+// the same rows as combine_experts then rms_norm on the CPU, the same blocks as
+// quantize_activations of those floats (itself checked against the CPU in cuda_matvec_test).
+TEST(cuda_rms_norm_with_expert_sum_and_blocks) {
+  if (!device_ready("cuda_rms_norm_with_expert_sum_and_blocks")) return;
+  std::mt19937 rng(4);
+  const cuda::Stream stream;
+  const int64_t experts = 16, used = 4;
+  struct Case {
+    int64_t width;
+    uint32_t type;
+  };
+  for (const Case c :
+       {Case{2048, quant::BlockQ4_K::kType}, Case{4352, quant::BlockQ6_K::kType}, Case{768, quant::BlockQ8_0::kType},
+        Case{96, quant::BlockQ8_0::kType}, Case{2080, quant::BlockQ8_0::kType}}) {
+    for (const int64_t n : {1, 5}) {
+      const int64_t width = c.width;
+      const auto residual = random_floats(static_cast<size_t>(n * width), 3.0f, rng);
+      const auto expert_out = random_floats(static_cast<size_t>(n * used * width), 3.0f, rng);
+      const auto weight = random_floats(static_cast<size_t>(width), 2.0f, rng);
+      const cpu::Routing routing = random_routing(n, experts, used, rng);
+      std::vector<int32_t> slots(static_cast<size_t>(experts));
+      for (int64_t e = 0; e < experts; ++e) slots[e] = e % 3 == 0 ? -1 : static_cast<int32_t>(e);
+      const auto dr = upload(residual), de = upload(expert_out), dw = upload(weight), dc = upload(routing.experts),
+                 dg = upload(routing.weights), ds = upload(slots);
+      cuda::DeviceBuffer out(residual.size() * sizeof(float), "out");
+      const size_t block_count = static_cast<size_t>(n * width / 32);
+      cuda::DeviceBuffer blocks(block_count * sizeof(cuda::ActivationBlock), "blocks");
+      cuda::DeviceBuffer want_blocks(block_count * sizeof(cuda::ActivationBlock), "want blocks");
+      cuda::RmsNorm norm;
+      norm.x = dr.as<float>();
+      norm.rows = n;
+      norm.width = width;
+      norm.weight = dw.as<float>();
+      norm.eps = 1e-6f;
+      norm.out = out.as<float>();
+      norm.pending = {de.as<float>(), dg.as<float>(), dc.as<int32_t>(), ds.as<int32_t>(), used};
+      norm.blocks = blocks.as<cuda::ActivationBlock>();
+      norm.blocks_for = c.type;
+      cuda::rms_norm(norm, stream.handle());
+      cuda::quantize_activations(out.as<float>(), n, width, c.type, want_blocks.as<cuda::ActivationBlock>(),
+                                 stream.handle());
+      auto want_residual = residual;
+      add_expert_sum(expert_out, routing, slots, n, width, want_residual);
+      std::vector<float> want(residual.size());
+      cpu::rms_norm(want_residual.data(), n, width, width, weight.data(), 1e-6f, want.data(), width);
+      const auto got_residual = download<float>(dr, residual.size(), stream);
+      const auto got = download<float>(out, residual.size(), stream);
+      const auto got_blocks = download<uint8_t>(blocks, block_count * sizeof(cuda::ActivationBlock), stream);
+      const auto quantized = download<uint8_t>(want_blocks, block_count * sizeof(cuda::ActivationBlock), stream);
+      CHECK(mismatches(got_residual, want_residual) == 0)
+          << "width " << width << " n " << n << ": " << mismatches(got_residual, want_residual)
+          << " residual values differ from combine_experts'";
+      CHECK(mismatches(got, want) == 0) << "width " << width << " n " << n << ": " << mismatches(got, want)
+                                        << " normed values differ, relative error " << relative_error(got, want);
+      CHECK(got_blocks == quantized) << "width " << width << " n " << n << " type " << c.type
+                                     << ": the norm's blocks differ from quantize_activations'";
+    }
+  }
+}
+
+namespace {
+
+// The CPU path's steps for a layer's heads (engine/forward.cc): biases, per-head norms, rope.
+void cpu_position_heads(std::vector<float>& x, int64_t n, int64_t heads, int64_t head_dim, const float* bias,
+                        const float* norm, const cpu::RopeParams* rope, const std::vector<int32_t>& positions) {
+  const int64_t width = heads * head_dim;
+  if (bias) {
+    for (int64_t i = 0; i < n * width; ++i) x[i] += bias[i % width];
+  }
+  if (norm) cpu::rms_norm(x.data(), n * heads, head_dim, head_dim, norm, 1e-6f, x.data(), head_dim);
+  if (!rope) return;
+  std::vector<float> angles;
+  for (int64_t i = 0; i < n; ++i) {
+    cpu::rope_angles(*rope, positions[i], angles);
+    cpu::rope_apply(x.data() + i * width, heads, head_dim, *rope, angles);
+  }
+}
+
+}  // namespace
 
 TEST(cuda_rope_matches_cpu) {
   if (!device_ready("cuda_rope_matches_cpu")) return;
@@ -63,20 +184,85 @@ TEST(cuda_rope_matches_cpu) {
         params.freq_factors = with_factors ? factors.data() : nullptr;
         const auto x = random_floats(static_cast<size_t>(n * heads * head_dim), 5.0f, rng);
         auto want = x;
-        std::vector<float> angles;
-        for (int64_t i = 0; i < n; ++i) {
-          cpu::rope_angles(params, positions[i], angles);
-          cpu::rope_apply(want.data() + i * heads * head_dim, heads, head_dim, params, angles);
-        }
+        cpu_position_heads(want, n, heads, head_dim, nullptr, nullptr, &params, positions);
         const auto dx = upload(x);
         const cuda::RopeShape shape{neox, dims, params.freq_base, params.freq_scale,
                                     with_factors ? dfactors.as<float>() : nullptr};
-        cuda::rope(dx.as<float>(), n, heads, head_dim, dpos.as<int32_t>(), shape, stream.handle());
+        cuda::AttentionHeads h;
+        h.q = dx.as<float>();
+        h.heads = heads;
+        h.head_dim = head_dim;
+        cuda::position_heads(h, n, dpos.as<int32_t>(), shape, stream.handle());
         const auto got = download<float>(dx, x.size(), stream);
         // cos and sin may differ from the host's libm in the last bit on rare angles.
         CHECK(mismatches(got, want) <= want.size() / 50 && relative_error(got, want) < 1e-6)
             << "neox " << neox << " dims " << dims << " factors " << with_factors << ": " << mismatches(got, want)
             << " of " << want.size() << " differ, relative error " << relative_error(got, want);
+      }
+    }
+  }
+}
+
+// q, k and v of a layer in one launch: biases, q and k head norms, rope of q and k (partly
+// rotated heads too), v's bias only; against the CPU path's separate steps.
+TEST(cuda_position_heads_matches_cpu) {
+  if (!device_ready("cuda_position_heads_matches_cpu")) return;
+  std::mt19937 rng(6);
+  const cuda::Stream stream;
+  const int64_t n = 3, heads = 6, kv_heads = 2;
+  const std::vector<int32_t> positions = {5, 6, 4097};
+  const auto dpos = upload(positions);
+  for (const int64_t head_dim : {int64_t{128}, int64_t{64}, int64_t{256}}) {
+    for (const bool with_bias : {false, true}) {
+      for (const bool neox : {true, false}) {
+        const int64_t dims = neox ? head_dim : head_dim / 2;
+        cpu::RopeParams params;
+        params.style = neox ? cpu::RopeStyle::kNeox : cpu::RopeStyle::kNormal;
+        params.dims = dims;
+        params.freq_base = 1e6f;
+        const int64_t q_width = heads * head_dim, kv_width = kv_heads * head_dim;
+        const auto q = random_floats(static_cast<size_t>(n * q_width), 5.0f, rng);
+        const auto k = random_floats(static_cast<size_t>(n * kv_width), 5.0f, rng);
+        const auto v = random_floats(static_cast<size_t>(n * kv_width), 5.0f, rng);
+        const auto q_bias = random_floats(static_cast<size_t>(q_width), 1.0f, rng);
+        const auto k_bias = random_floats(static_cast<size_t>(kv_width), 1.0f, rng);
+        const auto v_bias = random_floats(static_cast<size_t>(kv_width), 1.0f, rng);
+        const auto q_norm = random_floats(static_cast<size_t>(head_dim), 2.0f, rng);
+        const auto k_norm = random_floats(static_cast<size_t>(head_dim), 2.0f, rng);
+        auto want_q = q, want_k = k, want_v = v;
+        cpu_position_heads(want_q, n, heads, head_dim, with_bias ? q_bias.data() : nullptr, q_norm.data(), &params,
+                           positions);
+        cpu_position_heads(want_k, n, kv_heads, head_dim, with_bias ? k_bias.data() : nullptr, k_norm.data(), &params,
+                           positions);
+        cpu_position_heads(want_v, n, kv_heads, head_dim, with_bias ? v_bias.data() : nullptr, nullptr, nullptr,
+                           positions);
+        const auto dq = upload(q), dk = upload(k), dv = upload(v), dqb = upload(q_bias), dkb = upload(k_bias),
+                   dvb = upload(v_bias), dqn = upload(q_norm), dkn = upload(k_norm);
+        cuda::AttentionHeads h;
+        h.q = dq.as<float>();
+        h.k = dk.as<float>();
+        h.v = dv.as<float>();
+        if (with_bias) {
+          h.q_bias = dqb.as<float>();
+          h.k_bias = dkb.as<float>();
+          h.v_bias = dvb.as<float>();
+        }
+        h.q_norm = dqn.as<float>();
+        h.k_norm = dkn.as<float>();
+        h.eps = 1e-6f;
+        h.heads = heads;
+        h.kv_heads = kv_heads;
+        h.head_dim = head_dim;
+        const cuda::RopeShape shape{neox, dims, params.freq_base, params.freq_scale, nullptr};
+        cuda::position_heads(h, n, dpos.as<int32_t>(), shape, stream.handle());
+        for (const auto& [buffer, want, name] :
+             {std::tuple{&dq, &want_q, "q"}, std::tuple{&dk, &want_k, "k"}, std::tuple{&dv, &want_v, "v"}}) {
+          const auto got = download<float>(*buffer, want->size(), stream);
+          CHECK(mismatches(got, *want) <= want->size() / 50 && relative_error(got, *want) < 1e-6)
+              << name << " head_dim " << head_dim << " bias " << with_bias << " neox " << neox << ": "
+              << mismatches(got, *want) << " of " << want->size() << " differ, relative error "
+              << relative_error(got, *want);
+        }
       }
     }
   }
@@ -116,6 +302,33 @@ TEST(cuda_attention_matches_cpu) {
         << " of " << want.size() << " differ, relative error " << relative_error(got, want);
   }
 }
+
+namespace {
+
+// Whether the groups hold every routed slot of a GPU-resident expert once, in a chunk naming its
+// slot, in chunks of 1 to `per_chunk` slots, and no slot of a host expert (table entry -1).
+bool groups_consistent(const cuda::DeviceBuffer& order, const cuda::DeviceBuffer& chunks,
+                       const cuda::DeviceBuffer& chunk_count, int64_t n, int64_t used, int64_t max_chunks,
+                       int per_chunk, const std::vector<int32_t>& chosen, const std::vector<int32_t>& table,
+                       const cuda::Stream& stream) {
+  const auto got_order = download<int32_t>(order, static_cast<size_t>(n * used), stream);
+  const auto got_chunks = download<int32_t>(chunks, static_cast<size_t>(3 * max_chunks), stream);
+  const int count = download<int32_t>(chunk_count, 1, stream)[0];
+  std::vector<int> seen(static_cast<size_t>(n * used), 0);
+  bool consistent = count <= max_chunks;
+  for (int c = 0; c < count && consistent; ++c) {
+    const int slot = got_chunks[3 * c], first = got_chunks[3 * c + 1], size = got_chunks[3 * c + 2];
+    consistent = size >= 1 && size <= per_chunk && first >= 0 && first + size <= n * used;
+    for (int i = first; i < first + size && consistent; ++i) {
+      consistent = table[chosen[got_order[i]]] == slot;
+      ++seen[got_order[i]];
+    }
+  }
+  for (size_t i = 0; i < seen.size(); ++i) consistent = consistent && seen[i] == (table[chosen[i]] >= 0);
+  return consistent;
+}
+
+}  // namespace
 
 TEST(cuda_moe_routing_matches_cpu) {
   if (!device_ready("cuda_moe_routing_matches_cpu")) return;
@@ -161,20 +374,8 @@ TEST(cuda_moe_routing_matches_cpu) {
       cuda::DeviceBuffer chunk_count(sizeof(int32_t), "chunk count");
       cuda::group_by_expert(chosen.as<int32_t>(), n, experts, used, slots.as<int32_t>(), per_chunk, order.as<int32_t>(),
                             chunks.as<int32_t>(), chunk_count.as<int32_t>(), stream.handle());
-      const auto got_order = download<int32_t>(order, static_cast<size_t>(n * used), stream);
-      const auto got_chunks = download<int32_t>(chunks, static_cast<size_t>(3 * max_chunks), stream);
-      const int count = download<int32_t>(chunk_count, 1, stream)[0];
-      std::vector<int> seen(static_cast<size_t>(n * used), 0);
-      bool consistent = count <= max_chunks;
-      for (int c = 0; c < count && consistent; ++c) {
-        const int slot = got_chunks[3 * c], first = got_chunks[3 * c + 1], size = got_chunks[3 * c + 2];
-        consistent = size >= 1 && size <= per_chunk;
-        for (int i = first; i < first + size && consistent; ++i) {
-          consistent = table[routing.experts[got_order[i]]] == slot;
-          ++seen[got_order[i]];
-        }
-      }
-      for (size_t i = 0; i < seen.size(); ++i) consistent = consistent && seen[i] == (table[routing.experts[i]] >= 0);
+      const bool consistent =
+          groups_consistent(order, chunks, chunk_count, n, used, max_chunks, per_chunk, routing.experts, table, stream);
       CHECK(consistent) << experts << " experts, " << what << ": the grouping misses, repeats or misfiles a slot";
 
       const auto de = upload(expert_out), dr = upload(residual);
@@ -182,18 +383,48 @@ TEST(cuda_moe_routing_matches_cpu) {
                             width, dr.as<float>(), stream.handle());
       const auto got = download<float>(dr, residual.size(), stream);
       auto want = residual;
-      for (int64_t i = 0; i < n; ++i) {
-        for (int64_t j = 0; j < width; ++j) {
-          float o = 0.0f;
-          for (int64_t k = 0; k < used; ++k) {
-            if (table[routing.experts[i * used + k]] < 0) continue;
-            o += routing.weights[i * used + k] * expert_out[(i * used + k) * width + j];
-          }
-          want[i * width + j] += o;
-        }
-      }
+      add_expert_sum(expert_out, routing, table, n, width, want);
       CHECK(mismatches(got, want) == 0) << experts << " experts, " << what << ": combined rows differ in "
                                         << mismatches(got, want);
+    }
+  }
+}
+
+// route_and_group: a single row (a decode step: top-k and groups in one launch) and a batch,
+// with every expert on the GPU and with a third of them on the host.
+TEST(cuda_route_and_group_matches_cpu) {
+  if (!device_ready("cuda_route_and_group_matches_cpu")) return;
+  std::mt19937 rng(23);
+  const cuda::Stream stream;
+  const int64_t experts = 128, used = 8;
+  for (const int64_t n : {1, 11}) {
+    const auto logits = random_floats(static_cast<size_t>(n * experts), 4.0f, rng);
+    cpu::Routing routing;
+    cpu::route_top_k(logits.data(), n, experts, used, true, routing);
+    std::vector<int32_t> identity(static_cast<size_t>(experts)), split(static_cast<size_t>(experts), -1);
+    std::iota(identity.begin(), identity.end(), 0);
+    for (int64_t e = 0, slot = 0; e < experts; ++e) {
+      if (e % 3 != 1) split[e] = static_cast<int32_t>(slot++);
+    }
+    for (const auto& table : {identity, split}) {
+      const auto dl = upload(logits), slots = upload(table);
+      const int64_t max_chunks = cuda::max_expert_chunks(n, experts, used);
+      cuda::DeviceBuffer chosen(static_cast<size_t>(n * used) * sizeof(int32_t), "chosen");
+      cuda::DeviceBuffer weights(static_cast<size_t>(n * used) * sizeof(float), "weights");
+      cuda::DeviceBuffer order(static_cast<size_t>(n * used) * sizeof(int32_t), "order");
+      cuda::DeviceBuffer chunks(static_cast<size_t>(3 * max_chunks) * sizeof(int32_t), "chunks");
+      cuda::DeviceBuffer chunk_count(sizeof(int32_t), "chunk count");
+      cuda::route_and_group(dl.as<float>(), n, experts, used, true, slots.as<int32_t>(), chosen.as<int32_t>(),
+                            weights.as<float>(), order.as<int32_t>(), chunks.as<int32_t>(), chunk_count.as<int32_t>(),
+                            stream.handle());
+      const auto got_chosen = download<int32_t>(chosen, static_cast<size_t>(n * used), stream);
+      const auto got_weights = download<float>(weights, static_cast<size_t>(n * used), stream);
+      const char* what = table == identity ? "all on the GPU" : "a third on the host";
+      CHECK(got_chosen == routing.experts) << "n " << n << ", " << what << ": chosen experts differ";
+      CHECK(mismatches(got_weights, routing.weights) == 0) << "n " << n << ", " << what << ": weights differ";
+      CHECK(groups_consistent(order, chunks, chunk_count, n, used, max_chunks, cuda::tokens_per_expert_chunk(n),
+                              routing.experts, table, stream))
+          << "n " << n << ", " << what << ": the grouping misses, repeats or misfiles a slot";
     }
   }
 }
