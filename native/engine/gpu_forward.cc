@@ -105,7 +105,7 @@ class WeightPlan {
 // The pass's buffers, sized for kMaxBatch rows.
 struct Workspace {
   DeviceBuffer residual, normed, q, k, v, attention, gate, up, hidden, expert_out, router_logits, routing_weights;
-  DeviceBuffer chosen, order, chunks, chunk_count, tokens, positions, activations, last_logits;
+  DeviceBuffer chosen, order, chunks, chunk_count, tokens, positions, activations, last_logits, attention_scratch;
   DeviceBuffer all_logits;  // grown on demand for LogitRows::kAll
 };
 
@@ -187,6 +187,10 @@ void release_sequence(GpuModel& model, GpuSequence* sequence) {
 
 namespace {
 
+cuda::AttentionShape attention_shape(const model::HyperParams& p) {
+  return {p.heads, p.kv_heads, p.head_dim, 1.0f / std::sqrt(static_cast<float>(p.head_dim))};
+}
+
 size_t kv_bytes(const model::HyperParams& p, int64_t context_size) {
   return 2 * static_cast<size_t>(p.layers * context_size * p.kv_heads * p.head_dim) * sizeof(uint16_t);
 }
@@ -220,7 +224,8 @@ std::vector<std::pair<const char*, size_t>> workspace_sizes(const model::HyperPa
           {"tokens", ints(b)},
           {"positions", ints(b)},
           {"activations", static_cast<size_t>(widest / 32) * sizeof(ActivationBlock)},
-          {"last_logits", floats(p.vocab)}};
+          {"last_logits", floats(p.vocab)},
+          {"attention_scratch", cuda::attention_scratch_bytes(attention_shape(p), b)}};
 }
 
 void allocate_workspace(const model::HyperParams& p, Workspace& w) {
@@ -243,7 +248,8 @@ void allocate_workspace(const model::HyperParams& p, Workspace& w) {
                              &w.tokens,
                              &w.positions,
                              &w.activations,
-                             &w.last_logits};
+                             &w.last_logits,
+                             &w.attention_scratch};
   const auto sizes = workspace_sizes(p);
   for (size_t i = 0; i < sizes.size(); ++i) *buffers[i] = DeviceBuffer(sizes[i].second, sizes[i].first);
 }
@@ -499,8 +505,8 @@ struct Pass {
     uint16_t* keys = s.keys.as<uint16_t>() + layer * s.layer_elements;
     uint16_t* values = s.values.as<uint16_t>() + layer * s.layer_elements;
     cuda::store_kv(f(ws.k), f(ws.v), n, kv_width, ws.positions.as<int32_t>(), keys, values, stream);
-    const cuda::AttentionShape shape{p.heads, p.kv_heads, p.head_dim, 1.0f / std::sqrt(static_cast<float>(p.head_dim))};
-    cuda::causal_attention(f(ws.q), n, ws.positions.as<int32_t>(), keys, values, shape, f(ws.attention), stream);
+    cuda::causal_attention(f(ws.q), n, ws.positions.as<int32_t>(), keys, values, attention_shape(p),
+                           ws.attention_scratch.data(), f(ws.attention), stream);
     Input attended(*this, f(ws.attention), n, q_width);
     mul(w.attention_output, attended, n, f(ws.residual), true);
   }

@@ -1,0 +1,119 @@
+// The tiled (tensor-core) attention kernels against the exact kernel, which gives the CPU
+// path's floats (cuda_ops_test.cc checks that), on random queries and f16 caches: decode rows
+// at contexts 1 to 5,000 (the positions split over blocks), batches of 2 to 4 rows, and
+// prompts of 1 to 700 rows from position 0 and from mid-cache; GQA ratios 1, 4 and 8; head_dim
+// 64 and 128; spread scores and sharp ones (large enough that exp overflows without the
+// maximum subtracted). Skips, saying why, where there is no CUDA device.
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "tests/check.h"
+
+#ifdef BLOOMERY_CUDA
+
+#include "cuda/ops.h"
+#include "tests/cuda_test_util.h"
+
+using namespace bloomery;
+using namespace bloomery::tests::gpu;
+
+namespace {
+
+struct Case {
+  int64_t kv_heads, group, head_dim, first, n;
+  float query_amplitude;  // 1.5: scores of a few units; 60: scores past exp's float range, a nearly one-hot softmax
+};
+
+constexpr float kValueAmplitude = 2.0f;
+
+// The kernels agree up to the order of float sums, and that order moves a probability's f16
+// rounding by one f16 ulp (at most 2^-10 of it, or 2^-24 below f16's normal range) where a
+// score falls within float noise of a rounding boundary. Over a row, all of them moving
+// would change an output by at most 2^-10 sum(p) max|v| + length 2^-24 max|v|; each side's
+// f32 sum of `length` products errs by at most length 2^-24 max|v| (sum p = 1). So the
+// largest difference allowed is max|v| (2^-10 + 3 length 2^-24), a bound no planted defect
+// of the mask, the maximum or the normalization stays under. And since a move needs a
+// boundary within float noise (about 1 probability in 1,000), an output more than
+// 2^-12 max|v| away, which needs a moved probability above 1/4, is rare: at most 1 %.
+void check_case(const Case& c, std::mt19937& rng, const cuda::Stream& stream) {
+  const int64_t heads = c.kv_heads * c.group, d = c.head_dim;
+  const int64_t kv_width = c.kv_heads * d, q_width = heads * d, length = c.first + c.n;
+  std::vector<uint16_t> keys(static_cast<size_t>(length * kv_width)), values(keys.size());
+  for (auto& k : keys) k = quant::fp32_to_fp16(std::uniform_real_distribution<float>(-1.5f, 1.5f)(rng));
+  for (auto& v : values) {
+    v = quant::fp32_to_fp16(std::uniform_real_distribution<float>(-kValueAmplitude, kValueAmplitude)(rng));
+  }
+  const auto q = random_floats(static_cast<size_t>(c.n * q_width), c.query_amplitude, rng);
+  std::vector<int32_t> positions(static_cast<size_t>(c.n));
+  for (int64_t i = 0; i < c.n; ++i) positions[i] = static_cast<int32_t>(c.first + i);
+  const cuda::AttentionShape shape{heads, c.kv_heads, d, 1.0f / std::sqrt(static_cast<float>(d))};
+  const auto dq = upload(q), dk = upload(keys), dv = upload(values), dpos = upload(positions);
+  cuda::DeviceBuffer exact(q.size() * sizeof(float), "exact"), tiled(q.size() * sizeof(float), "tiled");
+  cuda::DeviceBuffer scratch(cuda::attention_scratch_bytes(shape, c.n), "scratch");
+  cuda::exact_causal_attention(dq.as<float>(), c.n, dpos.as<int32_t>(), dk.as<uint16_t>(), dv.as<uint16_t>(), shape,
+                               exact.as<float>(), stream.handle());
+  cuda::causal_attention(dq.as<float>(), c.n, dpos.as<int32_t>(), dk.as<uint16_t>(), dv.as<uint16_t>(), shape,
+                         scratch.data(), tiled.as<float>(), stream.handle());
+  cuda::check_launch("attention test");
+  const auto want = download<float>(exact, q.size(), stream);
+  const auto got = download<float>(tiled, q.size(), stream);
+
+  const double bound =
+      kValueAmplitude * (std::ldexp(1.0, -10) + 3.0 * static_cast<double>(length) * std::ldexp(1.0, -24));
+  const double far = kValueAmplitude * std::ldexp(1.0, -12);
+  double largest = 0.0;
+  size_t beyond = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double diff = std::fabs(static_cast<double>(got[i]) - want[i]);
+    largest = std::isnan(diff) ? INFINITY : std::max(largest, diff);
+    beyond += !(diff <= far);
+  }
+  const auto label = [&] {
+    std::ostringstream s;
+    s << "head_dim " << d << ", group " << c.group << ", kv_heads " << c.kv_heads << ", rows " << c.n
+      << " from position " << c.first << ", query amplitude " << c.query_amplitude;
+    return s.str();
+  };
+  CHECK(largest <= bound) << label() << ": largest difference " << largest << " over the bound " << bound;
+  CHECK(beyond * 100 <= want.size()) << label() << ": " << beyond << " of " << want.size()
+                                     << " outputs differ by more than " << far;
+}
+
+}  // namespace
+
+TEST(cuda_tiled_attention_decode_matches_exact) {
+  if (!device_ready("cuda_tiled_attention_decode_matches_exact")) return;
+  std::mt19937 rng(41);
+  const cuda::Stream stream;
+  for (const int64_t d : {128, 64}) {
+    for (const int64_t group : {1, 4, 8}) {
+      for (const int64_t context : {1, 7, 300, 5000}) {
+        for (const float amplitude : {1.5f, 60.0f}) check_case({4, group, d, context - 1, 1, amplitude}, rng, stream);
+      }
+      // A batch of a few rows (several streams' worth): still split, the rows in one or two warps.
+      for (const int64_t n : {2, 4}) check_case({4, group, d, 2000, n, 1.5f}, rng, stream);
+    }
+  }
+}
+
+TEST(cuda_tiled_attention_prompt_matches_exact) {
+  if (!device_ready("cuda_tiled_attention_prompt_matches_exact")) return;
+  std::mt19937 rng(43);
+  const cuda::Stream stream;
+  for (const int64_t d : {128, 64}) {
+    for (const int64_t group : {1, 4, 8}) {
+      for (const int64_t first : {0, 777}) {
+        for (const int64_t n : {1, 2, 3, 15, 16, 17, 63, 64, 65, 130, 511, 700}) {
+          check_case({2, group, d, first, n, n % 2 == 1 ? 60.0f : 1.5f}, rng, stream);
+        }
+      }
+    }
+  }
+}
+
+#else
+
+TEST(cuda_attention_skipped) { std::printf("skip cuda_attention tests: this build has no CUDA\n"); }
+
+#endif
