@@ -160,8 +160,9 @@ __device__ void load_queries(const Params& p, int kv_head, int first_row, uint16
   __syncthreads();
 }
 
-// Cache rows [first, first + kTile) of the KV head into `tile`, zeros from `end` on (rows
-// never written may hold NaN bit patterns, and 0 * NaN would reach the output).
+// Queues copies of cache rows [first, first + kTile) of the KV head into `tile` (cp.async, so
+// every piece is in flight at once), zeros from `end` on: rows never written may hold NaN bit
+// patterns, and 0 * NaN would reach the output. wait_for_tiles() waits for this thread's copies.
 template <int D, int kWarps>
 __device__ void load_tile(const uint16_t* cache, int64_t kv_width, int kv_head, int first, int end, uint16_t* tile) {
   using S = Shape<D, kWarps>;
@@ -169,11 +170,15 @@ __device__ void load_tile(const uint16_t* cache, int64_t kv_width, int kv_head, 
   for (int i = threadIdx.x; i < kTile * kPieces; i += S::kThreads) {
     const int r = i / kPieces, c = i % kPieces * 8;
     const int position = first + r;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (position < end) v = *reinterpret_cast<const uint4*>(cache + position * kv_width + kv_head * D + c);
-    *reinterpret_cast<uint4*>(tile + r * S::kStride + c) = v;
+    const bool inside = position < end;
+    const uint16_t* source = cache + (inside ? position * kv_width + kv_head * D + c : 0);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared_address(tile + r * S::kStride + c)),
+                 "l"(source), "r"(inside ? 16 : 0)
+                 : "memory");
   }
 }
+
+__device__ __forceinline__ void wait_for_tiles() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 // The warp's scores against a K tile: s[t][e] is row lane / 4 + 8 * (e / 2), position
 // 8 t + 2 (lane % 4) + e % 2 of the tile; each the f32 product of its dot and the scale.
@@ -219,12 +224,15 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_stats_ke
   const Range range = block_range<D, kWarps>(p, first_row, split);
   const LaneRows rows = lane_rows(p, first_row);
   uint32_t a[S::kSteps][4];
-  load_queries<D, kWarps>(p, kv_head, first_row, tile, a);
+  if (range.begin < range.end) load_queries<D, kWarps>(p, kv_head, first_row, tile, a);
 
+  // A row none of whose positions lie in the split keeps -inf: later splits, further from the
+  // start, are outside it as well, which is where the readers of the statistics stop.
   float max[2] = {-INFINITY, -INFINITY};
   double sum[2] = {0.0, 0.0};  // this lane's share, at scale exp(-max)
   for (int first = range.begin; first < range.end; first += kTile) {
     load_tile<D, kWarps>(p.keys, p.kv_width, kv_head, first, range.end, tile);
+    wait_for_tiles();
     __syncthreads();
     float s[kTile / 8][4];
     tile_scores<D, kWarps>(a, tile, p.scale, s);
@@ -272,6 +280,7 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_values_k
   const int first_row = blockIdx.x * S::kRows;
   const int lane = threadIdx.x % kWarp, m = lane / 8;
   const Range range = block_range<D, kWarps>(p, first_row, split);
+  if (range.begin == range.end) return;  // a split past the context: its rows' statistics say so
   const LaneRows rows = lane_rows(p, first_row);
   uint32_t a[S::kSteps][4];
   load_queries<D, kWarps>(p, kv_head, first_row, keys, a);
@@ -284,11 +293,12 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_values_k
     if (rows.limit[i] < 0) continue;
     const float2* stats = p.stats + row_index(p, kv_head, rows.row[i]);
     float row_max = -INFINITY;
-    for (int s = 0; s < p.splits; ++s) row_max = fmaxf(row_max, stats[s * stride].x);
+    for (int s = 0; s < p.splits && stats[s * stride].x != -INFINITY; ++s)
+      row_max = fmaxf(row_max, stats[s * stride].x);
     double row_sum = 0.0;
-    for (int s = 0; s < p.splits; ++s) {
+    for (int s = 0; s < p.splits && stats[s * stride].x != -INFINITY; ++s) {
       const float2 st = stats[s * stride];
-      if (st.x != -INFINITY) row_sum += static_cast<double>(st.y) * static_cast<double>(expf(__fsub_rn(st.x, row_max)));
+      row_sum += static_cast<double>(st.y) * static_cast<double>(expf(__fsub_rn(st.x, row_max)));
     }
     max[i] = row_max;
     inverse[i] = static_cast<float>(1.0 / row_sum);
@@ -298,6 +308,7 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_values_k
   for (int first = range.begin; first < range.end; first += kTile) {
     load_tile<D, kWarps>(p.keys, p.kv_width, kv_head, first, range.end, keys);
     load_tile<D, kWarps>(p.values, p.kv_width, kv_head, first, range.end, values);
+    wait_for_tiles();
     __syncthreads();
     float s[kTile / 8][4];
     tile_scores<D, kWarps>(a, keys, p.scale, s);
@@ -339,11 +350,15 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_values_k
   }
 }
 
-__global__ void combine_splits_kernel(const float* partial, int splits, int64_t count, float* out) {
+// Each output the sum of its row's partial outputs, in split order, over the splits holding
+// some of the row's positions (the first ones: see attention_stats_kernel).
+__global__ void combine_splits_kernel(const float2* stats, const float* partial, int splits, int64_t rows, int head_dim,
+                                      float* out) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= count) return;
+  if (i >= rows * head_dim) return;
+  const int64_t row = i / head_dim;
   float sum = 0.0f;
-  for (int s = 0; s < splits; ++s) sum += partial[s * count + i];
+  for (int s = 0; s < splits && stats[s * rows + row].x != -INFINITY; ++s) sum += partial[s * rows * head_dim + i];
   out[i] = sum;
 }
 
@@ -424,9 +439,9 @@ void tiled_causal_attention(const float* q, int64_t n, const int32_t* positions,
   }
   if (plan.splits > 1) {
     constexpr int kCombineThreads = 256;
-    const int64_t count = n * shape.heads * shape.head_dim;
-    combine_splits_kernel<<<ceil_div(count, kCombineThreads), kCombineThreads, 0, s>>>(p.partial, plan.splits, count,
-                                                                                       out);
+    const int64_t rows = n * shape.heads;
+    combine_splits_kernel<<<ceil_div(rows * shape.head_dim, kCombineThreads), kCombineThreads, 0, s>>>(
+        p.stats, p.partial, plan.splits, rows, static_cast<int>(shape.head_dim), out);
   }
 }
 

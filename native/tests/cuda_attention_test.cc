@@ -34,8 +34,8 @@ constexpr float kValueAmplitude = 2.0f;
 // score falls within float noise of a rounding boundary. Over a row, all of them moving
 // would change an output by at most 2^-10 sum(p) max|v| + length 2^-24 max|v|; each side's
 // f32 sum of `length` products errs by at most length 2^-24 max|v| (sum p = 1). So the
-// largest difference allowed is max|v| (2^-10 + 3 length 2^-24), a bound no planted defect
-// of the mask, the maximum or the normalization stays under. And since a move needs a
+// largest difference allowed is max|v| (2^-10 + 3 length 2^-24), a few thousandths: a wrong
+// mask, maximum or normalization moves outputs by tenths. And since a move needs a
 // boundary within float noise (about 1 probability in 1,000), a (row, head) output more than
 // 2^-12 max|v| away somewhere, which needs a moved probability above 1/4, is rare: at most
 // one in a case, or 1 % of them.
