@@ -1,22 +1,29 @@
 // Causal attention on tensor cores (f16 mma.sync m16n8k16, f32 accumulators) for head_dim 64
 // and 128, prompts and decode steps alike. A block takes a tile of packed rows of one KV head
 // (packed row r of a pass is token r / group and query head kv_head * group + r % group, so the
-// query heads that share a KV head read each K/V tile once) and one split of the cache
-// positions: batches too small to fill the GPU (a decode step) split the positions over up to
-// kMaxSplits blocks, and the kernels size each split from the length read on the device, so one
-// captured decode graph serves every step.
+// query heads that share a KV head read each K/V tile once) and cache positions in segments of
+// kSegment. A batch of one row tile per KV head (a decode step, a few streams) gives each
+// segment its own block, so a long context fills the GPU; the grid covers the whole cache and
+// blocks past the row's length return at once, so one captured decode graph serves every step.
+// Larger batches give each block every segment of its tile.
 //
 // Rounding kept from the CPU path (cpu/attention.cc) where it costs little: the query rounded
 // to f16 (f16 products are exact in f32), each score the f32 product of its dot and the scale,
 // and the probabilities normalized before they are rounded to f16, as the CPU rounds them. So
 // the normalization comes first: attention_stats_kernel computes each row's maximum score and
-// exp sum per split, attention_values_kernel recomputes the same scores (the same instructions,
-// so the same floats), combines the splits' statistics, rounds p = exp(s - max) * (1 / sum) to
-// f16 and multiplies by V; with several splits, combine_splits_kernel adds their partial rows in
-// split order (deterministic). One Q.K product more than online-softmax flash attention, and no
-// rescaled output; what differs from the CPU is the order of float sums (the dots, the exp sum,
-// the P.V sums), so a probability's f16 rounding moves only where a score lands within a few
-// float ulps of a rounding boundary.
+// exp sum per segment, attention_values_kernel recomputes the same scores (the same
+// instructions, so the same floats), folds the segments' statistics, rounds
+// p = exp(s - max) * (1 / sum) to f16 and multiplies by V, adding the segments' products in
+// order; with a block per segment, combine_segments_kernel adds them in the same order. One
+// Q.K product more than online-softmax flash attention, and no rescaled output; what differs
+// from the CPU is the order of float sums (the dots, the exp sum, the P.V sums), so a
+// probability's f16 rounding moves only where a score lands within a few float ulps of a
+// rounding boundary.
+//
+// Every sum a row's output is made of runs over the same positions in the same order whatever
+// else is in the batch (segments start at fixed positions, tiles at multiples of kTile in them,
+// and each mma row is a dot of its own), so a row's floats do not depend on the batch: a prompt
+// split into other passes, a decode step and a prompt row at the same position agree exactly.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -31,9 +38,8 @@ namespace {
 constexpr int kRowsPerWarp = 16;  // an mma's M
 constexpr int kTile = 64;         // cache positions per K/V tile
 constexpr int kPad = 8;           // halves after each shared row, so ldmatrix's eight row reads miss each other's banks
-constexpr int kMaxSplits = 64;
-constexpr int kTargetBlocks = 256;  // about two blocks per SM of an H100 / H200 (132 SMs)
-constexpr int kPromptWarps = 4;     // warps (16 packed rows each) per block for batches of more than 16 rows
+constexpr int kSegment = 2 * kTile;  // cache positions per segment: two tiles
+constexpr int kWideWarps = 4;        // warps (16 packed rows each) per block for more than 16 rows
 
 struct Params {
   const float* q;
@@ -45,17 +51,20 @@ struct Params {
   int group;  // query heads per KV head
   int64_t kv_width;
   float scale;
-  int splits;
-  float2* stats;   // [splits][n * heads]: each row's maximum score and its exps' sum in the split
-  float* partial;  // [splits][n * heads][head_dim] with several splits, else unused
+  bool block_per_segment;  // else one block for all of a row tile's segments
+  float2* stats;           // [segment][n * heads]: each row's maximum score and its exps' sum in the segment
+  float* partial;          // [segment][n * heads][head_dim] with a block per segment, else unused
   float* out;
 };
 
-// One split's cache positions [begin, end): whole tiles of at least kTile positions.
-struct Range {
+// The segments a block runs, [begin, end), and the positions its tile's longest row sees.
+struct Segments {
   int begin;
   int end;
+  int length;
 };
+
+__device__ __forceinline__ int segments_of(int length) { return (length + kSegment - 1) / kSegment; }
 
 __device__ __forceinline__ uint32_t shared_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -120,21 +129,20 @@ __device__ LaneRows lane_rows(const Params& p, int first_row) {
   return rows;
 }
 
-// The block's split: positions the longest row of its tile sees, divided into `splits` ranges
-// of whole tiles (later ranges empty when the context is short).
+// The block's segments: those holding positions of its tile's longest row, one of them with a
+// block per segment (none when the tile's rows end before it).
 template <int D, int kWarps>
-__device__ Range block_range(const Params& p, int first_row, int split) {
+__device__ Segments block_segments(const Params& p, int first_row) {
   __shared__ int longest;
   if (threadIdx.x == 0) longest = 0;
   __syncthreads();
   const int row = first_row + static_cast<int>(threadIdx.x);
   if (threadIdx.x < Shape<D, kWarps>::kRows && row < p.n * p.group) atomicMax(&longest, p.positions[row / p.group] + 1);
   __syncthreads();
-  const int length = longest;
-  const int share = (length + p.splits - 1) / p.splits;
-  const int chunk = max(kTile, (share + kTile - 1) / kTile * kTile);
-  const int begin = min(split * chunk, length);
-  return {begin, min(begin + chunk, length)};
+  const int count = segments_of(longest);
+  if (!p.block_per_segment) return {0, count, longest};
+  const int segment = static_cast<int>(blockIdx.z);
+  return {segment, min(segment + 1, count), longest};
 }
 
 // The warp's query rows as mma A fragments, rounded to f16, staged through `stage`.
@@ -219,54 +227,60 @@ template <int D, int kWarps>
 __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_stats_kernel(Params p) {
   using S = Shape<D, kWarps>;
   __shared__ __align__(16) uint16_t tile[kTile * S::kStride];
-  const int kv_head = blockIdx.y, split = blockIdx.z;
+  const int kv_head = blockIdx.y;
   const int first_row = blockIdx.x * S::kRows;
-  const Range range = block_range<D, kWarps>(p, first_row, split);
+  const Segments segments = block_segments<D, kWarps>(p, first_row);
+  if (segments.begin >= segments.end) return;
   const LaneRows rows = lane_rows(p, first_row);
   uint32_t a[S::kSteps][4];
-  if (range.begin < range.end) load_queries<D, kWarps>(p, kv_head, first_row, tile, a);
+  load_queries<D, kWarps>(p, kv_head, first_row, tile, a);
 
-  // A row none of whose positions lie in the split keeps -inf: later splits, further from the
-  // start, are outside it as well, which is where the readers of the statistics stop.
-  float max[2] = {-INFINITY, -INFINITY};
-  double sum[2] = {0.0, 0.0};  // this lane's share, at scale exp(-max)
-  for (int first = range.begin; first < range.end; first += kTile) {
-    load_tile<D, kWarps>(p.keys, p.kv_width, kv_head, first, range.end, tile);
-    wait_for_tiles();
-    __syncthreads();
-    float s[kTile / 8][4];
-    tile_scores<D, kWarps>(a, tile, p.scale, s);
-    __syncthreads();
+  for (int segment = segments.begin; segment < segments.end; ++segment) {
+    float max[2] = {-INFINITY, -INFINITY};
+    double sum[2] = {0.0, 0.0};  // this lane's share, at scale exp(-max)
+    for (int first = segment * kSegment; first < min((segment + 1) * kSegment, segments.length); first += kTile) {
+      load_tile<D, kWarps>(p.keys, p.kv_width, kv_head, first, segments.length, tile);
+      wait_for_tiles();
+      __syncthreads();
+      float s[kTile / 8][4];
+      tile_scores<D, kWarps>(a, tile, p.scale, s);
+      __syncthreads();
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        float tile_max = -INFINITY;
+#pragma unroll
+        for (int t = 0; t < kTile / 8; ++t) {
+#pragma unroll
+          for (int e = 2 * i; e < 2 * i + 2; ++e) {
+            if (score_position(first, t, e) <= rows.limit[i]) tile_max = fmaxf(tile_max, s[t][e]);
+          }
+        }
+        const float next = fmaxf(max[i], quad_max(tile_max));
+        if (next == -INFINITY) continue;
+        float tile_sum = 0.0f;
+#pragma unroll
+        for (int t = 0; t < kTile / 8; ++t) {
+#pragma unroll
+          for (int e = 2 * i; e < 2 * i + 2; ++e) {
+            if (score_position(first, t, e) <= rows.limit[i])
+              tile_sum = __fadd_rn(tile_sum, expf(__fsub_rn(s[t][e], next)));
+          }
+        }
+        // Explicitly rounded steps (no contraction into an FMA that one instantiation might do and
+        // another not): every kernel variant gives a row the same floats.
+        sum[i] = __dadd_rn(__dmul_rn(sum[i], static_cast<double>(expf(__fsub_rn(max[i], next)))),
+                           static_cast<double>(tile_sum));
+        max[i] = next;
+      }
+    }
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      float tile_max = -INFINITY;
-#pragma unroll
-      for (int t = 0; t < kTile / 8; ++t) {
-#pragma unroll
-        for (int e = 2 * i; e < 2 * i + 2; ++e) {
-          if (score_position(first, t, e) <= rows.limit[i]) tile_max = fmaxf(tile_max, s[t][e]);
-        }
+      sum[i] = __dadd_rn(sum[i], __shfl_xor_sync(0xffffffffu, sum[i], 1));
+      sum[i] = __dadd_rn(sum[i], __shfl_xor_sync(0xffffffffu, sum[i], 2));
+      if (threadIdx.x % 4 == 0 && rows.limit[i] >= segment * kSegment) {
+        p.stats[segment * static_cast<int64_t>(p.n) * p.heads + row_index(p, kv_head, rows.row[i])] =
+            make_float2(max[i], static_cast<float>(sum[i]));
       }
-      const float next = fmaxf(max[i], quad_max(tile_max));
-      if (next == -INFINITY) continue;
-      float tile_sum = 0.0f;
-#pragma unroll
-      for (int t = 0; t < kTile / 8; ++t) {
-#pragma unroll
-        for (int e = 2 * i; e < 2 * i + 2; ++e) {
-          if (score_position(first, t, e) <= rows.limit[i]) tile_sum += expf(__fsub_rn(s[t][e], next));
-        }
-      }
-      sum[i] = sum[i] * static_cast<double>(expf(__fsub_rn(max[i], next))) + static_cast<double>(tile_sum);
-      max[i] = next;
-    }
-  }
-  for (int i = 0; i < 2; ++i) {
-    sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], 1);
-    sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], 2);
-    if (threadIdx.x % 4 == 0 && rows.limit[i] >= 0) {
-      p.stats[split * static_cast<int64_t>(p.n) * p.heads + row_index(p, kv_head, rows.row[i])] =
-          make_float2(max[i], static_cast<float>(sum[i]));
     }
   }
 }
@@ -276,120 +290,134 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_values_k
   using S = Shape<D, kWarps>;
   __shared__ __align__(16) uint16_t keys[kTile * S::kStride];
   __shared__ __align__(16) uint16_t values[kTile * S::kStride];
-  const int kv_head = blockIdx.y, split = blockIdx.z;
+  const int kv_head = blockIdx.y;
   const int first_row = blockIdx.x * S::kRows;
   const int lane = threadIdx.x % kWarp, m = lane / 8;
-  const Range range = block_range<D, kWarps>(p, first_row, split);
-  if (range.begin == range.end) return;  // a split past the context: its rows' statistics say so
+  const Segments segments = block_segments<D, kWarps>(p, first_row);
+  if (segments.begin >= segments.end) return;
   const LaneRows rows = lane_rows(p, first_row);
   uint32_t a[S::kSteps][4];
   load_queries<D, kWarps>(p, kv_head, first_row, keys, a);
 
-  // The row's maximum over all splits and the inverse of its exp sum, as the CPU's softmax
+  // The row's maximum over its segments and the inverse of its exp sum, as the CPU's softmax
   // has them (its sum in double, the inverse rounded to float).
   float max[2] = {0.0f, 0.0f}, inverse[2] = {0.0f, 0.0f};
   const int64_t stride = static_cast<int64_t>(p.n) * p.heads;
   for (int i = 0; i < 2; ++i) {
     if (rows.limit[i] < 0) continue;
     const float2* stats = p.stats + row_index(p, kv_head, rows.row[i]);
+    const int count = segments_of(rows.limit[i] + 1);
     float row_max = -INFINITY;
-    for (int s = 0; s < p.splits && stats[s * stride].x != -INFINITY; ++s)
-      row_max = fmaxf(row_max, stats[s * stride].x);
+    for (int g = 0; g < count; ++g) row_max = fmaxf(row_max, stats[g * stride].x);
     double row_sum = 0.0;
-    for (int s = 0; s < p.splits && stats[s * stride].x != -INFINITY; ++s) {
-      const float2 st = stats[s * stride];
-      row_sum += static_cast<double>(st.y) * static_cast<double>(expf(__fsub_rn(st.x, row_max)));
+    for (int g = 0; g < count; ++g) {
+      const float2 st = stats[g * stride];
+      row_sum =
+          __dadd_rn(row_sum, __dmul_rn(static_cast<double>(st.y), static_cast<double>(expf(__fsub_rn(st.x, row_max)))));
     }
     max[i] = row_max;
     inverse[i] = static_cast<float>(1.0 / row_sum);
   }
 
-  float o[D / 8][4] = {};
-  for (int first = range.begin; first < range.end; first += kTile) {
-    load_tile<D, kWarps>(p.keys, p.kv_width, kv_head, first, range.end, keys);
-    load_tile<D, kWarps>(p.values, p.kv_width, kv_head, first, range.end, values);
-    wait_for_tiles();
-    __syncthreads();
-    float s[kTile / 8][4];
-    tile_scores<D, kWarps>(a, keys, p.scale, s);
-    // The probabilities as A fragments: the C layout of score tiles 2j and 2j + 1 is the A
-    // layout of positions [16 j, 16 j + 16).
-    uint32_t probs[kTile / 16][4];
+  float total[D / 8][4] = {};  // the segments' products, added in segment order
+  for (int segment = segments.begin; segment < segments.end; ++segment) {
+    float o[D / 8][4] = {};
+    for (int first = segment * kSegment; first < min((segment + 1) * kSegment, segments.length); first += kTile) {
+      load_tile<D, kWarps>(p.keys, p.kv_width, kv_head, first, segments.length, keys);
+      load_tile<D, kWarps>(p.values, p.kv_width, kv_head, first, segments.length, values);
+      wait_for_tiles();
+      __syncthreads();
+      float s[kTile / 8][4];
+      tile_scores<D, kWarps>(a, keys, p.scale, s);
+      // The probabilities as A fragments: the C layout of score tiles 2j and 2j + 1 is the A
+      // layout of positions [16 j, 16 j + 16).
+      uint32_t probs[kTile / 16][4];
 #pragma unroll
-    for (int t = 0; t < kTile / 8; ++t) {
-      float pr[4];
+      for (int t = 0; t < kTile / 8; ++t) {
+        float pr[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = e / 2;
-        pr[e] = score_position(first, t, e) <= rows.limit[i] ? __fmul_rn(expf(__fsub_rn(s[t][e], max[i])), inverse[i])
-                                                             : 0.0f;
+        for (int e = 0; e < 4; ++e) {
+          const int i = e / 2;
+          pr[e] = score_position(first, t, e) <= rows.limit[i] ? __fmul_rn(expf(__fsub_rn(s[t][e], max[i])), inverse[i])
+                                                               : 0.0f;
+        }
+        probs[t / 2][t % 2 * 2] = pack_halves(pr[0], pr[1]);
+        probs[t / 2][t % 2 * 2 + 1] = pack_halves(pr[2], pr[3]);
       }
-      probs[t / 2][t % 2 * 2] = pack_halves(pr[0], pr[1]);
-      probs[t / 2][t % 2 * 2 + 1] = pack_halves(pr[2], pr[3]);
-    }
-    const uint16_t* base = values + (m % 2 * 8 + lane % 8) * S::kStride + m / 2 * 8;
+      const uint16_t* base = values + (m % 2 * 8 + lane % 8) * S::kStride + m / 2 * 8;
 #pragma unroll
-    for (int j = 0; j < kTile / 16; ++j) {
+      for (int j = 0; j < kTile / 16; ++j) {
 #pragma unroll
-      for (int d = 0; d < D / 8; d += 2) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, base + j * 16 * S::kStride + d * 8);
-        mma(o[d], probs[j], b[0], b[1]);
-        mma(o[d + 1], probs[j], b[2], b[3]);
+        for (int d = 0; d < D / 8; d += 2) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, base + j * 16 * S::kStride + d * 8);
+          mma(o[d], probs[j], b[0], b[1]);
+          mma(o[d + 1], probs[j], b[2], b[3]);
+        }
       }
+      __syncthreads();
     }
-    __syncthreads();
+#pragma unroll
+    for (int d = 0; d < D / 8; ++d) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) total[d][e] = __fadd_rn(total[d][e], o[d][e]);
+    }
   }
 
-  float* dest = p.splits == 1 ? p.out : p.partial + split * static_cast<int64_t>(p.n) * p.heads * D;
+  float* dest = p.block_per_segment ? p.partial + segments.begin * stride * D : p.out;
+#pragma unroll
   for (int i = 0; i < 2; ++i) {
     if (rows.limit[i] < 0) continue;
     float* row = dest + row_index(p, kv_head, rows.row[i]) * D + lane % 4 * 2;
 #pragma unroll
-    for (int d = 0; d < D / 8; ++d) *reinterpret_cast<float2*>(row + d * 8) = make_float2(o[d][2 * i], o[d][2 * i + 1]);
+    for (int d = 0; d < D / 8; ++d) {
+      *reinterpret_cast<float2*>(row + d * 8) = make_float2(total[d][2 * i], total[d][2 * i + 1]);
+    }
   }
 }
 
-// Each output the sum of its row's partial outputs, in split order, over the splits holding
-// some of the row's positions (the first ones: see attention_stats_kernel).
-__global__ void combine_splits_kernel(const float2* stats, const float* partial, int splits, int64_t rows, int head_dim,
-                                      float* out) {
+// Each output the sum of its row's segment products in segment order, from zero, as
+// attention_values_kernel adds them when one block runs all of a row's segments.
+__global__ void combine_segments_kernel(const float* partial, const int32_t* positions, int64_t rows, int heads,
+                                        int head_dim, float* out) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= rows * head_dim) return;
-  const int64_t row = i / head_dim;
+  const int count = segments_of(positions[i / head_dim / heads] + 1);
   float sum = 0.0f;
-  for (int s = 0; s < splits && stats[s * rows + row].x != -INFINITY; ++s) sum += partial[s * rows * head_dim + i];
+  for (int g = 0; g < count; ++g) sum = __fadd_rn(sum, partial[g * rows * head_dim + i]);
   out[i] = sum;
 }
 
-// How a batch of n rows is cut: warps per block, row tiles, and splits of the positions.
+// How a batch of n rows is cut: warps per block, row tiles, and whether each segment of the
+// cache gets its own block (one row tile per KV head: a decode step or a few rows).
 struct Plan {
   int warps;
   int row_tiles;
-  int splits;
+  bool block_per_segment;
 };
 
 Plan plan_for(int64_t n, const AttentionShape& shape) {
   const int64_t rows = n * (shape.heads / shape.kv_heads);
-  const int warps = rows <= kRowsPerWarp ? 1 : kPromptWarps;
+  const int warps = rows <= kRowsPerWarp ? 1 : kWideWarps;
   const int64_t row_tiles = (rows + warps * kRowsPerWarp - 1) / (warps * kRowsPerWarp);
-  const int64_t blocks = row_tiles * shape.kv_heads;
-  const int64_t splits = blocks >= kTargetBlocks / 2 ? 1 : std::min<int64_t>(kMaxSplits, kTargetBlocks / blocks);
-  return {warps, static_cast<int>(row_tiles), static_cast<int>(std::max<int64_t>(1, splits))};
+  return {warps, static_cast<int>(row_tiles), row_tiles == 1};
 }
 
-size_t stats_bytes(int64_t n, const AttentionShape& shape, const Plan& plan) {
-  return (static_cast<size_t>(plan.splits) * n * shape.heads * sizeof(float2) + 255) / 256 * 256;
+int64_t cache_segments(const AttentionShape& shape) { return (shape.cache_positions + kSegment - 1) / kSegment; }
+
+size_t stats_bytes(int64_t n, const AttentionShape& shape) {
+  return (static_cast<size_t>(cache_segments(shape)) * n * shape.heads * sizeof(float2) + 255) / 256 * 256;
 }
 
 size_t partial_bytes(int64_t n, const AttentionShape& shape, const Plan& plan) {
-  return plan.splits == 1 ? 0 : static_cast<size_t>(plan.splits) * n * shape.heads * shape.head_dim * sizeof(float);
+  if (!plan.block_per_segment) return 0;
+  return static_cast<size_t>(cache_segments(shape)) * n * shape.heads * shape.head_dim * sizeof(float);
 }
 
 template <int D, int kWarps>
-void launch(const Params& p, const Plan& plan, int64_t kv_heads, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(plan.row_tiles), static_cast<unsigned>(kv_heads),
-                  static_cast<unsigned>(plan.splits));
+void launch(const Params& p, const Plan& plan, const AttentionShape& shape, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(plan.row_tiles), static_cast<unsigned>(shape.kv_heads),
+                  static_cast<unsigned>(plan.block_per_segment ? cache_segments(shape) : 1));
   attention_stats_kernel<D, kWarps><<<grid, Shape<D, kWarps>::kThreads, 0, stream>>>(p);
   attention_values_kernel<D, kWarps><<<grid, Shape<D, kWarps>::kThreads, 0, stream>>>(p);
 }
@@ -402,8 +430,7 @@ size_t attention_scratch_bytes(const AttentionShape& shape, int64_t max_rows) {
   size_t bytes = 0;
   if (!tiled_attention_supports(shape.head_dim)) return bytes;
   for (int64_t n = 1; n <= max_rows; ++n) {
-    const Plan plan = plan_for(n, shape);
-    bytes = std::max(bytes, stats_bytes(n, shape, plan) + partial_bytes(n, shape, plan));
+    bytes = std::max(bytes, stats_bytes(n, shape) + partial_bytes(n, shape, plan_for(n, shape)));
   }
   return bytes;
 }
@@ -415,6 +442,7 @@ void tiled_causal_attention(const float* q, int64_t n, const int32_t* positions,
     throw Error("UNSUPPORTED_MODEL",
                 "tiled GPU attention needs head_dim 64 or 128, not " + std::to_string(shape.head_dim));
   }
+  if (shape.cache_positions < 1) throw Error("INVALID_ARGUMENT", "tiled GPU attention needs the KV cache's size");
   const Plan plan = plan_for(n, shape);
   Params p;
   p.q = q;
@@ -426,22 +454,22 @@ void tiled_causal_attention(const float* q, int64_t n, const int32_t* positions,
   p.group = static_cast<int>(shape.heads / shape.kv_heads);
   p.kv_width = shape.kv_heads * shape.head_dim;
   p.scale = shape.scale;
-  p.splits = plan.splits;
+  p.block_per_segment = plan.block_per_segment;
   p.stats = static_cast<float2*>(scratch);
-  p.partial = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + stats_bytes(n, shape, plan));
+  p.partial = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + stats_bytes(n, shape));
   p.out = out;
   const auto s = static_cast<cudaStream_t>(stream);
-  const bool wide = plan.warps == kPromptWarps;
+  const bool wide = plan.warps == kWideWarps;
   if (shape.head_dim == 64) {
-    wide ? launch<64, kPromptWarps>(p, plan, shape.kv_heads, s) : launch<64, 1>(p, plan, shape.kv_heads, s);
+    wide ? launch<64, kWideWarps>(p, plan, shape, s) : launch<64, 1>(p, plan, shape, s);
   } else {
-    wide ? launch<128, kPromptWarps>(p, plan, shape.kv_heads, s) : launch<128, 1>(p, plan, shape.kv_heads, s);
+    wide ? launch<128, kWideWarps>(p, plan, shape, s) : launch<128, 1>(p, plan, shape, s);
   }
-  if (plan.splits > 1) {
+  if (plan.block_per_segment) {
     constexpr int kCombineThreads = 256;
     const int64_t rows = n * shape.heads;
-    combine_splits_kernel<<<ceil_div(rows * shape.head_dim, kCombineThreads), kCombineThreads, 0, s>>>(
-        p.stats, p.partial, plan.splits, rows, static_cast<int>(shape.head_dim), out);
+    combine_segments_kernel<<<ceil_div(rows * shape.head_dim, kCombineThreads), kCombineThreads, 0, s>>>(
+        p.partial, positions, rows, p.heads, static_cast<int>(shape.head_dim), out);
   }
 }
 

@@ -1,9 +1,10 @@
 // The tiled (tensor-core) attention kernels against the exact kernel, which gives the CPU
 // path's floats (cuda_ops_test.cc checks that), on random queries and f16 caches: decode rows
-// at contexts 1 to 5,000 (the positions split over blocks), batches of 2 to 4 rows, and
+// at contexts 1 to 5,000 (a block per segment of the cache), batches of 2 and 4 rows, and
 // prompts of 1 to 700 rows from position 0 and from mid-cache; GQA ratios 1, 4 and 8; head_dim
 // 64 and 128; spread scores and sharp ones (large enough that exp overflows without the
-// maximum subtracted). Skips, saying why, where there is no CUDA device.
+// maximum subtracted). Then that a row's floats do not depend on its batch, and the kernels'
+// times. Skips, saying why, where there is no CUDA device.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -50,7 +51,8 @@ void check_case(const Case& c, std::mt19937& rng, const cuda::Stream& stream) {
   const auto q = random_floats(static_cast<size_t>(c.n * q_width), c.query_amplitude, rng);
   std::vector<int32_t> positions(static_cast<size_t>(c.n));
   for (int64_t i = 0; i < c.n; ++i) positions[i] = static_cast<int32_t>(c.first + i);
-  const cuda::AttentionShape shape{heads, c.kv_heads, d, 1.0f / std::sqrt(static_cast<float>(d))};
+  // A cache longer than the rows reach, as a session's is: blocks of segments past them do nothing.
+  const cuda::AttentionShape shape{heads, c.kv_heads, d, 1.0f / std::sqrt(static_cast<float>(d)), length + 300};
   const auto dq = upload(q), dk = upload(keys), dv = upload(values), dpos = upload(positions);
   cuda::DeviceBuffer exact(q.size() * sizeof(float), "exact"), tiled(q.size() * sizeof(float), "tiled");
   cuda::DeviceBuffer scratch(cuda::attention_scratch_bytes(shape, c.n), "scratch");
@@ -119,6 +121,51 @@ TEST(cuda_tiled_attention_prompt_matches_exact) {
   }
 }
 
+// A row's floats do not depend on the rest of its batch (its sums run over the same positions
+// in the same order): rows of a long prompt pass equal, bit for bit, the same rows as decode
+// steps (a block per segment), as a short batch (one row tile, a block per segment) and as a
+// middle batch (all segments in one block). What prompt caching and batched decoding rely on.
+TEST(cuda_tiled_attention_rows_do_not_depend_on_the_batch) {
+  if (!device_ready("cuda_tiled_attention_rows_do_not_depend_on_the_batch")) return;
+  std::mt19937 rng(53);
+  const cuda::Stream stream;
+  for (const int64_t d : {128, 64}) {
+    for (const int64_t group : {1, 8}) {
+      const int64_t kv_heads = 2, heads = kv_heads * group, first = 500, n = 300, length = first + n;
+      const int64_t kv_width = kv_heads * d, q_width = heads * d;
+      std::vector<uint16_t> keys(static_cast<size_t>(length * kv_width)), values(keys.size());
+      for (auto* cache : {&keys, &values}) {
+        for (auto& x : *cache) x = quant::fp32_to_fp16(std::uniform_real_distribution<float>(-1.5f, 1.5f)(rng));
+      }
+      const auto q = random_floats(static_cast<size_t>(n * q_width), 3.0f, rng);
+      std::vector<int32_t> positions(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) positions[i] = static_cast<int32_t>(first + i);
+      const cuda::AttentionShape shape{heads, kv_heads, d, 1.0f / std::sqrt(static_cast<float>(d)), length};
+      const auto dk = upload(keys), dv = upload(values);
+      cuda::DeviceBuffer scratch(cuda::attention_scratch_bytes(shape, n), "scratch");
+      const auto attend = [&](int64_t row, int64_t rows) {
+        const std::vector<float> part(q.begin() + row * q_width, q.begin() + (row + rows) * q_width);
+        const std::vector<int32_t> at(positions.begin() + row, positions.begin() + row + rows);
+        const auto dq = upload(part), dpos = upload(at);
+        cuda::DeviceBuffer out(part.size() * sizeof(float), "out");
+        cuda::causal_attention(dq.as<float>(), rows, dpos.as<int32_t>(), dk.as<uint16_t>(), dv.as<uint16_t>(), shape,
+                               scratch.data(), out.as<float>(), stream.handle());
+        return download<float>(out, part.size(), stream);
+      };
+      const auto whole = attend(0, n);
+      for (const auto& [row, rows] :
+           {std::pair{int64_t{0}, int64_t{1}}, std::pair{int64_t{137}, int64_t{1}}, std::pair{int64_t{299}, int64_t{1}},
+            std::pair{int64_t{100}, int64_t{4}}, std::pair{int64_t{200}, int64_t{37}}}) {
+        const auto got = attend(row, rows);
+        const std::vector<float> want(whole.begin() + row * q_width, whole.begin() + (row + rows) * q_width);
+        CHECK(mismatches(got, want) == 0)
+            << "head_dim " << d << ", group " << group << ": rows " << row << " to " << row + rows - 1
+            << " alone differ from the whole pass in " << mismatches(got, want) << " of " << want.size();
+      }
+    }
+  }
+}
+
 // Not a check: the times of both kernels on the qwen3-30b-a3b shape (32 query heads, 4 KV
 // heads, head_dim 128), for the device report: a prompt batch of 512 rows at the start and at
 // the end of a 4,096-token prompt, and decode rows at short and long contexts.
@@ -126,8 +173,9 @@ TEST(cuda_attention_times) {
   if (!device_ready("cuda_attention_times")) return;
   std::mt19937 rng(47);
   const cuda::Stream stream;
-  const cuda::AttentionShape shape{32, 4, 128, 1.0f / std::sqrt(128.0f)};
-  const int64_t capacity = 8192, kv_width = shape.kv_heads * shape.head_dim, q_width = shape.heads * shape.head_dim;
+  const int64_t capacity = 8192;
+  const cuda::AttentionShape shape{32, 4, 128, 1.0f / std::sqrt(128.0f), capacity};
+  const int64_t kv_width = shape.kv_heads * shape.head_dim, q_width = shape.heads * shape.head_dim;
   std::vector<uint16_t> cache(static_cast<size_t>(capacity * kv_width));
   for (auto& x : cache) x = quant::fp32_to_fp16(std::uniform_real_distribution<float>(-1.5f, 1.5f)(rng));
   const auto keys = upload(cache), values = upload(cache);
