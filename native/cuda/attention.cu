@@ -1,11 +1,14 @@
-// Causal attention over the f16 KV cache in device memory. One block per (query row, head);
-// grouped-query heads share a KV head, whose rows the block's neighbours read from L2.
-// The rounding is the CPU path's (cpu/attention.cc, as llama.cpp's graph without flash
-// attention): the query rounded to f16, each score a sequential float dot (no fused
-// multiply-add) times the scale, the softmax with float exps summed in double, the
-// probabilities rounded to f16, and each output element a sequential sum over positions.
-// So GPU and CPU give the same floats, not merely close ones: the synthetic fixtures'
-// sharp attention turns any difference in a probability's f16 rounding into a different token.
+// The f16 KV cache in device memory (store_kv), causal attention's choice of kernel, and the
+// exact kernel: the tensor-core kernels (attention_tiled.cu) serve head_dim 64 and 128; other
+// head dims run the exact kernel, which is also the reference the tiled kernels are tested
+// against (native/tests/cuda_attention_test.cc).
+//
+// The exact kernel: one block per (query row, head); grouped-query heads share a KV head, whose
+// rows the block's neighbours read from L2. The rounding is the CPU path's (cpu/attention.cc, as
+// llama.cpp's graph without flash attention): the query rounded to f16, each score a sequential
+// float dot (no fused multiply-add) times the scale, the softmax with float exps summed in
+// double, the probabilities rounded to f16, and each output element a sequential sum over
+// positions. So GPU and CPU give the same floats, not merely close ones.
 #include "base/error.h"
 #include "cuda/common.cuh"
 
@@ -138,14 +141,23 @@ void store_kv(const float* k, const float* v, int64_t n, int64_t kv_width, const
       k, v, n * kv_width, static_cast<int>(kv_width), positions, keys, values);
 }
 
-void causal_attention(const float* q, int64_t n, const int32_t* positions, const uint16_t* keys, const uint16_t* values,
-                      const AttentionShape& shape, float* out, StreamHandle stream) {
+void exact_causal_attention(const float* q, int64_t n, const int32_t* positions, const uint16_t* keys,
+                            const uint16_t* values, const AttentionShape& shape, float* out, StreamHandle stream) {
   if (shape.head_dim % kWarp != 0 || shape.head_dim > kMaxHeadDim) {
     throw Error("UNSUPPORTED_MODEL",
                 "GPU attention needs head_dim a multiple of 32 up to 256, not " + std::to_string(shape.head_dim));
   }
   const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(shape.heads));
   attention_kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(q, positions, keys, values, shape, out);
+}
+
+void causal_attention(const float* q, int64_t n, const int32_t* positions, const uint16_t* keys, const uint16_t* values,
+                      const AttentionShape& shape, void* scratch, float* out, StreamHandle stream) {
+  if (tiled_attention_supports(shape.head_dim)) {
+    tiled_causal_attention(q, n, positions, keys, values, shape, scratch, out, stream);
+  } else {
+    exact_causal_attention(q, n, positions, keys, values, shape, out, stream);
+  }
 }
 
 }  // namespace bloomery::cuda

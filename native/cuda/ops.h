@@ -218,15 +218,36 @@ void embed(const DeviceMatrix& table, const int32_t* tokens, int64_t n, float* o
 // --- attention.cu ---
 struct AttentionShape {
   int64_t heads = 0;
-  int64_t kv_heads = 0;
+  int64_t kv_heads = 0;  // divides heads
   int64_t head_dim = 0;  // a multiple of 32, at most 256
   float scale = 1.0f;
+  int64_t cache_positions = 0;  // positions the KV cache holds: the tiled kernels' grid of a decode step covers them
 };
 // Writes n rows of keys and values (kv_heads * head_dim floats) as f16 at positions[i].
 void store_kv(const float* k, const float* v, int64_t n, int64_t kv_width, const int32_t* positions, uint16_t* keys,
               uint16_t* values, StreamHandle stream);
-// Causal attention of n query rows, row i attending to cache positions [0, positions[i]].
+// Causal attention of n query rows, row i attending to cache positions [0, positions[i]] (all
+// of them written): the tiled kernels where they serve the head_dim, else the exact kernel.
+// `scratch`: attention_scratch_bytes(shape, rows) of device memory for any n <= rows. A row's
+// floats do not depend on the other rows of the batch.
 void causal_attention(const float* q, int64_t n, const int32_t* positions, const uint16_t* keys, const uint16_t* values,
-                      const AttentionShape& shape, float* out, StreamHandle stream);
+                      const AttentionShape& shape, void* scratch, float* out, StreamHandle stream);
+// The same with the CPU path's floats exactly (cpu/attention.cc's rounding and order of sums),
+// one block per row and head: the kernel for head dims the tiled kernels lack, and their reference.
+void exact_causal_attention(const float* q, int64_t n, const int32_t* positions, const uint16_t* keys,
+                            const uint16_t* values, const AttentionShape& shape, float* out, StreamHandle stream);
+
+// --- attention_tiled.cu ---
+// Tensor-core attention (f16 mma, f32 sums) for head_dim 64 and 128, the cache's positions
+// split over blocks when the batch is one row tile per KV head (a decode step). The CPU's f16
+// roundings (query, normalized probabilities), a different order of float sums.
+bool tiled_attention_supports(int64_t head_dim);
+// Device memory the tiled kernels need for batches of up to `max_rows` rows over a cache of
+// shape.cache_positions: every row's softmax statistics per segment of the cache, and a decode
+// step's partial outputs per segment.
+size_t attention_scratch_bytes(const AttentionShape& shape, int64_t max_rows);
+void tiled_causal_attention(const float* q, int64_t n, const int32_t* positions, const uint16_t* keys,
+                            const uint16_t* values, const AttentionShape& shape, void* scratch, float* out,
+                            StreamHandle stream);
 
 }  // namespace bloomery::cuda

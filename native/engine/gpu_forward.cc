@@ -111,7 +111,7 @@ class WeightPlan {
 // the most rows of logits a pass has returned.
 struct Workspace {
   DeviceBuffer residual, normed, q, k, v, attention, gate, up, hidden, expert_out, router_logits, routing_weights;
-  DeviceBuffer chosen, order, chunks, chunk_count, tokens, positions, activations, logits;
+  DeviceBuffer chosen, order, chunks, chunk_count, tokens, positions, activations, logits, attention_scratch;
 };
 
 // The weights' places in device memory, and which experts are there: what bind_weights
@@ -138,6 +138,7 @@ class GpuModel : public GpuWeights {
  public:
   int device = 0;
   model::HyperParams params;
+  int64_t context_size = 0;  // the most positions a sequence's KV cache holds: what the workspace is sized for
   std::unique_ptr<HostExperts> host_experts;    // set when some experts live in host memory: decode and short prompts
   std::unique_ptr<ExpertStream> expert_stream;  // with host_experts: long prompts copy them to the GPU
   std::unique_ptr<GpuResidency> residency;      // with host_experts: moves experts between passes
@@ -208,12 +209,17 @@ void release_sequence(GpuModel& model, GpuSequence* sequence) {
 
 namespace {
 
+// Attention over a sequence's KV cache of `context_size` positions.
+cuda::AttentionShape attention_shape(const model::HyperParams& p, int64_t context_size) {
+  return {p.heads, p.kv_heads, p.head_dim, 1.0f / std::sqrt(static_cast<float>(p.head_dim)), context_size};
+}
+
 size_t kv_bytes(const model::HyperParams& p, int64_t context_size) {
   return 2 * static_cast<size_t>(p.layers * context_size * p.kv_heads * p.head_dim) * sizeof(uint16_t);
 }
 
 // The workspace's buffers, in bytes, in Workspace's order (`logits` as first allocated).
-std::vector<std::pair<const char*, size_t>> workspace_sizes(const model::HyperParams& p) {
+std::vector<std::pair<const char*, size_t>> workspace_sizes(const model::HyperParams& p, int64_t context_size) {
   const auto floats = [](int64_t count) { return static_cast<size_t>(count) * sizeof(float); };
   const auto ints = [](int64_t count) { return static_cast<size_t>(count) * sizeof(int32_t); };
   const int64_t b = kMaxBatch;
@@ -241,10 +247,11 @@ std::vector<std::pair<const char*, size_t>> workspace_sizes(const model::HyperPa
           {"tokens", ints(b)},
           {"positions", ints(b)},
           {"activations", static_cast<size_t>(widest / 32) * sizeof(ActivationBlock)},
-          {"logits", floats(p.vocab)}};
+          {"logits", floats(p.vocab)},
+          {"attention_scratch", cuda::attention_scratch_bytes(attention_shape(p, context_size), b)}};
 }
 
-void allocate_workspace(const model::HyperParams& p, Workspace& w) {
+void allocate_workspace(const model::HyperParams& p, int64_t context_size, Workspace& w) {
   DeviceBuffer* buffers[] = {&w.residual,
                              &w.normed,
                              &w.q,
@@ -264,8 +271,9 @@ void allocate_workspace(const model::HyperParams& p, Workspace& w) {
                              &w.tokens,
                              &w.positions,
                              &w.activations,
-                             &w.logits};
-  const auto sizes = workspace_sizes(p);
+                             &w.logits,
+                             &w.attention_scratch};
+  const auto sizes = workspace_sizes(p, context_size);
   for (size_t i = 0; i < sizes.size(); ++i) *buffers[i] = DeviceBuffer(sizes[i].second, sizes[i].first);
 }
 
@@ -414,9 +422,9 @@ void set_residency(const model::HyperParams& p, std::vector<std::vector<int32_t>
   }
 }
 
-size_t workspace_bytes(const model::HyperParams& p) {
+size_t workspace_bytes(const model::HyperParams& p, int64_t context_size) {
   size_t bytes = 0;
-  for (const auto& [name, size] : workspace_sizes(p)) bytes += (size + 255) / 256 * 256;
+  for (const auto& [name, size] : workspace_sizes(p, context_size)) bytes += (size + 255) / 256 * 256;
   return bytes;
 }
 
@@ -600,7 +608,6 @@ struct Pass {
     const cuda::RopeShape rope{p.rope.style == cpu::RopeStyle::kNeox, p.rope.dims, p.rope.freq_base, p.rope.freq_scale,
                                m.freq_factors};
     cuda::position_heads(heads, n, ws.positions.as<int32_t>(), rope, stream);
-    const cuda::AttentionShape shape{p.heads, p.kv_heads, p.head_dim, 1.0f / std::sqrt(static_cast<float>(p.head_dim))};
     for (const PassLayout::Segment& part : layout.segments) {
       const GpuSequence& s = *part.sequence;
       uint16_t* keys = s.keys.as<uint16_t>() + layer * s.layer_elements;
@@ -608,7 +615,8 @@ struct Pass {
       const int32_t* positions = ws.positions.as<int32_t>() + part.first_row;
       cuda::store_kv(f(ws.k) + part.first_row * kv_width, f(ws.v) + part.first_row * kv_width, part.rows, kv_width,
                      positions, keys, values, stream);
-      cuda::causal_attention(f(ws.q) + part.first_row * q_width, part.rows, positions, keys, values, shape,
+      cuda::causal_attention(f(ws.q) + part.first_row * q_width, part.rows, positions, keys, values,
+                             attention_shape(p, s.layer_elements / kv_width), ws.attention_scratch.data(),
                              f(ws.attention) + part.first_row * q_width, stream);
     }
     Input attended(*this, f(ws.attention), n, q_width);
@@ -841,7 +849,7 @@ GpuFootprint gpu_footprint(const model::Model& model, int64_t context_size) {
     f.dense_bytes += 3 * 256;  // each of the layer's three pools may round up to 256 bytes
   }
   f.kv_bytes = kv_bytes(p, context_size);
-  f.workspace_bytes = workspace_bytes(p);
+  f.workspace_bytes = workspace_bytes(p, context_size);
   f.stream_bytes = ExpertStream::staging_bytes(model);
   f.reserve_bytes = kReserve;
   return f;
@@ -868,13 +876,14 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
   const std::lock_guard exclusive(hybrid_passes());
   g->device = options.device;
   g->params = p;
+  g->context_size = context_size;
   set_residency(p, resident_experts(p, options.gpu_experts), *g);
   int64_t resident = 0;
   for (const auto& r : g->resident) resident += static_cast<int64_t>(r.size());
   const int64_t all = p.experts * p.layers;
   Uploader planner(p);
   bind_weights(model, planner, *g);
-  const size_t workspace = workspace_bytes(p);
+  const size_t workspace = workspace_bytes(p, context_size);
   const size_t weights = planner.bytes();
   const size_t kv = kv_bytes(p, context_size);
   const cuda::MemoryInfo memory = cuda::memory_info();
@@ -898,7 +907,7 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
   planner.allocate();
   bind_weights(model, planner, *g);
   g->weights = planner.take();
-  allocate_workspace(p, g->work);
+  allocate_workspace(p, context_size, g->work);
   if (p.experts > 0) {
     const std::vector<uint32_t> zeros(static_cast<size_t>(p.layers * p.experts), 0);
     const size_t bytes = zeros.size() * sizeof(uint32_t);
@@ -937,6 +946,11 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
 std::shared_ptr<GpuSequence> create_gpu_sequence(GpuModel& model, int64_t context_size) {
   cuda::use_device(model.device);
   const model::HyperParams& p = model.params;
+  if (context_size > model.context_size) {
+    throw Error("INVALID_ARGUMENT", "a GPU sequence of " + std::to_string(context_size) +
+                                        " positions is longer than the model's contextSize of " +
+                                        std::to_string(model.context_size));
+  }
   const size_t bytes = kv_bytes(p, context_size);
   const cuda::MemoryInfo memory = cuda::memory_info();
   if (bytes + kReserve > memory.free) {

@@ -1,8 +1,8 @@
 // The GPU's float ops against the CPU path on random inputs: RMS norm (alone, and with the MoE
 // sum it adds first and the blocks it quantizes for the next product), the heads' bias, norm
-// and RoPE in one launch (both layouts, with and without frequency factors), causal attention
-// over an f16 cache (short rows held in shared memory, a long one recomputed), and the MoE
-// routing (one launch for a single row), grouping and combination. Each is
+// and RoPE in one launch (both layouts, with and without frequency factors), the exact causal
+// attention kernel over an f16 cache (short rows held in shared memory, a long one recomputed),
+// and the MoE routing (one launch for a single row), grouping and combination. Each is
 // built to round as the CPU does, so the test counts floats that differ at all.
 #include <cmath>
 #include <cstdio>
@@ -268,8 +268,8 @@ TEST(cuda_position_heads_matches_cpu) {
   }
 }
 
-TEST(cuda_attention_matches_cpu) {
-  if (!device_ready("cuda_attention_matches_cpu")) return;
+TEST(cuda_exact_attention_matches_cpu) {
+  if (!device_ready("cuda_exact_attention_matches_cpu")) return;
   std::mt19937 rng(9);
   const cuda::Stream stream;
   cpu::ThreadPool pool(2);
@@ -292,9 +292,9 @@ TEST(cuda_attention_matches_cpu) {
     for (int64_t i = 0; i < c.n; ++i) positions[i] = static_cast<int32_t>(c.first + i);
     const auto dq = upload(q), dk = upload(keys), dv = upload(values), dpos = upload(positions);
     cuda::DeviceBuffer out(q.size() * sizeof(float), "out");
-    cuda::causal_attention(dq.as<float>(), c.n, dpos.as<int32_t>(), dk.as<uint16_t>(), dv.as<uint16_t>(),
-                           cuda::AttentionShape{c.heads, c.kv_heads, c.head_dim, scale}, out.as<float>(),
-                           stream.handle());
+    cuda::exact_causal_attention(dq.as<float>(), c.n, dpos.as<int32_t>(), dk.as<uint16_t>(), dv.as<uint16_t>(),
+                                 cuda::AttentionShape{c.heads, c.kv_heads, c.head_dim, scale}, out.as<float>(),
+                                 stream.handle());
     const auto got = download<float>(out, q.size(), stream);
     // An exp one bit off the host's can move one probability's f16 rounding: rare, and small.
     CHECK(mismatches(got, want) <= want.size() / 100 && relative_error(got, want) < 1e-3)

@@ -1,0 +1,476 @@
+// Causal attention on tensor cores (f16 mma.sync m16n8k16, f32 accumulators) for head_dim 64
+// and 128, prompts and decode steps alike. A block takes a tile of packed rows of one KV head
+// (packed row r of a pass is token r / group and query head kv_head * group + r % group, so the
+// query heads that share a KV head read each K/V tile once) and cache positions in segments of
+// kSegment. A batch of one row tile per KV head (a decode step, a few streams) gives each
+// segment its own block, so a long context fills the GPU; the grid covers the whole cache and
+// blocks past the row's length return at once, so one captured decode graph serves every step.
+// Larger batches give each block every segment of its tile.
+//
+// Rounding kept from the CPU path (cpu/attention.cc) where it costs little: the query rounded
+// to f16 (f16 products are exact in f32), each score the f32 product of its dot and the scale,
+// and the probabilities normalized before they are rounded to f16, as the CPU rounds them. So
+// the normalization comes first: attention_stats_kernel computes each row's maximum score and
+// exp sum per segment, attention_values_kernel recomputes the same scores (the same
+// instructions, so the same floats), folds the segments' statistics, rounds
+// p = exp(s - max) * (1 / sum) to f16 and multiplies by V, adding the segments' products in
+// order; with a block per segment, combine_segments_kernel adds them in the same order. One
+// Q.K product more than online-softmax flash attention, and no rescaled output; what differs
+// from the CPU is the order of float sums (the dots, the exp sum, the P.V sums), so a
+// probability's f16 rounding moves only where a score lands within a few float ulps of a
+// rounding boundary.
+//
+// Every sum a row's output is made of runs over the same positions in the same order whatever
+// else is in the batch (segments start at fixed positions, tiles at multiples of kTile in them,
+// and each mma row is a dot of its own), so a row's floats do not depend on the batch: a prompt
+// split into other passes, a decode step and a prompt row at the same position agree exactly.
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "base/error.h"
+#include "cuda/common.cuh"
+
+namespace bloomery::cuda {
+
+namespace {
+
+constexpr int kRowsPerWarp = 16;  // an mma's M
+constexpr int kTile = 64;         // cache positions per K/V tile
+constexpr int kPad = 8;           // halves after each shared row, so ldmatrix's eight row reads miss each other's banks
+constexpr int kSegment = 2 * kTile;  // cache positions per segment: two tiles
+constexpr int kWideWarps = 4;        // warps (16 packed rows each) per block for more than 16 rows
+
+struct Params {
+  const float* q;
+  const int32_t* positions;
+  const uint16_t* keys;
+  const uint16_t* values;
+  int n;
+  int heads;
+  int group;  // query heads per KV head
+  int64_t kv_width;
+  float scale;
+  bool block_per_segment;  // else one block for all of a row tile's segments
+  float2* stats;           // [segment][n * heads]: each row's maximum score and its exps' sum in the segment
+  float* partial;          // [segment][n * heads][head_dim] with a block per segment, else unused
+  float* out;
+};
+
+// The segments a block runs, [begin, end), and the positions its tile's longest row sees.
+struct Segments {
+  int begin;
+  int end;
+  int length;
+};
+
+__device__ __forceinline__ int segments_of(int length) { return (length + kSegment - 1) / kSegment; }
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const uint16_t* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(p))
+               : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const uint16_t* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(p))
+               : "memory");
+}
+
+// c += a b for a 16x16 f16 A, a 16x8 f16 B, f32 C.
+__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_halves(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
+template <int D, int kWarps>
+struct Shape {
+  static constexpr int kRows = kWarps * kRowsPerWarp;  // packed rows per block
+  static constexpr int kThreads = kWarps * kWarp;
+  static constexpr int kStride = D + kPad;  // halves per shared row
+  static constexpr int kSteps = D / 16;     // mma K steps over the head
+  static_assert(kRows <= kTile, "the query tile is staged in a K/V tile's shared memory");
+};
+
+// The rows this lane holds in the mma fragments (lane / 4 and lane / 4 + 8 of its warp's 16):
+// their packed index and the last position each attends (-1 for padding rows past the batch).
+struct LaneRows {
+  int row[2];
+  int limit[2];
+};
+
+__device__ LaneRows lane_rows(const Params& p, int first_row) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  LaneRows rows;
+  for (int i = 0; i < 2; ++i) {
+    rows.row[i] = first_row + warp * kRowsPerWarp + lane / 4 + 8 * i;
+    rows.limit[i] = rows.row[i] < p.n * p.group ? p.positions[rows.row[i] / p.group] : -1;
+  }
+  return rows;
+}
+
+// The block's segments: those holding positions of its tile's longest row, one of them with a
+// block per segment (none when the tile's rows end before it).
+template <int D, int kWarps>
+__device__ Segments block_segments(const Params& p, int first_row) {
+  __shared__ int longest;
+  if (threadIdx.x == 0) longest = 0;
+  __syncthreads();
+  const int row = first_row + static_cast<int>(threadIdx.x);
+  if (threadIdx.x < Shape<D, kWarps>::kRows && row < p.n * p.group) atomicMax(&longest, p.positions[row / p.group] + 1);
+  __syncthreads();
+  const int count = segments_of(longest);
+  if (!p.block_per_segment) return {0, count, longest};
+  const int segment = static_cast<int>(blockIdx.z);
+  return {segment, min(segment + 1, count), longest};
+}
+
+// The warp's query rows as mma A fragments, rounded to f16, staged through `stage`.
+template <int D, int kWarps>
+__device__ void load_queries(const Params& p, int kv_head, int first_row, uint16_t* stage,
+                             uint32_t (&a)[Shape<D, kWarps>::kSteps][4]) {
+  using S = Shape<D, kWarps>;
+  for (int i = threadIdx.x; i < S::kRows * D / 2; i += S::kThreads) {
+    const int r = i / (D / 2), c = i % (D / 2) * 2;
+    const int row = first_row + r;
+    float2 v = make_float2(0.0f, 0.0f);
+    if (row < p.n * p.group) {
+      const int64_t token = row / p.group, head = kv_head * p.group + row % p.group;
+      v = *reinterpret_cast<const float2*>(p.q + (token * p.heads + head) * D + c);
+    }
+    *reinterpret_cast<uint32_t*>(stage + r * S::kStride + c) = pack_halves(v.x, v.y);
+  }
+  __syncthreads();
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, m = lane / 8;
+  const uint16_t* base = stage + (warp * kRowsPerWarp + m % 2 * 8 + lane % 8) * S::kStride + m / 2 * 8;
+#pragma unroll
+  for (int k = 0; k < S::kSteps; ++k) ldmatrix_x4(a[k], base + k * 16);
+  __syncthreads();
+}
+
+// Queues copies of cache rows [first, first + kTile) of the KV head into `tile` (cp.async, so
+// every piece is in flight at once), zeros from `end` on: rows never written may hold NaN bit
+// patterns, and 0 * NaN would reach the output. wait_for_tiles() waits for this thread's copies.
+template <int D, int kWarps>
+__device__ void load_tile(const uint16_t* cache, int64_t kv_width, int kv_head, int first, int end, uint16_t* tile) {
+  using S = Shape<D, kWarps>;
+  constexpr int kPieces = D / 8;  // 16-byte pieces per row
+  for (int i = threadIdx.x; i < kTile * kPieces; i += S::kThreads) {
+    const int r = i / kPieces, c = i % kPieces * 8;
+    const int position = first + r;
+    const bool inside = position < end;
+    const uint16_t* source = cache + (inside ? position * kv_width + kv_head * D + c : 0);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared_address(tile + r * S::kStride + c)),
+                 "l"(source), "r"(inside ? 16 : 0)
+                 : "memory");
+  }
+}
+
+__device__ __forceinline__ void wait_for_tiles() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+// The warp's scores against a K tile: s[t][e] is row lane / 4 + 8 * (e / 2), position
+// 8 t + 2 (lane % 4) + e % 2 of the tile; each the f32 product of its dot and the scale.
+template <int D, int kWarps>
+__device__ void tile_scores(const uint32_t (&a)[Shape<D, kWarps>::kSteps][4], const uint16_t* keys, float scale,
+                            float (&s)[kTile / 8][4]) {
+  using S = Shape<D, kWarps>;
+  const int lane = threadIdx.x % kWarp, m = lane / 8;
+#pragma unroll
+  for (int t = 0; t < kTile / 8; ++t) s[t][0] = s[t][1] = s[t][2] = s[t][3] = 0.0f;
+#pragma unroll
+  for (int t = 0; t < kTile / 8; t += 2) {
+    const uint16_t* base = keys + ((t + m / 2) * 8 + lane % 8) * S::kStride + m % 2 * 8;
+#pragma unroll
+    for (int k = 0; k < S::kSteps; ++k) {
+      uint32_t b[4];
+      ldmatrix_x4(b, base + k * 16);
+      mma(s[t], a[k], b[0], b[1]);
+      mma(s[t + 1], a[k], b[2], b[3]);
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < kTile / 8; ++t) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[t][e] = __fmul_rn(s[t][e], scale);
+  }
+}
+
+__device__ __forceinline__ int score_position(int first, int t, int e) {
+  return first + t * 8 + threadIdx.x % 4 * 2 + e % 2;
+}
+
+__device__ __forceinline__ int64_t row_index(const Params& p, int kv_head, int row) {
+  return static_cast<int64_t>(row / p.group) * p.heads + kv_head * p.group + row % p.group;
+}
+
+template <int D, int kWarps>
+__global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_stats_kernel(Params p) {
+  using S = Shape<D, kWarps>;
+  __shared__ __align__(16) uint16_t tile[kTile * S::kStride];
+  const int kv_head = blockIdx.y;
+  const int first_row = blockIdx.x * S::kRows;
+  const Segments segments = block_segments<D, kWarps>(p, first_row);
+  if (segments.begin >= segments.end) return;
+  const LaneRows rows = lane_rows(p, first_row);
+  uint32_t a[S::kSteps][4];
+  load_queries<D, kWarps>(p, kv_head, first_row, tile, a);
+
+  for (int segment = segments.begin; segment < segments.end; ++segment) {
+    float max[2] = {-INFINITY, -INFINITY};
+    double sum[2] = {0.0, 0.0};  // this lane's share, at scale exp(-max)
+    for (int first = segment * kSegment; first < min((segment + 1) * kSegment, segments.length); first += kTile) {
+      load_tile<D, kWarps>(p.keys, p.kv_width, kv_head, first, segments.length, tile);
+      wait_for_tiles();
+      __syncthreads();
+      float s[kTile / 8][4];
+      tile_scores<D, kWarps>(a, tile, p.scale, s);
+      __syncthreads();
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        float tile_max = -INFINITY;
+#pragma unroll
+        for (int t = 0; t < kTile / 8; ++t) {
+#pragma unroll
+          for (int e = 2 * i; e < 2 * i + 2; ++e) {
+            if (score_position(first, t, e) <= rows.limit[i]) tile_max = fmaxf(tile_max, s[t][e]);
+          }
+        }
+        const float next = fmaxf(max[i], quad_max(tile_max));
+        if (next == -INFINITY) continue;
+        float tile_sum = 0.0f;
+#pragma unroll
+        for (int t = 0; t < kTile / 8; ++t) {
+#pragma unroll
+          for (int e = 2 * i; e < 2 * i + 2; ++e) {
+            if (score_position(first, t, e) <= rows.limit[i])
+              tile_sum = __fadd_rn(tile_sum, expf(__fsub_rn(s[t][e], next)));
+          }
+        }
+        // Explicitly rounded steps (no contraction into an FMA that one instantiation might do and
+        // another not): every kernel variant gives a row the same floats.
+        sum[i] = __dadd_rn(__dmul_rn(sum[i], static_cast<double>(expf(__fsub_rn(max[i], next)))),
+                           static_cast<double>(tile_sum));
+        max[i] = next;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      sum[i] = __dadd_rn(sum[i], __shfl_xor_sync(0xffffffffu, sum[i], 1));
+      sum[i] = __dadd_rn(sum[i], __shfl_xor_sync(0xffffffffu, sum[i], 2));
+      if (threadIdx.x % 4 == 0 && rows.limit[i] >= segment * kSegment) {
+        p.stats[segment * static_cast<int64_t>(p.n) * p.heads + row_index(p, kv_head, rows.row[i])] =
+            make_float2(max[i], static_cast<float>(sum[i]));
+      }
+    }
+  }
+}
+
+template <int D, int kWarps>
+__global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_values_kernel(Params p) {
+  using S = Shape<D, kWarps>;
+  __shared__ __align__(16) uint16_t keys[kTile * S::kStride];
+  __shared__ __align__(16) uint16_t values[kTile * S::kStride];
+  const int kv_head = blockIdx.y;
+  const int first_row = blockIdx.x * S::kRows;
+  const int lane = threadIdx.x % kWarp, m = lane / 8;
+  const Segments segments = block_segments<D, kWarps>(p, first_row);
+  if (segments.begin >= segments.end) return;
+  const LaneRows rows = lane_rows(p, first_row);
+  uint32_t a[S::kSteps][4];
+  load_queries<D, kWarps>(p, kv_head, first_row, keys, a);
+
+  // The row's maximum over its segments and the inverse of its exp sum, as the CPU's softmax
+  // has them (its sum in double, the inverse rounded to float).
+  float max[2] = {0.0f, 0.0f}, inverse[2] = {0.0f, 0.0f};
+  const int64_t stride = static_cast<int64_t>(p.n) * p.heads;
+  for (int i = 0; i < 2; ++i) {
+    if (rows.limit[i] < 0) continue;
+    const float2* stats = p.stats + row_index(p, kv_head, rows.row[i]);
+    const int count = segments_of(rows.limit[i] + 1);
+    float row_max = -INFINITY;
+    for (int g = 0; g < count; ++g) row_max = fmaxf(row_max, stats[g * stride].x);
+    double row_sum = 0.0;
+    for (int g = 0; g < count; ++g) {
+      const float2 st = stats[g * stride];
+      row_sum =
+          __dadd_rn(row_sum, __dmul_rn(static_cast<double>(st.y), static_cast<double>(expf(__fsub_rn(st.x, row_max)))));
+    }
+    max[i] = row_max;
+    inverse[i] = static_cast<float>(1.0 / row_sum);
+  }
+
+  float total[D / 8][4] = {};  // the segments' products, added in segment order
+  for (int segment = segments.begin; segment < segments.end; ++segment) {
+    float o[D / 8][4] = {};
+    for (int first = segment * kSegment; first < min((segment + 1) * kSegment, segments.length); first += kTile) {
+      load_tile<D, kWarps>(p.keys, p.kv_width, kv_head, first, segments.length, keys);
+      load_tile<D, kWarps>(p.values, p.kv_width, kv_head, first, segments.length, values);
+      wait_for_tiles();
+      __syncthreads();
+      float s[kTile / 8][4];
+      tile_scores<D, kWarps>(a, keys, p.scale, s);
+      // The probabilities as A fragments: the C layout of score tiles 2j and 2j + 1 is the A
+      // layout of positions [16 j, 16 j + 16).
+      uint32_t probs[kTile / 16][4];
+#pragma unroll
+      for (int t = 0; t < kTile / 8; ++t) {
+        float pr[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = e / 2;
+          pr[e] = score_position(first, t, e) <= rows.limit[i] ? __fmul_rn(expf(__fsub_rn(s[t][e], max[i])), inverse[i])
+                                                               : 0.0f;
+        }
+        probs[t / 2][t % 2 * 2] = pack_halves(pr[0], pr[1]);
+        probs[t / 2][t % 2 * 2 + 1] = pack_halves(pr[2], pr[3]);
+      }
+      const uint16_t* base = values + (m % 2 * 8 + lane % 8) * S::kStride + m / 2 * 8;
+#pragma unroll
+      for (int j = 0; j < kTile / 16; ++j) {
+#pragma unroll
+        for (int d = 0; d < D / 8; d += 2) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, base + j * 16 * S::kStride + d * 8);
+          mma(o[d], probs[j], b[0], b[1]);
+          mma(o[d + 1], probs[j], b[2], b[3]);
+        }
+      }
+      __syncthreads();
+    }
+#pragma unroll
+    for (int d = 0; d < D / 8; ++d) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) total[d][e] = __fadd_rn(total[d][e], o[d][e]);
+    }
+  }
+
+  float* dest = p.block_per_segment ? p.partial + segments.begin * stride * D : p.out;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if (rows.limit[i] < 0) continue;
+    float* row = dest + row_index(p, kv_head, rows.row[i]) * D + lane % 4 * 2;
+#pragma unroll
+    for (int d = 0; d < D / 8; ++d) {
+      *reinterpret_cast<float2*>(row + d * 8) = make_float2(total[d][2 * i], total[d][2 * i + 1]);
+    }
+  }
+}
+
+// Each output the sum of its row's segment products in segment order, from zero, as
+// attention_values_kernel adds them when one block runs all of a row's segments.
+__global__ void combine_segments_kernel(const float* partial, const int32_t* positions, int64_t rows, int heads,
+                                        int head_dim, float* out) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * head_dim) return;
+  const int count = segments_of(positions[i / head_dim / heads] + 1);
+  float sum = 0.0f;
+  for (int g = 0; g < count; ++g) sum = __fadd_rn(sum, partial[g * rows * head_dim + i]);
+  out[i] = sum;
+}
+
+// How a batch of n rows is cut: warps per block, row tiles, and whether each segment of the
+// cache gets its own block (one row tile per KV head: a decode step or a few rows).
+struct Plan {
+  int warps;
+  int row_tiles;
+  bool block_per_segment;
+};
+
+Plan plan_for(int64_t n, const AttentionShape& shape) {
+  const int64_t rows = n * (shape.heads / shape.kv_heads);
+  const int warps = rows <= kRowsPerWarp ? 1 : kWideWarps;
+  const int64_t row_tiles = (rows + warps * kRowsPerWarp - 1) / (warps * kRowsPerWarp);
+  return {warps, static_cast<int>(row_tiles), row_tiles == 1};
+}
+
+int64_t cache_segments(const AttentionShape& shape) { return (shape.cache_positions + kSegment - 1) / kSegment; }
+
+size_t stats_bytes(int64_t n, const AttentionShape& shape) {
+  return (static_cast<size_t>(cache_segments(shape)) * n * shape.heads * sizeof(float2) + 255) / 256 * 256;
+}
+
+size_t partial_bytes(int64_t n, const AttentionShape& shape, const Plan& plan) {
+  if (!plan.block_per_segment) return 0;
+  return static_cast<size_t>(cache_segments(shape)) * n * shape.heads * shape.head_dim * sizeof(float);
+}
+
+template <int D, int kWarps>
+void launch(const Params& p, const Plan& plan, const AttentionShape& shape, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(plan.row_tiles), static_cast<unsigned>(shape.kv_heads),
+                  static_cast<unsigned>(plan.block_per_segment ? cache_segments(shape) : 1));
+  attention_stats_kernel<D, kWarps><<<grid, Shape<D, kWarps>::kThreads, 0, stream>>>(p);
+  attention_values_kernel<D, kWarps><<<grid, Shape<D, kWarps>::kThreads, 0, stream>>>(p);
+}
+
+}  // namespace
+
+bool tiled_attention_supports(int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
+
+size_t attention_scratch_bytes(const AttentionShape& shape, int64_t max_rows) {
+  size_t bytes = 0;
+  if (!tiled_attention_supports(shape.head_dim)) return bytes;
+  for (int64_t n = 1; n <= max_rows; ++n) {
+    bytes = std::max(bytes, stats_bytes(n, shape) + partial_bytes(n, shape, plan_for(n, shape)));
+  }
+  return bytes;
+}
+
+void tiled_causal_attention(const float* q, int64_t n, const int32_t* positions, const uint16_t* keys,
+                            const uint16_t* values, const AttentionShape& shape, void* scratch, float* out,
+                            StreamHandle stream) {
+  if (!tiled_attention_supports(shape.head_dim)) {
+    throw Error("UNSUPPORTED_MODEL",
+                "tiled GPU attention needs head_dim 64 or 128, not " + std::to_string(shape.head_dim));
+  }
+  if (shape.cache_positions < 1) throw Error("INVALID_ARGUMENT", "tiled GPU attention needs the KV cache's size");
+  const Plan plan = plan_for(n, shape);
+  Params p;
+  p.q = q;
+  p.positions = positions;
+  p.keys = keys;
+  p.values = values;
+  p.n = static_cast<int>(n);
+  p.heads = static_cast<int>(shape.heads);
+  p.group = static_cast<int>(shape.heads / shape.kv_heads);
+  p.kv_width = shape.kv_heads * shape.head_dim;
+  p.scale = shape.scale;
+  p.block_per_segment = plan.block_per_segment;
+  p.stats = static_cast<float2*>(scratch);
+  p.partial = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + stats_bytes(n, shape));
+  p.out = out;
+  const auto s = static_cast<cudaStream_t>(stream);
+  const bool wide = plan.warps == kWideWarps;
+  if (shape.head_dim == 64) {
+    wide ? launch<64, kWideWarps>(p, plan, shape, s) : launch<64, 1>(p, plan, shape, s);
+  } else {
+    wide ? launch<128, kWideWarps>(p, plan, shape, s) : launch<128, 1>(p, plan, shape, s);
+  }
+  if (plan.block_per_segment) {
+    constexpr int kCombineThreads = 256;
+    const int64_t rows = n * shape.heads;
+    combine_segments_kernel<<<ceil_div(rows * shape.head_dim, kCombineThreads), kCombineThreads, 0, s>>>(
+        p.partial, positions, rows, p.heads, static_cast<int>(shape.head_dim), out);
+  }
+}
+
+}  // namespace bloomery::cuda

@@ -1,0 +1,218 @@
+// The tiled (tensor-core) attention kernels against the exact kernel, which gives the CPU
+// path's floats (cuda_ops_test.cc checks that), on random queries and f16 caches: decode rows
+// at contexts 1 to 5,000 (a block per segment of the cache), batches of 2 and 4 rows, and
+// prompts of 1 to 700 rows from position 0 and from mid-cache; GQA ratios 1, 4 and 8; head_dim
+// 64 and 128; spread scores and sharp ones (large enough that exp overflows without the
+// maximum subtracted). Then that a row's floats do not depend on its batch, and the kernels'
+// times. Skips, saying why, where there is no CUDA device.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <utility>
+#include <vector>
+
+#include "tests/check.h"
+
+#ifdef BLOOMERY_CUDA
+
+#include "cuda/ops.h"
+#include "tests/cuda_test_util.h"
+
+using namespace bloomery;
+using namespace bloomery::tests::gpu;
+
+namespace {
+
+struct Case {
+  int64_t kv_heads, group, head_dim, first, n;
+  float query_amplitude;  // 1.5: scores of a few units; 60: scores past exp's float range, a nearly one-hot softmax
+};
+
+constexpr float kValueAmplitude = 2.0f;
+
+// The kernels agree up to the order of float sums, and that order moves a probability's f16
+// rounding by one f16 ulp (at most 2^-10 of it, or 2^-24 below f16's normal range) where a
+// score falls within float noise of a rounding boundary. Over a row, all of them moving
+// would change an output by at most 2^-10 sum(p) max|v| + length 2^-24 max|v|; each side's
+// f32 sum of `length` products errs by at most length 2^-24 max|v| (sum p = 1). So the
+// largest difference allowed is max|v| (2^-10 + 3 length 2^-24), a few thousandths: a wrong
+// mask, maximum or normalization moves outputs by tenths. And since a move needs a
+// boundary within float noise (about 1 probability in 1,000), a (row, head) output more than
+// 2^-12 max|v| away somewhere, which needs a moved probability above 1/4, is rare: at most
+// one in a case, or 1 % of them.
+void check_case(const Case& c, std::mt19937& rng, const cuda::Stream& stream) {
+  const int64_t heads = c.kv_heads * c.group, d = c.head_dim;
+  const int64_t kv_width = c.kv_heads * d, q_width = heads * d, length = c.first + c.n;
+  std::vector<uint16_t> keys(static_cast<size_t>(length * kv_width)), values(keys.size());
+  for (auto& k : keys) k = quant::fp32_to_fp16(std::uniform_real_distribution<float>(-1.5f, 1.5f)(rng));
+  for (auto& v : values) {
+    v = quant::fp32_to_fp16(std::uniform_real_distribution<float>(-kValueAmplitude, kValueAmplitude)(rng));
+  }
+  const auto q = random_floats(static_cast<size_t>(c.n * q_width), c.query_amplitude, rng);
+  std::vector<int32_t> positions(static_cast<size_t>(c.n));
+  for (int64_t i = 0; i < c.n; ++i) positions[i] = static_cast<int32_t>(c.first + i);
+  // A cache longer than the rows reach, as a session's is: blocks of segments past them do nothing.
+  const cuda::AttentionShape shape{heads, c.kv_heads, d, 1.0f / std::sqrt(static_cast<float>(d)), length + 300};
+  const auto dq = upload(q), dk = upload(keys), dv = upload(values), dpos = upload(positions);
+  cuda::DeviceBuffer exact(q.size() * sizeof(float), "exact"), tiled(q.size() * sizeof(float), "tiled");
+  cuda::DeviceBuffer scratch(cuda::attention_scratch_bytes(shape, c.n), "scratch");
+  cuda::exact_causal_attention(dq.as<float>(), c.n, dpos.as<int32_t>(), dk.as<uint16_t>(), dv.as<uint16_t>(), shape,
+                               exact.as<float>(), stream.handle());
+  cuda::causal_attention(dq.as<float>(), c.n, dpos.as<int32_t>(), dk.as<uint16_t>(), dv.as<uint16_t>(), shape,
+                         scratch.data(), tiled.as<float>(), stream.handle());
+  cuda::check_launch("attention test");
+  const auto want = download<float>(exact, q.size(), stream);
+  const auto got = download<float>(tiled, q.size(), stream);
+
+  const double bound =
+      kValueAmplitude * (std::ldexp(1.0, -10) + 3.0 * static_cast<double>(length) * std::ldexp(1.0, -24));
+  const double far = kValueAmplitude * std::ldexp(1.0, -12);
+  double largest = 0.0;
+  int64_t beyond = 0;  // (row, head) outputs with an element more than `far` away
+  for (int64_t h = 0; h < c.n * heads; ++h) {
+    bool away = false;
+    for (int64_t i = h * d; i < (h + 1) * d; ++i) {
+      const double diff = std::fabs(static_cast<double>(got[i]) - want[i]);
+      largest = std::isnan(diff) ? INFINITY : std::max(largest, diff);
+      away = away || !(diff <= far);
+    }
+    beyond += away;
+  }
+  const auto label = [&] {
+    std::ostringstream s;
+    s << "head_dim " << d << ", group " << c.group << ", kv_heads " << c.kv_heads << ", rows " << c.n
+      << " from position " << c.first << ", query amplitude " << c.query_amplitude;
+    return s.str();
+  };
+  CHECK(largest <= bound) << label() << ": largest difference " << largest << " over the bound " << bound;
+  CHECK(beyond <= 1 + c.n * heads / 100) << label() << ": " << beyond << " of " << c.n * heads
+                                         << " (row, head) outputs differ by more than " << far;
+}
+
+}  // namespace
+
+TEST(cuda_tiled_attention_decode_matches_exact) {
+  if (!device_ready("cuda_tiled_attention_decode_matches_exact")) return;
+  std::mt19937 rng(41);
+  const cuda::Stream stream;
+  for (const int64_t d : {128, 64}) {
+    for (const int64_t group : {1, 4, 8}) {
+      for (const int64_t context : {1, 7, 300, 5000}) {
+        for (const float amplitude : {1.5f, 60.0f}) check_case({4, group, d, context - 1, 1, amplitude}, rng, stream);
+      }
+      // A batch of a few rows (several streams' worth): still split, the rows in one or two warps.
+      for (const int64_t n : {2, 4}) check_case({4, group, d, 2000, n, 1.5f}, rng, stream);
+    }
+  }
+}
+
+TEST(cuda_tiled_attention_prompt_matches_exact) {
+  if (!device_ready("cuda_tiled_attention_prompt_matches_exact")) return;
+  std::mt19937 rng(43);
+  const cuda::Stream stream;
+  for (const int64_t d : {128, 64}) {
+    for (const int64_t group : {1, 4, 8}) {
+      for (const int64_t first : {0, 777}) {
+        for (const int64_t n : {1, 2, 3, 15, 16, 17, 63, 64, 65, 130, 511, 700}) {
+          check_case({2, group, d, first, n, n % 2 == 1 ? 60.0f : 1.5f}, rng, stream);
+        }
+      }
+    }
+  }
+}
+
+// A row's floats do not depend on the rest of its batch (its sums run over the same positions
+// in the same order): rows of a long prompt pass equal, bit for bit, the same rows as decode
+// steps (a block per segment), as a short batch (one row tile, a block per segment) and as a
+// middle batch (all segments in one block). What prompt caching and batched decoding rely on.
+TEST(cuda_tiled_attention_rows_do_not_depend_on_the_batch) {
+  if (!device_ready("cuda_tiled_attention_rows_do_not_depend_on_the_batch")) return;
+  std::mt19937 rng(53);
+  const cuda::Stream stream;
+  for (const int64_t d : {128, 64}) {
+    for (const int64_t group : {1, 8}) {
+      const int64_t kv_heads = 2, heads = kv_heads * group, first = 500, n = 300, length = first + n;
+      const int64_t kv_width = kv_heads * d, q_width = heads * d;
+      std::vector<uint16_t> keys(static_cast<size_t>(length * kv_width)), values(keys.size());
+      for (auto* cache : {&keys, &values}) {
+        for (auto& x : *cache) x = quant::fp32_to_fp16(std::uniform_real_distribution<float>(-1.5f, 1.5f)(rng));
+      }
+      const auto q = random_floats(static_cast<size_t>(n * q_width), 3.0f, rng);
+      std::vector<int32_t> positions(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) positions[i] = static_cast<int32_t>(first + i);
+      const cuda::AttentionShape shape{heads, kv_heads, d, 1.0f / std::sqrt(static_cast<float>(d)), length};
+      const auto dk = upload(keys), dv = upload(values);
+      cuda::DeviceBuffer scratch(cuda::attention_scratch_bytes(shape, n), "scratch");
+      const auto attend = [&](int64_t row, int64_t rows) {
+        const std::vector<float> part(q.begin() + row * q_width, q.begin() + (row + rows) * q_width);
+        const std::vector<int32_t> at(positions.begin() + row, positions.begin() + row + rows);
+        const auto dq = upload(part), dpos = upload(at);
+        cuda::DeviceBuffer out(part.size() * sizeof(float), "out");
+        cuda::causal_attention(dq.as<float>(), rows, dpos.as<int32_t>(), dk.as<uint16_t>(), dv.as<uint16_t>(), shape,
+                               scratch.data(), out.as<float>(), stream.handle());
+        return download<float>(out, part.size(), stream);
+      };
+      const auto whole = attend(0, n);
+      for (const auto& [row, rows] :
+           {std::pair{int64_t{0}, int64_t{1}}, std::pair{int64_t{137}, int64_t{1}}, std::pair{int64_t{299}, int64_t{1}},
+            std::pair{int64_t{100}, int64_t{4}}, std::pair{int64_t{200}, int64_t{37}}}) {
+        const auto got = attend(row, rows);
+        const std::vector<float> want(whole.begin() + row * q_width, whole.begin() + (row + rows) * q_width);
+        CHECK(mismatches(got, want) == 0)
+            << "head_dim " << d << ", group " << group << ": rows " << row << " to " << row + rows - 1
+            << " alone differ from the whole pass in " << mismatches(got, want) << " of " << want.size();
+      }
+    }
+  }
+}
+
+// Not a check: the times of both kernels on the qwen3-30b-a3b shape (32 query heads, 4 KV
+// heads, head_dim 128), for the device report: a prompt batch of 512 rows at the start and at
+// the end of a 4,096-token prompt, and decode rows at short and long contexts.
+TEST(cuda_attention_times) {
+  if (!device_ready("cuda_attention_times")) return;
+  std::mt19937 rng(47);
+  const cuda::Stream stream;
+  const int64_t capacity = 8192;
+  const cuda::AttentionShape shape{32, 4, 128, 1.0f / std::sqrt(128.0f), capacity};
+  const int64_t kv_width = shape.kv_heads * shape.head_dim, q_width = shape.heads * shape.head_dim;
+  std::vector<uint16_t> cache(static_cast<size_t>(capacity * kv_width));
+  for (auto& x : cache) x = quant::fp32_to_fp16(std::uniform_real_distribution<float>(-1.5f, 1.5f)(rng));
+  const auto keys = upload(cache), values = upload(cache);
+  const auto q = upload(random_floats(static_cast<size_t>(512 * q_width), 1.5f, rng));
+  cuda::DeviceBuffer out(static_cast<size_t>(512 * q_width) * sizeof(float), "out");
+  cuda::DeviceBuffer scratch(cuda::attention_scratch_bytes(shape, 512), "scratch");
+  for (const auto& [first, n] : {std::pair{int64_t{0}, int64_t{512}}, std::pair{int64_t{3584}, int64_t{512}},
+                                 std::pair{int64_t{299}, int64_t{1}}, std::pair{int64_t{4095}, int64_t{1}},
+                                 std::pair{int64_t{8191}, int64_t{1}}, std::pair{int64_t{4095}, int64_t{4}}}) {
+    std::vector<int32_t> positions(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) positions[i] = static_cast<int32_t>(first + i);
+    const auto dpos = upload(positions);
+    const auto time = [&](const auto& launch) {
+      launch();
+      stream.synchronize();
+      constexpr int kRuns = 20;
+      const auto start = std::chrono::steady_clock::now();
+      for (int r = 0; r < kRuns; ++r) launch();
+      stream.synchronize();
+      return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / kRuns;
+    };
+    const double exact = time([&] {
+      cuda::exact_causal_attention(q.as<float>(), n, dpos.as<int32_t>(), keys.as<uint16_t>(), values.as<uint16_t>(),
+                                   shape, out.as<float>(), stream.handle());
+    });
+    const double tiled = time([&] {
+      cuda::causal_attention(q.as<float>(), n, dpos.as<int32_t>(), keys.as<uint16_t>(), values.as<uint16_t>(), shape,
+                             scratch.data(), out.as<float>(), stream.handle());
+    });
+    cuda::check_launch("attention times");
+    std::printf("  attention, %lld rows from position %lld: exact %.1f us, tiled %.1f us (%.1fx)\n",
+                static_cast<long long>(n), static_cast<long long>(first), exact, tiled, exact / tiled);
+  }
+}
+
+#else
+
+TEST(cuda_attention_skipped) { std::printf("skip cuda_attention tests: this build has no CUDA\n"); }
+
+#endif
