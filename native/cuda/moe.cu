@@ -153,10 +153,9 @@ void route_top_k(const float* logits, int64_t n, int64_t experts, int64_t used, 
 
 int tokens_per_expert_chunk(int64_t n) { return n == 1 ? 1 : 8; }
 
-int64_t max_expert_chunks(int64_t n, int64_t experts, int64_t used) {
+int64_t max_expert_chunks(int64_t n, int64_t experts, int64_t used, int tokens_per_chunk) {
   const int64_t pairs = n * used;
-  const int64_t per_chunk = tokens_per_expert_chunk(n);
-  return std::min(pairs, (pairs + per_chunk - 1) / per_chunk + experts);
+  return std::min(pairs, (pairs + tokens_per_chunk - 1) / tokens_per_chunk + experts);
 }
 
 void group_by_expert(const int32_t* chosen, int64_t n, int64_t experts, int64_t used, const int32_t* slot_of_expert,

@@ -10,9 +10,7 @@
 
 #ifdef BLOOMERY_CUDA
 
-#include "cpu/cpu_dispatch.h"
 #include "cuda/ops.h"
-#include "quant/kernels.h"
 #include "tests/cuda_test_util.h"
 
 using namespace bloomery;
@@ -21,34 +19,6 @@ using namespace bloomery::tests::gpu;
 namespace {
 
 constexpr uint32_t kGpuTypes[] = {0, 1, quant::BlockQ8_0::kType, quant::BlockQ4_K::kType, quant::BlockQ6_K::kType};
-
-const quant::QuantKernels& cpu_kernels(uint32_t type) { return quant::quant_kernels(type, cpu::host_simd_tier()); }
-
-cuda::DeviceMatrix device_matrix(uint32_t type, const cuda::DeviceBuffer& data, int64_t rows, int64_t cols) {
-  cuda::DeviceMatrix m;
-  m.type = type;
-  m.data = data.as<uint8_t>();
-  m.rows = rows;
-  m.cols = cols;
-  m.row_bytes = row_bytes(type, cols);
-  m.matrix_bytes = m.row_bytes * static_cast<size_t>(rows);
-  return m;
-}
-
-// CPU: y[i][r] = dot(row r, x[i]) through the CPU's activation quantizer and dot.
-std::vector<float> cpu_matvec(uint32_t type, const std::vector<uint8_t>& w, int64_t rows, int64_t cols,
-                              const std::vector<float>& x, int64_t n) {
-  const quant::QuantKernels& k = cpu_kernels(type);
-  const size_t a_bytes = row_bytes(k.activation_type, cols);
-  std::vector<uint8_t> a(a_bytes);
-  std::vector<float> y(static_cast<size_t>(n * rows));
-  for (int64_t i = 0; i < n; ++i) {
-    k.quantize_activations(x.data() + i * cols, a.data(), cols);
-    for (int64_t r = 0; r < rows; ++r)
-      y[i * rows + r] = k.vec_dot(w.data() + r * row_bytes(type, cols), a.data(), cols);
-  }
-  return y;
-}
 
 }  // namespace
 

@@ -145,7 +145,7 @@ TEST(cuda_moe_routing_matches_cpu) {
     // combined sum over the resident experts, in k order. First every expert in slot e, then
     // the odd experts in host memory and the even ones in reversed slots.
     const int per_chunk = cuda::tokens_per_expert_chunk(n);
-    const int64_t max_chunks = cuda::max_expert_chunks(n, experts, used);
+    const int64_t max_chunks = cuda::max_expert_chunks(n, experts, used, per_chunk);
     std::vector<int32_t> identity(static_cast<size_t>(experts)), split(static_cast<size_t>(experts), -1);
     std::iota(identity.begin(), identity.end(), 0);
     for (int64_t e = experts - 1, slot = 0; e >= 0; --e) {
