@@ -41,16 +41,21 @@ struct alignas(16) WeightTile {
   float mins[kTileRows][kStepBlocks];
 };
 
-// One step of an activation tile: the codes, the scale and the code sum of each block of 32.
+// One step of an activation tile: the codes, the scale and the scaled code sum (d times the
+// sum of the codes, for mins) of each block of 32.
 struct alignas(16) ActivationTile {
   int codes[kTileTokens][kStride];
   float d[kTileTokens][kStepBlocks];
-  int sums[kTileTokens][kStepBlocks];
+  float scaled_sums[kTileTokens][kStepBlocks];
 };
 
 __device__ __forceinline__ void store4(int* to, int a, int b, int c, int d) {
   *reinterpret_cast<int4*>(to) = make_int4(a, b, c, d);
 }
+
+// An integer sum of int8 products (|i| < 2^22) as a float, exactly: through the bits of
+// 1.5 * 2^23 + i, since int-to-float conversions issue at a fraction of the rate of float adds.
+__device__ __forceinline__ float exact_float(int i) { return __int_as_float(0x4B400000 + i) - 12582912.0f; }
 
 __device__ __forceinline__ float half_at(const uint8_t* p) {
   return half_bits_to_float(*reinterpret_cast<const uint16_t*>(p));
@@ -191,7 +196,7 @@ __device__ __forceinline__ void load_weights(WeightTile& tile, const uint8_t* w,
   }
 }
 
-// Copies step `step` of the tile's activation rows, with each block's code sum (for mins).
+// Copies step `step` of the tile's activation rows, with each block's scaled code sum.
 __device__ __forceinline__ void load_activations(ActivationTile& tile, const ActivationBlock* const* rows,
                                                  const MmqArgs& a, int step) {
   for (int u = threadIdx.x; u < kTileTokens * kStepBlocks; u += kThreads) {
@@ -212,7 +217,7 @@ __device__ __forceinline__ void load_activations(ActivationTile& tile, const Act
     store4(tile.codes[t] + 8 * b, q[0], q[1], q[2], q[3]);
     store4(tile.codes[t] + 8 * b + 4, q[4], q[5], q[6], q[7]);
     tile.d[t][b] = d;
-    tile.sums[t][b] = sum;
+    tile.scaled_sums[t][b] = d * static_cast<float>(sum);
   }
 }
 
@@ -251,9 +256,8 @@ __device__ __forceinline__ void multiply_step(const WeightTile& w, const Activat
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int r = r_out + 8 * (e / 2);
-            float value = w.scales[r][b] * static_cast<float>(sum[e]);
-            if constexpr (D::kMins) value -= w.mins[r][b] * static_cast<float>(x.sums[t_out + e % 2][b]);
-            acc[m][n][e] += xd[e % 2] * value;
+            acc[m][n][e] += xd[e % 2] * (w.scales[r][b] * exact_float(sum[e]));
+            if constexpr (D::kMins) acc[m][n][e] -= w.mins[r][b] * x.scaled_sums[t_out + e % 2][b];
           }
         } else {
           static_assert(D::kGroup == 16 && !D::kMins);
@@ -264,7 +268,7 @@ __device__ __forceinline__ void multiply_step(const WeightTile& w, const Activat
           for (int e = 0; e < 4; ++e) {
             const int r = r_out + 8 * (e / 2);
             const float value =
-                w.scales[r][2 * b] * static_cast<float>(low[e]) + w.scales[r][2 * b + 1] * static_cast<float>(high[e]);
+                w.scales[r][2 * b] * exact_float(low[e]) + w.scales[r][2 * b + 1] * exact_float(high[e]);
             acc[m][n][e] += xd[e % 2] * value;
           }
         }
