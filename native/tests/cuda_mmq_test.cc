@@ -2,10 +2,15 @@
 // kernels on random data, for every type they serve: dense products of 1 to 150 rows (partial
 // tiles of rows and of weight rows, a Q8_0 width that ends inside a step), accumulation, the
 // gated SwiGLU product, and the expert products over a grouping with uneven loads (an expert
-// with no rows, one with one, one with two tiles' worth) and experts left in host memory.
-// Skips, saying why, where there is no CUDA device.
+// with no rows, one with one, one with two tiles' worth) and experts left in host memory; and
+// that the tiles outpace the matvec on prompt batches of the benchmark model's shapes (the
+// times printed are what the threshold kMmqMinRows rests on). Skips, saying why, where there
+// is no CUDA device.
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <tuple>
 #include <vector>
 
 #include "tests/check.h"
@@ -68,6 +73,18 @@ std::vector<float> resident_rows(const std::vector<float>& all, int64_t rows, co
     if (slot_of[chosen[s]] >= 0) out.insert(out.end(), all.begin() + s * rows, all.begin() + (s + 1) * rows);
   }
   return out;
+}
+
+// Mean milliseconds of `launch` over a few runs, after one to warm up.
+template <typename Launch>
+double milliseconds(const cuda::Stream& stream, Launch launch) {
+  constexpr int kRuns = 10;
+  launch();
+  stream.synchronize();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < kRuns; ++i) launch();
+  stream.synchronize();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / kRuns;
 }
 
 }  // namespace
@@ -255,6 +272,100 @@ TEST(cuda_expert_mmq_matches_cpu_and_matvec) {
       CHECK(out_error < 2e-5) << "type " << type << ", " << what << ": down, relative error " << out_error;
       CHECK(out_to_matvec < 2e-5) << "type " << type << ", " << what << ": down, relative error " << out_to_matvec
                                   << " to the matvec";
+    }
+  }
+}
+
+TEST(cuda_mmq_outpaces_matvec_on_prompt_batches) {
+  if (!device_ready("cuda_mmq_outpaces_matvec_on_prompt_batches")) return;
+  std::mt19937 rng(43);
+  const cuda::Stream stream;
+  // Dense: attn_q's shape in the 30B benchmark model (Q4_K), and the output projection's as Q6_K and Q8_0.
+  for (const auto& [type, rows, cols] : {std::tuple{quant::BlockQ4_K::kType, int64_t{4096}, int64_t{2048}},
+                                         std::tuple{quant::BlockQ6_K::kType, int64_t{2048}, int64_t{4096}},
+                                         std::tuple{quant::BlockQ8_0::kType, int64_t{2048}, int64_t{4096}}}) {
+    const auto dw = upload(random_matrix(type, rows, cols, rng));
+    const cuda::DeviceMatrix m = device_matrix(type, dw, rows, cols);
+    for (const int64_t n : {32, 64, 128, 512}) {
+      const auto dx = upload(random_floats(static_cast<size_t>(n * cols), 2.0f, rng));
+      const auto blocks = quantized(dx, n, cols, type, stream);
+      cuda::DeviceBuffer y(static_cast<size_t>(n * rows) * sizeof(float), "y");
+      const double tiles = milliseconds(
+          stream, [&] { cuda::mmq(m, blocks.as<cuda::ActivationBlock>(), n, y.as<float>(), false, stream.handle()); });
+      const double matvec = milliseconds(stream, [&] {
+        cuda::matvec(m, {dx.as<float>(), blocks.as<cuda::ActivationBlock>()}, n, y.as<float>(), false, stream.handle());
+      });
+      std::printf("  %lld x %lld type %u, n %lld: mmq %.3f ms, matvec %.3f ms (%.2fx)\n", static_cast<long long>(rows),
+                  static_cast<long long>(cols), type, static_cast<long long>(n), tiles, matvec, matvec / tiles);
+      if (n == 512) {
+        CHECK(tiles < matvec) << "type " << type << ": mmq " << tiles << " ms, matvec " << matvec << " ms";
+      }
+    }
+  }
+  // Experts: a layer's gate/up (Q4_K) and down (Q6_K) of 32 experts of 768 x 2048, 8 of them
+  // routed per row at random: about the benchmark's rows per expert at a 128-row prompt.
+  const int64_t experts = 32, used = 8, width = 2048, ff = 768;
+  const uint32_t gate_type = quant::BlockQ4_K::kType, down_type = quant::BlockQ6_K::kType;
+  const auto dgate = upload(random_matrix(gate_type, experts * ff, width, rng));
+  const auto dup = upload(random_matrix(gate_type, experts * ff, width, rng));
+  const auto ddown = upload(random_matrix(down_type, experts * width, ff, rng));
+  cuda::DeviceMatrix mg = device_matrix(gate_type, dgate, ff, width), mu = device_matrix(gate_type, dup, ff, width);
+  cuda::DeviceMatrix md = device_matrix(down_type, ddown, width, ff);
+  std::vector<int32_t> identity(static_cast<size_t>(experts));
+  for (int64_t e = 0; e < experts; ++e) identity[e] = static_cast<int32_t>(e);
+  const auto dslots = upload(identity);
+  for (const int64_t n : {128, 512}) {
+    std::vector<int32_t> chosen(static_cast<size_t>(n * used));
+    for (int64_t i = 0; i < n; ++i) {
+      std::vector<int32_t> pool = identity;
+      std::shuffle(pool.begin(), pool.end(), rng);
+      std::copy(pool.begin(), pool.begin() + used, chosen.begin() + i * used);
+    }
+    const auto dchosen = upload(chosen);
+    const auto dx = upload(random_floats(static_cast<size_t>(n * width), 2.0f, rng));
+    const auto dh = upload(random_floats(static_cast<size_t>(n * used * ff), 0.5f, rng));
+    const auto x_blocks = quantized(dx, n, width, gate_type, stream);
+    const auto h_blocks = quantized(dh, n * used, ff, down_type, stream);
+    cuda::DeviceBuffer hidden(static_cast<size_t>(n * used * ff) * sizeof(float), "hidden");
+    cuda::DeviceBuffer out(static_cast<size_t>(n * used * width) * sizeof(float), "out");
+    double times[2][2];  // [tiles, matvec][gate/up, down]
+    for (const bool tiled : {true, false}) {
+      cuda::ExpertGroups g;
+      g.tokens_per_chunk = tiled ? cuda::kMmqTileTokens : cuda::tokens_per_expert_chunk(n);
+      g.max_chunks = cuda::max_expert_chunks(n, experts, used, g.tokens_per_chunk);
+      cuda::DeviceBuffer order(static_cast<size_t>(n * used) * sizeof(int32_t), "order");
+      cuda::DeviceBuffer chunks(static_cast<size_t>(3 * g.max_chunks) * sizeof(int32_t), "chunks");
+      cuda::DeviceBuffer count(sizeof(int32_t), "chunk count");
+      cuda::group_by_expert(dchosen.as<int32_t>(), n, experts, used, dslots.as<int32_t>(), g.tokens_per_chunk,
+                            order.as<int32_t>(), chunks.as<int32_t>(), count.as<int32_t>(), stream.handle());
+      g.order = order.as<int32_t>();
+      g.chunks = chunks.as<int32_t>();
+      g.chunk_count = count.as<int32_t>();
+      const auto* xb = x_blocks.as<cuda::ActivationBlock>();
+      const auto* hb = h_blocks.as<cuda::ActivationBlock>();
+      times[tiled ? 0 : 1][0] = milliseconds(stream, [&] {
+        if (tiled) {
+          cuda::expert_gated_mmq(mg, mu, xb, used, g, hidden.as<float>(), stream.handle());
+        } else {
+          cuda::expert_gated_matvec(mg, mu, xb, used, g, hidden.as<float>(), stream.handle());
+        }
+      });
+      times[tiled ? 0 : 1][1] = milliseconds(stream, [&] {
+        if (tiled) {
+          cuda::expert_mmq(md, hb, g, out.as<float>(), stream.handle());
+        } else {
+          cuda::expert_matvec(md, hb, g, out.as<float>(), stream.handle());
+        }
+      });
+    }
+    std::printf(
+        "  %lld experts, n %lld: gate/up mmq %.3f ms, matvec %.3f ms (%.2fx); down mmq %.3f ms, matvec %.3f ms "
+        "(%.2fx)\n",
+        static_cast<long long>(experts), static_cast<long long>(n), times[0][0], times[1][0], times[1][0] / times[0][0],
+        times[0][1], times[1][1], times[1][1] / times[0][1]);
+    if (n == 512) {
+      CHECK(times[0][0] < times[1][0]) << "gate/up: mmq " << times[0][0] << " ms, matvec " << times[1][0] << " ms";
+      CHECK(times[0][1] < times[1][1]) << "down: mmq " << times[0][1] << " ms, matvec " << times[1][1] << " ms";
     }
   }
 }
