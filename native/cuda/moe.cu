@@ -203,23 +203,21 @@ void route_top_k(const float* logits, int64_t n, int64_t experts, int64_t used, 
 
 int tokens_per_expert_chunk(int64_t n) { return n == 1 ? 1 : 8; }
 
-int64_t max_expert_chunks(int64_t n, int64_t experts, int64_t used) {
+int64_t max_expert_chunks(int64_t n, int64_t experts, int64_t used, int tokens_per_chunk) {
   const int64_t pairs = n * used;
-  const int64_t per_chunk = tokens_per_expert_chunk(n);
-  return std::min(pairs, (pairs + per_chunk - 1) / per_chunk + experts);
+  return std::min(pairs, (pairs + tokens_per_chunk - 1) / tokens_per_chunk + experts);
 }
 
 void route_and_group(const float* logits, int64_t n, int64_t experts, int64_t used, bool normalize,
-                     const int32_t* slot_of_expert, int32_t* chosen, float* weights, int32_t* order, int32_t* chunks,
-                     int32_t* chunk_count, StreamHandle stream) {
-  if (n == 1) {
+                     const int32_t* slot_of_expert, int tokens_per_chunk, int32_t* chosen, float* weights,
+                     int32_t* order, int32_t* chunks, int32_t* chunk_count, StreamHandle stream) {
+  if (n == 1 && tokens_per_chunk == 1) {
     launch_top_k(logits, n, experts, used, normalize, chosen, weights, {slot_of_expert, order, chunks, chunk_count},
                  stream);
     return;
   }
   route_top_k(logits, n, experts, used, normalize, chosen, weights, stream);
-  group_by_expert(chosen, n, experts, used, slot_of_expert, tokens_per_expert_chunk(n), order, chunks, chunk_count,
-                  stream);
+  group_by_expert(chosen, n, experts, used, slot_of_expert, tokens_per_chunk, order, chunks, chunk_count, stream);
 }
 
 void group_by_expert(const int32_t* chosen, int64_t n, int64_t experts, int64_t used, const int32_t* slot_of_expert,

@@ -1,9 +1,9 @@
 // RMS norm, one block per row. The arithmetic is the CPU path's (cpu/rms_norm.cc): the squares
-// rounded to float (as ggml does) and summed in double (the order differs, which in double rounds to the same float mean in
-// practice), the mean rounded to float, 1 / sqrt(mean + eps), then (x * scale) * weight, each
-// step rounded as there (no fused multiply-add), so both give the same floats. The norm also
-// takes over two neighbours that would be launches of their own: the MoE sum of the layer
-// before (combine_experts' arithmetic) and the quantization of its output for the next product.
+// rounded to float (as ggml does) and summed in double (the order differs, which in double rounds to the same float
+// mean in practice), the mean rounded to float, 1 / sqrt(mean + eps), then (x * scale) * weight, each step rounded as
+// there (no fused multiply-add), so both give the same floats. The norm also takes over two neighbours that would be
+// launches of their own: the MoE sum of the layer before (combine_experts' arithmetic) and the quantization of its
+// output for the next product.
 #include "base/error.h"
 #include "cuda/quantize.cuh"
 

@@ -96,6 +96,24 @@ void expert_gated_matvec(const DeviceMatrix& gate, const DeviceMatrix& up, const
 void expert_matvec(const DeviceMatrix& down, const MatvecInput& hidden, const ExpertGroups& groups, float* out,
                    StreamHandle stream);
 
+// --- mmq.cu: the same products for prompt batches, as tiles on the integer tensor cores ---
+// Batches from kMmqMinRows rows on take the tiled products (a tile's worth of rows: below it,
+// the tiles would run mostly empty and the matvec's many small blocks fill the GPU better).
+inline constexpr int64_t kMmqMinRows = 64;
+// Routed slots per chunk that the expert tiles take (ExpertGroups::tokens_per_chunk at most this).
+inline constexpr int kMmqTileTokens = 64;
+// Whether the tiled products serve weights of `type` for a batch of n rows.
+bool mmq_serves(uint32_t type, int64_t n);
+// As matvec, gated_matvec, expert_gated_matvec and expert_matvec, for quantized weights of a
+// type mmq_serves (any n: the threshold is the caller's choice).
+void mmq(const DeviceMatrix& w, const ActivationBlock* x, int64_t n, float* y, bool accumulate, StreamHandle stream);
+void gated_mmq(const DeviceMatrix& gate, const DeviceMatrix& up, const ActivationBlock* x, int64_t n, float* y,
+               StreamHandle stream);
+void expert_gated_mmq(const DeviceMatrix& gate, const DeviceMatrix& up, const ActivationBlock* x, int64_t used,
+                      const ExpertGroups& groups, float* hidden, StreamHandle stream);
+void expert_mmq(const DeviceMatrix& down, const ActivationBlock* hidden, const ExpertGroups& groups, float* out,
+                StreamHandle stream);
+
 // --- moe.cu ---
 // Softmax over each row's router logits, the `used` best (in order), optionally
 // renormalized to sum to one.
@@ -106,20 +124,21 @@ void route_top_k(const float* logits, int64_t n, int64_t experts, int64_t used, 
 void count_routed(const int32_t* chosen, int64_t n, int64_t used, uint32_t* counts, StreamHandle stream);
 // slot_of_expert[expert] = slot, in stream order: how adaptive residency retires and seats experts.
 void set_expert_slot(int32_t* slot_of_expert, int32_t expert, int32_t slot, StreamHandle stream);
-// Tokens per chunk the grouping uses for a pass of n rows, and the most chunks it can make.
+// Tokens per chunk the matvec kernels take for a pass of n rows (the tiled products take
+// kMmqTileTokens), and the most chunks a grouping of n rows in chunks of `tokens_per_chunk` makes.
 int tokens_per_expert_chunk(int64_t n);
-int64_t max_expert_chunks(int64_t n, int64_t experts, int64_t used);
+int64_t max_expert_chunks(int64_t n, int64_t experts, int64_t used, int tokens_per_chunk);
 // Groups the n * used routed slots of GPU-resident experts by expert (order, chunks,
 // chunk_count: see ExpertGroups). `slot_of_expert` (device, one per expert) says where each
 // expert's weights sit in the layer's slot pool, -1 for an expert in host memory: chunks name
 // slots, so the expert kernels read the pool, and a swap only rewrites this table.
 void group_by_expert(const int32_t* chosen, int64_t n, int64_t experts, int64_t used, const int32_t* slot_of_expert,
                      int tokens_per_chunk, int32_t* order, int32_t* chunks, int32_t* chunk_count, StreamHandle stream);
-// route_top_k then group_by_expert (tokens_per_expert_chunk(n) per chunk); a single row (a
-// decode step) in one launch.
+// route_top_k then group_by_expert (`tokens_per_chunk` per chunk); a single row (a decode
+// step, one token per chunk) in one launch.
 void route_and_group(const float* logits, int64_t n, int64_t experts, int64_t used, bool normalize,
-                     const int32_t* slot_of_expert, int32_t* chosen, float* weights, int32_t* order, int32_t* chunks,
-                     int32_t* chunk_count, StreamHandle stream);
+                     const int32_t* slot_of_expert, int tokens_per_chunk, int32_t* chosen, float* weights,
+                     int32_t* order, int32_t* chunks, int32_t* chunk_count, StreamHandle stream);
 // residual[i] += sum over k of weights[i, k] * expert_out[i * used + k], in k order, over the
 // GPU-resident experts (slot_of_expert[chosen[i, k]] >= 0). rms_norm can add the same sum
 // itself (RmsNorm::pending).

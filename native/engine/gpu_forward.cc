@@ -227,7 +227,9 @@ std::vector<std::pair<const char*, size_t>> workspace_sizes(const model::HyperPa
   const int64_t routed = b * p.experts_used;
   const int64_t hidden = std::max(b * p.feed_forward, routed * p.expert_feed_forward);
   const int64_t widest = std::max({b * p.embedding, b * q_width, hidden});
-  const int64_t chunks = p.experts > 0 ? cuda::max_expert_chunks(b, p.experts, p.experts_used) : 0;
+  // The matvec's chunks are the smaller (kMmqTileTokens for the tiles), so they bound the count.
+  const int64_t chunks =
+      p.experts > 0 ? cuda::max_expert_chunks(b, p.experts, p.experts_used, cuda::tokens_per_expert_chunk(b)) : 0;
   return {{"residual", floats(b * p.embedding)},
           {"normed", floats(b * p.embedding)},
           {"q", floats(b * q_width)},
@@ -540,16 +542,27 @@ struct Pass {
   };
 
   void mul(const DeviceMatrix& w, Input& x, int64_t rows, float* y, bool accumulate) const {
-    cuda::matvec(w, x.for_type(w.type), rows, y, accumulate, stream);
+    if (cuda::mmq_serves(w.type, rows)) {
+      cuda::mmq(w, x.for_type(w.type).blocks, rows, y, accumulate, stream);
+    } else {
+      cuda::matvec(w, x.for_type(w.type), rows, y, accumulate, stream);
+    }
   }
 
   // Products of one input of n rows in as few launches as their types allow: each run of
-  // products reading one activation format is queued before the input is quantized for the next.
+  // products reading one activation format is queued before the input is quantized for the next
+  // (for batches the tiles serve, one tiled product each).
   void mul_all(std::initializer_list<cuda::MatvecProduct> products, Input& x) const {
     std::vector<cuda::MatvecProduct> run;
     const auto queue = [&] {
       if (run.empty()) return;
-      cuda::matvecs(run, x.for_type(run.front().w->type), n, stream);
+      if (cuda::mmq_serves(run.front().w->type, n)) {
+        for (const cuda::MatvecProduct& product : run) {
+          cuda::mmq(*product.w, x.for_type(product.w->type).blocks, n, product.y, product.accumulate, stream);
+        }
+      } else {
+        cuda::matvecs(run, x.for_type(run.front().w->type), n, stream);
+      }
       run.clear();
     };
     for (const cuda::MatvecProduct& p : products) {
@@ -627,7 +640,12 @@ struct Pass {
     const model::HyperParams& p = m.params;
     const Workspace& ws = m.work;
     if (cuda::gated_matvec_supports(w.ffn_gate, w.ffn_up)) {
-      cuda::gated_matvec(w.ffn_gate, w.ffn_up, x.for_type(w.ffn_gate.type).blocks, n, f(ws.hidden), stream);
+      const ActivationBlock* blocks = x.for_type(w.ffn_gate.type).blocks;
+      if (cuda::mmq_serves(w.ffn_gate.type, n)) {
+        cuda::gated_mmq(w.ffn_gate, w.ffn_up, blocks, n, f(ws.hidden), stream);
+      } else {
+        cuda::gated_matvec(w.ffn_gate, w.ffn_up, blocks, n, f(ws.hidden), stream);
+      }
     } else {
       mul(w.ffn_gate, x, n, f(ws.gate), false);
       mul(w.ffn_up, x, n, f(ws.up), false);
@@ -649,21 +667,32 @@ struct Pass {
     const bool hybrid = host_layer && !streams();
     ExpertStacks experts{w.expert_gate, w.expert_up, w.expert_down, w.expert_slots};
     if (host_layer && streams()) experts = m.expert_stream->queue_layer(layer, stream);
-    cuda::route_and_group(f(ws.router_logits), n, p.experts, p.experts_used, p.normalize_expert_weights,
-                          experts.slot_of_expert, ws.chosen.as<int32_t>(), f(ws.routing_weights),
-                          ws.order.as<int32_t>(), ws.chunks.as<int32_t>(), ws.chunk_count.as<int32_t>(), stream);
-    cuda::count_routed(ws.chosen.as<int32_t>(), n, p.experts_used, m.routed.as<uint32_t>() + layer * p.experts, stream);
-    if (hybrid) host->queue_publish(layer, n, f(ws.normed), ws.chosen.as<int32_t>(), f(ws.routing_weights), stream);
+    // One grouping serves both products, so the tiles take the experts only where they serve both types.
+    const bool tiled = cuda::mmq_serves(experts.gate.type, n) && cuda::mmq_serves(experts.down.type, n);
     cuda::ExpertGroups groups;
     groups.order = ws.order.as<int32_t>();
     groups.chunks = ws.chunks.as<int32_t>();
     groups.chunk_count = ws.chunk_count.as<int32_t>();
-    groups.tokens_per_chunk = cuda::tokens_per_expert_chunk(n);
-    groups.max_chunks = cuda::max_expert_chunks(n, p.experts, p.experts_used);
-    cuda::expert_gated_matvec(experts.gate, experts.up, x.for_type(experts.gate.type).blocks, p.experts_used, groups,
-                              f(ws.hidden), stream);
+    groups.tokens_per_chunk = tiled ? cuda::kMmqTileTokens : cuda::tokens_per_expert_chunk(n);
+    groups.max_chunks = cuda::max_expert_chunks(n, p.experts, p.experts_used, groups.tokens_per_chunk);
+    cuda::route_and_group(f(ws.router_logits), n, p.experts, p.experts_used, p.normalize_expert_weights,
+                          experts.slot_of_expert, groups.tokens_per_chunk, ws.chosen.as<int32_t>(),
+                          f(ws.routing_weights), ws.order.as<int32_t>(), ws.chunks.as<int32_t>(),
+                          ws.chunk_count.as<int32_t>(), stream);
+    cuda::count_routed(ws.chosen.as<int32_t>(), n, p.experts_used, m.routed.as<uint32_t>() + layer * p.experts, stream);
+    if (hybrid) host->queue_publish(layer, n, f(ws.normed), ws.chosen.as<int32_t>(), f(ws.routing_weights), stream);
+    const ActivationBlock* blocks = x.for_type(experts.gate.type).blocks;
+    if (tiled) {
+      cuda::expert_gated_mmq(experts.gate, experts.up, blocks, p.experts_used, groups, f(ws.hidden), stream);
+    } else {
+      cuda::expert_gated_matvec(experts.gate, experts.up, blocks, p.experts_used, groups, f(ws.hidden), stream);
+    }
     Input hidden(*this, f(ws.hidden), n * p.experts_used, p.expert_feed_forward);
-    cuda::expert_matvec(experts.down, hidden.for_type(experts.down.type), groups, f(ws.expert_out), stream);
+    if (tiled) {
+      cuda::expert_mmq(experts.down, hidden.for_type(experts.down.type).blocks, groups, f(ws.expert_out), stream);
+    } else {
+      cuda::expert_matvec(experts.down, hidden.for_type(experts.down.type), groups, f(ws.expert_out), stream);
+    }
     if (host_layer && streams()) m.expert_stream->layer_done(stream);
     const cuda::ExpertSum sum{f(ws.expert_out), f(ws.routing_weights), ws.chosen.as<int32_t>(), experts.slot_of_expert,
                               p.experts_used};

@@ -13,34 +13,13 @@
 
 #ifdef BLOOMERY_CUDA
 
-#include "cpu/cpu_dispatch.h"
 #include "cuda/ops.h"
-#include "quant/kernels.h"
 #include "tests/cuda_test_util.h"
 
 using namespace bloomery;
 using namespace bloomery::tests::gpu;
 
-namespace {
-
-const quant::QuantKernels& cpu_kernels(uint32_t type) { return quant::quant_kernels(type, cpu::host_simd_tier()); }
-
-// CPU: y[i][r] = dot(row r, x[i]) through the CPU's activation quantizer and dot.
-std::vector<float> cpu_matvec(uint32_t type, const std::vector<uint8_t>& w, int64_t rows, int64_t cols,
-                              const std::vector<float>& x, int64_t n) {
-  const quant::QuantKernels& k = cpu_kernels(type);
-  const size_t a_bytes = row_bytes(k.activation_type, cols);
-  std::vector<uint8_t> a(a_bytes);
-  std::vector<float> y(static_cast<size_t>(n * rows));
-  for (int64_t i = 0; i < n; ++i) {
-    k.quantize_activations(x.data() + i * cols, a.data(), cols);
-    for (int64_t r = 0; r < rows; ++r)
-      y[i * rows + r] = k.vec_dot(w.data() + r * row_bytes(type, cols), a.data(), cols);
-  }
-  return y;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 TEST(cuda_quantize_activations_match_cpu) {
   if (!device_ready("cuda_quantize_activations_match_cpu")) return;
@@ -254,15 +233,15 @@ TEST(cuda_expert_matvec_matches_cpu) {
       const auto logits = random_floats(static_cast<size_t>(n * experts), 4.0f, rng);
       const auto x = random_floats(static_cast<size_t>(n * width), 2.0f, rng);
       const auto dl = upload(logits), dx = upload(x);
-      const int64_t max_chunks = cuda::max_expert_chunks(n, experts, used);
+      const int64_t max_chunks = cuda::max_expert_chunks(n, experts, used, cuda::tokens_per_expert_chunk(n));
       cuda::DeviceBuffer chosen(static_cast<size_t>(n * used) * sizeof(int32_t), "chosen");
       cuda::DeviceBuffer weights(static_cast<size_t>(n * used) * sizeof(float), "weights");
       cuda::DeviceBuffer order(static_cast<size_t>(n * used) * sizeof(int32_t), "order");
       cuda::DeviceBuffer chunks(static_cast<size_t>(3 * max_chunks) * sizeof(int32_t), "chunks");
       cuda::DeviceBuffer chunk_count(sizeof(int32_t), "chunk count");
-      cuda::route_and_group(dl.as<float>(), n, experts, used, true, slots.as<int32_t>(), chosen.as<int32_t>(),
-                            weights.as<float>(), order.as<int32_t>(), chunks.as<int32_t>(), chunk_count.as<int32_t>(),
-                            stream.handle());
+      cuda::route_and_group(dl.as<float>(), n, experts, used, true, slots.as<int32_t>(),
+                            cuda::tokens_per_expert_chunk(n), chosen.as<int32_t>(), weights.as<float>(),
+                            order.as<int32_t>(), chunks.as<int32_t>(), chunk_count.as<int32_t>(), stream.handle());
       cuda::ExpertGroups groups;
       groups.order = order.as<int32_t>();
       groups.chunks = chunks.as<int32_t>();

@@ -358,7 +358,7 @@ TEST(cuda_moe_routing_matches_cpu) {
     // combined sum over the resident experts, in k order. First every expert in slot e, then
     // the odd experts in host memory and the even ones in reversed slots.
     const int per_chunk = cuda::tokens_per_expert_chunk(n);
-    const int64_t max_chunks = cuda::max_expert_chunks(n, experts, used);
+    const int64_t max_chunks = cuda::max_expert_chunks(n, experts, used, per_chunk);
     std::vector<int32_t> identity(static_cast<size_t>(experts)), split(static_cast<size_t>(experts), -1);
     std::iota(identity.begin(), identity.end(), 0);
     for (int64_t e = experts - 1, slot = 0; e >= 0; --e) {
@@ -408,15 +408,15 @@ TEST(cuda_route_and_group_matches_cpu) {
     }
     for (const auto& table : {identity, split}) {
       const auto dl = upload(logits), slots = upload(table);
-      const int64_t max_chunks = cuda::max_expert_chunks(n, experts, used);
+      const int64_t max_chunks = cuda::max_expert_chunks(n, experts, used, cuda::tokens_per_expert_chunk(n));
       cuda::DeviceBuffer chosen(static_cast<size_t>(n * used) * sizeof(int32_t), "chosen");
       cuda::DeviceBuffer weights(static_cast<size_t>(n * used) * sizeof(float), "weights");
       cuda::DeviceBuffer order(static_cast<size_t>(n * used) * sizeof(int32_t), "order");
       cuda::DeviceBuffer chunks(static_cast<size_t>(3 * max_chunks) * sizeof(int32_t), "chunks");
       cuda::DeviceBuffer chunk_count(sizeof(int32_t), "chunk count");
-      cuda::route_and_group(dl.as<float>(), n, experts, used, true, slots.as<int32_t>(), chosen.as<int32_t>(),
-                            weights.as<float>(), order.as<int32_t>(), chunks.as<int32_t>(), chunk_count.as<int32_t>(),
-                            stream.handle());
+      cuda::route_and_group(dl.as<float>(), n, experts, used, true, slots.as<int32_t>(),
+                            cuda::tokens_per_expert_chunk(n), chosen.as<int32_t>(), weights.as<float>(),
+                            order.as<int32_t>(), chunks.as<int32_t>(), chunk_count.as<int32_t>(), stream.handle());
       const auto got_chosen = download<int32_t>(chosen, static_cast<size_t>(n * used), stream);
       const auto got_weights = download<float>(weights, static_cast<size_t>(n * used), stream);
       const char* what = table == identity ? "all on the GPU" : "a third on the host";

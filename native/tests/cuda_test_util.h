@@ -1,6 +1,6 @@
 // Shared by the cuda_*_test.cc files: whether a CUDA device is there (printing why not),
-// device buffers filled from and read back into host vectors, and random weights of
-// realistic scale in every GPU weight type.
+// device buffers filled from and read back into host vectors, random weights of realistic
+// scale in every GPU weight type, and the CPU's products that the GPU's are checked against.
 #pragma once
 
 #ifdef BLOOMERY_CUDA
@@ -10,12 +10,14 @@
 #include <random>
 #include <vector>
 
+#include "cpu/cpu_dispatch.h"
 #include "cuda/device.h"
 #include "cuda/ops.h"
 #include "cuda/runtime.h"
 #include "quant/blocks.h"
 #include "quant/float_formats.h"
 #include "quant/ggml_types.h"
+#include "quant/kernels.h"
 
 namespace bloomery::tests::gpu {
 
@@ -128,6 +130,36 @@ inline size_t mismatches(const std::vector<float>& a, const std::vector<float>& 
   size_t count = 0;
   for (size_t i = 0; i < a.size(); ++i) count += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
   return count;
+}
+
+inline const quant::QuantKernels& cpu_kernels(uint32_t type) {
+  return quant::quant_kernels(type, cpu::host_simd_tier());
+}
+
+inline cuda::DeviceMatrix device_matrix(uint32_t type, const cuda::DeviceBuffer& data, int64_t rows, int64_t cols) {
+  cuda::DeviceMatrix m;
+  m.type = type;
+  m.data = data.as<uint8_t>();
+  m.rows = rows;
+  m.cols = cols;
+  m.row_bytes = row_bytes(type, cols);
+  m.matrix_bytes = m.row_bytes * static_cast<size_t>(rows);
+  return m;
+}
+
+// CPU: y[i][r] = dot(row r, x[i]) through the CPU's activation quantizer and dot.
+inline std::vector<float> cpu_matvec(uint32_t type, const std::vector<uint8_t>& w, int64_t rows, int64_t cols,
+                                     const std::vector<float>& x, int64_t n) {
+  const quant::QuantKernels& k = cpu_kernels(type);
+  const size_t a_bytes = row_bytes(k.activation_type, cols);
+  std::vector<uint8_t> a(a_bytes);
+  std::vector<float> y(static_cast<size_t>(n * rows));
+  for (int64_t i = 0; i < n; ++i) {
+    k.quantize_activations(x.data() + i * cols, a.data(), cols);
+    for (int64_t r = 0; r < rows; ++r)
+      y[i * rows + r] = k.vec_dot(w.data() + r * row_bytes(type, cols), a.data(), cols);
+  }
+  return y;
 }
 
 }  // namespace bloomery::tests::gpu
