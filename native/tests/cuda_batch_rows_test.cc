@@ -142,7 +142,7 @@ TEST(cuda_expert_rows_do_not_depend_on_the_batch) {
         cuda::expert_gated_matvec(gate, up, x.from(first).blocks, used, groups, gated, stream.handle());
         if (!down_too) return;
         cuda::quantize_activations(gated, n * used, feed_forward, type, hidden_blocks.as<Blocks>(), stream.handle());
-        cuda::expert_matvec(down, hidden_blocks.as<Blocks>(), groups, out, stream.handle());
+        cuda::expert_matvec(down, {nullptr, hidden_blocks.as<Blocks>()}, groups, out, stream.handle());
       };
     };
     expect_rows_alone("expert gate/up", type, used * feed_forward, stream, experts_of(false));

@@ -247,7 +247,8 @@ TEST(cuda_expert_mmq_matches_cpu_and_matvec) {
       const std::vector<float> untouched_out(static_cast<size_t>(slots * width), kUntouched);
       const auto dout = upload(untouched_out), dout_mv = upload(untouched_out);
       cuda::expert_mmq(md, hidden_blocks.as<cuda::ActivationBlock>(), tiles, dout.as<float>(), stream.handle());
-      cuda::expert_matvec(md, hidden_blocks.as<cuda::ActivationBlock>(), small, dout_mv.as<float>(), stream.handle());
+      cuda::expert_matvec(md, {nullptr, hidden_blocks.as<cuda::ActivationBlock>()}, small, dout_mv.as<float>(),
+                          stream.handle());
       const auto out = download<float>(dout, untouched_out.size(), stream);
       const auto out_mv = download<float>(dout_mv, untouched_out.size(), stream);
       std::vector<float> want_out(untouched_out.size(), kUntouched);
@@ -354,7 +355,7 @@ TEST(cuda_mmq_outpaces_matvec_on_prompt_batches) {
         if (tiled) {
           cuda::expert_mmq(md, hb, g, out.as<float>(), stream.handle());
         } else {
-          cuda::expert_matvec(md, hb, g, out.as<float>(), stream.handle());
+          cuda::expert_matvec(md, {nullptr, hb}, g, out.as<float>(), stream.handle());
         }
       });
     }

@@ -136,17 +136,6 @@ inline const quant::QuantKernels& cpu_kernels(uint32_t type) {
   return quant::quant_kernels(type, cpu::host_simd_tier());
 }
 
-inline cuda::DeviceMatrix device_matrix(uint32_t type, const cuda::DeviceBuffer& data, int64_t rows, int64_t cols) {
-  cuda::DeviceMatrix m;
-  m.type = type;
-  m.data = data.as<uint8_t>();
-  m.rows = rows;
-  m.cols = cols;
-  m.row_bytes = row_bytes(type, cols);
-  m.matrix_bytes = m.row_bytes * static_cast<size_t>(rows);
-  return m;
-}
-
 // CPU: y[i][r] = dot(row r, x[i]) through the CPU's activation quantizer and dot.
 inline std::vector<float> cpu_matvec(uint32_t type, const std::vector<uint8_t>& w, int64_t rows, int64_t cols,
                                      const std::vector<float>& x, int64_t n) {
