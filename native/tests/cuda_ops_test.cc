@@ -258,7 +258,10 @@ TEST(cuda_position_heads_matches_cpu) {
         for (const auto& [buffer, want, name] :
              {std::tuple{&dq, &want_q, "q"}, std::tuple{&dk, &want_k, "k"}, std::tuple{&dv, &want_v, "v"}}) {
           const auto got = download<float>(*buffer, want->size(), stream);
-          CHECK(mismatches(got, *want) <= want->size() / 50 && relative_error(got, *want) < 1e-6)
+          // Rotated values may differ in their last bit (the H200 measured up to 4.6 % of them for
+          // the normal style's partial rotation, at most 1.3e-7 relative); a wrong angle, norm or
+          // bias moves them by far more than 1e-6.
+          CHECK(mismatches(got, *want) <= want->size() / 10 && relative_error(got, *want) < 1e-6)
               << name << " head_dim " << head_dim << " bias " << with_bias << " neox " << neox << ": "
               << mismatches(got, *want) << " of " << want->size() << " differ, relative error "
               << relative_error(got, *want);

@@ -1,8 +1,8 @@
 // GPU machine: the disk tier in hybrid runs. The experts a plan puts on the CPU are paged from
 // the model file through a small RAM arena (the minimum: one layer's paged experts); the greedy
 // tokens are the all-GPU run's and the distributions agree as hybrid.test.mjs asks of host
-// experts in RAM. Against the same split with those experts in RAM, decode steps and short
-// prompts (both hand their rows to the CPU) give the same logits bit for bit; long prompts,
+// experts in RAM. Against the same split with those experts in RAM, short prompts and the decode
+// steps after them (both hand their rows to the CPU) give the same logits bit for bit; long prompts,
 // which with experts in RAM copy them to the GPU, hand their rows to the CPU too with a disk
 // tier (no streamed pass, no prompt staging). Skips where no NVIDIA device exists.
 import { test } from "node:test";
@@ -13,18 +13,19 @@ import { loadModel } from "../../dist/index.js";
 const { fixture } = fixtures("disk-tier");
 const CONTEXT = 1024;
 
-// Logits of a 600-token prompt (passes of 512 and 88 rows), of 24 decode steps of given tokens,
-// and of a 40-token prompt in a new session; then 24 greedy tokens of another.
+// Logits of a 600-token prompt (passes of 512 and 88 rows); of a 12-token prompt in a new session
+// (under StreamChoice's floor of 16 rows: the CPU runs its host experts with experts in RAM too)
+// and 24 decode steps of given tokens after it; then 24 greedy tokens of another session.
 async function runOf(model) {
   const vocab = model.info.vocabSize;
   const tokens = (count, seed) => Array.from({ length: count }, (_, i) => (i * 7919 + seed) % vocab);
   const session = model.createSession();
   const long = await session.evaluate(tokens(600, 13), { logits: "all" });
-  const steps = new Float32Array(24 * vocab);
-  for (const [i, token] of tokens(24, 101).entries()) steps.set(await session.evaluate([token]), i * vocab);
   session.dispose();
   const fresh = model.createSession();
-  const short = await fresh.evaluate(tokens(40, 29), { logits: "all" });
+  const short = await fresh.evaluate(tokens(12, 29), { logits: "all" });
+  const steps = new Float32Array(24 * vocab);
+  for (const [i, token] of tokens(24, 101).entries()) steps.set(await fresh.evaluate([token]), i * vocab);
   fresh.dispose();
   const greedy = model.createSession();
   const { tokens: generated } = await greedy.generate(tokens(8, 131), { maxTokens: 24 }).result;
@@ -58,10 +59,13 @@ for (const type of ["Q4_K", "Q8_0"]) {
         ["even experts on the GPU, odd ones paged", (e) => e % 2 === 0, 4],
         ["every expert paged", () => false, 8],
       ]) {
+        // Static residency: adaptive would move experts between the GPU and the CPU (a disk
+        // tier keeps the plan's placement), and their dots round differently.
         const inRam = await loadModel(path, {
           gpu: "auto",
           contextSize: CONTEXT,
           plan: split(reference.plan, onGpu, "host"),
+          residency: "static",
         });
         const fromRam = await runOf(inRam);
         inRam.dispose();
