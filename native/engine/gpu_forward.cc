@@ -30,8 +30,7 @@ using cuda::ActivationBlock;
 using cuda::DeviceBuffer;
 using cuda::DeviceMatrix;
 
-// Rows per pass: longer prompts run as several passes, so the workspace stays bounded.
-constexpr int64_t kMaxBatch = 512;
+constexpr int64_t kMaxBatch = kGpuPassRows;
 // Device memory left to the CUDA context, graphs and kernels' local memory.
 constexpr uint64_t kReserve = 512ull << 20;
 // Decode-step graphs kept at once: one per set of sequences recently decoded together.

@@ -73,6 +73,9 @@ Runtime::Runtime(std::unique_ptr<model::Model> model, const RuntimeOptions& opti
   }
   arena_ = disk_tier(*model_, options);
   if (options.gpu) gpu_ = upload_model(*model_, *options.gpu, context_size_, pool_, arena_.get());
+  // A step fills a GPU pass (see kGpuPassRows); on the CPU it stays small, so other sessions'
+  // decode steps wait less behind a long prompt.
+  if (gpu_) step_tokens_ = std::max(step_tokens_, kGpuPassRows);
   residency_ = std::make_unique<Residency>(model_->params.layers, model_->params.experts, gpu_.get(),
                                            options.adaptive_residency);
   scheduler_ = Scheduler::start(*this);
