@@ -283,13 +283,18 @@ export function planOffload(
   const perRound = footprint.expertBytes.reduce((sum, bytes) => sum + bytes, 0);
   const whole = fixedTotal(fixedGpu(footprint, false)) + E * perRound <= budgets.gpu;
   const fixed = fixedGpu(footprint, !whole);
-  if (fixedTotal(fixed) > budgets.gpu) throw refuseDense(fixed, footprint, budgets.gpu);
+  const bare = fixedGpu(footprint, false);
+  if (fixedTotal(bare) > budgets.gpu) throw refuseDense(fixed, footprint, budgets.gpu);
   const hostBytes = (counts: number[]) =>
     counts.reduce((sum, count, l) => sum + (E - count) * (footprint.expertBytes[l] ?? 0), 0);
-  let counts = gpuCounts(footprint, budgets, fixedTotal(fixed));
+  const stagingFits = fixedTotal(fixed) <= budgets.gpu;
+  // Without room for the staging, no expert can sit on the GPU beside host ones in RAM; only a
+  // disk tier (which needs no staging) can run then.
+  let counts = stagingFits ? gpuCounts(footprint, budgets, fixedTotal(fixed)) : footprint.expertBytes.map(() => 0);
   const paging = hostBytes(counts) > budgets.hostRam;
+  if (!paging && !stagingFits) throw refuseDense(fixed, footprint, budgets.gpu);
   // The disk tier needs no prompt staging: its room goes to experts.
-  if (paging) counts = gpuCounts(footprint, budgets, fixedTotal(fixedGpu(footprint, false)));
+  if (paging) counts = gpuCounts(footprint, budgets, fixedTotal(bare));
   const even = Math.min(...counts);
   const layers = counts.map((count, l): OffloadLayer => {
     let reason: string;

@@ -140,6 +140,18 @@ describe("planOffload", () => {
     expectPartition(paged, 8);
   });
 
+  it("pages from disk when the GPU budget holds the dense part but not the prompt staging", () => {
+    const staged = { ...footprint, streamBytes: 700 };
+    const paged = planOffload(staged, { gpu: fixed + 699, hostRam: 1000 });
+    expect(paged.bytes.gpu.staging).toBe(0);
+    expect(paged.layers.map((l) => l.gpu.length)).toEqual([2, 2, 1, 1]);
+    expect(paged.layers.map((l) => l.disk?.length)).toEqual([6, 6, 7, 7]);
+    expect(paged.layers.every((l) => l.host.length === 0)).toBe(true);
+    const error = thrown(() => planOffload(staged, { gpu: fixed + 699, hostRam: roomy }));
+    expect(error.code).toBe("INSUFFICIENT_MEMORY");
+    expect(error.message).toMatch(/prompt staging/);
+  });
+
   it("refuses a hostRam below the arena's minimum, the most experts one layer pages, by name", () => {
     expect(planOffload(footprint, { gpu: fixed + 1600, hostRam: 4 * 128 }).arena.slots).toBe(4);
     const error = thrown(() => planOffload(footprint, { gpu: fixed + 1600, hostRam: 4 * 128 - 1 }));

@@ -13,7 +13,7 @@ import { loadModel } from "../../dist/index.js";
 const { fixture } = fixtures("disk-tier");
 const CONTEXT = 1024;
 
-// Logits of a 600-token prompt (passes of 512 and 88 rows); of a 12-token prompt in a new session
+// Logits of a 600-token prompt (one pass); of a 12-token prompt in a new session
 // (under StreamChoice's floor of 16 rows: the CPU runs its host experts with experts in RAM too)
 // and 24 decode steps of given tokens after it; then 24 greedy tokens of another session.
 async function runOf(model) {

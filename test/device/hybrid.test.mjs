@@ -17,9 +17,8 @@ async function greedy(model, prompt) {
   return tokens;
 }
 
-// Logits of every row of a prompt of 600 tokens (passes of 512 and 88 rows: a hybrid model
-// copies its host experts to the GPU for these, the first by its row count, the second before
-// the CPU's cost was measured), then of 32 decode steps of given tokens (each run sees the same
+// Logits of every row of a prompt of 600 tokens (one pass of 600 rows: a hybrid model copies
+// its host experts to the GPU for it, by its row count), then of 32 decode steps of given tokens (each run sees the same
 // context, whatever it would sample; the CPU runs the host experts), then of a 40-token prompt
 // in a new session (either way, as the measured costs choose).
 async function logitsOf(model) {
@@ -49,7 +48,7 @@ async function expectSameAsAllGpu(path, reference, referenceLogits, hybrid, what
   console.log(`${path} ${what}: prompt ${JSON.stringify(prompt)}, decode ${JSON.stringify(decode)}`);
   console.log(`  offload ${JSON.stringify(stats)}`);
   assert.ok(stats.passes > 0 && stats.cpuExpertSeconds > 0, "the CPU ran experts");
-  assert.ok(stats.streamedPasses >= 2, "the long prompt copied host experts to the GPU");
+  assert.ok(stats.streamedPasses >= 1, "the long prompt copied host experts to the GPU");
   // The CPU's expert dots round differently from the GPU's (as in gpu-vs-cpu.test.mjs, issue 9):
   // on these near-flat random distributions near-ties may flip (Q8_0 measured top-1 0.987, KL 6e-5,
   // the widest flip 0.06 nats), so every flip must be a near-tie of the reference's own distribution.
