@@ -17,6 +17,7 @@ import { fileURLToPath } from "node:url";
 import { performance } from "node:perf_hooks";
 import { parseArgs } from "node:util";
 import { benchModel } from "./model-file.mjs";
+import { argmax } from "./measure.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const PRESET = "qwen3moe-2b";
@@ -50,12 +51,6 @@ function promptTokens(count) {
     tokens.push(256 + (state % 20_000));
   }
   return tokens;
-}
-
-function argmax(values) {
-  let best = 0;
-  for (let i = 1; i < values.length; i++) if (values[i] > values[best]) best = i;
-  return best;
 }
 
 /** Times `run` `reps` times and keeps the fastest, in seconds. */

@@ -9,6 +9,7 @@
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { getSystemInfo, loadModel, modelFootprint, planOffload } from "../dist/index.js";
+import { argmax, secondsSince, spreadTokens } from "./measure.mjs";
 
 const path = process.argv[2] ?? "/root/q.gguf";
 const CONTEXT = 4096;
@@ -18,13 +19,6 @@ const DECODE_STEPS = 64;
 const DECODE_SECONDS = 35;
 const GIB = 1024 ** 3;
 
-const seconds = (start) => Number(process.hrtime.bigint() - start) / 1e9;
-const prompt = (length, vocab) => Array.from({ length }, (_, i) => (i * 7919 + 11) % vocab);
-function argmax(row) {
-  let best = 0;
-  for (let i = 1; i < row.length; ++i) if (row[i] > row[best]) best = i;
-  return best;
-}
 const delta = (after, before) =>
   Object.fromEntries(
     Object.keys(after).map((k) => [k, typeof after[k] === "number" ? after[k] - before[k] : after[k]]),
@@ -37,25 +31,25 @@ async function measure(hostRamGib, footprint) {
   const plan = planOffload(footprint, { gpu: dense, hostRam });
   const loadStart = process.hrtime.bigint();
   const model = await loadModel(path, { gpu: "auto", contextSize: CONTEXT, hostRam, plan });
-  const loadSeconds = seconds(loadStart);
+  const loadSeconds = secondsSince(loadStart);
   const vocab = model.info.vocabSize;
   const session = model.createSession();
 
   const beforePrompt = model.stats().disk;
   const promptStart = process.hrtime.bigint();
-  let logits = await session.evaluate(prompt(512, vocab));
-  const prompt512 = 512 / seconds(promptStart);
+  let logits = await session.evaluate(spreadTokens(512, vocab));
+  const prompt512 = 512 / secondsSince(promptStart);
   const promptDisk = delta(model.stats().disk, beforePrompt);
 
   for (let i = 0; i < WARMUP_STEPS; ++i) logits = await session.evaluate([argmax(logits)]);
   const beforeDecode = model.stats().disk;
   const decodeStart = process.hrtime.bigint();
   let steps = 0;
-  while (steps < DECODE_STEPS && seconds(decodeStart) < DECODE_SECONDS) {
+  while (steps < DECODE_STEPS && secondsSince(decodeStart) < DECODE_SECONDS) {
     logits = await session.evaluate([argmax(logits)]);
     ++steps;
   }
-  const decode = steps / seconds(decodeStart);
+  const decode = steps / secondsSince(decodeStart);
   const decodeDisk = delta(model.stats().disk, beforeDecode);
   const live = model.plan;
   const offload = model.stats().offload;

@@ -13,6 +13,7 @@ import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { performance } from "node:perf_hooks";
 import { getSystemInfo, loadModel } from "../dist/index.js";
+import { fastestRounds } from "./measure.mjs";
 
 // ik_llama.cpp's one-stream decode on the same machine and model (../shared/BASELINES.md); it
 // has no figure for several streams.
@@ -83,11 +84,7 @@ for (let round = 0; round < settings.rounds; round++) {
 }
 model.dispose();
 
-const best = STREAMS.map((streams) =>
-  rounds
-    .filter((r) => r.streams === streams)
-    .reduce((a, b) => (b.decodeTokensPerSecond > a.decodeTokensPerSecond ? b : a)),
-);
+const best = fastestRounds(rounds, STREAMS);
 const one = best[0].decodeTokensPerSecond;
 const result = {
   command: `node bench/gpu-parallel.mjs ${process.argv.slice(2).join(" ")}`.trim(),

@@ -5,25 +5,23 @@
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { getSystemInfo, loadModel } from "../dist/index.js";
+import { argmax, secondsSince, spreadTokens } from "./measure.mjs";
 
 const PEER = { name: "ik_llama.cpp (-ngl 99 -fa 1)", decode: 238.9, prompt512: 4342, prompt4096: 5215 };
 const path = process.argv[2] ?? "/root/q.gguf";
 const DECODE_STEPS = 256;
 
-const seconds = (start) => Number(process.hrtime.bigint() - start) / 1e9;
-const prompt = (length, vocab) => Array.from({ length }, (_, i) => (i * 7919 + 11) % vocab);
-
 const loadStart = process.hrtime.bigint();
 const model = await loadModel(path, { gpu: "auto", contextSize: 8192 });
-const loadSeconds = seconds(loadStart);
+const loadSeconds = secondsSince(loadStart);
 const vocab = model.info.vocabSize;
 const session = model.createSession();
 
 async function promptRate(length) {
   session.reset();
   const start = process.hrtime.bigint();
-  await session.evaluate(prompt(length, vocab));
-  return length / seconds(start);
+  await session.evaluate(spreadTokens(length, vocab));
+  return length / secondsSince(start);
 }
 
 await promptRate(64); // warm-up: kernels loaded, first graph captured below
@@ -31,13 +29,8 @@ const prompt512 = Math.max(await promptRate(512), await promptRate(512));
 const prompt4096 = await promptRate(4096);
 
 session.reset();
-let logits = await session.evaluate(prompt(64, vocab));
+let logits = await session.evaluate(spreadTokens(64, vocab));
 let token;
-function argmax(row) {
-  let best = 0;
-  for (let i = 1; i < row.length; ++i) if (row[i] > row[best]) best = i;
-  return best;
-}
 token = argmax(logits);
 logits = await session.evaluate([token]); // captures the decode graph
 const decodeStart = process.hrtime.bigint();
@@ -45,7 +38,7 @@ for (let i = 0; i < DECODE_STEPS; ++i) {
   token = argmax(logits);
   logits = await session.evaluate([token]);
 }
-const decode = DECODE_STEPS / seconds(decodeStart);
+const decode = DECODE_STEPS / secondsSince(decodeStart);
 model.dispose();
 
 const result = {

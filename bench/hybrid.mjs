@@ -10,6 +10,7 @@
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { getSystemInfo, loadModel, modelFootprint, planOffload } from "../dist/index.js";
+import { argmax, secondsSince, spreadTokens } from "./measure.mjs";
 
 const path = process.argv[2] ?? "/root/q.gguf";
 const CONTEXT = 8192;
@@ -19,26 +20,19 @@ const PEERS = {
   "budget-8gib": { name: "ik_llama.cpp (experts of 40 of 48 layers on the CPU)", decode: 52.0, prompt512: 1309 },
 };
 
-const seconds = (start) => Number(process.hrtime.bigint() - start) / 1e9;
-const prompt = (length, vocab) => Array.from({ length }, (_, i) => (i * 7919 + 11) % vocab);
-function argmax(row) {
-  let best = 0;
-  for (let i = 1; i < row.length; ++i) if (row[i] > row[best]) best = i;
-  return best;
-}
 const delta = (after, before) => Object.fromEntries(Object.keys(after).map((k) => [k, after[k] - before[k]]));
 
 async function measure(name, options) {
   const loadStart = process.hrtime.bigint();
   const model = await loadModel(path, { contextSize: CONTEXT, ...options });
-  const loadSeconds = seconds(loadStart);
+  const loadSeconds = secondsSince(loadStart);
   const vocab = model.info.vocabSize;
   const session = model.createSession();
   const promptRate = async (length) => {
     session.reset();
     const start = process.hrtime.bigint();
-    await session.evaluate(prompt(length, vocab));
-    return length / seconds(start);
+    await session.evaluate(spreadTokens(length, vocab));
+    return length / secondsSince(start);
   };
   await promptRate(64);
   const prompt512 = Math.max(await promptRate(512), await promptRate(512));
@@ -47,12 +41,12 @@ async function measure(name, options) {
   const prompt4096Stats = delta(model.stats().offload, promptStats);
 
   session.reset();
-  let logits = await session.evaluate(prompt(64, vocab));
+  let logits = await session.evaluate(spreadTokens(64, vocab));
   logits = await session.evaluate([argmax(logits)]); // captures the decode graph
   const before = model.stats().offload;
   const decodeStart = process.hrtime.bigint();
   for (let i = 0; i < DECODE_STEPS; ++i) logits = await session.evaluate([argmax(logits)]);
-  const decode = DECODE_STEPS / seconds(decodeStart);
+  const decode = DECODE_STEPS / secondsSince(decodeStart);
   const d = delta(model.stats().offload, before);
   const plan = model.plan;
   model.dispose();

@@ -19,6 +19,7 @@ import { fileURLToPath } from "node:url";
 import { performance } from "node:perf_hooks";
 import { parseArgs } from "node:util";
 import { benchModel } from "./model-file.mjs";
+import { fastestRounds } from "./measure.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const PRESET = "qwen3moe-2b";
@@ -100,11 +101,7 @@ async function main() {
   }
   model.dispose();
 
-  const best = STREAMS.map((streams) =>
-    rounds
-      .filter((r) => r.streams === streams)
-      .reduce((a, b) => (b.decodeTokensPerSecond > a.decodeTokensPerSecond ? b : a)),
-  );
+  const best = fastestRounds(rounds, STREAMS);
   const one = best[0];
   const ratios = Object.fromEntries(best.map((r) => [r.streams, r.decodeTokensPerSecond / one.decodeTokensPerSecond]));
   const fmt = (x, width = 9) => x.toFixed(2).padStart(width);

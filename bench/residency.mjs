@@ -13,6 +13,7 @@
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { getSystemInfo, loadModel, modelFootprint } from "../dist/index.js";
+import { argmax, secondsSince } from "./measure.mjs";
 
 const path = process.argv[2] ?? "/root/q.gguf";
 const CONTEXT = 4096;
@@ -23,13 +24,6 @@ const PEER = {
   name: "ik_llama.cpp (experts of 40 of 48 layers on the CPU, ~17 % of experts on the card)",
   decode: 52.0,
 };
-
-const seconds = (start) => Number(process.hrtime.bigint() - start) / 1e9;
-function argmax(row) {
-  let best = 0;
-  for (let i = 1; i < row.length; ++i) if (row[i] > row[best]) best = i;
-  return best;
-}
 
 // Per layer an LRU of the plan's GPU slot count, holding the plan's GPU experts first; each
 // step's calls hit when their expert is cached at the step's start, then the step's experts
@@ -73,11 +67,11 @@ async function measure(residency, budget) {
   const trace = model.traceRouting();
   const promptStart = process.hrtime.bigint();
   let logits = await session.evaluate(Array.from({ length: PROMPT }, (_, i) => (i * 7919 + 11) % vocab));
-  const promptSeconds = seconds(promptStart);
+  const promptSeconds = secondsSince(promptStart);
   const before = model.stats().residency;
   const decodeStart = process.hrtime.bigint();
   for (let i = 0; i < DECODE_STEPS; ++i) logits = await session.evaluate([argmax(logits)]);
-  const decode = DECODE_STEPS / seconds(decodeStart);
+  const decode = DECODE_STEPS / secondsSince(decodeStart);
   const after = model.stats().residency;
   const recorded = trace.stop();
   const decodeTrace = { ...recorded, steps: recorded.steps.slice(recorded.steps.length - DECODE_STEPS) };
