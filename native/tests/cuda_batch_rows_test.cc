@@ -118,26 +118,14 @@ TEST(cuda_expert_rows_do_not_depend_on_the_batch) {
     const cuda::DeviceMatrix up = device_matrix(type, du, feed_forward, width, experts);
     const cuda::DeviceMatrix down = device_matrix(type, dd, width, feed_forward, experts);
     const Activations x(type, width, rng, stream);
-    cuda::DeviceBuffer order(static_cast<size_t>(kRows * used) * sizeof(int32_t), "order");
-    cuda::DeviceBuffer chunks(
-        static_cast<size_t>(3 * cuda::max_expert_chunks(kRows, experts, used, cuda::tokens_per_expert_chunk(kRows))) *
-            sizeof(int32_t),
-        "chunks");
-    cuda::DeviceBuffer chunk_count(sizeof(int32_t), "chunk count");
     cuda::DeviceBuffer hidden(static_cast<size_t>(kRows * used * feed_forward) * sizeof(float), "hidden");
     cuda::DeviceBuffer hidden_blocks(static_cast<size_t>(kRows * used * feed_forward / 32) * sizeof(Blocks), "blocks");
     // Writes the rows' `used` slots of down's output (width floats each), or of gate/up's.
     const auto experts_of = [&](bool down_too) {
       return [&, down_too](int64_t first, int64_t n, float* out) {
-        cuda::ExpertGroups groups;
-        groups.order = order.as<int32_t>();
-        groups.chunks = chunks.as<int32_t>();
-        groups.chunk_count = chunk_count.as<int32_t>();
-        groups.tokens_per_chunk = cuda::tokens_per_expert_chunk(n);
-        groups.max_chunks = cuda::max_expert_chunks(n, experts, used, cuda::tokens_per_expert_chunk(n));
-        cuda::group_by_expert(dchosen.as<int32_t>() + first * used, n, experts, used, slots.as<int32_t>(),
-                              groups.tokens_per_chunk, order.as<int32_t>(), chunks.as<int32_t>(),
-                              chunk_count.as<int32_t>(), stream.handle());
+        const DeviceGroups grouping(n, experts, used, cuda::tokens_per_expert_chunk(n));
+        grouping.group(dchosen.as<int32_t>() + first * used, n, experts, used, slots.as<int32_t>(), stream);
+        const cuda::ExpertGroups& groups = grouping.groups;
         float* gated = down_too ? hidden.as<float>() : out;
         cuda::expert_gated_matvec(gate, up, x.from(first).blocks, used, groups, gated, stream.handle());
         if (!down_too) return;

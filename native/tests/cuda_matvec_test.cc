@@ -233,21 +233,14 @@ TEST(cuda_expert_matvec_matches_cpu) {
       const auto logits = random_floats(static_cast<size_t>(n * experts), 4.0f, rng);
       const auto x = random_floats(static_cast<size_t>(n * width), 2.0f, rng);
       const auto dl = upload(logits), dx = upload(x);
-      const int64_t max_chunks = cuda::max_expert_chunks(n, experts, used, cuda::tokens_per_expert_chunk(n));
       cuda::DeviceBuffer chosen(static_cast<size_t>(n * used) * sizeof(int32_t), "chosen");
       cuda::DeviceBuffer weights(static_cast<size_t>(n * used) * sizeof(float), "weights");
-      cuda::DeviceBuffer order(static_cast<size_t>(n * used) * sizeof(int32_t), "order");
-      cuda::DeviceBuffer chunks(static_cast<size_t>(3 * max_chunks) * sizeof(int32_t), "chunks");
-      cuda::DeviceBuffer chunk_count(sizeof(int32_t), "chunk count");
+      const DeviceGroups grouping(n, experts, used, cuda::tokens_per_expert_chunk(n));
       cuda::route_and_group(dl.as<float>(), n, experts, used, true, slots.as<int32_t>(),
                             cuda::tokens_per_expert_chunk(n), chosen.as<int32_t>(), weights.as<float>(),
-                            order.as<int32_t>(), chunks.as<int32_t>(), chunk_count.as<int32_t>(), stream.handle());
-      cuda::ExpertGroups groups;
-      groups.order = order.as<int32_t>();
-      groups.chunks = chunks.as<int32_t>();
-      groups.chunk_count = chunk_count.as<int32_t>();
-      groups.max_chunks = max_chunks;
-      groups.tokens_per_chunk = cuda::tokens_per_expert_chunk(n);
+                            grouping.order.as<int32_t>(), grouping.chunks.as<int32_t>(),
+                            grouping.chunk_count.as<int32_t>(), stream.handle());
+      const cuda::ExpertGroups& groups = grouping.groups;
       cuda::DeviceBuffer x_blocks(static_cast<size_t>(n * width / 32) * sizeof(cuda::ActivationBlock), "x blocks");
       cuda::DeviceBuffer hidden(static_cast<size_t>(n * used * ff) * sizeof(float), "hidden");
       cuda::DeviceBuffer h_blocks(static_cast<size_t>(n * used * ff / 32) * sizeof(cuda::ActivationBlock), "blocks");

@@ -199,24 +199,12 @@ TEST(cuda_expert_mmq_matches_cpu_and_matvec) {
       cuda::DeviceMatrix md = device_matrix(type, ddown, width, ff);
 
       // The grouping in tiles, and the matvec's grouping beside it.
-      const auto group = [&](int per_chunk, cuda::DeviceBuffer& order, cuda::DeviceBuffer& chunks,
-                             cuda::DeviceBuffer& count) {
-        cuda::ExpertGroups g;
-        g.tokens_per_chunk = per_chunk;
-        g.max_chunks = cuda::max_expert_chunks(kTokens, kExperts, kUsed, per_chunk);
-        order = cuda::DeviceBuffer(static_cast<size_t>(slots) * sizeof(int32_t), "order");
-        chunks = cuda::DeviceBuffer(static_cast<size_t>(3 * g.max_chunks) * sizeof(int32_t), "chunks");
-        count = cuda::DeviceBuffer(sizeof(int32_t), "chunk count");
-        cuda::group_by_expert(dchosen.as<int32_t>(), kTokens, kExperts, kUsed, dslots.as<int32_t>(), per_chunk,
-                              order.as<int32_t>(), chunks.as<int32_t>(), count.as<int32_t>(), stream.handle());
-        g.order = order.as<int32_t>();
-        g.chunks = chunks.as<int32_t>();
-        g.chunk_count = count.as<int32_t>();
-        return g;
-      };
-      cuda::DeviceBuffer order, chunks, count, mv_order, mv_chunks, mv_count;
-      const cuda::ExpertGroups tiles = group(cuda::kMmqTileTokens, order, chunks, count);
-      const cuda::ExpertGroups small = group(cuda::tokens_per_expert_chunk(kTokens), mv_order, mv_chunks, mv_count);
+      const DeviceGroups tiled(kTokens, kExperts, kUsed, cuda::kMmqTileTokens);
+      const DeviceGroups by_rows(kTokens, kExperts, kUsed, cuda::tokens_per_expert_chunk(kTokens));
+      for (const DeviceGroups* g : {&tiled, &by_rows})
+        g->group(dchosen.as<int32_t>(), kTokens, kExperts, kUsed, dslots.as<int32_t>(), stream);
+      const cuda::ExpertGroups& tiles = tiled.groups;
+      const cuda::ExpertGroups& small = by_rows.groups;
 
       const std::vector<float> untouched_hidden(static_cast<size_t>(slots * ff), kUntouched);
       const auto dhidden = upload(untouched_hidden), dhidden_mv = upload(untouched_hidden);
@@ -331,17 +319,9 @@ TEST(cuda_mmq_outpaces_matvec_on_prompt_batches) {
     cuda::DeviceBuffer out(static_cast<size_t>(n * used * width) * sizeof(float), "out");
     double times[2][2];  // [tiles, matvec][gate/up, down]
     for (const bool tiled : {true, false}) {
-      cuda::ExpertGroups g;
-      g.tokens_per_chunk = tiled ? cuda::kMmqTileTokens : cuda::tokens_per_expert_chunk(n);
-      g.max_chunks = cuda::max_expert_chunks(n, experts, used, g.tokens_per_chunk);
-      cuda::DeviceBuffer order(static_cast<size_t>(n * used) * sizeof(int32_t), "order");
-      cuda::DeviceBuffer chunks(static_cast<size_t>(3 * g.max_chunks) * sizeof(int32_t), "chunks");
-      cuda::DeviceBuffer count(sizeof(int32_t), "chunk count");
-      cuda::group_by_expert(dchosen.as<int32_t>(), n, experts, used, dslots.as<int32_t>(), g.tokens_per_chunk,
-                            order.as<int32_t>(), chunks.as<int32_t>(), count.as<int32_t>(), stream.handle());
-      g.order = order.as<int32_t>();
-      g.chunks = chunks.as<int32_t>();
-      g.chunk_count = count.as<int32_t>();
+      const DeviceGroups grouping(n, experts, used, tiled ? cuda::kMmqTileTokens : cuda::tokens_per_expert_chunk(n));
+      grouping.group(dchosen.as<int32_t>(), n, experts, used, dslots.as<int32_t>(), stream);
+      const cuda::ExpertGroups& g = grouping.groups;
       const auto* xb = x_blocks.as<cuda::ActivationBlock>();
       const auto* hb = h_blocks.as<cuda::ActivationBlock>();
       times[tiled ? 0 : 1][0] = milliseconds(stream, [&] {

@@ -372,13 +372,10 @@ TEST(cuda_moe_routing_matches_cpu) {
     for (const auto& table : {identity, split}) {
       const char* what = table == identity ? "all on the GPU" : "odd experts on the host";
       const auto slots = upload(table);
-      cuda::DeviceBuffer order(static_cast<size_t>(n * used) * sizeof(int32_t), "order");
-      cuda::DeviceBuffer chunks(static_cast<size_t>(3 * max_chunks) * sizeof(int32_t), "chunks");
-      cuda::DeviceBuffer chunk_count(sizeof(int32_t), "chunk count");
-      cuda::group_by_expert(chosen.as<int32_t>(), n, experts, used, slots.as<int32_t>(), per_chunk, order.as<int32_t>(),
-                            chunks.as<int32_t>(), chunk_count.as<int32_t>(), stream.handle());
-      const bool consistent =
-          groups_consistent(order, chunks, chunk_count, n, used, max_chunks, per_chunk, routing.experts, table, stream);
+      const DeviceGroups grouping(n, experts, used, per_chunk);
+      grouping.group(chosen.as<int32_t>(), n, experts, used, slots.as<int32_t>(), stream);
+      const bool consistent = groups_consistent(grouping.order, grouping.chunks, grouping.chunk_count, n, used,
+                                                max_chunks, per_chunk, routing.experts, table, stream);
       CHECK(consistent) << experts << " experts, " << what << ": the grouping misses, repeats or misfiles a slot";
 
       const auto de = upload(expert_out), dr = upload(residual);
@@ -411,22 +408,21 @@ TEST(cuda_route_and_group_matches_cpu) {
     }
     for (const auto& table : {identity, split}) {
       const auto dl = upload(logits), slots = upload(table);
-      const int64_t max_chunks = cuda::max_expert_chunks(n, experts, used, cuda::tokens_per_expert_chunk(n));
       cuda::DeviceBuffer chosen(static_cast<size_t>(n * used) * sizeof(int32_t), "chosen");
       cuda::DeviceBuffer weights(static_cast<size_t>(n * used) * sizeof(float), "weights");
-      cuda::DeviceBuffer order(static_cast<size_t>(n * used) * sizeof(int32_t), "order");
-      cuda::DeviceBuffer chunks(static_cast<size_t>(3 * max_chunks) * sizeof(int32_t), "chunks");
-      cuda::DeviceBuffer chunk_count(sizeof(int32_t), "chunk count");
+      const DeviceGroups grouping(n, experts, used, cuda::tokens_per_expert_chunk(n));
       cuda::route_and_group(dl.as<float>(), n, experts, used, true, slots.as<int32_t>(),
                             cuda::tokens_per_expert_chunk(n), chosen.as<int32_t>(), weights.as<float>(),
-                            order.as<int32_t>(), chunks.as<int32_t>(), chunk_count.as<int32_t>(), stream.handle());
+                            grouping.order.as<int32_t>(), grouping.chunks.as<int32_t>(),
+                            grouping.chunk_count.as<int32_t>(), stream.handle());
       const auto got_chosen = download<int32_t>(chosen, static_cast<size_t>(n * used), stream);
       const auto got_weights = download<float>(weights, static_cast<size_t>(n * used), stream);
       const char* what = table == identity ? "all on the GPU" : "a third on the host";
       CHECK(got_chosen == routing.experts) << "n " << n << ", " << what << ": chosen experts differ";
       CHECK(mismatches(got_weights, routing.weights) == 0) << "n " << n << ", " << what << ": weights differ";
-      CHECK(groups_consistent(order, chunks, chunk_count, n, used, max_chunks, cuda::tokens_per_expert_chunk(n),
-                              routing.experts, table, stream))
+      CHECK(groups_consistent(grouping.order, grouping.chunks, grouping.chunk_count, n, used,
+                              grouping.groups.max_chunks, cuda::tokens_per_expert_chunk(n), routing.experts, table,
+                              stream))
           << "n " << n << ", " << what << ": the grouping misses, repeats or misfiles a slot";
     }
   }

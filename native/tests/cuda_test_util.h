@@ -132,6 +132,31 @@ inline size_t mismatches(const std::vector<float>& a, const std::vector<float>& 
   return count;
 }
 
+// A grouping of the routed slots of up to n rows (route_and_group's or group_by_expert's order,
+// chunks and chunk count) in device buffers of its own, and the ExpertGroups naming them.
+struct DeviceGroups {
+  DeviceGroups(int64_t n, int64_t experts, int64_t used, int tokens_per_chunk)
+      : order(static_cast<size_t>(n * used) * sizeof(int32_t), "order"),
+        chunks(static_cast<size_t>(3 * cuda::max_expert_chunks(n, experts, used, tokens_per_chunk)) * sizeof(int32_t),
+               "chunks"),
+        chunk_count(sizeof(int32_t), "chunk count") {
+    groups.order = order.as<int32_t>();
+    groups.chunks = chunks.as<int32_t>();
+    groups.chunk_count = chunk_count.as<int32_t>();
+    groups.tokens_per_chunk = tokens_per_chunk;
+    groups.max_chunks = cuda::max_expert_chunks(n, experts, used, tokens_per_chunk);
+  }
+  // Groups `chosen` (device: n rows of `used` experts) by expert through `slots` (device).
+  void group(const int32_t* chosen, int64_t n, int64_t experts, int64_t used, const int32_t* slots,
+             const cuda::Stream& stream) const {
+    cuda::group_by_expert(chosen, n, experts, used, slots, groups.tokens_per_chunk, order.as<int32_t>(),
+                          chunks.as<int32_t>(), chunk_count.as<int32_t>(), stream.handle());
+  }
+
+  cuda::DeviceBuffer order, chunks, chunk_count;
+  cuda::ExpertGroups groups;
+};
+
 inline const quant::QuantKernels& cpu_kernels(uint32_t type) {
   return quant::quant_kernels(type, cpu::host_simd_tier());
 }
