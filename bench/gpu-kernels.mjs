@@ -33,7 +33,9 @@ function findNcu() {
   throw new Error("ncu (Nsight Compute) is not installed here");
 }
 
-// ncu's CSV: one quoted row per kernel launch and metric.
+const METRICS = { "gpu__time_duration.sum": "ns", "dram__bytes_read.sum": "dramBytes" };
+
+// ncu's CSV: one quoted row per kernel launch and metric, gathered into one record per launch.
 function parseCsv(text) {
   const rows = [];
   for (const line of text.split("\n")) {
@@ -42,24 +44,47 @@ function parseCsv(text) {
   }
   const header = rows.shift();
   const column = (name) => header.indexOf(name);
-  const [id, kernel, value] = [column("ID"), column("Kernel Name"), column("Metric Value")];
-  return rows.map((r) => ({ id: Number(r[id]), kernel: r[kernel], ns: Number(r[value].replace(/,/g, "")) }));
+  const [id, kernel, grid, block, metric, unit, value] = [
+    "ID",
+    "Kernel Name",
+    "Grid Size",
+    "Block Size",
+    "Metric Name",
+    "Metric Unit",
+    "Metric Value",
+  ].map(column);
+  const scale = { byte: 1, Kbyte: 1e3, Mbyte: 1e6, Gbyte: 1e9, nsecond: 1, usecond: 1e3, msecond: 1e6 };
+  const launches = new Map();
+  for (const r of rows) {
+    const key = Number(r[id]);
+    const launch = launches.get(key) ?? { id: key, kernel: r[kernel], grid: r[grid], block: r[block] };
+    launch[METRICS[r[metric]]] = Number(r[value].replace(/,/g, "")) * (scale[r[unit]] ?? 1);
+    launches.set(key, launch);
+  }
+  return [...launches.values()];
 }
 
-// "void ns::(anonymous namespace)::matvec_kernel<(unsigned int)12, 8>(Args)" -> "matvec_kernel<12, 8>":
+// "void ns::(anonymous namespace)::matvec_kernel<(unsigned int)12, 8>(ns::Args)" -> "matvec_kernel<12, 8>":
 // the kernel and its template arguments (which name the weight type), without namespaces or parameters.
 function kernelName(demangled) {
-  const name = demangled
-    .replace(/\(anonymous namespace\)::|<unnamed>::/g, "")
-    .replace(/^void /, "")
-    .replace(/\([a-z ]+\)/g, "");
-  let depth = 0;
-  for (let i = 0; i < name.length; ++i) {
+  let name = demangled.replace(/^void /, "");
+  if (name.endsWith(")")) {
+    for (let i = name.length - 1, depth = 0; i >= 0; --i) {
+      if (name[i] === ")") depth += 1;
+      if (name[i] === "(" && --depth === 0) {
+        name = name.slice(0, i);
+        break;
+      }
+    }
+  }
+  name = name.replace(/\(anonymous namespace\)::|<unnamed>::/g, "").replace(/\((unsigned )?[a-z]+\)/g, "");
+  let start = 0;
+  for (let i = 0, depth = 0; i < name.length; ++i) {
     if (name[i] === "<") depth += 1;
     if (name[i] === ">") depth -= 1;
-    if (name[i] === "(" && depth === 0) return name.slice(0, i).split("::").pop();
+    if (depth === 0 && name.startsWith("::", i)) start = i + 2;
   }
-  return name.split("::").pop();
+  return name.slice(start);
 }
 
 // Splits launches into passes at each embedding lookup (every pass starts with one) and sums
@@ -72,13 +97,24 @@ function summarize(launches) {
     const pass = passes[passes.length - 1];
     pass.launches += 1;
     pass.totalMs += launch.ns / 1e6;
-    const k = (pass.kernels[name] ??= { launches: 0, ms: 0 });
+    const k = (pass.kernels[name] ??= { launches: 0, ms: 0, dramMB: 0 });
     k.launches += 1;
     k.ms += launch.ns / 1e6;
+    k.dramMB += launch.dramBytes / 1e6;
+    (pass.list ??= []).push({
+      kernel: name,
+      grid: launch.grid,
+      block: launch.block,
+      us: +(launch.ns / 1e3).toFixed(2),
+      dramMB: +(launch.dramBytes / 1e6).toFixed(3),
+    });
   }
   for (const pass of passes) {
+    for (const k of Object.values(pass.kernels)) k.dramGBps = +(k.dramMB / k.ms).toFixed(1);
     pass.kernels = Object.fromEntries(Object.entries(pass.kernels).sort((a, b) => b[1].ms - a[1].ms));
   }
+  // Each launch of the last pass (a decode step), in order; the others only summed.
+  for (const pass of passes.slice(0, -1)) delete pass.list;
   return passes;
 }
 
@@ -86,7 +122,15 @@ if (process.env.BLOOMERY_KERNELS_WORKLOAD) {
   await workload();
 } else {
   const ncu = findNcu();
-  const args = ["--csv", "--metrics", "gpu__time_duration.sum", "--clock-control", "none", "--cache-control", "none"];
+  const args = [
+    "--csv",
+    "--metrics",
+    Object.keys(METRICS).join(","),
+    "--clock-control",
+    "none",
+    "--cache-control",
+    "none",
+  ];
   const csv = execFileSync(ncu, [...args, process.execPath, fileURLToPath(import.meta.url), path], {
     env: { ...process.env, BLOOMERY_KERNELS_WORKLOAD: "1" },
     maxBuffer: 1 << 30,
@@ -98,7 +142,9 @@ if (process.env.BLOOMERY_KERNELS_WORKLOAD) {
     date: new Date().toISOString(),
     machine: getSystemInfo(),
     model: { path, preset: "qwen3-30b-a3b synthetic", prompt: PROMPT, decodeSteps: DECODE_STEPS },
-    note: "kernel times under ncu (--cache-control none, --clock-control none), each kernel serialized: launch gaps excluded",
+    note:
+      "kernel times and DRAM bytes read under ncu (--cache-control none, --clock-control none), each kernel " +
+      "serialized: launch gaps excluded; the last pass (a decode step) also launch by launch",
     passes,
   };
   const out = join(process.env.OUT ?? ".", "gpu-kernels.json");

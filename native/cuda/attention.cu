@@ -23,6 +23,7 @@ constexpr int kTile = 2048;                         // scores held in shared mem
 
 __global__ void store_kv_kernel(const float* k, const float* v, int64_t count, int kv_width, const int32_t* positions,
                                 uint16_t* keys, uint16_t* values) {
+  wait_for_previous_kernel();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= count) return;
   const int64_t slot = static_cast<int64_t>(positions[i / kv_width]) * kv_width + i % kv_width;
@@ -137,8 +138,9 @@ __global__ void __launch_bounds__(kThreads)
 void store_kv(const float* k, const float* v, int64_t n, int64_t kv_width, const int32_t* positions, uint16_t* keys,
               uint16_t* values, StreamHandle stream) {
   constexpr int kStoreThreads = 256;
-  store_kv_kernel<<<ceil_div(n * kv_width, kStoreThreads), kStoreThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      k, v, n * kv_width, static_cast<int>(kv_width), positions, keys, values);
+  launch_early(store_kv_kernel, dim3(ceil_div(n * kv_width, kStoreThreads)), dim3(kStoreThreads), 0,
+               static_cast<cudaStream_t>(stream), k, v, n * kv_width, static_cast<int>(kv_width), positions, keys,
+               values);
 }
 
 void exact_causal_attention(const float* q, int64_t n, const int32_t* positions, const uint16_t* keys,

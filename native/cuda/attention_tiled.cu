@@ -145,20 +145,30 @@ __device__ Segments block_segments(const Params& p, int first_row) {
   return {segment, min(segment + 1, count), longest};
 }
 
-// The warp's query rows as mma A fragments, rounded to f16, staged through `stage`.
+// The warp's query rows as mma A fragments, rounded to f16, staged through `stage`. Every
+// thread's loads are issued before any is stored: a decode step's few blocks would otherwise
+// wait out one memory latency per load.
 template <int D, int kWarps>
 __device__ void load_queries(const Params& p, int kv_head, int first_row, uint16_t* stage,
                              uint32_t (&a)[Shape<D, kWarps>::kSteps][4]) {
   using S = Shape<D, kWarps>;
-  for (int i = threadIdx.x; i < S::kRows * D / 2; i += S::kThreads) {
-    const int r = i / (D / 2), c = i % (D / 2) * 2;
-    const int row = first_row + r;
-    float2 v = make_float2(0.0f, 0.0f);
+  constexpr int kLoads = S::kRows * D / 4 / S::kThreads;  // float4 loads per thread
+  float4 v[kLoads];
+#pragma unroll
+  for (int j = 0; j < kLoads; ++j) {
+    const int i = static_cast<int>(threadIdx.x) + j * S::kThreads;
+    const int row = first_row + i / (D / 4), c = i % (D / 4) * 4;
+    v[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (row < p.n * p.group) {
       const int64_t token = row / p.group, head = kv_head * p.group + row % p.group;
-      v = *reinterpret_cast<const float2*>(p.q + (token * p.heads + head) * D + c);
+      v[j] = *reinterpret_cast<const float4*>(p.q + (token * p.heads + head) * D + c);
     }
-    *reinterpret_cast<uint32_t*>(stage + r * S::kStride + c) = pack_halves(v.x, v.y);
+  }
+#pragma unroll
+  for (int j = 0; j < kLoads; ++j) {
+    const int i = static_cast<int>(threadIdx.x) + j * S::kThreads;
+    *reinterpret_cast<uint2*>(stage + i / (D / 4) * S::kStride + i % (D / 4) * 4) =
+        make_uint2(pack_halves(v[j].x, v[j].y), pack_halves(v[j].z, v[j].w));
   }
   __syncthreads();
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, m = lane / 8;
@@ -226,25 +236,30 @@ __device__ __forceinline__ int64_t row_index(const Params& p, int kv_head, int r
 template <int D, int kWarps>
 __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_stats_kernel(Params p) {
   using S = Shape<D, kWarps>;
+  __shared__ __align__(16) uint16_t stage[S::kRows * S::kStride];
   __shared__ __align__(16) uint16_t tile[kTile * S::kStride];
+  wait_for_previous_kernel();
   const int kv_head = blockIdx.y;
   const int first_row = blockIdx.x * S::kRows;
   const Segments segments = block_segments<D, kWarps>(p, first_row);
   if (segments.begin >= segments.end) return;
+  const int end = min(segments.end * kSegment, segments.length);
+  // Each K tile is queued while the one before is folded (the first while the queries load).
+  load_tile<D, kWarps>(p.keys, p.kv_width, kv_head, segments.begin * kSegment, segments.length, tile);
   const LaneRows rows = lane_rows(p, first_row);
   uint32_t a[S::kSteps][4];
-  load_queries<D, kWarps>(p, kv_head, first_row, tile, a);
+  load_queries<D, kWarps>(p, kv_head, first_row, stage, a);
 
   for (int segment = segments.begin; segment < segments.end; ++segment) {
     float max[2] = {-INFINITY, -INFINITY};
     double sum[2] = {0.0, 0.0};  // this lane's share, at scale exp(-max)
-    for (int first = segment * kSegment; first < min((segment + 1) * kSegment, segments.length); first += kTile) {
-      load_tile<D, kWarps>(p.keys, p.kv_width, kv_head, first, segments.length, tile);
+    for (int first = segment * kSegment; first < min((segment + 1) * kSegment, end); first += kTile) {
       wait_for_tiles();
       __syncthreads();
       float s[kTile / 8][4];
       tile_scores<D, kWarps>(a, tile, p.scale, s);
       __syncthreads();
+      if (first + kTile < end) load_tile<D, kWarps>(p.keys, p.kv_width, kv_head, first + kTile, segments.length, tile);
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         float tile_max = -INFINITY;
@@ -290,14 +305,20 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_values_k
   using S = Shape<D, kWarps>;
   __shared__ __align__(16) uint16_t keys[kTile * S::kStride];
   __shared__ __align__(16) uint16_t values[kTile * S::kStride];
+  wait_for_previous_kernel();
   const int kv_head = blockIdx.y;
   const int first_row = blockIdx.x * S::kRows;
   const int lane = threadIdx.x % kWarp, m = lane / 8;
   const Segments segments = block_segments<D, kWarps>(p, first_row);
   if (segments.begin >= segments.end) return;
+  const int end = min(segments.end * kSegment, segments.length);
+  // The first V tile loads while the queries are staged through `keys`, the first K tile while
+  // the statistics are folded; each later tile while the one before is multiplied.
+  load_tile<D, kWarps>(p.values, p.kv_width, kv_head, segments.begin * kSegment, segments.length, values);
   const LaneRows rows = lane_rows(p, first_row);
   uint32_t a[S::kSteps][4];
   load_queries<D, kWarps>(p, kv_head, first_row, keys, a);
+  load_tile<D, kWarps>(p.keys, p.kv_width, kv_head, segments.begin * kSegment, segments.length, keys);
 
   // The row's maximum over its segments and the inverse of its exp sum, as the CPU's softmax
   // has them (its sum in double, the inverse rounded to float).
@@ -308,8 +329,10 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_values_k
     const float2* stats = p.stats + row_index(p, kv_head, rows.row[i]);
     const int count = segments_of(rows.limit[i] + 1);
     float row_max = -INFINITY;
+#pragma unroll 8
     for (int g = 0; g < count; ++g) row_max = fmaxf(row_max, stats[g * stride].x);
     double row_sum = 0.0;
+#pragma unroll 8
     for (int g = 0; g < count; ++g) {
       const float2 st = stats[g * stride];
       row_sum =
@@ -322,13 +345,14 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_values_k
   float total[D / 8][4] = {};  // the segments' products, added in segment order
   for (int segment = segments.begin; segment < segments.end; ++segment) {
     float o[D / 8][4] = {};
-    for (int first = segment * kSegment; first < min((segment + 1) * kSegment, segments.length); first += kTile) {
-      load_tile<D, kWarps>(p.keys, p.kv_width, kv_head, first, segments.length, keys);
-      load_tile<D, kWarps>(p.values, p.kv_width, kv_head, first, segments.length, values);
+    for (int first = segment * kSegment; first < min((segment + 1) * kSegment, end); first += kTile) {
       wait_for_tiles();
       __syncthreads();
       float s[kTile / 8][4];
       tile_scores<D, kWarps>(a, keys, p.scale, s);
+      __syncthreads();
+      const bool more = first + kTile < end;
+      if (more) load_tile<D, kWarps>(p.keys, p.kv_width, kv_head, first + kTile, segments.length, keys);
       // The probabilities as A fragments: the C layout of score tiles 2j and 2j + 1 is the A
       // layout of positions [16 j, 16 j + 16).
       uint32_t probs[kTile / 16][4];
@@ -356,6 +380,7 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_values_k
         }
       }
       __syncthreads();
+      if (more) load_tile<D, kWarps>(p.values, p.kv_width, kv_head, first + kTile, segments.length, values);
     }
 #pragma unroll
     for (int d = 0; d < D / 8; ++d) {
@@ -380,6 +405,7 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_values_k
 // attention_values_kernel adds them when one block runs all of a row's segments.
 __global__ void combine_segments_kernel(const float* partial, const int32_t* positions, int64_t rows, int heads,
                                         int head_dim, float* out) {
+  wait_for_previous_kernel();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= rows * head_dim) return;
   const int count = segments_of(positions[i / head_dim / heads] + 1);
@@ -418,8 +444,8 @@ template <int D, int kWarps>
 void launch(const Params& p, const Plan& plan, const AttentionShape& shape, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(plan.row_tiles), static_cast<unsigned>(shape.kv_heads),
                   static_cast<unsigned>(plan.block_per_segment ? cache_segments(shape) : 1));
-  attention_stats_kernel<D, kWarps><<<grid, Shape<D, kWarps>::kThreads, 0, stream>>>(p);
-  attention_values_kernel<D, kWarps><<<grid, Shape<D, kWarps>::kThreads, 0, stream>>>(p);
+  launch_early(attention_stats_kernel<D, kWarps>, grid, dim3(Shape<D, kWarps>::kThreads), 0, stream, p);
+  launch_early(attention_values_kernel<D, kWarps>, grid, dim3(Shape<D, kWarps>::kThreads), 0, stream, p);
 }
 
 }  // namespace
@@ -468,8 +494,8 @@ void tiled_causal_attention(const float* q, int64_t n, const int32_t* positions,
   if (plan.block_per_segment) {
     constexpr int kCombineThreads = 256;
     const int64_t rows = n * shape.heads;
-    combine_segments_kernel<<<ceil_div(rows * shape.head_dim, kCombineThreads), kCombineThreads, 0, s>>>(
-        p.partial, positions, rows, p.heads, static_cast<int>(shape.head_dim), out);
+    launch_early(combine_segments_kernel, dim3(ceil_div(rows * shape.head_dim, kCombineThreads)), dim3(kCombineThreads),
+                 0, s, p.partial, positions, rows, p.heads, static_cast<int>(shape.head_dim), out);
   }
 }
 

@@ -2,7 +2,7 @@
 // expert (so each expert's weights are read once per chunk of rows), and the weighted sum
 // of the experts' outputs back into the residual stream.
 #include "base/error.h"
-#include "cuda/common.cuh"
+#include "cuda/expert_sum.cuh"
 
 namespace bloomery::cuda {
 
@@ -21,13 +21,17 @@ struct SingleRowGroups {
 };
 
 // One warp per row: each lane holds experts lane, lane + 32, ...; k rounds of a warp argmax
-// (ties to the lower index) pick the best in order. The softmax is the CPU path's
-// (cpu/softmax.cc, cpu/moe.cc): exps rounded to float, their sum in double, probabilities
-// as exp * float(1 / sum), the chosen ones' sum in double, so both route alike.
-// With `single` set (a pass of one row), lane 0 also writes the row's groups: one chunk per
-// GPU-resident chosen expert, in k order (what group_kernel makes of one row, in another order).
+// (ties to the lower index) pick the best in order, lane k keeping the k-th, so that what
+// follows (normalizing, counting, grouping) takes one step per lane rather than a loop over k
+// (the loads of a decode step's loop would wait one after another). The softmax is the CPU
+// path's (cpu/softmax.cc, cpu/moe.cc): exps rounded to float, their sum in double,
+// probabilities as exp * float(1 / sum), the chosen ones' sum in double, so both route alike.
+// With `counts` set, each choice adds one to its expert's routing counter (wrapping: adaptive
+// residency reads their differences between passes). With `single` set (a pass of one row),
+// the row's groups too: one chunk per GPU-resident chosen expert, in k order (what group_kernel
+// makes of one row, in another order).
 __global__ void top_k_kernel(const float* logits, int n, int experts, int used, bool normalize, int32_t* chosen,
-                             float* weights, SingleRowGroups single) {
+                             float* weights, uint32_t* counts, SingleRowGroups single) {
   wait_for_previous_kernel();
   const int row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
   if (row >= n) return;
@@ -57,6 +61,8 @@ __global__ void top_k_kernel(const float* logits, int n, int experts, int used, 
     if (p[i] >= 0.0f) p[i] = __fmul_rn(p[i], inverse);
   }
   double chosen_sum = 0.0;
+  int my_expert = 0;
+  float my_weight = 0.0f;
   for (int k = 0; k < used; ++k) {
     float best = -1.0f;
     int best_e = INT32_MAX;
@@ -78,27 +84,29 @@ __global__ void top_k_kernel(const float* logits, int n, int experts, int used, 
     }
     if (best_e % kWarp == lane) p[best_e / kWarp] = -1.0f;
     chosen_sum += static_cast<double>(best);
-    if (lane == 0) {
-      chosen[row * used + k] = best_e;
-      weights[row * used + k] = best;
+    if (lane == k) {
+      my_expert = best_e;
+      my_weight = best;
     }
   }
-  if (normalize && lane == 0) {
-    const float divisor = fmaxf(static_cast<float>(chosen_sum), kMinWeightSum);
-    for (int k = 0; k < used; ++k) weights[row * used + k] = __fdiv_rn(weights[row * used + k], divisor);
+  if (normalize) my_weight = __fdiv_rn(my_weight, fmaxf(static_cast<float>(chosen_sum), kMinWeightSum));
+  const bool chooses = lane < used;
+  if (chooses) {
+    chosen[row * used + lane] = my_expert;
+    weights[row * used + lane] = my_weight;
+    if (counts) atomicAdd(&counts[my_expert], 1u);
   }
-  if (single.chunks && lane == 0) {
-    int count = 0;
-    for (int k = 0; k < used; ++k) {
-      const int slot = single.slot_of_expert[chosen[k]];
-      if (slot < 0) continue;
-      single.chunks[3 * count] = slot;
-      single.chunks[3 * count + 1] = count;
-      single.chunks[3 * count + 2] = 1;
-      single.order[count] = k;
-      ++count;
+  if (single.chunks) {
+    const int slot = chooses ? single.slot_of_expert[my_expert] : -1;
+    const unsigned resident = __ballot_sync(0xffffffffu, slot >= 0);
+    if (slot >= 0) {
+      const int c = __popc(resident & ((1u << lane) - 1u));
+      single.chunks[3 * c] = slot;
+      single.chunks[3 * c + 1] = c;
+      single.chunks[3 * c + 2] = 1;
+      single.order[c] = lane;
     }
-    *single.chunk_count = count;
+    if (lane == 0) *single.chunk_count = __popc(resident);
   }
 }
 
@@ -147,27 +155,19 @@ __global__ void group_kernel(const int32_t* chosen, int pairs, int experts, cons
   }
 }
 
-// Products and sums rounded one by one, in k order, as cpu/moe.cc adds them; experts in host
-// memory (slot -1) are left to the CPU's sum.
-__global__ void combine_kernel(const float* expert_out, const float* weights, const int32_t* chosen,
-                               const int32_t* slot_of_expert, int used, int width, float* residual) {
+// Each thread adds the expert sum (expert_sum.cuh) to kSumValues consecutive values of a row.
+__global__ void combine_kernel(ExpertSum e, int width, float* residual) {
   wait_for_previous_kernel();
-  const int row = blockIdx.x;
-  for (int j = threadIdx.x; j < width; j += blockDim.x) {
-    float sum = 0.0f;
-    for (int k = 0; k < used; ++k) {
-      if (slot_of_expert[chosen[row * used + k]] < 0) continue;
-      sum = __fadd_rn(
-          sum, __fmul_rn(weights[row * used + k], expert_out[(static_cast<int64_t>(row) * used + k) * width + j]));
-    }
-    residual[static_cast<int64_t>(row) * width + j] += sum;
+  const int64_t row = blockIdx.x;
+  for (int first = static_cast<int>(threadIdx.x) * kSumValues; first < width;
+       first += static_cast<int>(blockDim.x) * kSumValues) {
+    const int count = min(kSumValues, width - first);
+    float sum[kSumValues], v[kSumValues];
+    expert_sum(e, row, first, count, width, sum);
+    float* r = residual + row * width + first;
+    load_values(r, count, v);
+    for (int i = 0; i < count; ++i) r[i] = v[i] + sum[i];
   }
-}
-
-// Routing counts: each routed slot adds one to its expert's counter (wrapping; the host
-// takes differences).
-__global__ void count_kernel(const int32_t* chosen, int pairs, uint32_t* counts) {
-  for (int i = threadIdx.x; i < pairs; i += blockDim.x) atomicAdd(&counts[chosen[i]], 1u);
 }
 
 __global__ void set_slot_kernel(int32_t* slot_of_expert, int32_t expert, int32_t slot) {
@@ -175,22 +175,22 @@ __global__ void set_slot_kernel(int32_t* slot_of_expert, int32_t expert, int32_t
 }
 
 void launch_top_k(const float* logits, int64_t n, int64_t experts, int64_t used, bool normalize, int32_t* chosen,
-                  float* weights, const SingleRowGroups& single, StreamHandle stream) {
+                  float* weights, uint32_t* counts, const SingleRowGroups& single, StreamHandle stream) {
   if (experts > kMaxExpertsPerLane * kWarp) {
     throw Error("UNSUPPORTED_MODEL", "the GPU router serves at most " + std::to_string(kMaxExpertsPerLane * kWarp) +
                                          " experts, the model has " + std::to_string(experts));
   }
+  if (used > kWarp) {
+    throw Error("UNSUPPORTED_MODEL", "the GPU router picks at most " + std::to_string(kWarp) +
+                                         " experts per token, the model uses " + std::to_string(used));
+  }
   constexpr int kThreads = 128;
   launch_early(top_k_kernel, dim3(ceil_div(n, kThreads / kWarp)), dim3(kThreads), 0, static_cast<cudaStream_t>(stream),
                logits, static_cast<int>(n), static_cast<int>(experts), static_cast<int>(used), normalize, chosen,
-               weights, single);
+               weights, counts, single);
 }
 
 }  // namespace
-
-void count_routed(const int32_t* chosen, int64_t n, int64_t used, uint32_t* counts, StreamHandle stream) {
-  count_kernel<<<1, 256, 0, static_cast<cudaStream_t>(stream)>>>(chosen, static_cast<int>(n * used), counts);
-}
 
 void set_expert_slot(int32_t* slot_of_expert, int32_t expert, int32_t slot, StreamHandle stream) {
   set_slot_kernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(slot_of_expert, expert, slot);
@@ -198,7 +198,7 @@ void set_expert_slot(int32_t* slot_of_expert, int32_t expert, int32_t slot, Stre
 
 void route_top_k(const float* logits, int64_t n, int64_t experts, int64_t used, bool normalize, int32_t* chosen,
                  float* weights, StreamHandle stream) {
-  launch_top_k(logits, n, experts, used, normalize, chosen, weights, {}, stream);
+  launch_top_k(logits, n, experts, used, normalize, chosen, weights, nullptr, {}, stream);
 }
 
 int tokens_per_expert_chunk(int64_t n) { return n == 1 ? 1 : 8; }
@@ -210,13 +210,13 @@ int64_t max_expert_chunks(int64_t n, int64_t experts, int64_t used, int tokens_p
 
 void route_and_group(const float* logits, int64_t n, int64_t experts, int64_t used, bool normalize,
                      const int32_t* slot_of_expert, int tokens_per_chunk, int32_t* chosen, float* weights,
-                     int32_t* order, int32_t* chunks, int32_t* chunk_count, StreamHandle stream) {
+                     uint32_t* counts, int32_t* order, int32_t* chunks, int32_t* chunk_count, StreamHandle stream) {
   if (n == 1 && tokens_per_chunk == 1) {
-    launch_top_k(logits, n, experts, used, normalize, chosen, weights, {slot_of_expert, order, chunks, chunk_count},
-                 stream);
+    launch_top_k(logits, n, experts, used, normalize, chosen, weights, counts,
+                 {slot_of_expert, order, chunks, chunk_count}, stream);
     return;
   }
-  route_top_k(logits, n, experts, used, normalize, chosen, weights, stream);
+  launch_top_k(logits, n, experts, used, normalize, chosen, weights, counts, {}, stream);
   group_by_expert(chosen, n, experts, used, slot_of_expert, tokens_per_chunk, order, chunks, chunk_count, stream);
 }
 
@@ -231,8 +231,9 @@ void group_by_expert(const int32_t* chosen, int64_t n, int64_t experts, int64_t 
 void combine_experts(const float* expert_out, const float* weights, const int32_t* chosen,
                      const int32_t* slot_of_expert, int64_t n, int64_t used, int64_t width, float* residual,
                      StreamHandle stream) {
-  launch_early(combine_kernel, dim3(static_cast<unsigned>(n)), dim3(256), 0, static_cast<cudaStream_t>(stream),
-               expert_out, weights, chosen, slot_of_expert, static_cast<int>(used), static_cast<int>(width), residual);
+  const ExpertSum e{expert_out, weights, chosen, slot_of_expert, used};
+  launch_early(combine_kernel, dim3(static_cast<unsigned>(n)), dim3(256), 0, static_cast<cudaStream_t>(stream), e,
+               static_cast<int>(width), residual);
 }
 
 }  // namespace bloomery::cuda

@@ -5,6 +5,7 @@
 // launches of their own: the MoE sum of the layer before (combine_experts' arithmetic) and the quantization of its
 // output for the next product.
 #include "base/error.h"
+#include "cuda/expert_sum.cuh"
 #include "cuda/quantize.cuh"
 
 namespace bloomery::cuda {
@@ -13,36 +14,8 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kPerThread = kQuantizeValuesPerLane;  // consecutive values: a lane's share of a quantized warp
-constexpr int kSpan = kThreads * kPerThread;        // values the block covers per round
-
-// The `count` (at most 8) values at p, the rest zero.
-__device__ __forceinline__ void load_values(const float* p, int count, float (&v)[kPerThread]) {
-  if (count == kPerThread && reinterpret_cast<uintptr_t>(p) % 16 == 0) {
-    const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-    return;
-  }
-#pragma unroll
-  for (int i = 0; i < kPerThread; ++i) v[i] = i < count ? p[i] : 0.0f;
-}
-
-// v += the experts' weighted sum for row `row`, values from column `first`: the products and
-// sums rounded one by one in k order, then added to v, as combine_experts (moe.cu) does.
-__device__ __forceinline__ void add_expert_sum(const ExpertSum& e, int64_t row, int first, int count, int width,
-                                               float (&v)[kPerThread]) {
-  float sum[kPerThread] = {};
-  for (int k = 0; k < e.used; ++k) {
-    const int64_t slot = row * e.used + k;
-    if (e.slot_of_expert[e.chosen[slot]] < 0) continue;
-    const float weight = e.weights[slot];
-    float out[kPerThread];
-    load_values(e.expert_out + slot * width + first, count, out);
-#pragma unroll
-    for (int i = 0; i < kPerThread; ++i) sum[i] = __fadd_rn(sum[i], __fmul_rn(weight, out[i]));
-  }
-#pragma unroll
-  for (int i = 0; i < kPerThread; ++i) v[i] = __fadd_rn(v[i], sum[i]);
-}
+static_assert(kPerThread == kSumValues, "a thread adds the expert sum to the values it holds");
+constexpr int kSpan = kThreads * kPerThread;  // values the block covers per round
 
 __device__ double block_sum(double v) {
   __shared__ double partial[kThreads / kWarp];
@@ -71,7 +44,10 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNorm a, bool supe
     float v[kPerThread];
     load_values(x + first, count, v);
     if (a.pending.expert_out && count > 0) {
-      add_expert_sum(a.pending, row, first, count, width, v);
+      float sum[kPerThread];
+      expert_sum(a.pending, row, first, count, width, sum);
+#pragma unroll
+      for (int i = 0; i < kPerThread; ++i) v[i] = __fadd_rn(v[i], sum[i]);
       for (int i = 0; i < count; ++i) x[first + i] = v[i];
     }
 #pragma unroll

@@ -119,9 +119,6 @@ void expert_mmq(const DeviceMatrix& down, const ActivationBlock* hidden, const E
 // renormalized to sum to one.
 void route_top_k(const float* logits, int64_t n, int64_t experts, int64_t used, bool normalize, int32_t* chosen,
                  float* weights, StreamHandle stream);
-// counts[e] += the number of the n * used routed slots that chose expert e (device counters,
-// wrapping: adaptive residency reads their differences between passes).
-void count_routed(const int32_t* chosen, int64_t n, int64_t used, uint32_t* counts, StreamHandle stream);
 // slot_of_expert[expert] = slot, in stream order: how adaptive residency retires and seats experts.
 void set_expert_slot(int32_t* slot_of_expert, int32_t expert, int32_t slot, StreamHandle stream);
 // Tokens per chunk the matvec kernels take for a pass of n rows (the tiled products take
@@ -135,10 +132,12 @@ int64_t max_expert_chunks(int64_t n, int64_t experts, int64_t used, int tokens_p
 void group_by_expert(const int32_t* chosen, int64_t n, int64_t experts, int64_t used, const int32_t* slot_of_expert,
                      int tokens_per_chunk, int32_t* order, int32_t* chunks, int32_t* chunk_count, StreamHandle stream);
 // route_top_k then group_by_expert (`tokens_per_chunk` per chunk); a single row (a decode
-// step, one token per chunk) in one launch.
+// step, one token per chunk) in one launch. counts[e] += the number of the n * used routed
+// slots that chose expert e (device counters, wrapping: adaptive residency reads their
+// differences between passes).
 void route_and_group(const float* logits, int64_t n, int64_t experts, int64_t used, bool normalize,
                      const int32_t* slot_of_expert, int tokens_per_chunk, int32_t* chosen, float* weights,
-                     int32_t* order, int32_t* chunks, int32_t* chunk_count, StreamHandle stream);
+                     uint32_t* counts, int32_t* order, int32_t* chunks, int32_t* chunk_count, StreamHandle stream);
 // residual[i] += sum over k of weights[i, k] * expert_out[i * used + k], in k order, over the
 // GPU-resident experts (slot_of_expert[chosen[i, k]] >= 0). rms_norm can add the same sum
 // itself (RmsNorm::pending).

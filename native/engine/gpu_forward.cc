@@ -676,9 +676,8 @@ struct Pass {
     groups.max_chunks = cuda::max_expert_chunks(n, p.experts, p.experts_used, groups.tokens_per_chunk);
     cuda::route_and_group(f(ws.router_logits), n, p.experts, p.experts_used, p.normalize_expert_weights,
                           experts.slot_of_expert, groups.tokens_per_chunk, ws.chosen.as<int32_t>(),
-                          f(ws.routing_weights), ws.order.as<int32_t>(), ws.chunks.as<int32_t>(),
-                          ws.chunk_count.as<int32_t>(), stream);
-    cuda::count_routed(ws.chosen.as<int32_t>(), n, p.experts_used, m.routed.as<uint32_t>() + layer * p.experts, stream);
+                          f(ws.routing_weights), m.routed.as<uint32_t>() + layer * p.experts, ws.order.as<int32_t>(),
+                          ws.chunks.as<int32_t>(), ws.chunk_count.as<int32_t>(), stream);
     if (hybrid) host->queue_publish(layer, n, f(ws.normed), ws.chosen.as<int32_t>(), f(ws.routing_weights), stream);
     const ActivationBlock* blocks = x.for_type(experts.gate.type).blocks;
     if (tiled) {

@@ -391,7 +391,8 @@ TEST(cuda_moe_routing_matches_cpu) {
 }
 
 // route_and_group: a single row (a decode step: top-k and groups in one launch) and a batch,
-// with every expert on the GPU and with a third of them on the host.
+// with every expert on the GPU and with a third of them on the host; the routing counters it
+// adds to start from a value of their own per expert.
 TEST(cuda_route_and_group_matches_cpu) {
   if (!device_ready("cuda_route_and_group_matches_cpu")) return;
   std::mt19937 rng(23);
@@ -408,14 +409,20 @@ TEST(cuda_route_and_group_matches_cpu) {
     }
     for (const auto& table : {identity, split}) {
       const auto dl = upload(logits), slots = upload(table);
+      std::vector<uint32_t> counts(static_cast<size_t>(experts));
+      for (int64_t e = 0; e < experts; ++e) counts[e] = static_cast<uint32_t>(1000 * e);
+      const auto device_counts = upload(counts);
+      for (const int32_t e : routing.experts) ++counts[e];
       cuda::DeviceBuffer chosen(static_cast<size_t>(n * used) * sizeof(int32_t), "chosen");
       cuda::DeviceBuffer weights(static_cast<size_t>(n * used) * sizeof(float), "weights");
       const DeviceGroups grouping(n, experts, used, cuda::tokens_per_expert_chunk(n));
       cuda::route_and_group(dl.as<float>(), n, experts, used, true, slots.as<int32_t>(),
                             cuda::tokens_per_expert_chunk(n), chosen.as<int32_t>(), weights.as<float>(),
-                            grouping.order.as<int32_t>(), grouping.chunks.as<int32_t>(),
+                            device_counts.as<uint32_t>(), grouping.order.as<int32_t>(), grouping.chunks.as<int32_t>(),
                             grouping.chunk_count.as<int32_t>(), stream.handle());
       const auto got_chosen = download<int32_t>(chosen, static_cast<size_t>(n * used), stream);
+      CHECK(download<uint32_t>(device_counts, counts.size(), stream) == counts)
+          << "n " << n << ": the routing counters did not gain each choice once";
       const auto got_weights = download<float>(weights, static_cast<size_t>(n * used), stream);
       const char* what = table == identity ? "all on the GPU" : "a third on the host";
       CHECK(got_chosen == routing.experts) << "n " << n << ", " << what << ": chosen experts differ";
