@@ -136,7 +136,8 @@ if (process.env.BLOOMERY_KERNELS_WORKLOAD) {
     maxBuffer: 1 << 30,
     encoding: "utf8",
   });
-  const passes = summarize(parseCsv(csv));
+  const launches = parseCsv(csv);
+  const passes = summarize(launches);
   const result = {
     command: `node bench/gpu-kernels.mjs ${path}`,
     date: new Date().toISOString(),
@@ -145,6 +146,7 @@ if (process.env.BLOOMERY_KERNELS_WORKLOAD) {
     note:
       "kernel times and DRAM bytes read under ncu (--cache-control none, --clock-control none), each kernel " +
       "serialized: launch gaps excluded; the last pass (a decode step) also launch by launch",
+    rawKernelName: launches[0]?.kernel,
     passes,
   };
   const out = join(process.env.OUT ?? ".", "gpu-kernels.json");

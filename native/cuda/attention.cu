@@ -153,13 +153,14 @@ void exact_causal_attention(const float* q, int64_t n, const int32_t* positions,
   attention_kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(q, positions, keys, values, shape, out);
 }
 
-void causal_attention(const float* q, int64_t n, const int32_t* positions, const uint16_t* keys, const uint16_t* values,
-                      const AttentionShape& shape, void* scratch, float* out, StreamHandle stream) {
+bool causal_attention(const float* q, int64_t n, const int32_t* positions, const uint16_t* keys, const uint16_t* values,
+                      const AttentionShape& shape, void* scratch, float* out, StreamHandle stream,
+                      const QuantizedRows& quantized) {
   if (tiled_attention_supports(shape.head_dim)) {
-    tiled_causal_attention(q, n, positions, keys, values, shape, scratch, out, stream);
-  } else {
-    exact_causal_attention(q, n, positions, keys, values, shape, out, stream);
+    return tiled_causal_attention(q, n, positions, keys, values, shape, scratch, out, quantized, stream);
   }
+  exact_causal_attention(q, n, positions, keys, values, shape, out, stream);
+  return false;
 }
 
 }  // namespace bloomery::cuda

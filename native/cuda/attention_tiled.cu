@@ -29,7 +29,7 @@
 #include <algorithm>
 
 #include "base/error.h"
-#include "cuda/common.cuh"
+#include "cuda/quantize.cuh"
 
 namespace bloomery::cuda {
 
@@ -38,8 +38,10 @@ namespace {
 constexpr int kRowsPerWarp = 16;  // an mma's M
 constexpr int kTile = 64;         // cache positions per K/V tile
 constexpr int kPad = 8;           // halves after each shared row, so ldmatrix's eight row reads miss each other's banks
-constexpr int kSegment = 2 * kTile;  // cache positions per segment: two tiles
-constexpr int kWideWarps = 4;        // warps (16 packed rows each) per block for more than 16 rows
+// Cache positions per segment: one tile, so that each block of a decode step (a block per
+// segment) waits out one tile's loads and products, not several in turn.
+constexpr int kSegment = kTile;
+constexpr int kWideWarps = 4;  // warps (16 packed rows each) per block for more than 16 rows
 
 struct Params {
   const float* q;
@@ -414,6 +416,35 @@ __global__ void combine_segments_kernel(const float* partial, const int32_t* pos
   out[i] = sum;
 }
 
+// The same, a warp per 256 consecutive outputs of a token's row (`width` of them, a multiple
+// of 256), which it also quantizes into the row's `blocks` (quantize.cuh, as
+// quantize_activations would): the product that reads a decode step's attention then neither
+// waits for a quantize launch nor quantizes the row in each of its blocks.
+__global__ void combine_and_quantize_kernel(const float* partial, const int32_t* positions, int64_t rows, int heads,
+                                            int head_dim, int width, bool superblocks, float* out,
+                                            ActivationBlock* blocks) {
+  wait_for_previous_kernel();
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  const int64_t first = warp * kQuantizeValuesPerWarp;
+  if (first >= rows * head_dim) return;
+  const int64_t mine = first + threadIdx.x % kWarp * kQuantizeValuesPerLane;
+  // The lane's 8 values (of one head's row) summed as above, each segment's 8 products loaded
+  // at once.
+  const int count = segments_of(positions[mine / head_dim / heads] + 1);
+  float v[kQuantizeValuesPerLane] = {};
+#pragma unroll 4
+  for (int g = 0; g < count; ++g) {
+    const float4* p = reinterpret_cast<const float4*>(partial + g * rows * head_dim + mine);
+    const float4 lo = p[0], hi = p[1];
+    const float part[kQuantizeValuesPerLane] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+    for (int j = 0; j < kQuantizeValuesPerLane; ++j) v[j] = __fadd_rn(v[j], part[j]);
+  }
+  reinterpret_cast<float4*>(out + mine)[0] = make_float4(v[0], v[1], v[2], v[3]);
+  reinterpret_cast<float4*>(out + mine)[1] = make_float4(v[4], v[5], v[6], v[7]);
+  quantize_warp(v, superblocks, static_cast<int>(first % width), width, blocks + first / width * (width / 32));
+}
+
 // How a batch of n rows is cut: warps per block, row tiles, and whether each segment of the
 // cache gets its own block (one row tile per KV head: a decode step or a few rows).
 struct Plan {
@@ -461,9 +492,9 @@ size_t attention_scratch_bytes(const AttentionShape& shape, int64_t max_rows) {
   return bytes;
 }
 
-void tiled_causal_attention(const float* q, int64_t n, const int32_t* positions, const uint16_t* keys,
+bool tiled_causal_attention(const float* q, int64_t n, const int32_t* positions, const uint16_t* keys,
                             const uint16_t* values, const AttentionShape& shape, void* scratch, float* out,
-                            StreamHandle stream) {
+                            const QuantizedRows& quantized, StreamHandle stream) {
   if (!tiled_attention_supports(shape.head_dim)) {
     throw Error("UNSUPPORTED_MODEL",
                 "tiled GPU attention needs head_dim 64 or 128, not " + std::to_string(shape.head_dim));
@@ -491,12 +522,20 @@ void tiled_causal_attention(const float* q, int64_t n, const int32_t* positions,
   } else {
     wide ? launch<128, kWideWarps>(p, plan, shape, s) : launch<128, 1>(p, plan, shape, s);
   }
-  if (plan.block_per_segment) {
-    constexpr int kCombineThreads = 256;
-    const int64_t rows = n * shape.heads;
-    launch_early(combine_segments_kernel, dim3(ceil_div(rows * shape.head_dim, kCombineThreads)), dim3(kCombineThreads),
-                 0, s, p.partial, positions, rows, p.heads, static_cast<int>(shape.head_dim), out);
+  if (!plan.block_per_segment) return false;
+  constexpr int kCombineThreads = 256;
+  const int64_t rows = n * shape.heads;
+  const int64_t width = shape.heads * shape.head_dim;
+  if (quantized.blocks && width % kQuantizeValuesPerWarp == 0) {
+    launch_early(combine_and_quantize_kernel,
+                 dim3(ceil_div(rows * shape.head_dim / kQuantizeValuesPerLane, kCombineThreads)), dim3(kCombineThreads),
+                 0, s, p.partial, positions, rows, p.heads, static_cast<int>(shape.head_dim), static_cast<int>(width),
+                 superblock_activations(quantized.type), out, quantized.blocks);
+    return true;
   }
+  launch_early(combine_segments_kernel, dim3(ceil_div(rows * shape.head_dim, kCombineThreads)), dim3(kCombineThreads),
+               0, s, p.partial, positions, rows, p.heads, static_cast<int>(shape.head_dim), out);
+  return false;
 }
 
 }  // namespace bloomery::cuda

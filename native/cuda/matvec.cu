@@ -1,7 +1,9 @@
-// Quantized matrix-vector products: one warp per weight row, each lane taking 16 weights at
-// a time, decoded once and dotted (dp4a) with the activation blocks of up to NT rows; a lane
-// loads several such units before it dots any, so that a decode step's short rows still keep
-// enough loads in flight to stream the weights at memory speed. A block that reads one
+// Quantized matrix-vector products: a warp per weight row (half a warp per row of at most 1,024
+// weights, so that a matrix of short rows, such as an expert's down projection, takes half the
+// blocks and each lane still several units), each lane taking 16 weights at a time, decoded
+// once and dotted (dp4a) with the activation blocks of up to NT rows; a lane loads several such
+// units (and, for one activation row, their activations) before it dots any, so that a decode
+// step's short rows still keep enough loads in flight to stream the weights at memory speed. A block that reads one
 // activation row may take it as floats and quantize it into shared memory itself, which saves
 // a decode step the quantize launch before each such product. One launch may multiply up to
 // three matrices of one type by the same input (a layer's q, k and v), each block serving one. The
@@ -86,9 +88,21 @@ __device__ __forceinline__ Unit decode_unit(const uint8_t* row, int unit) {
   return u;
 }
 
+// The 16 activation codes and the scale a unit is dotted with.
+struct ActivationUnit {
+  int q[4];
+  float d;
+};
+
+// The block's codes sit 4 bytes into its 36: 4-byte loads.
+__device__ __forceinline__ ActivationUnit activation_unit(const ActivationBlock& a, int unit) {
+  const int* q = reinterpret_cast<const int*>(a.qs) + 4 * (unit % 2);
+  return {{q[0], q[1], q[2], q[3]}, a.d};
+}
+
 template <uint32_t Type>
-__device__ __forceinline__ float dot_unit(const Unit& u, const ActivationBlock& a, int unit) {
-  const int* y = reinterpret_cast<const int*>(a.qs) + 4 * (unit % 2);
+__device__ __forceinline__ float dot_unit(const Unit& u, const ActivationUnit& a) {
+  const int* y = a.q;
   int sum = 0;
 #pragma unroll
   for (int i = 0; i < 4; ++i) sum = __dp4a(u.q[i], y[i], sum);
@@ -100,6 +114,14 @@ __device__ __forceinline__ float dot_unit(const Unit& u, const ActivationBlock& 
   } else {
     return a.d * u.scale * static_cast<float>(sum);
   }
+}
+
+// The sum of v over each group of kLanes lanes (a row's lanes), in every lane of the group.
+template <int kLanes>
+__device__ __forceinline__ float lanes_sum(float v) {
+#pragma unroll
+  for (int offset = kLanes / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
 }
 
 constexpr int kMaxParts = 3;  // matrices of one input a launch multiplies (a layer's q, k and v)
@@ -148,16 +170,19 @@ __device__ void quantize_row(const float* x, int cols, bool superblocks, Activat
   __syncthreads();
 }
 
-template <uint32_t Type, int NT, bool Gated>
+template <uint32_t Type, int NT, bool Gated, int kLanes>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarp) matvec_kernel(MatvecArgs a) {
   extern __shared__ ActivationBlock quantized[];  // with x_floats: the block's activation row
-  const int lane = threadIdx.x % kWarp;
+  constexpr int kRowsPerWarp = kWarp / kLanes;
+  const int lane = threadIdx.x % kLanes;  // within the row's lanes
   MatvecPart part = a.parts[0];
 #pragma unroll
   for (int p = 1; p < kMaxParts; ++p) {
     if (p < a.part_count && static_cast<int>(blockIdx.x) >= a.parts[p].first_block) part = a.parts[p];
   }
-  const int row = (static_cast<int>(blockIdx.x) - part.first_block) * kWarpsPerBlock + threadIdx.x / kWarp;
+  const int row =
+      ((static_cast<int>(blockIdx.x) - part.first_block) * kWarpsPerBlock + threadIdx.x / kWarp) * kRowsPerWarp +
+      static_cast<int>(threadIdx.x % kWarp) / kLanes;
   const bool grouped = a.chunks != nullptr;
   int expert = 0, first, count;
   if (grouped) {
@@ -171,7 +196,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp) matvec_kernel(MatvecArg
     first = blockIdx.y * NT;
     count = min(NT, a.n - first);
   }
-  // A warp past the last row loads that row again and writes nothing: it may still have a
+  // Lanes past the last row load that row again and write nothing: they may still have a
   // share in quantizing the activation row.
   const size_t offset =
       static_cast<size_t>(expert) * a.matrix_bytes + static_cast<size_t>(min(row, part.rows - 1)) * a.row_bytes;
@@ -185,7 +210,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp) matvec_kernel(MatvecArg
   const auto load_round = [&](int base) {
 #pragma unroll
     for (int b = 0; b < kUnitsInFlight; ++b) {
-      const int unit = min(base + b * kWarp, a.units - 1);
+      const int unit = min(base + b * kLanes, a.units - 1);
       u[b] = decode_unit<Type>(w, unit);
       if constexpr (Gated) v[b] = decode_unit<Type>(w_up, unit);
     }
@@ -212,28 +237,41 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp) matvec_kernel(MatvecArg
     }
   }
   if (row >= part.rows) return;
+  // One activation row: a round's activations load with its weights, not after them.
+  ActivationUnit x1[NT == 1 ? kUnitsInFlight : 1];
+  const auto load_activations = [&](int base) {
+    if constexpr (NT == 1) {
+#pragma unroll
+      for (int b = 0; b < kUnitsInFlight; ++b) {
+        const int unit = min(base + b * kLanes, a.units - 1);
+        x1[b] = activation_unit(xs[0][unit / 2], unit);
+      }
+    }
+  };
+  load_activations(lane);
   float acc[NT] = {};
   float acc_up[Gated ? NT : 1] = {};
   for (int base = lane;;) {
 #pragma unroll
     for (int b = 0; b < kUnitsInFlight; ++b) {
-      const int unit = base + b * kWarp;
+      const int unit = base + b * kLanes;
       if (unit >= a.units) break;
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
-        const ActivationBlock& x = xs[t][unit / 2];
-        acc[t] += dot_unit<Type>(u[b], x, unit);
-        if constexpr (Gated) acc_up[t] += dot_unit<Type>(v[b], x, unit);
+        const ActivationUnit x = NT == 1 ? x1[b] : activation_unit(xs[t][unit / 2], unit);
+        acc[t] += dot_unit<Type>(u[b], x);
+        if constexpr (Gated) acc_up[t] += dot_unit<Type>(v[b], x);
       }
     }
-    base += kWarp * kUnitsInFlight;
+    base += kLanes * kUnitsInFlight;
     if (base >= a.units) break;
     load_round(base);
+    load_activations(base);
   }
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
-    float value = warp_sum(acc[t]);
-    if constexpr (Gated) value = swiglu_value(value, warp_sum(acc_up[t]));
+    float value = lanes_sum<kLanes>(acc[t]);
+    if constexpr (Gated) value = swiglu_value(value, lanes_sum<kLanes>(acc_up[t]));
     if (lane == t && t < count) {
       float* out = part.y + static_cast<int64_t>(out_rows[t]) * part.rows + row;
       *out = part.accumulate ? *out + value : value;
@@ -336,19 +374,37 @@ __global__ void __launch_bounds__(kFloatThreads)
 
 int tokens_per_block(int64_t n) { return n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : 8; }
 
-template <int NT, bool Gated>
-void launch_quantized(uint32_t type, dim3 grid, const MatvecArgs& a, cudaStream_t stream) {
+// Lanes per weight row: half a warp for rows of at most one round of half a warp's units. A
+// function of the row length only, so that a row's sums do not depend on the batch.
+int lanes_per_row(int units) { return units <= kWarp / 2 * kUnitsInFlight ? kWarp / 2 : kWarp; }
+
+// Blocks serving `rows` weight rows of `cols` weights.
+unsigned row_blocks(int64_t rows, int64_t cols) {
+  return ceil_div(rows, kWarpsPerBlock * (kWarp / lanes_per_row(static_cast<int>(cols / kUnit))));
+}
+
+template <uint32_t Type, int NT, bool Gated>
+void launch_typed(dim3 grid, const MatvecArgs& a, cudaStream_t stream) {
   constexpr int kThreads = kWarpsPerBlock * kWarp;
   const size_t shared = a.x_floats ? static_cast<size_t>(a.x_blocks) * sizeof(ActivationBlock) : 0;
+  if (lanes_per_row(a.units) == kWarp) {
+    launch_early(matvec_kernel<Type, NT, Gated, kWarp>, grid, dim3(kThreads), shared, stream, a);
+  } else {
+    launch_early(matvec_kernel<Type, NT, Gated, kWarp / 2>, grid, dim3(kThreads), shared, stream, a);
+  }
+}
+
+template <int NT, bool Gated>
+void launch_quantized(uint32_t type, dim3 grid, const MatvecArgs& a, cudaStream_t stream) {
   switch (type) {
     case kTypeQ4_K:
-      launch_early(matvec_kernel<kTypeQ4_K, NT, Gated>, grid, dim3(kThreads), shared, stream, a);
+      launch_typed<kTypeQ4_K, NT, Gated>(grid, a, stream);
       break;
     case kTypeQ6_K:
-      launch_early(matvec_kernel<kTypeQ6_K, NT, Gated>, grid, dim3(kThreads), shared, stream, a);
+      launch_typed<kTypeQ6_K, NT, Gated>(grid, a, stream);
       break;
     case kTypeQ8_0:
-      launch_early(matvec_kernel<kTypeQ8_0, NT, Gated>, grid, dim3(kThreads), shared, stream, a);
+      launch_typed<kTypeQ8_0, NT, Gated>(grid, a, stream);
       break;
     default:
       throw Error("UNSUPPORTED_QUANT", "no GPU matvec kernel for ggml type " + std::to_string(type));
@@ -453,7 +509,7 @@ void matvec(const DeviceMatrix& w, const MatvecInput& x, int64_t n, float* y, bo
     }
     return;
   }
-  const dim3 grid(ceil_div(w.rows, kWarpsPerBlock), ceil_div(n, nt));
+  const dim3 grid(row_blocks(w.rows, w.cols), ceil_div(n, nt));
   launch_quantized<false>(w.type, nt, grid, dense_args(w, x, n, y, accumulate), stream);
 }
 
@@ -468,13 +524,13 @@ void matvecs(std::span<const MatvecProduct> products, const MatvecInput& x, int6
       continue;
     }
     MatvecArgs a = dense_args(w, x, n, products[i].y, products[i].accumulate);
-    unsigned blocks = ceil_div(w.rows, kWarpsPerBlock);
+    unsigned blocks = row_blocks(w.rows, w.cols);
     for (size_t j = i + 1; j < products.size() && a.part_count < kMaxParts; ++j) {
       const DeviceMatrix& other = *products[j].w;
       if (queued[j] || other.type != w.type || other.cols != w.cols || other.row_bytes != w.row_bytes) continue;
       a.parts[a.part_count++] = {other.data, products[j].y, static_cast<int>(other.rows), static_cast<int>(blocks),
                                  products[j].accumulate};
-      blocks += ceil_div(other.rows, kWarpsPerBlock);
+      blocks += row_blocks(other.rows, other.cols);
       queued[j] = true;
     }
     launch_quantized<false>(w.type, nt, dim3(blocks, ceil_div(n, nt)), a, stream);
@@ -491,20 +547,20 @@ void gated_matvec(const DeviceMatrix& gate, const DeviceMatrix& up, const Activa
   const int nt = tokens_per_block(n);
   MatvecArgs a = dense_args(gate, {nullptr, x}, n, y, false);
   a.w_up = up.data;
-  launch_quantized<true>(gate.type, nt, dim3(ceil_div(gate.rows, kWarpsPerBlock), ceil_div(n, nt)), a, stream);
+  launch_quantized<true>(gate.type, nt, dim3(row_blocks(gate.rows, gate.cols), ceil_div(n, nt)), a, stream);
 }
 
 void expert_gated_matvec(const DeviceMatrix& gate, const DeviceMatrix& up, const ActivationBlock* x, int64_t used,
                          const ExpertGroups& groups, float* hidden, StreamHandle stream) {
   MatvecArgs a = grouped_args(gate, {nullptr, x}, used, groups, hidden);
   a.w_up = up.data;
-  const dim3 grid(ceil_div(gate.rows, kWarpsPerBlock), static_cast<unsigned>(groups.max_chunks));
+  const dim3 grid(row_blocks(gate.rows, gate.cols), static_cast<unsigned>(groups.max_chunks));
   launch_quantized<true>(gate.type, groups.tokens_per_chunk, grid, a, stream);
 }
 
 void expert_matvec(const DeviceMatrix& down, const MatvecInput& hidden, const ExpertGroups& groups, float* out,
                    StreamHandle stream) {
-  const dim3 grid(ceil_div(down.rows, kWarpsPerBlock), static_cast<unsigned>(groups.max_chunks));
+  const dim3 grid(row_blocks(down.rows, down.cols), static_cast<unsigned>(groups.max_chunks));
   launch_quantized<false>(down.type, groups.tokens_per_chunk, grid, grouped_args(down, hidden, 1, groups, out), stream);
 }
 

@@ -244,12 +244,21 @@ struct AttentionShape {
 // Writes n rows of keys and values (kv_heads * head_dim floats) as f16 at positions[i].
 void store_kv(const float* k, const float* v, int64_t n, int64_t kv_width, const int32_t* positions, uint16_t* keys,
               uint16_t* values, StreamHandle stream);
+// Where attention may also write its output rows quantized for weights of `type`, as
+// quantize_activations would (blocks: one row's worth per output row).
+struct QuantizedRows {
+  ActivationBlock* blocks = nullptr;
+  uint32_t type = 0;
+};
 // Causal attention of n query rows, row i attending to cache positions [0, positions[i]] (all
 // of them written): the tiled kernels where they serve the head_dim, else the exact kernel.
 // `scratch`: attention_scratch_bytes(shape, rows) of device memory for any n <= rows. A row's
-// floats do not depend on the other rows of the batch.
-void causal_attention(const float* q, int64_t n, const int32_t* positions, const uint16_t* keys, const uint16_t* values,
-                      const AttentionShape& shape, void* scratch, float* out, StreamHandle stream);
+// floats do not depend on the other rows of the batch. Returns whether `quantized` was written
+// too: a decode step's few rows are (the launch that adds up the cache's segments quantizes
+// them), a prompt's are not.
+bool causal_attention(const float* q, int64_t n, const int32_t* positions, const uint16_t* keys, const uint16_t* values,
+                      const AttentionShape& shape, void* scratch, float* out, StreamHandle stream,
+                      const QuantizedRows& quantized = {});
 // The same with the CPU path's floats exactly (cpu/attention.cc's rounding and order of sums),
 // one block per row and head: the kernel for head dims the tiled kernels lack, and their reference.
 void exact_causal_attention(const float* q, int64_t n, const int32_t* positions, const uint16_t* keys,
@@ -264,8 +273,8 @@ bool tiled_attention_supports(int64_t head_dim);
 // shape.cache_positions: every row's softmax statistics per segment of the cache, and a decode
 // step's partial outputs per segment.
 size_t attention_scratch_bytes(const AttentionShape& shape, int64_t max_rows);
-void tiled_causal_attention(const float* q, int64_t n, const int32_t* positions, const uint16_t* keys,
+bool tiled_causal_attention(const float* q, int64_t n, const int32_t* positions, const uint16_t* keys,
                             const uint16_t* values, const AttentionShape& shape, void* scratch, float* out,
-                            StreamHandle stream);
+                            const QuantizedRows& quantized, StreamHandle stream);
 
 }  // namespace bloomery::cuda

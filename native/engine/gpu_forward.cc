@@ -507,8 +507,10 @@ struct Pass {
   mutable cuda::ExpertSum pending;
 
   // Float rows that one or more matrices read, quantized into the one activations buffer in
-  // the format each weight type wants, again only when that format changes; in a decode step,
-  // left to the products that quantize their input themselves (cuda::quantizes_input).
+  // the format each weight type wants, again only when that format changes; a single row (of a
+  // decode step) is left to the products that quantize their input themselves
+  // (cuda::quantizes_input), while the routed experts' rows are quantized once for all of
+  // their experts' blocks.
   class Input {
    public:
     Input(const Pass& pass, const float* x, int64_t rows, int64_t cols)
@@ -525,7 +527,7 @@ struct Pass {
     cuda::MatvecInput for_type(uint32_t type) {
       const int format = format_of(type);
       if (format < 0) return {x_, nullptr};
-      if (format != format_ && pass_.n == 1 && cuda::quantizes_input(1, cols_)) return {x_, nullptr};
+      if (format != format_ && rows_ == 1 && cuda::quantizes_input(1, cols_)) return {x_, nullptr};
       if (format != format_) {
         cuda::quantize_activations(x_, rows_, cols_, type, pass_.blocks(), pass_.stream);
         format_ = format;
@@ -620,6 +622,9 @@ struct Pass {
     const cuda::RopeShape rope{p.rope.style == cpu::RopeStyle::kNeox, p.rope.dims, p.rope.freq_base, p.rope.freq_scale,
                                m.freq_factors};
     cuda::position_heads(heads, n, ws.positions.as<int32_t>(), rope, stream);
+    // Decode rows come back quantized for the output projection as well, when every sequence's do.
+    const bool quantizes = !cuda::is_float_type(w.attention_output.type);
+    bool quantized = quantizes;
     for (const PassLayout::Segment& part : layout.segments) {
       const GpuSequence& s = *part.sequence;
       uint16_t* keys = s.keys.as<uint16_t>() + layer * s.layer_elements;
@@ -627,11 +632,14 @@ struct Pass {
       const int32_t* positions = ws.positions.as<int32_t>() + part.first_row;
       cuda::store_kv(f(ws.k) + part.first_row * kv_width, f(ws.v) + part.first_row * kv_width, part.rows, kv_width,
                      positions, keys, values, stream);
-      cuda::causal_attention(f(ws.q) + part.first_row * q_width, part.rows, positions, keys, values,
-                             attention_shape(p, s.layer_elements / kv_width), ws.attention_scratch.data(),
-                             f(ws.attention) + part.first_row * q_width, stream);
+      const cuda::QuantizedRows rows{quantizes ? blocks() + part.first_row * (q_width / 32) : nullptr,
+                                     w.attention_output.type};
+      quantized &= cuda::causal_attention(f(ws.q) + part.first_row * q_width, part.rows, positions, keys, values,
+                                          attention_shape(p, s.layer_elements / kv_width), ws.attention_scratch.data(),
+                                          f(ws.attention) + part.first_row * q_width, stream, rows);
     }
-    Input attended(*this, f(ws.attention), n, q_width);
+    Input attended = quantized ? Input(*this, f(ws.attention), n, q_width, w.attention_output.type)
+                               : Input(*this, f(ws.attention), n, q_width);
     mul(w.attention_output, attended, n, f(ws.residual), true);
   }
 

@@ -3,8 +3,8 @@
 // at contexts 1 to 5,000 (a block per segment of the cache), batches of 2 and 4 rows, and
 // prompts of 1 to 700 rows from position 0 and from mid-cache; GQA ratios 1, 4 and 8; head_dim
 // 64 and 128; spread scores and sharp ones (large enough that exp overflows without the
-// maximum subtracted). Then that a row's floats do not depend on its batch, and the kernels'
-// times. Skips, saying why, where there is no CUDA device.
+// maximum subtracted). Then that a row's floats do not depend on its batch, that decode rows
+// come back quantized when asked, and the kernels' times. Skips, saying why, where there is no CUDA device.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -162,6 +162,42 @@ TEST(cuda_tiled_attention_rows_do_not_depend_on_the_batch) {
             << "head_dim " << d << ", group " << group << ": rows " << row << " to " << row + rows - 1
             << " alone differ from the whole pass in " << mismatches(got, want) << " of " << want.size();
       }
+    }
+  }
+}
+
+// Decode rows (a block per segment) also come back quantized when asked, for K-quant weights
+// (Q8_K) and Q8_0's, exactly as quantize_activations quantizes the float output; a prompt batch
+// (all segments in one block) says it did not quantize.
+TEST(cuda_tiled_attention_quantizes_decode_rows) {
+  if (!device_ready("cuda_tiled_attention_quantizes_decode_rows")) return;
+  std::mt19937 rng(59);
+  const cuda::Stream stream;
+  const int64_t kv_heads = 4, heads = 32, d = 128, length = 700, q_width = heads * d;
+  const cuda::AttentionShape shape{heads, kv_heads, d, 1.0f / std::sqrt(static_cast<float>(d)), length};
+  std::vector<uint16_t> cache(static_cast<size_t>(length * kv_heads * d));
+  for (auto& x : cache) x = quant::fp32_to_fp16(std::uniform_real_distribution<float>(-1.5f, 1.5f)(rng));
+  const auto dk = upload(cache), dv = upload(cache);
+  cuda::DeviceBuffer scratch(cuda::attention_scratch_bytes(shape, 64), "scratch");
+  for (const uint32_t type : {quant::BlockQ4_K::kType, quant::BlockQ8_0::kType}) {
+    for (const int64_t n : {1, 2, 64}) {
+      const auto dq = upload(random_floats(static_cast<size_t>(n * q_width), 2.0f, rng));
+      std::vector<int32_t> positions(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) positions[i] = static_cast<int32_t>(length - n + i);
+      const auto dpos = upload(positions);
+      const size_t blocks = static_cast<size_t>(n * q_width / 32);
+      cuda::DeviceBuffer out(static_cast<size_t>(n * q_width) * sizeof(float), "out");
+      cuda::DeviceBuffer got(blocks * sizeof(cuda::ActivationBlock), "quantized");
+      cuda::DeviceBuffer want(blocks * sizeof(cuda::ActivationBlock), "reference");
+      const bool quantized = cuda::causal_attention(dq.as<float>(), n, dpos.as<int32_t>(), dk.as<uint16_t>(),
+                                                    dv.as<uint16_t>(), shape, scratch.data(), out.as<float>(),
+                                                    stream.handle(), {got.as<cuda::ActivationBlock>(), type});
+      CHECK(quantized == (n <= 2)) << n << " rows: quantized " << quantized;
+      if (!quantized) continue;
+      cuda::quantize_activations(out.as<float>(), n, q_width, type, want.as<cuda::ActivationBlock>(), stream.handle());
+      const auto a = download<uint8_t>(got, blocks * sizeof(cuda::ActivationBlock), stream);
+      const auto b = download<uint8_t>(want, blocks * sizeof(cuda::ActivationBlock), stream);
+      CHECK(a == b) << n << " rows, ggml type " << type << ": the blocks differ from quantize_activations'";
     }
   }
 }

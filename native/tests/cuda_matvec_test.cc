@@ -88,8 +88,10 @@ TEST(cuda_embed_matches_cpu_dequantize) {
   }
 }
 
-// Rows not a multiple of a block's warps; widths of one round of a lane's loads and of several
-// with a partial last one (and, for the float types, one not a multiple of 4).
+// Rows not a multiple of a block's warps; widths of one round of a lane's loads (half a warp
+// per row) and of several with a partial last one (and, for the float types, one not a
+// multiple of 4). A batch's first row sums exactly as that row alone (what batched decoding
+// relies on).
 TEST(cuda_matvec_matches_cpu_dot) {
   if (!device_ready("cuda_matvec_matches_cpu_dot")) return;
   std::mt19937 rng(13);
@@ -119,6 +121,14 @@ TEST(cuda_matvec_matches_cpu_dot) {
         std::printf("  matvec type %u cols %lld n %lld: relative error %.3g\n", type, static_cast<long long>(cols),
                     static_cast<long long>(n), error);
         CHECK(error < 2e-5) << "type " << type << " cols " << cols << " n " << n << ": relative error " << error;
+        if (n > 1) {
+          cuda::DeviceBuffer one(static_cast<size_t>(rows) * sizeof(float), "one row");
+          cuda::matvec(m, input, 1, one.as<float>(), false, stream.handle());
+          const auto alone = download<float>(one, static_cast<size_t>(rows), stream);
+          const std::vector<float> first(got.begin(), got.begin() + rows);
+          CHECK(mismatches(first, alone) == 0) << "type " << type << " cols " << cols << " n " << n << ": "
+                                               << mismatches(first, alone) << " sums of the first row differ alone";
+        }
         if (input.blocks && cuda::quantizes_input(n, cols)) {
           // The same product from the float row, quantized by the kernel: the very same sums.
           cuda::matvec(m, {dx.as<float>(), nullptr}, n, y.as<float>(), false, stream.handle());
