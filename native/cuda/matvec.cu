@@ -3,6 +3,7 @@
 // same kernel serves dense matrices (rows of a batch in chunks of NT) and expert stacks
 // (chunks of rows routed to one expert, from moe.cu's grouping).
 #include <cstddef>
+#include <type_traits>
 
 #include "base/error.h"
 #include "cuda/common.cuh"
@@ -11,7 +12,17 @@ namespace bloomery::cuda {
 
 namespace {
 
+using quant::BlockIQ4_NL;
+using quant::BlockIQ4_XS;
+using quant::BlockMXFP4;
+using quant::BlockQ2_K;
+using quant::BlockQ3_K;
+using quant::BlockQ4_0;
+using quant::BlockQ4_1;
 using quant::BlockQ4_K;
+using quant::BlockQ5_0;
+using quant::BlockQ5_1;
+using quant::BlockQ5_K;
 using quant::BlockQ6_K;
 using quant::BlockQ8_0;
 
@@ -25,37 +36,112 @@ struct Unit {
   float min;
 };
 
-__device__ __forceinline__ int q4k_scale(const uint8_t* s, int j) {
-  return j < 4 ? s[j] & 63 : (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
-}
-__device__ __forceinline__ int q4k_min(const uint8_t* s, int j) {
-  return j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+__device__ __forceinline__ float half_at(const uint8_t* p) {
+  return half_bits_to_float(*reinterpret_cast<const uint16_t*>(p));
 }
 
+// Bits 0..3 of `bits` moved to bit 4 of bytes 0..3: Q5_0/Q5_1's fifth bits of four weights.
+__device__ __forceinline__ int fifth_bits(uint32_t bits) {
+  return static_cast<int>(((bits & 1u) << 4) | ((bits & 2u) << 11) | ((bits & 4u) << 18) | ((bits & 8u) << 25));
+}
+
+// The 32-element formats: unit u is half u % 2 of block u / 2; weight j of a block sits in the
+// low nibble of qs[j] (j < 16) or the high nibble of qs[j - 16], and Q5's fifth bit j in qh.
 template <uint32_t Type>
-__device__ __forceinline__ Unit decode_unit(const uint8_t* row, int unit) {
+__device__ __forceinline__ Unit decode_unit_32(const uint8_t* row, int unit) {
   Unit u{};
-  if constexpr (Type == kTypeQ4_K) {
-    // Sub-block j (32 weights) of a super-block: low nibbles of qs[32 (j/2) ..] for even j, high for odd.
-    const uint8_t* b = row + (unit / 16) * sizeof(BlockQ4_K);
-    const int j = (unit % 16) / 2;
-    const int4 raw = *reinterpret_cast<const int4*>(b + offsetof(BlockQ4_K, qs) + 32 * (j / 2) + 16 * (unit % 2));
+  const int half = unit % 2;
+  const int shift = 4 * half;
+  if constexpr (Type == kTypeQ4_0) {
+    const uint8_t* b = row + (unit / 2) * sizeof(BlockQ4_0);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int low = (load_int_aligned2(b + offsetof(BlockQ4_0, qs) + 4 * i) >> shift) & 0x0f0f0f0f;
+      u.q[i] = static_cast<int>(__vsub4(static_cast<unsigned>(low), 0x08080808u));
+    }
+    u.scale = half_at(b + offsetof(BlockQ4_0, d));
+  } else if constexpr (Type == kTypeQ4_1) {
+    const uint8_t* b = row + (unit / 2) * sizeof(BlockQ4_1);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) u.q[i] = (load_int_aligned4(b + offsetof(BlockQ4_1, qs) + 4 * i) >> shift) & 0x0f0f0f0f;
+    u.scale = half_at(b + offsetof(BlockQ4_1, d));
+    u.min = -half_at(b + offsetof(BlockQ4_1, m));
+  } else if constexpr (Type == kTypeQ5_0) {
+    const uint8_t* b = row + (unit / 2) * sizeof(BlockQ5_0);
+    const auto qh = static_cast<uint32_t>(load_int_aligned2(b + offsetof(BlockQ5_0, qh)));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int low = (load_int_aligned2(b + offsetof(BlockQ5_0, qs) + 4 * i) >> shift) & 0x0f0f0f0f;
+      const int code = low | fifth_bits(qh >> (16 * half + 4 * i));
+      u.q[i] = static_cast<int>(__vsub4(static_cast<unsigned>(code), 0x10101010u));
+    }
+    u.scale = half_at(b + offsetof(BlockQ5_0, d));
+  } else if constexpr (Type == kTypeQ5_1) {
+    const uint8_t* b = row + (unit / 2) * sizeof(BlockQ5_1);
+    const auto qh = static_cast<uint32_t>(load_int_aligned4(b + offsetof(BlockQ5_1, qh)));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int low = (load_int_aligned4(b + offsetof(BlockQ5_1, qs) + 4 * i) >> shift) & 0x0f0f0f0f;
+      u.q[i] = low | fifth_bits(qh >> (16 * half + 4 * i));
+    }
+    u.scale = half_at(b + offsetof(BlockQ5_1, d));
+    u.min = -half_at(b + offsetof(BlockQ5_1, m));
+  } else if constexpr (Type == kTypeIQ4_NL) {
+    const uint8_t* b = row + (unit / 2) * sizeof(BlockIQ4_NL);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      u.q[i] = iq4nl_values((load_int_aligned2(b + offsetof(BlockIQ4_NL, qs) + 4 * i) >> shift) & 0x0f0f0f0f);
+    u.scale = half_at(b + offsetof(BlockIQ4_NL, d));
+  } else if constexpr (Type == kTypeMXFP4) {
+    const uint8_t* b = row + (unit / 2) * sizeof(BlockMXFP4);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      u.q[i] = mxfp4_values((load_int_unaligned(b + offsetof(BlockMXFP4, qs) + 4 * i) >> shift) & 0x0f0f0f0f);
+    u.scale = e8m0_to_float_half(b[offsetof(BlockMXFP4, e)]);
+  } else {
+    static_assert(Type == kTypeQ8_0);
+    const uint8_t* b = row + (unit / 2) * sizeof(BlockQ8_0);
+    const uint8_t* qs = b + offsetof(BlockQ8_0, qs) + kUnit * half;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) u.q[i] = load_int_aligned2(qs + 4 * i);
+    u.scale = half_at(b + offsetof(BlockQ8_0, d));
+  }
+  return u;
+}
+
+// The 256-element formats: unit u is the 16 weights (u % 16) * 16 .. of super-block u / 16.
+template <uint32_t Type>
+__device__ __forceinline__ Unit decode_unit_256(const uint8_t* row, int unit) {
+  Unit u{};
+  const int sixteenth = unit % 16;
+  if constexpr (Type == kTypeQ4_K || Type == kTypeQ5_K) {
+    // Sub-block j (32 weights) of a super-block: low nibbles of qs[32 (j/2) ..] for even j, high
+    // for odd; Q5_K's fifth bit of weight l of sub-block j is bit j of qh[l].
+    using Block = std::conditional_t<Type == kTypeQ4_K, BlockQ4_K, BlockQ5_K>;
+    const uint8_t* b = row + (unit / 16) * sizeof(Block);
+    const int j = sixteenth / 2;
+    const int4 raw = *reinterpret_cast<const int4*>(b + offsetof(Block, qs) + 32 * (j / 2) + 16 * (unit % 2));
     const int shift = 4 * (j % 2);
     u.q[0] = (raw.x >> shift) & 0x0f0f0f0f;
     u.q[1] = (raw.y >> shift) & 0x0f0f0f0f;
     u.q[2] = (raw.z >> shift) & 0x0f0f0f0f;
     u.q[3] = (raw.w >> shift) & 0x0f0f0f0f;
-    const uint8_t* scales = b + offsetof(BlockQ4_K, scales);
-    const float d = half_bits_to_float(*reinterpret_cast<const uint16_t*>(b + offsetof(BlockQ4_K, d)));
-    const float dmin = half_bits_to_float(*reinterpret_cast<const uint16_t*>(b + offsetof(BlockQ4_K, dmin)));
-    u.scale = d * static_cast<float>(q4k_scale(scales, j));
-    u.min = dmin * static_cast<float>(q4k_min(scales, j));
+    if constexpr (Type == kTypeQ5_K) {
+      const int4 high = *reinterpret_cast<const int4*>(b + offsetof(Block, qh) + 16 * (unit % 2));
+      u.q[0] |= ((high.x >> j) & 0x01010101) << 4;
+      u.q[1] |= ((high.y >> j) & 0x01010101) << 4;
+      u.q[2] |= ((high.z >> j) & 0x01010101) << 4;
+      u.q[3] |= ((high.w >> j) & 0x01010101) << 4;
+    }
+    const uint8_t* scales = b + offsetof(Block, scales);
+    u.scale = half_at(b + offsetof(Block, d)) * static_cast<float>(k4_scale(scales, j));
+    u.min = half_at(b + offsetof(Block, dmin)) * static_cast<float>(k4_min(scales, j));
   } else if constexpr (Type == kTypeQ6_K) {
     // Element o of a super-block: half h = o / 128, quarter t = (o % 128) / 32, offset l = o % 32;
     // its low four bits are a nibble of ql[64 h + 32 (t & 1) + l], its high two bits sit in
     // qh[32 h + l] at 2 t, and its scale is scales[8 h + 2 t + l / 16].
     const uint8_t* b = row + (unit / 16) * sizeof(BlockQ6_K);
-    const int o = (unit % 16) * kUnit;
+    const int o = sixteenth * kUnit;
     const int h = o / 128, t = (o % 128) / 32, l = o % 32;
     const uint8_t* ql = b + offsetof(BlockQ6_K, ql) + 64 * h + 32 * (t & 1) + l;
     const uint8_t* qh = b + offsetof(BlockQ6_K, qh) + 32 * h + l;
@@ -66,17 +152,58 @@ __device__ __forceinline__ Unit decode_unit(const uint8_t* row, int unit) {
       u.q[i] = static_cast<int>(__vsub4(static_cast<unsigned>(low | high), 0x20202020u));
     }
     const auto scale = static_cast<int8_t>(b[offsetof(BlockQ6_K, scales) + 8 * h + 2 * t + l / 16]);
-    const float d = half_bits_to_float(*reinterpret_cast<const uint16_t*>(b + offsetof(BlockQ6_K, d)));
-    u.scale = d * static_cast<float>(scale);
-  } else {
-    static_assert(Type == kTypeQ8_0);
-    const uint8_t* b = row + (unit / 2) * sizeof(BlockQ8_0);
-    const uint8_t* qs = b + offsetof(BlockQ8_0, qs) + kUnit * (unit % 2);
+    u.scale = half_at(b + offsetof(BlockQ6_K, d)) * static_cast<float>(scale);
+  } else if constexpr (Type == kTypeQ2_K || Type == kTypeQ3_K) {
+    // Element o: half h = o / 128, pair p = (o % 128) / 32, offset l = o % 32; its two low bits
+    // sit at 2 p in qs[32 h + l], Q3_K's third bit (set: no -4) at 4 h + p in hmask[l]. Each 16
+    // weights have one scale (Q2_K: and one min) of their own.
+    using Block = std::conditional_t<Type == kTypeQ2_K, BlockQ2_K, BlockQ3_K>;
+    const uint8_t* b = row + (unit / 16) * sizeof(Block);
+    const int h = sixteenth / 8, p = (sixteenth % 8) / 2, l = 16 * (sixteenth % 2);
+    const uint8_t* qs = b + offsetof(Block, qs) + 32 * h + l;
+    const float d = half_at(b + offsetof(Block, d));
+    if constexpr (Type == kTypeQ2_K) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) u.q[i] = load_int_aligned2(qs + 4 * i);
-    u.scale = half_bits_to_float(*reinterpret_cast<const uint16_t*>(b + offsetof(BlockQ8_0, d)));
+      for (int i = 0; i < 4; ++i) u.q[i] = (load_int_aligned4(qs + 4 * i) >> (2 * p)) & 0x03030303;
+      const uint8_t scale = b[offsetof(BlockQ2_K, scales) + sixteenth];
+      u.scale = d * static_cast<float>(scale & 0x0f);
+      u.min = half_at(b + offsetof(BlockQ2_K, dmin)) * static_cast<float>(scale >> 4);
+    } else {
+      const uint8_t* hmask = b + offsetof(BlockQ3_K, hmask) + l;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int low = (load_int_aligned2(qs + 4 * i) >> (2 * p)) & 0x03030303;
+        const int high = ((load_int_aligned2(hmask + 4 * i) >> (4 * h + p)) & 0x01010101) << 2;
+        u.q[i] = static_cast<int>(__vsub4(static_cast<unsigned>(low | high), 0x04040404u));
+      }
+      u.scale = d * static_cast<float>(q3k_scale(b + offsetof(BlockQ3_K, scales), sixteenth));
+    }
+  } else {
+    static_assert(Type == kTypeIQ4_XS);
+    // Sub-block j (32 weights): weight l in the low nibble of qs[16 j + l] (l < 16) or the high one of qs[16 j + l -
+    // 16].
+    const uint8_t* b = row + (unit / 16) * sizeof(BlockIQ4_XS);
+    const int j = sixteenth / 2;
+    const uint8_t* qs = b + offsetof(BlockIQ4_XS, qs) + 16 * j;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) u.q[i] = iq4nl_values((load_int_aligned4(qs + 4 * i) >> (4 * (unit % 2))) & 0x0f0f0f0f);
+    u.scale = half_at(b + offsetof(BlockIQ4_XS, d)) * static_cast<float>(iq4xs_scale(b, j));
   }
   return u;
+}
+
+constexpr bool has_super_blocks(uint32_t type) {
+  return type == kTypeQ2_K || type == kTypeQ3_K || type == kTypeQ4_K || type == kTypeQ5_K || type == kTypeQ6_K ||
+         type == kTypeIQ4_XS;
+}
+
+template <uint32_t Type>
+__device__ __forceinline__ Unit decode_unit(const uint8_t* row, int unit) {
+  if constexpr (has_super_blocks(Type)) {
+    return decode_unit_256<Type>(row, unit);
+  } else {
+    return decode_unit_32<Type>(row, unit);
+  }
 }
 
 template <uint32_t Type>
@@ -85,11 +212,15 @@ __device__ __forceinline__ float dot_unit(const Unit& u, const ActivationBlock& 
   int sum = 0;
 #pragma unroll
   for (int i = 0; i < 4; ++i) sum = __dp4a(u.q[i], y[i], sum);
-  if constexpr (Type == kTypeQ4_K) {
+  if constexpr (Type == kTypeQ4_K || Type == kTypeQ5_K || Type == kTypeQ2_K) {
+    // The mins times the activations' sum, as the CPU takes it from Q8_K's bsums.
     int sum_y = 0;
 #pragma unroll
     for (int i = 0; i < 4; ++i) sum_y = __dp4a(0x01010101, y[i], sum_y);
     return a.d * (u.scale * static_cast<float>(sum) - u.min * static_cast<float>(sum_y));
+  } else if constexpr (Type == kTypeQ4_1 || Type == kTypeQ5_1) {
+    // The offset times Q8_1's block sum s, half of it for each 16 weights (exact: a power of two).
+    return a.d * u.scale * static_cast<float>(sum) - u.min * (0.5f * a.s);
   } else {
     return a.d * u.scale * static_cast<float>(sum);
   }
@@ -165,7 +296,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp) matvec_kernel(MatvecArg
   }
 }
 
-// F32 and F16 weights against float rows (routers, small dense matrices).
+// F32, F16 and BF16 weights against float rows (routers, small dense matrices).
 template <uint32_t Type, int NT>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
     float_matvec_kernel(const uint8_t* w, size_t row_bytes, int rows, int cols, const float* x, int n, float* y,
@@ -181,14 +312,16 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
     float weight;
     if constexpr (Type == kTypeF32) {
       weight = reinterpret_cast<const float*>(wrow)[c];
-    } else {
+    } else if constexpr (Type == kTypeF16) {
       weight = half_bits_to_float(reinterpret_cast<const uint16_t*>(wrow)[c]);
+    } else {
+      weight = bf16_bits_to_float(reinterpret_cast<const uint16_t*>(wrow)[c]);
     }
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
       const float v = x[static_cast<int64_t>(first + min(t, count - 1)) * cols + c];
-      // The CPU path (as ggml) multiplies F16 weights with activations rounded to F16.
-      acc[t] += weight * (Type == kTypeF16 ? round_to_half(v) : v);
+      // The CPU path (as ggml) multiplies F16 and BF16 weights with activations rounded to their format.
+      acc[t] += weight * (Type == kTypeF16 ? round_to_half(v) : Type == kTypeBF16 ? round_to_bf16(v) : v);
     }
   }
 #pragma unroll
@@ -206,19 +339,10 @@ int tokens_per_block(int64_t n) { return n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : 
 template <int NT, bool Gated>
 void launch_quantized(uint32_t type, dim3 grid, const MatvecArgs& a, cudaStream_t stream) {
   constexpr int kThreads = kWarpsPerBlock * kWarp;
-  switch (type) {
-    case kTypeQ4_K:
-      matvec_kernel<kTypeQ4_K, NT, Gated><<<grid, kThreads, 0, stream>>>(a);
-      break;
-    case kTypeQ6_K:
-      matvec_kernel<kTypeQ6_K, NT, Gated><<<grid, kThreads, 0, stream>>>(a);
-      break;
-    case kTypeQ8_0:
-      matvec_kernel<kTypeQ8_0, NT, Gated><<<grid, kThreads, 0, stream>>>(a);
-      break;
-    default:
-      throw Error("UNSUPPORTED_QUANT", "no GPU matvec kernel for ggml type " + std::to_string(type));
-  }
+  const bool supported = with_type(QuantizedTypes{}, type, [&](auto t) {
+    matvec_kernel<decltype(t)::value, NT, Gated><<<grid, kThreads, 0, stream>>>(a);
+  });
+  if (!supported) throw Error("UNSUPPORTED_QUANT", "no GPU matvec kernel for ggml type " + std::to_string(type));
 }
 
 template <bool Gated>
@@ -247,13 +371,10 @@ void launch_float(const DeviceMatrix& w, const float* x, int64_t n, float* y, bo
   const auto rows = static_cast<int>(w.rows);
   const auto cols = static_cast<int>(w.cols);
   const auto nn = static_cast<int>(n);
-  if (w.type == kTypeF32) {
-    float_matvec_kernel<kTypeF32, NT>
+  with_type(FloatTypes{}, w.type, [&](auto t) {
+    float_matvec_kernel<decltype(t)::value, NT>
         <<<grid, kThreads, 0, stream>>>(w.data, w.row_bytes, rows, cols, x, nn, y, accumulate);
-  } else {
-    float_matvec_kernel<kTypeF16, NT>
-        <<<grid, kThreads, 0, stream>>>(w.data, w.row_bytes, rows, cols, x, nn, y, accumulate);
-  }
+  });
 }
 
 MatvecArgs dense_args(const DeviceMatrix& w, const ActivationBlock* x, int64_t n, float* y, bool accumulate) {
@@ -284,10 +405,12 @@ MatvecArgs grouped_args(const DeviceMatrix& w, const ActivationBlock* x, int64_t
 
 }  // namespace
 
-bool is_float_type(uint32_t type) { return type == kTypeF32 || type == kTypeF16; }
+bool is_float_type(uint32_t type) {
+  return with_type(FloatTypes{}, type, [](auto) {});
+}
 
 bool matvec_supports(uint32_t type) {
-  return is_float_type(type) || type == kTypeQ4_K || type == kTypeQ6_K || type == kTypeQ8_0;
+  return is_float_type(type) || with_type(QuantizedTypes{}, type, [](auto) {});
 }
 
 void matvec(const DeviceMatrix& w, const MatvecInput& x, int64_t n, float* y, bool accumulate, StreamHandle stream) {

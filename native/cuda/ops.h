@@ -16,6 +16,7 @@ namespace bloomery::cuda {
 struct ActivationBlock {
   int8_t qs[32];
   float d;
+  float s;  // Q8_1 only: d * the sum of qs, rounded to half as the CPU keeps it (Q4_1/Q5_1's offsets read it)
 };
 
 // A weight matrix in device memory: `rows` rows of `cols` elements of ggml type `type`,
@@ -31,17 +32,23 @@ struct DeviceMatrix {
 };
 
 // Weight types whose matrices the matvec kernels multiply: quantized ones read
-// ActivationBlock rows, float ones (F32, F16) read float rows.
+// ActivationBlock rows, float ones (F32, F16, BF16) read float rows.
 bool matvec_supports(uint32_t type);
 bool is_float_type(uint32_t type);
 // Types the embedding lookup dequantizes.
 bool embedding_supports(uint32_t type);
 
 // --- quantize.cu ---
-// Whether weights of `weight_type` read activations quantized per 256 values (Q8_K's way) rather than per 32.
-bool superblock_activations(uint32_t weight_type);
+// How activations are quantized for a weight type's dots: the CPU's pairing (quant/kernels.h).
+enum class ActivationFormat {
+  kQ8_0,  // a scale per 32 values
+  kQ8_1,  // the same, and the block's sum
+  kQ8_K,  // one scale per 256 values
+};
+// Throws UNSUPPORTED_QUANT for a type without integer dots.
+ActivationFormat activation_format(uint32_t weight_type);
 // n rows of `cols` floats -> n rows of cols / 32 blocks, quantized as the CPU does for weights
-// of `weight_type` (cols a multiple of 256 for the K-quants, of 32 for Q8_0).
+// of `weight_type` (cols a multiple of 256 for the formats of 256-value blocks, of 32 for the others).
 void quantize_activations(const float* x, int64_t n, int64_t cols, uint32_t weight_type, ActivationBlock* out,
                           StreamHandle stream);
 

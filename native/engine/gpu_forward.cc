@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <shared_mutex>
 #include <string>
 
@@ -455,7 +456,7 @@ struct Pass {
         : pass_(pass), x_(x), rows_(rows), cols_(cols) {}
     cuda::MatvecInput for_type(uint32_t type) {
       if (cuda::is_float_type(type)) return {x_, nullptr};
-      const int format = cuda::superblock_activations(type) ? 1 : 0;
+      const cuda::ActivationFormat format = cuda::activation_format(type);
       if (format != format_) {
         cuda::quantize_activations(x_, rows_, cols_, type, pass_.blocks(), pass_.stream);
         format_ = format;
@@ -467,7 +468,7 @@ struct Pass {
     const Pass& pass_;
     const float* x_;
     int64_t rows_, cols_;
-    int format_ = -1;
+    std::optional<cuda::ActivationFormat> format_;
   };
 
   void mul(const DeviceMatrix& w, Input& x, int64_t rows, float* y, bool accumulate) const {

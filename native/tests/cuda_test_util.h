@@ -1,10 +1,11 @@
 // Shared by the cuda_*_test.cc files: whether a CUDA device is there (printing why not),
 // device buffers filled from and read back into host vectors, and random weights of
-// realistic scale in every GPU weight type.
+// realistic scale in every GPU weight type (quant's CPU kernels cover the same types).
 #pragma once
 
 #ifdef BLOOMERY_CUDA
 
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -74,19 +75,68 @@ inline std::vector<uint8_t> random_matrix(uint32_t type, int64_t rows, int64_t c
     for (size_t i = 0; i < bytes / 2; ++i) half(2 * i, 0.0f, 1.0f, true);
     return m;
   }
+  if (type == 30) {
+    for (size_t i = 0; i < bytes / 2; ++i) {
+      const uint16_t b = quant::fp32_to_bf16(std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng));
+      std::memcpy(m.data() + 2 * i, &b, sizeof b);
+    }
+    return m;
+  }
   for (auto& b : m) b = static_cast<uint8_t>(rng());
   const size_t block = quant::ggml_type(type)->block_bytes;
+  // Q4_1/Q5_1's offset m centres the codes (0..15, 0..31) on zero, as real models' do.
+  const auto offset = [&](size_t d_at, size_t m_at, float centre) {
+    uint16_t d;
+    std::memcpy(&d, m.data() + d_at, sizeof d);
+    const float v = -centre * quant::fp16_to_fp32(d) * std::uniform_real_distribution<float>(0.8f, 1.2f)(rng);
+    const uint16_t h = quant::fp32_to_fp16(v);
+    std::memcpy(m.data() + m_at, &h, sizeof h);
+  };
   for (size_t o = 0; o < bytes; o += block) {
     switch (type) {
+      case quant::BlockQ4_0::kType:
+        half(o + offsetof(quant::BlockQ4_0, d), 1e-3f, 1e-1f, true);
+        break;
+      case quant::BlockQ5_0::kType:
+        half(o + offsetof(quant::BlockQ5_0, d), 1e-3f, 1e-1f, true);
+        break;
+      case quant::BlockQ4_1::kType:
+        half(o + offsetof(quant::BlockQ4_1, d), 1e-3f, 1e-1f, false);
+        offset(o + offsetof(quant::BlockQ4_1, d), o + offsetof(quant::BlockQ4_1, m), 8.0f);
+        break;
+      case quant::BlockQ5_1::kType:
+        half(o + offsetof(quant::BlockQ5_1, d), 1e-3f, 1e-1f, false);
+        offset(o + offsetof(quant::BlockQ5_1, d), o + offsetof(quant::BlockQ5_1, m), 16.0f);
+        break;
       case quant::BlockQ8_0::kType:
         half(o + offsetof(quant::BlockQ8_0, d), 1e-3f, 1e-1f, true);
+        break;
+      case quant::BlockQ2_K::kType:
+        half(o + offsetof(quant::BlockQ2_K, d), 1e-4f, 1e-2f, false);
+        half(o + offsetof(quant::BlockQ2_K, dmin), 1e-4f, 1e-2f, false);
+        break;
+      case quant::BlockQ3_K::kType:
+        half(o + offsetof(quant::BlockQ3_K, d), 1e-4f, 1e-2f, true);
         break;
       case quant::BlockQ4_K::kType:
         half(o + offsetof(quant::BlockQ4_K, d), 1e-4f, 1e-2f, false);
         half(o + offsetof(quant::BlockQ4_K, dmin), 1e-4f, 1e-2f, false);
         break;
+      case quant::BlockQ5_K::kType:
+        half(o + offsetof(quant::BlockQ5_K, d), 1e-4f, 1e-2f, false);
+        half(o + offsetof(quant::BlockQ5_K, dmin), 1e-4f, 1e-2f, false);
+        break;
       case quant::BlockQ6_K::kType:
         half(o + offsetof(quant::BlockQ6_K, d), 1e-5f, 1e-3f, true);
+        break;
+      case quant::BlockIQ4_NL::kType:
+        half(o + offsetof(quant::BlockIQ4_NL, d), 1e-4f, 1e-2f, true);
+        break;
+      case quant::BlockIQ4_XS::kType:
+        half(o + offsetof(quant::BlockIQ4_XS, d), 1e-5f, 1e-3f, true);
+        break;
+      case quant::BlockMXFP4::kType:
+        m[o + offsetof(quant::BlockMXFP4, e)] = static_cast<uint8_t>(115 + rng() % 10);  // 2^-12 .. 2^-3
         break;
       default:
         break;
