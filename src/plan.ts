@@ -9,8 +9,22 @@ import { BloomeryError } from "./errors.js";
 import { callNativeAsync } from "./native.js";
 
 /**
+ * A tensor the GPU's kernels cannot serve (a weight type without a GPU kernel, or routed experts
+ * the fused expert kernel cannot take). The plan keeps a routed-expert stack's experts in host
+ * RAM, where the CPU runs them; any other such tensor keeps the model off the GPU.
+ */
+export interface GpuKernelGap {
+  /** Its name in the file, as `blk.3.ffn_down_exps.weight`. */
+  tensor: string;
+  /** What the GPU lacks, naming the tensor and its type. */
+  reason: string;
+  /** The layer of a routed-expert stack; null for any other tensor. */
+  expertLayer: number | null;
+}
+
+/**
  * What a model needs in device memory, term by term, as the native engine allocates it
- * (native/engine/gpu_forward.h owns these sizes): read it with {@link modelFootprint}.
+ * (native/engine/gpu_forward.h owns these sizes and the kernel gaps): read it with {@link modelFootprint}.
  */
 export interface ModelFootprint {
   /** Tokens of the one session the KV term holds. */
@@ -29,6 +43,8 @@ export interface ModelFootprint {
   streamBytes: number;
   /** Device memory left free for the CUDA context, graphs and kernels. */
   reserveBytes: number;
+  /** Tensors the GPU's kernels cannot serve (empty when it serves them all). */
+  kernelGaps: GpuKernelGap[];
 }
 
 /** The memory a plan may use, in bytes. */
@@ -87,6 +103,29 @@ function gib(bytes: number): string {
 
 const range = (from: number, to: number) => Array.from({ length: Math.max(0, to - from) }, (_, i) => from + i);
 
+/** Refuses, naming the first, a tensor other than routed experts that the GPU cannot serve. */
+function refuseDenseGaps(footprint: ModelFootprint): void {
+  const dense = footprint.kernelGaps.find((gap) => gap.expertLayer === null);
+  if (dense) {
+    throw new BloomeryError(
+      "UNSUPPORTED_QUANT",
+      `${dense.reason}, so the model cannot run on the GPU; load it with gpu: false`,
+      { tensor: dense.tensor },
+    );
+  }
+}
+
+/** The layers whose routed experts must stay in host RAM, with why. */
+function hostOnlyLayers(footprint: ModelFootprint): Map<number, string> {
+  const layers = new Map<number, string>();
+  for (const gap of footprint.kernelGaps) {
+    if (gap.expertLayer === null) continue;
+    const known = layers.get(gap.expertLayer);
+    layers.set(gap.expertLayer, known ? `${known}; ${gap.reason}` : gap.reason);
+  }
+  return layers;
+}
+
 function fixedGpu(footprint: ModelFootprint, hybrid: boolean): Omit<OffloadGpuBytes, "experts" | "total"> {
   return {
     dense: footprint.denseBytes,
@@ -138,14 +177,20 @@ function tally(footprint: ModelFootprint, budgets: OffloadBudgets, layers: Offlo
  * expert fits, the staging long prompts copy host experts into), then as many
  * routed experts per layer as the GPU budget holds, the same count in every layer (the
  * remainder one more in the first layers), the lowest expert ids first (no routing profile
- * yet); the other experts stay in host RAM. Pure. Throws INSUFFICIENT_MEMORY, naming each
- * term, when the dense part does not fit the GPU budget or the host experts do not fit
- * `hostRam` (the disk tier is not supported yet).
+ * yet); the other experts stay in host RAM. A layer whose expert stacks the GPU cannot serve
+ * ({@link ModelFootprint.kernelGaps}) keeps all its experts in host RAM, and its reason says
+ * why. Pure. Throws UNSUPPORTED_QUANT, naming the tensor, when a tensor other than routed
+ * experts has no GPU kernel; INSUFFICIENT_MEMORY, naming each term, when the dense part does
+ * not fit the GPU budget or the host experts do not fit `hostRam` (the disk tier is not
+ * supported yet).
  */
 export function planOffload(footprint: ModelFootprint, budgets: OffloadBudgets): OffloadPlan {
+  refuseDenseGaps(footprint);
+  const hostOnly = hostOnlyLayers(footprint);
   const E = footprint.experts;
-  const perRound = footprint.expertBytes.reduce((sum, bytes) => sum + bytes, 0);
-  const whole = fixedTotal(fixedGpu(footprint, false)) + E * perRound <= budgets.gpu;
+  const gpuCapable = (l: number) => !hostOnly.has(l);
+  const perRound = footprint.expertBytes.reduce((sum, bytes, l) => sum + (gpuCapable(l) ? bytes : 0), 0);
+  const whole = hostOnly.size === 0 && fixedTotal(fixedGpu(footprint, false)) + E * perRound <= budgets.gpu;
   const fixed = fixedGpu(footprint, !whole);
   const fixedBytes = fixedTotal(fixed);
   if (fixedBytes > budgets.gpu) {
@@ -161,16 +206,19 @@ export function planOffload(footprint: ModelFootprint, budgets: OffloadBudgets):
   let left = budgets.gpu - fixedBytes;
   const even = perRound > 0 ? Math.min(E, Math.floor(left / perRound)) : E;
   left -= even * perRound;
-  const counts = footprint.expertBytes.map(() => even);
+  const counts = footprint.expertBytes.map((_, l) => (gpuCapable(l) ? even : 0));
   for (let l = 0; l < layerCount && even < E; ++l) {
+    if (!gpuCapable(l)) continue;
     const bytes = footprint.expertBytes[l] ?? 0;
     if (bytes > left) break;
     counts[l] = even + 1;
     left -= bytes;
   }
-  const layers = counts.map((count): OffloadLayer => {
+  const layers = counts.map((count, l): OffloadLayer => {
     let reason: string;
+    const gap = hostOnly.get(l);
     if (E === 0) reason = "a dense layer: no routed experts";
+    else if (gap !== undefined) reason = `${gap}: the layer's experts stay in host RAM, run by the CPU`;
     else if (count === E) reason = `all ${E} experts fit the GPU budget`;
     else if (count === 0) reason = `no GPU room left for experts after the dense weights, KV cache and workspace`;
     else
@@ -190,9 +238,13 @@ export function planOffload(footprint: ModelFootprint, budgets: OffloadBudgets):
 /**
  * Checks a plan passed back to loadModel against the model: one entry per layer, each
  * expert on exactly one tier, and the budgets. Returns it with its bytes recomputed (its
- * placement as given). Throws INVALID_ARGUMENT naming the first fault, or INSUFFICIENT_MEMORY.
+ * placement as given). Throws INVALID_ARGUMENT naming the first fault, INSUFFICIENT_MEMORY,
+ * or UNSUPPORTED_QUANT (naming the tensor) for GPU experts in a layer whose expert stacks
+ * the GPU cannot serve, or for a model the GPU cannot run at all.
  */
 export function checkOffloadPlan(plan: OffloadPlan, footprint: ModelFootprint, budgets: OffloadBudgets): OffloadPlan {
+  refuseDenseGaps(footprint);
+  const hostOnly = hostOnlyLayers(footprint);
   const layerCount = footprint.expertBytes.length;
   const refuse = (what: string) => new BloomeryError("INVALID_ARGUMENT", `plan: ${what}`);
   if (typeof plan !== "object" || plan === null || !Array.isArray(plan.layers)) throw refuse("not an OffloadPlan");
@@ -213,6 +265,14 @@ export function checkOffloadPlan(plan: OffloadPlan, footprint: ModelFootprint, b
     }
     if (seen.size !== footprint.experts) {
       throw refuse(`layer ${l} places ${seen.size} of its ${footprint.experts} experts; each needs a tier`);
+    }
+    const gap = hostOnly.get(l);
+    if (gap !== undefined && layer.gpu.length > 0) {
+      throw new BloomeryError(
+        "UNSUPPORTED_QUANT",
+        `plan: layer ${l} puts ${layer.gpu.length} experts on the GPU, but ${gap}; keep them in host RAM`,
+        { layer: l },
+      );
     }
     return { gpu: [...layer.gpu], host: [...layer.host], reason: layer.reason ?? "as given" };
   });

@@ -138,6 +138,17 @@ Napi::Value gpu_footprint(const Napi::CallbackInfo& info) {
           o.Set("workspaceBytes", double(f.workspace_bytes));
           o.Set("streamBytes", double(f.stream_bytes));
           o.Set("reserveBytes", double(f.reserve_bytes));
+          Napi::Array gaps = Napi::Array::New(env, f.kernel_gaps.size());
+          for (size_t i = 0; i < f.kernel_gaps.size(); ++i) {
+            const engine::GpuKernelGap& g = f.kernel_gaps[i];
+            Napi::Object gap = Napi::Object::New(env);
+            gap.Set("tensor", g.tensor);
+            gap.Set("reason", g.reason);
+            gap.Set("expertLayer",
+                    g.expert_layer >= 0 ? Napi::Value(Napi::Number::New(env, double(g.expert_layer))) : env.Null());
+            gaps.Set(uint32_t(i), gap);
+          }
+          o.Set("kernelGaps", gaps);
           return o;
         });
   });

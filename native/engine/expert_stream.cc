@@ -14,9 +14,12 @@ size_t stack_bytes(const cpu::ExpertMatrices& m) {
   return static_cast<size_t>(m.count) * static_cast<size_t>(m.first.rows) * m.first.row_bytes;
 }
 
-size_t largest(const model::Model& model, const cpu::ExpertMatrices model::LayerWeights::*which) {
+size_t largest(const model::Model& model, const std::vector<bool>& streamed,
+               const cpu::ExpertMatrices model::LayerWeights::*which) {
   size_t bytes = 0;
-  for (const model::LayerWeights& w : model.layers) bytes = std::max(bytes, stack_bytes(w.*which));
+  for (size_t l = 0; l < model.layers.size(); ++l) {
+    if (streamed[l]) bytes = std::max(bytes, stack_bytes(model.layers[l].*which));
+  }
   return bytes;
 }
 
@@ -40,17 +43,22 @@ void gather(const cpu::ExpertMatrices& host, const cuda::DeviceMatrix& pool, con
 
 }  // namespace
 
-uint64_t ExpertStream::staging_bytes(const model::Model& model) {
-  return largest(model, &model::LayerWeights::expert_gate) + largest(model, &model::LayerWeights::expert_up) +
-         largest(model, &model::LayerWeights::expert_down) +
+uint64_t ExpertStream::staging_bytes(const model::Model& model, const std::vector<bool>& streamed) {
+  if (std::find(streamed.begin(), streamed.end(), true) == streamed.end()) return 0;
+  return largest(model, streamed, &model::LayerWeights::expert_gate) +
+         largest(model, streamed, &model::LayerWeights::expert_up) +
+         largest(model, streamed, &model::LayerWeights::expert_down) +
          static_cast<uint64_t>(model.params.experts) * sizeof(int32_t);
 }
 
-ExpertStream::ExpertStream(const model::Model& model, std::vector<std::vector<int32_t>> slot_tables)
-    : model_(model), slot_tables_(std::move(slot_tables)) {
+ExpertStream::ExpertStream(const model::Model& model, std::vector<std::vector<int32_t>> slot_tables,
+                           std::vector<bool> streamed)
+    : model_(model), slot_tables_(std::move(slot_tables)), streamed_(std::move(streamed)) {
   const uint8_t* first = nullptr;
   const uint8_t* end = nullptr;
-  for (const model::LayerWeights& w : model.layers) {
+  for (size_t l = 0; l < model.layers.size(); ++l) {
+    if (!streamed_[l]) continue;
+    const model::LayerWeights& w = model.layers[l];
     for (const cpu::ExpertMatrices* m : {&w.expert_gate, &w.expert_up, &w.expert_down}) {
       first = first ? std::min(first, m->first.data) : m->first.data;
       end = std::max(end, m->first.data + stack_bytes(*m));
@@ -58,9 +66,9 @@ ExpertStream::ExpertStream(const model::Model& model, std::vector<std::vector<in
   }
   pinned_ = std::make_unique<cuda::HostRegistration>(first, static_cast<size_t>(end - first),
                                                      "the routed experts' file pages (prompt streaming)");
-  gate_ = cuda::DeviceBuffer(largest(model, &model::LayerWeights::expert_gate), "expert staging (gate)");
-  up_ = cuda::DeviceBuffer(largest(model, &model::LayerWeights::expert_up), "expert staging (up)");
-  down_ = cuda::DeviceBuffer(largest(model, &model::LayerWeights::expert_down), "expert staging (down)");
+  gate_ = cuda::DeviceBuffer(largest(model, streamed_, &model::LayerWeights::expert_gate), "expert staging (gate)");
+  up_ = cuda::DeviceBuffer(largest(model, streamed_, &model::LayerWeights::expert_up), "expert staging (up)");
+  down_ = cuda::DeviceBuffer(largest(model, streamed_, &model::LayerWeights::expert_down), "expert staging (down)");
   std::vector<int32_t> identity(static_cast<size_t>(model.params.experts));
   std::iota(identity.begin(), identity.end(), 0);
   identity_ = cuda::DeviceBuffer(identity.size() * sizeof(int32_t), "expert staging (table)");

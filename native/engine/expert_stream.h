@@ -29,12 +29,18 @@ class ExpertStream {
   // Passes of at least this many rows stream their host experts.
   static constexpr int64_t kMinRows = 64;
 
-  // Device bytes of the staging stack (the largest layer's experts, and an identity table).
-  static uint64_t staging_bytes(const model::Model& model);
+  // Device bytes of the staging stack (the largest streamed layer's experts, and an identity
+  // table); 0 when no layer is. `streamed`: per layer, whether prompts may stream its experts
+  // (not where the GPU's kernels cannot serve its expert stacks).
+  static uint64_t staging_bytes(const model::Model& model, const std::vector<bool>& streamed);
 
-  // Page-locks the file range holding the routed experts (INSUFFICIENT_MEMORY if the host
-  // cannot) and allocates the staging stack. `slot_tables`: per layer, expert -> slot (-1: host).
-  ExpertStream(const model::Model& model, std::vector<std::vector<int32_t>> slot_tables);
+  // Page-locks the file range holding the streamed layers' routed experts (INSUFFICIENT_MEMORY
+  // if the host cannot) and allocates the staging stack. `slot_tables`: per layer, expert ->
+  // slot (-1: host). At least one layer must be streamed.
+  ExpertStream(const model::Model& model, std::vector<std::vector<int32_t>> slot_tables, std::vector<bool> streamed);
+
+  // Whether prompts stream layer `layer`'s host experts (otherwise the CPU runs them).
+  bool streams(int64_t layer) const { return streamed_[static_cast<size_t>(layer)]; }
 
   // Queues the copies that gather layer `layer`'s experts (resident ones read from
   // `resident`'s pools) and returns the stack, whose slots are the expert ids.
@@ -43,6 +49,7 @@ class ExpertStream {
  private:
   const model::Model& model_;
   std::vector<std::vector<int32_t>> slot_tables_;
+  std::vector<bool> streamed_;
   std::unique_ptr<cuda::HostRegistration> pinned_;
   cuda::DeviceBuffer gate_, up_, down_, identity_;
 };

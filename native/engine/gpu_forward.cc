@@ -249,14 +249,6 @@ void allocate_workspace(const model::HyperParams& p, Workspace& w) {
   for (size_t i = 0; i < sizes.size(); ++i) *buffers[i] = DeviceBuffer(sizes[i].second, sizes[i].first);
 }
 
-// Checks the GPU kernels cover a matrix; `name` says which tensor in the refusal.
-void require(bool supported, const cpu::WeightMatrix& w, const std::string& name) {
-  if (!supported) {
-    throw Error("UNSUPPORTED_QUANT",
-                name + " is " + type_name(w.kernels->type) + ", which has no GPU kernel; load with gpu: false");
-  }
-}
-
 class Uploader {
  public:
   explicit Uploader(const model::HyperParams& p) : p_(p) {}
@@ -400,9 +392,18 @@ size_t workspace_bytes(const model::HyperParams& p) {
   return bytes;
 }
 
-void check_kernels(const model::Model& m) {
-  require(cuda::embedding_supports(m.token_embedding.kernels->type), m.token_embedding, "token_embd");
-  require(cuda::matvec_supports(m.output.kernels->type), m.output, "output");
+// Every tensor the GPU's kernels cannot serve, in the model's order.
+std::vector<GpuKernelGap> kernel_gaps(const model::Model& m) {
+  std::vector<GpuKernelGap> gaps;
+  const auto no_kernel = [&](const cpu::WeightMatrix& w, const std::string& tensor, const char* kernel) {
+    gaps.push_back({tensor, tensor + " is " + type_name(w.kernels->type) + ", which has no GPU " + kernel + " kernel"});
+  };
+  if (!cuda::embedding_supports(m.token_embedding.kernels->type)) {
+    no_kernel(m.token_embedding, "token_embd.weight", "embedding");
+  }
+  if (!cuda::matvec_supports(m.output.kernels->type)) {
+    no_kernel(m.output, m.output.data == m.token_embedding.data ? "token_embd.weight" : "output.weight", "matvec");
+  }
   for (size_t l = 0; l < m.layers.size(); ++l) {
     const model::LayerWeights& w = m.layers[l];
     const std::string layer = "blk." + std::to_string(l) + ".";
@@ -410,20 +411,56 @@ void check_kernels(const model::Model& m) {
          {std::pair{&w.q, "attn_q"}, std::pair{&w.k, "attn_k"}, std::pair{&w.v, "attn_v"},
           std::pair{&w.attention_output, "attn_output"}, std::pair{&w.ffn_gate, "ffn_gate"},
           std::pair{&w.ffn_up, "ffn_up"}, std::pair{&w.ffn_down, "ffn_down"}, std::pair{&w.router, "ffn_gate_inp"}}) {
-      if (!matrix->empty()) require(cuda::matvec_supports(matrix->kernels->type), *matrix, layer + name);
+      if (!matrix->empty() && !cuda::matvec_supports(matrix->kernels->type)) {
+        no_kernel(*matrix, layer + name + ".weight", "matvec");
+      }
     }
     if (m.params.experts == 0) continue;
+    const auto expert_gap = [&](const std::string& tensor, const std::string& reason) {
+      gaps.push_back({tensor, reason, static_cast<int64_t>(l)});
+    };
     for (const auto& [experts, name] :
          {std::pair{&w.expert_gate, "ffn_gate_exps"}, std::pair{&w.expert_up, "ffn_up_exps"},
           std::pair{&w.expert_down, "ffn_down_exps"}}) {
       const uint32_t type = experts->first.kernels->type;
-      require(cuda::matvec_supports(type) && !cuda::is_float_type(type), experts->first, layer + name);
+      const std::string tensor = layer + name + ".weight";
+      if (cuda::is_float_type(type)) {
+        expert_gap(tensor, tensor + " is " + type_name(type) + "; the GPU runs routed experts of quantized types only");
+      } else if (!cuda::matvec_supports(type)) {
+        expert_gap(tensor, tensor + " is " + type_name(type) + ", which has no GPU matvec kernel");
+      }
     }
-    if (w.expert_gate.first.kernels->type != w.expert_up.first.kernels->type) {
-      throw Error("UNSUPPORTED_QUANT", layer + "ffn_gate_exps and ffn_up_exps differ in type (" +
-                                           type_name(w.expert_gate.first.kernels->type) + ", " +
-                                           type_name(w.expert_up.first.kernels->type) +
-                                           "); the GPU's fused expert kernel needs one; load with gpu: false");
+    const uint32_t gate = w.expert_gate.first.kernels->type, up = w.expert_up.first.kernels->type;
+    if (gate != up) {
+      expert_gap(layer + "ffn_up_exps.weight", layer + "ffn_gate_exps.weight (" + type_name(gate) + ") and " + layer +
+                                                   "ffn_up_exps.weight (" + type_name(up) +
+                                                   ") differ in type; the GPU's fused expert kernel needs one");
+    }
+  }
+  return gaps;
+}
+
+// Per layer, whether long prompts may stream its host experts to the GPU: not where the GPU's
+// kernels cannot serve its expert stacks.
+std::vector<bool> streamable_layers(const model::HyperParams& p, const std::vector<GpuKernelGap>& gaps) {
+  std::vector<bool> streamed(static_cast<size_t>(p.layers), p.experts > 0);
+  for (const GpuKernelGap& gap : gaps) {
+    if (gap.expert_layer >= 0) streamed[static_cast<size_t>(gap.expert_layer)] = false;
+  }
+  return streamed;
+}
+
+// Refuses a dense tensor the GPU cannot serve, and GPU-resident experts in a layer whose stacks it cannot.
+void check_kernels(const std::vector<GpuKernelGap>& gaps, const GpuWeights& g) {
+  for (const GpuKernelGap& gap : gaps) {
+    if (gap.expert_layer < 0) {
+      throw Error("UNSUPPORTED_QUANT", gap.reason + ", so the model cannot run on the GPU; load it with gpu: false");
+    }
+    const size_t resident = g.resident[static_cast<size_t>(gap.expert_layer)].size();
+    if (resident > 0) {
+      throw Error("UNSUPPORTED_QUANT", gap.reason + ", so layer " + std::to_string(gap.expert_layer) +
+                                           "'s experts cannot run on the GPU (" + std::to_string(resident) +
+                                           " placed there); keep them in host memory");
     }
   }
 }
@@ -520,8 +557,27 @@ struct Pass {
     mul(w.ffn_down, hidden, n, f(ws.residual), true);
   }
 
-  // Whether this pass copies host experts to the GPU rather than handing rows to the CPU.
-  bool streams() const { return m.expert_stream && n >= ExpertStream::kMinRows; }
+  // Whether this pass copies layer `layer`'s host experts to the GPU rather than handing its rows
+  // to the CPU: long prompts do, in layers whose expert stacks the GPU's kernels serve.
+  bool streams(int64_t layer) const {
+    return m.expert_stream && n >= ExpertStream::kMinRows && m.expert_stream->streams(layer);
+  }
+  // Whether the CPU runs layer `layer`'s host experts in this pass.
+  bool hands_off(int64_t layer) const {
+    return m.host_experts && m.host_experts->has_host_experts(layer) && !streams(layer);
+  }
+  bool hybrid() const {
+    for (int64_t l = 0; l < m.params.layers; ++l) {
+      if (hands_off(l)) return true;
+    }
+    return false;
+  }
+  bool streams_any() const {
+    for (int64_t l = 0; l < m.params.layers; ++l) {
+      if (m.host_experts && m.host_experts->has_host_experts(l) && streams(l)) return true;
+    }
+    return false;
+  }
 
   void moe_ffn(const GpuLayer& w, int64_t layer, Input& x) const {
     const model::HyperParams& p = m.params;
@@ -530,11 +586,21 @@ struct Pass {
     cuda::route_top_k(f(ws.router_logits), n, p.experts, p.experts_used, p.normalize_expert_weights,
                       ws.chosen.as<int32_t>(), f(ws.routing_weights), stream);
     HostExperts* host = m.host_experts.get();
-    const bool host_layer = host && host->has_host_experts(layer);
-    const bool hybrid = host_layer && !streams();
+    const bool hybrid = hands_off(layer);
     ExpertStacks experts{w.expert_gate, w.expert_up, w.expert_down, w.expert_slots};
-    if (host_layer && streams()) experts = m.expert_stream->queue_layer(layer, experts, stream);
+    if (host && host->has_host_experts(layer) && streams(layer)) {
+      experts = m.expert_stream->queue_layer(layer, experts, stream);
+    }
     if (hybrid) host->queue_publish(layer, n, f(ws.normed), ws.chosen.as<int32_t>(), f(ws.routing_weights), stream);
+    // A layer with no expert on the GPU (all in host memory, as for stacks the GPU's kernels cannot serve) has no GPU
+    // half.
+    if (experts.gate.count > 0) gpu_experts(experts, x);
+    if (hybrid) host->queue_collect(layer, n, f(ws.residual), stream);
+  }
+
+  void gpu_experts(const ExpertStacks& experts, Input& x) const {
+    const model::HyperParams& p = m.params;
+    const Workspace& ws = m.work;
     cuda::ExpertGroups groups;
     groups.order = ws.order.as<int32_t>();
     groups.chunks = ws.chunks.as<int32_t>();
@@ -550,7 +616,6 @@ struct Pass {
     cuda::expert_matvec(experts.down, hidden.for_type(experts.down.type).blocks, groups, f(ws.expert_out), stream);
     cuda::combine_experts(f(ws.expert_out), f(ws.routing_weights), ws.chosen.as<int32_t>(), experts.slot_of_expert, n,
                           p.experts_used, p.embedding, f(ws.residual), stream);
-    if (hybrid) host->queue_collect(layer, n, f(ws.residual), stream);
   }
 
   void ffn_block(const GpuLayer& w, int64_t layer) const {
@@ -569,7 +634,7 @@ struct Pass {
   // layer(), then finish(), which writes the logits of the last `out_rows` rows (none for an
   // early batch of a long prompt) to `logits` (device).
   void begin() const {
-    if (m.host_experts && !streams()) m.host_experts->queue_begin_pass(stream);
+    if (hybrid()) m.host_experts->queue_begin_pass(stream);
     cuda::embed(m.token_embedding, m.work.tokens.as<int32_t>(), n, f(m.work.residual), stream);
   }
   void layer(int64_t l) const {
@@ -622,7 +687,7 @@ void run_hybrid(const Pass& pass, int64_t out_rows, float* logits, const cuda::S
       } else {
         pass.finish(out_rows, logits);
       }
-      if (host.has_host_experts(layer)) host.serve(layer, pass.n, stream);
+      if (pass.hands_off(layer)) host.serve(layer, pass.n, stream);
     }
   } catch (...) {
     host.recover(stream);
@@ -656,7 +721,8 @@ GpuFootprint gpu_footprint(const model::Model& model, int64_t context_size) {
   }
   f.kv_bytes = kv_bytes(p, context_size);
   f.workspace_bytes = workspace_bytes(p);
-  f.stream_bytes = ExpertStream::staging_bytes(model);
+  f.kernel_gaps = kernel_gaps(model);
+  f.stream_bytes = ExpertStream::staging_bytes(model, streamable_layers(p, f.kernel_gaps));
   f.reserve_bytes = kReserve;
   return f;
 }
@@ -671,7 +737,7 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
   }
   const model::HyperParams& p = model.params;
   check_shape(p);
-  check_kernels(model);
+  const std::vector<GpuKernelGap> gaps = kernel_gaps(model);
 
   cuda::use_device(options.device);
   std::shared_ptr<GpuModel> g(new GpuModel, [](GpuModel* m) {
@@ -683,6 +749,8 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
   g->device = options.device;
   g->params = p;
   set_residency(p, resident_experts(p, options.gpu_experts), *g);
+  check_kernels(gaps, *g);
+  const std::vector<bool> streamed = streamable_layers(p, gaps);
   int64_t resident = 0;
   for (const auto& r : g->resident) resident += static_cast<int64_t>(r.size());
   const int64_t all = p.experts * p.layers;
@@ -694,7 +762,7 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
   const cuda::MemoryInfo memory = cuda::memory_info();
   const uint64_t usable = memory.free > kReserve ? memory.free - kReserve : 0;
   const uint64_t available = options.budget > 0 ? std::min<uint64_t>(options.budget, usable) : usable;
-  const uint64_t staging = resident < all ? ExpertStream::staging_bytes(model) : 0;
+  const uint64_t staging = resident < all ? ExpertStream::staging_bytes(model, streamed) : 0;
   const uint64_t needed = weights + workspace + kv + staging;
   if (needed > available) {
     const std::string limit = options.budget > 0 && options.budget < usable
@@ -721,7 +789,7 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
       on_host.push_back(std::move(mask));
     }
     g->host_experts = std::make_unique<HostExperts>(model, std::move(on_host), kMaxBatch, pool);
-    g->expert_stream = std::make_unique<ExpertStream>(model, g->slot_tables);
+    if (staging > 0) g->expert_stream = std::make_unique<ExpertStream>(model, g->slot_tables, streamed);
   }
   return g;
 }
@@ -797,8 +865,8 @@ void gpu_forward(GpuModel& model, GpuSequence& sequence, std::span<const int32_t
     } else {
       const int64_t out_rows = all ? n : last_batch ? 1 : 0;
       float* device_logits = all ? ws.all_logits.as<float>() : ws.last_logits.as<float>();
-      if (host && pass.streams()) host->count_streamed_pass();
-      if (host && !pass.streams()) {
+      if (host && pass.streams_any()) host->count_streamed_pass();
+      if (pass.hybrid()) {
         run_hybrid(pass, out_rows, device_logits, model.stream);
       } else {
         pass.run(out_rows, device_logits);
