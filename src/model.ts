@@ -436,7 +436,7 @@ function resolveGpu(gpu: LoadModelOptions["gpu"]): NativeLoadOptions["gpu"] {
 /**
  * Loads a GGUF model (qwen3moe, qwen3, qwen2 or llama) for inference on the CPU, or with `gpu`
  * set on a GPU (every CPU weight type: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K,
- * Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4; routed experts of quantized types): wholly when it fits,
+ * Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4): wholly when it fits,
  * else with the routed experts the budget cannot hold run by the CPU from host RAM, as `plan` (or
  * {@link planOffload}) places them; `model.plan` shows the placement, and keeps in host RAM the
  * experts of layers whose expert stacks the GPU cannot serve, saying why. Throws GPU_UNAVAILABLE

@@ -153,6 +153,31 @@ __device__ __forceinline__ float swiglu_value(float gate, float up) {
 __device__ __forceinline__ float round_to_half(float x) { return __half2float(__float2half_rn(x)); }
 __device__ __forceinline__ float round_to_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
+// Element c of a row of a float weight type (F32, F16, BF16).
+template <uint32_t Type>
+__device__ __forceinline__ float float_weight(const uint8_t* row, int c) {
+  if constexpr (Type == kTypeF32) {
+    return reinterpret_cast<const float*>(row)[c];
+  } else if constexpr (Type == kTypeF16) {
+    return half_bits_to_float(reinterpret_cast<const uint16_t*>(row)[c]);
+  } else {
+    static_assert(Type == kTypeBF16);
+    return bf16_bits_to_float(reinterpret_cast<const uint16_t*>(row)[c]);
+  }
+}
+
+// An activation as the CPU path (as ggml) multiplies it with weights of a float type: rounded to F16 or BF16 for those.
+template <uint32_t Type>
+__device__ __forceinline__ float float_operand(float v) {
+  if constexpr (Type == kTypeF16) {
+    return round_to_half(v);
+  } else if constexpr (Type == kTypeBF16) {
+    return round_to_bf16(v);
+  } else {
+    return v;
+  }
+}
+
 inline unsigned int ceil_div(int64_t a, int64_t b) { return static_cast<unsigned int>((a + b - 1) / b); }
 
 }  // namespace bloomery::cuda

@@ -309,19 +309,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
   const uint8_t* wrow = w + static_cast<size_t>(row) * row_bytes;
   float acc[NT] = {};
   for (int c = lane; c < cols; c += kWarp) {
-    float weight;
-    if constexpr (Type == kTypeF32) {
-      weight = reinterpret_cast<const float*>(wrow)[c];
-    } else if constexpr (Type == kTypeF16) {
-      weight = half_bits_to_float(reinterpret_cast<const uint16_t*>(wrow)[c]);
-    } else {
-      weight = bf16_bits_to_float(reinterpret_cast<const uint16_t*>(wrow)[c]);
-    }
+    const float weight = float_weight<Type>(wrow, c);
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
-      const float v = x[static_cast<int64_t>(first + min(t, count - 1)) * cols + c];
-      // The CPU path (as ggml) multiplies F16 and BF16 weights with activations rounded to their format.
-      acc[t] += weight * (Type == kTypeF16 ? round_to_half(v) : Type == kTypeBF16 ? round_to_bf16(v) : v);
+      acc[t] += weight * float_operand<Type>(x[static_cast<int64_t>(first + min(t, count - 1)) * cols + c]);
     }
   }
 #pragma unroll
@@ -450,18 +441,27 @@ void gated_matvec(const DeviceMatrix& gate, const DeviceMatrix& up, const Activa
   launch_quantized<true>(gate.type, nt, dim3(ceil_div(gate.rows, kWarpsPerBlock), ceil_div(n, nt)), a, stream);
 }
 
-void expert_gated_matvec(const DeviceMatrix& gate, const DeviceMatrix& up, const ActivationBlock* x, int64_t used,
+void expert_gated_matvec(const DeviceMatrix& gate, const DeviceMatrix& up, const MatvecInput& x, int64_t used,
                          const ExpertGroups& groups, float* hidden, StreamHandle stream) {
-  MatvecArgs a = grouped_args(gate, x, used, groups, hidden);
+  if (is_float_type(gate.type)) {
+    float_expert_gated_matvec(gate, up, x.floats, used, groups, hidden, stream);
+    return;
+  }
+  MatvecArgs a = grouped_args(gate, x.blocks, used, groups, hidden);
   a.w_up = up.data;
   const dim3 grid(ceil_div(gate.rows, kWarpsPerBlock), static_cast<unsigned>(groups.max_chunks));
   launch_quantized<true>(gate.type, groups.tokens_per_chunk, grid, a, stream);
 }
 
-void expert_matvec(const DeviceMatrix& down, const ActivationBlock* hidden, const ExpertGroups& groups, float* out,
+void expert_matvec(const DeviceMatrix& down, const MatvecInput& hidden, const ExpertGroups& groups, float* out,
                    StreamHandle stream) {
+  if (is_float_type(down.type)) {
+    float_expert_matvec(down, hidden.floats, groups, out, stream);
+    return;
+  }
   const dim3 grid(ceil_div(down.rows, kWarpsPerBlock), static_cast<unsigned>(groups.max_chunks));
-  launch_quantized<false>(down.type, groups.tokens_per_chunk, grid, grouped_args(down, hidden, 1, groups, out), stream);
+  launch_quantized<false>(down.type, groups.tokens_per_chunk, grid, grouped_args(down, hidden.blocks, 1, groups, out),
+                          stream);
 }
 
 }  // namespace bloomery::cuda

@@ -79,12 +79,19 @@ struct ExpertGroups {
   int tokens_per_chunk = 1;
 };
 
-// For each routed slot s: hidden[s] = silu(gate_e x[s / used]) * (up_e x[s / used]).
-void expert_gated_matvec(const DeviceMatrix& gate, const DeviceMatrix& up, const ActivationBlock* x, int64_t used,
+// For each routed slot s: hidden[s] = silu(gate_e x[s / used]) * (up_e x[s / used]). gate and
+// up share a type (quantized: x's blocks; float: its float rows).
+void expert_gated_matvec(const DeviceMatrix& gate, const DeviceMatrix& up, const MatvecInput& x, int64_t used,
                          const ExpertGroups& groups, float* hidden, StreamHandle stream);
 // For each routed slot s: out[s] = down_e hidden[s].
-void expert_matvec(const DeviceMatrix& down, const ActivationBlock* hidden, const ExpertGroups& groups, float* out,
+void expert_matvec(const DeviceMatrix& down, const MatvecInput& hidden, const ExpertGroups& groups, float* out,
                    StreamHandle stream);
+
+// --- float_experts.cu: the two above for stacks of a float type ---
+void float_expert_gated_matvec(const DeviceMatrix& gate, const DeviceMatrix& up, const float* x, int64_t used,
+                               const ExpertGroups& groups, float* hidden, StreamHandle stream);
+void float_expert_matvec(const DeviceMatrix& down, const float* hidden, const ExpertGroups& groups, float* out,
+                         StreamHandle stream);
 
 // --- moe.cu ---
 // Softmax over each row's router logits, the `used` best (in order), optionally

@@ -424,9 +424,7 @@ std::vector<GpuKernelGap> kernel_gaps(const model::Model& m) {
           std::pair{&w.expert_down, "ffn_down_exps"}}) {
       const uint32_t type = experts->first.kernels->type;
       const std::string tensor = layer + name + ".weight";
-      if (cuda::is_float_type(type)) {
-        expert_gap(tensor, tensor + " is " + type_name(type) + "; the GPU runs routed experts of quantized types only");
-      } else if (!cuda::matvec_supports(type)) {
+      if (!cuda::matvec_supports(type)) {
         expert_gap(tensor, tensor + " is " + type_name(type) + ", which has no GPU matvec kernel");
       }
     }
@@ -610,10 +608,10 @@ struct Pass {
     cuda::group_by_expert(ws.chosen.as<int32_t>(), n, p.experts, p.experts_used, experts.slot_of_expert,
                           groups.tokens_per_chunk, ws.order.as<int32_t>(), ws.chunks.as<int32_t>(),
                           ws.chunk_count.as<int32_t>(), stream);
-    cuda::expert_gated_matvec(experts.gate, experts.up, x.for_type(experts.gate.type).blocks, p.experts_used, groups,
+    cuda::expert_gated_matvec(experts.gate, experts.up, x.for_type(experts.gate.type), p.experts_used, groups,
                               f(ws.hidden), stream);
     Input hidden(*this, f(ws.hidden), n * p.experts_used, p.expert_feed_forward);
-    cuda::expert_matvec(experts.down, hidden.for_type(experts.down.type).blocks, groups, f(ws.expert_out), stream);
+    cuda::expert_matvec(experts.down, hidden.for_type(experts.down.type), groups, f(ws.expert_out), stream);
     cuda::combine_experts(f(ws.expert_out), f(ws.routing_weights), ws.chosen.as<int32_t>(), experts.slot_of_expert, n,
                           p.experts_used, p.embedding, f(ws.residual), stream);
   }

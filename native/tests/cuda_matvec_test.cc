@@ -194,9 +194,9 @@ TEST(cuda_gated_matvec_matches_cpu) {
   }
 }
 
-// Expert stacks: rows routed to `used` of `experts` experts each, grouped by expert in chunks of
-// two rows (the last chunk of an expert short), through the fused gate/up product and the down
-// product, against the CPU's dots of each routed row with its expert's matrices.
+// Expert stacks of every type: rows routed to `used` of `experts` experts each, grouped by expert
+// in chunks of two rows (the last chunk of an expert short), through the fused gate/up product
+// and the down product, against the CPU's dots of each routed row with its expert's matrices.
 TEST(cuda_expert_matvec_matches_cpu) {
   if (!device_ready("cuda_expert_matvec_matches_cpu")) return;
   std::mt19937 rng(19);
@@ -232,26 +232,30 @@ TEST(cuda_expert_matvec_matches_cpu) {
     m.count = experts;
     return m;
   };
-  for (const uint32_t type : kQuantizedTypes) {
-    const auto gate = random_matrix(type, experts * hidden, width, rng),
-               up = random_matrix(type, experts * hidden, width, rng);
+  for (const uint32_t type : gpu_types()) {
+    const auto gate = random_matrix(type, experts * hidden, width, rng);
+    const auto up = random_matrix(type, experts * hidden, width, rng);
     const auto down = random_matrix(type, experts * width, hidden, rng);
     const auto dg = upload(gate), du = upload(up), dd = upload(down);
     const auto x = random_floats(static_cast<size_t>(n * width), 2.0f, rng);
     const auto dx = upload(x);
+    const bool floats = cuda::is_float_type(type);
     cuda::DeviceBuffer blocks(
         static_cast<size_t>(n * used * std::max(width, hidden) / 32) * sizeof(cuda::ActivationBlock), "blocks");
     cuda::DeviceBuffer h(static_cast<size_t>(n * used * hidden) * sizeof(float), "hidden");
     cuda::DeviceBuffer out(static_cast<size_t>(n * used * width) * sizeof(float), "out");
-    cuda::quantize_activations(dx.as<float>(), n, width, type, blocks.as<cuda::ActivationBlock>(), stream.handle());
-    cuda::expert_gated_matvec(stack(type, hidden, width, dg), stack(type, hidden, width, du),
-                              blocks.as<cuda::ActivationBlock>(), used, groups, h.as<float>(), stream.handle());
+    // Float stacks read the float rows, quantized ones the rows' blocks.
+    const auto input = [&](const cuda::DeviceBuffer& rows, int64_t count, int64_t cols) {
+      if (floats) return cuda::MatvecInput{rows.as<float>(), nullptr};
+      cuda::quantize_activations(rows.as<float>(), count, cols, type, blocks.as<cuda::ActivationBlock>(),
+                                 stream.handle());
+      return cuda::MatvecInput{rows.as<float>(), blocks.as<cuda::ActivationBlock>()};
+    };
+    cuda::expert_gated_matvec(stack(type, hidden, width, dg), stack(type, hidden, width, du), input(dx, n, width), used,
+                              groups, h.as<float>(), stream.handle());
     const auto got_hidden = download<float>(h, static_cast<size_t>(n * used * hidden), stream);
-    // The down product reads the CPU's hidden rows, so each half is checked on its own.
-    const auto dh = upload(got_hidden);
-    cuda::quantize_activations(dh.as<float>(), n * used, hidden, type, blocks.as<cuda::ActivationBlock>(),
-                               stream.handle());
-    cuda::expert_matvec(stack(type, width, hidden, dd), blocks.as<cuda::ActivationBlock>(), groups, out.as<float>(),
+    // The down product reads the GPU's hidden rows (the CPU's too, below), so each half is checked on its own.
+    cuda::expert_matvec(stack(type, width, hidden, dd), input(h, n * used, hidden), groups, out.as<float>(),
                         stream.handle());
     const auto got_out = download<float>(out, static_cast<size_t>(n * used * width), stream);
 

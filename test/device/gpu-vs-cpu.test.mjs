@@ -1,8 +1,7 @@
 // GPU machine: the whole model on the GPU gives the CPU path's distributions (top-1
 // agreement >= 99 %, mean KL <= 1e-3 over 64 positions, as a prompt and as decode steps) and
-// its greedy tokens, for each tiny fixture and weight type (every type with CPU kernels; an MoE
-// fixture of a float type keeps its experts in host RAM, as the plan says). Skips where no
-// NVIDIA device exists.
+// its greedy tokens, for each tiny fixture and weight type (every type with CPU kernels, routed
+// experts included). Skips where no NVIDIA device exists.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { compare, fixtures, skip } from "./helpers.mjs";
@@ -55,7 +54,6 @@ const TYPES = [
   "IQ4_XS",
   "MXFP4",
 ];
-const FLOAT_TYPES = new Set(["F32", "F16", "BF16"]);
 
 for (const preset of ["tiny-qwen3moe", "tiny-qwen3", "tiny-llama"]) {
   for (const type of TYPES) {
@@ -66,14 +64,8 @@ for (const preset of ["tiny-qwen3moe", "tiny-qwen3", "tiny-llama"]) {
       const gpu = await loadModel(path, { gpu: "auto", contextSize: 128 });
       try {
         assert.equal(gpu.info.gpu, true);
-        if (preset === "tiny-qwen3moe") {
-          // The GPU's expert kernels take quantized types: float experts stay in host RAM, saying why.
-          const hostOnly = FLOAT_TYPES.has(type);
-          for (const layer of gpu.plan.layers) {
-            assert.equal(layer.gpu.length === 0, hostOnly, JSON.stringify(layer));
-            if (hostOnly) assert.match(layer.reason, new RegExp(`ffn_gate_exps\\.weight is ${type}.*host RAM`));
-          }
-        }
+        // Every weight type's experts run on the GPU (kernel gaps would keep them in host RAM).
+        for (const layer of gpu.plan.layers) assert.equal(layer.host.length, 0, JSON.stringify(layer));
         const vocab = cpu.info.vocabSize;
         const input = tokens(vocab);
         const reference = await cpu.createSession().evaluate(input, { logits: "all" });
