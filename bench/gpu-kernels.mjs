@@ -49,7 +49,10 @@ function parseCsv(text) {
 // "void ns::(anonymous namespace)::matvec_kernel<(unsigned int)12, 8>(Args)" -> "matvec_kernel<12, 8>":
 // the kernel and its template arguments (which name the weight type), without namespaces or parameters.
 function kernelName(demangled) {
-  const name = demangled.replace(/\(anonymous namespace\)::|<unnamed>::/g, "").replace(/^void /, "").replace(/\([a-z ]+\)/g, "");
+  const name = demangled
+    .replace(/\(anonymous namespace\)::|<unnamed>::/g, "")
+    .replace(/^void /, "")
+    .replace(/\([a-z ]+\)/g, "");
   let depth = 0;
   for (let i = 0; i < name.length; ++i) {
     if (name[i] === "<") depth += 1;
