@@ -274,6 +274,28 @@ describe("modelFootprint", () => {
     }
   });
 
+  it.skipIf(!cuda)(
+    "lists expert stacks the fused kernel cannot take, and the plan keeps their experts on the host",
+    async () => {
+      const path = join(dir, "tiny-qwen3moe-mix.gguf");
+      await writeSyntheticModel(path, { preset: "tiny-qwen3moe-mix" });
+      const f = await modelFootprint(path, { contextSize: 64 });
+      expect(f.kernelGaps.map((g) => [g.tensor, g.expertLayer])).toEqual([
+        ["blk.0.ffn_up_exps.weight", 0],
+        ["blk.1.ffn_up_exps.weight", 1],
+        ["blk.2.ffn_up_exps.weight", 2],
+      ]);
+      expect(f.kernelGaps[1]?.reason).toMatch(/blk\.1\.ffn_gate_exps\.weight \(Q4_K\) and .*\(IQ4_XS\) differ in type/);
+      expect(f.streamBytes).toBe(0);
+      const plan = planOffload(f, { gpu: roomy, hostRam: roomy });
+      for (const layer of plan.layers) {
+        expect(layer.gpu).toEqual([]);
+        expect(layer.reason).toMatch(/differ in type.*host RAM/);
+      }
+      expect(plan.bytes.gpu.staging).toBe(0);
+    },
+  );
+
   it("is what loadModel plans with; a plan without gpu is refused", async () => {
     const path = join(dir, "tiny-qwen3moe.gguf");
     await writeSyntheticModel(path, { preset: "tiny-qwen3moe", weightType: "Q4_K" });
