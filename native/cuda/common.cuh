@@ -64,6 +64,10 @@ __device__ __forceinline__ float warp_max(float v) {
 }
 
 __device__ __forceinline__ float half_bits_to_float(uint16_t bits) { return __half2float(__ushort_as_half(bits)); }
+// The half at a 2-byte aligned address (a block's d, dmin or m).
+__device__ __forceinline__ float half_at(const uint8_t* p) {
+  return half_bits_to_float(*reinterpret_cast<const uint16_t*>(p));
+}
 
 __device__ __forceinline__ float bf16_bits_to_float(uint16_t bits) { return __uint_as_float(uint32_t{bits} << 16); }
 

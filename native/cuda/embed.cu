@@ -24,10 +24,6 @@ using quant::BlockQ5_K;
 using quant::BlockQ6_K;
 using quant::BlockQ8_0;
 
-__device__ __forceinline__ float half_at(const uint8_t* p) {
-  return half_bits_to_float(*reinterpret_cast<const uint16_t*>(p));
-}
-
 // Element j of a 32-element block's 4-bit codes: the low nibble of qs[j] (j < 16), else the high nibble of qs[j - 16].
 __device__ __forceinline__ int nibble(const uint8_t* qs, int j) { return (qs[j % 16] >> (4 * (j / 16))) & 0x0f; }
 

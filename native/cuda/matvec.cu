@@ -36,10 +36,6 @@ struct Unit {
   float min;
 };
 
-__device__ __forceinline__ float half_at(const uint8_t* p) {
-  return half_bits_to_float(*reinterpret_cast<const uint16_t*>(p));
-}
-
 // Bits 0..3 of `bits` moved to bit 4 of bytes 0..3: Q5_0/Q5_1's fifth bits of four weights.
 __device__ __forceinline__ int fifth_bits(uint32_t bits) {
   return static_cast<int>(((bits & 1u) << 4) | ((bits & 2u) << 11) | ((bits & 4u) << 18) | ((bits & 8u) << 25));
@@ -219,8 +215,10 @@ __device__ __forceinline__ float dot_unit(const Unit& u, const ActivationBlock& 
     for (int i = 0; i < 4; ++i) sum_y = __dp4a(0x01010101, y[i], sum_y);
     return a.d * (u.scale * static_cast<float>(sum) - u.min * static_cast<float>(sum_y));
   } else if constexpr (Type == kTypeQ4_1 || Type == kTypeQ5_1) {
-    // The offset times Q8_1's block sum s, half of it for each 16 weights (exact: a power of two).
-    return a.d * u.scale * static_cast<float>(sum) - u.min * (0.5f * a.s);
+    // The offset times Q8_1's block sum, half of it for each 16 weights (exact: a power of two).
+    const float d = half_bits_to_float(static_cast<uint16_t>(a.d_and_sum));
+    const float block_sum = half_bits_to_float(static_cast<uint16_t>(a.d_and_sum >> 16));
+    return d * u.scale * static_cast<float>(sum) - u.min * (0.5f * block_sum);
   } else {
     return a.d * u.scale * static_cast<float>(sum);
   }

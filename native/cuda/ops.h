@@ -15,8 +15,12 @@ namespace bloomery::cuda {
 // the eight blocks of 256 values share Q8_K's one scale; see quantize.cu).
 struct ActivationBlock {
   int8_t qs[32];
-  float d;
-  float s;  // Q8_1 only: d * the sum of qs, rounded to half as the CPU keeps it (Q4_1/Q5_1's offsets read it)
+  union {
+    float d;
+    // Q8_1 (the activations of Q4_1 and Q5_1, whose offsets need the block's sum): the scale in
+    // the low half and d * the sum of qs in the high one, both halves as the CPU keeps them.
+    uint32_t d_and_sum;
+  };
 };
 
 // A weight matrix in device memory: `rows` rows of `cols` elements of ggml type `type`,

@@ -64,9 +64,12 @@ __global__ void quantize_q8_0_kernel(const float* x, int64_t blocks, ActivationB
     int sum = code;
 #pragma unroll
     for (int offset = kWarp / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-    if (lane == 0) out[block].s = round_to_half(__fmul_rn(static_cast<float>(sum), d));
+    const uint32_t d_bits = __half_as_ushort(__float2half_rn(d));
+    const uint32_t sum_bits = __half_as_ushort(__float2half_rn(__fmul_rn(static_cast<float>(sum), d)));
+    if (lane == 0) out[block].d_and_sum = d_bits | (sum_bits << 16);
+  } else {
+    if (lane == 0) out[block].d = round_to_half(d);
   }
-  if (lane == 0) out[block].d = round_to_half(d);
 }
 
 }  // namespace

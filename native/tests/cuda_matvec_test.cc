@@ -97,9 +97,11 @@ TEST(cuda_quantize_activations_match_cpu) {
           d = quant::fp16_to_fp32(y->d);
         } else if (k.activation_type == quant::BlockQ8_1::kType) {
           const auto* y = reinterpret_cast<const quant::BlockQ8_1*>(a.data()) + b;
-          qs = y->qs;
-          d = quant::fp16_to_fp32(y->d);
-          sum_diffs += g.s != quant::fp16_to_fp32(y->s);
+          // Q8_1 packs its scale and sum as halves: compared bit for bit.
+          sum_diffs += (g.d_and_sum >> 16) != y->s;
+          scale_diffs += (g.d_and_sum & 0xffff) != y->d;
+          for (int j = 0; j < 32; ++j) code_diffs += g.qs[j] != y->qs[j];
+          continue;
         } else {
           const auto* y = reinterpret_cast<const quant::BlockQ8_K*>(a.data()) + b / 8;
           qs = y->qs + 32 * (b % 8);
