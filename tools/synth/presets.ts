@@ -76,6 +76,23 @@ const Q4_K_M_MIX: Partial<Record<WeightRole, string>> = {
   ffn_down_exps: "Q6_K",
 };
 
+/**
+ * A tiny mix of the 32-element, 256-element and codebook formats, with ffn_gate_exps and ffn_up_exps
+ * of different types (the GPU's fused expert kernel needs one: its experts stay on the CPU): the
+ * GPU tests' fixture for switching activation formats within a pass and for kernel gaps.
+ */
+const TINY_MIX: Partial<Record<WeightRole, string>> = {
+  token_embd: "Q4_0",
+  output: "Q6_K",
+  attn_q: "Q5_0",
+  attn_k: "IQ4_NL",
+  attn_v: "Q8_0",
+  attn_output: "Q4_1",
+  ffn_gate_exps: "Q4_K",
+  ffn_up_exps: "IQ4_XS",
+  ffn_down_exps: "MXFP4",
+};
+
 export const PRESETS: Record<string, SynthPreset> = {
   "qwen3-30b-a3b": {
     name: "qwen3-30b-a3b",
@@ -138,6 +155,27 @@ export const PRESETS: Record<string, SynthPreset> = {
     ropeFreqBase: 1e6,
     rmsEpsilon: 1e-6,
     boundedScales: true,
+  },
+  "tiny-qwen3moe-mix": {
+    name: "tiny-qwen3moe-mix",
+    description: "tiny-qwen3moe's shapes with a mix of nine weight types (gate and up experts differ in type)",
+    architecture: "qwen3moe",
+    vocab: "qwen",
+    layers: 3,
+    embedding: 256,
+    heads: 8,
+    headsKv: 2,
+    headDim: 64,
+    feedForward: 512,
+    experts: 8,
+    expertsUsed: 2,
+    expertFeedForward: 256,
+    contextLength: 4096,
+    ropeFreqBase: 1e6,
+    rmsEpsilon: 1e-6,
+    boundedScales: true,
+    mix: TINY_MIX,
+    fileType: 1024, // LLAMA_FTYPE_GUESSED: no named llama.cpp mix
   },
   "tiny-qwen3": {
     name: "tiny-qwen3",
