@@ -370,19 +370,14 @@ describe("modelFootprint", () => {
       const path = join(dir, "tiny-qwen3moe-mix.gguf");
       await writeSyntheticModel(path, { preset: "tiny-qwen3moe-mix" });
       const f = await modelFootprint(path, { contextSize: 64 });
-      expect(f.kernelGaps.map((g) => [g.tensor, g.expertLayer])).toEqual([
-        ["blk.0.ffn_up_exps.weight", 0],
-        ["blk.1.ffn_up_exps.weight", 1],
-        ["blk.2.ffn_up_exps.weight", 2],
-      ]);
-      expect(f.kernelGaps[1]?.reason).toMatch(/blk\.1\.ffn_gate_exps\.weight \(Q4_K\) and .*\(IQ4_XS\) differ in type/);
-      expect(f.streamBytes).toBe(0);
+      expect(f.kernelGaps.map((g) => [g.tensor, g.expertLayer])).toEqual([["blk.1.ffn_up_exps.weight", 1]]);
+      expect(f.kernelGaps[0]?.reason).toMatch(/blk\.1\.ffn_gate_exps\.weight \(Q4_K\) and .*\(IQ4_XS\) differ in type/);
+      // The staging ring holds the other layers' experts: they may stream.
+      expect(f.streamBytes).toBeGreaterThan(0);
       const plan = planOffload(f, { gpu: roomy, hostRam: roomy });
-      for (const layer of plan.layers) {
-        expect(layer.gpu).toEqual([]);
-        expect(layer.reason).toMatch(/differ in type.*off the GPU/);
-      }
-      expect(plan.bytes.gpu.staging).toBe(0);
+      expect(plan.layers.map((l) => l.gpu.length)).toEqual([8, 0, 8]);
+      expect(plan.layers[1]?.reason).toMatch(/differ in type.*off the GPU/);
+      expect(plan.bytes.gpu.staging).toBe(f.streamBytes);
     },
   );
 
