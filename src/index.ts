@@ -36,6 +36,7 @@ export {
   checkOffloadPlan,
   modelFootprint,
   type ModelFootprint,
+  type GpuKernelGap,
   type OffloadBudgets,
   type OffloadPlan,
   type OffloadLayer,

@@ -622,12 +622,14 @@ function resolveGpu(gpu: LoadModelOptions["gpu"]): NativeLoadOptions["gpu"] {
 
 /**
  * Loads a GGUF model (qwen3moe, qwen3, qwen2 or llama) for inference on the CPU, or with `gpu`
- * set on a GPU (GPU weight types: Q4_K, Q6_K, Q8_0, F16, F32): wholly when it fits, else with the
- * routed experts the budget cannot hold run by the CPU from host RAM, or paged from disk where
- * `hostRam` cannot hold them, as `plan` (or {@link planOffload}) places them; `model.plan` shows
- * the placement. Throws GPU_UNAVAILABLE
- * (no usable CUDA device, saying why), INSUFFICIENT_MEMORY, UNSUPPORTED_QUANT (a tensor type
- * without a GPU kernel), and like the CPU path BloomeryError UNSUPPORTED_ARCH, UNSUPPORTED_QUANT
+ * set on a GPU (every CPU weight type: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K,
+ * Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4): wholly when it fits, else with the routed experts the
+ * budget cannot hold run by the CPU from host RAM, or paged from disk where `hostRam` cannot hold
+ * them, as `plan` (or {@link planOffload}) places them; `model.plan` shows the placement, and keeps
+ * off the GPU the experts of layers whose expert stacks it cannot serve, saying why. Throws
+ * GPU_UNAVAILABLE (no usable CUDA device, saying why), INSUFFICIENT_MEMORY, UNSUPPORTED_QUANT
+ * (naming a tensor other than routed experts that the GPU cannot serve), and like the CPU path
+ * BloomeryError UNSUPPORTED_ARCH, UNSUPPORTED_QUANT
  * (naming the tensor), MODEL_MISSING_TENSOR,
  * MODEL_TENSOR_SHAPE, MODEL_BAD_METADATA, CONTEXT_TOO_LONG (a contextSize beyond the model's
  * trained context), or the GGUF reader's codes; ABORTED when `signal` aborts first.

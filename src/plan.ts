@@ -10,8 +10,23 @@ import { BloomeryError } from "./errors.js";
 import { callNativeAsync } from "./native.js";
 
 /**
+ * A tensor the GPU's kernels cannot serve (a weight type without a GPU kernel, or routed experts
+ * the fused expert kernel cannot take). The plan keeps a routed-expert stack's experts off the
+ * GPU (in host RAM or the disk tier), where the CPU runs them; any other such tensor keeps the
+ * model off the GPU.
+ */
+export interface GpuKernelGap {
+  /** Its name in the file, as `blk.3.ffn_down_exps.weight`. */
+  tensor: string;
+  /** What the GPU lacks, naming the tensor and its type. */
+  reason: string;
+  /** The layer of a routed-expert stack; null for any other tensor. */
+  expertLayer: number | null;
+}
+
+/**
  * What a model needs in device memory, term by term, as the native engine allocates it
- * (native/engine/gpu_forward.h owns these sizes): read it with {@link modelFootprint}.
+ * (native/engine/gpu_forward.h owns these sizes and the kernel gaps): read it with {@link modelFootprint}.
  */
 export interface ModelFootprint {
   /** Tokens of the one session the KV term holds. */
@@ -38,6 +53,8 @@ export interface ModelFootprint {
    * to be read as whole aligned blocks.
    */
   arenaSlotBytes: number;
+  /** Tensors the GPU's kernels cannot serve (empty when it serves them all). */
+  kernelGaps: GpuKernelGap[];
 }
 
 /** The memory a plan may use, in bytes. */
@@ -159,6 +176,29 @@ function gib(bytes: number): string {
 
 const range = (from: number, to: number) => Array.from({ length: Math.max(0, to - from) }, (_, i) => from + i);
 
+/** Refuses, naming the first, a tensor other than routed experts that the GPU cannot serve. */
+function refuseDenseGaps(footprint: ModelFootprint): void {
+  const dense = footprint.kernelGaps.find((gap) => gap.expertLayer === null);
+  if (dense) {
+    throw new BloomeryError(
+      "UNSUPPORTED_QUANT",
+      `${dense.reason}, so the model cannot run on the GPU; load it with gpu: false`,
+      { tensor: dense.tensor },
+    );
+  }
+}
+
+/** The layers whose routed experts must stay off the GPU (the CPU runs them), with why. */
+function hostOnlyLayers(footprint: ModelFootprint): Map<number, string> {
+  const layers = new Map<number, string>();
+  for (const gap of footprint.kernelGaps) {
+    if (gap.expertLayer === null) continue;
+    const known = layers.get(gap.expertLayer);
+    layers.set(gap.expertLayer, known ? `${known}; ${gap.reason}` : gap.reason);
+  }
+  return layers;
+}
+
 function fixedGpu(footprint: ModelFootprint, hybrid: boolean): Omit<OffloadGpuBytes, "experts" | "total"> {
   return {
     dense: footprint.denseBytes,
@@ -232,15 +272,24 @@ function tally(
   return { bytes: { gpu: { ...fixed, experts, total }, host, disk }, arena };
 }
 
-/** Per layer, how many routed experts (lowest ids first) the GPU budget holds after `fixedBytes`. */
-function gpuCounts(footprint: ModelFootprint, budgets: OffloadBudgets, fixedBytes: number): number[] {
+/**
+ * Per layer, how many routed experts (lowest ids first) the GPU budget holds after `fixedBytes`: none in the
+ * `hostOnly` layers, whose expert stacks the GPU cannot serve.
+ */
+function gpuCounts(
+  footprint: ModelFootprint,
+  budgets: OffloadBudgets,
+  fixedBytes: number,
+  hostOnly: Map<number, string>,
+): number[] {
   const E = footprint.experts;
-  const perRound = footprint.expertBytes.reduce((sum, bytes) => sum + bytes, 0);
+  const perRound = footprint.expertBytes.reduce((sum, bytes, l) => sum + (hostOnly.has(l) ? 0 : bytes), 0);
   let left = budgets.gpu - fixedBytes;
   const even = perRound > 0 ? Math.min(E, Math.floor(left / perRound)) : E;
   left -= even * perRound;
-  const counts = footprint.expertBytes.map(() => even);
+  const counts = footprint.expertBytes.map((_, l) => (hostOnly.has(l) ? 0 : even));
   for (let l = 0; l < counts.length && even < E; ++l) {
+    if (hostOnly.has(l)) continue;
     const bytes = footprint.expertBytes[l] ?? 0;
     if (bytes > left) break;
     counts[l] = even + 1;
@@ -267,21 +316,25 @@ function refuseDense(fixed: Omit<OffloadGpuBytes, "experts" | "total">, footprin
  * experts, else the lowest expert ids; the other experts stay in host RAM. When `hostRam` cannot
  * hold them, they all go to the disk tier instead: the CPU runs them from a RAM arena of
  * `hostRam` (in whole slots), read from the model file as passes need them, and no prompt
- * staging is reserved (prompts hand their rows to the CPU). A budgets.gpu of 0 plans a model on
- * the CPU: every expert on the host or the disk tier. Pure. Throws INSUFFICIENT_MEMORY, naming
- * each term, when the dense part does not fit the GPU budget or `hostRam` is below the arena's
- * minimum (the most experts one layer pages), INVALID_ARGUMENT for a profile of another model's
- * shape.
+ * staging is reserved (prompts hand their rows to the CPU). A layer whose expert stacks the GPU
+ * cannot serve ({@link ModelFootprint.kernelGaps}) keeps all its experts off the GPU, and its
+ * reason says why. A budgets.gpu of 0 plans a model on the CPU: every expert on the host or the
+ * disk tier. Pure. Throws UNSUPPORTED_QUANT, naming the tensor, when a tensor other than routed
+ * experts has no GPU kernel; INSUFFICIENT_MEMORY, naming each term, when the dense part does not
+ * fit the GPU budget or `hostRam` is below the arena's minimum (the most experts one layer
+ * pages); INVALID_ARGUMENT for a profile of another model's shape.
  */
 export function planOffload(
   footprint: ModelFootprint,
   budgets: OffloadBudgets,
   options: PlanOffloadOptions = {},
 ): OffloadPlan {
+  refuseDenseGaps(footprint);
+  const hostOnly = hostOnlyLayers(footprint);
   const order = options.profile ? hottestFirst(options.profile, footprint) : undefined;
   const E = footprint.experts;
   const perRound = footprint.expertBytes.reduce((sum, bytes) => sum + bytes, 0);
-  const whole = fixedTotal(fixedGpu(footprint, false)) + E * perRound <= budgets.gpu;
+  const whole = hostOnly.size === 0 && fixedTotal(fixedGpu(footprint, false)) + E * perRound <= budgets.gpu;
   const fixed = fixedGpu(footprint, !whole);
   const bare = fixedGpu(footprint, false);
   if (fixedTotal(bare) > budgets.gpu) throw refuseDense(fixed, footprint, budgets.gpu);
@@ -290,16 +343,20 @@ export function planOffload(
   const stagingFits = fixedTotal(fixed) <= budgets.gpu;
   // Without room for the staging, no expert can sit on the GPU beside host ones in RAM; only a
   // disk tier (which needs no staging) can run then.
-  let counts = stagingFits ? gpuCounts(footprint, budgets, fixedTotal(fixed)) : footprint.expertBytes.map(() => 0);
+  let counts = stagingFits
+    ? gpuCounts(footprint, budgets, fixedTotal(fixed), hostOnly)
+    : footprint.expertBytes.map(() => 0);
   const paging = hostBytes(counts) > budgets.hostRam;
   if (!paging && !stagingFits) throw refuseDense(fixed, footprint, budgets.gpu);
   // The disk tier needs no prompt staging: its room goes to experts.
-  if (paging) counts = gpuCounts(footprint, budgets, fixedTotal(bare));
-  const even = Math.min(...counts);
+  if (paging) counts = gpuCounts(footprint, budgets, fixedTotal(bare), hostOnly);
+  const even = Math.min(...counts.filter((_, l) => !hostOnly.has(l)));
   const layers = counts.map((count, l): OffloadLayer => {
     let reason: string;
     const seat = order ? "the most-routed first (routing profile)" : "lowest ids first, no routing profile";
+    const gap = hostOnly.get(l);
     if (E === 0) reason = "a dense layer: no routed experts";
+    else if (gap !== undefined) reason = `${gap}: the layer's experts stay off the GPU, run by the CPU`;
     else if (count === E) reason = `all ${E} experts fit the GPU budget`;
     else if (count === 0 && budgets.gpu === 0) reason = "no GPU: the CPU runs every expert";
     else if (count === 0) reason = `no GPU room left for experts after the dense weights, KV cache and workspace`;
@@ -327,9 +384,13 @@ export function planOffload(
  * Checks a plan passed back to loadModel against the model: one entry per layer, each
  * expert on exactly one tier (gpu, host or disk), and the budgets. Returns it with its bytes and
  * arena recomputed (its placement as given): the arena takes what `hostRam` leaves after the host
- * experts. Throws INVALID_ARGUMENT naming the first fault, or INSUFFICIENT_MEMORY.
+ * experts. Throws INVALID_ARGUMENT naming the first fault, INSUFFICIENT_MEMORY, or
+ * UNSUPPORTED_QUANT (naming the tensor) for GPU experts in a layer whose expert stacks the GPU
+ * cannot serve, or for a model the GPU cannot run at all.
  */
 export function checkOffloadPlan(plan: OffloadPlan, footprint: ModelFootprint, budgets: OffloadBudgets): OffloadPlan {
+  refuseDenseGaps(footprint);
+  const hostOnly = hostOnlyLayers(footprint);
   const layerCount = footprint.expertBytes.length;
   const refuse = (what: string) => new BloomeryError("INVALID_ARGUMENT", `plan: ${what}`);
   if (typeof plan !== "object" || plan === null || !Array.isArray(plan.layers)) throw refuse("not an OffloadPlan");
@@ -350,6 +411,14 @@ export function checkOffloadPlan(plan: OffloadPlan, footprint: ModelFootprint, b
     }
     if (seen.size !== footprint.experts) {
       throw refuse(`layer ${l} places ${seen.size} of its ${footprint.experts} experts; each needs a tier`);
+    }
+    const gap = hostOnly.get(l);
+    if (gap !== undefined && (layer.gpu ?? []).length > 0) {
+      throw new BloomeryError(
+        "UNSUPPORTED_QUANT",
+        `plan: layer ${l} puts ${layer.gpu.length} experts on the GPU, but ${gap}; keep them off the GPU`,
+        { layer: l },
+      );
     }
     return {
       gpu: [...(layer.gpu ?? [])],

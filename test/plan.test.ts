@@ -10,9 +10,11 @@ import {
   modelFootprint,
   planOffload,
   readGgufInfo,
+  type GpuKernelGap,
   type ModelFootprint,
   type OffloadPlan,
 } from "../src/index.js";
+import { FILLABLE_TYPES } from "../tools/synth/blocks.js";
 import { writeSyntheticModel } from "../tools/synth/synth.js";
 
 // planOffload places dense weights, KV cache and workspace first, then the same number of
@@ -27,6 +29,7 @@ const footprint: ModelFootprint = {
   streamBytes: 0,
   reserveBytes: 1 << 20,
   arenaSlotBytes: 128,
+  kernelGaps: [],
 };
 const fixed = 12_500;
 const everyExpert = 4 * 8 * 100;
@@ -186,6 +189,81 @@ describe("planOffload", () => {
   });
 });
 
+// A layer whose expert stacks the GPU cannot serve keeps its experts off the GPU (in host RAM, or
+// on the disk tier when hostRam cannot hold them); any other tensor the GPU cannot serve keeps
+// the model off the GPU.
+describe("planOffload with tensors the GPU cannot serve", () => {
+  const noKernel = (tensor: string, expertLayer: number | null): GpuKernelGap => ({
+    tensor,
+    reason: `${tensor} is IQ2_XS, which has no GPU matvec kernel`,
+    expertLayer,
+  });
+  const gapped: ModelFootprint = {
+    ...footprint,
+    streamBytes: 700,
+    kernelGaps: [noKernel("blk.1.ffn_down_exps.weight", 1)],
+  };
+
+  it("keeps such a layer's experts in host RAM and says why", () => {
+    const plan = planOffload(gapped, { gpu: roomy, hostRam: roomy });
+    expect(plan.layers.map((l) => l.gpu.length)).toEqual([8, 0, 8, 8]);
+    expect(plan.layers[1]?.host).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
+    expect(plan.layers[1]?.reason).toMatch(
+      /blk\.1\.ffn_down_exps\.weight is IQ2_XS.*no GPU matvec kernel.*off the GPU/,
+    );
+    expect(plan.layers[0]?.reason).toMatch(/all 8 experts/);
+    expect(plan.bytes.host).toBe(800);
+    expect(plan.bytes.gpu.staging).toBe(700);
+    expectPartition(plan, 8);
+  });
+
+  it("spreads the budget over the other layers only", () => {
+    const plan = planOffload(gapped, { gpu: fixed + 700 + 3 * 4 * 100 + 150, hostRam: roomy });
+    expect(plan.layers.map((l) => l.gpu.length)).toEqual([5, 0, 4, 4]);
+    expect(plan.bytes.gpu.experts).toBe(1300);
+    expect(plan.bytes.host).toBe(3 * 100 + 800 + 4 * 100 + 4 * 100);
+  });
+
+  it("pages such a layer's experts from disk with the others when hostRam cannot hold them", () => {
+    const plan = planOffload(gapped, { gpu: fixed + 3 * 4 * 100, hostRam: 8 * 128 });
+    expect(plan.layers.map((l) => l.gpu.length)).toEqual([4, 0, 4, 4]);
+    expect(plan.layers[1]?.disk).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
+    expect(plan.layers[1]?.reason).toMatch(/no GPU matvec kernel.*off the GPU.*paged from disk/);
+    expect(plan.bytes.gpu.staging).toBe(0);
+    expect(plan.arena.slots).toBe(8);
+    expectPartition(plan, 8);
+  });
+
+  it("names every gap of a layer", () => {
+    const twice = { ...gapped, kernelGaps: [...gapped.kernelGaps, noKernel("blk.1.ffn_gate_exps.weight", 1)] };
+    const reason = planOffload(twice, { gpu: roomy, hostRam: roomy }).layers[1]?.reason;
+    expect(reason).toContain("blk.1.ffn_down_exps.weight");
+    expect(reason).toContain("blk.1.ffn_gate_exps.weight");
+  });
+
+  it("refuses a dense tensor without a GPU kernel by name", () => {
+    const dense = { ...gapped, kernelGaps: [...gapped.kernelGaps, noKernel("blk.0.attn_q.weight", null)] };
+    for (const attempt of [
+      () => planOffload(dense, { gpu: roomy, hostRam: roomy }),
+      () =>
+        checkOffloadPlan(planOffload(gapped, { gpu: roomy, hostRam: roomy }), dense, { gpu: roomy, hostRam: roomy }),
+    ]) {
+      const error = thrown(attempt);
+      expect(error.code).toBe("UNSUPPORTED_QUANT");
+      expect(error.message).toMatch(/blk\.0\.attn_q\.weight is IQ2_XS.*cannot run on the GPU/);
+    }
+  });
+
+  it("refuses a passed plan that puts such a layer's experts on the GPU", () => {
+    const budgets = { gpu: roomy, hostRam: roomy };
+    const all = planOffload(footprint, budgets);
+    const error = thrown(() => checkOffloadPlan(all, gapped, budgets));
+    expect(error.code).toBe("UNSUPPORTED_QUANT");
+    expect(error.message).toMatch(/layer 1 puts 8 experts on the GPU.*blk\.1\.ffn_down_exps\.weight/);
+    expect(checkOffloadPlan(planOffload(gapped, budgets), gapped, budgets).layers[1]?.gpu).toEqual([]);
+  });
+});
+
 describe("checkOffloadPlan", () => {
   const budgets = { gpu: fixed + everyExpert, hostRam: roomy };
   const base = planOffload(footprint, budgets);
@@ -273,7 +351,35 @@ describe("modelFootprint", () => {
     const kvWidth = Number(m["qwen3moe.attention.head_count_kv"]) * Number(m["qwen3moe.attention.key_length"]);
     expect(f.kvBytes).toBe(2 * layers * 64 * kvWidth * 2);
     expect(f.denseBytes + experts).toBeGreaterThan(info.summary.tensorBytes);
+    expect(f.kernelGaps).toEqual([]);
   });
+
+  it.skipIf(!cuda)("leaves no tensor without a GPU kernel in a model of any weight type the CPU runs", async () => {
+    for (const weightType of FILLABLE_TYPES) {
+      const path = join(dir, `tiny-qwen3moe-${weightType}.gguf`);
+      await writeSyntheticModel(path, { preset: "tiny-qwen3moe", weightType });
+      const f = await modelFootprint(path, { contextSize: 64 });
+      expect(f.kernelGaps, weightType).toEqual([]);
+      rmSync(path);
+    }
+  });
+
+  it.skipIf(!cuda)(
+    "lists expert stacks the fused kernel cannot take, and the plan keeps their experts off the GPU",
+    async () => {
+      const path = join(dir, "tiny-qwen3moe-mix.gguf");
+      await writeSyntheticModel(path, { preset: "tiny-qwen3moe-mix" });
+      const f = await modelFootprint(path, { contextSize: 64 });
+      expect(f.kernelGaps.map((g) => [g.tensor, g.expertLayer])).toEqual([["blk.1.ffn_up_exps.weight", 1]]);
+      expect(f.kernelGaps[0]?.reason).toMatch(/blk\.1\.ffn_gate_exps\.weight \(Q4_K\) and .*\(IQ4_XS\) differ in type/);
+      // The staging ring holds the other layers' experts: they may stream.
+      expect(f.streamBytes).toBeGreaterThan(0);
+      const plan = planOffload(f, { gpu: roomy, hostRam: roomy });
+      expect(plan.layers.map((l) => l.gpu.length)).toEqual([8, 0, 8]);
+      expect(plan.layers[1]?.reason).toMatch(/differ in type.*off the GPU/);
+      expect(plan.bytes.gpu.staging).toBe(f.streamBytes);
+    },
+  );
 
   it("is what loadModel plans with; a plan with GPU experts without gpu is refused", async () => {
     const path = join(dir, "tiny-qwen3moe.gguf");

@@ -140,11 +140,22 @@ Napi::Object footprint_object(Napi::Env env, const engine::GpuFootprint& f, uint
   o.Set("streamBytes", double(f.stream_bytes));
   o.Set("reserveBytes", double(f.reserve_bytes));
   o.Set("arenaSlotBytes", double(arena_slot_bytes));
+  Napi::Array gaps = Napi::Array::New(env, f.kernel_gaps.size());
+  for (size_t i = 0; i < f.kernel_gaps.size(); ++i) {
+    const engine::GpuKernelGap& g = f.kernel_gaps[i];
+    Napi::Object gap = Napi::Object::New(env);
+    gap.Set("tensor", g.tensor);
+    gap.Set("reason", g.reason);
+    gap.Set("expertLayer",
+            g.expert_layer >= 0 ? Napi::Value(Napi::Number::New(env, double(g.expert_layer))) : env.Null());
+    gaps.Set(uint32_t(i), gap);
+  }
+  o.Set("kernelGaps", gaps);
   return o;
 }
 
 // hostFootprint(path, contextSize) -> Promise<the footprint of a model on the CPU: its routed
-// experts' bytes and the disk tier's slot size; every device term 0> (any build).
+// experts' bytes and the disk tier's slot size; every device term 0, no kernel gaps> (any build).
 Napi::Value host_footprint(const Napi::CallbackInfo& info) {
   return guarded(info, [&]() -> Napi::Value {
     if (info.Length() < 2 || !info[0].IsString() || !info[1].IsNumber()) {

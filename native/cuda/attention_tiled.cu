@@ -421,7 +421,7 @@ __global__ void combine_segments_kernel(const float* partial, const int32_t* pos
 // quantize_activations would): the product that reads a decode step's attention then neither
 // waits for a quantize launch nor quantizes the row in each of its blocks.
 __global__ void combine_and_quantize_kernel(const float* partial, const int32_t* positions, int64_t rows, int heads,
-                                            int head_dim, int width, bool superblocks, float* out,
+                                            int head_dim, int width, ActivationFormat format, float* out,
                                             ActivationBlock* blocks) {
   wait_for_previous_kernel();
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
@@ -442,7 +442,7 @@ __global__ void combine_and_quantize_kernel(const float* partial, const int32_t*
   }
   reinterpret_cast<float4*>(out + mine)[0] = make_float4(v[0], v[1], v[2], v[3]);
   reinterpret_cast<float4*>(out + mine)[1] = make_float4(v[4], v[5], v[6], v[7]);
-  quantize_warp(v, superblocks, static_cast<int>(first % width), width, blocks + first / width * (width / 32));
+  quantize_warp(v, format, static_cast<int>(first % width), width, blocks + first / width * (width / 32));
 }
 
 // How a batch of n rows is cut: warps per block, row tiles, and whether each segment of the
@@ -530,7 +530,7 @@ bool tiled_causal_attention(const float* q, int64_t n, const int32_t* positions,
     launch_early(combine_and_quantize_kernel,
                  dim3(ceil_div(rows * shape.head_dim / kQuantizeValuesPerLane, kCombineThreads)), dim3(kCombineThreads),
                  0, s, p.partial, positions, rows, p.heads, static_cast<int>(shape.head_dim), static_cast<int>(width),
-                 superblock_activations(quantized.type), out, quantized.blocks);
+                 activation_format(quantized.type), out, quantized.blocks);
     return true;
   }
   launch_early(combine_segments_kernel, dim3(ceil_div(rows * shape.head_dim, kCombineThreads)), dim3(kCombineThreads),

@@ -1,10 +1,14 @@
-// Helpers shared by the kernels: warp reductions, the ggml type ids the kernels serve, and
-// unaligned loads (ggml blocks of 34 and 210 bytes leave their data only 2-byte aligned).
+// Helpers shared by the kernels: warp reductions, the ggml type ids the kernels serve,
+// unaligned loads (ggml blocks of 34 and 210 bytes leave their data only 2-byte aligned, MXFP4's
+// of 17 bytes only 1-byte), the small float formats, and register lookups in 16-entry codebooks.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/ops.h"
 #include "quant/blocks.h"
@@ -13,9 +17,37 @@ namespace bloomery::cuda {
 
 inline constexpr uint32_t kTypeF32 = 0;
 inline constexpr uint32_t kTypeF16 = 1;
+inline constexpr uint32_t kTypeBF16 = 30;
+inline constexpr uint32_t kTypeQ4_0 = quant::BlockQ4_0::kType;
+inline constexpr uint32_t kTypeQ4_1 = quant::BlockQ4_1::kType;
+inline constexpr uint32_t kTypeQ5_0 = quant::BlockQ5_0::kType;
+inline constexpr uint32_t kTypeQ5_1 = quant::BlockQ5_1::kType;
 inline constexpr uint32_t kTypeQ8_0 = quant::BlockQ8_0::kType;
+inline constexpr uint32_t kTypeQ8_1 = quant::BlockQ8_1::kType;
+inline constexpr uint32_t kTypeQ2_K = quant::BlockQ2_K::kType;
+inline constexpr uint32_t kTypeQ3_K = quant::BlockQ3_K::kType;
 inline constexpr uint32_t kTypeQ4_K = quant::BlockQ4_K::kType;
+inline constexpr uint32_t kTypeQ5_K = quant::BlockQ5_K::kType;
 inline constexpr uint32_t kTypeQ6_K = quant::BlockQ6_K::kType;
+inline constexpr uint32_t kTypeQ8_K = quant::BlockQ8_K::kType;
+inline constexpr uint32_t kTypeIQ4_NL = quant::BlockIQ4_NL::kType;
+inline constexpr uint32_t kTypeIQ4_XS = quant::BlockIQ4_XS::kType;
+inline constexpr uint32_t kTypeMXFP4 = quant::BlockMXFP4::kType;
+
+// The weight types the kernels serve: matvec.cu's integer dots take the quantized ones,
+// its float kernel the float ones; embed.cu looks up rows of all of them.
+template <uint32_t... Types>
+struct TypeList {};
+using QuantizedTypes = TypeList<kTypeQ4_0, kTypeQ4_1, kTypeQ5_0, kTypeQ5_1, kTypeQ8_0, kTypeQ2_K, kTypeQ3_K, kTypeQ4_K,
+                                kTypeQ5_K, kTypeQ6_K, kTypeIQ4_NL, kTypeIQ4_XS, kTypeMXFP4>;
+using FloatTypes = TypeList<kTypeF32, kTypeF16, kTypeBF16>;
+
+// Calls f(std::integral_constant<uint32_t, T>{}) for the T of the list equal to `type`, and
+// says whether there was one.
+template <uint32_t... Types, typename F>
+bool with_type(TypeList<Types...>, uint32_t type, F&& f) {
+  return ((type == Types ? (f(std::integral_constant<uint32_t, Types>{}), true) : false) || ...);
+}
 
 inline constexpr int kWarp = 32;
 
@@ -32,11 +64,85 @@ __device__ __forceinline__ float warp_max(float v) {
 }
 
 __device__ __forceinline__ float half_bits_to_float(uint16_t bits) { return __half2float(__ushort_as_half(bits)); }
+// The half at a 2-byte aligned address (a block's d, dmin or m).
+__device__ __forceinline__ float half_at(const uint8_t* p) {
+  return half_bits_to_float(*reinterpret_cast<const uint16_t*>(p));
+}
+
+__device__ __forceinline__ float bf16_bits_to_float(uint16_t bits) { return __uint_as_float(uint32_t{bits} << 16); }
+
+// MXFP4's E8M0 scale 2^(e-127), halved as quant::e8m0_to_fp32_half halves it (its codebook holds doubled values).
+__device__ __forceinline__ float e8m0_to_float_half(uint8_t e) {
+  return __uint_as_float(e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23);
+}
+
+// A 32-bit word from a 4-byte aligned address.
+__device__ __forceinline__ int load_int_aligned4(const uint8_t* p) { return *reinterpret_cast<const int*>(p); }
 
 // A 32-bit word from a 2-byte aligned address.
 __device__ __forceinline__ int load_int_aligned2(const uint8_t* p) {
   const auto* h = reinterpret_cast<const uint16_t*>(p);
   return static_cast<int>(static_cast<uint32_t>(h[0]) | (static_cast<uint32_t>(h[1]) << 16));
+}
+
+// A 32-bit word from any address.
+__device__ __forceinline__ int load_int_unaligned(const uint8_t* p) {
+  return static_cast<int>(static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
+                          (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24));
+}
+
+// Entries 4w .. 4w+3 of a 16-entry int8 codebook (quant/blocks.h), one per byte.
+constexpr uint32_t codebook_word(const int8_t (&values)[16], int w) {
+  uint32_t word = 0;
+  for (int i = 3; i >= 0; --i) word = (word << 8) | static_cast<uint8_t>(values[4 * w + i]);
+  return word;
+}
+
+// Four 4-bit indices (one per byte, each 0..15) mapped through the codebook whose words are
+// w0..w3: byte permutes pick each index's entry from the low and the high half of the table,
+// then bit 3 of the index chooses between the two.
+__device__ __forceinline__ int codebook_lookup(uint32_t indices, uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3) {
+  const uint32_t within =
+      (indices & 0x7u) | ((indices >> 4) & 0x70u) | ((indices >> 8) & 0x700u) | ((indices >> 12) & 0x7000u);
+  const uint32_t low = __byte_perm(w0, w1, within);
+  const uint32_t high = __byte_perm(w2, w3, within);
+  const uint32_t half = 0x3210u | ((indices & 0x8u) >> 1) | ((indices & 0x800u) >> 5) | ((indices & 0x80000u) >> 9) |
+                        ((indices & 0x8000000u) >> 13);
+  return static_cast<int>(__byte_perm(low, high, half));
+}
+
+// IQ4_NL's and IQ4_XS's non-linear values, and MXFP4's doubled E2M1 values, of four indices.
+__device__ __forceinline__ int iq4nl_values(uint32_t indices) {
+  constexpr uint32_t w0 = codebook_word(quant::kIq4nlValues, 0), w1 = codebook_word(quant::kIq4nlValues, 1);
+  constexpr uint32_t w2 = codebook_word(quant::kIq4nlValues, 2), w3 = codebook_word(quant::kIq4nlValues, 3);
+  return codebook_lookup(indices, w0, w1, w2, w3);
+}
+__device__ __forceinline__ int mxfp4_values(uint32_t indices) {
+  constexpr uint32_t w0 = codebook_word(quant::kMxfp4Values, 0), w1 = codebook_word(quant::kMxfp4Values, 1);
+  constexpr uint32_t w2 = codebook_word(quant::kMxfp4Values, 2), w3 = codebook_word(quant::kMxfp4Values, 3);
+  return codebook_lookup(indices, w0, w1, w2, w3);
+}
+
+// The 6-bit scale and min of sub-block j of a Q4_K/Q5_K block (quant::k4_scale_min).
+__device__ __forceinline__ int k4_scale(const uint8_t* s, int j) {
+  return j < 4 ? s[j] & 63 : (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
+}
+__device__ __forceinline__ int k4_min(const uint8_t* s, int j) {
+  return j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+}
+
+// The signed scale of sub-block j (16 elements) of a Q3_K block (quant::q3k_scale).
+__device__ __forceinline__ int q3k_scale(const uint8_t* scales, int j) {
+  const int low = j < 8 ? scales[j] & 0x0f : scales[j - 8] >> 4;
+  const int high = (scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+  return (low | (high << 4)) - 32;
+}
+
+// The signed scale of sub-block j (32 elements) of an IQ4_XS block (quant::iq4xs_scale).
+__device__ __forceinline__ int iq4xs_scale(const uint8_t* block, int j) {
+  const int low = (block[offsetof(quant::BlockIQ4_XS, scales_l) + j / 2] >> (4 * (j % 2))) & 0x0f;
+  const uint16_t scales_h = *reinterpret_cast<const uint16_t*>(block + offsetof(quant::BlockIQ4_XS, scales_h));
+  return (low | (((scales_h >> (2 * j)) & 3) << 4)) - 32;
 }
 
 // A float's exp as the CPU path computes it on AVX-512 hosts (cpu/avx512_math.h's
@@ -66,6 +172,32 @@ __device__ __forceinline__ float swiglu_value(float gate, float up) {
 }
 
 __device__ __forceinline__ float round_to_half(float x) { return __half2float(__float2half_rn(x)); }
+__device__ __forceinline__ float round_to_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+// Element c of a row of a float weight type (F32, F16, BF16).
+template <uint32_t Type>
+__device__ __forceinline__ float float_weight(const uint8_t* row, int c) {
+  if constexpr (Type == kTypeF32) {
+    return reinterpret_cast<const float*>(row)[c];
+  } else if constexpr (Type == kTypeF16) {
+    return half_bits_to_float(reinterpret_cast<const uint16_t*>(row)[c]);
+  } else {
+    static_assert(Type == kTypeBF16);
+    return bf16_bits_to_float(reinterpret_cast<const uint16_t*>(row)[c]);
+  }
+}
+
+// An activation as the CPU path (as ggml) multiplies it with weights of a float type: rounded to F16 or BF16 for those.
+template <uint32_t Type>
+__device__ __forceinline__ float float_operand(float v) {
+  if constexpr (Type == kTypeF16) {
+    return round_to_half(v);
+  } else if constexpr (Type == kTypeBF16) {
+    return round_to_bf16(v);
+  } else {
+    return v;
+  }
+}
 
 inline unsigned int ceil_div(int64_t a, int64_t b) { return static_cast<unsigned int>((a + b - 1) / b); }
 

@@ -1,6 +1,7 @@
 // Embedding rows dequantized with the CPU path's arithmetic (quant/dequantize.cc), product by
 // product (no fused multiply-add), so the first residual rows are the same floats.
 #include <cstddef>
+#include <string>
 
 #include "base/error.h"
 #include "cuda/common.cuh"
@@ -9,9 +10,32 @@ namespace bloomery::cuda {
 
 namespace {
 
+using quant::BlockIQ4_NL;
+using quant::BlockIQ4_XS;
+using quant::BlockMXFP4;
+using quant::BlockQ2_K;
+using quant::BlockQ3_K;
+using quant::BlockQ4_0;
+using quant::BlockQ4_1;
 using quant::BlockQ4_K;
+using quant::BlockQ5_0;
+using quant::BlockQ5_1;
+using quant::BlockQ5_K;
 using quant::BlockQ6_K;
 using quant::BlockQ8_0;
+
+// Element j of a 32-element block's 4-bit codes: the low nibble of qs[j] (j < 16), else the high nibble of qs[j - 16].
+__device__ __forceinline__ int nibble(const uint8_t* qs, int j) { return (qs[j % 16] >> (4 * (j / 16))) & 0x0f; }
+
+// Q5_0/Q5_1: the nibble and the fifth bit (bit j of the little-endian qh).
+__device__ __forceinline__ int five_bits(const uint8_t* qs, const uint8_t* qh, int j) {
+  return nibble(qs, j) | (((qh[j / 8] >> (j % 8)) & 1) << 4);
+}
+
+// The first of the four entries a codebook lookup (iq4nl_values, mxfp4_values) returns.
+__device__ __forceinline__ float first_entry(int entries) {
+  return static_cast<float>(static_cast<int8_t>(entries & 0xff));
+}
 
 template <uint32_t Type>
 __device__ float dequantize(const uint8_t* row, int e) {
@@ -19,30 +43,78 @@ __device__ float dequantize(const uint8_t* row, int e) {
     return reinterpret_cast<const float*>(row)[e];
   } else if constexpr (Type == kTypeF16) {
     return half_bits_to_float(reinterpret_cast<const uint16_t*>(row)[e]);
+  } else if constexpr (Type == kTypeBF16) {
+    return bf16_bits_to_float(reinterpret_cast<const uint16_t*>(row)[e]);
+  } else if constexpr (Type == kTypeQ4_0) {
+    const uint8_t* b = row + (e / 32) * sizeof(BlockQ4_0);
+    return __fmul_rn(static_cast<float>(nibble(b + offsetof(BlockQ4_0, qs), e % 32) - 8), half_at(b));
+  } else if constexpr (Type == kTypeQ4_1) {
+    const uint8_t* b = row + (e / 32) * sizeof(BlockQ4_1);
+    const float q = static_cast<float>(nibble(b + offsetof(BlockQ4_1, qs), e % 32));
+    return __fadd_rn(__fmul_rn(q, half_at(b + offsetof(BlockQ4_1, d))), half_at(b + offsetof(BlockQ4_1, m)));
+  } else if constexpr (Type == kTypeQ5_0) {
+    const uint8_t* b = row + (e / 32) * sizeof(BlockQ5_0);
+    const int q = five_bits(b + offsetof(BlockQ5_0, qs), b + offsetof(BlockQ5_0, qh), e % 32);
+    return __fmul_rn(static_cast<float>(q - 16), half_at(b + offsetof(BlockQ5_0, d)));
+  } else if constexpr (Type == kTypeQ5_1) {
+    const uint8_t* b = row + (e / 32) * sizeof(BlockQ5_1);
+    const float q = static_cast<float>(five_bits(b + offsetof(BlockQ5_1, qs), b + offsetof(BlockQ5_1, qh), e % 32));
+    return __fadd_rn(__fmul_rn(q, half_at(b + offsetof(BlockQ5_1, d))), half_at(b + offsetof(BlockQ5_1, m)));
   } else if constexpr (Type == kTypeQ8_0) {
     const uint8_t* b = row + (e / 32) * sizeof(BlockQ8_0);
-    const float d = half_bits_to_float(*reinterpret_cast<const uint16_t*>(b + offsetof(BlockQ8_0, d)));
-    return d * static_cast<float>(static_cast<int8_t>(b[offsetof(BlockQ8_0, qs) + e % 32]));
-  } else if constexpr (Type == kTypeQ4_K) {
-    const uint8_t* b = row + (e / 256) * sizeof(BlockQ4_K);
+    return __fmul_rn(half_at(b + offsetof(BlockQ8_0, d)),
+                     static_cast<float>(static_cast<int8_t>(b[offsetof(BlockQ8_0, qs) + e % 32])));
+  } else if constexpr (Type == kTypeIQ4_NL) {
+    const uint8_t* b = row + (e / 32) * sizeof(BlockIQ4_NL);
+    const float value = first_entry(iq4nl_values(static_cast<uint32_t>(nibble(b + offsetof(BlockIQ4_NL, qs), e % 32))));
+    return __fmul_rn(half_at(b + offsetof(BlockIQ4_NL, d)), value);
+  } else if constexpr (Type == kTypeMXFP4) {
+    const uint8_t* b = row + (e / 32) * sizeof(BlockMXFP4);
+    const float value = first_entry(mxfp4_values(static_cast<uint32_t>(nibble(b + offsetof(BlockMXFP4, qs), e % 32))));
+    return __fmul_rn(value, e8m0_to_float_half(b[offsetof(BlockMXFP4, e)]));
+  } else if constexpr (Type == kTypeQ2_K || Type == kTypeQ3_K) {
+    // Element o: half h = o / 128, pair p = (o % 128) / 32, offset l = o % 32 (see matvec.cu).
+    using Block = std::conditional_t<Type == kTypeQ2_K, BlockQ2_K, BlockQ3_K>;
+    const uint8_t* b = row + (e / 256) * sizeof(Block);
+    const int o = e % 256, h = o / 128, p = (o % 128) / 32, l = o % 32;
+    const int low = (b[offsetof(Block, qs) + 32 * h + l] >> (2 * p)) & 3;
+    const float d = half_at(b + offsetof(Block, d));
+    if constexpr (Type == kTypeQ2_K) {
+      const uint8_t scale = b[offsetof(BlockQ2_K, scales) + o / 16];
+      const float dl = __fmul_rn(d, static_cast<float>(scale & 0x0f));
+      const float ml = __fmul_rn(half_at(b + offsetof(BlockQ2_K, dmin)), static_cast<float>(scale >> 4));
+      return __fsub_rn(__fmul_rn(dl, static_cast<float>(low)), ml);
+    } else {
+      const int high = (b[offsetof(BlockQ3_K, hmask) + l] >> (4 * h + p)) & 1;
+      const float dl = __fmul_rn(d, static_cast<float>(q3k_scale(b + offsetof(BlockQ3_K, scales), o / 16)));
+      return __fmul_rn(dl, static_cast<float>((low | (high << 2)) - 4));
+    }
+  } else if constexpr (Type == kTypeQ4_K || Type == kTypeQ5_K) {
+    using Block = std::conditional_t<Type == kTypeQ4_K, BlockQ4_K, BlockQ5_K>;
+    const uint8_t* b = row + (e / 256) * sizeof(Block);
     const int o = e % 256, j = o / 32;
-    const uint8_t* s = b + offsetof(BlockQ4_K, scales);
-    const int scale = j < 4 ? s[j] & 63 : (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
-    const int min = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    const int q = (b[offsetof(BlockQ4_K, qs) + 32 * (j / 2) + o % 32] >> (4 * (j % 2))) & 0x0f;
-    const float d = half_bits_to_float(*reinterpret_cast<const uint16_t*>(b + offsetof(BlockQ4_K, d)));
-    const float dmin = half_bits_to_float(*reinterpret_cast<const uint16_t*>(b + offsetof(BlockQ4_K, dmin)));
-    return __fsub_rn(__fmul_rn(__fmul_rn(d, static_cast<float>(scale)), static_cast<float>(q)),
-                     __fmul_rn(dmin, static_cast<float>(min)));
-  } else {
-    static_assert(Type == kTypeQ6_K);
+    const uint8_t* s = b + offsetof(Block, scales);
+    int q = (b[offsetof(Block, qs) + 32 * (j / 2) + o % 32] >> (4 * (j % 2))) & 0x0f;
+    if constexpr (Type == kTypeQ5_K) q |= ((b[offsetof(BlockQ5_K, qh) + o % 32] >> j) & 1) << 4;
+    const float dl = __fmul_rn(half_at(b + offsetof(Block, d)), static_cast<float>(k4_scale(s, j)));
+    const float ml = __fmul_rn(half_at(b + offsetof(Block, dmin)), static_cast<float>(k4_min(s, j)));
+    return __fsub_rn(__fmul_rn(dl, static_cast<float>(q)), ml);
+  } else if constexpr (Type == kTypeQ6_K) {
     const uint8_t* b = row + (e / 256) * sizeof(BlockQ6_K);
     const int o = e % 256, h = o / 128, t = (o % 128) / 32, l = o % 32;
     const int low = (b[offsetof(BlockQ6_K, ql) + 64 * h + 32 * (t & 1) + l] >> (4 * (t >> 1))) & 0x0f;
     const int high = (b[offsetof(BlockQ6_K, qh) + 32 * h + l] >> (2 * t)) & 3;
     const auto scale = static_cast<int8_t>(b[offsetof(BlockQ6_K, scales) + 8 * h + 2 * t + l / 16]);
-    const float d = half_bits_to_float(*reinterpret_cast<const uint16_t*>(b + offsetof(BlockQ6_K, d)));
+    const float d = half_at(b + offsetof(BlockQ6_K, d));
     return __fmul_rn(__fmul_rn(d, static_cast<float>(scale)), static_cast<float>((low | (high << 4)) - 32));
+  } else {
+    static_assert(Type == kTypeIQ4_XS);
+    const uint8_t* b = row + (e / 256) * sizeof(BlockIQ4_XS);
+    const int o = e % 256, j = o / 32;
+    const float dl = __fmul_rn(half_at(b + offsetof(BlockIQ4_XS, d)), static_cast<float>(iq4xs_scale(b, j)));
+    const float value =
+        first_entry(iq4nl_values(static_cast<uint32_t>(nibble(b + offsetof(BlockIQ4_XS, qs) + 16 * j, o % 32))));
+    return __fmul_rn(dl, value);
   }
 }
 
@@ -56,7 +128,7 @@ __global__ void embed_kernel(const uint8_t* table, size_t row_bytes, int cols, c
 }  // namespace
 
 bool embedding_supports(uint32_t type) {
-  return type == kTypeF32 || type == kTypeF16 || type == kTypeQ8_0 || type == kTypeQ4_K || type == kTypeQ6_K;
+  return with_type(FloatTypes{}, type, [](auto) {}) || with_type(QuantizedTypes{}, type, [](auto) {});
 }
 
 void embed(const DeviceMatrix& table, const int32_t* tokens, int64_t n, float* out, StreamHandle stream) {
@@ -64,24 +136,11 @@ void embed(const DeviceMatrix& table, const int32_t* tokens, int64_t n, float* o
   const auto grid = static_cast<unsigned>(n);
   constexpr int kThreads = 256;
   const auto cols = static_cast<int>(table.cols);
-  switch (table.type) {
-    case kTypeF32:
-      embed_kernel<kTypeF32><<<grid, kThreads, 0, s>>>(table.data, table.row_bytes, cols, tokens, out);
-      break;
-    case kTypeF16:
-      embed_kernel<kTypeF16><<<grid, kThreads, 0, s>>>(table.data, table.row_bytes, cols, tokens, out);
-      break;
-    case kTypeQ8_0:
-      embed_kernel<kTypeQ8_0><<<grid, kThreads, 0, s>>>(table.data, table.row_bytes, cols, tokens, out);
-      break;
-    case kTypeQ4_K:
-      embed_kernel<kTypeQ4_K><<<grid, kThreads, 0, s>>>(table.data, table.row_bytes, cols, tokens, out);
-      break;
-    case kTypeQ6_K:
-      embed_kernel<kTypeQ6_K><<<grid, kThreads, 0, s>>>(table.data, table.row_bytes, cols, tokens, out);
-      break;
-    default:
-      throw Error("UNSUPPORTED_QUANT", "no GPU embedding kernel for ggml type " + std::to_string(table.type));
+  const auto launch = [&](auto t) {
+    embed_kernel<decltype(t)::value><<<grid, kThreads, 0, s>>>(table.data, table.row_bytes, cols, tokens, out);
+  };
+  if (!with_type(FloatTypes{}, table.type, launch) && !with_type(QuantizedTypes{}, table.type, launch)) {
+    throw Error("UNSUPPORTED_QUANT", "no GPU embedding kernel for ggml type " + std::to_string(table.type));
   }
 }
 

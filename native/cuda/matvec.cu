@@ -10,6 +10,7 @@
 // same kernel serves dense matrices (rows of a batch in chunks of NT) and expert stacks
 // (chunks of rows routed to one expert, from moe.cu's grouping).
 #include <cstddef>
+#include <type_traits>
 #include <vector>
 
 #include "base/error.h"
@@ -19,7 +20,17 @@ namespace bloomery::cuda {
 
 namespace {
 
+using quant::BlockIQ4_NL;
+using quant::BlockIQ4_XS;
+using quant::BlockMXFP4;
+using quant::BlockQ2_K;
+using quant::BlockQ3_K;
+using quant::BlockQ4_0;
+using quant::BlockQ4_1;
 using quant::BlockQ4_K;
+using quant::BlockQ5_0;
+using quant::BlockQ5_1;
+using quant::BlockQ5_K;
 using quant::BlockQ6_K;
 using quant::BlockQ8_0;
 
@@ -34,37 +45,108 @@ struct Unit {
   float min;
 };
 
-__device__ __forceinline__ int q4k_scale(const uint8_t* s, int j) {
-  return j < 4 ? s[j] & 63 : (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
-}
-__device__ __forceinline__ int q4k_min(const uint8_t* s, int j) {
-  return j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+// Bits 0..3 of `bits` moved to bit 4 of bytes 0..3: Q5_0/Q5_1's fifth bits of four weights.
+__device__ __forceinline__ int fifth_bits(uint32_t bits) {
+  return static_cast<int>(((bits & 1u) << 4) | ((bits & 2u) << 11) | ((bits & 4u) << 18) | ((bits & 8u) << 25));
 }
 
+// The 32-element formats: unit u is half u % 2 of block u / 2; weight j of a block sits in the
+// low nibble of qs[j] (j < 16) or the high nibble of qs[j - 16], and Q5's fifth bit j in qh.
 template <uint32_t Type>
-__device__ __forceinline__ Unit decode_unit(const uint8_t* row, int unit) {
+__device__ __forceinline__ Unit decode_unit_32(const uint8_t* row, int unit) {
   Unit u{};
-  if constexpr (Type == kTypeQ4_K) {
-    // Sub-block j (32 weights) of a super-block: low nibbles of qs[32 (j/2) ..] for even j, high for odd.
-    const uint8_t* b = row + (unit / 16) * sizeof(BlockQ4_K);
-    const int j = (unit % 16) / 2;
-    const int4 raw = *reinterpret_cast<const int4*>(b + offsetof(BlockQ4_K, qs) + 32 * (j / 2) + 16 * (unit % 2));
+  const int half = unit % 2;
+  const int shift = 4 * half;
+  if constexpr (Type == kTypeQ4_0) {
+    const uint8_t* b = row + (unit / 2) * sizeof(BlockQ4_0);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int low = (load_int_aligned2(b + offsetof(BlockQ4_0, qs) + 4 * i) >> shift) & 0x0f0f0f0f;
+      u.q[i] = static_cast<int>(__vsub4(static_cast<unsigned>(low), 0x08080808u));
+    }
+    u.scale = half_at(b + offsetof(BlockQ4_0, d));
+  } else if constexpr (Type == kTypeQ4_1) {
+    const uint8_t* b = row + (unit / 2) * sizeof(BlockQ4_1);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) u.q[i] = (load_int_aligned4(b + offsetof(BlockQ4_1, qs) + 4 * i) >> shift) & 0x0f0f0f0f;
+    u.scale = half_at(b + offsetof(BlockQ4_1, d));
+    u.min = -half_at(b + offsetof(BlockQ4_1, m));
+  } else if constexpr (Type == kTypeQ5_0) {
+    const uint8_t* b = row + (unit / 2) * sizeof(BlockQ5_0);
+    const auto qh = static_cast<uint32_t>(load_int_aligned2(b + offsetof(BlockQ5_0, qh)));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int low = (load_int_aligned2(b + offsetof(BlockQ5_0, qs) + 4 * i) >> shift) & 0x0f0f0f0f;
+      const int code = low | fifth_bits(qh >> (16 * half + 4 * i));
+      u.q[i] = static_cast<int>(__vsub4(static_cast<unsigned>(code), 0x10101010u));
+    }
+    u.scale = half_at(b + offsetof(BlockQ5_0, d));
+  } else if constexpr (Type == kTypeQ5_1) {
+    const uint8_t* b = row + (unit / 2) * sizeof(BlockQ5_1);
+    const auto qh = static_cast<uint32_t>(load_int_aligned4(b + offsetof(BlockQ5_1, qh)));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int low = (load_int_aligned4(b + offsetof(BlockQ5_1, qs) + 4 * i) >> shift) & 0x0f0f0f0f;
+      u.q[i] = low | fifth_bits(qh >> (16 * half + 4 * i));
+    }
+    u.scale = half_at(b + offsetof(BlockQ5_1, d));
+    u.min = -half_at(b + offsetof(BlockQ5_1, m));
+  } else if constexpr (Type == kTypeIQ4_NL) {
+    const uint8_t* b = row + (unit / 2) * sizeof(BlockIQ4_NL);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      u.q[i] = iq4nl_values((load_int_aligned2(b + offsetof(BlockIQ4_NL, qs) + 4 * i) >> shift) & 0x0f0f0f0f);
+    u.scale = half_at(b + offsetof(BlockIQ4_NL, d));
+  } else if constexpr (Type == kTypeMXFP4) {
+    const uint8_t* b = row + (unit / 2) * sizeof(BlockMXFP4);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      u.q[i] = mxfp4_values((load_int_unaligned(b + offsetof(BlockMXFP4, qs) + 4 * i) >> shift) & 0x0f0f0f0f);
+    u.scale = e8m0_to_float_half(b[offsetof(BlockMXFP4, e)]);
+  } else {
+    static_assert(Type == kTypeQ8_0);
+    const uint8_t* b = row + (unit / 2) * sizeof(BlockQ8_0);
+    const uint8_t* qs = b + offsetof(BlockQ8_0, qs) + kUnit * half;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) u.q[i] = load_int_aligned2(qs + 4 * i);
+    u.scale = half_at(b + offsetof(BlockQ8_0, d));
+  }
+  return u;
+}
+
+// The 256-element formats: unit u is the 16 weights (u % 16) * 16 .. of super-block u / 16.
+template <uint32_t Type>
+__device__ __forceinline__ Unit decode_unit_256(const uint8_t* row, int unit) {
+  Unit u{};
+  const int sixteenth = unit % 16;
+  if constexpr (Type == kTypeQ4_K || Type == kTypeQ5_K) {
+    // Sub-block j (32 weights) of a super-block: low nibbles of qs[32 (j/2) ..] for even j, high
+    // for odd; Q5_K's fifth bit of weight l of sub-block j is bit j of qh[l].
+    using Block = std::conditional_t<Type == kTypeQ4_K, BlockQ4_K, BlockQ5_K>;
+    const uint8_t* b = row + (unit / 16) * sizeof(Block);
+    const int j = sixteenth / 2;
+    const int4 raw = *reinterpret_cast<const int4*>(b + offsetof(Block, qs) + 32 * (j / 2) + 16 * (unit % 2));
     const int shift = 4 * (j % 2);
     u.q[0] = (raw.x >> shift) & 0x0f0f0f0f;
     u.q[1] = (raw.y >> shift) & 0x0f0f0f0f;
     u.q[2] = (raw.z >> shift) & 0x0f0f0f0f;
     u.q[3] = (raw.w >> shift) & 0x0f0f0f0f;
-    const uint8_t* scales = b + offsetof(BlockQ4_K, scales);
-    const float d = half_bits_to_float(*reinterpret_cast<const uint16_t*>(b + offsetof(BlockQ4_K, d)));
-    const float dmin = half_bits_to_float(*reinterpret_cast<const uint16_t*>(b + offsetof(BlockQ4_K, dmin)));
-    u.scale = d * static_cast<float>(q4k_scale(scales, j));
-    u.min = dmin * static_cast<float>(q4k_min(scales, j));
+    if constexpr (Type == kTypeQ5_K) {
+      const int4 high = *reinterpret_cast<const int4*>(b + offsetof(Block, qh) + 16 * (unit % 2));
+      u.q[0] |= ((high.x >> j) & 0x01010101) << 4;
+      u.q[1] |= ((high.y >> j) & 0x01010101) << 4;
+      u.q[2] |= ((high.z >> j) & 0x01010101) << 4;
+      u.q[3] |= ((high.w >> j) & 0x01010101) << 4;
+    }
+    const uint8_t* scales = b + offsetof(Block, scales);
+    u.scale = half_at(b + offsetof(Block, d)) * static_cast<float>(k4_scale(scales, j));
+    u.min = half_at(b + offsetof(Block, dmin)) * static_cast<float>(k4_min(scales, j));
   } else if constexpr (Type == kTypeQ6_K) {
     // Element o of a super-block: half h = o / 128, quarter t = (o % 128) / 32, offset l = o % 32;
     // its low four bits are a nibble of ql[64 h + 32 (t & 1) + l], its high two bits sit in
     // qh[32 h + l] at 2 t, and its scale is scales[8 h + 2 t + l / 16].
     const uint8_t* b = row + (unit / 16) * sizeof(BlockQ6_K);
-    const int o = (unit % 16) * kUnit;
+    const int o = sixteenth * kUnit;
     const int h = o / 128, t = (o % 128) / 32, l = o % 32;
     const uint8_t* ql = b + offsetof(BlockQ6_K, ql) + 64 * h + 32 * (t & 1) + l;
     const uint8_t* qh = b + offsetof(BlockQ6_K, qh) + 32 * h + l;
@@ -75,29 +157,76 @@ __device__ __forceinline__ Unit decode_unit(const uint8_t* row, int unit) {
       u.q[i] = static_cast<int>(__vsub4(static_cast<unsigned>(low | high), 0x20202020u));
     }
     const auto scale = static_cast<int8_t>(b[offsetof(BlockQ6_K, scales) + 8 * h + 2 * t + l / 16]);
-    const float d = half_bits_to_float(*reinterpret_cast<const uint16_t*>(b + offsetof(BlockQ6_K, d)));
-    u.scale = d * static_cast<float>(scale);
-  } else {
-    static_assert(Type == kTypeQ8_0);
-    const uint8_t* b = row + (unit / 2) * sizeof(BlockQ8_0);
-    const uint8_t* qs = b + offsetof(BlockQ8_0, qs) + kUnit * (unit % 2);
+    u.scale = half_at(b + offsetof(BlockQ6_K, d)) * static_cast<float>(scale);
+  } else if constexpr (Type == kTypeQ2_K || Type == kTypeQ3_K) {
+    // Element o: half h = o / 128, pair p = (o % 128) / 32, offset l = o % 32; its two low bits
+    // sit at 2 p in qs[32 h + l], Q3_K's third bit (set: no -4) at 4 h + p in hmask[l]. Each 16
+    // weights have one scale (Q2_K: and one min) of their own.
+    using Block = std::conditional_t<Type == kTypeQ2_K, BlockQ2_K, BlockQ3_K>;
+    const uint8_t* b = row + (unit / 16) * sizeof(Block);
+    const int h = sixteenth / 8, p = (sixteenth % 8) / 2, l = 16 * (sixteenth % 2);
+    const uint8_t* qs = b + offsetof(Block, qs) + 32 * h + l;
+    const float d = half_at(b + offsetof(Block, d));
+    if constexpr (Type == kTypeQ2_K) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) u.q[i] = load_int_aligned2(qs + 4 * i);
-    u.scale = half_bits_to_float(*reinterpret_cast<const uint16_t*>(b + offsetof(BlockQ8_0, d)));
+      for (int i = 0; i < 4; ++i) u.q[i] = (load_int_aligned4(qs + 4 * i) >> (2 * p)) & 0x03030303;
+      const uint8_t scale = b[offsetof(BlockQ2_K, scales) + sixteenth];
+      u.scale = d * static_cast<float>(scale & 0x0f);
+      u.min = half_at(b + offsetof(BlockQ2_K, dmin)) * static_cast<float>(scale >> 4);
+    } else {
+      const uint8_t* hmask = b + offsetof(BlockQ3_K, hmask) + l;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int low = (load_int_aligned2(qs + 4 * i) >> (2 * p)) & 0x03030303;
+        const int high = ((load_int_aligned2(hmask + 4 * i) >> (4 * h + p)) & 0x01010101) << 2;
+        u.q[i] = static_cast<int>(__vsub4(static_cast<unsigned>(low | high), 0x04040404u));
+      }
+      u.scale = d * static_cast<float>(q3k_scale(b + offsetof(BlockQ3_K, scales), sixteenth));
+    }
+  } else {
+    static_assert(Type == kTypeIQ4_XS);
+    // Sub-block j (32 weights): weight l in the low nibble of qs[16 j + l] (l < 16) or the high one of qs[16 j + l -
+    // 16].
+    const uint8_t* b = row + (unit / 16) * sizeof(BlockIQ4_XS);
+    const int j = sixteenth / 2;
+    const uint8_t* qs = b + offsetof(BlockIQ4_XS, qs) + 16 * j;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) u.q[i] = iq4nl_values((load_int_aligned4(qs + 4 * i) >> (4 * (unit % 2))) & 0x0f0f0f0f);
+    u.scale = half_at(b + offsetof(BlockIQ4_XS, d)) * static_cast<float>(iq4xs_scale(b, j));
   }
   return u;
 }
 
-// The 16 activation codes and the scale a unit is dotted with.
+constexpr bool has_super_blocks(uint32_t type) {
+  return type == kTypeQ2_K || type == kTypeQ3_K || type == kTypeQ4_K || type == kTypeQ5_K || type == kTypeQ6_K ||
+         type == kTypeIQ4_XS;
+}
+
+template <uint32_t Type>
+__device__ __forceinline__ Unit decode_unit(const uint8_t* row, int unit) {
+  if constexpr (has_super_blocks(Type)) {
+    return decode_unit_256<Type>(row, unit);
+  } else {
+    return decode_unit_32<Type>(row, unit);
+  }
+}
+
+// The 16 activation codes and the scale word (ActivationBlock's) a unit is dotted with.
 struct ActivationUnit {
   int q[4];
-  float d;
+  union {
+    float d;
+    uint32_t d_and_sum;
+  };
 };
 
 // The block's codes sit 4 bytes into its 36: 4-byte loads.
 __device__ __forceinline__ ActivationUnit activation_unit(const ActivationBlock& a, int unit) {
   const int* q = reinterpret_cast<const int*>(a.qs) + 4 * (unit % 2);
-  return {{q[0], q[1], q[2], q[3]}, a.d};
+  ActivationUnit x;
+  x.q[0] = q[0], x.q[1] = q[1], x.q[2] = q[2], x.q[3] = q[3];
+  x.d_and_sum = a.d_and_sum;
+  return x;
 }
 
 template <uint32_t Type>
@@ -106,11 +235,17 @@ __device__ __forceinline__ float dot_unit(const Unit& u, const ActivationUnit& a
   int sum = 0;
 #pragma unroll
   for (int i = 0; i < 4; ++i) sum = __dp4a(u.q[i], y[i], sum);
-  if constexpr (Type == kTypeQ4_K) {
+  if constexpr (Type == kTypeQ4_K || Type == kTypeQ5_K || Type == kTypeQ2_K) {
+    // The mins times the activations' sum, as the CPU takes it from Q8_K's bsums.
     int sum_y = 0;
 #pragma unroll
     for (int i = 0; i < 4; ++i) sum_y = __dp4a(0x01010101, y[i], sum_y);
     return a.d * (u.scale * static_cast<float>(sum) - u.min * static_cast<float>(sum_y));
+  } else if constexpr (Type == kTypeQ4_1 || Type == kTypeQ5_1) {
+    // The offset times Q8_1's block sum, half of it for each 16 weights (exact: a power of two).
+    const float d = half_bits_to_float(static_cast<uint16_t>(a.d_and_sum));
+    const float block_sum = half_bits_to_float(static_cast<uint16_t>(a.d_and_sum >> 16));
+    return d * u.scale * static_cast<float>(sum) - u.min * (0.5f * block_sum);
   } else {
     return a.d * u.scale * static_cast<float>(sum);
   }
@@ -144,18 +279,18 @@ struct MatvecArgs {
   int units;     // cols / 16
   int x_blocks;  // cols / 32
   const ActivationBlock* x;
-  const float* x_floats;  // instead of x (NT = 1 only): float rows the kernel quantizes
-  bool superblocks;       // with x_floats: the weights read Q8_K's format, else Q8_0's
-  int x_row_divisor;      // routed slot -> activation row
-  int n;                  // dense: rows of the batch
-  const int32_t* order;   // grouped: see ExpertGroups
+  const float* x_floats;    // instead of x (NT = 1 only): float rows the kernel quantizes
+  ActivationFormat format;  // with x_floats: the format the weights read
+  int x_row_divisor;        // routed slot -> activation row
+  int n;                    // dense: rows of the batch
+  const int32_t* order;     // grouped: see ExpertGroups
   const int32_t* chunks;
   const int32_t* chunk_count;
 };
 
 // The activation row at x quantized into `blocks` (shared memory) by the block's warps, 256
 // values per warp at a time, as quantize_activations does it.
-__device__ void quantize_row(const float* x, int cols, bool superblocks, ActivationBlock* blocks) {
+__device__ void quantize_row(const float* x, int cols, ActivationFormat format, ActivationBlock* blocks) {
   const int lane = threadIdx.x % kWarp;
   for (int first = static_cast<int>(threadIdx.x / kWarp) * kQuantizeValuesPerWarp; first < cols;
        first += kWarpsPerBlock * kQuantizeValuesPerWarp) {
@@ -165,7 +300,7 @@ __device__ void quantize_row(const float* x, int cols, bool superblocks, Activat
       const int j = first + lane * kQuantizeValuesPerLane + i;
       v[i] = j < cols ? x[j] : 0.0f;
     }
-    quantize_warp(v, superblocks, first, cols, blocks);
+    quantize_warp(v, format, first, cols, blocks);
   }
   __syncthreads();
 }
@@ -232,8 +367,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp) matvec_kernel(MatvecArg
   if constexpr (NT == 1) {
     if (a.x_floats) {
       const int cols = a.x_blocks * 32;
-      quantize_row(a.x_floats + static_cast<int64_t>(out_rows[0] / a.x_row_divisor) * cols, cols, a.superblocks,
-                   quantized);
+      quantize_row(a.x_floats + static_cast<int64_t>(out_rows[0] / a.x_row_divisor) * cols, cols, a.format, quantized);
     }
   }
   if (row >= part.rows) return;
@@ -279,9 +413,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp) matvec_kernel(MatvecArg
   }
 }
 
-// F32 and F16 weights against float rows (routers, small dense matrices): a block per weight
-// row, each thread taking 4 columns at a time (one 16-byte load of F32 weights, 8 of F16), in
-// rounds of kUnitsInFlight loads, against NT activation rows.
+// F32, F16 and BF16 weights against float rows (routers, small dense matrices): a block per
+// weight row, each thread taking 4 columns at a time (one 16-byte load of F32 weights, 8 of F16
+// or BF16), in rounds of kUnitsInFlight loads, against NT activation rows. Activations are
+// rounded as the CPU path (as ggml) rounds them for the type (float_operand).
 constexpr int kFloatThreads = 128;
 
 template <uint32_t Type>
@@ -290,24 +425,12 @@ __device__ __forceinline__ float4 load_weights4(const uint8_t* row, int group) {
     return reinterpret_cast<const float4*>(row)[group];
   } else {
     const uint2 bits = reinterpret_cast<const uint2*>(row)[group];
-    return make_float4(half_bits_to_float(bits.x & 0xffff), half_bits_to_float(bits.x >> 16),
-                       half_bits_to_float(bits.y & 0xffff), half_bits_to_float(bits.y >> 16));
+    const auto value = [](uint32_t b) {
+      return Type == kTypeF16 ? half_bits_to_float(static_cast<uint16_t>(b))
+                              : bf16_bits_to_float(static_cast<uint16_t>(b));
+    };
+    return make_float4(value(bits.x & 0xffff), value(bits.x >> 16), value(bits.y & 0xffff), value(bits.y >> 16));
   }
-}
-
-template <uint32_t Type>
-__device__ __forceinline__ float load_weight(const uint8_t* row, int c) {
-  if constexpr (Type == kTypeF32) {
-    return reinterpret_cast<const float*>(row)[c];
-  } else {
-    return half_bits_to_float(reinterpret_cast<const uint16_t*>(row)[c]);
-  }
-}
-
-// The CPU path (as ggml) multiplies F16 weights with activations rounded to F16.
-template <uint32_t Type>
-__device__ __forceinline__ float activation(float v) {
-  return Type == kTypeF16 ? round_to_half(v) : v;
 }
 
 template <uint32_t Type, int NT>
@@ -341,19 +464,19 @@ __global__ void __launch_bounds__(kFloatThreads)
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
         const float4 v = reinterpret_cast<const float4*>(xs[t])[group];
-        acc[t] += weights[b].x * activation<Type>(v.x);
-        acc[t] += weights[b].y * activation<Type>(v.y);
-        acc[t] += weights[b].z * activation<Type>(v.z);
-        acc[t] += weights[b].w * activation<Type>(v.w);
+        acc[t] += weights[b].x * float_operand<Type>(v.x);
+        acc[t] += weights[b].y * float_operand<Type>(v.y);
+        acc[t] += weights[b].z * float_operand<Type>(v.z);
+        acc[t] += weights[b].w * float_operand<Type>(v.w);
       }
     }
     base += kFloatThreads * kUnitsInFlight;
     if (base < groups) load_round(base);
   }
   for (int c = 4 * groups + threadIdx.x; c < cols; c += kFloatThreads) {
-    const float weight = load_weight<Type>(wrow, c);
+    const float weight = float_weight<Type>(wrow, c);
 #pragma unroll
-    for (int t = 0; t < NT; ++t) acc[t] += weight * activation<Type>(xs[t][c]);
+    for (int t = 0; t < NT; ++t) acc[t] += weight * float_operand<Type>(xs[t][c]);
   }
   __shared__ float partial[NT][kFloatThreads / kWarp];
 #pragma unroll
@@ -383,32 +506,19 @@ unsigned row_blocks(int64_t rows, int64_t cols) {
   return ceil_div(rows, kWarpsPerBlock * (kWarp / lanes_per_row(static_cast<int>(cols / kUnit))));
 }
 
-template <uint32_t Type, int NT, bool Gated>
-void launch_typed(dim3 grid, const MatvecArgs& a, cudaStream_t stream) {
-  constexpr int kThreads = kWarpsPerBlock * kWarp;
-  const size_t shared = a.x_floats ? static_cast<size_t>(a.x_blocks) * sizeof(ActivationBlock) : 0;
-  if (lanes_per_row(a.units) == kWarp) {
-    launch_early(matvec_kernel<Type, NT, Gated, kWarp>, grid, dim3(kThreads), shared, stream, a);
-  } else {
-    launch_early(matvec_kernel<Type, NT, Gated, kWarp / 2>, grid, dim3(kThreads), shared, stream, a);
-  }
-}
-
 template <int NT, bool Gated>
 void launch_quantized(uint32_t type, dim3 grid, const MatvecArgs& a, cudaStream_t stream) {
-  switch (type) {
-    case kTypeQ4_K:
-      launch_typed<kTypeQ4_K, NT, Gated>(grid, a, stream);
-      break;
-    case kTypeQ6_K:
-      launch_typed<kTypeQ6_K, NT, Gated>(grid, a, stream);
-      break;
-    case kTypeQ8_0:
-      launch_typed<kTypeQ8_0, NT, Gated>(grid, a, stream);
-      break;
-    default:
-      throw Error("UNSUPPORTED_QUANT", "no GPU matvec kernel for ggml type " + std::to_string(type));
-  }
+  constexpr int kThreads = kWarpsPerBlock * kWarp;
+  const size_t shared = a.x_floats ? static_cast<size_t>(a.x_blocks) * sizeof(ActivationBlock) : 0;
+  const bool supported = with_type(QuantizedTypes{}, type, [&](auto t) {
+    constexpr uint32_t kType = decltype(t)::value;
+    if (lanes_per_row(a.units) == kWarp) {
+      launch_early(matvec_kernel<kType, NT, Gated, kWarp>, grid, dim3(kThreads), shared, stream, a);
+    } else {
+      launch_early(matvec_kernel<kType, NT, Gated, kWarp / 2>, grid, dim3(kThreads), shared, stream, a);
+    }
+  });
+  if (!supported) throw Error("UNSUPPORTED_QUANT", "no GPU matvec kernel for ggml type " + std::to_string(type));
 }
 
 template <bool Gated>
@@ -440,13 +550,10 @@ void launch_float(const DeviceMatrix& w, const float* x, int64_t n, float* y, bo
   const auto rows = static_cast<int>(w.rows);
   const auto cols = static_cast<int>(w.cols);
   const auto nn = static_cast<int>(n);
-  if (w.type == kTypeF32) {
-    launch_early(float_matvec_kernel<kTypeF32, NT>, grid, dim3(kFloatThreads), 0, stream, w.data, w.row_bytes, cols, x,
-                 nn, y, rows, accumulate);
-  } else {
-    launch_early(float_matvec_kernel<kTypeF16, NT>, grid, dim3(kFloatThreads), 0, stream, w.data, w.row_bytes, cols, x,
-                 nn, y, rows, accumulate);
-  }
+  with_type(FloatTypes{}, w.type, [&](auto t) {
+    launch_early(float_matvec_kernel<decltype(t)::value, NT>, grid, dim3(kFloatThreads), 0, stream, w.data, w.row_bytes,
+                 cols, x, nn, y, rows, accumulate);
+  });
 }
 
 MatvecArgs dense_args(const DeviceMatrix& w, const MatvecInput& x, int64_t n, float* y, bool accumulate) {
@@ -460,7 +567,7 @@ MatvecArgs dense_args(const DeviceMatrix& w, const MatvecInput& x, int64_t n, fl
   a.x = x.blocks;
   if (!x.blocks) {
     a.x_floats = x.floats;
-    a.superblocks = superblock_activations(w.type);
+    a.format = activation_format(w.type);
   }
   a.x_row_divisor = 1;
   a.n = static_cast<int>(n);
@@ -478,7 +585,9 @@ MatvecArgs grouped_args(const DeviceMatrix& w, const MatvecInput& x, int64_t div
 
 }  // namespace
 
-bool is_float_type(uint32_t type) { return type == kTypeF32 || type == kTypeF16; }
+bool is_float_type(uint32_t type) {
+  return with_type(FloatTypes{}, type, [](auto) {});
+}
 
 bool quantizes_input(int64_t rows_per_block, int64_t cols) {
   // The row's blocks sit in shared memory: within the 48 KiB a launch gets without opting in.
@@ -486,7 +595,7 @@ bool quantizes_input(int64_t rows_per_block, int64_t cols) {
 }
 
 bool matvec_supports(uint32_t type) {
-  return is_float_type(type) || type == kTypeQ4_K || type == kTypeQ6_K || type == kTypeQ8_0;
+  return is_float_type(type) || with_type(QuantizedTypes{}, type, [](auto) {});
 }
 
 void matvec(const DeviceMatrix& w, const MatvecInput& x, int64_t n, float* y, bool accumulate, StreamHandle stream) {
@@ -550,9 +659,13 @@ void gated_matvec(const DeviceMatrix& gate, const DeviceMatrix& up, const Activa
   launch_quantized<true>(gate.type, nt, dim3(row_blocks(gate.rows, gate.cols), ceil_div(n, nt)), a, stream);
 }
 
-void expert_gated_matvec(const DeviceMatrix& gate, const DeviceMatrix& up, const ActivationBlock* x, int64_t used,
+void expert_gated_matvec(const DeviceMatrix& gate, const DeviceMatrix& up, const MatvecInput& x, int64_t used,
                          const ExpertGroups& groups, float* hidden, StreamHandle stream) {
-  MatvecArgs a = grouped_args(gate, {nullptr, x}, used, groups, hidden);
+  if (is_float_type(gate.type)) {
+    float_expert_gated_matvec(gate, up, x.floats, used, groups, hidden, stream);
+    return;
+  }
+  MatvecArgs a = grouped_args(gate, x, used, groups, hidden);
   a.w_up = up.data;
   const dim3 grid(row_blocks(gate.rows, gate.cols), static_cast<unsigned>(groups.max_chunks));
   launch_quantized<true>(gate.type, groups.tokens_per_chunk, grid, a, stream);
@@ -560,6 +673,10 @@ void expert_gated_matvec(const DeviceMatrix& gate, const DeviceMatrix& up, const
 
 void expert_matvec(const DeviceMatrix& down, const MatvecInput& hidden, const ExpertGroups& groups, float* out,
                    StreamHandle stream) {
+  if (is_float_type(down.type)) {
+    float_expert_matvec(down, hidden.floats, groups, out, stream);
+    return;
+  }
   const dim3 grid(row_blocks(down.rows, down.cols), static_cast<unsigned>(groups.max_chunks));
   launch_quantized<false>(down.type, groups.tokens_per_chunk, grid, grouped_args(down, hidden, 1, groups, out), stream);
 }

@@ -30,8 +30,8 @@ __device__ double block_sum(double v) {
 }
 
 // Each thread holds runs of 8 values, thread t of round r the run at r * kSpan + 8 t, so a warp
-// holds 256 consecutive values: one Q8_K super-block, eight Q8_0 blocks.
-__global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNorm a, bool superblocks) {
+// holds 256 consecutive values: one Q8_K super-block, eight Q8_0 or Q8_1 blocks.
+__global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNorm a, ActivationFormat format) {
   wait_for_previous_kernel();
   const int64_t row = blockIdx.x;
   const auto width = static_cast<int>(a.width);
@@ -69,21 +69,21 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNorm a, bool supe
     for (int i = 0; i < kPerThread; ++i) v[i] = __fmul_rn(__fmul_rn(v[i], scale), w[i]);
     for (int i = 0; i < count; ++i) y[first + i] = v[i];
     const int warp_first = r * kSpan + static_cast<int>(threadIdx.x / kWarp) * kQuantizeValuesPerWarp;
-    if (blocks && warp_first < width) quantize_warp(v, superblocks, warp_first, width, blocks);
+    if (blocks && warp_first < width) quantize_warp(v, format, warp_first, width, blocks);
   }
 }
 
 }  // namespace
 
 void rms_norm(const RmsNorm& norm, StreamHandle stream) {
-  const bool superblocks = norm.blocks && superblock_activations(norm.blocks_for);
-  if (norm.blocks && norm.width % (superblocks ? 256 : 32) != 0) {
+  const ActivationFormat format = norm.blocks ? activation_format(norm.blocks_for) : ActivationFormat::kQ8_0;
+  if (norm.blocks && norm.width % (format == ActivationFormat::kQ8_K ? 256 : 32) != 0) {
     throw Error("INVALID_ARGUMENT", "rms_norm cannot quantize rows of " + std::to_string(norm.width) +
                                         " values for ggml type " + std::to_string(norm.blocks_for));
   }
   if (norm.rows == 0) return;
   launch_early(rms_norm_kernel, dim3(static_cast<unsigned>(norm.rows)), dim3(kThreads), 0,
-               static_cast<cudaStream_t>(stream), norm, superblocks);
+               static_cast<cudaStream_t>(stream), norm, format);
 }
 
 }  // namespace bloomery::cuda

@@ -12,11 +12,16 @@
 
 namespace bloomery::cuda {
 
-// Activations quantized for the integer dots: 32 values and their scale (for the K-quants,
-// the eight blocks of 256 values share Q8_K's one scale; see quantize.cu).
+// Activations quantized for the integer dots: 32 values and their scale (for Q8_K, the
+// eight blocks of 256 values share its one scale; see quantize.cu).
 struct ActivationBlock {
   int8_t qs[32];
-  float d;
+  union {
+    float d;
+    // Q8_1 (the activations of Q4_1 and Q5_1, whose offsets need the block's sum): the scale in
+    // the low half and d * the sum of qs in the high one, both halves as the CPU keeps them.
+    uint32_t d_and_sum;
+  };
 };
 
 // A weight matrix in device memory: `rows` rows of `cols` elements of ggml type `type`,
@@ -32,17 +37,23 @@ struct DeviceMatrix {
 };
 
 // Weight types whose matrices the matvec kernels multiply: quantized ones read
-// ActivationBlock rows, float ones (F32, F16) read float rows.
+// ActivationBlock rows, float ones (F32, F16, BF16) read float rows.
 bool matvec_supports(uint32_t type);
 bool is_float_type(uint32_t type);
 // Types the embedding lookup dequantizes.
 bool embedding_supports(uint32_t type);
 
 // --- quantize.cu ---
-// Whether weights of `weight_type` read activations quantized per 256 values (Q8_K's way) rather than per 32.
-bool superblock_activations(uint32_t weight_type);
+// How activations are quantized for a weight type's dots: the CPU's pairing (quant/kernels.h).
+enum class ActivationFormat {
+  kQ8_0,  // a scale per 32 values
+  kQ8_1,  // the same, and the block's sum
+  kQ8_K,  // one scale per 256 values
+};
+// Throws UNSUPPORTED_QUANT for a type without integer dots.
+ActivationFormat activation_format(uint32_t weight_type);
 // n rows of `cols` floats -> n rows of cols / 32 blocks, quantized as the CPU does for weights
-// of `weight_type` (cols a multiple of 256 for the K-quants, of 32 for Q8_0).
+// of `weight_type` (cols a multiple of 256 for the formats of 256-value blocks, of 32 for the others).
 void quantize_activations(const float* x, int64_t n, int64_t cols, uint32_t weight_type, ActivationBlock* out,
                           StreamHandle stream);
 
@@ -89,13 +100,19 @@ struct ExpertGroups {
   int tokens_per_chunk = 1;
 };
 
-// For each routed slot s: hidden[s] = silu(gate_e x[s / used]) * (up_e x[s / used]).
-void expert_gated_matvec(const DeviceMatrix& gate, const DeviceMatrix& up, const ActivationBlock* x, int64_t used,
+// For each routed slot s: hidden[s] = silu(gate_e x[s / used]) * (up_e x[s / used]). gate and
+// up share a type (quantized: x's blocks; float: its float rows).
+void expert_gated_matvec(const DeviceMatrix& gate, const DeviceMatrix& up, const MatvecInput& x, int64_t used,
                          const ExpertGroups& groups, float* hidden, StreamHandle stream);
 // For each routed slot s: out[s] = down_e hidden[s].
 void expert_matvec(const DeviceMatrix& down, const MatvecInput& hidden, const ExpertGroups& groups, float* out,
                    StreamHandle stream);
 
+// --- float_experts.cu: the two above for stacks of a float type ---
+void float_expert_gated_matvec(const DeviceMatrix& gate, const DeviceMatrix& up, const float* x, int64_t used,
+                               const ExpertGroups& groups, float* hidden, StreamHandle stream);
+void float_expert_matvec(const DeviceMatrix& down, const float* hidden, const ExpertGroups& groups, float* out,
+                         StreamHandle stream);
 // --- mmq.cu: the same products for prompt batches, as tiles on the integer tensor cores ---
 // Batches from kMmqMinRows rows on take the tiled products (a tile's worth of rows: below it,
 // the tiles would run mostly empty and the matvec's many small blocks fill the GPU better).
@@ -180,8 +197,8 @@ struct ExpertSum {
 // out[r] = x[r] / rms(x[r]) * weight for `rows` rows of `width` floats (contiguous). With
 // `pending` set, first x[r] += the expert sum, in place and rounded as combine_experts adds it.
 // With `blocks` set, the normed rows are also quantized for weights of type `blocks_for`, as
-// quantize_activations would quantize `out` (width a multiple of 256 for the K-quants, of 32
-// for Q8_0), so the first product after a norm needs no quantize launch.
+// quantize_activations would quantize `out` (in activation_format(blocks_for): width a multiple
+// of 256 for Q8_K, of 32 for Q8_0 and Q8_1), so the first product after a norm needs no quantize launch.
 struct RmsNorm {
   float* x = nullptr;
   int64_t rows = 0;

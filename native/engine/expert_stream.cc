@@ -54,9 +54,12 @@ size_t stack_bytes(const cpu::ExpertMatrices& m) {
   return static_cast<size_t>(m.count) * static_cast<size_t>(m.first.rows) * m.first.row_bytes;
 }
 
-size_t largest(const model::Model& model, const cpu::ExpertMatrices model::LayerWeights::*which) {
+size_t largest(const model::Model& model, const std::vector<bool>& streamed,
+               const cpu::ExpertMatrices model::LayerWeights::*which) {
   size_t bytes = 0;
-  for (const model::LayerWeights& w : model.layers) bytes = std::max(bytes, stack_bytes(w.*which));
+  for (size_t l = 0; l < model.layers.size(); ++l) {
+    if (streamed[l]) bytes = std::max(bytes, stack_bytes(model.layers[l].*which));
+  }
   return bytes;
 }
 
@@ -104,19 +107,22 @@ size_t gather(const cpu::ExpertMatrices& host, const cuda::DeviceMatrix& pool, c
 
 }  // namespace
 
-uint64_t ExpertStream::staging_bytes(const model::Model& model) {
-  const uint64_t stack = largest(model, &model::LayerWeights::expert_gate) +
-                         largest(model, &model::LayerWeights::expert_up) +
-                         largest(model, &model::LayerWeights::expert_down);
+uint64_t ExpertStream::staging_bytes(const model::Model& model, const std::vector<bool>& streamed) {
+  if (std::find(streamed.begin(), streamed.end(), true) == streamed.end()) return 0;
+  const uint64_t stack = largest(model, streamed, &model::LayerWeights::expert_gate) +
+                         largest(model, streamed, &model::LayerWeights::expert_up) +
+                         largest(model, streamed, &model::LayerWeights::expert_down);
   return 2 * stack + static_cast<uint64_t>(model.params.experts) * sizeof(int32_t);
 }
 
 ExpertStream::ExpertStream(const model::Model& model, const std::vector<std::vector<int32_t>>& slot_tables,
-                           std::vector<ExpertStacks> pools)
-    : model_(model), slot_tables_(slot_tables), pools_(std::move(pools)) {
+                           std::vector<ExpertStacks> pools, std::vector<bool> streamed)
+    : model_(model), slot_tables_(slot_tables), pools_(std::move(pools)), streamed_(std::move(streamed)) {
   const uint8_t* first = nullptr;
   const uint8_t* end = nullptr;
-  for (const model::LayerWeights& w : model.layers) {
+  for (size_t l = 0; l < model.layers.size(); ++l) {
+    if (!streamed_[l]) continue;
+    const model::LayerWeights& w = model.layers[l];
     for (const cpu::ExpertMatrices* m : {&w.expert_gate, &w.expert_up, &w.expert_down}) {
       first = first ? std::min(first, m->first.data) : m->first.data;
       end = std::max(end, m->first.data + stack_bytes(*m));
@@ -126,11 +132,12 @@ ExpertStream::ExpertStream(const model::Model& model, const std::vector<std::vec
                                                      "the routed experts' file pages (prompt streaming)");
   for (size_t i = 0; i < stages_.size(); ++i) {
     const std::string which = std::to_string(i + 1) + " of 2)";
-    stages_[i].gate =
-        cuda::DeviceBuffer(largest(model, &model::LayerWeights::expert_gate), "expert staging (gate " + which);
-    stages_[i].up = cuda::DeviceBuffer(largest(model, &model::LayerWeights::expert_up), "expert staging (up " + which);
-    stages_[i].down =
-        cuda::DeviceBuffer(largest(model, &model::LayerWeights::expert_down), "expert staging (down " + which);
+    stages_[i].gate = cuda::DeviceBuffer(largest(model, streamed_, &model::LayerWeights::expert_gate),
+                                         "expert staging (gate " + which);
+    stages_[i].up =
+        cuda::DeviceBuffer(largest(model, streamed_, &model::LayerWeights::expert_up), "expert staging (up " + which);
+    stages_[i].down = cuda::DeviceBuffer(largest(model, streamed_, &model::LayerWeights::expert_down),
+                                         "expert staging (down " + which);
   }
   std::vector<int32_t> identity(static_cast<size_t>(model.params.experts));
   std::iota(identity.begin(), identity.end(), 0);
@@ -146,6 +153,7 @@ void ExpertStream::harvest_timing(Stage& stage) {
 }
 
 uint64_t ExpertStream::host_bytes(int64_t layer) const {
+  if (!streams(layer)) return 0;
   const model::LayerWeights& w = model_.layers[layer];
   const uint64_t expert = expert_bytes(w.expert_gate) + expert_bytes(w.expert_up) + expert_bytes(w.expert_down);
   const std::vector<int32_t>& slots = slot_tables_[layer];

@@ -62,19 +62,25 @@ struct ExpertStacks {
 
 class ExpertStream {
  public:
-  // Device bytes of the staging ring (two stacks of the largest layer's experts, and an identity table).
-  static uint64_t staging_bytes(const model::Model& model);
+  // Device bytes of the staging ring (two stacks of the largest streamed layer's experts, and
+  // an identity table); 0 when no layer is. `streamed`: per layer, whether prompts may stream
+  // its experts (not where the GPU's kernels cannot serve its expert stacks: see GpuKernelGap).
+  static uint64_t staging_bytes(const model::Model& model, const std::vector<bool>& streamed);
 
-  // Page-locks the file range holding the routed experts (INSUFFICIENT_MEMORY if the host
-  // cannot; adaptive residency copies host experts to GPU slots from these pages too) and
-  // allocates the ring. `slot_tables`: per layer, expert -> slot (-1: host), the host's copy
-  // of the device tables, which residency rewrites between passes (read, not copied);
-  // `pools`: per layer, the resident experts' device stacks.
+  // Page-locks the file range holding the streamed layers' routed experts (INSUFFICIENT_MEMORY
+  // if the host cannot; adaptive residency copies host experts to GPU slots from these pages
+  // too, and only streamed layers have slots) and allocates the ring. `slot_tables`: per layer,
+  // expert -> slot (-1: host), the host's copy of the device tables, which residency rewrites
+  // between passes (read, not copied); `pools`: per layer, the resident experts' device stacks;
+  // `streamed`: as for staging_bytes, at least one layer.
   ExpertStream(const model::Model& model, const std::vector<std::vector<int32_t>>& slot_tables,
-               std::vector<ExpertStacks> pools);
+               std::vector<ExpertStacks> pools, std::vector<bool> streamed);
 
-  // One layer's measured copy time (the average host layer's bytes at the measured rate); 0
-  // before the first streamed pass.
+  // Whether streamed passes copy layer `layer`'s host experts (the others' rows go to the CPU).
+  bool streams(int64_t layer) const { return streamed_[static_cast<size_t>(layer)]; }
+
+  // One layer's measured copy time (the average streamed host layer's bytes at the measured
+  // rate); 0 before the first streamed pass.
   double copy_layer_seconds();
 
   // A streamed pass: begin_pass queues the first host layer's copies; queue_layer makes
@@ -92,6 +98,7 @@ class ExpertStream {
     uint64_t timed_bytes = 0;  // of the copy between copy_start and copy_end, not yet read
   };
 
+  // The bytes a streamed pass copies from the host for layer `layer` (0 for a layer not streamed).
   uint64_t host_bytes(int64_t layer) const;
   int64_t next_host_layer(int64_t after) const;
   void queue_copy(int64_t layer, Stage& stage);
@@ -100,6 +107,7 @@ class ExpertStream {
   const model::Model& model_;
   const std::vector<std::vector<int32_t>>& slot_tables_;
   std::vector<ExpertStacks> pools_;
+  std::vector<bool> streamed_;
   std::unique_ptr<cuda::HostRegistration> pinned_;
   cuda::Stream copies_;
   std::array<Stage, 2> stages_;

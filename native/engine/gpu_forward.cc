@@ -278,14 +278,6 @@ void allocate_workspace(const model::HyperParams& p, int64_t context_size, Works
   for (size_t i = 0; i < sizes.size(); ++i) *buffers[i] = DeviceBuffer(sizes[i].second, sizes[i].first);
 }
 
-// Checks the GPU kernels cover a matrix; `name` says which tensor in the refusal.
-void require(bool supported, const cpu::WeightMatrix& w, const std::string& name) {
-  if (!supported) {
-    throw Error("UNSUPPORTED_QUANT",
-                name + " is " + type_name(w.kernels->type) + ", which has no GPU kernel; load with gpu: false");
-  }
-}
-
 class Uploader {
  public:
   explicit Uploader(const model::HyperParams& p) : p_(p) {}
@@ -429,9 +421,18 @@ size_t workspace_bytes(const model::HyperParams& p, int64_t context_size) {
   return bytes;
 }
 
-void check_kernels(const model::Model& m) {
-  require(cuda::embedding_supports(m.token_embedding.kernels->type), m.token_embedding, "token_embd");
-  require(cuda::matvec_supports(m.output.kernels->type), m.output, "output");
+// Every tensor the GPU's kernels cannot serve, in the model's order.
+std::vector<GpuKernelGap> kernel_gaps(const model::Model& m) {
+  std::vector<GpuKernelGap> gaps;
+  const auto no_kernel = [&](const cpu::WeightMatrix& w, const std::string& tensor, const char* kernel) {
+    gaps.push_back({tensor, tensor + " is " + type_name(w.kernels->type) + ", which has no GPU " + kernel + " kernel"});
+  };
+  if (!cuda::embedding_supports(m.token_embedding.kernels->type)) {
+    no_kernel(m.token_embedding, "token_embd.weight", "embedding");
+  }
+  if (!cuda::matvec_supports(m.output.kernels->type)) {
+    no_kernel(m.output, m.output.data == m.token_embedding.data ? "token_embd.weight" : "output.weight", "matvec");
+  }
   for (size_t l = 0; l < m.layers.size(); ++l) {
     const model::LayerWeights& w = m.layers[l];
     const std::string layer = "blk." + std::to_string(l) + ".";
@@ -439,20 +440,54 @@ void check_kernels(const model::Model& m) {
          {std::pair{&w.q, "attn_q"}, std::pair{&w.k, "attn_k"}, std::pair{&w.v, "attn_v"},
           std::pair{&w.attention_output, "attn_output"}, std::pair{&w.ffn_gate, "ffn_gate"},
           std::pair{&w.ffn_up, "ffn_up"}, std::pair{&w.ffn_down, "ffn_down"}, std::pair{&w.router, "ffn_gate_inp"}}) {
-      if (!matrix->empty()) require(cuda::matvec_supports(matrix->kernels->type), *matrix, layer + name);
+      if (!matrix->empty() && !cuda::matvec_supports(matrix->kernels->type)) {
+        no_kernel(*matrix, layer + name + ".weight", "matvec");
+      }
     }
     if (m.params.experts == 0) continue;
+    const auto expert_gap = [&](const std::string& tensor, const std::string& reason) {
+      gaps.push_back({tensor, reason, static_cast<int64_t>(l)});
+    };
     for (const auto& [experts, name] :
          {std::pair{&w.expert_gate, "ffn_gate_exps"}, std::pair{&w.expert_up, "ffn_up_exps"},
           std::pair{&w.expert_down, "ffn_down_exps"}}) {
       const uint32_t type = experts->first.kernels->type;
-      require(cuda::matvec_supports(type) && !cuda::is_float_type(type), experts->first, layer + name);
+      const std::string tensor = layer + name + ".weight";
+      if (!cuda::matvec_supports(type)) {
+        expert_gap(tensor, tensor + " is " + type_name(type) + ", which has no GPU matvec kernel");
+      }
     }
-    if (w.expert_gate.first.kernels->type != w.expert_up.first.kernels->type) {
-      throw Error("UNSUPPORTED_QUANT", layer + "ffn_gate_exps and ffn_up_exps differ in type (" +
-                                           type_name(w.expert_gate.first.kernels->type) + ", " +
-                                           type_name(w.expert_up.first.kernels->type) +
-                                           "); the GPU's fused expert kernel needs one; load with gpu: false");
+    const uint32_t gate = w.expert_gate.first.kernels->type, up = w.expert_up.first.kernels->type;
+    if (gate != up) {
+      expert_gap(layer + "ffn_up_exps.weight", layer + "ffn_gate_exps.weight (" + type_name(gate) + ") and " + layer +
+                                                   "ffn_up_exps.weight (" + type_name(up) +
+                                                   ") differ in type; the GPU's fused expert kernel needs one");
+    }
+  }
+  return gaps;
+}
+
+// Per layer, whether long prompts may stream its host experts to the GPU: not where the GPU's
+// kernels cannot serve its expert stacks.
+std::vector<bool> streamable_layers(const model::HyperParams& p, const std::vector<GpuKernelGap>& gaps) {
+  std::vector<bool> streamed(static_cast<size_t>(p.layers), p.experts > 0);
+  for (const GpuKernelGap& gap : gaps) {
+    if (gap.expert_layer >= 0) streamed[static_cast<size_t>(gap.expert_layer)] = false;
+  }
+  return streamed;
+}
+
+// Refuses a dense tensor the GPU cannot serve, and GPU-resident experts in a layer whose stacks it cannot.
+void check_kernels(const std::vector<GpuKernelGap>& gaps, const GpuWeights& g) {
+  for (const GpuKernelGap& gap : gaps) {
+    if (gap.expert_layer < 0) {
+      throw Error("UNSUPPORTED_QUANT", gap.reason + ", so the model cannot run on the GPU; load it with gpu: false");
+    }
+    const size_t resident = g.resident[static_cast<size_t>(gap.expert_layer)].size();
+    if (resident > 0) {
+      throw Error("UNSUPPORTED_QUANT", gap.reason + ", so layer " + std::to_string(gap.expert_layer) +
+                                           "'s experts cannot run on the GPU (" + std::to_string(resident) +
+                                           " placed there); keep them in host memory");
     }
   }
 }
@@ -519,10 +554,10 @@ struct Pass {
     Input(const Pass& pass, const float* x, int64_t rows, int64_t cols, uint32_t type) : Input(pass, x, rows, cols) {
       format_ = format_of(type);
     }
-    // The activation format weights of `type` read: -1 floats, 0 Q8_0's blocks, 1 Q8_K's.
+    // The activation format weights of `type` read (a cuda::ActivationFormat), -1 for float rows.
     static int format_of(uint32_t type) {
       if (cuda::is_float_type(type)) return -1;
-      return cuda::superblock_activations(type) ? 1 : 0;
+      return static_cast<int>(cuda::activation_format(type));
     }
     cuda::MatvecInput for_type(uint32_t type) {
       const int format = format_of(type);
@@ -662,8 +697,20 @@ struct Pass {
     mul(w.ffn_down, hidden, n, f(ws.residual), true);
   }
 
-  // Whether this pass copies host experts to the GPU rather than handing rows to the CPU.
-  bool streams() const { return streamed; }
+  // Whether this pass copies layer `layer`'s host experts to the GPU rather than handing its rows
+  // to the CPU: a streamed pass does, in the layers the stream serves (see ExpertStream::streams).
+  bool streams(int64_t layer) const { return streamed && m.expert_stream->streams(layer); }
+  // Whether the CPU runs layer `layer`'s host experts in this pass.
+  bool hands_off(int64_t layer) const {
+    return m.host_experts && m.host_experts->has_host_experts(layer) && !streams(layer);
+  }
+  // Whether the CPU runs any layer's host experts in this pass.
+  bool hybrid() const {
+    for (int64_t l = 0; l < m.params.layers; ++l) {
+      if (hands_off(l)) return true;
+    }
+    return false;
+  }
 
   void moe_ffn(const GpuLayer& w, int64_t layer, Input& x) const {
     const model::HyperParams& p = m.params;
@@ -671,9 +718,10 @@ struct Pass {
     mul(w.router, x, n, f(ws.router_logits), false);
     HostExperts* host = m.host_experts.get();
     const bool host_layer = host && host->has_host_experts(layer);
-    const bool hybrid = host_layer && !streams();
+    const bool streamed_layer = host_layer && streams(layer);
+    const bool hybrid = host_layer && !streamed_layer;
     ExpertStacks experts{w.expert_gate, w.expert_up, w.expert_down, w.expert_slots};
-    if (host_layer && streams()) experts = m.expert_stream->queue_layer(layer, stream);
+    if (streamed_layer) experts = m.expert_stream->queue_layer(layer, stream);
     // One grouping serves both products, so the tiles take the experts only where they serve both types.
     const bool tiled = cuda::mmq_serves(experts.gate.type, n) && cuda::mmq_serves(experts.down.type, n);
     cuda::ExpertGroups groups;
@@ -687,19 +735,11 @@ struct Pass {
                           f(ws.routing_weights), m.routed.as<uint32_t>() + layer * p.experts, ws.order.as<int32_t>(),
                           ws.chunks.as<int32_t>(), ws.chunk_count.as<int32_t>(), stream);
     if (hybrid) host->queue_publish(layer, n, f(ws.normed), ws.chosen.as<int32_t>(), f(ws.routing_weights), stream);
-    const ActivationBlock* blocks = x.for_type(experts.gate.type).blocks;
-    if (tiled) {
-      cuda::expert_gated_mmq(experts.gate, experts.up, blocks, p.experts_used, groups, f(ws.hidden), stream);
-    } else {
-      cuda::expert_gated_matvec(experts.gate, experts.up, blocks, p.experts_used, groups, f(ws.hidden), stream);
-    }
-    Input hidden(*this, f(ws.hidden), n * p.experts_used, p.expert_feed_forward);
-    if (tiled) {
-      cuda::expert_mmq(experts.down, hidden.for_type(experts.down.type).blocks, groups, f(ws.expert_out), stream);
-    } else {
-      cuda::expert_matvec(experts.down, hidden.for_type(experts.down.type), groups, f(ws.expert_out), stream);
-    }
-    if (host_layer && streams()) m.expert_stream->layer_done(stream);
+    // A layer without GPU experts (all in host memory, as where the GPU's kernels cannot serve
+    // its expert stacks: see GpuKernelGap) has no GPU half.
+    const bool gpu_half = experts.gate.count > 0;
+    if (gpu_half) gpu_experts(experts, tiled, groups, x);
+    if (streamed_layer) m.expert_stream->layer_done(stream);
     const cuda::ExpertSum sum{f(ws.expert_out), f(ws.routing_weights), ws.chosen.as<int32_t>(), experts.slot_of_expert,
                               p.experts_used};
     if (!host_layer) {
@@ -707,9 +747,30 @@ struct Pass {
       return;
     }
     // The host's sum is added after the GPU's, and a streamed layer's slot table is the stream's.
-    cuda::combine_experts(sum.expert_out, sum.weights, sum.chosen, sum.slot_of_expert, n, p.experts_used, p.embedding,
-                          f(ws.residual), stream);
+    if (gpu_half) {
+      cuda::combine_experts(sum.expert_out, sum.weights, sum.chosen, sum.slot_of_expert, n, p.experts_used, p.embedding,
+                            f(ws.residual), stream);
+    }
     if (hybrid) host->queue_collect(layer, n, f(ws.residual), stream);
+  }
+
+  // The products of the routed rows' GPU experts (grouped by `groups`) into ws.expert_out: the
+  // tiles where they serve both types, else the matvec (float stacks: float_experts.cu).
+  void gpu_experts(const ExpertStacks& experts, bool tiled, const cuda::ExpertGroups& groups, Input& x) const {
+    const model::HyperParams& p = m.params;
+    const Workspace& ws = m.work;
+    const cuda::MatvecInput input = x.for_type(experts.gate.type);
+    if (tiled) {
+      cuda::expert_gated_mmq(experts.gate, experts.up, input.blocks, p.experts_used, groups, f(ws.hidden), stream);
+    } else {
+      cuda::expert_gated_matvec(experts.gate, experts.up, input, p.experts_used, groups, f(ws.hidden), stream);
+    }
+    Input hidden(*this, f(ws.hidden), n * p.experts_used, p.expert_feed_forward);
+    if (tiled) {
+      cuda::expert_mmq(experts.down, hidden.for_type(experts.down.type).blocks, groups, f(ws.expert_out), stream);
+    } else {
+      cuda::expert_matvec(experts.down, hidden.for_type(experts.down.type), groups, f(ws.expert_out), stream);
+    }
   }
 
   void ffn_block(const GpuLayer& w, int64_t layer) const {
@@ -727,8 +788,8 @@ struct Pass {
   // layer(), then finish(), which writes the logits of layout.outputs, in row order, to
   // work.logits.
   void begin() const {
-    if (m.host_experts && !streams()) m.host_experts->queue_begin_pass(stream);
-    if (streams()) m.expert_stream->begin_pass();
+    if (hybrid()) m.host_experts->queue_begin_pass(stream);
+    if (streamed) m.expert_stream->begin_pass();
     cuda::embed(m.token_embedding, m.work.tokens.as<int32_t>(), n, f(m.work.residual), stream);
   }
   void layer(int64_t l) const {
@@ -810,7 +871,7 @@ void run_hybrid(const Pass& pass, const cuda::Stream& stream) {
       } else {
         pass.finish();
       }
-      if (host.has_host_experts(layer)) host.serve(layer, pass.n, stream);
+      if (pass.hands_off(layer)) host.serve(layer, pass.n, stream);
     }
   } catch (...) {
     host.recover(stream);
@@ -885,7 +946,8 @@ GpuFootprint gpu_footprint(const model::Model& model, int64_t context_size) {
   }
   f.kv_bytes = kv_bytes(p, context_size);
   f.workspace_bytes = workspace_bytes(p, context_size);
-  f.stream_bytes = ExpertStream::staging_bytes(model);
+  f.kernel_gaps = kernel_gaps(model);
+  f.stream_bytes = ExpertStream::staging_bytes(model, streamable_layers(p, f.kernel_gaps));
   f.reserve_bytes = kReserve;
   return f;
 }
@@ -900,7 +962,7 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
   }
   const model::HyperParams& p = model.params;
   check_shape(p);
-  check_kernels(model);
+  const std::vector<GpuKernelGap> gaps = kernel_gaps(model);
 
   cuda::use_device(options.device);
   std::shared_ptr<GpuModel> g(new GpuModel, [](GpuModel* m) {
@@ -913,6 +975,8 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
   g->params = p;
   g->context_size = context_size;
   set_residency(p, resident_experts(p, options.gpu_experts), *g);
+  check_kernels(gaps, *g);
+  const std::vector<bool> streamed = streamable_layers(p, gaps);
   int64_t resident = 0;
   for (const auto& r : g->resident) resident += static_cast<int64_t>(r.size());
   const int64_t all = p.experts * p.layers;
@@ -924,7 +988,7 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
   const cuda::MemoryInfo memory = cuda::memory_info();
   const uint64_t usable = memory.free > kReserve ? memory.free - kReserve : 0;
   const uint64_t available = options.budget > 0 ? std::min<uint64_t>(options.budget, usable) : usable;
-  const uint64_t staging = resident < all && !arena ? ExpertStream::staging_bytes(model) : 0;
+  const uint64_t staging = resident < all && !arena ? ExpertStream::staging_bytes(model, streamed) : 0;
   const uint64_t needed = weights + workspace + kv + staging;
   if (needed > available) {
     const std::string limit = options.budget > 0 && options.budget < usable
@@ -960,12 +1024,14 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
       on_host.push_back(std::move(mask));
     }
     g->host_experts = std::make_unique<HostExperts>(model, std::move(on_host), kMaxBatch, pool, arena);
-    // With a disk tier, host experts live in the arena, not in page-locked file pages: prompts
-    // hand their rows to the CPU, and residency keeps the plan's placement (it copies from those pages).
-    if (!arena) {
+    // Long prompts stream host experts from page-locked file pages, and residency copies from
+    // those pages too: not with a disk tier (host experts live in its arena: prompts hand their
+    // rows to the CPU, and residency keeps the plan's placement), nor where no layer streams (no
+    // expert stacks the GPU's kernels can serve, so no layer has GPU slots to move experts into).
+    if (staging > 0) {
       std::vector<ExpertStacks> stacks;
       for (const GpuLayer& l : g->layers) stacks.push_back({l.expert_gate, l.expert_up, l.expert_down, l.expert_slots});
-      g->expert_stream = std::make_unique<ExpertStream>(model, g->slot_tables, std::move(stacks));
+      g->expert_stream = std::make_unique<ExpertStream>(model, g->slot_tables, std::move(stacks), streamed);
       std::vector<SlotPools> pools;
       for (const GpuLayer& layer : g->layers) {
         // The pools and tables sit in the weights' allocation, which the model owns: writable.
@@ -1053,10 +1119,10 @@ void gpu_forward(GpuModel& model, std::span<const GpuSequenceRows> batch, std::v
         n > 1 && model.expert_stream &&
         StreamChoice::stream(n, model.expert_stream->copy_layer_seconds(), model.host_experts->cpu_layer_seconds(n));
     const Pass pass{model, passes[i], n, stream, streamed, {}};
-    // Whether the CPU runs this pass's host experts (else they are copied to the GPU).
-    const bool hands_rows = host && !pass.streams();
-    if (host && !hands_rows) host->count_streamed_pass();
-    if (decode && passes.size() == 1 && !pass.streams()) {
+    // Whether the CPU runs some of this pass's host experts (a streamed pass copies the others to the GPU).
+    const bool hands_rows = pass.hybrid();
+    if (streamed) host->count_streamed_pass();
+    if (decode && passes.size() == 1 && !streamed) {
       replay_decode_step(model, pass);
       if (hands_rows) {
         host->start_pass();  // after the launch, so a failed one leaves the steps aligned

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "cpu/thread_pool.h"
@@ -54,8 +55,17 @@ struct GpuOptions {
   std::vector<std::vector<int32_t>> gpu_experts;
 };
 
+// A weight the GPU's kernels cannot serve. A routed-expert stack's experts must stay in host
+// memory (the CPU runs them); any other such tensor keeps the model off the GPU.
+struct GpuKernelGap {
+  std::string tensor;         // its name in the file, as "blk.3.ffn_down_exps.weight"
+  std::string reason;         // a sentence naming the tensor, its type and what the GPU lacks
+  int64_t expert_layer = -1;  // the layer of a routed-expert stack; -1 for any other tensor
+};
+
 // The device memory a model needs, term by term: what the offload planner (src/plan.ts)
-// divides the budget with, and what upload_model checks. The one owner of these sizes.
+// divides the budget with, and what upload_model checks. The one owner of these sizes, and of
+// which tensors the GPU cannot serve.
 struct GpuFootprint {
   int64_t context_size = 0;  // tokens of the one sequence the KV term holds
   int64_t experts = 0;       // routed experts per layer
@@ -66,6 +76,7 @@ struct GpuFootprint {
   uint64_t workspace_bytes = 0;
   uint64_t stream_bytes = 0;   // staging for prompts that copy host experts to the GPU (only with some on the host)
   uint64_t reserve_bytes = 0;  // left free for the CUDA context, graphs and kernels
+  std::vector<GpuKernelGap> kernel_gaps;
 };
 // `context_size` as the runtime resolved it. Throws GPU_UNAVAILABLE in a CPU-only build.
 GpuFootprint gpu_footprint(const model::Model& model, int64_t context_size);
@@ -80,8 +91,9 @@ class GpuSequence;
 // to the GPU (that would read every paged expert from disk per layer): every pass hands its
 // rows to the CPU, as decode steps do, and no prompt staging is allocated. Throws GPU_UNAVAILABLE (no
 // usable device, naming why), INSUFFICIENT_MEMORY (naming each term), INVALID_ARGUMENT (a
-// gpu_experts list that does not fit the model), UNSUPPORTED_QUANT (a tensor whose type has
-// no GPU kernel) or UNSUPPORTED_MODEL.
+// gpu_experts list that does not fit the model), UNSUPPORTED_QUANT (a dense tensor the GPU
+// cannot serve, or GPU experts in a layer whose expert stacks it cannot: see GpuKernelGap)
+// or UNSUPPORTED_MODEL.
 std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptions& options, int64_t context_size,
                                        cpu::ThreadPool& pool, ExpertArena* arena);
 

@@ -21,7 +21,6 @@ namespace {
 constexpr int64_t kRows = 13;                                       // rows of activations the batches are cut from
 constexpr int64_t kBatches[][2] = {{0, 2}, {0, 3}, {0, 4}, {0, 5},  // {first row, rows}
                                    {0, 8}, {3, 8}, {0, 9}, {0, 13}, {11, 2}};
-constexpr uint32_t kQuantizedTypes[] = {quant::BlockQ8_0::kType, quant::BlockQ4_K::kType, quant::BlockQ6_K::kType};
 
 using Blocks = cuda::ActivationBlock;
 
@@ -55,8 +54,8 @@ void expect_rows_alone(const char* what, uint32_t type, int64_t width, const cud
     product(first, n, batch.as<float>());
     const auto got = download<float>(batch, static_cast<size_t>(n * width), stream);
     const std::vector<float> want(alone.begin() + first * width, alone.begin() + (first + n) * width);
-    CHECK(mismatches(got, want) == 0) << what << " type " << type << ", rows " << first << ".." << first + n - 1 << ": "
-                                      << mismatches(got, want) << " of " << want.size()
+    CHECK(mismatches(got, want) == 0) << what << " " << type_name(type) << ", rows " << first << ".." << first + n - 1
+                                      << ": " << mismatches(got, want) << " of " << want.size()
                                       << " floats differ from the rows run alone";
   }
 }
@@ -93,9 +92,9 @@ TEST(cuda_gated_matvec_rows_do_not_depend_on_the_batch) {
   }
 }
 
-// The MoE layer's expert kernels: a row's `used` routed slots through gate/up (fused) and down,
-// grouped by expert with the chunking of a pass of n rows (one row per chunk alone, eight in a
-// batch), each in its batch-mates' chunks or not.
+// The MoE layer's expert kernels (float stacks: float_experts.cu): a row's `used` routed slots
+// through gate/up (fused) and down, grouped by expert with the chunking of a pass of n rows (one
+// row per chunk alone, eight in a batch), each in its batch-mates' chunks or not.
 TEST(cuda_expert_rows_do_not_depend_on_the_batch) {
   if (!device_ready("cuda_expert_rows_do_not_depend_on_the_batch")) return;
   std::mt19937 rng(41);
@@ -110,7 +109,7 @@ TEST(cuda_expert_rows_do_not_depend_on_the_batch) {
   for (int32_t e = 0; e < experts; ++e) identity[e] = e;
   const auto dchosen = upload(chosen), slots = upload(identity);
   const cuda::Stream stream;
-  for (const uint32_t type : kQuantizedTypes) {
+  for (const uint32_t type : kGpuTypes) {
     const auto dg = upload(random_matrix(type, experts * feed_forward, width, rng));
     const auto du = upload(random_matrix(type, experts * feed_forward, width, rng));
     const auto dd = upload(random_matrix(type, experts * width, feed_forward, rng));
@@ -127,8 +126,12 @@ TEST(cuda_expert_rows_do_not_depend_on_the_batch) {
         grouping.group(dchosen.as<int32_t>() + first * used, n, experts, used, slots.as<int32_t>(), stream);
         const cuda::ExpertGroups& groups = grouping.groups;
         float* gated = down_too ? hidden.as<float>() : out;
-        cuda::expert_gated_matvec(gate, up, x.from(first).blocks, used, groups, gated, stream.handle());
+        cuda::expert_gated_matvec(gate, up, x.from(first), used, groups, gated, stream.handle());
         if (!down_too) return;
+        if (cuda::is_float_type(type)) {
+          cuda::expert_matvec(down, {gated, nullptr}, groups, out, stream.handle());
+          return;
+        }
         cuda::quantize_activations(gated, n * used, feed_forward, type, hidden_blocks.as<Blocks>(), stream.handle());
         cuda::expert_matvec(down, {nullptr, hidden_blocks.as<Blocks>()}, groups, out, stream.handle());
       };

@@ -19,37 +19,43 @@
 using namespace bloomery;
 using namespace bloomery::tests::gpu;
 
-namespace {}  // namespace
-
 TEST(cuda_quantize_activations_match_cpu) {
   if (!device_ready("cuda_quantize_activations_match_cpu")) return;
   std::mt19937 rng(7);
   const int64_t n = 5;
   const cuda::Stream stream;
-  // Rows of whole super-blocks, and (Q8_0) rows of 5 blocks, which a warp's 256 values straddle.
+  // Rows of whole super-blocks, and (Q8_0, Q8_1) rows of 5 blocks, which a warp's 256 values straddle.
   for (const int64_t cols : {768, 160}) {
     auto x = random_floats(static_cast<size_t>(n * cols), 3.0f, rng);
     x[100] = 0.0f;
     for (int64_t j = 256; j < std::min<int64_t>(512, n * cols); ++j) x[j] = 0.0f;  // an all-zero super-block
     const auto dx = upload(x);
     cuda::DeviceBuffer blocks(static_cast<size_t>(n * cols / 32) * sizeof(cuda::ActivationBlock), "blocks");
-    for (const uint32_t type : {quant::BlockQ8_0::kType, quant::BlockQ4_K::kType}) {
-      if (cols % 256 != 0 && type != quant::BlockQ8_0::kType) continue;
+    // Weight types reading Q8_0, Q8_1 and Q8_K activations.
+    for (const uint32_t type : {quant::BlockQ8_0::kType, quant::BlockQ4_1::kType, quant::BlockQ4_K::kType}) {
+      if (cols % 256 != 0 && type == quant::BlockQ4_K::kType) continue;
       cuda::quantize_activations(dx.as<float>(), n, cols, type, blocks.as<cuda::ActivationBlock>(), stream.handle());
       const auto got = download<cuda::ActivationBlock>(blocks, static_cast<size_t>(n * cols / 32), stream);
       const quant::QuantKernels& k = cpu_kernels(type);
       std::vector<uint8_t> a(row_bytes(k.activation_type, cols));
-      size_t code_diffs = 0, scale_diffs = 0;
+      size_t code_diffs = 0, scale_diffs = 0, sum_diffs = 0;
       for (int64_t i = 0; i < n; ++i) {
         k.quantize_activations(x.data() + i * cols, a.data(), cols);
         for (int64_t b = 0; b < cols / 32; ++b) {
           const cuda::ActivationBlock& g = got[i * cols / 32 + b];
           const int8_t* qs;
           float d;
-          if (type == quant::BlockQ8_0::kType) {
+          if (k.activation_type == quant::BlockQ8_0::kType) {
             const auto* y = reinterpret_cast<const quant::BlockQ8_0*>(a.data()) + b;
             qs = y->qs;
             d = quant::fp16_to_fp32(y->d);
+          } else if (k.activation_type == quant::BlockQ8_1::kType) {
+            // Q8_1 packs its scale and sum as halves: compared bit for bit.
+            const auto* y = reinterpret_cast<const quant::BlockQ8_1*>(a.data()) + b;
+            scale_diffs += (g.d_and_sum & 0xffff) != y->d;
+            sum_diffs += (g.d_and_sum >> 16) != y->s;
+            for (int j = 0; j < 32; ++j) code_diffs += g.qs[j] != y->qs[j];
+            continue;
           } else {
             const auto* y = reinterpret_cast<const quant::BlockQ8_K*>(a.data()) + b / 8;
             qs = y->qs + 32 * (b % 8);
@@ -59,8 +65,9 @@ TEST(cuda_quantize_activations_match_cpu) {
           for (int j = 0; j < 32; ++j) code_diffs += g.qs[j] != qs[j];
         }
       }
-      CHECK(code_diffs == 0 && scale_diffs == 0)
-          << "type " << type << " cols " << cols << ": " << code_diffs << " codes, " << scale_diffs << " scales differ";
+      CHECK(code_diffs == 0 && scale_diffs == 0 && sum_diffs == 0)
+          << type_name(type) << " cols " << cols << ": " << code_diffs << " codes, " << scale_diffs << " scales, "
+          << sum_diffs << " sums differ";
     }
   }
 }
@@ -73,6 +80,7 @@ TEST(cuda_embed_matches_cpu_dequantize) {
   const cuda::Stream stream;
   const auto dt = upload(tokens);
   for (const uint32_t type : kGpuTypes) {
+    CHECK(cuda::embedding_supports(type)) << type_name(type);
     const auto table = random_matrix(type, vocab, cols, rng);
     const auto dtable = upload(table);
     cuda::DeviceBuffer out(tokens.size() * cols * sizeof(float), "out");
@@ -83,23 +91,24 @@ TEST(cuda_embed_matches_cpu_dequantize) {
     for (size_t i = 0; i < tokens.size(); ++i) {
       cpu_kernels(type).dequantize_row(table.data() + tokens[i] * row_bytes(type, cols), want.data() + i * cols, cols);
     }
-    CHECK(mismatches(got, want) == 0) << "type " << type << ": " << mismatches(got, want) << " of " << want.size()
+    CHECK(mismatches(got, want) == 0) << type_name(type) << ": " << mismatches(got, want) << " of " << want.size()
                                       << " floats differ, relative error " << relative_error(got, want);
   }
 }
 
 // Rows not a multiple of a block's warps; widths of one round of a lane's loads (half a warp
-// per row) and of several with a partial last one (and, for the float types, one not a
-// multiple of 4). A batch's first row sums exactly as that row alone (what batched decoding
-// relies on).
+// per row) and of several with a partial last one (for the types of 32-value blocks, one of 25
+// blocks, which the kernels' warps of 256 values straddle when they quantize a row; for the
+// float types, one not a multiple of 4). A batch's first row sums exactly as that row alone
+// (what batched decoding relies on).
 TEST(cuda_matvec_matches_cpu_dot) {
   if (!device_ready("cuda_matvec_matches_cpu_dot")) return;
   std::mt19937 rng(13);
   const int64_t rows = 67;
   const cuda::Stream stream;
   for (const uint32_t type : kGpuTypes) {
-    for (const int64_t cols : {768, 4352, 771}) {
-      if (cols % 256 != 0 && !cuda::is_float_type(type)) continue;
+    for (const int64_t cols : {768, 4352, 800, 771}) {
+      if (cols % quant::ggml_type(type)->block_elements != 0) continue;
       const auto w = random_matrix(type, rows, cols, rng);
       const auto dw = upload(w);
       const cuda::DeviceMatrix m = device_matrix(type, dw, rows, cols);
@@ -118,15 +127,15 @@ TEST(cuda_matvec_matches_cpu_dot) {
         const auto got = download<float>(y, static_cast<size_t>(n * rows), stream);
         const auto want = cpu_matvec(type, w, rows, cols, x, n);
         const double error = relative_error(got, want);
-        std::printf("  matvec type %u cols %lld n %lld: relative error %.3g\n", type, static_cast<long long>(cols),
-                    static_cast<long long>(n), error);
-        CHECK(error < 2e-5) << "type " << type << " cols " << cols << " n " << n << ": relative error " << error;
+        std::printf("  matvec %s cols %lld n %lld: relative error %.3g\n", type_name(type),
+                    static_cast<long long>(cols), static_cast<long long>(n), error);
+        CHECK(error < 2e-5) << type_name(type) << " cols " << cols << " n " << n << ": relative error " << error;
         if (n > 1) {
           cuda::DeviceBuffer one(static_cast<size_t>(rows) * sizeof(float), "one row");
           cuda::matvec(m, input, 1, one.as<float>(), false, stream.handle());
           const auto alone = download<float>(one, static_cast<size_t>(rows), stream);
           const std::vector<float> first(got.begin(), got.begin() + rows);
-          CHECK(mismatches(first, alone) == 0) << "type " << type << " cols " << cols << " n " << n << ": "
+          CHECK(mismatches(first, alone) == 0) << type_name(type) << " cols " << cols << " n " << n << ": "
                                                << mismatches(first, alone) << " sums of the first row differ alone";
         }
         if (input.blocks && cuda::quantizes_input(n, cols)) {
@@ -134,7 +143,7 @@ TEST(cuda_matvec_matches_cpu_dot) {
           cuda::matvec(m, {dx.as<float>(), nullptr}, n, y.as<float>(), false, stream.handle());
           const auto from_floats = download<float>(y, static_cast<size_t>(n * rows), stream);
           CHECK(mismatches(from_floats, got) == 0)
-              << "type " << type << " cols " << cols << ": " << mismatches(from_floats, got)
+              << type_name(type) << " cols " << cols << ": " << mismatches(from_floats, got)
               << " sums differ when the kernel quantizes its input";
         }
       }
@@ -196,7 +205,7 @@ TEST(cuda_gated_matvec_matches_cpu) {
   std::mt19937 rng(17);
   const int64_t rows = 45, cols = 512, n = 6;
   const cuda::Stream stream;
-  for (const uint32_t type : {quant::BlockQ8_0::kType, quant::BlockQ4_K::kType, quant::BlockQ6_K::kType}) {
+  for (const uint32_t type : kQuantizedTypes) {
     const auto gate = random_matrix(type, rows, cols, rng), up = random_matrix(type, rows, cols, rng);
     const auto dg = upload(gate), du = upload(up);
     const auto x = random_floats(static_cast<size_t>(n * cols), 2.0f, rng);
@@ -211,21 +220,37 @@ TEST(cuda_gated_matvec_matches_cpu) {
     std::vector<float> want(g.size());
     for (size_t i = 0; i < want.size(); ++i) want[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
     const double error = relative_error(got, want);
-    std::printf("  gated matvec type %u: relative error %.3g\n", type, error);
-    CHECK(error < 5e-5) << "type " << type << ": relative error " << error;
+    std::printf("  gated matvec %s: relative error %.3g\n", type_name(type), error);
+    CHECK(error < 5e-5) << type_name(type) << ": relative error " << error;
+  }
+}
+
+// The GPU serves exactly the weight types the CPU has kernels for, so a model that loads runs on either.
+TEST(cuda_types_match_cpu_types) {
+  const auto cpu = quant::cpu_weight_types();
+  std::vector<uint32_t> gpu(kGpuTypes.begin(), kGpuTypes.end());
+  std::sort(gpu.begin(), gpu.end());
+  CHECK(std::vector<uint32_t>(cpu.begin(), cpu.end()) == gpu) << cpu.size() << " CPU types, " << gpu.size() << " GPU";
+  for (const uint32_t type : gpu) {
+    CHECK(cuda::matvec_supports(type) && cuda::embedding_supports(type)) << type_name(type);
   }
 }
 
 // The expert kernels over route_and_group's groups (a decode step's single row, and a batch):
 // each routed slot's SwiGLU of its expert's gate and up, then its expert's down product of the
-// GPU's hidden row, against the CPU's dots of the same expert's rows.
+// GPU's hidden row, against the CPU's dots of the same expert's rows; for stacks of every GPU
+// type (float ones in float_experts.cu), and for gate/up and down of different types.
 TEST(cuda_expert_matvec_matches_cpu) {
   if (!device_ready("cuda_expert_matvec_matches_cpu")) return;
   std::mt19937 rng(19);
   const cuda::Stream stream;
   const int64_t experts = 6, used = 3, width = 512, ff = 256;
-  for (const auto& [up_type, down_type] : {std::pair{quant::BlockQ4_K::kType, quant::BlockQ6_K::kType},
-                                           std::pair{quant::BlockQ8_0::kType, quant::BlockQ8_0::kType}}) {
+  std::vector<std::pair<uint32_t, uint32_t>> pairs = {{quant::BlockQ4_K::kType, quant::BlockQ6_K::kType},
+                                                      {quant::BlockQ4_K::kType, quant::BlockMXFP4::kType},
+                                                      {quant::BlockQ5_1::kType, quant::BlockIQ4_XS::kType},
+                                                      {1, quant::BlockQ4_1::kType}};
+  for (const uint32_t type : kGpuTypes) pairs.emplace_back(type, type);
+  for (const auto& [up_type, down_type] : pairs) {
     const auto gate = random_matrix(up_type, experts * ff, width, rng),
                up = random_matrix(up_type, experts * ff, width, rng);
     const auto down = random_matrix(down_type, experts * width, ff, rng);
@@ -255,13 +280,17 @@ TEST(cuda_expert_matvec_matches_cpu) {
       cuda::DeviceBuffer hidden(static_cast<size_t>(n * used * ff) * sizeof(float), "hidden");
       cuda::DeviceBuffer h_blocks(static_cast<size_t>(n * used * ff / 32) * sizeof(cuda::ActivationBlock), "blocks");
       cuda::DeviceBuffer out(static_cast<size_t>(n * used * width) * sizeof(float), "out");
-      cuda::quantize_activations(dx.as<float>(), n, width, up_type, x_blocks.as<cuda::ActivationBlock>(),
-                                 stream.handle());
-      cuda::expert_gated_matvec(mg, mu, x_blocks.as<cuda::ActivationBlock>(), used, groups, hidden.as<float>(),
+      // Float stacks read the float rows, quantized ones the rows' blocks.
+      const auto input = [&](uint32_t type, const cuda::DeviceBuffer& rows, int64_t count, int64_t cols,
+                             const cuda::DeviceBuffer& blocks) {
+        if (cuda::is_float_type(type)) return cuda::MatvecInput{rows.as<float>(), nullptr};
+        cuda::quantize_activations(rows.as<float>(), count, cols, type, blocks.as<cuda::ActivationBlock>(),
+                                   stream.handle());
+        return cuda::MatvecInput{nullptr, blocks.as<cuda::ActivationBlock>()};
+      };
+      cuda::expert_gated_matvec(mg, mu, input(up_type, dx, n, width, x_blocks), used, groups, hidden.as<float>(),
                                 stream.handle());
-      cuda::quantize_activations(hidden.as<float>(), n * used, ff, down_type, h_blocks.as<cuda::ActivationBlock>(),
-                                 stream.handle());
-      cuda::expert_matvec(md, {nullptr, h_blocks.as<cuda::ActivationBlock>()}, groups, out.as<float>(),
+      cuda::expert_matvec(md, input(down_type, hidden, n * used, ff, h_blocks), groups, out.as<float>(),
                           stream.handle());
       const auto routed = download<int32_t>(chosen, static_cast<size_t>(n * used), stream);
       const auto got_hidden = download<float>(hidden, static_cast<size_t>(n * used * ff), stream);
@@ -279,16 +308,16 @@ TEST(cuda_expert_matvec_matches_cpu) {
       }
       const double hidden_error = relative_error(got_hidden, want_hidden),
                    out_error = relative_error(got_out, want_out);
-      std::printf("  expert matvec types %u/%u n %lld: relative error %.3g (gate/up), %.3g (down)\n", up_type,
-                  down_type, static_cast<long long>(n), hidden_error, out_error);
-      CHECK(hidden_error < 5e-5) << "types " << up_type << " n " << n << ": gate/up relative error " << hidden_error;
-      CHECK(out_error < 2e-5) << "types " << down_type << " n " << n << ": down relative error " << out_error;
-      if (cuda::quantizes_input(groups.tokens_per_chunk, ff)) {
+      std::printf("  expert matvec %s/%s n %lld: relative error %.3g (gate/up), %.3g (down)\n", type_name(up_type),
+                  type_name(down_type), static_cast<long long>(n), hidden_error, out_error);
+      CHECK(hidden_error < 5e-5) << type_name(up_type) << " n " << n << ": gate/up relative error " << hidden_error;
+      CHECK(out_error < 2e-5) << type_name(down_type) << " n " << n << ": down relative error " << out_error;
+      if (!cuda::is_float_type(down_type) && cuda::quantizes_input(groups.tokens_per_chunk, ff)) {
         // A decode step's down product takes the hidden rows as floats: the very same sums.
         cuda::expert_matvec(md, {hidden.as<float>(), nullptr}, groups, out.as<float>(), stream.handle());
         const auto from_floats = download<float>(out, got_out.size(), stream);
         CHECK(mismatches(from_floats, got_out) == 0)
-            << "types " << down_type << " n " << n << ": " << mismatches(from_floats, got_out)
+            << type_name(down_type) << " n " << n << ": " << mismatches(from_floats, got_out)
             << " down sums differ when the kernel quantizes its input";
       }
     }

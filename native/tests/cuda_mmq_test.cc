@@ -210,8 +210,8 @@ TEST(cuda_expert_mmq_matches_cpu_and_matvec) {
       const auto dhidden = upload(untouched_hidden), dhidden_mv = upload(untouched_hidden);
       cuda::expert_gated_mmq(mg, mu, blocks.as<cuda::ActivationBlock>(), kUsed, tiles, dhidden.as<float>(),
                              stream.handle());
-      cuda::expert_gated_matvec(mg, mu, blocks.as<cuda::ActivationBlock>(), kUsed, small, dhidden_mv.as<float>(),
-                                stream.handle());
+      cuda::expert_gated_matvec(mg, mu, {nullptr, blocks.as<cuda::ActivationBlock>()}, kUsed, small,
+                                dhidden_mv.as<float>(), stream.handle());
       const auto hidden = download<float>(dhidden, untouched_hidden.size(), stream);
       const auto hidden_mv = download<float>(dhidden_mv, untouched_hidden.size(), stream);
       size_t host_rows_written = 0;
@@ -328,7 +328,7 @@ TEST(cuda_mmq_outpaces_matvec_on_prompt_batches) {
         if (tiled) {
           cuda::expert_gated_mmq(mg, mu, xb, used, g, hidden.as<float>(), stream.handle());
         } else {
-          cuda::expert_gated_matvec(mg, mu, xb, used, g, hidden.as<float>(), stream.handle());
+          cuda::expert_gated_matvec(mg, mu, {nullptr, xb}, used, g, hidden.as<float>(), stream.handle());
         }
       });
       times[tiled ? 0 : 1][1] = milliseconds(stream, [&] {

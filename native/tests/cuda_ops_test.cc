@@ -81,9 +81,10 @@ TEST(cuda_rms_norm_matches_cpu) {
   }
 }
 
-// The norm that first adds the previous layer's expert sum (in place) and quantizes its output:
-// the same rows as combine_experts then rms_norm on the CPU, the same blocks as
-// quantize_activations of those floats (itself checked against the CPU in cuda_matvec_test).
+// The norm that first adds the previous layer's expert sum (in place) and quantizes its output
+// (in each activation format: Q8_K, Q8_0, Q8_1): the same rows as combine_experts then rms_norm
+// on the CPU, the same blocks as quantize_activations of those floats (itself checked against
+// the CPU in cuda_matvec_test).
 TEST(cuda_rms_norm_with_expert_sum_and_blocks) {
   if (!device_ready("cuda_rms_norm_with_expert_sum_and_blocks")) return;
   std::mt19937 rng(4);
@@ -95,7 +96,8 @@ TEST(cuda_rms_norm_with_expert_sum_and_blocks) {
   };
   for (const Case c :
        {Case{2048, quant::BlockQ4_K::kType}, Case{4352, quant::BlockQ6_K::kType}, Case{768, quant::BlockQ8_0::kType},
-        Case{96, quant::BlockQ8_0::kType}, Case{2080, quant::BlockQ8_0::kType}}) {
+        Case{96, quant::BlockQ8_0::kType}, Case{2080, quant::BlockQ8_0::kType}, Case{2080, quant::BlockQ4_1::kType},
+        Case{96, quant::BlockQ5_1::kType}, Case{768, quant::BlockIQ4_XS::kType}}) {
     for (const int64_t n : {1, 5}) {
       const int64_t width = c.width;
       const auto residual = random_floats(static_cast<size_t>(n * width), 3.0f, rng);

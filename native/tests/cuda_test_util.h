@@ -5,6 +5,9 @@
 
 #ifdef BLOOMERY_CUDA
 
+#include <algorithm>
+#include <array>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -58,9 +61,22 @@ inline size_t row_bytes(uint32_t type, int64_t cols) {
   return *quant::ggml_row_bytes(*quant::ggml_type(type), static_cast<uint64_t>(cols));
 }
 
-// The weight types the GPU's mat-vec kernels take: F32, F16, Q8_0, Q4_K, Q6_K.
-inline constexpr uint32_t kGpuTypes[] = {0, 1, quant::BlockQ8_0::kType, quant::BlockQ4_K::kType,
-                                         quant::BlockQ6_K::kType};
+// The weight types the GPU's kernels take (every type with CPU kernels: cuda_types_match_cpu_types
+// checks it): the float ones read float rows, the quantized ones activation blocks.
+inline constexpr std::array<uint32_t, 3> kFloatTypes = {0, 1, 30};  // F32, F16, BF16
+inline constexpr std::array<uint32_t, 13> kQuantizedTypes = {
+    quant::BlockQ4_0::kType, quant::BlockQ4_1::kType, quant::BlockQ5_0::kType,   quant::BlockQ5_1::kType,
+    quant::BlockQ8_0::kType, quant::BlockQ2_K::kType, quant::BlockQ3_K::kType,   quant::BlockQ4_K::kType,
+    quant::BlockQ5_K::kType, quant::BlockQ6_K::kType, quant::BlockIQ4_NL::kType, quant::BlockIQ4_XS::kType,
+    quant::BlockMXFP4::kType};
+inline constexpr auto kGpuTypes = [] {
+  std::array<uint32_t, kFloatTypes.size() + kQuantizedTypes.size()> all{};
+  std::copy(kFloatTypes.begin(), kFloatTypes.end(), all.begin());
+  std::copy(kQuantizedTypes.begin(), kQuantizedTypes.end(), all.begin() + kFloatTypes.size());
+  return all;
+}();
+
+inline const char* type_name(uint32_t type) { return quant::ggml_type(type)->name.data(); }
 
 // `data` as `count` matrices of `rows` x `cols` weights of `type`, back to back.
 inline cuda::DeviceMatrix device_matrix(uint32_t type, const cuda::DeviceBuffer& data, int64_t rows, int64_t cols,
@@ -95,19 +111,68 @@ inline std::vector<uint8_t> random_matrix(uint32_t type, int64_t rows, int64_t c
     for (size_t i = 0; i < bytes / 2; ++i) half(2 * i, 0.0f, 1.0f, true);
     return m;
   }
+  if (type == 30) {
+    for (size_t i = 0; i < bytes / 2; ++i) {
+      const uint16_t b = quant::fp32_to_bf16(std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng));
+      std::memcpy(m.data() + 2 * i, &b, sizeof b);
+    }
+    return m;
+  }
   for (auto& b : m) b = static_cast<uint8_t>(rng());
   const size_t block = quant::ggml_type(type)->block_bytes;
+  // Q4_1/Q5_1's offset m centres the codes (0..15, 0..31) on zero, as real models' do.
+  const auto offset = [&](size_t d_at, size_t m_at, float centre) {
+    uint16_t d;
+    std::memcpy(&d, m.data() + d_at, sizeof d);
+    const float v = -centre * quant::fp16_to_fp32(d) * std::uniform_real_distribution<float>(0.8f, 1.2f)(rng);
+    const uint16_t h = quant::fp32_to_fp16(v);
+    std::memcpy(m.data() + m_at, &h, sizeof h);
+  };
   for (size_t o = 0; o < bytes; o += block) {
     switch (type) {
+      case quant::BlockQ4_0::kType:
+        half(o + offsetof(quant::BlockQ4_0, d), 1e-3f, 1e-1f, true);
+        break;
+      case quant::BlockQ5_0::kType:
+        half(o + offsetof(quant::BlockQ5_0, d), 1e-3f, 1e-1f, true);
+        break;
+      case quant::BlockQ4_1::kType:
+        half(o + offsetof(quant::BlockQ4_1, d), 1e-3f, 1e-1f, false);
+        offset(o + offsetof(quant::BlockQ4_1, d), o + offsetof(quant::BlockQ4_1, m), 8.0f);
+        break;
+      case quant::BlockQ5_1::kType:
+        half(o + offsetof(quant::BlockQ5_1, d), 1e-3f, 1e-1f, false);
+        offset(o + offsetof(quant::BlockQ5_1, d), o + offsetof(quant::BlockQ5_1, m), 16.0f);
+        break;
       case quant::BlockQ8_0::kType:
         half(o + offsetof(quant::BlockQ8_0, d), 1e-3f, 1e-1f, true);
+        break;
+      case quant::BlockQ2_K::kType:
+        half(o + offsetof(quant::BlockQ2_K, d), 1e-4f, 1e-2f, false);
+        half(o + offsetof(quant::BlockQ2_K, dmin), 1e-4f, 1e-2f, false);
+        break;
+      case quant::BlockQ3_K::kType:
+        half(o + offsetof(quant::BlockQ3_K, d), 1e-4f, 1e-2f, true);
         break;
       case quant::BlockQ4_K::kType:
         half(o + offsetof(quant::BlockQ4_K, d), 1e-4f, 1e-2f, false);
         half(o + offsetof(quant::BlockQ4_K, dmin), 1e-4f, 1e-2f, false);
         break;
+      case quant::BlockQ5_K::kType:
+        half(o + offsetof(quant::BlockQ5_K, d), 1e-4f, 1e-2f, false);
+        half(o + offsetof(quant::BlockQ5_K, dmin), 1e-4f, 1e-2f, false);
+        break;
       case quant::BlockQ6_K::kType:
         half(o + offsetof(quant::BlockQ6_K, d), 1e-5f, 1e-3f, true);
+        break;
+      case quant::BlockIQ4_NL::kType:
+        half(o + offsetof(quant::BlockIQ4_NL, d), 1e-4f, 1e-2f, true);
+        break;
+      case quant::BlockIQ4_XS::kType:
+        half(o + offsetof(quant::BlockIQ4_XS, d), 1e-5f, 1e-3f, true);
+        break;
+      case quant::BlockMXFP4::kType:
+        m[o + offsetof(quant::BlockMXFP4, e)] = static_cast<uint8_t>(115 + rng() % 10);  // 2^-12 .. 2^-3
         break;
       default:
         break;

@@ -12,13 +12,16 @@ export const skip = !hasGpu && "no NVIDIA device on this machine";
 
 const synthCli = fileURLToPath(new globalThis.URL("../../dist/synth-cli.js", import.meta.url));
 
-/** A fixture maker writing into a new temporary folder named after `label`; also returns that folder. */
+/**
+ * A fixture maker writing into a new temporary folder named after `label`; also returns that folder.
+ * `type` is left out for presets with a fixed mix of types.
+ */
 export function fixtures(label) {
   const dir = hasGpu ? mkdtempSync(join(tmpdir(), `bloomery-${label}-`)) : "";
   const fixture = (preset, type) => {
-    const path = join(dir, `${preset}-${type}.gguf`);
+    const path = join(dir, `${preset}-${type ?? "mix"}.gguf`);
     if (!existsSync(path))
-      execFileSync(process.execPath, [synthCli, preset, path, "--type", type], { stdio: "ignore" });
+      execFileSync(process.execPath, [synthCli, preset, path, ...(type ? ["--type", type] : [])], { stdio: "ignore" });
     return path;
   };
   return { dir, fixture };

@@ -1,6 +1,7 @@
 // GPU machine: hybrid runs (some routed experts on the GPU, the others run by the CPU from
 // host memory, in every layer) give the all-GPU run's greedy tokens and distributions, as
-// decode steps (one graph per step) and as prompts longer than one pass. Skips where no
+// decode steps (one graph per step) and as prompts longer than one pass; and a layer whose
+// expert stacks the GPU cannot serve stays on the CPU while the others stream. Skips where no
 // NVIDIA device exists.
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -116,3 +117,54 @@ test("a GPU budget below the model's size plans experts on both sides of every l
     hybrid.dispose();
   }
 });
+
+// tiny-qwen3moe-mix's layer 1 has gate and up experts of different types, which the GPU's fused
+// expert kernel cannot take: its experts stay on the CPU, in every pass, while the other layers'
+// host experts stream to the GPU for long prompts. One 600-row pass so both streams layers 0 and 2
+// and hands layer 1's rows to the CPU.
+test(
+  "tiny-qwen3moe-mix: long prompts stream the layers the GPU serves and hand the others to the CPU",
+  { skip },
+  async () => {
+    const path = fixture("tiny-qwen3moe-mix");
+    const reference = await loadModel(path, { gpu: "auto", contextSize: CONTEXT });
+    try {
+      const layers = reference.plan.layers;
+      assert.deepEqual(
+        layers.map((l) => l.gpu.length),
+        [8, 0, 8],
+      );
+      assert.match(layers[1].reason, /ffn_up_exps\.weight \(IQ4_XS\) differ in type.*off the GPU/);
+      const plan = split(reference.plan, (e) => e % 2 === 0);
+      plan.layers[1] = { ...plan.layers[1], gpu: [], host: [0, 1, 2, 3, 4, 5, 6, 7] };
+      const hybrid = await loadModel(path, { gpu: "auto", contextSize: CONTEXT, plan });
+      try {
+        assert.deepEqual(
+          hybrid.plan.layers.map((l) => [l.gpu.length, l.host.length]),
+          [
+            [4, 4],
+            [0, 8],
+            [4, 4],
+          ],
+        );
+        await expectSameAsAllGpu(
+          path,
+          reference,
+          await logitsOf(reference),
+          hybrid,
+          "even experts of layers 0 and 2 on the GPU",
+        );
+      } finally {
+        hybrid.dispose();
+      }
+      const gapped = split(reference.plan, () => true);
+      await assert.rejects(loadModel(path, { gpu: "auto", contextSize: CONTEXT, plan: gapped }), (error) => {
+        assert.equal(error.code, "UNSUPPORTED_QUANT");
+        assert.match(error.message, /layer 1 puts 8 experts on the GPU/);
+        return true;
+      });
+    } finally {
+      reference.dispose();
+    }
+  },
+);

@@ -49,6 +49,8 @@ export interface SynthPreset {
   tiedOutput?: boolean;
   /** Fixed type of every weight matrix; a preset without one takes the `weightType` option. */
   mix?: Partial<Record<WeightRole, string>>;
+  /** Per layer, exceptions to `mix` for that layer's matrices. */
+  layerMix?: Record<number, Partial<Record<WeightRole, string>>>;
   /** `general.file_type` (a llama_ftype) of a preset with a fixed mix. */
   fileType?: number;
   /**
@@ -75,6 +77,25 @@ const Q4_K_M_MIX: Partial<Record<WeightRole, string>> = {
   ffn_up_exps: "Q4_K",
   ffn_down_exps: "Q6_K",
 };
+
+/**
+ * A tiny mix of the 32-element, 256-element and codebook formats, with layer 1's ffn_gate_exps and
+ * ffn_up_exps of different types (the GPU's fused expert kernel needs one: that layer's experts stay
+ * on the CPU, the other layers' may sit on or stream to the GPU): the GPU tests' fixture for
+ * switching activation formats within a pass and for kernel gaps.
+ */
+const TINY_MIX: Partial<Record<WeightRole, string>> = {
+  token_embd: "Q4_0",
+  output: "Q6_K",
+  attn_q: "Q5_0",
+  attn_k: "IQ4_NL",
+  attn_v: "Q8_0",
+  attn_output: "Q4_1",
+  ffn_gate_exps: "Q4_K",
+  ffn_up_exps: "Q4_K",
+  ffn_down_exps: "MXFP4",
+};
+const TINY_MIX_GAP: Partial<Record<WeightRole, string>> = { ffn_up_exps: "IQ4_XS" };
 
 export const PRESETS: Record<string, SynthPreset> = {
   "qwen3-30b-a3b": {
@@ -138,6 +159,29 @@ export const PRESETS: Record<string, SynthPreset> = {
     ropeFreqBase: 1e6,
     rmsEpsilon: 1e-6,
     boundedScales: true,
+  },
+  "tiny-qwen3moe-mix": {
+    name: "tiny-qwen3moe-mix",
+    description:
+      "tiny-qwen3moe's shapes with a mix of nine weight types (layer 1's gate and up experts differ in type)",
+    architecture: "qwen3moe",
+    vocab: "qwen",
+    layers: 3,
+    embedding: 256,
+    heads: 8,
+    headsKv: 2,
+    headDim: 64,
+    feedForward: 512,
+    experts: 8,
+    expertsUsed: 2,
+    expertFeedForward: 256,
+    contextLength: 4096,
+    ropeFreqBase: 1e6,
+    rmsEpsilon: 1e-6,
+    boundedScales: true,
+    mix: TINY_MIX,
+    layerMix: { 1: TINY_MIX_GAP },
+    fileType: 1024, // LLAMA_FTYPE_GUESSED: no named llama.cpp mix
   },
   "tiny-qwen3": {
     name: "tiny-qwen3",

@@ -140,13 +140,14 @@ function architectureMetadata(p: SynthPreset): [string, GgufValue, GgufMetadataT
 function planTensors(
   p: SynthPreset,
   nVocab: number,
-  typeOf: (role: WeightRole) => string,
+  typeOf: (role: WeightRole, layer?: number) => string,
   seed: number,
 ): SyntheticTensor[] {
   const tensors: SyntheticTensor[] = [];
   const add = (name: string, type: string, shape: number[], init: FloatInit) =>
     tensors.push({ name, type, shape, bytes: tensorBytes(type, shape), init });
-  const weight = (name: string, role: WeightRole, shape: number[]) => add(name, typeOf(role), shape, WEIGHT_INIT);
+  const weight = (name: string, role: WeightRole, shape: number[], layer?: number) =>
+    add(name, typeOf(role, layer), shape, WEIGHT_INIT);
   const norm = (name: string, length: number) => add(name, "F32", [length], NORM_INIT);
 
   const qWidth = p.heads * p.headDim;
@@ -155,15 +156,15 @@ function planTensors(
   for (let l = 0; l < p.layers; l++) {
     const blk = `blk.${l}`;
     norm(`${blk}.attn_norm.weight`, p.embedding);
-    weight(`${blk}.attn_q.weight`, "attn_q", [p.embedding, qWidth]);
-    weight(`${blk}.attn_k.weight`, "attn_k", [p.embedding, kvWidth]);
-    weight(`${blk}.attn_v.weight`, "attn_v", [p.embedding, kvWidth]);
+    weight(`${blk}.attn_q.weight`, "attn_q", [p.embedding, qWidth], l);
+    weight(`${blk}.attn_k.weight`, "attn_k", [p.embedding, kvWidth], l);
+    weight(`${blk}.attn_v.weight`, "attn_v", [p.embedding, kvWidth], l);
     if (p.architecture === "qwen2") {
       add(`${blk}.attn_q.bias`, "F32", [qWidth], BIAS_INIT);
       add(`${blk}.attn_k.bias`, "F32", [kvWidth], BIAS_INIT);
       add(`${blk}.attn_v.bias`, "F32", [kvWidth], BIAS_INIT);
     }
-    weight(`${blk}.attn_output.weight`, "attn_output", [qWidth, p.embedding]);
+    weight(`${blk}.attn_output.weight`, "attn_output", [qWidth, p.embedding], l);
     if (p.architecture === "qwen3" || p.architecture === "qwen3moe") {
       norm(`${blk}.attn_q_norm.weight`, p.headDim);
       norm(`${blk}.attn_k_norm.weight`, p.headDim);
@@ -176,13 +177,13 @@ function planTensors(
         rowLength: p.embedding,
         rowScale,
       });
-      weight(`${blk}.ffn_gate_exps.weight`, "ffn_gate_exps", [p.embedding, p.expertFeedForward, p.experts]);
-      weight(`${blk}.ffn_up_exps.weight`, "ffn_up_exps", [p.embedding, p.expertFeedForward, p.experts]);
-      weight(`${blk}.ffn_down_exps.weight`, "ffn_down_exps", [p.expertFeedForward, p.embedding, p.experts]);
+      weight(`${blk}.ffn_gate_exps.weight`, "ffn_gate_exps", [p.embedding, p.expertFeedForward, p.experts], l);
+      weight(`${blk}.ffn_up_exps.weight`, "ffn_up_exps", [p.embedding, p.expertFeedForward, p.experts], l);
+      weight(`${blk}.ffn_down_exps.weight`, "ffn_down_exps", [p.expertFeedForward, p.embedding, p.experts], l);
     } else {
-      weight(`${blk}.ffn_gate.weight`, "ffn_gate", [p.embedding, p.feedForward]);
-      weight(`${blk}.ffn_up.weight`, "ffn_up", [p.embedding, p.feedForward]);
-      weight(`${blk}.ffn_down.weight`, "ffn_down", [p.feedForward, p.embedding]);
+      weight(`${blk}.ffn_gate.weight`, "ffn_gate", [p.embedding, p.feedForward], l);
+      weight(`${blk}.ffn_up.weight`, "ffn_up", [p.embedding, p.feedForward], l);
+      weight(`${blk}.ffn_down.weight`, "ffn_down", [p.feedForward, p.embedding], l);
     }
   }
   norm("output_norm.weight", p.embedding);
@@ -214,9 +215,9 @@ export function planSyntheticModel(
       },
     );
   }
-  const typeOf = (role: WeightRole): string => {
+  const typeOf = (role: WeightRole, layer?: number): string => {
     if (!preset.mix) return weightType;
-    const type = preset.mix[role];
+    const type = (layer === undefined ? undefined : preset.layerMix?.[layer]?.[role]) ?? preset.mix[role];
     if (!type) throw new BloomeryError("INTERNAL", `preset ${preset.name} has no type for ${role}`);
     return type;
   };
