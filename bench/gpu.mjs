@@ -1,6 +1,9 @@
 // GPU benchmark (run on the GPU machine): the whole model on the card; decode tok/s of one
 // stream and prompt tok/s at P = 512 and 4096, against ik_llama.cpp's figures on the same
-// machine and model (../shared/BASELINES.md). Writes JSON to $OUT (or the working directory).
+// machine and model (../shared/BASELINES.md). Decode three ways: greedy generate() as a user
+// streams it (first token to last: the figure the ratio takes), the engine's own time for those
+// passes (model.stats(); what llama-bench's tg times), and evaluate() of one token at a time with
+// the logits copied to JavaScript and argmax taken there. Writes JSON to $OUT (or the working directory).
 //   node bench/gpu.mjs /root/q.gguf
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -38,7 +41,24 @@ for (let i = 0; i < DECODE_STEPS; ++i) {
   token = argmax(logits);
   logits = await session.evaluate([token]);
 }
-const decode = DECODE_STEPS / secondsSince(decodeStart);
+const decodeEvaluate = DECODE_STEPS / secondsSince(decodeStart);
+
+// Greedy generation, end of sequence banned so that every run makes DECODE_STEPS tokens.
+session.reset();
+const before = model.stats();
+let first, last;
+let generated = 0;
+for await (const chunk of session.generate(spreadTokens(64, vocab), {
+  maxTokens: DECODE_STEPS + 1,
+  logitBias: { [model.info.eosToken]: -Infinity },
+})) {
+  last = process.hrtime.bigint();
+  first ??= last;
+  generated += chunk.tokens.length;
+}
+const after = model.stats();
+const decode = (generated - 1) / (Number(last - first) / 1e9);
+const decodeEngine = (after.decodeTokens - before.decodeTokens) / (after.decodeSeconds - before.decodeSeconds);
 model.dispose();
 
 const result = {
@@ -49,6 +69,8 @@ const result = {
   figures: {
     loadSeconds,
     decodeTokensPerSecond: decode,
+    decodeEngineTokensPerSecond: decodeEngine,
+    decodeEvaluateTokensPerSecond: decodeEvaluate,
     decodeSteps: DECODE_STEPS,
     decodeContextStart: 65,
     prompt512TokensPerSecond: prompt512,
@@ -65,7 +87,8 @@ const out = join(process.env.OUT ?? ".", "gpu-bench.json");
 writeFileSync(out, JSON.stringify(result, null, 2));
 console.log(JSON.stringify(result.figures, null, 2));
 console.log(
-  `decode ${decode.toFixed(1)} tok/s (${result.ratios.decode.toFixed(2)}x ik_llama.cpp), ` +
+  `decode ${decode.toFixed(1)} tok/s (${result.ratios.decode.toFixed(2)}x ik_llama.cpp; engine ` +
+    `${decodeEngine.toFixed(1)}, evaluate loop ${decodeEvaluate.toFixed(1)}), ` +
     `prompt 512: ${prompt512.toFixed(0)} (${result.ratios.prompt512.toFixed(2)}x), ` +
     `4096: ${prompt4096.toFixed(0)} (${result.ratios.prompt4096.toFixed(2)}x); wrote ${out}`,
 );
