@@ -313,7 +313,7 @@ export interface ModelStats {
   meanSequencesPerPass: number;
   /** Hybrid pass times on the GPU; null for a model on the CPU. */
   offload: OffloadTimes | null;
-  /** Routed expert calls by tier, and expert moves. */
+  /** Routed expert calls by the tier that served them (GPU, RAM, disk), and expert moves. */
   residency: ResidencyStats;
   /** The disk tier's counters; null when no expert is paged from disk. */
   disk: DiskTierStats | null;
