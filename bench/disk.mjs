@@ -3,6 +3,9 @@
 // arena of that size. Per arena: prompt tok/s at P = 512 (one pass whose rows the CPU runs,
 // reading nearly every expert of each layer), then decode tok/s of one stream after a warm-up,
 // the arena's hit rate over the decode steps, the bytes read and the time passes waited for reads.
+// Per phase also the share of the paged experts' routed calls the arena served from RAM (1 - the
+// disk calls of model.stats().residency over those calls), against an LRU arena of as many slots
+// simulated on the same routing trace (model.traceRouting(), from load on).
 // Each run stops decoding after DECODE_SECONDS, so the whole benchmark stays near 4 minutes.
 // Writes JSON to $OUT (or the working directory).
 //   node dist/synth-cli.js qwen3-30b-a3b /root/q.gguf && node bench/disk.mjs /root/q.gguf
@@ -25,6 +28,47 @@ const delta = (after, before) =>
   );
 const hitRate = (d) => (d.hits + d.misses > 0 ? d.hits / (d.hits + d.misses) : 0);
 
+// The paged experts' routed calls in `steps` of a routing trace.
+function pagedCalls(steps, experts, plan) {
+  let calls = 0;
+  for (const step of steps) {
+    plan.layers.forEach((layer, l) => {
+      for (const e of layer.disk ?? []) calls += step[l * experts + e];
+    });
+  }
+  return calls;
+}
+
+// An LRU arena of `slots` experts shared by all layers, replaying trace steps from `cache` (a Map
+// of resident keys, least recent first; updated): per step, layer after layer, the paged experts
+// routed to are leased at once, those resident hit and become the most recent, then each miss
+// evicts the least recently used. Returns the calls whose expert was resident.
+function lruArenaHits(steps, experts, plan, slots, cache) {
+  let hits = 0;
+  for (const step of steps) {
+    plan.layers.forEach((layer, l) => {
+      const missed = [];
+      for (const e of layer.disk ?? []) {
+        const calls = step[l * experts + e];
+        if (calls === 0) continue;
+        const key = l * experts + e;
+        if (cache.has(key)) {
+          hits += calls;
+          cache.delete(key);
+          cache.set(key, true);
+        } else {
+          missed.push(key);
+        }
+      }
+      for (const key of missed) {
+        if (cache.size >= slots) cache.delete(cache.keys().next().value);
+        cache.set(key, true);
+      }
+    });
+  }
+  return hits;
+}
+
 async function measure(hostRamGib, footprint) {
   const hostRam = hostRamGib * GIB;
   const dense = footprint.denseBytes + footprint.kvBytes + footprint.workspaceBytes;
@@ -33,16 +77,22 @@ async function measure(hostRamGib, footprint) {
   const model = await loadModel(path, { gpu: "auto", contextSize: CONTEXT, hostRam, plan });
   const loadSeconds = secondsSince(loadStart);
   const vocab = model.info.vocabSize;
+  const { experts } = model.info;
+  const trace = model.traceRouting();
   const session = model.createSession();
 
   const beforePrompt = model.stats().disk;
+  const residencyBeforePrompt = model.stats().residency;
   const promptStart = process.hrtime.bigint();
   let logits = await session.evaluate(spreadTokens(512, vocab));
   const prompt512 = 512 / secondsSince(promptStart);
   const promptDisk = delta(model.stats().disk, beforePrompt);
+  const promptResidency = delta(model.stats().residency, residencyBeforePrompt);
 
+  const promptSteps = model.stats().residency.steps - residencyBeforePrompt.steps;
   for (let i = 0; i < WARMUP_STEPS; ++i) logits = await session.evaluate([argmax(logits)]);
   const beforeDecode = model.stats().disk;
+  const residencyBeforeDecode = model.stats().residency;
   const decodeStart = process.hrtime.bigint();
   let steps = 0;
   while (steps < DECODE_STEPS && secondsSince(decodeStart) < DECODE_SECONDS) {
@@ -51,9 +101,24 @@ async function measure(hostRamGib, footprint) {
   }
   const decode = steps / secondsSince(decodeStart);
   const decodeDisk = delta(model.stats().disk, beforeDecode);
+  const decodeResidency = delta(model.stats().residency, residencyBeforeDecode);
+  const { steps: traced } = trace.stop();
   const live = model.plan;
   const offload = model.stats().offload;
   model.dispose();
+
+  // The trace holds the prompt's steps, the warm-up's, then the decode steps.
+  const promptTrace = traced.slice(0, promptSteps);
+  const warmupTrace = traced.slice(promptSteps, promptSteps + WARMUP_STEPS);
+  const decodeTrace = traced.slice(promptSteps + WARMUP_STEPS);
+  const lru = new Map();
+  const slots = live.arena.slots;
+  const promptPaged = pagedCalls(promptTrace, experts, live);
+  const promptLruHits = lruArenaHits(promptTrace, experts, live, slots, lru);
+  lruArenaHits(warmupTrace, experts, live, slots, lru);
+  const decodePaged = pagedCalls(decodeTrace, experts, live);
+  const decodeLruHits = lruArenaHits(decodeTrace, experts, live, slots, lru);
+  const share = (part, whole) => (whole > 0 ? part / whole : 0);
 
   const figures = {
     hostRamGib,
@@ -70,6 +135,11 @@ async function measure(hostRamGib, footprint) {
       gigabytesRead: promptDisk.bytesRead / 1e9,
       readGigabytesPerSecond: promptDisk.bytesRead / 1e9 / (512 / prompt512),
       waitSeconds: promptDisk.waitSeconds,
+      readAhead: promptDisk.readAhead,
+      pagedCalls: promptPaged,
+      diskCalls: promptResidency.diskCalls,
+      callRamRate: share(promptPaged - promptResidency.diskCalls, promptPaged),
+      lruCallRamRate: share(promptLruHits, promptPaged),
     },
     decodeTokensPerSecond: decode,
     decodeSteps: steps,
@@ -80,6 +150,10 @@ async function measure(hostRamGib, footprint) {
       missesPerToken: decodeDisk.misses / steps,
       megabytesReadPerToken: decodeDisk.bytesRead / 1e6 / steps,
       waitMsPerToken: (decodeDisk.waitSeconds / steps) * 1e3,
+      pagedCalls: decodePaged,
+      diskCalls: decodeResidency.diskCalls,
+      callRamRate: share(decodePaged - decodeResidency.diskCalls, decodePaged),
+      lruCallRamRate: share(decodeLruHits, decodePaged),
     },
     offloadSinceLoad: offload,
   };
@@ -87,7 +161,9 @@ async function measure(hostRamGib, footprint) {
     `hostRam ${hostRamGib} GiB (${live.arena.slots} slots for ${figures.pagedExperts} paged experts, directIo ` +
       `${figures.directIo}): prompt 512 ${prompt512.toFixed(1)} tok/s (hit rate ${figures.prompt512.hitRate.toFixed(3)}, ` +
       `${figures.prompt512.gigabytesRead.toFixed(1)} GB read), decode ${decode.toFixed(2)} tok/s over ${steps} steps ` +
-      `(hit rate ${figures.decode.hitRate.toFixed(3)}, ${figures.decode.megabytesReadPerToken.toFixed(0)} MB/token)`,
+      `(hit rate ${figures.decode.hitRate.toFixed(3)}, ${figures.decode.megabytesReadPerToken.toFixed(0)} MB/token); ` +
+      `calls from RAM: prompt ${figures.prompt512.callRamRate.toFixed(3)} (LRU ${figures.prompt512.lruCallRamRate.toFixed(3)}), ` +
+      `decode ${figures.decode.callRamRate.toFixed(3)} (LRU ${figures.decode.lruCallRamRate.toFixed(3)})`,
   );
   return figures;
 }

@@ -161,16 +161,28 @@ export interface RoutingTrace {
 }
 
 /**
- * Where routed experts ran: each routed call (a row routed to an expert) counts for the tier that served it. Rates
- * are shares of all calls since load (0 before any).
+ * Where routed experts ran: each routed call (a row routed to an expert) counts for the tier that served it, so
+ * `gpuCalls + hostCalls + diskCalls` is every routed call since load (tokens x experts used x MoE layers). Rates are
+ * shares of that sum (0 before any).
  */
 export interface ResidencyStats {
+  /** Calls the GPU ran from its expert slots. */
   gpuCalls: number;
+  /**
+   * Calls the CPU ran from host RAM: experts held in RAM (the file's pages), and disk-tier experts the RAM arena
+   * already held when the pass asked for them (its hits).
+   */
   hostCalls: number;
-  /** Calls served from the disk tier (0: there is none yet). */
+  /**
+   * Calls the CPU ran after the disk tier read their expert from the model file for that pass (or read it ahead for
+   * it); 0 without a disk tier. All calls of one pass to one expert count alike.
+   */
   diskCalls: number;
+  /** gpuCalls / all calls. */
   gpuHitRate: number;
+  /** hostCalls / all calls: served from RAM by the CPU. */
   hostHitRate: number;
+  /** diskCalls / all calls: what the disk tier had to read for. */
   diskHitRate: number;
   /** Steps (forward passes of the scheduler) counted. */
   steps: number;
@@ -244,15 +256,22 @@ export interface OffloadTimes {
 }
 
 /**
- * The disk tier's work since load (see {@link OffloadPlan.arena}): experts the CPU needed from it, found in the
- * RAM arena (hits) or read from the model file (misses).
+ * The disk tier's work since load (see {@link OffloadPlan.arena}): experts the CPU needed from it, counted once per
+ * pass that needed them, found in the RAM arena (hits) or read from the model file (misses). Per routed call, see
+ * {@link ResidencyStats}.
  */
 export interface DiskTierStats {
   /** Slots of the RAM arena: experts it holds at once. */
   slots: number;
   slotBytes: number;
   hits: number;
+  /** Experts read for the pass that needed them, or read ahead of it. */
   misses: number;
+  /**
+   * Experts read ahead: while a prompt-sized pass runs a layer, the next layer's experts the routing counts rank
+   * hottest, each into a slot holding a colder one (a pass that then needs one counts it as a miss).
+   */
+  readAhead: number;
   /** hits / (hits + misses); 0 before any. */
   hitRate: number;
   /** Bytes the reads transferred (whole aligned blocks). */
@@ -294,7 +313,7 @@ export interface ModelStats {
   meanSequencesPerPass: number;
   /** Hybrid pass times on the GPU; null for a model on the CPU. */
   offload: OffloadTimes | null;
-  /** Routed expert calls by tier, and expert moves. */
+  /** Routed expert calls by the tier that served them (GPU, RAM, disk), and expert moves. */
   residency: ResidencyStats;
   /** The disk tier's counters; null when no expert is paged from disk. */
   disk: DiskTierStats | null;

@@ -76,6 +76,7 @@ export interface NativeDiskTierStats {
   slotBytes: number;
   hits: number;
   misses: number;
+  readAhead: number;
   bytesRead: number;
   readSeconds: number;
   waitSeconds: number;

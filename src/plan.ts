@@ -76,7 +76,8 @@ export interface OffloadLayer {
   host: number[];
   /**
    * Expert ids run by the CPU from the disk tier: read from the model file (O_DIRECT where the file system allows)
-   * into the RAM arena's slots when a pass needs them, least recently used out first. Left out: none.
+   * into the RAM arena's slots when a pass needs them, the least routed expert (by the decaying routing counts) out
+   * first. Left out: none.
    */
   disk?: number[];
   /** Why the layer is split this way. */

@@ -115,6 +115,49 @@ describe("the disk tier on the CPU", () => {
     expect(mostMisses).toBeGreaterThan(13 + 16);
   });
 
+  it("counts each routed call as a RAM hit or a disk call, and reads nothing again through an arena that holds all", async () => {
+    const prompt = Array.from({ length: 40 }, (_, i) => (i * 7919 + 13) % reference.info.vocabSize);
+    const routedCalls = prompt.length * reference.info.expertsUsed * reference.info.layers;
+    const evaluate = async (model: Model) => {
+      const session = model.createSession();
+      await session.evaluate(prompt);
+      session.dispose();
+      return model.stats().residency;
+    };
+    // A cold arena (the smallest: one layer's experts) reads every expert, so every call is a disk call.
+    const small = await loadModel(path, { threads: 2, contextSize: 256, hostRam: EXPERTS * slotBytes, cacheRam: 0 });
+    try {
+      const r = await evaluate(small);
+      expect(r).toMatchObject({ gpuCalls: 0, hostCalls: 0, diskCalls: routedCalls, diskHitRate: 1 });
+    } finally {
+      small.dispose();
+    }
+    // An arena of every paged expert, passed back in an edited plan: the second run of the prompt reads nothing.
+    const base = await loadModel(path, { threads: 2, contextSize: 256, hostRam: EXPERTS * slotBytes });
+    const plan = structuredClone(base.plan!);
+    base.dispose();
+    const slots = reference.info.layers * EXPERTS;
+    plan.arena = { slots, slotBytes, bytes: slots * slotBytes };
+    const large = await loadModel(path, {
+      threads: 2,
+      contextSize: 256,
+      hostRam: slots * slotBytes,
+      plan,
+      cacheRam: 0,
+    });
+    try {
+      expect(large.plan!.arena.slots).toBe(slots);
+      const first = await evaluate(large);
+      expect(first.diskCalls).toBeGreaterThan(0);
+      expect(first.gpuCalls + first.hostCalls + first.diskCalls).toBe(routedCalls);
+      const second = await evaluate(large);
+      expect(second.diskCalls).toBe(first.diskCalls);
+      expect(second.hostCalls - first.hostCalls).toBe(routedCalls);
+    } finally {
+      large.dispose();
+    }
+  });
+
   it("refuses an arena smaller than one layer's experts, and mmap: false with paged experts, by name", async () => {
     await expect(loadModel(path, { threads: 2, hostRam: EXPERTS * slotBytes - 1 })).rejects.toMatchObject({
       code: "INSUFFICIENT_MEMORY",

@@ -315,6 +315,7 @@ Napi::Object disk_tier_stats(Napi::Env env, const engine::ArenaStats& s) {
   o.Set("slotBytes", double(s.slot_bytes));
   o.Set("hits", double(s.hits));
   o.Set("misses", double(s.misses));
+  o.Set("readAhead", double(s.read_ahead));
   o.Set("bytesRead", double(s.bytes_read));
   o.Set("readSeconds", s.read_seconds);
   o.Set("waitSeconds", s.wait_seconds);

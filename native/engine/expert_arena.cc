@@ -115,6 +115,8 @@ ExpertArena::ExpertArena(const model::Model& model, std::vector<std::vector<uint
     memory_ = static_cast<uint8_t*>(memory);
   }
   slots_.resize(static_cast<size_t>(slots));
+  counts_.assign(static_cast<size_t>(p.layers * p.experts), 0.0);
+  recent_.assign(counts_.size(), 0.0);
   stats_.slots = slots;
   stats_.slot_bytes = slot_bytes_;
 
@@ -176,21 +178,52 @@ const uint8_t* ExpertArena::part_data(int32_t slot, int part) const {
   return part_buffer(slot, part) + (e.offset - align_down(e.offset));
 }
 
-// An empty slot, else the unpinned one used least recently; -1 when every slot is pinned.
+double ExpertArena::heat(int64_t layer, int32_t expert) const {
+  const auto i = static_cast<size_t>(layer * model_.params.experts + expert);
+  return counts_[i] + recent_[i];
+}
+
+// An empty slot, else the coldest unpinned one not loading (the least recently used among
+// equals); -1 when there is none.
 int32_t ExpertArena::victim() const {
   int32_t best = -1;
+  double best_heat = 0;
   for (size_t i = 0; i < slots_.size(); ++i) {
     const Slot& s = slots_[i];
-    if (s.pinned) continue;
+    if (s.pinned || s.parts_left > 0) continue;
     if (s.state == SlotState::kEmpty) return static_cast<int32_t>(i);
-    if (best < 0 || s.last_use < slots_[best].last_use) best = static_cast<int32_t>(i);
+    const double h = heat(s.layer, s.expert);
+    if (best < 0 || h < best_heat || (h == best_heat && s.last_use < slots_[best].last_use)) {
+      best = static_cast<int32_t>(i);
+      best_heat = h;
+    }
   }
   return best;
 }
 
-ExpertArena::Lease ExpertArena::lease(int64_t layer, std::span<const int32_t> experts) {
+void ExpertArena::load(int32_t slot, int64_t layer, int32_t expert, bool read_ahead) {
+  Slot& s = slots_[slot];
+  if (s.layer >= 0) slot_of_[s.layer][s.expert] = -1;
+  s = Slot{};
+  s.layer = layer;
+  s.expert = expert;
+  s.state = SlotState::kLoading;
+  s.parts_left = 3;
+  s.pinned = !read_ahead;
+  s.read_ahead = read_ahead;
+  s.last_use = ++clock_;
+  slot_of_[layer][expert] = slot;
+  for (int part = 0; part < 3; ++part) (read_ahead ? ahead_queue_ : queue_).push_back({slot, part});
+}
+
+ExpertArena::Lease ExpertArena::lease(int64_t layer, std::span<const int32_t> experts,
+                                      std::span<const uint32_t> calls) {
   std::unique_lock lock(mutex_);
   if (leased_) throw Error("INVALID_ARGUMENT", "the disk tier's arena is leased already");
+  if (calls.size() != experts.size()) {
+    throw Error("INVALID_ARGUMENT", "a lease of " + std::to_string(experts.size()) + " experts counts " +
+                                        std::to_string(calls.size()) + " experts' calls");
+  }
   if (experts.size() > slots_.size()) {
     throw Error("INVALID_ARGUMENT", "a lease of " + std::to_string(experts.size()) + " experts exceeds the arena's " +
                                         std::to_string(slots_.size()) + " slots");
@@ -201,40 +234,103 @@ ExpertArena::Lease ExpertArena::lease(int64_t layer, std::span<const int32_t> ex
                   "expert " + std::to_string(e) + " of layer " + std::to_string(layer) + " is not on the disk tier");
     }
   }
+  leased_ = true;
   // Hits first, so that a miss of this lease never evicts one of them.
   std::vector<int32_t> missing;
-  for (const int32_t e : experts) {
+  for (size_t i = 0; i < experts.size(); ++i) {
+    const int32_t e = experts[i];
+    recent_[static_cast<size_t>(layer * model_.params.experts + e)] += calls[i];
     const int32_t slot = slot_of_[layer][e];
     if (slot < 0) {
       missing.push_back(e);
+      disk_calls_ += calls[i];
       continue;
     }
-    slots_[slot].pinned = true;
-    slots_[slot].last_use = ++clock_;
-    ++stats_.hits;
+    Slot& s = slots_[slot];
+    s.pinned = true;
+    s.last_use = ++clock_;
+    if (!s.read_ahead) {
+      ++stats_.hits;
+      continue;
+    }
+    // Read ahead for this lease: a miss, whose reads still queued now go before any read-ahead.
+    s.read_ahead = false;
+    ++stats_.misses;
+    disk_calls_ += calls[i];
+    for (auto it = ahead_queue_.begin(); it != ahead_queue_.end();) {
+      if (it->slot != slot) {
+        ++it;
+        continue;
+      }
+      queue_.push_back(*it);
+      it = ahead_queue_.erase(it);
+    }
   }
   for (const int32_t e : missing) {
-    const int32_t slot = victim();
-    Slot& s = slots_[slot];
-    if (s.layer >= 0) slot_of_[s.layer][s.expert] = -1;
-    s = Slot{layer, e, SlotState::kLoading, 3, true, ++clock_, {}};
-    slot_of_[layer][e] = slot;
-    for (int part = 0; part < 3; ++part) queue_.push_back({slot, part});
+    // Every unpinned slot may be taking a read-ahead: the lease's experts fit, so one lands soon
+    // (the I/O threads take this lease's reads queued so far first).
+    int32_t slot;
+    while ((slot = victim()) < 0) {
+      io_wake_.notify_all();
+      ready_.wait(lock);
+    }
+    load(slot, layer, e, false);
     ++stats_.misses;
   }
-  leased_ = true;
   lock.unlock();
   io_wake_.notify_all();
   return Lease(this, layer, {experts.begin(), experts.end()});
 }
 
+void ExpertArena::read_ahead(int64_t layer, int64_t limit) {
+  std::unique_lock lock(mutex_);
+  if (!layer_paged_[layer]) return;
+  std::vector<int32_t> wanted;
+  for (int32_t e = 0; e < model_.params.experts; ++e) {
+    if (paged_[layer][e] && slot_of_[layer][e] < 0 && heat(layer, e) > 0) wanted.push_back(e);
+  }
+  std::sort(wanted.begin(), wanted.end(), [&](int32_t a, int32_t b) {
+    const double ha = heat(layer, a), hb = heat(layer, b);
+    return ha > hb || (ha == hb && a < b);
+  });
+  int64_t queued = 0;
+  for (const int32_t e : wanted) {
+    if (queued == limit) break;
+    const int32_t slot = victim();
+    if (slot < 0) break;
+    const Slot& s = slots_[slot];
+    if (s.state != SlotState::kEmpty && !(heat(s.layer, s.expert) < heat(layer, e))) break;
+    load(slot, layer, e, true);
+    ++stats_.read_ahead;
+    ++queued;
+  }
+  lock.unlock();
+  if (queued > 0) io_wake_.notify_all();
+}
+
+void ExpertArena::rank_by(std::span<const double> counts) {
+  std::lock_guard lock(mutex_);
+  if (counts.size() != counts_.size()) {
+    throw Error("INVALID_ARGUMENT", "the disk tier ranks experts by " + std::to_string(counts_.size()) +
+                                        " routing counts, not " + std::to_string(counts.size()));
+  }
+  counts_.assign(counts.begin(), counts.end());
+  std::fill(recent_.begin(), recent_.end(), 0.0);
+}
+
+uint64_t ExpertArena::take_disk_calls() {
+  std::lock_guard lock(mutex_);
+  return std::exchange(disk_calls_, 0);
+}
+
 void ExpertArena::io_loop() {
   std::unique_lock lock(mutex_);
   for (;;) {
-    io_wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    io_wake_.wait(lock, [&] { return stopping_ || !queue_.empty() || !ahead_queue_.empty(); });
     if (stopping_) return;
-    const Read read = queue_.front();
-    queue_.pop_front();
+    std::deque<Read>& from = queue_.empty() ? ahead_queue_ : queue_;
+    const Read read = from.front();
+    from.pop_front();
     lock.unlock();
     std::string error;
     const auto started = Clock::now();

@@ -1,14 +1,26 @@
 // The disk tier: routed experts that host RAM cannot hold stay in the model file and are read
 // on demand into an arena of fixed slots in RAM, one expert (its gate, up and down slices) per
-// slot, least recently used out first. Reads bypass the page cache (O_DIRECT, aligned), so the
-// arena is the only RAM these experts take; where the file system refuses O_DIRECT (tmpfs)
-// they are plain preads, and stats().direct_io says so. The mapping of the file is never read
-// for a paged expert.
+// slot. Reads bypass the page cache (O_DIRECT, aligned), so the arena is the only RAM these
+// experts take; where the file system refuses O_DIRECT (tmpfs) they are plain preads, and
+// stats().direct_io says so. The mapping of the file is never read for a paged expert.
 //
 // A layer's pass leases the experts it needs: lease() pins them and queues the reads of those
 // not resident on a small set of I/O threads (several in flight); next_ready() hands them out
 // as they arrive, so the CPU runs the resident ones while the others load; the lease's end
 // unpins them. One lease at a time (a model's passes run one after another).
+//
+// What stays: a read takes an empty slot, else the unpinned slot whose expert is coldest by
+// the routing counts (engine/residency.h, handed over between steps by rank_by) plus the calls
+// leases gave it since, the least recently used first among equals. So the experts the router
+// favours survive a prompt's sweep over every layer, which plain LRU would flush, and a cold
+// start (all counts 0) is plain LRU. Deterministic for a given request history.
+//
+// Read-ahead: a prompt-sized pass may ask for the next paged layer's experts the counts rank
+// hottest (read_ahead), read after every lease's own reads, each only into a slot colder than
+// itself; so the disk keeps reading while the layer computes, and never for less than it evicts.
+//
+// Each routed call (a row routed to a paged expert) counts as a RAM hit when its lease found the
+// expert resident, else as a disk call (take_disk_calls: stats().residency's tiers).
 #pragma once
 
 #include <array>
@@ -36,7 +48,8 @@ struct ArenaStats {
   int64_t slots = 0;
   uint64_t slot_bytes = 0;
   uint64_t hits = 0;        // leased experts found resident
-  uint64_t misses = 0;      // leased experts read from the file
+  uint64_t misses = 0;      // leased experts read from the file (for the lease, or ahead of it)
+  uint64_t read_ahead = 0;  // experts read ahead of a lease (read_ahead())
   uint64_t bytes_read = 0;  // what the reads transferred (whole aligned blocks)
   double read_seconds = 0;  // the I/O threads' time in reads, summed over threads
   double wait_seconds = 0;  // passes waiting for reads, with nothing resident left to run
@@ -82,8 +95,21 @@ class ExpertArena {
   };
 
   // Pins `experts` (paged experts of `layer`, each once) and queues the reads of those not
-  // resident. INVALID_ARGUMENT while another lease lives or for more experts than slots.
-  Lease lease(int64_t layer, std::span<const int32_t> experts);
+  // resident; `calls[i]`: the routed calls (rows) experts[i] serves in this pass. INVALID_ARGUMENT
+  // while another lease lives, for more experts than slots or calls not matching experts.
+  Lease lease(int64_t layer, std::span<const int32_t> experts, std::span<const uint32_t> calls);
+
+  // Queues reads of up to `limit` paged experts of `layer` that are not resident and have been
+  // routed (heat above 0), hottest first (ties to the lower id), each into a slot whose expert is
+  // strictly colder (pinned and loading slots are never taken), behind every lease's reads.
+  // Stops at the first that finds none.
+  void read_ahead(int64_t layer, int64_t limit);
+
+  // Between steps: the routing counts (layers * experts, layer after layer) that rank experts for
+  // eviction from now on; the calls leases counted since then start from 0.
+  void rank_by(std::span<const double> counts);
+  // The routed calls since the last call whose expert had to be read from the file.
+  uint64_t take_disk_calls();
 
   ArenaStats stats() const;
 
@@ -95,7 +121,8 @@ class ExpertArena {
     SlotState state = SlotState::kEmpty;
     int parts_left = 0;  // reads in flight
     bool pinned = false;
-    uint64_t last_use = 0;  // 0: never used
+    bool read_ahead = false;  // read by read_ahead(), not leased since
+    uint64_t last_use = 0;    // 0: never used
     std::string error;
   };
   struct Read {
@@ -109,7 +136,10 @@ class ExpertArena {
     uint64_t bytes = 0;
   };
 
+  // The routing count of (layer, expert) plus its calls in leases since rank_by.
+  double heat(int64_t layer, int32_t expert) const;
   int32_t victim() const;
+  void load(int32_t slot, int64_t layer, int32_t expert, bool read_ahead);
   Extent extent(int64_t layer, int32_t expert, int part) const;
   uint8_t* part_buffer(int32_t slot, int part) const;
   const uint8_t* part_data(int32_t slot, int part) const;
@@ -138,7 +168,11 @@ class ExpertArena {
 
   mutable std::mutex mutex_;
   std::condition_variable io_wake_, ready_;
-  std::deque<Read> queue_;
+  std::deque<Read> queue_;        // leases' reads, first
+  std::deque<Read> ahead_queue_;  // read-ahead, when no lease's read waits
+  std::vector<double> counts_;    // rank_by's counts, layer after layer
+  std::vector<double> recent_;    // calls leased since rank_by, likewise
+  uint64_t disk_calls_ = 0;
   bool stopping_ = false;
   bool leased_ = false;
   uint64_t clock_ = 0;

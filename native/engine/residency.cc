@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "engine/expert_arena.h"
 #include "engine/gpu_forward.h"
 
 namespace bloomery::engine {
@@ -10,7 +11,8 @@ namespace bloomery::engine {
 RoutingCounts::RoutingCounts(int64_t layers, int64_t experts)
     : layers_(layers), experts_(experts), counts_(static_cast<size_t>(layers * experts), 0.0) {}
 
-void RoutingCounts::add_step(std::span<const uint32_t> calls, const std::vector<std::vector<int32_t>>& slot_tables) {
+void RoutingCounts::add_step(std::span<const uint32_t> calls, const std::vector<std::vector<int32_t>>& slot_tables,
+                             uint64_t disk_calls) {
   ++steps_;
   for (int64_t l = 0; l < layers_; ++l) {
     for (int64_t e = 0; e < experts_; ++e) {
@@ -20,6 +22,8 @@ void RoutingCounts::add_step(std::span<const uint32_t> calls, const std::vector<
       (on_gpu ? hits_.gpu : hits_.host) += calls[i];
     }
   }
+  hits_.host -= disk_calls;
+  hits_.disk += disk_calls;
 }
 
 std::vector<Swap> choose_swaps(const RoutingCounts& counts, const std::vector<std::vector<int32_t>>& slot_experts,
@@ -66,20 +70,26 @@ std::vector<Swap> choose_swaps(const RoutingCounts& counts, const std::vector<st
   return swaps;
 }
 
-Residency::Residency(int64_t layers, int64_t experts, GpuModel* gpu, bool adaptive)
-    : counts_(layers, experts), gpu_(gpu), adaptive_(adaptive && gpu && experts > 0 && gpu_can_move_experts(*gpu)) {}
+Residency::Residency(int64_t layers, int64_t experts, GpuModel* gpu, bool adaptive, ExpertArena* arena)
+    : counts_(layers, experts),
+      gpu_(gpu),
+      adaptive_(adaptive && gpu && experts > 0 && gpu_can_move_experts(*gpu)),
+      arena_(arena) {}
 
 void Residency::after_step(std::span<const uint32_t> cpu_calls, bool prompt) {
   if (counts_.experts() == 0) return;
   std::lock_guard lock(mutex_);
+  const uint64_t disk_calls = arena_ ? arena_->take_disk_calls() : 0;
   if (!gpu_) {
-    counts_.add_step(cpu_calls, {});
+    counts_.add_step(cpu_calls, {}, disk_calls);
+    if (arena_) arena_->rank_by(counts_.counts());
     if (tracing_) trace_.emplace_back(cpu_calls.begin(), cpu_calls.end());
     return;
   }
   calls_.assign(static_cast<size_t>(counts_.layers() * counts_.experts()), 0);
   take_routed_calls(*gpu_, calls_);
-  counts_.add_step(calls_, gpu_slot_tables(*gpu_));
+  counts_.add_step(calls_, gpu_slot_tables(*gpu_), disk_calls);
+  if (arena_) arena_->rank_by(counts_.counts());
   if (tracing_) trace_.push_back(calls_);
   if (!adaptive_) return;
   seat_copied_experts(*gpu_);

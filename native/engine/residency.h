@@ -20,8 +20,8 @@ inline constexpr double kRoutingDecay = 0.9946;  // 2^(-1/128)
 // Routed expert calls (one row routed to one expert), by the tier that served them.
 struct TierHits {
   uint64_t gpu = 0;
-  uint64_t host = 0;
-  uint64_t disk = 0;  // filled by the disk tier; 0 without it
+  uint64_t host = 0;  // run by the CPU from host RAM: the file's pages, or a disk tier's arena that held them
+  uint64_t disk = 0;  // run by the CPU after the disk tier read their expert from the file for them
 };
 
 class RoutingCounts {
@@ -33,7 +33,9 @@ class RoutingCounts {
   // One step: every count decays by kRoutingDecay, then gains the step's calls (`calls`: layers *
   // experts rows routed, layer after layer). `slot_tables` (per layer, expert -> GPU slot, -1 for
   // an expert in host memory) says where each call ran; empty: all on the host (the CPU engine).
-  void add_step(std::span<const uint32_t> calls, const std::vector<std::vector<int32_t>>& slot_tables);
+  // `disk_calls`: of the host's calls, those the disk tier read their expert for.
+  void add_step(std::span<const uint32_t> calls, const std::vector<std::vector<int32_t>>& slot_tables,
+                uint64_t disk_calls = 0);
 
   double count(int64_t layer, int32_t expert) const { return counts_[static_cast<size_t>(layer * experts_ + expert)]; }
   const std::vector<double>& counts() const { return counts_; }  // layer after layer
@@ -73,6 +75,7 @@ inline constexpr SwapLimits kPromptSwaps{2.0, 1 << 20};
 std::vector<Swap> choose_swaps(const RoutingCounts& counts, const std::vector<std::vector<int32_t>>& slot_experts,
                                const SwapLimits& limits);
 
+class ExpertArena;
 class GpuModel;
 
 struct ResidencyStats {
@@ -86,12 +89,13 @@ struct ResidencyStats {
 class Residency {
  public:
   // `gpu`: the model's GPU half, or null on the CPU. `adaptive` only matters with host experts.
-  Residency(int64_t layers, int64_t experts, GpuModel* gpu, bool adaptive);
+  // `arena`: the disk tier (null: none), which counts its disk calls and ranks by these counts.
+  Residency(int64_t layers, int64_t experts, GpuModel* gpu, bool adaptive, ExpertArena* arena);
 
   // After each step's passes, on the scheduler thread with the compute lock held: counts the
   // step's routing (`cpu_calls`: the CPU engine's tally, ForwardScratch::routed; the GPU keeps
-  // its own), then, adaptive, seats the experts whose copies landed and begins the next swaps
-  // (more after a step with prompt rows).
+  // its own) and the disk tier's calls, hands the counts to the disk tier, then, adaptive, seats the experts whose
+  // copies landed and begins the next swaps (more after a step with prompt rows).
   void after_step(std::span<const uint32_t> cpu_calls, bool prompt);
 
   // Any thread.
@@ -106,6 +110,7 @@ class Residency {
   RoutingCounts counts_;
   GpuModel* gpu_;
   bool adaptive_;
+  ExpertArena* arena_;
   uint64_t moves_ = 0;
   std::vector<Swap> unreported_;
   std::vector<uint32_t> calls_;

@@ -77,7 +77,7 @@ Runtime::Runtime(std::unique_ptr<model::Model> model, const RuntimeOptions& opti
   // decode steps wait less behind a long prompt.
   if (gpu_) step_tokens_ = std::max(step_tokens_, kGpuPassRows);
   residency_ = std::make_unique<Residency>(model_->params.layers, model_->params.experts, gpu_.get(),
-                                           options.adaptive_residency);
+                                           options.adaptive_residency, arena_.get());
   scheduler_ = Scheduler::start(*this);
 }
 

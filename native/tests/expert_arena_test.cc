@@ -1,8 +1,11 @@
 // The disk tier's arena on the default model: an expert read into a slot (aligned, O_DIRECT
-// where the file system takes it) equals its bytes in the file, eviction takes the least
-// recently used unpinned slot, a lease's experts stay pinned while it lives, and an arena
-// smaller than the layer that pages the most experts is refused by name. A CPU pass through
-// the arena gives the in-RAM pass's logits bit for bit and never maps a paged expert's page.
+// where the file system takes it) equals its bytes in the file; eviction takes the unpinned
+// slot coldest by the routing counts and the calls since, the least recently used among equals,
+// so it keeps a hot expert plain LRU would evict; routed calls count as RAM hits or disk calls;
+// read-ahead fills only slots colder than what it reads and never a pinned one; a lease's
+// experts stay pinned while it lives, and an arena smaller than the layer that pages the most
+// experts is refused by name. A CPU pass through the arena gives the in-RAM pass's logits bit
+// for bit and never maps a paged expert's page.
 #include "engine/expert_arena.h"
 
 #include <fcntl.h>
@@ -44,9 +47,10 @@ bool same_as_file(const model::Model& m, int64_t layer, int32_t e, const engine:
          std::memcmp(in_file.down, in_slot.down, bytes(w.expert_down)) == 0 && in_file.gate != in_slot.gate;
 }
 
-// Leases `experts` of `layer`, waits for all of them and checks their bytes.
-void lease_all(engine::ExpertArena& arena, const model::Model& m, int64_t layer, std::vector<int32_t> experts) {
-  engine::ExpertArena::Lease lease = arena.lease(layer, experts);
+// Leases `experts` of `layer` for `calls` routed calls each, waits for all of them and checks their bytes.
+void lease_all(engine::ExpertArena& arena, const model::Model& m, int64_t layer, std::vector<int32_t> experts,
+               uint32_t calls = 1) {
+  engine::ExpertArena::Lease lease = arena.lease(layer, experts, std::vector<uint32_t>(experts.size(), calls));
   size_t got = 0;
   for (auto ready = lease.next_ready(true); !ready.empty(); ready = lease.next_ready(true)) {
     for (const int32_t e : ready) CHECK(same_as_file(m, layer, e, lease)) << "layer " << layer << " expert " << e;
@@ -57,7 +61,7 @@ void lease_all(engine::ExpertArena& arena, const model::Model& m, int64_t layer,
 
 }  // namespace
 
-TEST(expert_arena_reads_equal_the_file_and_evict_the_least_recently_used) {
+TEST(expert_arena_reads_equal_the_file_and_evict_the_least_recently_used_among_equals) {
   const auto m = model::load_model(kDefaultModel);
   const uint64_t slot = engine::arena_slot_bytes(*m);
   CHECK(slot % engine::ExpertArena::kAlignment == 0 && slot >= engine::routed_expert_bytes(m->layers[0])) << slot;
@@ -73,11 +77,12 @@ TEST(expert_arena_reads_equal_the_file_and_evict_the_least_recently_used) {
     CHECK(s.bytes_read >= (all.size() + 2) * engine::routed_expert_bytes(m->layers[0])) << s.bytes_read;
     std::printf("  expert arena: direct_io %s\n", s.direct_io ? "yes" : "no (the file system refused O_DIRECT)");
   }
-  // Two slots, experts 0 and 1 of layers 0 and 1 paged: the eviction order shows in hits and misses.
+  // Two slots, experts 0 and 1 of layers 0 and 1 paged, no counts and no calls (every expert
+  // equally cold): the eviction order, least recently used first, shows in hits and misses.
   engine::ExpertArena arena(*m, paging(*m, {0, 1}), 2 * slot);
   const auto step = [&](int64_t layer, int32_t e, bool hit) {
     const engine::ArenaStats before = arena.stats();
-    lease_all(arena, *m, layer, {e});
+    lease_all(arena, *m, layer, {e}, 0);
     const engine::ArenaStats after = arena.stats();
     CHECK(after.hits - before.hits == (hit ? 1u : 0u) && after.misses - before.misses == (hit ? 0u : 1u))
         << "layer " << layer << " expert " << e << (hit ? " should hit" : " should miss");
@@ -91,6 +96,128 @@ TEST(expert_arena_reads_equal_the_file_and_evict_the_least_recently_used) {
   step(1, 0, false);
 }
 
+namespace {
+
+// Counts for rank_by: `hot` of (layer, expert) each, 0 elsewhere.
+std::vector<double> counts_of(const model::Model& m, const std::vector<std::pair<int64_t, int32_t>>& hot,
+                              double count) {
+  std::vector<double> counts(static_cast<size_t>(m.params.layers * m.params.experts), 0.0);
+  for (const auto& [layer, e] : hot) counts[static_cast<size_t>(layer * m.params.experts + e)] = count;
+  return counts;
+}
+
+// Whether leasing `e` of `layer` (one call) found it resident.
+bool leased_a_hit(engine::ExpertArena& arena, const model::Model& m, int64_t layer, int32_t e) {
+  const uint64_t hits = arena.stats().hits;
+  lease_all(arena, m, layer, {e});
+  return arena.stats().hits == hits + 1;
+}
+
+}  // namespace
+
+TEST(expert_arena_keeps_the_expert_the_routing_counts_rank_hot) {
+  const auto m = model::load_model(kDefaultModel);
+  const uint64_t slot = engine::arena_slot_bytes(*m);
+  // Two slots. Layer 0's expert 0 is hot by the counts but least recently used when layer 1's
+  // expert 0 needs a slot: LRU would evict it (and miss it next); the counts keep it.
+  {
+    engine::ExpertArena arena(*m, paging(*m, {0, 1}), 2 * slot);
+    arena.rank_by(counts_of(*m, {{0, 0}}, 10.0));
+    lease_all(arena, *m, 0, {0});
+    lease_all(arena, *m, 0, {1});
+    lease_all(arena, *m, 1, {0});
+    CHECK(leased_a_hit(arena, *m, 0, 0)) << "the hot expert was evicted";
+    CHECK(!leased_a_hit(arena, *m, 0, 1)) << "the cold expert stayed";
+  }
+  // The calls leased since the last counts rank too: within one step, the expert more rows used stays.
+  {
+    engine::ExpertArena arena(*m, paging(*m, {0, 1}), 2 * slot);
+    lease_all(arena, *m, 0, {0}, 5);
+    lease_all(arena, *m, 0, {1}, 1);
+    lease_all(arena, *m, 1, {0}, 1);
+    CHECK(leased_a_hit(arena, *m, 0, 0)) << "the expert with 5 calls was evicted";
+    // New counts replace those calls: layer 0's expert 1 is now the hot one, and stays though
+    // layer 0's expert 0 was used after it.
+    arena.rank_by(counts_of(*m, {{0, 1}}, 10.0));
+    lease_all(arena, *m, 0, {1});
+    lease_all(arena, *m, 0, {0});
+    lease_all(arena, *m, 1, {1});
+    CHECK(leased_a_hit(arena, *m, 0, 1)) << "the expert hot by the new counts was evicted";
+  }
+}
+
+TEST(expert_arena_counts_routed_calls_as_ram_hits_or_disk_calls) {
+  const auto m = model::load_model(kDefaultModel);
+  engine::ExpertArena arena(*m, paging(*m, {0, 1, 2}), 3 * engine::arena_slot_bytes(*m));
+  const auto lease = [&](int64_t layer, std::vector<int32_t> experts, std::vector<uint32_t> calls) {
+    engine::ExpertArena::Lease l = arena.lease(layer, experts, calls);
+    while (!l.next_ready(true).empty()) {
+    }
+  };
+  lease(0, {0, 1}, {3, 4});
+  CHECK(arena.take_disk_calls() == 7);
+  lease(0, {0, 1, 2}, {2, 1, 5});
+  const uint64_t after_one_miss = arena.take_disk_calls();
+  CHECK(after_one_miss == 5) << after_one_miss << " disk calls: only expert 2's 5 calls were read for";
+  lease(0, {2}, {9});
+  CHECK(arena.take_disk_calls() == 0);
+  bool refused = false;
+  try {
+    arena.lease(0, std::vector<int32_t>{0, 1}, std::vector<uint32_t>{1});
+  } catch (const Error& e) {
+    refused = e.code() == "INVALID_ARGUMENT";
+  }
+  CHECK(refused) << "calls that do not match the experts";
+}
+
+TEST(expert_arena_reads_ahead_into_colder_slots_only) {
+  const auto m = model::load_model(kDefaultModel);
+  const uint64_t slot = engine::arena_slot_bytes(*m);
+  // Four slots; layer 1's experts 2 and 3 are hot by the counts.
+  engine::ExpertArena arena(*m, paging(*m, {0, 1, 2, 3}), 4 * slot);
+  std::vector<double> counts = counts_of(*m, {{1, 2}}, 5.0);
+  counts[static_cast<size_t>(m->params.experts + 3)] = 3.0;
+  arena.rank_by(counts);
+  {
+    engine::ExpertArena::Lease lease = arena.lease(0, std::vector<int32_t>{0, 1}, std::vector<uint32_t>{1, 1});
+    // Two empty slots take the two hottest; the leased (pinned) experts stay, and layer 1's
+    // experts 0 and 1 (count 0) would evict nothing colder.
+    arena.read_ahead(1, 8);
+    CHECK(arena.stats().read_ahead == 2) << arena.stats().read_ahead;
+    while (!lease.next_ready(true).empty()) {
+    }
+    CHECK(same_as_file(*m, 0, 0, lease) && same_as_file(*m, 0, 1, lease)) << "a read-ahead overwrote a leased expert";
+  }
+  // Layer 0's experts (1 call each) are colder than layer 1's hot ones, but hotter than the rest.
+  arena.read_ahead(1, 8);
+  CHECK(arena.stats().read_ahead == 2) << "read ahead into a hotter slot";
+  // A read-ahead expert's first lease is a miss (its calls are disk calls), then a hit.
+  arena.take_disk_calls();
+  const uint64_t misses = arena.stats().misses;
+  lease_all(arena, *m, 1, {3, 2}, 2);
+  CHECK(arena.stats().misses == misses + 2 && arena.take_disk_calls() == 4);
+  CHECK(leased_a_hit(arena, *m, 1, 2) && leased_a_hit(arena, *m, 0, 0)) << "read-ahead evicted a leased expert";
+  // Up to the limit, hottest first: layer 1's expert 0 (now hotter than layer 0's) takes one slot.
+  arena.rank_by(counts_of(*m, {{1, 0}, {1, 1}, {1, 2}, {1, 3}}, 7.0));
+  arena.read_ahead(1, 1);
+  CHECK(arena.stats().read_ahead == 3) << arena.stats().read_ahead;
+  CHECK(!leased_a_hit(arena, *m, 1, 0) && !leased_a_hit(arena, *m, 1, 1) && leased_a_hit(arena, *m, 1, 1));
+
+  // A lease that needs the one slot a read-ahead is still filling waits for it, then takes it.
+  engine::ExpertArena two(*m, paging(*m, {0, 1}), 2 * slot);
+  for (int round = 0; round < 20; ++round) {
+    two.rank_by(counts_of(*m, {{1, 0}}, 5.0));
+    {
+      engine::ExpertArena::Lease lease = two.lease(0, std::vector<int32_t>{0}, std::vector<uint32_t>{1});
+      two.read_ahead(1, 8);
+    }
+    lease_all(two, *m, 0, {0, 1});
+    lease_all(two, *m, 1, {1, 0});
+    lease_all(two, *m, 0, {1, 0});
+  }
+  CHECK(two.stats().read_ahead == 20) << two.stats().read_ahead;
+}
+
 TEST(expert_arena_pins_a_lease_and_refuses_a_second_one) {
   const auto m = model::load_model(kDefaultModel);
   const uint64_t slot = engine::arena_slot_bytes(*m);
@@ -100,13 +227,13 @@ TEST(expert_arena_pins_a_lease_and_refuses_a_second_one) {
   // Layer 1's expert 0 is the least recently used, but this lease pins it as a hit: the miss
   // must take the other slot, or it would overwrite the hit's bytes.
   {
-    engine::ExpertArena::Lease lease = arena.lease(1, std::vector<int32_t>{0, 1});
+    engine::ExpertArena::Lease lease = arena.lease(1, std::vector<int32_t>{0, 1}, std::vector<uint32_t>{1, 1});
     for (auto ready = lease.next_ready(true); !ready.empty(); ready = lease.next_ready(true)) {
     }
     CHECK(same_as_file(*m, 1, 0, lease) && same_as_file(*m, 1, 1, lease));
     bool refused = false;
     try {
-      arena.lease(0, std::vector<int32_t>{0});
+      arena.lease(0, std::vector<int32_t>{0}, std::vector<uint32_t>{1});
     } catch (const Error& e) {
       refused = e.code() == "INVALID_ARGUMENT";
     }

@@ -41,6 +41,9 @@ TEST(routing_counts_split_hits_by_tier) {
   CHECK(counts.hits().disk == 0);
   counts.add_step(std::vector<uint32_t>{1, 1, 1, 1}, {});
   CHECK(counts.hits().host == 3 + 11 + 4) << "no tables: the CPU engine serves all";
+  counts.add_step(std::vector<uint32_t>{2, 0, 0, 2}, tables, 3);
+  CHECK(counts.hits().host == 3 + 11 + 4 + 1 && counts.hits().disk == 3) << "the disk tier's calls leave the host's";
+  CHECK(counts.hits().gpu == 5 + 7) << counts.hits().gpu;
 }
 
 TEST(swaps_pair_hottest_host_with_coldest_gpu) {

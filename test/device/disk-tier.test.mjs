@@ -4,7 +4,8 @@
 // experts in RAM. Against the same split with those experts in RAM, short prompts and the decode
 // steps after them (both hand their rows to the CPU) give the same logits bit for bit; long prompts,
 // which with experts in RAM copy them to the GPU, hand their rows to the CPU too with a disk
-// tier (no streamed pass, no prompt staging). Skips where no NVIDIA device exists.
+// tier (no streamed pass, no prompt staging). stats().residency puts every routed call in one tier
+// (GPU, RAM: the arena's hits, disk: its reads). Skips where no NVIDIA device exists.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { compare, fixtures, skip } from "./helpers.mjs";
@@ -85,6 +86,21 @@ for (const type of ["Q4_K", "Q8_0"]) {
           console.log(`${path} ${what}: offload ${JSON.stringify(offload)}\n  disk ${JSON.stringify(disk)}`);
           assert.equal(offload.streamedPasses, 0, `${what}: a disk tier never copies host experts to the GPU`);
           assert.ok(disk.misses > 0 && disk.hits > 0, `${what}: the arena read and reused experts`);
+          // Every routed call in one tier: the GPU's slots, RAM (the arena's hits) or disk (the arena's reads).
+          const { residency, promptTokens, decodeTokens } = hybrid.stats();
+          console.log(`  residency ${JSON.stringify(residency)}`);
+          const routed = (promptTokens + decodeTokens) * hybrid.info.expertsUsed * hybrid.info.layers;
+          assert.equal(
+            residency.gpuCalls + residency.hostCalls + residency.diskCalls,
+            routed,
+            `${what}: calls by tier`,
+          );
+          assert.ok(residency.diskCalls > 0 && residency.hostCalls > 0, `${what}: disk calls and RAM hits`);
+          assert.equal(
+            residency.gpuCalls > 0,
+            paged < hybrid.info.experts,
+            `${what}: GPU calls only with experts on the GPU`,
+          );
           assert.ok(sameBits(fromRam.steps, got.steps), `${what}: decode steps differ from the experts in RAM`);
           assert.ok(sameBits(fromRam.short, got.short), `${what}: a short prompt differs from the experts in RAM`);
           for (const [name, a, b] of [
