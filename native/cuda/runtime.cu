@@ -173,6 +173,10 @@ void copy_async(void* dst, const void* src, size_t bytes, StreamHandle stream) {
 
 void upload(void* dst, const void* src, size_t bytes) {
   check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy (weights)");
+  // From pageable memory cudaMemcpy may return once the bytes are staged, before their DMA ends;
+  // the kernels that read them run on non-blocking streams, which do not wait for the default
+  // stream's copy. (A test's uploads were read half-copied now and then on the H200.)
+  check(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize (upload)");
 }
 
 void download(void* dst, const void* src, size_t bytes) {
