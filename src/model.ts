@@ -61,7 +61,9 @@ export interface LoadModelOptions {
   /**
    * With routed experts split between the GPU and host RAM: `"adaptive"` (default) moves the most-routed host
    * experts into the GPU slots of the least-routed ones between steps (a `residency` event says which), `"static"`
-   * keeps the plan's placement. Output is the same either way.
+   * keeps the plan's placement. Output is the same either way. With a disk tier (`plan.arena`) the placement
+   * stays the plan's whatever this says (the experts off the GPU live in the arena, which residency does not
+   * copy from yet); `stats().residency.adaptive` says whether experts move.
    */
   residency?: "adaptive" | "static";
   /** Threads of the CPU backend (default: one per physical core). */
