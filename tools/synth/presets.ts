@@ -97,6 +97,27 @@ const TINY_MIX: Partial<Record<WeightRole, string>> = {
 };
 const TINY_MIX_GAP: Partial<Record<WeightRole, string>> = { ffn_up_exps: "IQ4_XS" };
 
+/** tiny-qwen3moe: the MoE oracle fixture, whose shapes the mix fixture shares. */
+const TINY_QWEN3MOE: SynthPreset = {
+  name: "tiny-qwen3moe",
+  description: "qwen3moe, 3 layers x 8 experts (2 used), embedding 256, 8 heads of 64 (q wider than the embedding)",
+  architecture: "qwen3moe",
+  vocab: "qwen",
+  layers: 3,
+  embedding: 256,
+  heads: 8,
+  headsKv: 2,
+  headDim: 64,
+  feedForward: 512,
+  experts: 8,
+  expertsUsed: 2,
+  expertFeedForward: 256,
+  contextLength: 4096,
+  ropeFreqBase: 1e6,
+  rmsEpsilon: 1e-6,
+  boundedScales: true,
+};
+
 export const PRESETS: Record<string, SynthPreset> = {
   "qwen3-30b-a3b": {
     name: "qwen3-30b-a3b",
@@ -141,44 +162,12 @@ export const PRESETS: Record<string, SynthPreset> = {
     mix: Q4_K_M_MIX,
     fileType: 15, // LLAMA_FTYPE_MOSTLY_Q4_K_M
   },
-  "tiny-qwen3moe": {
-    name: "tiny-qwen3moe",
-    description: "qwen3moe, 3 layers x 8 experts (2 used), embedding 256, 8 heads of 64 (q wider than the embedding)",
-    architecture: "qwen3moe",
-    vocab: "qwen",
-    layers: 3,
-    embedding: 256,
-    heads: 8,
-    headsKv: 2,
-    headDim: 64,
-    feedForward: 512,
-    experts: 8,
-    expertsUsed: 2,
-    expertFeedForward: 256,
-    contextLength: 4096,
-    ropeFreqBase: 1e6,
-    rmsEpsilon: 1e-6,
-    boundedScales: true,
-  },
+  "tiny-qwen3moe": TINY_QWEN3MOE,
   "tiny-qwen3moe-mix": {
+    ...TINY_QWEN3MOE,
     name: "tiny-qwen3moe-mix",
     description:
       "tiny-qwen3moe's shapes with a mix of nine weight types (layer 1's gate and up experts differ in type)",
-    architecture: "qwen3moe",
-    vocab: "qwen",
-    layers: 3,
-    embedding: 256,
-    heads: 8,
-    headsKv: 2,
-    headDim: 64,
-    feedForward: 512,
-    experts: 8,
-    expertsUsed: 2,
-    expertFeedForward: 256,
-    contextLength: 4096,
-    ropeFreqBase: 1e6,
-    rmsEpsilon: 1e-6,
-    boundedScales: true,
     mix: TINY_MIX,
     layerMix: { 1: TINY_MIX_GAP },
     fileType: 1024, // LLAMA_FTYPE_GUESSED: no named llama.cpp mix
