@@ -167,13 +167,40 @@ void Sampler::apply_bias_and_penalties(std::span<const float> logits) {
   }
 }
 
-void Sampler::keep_top_k() {
+// The candidates top-k leaves, as keeping every finite logit then the k most likely would (most
+// likely first; all of them in token order when there are no more than k). One pass with the k
+// best so far in a heap whose root is the least likely of them, so that almost every token of a
+// large vocabulary costs one comparison with that root, rather than a candidate of its own and
+// a selection over all of them (1.5 ms per draw over 152k logits, half a GPU decode step).
+void Sampler::take_top_k() {
   const auto k = static_cast<size_t>(params_.top_k);
-  if (k == 0 || k >= candidates_.size()) return;
-  std::nth_element(candidates_.begin(), candidates_.begin() + static_cast<ptrdiff_t>(k), candidates_.end(),
-                   more_likely);
-  candidates_.resize(k);
-  std::sort(candidates_.begin(), candidates_.end(), more_likely);
+  const auto finite = [](float logit) { return logit > -std::numeric_limits<float>::infinity(); };
+  size_t count = 0;
+  float floor = -std::numeric_limits<float>::infinity();  // the root's logit once the heap holds k
+  for (size_t i = 0; i < adjusted_.size(); ++i) {
+    const float logit = adjusted_[i];
+    if (!finite(logit)) continue;
+    ++count;
+    // Later tokens lose ties (more_likely): equal to the root's logit is less likely than the root.
+    if (candidates_.size() == k && logit <= floor) continue;
+    const Candidate c{static_cast<int32_t>(i), logit, 0.0f};
+    if (candidates_.size() == k) {
+      std::pop_heap(candidates_.begin(), candidates_.end(), more_likely);
+      candidates_.back() = c;
+    } else {
+      candidates_.push_back(c);
+    }
+    std::push_heap(candidates_.begin(), candidates_.end(), more_likely);
+    if (candidates_.size() == k) floor = candidates_.front().logit;
+  }
+  if (count <= k) {
+    candidates_.clear();
+    for (size_t i = 0; i < adjusted_.size(); ++i) {
+      if (finite(adjusted_[i])) candidates_.push_back({static_cast<int32_t>(i), adjusted_[i], 0.0f});
+    }
+    return;
+  }
+  std::sort_heap(candidates_.begin(), candidates_.end(), more_likely);
   sorted_ = true;
 }
 
@@ -239,13 +266,16 @@ void Sampler::filter_candidates() {
     }
     if (best.token >= 0) candidates_.push_back(best);
   } else {
-    for (size_t i = 0; i < adjusted_.size(); ++i) {
-      if (adjusted_[i] > -std::numeric_limits<float>::infinity()) {
-        candidates_.push_back({static_cast<int32_t>(i), adjusted_[i], 0.0f});
+    if (params_.top_k > 0) {
+      take_top_k();
+    } else {
+      for (size_t i = 0; i < adjusted_.size(); ++i) {
+        if (adjusted_[i] > -std::numeric_limits<float>::infinity()) {
+          candidates_.push_back({static_cast<int32_t>(i), adjusted_[i], 0.0f});
+        }
       }
     }
     if (!candidates_.empty()) {
-      keep_top_k();
       keep_top_p();
       keep_min_p();
       softmax(params_.temperature);

@@ -103,7 +103,7 @@ class Sampler {
   void keep_grammar_candidates();
   void record_logprobs(std::span<const float> logits, int32_t drawn);
   void apply_bias_and_penalties(std::span<const float> logits);
-  void keep_top_k();
+  void take_top_k();
   void keep_top_p();
   void keep_min_p();
   void softmax(float temperature);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <random>
 #include <vector>
 
 #include "base/error.h"
@@ -184,6 +185,41 @@ TEST(sampler_top_k_keeps_the_k_most_likely) {
   p.top_k = 1;
   Sampler one(p);
   for (int i = 0; i < 50; ++i) CHECK(one.sample(std::vector<float>{1.0f, 3.0f, 0.5f, 2.0f}) == 1);
+}
+
+// Top-k over a large vocabulary full of ties and banned tokens: the candidates are the k most
+// likely by logit then token id, most likely first, exactly as sorting every finite logit gives
+// them; with no more finite logits than k, all of them in token order.
+TEST(sampler_top_k_selects_as_a_full_sort_does) {
+  std::mt19937 rng(7);
+  for (const int vocab : {10, 1000, 20000}) {
+    std::vector<float> logits(static_cast<size_t>(vocab));
+    for (float& l : logits) {
+      const unsigned r = rng() % 16;
+      l = r == 0 ? -kInf : 0.25f * static_cast<float>(r % 7);  // a few values: ties everywhere
+    }
+    std::vector<Candidate> finite;
+    for (int i = 0; i < vocab; ++i) {
+      if (logits[static_cast<size_t>(i)] > -kInf) finite.push_back({i, logits[static_cast<size_t>(i)], 0.0f});
+    }
+    std::vector<Candidate> sorted = finite;
+    std::sort(sorted.begin(), sorted.end(), [](const Candidate& a, const Candidate& b) {
+      return a.logit > b.logit || (a.logit == b.logit && a.token < b.token);
+    });
+    for (const int k : {1, 3, 40, 999, static_cast<int>(finite.size()), vocab + 1}) {
+      SamplerParams p = plain();
+      p.top_k = k;
+      Sampler sampler(p);
+      const std::vector<Candidate>& got = sampler.distribution(logits);
+      const bool cut = static_cast<size_t>(k) < finite.size();
+      const std::vector<Candidate> want(cut ? sorted.begin() : finite.begin(), cut ? sorted.begin() + k : finite.end());
+      bool same = got.size() == want.size();
+      for (size_t i = 0; same && i < got.size(); ++i)
+        same = got[i].token == want[i].token && got[i].logit == want[i].logit;
+      CHECK(same) << "vocab " << vocab << ", top-k " << k << ": " << got.size() << " candidates, not the "
+                  << want.size() << " a full sort keeps, in its order";
+    }
+  }
 }
 
 TEST(sampler_top_p_keeps_the_smallest_prefix_reaching_p) {
