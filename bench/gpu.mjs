@@ -1,9 +1,10 @@
 // GPU benchmark (run on the GPU machine): the whole model on the card; decode tok/s of one
 // stream and prompt tok/s at P = 512 and 4096, against ik_llama.cpp's figures on the same
-// machine and model (../shared/BASELINES.md). Decode three ways: greedy generate() as a user
+// machine and model (../shared/BASELINES.md). Decode four ways: greedy generate() as a user
 // streams it (first token to last: the figure the ratio takes), the engine's own time for those
-// passes (model.stats(); what llama-bench's tg times), and evaluate() of one token at a time with
-// the logits copied to JavaScript and argmax taken there. Writes JSON to $OUT (or the working directory).
+// passes (model.stats(); what llama-bench's tg times), generate() with llama-server's default
+// sampling, and evaluate() of one token at a time with the logits copied to JavaScript and
+// argmax taken there. Writes JSON to $OUT (or the working directory).
 //   node bench/gpu.mjs /root/q.gguf
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -43,22 +44,30 @@ for (let i = 0; i < DECODE_STEPS; ++i) {
 }
 const decodeEvaluate = DECODE_STEPS / secondsSince(decodeStart);
 
-// Greedy generation, end of sequence banned so that every run makes DECODE_STEPS tokens.
-session.reset();
-const before = model.stats();
-let first, last;
-let generated = 0;
-for await (const chunk of session.generate(spreadTokens(64, vocab), {
-  maxTokens: DECODE_STEPS + 1,
-  logitBias: { [model.info.eosToken]: -Infinity },
-})) {
-  last = process.hrtime.bigint();
-  first ??= last;
-  generated += chunk.tokens.length;
+// Generation streamed as a user sees it, first token to last, end of sequence banned so that
+// every run makes DECODE_STEPS tokens; greedy by default, or with `sampling` settings.
+async function streamedRate(sampling = {}) {
+  session.reset();
+  let first, last;
+  let generated = 0;
+  for await (const chunk of session.generate(spreadTokens(64, vocab), {
+    maxTokens: DECODE_STEPS + 1,
+    logitBias: { [model.info.eosToken]: -Infinity },
+    ...sampling,
+  })) {
+    last = process.hrtime.bigint();
+    first ??= last;
+    generated += chunk.tokens.length;
+  }
+  return (generated - 1) / (Number(last - first) / 1e9);
 }
+
+const before = model.stats();
+const decode = await streamedRate();
 const after = model.stats();
-const decode = (generated - 1) / (Number(last - first) / 1e9);
 const decodeEngine = (after.decodeTokens - before.decodeTokens) / (after.decodeSeconds - before.decodeSeconds);
+// llama-server's default sampling (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05), on the host.
+const decodeSampled = await streamedRate({ temperature: 0.8, seed: 1 });
 model.dispose();
 
 const result = {
@@ -70,6 +79,7 @@ const result = {
     loadSeconds,
     decodeTokensPerSecond: decode,
     decodeEngineTokensPerSecond: decodeEngine,
+    decodeSampledTokensPerSecond: decodeSampled,
     decodeEvaluateTokensPerSecond: decodeEvaluate,
     decodeSteps: DECODE_STEPS,
     decodeContextStart: 65,
@@ -88,7 +98,7 @@ writeFileSync(out, JSON.stringify(result, null, 2));
 console.log(JSON.stringify(result.figures, null, 2));
 console.log(
   `decode ${decode.toFixed(1)} tok/s (${result.ratios.decode.toFixed(2)}x ik_llama.cpp; engine ` +
-    `${decodeEngine.toFixed(1)}, evaluate loop ${decodeEvaluate.toFixed(1)}), ` +
+    `${decodeEngine.toFixed(1)}, sampled ${decodeSampled.toFixed(1)}, evaluate loop ${decodeEvaluate.toFixed(1)}), ` +
     `prompt 512: ${prompt512.toFixed(0)} (${result.ratios.prompt512.toFixed(2)}x), ` +
     `4096: ${prompt4096.toFixed(0)} (${result.ratios.prompt4096.toFixed(2)}x); wrote ${out}`,
 );
