@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <string>
 
 #include "base/error.h"
@@ -136,35 +137,69 @@ void Sampler::keep_grammar_candidates() {
   }
 }
 
-void Sampler::apply_bias_and_penalties(std::span<const float> logits) {
-  adjusted_.assign(logits.begin(), logits.end());
+void Sampler::find_changes(std::span<const float> logits) {
+  std::map<int32_t, float> changed;
   const auto vocab = static_cast<int64_t>(logits.size());
   for (const auto& [token, bias] : params_.logit_bias) {
     if (token >= vocab) {
       refuse("logitBias names token " + std::to_string(token) + ", outside the vocabulary of " + std::to_string(vocab));
     }
-    adjusted_[token] += bias;
+    changed.try_emplace(token, logits[static_cast<size_t>(token)]).first->second += bias;
   }
 
   const SamplerParams& p = params_;
   const bool penalize = p.repeat_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
-  if (!penalize || p.repeat_last_n == 0 || history_.empty()) return;
-  const size_t window =
-      p.repeat_last_n < 0 ? history_.size() : std::min(history_.size(), static_cast<size_t>(p.repeat_last_n));
-  std::vector<int32_t> recent(history_.end() - static_cast<ptrdiff_t>(window), history_.end());
-  std::sort(recent.begin(), recent.end());
-  for (size_t i = 0; i < recent.size();) {
-    size_t j = i;
-    while (j < recent.size() && recent[j] == recent[i]) ++j;
-    const int32_t token = recent[i];
-    const auto count = static_cast<float>(j - i);
-    i = j;
-    if (token < 0 || token >= vocab) continue;
-    // The repeat penalty shrinks a logit toward "less likely" whatever its sign (llama.cpp's rule).
-    float& logit = adjusted_[token];
-    logit = logit <= 0.0f ? logit * p.repeat_penalty : logit / p.repeat_penalty;
-    logit -= count * p.frequency_penalty + p.presence_penalty;
+  if (penalize && p.repeat_last_n != 0 && !history_.empty()) {
+    const size_t window =
+        p.repeat_last_n < 0 ? history_.size() : std::min(history_.size(), static_cast<size_t>(p.repeat_last_n));
+    std::vector<int32_t> recent(history_.end() - static_cast<ptrdiff_t>(window), history_.end());
+    std::sort(recent.begin(), recent.end());
+    for (size_t i = 0; i < recent.size();) {
+      size_t j = i;
+      while (j < recent.size() && recent[j] == recent[i]) ++j;
+      const int32_t token = recent[i];
+      const auto count = static_cast<float>(j - i);
+      i = j;
+      if (token < 0 || token >= vocab) continue;
+      // The repeat penalty shrinks a logit toward "less likely" whatever its sign (llama.cpp's rule).
+      float& logit = changed.try_emplace(token, logits[static_cast<size_t>(token)]).first->second;
+      logit = logit <= 0.0f ? logit * p.repeat_penalty : logit / p.repeat_penalty;
+      logit -= count * p.frequency_penalty + p.presence_penalty;
+    }
   }
+  changes_.assign(changed.begin(), changed.end());
+}
+
+void Sampler::apply_bias_and_penalties(std::span<const float> logits) {
+  find_changes(logits);
+  adjusted_.assign(logits.begin(), logits.end());
+  for (const auto& [token, logit] : changes_) adjusted_[static_cast<size_t>(token)] = logit;
+}
+
+// Greedy: the most likely token of the logits unchanged (the first of equals; NaN never wins),
+// found without copying the vocabulary, when no token that bias or penalties changed beats it
+// (a token they changed may not win here either: then the full path decides).
+bool Sampler::greedy_without_copy(std::span<const float> logits) {
+  constexpr float kNone = -std::numeric_limits<float>::infinity();
+  constexpr size_t kLanes = 16;  // independent maxima, so the loop vectorizes
+  float lane_max[kLanes];
+  std::fill(lane_max, lane_max + kLanes, kNone);
+  const size_t whole = logits.size() / kLanes * kLanes;
+  for (size_t i = 0; i < whole; i += kLanes) {
+    for (size_t l = 0; l < kLanes; ++l) lane_max[l] = logits[i + l] > lane_max[l] ? logits[i + l] : lane_max[l];
+  }
+  float best = kNone;
+  for (const float m : lane_max) best = m > best ? m : best;
+  for (size_t i = whole; i < logits.size(); ++i) best = logits[i] > best ? logits[i] : best;
+  if (best == kNone) return false;
+  const auto winner = static_cast<int32_t>(std::find(logits.begin(), logits.end(), best) - logits.begin());
+  find_changes(logits);
+  for (const auto& [token, logit] : changes_) {
+    if (token == winner || logit > best || (logit == best && token < winner)) return false;
+  }
+  candidates_.assign(1, {winner, best, 1.0f});
+  sorted_ = true;
+  return true;
 }
 
 // The candidates top-k leaves, as keeping every finite logit then the k most likely would (most
@@ -247,6 +282,7 @@ void Sampler::softmax(float temperature) {
 }
 
 const std::vector<Candidate>& Sampler::distribution(std::span<const float> logits) {
+  if (params_.temperature <= 0.0f && !grammar_ && greedy_without_copy(logits)) return candidates_;
   apply_bias_and_penalties(logits);
   filter_candidates();
   if (grammar_) keep_grammar_candidates();

@@ -102,7 +102,10 @@ class Sampler {
   bool grammar_allows(int32_t token) const;
   void keep_grammar_candidates();
   void record_logprobs(std::span<const float> logits, int32_t drawn);
+  // changes_ = the logits bias and penalties change, with their new values, by token.
+  void find_changes(std::span<const float> logits);
   void apply_bias_and_penalties(std::span<const float> logits);
+  bool greedy_without_copy(std::span<const float> logits);
   void take_top_k();
   void keep_top_p();
   void keep_min_p();
@@ -112,6 +115,7 @@ class Sampler {
   Xoshiro256 rng_;
   std::vector<int32_t> history_;
   std::vector<float> adjusted_;  // the logits after bias and penalties
+  std::vector<std::pair<int32_t, float>> changes_;
   std::vector<Candidate> candidates_;
   bool sorted_ = false;  // candidates_ is most likely first
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer_;

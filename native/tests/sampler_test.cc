@@ -222,6 +222,45 @@ TEST(sampler_top_k_selects_as_a_full_sort_does) {
   }
 }
 
+// Greedy draws over a large vocabulary of ties, with bans, boosts and penalties that sometimes
+// touch the raw maximum: the first most likely token of the logits as bias and penalties leave
+// them, whether the sampler finds it without copying the logits or by the full path.
+TEST(sampler_greedy_is_the_first_maximum_after_bias_and_penalties) {
+  std::mt19937 rng(11);
+  for (int round = 0; round < 200; ++round) {
+    const int vocab = round % 2 ? 37 : 5000;
+    std::vector<float> logits(static_cast<size_t>(vocab));
+    for (float& l : logits) l = 0.5f * static_cast<float>(rng() % 9) - 2.0f;
+    SamplerParams p;
+    p.temperature = 0.0f;
+    p.repeat_penalty = round % 3 ? 1.0f : 1.3f;
+    p.presence_penalty = round % 5 ? 0.0f : 0.5f;
+    std::vector<float> adjusted = logits;
+    const auto best = [&] {
+      return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    };
+    for (int b = 0; b < 3; ++b) {
+      const int32_t token = b == 0 ? best() : static_cast<int32_t>(rng() % static_cast<unsigned>(vocab));
+      const float bias = rng() % 3 == 0 ? -kInf : 0.5f * static_cast<float>(static_cast<int>(rng() % 5) - 2);
+      p.logit_bias.push_back({token, bias});
+      adjusted[static_cast<size_t>(token)] += bias;
+    }
+    Sampler sampler(p);
+    std::vector<int32_t> history = {best(), best(), static_cast<int32_t>(rng() % static_cast<unsigned>(vocab))};
+    sampler.accept_prompt(history);
+    std::sort(history.begin(), history.end());
+    history.erase(std::unique(history.begin(), history.end()), history.end());
+    for (const int32_t token : history) {
+      float& logit = adjusted[static_cast<size_t>(token)];
+      logit = logit <= 0.0f ? logit * p.repeat_penalty : logit / p.repeat_penalty;
+      logit -= p.presence_penalty;
+    }
+    const auto want = static_cast<int32_t>(std::max_element(adjusted.begin(), adjusted.end()) - adjusted.begin());
+    const int32_t got = sampler.sample(logits);
+    CHECK(got == want) << "round " << round << ": drew " << got << ", the first maximum is " << want;
+  }
+}
+
 TEST(sampler_top_p_keeps_the_smallest_prefix_reaching_p) {
   // Probabilities 0.5, 0.3, 0.2 (logits are their logs).
   const std::vector<float> logits{std::log(0.2f), std::log(0.5f), std::log(0.3f)};
