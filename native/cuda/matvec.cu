@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "cuda/float_dot.cuh"
 #include "cuda/quantize.cuh"
 
 namespace bloomery::cuda {
@@ -414,25 +415,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp) matvec_kernel(MatvecArg
 }
 
 // F32, F16 and BF16 weights against float rows (routers, small dense matrices): a block per
-// weight row, each thread taking 4 columns at a time (one 16-byte load of F32 weights, 8 of F16
-// or BF16), in rounds of kUnitsInFlight loads, against NT activation rows. Activations are
-// rounded as the CPU path (as ggml) rounds them for the type (float_operand).
-constexpr int kFloatThreads = 128;
-
-template <uint32_t Type>
-__device__ __forceinline__ float4 load_weights4(const uint8_t* row, int group) {
-  if constexpr (Type == kTypeF32) {
-    return reinterpret_cast<const float4*>(row)[group];
-  } else {
-    const uint2 bits = reinterpret_cast<const uint2*>(row)[group];
-    const auto value = [](uint32_t b) {
-      return Type == kTypeF16 ? half_bits_to_float(static_cast<uint16_t>(b))
-                              : bf16_bits_to_float(static_cast<uint16_t>(b));
-    };
-    return make_float4(value(bits.x & 0xffff), value(bits.x >> 16), value(bits.y & 0xffff), value(bits.y >> 16));
-  }
-}
-
+// weight row (float_dot.cuh), against NT activation rows.
 template <uint32_t Type, int NT>
 __global__ void __launch_bounds__(kFloatThreads)
     float_matvec_kernel(const uint8_t* w, size_t row_bytes, int cols, const float* x, int n, float* y, int rows,
@@ -440,57 +423,12 @@ __global__ void __launch_bounds__(kFloatThreads)
   const int row = blockIdx.x;
   const int first = blockIdx.y * NT;
   const int count = min(NT, n - first);
-  const uint8_t* wrow = w + static_cast<size_t>(row) * row_bytes;
   const float* xs[NT];
 #pragma unroll
   for (int t = 0; t < NT; ++t) xs[t] = x + static_cast<int64_t>(first + min(t, count - 1)) * cols;
-  // Groups of 4 columns where rows keep 16-byte alignment; the rest (and odd widths) one by one.
-  const int groups = cols % 4 == 0 ? cols / 4 : 0;
-  float4 weights[kUnitsInFlight];
-  const auto load_round = [&](int base) {
-#pragma unroll
-    for (int b = 0; b < kUnitsInFlight; ++b)
-      weights[b] = load_weights4<Type>(wrow, min(base + b * kFloatThreads, groups - 1));
-  };
-  // The weights are no kernel's output: the first round loads while the previous kernel ends.
-  if (static_cast<int>(threadIdx.x) < groups) load_round(threadIdx.x);
-  wait_for_previous_kernel();
-  float acc[NT] = {};
-  for (int base = threadIdx.x; base < groups;) {
-#pragma unroll
-    for (int b = 0; b < kUnitsInFlight; ++b) {
-      const int group = base + b * kFloatThreads;
-      if (group >= groups) break;
-#pragma unroll
-      for (int t = 0; t < NT; ++t) {
-        const float4 v = reinterpret_cast<const float4*>(xs[t])[group];
-        acc[t] += weights[b].x * float_operand<Type>(v.x);
-        acc[t] += weights[b].y * float_operand<Type>(v.y);
-        acc[t] += weights[b].z * float_operand<Type>(v.z);
-        acc[t] += weights[b].w * float_operand<Type>(v.w);
-      }
-    }
-    base += kFloatThreads * kUnitsInFlight;
-    if (base < groups) load_round(base);
-  }
-  for (int c = 4 * groups + threadIdx.x; c < cols; c += kFloatThreads) {
-    const float weight = float_weight<Type>(wrow, c);
-#pragma unroll
-    for (int t = 0; t < NT; ++t) acc[t] += weight * float_operand<Type>(xs[t][c]);
-  }
-  __shared__ float partial[NT][kFloatThreads / kWarp];
-#pragma unroll
-  for (int t = 0; t < NT; ++t) {
-    const float sum = warp_sum(acc[t]);
-    if (threadIdx.x % kWarp == 0) partial[t][threadIdx.x / kWarp] = sum;
-  }
-  __syncthreads();
+  const float value = float_row_dots<Type, NT>(w + static_cast<size_t>(row) * row_bytes, cols, xs);
   if (static_cast<int>(threadIdx.x) < count) {
-    const int t = static_cast<int>(threadIdx.x);
-    float value = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kFloatThreads / kWarp; ++i) value += partial[t][i];
-    float* out = y + static_cast<int64_t>(first + t) * rows + row;
+    float* out = y + static_cast<int64_t>(first + threadIdx.x) * rows + row;
     *out = accumulate ? *out + value : value;
   }
 }

@@ -3,6 +3,7 @@
 // of the experts' outputs back into the residual stream.
 #include "base/error.h"
 #include "cuda/expert_sum.cuh"
+#include "cuda/float_dot.cuh"
 
 namespace bloomery::cuda {
 
@@ -29,20 +30,17 @@ struct SingleRowGroups {
 // With `counts` set, each choice adds one to its expert's routing counter (wrapping: adaptive
 // residency reads their differences between passes). With `single` set (a pass of one row),
 // the row's groups too: one chunk per GPU-resident chosen expert, in k order (what group_kernel
-// makes of one row, in another order).
-__global__ void top_k_kernel(const float* logits, int n, int experts, int used, bool normalize, int32_t* chosen,
-                             float* weights, uint32_t* counts, SingleRowGroups single) {
-  wait_for_previous_kernel();
-  const int row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
-  if (row >= n) return;
+// makes of one row, in another order). The logits are read from L2 (__ldcg): route_decode_kernel's
+// other blocks wrote them in this launch. `row`: the row's index in chosen and weights.
+__device__ void route_row(const float* l, int row, int experts, int used, bool normalize, int32_t* chosen,
+                          float* weights, uint32_t* counts, SingleRowGroups single) {
   const int lane = threadIdx.x % kWarp;
-  const float* l = logits + static_cast<int64_t>(row) * experts;
   float p[kMaxExpertsPerLane];
   float local_max = -INFINITY;
 #pragma unroll
   for (int i = 0; i < kMaxExpertsPerLane; ++i) {
     const int e = lane + i * kWarp;
-    p[i] = e < experts ? l[e] : -INFINITY;
+    p[i] = e < experts ? __ldcg(l + e) : -INFINITY;
     local_max = fmaxf(local_max, p[i]);
   }
   const float max = warp_max(local_max);
@@ -110,6 +108,54 @@ __global__ void top_k_kernel(const float* logits, int n, int experts, int used, 
   }
 }
 
+__global__ void top_k_kernel(const float* logits, int n, int experts, int used, bool normalize, int32_t* chosen,
+                             float* weights, uint32_t* counts, SingleRowGroups single) {
+  wait_for_previous_kernel();
+  const int row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+  if (row >= n) return;
+  route_row(logits + static_cast<int64_t>(row) * experts, row, experts, used, normalize, chosen, weights, counts,
+            single);
+}
+
+struct RouteDecodeArgs {
+  const uint8_t* router;
+  size_t row_bytes;
+  int cols;
+  const float* x;
+  int experts;
+  int used;
+  bool normalize;
+  float* logits;
+  int32_t* chosen;
+  float* weights;
+  uint32_t* counts;
+  SingleRowGroups single;
+  uint32_t* ticket;
+};
+
+// A block per expert computes its logit as float_matvec_kernel does (float_dot.cuh); each then
+// takes a ticket once its logit is visible, and the block that takes the last one routes the
+// row (route_row) and leaves the ticket zero for the next launch. A launch less per layer than
+// the router's product followed by top_k_kernel, with the same floats.
+template <uint32_t Type>
+__global__ void __launch_bounds__(kFloatThreads) route_decode_kernel(RouteDecodeArgs a) {
+  const float* xs[1] = {a.x};
+  const float logit = float_row_dots<Type, 1>(a.router + blockIdx.x * a.row_bytes, a.cols, xs);
+  __shared__ bool last;
+  if (threadIdx.x == 0) {
+    a.logits[blockIdx.x] = logit;
+    __threadfence();
+    last = atomicAdd(a.ticket, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  if (threadIdx.x < kWarp) {
+    route_row(a.logits, 0, a.experts, a.used, a.normalize, a.chosen, a.weights, a.counts, a.single);
+  }
+  if (threadIdx.x == 0) *a.ticket = 0;
+}
+
 // One block: counts per expert, offsets, the chunk table, then each slot's place in `order`.
 // Experts whose slot is -1 (in host memory) get no chunk: the CPU runs them. Chunks name the
 // expert's slot, which is where the expert kernels read its weights.
@@ -174,8 +220,7 @@ __global__ void set_slot_kernel(int32_t* slot_of_expert, int32_t expert, int32_t
   slot_of_expert[expert] = slot;
 }
 
-void launch_top_k(const float* logits, int64_t n, int64_t experts, int64_t used, bool normalize, int32_t* chosen,
-                  float* weights, uint32_t* counts, const SingleRowGroups& single, StreamHandle stream) {
+void check_routing(int64_t experts, int64_t used) {
   if (experts > kMaxExpertsPerLane * kWarp) {
     throw Error("UNSUPPORTED_MODEL", "the GPU router serves at most " + std::to_string(kMaxExpertsPerLane * kWarp) +
                                          " experts, the model has " + std::to_string(experts));
@@ -184,6 +229,11 @@ void launch_top_k(const float* logits, int64_t n, int64_t experts, int64_t used,
     throw Error("UNSUPPORTED_MODEL", "the GPU router picks at most " + std::to_string(kWarp) +
                                          " experts per token, the model uses " + std::to_string(used));
   }
+}
+
+void launch_top_k(const float* logits, int64_t n, int64_t experts, int64_t used, bool normalize, int32_t* chosen,
+                  float* weights, uint32_t* counts, const SingleRowGroups& single, StreamHandle stream) {
+  check_routing(experts, used);
   constexpr int kThreads = 128;
   launch_early(top_k_kernel, dim3(ceil_div(n, kThreads / kWarp)), dim3(kThreads), 0, static_cast<cudaStream_t>(stream),
                logits, static_cast<int>(n), static_cast<int>(experts), static_cast<int>(used), normalize, chosen,
@@ -226,6 +276,36 @@ void group_by_expert(const int32_t* chosen, int64_t n, int64_t experts, int64_t 
   launch_early(group_kernel, dim3(1), dim3(1024), shared, static_cast<cudaStream_t>(stream), chosen,
                static_cast<int>(n * used), static_cast<int>(experts), slot_of_expert, tokens_per_chunk, order, chunks,
                chunk_count);
+}
+
+void route_decode(const DeviceMatrix& router, const float* x, int64_t experts, int64_t used, bool normalize,
+                  const int32_t* slot_of_expert, float* logits, int32_t* chosen, float* weights, uint32_t* counts,
+                  int32_t* order, int32_t* chunks, int32_t* chunk_count, uint32_t* ticket, StreamHandle stream) {
+  check_routing(experts, used);
+  if (router.rows != experts) {
+    throw Error("INVALID_ARGUMENT",
+                "the router has " + std::to_string(router.rows) + " rows for " + std::to_string(experts) + " experts");
+  }
+  const RouteDecodeArgs a{router.data,
+                          router.row_bytes,
+                          static_cast<int>(router.cols),
+                          x,
+                          static_cast<int>(experts),
+                          static_cast<int>(used),
+                          normalize,
+                          logits,
+                          chosen,
+                          weights,
+                          counts,
+                          {slot_of_expert, order, chunks, chunk_count},
+                          ticket};
+  const bool supported = with_type(FloatTypes{}, router.type, [&](auto t) {
+    launch_early(route_decode_kernel<decltype(t)::value>, dim3(static_cast<unsigned>(experts)), dim3(kFloatThreads), 0,
+                 static_cast<cudaStream_t>(stream), a);
+  });
+  if (!supported) {
+    throw Error("UNSUPPORTED_QUANT", "route_decode takes a float router, not ggml type " + std::to_string(router.type));
+  }
 }
 
 void combine_experts(const float* expert_out, const float* weights, const int32_t* chosen,

@@ -155,6 +155,12 @@ void group_by_expert(const int32_t* chosen, int64_t n, int64_t experts, int64_t 
 void route_and_group(const float* logits, int64_t n, int64_t experts, int64_t used, bool normalize,
                      const int32_t* slot_of_expert, int tokens_per_chunk, int32_t* chosen, float* weights,
                      uint32_t* counts, int32_t* order, int32_t* chunks, int32_t* chunk_count, StreamHandle stream);
+// A decode step's router product (float weights: logits = router x, as matvec computes them) and
+// route_and_group of its one row (one token per chunk) in one launch: the last of the router's
+// blocks routes. `ticket`: a device counter, zero between launches (the launch leaves it zero).
+void route_decode(const DeviceMatrix& router, const float* x, int64_t experts, int64_t used, bool normalize,
+                  const int32_t* slot_of_expert, float* logits, int32_t* chosen, float* weights, uint32_t* counts,
+                  int32_t* order, int32_t* chunks, int32_t* chunk_count, uint32_t* ticket, StreamHandle stream);
 // residual[i] += sum over k of weights[i, k] * expert_out[i * used + k], in k order, over the
 // GPU-resident experts (slot_of_expert[chosen[i, k]] >= 0). rms_norm can add the same sum
 // itself (RmsNorm::pending).

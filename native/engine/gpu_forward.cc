@@ -111,6 +111,7 @@ class WeightPlan {
 struct Workspace {
   DeviceBuffer residual, normed, q, k, v, attention, gate, up, hidden, expert_out, router_logits, routing_weights;
   DeviceBuffer chosen, order, chunks, chunk_count, tokens, positions, activations, logits, attention_scratch;
+  DeviceBuffer route_ticket;  // cuda::route_decode's counter, zero between launches
 };
 
 // The weights' places in device memory, and which experts are there: what bind_weights
@@ -249,7 +250,8 @@ std::vector<std::pair<const char*, size_t>> workspace_sizes(const model::HyperPa
           {"positions", ints(b)},
           {"activations", static_cast<size_t>(widest / 32) * sizeof(ActivationBlock)},
           {"logits", floats(p.vocab)},
-          {"attention_scratch", cuda::attention_scratch_bytes(attention_shape(p, context_size), b)}};
+          {"attention_scratch", cuda::attention_scratch_bytes(attention_shape(p, context_size), b)},
+          {"route_ticket", ints(1)}};
 }
 
 void allocate_workspace(const model::HyperParams& p, int64_t context_size, Workspace& w) {
@@ -273,9 +275,12 @@ void allocate_workspace(const model::HyperParams& p, int64_t context_size, Works
                              &w.positions,
                              &w.activations,
                              &w.logits,
-                             &w.attention_scratch};
+                             &w.attention_scratch,
+                             &w.route_ticket};
   const auto sizes = workspace_sizes(p, context_size);
   for (size_t i = 0; i < sizes.size(); ++i) *buffers[i] = DeviceBuffer(sizes[i].second, sizes[i].first);
+  const uint32_t zero = 0;
+  cuda::upload(w.route_ticket.data(), &zero, sizeof(zero));
 }
 
 class Uploader {
@@ -715,7 +720,6 @@ struct Pass {
   void moe_ffn(const GpuLayer& w, int64_t layer, Input& x) const {
     const model::HyperParams& p = m.params;
     const Workspace& ws = m.work;
-    mul(w.router, x, n, f(ws.router_logits), false);
     HostExperts* host = m.host_experts.get();
     const bool host_layer = host && host->has_host_experts(layer);
     const bool streamed_layer = host_layer && streams(layer);
@@ -730,10 +734,19 @@ struct Pass {
     groups.chunk_count = ws.chunk_count.as<int32_t>();
     groups.tokens_per_chunk = tiled ? cuda::kMmqTileTokens : cuda::tokens_per_expert_chunk(n);
     groups.max_chunks = cuda::max_expert_chunks(n, p.experts, p.experts_used, groups.tokens_per_chunk);
-    cuda::route_and_group(f(ws.router_logits), n, p.experts, p.experts_used, p.normalize_expert_weights,
-                          experts.slot_of_expert, groups.tokens_per_chunk, ws.chosen.as<int32_t>(),
-                          f(ws.routing_weights), m.routed.as<uint32_t>() + layer * p.experts, ws.order.as<int32_t>(),
-                          ws.chunks.as<int32_t>(), ws.chunk_count.as<int32_t>(), stream);
+    uint32_t* counts = m.routed.as<uint32_t>() + layer * p.experts;
+    if (n == 1 && groups.tokens_per_chunk == 1 && cuda::is_float_type(w.router.type)) {
+      cuda::route_decode(w.router, x.for_type(w.router.type).floats, p.experts, p.experts_used,
+                         p.normalize_expert_weights, experts.slot_of_expert, f(ws.router_logits),
+                         ws.chosen.as<int32_t>(), f(ws.routing_weights), counts, ws.order.as<int32_t>(),
+                         ws.chunks.as<int32_t>(), ws.chunk_count.as<int32_t>(), ws.route_ticket.as<uint32_t>(), stream);
+    } else {
+      mul(w.router, x, n, f(ws.router_logits), false);
+      cuda::route_and_group(f(ws.router_logits), n, p.experts, p.experts_used, p.normalize_expert_weights,
+                            experts.slot_of_expert, groups.tokens_per_chunk, ws.chosen.as<int32_t>(),
+                            f(ws.routing_weights), counts, ws.order.as<int32_t>(), ws.chunks.as<int32_t>(),
+                            ws.chunk_count.as<int32_t>(), stream);
+    }
     if (hybrid) host->queue_publish(layer, n, f(ws.normed), ws.chosen.as<int32_t>(), f(ws.routing_weights), stream);
     // A layer without GPU experts (all in host memory, as where the GPU's kernels cannot serve
     // its expert stacks: see GpuKernelGap) has no GPU half.

@@ -437,6 +437,65 @@ TEST(cuda_route_and_group_matches_cpu) {
   }
 }
 
+// route_decode (a decode step's router product and routing in one launch, the last block
+// routing) against the router's matvec then route_and_group: the same logits, choices, weights,
+// counts and groups, bit for bit, for F32 and F16 routers and experts split between GPU and
+// host; launched again on the same ticket, the same once more (the launch leaves it zero).
+TEST(cuda_route_decode_equals_matvec_then_route_and_group) {
+  if (!device_ready("cuda_route_decode_equals_matvec_then_route_and_group")) return;
+  std::mt19937 rng(41);
+  const cuda::Stream stream;
+  const int64_t experts = 128, used = 8, cols = 2048;
+  std::vector<int32_t> split(static_cast<size_t>(experts), -1);
+  for (int64_t e = 0, slot = 0; e < experts; ++e) {
+    if (e % 3 != 1) split[e] = static_cast<int32_t>(slot++);
+  }
+  const auto slots = upload(split);
+  for (const uint32_t type : {0u, 1u}) {
+    const auto w = random_matrix(type, experts, cols, rng);
+    const auto dw = upload(w);
+    const cuda::DeviceMatrix router = device_matrix(type, dw, experts, cols);
+    const auto x = upload(random_floats(static_cast<size_t>(cols), 2.0f, rng));
+    const auto run = [&](bool fused, const cuda::DeviceBuffer& ticket) {
+      cuda::DeviceBuffer logits(static_cast<size_t>(experts) * sizeof(float), "logits");
+      cuda::DeviceBuffer chosen(static_cast<size_t>(used) * sizeof(int32_t), "chosen");
+      cuda::DeviceBuffer weights(static_cast<size_t>(used) * sizeof(float), "weights");
+      const auto counts = upload(std::vector<uint32_t>(static_cast<size_t>(experts), 7u));
+      const DeviceGroups grouping(1, experts, used, 1);
+      if (fused) {
+        cuda::route_decode(router, x.as<float>(), experts, used, true, slots.as<int32_t>(), logits.as<float>(),
+                           chosen.as<int32_t>(), weights.as<float>(), counts.as<uint32_t>(),
+                           grouping.order.as<int32_t>(), grouping.chunks.as<int32_t>(),
+                           grouping.chunk_count.as<int32_t>(), ticket.as<uint32_t>(), stream.handle());
+      } else {
+        cuda::matvec(router, {x.as<float>(), nullptr}, 1, logits.as<float>(), false, stream.handle());
+        cuda::route_and_group(logits.as<float>(), 1, experts, used, true, slots.as<int32_t>(), 1, chosen.as<int32_t>(),
+                              weights.as<float>(), counts.as<uint32_t>(), grouping.order.as<int32_t>(),
+                              grouping.chunks.as<int32_t>(), grouping.chunk_count.as<int32_t>(), stream.handle());
+      }
+      const int count = download<int32_t>(grouping.chunk_count, 1, stream)[0];
+      return std::tuple{download<float>(logits, static_cast<size_t>(experts), stream),
+                        download<int32_t>(chosen, static_cast<size_t>(used), stream),
+                        download<float>(weights, static_cast<size_t>(used), stream),
+                        download<uint32_t>(counts, static_cast<size_t>(experts), stream),
+                        download<int32_t>(grouping.chunks, static_cast<size_t>(3 * count), stream),
+                        download<int32_t>(grouping.order, static_cast<size_t>(count), stream)};
+    };
+    const auto ticket = upload(std::vector<uint32_t>{0u});
+    const auto want = run(false, ticket);
+    for (int launch = 0; launch < 2; ++launch) {
+      const auto got = run(true, ticket);
+      CHECK(mismatches(std::get<0>(got), std::get<0>(want)) == 0) << "type " << type << ": logits differ";
+      CHECK(std::get<1>(got) == std::get<1>(want)) << "type " << type << ": chosen experts differ";
+      CHECK(mismatches(std::get<2>(got), std::get<2>(want)) == 0) << "type " << type << ": weights differ";
+      CHECK(std::get<3>(got) == std::get<3>(want)) << "type " << type << ": routing counts differ";
+      CHECK(std::get<4>(got) == std::get<4>(want) && std::get<5>(got) == std::get<5>(want))
+          << "type " << type << ": groups differ";
+      CHECK(download<uint32_t>(ticket, 1, stream)[0] == 0u) << "type " << type << ": the ticket is left nonzero";
+    }
+  }
+}
+
 #else
 
 TEST(cuda_ops_skipped) { std::printf("skip cuda_ops tests: this build has no CUDA\n"); }
