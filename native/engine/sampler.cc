@@ -170,15 +170,14 @@ void Sampler::find_changes(std::span<const float> logits) {
   changes_.assign(changed.begin(), changed.end());
 }
 
-void Sampler::apply_bias_and_penalties(std::span<const float> logits) {
-  find_changes(logits);
+void Sampler::apply_changes(std::span<const float> logits) {
   adjusted_.assign(logits.begin(), logits.end());
   for (const auto& [token, logit] : changes_) adjusted_[static_cast<size_t>(token)] = logit;
 }
 
 // Greedy: the most likely token of the logits unchanged (the first of equals; NaN never wins),
-// found without copying the vocabulary, when no token that bias or penalties changed beats it
-// (a token they changed may not win here either: then the full path decides).
+// found without copying the vocabulary, when no token of changes_ beats it (a token they
+// changed may not win here either: then the full path decides).
 bool Sampler::greedy_without_copy(std::span<const float> logits) {
   constexpr float kNone = -std::numeric_limits<float>::infinity();
   constexpr size_t kLanes = 16;  // independent maxima, so the loop vectorizes
@@ -193,7 +192,6 @@ bool Sampler::greedy_without_copy(std::span<const float> logits) {
   for (size_t i = whole; i < logits.size(); ++i) best = logits[i] > best ? logits[i] : best;
   if (best == kNone) return false;
   const auto winner = static_cast<int32_t>(std::find(logits.begin(), logits.end(), best) - logits.begin());
-  find_changes(logits);
   for (const auto& [token, logit] : changes_) {
     if (token == winner || logit > best || (logit == best && token < winner)) return false;
   }
@@ -282,8 +280,9 @@ void Sampler::softmax(float temperature) {
 }
 
 const std::vector<Candidate>& Sampler::distribution(std::span<const float> logits) {
+  find_changes(logits);
   if (params_.temperature <= 0.0f && !grammar_ && greedy_without_copy(logits)) return candidates_;
-  apply_bias_and_penalties(logits);
+  apply_changes(logits);
   filter_candidates();
   if (grammar_) keep_grammar_candidates();
   if (candidates_.empty()) refuse("no token is left to sample: logitBias bans every token");

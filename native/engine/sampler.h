@@ -104,7 +104,8 @@ class Sampler {
   void record_logprobs(std::span<const float> logits, int32_t drawn);
   // changes_ = the logits bias and penalties change, with their new values, by token.
   void find_changes(std::span<const float> logits);
-  void apply_bias_and_penalties(std::span<const float> logits);
+  // adjusted_ = the logits with changes_ written over them.
+  void apply_changes(std::span<const float> logits);
   bool greedy_without_copy(std::span<const float> logits);
   void take_top_k();
   void keep_top_p();
