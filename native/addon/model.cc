@@ -154,22 +154,22 @@ Napi::Object footprint_object(Napi::Env env, const engine::GpuFootprint& f, uint
   return o;
 }
 
-// hostFootprint(path, contextSize) -> Promise<the footprint of a model on the CPU: its routed
-// experts' bytes and the disk tier's slot size; every device term 0, no kernel gaps> (any build).
-Napi::Value host_footprint(const Napi::CallbackInfo& info) {
+// The body of hostFootprint and gpuFootprint: (path, contextSize) checked, the model loaded off
+// the JavaScript thread, footprint(model, context size) made into an object with the disk
+// tier's slot size (contextSize 0 takes the runtime's default).
+template <typename Footprint>
+Napi::Value footprint_call(const Napi::CallbackInfo& info, const char* usage, Footprint footprint) {
   return guarded(info, [&]() -> Napi::Value {
     if (info.Length() < 2 || !info[0].IsString() || !info[1].IsNumber()) {
-      throw to_js_error(info.Env(), "INVALID_ARGUMENT", "hostFootprint(path, contextSize)");
+      throw to_js_error(info.Env(), "INVALID_ARGUMENT", usage);
     }
     return run_async(
         info.Env(),
-        [path = info[0].As<Napi::String>().Utf8Value(), requested = info[1].As<Napi::Number>().Int64Value()] {
+        [path = info[0].As<Napi::String>().Utf8Value(), requested = info[1].As<Napi::Number>().Int64Value(),
+         footprint] {
           const std::unique_ptr<model::Model> model = model::load_model(path);
-          engine::GpuFootprint f;
-          f.context_size = engine::resolve_context_size(model->params, requested);
-          f.experts = model->params.experts;
-          for (const model::LayerWeights& w : model->layers) f.expert_bytes.push_back(engine::routed_expert_bytes(w));
-          return std::pair{f, engine::arena_slot_bytes(*model)};
+          return std::pair{footprint(*model, engine::resolve_context_size(model->params, requested)),
+                           engine::arena_slot_bytes(*model)};
         },
         [](Napi::Env env, const std::pair<engine::GpuFootprint, uint64_t>& r) -> Napi::Value {
           return footprint_object(env, r.first, r.second);
@@ -177,23 +177,23 @@ Napi::Value host_footprint(const Napi::CallbackInfo& info) {
   });
 }
 
+// hostFootprint(path, contextSize) -> Promise<the footprint of a model on the CPU: its routed
+// experts' bytes and the disk tier's slot size; every device term 0, no kernel gaps> (any build).
+Napi::Value host_footprint(const Napi::CallbackInfo& info) {
+  return footprint_call(info, "hostFootprint(path, contextSize)", [](const model::Model& model, int64_t context) {
+    engine::GpuFootprint f;
+    f.context_size = context;
+    f.experts = model.params.experts;
+    for (const model::LayerWeights& w : model.layers) f.expert_bytes.push_back(engine::routed_expert_bytes(w));
+    return f;
+  });
+}
+
 // gpuFootprint(path, contextSize) -> Promise<the device memory terms the offload planner needs>
-// (engine::GpuFootprint; contextSize 0 takes the runtime's default).
+// (engine::GpuFootprint).
 Napi::Value gpu_footprint(const Napi::CallbackInfo& info) {
-  return guarded(info, [&]() -> Napi::Value {
-    if (info.Length() < 2 || !info[0].IsString() || !info[1].IsNumber()) {
-      throw to_js_error(info.Env(), "INVALID_ARGUMENT", "gpuFootprint(path, contextSize)");
-    }
-    return run_async(
-        info.Env(),
-        [path = info[0].As<Napi::String>().Utf8Value(), requested = info[1].As<Napi::Number>().Int64Value()] {
-          const std::unique_ptr<model::Model> model = model::load_model(path);
-          return std::pair{engine::gpu_footprint(*model, engine::resolve_context_size(model->params, requested)),
-                           engine::arena_slot_bytes(*model)};
-        },
-        [](Napi::Env env, const std::pair<engine::GpuFootprint, uint64_t>& r) -> Napi::Value {
-          return footprint_object(env, r.first, r.second);
-        });
+  return footprint_call(info, "gpuFootprint(path, contextSize)", [](const model::Model& model, int64_t context) {
+    return engine::gpu_footprint(model, context);
   });
 }
 
