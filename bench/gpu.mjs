@@ -9,7 +9,7 @@
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { getSystemInfo, loadModel } from "../dist/index.js";
-import { argmax, secondsSince, spreadTokens } from "./measure.mjs";
+import { argmax, secondsSince, spreadTokens, streamedDecodeRate } from "./measure.mjs";
 
 const PEER = { name: "ik_llama.cpp (-ngl 99 -fa 1)", decode: 238.9, prompt512: 4342, prompt4096: 5215 };
 const path = process.argv[2] ?? "/root/q.gguf";
@@ -44,30 +44,12 @@ for (let i = 0; i < DECODE_STEPS; ++i) {
 }
 const decodeEvaluate = DECODE_STEPS / secondsSince(decodeStart);
 
-// Generation streamed as a user sees it, first token to last, end of sequence banned so that
-// every run makes DECODE_STEPS tokens; greedy by default, or with `sampling` settings.
-async function streamedRate(sampling = {}) {
-  session.reset();
-  let first, last;
-  let generated = 0;
-  for await (const chunk of session.generate(spreadTokens(64, vocab), {
-    maxTokens: DECODE_STEPS + 1,
-    logitBias: { [model.info.eosToken]: -Infinity },
-    ...sampling,
-  })) {
-    last = process.hrtime.bigint();
-    first ??= last;
-    generated += chunk.tokens.length;
-  }
-  return (generated - 1) / (Number(last - first) / 1e9);
-}
-
 const before = model.stats();
-const decode = await streamedRate();
+const decode = await streamedDecodeRate(model, session, DECODE_STEPS);
 const after = model.stats();
 const decodeEngine = (after.decodeTokens - before.decodeTokens) / (after.decodeSeconds - before.decodeSeconds);
 // llama-server's default sampling (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05), on the host.
-const decodeSampled = await streamedRate({ temperature: 0.8, seed: 1 });
+const decodeSampled = await streamedDecodeRate(model, session, DECODE_STEPS, { temperature: 0.8, seed: 1 });
 model.dispose();
 
 const result = {

@@ -12,7 +12,7 @@
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { getSystemInfo, loadModel, modelFootprint, planOffload } from "../dist/index.js";
-import { argmax, secondsSince, spreadTokens } from "./measure.mjs";
+import { argmax, secondsSince, spreadTokens, streamedDecodeRate } from "./measure.mjs";
 
 const path = process.argv[2] ?? "/root/q.gguf";
 const CONTEXT = 8192;
@@ -49,22 +49,11 @@ async function measure(name, options) {
   for (let i = 0; i < DECODE_STEPS; ++i) logits = await session.evaluate([argmax(logits)]);
   const decodeEvaluate = DECODE_STEPS / secondsSince(decodeStart);
 
-  // Greedy generation (end of sequence banned); the step figures from the first token on.
-  session.reset();
-  let before, first, last;
-  let generated = 0;
-  for await (const chunk of session.generate(spreadTokens(64, vocab), {
-    maxTokens: DECODE_STEPS + 1,
-    logitBias: { [model.info.eosToken]: -Infinity },
-  })) {
-    last = process.hrtime.bigint();
-    if (!first) {
-      first = last;
-      before = model.stats().offload;
-    }
-    generated += chunk.tokens.length;
-  }
-  const decode = (generated - 1) / (Number(last - first) / 1e9);
+  // Greedy generation; the step figures from the first token on.
+  let before;
+  const decode = await streamedDecodeRate(model, session, DECODE_STEPS, {}, () => {
+    before = model.stats().offload;
+  });
   const d = delta(model.stats().offload, before);
   const plan = model.plan;
   model.dispose();

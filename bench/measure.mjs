@@ -1,5 +1,5 @@
-// What the benchmarks share: timing, the synthetic prompts of the GPU benches, greedy picks, and
-// keeping the best round of each stream count.
+// What the benchmarks share: timing, the synthetic prompts of the GPU benches, greedy picks,
+// decode as generate() streams it, and keeping the best round of each stream count.
 
 /** Seconds since `start` (a process.hrtime.bigint()). */
 export const secondsSince = (start) => Number(process.hrtime.bigint() - start) / 1e9;
@@ -12,6 +12,31 @@ export function argmax(values) {
   let best = 0;
   for (let i = 1; i < values.length; ++i) if (values[i] > values[best]) best = i;
   return best;
+}
+
+/**
+ * Decode tok/s as a user streaming `session.generate()` sees it, first token to last: `tokens`
+ * tokens after a prompt of 64 spread tokens, the end of sequence banned so that all of them come;
+ * greedy unless `sampling` says otherwise. `atFirst()` runs when the first token arrives (the
+ * prompt's pass is over).
+ */
+export async function streamedDecodeRate(model, session, tokens, sampling = {}, atFirst = () => {}) {
+  session.reset();
+  let first, last;
+  let generated = 0;
+  for await (const chunk of session.generate(spreadTokens(64, model.info.vocabSize), {
+    maxTokens: tokens + 1,
+    logitBias: { [model.info.eosToken]: -Infinity },
+    ...sampling,
+  })) {
+    last = process.hrtime.bigint();
+    if (!first) {
+      first = last;
+      atFirst();
+    }
+    generated += chunk.tokens.length;
+  }
+  return (generated - 1) / (Number(last - first) / 1e9);
 }
 
 /** Per stream count of `streams`, the round of `rounds` ({ streams, decodeTokensPerSecond }) that decoded fastest. */
