@@ -1,7 +1,11 @@
 #include "cpu/moe.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
+#include <atomic>
 #include <numeric>
+#include <thread>
 
 #include "cpu/softmax.h"
 #include "cpu/swiglu.h"
@@ -14,6 +18,8 @@ namespace {
 // llama.cpp clamps the sum of the chosen weights from below before dividing by it.
 constexpr float kMinWeightSum = 6.103515625e-5f;
 constexpr int64_t kRowsPerTask = 16;
+// Pauses (~10-40 ns each) between two yields of a down block waiting for its hidden rows.
+constexpr int kSpinsBeforeYield = 1024;
 
 // Sorts the (row, k) slots of the experts that run by expert (a counting sort: stable, so
 // rows keep their order); returns how many there are.
@@ -37,26 +43,6 @@ int64_t group_by_expert(const Routing& routing, int64_t n, int64_t experts, std:
     s.slots[s.cursors[e]++] = i;
   }
   return running;
-}
-
-// Runs `body(expert, first_row, last_row)` over blocks of kRowsPerTask output rows of each of
-// `experts`, on the pool.
-template <typename Body>
-void for_expert_blocks(std::span<const int32_t> experts, int64_t rows, MoeScratch& s, ThreadPool& pool,
-                       const Body& body) {
-  const int64_t blocks = (rows + kRowsPerTask - 1) / kRowsPerTask;
-  s.tasks.clear();
-  for (const int32_t e : experts) {
-    for (int64_t b = 0; b < blocks; ++b) s.tasks.push_back(e * blocks + b);
-  }
-  const int64_t* tasks = s.tasks.data();
-  pool.parallel_for(s.tasks.size(), 1, [&](size_t begin, size_t end) {
-    for (size_t t = begin; t < end; ++t) {
-      const int64_t expert = tasks[t] / blocks;
-      const int64_t first = (tasks[t] % blocks) * kRowsPerTask;
-      body(expert, first, std::min(rows, first + kRowsPerTask));
-    }
-  });
 }
 
 WeightMatrix at(const WeightMatrix& shape, const uint8_t* data) {
@@ -142,32 +128,59 @@ void moe_run_experts(std::span<const int32_t> experts, std::span<const ExpertSli
   const int64_t hidden = gate.first.rows;
   const int64_t out_width = down.first.rows;
   const int64_t* begin = s.group_begin.data();
-  for_expert_blocks(experts, hidden, s, pool, [&](int64_t e, int64_t first, int64_t last) {
+  const int64_t hidden_blocks = (hidden + kRowsPerTask - 1) / kRowsPerTask;
+  const int64_t out_blocks = (out_width + kRowsPerTask - 1) / kRowsPerTask;
+  const size_t first_down_task = experts.size() * static_cast<size_t>(hidden_blocks);
+  const size_t tasks = first_down_task + experts.size() * static_cast<size_t>(out_blocks);
+  s.hidden_blocks_left.assign(static_cast<size_t>(gate.count), hidden_blocks);
+  s.hidden_ready.assign(static_cast<size_t>(gate.count), 0);
+  const quant::QuantKernels& down_kernels = *down.first.kernels;
+
+  // Gate and up, then SwiGLU, over a block of hidden rows of one expert; the block that
+  // finishes an expert quantizes its hidden rows for the down product (row by row, so a row's
+  // result is the same in any wave) and marks them ready.
+  const auto gate_up_block = [&](int32_t e, int64_t first, int64_t last) {
     const int64_t count = begin[e + 1] - begin[e];
     dot_rows(at(gate.first, slices[e].gate), first, last, s.gate_in.data() + begin[e], s.gate_out.data() + begin[e],
              count);
     dot_rows(at(up.first, slices[e].up), first, last, s.up_in.data() + begin[e], s.up_out.data() + begin[e], count);
-  });
-
-  // SwiGLU and the down product's activations, row by row (so a row's result is the same in any wave).
-  s.wave_rows.clear();
-  for (const int32_t e : experts) {
-    for (int64_t j = begin[e]; j < begin[e + 1]; ++j) s.wave_rows.push_back(j);
-  }
-  const quant::QuantKernels& down_kernels = *down.first.kernels;
-  pool.parallel_for(s.wave_rows.size(), 4, [&](size_t first, size_t end) {
-    for (size_t i = first; i < end; ++i) {
-      const int64_t j = s.wave_rows[i];
-      swiglu(s.gate.data() + j * hidden, s.up.data() + j * hidden, hidden, s.hidden.data() + j * hidden);
+    for (int64_t j = begin[e]; j < begin[e + 1]; ++j) {
+      swiglu(s.gate_out[j] + first, s.up_out[j] + first, last - first, s.hidden.data() + j * hidden + first);
+    }
+    if (std::atomic_ref(s.hidden_blocks_left[e]).fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    for (int64_t j = begin[e]; j < begin[e + 1]; ++j) {
       down_kernels.quantize_activations(s.hidden.data() + j * hidden,
                                         s.hidden_quantized.bytes.data() + j * s.hidden_quantized.row_bytes, hidden);
     }
-  });
-
-  for_expert_blocks(experts, out_width, s, pool, [&](int64_t e, int64_t first, int64_t last) {
-    const int64_t count = begin[e + 1] - begin[e];
+    std::atomic_ref(s.hidden_ready[e]).store(1, std::memory_order_release);
+  };
+  // A block of the down product waits for its expert's hidden rows. Tasks are handed out in
+  // order and every gate and up task comes first, so the blocks it waits for are running on
+  // threads that wait for nothing: one loop does both products, with no barrier between them.
+  const auto down_block = [&](int32_t e, int64_t first, int64_t last) {
+    for (int spin = 1; std::atomic_ref(s.hidden_ready[e]).load(std::memory_order_acquire) == 0; ++spin) {
+      // Yielding now and then lets a preempted thread finish the blocks waited for on a host
+      // with fewer cores than busy threads.
+      if (spin % kSpinsBeforeYield == 0) {
+        std::this_thread::yield();
+      } else {
+        _mm_pause();
+      }
+    }
     dot_rows(at(down.first, slices[e].down), first, last, s.down_in.data() + begin[e], s.down_out.data() + begin[e],
-             count);
+             begin[e + 1] - begin[e]);
+  };
+  pool.parallel_for(tasks, 1, [&](size_t first_task, size_t end_task) {
+    for (size_t t = first_task; t < end_task; ++t) {
+      if (t < first_down_task) {
+        const int64_t first = static_cast<int64_t>(t % hidden_blocks) * kRowsPerTask;
+        gate_up_block(experts[t / hidden_blocks], first, std::min(hidden, first + kRowsPerTask));
+      } else {
+        const size_t d = t - first_down_task;
+        const int64_t first = static_cast<int64_t>(d % out_blocks) * kRowsPerTask;
+        down_block(experts[d / out_blocks], first, std::min(out_width, first + kRowsPerTask));
+      }
+    }
   });
 }
 

@@ -62,9 +62,9 @@ struct MoeScratch {
   std::vector<int64_t> group_begin;  // expert e's slots are slots[group_begin[e] .. group_begin[e + 1])
   std::vector<int64_t> cursors;      // where group_by_expert puts each expert's next slot
   std::vector<int32_t> in_use;       // the experts that run and have rows, ascending (moe_prepare)
-  std::vector<int64_t> tasks;        // expert * row_blocks + block, for the experts of a wave
-  std::vector<int64_t> wave_rows;    // the grouped rows of a wave's experts
-  std::vector<ExpertSlices> slices;  // per expert, where its weights are (the caller's table)
+  std::vector<int64_t> hidden_blocks_left;  // per expert, gate and up blocks not yet done (moe_run_experts)
+  std::vector<uint32_t> hidden_ready;       // per expert, 1 once its hidden rows are quantized
+  std::vector<ExpertSlices> slices;         // per expert, where its weights are (the caller's table)
   std::vector<const uint8_t*> gate_in, up_in, down_in;
   std::vector<float*> gate_out, up_out, down_out;
 };
