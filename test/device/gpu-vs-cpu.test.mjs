@@ -1,23 +1,21 @@
 // GPU machine: the whole model on the GPU gives the CPU path's distributions (top-1
-// agreement >= 99 %, mean KL <= 1e-3 over 64 positions, as a prompt and as decode steps) and
-// its greedy tokens, for each tiny fixture and weight type (every type with CPU kernels, routed
-// experts included, and tiny-qwen3moe-mix's nine types in one pass); and so does a prompt of 200
-// positions (for Q4_K, Q6_K and Q8_0 tiles of 64 rows and a partial one in the tiled products,
-// cuda/mmq.cu; for the other types the batched matvec; the 64-position prompt is one tile).
+// agreement >= 99 % with ties counted as the CPU oracle counts them, mean KL <= 1e-3, over the
+// CPU oracle's 128 tokens, as a prompt and as decode steps) and its greedy tokens (up to a tie),
+// for each tiny fixture and weight type (every type with CPU kernels, routed experts included,
+// and tiny-qwen3moe-mix's nine types in one pass); and so does a prompt of 200 positions (for
+// Q4_K, Q6_K and Q8_0 tiles of 64 rows and a partial one in the tiled products, cuda/mmq.cu; for
+// the other types the batched matvec).
 // Skips where no NVIDIA device exists.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { compare, fixtures, skip } from "./helpers.mjs";
+import { compare, fixtures, sameGreedy, skip } from "./helpers.mjs";
+import { walkTokens } from "../distributions.mjs";
 import { loadModel } from "../../dist/index.js";
 
 const { fixture } = fixtures("gpu");
-const POSITIONS = 64;
+const POSITIONS = 128;
 
 const LONG_PROMPT = 200;
-
-function tokens(vocab, length = POSITIONS) {
-  return Array.from({ length }, (_, i) => (i * 7919 + 13) % vocab);
-}
 
 async function decodeAll(model, input) {
   const session = model.createSession();
@@ -29,41 +27,30 @@ async function decodeAll(model, input) {
   return out;
 }
 
-async function greedy(model, prompt) {
-  const session = model.createSession();
-  const { tokens: out } = await session.generate(prompt, { maxTokens: 24 }).result;
-  session.dispose();
-  return out;
-}
-
-// Known gaps, measured on the H200 (2026-11-29): KL 1e-9..1.5e-4, far under the bar, but one
-// near-tie of these near-flat random-weight distributions flips its top-1 in 64 positions (or a
-// greedy token: tiny-qwen3 Q4_1, whose logits agree at top-1 1.0, KL 6.9e-9). They run and report;
-// they are listed on issue 9 until the fixtures are sharp enough, or the sums in the CPU's order.
-// Largest CPU margin of a flipped position ("widest flip"), in nats: F32 2.7e-5, Q5_0 4.5e-4,
-// Q5_1 3.8e-4 / 4.7e-4, Q3_K 0.054 / 0.0089 (tiny-llama), MXFP4 0.0011 / 0.0026, BF16 1.8e-4.
+// Known gaps, measured on the H200 (2026-11-29, these tokens): every KL is under 3e-5, but one
+// to four of 128 positions (of 200 in the long prompt) flip a top-1 the reference does not hold
+// within a tie, by 0.003-0.04 nats. They run and report; they are listed on issue 9. These
+// fixtures (weights as wide as Q8_0's) are at the floor of any two correct paths: a float-level
+// difference flips an activation's int8 rounding, which spreads through the next layers. On the
+// same files and tokens (test/oracle-cpu.test.ts) llama.cpp's own batched and one-by-one
+// evaluations agree at top-1 98.4 % (tiny-qwen3moe Q3_K, tiny-qwen3 Q8_0), and here the GPU's
+// own batched and one-by-one passes agree at 97.7 % (tiny-qwen3 Q8_0, tiny-qwen3moe Q6_K).
 const KNOWN_GAPS = new Set([
-  "tiny-qwen3moe F32",
-  "tiny-qwen3moe Q5_0",
-  "tiny-qwen3moe Q5_1",
-  "tiny-qwen3moe Q8_0",
   "tiny-qwen3moe Q3_K",
-  "tiny-qwen3moe Q6_K",
-  "tiny-qwen3moe MXFP4",
-  "tiny-qwen3 BF16",
-  "tiny-qwen3 Q4_1",
-  "tiny-qwen3 Q5_1",
+  "tiny-qwen3 Q8_0",
+  "tiny-qwen3 Q6_K",
   "tiny-qwen3 MXFP4",
+  "tiny-llama Q8_0",
+  "tiny-llama Q6_K",
+  "tiny-qwen3moe-mix",
+]);
+const KNOWN_TILED_GAPS = new Set([
+  "tiny-qwen3 Q8_0",
   "tiny-llama Q8_0",
   "tiny-llama Q3_K",
   "tiny-llama Q6_K",
-  // Nine types in one pass and the CPU's layer: top-1 0.969, KL 9.0e-4 (under the bar), widest flip 0.005.
   "tiny-qwen3moe-mix",
 ]);
-// The tiled (tensor-core) products of prompts of 64 rows or more sum in yet another order; on the
-// 200-token prompt more fixtures flip near-ties (2026-11-29: tiny-qwen3 Q8_0 top-1 0.98, KL 1.9e-5;
-// Q6_K 0.975, KL 1.2e-5; Q3_K 0.985, KL 1.1e-5; the mix 0.965, KL 5.7e-4, widest flip 0.27 nats).
-const KNOWN_TILED_GAPS = new Set([...KNOWN_GAPS, "tiny-qwen3 Q8_0", "tiny-qwen3 Q6_K", "tiny-qwen3 Q3_K"]);
 
 const TYPES = [
   "F32",
@@ -92,11 +79,11 @@ CASES.push(["tiny-qwen3moe-mix", undefined]);
 
 for (const [preset, type] of CASES) {
   const name = type ? `${preset} ${type}` : preset;
-  const todo = KNOWN_GAPS.has(name) && "a near-tie flips on this flat fixture (issue 9)";
+  const todo = KNOWN_GAPS.has(name) && "top-1 flips at this fixture's floor (issue 9)";
   test(`${name}: GPU logits match the CPU's`, { skip, todo }, async () => {
     const path = fixture(preset, type);
-    const cpu = await loadModel(path, { gpu: false, contextSize: 128 });
-    const gpu = await loadModel(path, { gpu: "auto", contextSize: 128 });
+    const cpu = await loadModel(path, { gpu: false, contextSize: 256 });
+    const gpu = await loadModel(path, { gpu: "auto", contextSize: 256 });
     try {
       assert.equal(gpu.info.gpu, true);
       for (const [l, layer] of gpu.plan.layers.entries()) {
@@ -109,11 +96,17 @@ for (const [preset, type] of CASES) {
         }
       }
       const vocab = cpu.info.vocabSize;
-      const input = tokens(vocab);
+      const input = walkTokens(cpu.info.bosToken, vocab, POSITIONS);
       const reference = await cpu.createSession().evaluate(input, { logits: "all" });
-      const prompt = compare(reference, await gpu.createSession().evaluate(input, { logits: "all" }), vocab);
-      const decode = compare(reference, await decodeAll(gpu, input), vocab);
-      console.log(`${name}: prompt ${JSON.stringify(prompt)}, decode ${JSON.stringify(decode)}`);
+      const gpuPrompt = await gpu.createSession().evaluate(input, { logits: "all" });
+      const gpuDecode = await decodeAll(gpu, input);
+      const prompt = compare(reference, gpuPrompt, vocab);
+      const decode = compare(reference, gpuDecode, vocab);
+      // The GPU's own batched vs one-by-one: two orders of the same sums, as llama.cpp's floor.
+      const own = compare(gpuDecode, gpuPrompt, vocab);
+      console.log(
+        `${name}: prompt ${JSON.stringify(prompt)}, decode ${JSON.stringify(decode)}, GPU batched vs one-by-one ${JSON.stringify(own)}`,
+      );
       for (const [what, m] of [
         ["prompt", prompt],
         ["decode", decode],
@@ -121,8 +114,8 @@ for (const [preset, type] of CASES) {
         assert.ok(m.top1 >= 0.99, `${what}: top-1 agreement ${m.top1}`);
         assert.ok(m.kl <= 1e-3, `${what}: mean KL ${m.kl}`);
       }
-      const start = input.slice(0, 8);
-      assert.deepEqual(await greedy(gpu, start), await greedy(cpu, start), "greedy tokens differ");
+      const greedy = await sameGreedy(cpu, gpu, input.slice(0, 8), 24);
+      console.log(`${name}: greedy ${greedy.tieAt < 0 ? "equal" : `equal up to a tie at step ${greedy.tieAt}`}`);
       if (!type) assert.ok(gpu.stats().offload.passes > 0, "the CPU ran layer 1's experts");
     } finally {
       cpu.dispose();
@@ -133,14 +126,14 @@ for (const [preset, type] of CASES) {
 
 for (const [preset, type] of CASES) {
   const name = type ? `${preset} ${type}` : preset;
-  const todo = KNOWN_TILED_GAPS.has(name) && "a near-tie flips on this flat fixture (issue 9)";
+  const todo = KNOWN_TILED_GAPS.has(name) && "top-1 flips at this fixture's floor (issue 9)";
   test(`${name}: a ${LONG_PROMPT}-token prompt on the GPU matches the CPU's`, { skip, todo }, async () => {
     const path = fixture(preset, type);
     const cpu = await loadModel(path, { gpu: false, contextSize: 256 });
     const gpu = await loadModel(path, { gpu: "auto", contextSize: 256 });
     try {
       const vocab = cpu.info.vocabSize;
-      const input = tokens(vocab, LONG_PROMPT);
+      const input = walkTokens(cpu.info.bosToken, vocab, LONG_PROMPT);
       const reference = await cpu.createSession().evaluate(input, { logits: "all" });
       const m = compare(reference, await gpu.createSession().evaluate(input, { logits: "all" }), vocab);
       console.log(`${name}: ${LONG_PROMPT}-token prompt ${JSON.stringify(m)}`);

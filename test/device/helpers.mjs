@@ -5,6 +5,7 @@ import { existsSync, mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { sameTop } from "../distributions.mjs";
 
 export const hasGpu = existsSync("/dev/nvidiactl");
 /** node:test's skip option: a reason where no NVIDIA device exists. */
@@ -43,23 +44,53 @@ function argmax(row) {
 }
 
 /**
- * Top-1 agreement, mean KL(reference || candidate) over rows of `vocab` logits, and the widest
- * top-1 disagreement: how far below its own best the reference puts the candidate's best.
+ * Top-1 agreement (ties as ../distributions.mjs counts them), mean KL(reference || candidate) over rows of
+ * `vocab` logits, and the widest top-1 miss: how far below its own best the reference puts the
+ * candidate's best, in nats.
  */
 export function compare(reference, candidate, vocab) {
   let agree = 0;
   let kl = 0;
-  let widestFlip = 0;
+  let widestMiss = 0;
   const rows = reference.length / vocab;
   for (let r = 0; r < rows; ++r) {
     const p = logSoftmax(reference.subarray(r * vocab, (r + 1) * vocab));
     const q = logSoftmax(candidate.subarray(r * vocab, (r + 1) * vocab));
     const best = argmax(p);
-    if (best === argmax(q)) agree += 1;
-    else widestFlip = Math.max(widestFlip, p[best] - p[argmax(q)]);
+    const candidateBest = argmax(q);
+    if (sameTop(Math.exp(p[best]), Math.exp(p[candidateBest]))) agree += 1;
+    else widestMiss = Math.max(widestMiss, p[best] - p[candidateBest]);
     for (let i = 0; i < vocab; ++i) kl += Math.exp(p[i]) * (p[i] - q[i]);
   }
-  return { top1: agree / rows, kl: kl / rows, widestFlip };
+  return { top1: agree / rows, kl: kl / rows, widestMiss };
+}
+
+/**
+ * Greedy tokens of `candidate` against `reference` (model objects) after `prompt`, `length` of
+ * them: equal, or equal up to the first step where the reference's own logits put the two
+ * choices within a tie (../distributions.mjs), after which they may go their own ways. Returns
+ * { tokens, tieAt } (tieAt -1: no tie was needed); throws when they part without a tie.
+ */
+export async function sameGreedy(reference, candidate, prompt, length) {
+  const run = async (model) => {
+    const session = model.createSession();
+    const { tokens } = await session.generate(prompt, { maxTokens: length }).result;
+    session.dispose();
+    return tokens;
+  };
+  const [ours, theirs] = [await run(reference), await run(candidate)];
+  const parted = ours.findIndex((t, i) => t !== theirs[i]);
+  if (parted < 0 && ours.length === theirs.length) return { tokens: ours, tieAt: -1 };
+  // Equal as far as the shorter goes: it stopped there at the end of sequence.
+  const at = parted < 0 ? Math.min(ours.length, theirs.length) : parted;
+  const session = reference.createSession();
+  const p = logSoftmax(await session.evaluate([...prompt, ...ours.slice(0, at)]));
+  session.dispose();
+  const [mine, other] = [ours[at] ?? reference.info.eosToken, theirs[at] ?? reference.info.eosToken];
+  if (!sameTop(Math.exp(p[mine]), Math.exp(p[other]))) {
+    throw new Error(`greedy tokens part at step ${at} without a tie: ${JSON.stringify({ ours, theirs })}`);
+  }
+  return { tokens: ours, tieAt: at };
 }
 
 /** `plan` (a model's live plan) with each layer's routed experts split by `onGpu(expert)`: the others on the CPU. */
