@@ -1,5 +1,7 @@
 #include "cpu/matmul.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 
 #include "quant/ggml_types.h"
@@ -10,6 +12,14 @@ namespace {
 
 // Weight rows per task: enough work per hand-out, small enough for a few tasks per thread.
 constexpr int64_t kRowsPerTask = 16;
+// A task's rows are one contiguous stream, but the hardware prefetcher stops at each 4 KiB
+// page; asking for the row after next while a row computes keeps the loads ahead of a decode
+// step's single pass over the weights.
+constexpr int64_t kPrefetchRowsAhead = 2;
+
+void prefetch_row(const uint8_t* row, size_t bytes) {
+  for (size_t line = 0; line < bytes; line += 64) _mm_prefetch(reinterpret_cast<const char*>(row + line), _MM_HINT_T0);
+}
 
 }  // namespace
 
@@ -38,7 +48,10 @@ void dot_rows(const WeightMatrix& w, int64_t first, int64_t last, const uint8_t*
   for (int64_t done = 0; done < count; done += quant::kDotRows) {
     const int rows = static_cast<int>(std::min<int64_t>(quant::kDotRows, count - done));
     const void* const* a = reinterpret_cast<const void* const*>(activations + done);
+    for (int64_t o = first + 1; o < std::min(last, first + kPrefetchRowsAhead); ++o)
+      prefetch_row(w.row(o), w.row_bytes);
     for (int64_t o = first; o < last; ++o) {
+      if (o + kPrefetchRowsAhead < last) prefetch_row(w.row(o + kPrefetchRowsAhead), w.row_bytes);
       k.vec_dot_rows(w.row(o), a, rows, w.cols, group);
       for (int r = 0; r < rows; ++r) out[done + r][o] = group[r];
     }
