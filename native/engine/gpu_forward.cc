@@ -168,6 +168,21 @@ class GpuSequence {
   int64_t layer_elements = 0;
 };
 
+namespace {
+
+// Makes `device` current for frees, from a destructor or a deleter, which must not throw: if the
+// CUDA runtime cannot select it (it is unloading as the process exits), the frees that follow
+// fail quietly and the driver reclaims the memory with the context.
+void select_device_to_free(int device) noexcept {
+  try {
+    cuda::use_device(device);
+  } catch (...) {
+    // Nothing to report to: the memory goes with the context.
+  }
+}
+
+}  // namespace
+
 GpuModel::~GpuModel() { free_retired(); }
 
 void GpuModel::free_retired() {
@@ -176,7 +191,7 @@ void GpuModel::free_retired() {
     std::lock_guard lock(retired_mutex);
     sequences.swap(retired);
   }
-  if (!sequences.empty()) cuda::use_device(device);
+  if (!sequences.empty()) select_device_to_free(device);
   for (GpuSequence* sequence : sequences) delete sequence;
 }
 
@@ -197,7 +212,7 @@ std::shared_mutex& hybrid_passes() {
 void release_sequence(GpuModel& model, GpuSequence* sequence) {
   std::unique_lock exclusive(hybrid_passes(), std::try_to_lock);
   if (exclusive.owns_lock()) {
-    cuda::use_device(model.device);
+    select_device_to_free(model.device);
     delete sequence;
     return;
   }

@@ -79,8 +79,13 @@ struct Scheduler::Outbox {
   std::vector<std::function<void()>> events;
   std::vector<std::shared_ptr<Request>> released;
 
+  // Runs the events in order, each dropped as soon as it ran: a request's end event is then
+  // the last to hold it (see finish).
   void send() {
-    for (auto& event : events) event();
+    for (auto& event : events) {
+      event();
+      event = nullptr;
+    }
     events.clear();
   }
 };
@@ -237,16 +242,18 @@ void Scheduler::run() {
       admit(out);
       plan(pass);
     }
+    out.released.clear();
     out.send();
     if (!pass.parts.empty()) {
       execute(pass);
       std::lock_guard lock(mutex_);
       commit(pass, out);
     }
-    out.send();
-    // Last: this may release the runtime (see start()).
+    // The events go out holding the only references this thread keeps, so an owner that hears
+    // of its request's end finds this thread done with it (see finish).
     pass.parts.clear();
     out.released.clear();
+    out.send();
   }
 }
 
@@ -465,7 +472,12 @@ void Scheduler::finish(std::shared_ptr<Request> request, RequestEnd end, Outbox&
         end.error = std::current_exception();
       }
     }
-    if (request->events.on_end) request->events.on_end(std::move(end));
+    // The owner may dispose of everything and end the process once it hears of the end, so this
+    // thread lets go of the request first: if that was the last reference to its session (or
+    // runtime), they are torn down here, before the owner hears, never while the process exits.
+    std::function<void(RequestEnd)> on_end = std::move(request->events.on_end);
+    request.reset();
+    if (on_end) on_end(std::move(end));
   });
   out.released.push_back(std::move(request));
 }
