@@ -1,7 +1,7 @@
-// The f16 KV cache in device memory (store_kv), causal attention's choice of kernel, and the
-// exact kernel: the tensor-core kernels (attention_tiled.cu) serve head_dim 64 and 128; other
-// head dims run the exact kernel, which is also the reference the tiled kernels are tested
-// against (native/tests/cuda_attention_test.cc).
+// Causal attention over the f16 KV cache in device memory (which position_heads, rope.cu,
+// writes): the choice of kernel, and the exact kernel. The tensor-core kernels
+// (attention_tiled.cu) serve head_dim 64 and 128; other head dims run the exact kernel, which
+// is also the reference the tiled kernels are tested against (native/tests/cuda_attention_test.cc).
 //
 // The exact kernel: one block per (query row, head); grouped-query heads share a KV head, whose
 // rows the block's neighbours read from L2. The rounding is the CPU path's (cpu/attention.cc, as
@@ -20,16 +20,6 @@ constexpr int kThreads = 128;
 constexpr int kMaxHeadDim = 256;
 constexpr int kPerThread = kMaxHeadDim / kThreads;  // output elements each thread sums
 constexpr int kTile = 2048;                         // scores held in shared memory at once
-
-__global__ void store_kv_kernel(const float* k, const float* v, int64_t count, int kv_width, const int32_t* positions,
-                                uint16_t* keys, uint16_t* values) {
-  wait_for_previous_kernel();
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= count) return;
-  const int64_t slot = static_cast<int64_t>(positions[i / kv_width]) * kv_width + i % kv_width;
-  keys[slot] = __half_as_ushort(__float2half(k[i]));
-  values[slot] = __half_as_ushort(__float2half(v[i]));
-}
 
 __device__ float block_max(float v, float* scratch) {
   v = warp_max(v);
@@ -134,14 +124,6 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 }  // namespace
-
-void store_kv(const float* k, const float* v, int64_t n, int64_t kv_width, const int32_t* positions, uint16_t* keys,
-              uint16_t* values, StreamHandle stream) {
-  constexpr int kStoreThreads = 256;
-  launch_early(store_kv_kernel, dim3(ceil_div(n * kv_width, kStoreThreads)), dim3(kStoreThreads), 0,
-               static_cast<cudaStream_t>(stream), k, v, n * kv_width, static_cast<int>(kv_width), positions, keys,
-               values);
-}
 
 void exact_causal_attention(const float* q, int64_t n, const int32_t* positions, const uint16_t* keys,
                             const uint16_t* values, const AttentionShape& shape, float* out, StreamHandle stream) {

@@ -230,11 +230,22 @@ struct RopeShape {
   float freq_scale = 1.0f;
   const float* freq_factors = nullptr;  // device, dims / 2, or none
 };
+// Where position_heads also writes the k and v rows, as f16 (as llama.cpp keeps them): the rows
+// of segment s, [first_row[s], first_row[s + 1]), into one sequence's cache of the layer
+// (keys[s], values[s]: kv_heads * head_dim values per position), row i at positions[i].
+constexpr int kMaxKvSegments = 8;
+struct KvSegments {
+  int count = 0;  // 0: no cache writes
+  int first_row[kMaxKvSegments + 1] = {};
+  uint16_t* keys[kMaxKvSegments] = {};
+  uint16_t* values[kMaxKvSegments] = {};
+};
 // A layer's q, k and v rows (n rows each; q of `heads`, k and v of `kv_heads` heads of
 // `head_dim`) made ready for attention in one launch, as the CPU path does it step by step
 // (engine/forward.cc): each plus its bias (when set), q and k heads RMS-normed by q_norm and
 // k_norm (when set; `head_dim` weights, epsilon `eps`), then rotated, row i sitting at
-// positions[i]. In place.
+// positions[i]. In place; with `cache`, k and v also go to the KV cache (the rows of at most
+// kMaxKvSegments sequences a launch).
 struct AttentionHeads {
   float* q = nullptr;
   float* k = nullptr;
@@ -248,6 +259,7 @@ struct AttentionHeads {
   int64_t heads = 0;
   int64_t kv_heads = 0;
   int64_t head_dim = 0;  // at most 256
+  KvSegments cache;
 };
 void position_heads(const AttentionHeads& h, int64_t n, const int32_t* positions, const RopeShape& shape,
                     StreamHandle stream);
@@ -264,9 +276,6 @@ struct AttentionShape {
   float scale = 1.0f;
   int64_t cache_positions = 0;  // positions the KV cache holds: the tiled kernels' grid of a decode step covers them
 };
-// Writes n rows of keys and values (kv_heads * head_dim floats) as f16 at positions[i].
-void store_kv(const float* k, const float* v, int64_t n, int64_t kv_width, const int32_t* positions, uint16_t* keys,
-              uint16_t* values, StreamHandle stream);
 // Where attention may also write its output rows quantized for weights of `type`, as
 // quantize_activations would (blocks: one row's worth per output row).
 struct QuantizedRows {

@@ -1,5 +1,6 @@
 // Attention heads made ready for the cache and the scores in one launch: bias, per-head RMS
-// norm and rotary position embedding, one warp per head.
+// norm and rotary position embedding, one warp per head, and the k and v heads written to the
+// f16 KV cache.
 #include <cmath>
 
 #include "base/error.h"
@@ -29,9 +30,9 @@ __device__ __forceinline__ void rope_angle(const RopeShape& shape, float theta_s
 }
 
 // Warp w of the grid serves head w % per_row of row w / per_row; per row the q heads, then
-// the k heads, then (only when v has a bias) the v heads. Each step rounds as the CPU path
-// does (engine/forward.cc: add_bias, then cpu/rms_norm.cc's norm per head, then cpu/rope.cc),
-// with no fused multiply-add.
+// the k heads, then (when v has a bias or goes to the cache) the v heads. Each step rounds as
+// the CPU path does (engine/forward.cc: add_bias, then cpu/rms_norm.cc's norm per head, then
+// cpu/rope.cc), with no fused multiply-add; the cache gets each final value rounded to f16.
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
     position_heads_kernel(AttentionHeads h, int64_t warps, int per_row, const int32_t* positions, RopeShape shape,
                           float theta_scale) {
@@ -47,6 +48,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
   const float* bias;
   const float* norm = nullptr;
   bool rotate = true;
+  uint16_t* cache = nullptr;  // this head's f16 slot in the KV cache, if it goes there
+  const auto cache_slot = [&](uint16_t* const* tables) -> uint16_t* {
+    if (h.cache.count == 0) return nullptr;
+    int s = 0;
+    while (row >= h.cache.first_row[s + 1]) ++s;
+    return tables[s] + (static_cast<int64_t>(positions[row]) * h.kv_heads + head) * head_dim;
+  };
   if (head < h.heads) {
     x = h.q + (row * h.heads + head) * head_dim;
     bias = h.q_bias;
@@ -55,11 +63,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
     x = h.k + (row * h.kv_heads + head) * head_dim;
     bias = h.k_bias;
     norm = h.k_norm;
+    cache = cache_slot(h.cache.keys);
   } else {
     head -= static_cast<int>(h.kv_heads);
     x = h.v + (row * h.kv_heads + head) * head_dim;
     bias = h.v_bias;
     rotate = false;
+    cache = cache_slot(h.cache.values);
   }
   if (bias) bias += static_cast<int64_t>(head) * head_dim;
   float* values = staged[threadIdx.x / kWarp];
@@ -81,15 +91,19 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
   __syncwarp();
   const int dims = rotate ? static_cast<int>(shape.dims) : 0;
   const int half = dims / 2;
-  for (int j = dims + lane; j < head_dim; j += kWarp) x[j] = values[j];
+  const auto put = [&](int j, float value) {
+    x[j] = value;
+    if (cache) cache[j] = __half_as_ushort(__float2half(value));
+  };
+  for (int j = dims + lane; j < head_dim; j += kWarp) put(j, values[j]);
   for (int i = lane; i < half; i += kWarp) {
     float c, s;
     rope_angle(shape, theta_scale, positions[row], i, &c, &s);
     const int a = shape.neox ? i : 2 * i;
     const int b = shape.neox ? i + half : 2 * i + 1;
     const float x0 = values[a], x1 = values[b];
-    x[a] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-    x[b] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+    put(a, __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)));
+    put(b, __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c)));
   }
 }
 
@@ -102,7 +116,13 @@ void position_heads(const AttentionHeads& h, int64_t n, const int32_t* positions
                                          " and an even rotated width within it (head_dim " +
                                          std::to_string(h.head_dim) + ", rotated " + std::to_string(shape.dims) + ")");
   }
-  const int per_row = static_cast<int>(h.heads + h.kv_heads + (h.v_bias ? h.kv_heads : 0));
+  if (h.cache.count < 0 || h.cache.count > kMaxKvSegments ||
+      (h.cache.count > 0 && (h.cache.first_row[0] != 0 || h.cache.first_row[h.cache.count] != n))) {
+    throw Error("INVALID_ARGUMENT", "position_heads' KV cache segments must cover its " + std::to_string(n) +
+                                        " rows in at most " + std::to_string(kMaxKvSegments) + " segments");
+  }
+  const bool v_heads = h.v_bias || h.cache.count > 0;
+  const int per_row = static_cast<int>(h.heads + h.kv_heads + (v_heads ? h.kv_heads : 0));
   const int64_t warps = n * per_row;
   if (warps == 0) return;
   // On the host, with the host's powf, as the CPU path computes it.

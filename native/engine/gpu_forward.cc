@@ -676,17 +676,36 @@ struct Pass {
     heads.head_dim = p.head_dim;
     const cuda::RopeShape rope{p.rope.style == cpu::RopeStyle::kNeox, p.rope.dims, p.rope.freq_base, p.rope.freq_scale,
                                m.freq_factors};
-    cuda::position_heads(heads, n, ws.positions.as<int32_t>(), rope, stream);
+    const auto keys_of = [&](const GpuSequence& s) { return s.keys.as<uint16_t>() + layer * s.layer_elements; };
+    const auto values_of = [&](const GpuSequence& s) { return s.values.as<uint16_t>() + layer * s.layer_elements; };
+    // The heads and their place in the KV cache, up to kMaxKvSegments sequences a launch.
+    for (size_t first = 0; first < layout.segments.size(); first += cuda::kMaxKvSegments) {
+      const size_t count = std::min<size_t>(cuda::kMaxKvSegments, layout.segments.size() - first);
+      const int64_t first_row = layout.segments[first].first_row;
+      cuda::AttentionHeads group = heads;
+      group.q += first_row * q_width;
+      group.k += first_row * kv_width;
+      group.v += first_row * kv_width;
+      group.cache.count = static_cast<int>(count);
+      for (size_t i = 0; i < count; ++i) {
+        const PassLayout::Segment& part = layout.segments[first + i];
+        group.cache.first_row[i] = static_cast<int>(part.first_row - first_row);
+        group.cache.keys[i] = keys_of(*part.sequence);
+        group.cache.values[i] = values_of(*part.sequence);
+      }
+      const PassLayout::Segment& last = layout.segments[first + count - 1];
+      const int64_t rows = last.first_row + last.rows - first_row;
+      group.cache.first_row[count] = static_cast<int>(rows);
+      cuda::position_heads(group, rows, ws.positions.as<int32_t>() + first_row, rope, stream);
+    }
     // Decode rows come back quantized for the output projection as well, when every sequence's do.
     const bool quantizes = !cuda::is_float_type(w.attention_output.type);
     bool quantized = quantizes;
     for (const PassLayout::Segment& part : layout.segments) {
       const GpuSequence& s = *part.sequence;
-      uint16_t* keys = s.keys.as<uint16_t>() + layer * s.layer_elements;
-      uint16_t* values = s.values.as<uint16_t>() + layer * s.layer_elements;
+      const uint16_t* keys = keys_of(s);
+      const uint16_t* values = values_of(s);
       const int32_t* positions = ws.positions.as<int32_t>() + part.first_row;
-      cuda::store_kv(f(ws.k) + part.first_row * kv_width, f(ws.v) + part.first_row * kv_width, part.rows, kv_width,
-                     positions, keys, values, stream);
       const cuda::QuantizedRows rows{quantizes ? blocks() + part.first_row * (q_width / 32) : nullptr,
                                      w.attention_output.type};
       quantized &= cuda::causal_attention(f(ws.q) + part.first_row * q_width, part.rows, positions, keys, values,

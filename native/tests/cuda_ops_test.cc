@@ -1,9 +1,9 @@
 // The GPU's float ops against the CPU path on random inputs: RMS norm (alone, and with the MoE
 // sum it adds first and the blocks it quantizes for the next product), the heads' bias, norm
-// and RoPE in one launch (both layouts, with and without frequency factors), the exact causal
-// attention kernel over an f16 cache (short rows held in shared memory, a long one recomputed),
-// and the MoE routing (one launch for a single row), grouping and combination. Each is
-// built to round as the CPU does, so the test counts floats that differ at all.
+// and RoPE in one launch (both layouts, with and without frequency factors) and their KV cache
+// writes, the exact causal attention kernel over an f16 cache (short rows held in shared memory,
+// a long one recomputed), and the MoE routing (one launch for a single row), grouping and
+// combination. Each is built to round as the CPU does, so the test counts floats that differ at all.
 #include <cmath>
 #include <cstdio>
 #include <numeric>
@@ -20,6 +20,7 @@
 #include "cpu/rope.h"
 #include "cpu/thread_pool.h"
 #include "cuda/ops.h"
+#include "quant/float_formats.h"
 #include "tests/cuda_test_util.h"
 
 using namespace bloomery;
@@ -206,7 +207,9 @@ TEST(cuda_rope_matches_cpu) {
 }
 
 // q, k and v of a layer in one launch: biases, q and k head norms, rope of q and k (partly
-// rotated heads too), v's bias only; against the CPU path's separate steps.
+// rotated heads too), v's bias only; against the CPU path's separate steps. The k and v rows
+// also land in the KV caches of two sequences (row 0 the first's, rows 1 and 2 the second's),
+// each value the f16 of what the launch left in k and v, at the row's position, nothing else.
 TEST(cuda_position_heads_matches_cpu) {
   if (!device_ready("cuda_position_heads_matches_cpu")) return;
   std::mt19937 rng(6);
@@ -256,7 +259,30 @@ TEST(cuda_position_heads_matches_cpu) {
         h.kv_heads = kv_heads;
         h.head_dim = head_dim;
         const cuda::RopeShape shape{neox, dims, params.freq_base, params.freq_scale, nullptr};
+        const size_t cache_values = static_cast<size_t>((positions.back() + 1) * kv_width);
+        const std::vector<uint16_t> empty(cache_values, 0);
+        const cuda::DeviceBuffer caches[4] = {upload(empty), upload(empty), upload(empty), upload(empty)};
+        h.cache.count = 2;
+        h.cache.first_row[1] = 1;
+        h.cache.first_row[2] = static_cast<int>(n);
+        for (int i = 0; i < 2; ++i) {
+          h.cache.keys[i] = caches[2 * i].as<uint16_t>();
+          h.cache.values[i] = caches[2 * i + 1].as<uint16_t>();
+        }
         cuda::position_heads(h, n, dpos.as<int32_t>(), shape, stream.handle());
+        for (const auto& [buffer, first_cache, name] : {std::tuple{&dk, 0, "k"}, std::tuple{&dv, 1, "v"}}) {
+          const auto rows = download<float>(*buffer, static_cast<size_t>(n * kv_width), stream);
+          std::vector<uint16_t> want_caches[2] = {empty, empty};
+          for (int64_t r = 0; r < n; ++r) {
+            for (int64_t j = 0; j < kv_width; ++j) {
+              want_caches[r == 0 ? 0 : 1][positions[r] * kv_width + j] = quant::fp32_to_fp16(rows[r * kv_width + j]);
+            }
+          }
+          for (int i = 0; i < 2; ++i) {
+            CHECK(download<uint16_t>(caches[2 * i + first_cache], cache_values, stream) == want_caches[i])
+                << name << " cache of sequence " << i << ", head_dim " << head_dim << " bias " << with_bias;
+          }
+        }
         for (const auto& [buffer, want, name] :
              {std::tuple{&dq, &want_q, "q"}, std::tuple{&dk, &want_k, "k"}, std::tuple{&dv, &want_v, "v"}}) {
           const auto got = download<float>(*buffer, want->size(), stream);
