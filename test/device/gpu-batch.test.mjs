@@ -114,6 +114,31 @@ for (const [preset, type] of [
   });
 }
 
+// More sequences in a pass than one launch of the heads writes to their caches (cuda/ops.h's
+// kMaxKvSegments, 8): the pass's heads go out in two launches.
+test("tiny-qwen3 Q4_K: ten sessions decoded together give their single-stream tokens", { skip }, async () => {
+  const runs = Array.from({ length: 10 }, (_, i) => ({ seed: 20 + i, prompt: 2 + (i % 3), maxTokens: 32 }));
+  const model = await loadModel(fixture("tiny-qwen3", "Q4_K"), { gpu: "auto", parallel: 10, contextSize: CONTEXT });
+  try {
+    const reference = [];
+    for (const run of runs) {
+      const session = model.createSession();
+      reference.push((await generate(model, session, run)).tokens);
+      session.dispose();
+    }
+    const before = model.stats();
+    const sessions = runs.map(() => model.createSession());
+    const got = await Promise.all(runs.map((run, i) => generate(model, sessions[i], run)));
+    for (const session of sessions) session.dispose();
+    const { passes, sequences } = passesSince(model, before);
+    console.log(`ten sessions at once: ${(sequences / passes).toFixed(2)} sequences per pass`);
+    assert.ok(sequences / passes > 8, `passes of more than 8 sequences (${sequences} in ${passes} passes)`);
+    for (const [i, result] of got.entries()) assert.deepEqual(result.tokens, reference[i], `session ${i}'s tokens`);
+  } finally {
+    model.dispose();
+  }
+});
+
 test("tiny-qwen3moe Q4_K hybrid: sessions decoded together give their single-stream tokens", { skip }, async () => {
   const path = fixture("tiny-qwen3moe", "Q4_K");
   const whole = await loadModel(path, { gpu: "auto", contextSize: CONTEXT });
