@@ -2,13 +2,14 @@
 // the thread has let go of it, so an owner that drops everything it holds and ends the process
 // (a script's last line) does not leave the thread tearing the session or the runtime down
 // while the process exits (it did: the GPU sequence's free ran as the CUDA runtime unloaded).
+#include "engine/scheduler.h"
+
 #include <chrono>
 #include <future>
 #include <memory>
 #include <vector>
 
 #include "engine/sampler.h"
-#include "engine/scheduler.h"
 #include "engine/session.h"
 #include "model/model.h"
 #include "tests/check.h"
@@ -51,8 +52,8 @@ TEST(scheduler_lets_go_of_a_request_before_its_owner_hears_of_its_end) {
     std::vector<int32_t> tokens(generating ? 8 : 200);
     for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(10 + i * 37 % 3000);
     std::shared_ptr<engine::Request> request =
-        generating ? scheduler.generate(session, tokens, std::make_shared<engine::Sampler>(engine::SamplerParams{}),
-                                        48, std::move(events))
+        generating ? scheduler.generate(session, tokens, std::make_shared<engine::Sampler>(engine::SamplerParams{}), 48,
+                                        std::move(events))
                    : scheduler.evaluate(session, tokens, engine::LogitRows::kLast, std::move(events));
     request.reset();
     session.reset();
