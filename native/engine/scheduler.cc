@@ -73,11 +73,10 @@ struct Scheduler::Pass {
   double seconds = 0;
 };
 
-// What a step tells the requests' owners, sent once the lock is released. The requests it
-// holds are released last: dropping one can drop its session, and with it the runtime.
+// What a step tells the requests' owners, sent once the lock is released. Each event holds
+// the request it tells of; dropping a request can drop its session, and with it the runtime.
 struct Scheduler::Outbox {
   std::vector<std::function<void()>> events;
-  std::vector<std::shared_ptr<Request>> released;
 
   // Runs the events in order, each dropped as soon as it ran: a request's end event is then
   // the last to hold it (see finish).
@@ -242,7 +241,6 @@ void Scheduler::run() {
       admit(out);
       plan(pass);
     }
-    out.released.clear();
     out.send();
     if (!pass.parts.empty()) {
       execute(pass);
@@ -252,7 +250,6 @@ void Scheduler::run() {
     // The events go out holding the only references this thread keeps, so an owner that hears
     // of its request's end finds this thread done with it (see finish).
     pass.parts.clear();
-    out.released.clear();
     out.send();
   }
 }
@@ -463,7 +460,7 @@ void Scheduler::finish(std::shared_ptr<Request> request, RequestEnd end, Outbox&
   }
   r.pending = -1;
   if (end.reason == StopReason::kCancelled && !end.error) end.timings = r.timings;
-  out.events.push_back([request, end = std::move(end), store]() mutable {
+  out.events.push_back([request = std::move(request), end = std::move(end), store]() mutable {
     if (store) {
       try {
         request->session->store_in_cache();
@@ -479,7 +476,6 @@ void Scheduler::finish(std::shared_ptr<Request> request, RequestEnd end, Outbox&
     request.reset();
     if (on_end) on_end(std::move(end));
   });
-  out.released.push_back(std::move(request));
 }
 
 }  // namespace bloomery::engine
