@@ -48,10 +48,15 @@ void dot_rows(const WeightMatrix& w, int64_t first, int64_t last, const uint8_t*
   for (int64_t done = 0; done < count; done += quant::kDotRows) {
     const int rows = static_cast<int>(std::min<int64_t>(quant::kDotRows, count - done));
     const void* const* a = reinterpret_cast<const void* const*>(activations + done);
-    for (int64_t o = first + 1; o < std::min(last, first + kPrefetchRowsAhead); ++o)
-      prefetch_row(w.row(o), w.row_bytes);
+    // Only the first group of activation rows reads the weights from memory; the later ones find
+    // them in cache.
+    const bool from_memory = done == 0;
+    if (from_memory) {
+      for (int64_t o = first + 1; o < std::min(last, first + kPrefetchRowsAhead); ++o)
+        prefetch_row(w.row(o), w.row_bytes);
+    }
     for (int64_t o = first; o < last; ++o) {
-      if (o + kPrefetchRowsAhead < last) prefetch_row(w.row(o + kPrefetchRowsAhead), w.row_bytes);
+      if (from_memory && o + kPrefetchRowsAhead < last) prefetch_row(w.row(o + kPrefetchRowsAhead), w.row_bytes);
       k.vec_dot_rows(w.row(o), a, rows, w.cols, group);
       for (int r = 0; r < rows; ++r) out[done + r][o] = group[r];
     }
