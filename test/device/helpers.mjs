@@ -65,6 +65,14 @@ export function compare(reference, candidate, vocab) {
   return { top1: agree / rows, kl: kl / rows, widestMiss };
 }
 
+/** `length` greedy tokens of `model` after `prompt`, in a session of their own. */
+export async function greedyTokens(model, prompt, length) {
+  const session = model.createSession();
+  const { tokens } = await session.generate(prompt, { maxTokens: length }).result;
+  session.dispose();
+  return tokens;
+}
+
 /**
  * Greedy tokens of `candidate` against `reference` (model objects) after `prompt`, `length` of
  * them: equal, or equal up to the first step where the reference's own logits put the two
@@ -72,13 +80,8 @@ export function compare(reference, candidate, vocab) {
  * { tokens, tieAt } (tieAt -1: no tie was needed); throws when they part without a tie.
  */
 export async function sameGreedy(reference, candidate, prompt, length) {
-  const run = async (model) => {
-    const session = model.createSession();
-    const { tokens } = await session.generate(prompt, { maxTokens: length }).result;
-    session.dispose();
-    return tokens;
-  };
-  const [ours, theirs] = [await run(reference), await run(candidate)];
+  const ours = await greedyTokens(reference, prompt, length);
+  const theirs = await greedyTokens(candidate, prompt, length);
   const parted = ours.findIndex((t, i) => t !== theirs[i]);
   if (parted < 0 && ours.length === theirs.length) return { tokens: ours, tieAt: -1 };
   // Equal as far as the shorter goes: it stopped there at the end of sequence.

@@ -5,18 +5,11 @@
 // NVIDIA device exists.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { compare, fixtures, skip, split } from "./helpers.mjs";
+import { compare, fixtures, greedyTokens, skip, split } from "./helpers.mjs";
 import { loadModel, modelFootprint } from "../../dist/index.js";
 
 const { fixture } = fixtures("hybrid");
 const CONTEXT = 1024;
-
-async function greedy(model, prompt) {
-  const session = model.createSession();
-  const { tokens } = await session.generate(prompt, { maxTokens: 24 }).result;
-  session.dispose();
-  return tokens;
-}
 
 // Logits of every row of a prompt of 600 tokens (one pass of 600 rows: a hybrid model copies
 // its host experts to the GPU for it, by its row count), then of 32 decode steps of given tokens (each run sees the same
@@ -61,7 +54,11 @@ async function expectSameAsAllGpu(path, reference, referenceLogits, hybrid, what
     assert.ok(m.widestMiss <= 0.1, `${what} ${name}: a top-1 miss ${m.widestMiss} nats below the best`);
     assert.ok(m.kl <= 1e-3, `${what} ${name}: mean KL ${m.kl}`);
   }
-  assert.deepEqual(await greedy(hybrid, start), await greedy(reference, start), `${what}: greedy tokens differ`);
+  assert.deepEqual(
+    await greedyTokens(hybrid, start, 24),
+    await greedyTokens(reference, start, 24),
+    `${what}: greedy tokens differ`,
+  );
 }
 
 for (const type of ["Q4_K", "Q8_0", "Q6_K"]) {
