@@ -34,6 +34,21 @@ inline constexpr uint32_t kTypeIQ4_NL = quant::BlockIQ4_NL::kType;
 inline constexpr uint32_t kTypeIQ4_XS = quant::BlockIQ4_XS::kType;
 inline constexpr uint32_t kTypeMXFP4 = quant::BlockMXFP4::kType;
 
+// The block layouts the kernels decode, by their names.
+using quant::BlockIQ4_NL;
+using quant::BlockIQ4_XS;
+using quant::BlockMXFP4;
+using quant::BlockQ2_K;
+using quant::BlockQ3_K;
+using quant::BlockQ4_0;
+using quant::BlockQ4_1;
+using quant::BlockQ4_K;
+using quant::BlockQ5_0;
+using quant::BlockQ5_1;
+using quant::BlockQ5_K;
+using quant::BlockQ6_K;
+using quant::BlockQ8_0;
+
 // The weight types the kernels serve: matvec.cu's integer dots take the quantized ones,
 // its float kernel the float ones; embed.cu looks up rows of all of them.
 template <uint32_t... Types>

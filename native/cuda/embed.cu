@@ -10,20 +10,6 @@ namespace bloomery::cuda {
 
 namespace {
 
-using quant::BlockIQ4_NL;
-using quant::BlockIQ4_XS;
-using quant::BlockMXFP4;
-using quant::BlockQ2_K;
-using quant::BlockQ3_K;
-using quant::BlockQ4_0;
-using quant::BlockQ4_1;
-using quant::BlockQ4_K;
-using quant::BlockQ5_0;
-using quant::BlockQ5_1;
-using quant::BlockQ5_K;
-using quant::BlockQ6_K;
-using quant::BlockQ8_0;
-
 // Element j of a 32-element block's 4-bit codes: the low nibble of qs[j] (j < 16), else the high nibble of qs[j - 16].
 __device__ __forceinline__ int nibble(const uint8_t* qs, int j) { return (qs[j % 16] >> (4 * (j / 16))) & 0x0f; }
 

@@ -21,20 +21,6 @@ namespace bloomery::cuda {
 
 namespace {
 
-using quant::BlockIQ4_NL;
-using quant::BlockIQ4_XS;
-using quant::BlockMXFP4;
-using quant::BlockQ2_K;
-using quant::BlockQ3_K;
-using quant::BlockQ4_0;
-using quant::BlockQ4_1;
-using quant::BlockQ4_K;
-using quant::BlockQ5_0;
-using quant::BlockQ5_1;
-using quant::BlockQ5_K;
-using quant::BlockQ6_K;
-using quant::BlockQ8_0;
-
 constexpr int kWarpsPerBlock = 4;
 constexpr int kUnit = 16;          // weights a lane decodes at once
 constexpr int kUnitsInFlight = 4;  // units a lane loads before it dots any of them

@@ -16,10 +16,6 @@ namespace bloomery::cuda {
 
 namespace {
 
-using quant::BlockQ4_K;
-using quant::BlockQ6_K;
-using quant::BlockQ8_0;
-
 constexpr int kTileRows = 64;                // weight rows per block
 constexpr int kTileTokens = kMmqTileTokens;  // activation rows per block
 constexpr int kStep = 128;                   // values per step along the columns
