@@ -42,7 +42,10 @@ export interface SystemInfo {
     logicalCores: number;
     physicalCores: number;
     features: CpuFeatures;
-    /** The widest CPU kernels bloomery runs here: "avx512" needs AVX-512 F/BW/VL/VNNI, "avx2" needs AVX2/FMA/F16C. */
+    /**
+     * The widest CPU kernels bloomery runs here: "avx512" needs AVX-512 F/BW/VL/VNNI, "avx2" needs
+     * AVX2/FMA/F16C; the environment's BLOOMERY_CPU_ISA caps it ("avx2", "scalar").
+     */
     simdTier: "scalar" | "avx2" | "avx512";
   };
   /** Host RAM; under a cgroup memory limit, the limit and what it leaves. */

@@ -1,3 +1,4 @@
+import { execFileSync } from "node:child_process";
 import { readFileSync, existsSync } from "node:fs";
 import { totalmem } from "node:os";
 import { describe, expect, it } from "vitest";
@@ -29,6 +30,34 @@ describe("getSystemInfo", () => {
     const avx2 = f.avx2 && f.fma && f.f16c;
     const avx512 = avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni;
     expect(info.cpu.simdTier).toBe(avx512 ? "avx512" : avx2 ? "avx2" : "scalar");
+  });
+
+  // The cap is read once per process: each case runs in a child of its own, on the built package.
+  const underCap = (isa: string, script: string) =>
+    execFileSync(process.execPath, ["--input-type=module", "-e", script], {
+      env: { ...process.env, BLOOMERY_CPU_ISA: isa },
+      encoding: "utf8",
+    }).trim();
+  const tierScript = `import { getSystemInfo } from "./dist/index.js"; console.log(getSystemInfo().cpu.simdTier);`;
+
+  it("caps the CPU kernels at BLOOMERY_CPU_ISA", () => {
+    expect(underCap("scalar", tierScript)).toBe("scalar");
+    expect(underCap("", tierScript)).toBe(info.cpu.simdTier);
+    // A cap above what the machine runs leaves the machine's tier.
+    expect(underCap("avx512", tierScript)).toBe(info.cpu.simdTier);
+    if (info.cpu.simdTier !== "scalar") expect(underCap("avx2", tierScript)).toBe("avx2");
+  });
+
+  it("refuses an unknown BLOOMERY_CPU_ISA by name, at load too", () => {
+    const refused = underCap(
+      "sse4",
+      `import { getSystemInfo, loadModel } from "./dist/index.js";
+       const codes = [];
+       try { getSystemInfo(); } catch (e) { codes.push(e.code); }
+       try { await loadModel("models/bloomery-tiny-moe-Q8_0.gguf", { gpu: false }); } catch (e) { codes.push(e.code); }
+       console.log(codes.join(" "));`,
+    );
+    expect(refused).toBe("INVALID_ARGUMENT INVALID_ARGUMENT");
   });
 
   it("reports cores and memory", () => {

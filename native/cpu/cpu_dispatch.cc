@@ -1,5 +1,10 @@
 #include "cpu/cpu_dispatch.h"
 
+#include <cstdlib>
+#include <string>
+
+#include "base/error.h"
+
 namespace bloomery::cpu {
 
 quant::SimdTier simd_tier_for(const CpuFeatures& f) {
@@ -9,8 +14,19 @@ quant::SimdTier simd_tier_for(const CpuFeatures& f) {
   return quant::SimdTier::kScalar;
 }
 
+quant::SimdTier capped_tier(quant::SimdTier host, const char* cap) {
+  if (cap == nullptr || *cap == '\0') return host;
+  for (const quant::SimdTier tier : {quant::SimdTier::kScalar, quant::SimdTier::kAvx2, quant::SimdTier::kAvx512}) {
+    if (quant::simd_tier_name(tier) == cap) return tier < host ? tier : host;
+  }
+  throw Error("INVALID_ARGUMENT",
+              "BLOOMERY_CPU_ISA is \"" + std::string(cap) + "\"; expected scalar, avx2 or avx512 (or unset)");
+}
+
 quant::SimdTier host_simd_tier() {
-  static const quant::SimdTier tier = simd_tier_for(detect_cpu_features());
+  // A refused cap leaves the static unset, so every later call refuses it too.
+  static const quant::SimdTier tier =
+      capped_tier(simd_tier_for(detect_cpu_features()), std::getenv("BLOOMERY_CPU_ISA"));
   return tier;
 }
 

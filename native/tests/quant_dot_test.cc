@@ -221,6 +221,19 @@ TEST(quant_kernel_table_records_tiers) {
   CHECK(cpu::simd_tier_for(f) == SimdTier::kAvx2) << "the AVX-512 tier needs VNNI";
   f.avx512vnni = true;
   CHECK(cpu::simd_tier_for(f) == SimdTier::kAvx512);
+
+  CHECK(cpu::capped_tier(SimdTier::kAvx512, nullptr) == SimdTier::kAvx512);
+  CHECK(cpu::capped_tier(SimdTier::kAvx512, "") == SimdTier::kAvx512);
+  CHECK(cpu::capped_tier(SimdTier::kAvx512, "avx2") == SimdTier::kAvx2);
+  CHECK(cpu::capped_tier(SimdTier::kAvx512, "scalar") == SimdTier::kScalar);
+  CHECK(cpu::capped_tier(SimdTier::kAvx2, "avx512") == SimdTier::kAvx2) << "a cap cannot raise the host's tier";
+  std::string refused_code;
+  try {
+    cpu::capped_tier(SimdTier::kAvx2, "sse4");
+  } catch (const Error& e) {
+    refused_code = e.code();
+  }
+  CHECK(refused_code == "INVALID_ARGUMENT") << "an unknown cap must be refused by name";
 }
 
 TEST(quant_activation_quantizers_round_trip) {
