@@ -56,6 +56,7 @@ struct Params {
   bool block_per_segment;  // else one block for all of a row tile's segments
   float2* stats;           // [segment][n * heads]: each row's maximum score and its exps' sum in the segment
   float* partial;          // [segment][n * heads][head_dim] with a block per segment, else unused
+  uint32_t* barriers;      // with a block per segment: two words per KV head (segment_barrier)
   float* out;
 };
 
@@ -235,6 +236,129 @@ __device__ __forceinline__ int64_t row_index(const Params& p, int kv_head, int r
   return static_cast<int64_t>(row / p.group) * p.heads + kv_head * p.group + row % p.group;
 }
 
+// Folds a tile's scores into each of the lane's two rows' running maximum and exp sum (this
+// lane's share of the sum, at scale exp(-max)), over the positions [first, end) the row sees.
+__device__ __forceinline__ void fold_tile_statistics(const float (&s)[kTile / 8][4], int first, const LaneRows& rows,
+                                                     float (&max)[2], double (&sum)[2]) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    float tile_max = -INFINITY;
+#pragma unroll
+    for (int t = 0; t < kTile / 8; ++t) {
+#pragma unroll
+      for (int e = 2 * i; e < 2 * i + 2; ++e) {
+        if (score_position(first, t, e) <= rows.limit[i]) tile_max = fmaxf(tile_max, s[t][e]);
+      }
+    }
+    const float next = fmaxf(max[i], quad_max(tile_max));
+    if (next == -INFINITY) continue;
+    float tile_sum = 0.0f;
+#pragma unroll
+    for (int t = 0; t < kTile / 8; ++t) {
+#pragma unroll
+      for (int e = 2 * i; e < 2 * i + 2; ++e) {
+        if (score_position(first, t, e) <= rows.limit[i])
+          tile_sum = __fadd_rn(tile_sum, expf(__fsub_rn(s[t][e], next)));
+      }
+    }
+    // Explicitly rounded steps (no contraction into an FMA that one instantiation might do and
+    // another not): every kernel variant gives a row the same floats.
+    sum[i] =
+        __dadd_rn(__dmul_rn(sum[i], static_cast<double>(expf(__fsub_rn(max[i], next)))), static_cast<double>(tile_sum));
+    max[i] = next;
+  }
+}
+
+// Writes the lane's rows' statistics of `segment` (the sum's quarters added across the quad).
+__device__ __forceinline__ void store_statistics(const Params& p, int kv_head, const LaneRows& rows, int segment,
+                                                 const float (&max)[2], double (&sum)[2]) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    sum[i] = __dadd_rn(sum[i], __shfl_xor_sync(0xffffffffu, sum[i], 1));
+    sum[i] = __dadd_rn(sum[i], __shfl_xor_sync(0xffffffffu, sum[i], 2));
+    if (threadIdx.x % 4 == 0 && rows.limit[i] >= segment * kSegment) {
+      p.stats[segment * static_cast<int64_t>(p.n) * p.heads + row_index(p, kv_head, rows.row[i])] =
+          make_float2(max[i], static_cast<float>(sum[i]));
+    }
+  }
+}
+
+// Each of the lane's rows' maximum over its segments and the inverse of its exp sum, as the
+// CPU's softmax has them (its sum in double, the inverse rounded to float). The statistics are
+// read from L2 (__ldcg): with a block per segment, other blocks of the same launch wrote them.
+__device__ __forceinline__ void softmax_scale(const Params& p, int kv_head, const LaneRows& rows, float (&max)[2],
+                                              float (&inverse)[2]) {
+  const int64_t stride = static_cast<int64_t>(p.n) * p.heads;
+  for (int i = 0; i < 2; ++i) {
+    max[i] = inverse[i] = 0.0f;
+    if (rows.limit[i] < 0) continue;
+    const float2* stats = p.stats + row_index(p, kv_head, rows.row[i]);
+    const int count = segments_of(rows.limit[i] + 1);
+    float row_max = -INFINITY;
+#pragma unroll 8
+    for (int g = 0; g < count; ++g) row_max = fmaxf(row_max, __ldcg(stats + g * stride).x);
+    double row_sum = 0.0;
+#pragma unroll 8
+    for (int g = 0; g < count; ++g) {
+      const float2 st = __ldcg(stats + g * stride);
+      row_sum =
+          __dadd_rn(row_sum, __dmul_rn(static_cast<double>(st.y), static_cast<double>(expf(__fsub_rn(st.x, row_max)))));
+    }
+    max[i] = row_max;
+    inverse[i] = static_cast<float>(1.0 / row_sum);
+  }
+}
+
+// o += P V for a tile: the probabilities p = exp(s - max) * inverse rounded to f16 as A
+// fragments (the C layout of score tiles 2j and 2j + 1 is the A layout of positions
+// [16 j, 16 j + 16)), V from the shared tile `values`.
+template <int D, int kWarps>
+__device__ __forceinline__ void add_tile_values(const float (&s)[kTile / 8][4], int first, const LaneRows& rows,
+                                                const float (&max)[2], const float (&inverse)[2],
+                                                const uint16_t* values, float (&o)[D / 8][4]) {
+  using S = Shape<D, kWarps>;
+  const int lane = threadIdx.x % kWarp, m = lane / 8;
+  uint32_t probs[kTile / 16][4];
+#pragma unroll
+  for (int t = 0; t < kTile / 8; ++t) {
+    float pr[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = e / 2;
+      pr[e] =
+          score_position(first, t, e) <= rows.limit[i] ? __fmul_rn(expf(__fsub_rn(s[t][e], max[i])), inverse[i]) : 0.0f;
+    }
+    probs[t / 2][t % 2 * 2] = pack_halves(pr[0], pr[1]);
+    probs[t / 2][t % 2 * 2 + 1] = pack_halves(pr[2], pr[3]);
+  }
+  const uint16_t* base = values + (m % 2 * 8 + lane % 8) * S::kStride + m / 2 * 8;
+#pragma unroll
+  for (int j = 0; j < kTile / 16; ++j) {
+#pragma unroll
+    for (int d = 0; d < D / 8; d += 2) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, base + j * 16 * S::kStride + d * 8);
+      mma(o[d], probs[j], b[0], b[1]);
+      mma(o[d + 1], probs[j], b[2], b[3]);
+    }
+  }
+}
+
+// Writes the lane's rows of `total` to `dest` (rows of D floats, indexed as row_index).
+template <int D>
+__device__ __forceinline__ void store_rows(const Params& p, int kv_head, const LaneRows& rows,
+                                           const float (&total)[D / 8][4], float* dest) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if (rows.limit[i] < 0) continue;
+    float* row = dest + row_index(p, kv_head, rows.row[i]) * D + threadIdx.x % 4 * 2;
+#pragma unroll
+    for (int d = 0; d < D / 8; ++d) {
+      *reinterpret_cast<float2*>(row + d * 8) = make_float2(total[d][2 * i], total[d][2 * i + 1]);
+    }
+  }
+}
+
 template <int D, int kWarps>
 __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_stats_kernel(Params p) {
   using S = Shape<D, kWarps>;
@@ -254,7 +378,7 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_stats_ke
 
   for (int segment = segments.begin; segment < segments.end; ++segment) {
     float max[2] = {-INFINITY, -INFINITY};
-    double sum[2] = {0.0, 0.0};  // this lane's share, at scale exp(-max)
+    double sum[2] = {0.0, 0.0};
     for (int first = segment * kSegment; first < min((segment + 1) * kSegment, end); first += kTile) {
       wait_for_tiles();
       __syncthreads();
@@ -262,43 +386,9 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_stats_ke
       tile_scores<D, kWarps>(a, tile, p.scale, s);
       __syncthreads();
       if (first + kTile < end) load_tile<D, kWarps>(p.keys, p.kv_width, kv_head, first + kTile, segments.length, tile);
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        float tile_max = -INFINITY;
-#pragma unroll
-        for (int t = 0; t < kTile / 8; ++t) {
-#pragma unroll
-          for (int e = 2 * i; e < 2 * i + 2; ++e) {
-            if (score_position(first, t, e) <= rows.limit[i]) tile_max = fmaxf(tile_max, s[t][e]);
-          }
-        }
-        const float next = fmaxf(max[i], quad_max(tile_max));
-        if (next == -INFINITY) continue;
-        float tile_sum = 0.0f;
-#pragma unroll
-        for (int t = 0; t < kTile / 8; ++t) {
-#pragma unroll
-          for (int e = 2 * i; e < 2 * i + 2; ++e) {
-            if (score_position(first, t, e) <= rows.limit[i])
-              tile_sum = __fadd_rn(tile_sum, expf(__fsub_rn(s[t][e], next)));
-          }
-        }
-        // Explicitly rounded steps (no contraction into an FMA that one instantiation might do and
-        // another not): every kernel variant gives a row the same floats.
-        sum[i] = __dadd_rn(__dmul_rn(sum[i], static_cast<double>(expf(__fsub_rn(max[i], next)))),
-                           static_cast<double>(tile_sum));
-        max[i] = next;
-      }
+      fold_tile_statistics(s, first, rows, max, sum);
     }
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      sum[i] = __dadd_rn(sum[i], __shfl_xor_sync(0xffffffffu, sum[i], 1));
-      sum[i] = __dadd_rn(sum[i], __shfl_xor_sync(0xffffffffu, sum[i], 2));
-      if (threadIdx.x % 4 == 0 && rows.limit[i] >= segment * kSegment) {
-        p.stats[segment * static_cast<int64_t>(p.n) * p.heads + row_index(p, kv_head, rows.row[i])] =
-            make_float2(max[i], static_cast<float>(sum[i]));
-      }
-    }
+    store_statistics(p, kv_head, rows, segment, max, sum);
   }
 }
 
@@ -310,7 +400,6 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_values_k
   wait_for_previous_kernel();
   const int kv_head = blockIdx.y;
   const int first_row = blockIdx.x * S::kRows;
-  const int lane = threadIdx.x % kWarp, m = lane / 8;
   const Segments segments = block_segments<D, kWarps>(p, first_row);
   if (segments.begin >= segments.end) return;
   const int end = min(segments.end * kSegment, segments.length);
@@ -321,28 +410,8 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_values_k
   uint32_t a[S::kSteps][4];
   load_queries<D, kWarps>(p, kv_head, first_row, keys, a);
   load_tile<D, kWarps>(p.keys, p.kv_width, kv_head, segments.begin * kSegment, segments.length, keys);
-
-  // The row's maximum over its segments and the inverse of its exp sum, as the CPU's softmax
-  // has them (its sum in double, the inverse rounded to float).
-  float max[2] = {0.0f, 0.0f}, inverse[2] = {0.0f, 0.0f};
-  const int64_t stride = static_cast<int64_t>(p.n) * p.heads;
-  for (int i = 0; i < 2; ++i) {
-    if (rows.limit[i] < 0) continue;
-    const float2* stats = p.stats + row_index(p, kv_head, rows.row[i]);
-    const int count = segments_of(rows.limit[i] + 1);
-    float row_max = -INFINITY;
-#pragma unroll 8
-    for (int g = 0; g < count; ++g) row_max = fmaxf(row_max, stats[g * stride].x);
-    double row_sum = 0.0;
-#pragma unroll 8
-    for (int g = 0; g < count; ++g) {
-      const float2 st = stats[g * stride];
-      row_sum =
-          __dadd_rn(row_sum, __dmul_rn(static_cast<double>(st.y), static_cast<double>(expf(__fsub_rn(st.x, row_max)))));
-    }
-    max[i] = row_max;
-    inverse[i] = static_cast<float>(1.0 / row_sum);
-  }
+  float max[2], inverse[2];
+  softmax_scale(p, kv_head, rows, max, inverse);
 
   float total[D / 8][4] = {};  // the segments' products, added in segment order
   for (int segment = segments.begin; segment < segments.end; ++segment) {
@@ -355,32 +424,7 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_values_k
       __syncthreads();
       const bool more = first + kTile < end;
       if (more) load_tile<D, kWarps>(p.keys, p.kv_width, kv_head, first + kTile, segments.length, keys);
-      // The probabilities as A fragments: the C layout of score tiles 2j and 2j + 1 is the A
-      // layout of positions [16 j, 16 j + 16).
-      uint32_t probs[kTile / 16][4];
-#pragma unroll
-      for (int t = 0; t < kTile / 8; ++t) {
-        float pr[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int i = e / 2;
-          pr[e] = score_position(first, t, e) <= rows.limit[i] ? __fmul_rn(expf(__fsub_rn(s[t][e], max[i])), inverse[i])
-                                                               : 0.0f;
-        }
-        probs[t / 2][t % 2 * 2] = pack_halves(pr[0], pr[1]);
-        probs[t / 2][t % 2 * 2 + 1] = pack_halves(pr[2], pr[3]);
-      }
-      const uint16_t* base = values + (m % 2 * 8 + lane % 8) * S::kStride + m / 2 * 8;
-#pragma unroll
-      for (int j = 0; j < kTile / 16; ++j) {
-#pragma unroll
-        for (int d = 0; d < D / 8; d += 2) {
-          uint32_t b[4];
-          ldmatrix_x4_trans(b, base + j * 16 * S::kStride + d * 8);
-          mma(o[d], probs[j], b[0], b[1]);
-          mma(o[d + 1], probs[j], b[2], b[3]);
-        }
-      }
+      add_tile_values<D, kWarps>(s, first, rows, max, inverse, values, o);
       __syncthreads();
       if (more) load_tile<D, kWarps>(p.values, p.kv_width, kv_head, first + kTile, segments.length, values);
     }
@@ -390,17 +434,82 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_values_k
       for (int e = 0; e < 4; ++e) total[d][e] = __fadd_rn(total[d][e], o[d][e]);
     }
   }
+  const int64_t stride = static_cast<int64_t>(p.n) * p.heads;
+  store_rows<D>(p, kv_head, rows, total, p.block_per_segment ? p.partial + segments.begin * stride * D : p.out);
+}
 
-  float* dest = p.block_per_segment ? p.partial + segments.begin * stride * D : p.out;
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    if (rows.limit[i] < 0) continue;
-    float* row = dest + row_index(p, kv_head, rows.row[i]) * D + lane % 4 * 2;
-#pragma unroll
-    for (int d = 0; d < D / 8; ++d) {
-      *reinterpret_cast<float2*>(row + d * 8) = make_float2(total[d][2 * i], total[d][2 * i + 1]);
+// Returns once `count` blocks (a KV head's segments in one launch) have called it, each after
+// its statistics are stored: the last to arrive resets the count and moves the generation on;
+// the others wait for the generation to move. Every block of the launch is running by the time
+// any waits here (a decode step's few hundred one-warp blocks fit the GPU at once, and
+// wait_for_previous_kernel starts no later kernel before all of them run), so none waits for a
+// block that cannot start.
+__device__ void segment_barrier(uint32_t* barrier, int count) {
+  __threadfence();  // this thread's statistics, before the block arrives
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint32_t* arrived = barrier;
+    volatile uint32_t* generation = barrier + 1;
+    const uint32_t seen = *generation;
+    __threadfence();  // the generation read before the arrival counts
+    if (atomicAdd(arrived, 1u) == static_cast<uint32_t>(count) - 1) {
+      atomicExch(arrived, 0u);
+      __threadfence();
+      atomicAdd(const_cast<uint32_t*>(generation), 1u);
+    } else {
+      while (*generation == seen) __nanosleep(32);
     }
+    __threadfence();
   }
+  __syncthreads();
+}
+
+// A decode step (a block per segment, one tile each) in one launch: the block's scores give its
+// segment's statistics as attention_stats_kernel's do; once every segment's are stored
+// (segment_barrier), the block folds them and multiplies its probabilities by V as
+// attention_values_kernel does, from the scores it still holds. The same floats as the two
+// launches, without the second launch or the second pass over K.
+template <int D, int kWarps>
+__global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_decode_kernel(Params p) {
+  using S = Shape<D, kWarps>;
+  static_assert(kSegment == kTile, "a block's segment is one tile");
+  __shared__ __align__(16) uint16_t keys[kTile * S::kStride];
+  __shared__ __align__(16) uint16_t values[kTile * S::kStride];
+  wait_for_previous_kernel();
+  const int kv_head = blockIdx.y;
+  const int first_row = blockIdx.x * S::kRows;
+  const Segments segments = block_segments<D, kWarps>(p, first_row);
+  if (segments.begin >= segments.end) return;
+  const int first = segments.begin * kSegment;
+  // V loads while the queries are staged through `keys`, K once they are.
+  load_tile<D, kWarps>(p.values, p.kv_width, kv_head, first, segments.length, values);
+  const LaneRows rows = lane_rows(p, first_row);
+  uint32_t a[S::kSteps][4];
+  load_queries<D, kWarps>(p, kv_head, first_row, keys, a);
+  load_tile<D, kWarps>(p.keys, p.kv_width, kv_head, first, segments.length, keys);
+  wait_for_tiles();
+  __syncthreads();
+  float s[kTile / 8][4];
+  tile_scores<D, kWarps>(a, keys, p.scale, s);
+  {
+    float max[2] = {-INFINITY, -INFINITY};
+    double sum[2] = {0.0, 0.0};
+    fold_tile_statistics(s, first, rows, max, sum);
+    store_statistics(p, kv_head, rows, segments.begin, max, sum);
+  }
+  segment_barrier(p.barriers + 2 * (blockIdx.x * gridDim.y + kv_head), segments_of(segments.length));
+  float max[2], inverse[2];
+  softmax_scale(p, kv_head, rows, max, inverse);
+  float o[D / 8][4] = {};
+  add_tile_values<D, kWarps>(s, first, rows, max, inverse, values, o);
+  float total[D / 8][4];
+#pragma unroll
+  for (int d = 0; d < D / 8; ++d) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) total[d][e] = __fadd_rn(0.0f, o[d][e]);
+  }
+  const int64_t stride = static_cast<int64_t>(p.n) * p.heads;
+  store_rows<D>(p, kv_head, rows, total, p.partial + segments.begin * stride * D);
 }
 
 // Each output the sum of its row's segment products in segment order, from zero, as
@@ -462,6 +571,13 @@ Plan plan_for(int64_t n, const AttentionShape& shape) {
 
 int64_t cache_segments(const AttentionShape& shape) { return (shape.cache_positions + kSegment - 1) / kSegment; }
 
+// The decode launch's barriers (segment_barrier: two words per KV head) lead the scratch, at the
+// same place for every batch, so that words another batch's statistics overwrote never serve as
+// a barrier: they start zeroed (as a DeviceBuffer does) and each barrier leaves them so.
+size_t barrier_bytes(const AttentionShape& shape) {
+  return (static_cast<size_t>(2 * shape.kv_heads) * sizeof(uint32_t) + 255) / 256 * 256;
+}
+
 size_t stats_bytes(int64_t n, const AttentionShape& shape) {
   return (static_cast<size_t>(cache_segments(shape)) * n * shape.heads * sizeof(float2) + 255) / 256 * 256;
 }
@@ -475,6 +591,10 @@ template <int D, int kWarps>
 void launch(const Params& p, const Plan& plan, const AttentionShape& shape, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(plan.row_tiles), static_cast<unsigned>(shape.kv_heads),
                   static_cast<unsigned>(plan.block_per_segment ? cache_segments(shape) : 1));
+  if (plan.block_per_segment) {
+    launch_early(attention_decode_kernel<D, kWarps>, grid, dim3(Shape<D, kWarps>::kThreads), 0, stream, p);
+    return;
+  }
   launch_early(attention_stats_kernel<D, kWarps>, grid, dim3(Shape<D, kWarps>::kThreads), 0, stream, p);
   launch_early(attention_values_kernel<D, kWarps>, grid, dim3(Shape<D, kWarps>::kThreads), 0, stream, p);
 }
@@ -489,7 +609,7 @@ size_t attention_scratch_bytes(const AttentionShape& shape, int64_t max_rows) {
   for (int64_t n = 1; n <= max_rows; ++n) {
     bytes = std::max(bytes, stats_bytes(n, shape) + partial_bytes(n, shape, plan_for(n, shape)));
   }
-  return bytes;
+  return barrier_bytes(shape) + bytes;
 }
 
 bool tiled_causal_attention(const float* q, int64_t n, const int32_t* positions, const uint16_t* keys,
@@ -512,8 +632,10 @@ bool tiled_causal_attention(const float* q, int64_t n, const int32_t* positions,
   p.kv_width = shape.kv_heads * shape.head_dim;
   p.scale = shape.scale;
   p.block_per_segment = plan.block_per_segment;
-  p.stats = static_cast<float2*>(scratch);
-  p.partial = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + stats_bytes(n, shape));
+  p.barriers = static_cast<uint32_t*>(scratch);
+  uint8_t* const statistics = static_cast<uint8_t*>(scratch) + barrier_bytes(shape);
+  p.stats = reinterpret_cast<float2*>(statistics);
+  p.partial = reinterpret_cast<float*>(statistics + stats_bytes(n, shape));
   p.out = out;
   const auto s = static_cast<cudaStream_t>(stream);
   const bool wide = plan.warps == kWideWarps;

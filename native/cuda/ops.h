@@ -302,8 +302,9 @@ void exact_causal_attention(const float* q, int64_t n, const int32_t* positions,
 // roundings (query, normalized probabilities), a different order of float sums.
 bool tiled_attention_supports(int64_t head_dim);
 // Device memory the tiled kernels need for batches of up to `max_rows` rows over a cache of
-// shape.cache_positions: every row's softmax statistics per segment of the cache, and a decode
-// step's partial outputs per segment.
+// shape.cache_positions: every row's softmax statistics per segment of the cache, a decode
+// step's partial outputs per segment, and the barriers of a decode step's blocks, which need
+// the memory zeroed before its first use (a DeviceBuffer's is).
 size_t attention_scratch_bytes(const AttentionShape& shape, int64_t max_rows);
 bool tiled_causal_attention(const float* q, int64_t n, const int32_t* positions, const uint16_t* keys,
                             const uint16_t* values, const AttentionShape& shape, void* scratch, float* out,

@@ -19,7 +19,8 @@ struct MemoryInfo {
 };
 MemoryInfo memory_info();
 
-// One allocation of device memory, freed on destruction.
+// One allocation of device memory, zeroed when made (counters such as route_decode's ticket and
+// the decode attention's barriers start from it), freed on destruction.
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;

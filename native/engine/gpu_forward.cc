@@ -294,8 +294,6 @@ void allocate_workspace(const model::HyperParams& p, int64_t context_size, Works
                              &w.route_ticket};
   const auto sizes = workspace_sizes(p, context_size);
   for (size_t i = 0; i < sizes.size(); ++i) *buffers[i] = DeviceBuffer(sizes[i].second, sizes[i].first);
-  const uint32_t zero = 0;
-  cuda::upload(w.route_ticket.data(), &zero, sizeof(zero));
 }
 
 class Uploader {
@@ -1058,7 +1056,6 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
     const std::vector<uint32_t> zeros(static_cast<size_t>(p.layers * p.experts), 0);
     const size_t bytes = zeros.size() * sizeof(uint32_t);
     g->routed = DeviceBuffer(bytes, "routing counts");
-    cuda::upload(g->routed.data(), zeros.data(), bytes);
     g->routed_host = cuda::PinnedBuffer(bytes, "routing counts (host copy)");
     std::memset(g->routed_host.host<uint32_t>(), 0, bytes);
     g->routed_taken = zeros;

@@ -54,8 +54,6 @@ HostExperts::HostExperts(const model::Model& model, std::vector<std::vector<uint
   std::memset(ready_.host<uint32_t>(), 0, static_cast<size_t>(layers) * sizeof(uint32_t));
   std::memset(done_.host<uint32_t>(), 0, static_cast<size_t>(layers) * sizeof(uint32_t));
   counters_ = cuda::DeviceBuffer(2 * sizeof(uint64_t), "hybrid step counters");
-  const uint64_t zeros[2] = {0, 0};
-  cuda::upload(counters_.data(), zeros, sizeof zeros);
 }
 
 void HostExperts::queue_begin_pass(cuda::StreamHandle stream) { cuda::begin_handoff_step(step_of(counters_), stream); }
