@@ -15,7 +15,9 @@
 // instructions, so the same floats), folds the segments' statistics, rounds
 // p = exp(s - max) * (1 / sum) to f16 and multiplies by V, adding the segments' products in
 // order; with a block per segment, combine_segments_kernel adds them in the same order. One
-// Q.K product more than online-softmax flash attention, and no rescaled output; what differs
+// Q.K product more than online-softmax flash attention, and no rescaled output. A decode step
+// (a block per segment, one tile each) runs both in one launch, attention_decode_kernel: its
+// blocks store their statistics, meet at a barrier, and reuse the scores they hold. What differs
 // from the CPU is the order of float sums (the dots, the exp sum, the P.V sums), so a
 // probability's f16 rounding moves only where a score lands within a few float ulps of a
 // rounding boundary.
