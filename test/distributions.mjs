@@ -18,6 +18,16 @@ export function sameTop(best, candidateBest) {
   return candidateBest >= best * (1 - TIE_MARGIN);
 }
 
+/**
+ * The bar a candidate's agreement with its reference must meet, given the floor: how far two
+ * correct evaluations of the same file and tokens already part (`floorTop1`, their top-1
+ * agreement; `floorKl`, their mean KL). Top-1 >= 99 % and mean KL <= 1e-3, or, on a fixture whose
+ * floor is wider, twice its misses and twice its KL, as issue 9 rules for KL with llama.cpp's floor.
+ */
+export function agreementBar(floorTop1, floorKl) {
+  return { top1: Math.min(0.99, 1 - 2 * (1 - floorTop1)), kl: Math.max(1e-3, 2 * floorKl) };
+}
+
 /** `count` deterministic token ids: BOS, then a fixed pseudo-random walk over the vocabulary. */
 export function walkTokens(bos, vocabSize, count) {
   const tokens = [bos];

@@ -17,7 +17,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { compare, cpuLogits, fixtures, sameGreedy, skip } from "./helpers.mjs";
-import { walkTokens } from "../distributions.mjs";
+import { agreementBar, walkTokens } from "../distributions.mjs";
 import { loadModel } from "../../dist/index.js";
 
 const { dir, fixture } = fixtures("gpu");
@@ -32,11 +32,6 @@ async function decodeAll(model, input) {
   const out = new Float32Array(rows.length * rows[0].length);
   rows.forEach((r, i) => out.set(r, i * r.length));
   return out;
-}
-
-/** The bar against `floor`, the CPU path's scalar kernels against its SIMD ones (module note). */
-function barFor(floor) {
-  return { top1: Math.min(0.99, 1 - 2 * (1 - floor.top1)), kl: Math.max(1e-3, 2 * floor.kl) };
 }
 
 const TYPES = [
@@ -85,7 +80,7 @@ for (const [preset, type] of CASES) {
       const input = walkTokens(cpu.info.bosToken, vocab, POSITIONS);
       const reference = await cpu.createSession().evaluate(input, { logits: "all" });
       const floor = compare(reference, cpuLogits(path, input, { isa: "scalar", contextSize: CONTEXT, dir }), vocab);
-      const bar = barFor(floor);
+      const bar = agreementBar(floor.top1, floor.kl);
       const gpuPrompt = await gpu.createSession().evaluate(input, { logits: "all" });
       const gpuDecode = await decodeAll(gpu, input);
       const prompt = compare(reference, gpuPrompt, vocab);
