@@ -30,6 +30,13 @@ struct Case {
 
 constexpr float kValueAmplitude = 2.0f;
 
+// `count` f16 cache values drawn uniformly from [-1.5, 1.5).
+std::vector<uint16_t> random_cache(int64_t count, std::mt19937& rng) {
+  std::vector<uint16_t> cache(static_cast<size_t>(count));
+  for (auto& x : cache) x = quant::fp32_to_fp16(std::uniform_real_distribution<float>(-1.5f, 1.5f)(rng));
+  return cache;
+}
+
 // The kernels agree up to the order of float sums, and that order moves a probability's f16
 // rounding by one f16 ulp (at most 2^-10 of it, or 2^-24 below f16's normal range) where a
 // score falls within float noise of a rounding boundary. Over a row, all of them moving
@@ -168,7 +175,7 @@ TEST(cuda_tiled_attention_rows_do_not_depend_on_the_batch) {
 
 // A decode step's blocks fold every segment's statistics only once all are stored
 // (segment_barrier): 128 segments of 4 KV heads (512 blocks) decode two query sets in turn,
-// 200 times, and every result equals that query set's first, bit for bit. A block that read
+// 200 times each, and every result equals that query set's first, bit for bit. A block that read
 // the statistics early would find the other query set's, left by the launch before.
 TEST(cuda_tiled_attention_decode_blocks_wait_for_every_segment) {
   if (!device_ready("cuda_tiled_attention_decode_blocks_wait_for_every_segment")) return;
@@ -176,8 +183,7 @@ TEST(cuda_tiled_attention_decode_blocks_wait_for_every_segment) {
   const cuda::Stream stream;
   const int64_t kv_heads = 4, heads = 32, d = 128, length = 8192, q_width = heads * d;
   const cuda::AttentionShape shape{heads, kv_heads, d, 1.0f / std::sqrt(static_cast<float>(d)), length};
-  std::vector<uint16_t> cache(static_cast<size_t>(length * kv_heads * d));
-  for (auto& x : cache) x = quant::fp32_to_fp16(std::uniform_real_distribution<float>(-1.5f, 1.5f)(rng));
+  const auto cache = random_cache(length * kv_heads * d, rng);
   const auto dk = upload(cache), dv = upload(cache);
   const auto dpos = upload(std::vector<int32_t>{static_cast<int32_t>(length - 1)});
   const cuda::DeviceBuffer queries[2] = {upload(random_floats(static_cast<size_t>(q_width), 3.0f, rng)),
@@ -209,8 +215,7 @@ TEST(cuda_tiled_attention_quantizes_decode_rows) {
   const cuda::Stream stream;
   const int64_t kv_heads = 4, heads = 32, d = 128, length = 700, q_width = heads * d;
   const cuda::AttentionShape shape{heads, kv_heads, d, 1.0f / std::sqrt(static_cast<float>(d)), length};
-  std::vector<uint16_t> cache(static_cast<size_t>(length * kv_heads * d));
-  for (auto& x : cache) x = quant::fp32_to_fp16(std::uniform_real_distribution<float>(-1.5f, 1.5f)(rng));
+  const auto cache = random_cache(length * kv_heads * d, rng);
   const auto dk = upload(cache), dv = upload(cache);
   cuda::DeviceBuffer scratch(cuda::attention_scratch_bytes(shape, 64), "scratch");
   for (const uint32_t type : {quant::BlockQ4_K::kType, quant::BlockQ8_0::kType}) {
@@ -246,8 +251,7 @@ TEST(cuda_attention_times) {
   const int64_t capacity = 8192;
   const cuda::AttentionShape shape{32, 4, 128, 1.0f / std::sqrt(128.0f), capacity};
   const int64_t kv_width = shape.kv_heads * shape.head_dim, q_width = shape.heads * shape.head_dim;
-  std::vector<uint16_t> cache(static_cast<size_t>(capacity * kv_width));
-  for (auto& x : cache) x = quant::fp32_to_fp16(std::uniform_real_distribution<float>(-1.5f, 1.5f)(rng));
+  const auto cache = random_cache(capacity * kv_width, rng);
   const auto keys = upload(cache), values = upload(cache);
   const auto q = upload(random_floats(static_cast<size_t>(512 * q_width), 1.5f, rng));
   cuda::DeviceBuffer out(static_cast<size_t>(512 * q_width) * sizeof(float), "out");
