@@ -394,6 +394,8 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_stats_ke
   }
 }
 
+// Batches of more than one row tile (a block for all of a tile's segments); a decode step's
+// block per segment runs attention_decode_kernel instead.
 template <int D, int kWarps>
 __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_values_kernel(Params p) {
   using S = Shape<D, kWarps>;
@@ -436,8 +438,7 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_values_k
       for (int e = 0; e < 4; ++e) total[d][e] = __fadd_rn(total[d][e], o[d][e]);
     }
   }
-  const int64_t stride = static_cast<int64_t>(p.n) * p.heads;
-  store_rows<D>(p, kv_head, rows, total, p.block_per_segment ? p.partial + segments.begin * stride * D : p.out);
+  store_rows<D>(p, kv_head, rows, total, p.out);
 }
 
 // Returns once `count` blocks (a KV head's segments in one launch) have called it, each after

@@ -39,9 +39,10 @@ DeviceBuffer::DeviceBuffer(size_t bytes, const std::string& what) : bytes_(bytes
     throw Error("INSUFFICIENT_MEMORY", what + ": " + std::to_string(bytes) + " bytes do not fit the GPU's free memory");
   }
   check(err, "cudaMalloc");
-  // Zeroed, and done before the constructor returns, whatever stream uses the memory first.
+  // Zeroed, and done before the constructor returns: the kernels that use it run on non-blocking
+  // streams, which do not wait for the default stream's memset (as upload).
   check(cudaMemset(data_, 0, bytes == 0 ? 1 : bytes), "cudaMemset");
-  check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize");
+  check(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize (zeroing)");
 }
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
