@@ -19,6 +19,8 @@ const TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2
 const MORE_TYPES = ["IQ4_NL", "IQ4_XS", "MXFP4"];
 const CASES: [preset: string, weightType: string][] = [
   "tiny-qwen3moe",
+  "tiny-glm4moe",
+  "tiny-deepseek2",
   "tiny-qwen3",
   "tiny-qwen2",
   "tiny-llama",

@@ -132,10 +132,22 @@ void expert_mmq(const DeviceMatrix& down, const ActivationBlock* hidden, const E
                 StreamHandle stream);
 
 // --- moe.cu ---
-// Softmax over each row's router logits, the `used` best (in order), optionally
-// renormalized to sum to one.
-void route_top_k(const float* logits, int64_t n, int64_t experts, int64_t used, bool normalize, int32_t* chosen,
-                 float* weights, StreamHandle stream);
+// How the router turns a row's logits into its experts and their weights, as the CPU's
+// cpu::route does: softmax or sigmoid weights; `selection_bias` (device, one per expert, or null)
+// added to them only to choose; the best `groups_used` of `groups` expert groups (each scored by
+// its two best) alone compete; the `used` best, their weights normalized to sum to one or not,
+// then scaled.
+struct RouterSpec {
+  bool sigmoid = false;
+  bool normalize = false;
+  float scale = 1.0f;
+  int groups = 1;
+  int groups_used = 1;
+  const float* selection_bias = nullptr;
+};
+// The `used` best experts of each row (in order) and their weights.
+void route_top_k(const float* logits, int64_t n, int64_t experts, int64_t used, const RouterSpec& router,
+                 int32_t* chosen, float* weights, StreamHandle stream);
 // slot_of_expert[expert] = slot, in stream order: how adaptive residency retires and seats experts.
 void set_expert_slot(int32_t* slot_of_expert, int32_t expert, int32_t slot, StreamHandle stream);
 // Tokens per chunk the matvec kernels take for a pass of n rows (the tiled products take
@@ -152,13 +164,13 @@ void group_by_expert(const int32_t* chosen, int64_t n, int64_t experts, int64_t 
 // step, one token per chunk) in one launch. counts[e] += the number of the n * used routed
 // slots that chose expert e (device counters, wrapping: adaptive residency reads their
 // differences between passes).
-void route_and_group(const float* logits, int64_t n, int64_t experts, int64_t used, bool normalize,
+void route_and_group(const float* logits, int64_t n, int64_t experts, int64_t used, const RouterSpec& router,
                      const int32_t* slot_of_expert, int tokens_per_chunk, int32_t* chosen, float* weights,
                      uint32_t* counts, int32_t* order, int32_t* chunks, int32_t* chunk_count, StreamHandle stream);
 // A decode step's router product (float weights: logits = router x, as matvec computes them) and
 // route_and_group of its one row (one token per chunk) in one launch: the last of the router's
 // blocks routes. `ticket`: a device counter, zero between launches (the launch leaves it zero).
-void route_decode(const DeviceMatrix& router, const float* x, int64_t experts, int64_t used, bool normalize,
+void route_decode(const DeviceMatrix& router, const float* x, int64_t experts, int64_t used, const RouterSpec& spec,
                   const int32_t* slot_of_expert, float* logits, int32_t* chosen, float* weights, uint32_t* counts,
                   int32_t* order, int32_t* chunks, int32_t* chunk_count, uint32_t* ticket, StreamHandle stream);
 // residual[i] += sum over k of weights[i, k] * expert_out[i * used + k], in k order, over the
@@ -223,12 +235,17 @@ void rms_norm(const RmsNorm& norm, StreamHandle stream);
 void swiglu(const float* gate, const float* up, int64_t count, float* out, StreamHandle stream);
 
 // --- rope.cu ---
+// The rotation, as cpu::RopeParams and cpu::RopeConstants give it (the host computes the
+// constants, with the host's libm, as the CPU path does).
 struct RopeShape {
   bool neox = false;
   int64_t dims = 0;
-  float freq_base = 10000.0f;
   float freq_scale = 1.0f;
   const float* freq_factors = nullptr;  // device, dims / 2, or none
+  float ext_factor = 0.0f;              // YaRN's; 0: none
+  float theta_scale = 1.0f;
+  float ramp_low = 0.0f, ramp_high = 0.0f;
+  float mscale = 1.0f;
 };
 // Where position_heads also writes the k and v rows, as f16 (as llama.cpp keeps them): the rows
 // of segment s, [first_row[s], first_row[s + 1]), into one sequence's cache of the layer

@@ -1,8 +1,6 @@
 // Attention heads made ready for the cache and the scores in one launch: bias, per-head RMS
 // norm and rotary position embedding, one warp per head, and the k and v heads written to the
 // f16 KV cache.
-#include <cmath>
-
 #include "base/error.h"
 #include "cuda/common.cuh"
 
@@ -15,18 +13,24 @@ constexpr int kMaxHeadDim = 256;
 
 // The rotation of pair i at `position`. The angle is built as the CPU path (cpu/rope.cc) and
 // ggml build it: theta multiplied up by theta_scale in float, i times, so that every rounding
-// is the same; cos and sin are taken in double and rounded once, which gives the correctly
-// rounded float the host's libm returns.
-__device__ __forceinline__ void rope_angle(const RopeShape& shape, float theta_scale, int32_t position, int i, float* c,
-                                           float* s) {
+// is the same, then YaRN's ramp; cos and sin are taken in double and rounded once, which gives
+// the correctly rounded float the host's libm returns.
+__device__ __forceinline__ void rope_angle(const RopeShape& k, int32_t position, int i, float* c, float* s) {
   float theta_base = static_cast<float>(position);
-  for (int k = 0; k < i; ++k) theta_base = __fmul_rn(theta_base, theta_scale);
-  const float factor = shape.freq_factors ? shape.freq_factors[i] : 1.0f;
-  const float theta = __fmul_rn(shape.freq_scale, __fdiv_rn(theta_base, factor));
+  for (int j = 0; j < i; ++j) theta_base = __fmul_rn(theta_base, k.theta_scale);
+  const float factor = k.freq_factors ? k.freq_factors[i] : 1.0f;
+  const float extrapolated = __fdiv_rn(theta_base, factor);
+  float theta = __fmul_rn(k.freq_scale, extrapolated);
+  if (k.ext_factor != 0.0f) {
+    const float y =
+        __fdiv_rn(__fsub_rn(static_cast<float>(i), k.ramp_low), fmaxf(0.001f, __fsub_rn(k.ramp_high, k.ramp_low)));
+    const float ramp = __fmul_rn(__fsub_rn(1.0f, fminf(1.0f, fmaxf(0.0f, y))), k.ext_factor);
+    theta = __fadd_rn(__fmul_rn(theta, __fsub_rn(1.0f, ramp)), __fmul_rn(extrapolated, ramp));
+  }
   double sin_theta, cos_theta;
   sincos(static_cast<double>(theta), &sin_theta, &cos_theta);
-  *c = static_cast<float>(cos_theta);
-  *s = static_cast<float>(sin_theta);
+  *c = __fmul_rn(static_cast<float>(cos_theta), k.mscale);
+  *s = __fmul_rn(static_cast<float>(sin_theta), k.mscale);
 }
 
 // Warp w of the grid serves head w % per_row of row w / per_row; per row the q heads, then
@@ -34,8 +38,7 @@ __device__ __forceinline__ void rope_angle(const RopeShape& shape, float theta_s
 // the CPU path does (engine/forward.cc: add_bias, then cpu/rms_norm.cc's norm per head, then
 // cpu/rope.cc), with no fused multiply-add; the cache gets each final value rounded to f16.
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
-    position_heads_kernel(AttentionHeads h, int64_t warps, int per_row, const int32_t* positions, RopeShape shape,
-                          float theta_scale) {
+    position_heads_kernel(AttentionHeads h, int64_t warps, int per_row, const int32_t* positions, RopeShape shape) {
   wait_for_previous_kernel();
   __shared__ float staged[kWarpsPerBlock][kMaxHeadDim];
   const int64_t warp = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
@@ -98,7 +101,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
   for (int j = dims + lane; j < head_dim; j += kWarp) put(j, values[j]);
   for (int i = lane; i < half; i += kWarp) {
     float c, s;
-    rope_angle(shape, theta_scale, positions[row], i, &c, &s);
+    rope_angle(shape, positions[row], i, &c, &s);
     const int a = shape.neox ? i : 2 * i;
     const int b = shape.neox ? i + half : 2 * i + 1;
     const float x0 = values[a], x1 = values[b];
@@ -125,10 +128,8 @@ void position_heads(const AttentionHeads& h, int64_t n, const int32_t* positions
   const int per_row = static_cast<int>(h.heads + h.kv_heads + (v_heads ? h.kv_heads : 0));
   const int64_t warps = n * per_row;
   if (warps == 0) return;
-  // On the host, with the host's powf, as the CPU path computes it.
-  const float theta_scale = std::pow(shape.freq_base, -2.0f / static_cast<float>(shape.dims));
   launch_early(position_heads_kernel, dim3(ceil_div(warps, kWarpsPerBlock)), dim3(kWarpsPerBlock * kWarp), 0,
-               static_cast<cudaStream_t>(stream), h, warps, per_row, positions, shape, theta_scale);
+               static_cast<cudaStream_t>(stream), h, warps, per_row, positions, shape);
 }
 
 }  // namespace bloomery::cuda

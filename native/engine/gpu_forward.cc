@@ -47,18 +47,31 @@ std::string type_name(uint32_t type) {
   return info ? std::string(info->name) : "type " + std::to_string(type);
 }
 
-struct GpuLayer {
-  const float* attention_norm = nullptr;
-  DeviceMatrix q, k, v, attention_output;
+// A layer's blocks on the card: model::LayerWeights with the weights in device memory.
+struct GpuAttention {
+  model::AttentionKind kind = model::AttentionKind::kGqa;
+  const float* norm = nullptr;
+  DeviceMatrix q, k, v, output;  // GQA's q, k, v (MLA: q is attn_q or attn_q_b)
   const float* q_bias = nullptr;
   const float* k_bias = nullptr;
   const float* v_bias = nullptr;
   const float* q_norm = nullptr;
   const float* k_norm = nullptr;
-  const float* ffn_norm = nullptr;
-  DeviceMatrix ffn_gate, ffn_up, ffn_down;
-  DeviceMatrix router, expert_gate, expert_up, expert_down;  // the experts: the layer's slot pool
-  const int32_t* expert_slots = nullptr;                     // expert -> slot in the pool, -1: in host memory
+};
+
+struct GpuFfn {
+  model::FfnKind kind = model::FfnKind::kDense;
+  const float* norm = nullptr;
+  DeviceMatrix gate, up, down;  // the dense FFN, or an MoE layer's shared experts (empty: none)
+  DeviceMatrix router;
+  const float* selection_bias = nullptr;
+  DeviceMatrix expert_gate, expert_up, expert_down;  // the routed experts: the layer's slot pool
+  const int32_t* expert_slots = nullptr;             // expert -> slot in the pool, -1: in host memory
+};
+
+struct GpuLayer {
+  GpuAttention attention;
+  GpuFfn ffn;
 };
 
 // Where each of the model's host ranges goes in the one device allocation of weights.
@@ -226,11 +239,12 @@ namespace {
 
 // Attention over a sequence's KV cache of `context_size` positions.
 cuda::AttentionShape attention_shape(const model::HyperParams& p, int64_t context_size) {
-  return {p.heads, p.kv_heads, p.head_dim, 1.0f / std::sqrt(static_cast<float>(p.head_dim)), context_size};
+  return {p.heads, p.kv_heads, p.head_dim, p.attention_scale, context_size};
 }
 
 size_t kv_bytes(const model::HyperParams& p, int64_t context_size) {
-  return 2 * static_cast<size_t>(p.layers * context_size * p.kv_heads * p.head_dim) * sizeof(uint16_t);
+  const model::CacheRow row = model::cache_row(p);
+  return static_cast<size_t>(p.layers * context_size * (row.keys + row.values)) * sizeof(uint16_t);
 }
 
 // The workspace's buffers, in bytes, in Workspace's order (`logits` as first allocated).
@@ -240,7 +254,8 @@ std::vector<std::pair<const char*, size_t>> workspace_sizes(const model::HyperPa
   const int64_t b = kMaxBatch;
   const int64_t q_width = p.heads * p.head_dim, kv_width = p.kv_heads * p.head_dim;
   const int64_t routed = b * p.experts_used;
-  const int64_t hidden = std::max(b * p.feed_forward, routed * p.expert_feed_forward);
+  const int64_t dense = std::max(p.feed_forward, p.shared_feed_forward);  // the dense FFN's or the shared experts'
+  const int64_t hidden = std::max(b * dense, routed * p.expert_feed_forward);
   const int64_t widest = std::max({b * p.embedding, b * q_width, hidden});
   // The matvec's chunks are the smaller (kMmqTileTokens for the tiles), so they bound the count.
   const int64_t chunks =
@@ -251,8 +266,8 @@ std::vector<std::pair<const char*, size_t>> workspace_sizes(const model::HyperPa
           {"k", floats(b * kv_width)},
           {"v", floats(b * kv_width)},
           {"attention", floats(b * q_width)},
-          {"gate", floats(b * p.feed_forward)},
-          {"up", floats(b * p.feed_forward)},
+          {"gate", floats(b * dense)},
+          {"up", floats(b * dense)},
           {"hidden", floats(hidden)},
           {"expert_out", floats(routed * p.embedding)},
           {"router_logits", floats(b * p.experts)},
@@ -362,54 +377,59 @@ void bind_weights(const model::Model& m, Uploader& up, GpuWeights& g) {
   g.freq_factors = up.vector(p.rope.freq_factors, p.rope.dims / 2);
   g.layers.resize(m.layers.size());
   for (size_t l = 0; l < m.layers.size(); ++l) {
-    const model::LayerWeights& w = m.layers[l];
-    GpuLayer& d = g.layers[l];
-    d.attention_norm = up.vector(w.attention_norm, p.embedding);
-    d.q = up.matrix(w.q);
-    d.k = up.matrix(w.k);
-    d.v = up.matrix(w.v);
-    d.attention_output = up.matrix(w.attention_output);
-    d.q_bias = up.vector(w.q_bias, q_width);
-    d.k_bias = up.vector(w.k_bias, kv_width);
-    d.v_bias = up.vector(w.v_bias, kv_width);
-    d.q_norm = up.vector(w.q_norm, p.head_dim);
-    d.k_norm = up.vector(w.k_norm, p.head_dim);
-    d.ffn_norm = up.vector(w.ffn_norm, p.embedding);
-    d.ffn_gate = up.matrix(w.ffn_gate);
-    d.ffn_up = up.matrix(w.ffn_up);
-    d.ffn_down = up.matrix(w.ffn_down);
-    d.router = up.matrix(w.router);
-    if (p.experts == 0) continue;
-    d.expert_gate = up.experts(w.expert_gate, g.resident[l]);
-    d.expert_up = up.experts(w.expert_up, g.resident[l]);
-    d.expert_down = up.experts(w.expert_down, g.resident[l]);
-    d.expert_slots = up.table(g.slot_tables[l]);
+    const model::AttentionWeights& a = m.layers[l].attention;
+    GpuAttention& da = g.layers[l].attention;
+    da.kind = a.kind;
+    da.norm = up.vector(a.norm, p.embedding);
+    da.q = up.matrix(a.gqa.q);
+    da.k = up.matrix(a.gqa.k);
+    da.v = up.matrix(a.gqa.v);
+    da.output = up.matrix(a.output);
+    da.q_bias = up.vector(a.gqa.q_bias, q_width);
+    da.k_bias = up.vector(a.gqa.k_bias, kv_width);
+    da.v_bias = up.vector(a.gqa.v_bias, kv_width);
+    da.q_norm = up.vector(a.gqa.q_norm, p.head_dim);
+    da.k_norm = up.vector(a.gqa.k_norm, p.head_dim);
+    const model::FfnWeights& f = m.layers[l].ffn;
+    GpuFfn& df = g.layers[l].ffn;
+    df.kind = f.kind;
+    df.norm = up.vector(f.norm, p.embedding);
+    df.gate = up.matrix(f.dense.gate);
+    df.up = up.matrix(f.dense.up);
+    df.down = up.matrix(f.dense.down);
+    if (f.kind != model::FfnKind::kMoe) continue;
+    df.router = up.matrix(f.routed.router);
+    df.selection_bias = up.vector(f.routed.selection_bias, p.experts);
+    df.expert_gate = up.experts(f.routed.gate, g.resident[l]);
+    df.expert_up = up.experts(f.routed.up, g.resident[l]);
+    df.expert_down = up.experts(f.routed.down, g.resident[l]);
+    df.expert_slots = up.table(g.slot_tables[l]);
   }
 }
 
 // Per layer, the GPU's experts (sorted, so neighbours upload as one range), from the
-// requested lists (empty: all of them); INVALID_ARGUMENT for lists that do not fit the model.
-std::vector<std::vector<int32_t>> resident_experts(const model::HyperParams& p,
+// requested lists (empty: all of them; none in a layer without routed experts); INVALID_ARGUMENT
+// for lists that do not fit the model.
+std::vector<std::vector<int32_t>> resident_experts(const model::Model& m,
                                                    const std::vector<std::vector<int32_t>>& requested) {
+  const model::HyperParams& p = m.params;
   std::vector<std::vector<int32_t>> resident(static_cast<size_t>(p.layers));
-  if (p.experts == 0) {
-    for (const auto& r : requested) {
-      if (!r.empty()) throw Error("INVALID_ARGUMENT", "gpu experts were listed for a model without routed experts");
-    }
-    return resident;
-  }
-  if (requested.empty()) {
-    for (auto& r : resident) {
-      r.resize(static_cast<size_t>(p.experts));
-      std::iota(r.begin(), r.end(), 0);
-    }
-    return resident;
-  }
-  if (static_cast<int64_t>(requested.size()) != p.layers) {
+  if (!requested.empty() && static_cast<int64_t>(requested.size()) != p.layers) {
     throw Error("INVALID_ARGUMENT", "gpu experts name " + std::to_string(requested.size()) + " layers; the model has " +
                                         std::to_string(p.layers));
   }
-  for (size_t l = 0; l < requested.size(); ++l) {
+  for (size_t l = 0; l < resident.size(); ++l) {
+    const bool routed = !m.layers[l].ffn.routed.empty();
+    if (requested.empty()) {
+      if (!routed) continue;
+      resident[l].resize(static_cast<size_t>(p.experts));
+      std::iota(resident[l].begin(), resident[l].end(), 0);
+      continue;
+    }
+    if (!routed && !requested[l].empty()) {
+      throw Error("INVALID_ARGUMENT",
+                  "gpu experts were listed for layer " + std::to_string(l) + ", which has no routed experts");
+    }
     std::vector<bool> seen(static_cast<size_t>(p.experts), false);
     for (const int32_t e : requested[l]) {
       if (e < 0 || e >= p.experts || seen[e]) {
@@ -452,33 +472,37 @@ std::vector<GpuKernelGap> kernel_gaps(const model::Model& m) {
     no_kernel(m.output, m.output.data == m.token_embedding.data ? "token_embd.weight" : "output.weight", "matvec");
   }
   for (size_t l = 0; l < m.layers.size(); ++l) {
-    const model::LayerWeights& w = m.layers[l];
+    const model::AttentionWeights& a = m.layers[l].attention;
+    const model::FfnWeights& f = m.layers[l].ffn;
     const std::string layer = "blk." + std::to_string(l) + ".";
+    const char* gate = f.kind == model::FfnKind::kMoe ? "ffn_gate_shexp" : "ffn_gate";
+    const char* up = f.kind == model::FfnKind::kMoe ? "ffn_up_shexp" : "ffn_up";
+    const char* down = f.kind == model::FfnKind::kMoe ? "ffn_down_shexp" : "ffn_down";
     for (const auto& [matrix, name] :
-         {std::pair{&w.q, "attn_q"}, std::pair{&w.k, "attn_k"}, std::pair{&w.v, "attn_v"},
-          std::pair{&w.attention_output, "attn_output"}, std::pair{&w.ffn_gate, "ffn_gate"},
-          std::pair{&w.ffn_up, "ffn_up"}, std::pair{&w.ffn_down, "ffn_down"}, std::pair{&w.router, "ffn_gate_inp"}}) {
+         {std::pair{&a.gqa.q, "attn_q"}, std::pair{&a.gqa.k, "attn_k"}, std::pair{&a.gqa.v, "attn_v"},
+          std::pair{&a.output, "attn_output"}, std::pair{&f.dense.gate, gate}, std::pair{&f.dense.up, up},
+          std::pair{&f.dense.down, down}, std::pair{&f.routed.router, "ffn_gate_inp"}}) {
       if (!matrix->empty() && !cuda::matvec_supports(matrix->kernels->type)) {
         no_kernel(*matrix, layer + name + ".weight", "matvec");
       }
     }
-    if (m.params.experts == 0) continue;
+    if (f.routed.empty()) continue;
     const auto expert_gap = [&](const std::string& tensor, const std::string& reason) {
       gaps.push_back({tensor, reason, static_cast<int64_t>(l)});
     };
     for (const auto& [experts, name] :
-         {std::pair{&w.expert_gate, "ffn_gate_exps"}, std::pair{&w.expert_up, "ffn_up_exps"},
-          std::pair{&w.expert_down, "ffn_down_exps"}}) {
+         {std::pair{&f.routed.gate, "ffn_gate_exps"}, std::pair{&f.routed.up, "ffn_up_exps"},
+          std::pair{&f.routed.down, "ffn_down_exps"}}) {
       const uint32_t type = experts->first.kernels->type;
       const std::string tensor = layer + name + ".weight";
       if (!cuda::matvec_supports(type)) {
         expert_gap(tensor, tensor + " is " + type_name(type) + ", which has no GPU matvec kernel");
       }
     }
-    const uint32_t gate = w.expert_gate.first.kernels->type, up = w.expert_up.first.kernels->type;
-    if (gate != up) {
-      expert_gap(layer + "ffn_up_exps.weight", layer + "ffn_gate_exps.weight (" + type_name(gate) + ") and " + layer +
-                                                   "ffn_up_exps.weight (" + type_name(up) +
+    const uint32_t gate_type = f.routed.gate.first.kernels->type, up_type = f.routed.up.first.kernels->type;
+    if (gate_type != up_type) {
+      expert_gap(layer + "ffn_up_exps.weight", layer + "ffn_gate_exps.weight (" + type_name(gate_type) + ") and " +
+                                                   layer + "ffn_up_exps.weight (" + type_name(up_type) +
                                                    ") differ in type; the GPU's fused expert kernel needs one");
     }
   }
@@ -487,8 +511,9 @@ std::vector<GpuKernelGap> kernel_gaps(const model::Model& m) {
 
 // Per layer, whether long prompts may stream its host experts to the GPU: not where the GPU's
 // kernels cannot serve its expert stacks.
-std::vector<bool> streamable_layers(const model::HyperParams& p, const std::vector<GpuKernelGap>& gaps) {
-  std::vector<bool> streamed(static_cast<size_t>(p.layers), p.experts > 0);
+std::vector<bool> streamable_layers(const model::Model& m, const std::vector<GpuKernelGap>& gaps) {
+  std::vector<bool> streamed;
+  for (const model::LayerWeights& w : m.layers) streamed.push_back(!w.ffn.routed.empty());
   for (const GpuKernelGap& gap : gaps) {
     if (gap.expert_layer >= 0) streamed[static_cast<size_t>(gap.expert_layer)] = false;
   }
@@ -511,6 +536,10 @@ void check_kernels(const std::vector<GpuKernelGap>& gaps, const GpuWeights& g) {
 }
 
 void check_shape(const model::HyperParams& p) {
+  if (p.mla.kv_lora_rank > 0) {
+    throw Error("UNSUPPORTED_FEATURE", "multi-head latent attention (" + p.architecture +
+                                           ") does not run on the GPU yet; load the model with gpu: false");
+  }
   if (p.head_dim % 32 != 0 || p.head_dim > 256 || p.embedding % 32 != 0) {
     throw Error("UNSUPPORTED_MODEL",
                 "the GPU path needs head_dim a multiple of 32 up to 256 and embedding a multiple "
@@ -653,11 +682,11 @@ struct Pass {
     return Input(*this, args.out, count, p.embedding, first.type);
   }
 
-  void attention_block(const GpuLayer& w, int64_t layer) const {
+  void attention_block(const GpuAttention& w, int64_t layer) const {
     const model::HyperParams& p = m.params;
     const Workspace& ws = m.work;
     const int64_t q_width = p.heads * p.head_dim, kv_width = p.kv_heads * p.head_dim;
-    Input x = norm(f(ws.residual), n, w.attention_norm, w.q);
+    Input x = norm(f(ws.residual), n, w.norm, w.q);
     mul_all({{&w.q, f(ws.q), false}, {&w.k, f(ws.k), false}, {&w.v, f(ws.v), false}}, x);
     cuda::AttentionHeads heads;
     heads.q = f(ws.q);
@@ -672,8 +701,16 @@ struct Pass {
     heads.heads = p.heads;
     heads.kv_heads = p.kv_heads;
     heads.head_dim = p.head_dim;
-    const cuda::RopeShape rope{p.rope.style == cpu::RopeStyle::kNeox, p.rope.dims, p.rope.freq_base, p.rope.freq_scale,
-                               m.freq_factors};
+    const cpu::RopeConstants k = cpu::rope_constants(p.rope);
+    const cuda::RopeShape rope{p.rope.style == cpu::RopeStyle::kNeox,
+                               p.rope.dims,
+                               p.rope.freq_scale,
+                               m.freq_factors,
+                               p.rope.ext_factor,
+                               k.theta_scale,
+                               k.ramp_low,
+                               k.ramp_high,
+                               k.mscale};
     const auto keys_of = [&](const GpuSequence& s) { return s.keys.as<uint16_t>() + layer * s.layer_elements; };
     const auto values_of = [&](const GpuSequence& s) { return s.values.as<uint16_t>() + layer * s.layer_elements; };
     // The heads and their place in the KV cache, up to kMaxKvSegments sequences a launch.
@@ -697,41 +734,41 @@ struct Pass {
       cuda::position_heads(group, rows, ws.positions.as<int32_t>() + first_row, rope, stream);
     }
     // Decode rows come back quantized for the output projection as well, when every sequence's do.
-    const bool quantizes = !cuda::is_float_type(w.attention_output.type);
+    const bool quantizes = !cuda::is_float_type(w.output.type);
     bool quantized = quantizes;
     for (const PassLayout::Segment& part : layout.segments) {
       const GpuSequence& s = *part.sequence;
       const uint16_t* keys = keys_of(s);
       const uint16_t* values = values_of(s);
       const int32_t* positions = ws.positions.as<int32_t>() + part.first_row;
-      const cuda::QuantizedRows rows{quantizes ? blocks() + part.first_row * (q_width / 32) : nullptr,
-                                     w.attention_output.type};
+      const cuda::QuantizedRows rows{quantizes ? blocks() + part.first_row * (q_width / 32) : nullptr, w.output.type};
       quantized &= cuda::causal_attention(f(ws.q) + part.first_row * q_width, part.rows, positions, keys, values,
                                           attention_shape(p, s.layer_elements / kv_width), ws.attention_scratch.data(),
                                           f(ws.attention) + part.first_row * q_width, stream, rows);
     }
-    Input attended = quantized ? Input(*this, f(ws.attention), n, q_width, w.attention_output.type)
+    Input attended = quantized ? Input(*this, f(ws.attention), n, q_width, w.output.type)
                                : Input(*this, f(ws.attention), n, q_width);
-    mul(w.attention_output, attended, n, f(ws.residual), true);
+    mul(w.output, attended, n, f(ws.residual), true);
   }
 
-  void dense_ffn(const GpuLayer& w, Input& x) const {
-    const model::HyperParams& p = m.params;
+  // residual += down(silu(gate x) * up x): the dense FFN, or an MoE layer's shared experts.
+  void swiglu_ffn(const GpuFfn& w, Input& x) const {
     const Workspace& ws = m.work;
-    if (cuda::gated_matvec_supports(w.ffn_gate, w.ffn_up)) {
-      const ActivationBlock* blocks = x.for_type(w.ffn_gate.type).blocks;
-      if (cuda::mmq_serves(w.ffn_gate.type, n)) {
-        cuda::gated_mmq(w.ffn_gate, w.ffn_up, blocks, n, f(ws.hidden), stream);
+    const int64_t width = w.gate.rows;
+    if (cuda::gated_matvec_supports(w.gate, w.up)) {
+      const ActivationBlock* blocks = x.for_type(w.gate.type).blocks;
+      if (cuda::mmq_serves(w.gate.type, n)) {
+        cuda::gated_mmq(w.gate, w.up, blocks, n, f(ws.hidden), stream);
       } else {
-        cuda::gated_matvec(w.ffn_gate, w.ffn_up, blocks, n, f(ws.hidden), stream);
+        cuda::gated_matvec(w.gate, w.up, blocks, n, f(ws.hidden), stream);
       }
     } else {
-      mul(w.ffn_gate, x, n, f(ws.gate), false);
-      mul(w.ffn_up, x, n, f(ws.up), false);
-      cuda::swiglu(f(ws.gate), f(ws.up), n * p.feed_forward, f(ws.hidden), stream);
+      mul(w.gate, x, n, f(ws.gate), false);
+      mul(w.up, x, n, f(ws.up), false);
+      cuda::swiglu(f(ws.gate), f(ws.up), n * width, f(ws.hidden), stream);
     }
-    Input hidden(*this, f(ws.hidden), n, p.feed_forward);
-    mul(w.ffn_down, hidden, n, f(ws.residual), true);
+    Input hidden(*this, f(ws.hidden), n, width);
+    mul(w.down, hidden, n, f(ws.residual), true);
   }
 
   // Whether this pass copies layer `layer`'s host experts to the GPU rather than handing its rows
@@ -749,7 +786,7 @@ struct Pass {
     return false;
   }
 
-  void moe_ffn(const GpuLayer& w, int64_t layer, Input& x) const {
+  void moe_ffn(const GpuFfn& w, int64_t layer, Input& x) const {
     const model::HyperParams& p = m.params;
     const Workspace& ws = m.work;
     HostExperts* host = m.host_experts.get();
@@ -767,17 +804,22 @@ struct Pass {
     groups.tokens_per_chunk = tiled ? cuda::kMmqTileTokens : cuda::tokens_per_expert_chunk(n);
     groups.max_chunks = cuda::max_expert_chunks(n, p.experts, p.experts_used, groups.tokens_per_chunk);
     uint32_t* counts = m.routed.as<uint32_t>() + layer * p.experts;
+    const cuda::RouterSpec router{p.router.gating == model::Gating::kSigmoid,
+                                  p.router.normalize,
+                                  p.router.scale,
+                                  static_cast<int>(p.router.groups),
+                                  static_cast<int>(p.router.groups_used),
+                                  w.selection_bias};
     if (n == 1 && groups.tokens_per_chunk == 1 && cuda::is_float_type(w.router.type)) {
-      cuda::route_decode(w.router, x.for_type(w.router.type).floats, p.experts, p.experts_used,
-                         p.normalize_expert_weights, experts.slot_of_expert, f(ws.router_logits),
-                         ws.chosen.as<int32_t>(), f(ws.routing_weights), counts, ws.order.as<int32_t>(),
-                         ws.chunks.as<int32_t>(), ws.chunk_count.as<int32_t>(), ws.route_ticket.as<uint32_t>(), stream);
+      cuda::route_decode(w.router, x.for_type(w.router.type).floats, p.experts, p.experts_used, router,
+                         experts.slot_of_expert, f(ws.router_logits), ws.chosen.as<int32_t>(), f(ws.routing_weights),
+                         counts, ws.order.as<int32_t>(), ws.chunks.as<int32_t>(), ws.chunk_count.as<int32_t>(),
+                         ws.route_ticket.as<uint32_t>(), stream);
     } else {
       mul(w.router, x, n, f(ws.router_logits), false);
-      cuda::route_and_group(f(ws.router_logits), n, p.experts, p.experts_used, p.normalize_expert_weights,
-                            experts.slot_of_expert, groups.tokens_per_chunk, ws.chosen.as<int32_t>(),
-                            f(ws.routing_weights), counts, ws.order.as<int32_t>(), ws.chunks.as<int32_t>(),
-                            ws.chunk_count.as<int32_t>(), stream);
+      cuda::route_and_group(f(ws.router_logits), n, p.experts, p.experts_used, router, experts.slot_of_expert,
+                            groups.tokens_per_chunk, ws.chosen.as<int32_t>(), f(ws.routing_weights), counts,
+                            ws.order.as<int32_t>(), ws.chunks.as<int32_t>(), ws.chunk_count.as<int32_t>(), stream);
     }
     if (hybrid) host->queue_publish(layer, n, f(ws.normed), ws.chosen.as<int32_t>(), f(ws.routing_weights), stream);
     // A layer without GPU experts (all in host memory, as where the GPU's kernels cannot serve
@@ -818,15 +860,20 @@ struct Pass {
     }
   }
 
-  void ffn_block(const GpuLayer& w, int64_t layer) const {
+  void ffn_block(const GpuFfn& w, int64_t layer) const {
     const model::HyperParams& p = m.params;
     const Workspace& ws = m.work;
-    Input x = norm(f(ws.residual), n, w.ffn_norm, p.experts > 0 ? w.expert_gate : w.ffn_gate);
-    if (p.experts > 0) {
-      moe_ffn(w, layer, x);
-    } else {
-      dense_ffn(w, x);
+    const bool routed = w.kind == model::FfnKind::kMoe;
+    Input x = norm(f(ws.residual), n, w.norm, routed ? w.expert_gate : w.gate);
+    if (!routed) {
+      swiglu_ffn(w, x);
+      return;
     }
+    moe_ffn(w, layer, x);
+    if (w.gate.rows == 0) return;
+    // The routed experts quantized their hidden rows over x's: the shared experts read x afresh.
+    Input shared(*this, f(ws.normed), n, p.embedding);
+    swiglu_ffn(w, shared);
   }
 
   // Queues the pass over the rows uploaded to work.tokens / work.positions: begin(), each
@@ -838,8 +885,8 @@ struct Pass {
     cuda::embed(m.token_embedding, m.work.tokens.as<int32_t>(), n, f(m.work.residual), stream);
   }
   void layer(int64_t l) const {
-    attention_block(m.layers[l], l);
-    ffn_block(m.layers[l], l);
+    attention_block(m.layers[l].attention, l);
+    ffn_block(m.layers[l].ffn, l);
   }
   void run() const {
     begin();
@@ -982,17 +1029,13 @@ GpuFootprint gpu_footprint(const model::Model& model, int64_t context_size) {
   f.experts = p.experts;
   f.dense_bytes = planner.bytes();
   for (const model::LayerWeights& w : model.layers) {
-    if (p.experts == 0) {
-      f.expert_bytes.push_back(0);
-      continue;
-    }
     f.expert_bytes.push_back(routed_expert_bytes(w));
-    f.dense_bytes += 3 * 256;  // each of the layer's three pools may round up to 256 bytes
+    if (!w.ffn.routed.empty()) f.dense_bytes += 3 * 256;  // each of the layer's three pools may round up to 256 bytes
   }
   f.kv_bytes = kv_bytes(p, context_size);
   f.workspace_bytes = workspace_bytes(p, context_size);
   f.kernel_gaps = kernel_gaps(model);
-  f.stream_bytes = ExpertStream::staging_bytes(model, streamable_layers(p, f.kernel_gaps));
+  f.stream_bytes = ExpertStream::staging_bytes(model, streamable_layers(model, f.kernel_gaps));
   f.reserve_bytes = kReserve;
   return f;
 }
@@ -1019,12 +1062,14 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
   g->device = options.device;
   g->params = p;
   g->context_size = context_size;
-  set_residency(p, resident_experts(p, options.gpu_experts), *g);
+  set_residency(p, resident_experts(model, options.gpu_experts), *g);
   check_kernels(gaps, *g);
-  const std::vector<bool> streamed = streamable_layers(p, gaps);
-  int64_t resident = 0;
-  for (const auto& r : g->resident) resident += static_cast<int64_t>(r.size());
-  const int64_t all = p.experts * p.layers;
+  const std::vector<bool> streamed = streamable_layers(model, gaps);
+  int64_t resident = 0, all = 0;
+  for (size_t l = 0; l < g->resident.size(); ++l) {
+    resident += static_cast<int64_t>(g->resident[l].size());
+    if (!model.layers[l].ffn.routed.empty()) all += p.experts;
+  }
   Uploader planner(p);
   bind_weights(model, planner, *g);
   const size_t workspace = workspace_bytes(p, context_size);
@@ -1062,9 +1107,10 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
   }
   if (resident < all) {
     std::vector<std::vector<uint8_t>> on_host;
-    for (const auto& table : g->slot_tables) {
+    for (size_t l = 0; l < g->slot_tables.size(); ++l) {
+      const bool routed = !model.layers[l].ffn.routed.empty();
       std::vector<uint8_t> mask;
-      for (const int32_t slot : table) mask.push_back(slot < 0 ? 1 : 0);
+      for (const int32_t slot : g->slot_tables[l]) mask.push_back(routed && slot < 0 ? 1 : 0);
       on_host.push_back(std::move(mask));
     }
     g->host_experts = std::make_unique<HostExperts>(model, std::move(on_host), kMaxBatch, pool, arena);
@@ -1074,13 +1120,16 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
     // expert stacks the GPU's kernels can serve, so no layer has GPU slots to move experts into).
     if (staging > 0) {
       std::vector<ExpertStacks> stacks;
-      for (const GpuLayer& l : g->layers) stacks.push_back({l.expert_gate, l.expert_up, l.expert_down, l.expert_slots});
+      for (const GpuLayer& l : g->layers) {
+        stacks.push_back({l.ffn.expert_gate, l.ffn.expert_up, l.ffn.expert_down, l.ffn.expert_slots});
+      }
       g->expert_stream = std::make_unique<ExpertStream>(model, g->slot_tables, std::move(stacks), streamed);
       std::vector<SlotPools> pools;
       for (const GpuLayer& layer : g->layers) {
         // The pools and tables sit in the weights' allocation, which the model owns: writable.
-        pools.push_back({const_cast<uint8_t*>(layer.expert_gate.data), const_cast<uint8_t*>(layer.expert_up.data),
-                         const_cast<uint8_t*>(layer.expert_down.data), const_cast<int32_t*>(layer.expert_slots)});
+        const GpuFfn& f = layer.ffn;
+        pools.push_back({const_cast<uint8_t*>(f.expert_gate.data), const_cast<uint8_t*>(f.expert_up.data),
+                         const_cast<uint8_t*>(f.expert_down.data), const_cast<int32_t*>(f.expert_slots)});
       }
       g->residency = std::make_unique<GpuResidency>(model, std::move(pools), g->slot_tables, *g->host_experts);
     }

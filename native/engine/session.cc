@@ -127,7 +127,7 @@ bool Session::store_locked() {
   PromptCache& cache = runtime_->prompt_cache_;
   if (cache.holds(current_history())) return in_cache_ = true;
   const model::HyperParams& p = runtime_->model().params;
-  if (session_state_bytes(p.layers, p.kv_heads * p.head_dim, position_) > cache.capacity()) return false;
+  if (session_state_bytes(p.layers, model::cache_row(p).keys, position_) > cache.capacity()) return false;
   try {
     in_cache_ = cache.store(snapshot(position_));
   } catch (const std::bad_alloc&) {
@@ -175,11 +175,11 @@ std::shared_ptr<SessionState> Session::snapshot(int64_t n) {
   auto state = std::make_shared<SessionState>();
   state->model_fingerprint = runtime_->fingerprint();
   state->layers = p.layers;
-  state->row_width = p.kv_heads * p.head_dim;
+  const model::CacheRow row = model::cache_row(p);
+  state->row_width = row.keys;
   state->tokens.assign(history_.begin(), history_.begin() + n);
-  const size_t elements = static_cast<size_t>(state->layers * state->row_width * n);
-  state->keys.resize(elements);
-  state->values.resize(elements);
+  state->keys.resize(static_cast<size_t>(state->layers * row.keys * n));
+  state->values.resize(static_cast<size_t>(state->layers * row.values * n));
   if (gpu_) {
     copy_kv_to_host(*runtime_->gpu_, *gpu_, n, n, state->keys.data(), state->values.data());
   } else {
@@ -202,7 +202,7 @@ void Session::load(const SessionState& state, int64_t n) {
 void Session::check_restorable(const SessionState& state) {
   const model::HyperParams& p = runtime_->model().params;
   if (state.model_fingerprint != runtime_->fingerprint() || state.layers != p.layers ||
-      state.row_width != p.kv_heads * p.head_dim) {
+      state.row_width != model::cache_row(p).keys) {
     throw Error("STATE_MODEL_MISMATCH", "the session state was saved from another model (or another file of it)");
   }
   if (static_cast<int64_t>(state.tokens.size()) > runtime_->context_size()) {
