@@ -288,9 +288,9 @@ function gpuCounts(
   let left = budgets.gpu - fixedBytes;
   const even = perRound > 0 ? Math.min(E, Math.floor(left / perRound)) : E;
   left -= even * perRound;
-  const counts = footprint.expertBytes.map((_, l) => (hostOnly.has(l) ? 0 : even));
+  const counts = footprint.expertBytes.map((bytes, l) => (hostOnly.has(l) || bytes === 0 ? 0 : even));
   for (let l = 0; l < counts.length && even < E; ++l) {
-    if (hostOnly.has(l)) continue;
+    if (hostOnly.has(l) || footprint.expertBytes[l] === 0) continue;
     const bytes = footprint.expertBytes[l] ?? 0;
     if (bytes > left) break;
     counts[l] = even + 1;
@@ -351,8 +351,10 @@ export function planOffload(
   if (!paging && !stagingFits) throw refuseDense(fixed, footprint, budgets.gpu);
   // The disk tier needs no prompt staging: its room goes to experts.
   if (paging) counts = gpuCounts(footprint, budgets, fixedTotal(bare), hostOnly);
-  const even = Math.min(...counts.filter((_, l) => !hostOnly.has(l)));
+  const routed = (l: number) => footprint.expertBytes[l] !== 0;
+  const even = Math.min(...counts.filter((_, l) => !hostOnly.has(l) && routed(l)));
   const layers = counts.map((count, l): OffloadLayer => {
+    if (E > 0 && !routed(l)) return { gpu: [], host: [], disk: [], reason: "a dense layer: no routed experts" };
     let reason: string;
     const seat = order ? "the most-routed first (routing profile)" : "lowest ids first, no routing profile";
     const gap = hostOnly.get(l);
@@ -410,8 +412,13 @@ export function checkOffloadPlan(plan: OffloadPlan, footprint: ModelFootprint, b
       if (seen.has(e)) throw refuse(`layer ${l} places expert ${e} twice`);
       seen.add(e);
     }
-    if (seen.size !== footprint.experts) {
-      throw refuse(`layer ${l} places ${seen.size} of its ${footprint.experts} experts; each needs a tier`);
+    const experts = footprint.expertBytes[l] === 0 ? 0 : footprint.experts;
+    if (seen.size !== experts) {
+      throw refuse(
+        experts === 0
+          ? `layer ${l} is a dense layer, without routed experts to place`
+          : `layer ${l} places ${seen.size} of its ${experts} experts; each needs a tier`,
+      );
     }
     const gap = hostOnly.get(l);
     if (gap !== undefined && (layer.gpu ?? []).length > 0) {

@@ -17,14 +17,17 @@ const THREADS = 2;
 
 const TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"];
 const MORE_TYPES = ["IQ4_NL", "IQ4_XS", "MXFP4"];
+// GLM's and DeepSeek's blocks (latent attention, sigmoid routing with groups, shared experts) at
+// types of each kernel family: float, 32-value blocks, K-quants, codebooks.
+const FAMILY_TYPES = ["F32", "F16", "Q8_0", "Q4_0", "Q4_K", "Q6_K", "IQ4_XS"];
 const CASES: [preset: string, weightType: string][] = [
-  "tiny-qwen3moe",
-  "tiny-glm4moe",
-  "tiny-deepseek2",
-  "tiny-qwen3",
-  "tiny-qwen2",
-  "tiny-llama",
-].flatMap((preset) => [...TYPES, ...MORE_TYPES].map((type): [string, string] => [preset, type]));
+  ...["tiny-qwen3moe", "tiny-qwen3", "tiny-qwen2", "tiny-llama"].flatMap((preset) =>
+    [...TYPES, ...MORE_TYPES].map((type): [string, string] => [preset, type]),
+  ),
+  ...["tiny-glm4moe", "tiny-deepseek2"].flatMap((preset) =>
+    FAMILY_TYPES.map((type): [string, string] => [preset, type]),
+  ),
+];
 
 const dir = mkdtempSync(join(tmpdir(), "bloomery-oracle-"));
 let llama: Llama;

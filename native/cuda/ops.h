@@ -281,6 +281,42 @@ struct AttentionHeads {
 void position_heads(const AttentionHeads& h, int64_t n, const int32_t* positions, const RopeShape& shape,
                     StreamHandle stream);
 
+// --- latent.cu: multi-head latent attention's heads, as the CPU path makes them ---
+// q: n rows of `heads` heads of nope + rope.dims floats -> nope_out: n * heads rows of `nope`
+// (row token * heads + head), rope_out: n * heads rows of the rotated rope.dims values.
+void split_latent_query(const float* q, int64_t n, int64_t heads, int64_t nope, const int32_t* positions,
+                        const RopeShape& rope, float* nope_out, float* rope_out, StreamHandle stream);
+// kv: n rows of [latent (rank), rotary key (rope.dims)]: the latent RMS-normed by `norm` (epsilon
+// `eps`), the key rotated, both stored as f16 into the row's cache (cache.keys; rows of rank +
+// rope.dims) at its position.
+void store_latent(const float* kv, int64_t n, int64_t rank, const float* norm, float eps, const int32_t* positions,
+                  const RopeShape& rope, const KvSegments& cache, StreamHandle stream);
+
+// --- attention_latent.cu ---
+// Multi-head latent attention with the up-projections absorbed: rows of n tokens x heads
+// (row token * heads + head), each query [q_latent (rank), q_rope (rope)] against the cache's
+// f16 rows [latent, rotary key] of positions [0, positions[token]], the values being the
+// latents; out: rows of rank floats. The rounding is causal_attention's.
+struct LatentAttention {
+  const float* q_latent = nullptr;
+  const float* q_rope = nullptr;
+  const int32_t* positions = nullptr;  // per token
+  const uint16_t* cache = nullptr;
+  int64_t n = 0;
+  int64_t heads = 0;
+  int64_t rank = 0;
+  int64_t rope = 0;
+  float scale = 1.0f;
+  int64_t cache_positions = 0;  // the cache's capacity: a decode step's grid covers it
+  float* out = nullptr;
+};
+bool latent_attention_supports(int64_t rank, int64_t rope);
+// Once per device before the first launch (outside a graph capture): the kernels' shared memory.
+void prepare_latent_attention(int64_t rank, int64_t rope);
+// Scratch for passes of up to `max_rows` tokens.
+size_t latent_attention_scratch_bytes(int64_t heads, int64_t rank, int64_t cache_positions, int64_t max_rows);
+void latent_attention(const LatentAttention& a, void* scratch, StreamHandle stream);
+
 // --- embed.cu ---
 // out[i] = row tokens[i] of `table`, dequantized to floats.
 void embed(const DeviceMatrix& table, const int32_t* tokens, int64_t n, float* out, StreamHandle stream);

@@ -57,6 +57,9 @@ struct GpuAttention {
   const float* v_bias = nullptr;
   const float* q_norm = nullptr;
   const float* k_norm = nullptr;
+  DeviceMatrix q_a, kv_a, k_b, v_b;  // MLA's (k_b and v_b: a stack of one matrix per head)
+  const float* q_a_norm = nullptr;
+  const float* kv_a_norm = nullptr;
 };
 
 struct GpuFfn {
@@ -125,6 +128,10 @@ struct Workspace {
   DeviceBuffer residual, normed, q, k, v, attention, gate, up, hidden, expert_out, router_logits, routing_weights;
   DeviceBuffer chosen, order, chunks, chunk_count, tokens, positions, activations, logits, attention_scratch;
   DeviceBuffer route_ticket;  // cuda::route_decode's counter, zero between launches
+  // Multi-head latent attention (empty for other models): the per-head products run as routed
+  // experts do, each (token, head) slot routed to its head's matrix by a fixed routing
+  // (latent_heads[token * heads + h] = h, latent_slots[h] = h) grouped once per pass.
+  DeviceBuffer latent_a, latent_b, latent_heads, latent_slots, latent_order, latent_chunks, latent_chunk_count;
 };
 
 // The weights' places in device memory, and which experts are there: what bind_weights
@@ -152,6 +159,9 @@ class GpuModel : public GpuWeights {
   int device = 0;
   model::HyperParams params;
   int64_t context_size = 0;  // the most positions a sequence's KV cache holds: what the workspace is sized for
+  // Whether every layer's per-head latent products (k_b, v_b) have tiled kernels: one grouping
+  // of a pass's (token, head) slots serves them all, so they take the tiles together or not at all.
+  bool latent_tiles = false;
   std::unique_ptr<HostExperts> host_experts;    // set when some experts live in host memory: decode and short prompts
   std::unique_ptr<ExpertStream> expert_stream;  // with host_experts: long prompts copy them to the GPU
   std::unique_ptr<GpuResidency> residency;      // with host_experts: moves experts between passes
@@ -177,8 +187,12 @@ class GpuModel : public GpuWeights {
 
 class GpuSequence {
  public:
-  DeviceBuffer keys, values;  // layers * capacity * kv_width f16 each
-  int64_t layer_elements = 0;
+  DeviceBuffer keys, values;  // per layer, `capacity` rows of model::cache_row's widths, f16
+  int64_t capacity = 0;
+  model::CacheRow row;
+
+  uint16_t* keys_of(int64_t layer) const { return keys.as<uint16_t>() + layer * capacity * row.keys; }
+  uint16_t* values_of(int64_t layer) const { return values.as<uint16_t>() + layer * capacity * row.values; }
 };
 
 namespace {
@@ -252,20 +266,32 @@ std::vector<std::pair<const char*, size_t>> workspace_sizes(const model::HyperPa
   const auto floats = [](int64_t count) { return static_cast<size_t>(count) * sizeof(float); };
   const auto ints = [](int64_t count) { return static_cast<size_t>(count) * sizeof(int32_t); };
   const int64_t b = kMaxBatch;
-  const int64_t q_width = p.heads * p.head_dim, kv_width = p.kv_heads * p.head_dim;
+  const model::MlaParams& mla = p.mla;
+  const bool latent = mla.kv_lora_rank > 0;
+  const int64_t q_width = p.heads * p.head_dim, kv_width = model::cache_row(p).keys;
+  // MLA: v holds the rotated queries, attention the attended latents, latent_b the absorbed
+  // queries (and the normed low-rank ones), latent_a the unrotated queries and the heads' values.
+  const int64_t slots = latent ? b * p.heads : 0;
+  const int64_t attended = std::max(q_width, p.heads * mla.kv_lora_rank);
+  const int64_t latent_a = std::max(mla.nope_dim, mla.value_dim), latent_b = mla.kv_lora_rank;
   const int64_t routed = b * p.experts_used;
   const int64_t dense = std::max(p.feed_forward, p.shared_feed_forward);  // the dense FFN's or the shared experts'
   const int64_t hidden = std::max(b * dense, routed * p.expert_feed_forward);
-  const int64_t widest = std::max({b * p.embedding, b * q_width, hidden});
+  const int64_t widest = std::max({b * p.embedding, b * attended, hidden, slots * std::max(latent_a, latent_b)});
   // The matvec's chunks are the smaller (kMmqTileTokens for the tiles), so they bound the count.
   const int64_t chunks =
       p.experts > 0 ? cuda::max_expert_chunks(b, p.experts, p.experts_used, cuda::tokens_per_expert_chunk(b)) : 0;
+  const int64_t latent_chunks =
+      latent ? cuda::max_expert_chunks(b, p.heads, p.heads, cuda::tokens_per_expert_chunk(b)) : 0;
+  const size_t attention_scratch =
+      latent ? cuda::latent_attention_scratch_bytes(p.heads, mla.kv_lora_rank, context_size, b)
+             : cuda::attention_scratch_bytes(attention_shape(p, context_size), b);
   return {{"residual", floats(b * p.embedding)},
           {"normed", floats(b * p.embedding)},
           {"q", floats(b * q_width)},
           {"k", floats(b * kv_width)},
-          {"v", floats(b * kv_width)},
-          {"attention", floats(b * q_width)},
+          {"v", floats(std::max(b * kv_width, slots * mla.rope_dim))},
+          {"attention", floats(b * attended)},
           {"gate", floats(b * dense)},
           {"up", floats(b * dense)},
           {"hidden", floats(hidden)},
@@ -280,8 +306,15 @@ std::vector<std::pair<const char*, size_t>> workspace_sizes(const model::HyperPa
           {"positions", ints(b)},
           {"activations", static_cast<size_t>(widest / 32) * sizeof(ActivationBlock)},
           {"logits", floats(p.vocab)},
-          {"attention_scratch", cuda::attention_scratch_bytes(attention_shape(p, context_size), b)},
-          {"route_ticket", ints(1)}};
+          {"attention_scratch", attention_scratch},
+          {"route_ticket", ints(1)},
+          {"latent_a", floats(slots * latent_a)},
+          {"latent_b", floats(std::max(slots * latent_b, b * mla.q_lora_rank))},
+          {"latent_heads", ints(slots)},
+          {"latent_slots", ints(latent ? p.heads : 0)},
+          {"latent_order", ints(slots)},
+          {"latent_chunks", ints(3 * latent_chunks)},
+          {"latent_chunk_count", ints(1)}};
 }
 
 void allocate_workspace(const model::HyperParams& p, int64_t context_size, Workspace& w) {
@@ -306,9 +339,23 @@ void allocate_workspace(const model::HyperParams& p, int64_t context_size, Works
                              &w.activations,
                              &w.logits,
                              &w.attention_scratch,
-                             &w.route_ticket};
+                             &w.route_ticket,
+                             &w.latent_a,
+                             &w.latent_b,
+                             &w.latent_heads,
+                             &w.latent_slots,
+                             &w.latent_order,
+                             &w.latent_chunks,
+                             &w.latent_chunk_count};
   const auto sizes = workspace_sizes(p, context_size);
   for (size_t i = 0; i < sizes.size(); ++i) *buffers[i] = DeviceBuffer(sizes[i].second, sizes[i].first);
+  if (p.mla.kv_lora_rank == 0) return;
+  // The fixed routing of the per-head products: slot token * heads + h to head h, head h in slot h.
+  std::vector<int32_t> heads(w.latent_heads.bytes() / sizeof(int32_t)), slots(static_cast<size_t>(p.heads));
+  for (size_t i = 0; i < heads.size(); ++i) heads[i] = static_cast<int32_t>(i % static_cast<size_t>(p.heads));
+  std::iota(slots.begin(), slots.end(), 0);
+  cuda::upload(w.latent_heads.data(), heads.data(), heads.size() * sizeof(int32_t));
+  cuda::upload(w.latent_slots.data(), slots.data(), slots.size() * sizeof(int32_t));
 }
 
 class Uploader {
@@ -381,7 +428,7 @@ void bind_weights(const model::Model& m, Uploader& up, GpuWeights& g) {
     GpuAttention& da = g.layers[l].attention;
     da.kind = a.kind;
     da.norm = up.vector(a.norm, p.embedding);
-    da.q = up.matrix(a.gqa.q);
+    da.q = up.matrix(a.kind == model::AttentionKind::kMla ? a.mla.q : a.gqa.q);
     da.k = up.matrix(a.gqa.k);
     da.v = up.matrix(a.gqa.v);
     da.output = up.matrix(a.output);
@@ -390,6 +437,12 @@ void bind_weights(const model::Model& m, Uploader& up, GpuWeights& g) {
     da.v_bias = up.vector(a.gqa.v_bias, kv_width);
     da.q_norm = up.vector(a.gqa.q_norm, p.head_dim);
     da.k_norm = up.vector(a.gqa.k_norm, p.head_dim);
+    da.q_a = up.matrix(a.mla.q_a);
+    da.q_a_norm = up.vector(a.mla.q_a_norm, p.mla.q_lora_rank);
+    da.kv_a = up.matrix(a.mla.kv_a);
+    da.kv_a_norm = up.vector(a.mla.kv_a_norm, p.mla.kv_lora_rank);
+    da.k_b = up.matrix(a.mla.k_b.first, a.mla.k_b.count);
+    da.v_b = up.matrix(a.mla.v_b.first, a.mla.v_b.count);
     const model::FfnWeights& f = m.layers[l].ffn;
     GpuFfn& df = g.layers[l].ffn;
     df.kind = f.kind;
@@ -478,10 +531,13 @@ std::vector<GpuKernelGap> kernel_gaps(const model::Model& m) {
     const char* gate = f.kind == model::FfnKind::kMoe ? "ffn_gate_shexp" : "ffn_gate";
     const char* up = f.kind == model::FfnKind::kMoe ? "ffn_up_shexp" : "ffn_up";
     const char* down = f.kind == model::FfnKind::kMoe ? "ffn_down_shexp" : "ffn_down";
+    const bool low_rank_q = !a.mla.q_a.empty();
     for (const auto& [matrix, name] :
          {std::pair{&a.gqa.q, "attn_q"}, std::pair{&a.gqa.k, "attn_k"}, std::pair{&a.gqa.v, "attn_v"},
-          std::pair{&a.output, "attn_output"}, std::pair{&f.dense.gate, gate}, std::pair{&f.dense.up, up},
-          std::pair{&f.dense.down, down}, std::pair{&f.routed.router, "ffn_gate_inp"}}) {
+          std::pair{&a.mla.q_a, "attn_q_a"}, std::pair{&a.mla.q, low_rank_q ? "attn_q_b" : "attn_q"},
+          std::pair{&a.mla.kv_a, "attn_kv_a_mqa"}, std::pair{&a.mla.k_b.first, "attn_k_b"},
+          std::pair{&a.mla.v_b.first, "attn_v_b"}, std::pair{&a.output, "attn_output"}, std::pair{&f.dense.gate, gate},
+          std::pair{&f.dense.up, up}, std::pair{&f.dense.down, down}, std::pair{&f.routed.router, "ffn_gate_inp"}}) {
       if (!matrix->empty() && !cuda::matvec_supports(matrix->kernels->type)) {
         no_kernel(*matrix, layer + name + ".weight", "matvec");
       }
@@ -536,9 +592,17 @@ void check_kernels(const std::vector<GpuKernelGap>& gaps, const GpuWeights& g) {
 }
 
 void check_shape(const model::HyperParams& p) {
-  if (p.mla.kv_lora_rank > 0) {
-    throw Error("UNSUPPORTED_FEATURE", "multi-head latent attention (" + p.architecture +
-                                           ") does not run on the GPU yet; load the model with gpu: false");
+  const model::MlaParams& mla = p.mla;
+  if (mla.kv_lora_rank > 0) {
+    if (!cuda::latent_attention_supports(mla.kv_lora_rank, mla.rope_dim) || mla.nope_dim % 32 != 0 ||
+        mla.value_dim % 32 != 0 || mla.q_lora_rank % 32 != 0 || p.embedding % 32 != 0) {
+      throw Error("UNSUPPORTED_MODEL",
+                  "the GPU path's latent attention needs kv_lora_rank 512 with 64 rotary dims and "
+                  "the other widths multiples of 32 (kv_lora_rank " +
+                      std::to_string(mla.kv_lora_rank) + ", rotary " + std::to_string(mla.rope_dim) + ", nope " +
+                      std::to_string(mla.nope_dim) + ", value " + std::to_string(mla.value_dim) + ")");
+    }
+    return;
   }
   if (p.head_dim % 32 != 0 || p.head_dim > 256 || p.embedding % 32 != 0) {
     throw Error("UNSUPPORTED_MODEL",
@@ -605,6 +669,15 @@ struct Pass {
     static int format_of(uint32_t type) {
       if (cuda::is_float_type(type)) return -1;
       return static_cast<int>(cuda::activation_format(type));
+    }
+    // Blocks for weights of `type` whatever the row count: the gated products read no float rows.
+    const ActivationBlock* quantized_for(uint32_t type) {
+      const int format = format_of(type);
+      if (format != format_) {
+        cuda::quantize_activations(x_, rows_, cols_, type, pass_.blocks(), pass_.stream);
+        format_ = format;
+      }
+      return pass_.blocks();
     }
     cuda::MatvecInput for_type(uint32_t type) {
       const int format = format_of(type);
@@ -682,7 +755,51 @@ struct Pass {
     return Input(*this, args.out, count, p.embedding, first.type);
   }
 
+  cuda::RopeShape rope_shape() const {
+    const model::HyperParams& p = m.params;
+    const cpu::RopeConstants k = cpu::rope_constants(p.rope);
+    return {p.rope.style == cpu::RopeStyle::kNeox,
+            p.rope.dims,
+            p.rope.freq_scale,
+            m.freq_factors,
+            p.rope.ext_factor,
+            k.theta_scale,
+            k.ramp_low,
+            k.ramp_high,
+            k.mscale};
+  }
+
+  // The sequences' rows in groups of at most kMaxKvSegments, each with its rows' caches of
+  // `layer`, as the launches that write the cache take them: fn(first_row, rows, segments).
+  template <typename Fn>
+  void cache_groups(int64_t layer, Fn fn) const {
+    for (size_t first = 0; first < layout.segments.size(); first += cuda::kMaxKvSegments) {
+      const size_t count = std::min<size_t>(cuda::kMaxKvSegments, layout.segments.size() - first);
+      const int64_t first_row = layout.segments[first].first_row;
+      cuda::KvSegments cache;
+      cache.count = static_cast<int>(count);
+      for (size_t i = 0; i < count; ++i) {
+        const PassLayout::Segment& part = layout.segments[first + i];
+        cache.first_row[i] = static_cast<int>(part.first_row - first_row);
+        cache.keys[i] = part.sequence->keys_of(layer);
+        cache.values[i] = part.sequence->values_of(layer);
+      }
+      const PassLayout::Segment& last = layout.segments[first + count - 1];
+      const int64_t rows = last.first_row + last.rows - first_row;
+      cache.first_row[count] = static_cast<int>(rows);
+      fn(first_row, rows, cache);
+    }
+  }
+
   void attention_block(const GpuAttention& w, int64_t layer) const {
+    if (w.kind == model::AttentionKind::kMla) {
+      latent_attention_block(w, layer);
+    } else {
+      gqa_attention_block(w, layer);
+    }
+  }
+
+  void gqa_attention_block(const GpuAttention& w, int64_t layer) const {
     const model::HyperParams& p = m.params;
     const Workspace& ws = m.work;
     const int64_t q_width = p.heads * p.head_dim, kv_width = p.kv_heads * p.head_dim;
@@ -701,49 +818,27 @@ struct Pass {
     heads.heads = p.heads;
     heads.kv_heads = p.kv_heads;
     heads.head_dim = p.head_dim;
-    const cpu::RopeConstants k = cpu::rope_constants(p.rope);
-    const cuda::RopeShape rope{p.rope.style == cpu::RopeStyle::kNeox,
-                               p.rope.dims,
-                               p.rope.freq_scale,
-                               m.freq_factors,
-                               p.rope.ext_factor,
-                               k.theta_scale,
-                               k.ramp_low,
-                               k.ramp_high,
-                               k.mscale};
-    const auto keys_of = [&](const GpuSequence& s) { return s.keys.as<uint16_t>() + layer * s.layer_elements; };
-    const auto values_of = [&](const GpuSequence& s) { return s.values.as<uint16_t>() + layer * s.layer_elements; };
-    // The heads and their place in the KV cache, up to kMaxKvSegments sequences a launch.
-    for (size_t first = 0; first < layout.segments.size(); first += cuda::kMaxKvSegments) {
-      const size_t count = std::min<size_t>(cuda::kMaxKvSegments, layout.segments.size() - first);
-      const int64_t first_row = layout.segments[first].first_row;
+    const cuda::RopeShape rope = rope_shape();
+    // The heads and their place in the KV cache.
+    cache_groups(layer, [&](int64_t first_row, int64_t rows, const cuda::KvSegments& cache) {
       cuda::AttentionHeads group = heads;
       group.q += first_row * q_width;
       group.k += first_row * kv_width;
       group.v += first_row * kv_width;
-      group.cache.count = static_cast<int>(count);
-      for (size_t i = 0; i < count; ++i) {
-        const PassLayout::Segment& part = layout.segments[first + i];
-        group.cache.first_row[i] = static_cast<int>(part.first_row - first_row);
-        group.cache.keys[i] = keys_of(*part.sequence);
-        group.cache.values[i] = values_of(*part.sequence);
-      }
-      const PassLayout::Segment& last = layout.segments[first + count - 1];
-      const int64_t rows = last.first_row + last.rows - first_row;
-      group.cache.first_row[count] = static_cast<int>(rows);
+      group.cache = cache;
       cuda::position_heads(group, rows, ws.positions.as<int32_t>() + first_row, rope, stream);
-    }
+    });
     // Decode rows come back quantized for the output projection as well, when every sequence's do.
     const bool quantizes = !cuda::is_float_type(w.output.type);
     bool quantized = quantizes;
     for (const PassLayout::Segment& part : layout.segments) {
       const GpuSequence& s = *part.sequence;
-      const uint16_t* keys = keys_of(s);
-      const uint16_t* values = values_of(s);
+      const uint16_t* keys = s.keys_of(layer);
+      const uint16_t* values = s.values_of(layer);
       const int32_t* positions = ws.positions.as<int32_t>() + part.first_row;
       const cuda::QuantizedRows rows{quantizes ? blocks() + part.first_row * (q_width / 32) : nullptr, w.output.type};
       quantized &= cuda::causal_attention(f(ws.q) + part.first_row * q_width, part.rows, positions, keys, values,
-                                          attention_shape(p, s.layer_elements / kv_width), ws.attention_scratch.data(),
+                                          attention_shape(p, s.capacity), ws.attention_scratch.data(),
                                           f(ws.attention) + part.first_row * q_width, stream, rows);
     }
     Input attended = quantized ? Input(*this, f(ws.attention), n, q_width, w.output.type)
@@ -751,12 +846,90 @@ struct Pass {
     mul(w.output, attended, n, f(ws.residual), true);
   }
 
+  // The per-head products of multi-head latent attention (k_b, v_b: a matrix per head), run as
+  // routed experts are, over the pass's slots (token, head) in the grouping begin() made.
+  void per_head(const DeviceMatrix& w, const float* x, float* y) const {
+    const model::HyperParams& p = m.params;
+    Input in(*this, x, n * p.heads, w.cols);
+    const cuda::ExpertGroups groups = latent_groups();
+    if (groups.tokens_per_chunk == cuda::kMmqTileTokens) {
+      cuda::expert_mmq(w, in.for_type(w.type).blocks, groups, y, stream);
+    } else {
+      cuda::expert_matvec(w, in.for_type(w.type), groups, y, stream);
+    }
+  }
+  cuda::ExpertGroups latent_groups() const {
+    const model::HyperParams& p = m.params;
+    const Workspace& ws = m.work;
+    cuda::ExpertGroups g;
+    g.order = ws.latent_order.as<int32_t>();
+    g.chunks = ws.latent_chunks.as<int32_t>();
+    g.chunk_count = ws.latent_chunk_count.as<int32_t>();
+    const bool tiled = m.latent_tiles && n >= cuda::kMmqMinRows;
+    g.tokens_per_chunk = tiled ? cuda::kMmqTileTokens : cuda::tokens_per_expert_chunk(n);
+    g.max_chunks = cuda::max_expert_chunks(n, p.heads, p.heads, g.tokens_per_chunk);
+    return g;
+  }
+
+  // Multi-head latent attention, as the CPU's mla_attention: the queries (through the low-rank
+  // q_a, its norm and q_b, or attn_q) split into the part k_b absorbs and the rotated part; the
+  // latent and rotary key normed, rotated and cached; attention over the cache; each head's
+  // attended latent through v_b; the output product.
+  void latent_attention_block(const GpuAttention& w, int64_t layer) const {
+    const model::HyperParams& p = m.params;
+    const model::MlaParams& mla = p.mla;
+    const Workspace& ws = m.work;
+    Input x = norm(f(ws.residual), n, w.norm, w.q_a.rows > 0 ? w.q_a : w.q);
+    if (w.q_a.rows > 0) {
+      mul_all({{&w.q_a, f(ws.latent_b), false}, {&w.kv_a, f(ws.k), false}}, x);
+      cuda::RmsNorm args;
+      args.x = f(ws.latent_b);
+      args.rows = n;
+      args.width = mla.q_lora_rank;
+      args.weight = w.q_a_norm;
+      args.eps = p.rms_epsilon;
+      args.out = f(ws.normed);
+      cuda::rms_norm(args, stream);
+      Input low(*this, f(ws.normed), n, mla.q_lora_rank);
+      mul(w.q, low, n, f(ws.q), false);
+    } else {
+      mul_all({{&w.q, f(ws.q), false}, {&w.kv_a, f(ws.k), false}}, x);
+    }
+    const cuda::RopeShape rope = rope_shape();
+    const int32_t* positions = ws.positions.as<int32_t>();
+    cache_groups(layer, [&](int64_t first_row, int64_t rows, const cuda::KvSegments& cache) {
+      cuda::store_latent(f(ws.k) + first_row * (mla.kv_lora_rank + mla.rope_dim), rows, mla.kv_lora_rank, w.kv_a_norm,
+                         p.rms_epsilon, positions + first_row, rope, cache, stream);
+    });
+    cuda::split_latent_query(f(ws.q), n, p.heads, mla.nope_dim, positions, rope, f(ws.latent_a), f(ws.v), stream);
+    per_head(w.k_b, f(ws.latent_a), f(ws.latent_b));
+    for (const PassLayout::Segment& part : layout.segments) {
+      const int64_t first = part.first_row * p.heads;
+      cuda::LatentAttention a;
+      a.q_latent = f(ws.latent_b) + first * mla.kv_lora_rank;
+      a.q_rope = f(ws.v) + first * mla.rope_dim;
+      a.positions = positions + part.first_row;
+      a.cache = part.sequence->keys_of(layer);
+      a.n = part.rows;
+      a.heads = p.heads;
+      a.rank = mla.kv_lora_rank;
+      a.rope = mla.rope_dim;
+      a.scale = p.attention_scale;
+      a.cache_positions = part.sequence->capacity;
+      a.out = f(ws.attention) + first * mla.kv_lora_rank;
+      cuda::latent_attention(a, ws.attention_scratch.data(), stream);
+    }
+    per_head(w.v_b, f(ws.attention), f(ws.latent_a));
+    Input values(*this, f(ws.latent_a), n, p.heads * mla.value_dim);
+    mul(w.output, values, n, f(ws.residual), true);
+  }
+
   // residual += down(silu(gate x) * up x): the dense FFN, or an MoE layer's shared experts.
   void swiglu_ffn(const GpuFfn& w, Input& x) const {
     const Workspace& ws = m.work;
     const int64_t width = w.gate.rows;
     if (cuda::gated_matvec_supports(w.gate, w.up)) {
-      const ActivationBlock* blocks = x.for_type(w.gate.type).blocks;
+      const ActivationBlock* blocks = x.quantized_for(w.gate.type);
       if (cuda::mmq_serves(w.gate.type, n)) {
         cuda::gated_mmq(w.gate, w.up, blocks, n, f(ws.hidden), stream);
       } else {
@@ -882,6 +1055,13 @@ struct Pass {
   void begin() const {
     if (hybrid()) m.host_experts->queue_begin_pass(stream);
     if (streamed) m.expert_stream->begin_pass();
+    if (m.params.mla.kv_lora_rank > 0) {
+      const Workspace& ws = m.work;
+      const cuda::ExpertGroups g = latent_groups();
+      cuda::group_by_expert(ws.latent_heads.as<int32_t>(), n, m.params.heads, m.params.heads,
+                            ws.latent_slots.as<int32_t>(), g.tokens_per_chunk, ws.latent_order.as<int32_t>(),
+                            ws.latent_chunks.as<int32_t>(), ws.latent_chunk_count.as<int32_t>(), stream);
+    }
     cuda::embed(m.token_embedding, m.work.tokens.as<int32_t>(), n, f(m.work.residual), stream);
   }
   void layer(int64_t l) const {
@@ -1053,6 +1233,7 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
   const std::vector<GpuKernelGap> gaps = kernel_gaps(model);
 
   cuda::use_device(options.device);
+  if (p.mla.kv_lora_rank > 0) cuda::prepare_latent_attention(p.mla.kv_lora_rank, p.mla.rope_dim);
   std::shared_ptr<GpuModel> g(new GpuModel, [](GpuModel* m) {
     const std::lock_guard freeing(hybrid_passes());
     delete m;
@@ -1062,6 +1243,13 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
   g->device = options.device;
   g->params = p;
   g->context_size = context_size;
+  g->latent_tiles = p.mla.kv_lora_rank > 0;
+  for (const model::LayerWeights& w : model.layers) {
+    for (const cpu::ExpertMatrices* m : {&w.attention.mla.k_b, &w.attention.mla.v_b}) {
+      if (m->count > 0)
+        g->latent_tiles = g->latent_tiles && cuda::mmq_serves(m->first.kernels->type, cuda::kMmqMinRows);
+    }
+  }
   set_residency(p, resident_experts(model, options.gpu_experts), *g);
   check_kernels(gaps, *g);
   const std::vector<bool> streamed = streamable_layers(model, gaps);
@@ -1154,9 +1342,11 @@ std::shared_ptr<GpuSequence> create_gpu_sequence(GpuModel& model, int64_t contex
   }
   std::shared_ptr<GpuSequence> s(new GpuSequence, [m = &model](GpuSequence* q) { release_sequence(*m, q); });
   const std::lock_guard exclusive(hybrid_passes());  // after s: see upload_model
-  s->layer_elements = context_size * p.kv_heads * p.head_dim;
-  s->keys = DeviceBuffer(bytes / 2, "KV cache (keys)");
-  s->values = DeviceBuffer(bytes / 2, "KV cache (values)");
+  s->capacity = context_size;
+  s->row = model::cache_row(p);
+  const auto elements = [&](int64_t width) { return static_cast<size_t>(p.layers * context_size * width); };
+  s->keys = DeviceBuffer(elements(s->row.keys) * sizeof(uint16_t), "KV cache (keys)");
+  s->values = DeviceBuffer(elements(s->row.values) * sizeof(uint16_t), "KV cache (values)");
   return s;
 }
 
@@ -1281,12 +1471,12 @@ void seat_copied_experts(GpuModel& model) {
 void copy_kv_to_host(GpuModel& model, const GpuSequence& sequence, int64_t n, int64_t packed, uint16_t* keys,
                      uint16_t* values) {
   cuda::use_device(model.device);
-  const int64_t width = model.params.kv_heads * model.params.head_dim;
-  const size_t bytes = static_cast<size_t>(n * width) * sizeof(uint16_t);
+  const model::CacheRow& row = sequence.row;
   for (int64_t layer = 0; layer < model.params.layers; ++layer) {
-    const int64_t device = layer * sequence.layer_elements, host = layer * packed * width;
-    cuda::copy_to_host(keys + host, sequence.keys.as<uint16_t>() + device, bytes, model.stream.handle());
-    cuda::copy_to_host(values + host, sequence.values.as<uint16_t>() + device, bytes, model.stream.handle());
+    cuda::copy_to_host(keys + layer * packed * row.keys, sequence.keys_of(layer),
+                       static_cast<size_t>(n * row.keys) * sizeof(uint16_t), model.stream.handle());
+    cuda::copy_to_host(values + layer * packed * row.values, sequence.values_of(layer),
+                       static_cast<size_t>(n * row.values) * sizeof(uint16_t), model.stream.handle());
   }
   model.stream.synchronize();
 }
@@ -1294,12 +1484,12 @@ void copy_kv_to_host(GpuModel& model, const GpuSequence& sequence, int64_t n, in
 void copy_kv_to_device(GpuModel& model, GpuSequence& sequence, int64_t n, int64_t packed, const uint16_t* keys,
                        const uint16_t* values) {
   cuda::use_device(model.device);
-  const int64_t width = model.params.kv_heads * model.params.head_dim;
-  const size_t bytes = static_cast<size_t>(n * width) * sizeof(uint16_t);
+  const model::CacheRow& row = sequence.row;
   for (int64_t layer = 0; layer < model.params.layers; ++layer) {
-    const int64_t device = layer * sequence.layer_elements, host = layer * packed * width;
-    cuda::copy_to_device(sequence.keys.as<uint16_t>() + device, keys + host, bytes, model.stream.handle());
-    cuda::copy_to_device(sequence.values.as<uint16_t>() + device, values + host, bytes, model.stream.handle());
+    cuda::copy_to_device(sequence.keys_of(layer), keys + layer * packed * row.keys,
+                         static_cast<size_t>(n * row.keys) * sizeof(uint16_t), model.stream.handle());
+    cuda::copy_to_device(sequence.values_of(layer), values + layer * packed * row.values,
+                         static_cast<size_t>(n * row.values) * sizeof(uint16_t), model.stream.handle());
   }
   model.stream.synchronize();
 }

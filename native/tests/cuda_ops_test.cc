@@ -338,7 +338,7 @@ TEST(cuda_exact_attention_matches_cpu) {
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     std::vector<float> want(q.size());
     cpu::causal_attention(q.data(), c.n, c.first, keys.data(), values.data(),
-                          cpu::AttentionShape{c.heads, c.kv_heads, c.head_dim, scale}, want.data(), pool);
+                          cpu::AttentionShape{c.heads, c.kv_heads, c.head_dim, c.head_dim, scale}, want.data(), pool);
     std::vector<int32_t> positions(static_cast<size_t>(c.n));
     for (int64_t i = 0; i < c.n; ++i) positions[i] = static_cast<int32_t>(c.first + i);
     const auto dq = upload(q), dk = upload(keys), dv = upload(values), dpos = upload(positions);

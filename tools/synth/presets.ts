@@ -176,6 +176,34 @@ const TINY_QWEN3MOE: SynthPreset = {
 };
 
 /**
+ * The mix the GPU machine's 64 GiB disk holds for a 106B model: Q3_K gate and up experts and Q4_K
+ * down ones (about 3.8 bits per expert weight, as Q3_K_M files have them), Q4_K/Q6_K elsewhere.
+ */
+const Q3_K_M_MIX: Partial<Record<WeightRole, string>> = {
+  token_embd: "Q4_K",
+  output: "Q6_K",
+  attn_q: "Q4_K",
+  attn_k: "Q4_K",
+  attn_v: "Q6_K",
+  attn_output: "Q4_K",
+  attn_q_a: "Q4_K",
+  attn_q_b: "Q4_K",
+  attn_kv_a_mqa: "Q6_K",
+  attn_k_b: "Q8_0",
+  attn_v_b: "Q8_0",
+  ffn_gate: "Q4_K",
+  ffn_up: "Q4_K",
+  ffn_down: "Q6_K",
+  ffn_gate_shexp: "Q4_K",
+  ffn_up_shexp: "Q4_K",
+  ffn_down_shexp: "Q6_K",
+  ffn_gate_exps: "Q3_K",
+  ffn_up_exps: "Q3_K",
+  ffn_down_exps: "Q4_K",
+  nextn_eh_proj: "Q4_K",
+};
+
+/**
  * tiny-glm4moe: GLM-4.5's layout: partial rotary, Q/K/V biases, a leading dense layer, sigmoid
  * routing with a selection bias, normalized and scaled weights, a shared expert, and a
  * next-token-prediction layer after the last.
@@ -231,7 +259,9 @@ const TINY_DEEPSEEK2: SynthPreset = {
   expertFeedForward: 256,
   leadingDense: 1,
   sharedExperts: 1,
-  router: { gating: 2, normalize: true, scale: 2.5, selectionBias: true, groups: 4, groupsUsed: 2 },
+  // DeepSeek-V3 scales by 2.5; on random weights that, with the group limit, makes the fixture's
+  // logits chaotic (any rounding flips routings that the scale then amplifies), so 1.5 here.
+  router: { gating: 2, normalize: true, scale: 1.5, selectionBias: true, groups: 4, groupsUsed: 2 },
   nextnLayers: 1,
   contextLength: 2048,
   ropeFreqBase: 10_000,
@@ -283,7 +313,63 @@ export const PRESETS: Record<string, SynthPreset> = {
     mix: Q4_K_M_MIX,
     fileType: 15, // LLAMA_FTYPE_MOSTLY_Q4_K_M
   },
+  "glm-4.5-air": {
+    name: "glm-4.5-air",
+    description:
+      "GLM-4.5-Air shapes (106B-A12B), 46 layers (the first dense) + 1 MTP layer, 128 experts (8 used) + 1 shared, Q3_K_M-like mix, 57 GB",
+    architecture: "glm4moe",
+    vocab: "qwen",
+    vocabSize: 151_552,
+    layers: 46,
+    embedding: 4096,
+    heads: 96,
+    headsKv: 8,
+    headDim: 128,
+    ropeDims: 64,
+    qkvBias: true,
+    feedForward: 10_944,
+    experts: 128,
+    expertsUsed: 8,
+    expertFeedForward: 1408,
+    leadingDense: 1,
+    sharedExperts: 1,
+    router: { gating: 2, normalize: true, scale: 1, selectionBias: true, groups: 1, groupsUsed: 1 },
+    nextnLayers: 1,
+    contextLength: 131_072,
+    ropeFreqBase: 1e6,
+    rmsEpsilon: 1e-5,
+    mix: Q3_K_M_MIX,
+    fileType: 12, // LLAMA_FTYPE_MOSTLY_Q3_K_M
+  },
+  "deepseek-v3-slice": {
+    name: "deepseek-v3-slice",
+    description:
+      "DeepSeek-V3's exact per-layer shapes, 10 of its 61 layers (the first 3 dense, as the real file's), 256 experts in 8 groups (8 used) + 1 shared, Q3_K_M-like mix, 41 GB",
+    architecture: "deepseek2",
+    vocab: "qwen",
+    vocabSize: 129_280,
+    layers: 10,
+    embedding: 7168,
+    heads: 128,
+    headsKv: 1,
+    headDim: 192,
+    mla: { qLoraRank: 1536, kvLoraRank: 512, nopeDim: 128, ropeDim: 64, valueDim: 128 },
+    yarn: { factor: 40, originalContext: 4096, logMultiplier: 0.1 },
+    feedForward: 18_432,
+    experts: 256,
+    expertsUsed: 8,
+    expertFeedForward: 2048,
+    leadingDense: 3,
+    sharedExperts: 1,
+    router: { gating: 2, normalize: true, scale: 2.5, selectionBias: true, groups: 8, groupsUsed: 4 },
+    contextLength: 163_840,
+    ropeFreqBase: 10_000,
+    rmsEpsilon: 1e-6,
+    mix: Q3_K_M_MIX,
+    fileType: 12, // LLAMA_FTYPE_MOSTLY_Q3_K_M
+  },
   "tiny-qwen3moe": TINY_QWEN3MOE,
+
   "tiny-glm4moe": TINY_GLM4MOE,
   "tiny-deepseek2": TINY_DEEPSEEK2,
   "tiny-qwen3moe-mix": {
