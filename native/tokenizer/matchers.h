@@ -39,6 +39,8 @@ size_t match_gpt4o(const Segment& s, size_t pos);
 // DeepSeek-V3's third split: [ASCII punctuation][A-Za-z]+ | [^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+
 // |  ?[\p{P}\p{S}]+[\r\n]* | whitespace rules.
 size_t match_deepseek_v3(const Segment& s, size_t pos);
+// Kimi-K2: Han runs, then the llama3 rules with Han taken out of letter runs (matchers_kimi.cc).
+size_t match_kimi_k2(const Segment& s, size_t pos);
 
 // \p{N}{1,3}
 size_t match_numbers_upto3(const Segment& s, size_t pos);

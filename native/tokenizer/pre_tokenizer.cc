@@ -32,6 +32,9 @@ constexpr std::array kNames = {
     NameEntry{"deepseek-v3", PreTokenizer::kDeepseekV3},
     NameEntry{"gpt-4o", PreTokenizer::kGpt4o},
     NameEntry{"llama4", PreTokenizer::kGpt4o},
+    NameEntry{"glm4", PreTokenizer::kChatGlm4},
+    NameEntry{"chatglm-bpe", PreTokenizer::kChatGlm4},
+    NameEntry{"kimi-k2", PreTokenizer::kKimiK2},
 };
 
 // Piece lengths, in code points, covering the text in order.
@@ -69,10 +72,12 @@ std::span<const Matcher> steps(PreTokenizer pre) {
   static constexpr Matcher kQwen2[] = {match_qwen2};
   static constexpr Matcher kDeepseekV3[] = {match_numbers_upto3, match_cjk_kana, match_deepseek_v3};
   static constexpr Matcher kGpt4o[] = {match_gpt4o};
+  static constexpr Matcher kKimiK2[] = {match_kimi_k2};
   switch (pre) {
     case PreTokenizer::kGpt2:
       return kGpt2;
     case PreTokenizer::kLlama3:
+    case PreTokenizer::kChatGlm4:
       return kLlama3;
     case PreTokenizer::kQwen2:
       return kQwen2;
@@ -80,6 +85,8 @@ std::span<const Matcher> steps(PreTokenizer pre) {
       return kDeepseekV3;
     case PreTokenizer::kGpt4o:
       return kGpt4o;
+    case PreTokenizer::kKimiK2:
+      return kKimiK2;
     case PreTokenizer::kDefault:
       break;
   }
