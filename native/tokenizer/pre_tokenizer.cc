@@ -35,6 +35,8 @@ constexpr std::array kNames = {
     NameEntry{"glm4", PreTokenizer::kChatGlm4},
     NameEntry{"chatglm-bpe", PreTokenizer::kChatGlm4},
     NameEntry{"kimi-k2", PreTokenizer::kKimiK2},
+    NameEntry{"deepseek-llm", PreTokenizer::kDeepseekLlm},
+    NameEntry{"deepseek-coder", PreTokenizer::kDeepseekCoder},
 };
 
 // Piece lengths, in code points, covering the text in order.
@@ -73,6 +75,14 @@ std::span<const Matcher> steps(PreTokenizer pre) {
   static constexpr Matcher kDeepseekV3[] = {match_numbers_upto3, match_cjk_kana, match_deepseek_v3};
   static constexpr Matcher kGpt4o[] = {match_gpt4o};
   static constexpr Matcher kKimiK2[] = {match_kimi_k2};
+  static constexpr Matcher kDeepseekLlm[] = {match_newline,
+                                             match_deepseek_llm_letters,
+                                             match_deepseek_llm_punctuation,
+                                             match_trailing_whitespace,
+                                             match_cjk_hangul,
+                                             match_numbers};
+  static constexpr Matcher kDeepseekCoder[] = {match_newline, match_deepseek_coder_letters,
+                                               match_deepseek_coder_punctuation, match_cjk_hangul, match_number};
   switch (pre) {
     case PreTokenizer::kGpt2:
       return kGpt2;
@@ -87,6 +97,10 @@ std::span<const Matcher> steps(PreTokenizer pre) {
       return kGpt4o;
     case PreTokenizer::kKimiK2:
       return kKimiK2;
+    case PreTokenizer::kDeepseekLlm:
+      return kDeepseekLlm;
+    case PreTokenizer::kDeepseekCoder:
+      return kDeepseekCoder;
     case PreTokenizer::kDefault:
       break;
   }
