@@ -123,8 +123,12 @@ export interface LoadProgress {
 
 /** Something worth knowing that is not an error, e.g. a built-in chat template standing in for a missing one. */
 export interface ModelWarning {
-  /** `"CHAT_TEMPLATE_FALLBACK"`: the file has no chat template; the built-in one named in the message is used. */
-  code: "CHAT_TEMPLATE_FALLBACK";
+  /**
+   * `"CHAT_TEMPLATE_FALLBACK"`: the file has no chat template; the built-in one named in the message is used.
+   * `"CHAT_TEMPLATE_ADAPTED"`: the template uses Jinja that @huggingface/jinja lacks (Kimi-K2's `list.append` /
+   * `list.pop`), rendered through the equivalent rewrites the message names.
+   */
+  code: "CHAT_TEMPLATE_FALLBACK" | "CHAT_TEMPLATE_ADAPTED";
   message: string;
 }
 
@@ -344,7 +348,7 @@ export class Model extends EventEmitter<ModelEvents> {
 
   readonly #tokenizer: Tokenizer;
   readonly #chatTemplate: ModelChatTemplate;
-  #fallbackWarned = false;
+  #templateWarned = false;
 
   /** @internal */
   constructor(handle: NativeModelHandle, tokenizer: Tokenizer, facts: FileFacts, plan?: OffloadPlan) {
@@ -364,12 +368,21 @@ export class Model extends EventEmitter<ModelEvents> {
    */
   applyChatTemplate(messages: readonly ChatMessage[], options: ApplyChatTemplateOptions = {}): string {
     this.#live();
-    if (this.info.builtinChatTemplate && !this.#fallbackWarned) {
-      this.#fallbackWarned = true;
-      this.emit("warning", {
-        code: "CHAT_TEMPLATE_FALLBACK",
-        message: `the model file has no chat template (tokenizer.chat_template): using the built-in "${this.info.builtinChatTemplate}" template`,
-      });
+    if (!this.#templateWarned) {
+      this.#templateWarned = true;
+      if (this.info.builtinChatTemplate) {
+        this.emit("warning", {
+          code: "CHAT_TEMPLATE_FALLBACK",
+          message: `the model file has no chat template (tokenizer.chat_template): using the built-in "${this.info.builtinChatTemplate}" template`,
+        });
+      }
+      const { adaptations } = this.#chatTemplate.template;
+      if (adaptations.length > 0) {
+        this.emit("warning", {
+          code: "CHAT_TEMPLATE_ADAPTED",
+          message: `the chat template is rendered with these rewrites: ${adaptations.join("; ")}`,
+        });
+      }
     }
     const text = (token: number) => (token < 0 ? "" : this.#tokenizer.detokenize([token], { special: true }));
     return this.#chatTemplate.template.render(
@@ -488,6 +501,7 @@ export class Model extends EventEmitter<ModelEvents> {
       renderChat: (messages, options) => ({
         prompt: this.applyChatTemplate(messages, options),
         toolCallFormat: this.#chatTemplate.toolCallFormat,
+        tokenizer: this.#tokenizer,
       }),
       get closing() {
         return disposed();

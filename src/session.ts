@@ -34,6 +34,12 @@ export interface GenerateOptions extends SamplingOptions {
    */
   stop?: string | readonly string[];
   /**
+   * Special tokens whose text the output shows (the text of a special token is hidden otherwise).
+   * {@link Session.chat} shows those its model's chat format is written in (DeepSeek's and Kimi-K2's
+   * tool-call tokens, for instance), for its parsers to read.
+   */
+  showSpecialTokens?: readonly number[];
+  /**
    * Aborting it ends generation at once with stop reason `"abort"`: the iteration ends without
    * waiting for the forward pass in flight (whose results are dropped), nothing more is emitted,
    * `.result` keeps the text emitted so far, and the session's context keeps the prompt and the
@@ -126,6 +132,8 @@ interface GenerateRun {
   maxTokens: number;
   logprobs: boolean;
   stop: StopStrings;
+  /** The text of each special token the output shows. */
+  shown: ReadonlyMap<number, string>;
   signal: AbortSignal | undefined;
   settle: { resolve: (r: GenerateResult) => void; reject: (e: unknown) => void };
 }
@@ -247,6 +255,15 @@ export class Session {
     }
     const stop = new StopStrings(options.stop);
     const tokenizer = this.#model.tokenizer;
+    const shown = new Map<number, string>();
+    for (const token of options.showSpecialTokens ?? []) {
+      if (!Number.isInteger(token) || token < 0 || token >= tokenizer.info.size) {
+        throw new BloomeryError("INVALID_ARGUMENT", "showSpecialTokens must hold token ids of the vocabulary", {
+          token,
+        });
+      }
+      shown.set(token, tokenizer.detokenize([token], { special: true }));
+    }
     const samplerOptions = nativeSamplerOptions(options, tokenizer.info.size);
     const sampler = callNative((a) => a.createSampler(samplerOptions, tokenizer.nativeTokenizer));
     const promptTokens = Array.from(
@@ -263,6 +280,7 @@ export class Session {
       maxTokens,
       logprobs,
       stop,
+      shown,
       signal,
       settle: settle!,
     });
@@ -272,8 +290,9 @@ export class Session {
   /**
    * Chats: renders `messages` (and `tools`) with the model's chat template, generates the
    * assistant's answer as {@link generate} does, and parses it while it streams: reasoning (`<think>`
-   * blocks) and tool calls (in the format the template teaches: Qwen3/Hermes, Qwen3-Coder XML or
-   * Llama 3 JSON) come as their own fields of the chunks, and `.result` holds the whole message.
+   * blocks) and tool calls (in the format the template teaches: Qwen3/Hermes, Qwen3-Coder XML,
+   * Llama 3 JSON, GLM-4.5, DeepSeek-V3.1, DeepSeek-R1 or Kimi-K2: `ToolCallFormat`) come
+   * as their own fields of the chunks, and `.result` holds the whole message.
    * Text that only looked like a tool call (malformed, or cut off) comes back as answer text.
    * `messages` is the whole conversation: the session's context is replaced by it.
    *
@@ -362,7 +381,7 @@ export class Session {
 
   /** The chunks of one generation; settles its result however it ends. */
   async *#stream(handle: NativeSessionHandle, run: GenerateRun): AsyncGenerator<GenerateChunk, void, undefined> {
-    const { prompt, sampler, maxTokens, stop, signal } = run;
+    const { prompt, sampler, maxTokens, stop, shown, signal } = run;
     const decoder = this.#model.tokenizer.createDecoder();
     const tokens: number[] = [];
     const logprobs: TokenLogprobs[] | undefined = run.logprobs ? [] : undefined;
@@ -406,7 +425,8 @@ export class Session {
           break;
         }
         tokens.push(event.token);
-        const piece = stop.push(decoder.push(event.token));
+        const special = shown.get(event.token);
+        const piece = stop.push(special === undefined ? decoder.push(event.token) : decoder.flush() + special);
         text += piece.text;
         if (piece.stopped) stopReason = "stop";
         if (logprobs) {

@@ -79,7 +79,8 @@ Vocab load_vocab(const gguf::GgufFile& f) {
     }
     v.pre = *pre;
     v.ignore_merges = pre_tokenizer_ignores_merges(v.pre);
-    v.bos = 11;
+    // GLM's vocabularies have no BOS unless the file names one (llama.cpp's default for them).
+    v.bos = v.pre == PreTokenizer::kChatGlm4 ? kNoToken : 11;
     v.eos = 11;
     const auto merges = f.get_strings("tokenizer.ggml.merges");
     if (!merges) throw bad_vocab("tokenizer.ggml.merges is missing");
