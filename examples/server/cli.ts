@@ -91,8 +91,8 @@ async function askOverHttp(address: string, question: string, apiKey: string | u
 
 main().catch((error: unknown) => {
   if (error instanceof UsageError) console.error(`bloomery-serve: ${error.message}\n\n${usage()}`);
-  else if (error instanceof HubError) console.error(`bloomery-serve: ${error.message}`);
-  else if (error instanceof BloomeryError) console.error(`bloomery-serve: ${error.code}: ${error.message}`);
+  else if (error instanceof HubError || error instanceof BloomeryError)
+    console.error(`bloomery-serve: ${error.code}: ${error.message}`);
   else console.error(error);
   process.exit(1);
 });
