@@ -34,6 +34,8 @@ export function createApp(
   config: ServerConfig,
   options: AppOptions = {},
 ): { app: FastifyInstance; context: ServerContext } {
+  // A blank key would let in every request that sends it, or none: refused however the caller got it.
+  if (config.apiKeys.some((key) => key.trim() === "")) throw new Error("an API key is empty");
   const context = new ServerContext(config);
   const requestTimeout = (options.timeoutSeconds ?? 600) * 1000;
   const app = Fastify({
