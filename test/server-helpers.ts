@@ -2,15 +2,18 @@
 // bloomery-serve as a child process.
 import { spawn, type ChildProcess } from "node:child_process";
 import type { FastifyInstance } from "fastify";
-import { createApp } from "../examples/server/app.js";
-import type { ServerConfig } from "../examples/server/context.js";
+import { createApp, type ServerApp } from "../examples/server/app.js";
+import type { ServerConfig, ServerContext } from "../examples/server/context.js";
 import { Slots } from "../examples/server/slots.js";
 import { loadModel, type Model } from "../src/index.js";
 import { defaultModelPath } from "../tools/default-model.js";
 
 export interface TestServer {
   app: FastifyInstance;
+  context: ServerContext;
   model: Model;
+  /** The app's drain (as on SIGTERM), with its deadline. */
+  shutdown: ServerApp["shutdown"];
   url: string;
   close(): Promise<void>;
 }
@@ -32,7 +35,7 @@ export async function startServer(
     parallel: options.parallel ?? 2, // as bloomery-serve loads it: every slot in one pass
     ...(options.chatTemplate !== undefined ? { chatTemplate: options.chatTemplate } : {}),
   });
-  const { app, context } = createApp({
+  const { app, context, shutdown } = createApp({
     modelPath,
     alias: "tiny",
     apiKeys: options.apiKeys ?? [],
@@ -44,7 +47,9 @@ export async function startServer(
   const url = await app.listen({ host: "127.0.0.1", port: 0 });
   return {
     app,
+    context,
     model,
+    shutdown,
     url,
     async close() {
       await app.close();

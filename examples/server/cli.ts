@@ -4,12 +4,16 @@
 import { BloomeryError, loadModel } from "../../src/index.js";
 import { defaultModelPath } from "../../tools/default-model.js";
 import { createApp } from "./app.js";
+import { DRAIN_SECONDS } from "./drain.js";
 import { fetchHubModel, HubError } from "./hf.js";
 import { launchSettings, modelSource } from "./launch.js";
 import { parseServeOptions, usage, UsageError } from "./options.js";
 import { Slots } from "./slots.js";
 
 const log = (line: string) => console.error(`bloomery-serve: ${line}`);
+
+/** Aborted by the first SIGTERM or SIGINT once the server listens: from then on the drain decides the exit. */
+const stop = new AbortController();
 
 async function main(): Promise<void> {
   const options = parseServeOptions(process.argv.slice(2), process.env);
@@ -21,26 +25,38 @@ async function main(): Promise<void> {
   const modelPath = "path" in source ? source.path : await fetchHubModel({ ...source.hub, log });
   // Flags are checked against the file before listening, so a bad one fails at once.
   const launch = await launchSettings(options, modelPath);
-  const { app, context } = createApp(launch.config, launch.app);
+  const { app, context, shutdown } = createApp(launch.config, launch.app);
   const address = await app.listen(launch.listen);
   log(`listening on ${address}, loading ${modelPath} ${launch.where}`);
 
-  const model = await loadModel(modelPath, launch.load);
+  // A first SIGTERM or SIGINT drains (drain.ts) and exits; a second exits at once, as llama-server's.
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (stop.signal.aborted) {
+      log(`${signal} again: exiting now`);
+      process.exit(1);
+    }
+    stop.abort();
+    log(`${signal}: shutting down, giving running generations ${DRAIN_SECONDS} s to end`);
+    void shutdown(DRAIN_SECONDS * 1000).then((report) => {
+      log(
+        `stopped: ${report.running} generation(s) were running${report.stopped ? " (stopped at the deadline)" : ""}, ` +
+          `${report.waiting} waiting request(s) refused`,
+      );
+      // A model still busy (a request that outlived the deadline) is left to the exit to free.
+      if (report.drained && context.loaded) context.model.dispose();
+      process.exit(0);
+    });
+  };
+  process.on("SIGINT", onSignal);
+  process.on("SIGTERM", onSignal);
+
+  const model = await loadModel(modelPath, { ...launch.load, signal: stop.signal });
   context.serve(new Slots(model, launch.slots));
   log(`model loaded, ${launch.slots} slot(s) of ${model.info.contextSize} tokens`);
   for (const question of launch.ask) {
     process.stdout.write(`> ${question}\n${await askOverHttp(address, question, launch.config.apiKeys[0])}\n\n`);
   }
   if (launch.ask.length > 0) log(`serving on ${address} (Ctrl-C stops it)`);
-
-  const shutdown = () => {
-    void app.close().finally(() => {
-      model.dispose();
-      process.exit(0);
-    });
-  };
-  process.once("SIGINT", shutdown);
-  process.once("SIGTERM", shutdown);
 }
 
 /** One greedy chat turn through the server's own OpenAI endpoint, as any client would send it. */
@@ -57,6 +73,8 @@ async function askOverHttp(address: string, question: string, apiKey: string | u
 }
 
 main().catch((error: unknown) => {
+  // What fails once a shutdown began (the load it aborts, an --ask it refuses) is the drain's to end.
+  if (stop.signal.aborted) return;
   if (error instanceof UsageError) console.error(`bloomery-serve: ${error.message}\n\n${usage()}`);
   else if (error instanceof HubError || error instanceof BloomeryError) log(`${error.code}: ${error.message}`);
   else console.error(error);

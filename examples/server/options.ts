@@ -2,6 +2,7 @@
 // environment variable (the command line wins). Unknown flags and variables are refused by name.
 import { readFileSync, statSync } from "node:fs";
 import { REASONING_FORMATS, type ReasoningFormat } from "./context.js";
+import { DRAIN_SECONDS } from "./drain.js";
 
 export interface ServeOptions {
   model?: string;
@@ -479,5 +480,14 @@ export function usage(): string {
     const names = f.names.join(", ") + (f.kind === "flag" ? "" : f.kind === "string" ? " VALUE" : " N");
     return `  ${names.padEnd(24)} ${f.help}${f.env ? ` (env: ${f.env})` : ""}`;
   });
-  return ["usage: bloomery-serve [options]", "", ...rows, ""].join("\n");
+  return [
+    "usage: bloomery-serve [options]",
+    "",
+    ...rows,
+    "",
+    "On SIGTERM or SIGINT the server takes no new requests and answers 503 to those waiting for a slot, gives the",
+    `generations running ${DRAIN_SECONDS} s to end (a fixed drain deadline; then they are stopped: a 503, or an error`,
+    "event on a stream), closes every connection left and exits; a second signal exits at once.",
+    "",
+  ].join("\n");
 }
