@@ -1,5 +1,6 @@
 #include "gguf/gguf_file.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <cstring>
@@ -209,6 +210,7 @@ struct ParsedFile {
   FileInfo info;
   std::vector<KeyValue> metadata;
   std::vector<Tensor> tensors;
+  std::vector<FileWarning> warnings;
 };
 
 uint32_t read_alignment(const std::vector<KeyValue>& metadata, const std::string& path) {
@@ -261,6 +263,38 @@ Tensor read_tensor_info(Cursor& c) {
   t.bytes = *bytes;
   t.offset = c.read<uint64_t>("a tensor's offset");
   return t;
+}
+
+// Tensors lie in the data section one after another, each at the previous one's end rounded up
+// to the alignment (llama.cpp loads no other layout). Overlapping data is refused: two tensors
+// would read each other's bytes. Unused bytes after a tensor (beyond the padding) are a warning:
+// they are what a tensor whose type or shape was changed to a smaller one leaves behind.
+void check_layout(ParsedFile& out, uint64_t file_size) {
+  std::vector<const Tensor*> by_offset;
+  by_offset.reserve(out.tensors.size());
+  for (const Tensor& t : out.tensors) by_offset.push_back(&t);
+  std::sort(by_offset.begin(), by_offset.end(), [](const Tensor* a, const Tensor* b) { return a->offset < b->offset; });
+  const uint64_t alignment = out.info.alignment;
+  for (size_t i = 0; i < by_offset.size(); ++i) {
+    const Tensor& t = *by_offset[i];
+    const uint64_t end = t.offset + t.bytes;
+    const Tensor* next = i + 1 < by_offset.size() ? by_offset[i + 1] : nullptr;
+    const uint64_t slot_end = next ? next->offset : file_size;
+    if (next && end > next->offset) {
+      throw Error("GGUF_TENSOR_OVERLAP", out.info.path + ": tensor " + quoted(t.name) + " (" +
+                                             std::string(t.type.name) + ", " + std::to_string(t.bytes) + " bytes at " +
+                                             std::to_string(t.offset) + ") overlaps tensor " + quoted(next->name) +
+                                             " at " + std::to_string(next->offset) +
+                                             ": their types or shapes do not match the file's layout");
+    }
+    if (slot_end - end >= alignment) {
+      out.warnings.push_back({"GGUF_TENSOR_LAYOUT", std::string(t.name),
+                              out.info.path + ": tensor " + quoted(t.name) + " (" + std::string(t.type.name) + ", " +
+                                  std::to_string(t.bytes) + " bytes) is followed by " + std::to_string(slot_end - end) +
+                                  " unused bytes" + (next ? "" : " at the end of the file") +
+                                  ": its type or shape may not be the one its data was written with"});
+    }
+  }
 }
 
 ParsedFile parse_file(const MappedFile& file) {
@@ -318,6 +352,7 @@ ParsedFile parse_file(const MappedFile& file) {
     t.offset += out.info.data_offset;
     t.data = file.data() + t.offset;
   }
+  check_layout(out, file.size());
   return out;
 }
 
@@ -488,6 +523,7 @@ GgufFile GgufFile::open(const std::string& path, const MapOptions& options) {
   }
 
   g.files_.push_back(std::move(first.info));
+  g.warnings_ = std::move(first.warnings);
   std::vector<std::vector<Tensor>> per_file;
   per_file.push_back(std::move(first.tensors));
   for (uint64_t i = 1; i < count; ++i) {
@@ -508,6 +544,7 @@ GgufFile GgufFile::open(const std::string& path, const MapOptions& options) {
     }
     g.files_.push_back(std::move(part.info));
     per_file.push_back(std::move(part.tensors));
+    for (FileWarning& w : part.warnings) g.warnings_.push_back(std::move(w));
   }
 
   size_t total = 0;
@@ -531,6 +568,10 @@ GgufFile GgufFile::open(const std::string& path, const MapOptions& options) {
     }
   }
   return g;
+}
+
+void GgufFile::check_unchanged() const {
+  for (const MappedFile& map : maps_) map.check_unchanged();
 }
 
 const Value* GgufFile::find(std::string_view key) const {

@@ -97,6 +97,18 @@ export interface GgufSummary {
   fileBytes: number;
 }
 
+/**
+ * Something odd in a file that does not stop it from loading. `GGUF_TENSOR_LAYOUT`: unused bytes follow a
+ * tensor's data (beyond the alignment padding), as a tensor whose type or shape was changed to a smaller one
+ * leaves behind; its values may then not be the ones written (docs/hardening.md).
+ */
+export interface GgufWarning {
+  code: "GGUF_TENSOR_LAYOUT";
+  message: string;
+  /** The tensor it is about. */
+  tensor: string;
+}
+
 /** Everything readGgufInfo() learns from a GGUF file (or every file of a split model). */
 export interface GgufInfo {
   /** The path given (the first file of a split model). */
@@ -110,6 +122,8 @@ export interface GgufInfo {
   metadataTypes: Record<string, GgufMetadataType>;
   /** Every tensor, in file order (over all files of a split model). */
   tensors: GgufTensorInfo[];
+  /** What the reader found odd but not wrong (see {@link GgufWarning}). */
+  warnings: GgufWarning[];
   summary: GgufSummary;
 }
 
