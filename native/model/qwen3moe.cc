@@ -8,9 +8,7 @@ namespace bloomery::model {
 void bind_qwen3moe(Binder& b) {
   b.read_common_params(cpu::RopeStyle::kNeox);
   HyperParams& p = b.model().params;
-  p.experts = b.required_count("expert_count");
-  p.experts_used = b.required_count("expert_used_count");
-  p.expert_feed_forward = b.required_count("expert_feed_forward_length");
+  b.read_expert_counts();
   p.normalize_expert_weights = true;
   b.bind_embeddings();
   b.model().layers.resize(static_cast<size_t>(p.layers));
