@@ -3,6 +3,8 @@
 // file's round trip and refusals.
 #include "engine/prompt_cache.h"
 
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -124,11 +126,14 @@ TEST(kv_cache_copies_a_prefix_to_and_from_a_packed_state) {
   }
 }
 
+// What a state of make_state's shape must match to be read back.
+StateExpectation expect_of(const SessionState& state) { return {state.model_fingerprint, kLayers, kRowWidth, 64, 100}; }
+
 TEST(state_file_round_trips) {
   const std::string path = temp_path("bloomery-state-roundtrip.bin");
   const std::shared_ptr<SessionState> state = make_state({4, 5, 6}, 7);
   write_state_file(path, *state);
-  const SessionState back = read_state_file(path, state->model_fingerprint);
+  const SessionState back = read_state_file(path, expect_of(*state));
   CHECK(back.tokens == state->tokens);
   CHECK(back.keys == state->keys);
   CHECK(back.values == state->values);
@@ -136,31 +141,80 @@ TEST(state_file_round_trips) {
   std::filesystem::remove(path);
 }
 
+// Overwrites bytes of a file at `offset`.
+void patch(const std::string& path, std::streamoff offset, const void* bytes, size_t n) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(offset);
+  f.write(static_cast<const char*>(bytes), static_cast<std::streamsize>(n));
+}
+
 TEST(state_file_refuses_by_name) {
   const std::string path = temp_path("bloomery-state-refusals.bin");
   const std::shared_ptr<SessionState> state = make_state({4, 5, 6});
+  const StateExpectation expected = expect_of(*state);
   write_state_file(path, *state);
-  CHECK(refusal([&] { read_state_file(path, state->model_fingerprint + 1); }) == "STATE_MODEL_MISMATCH");
+  StateExpectation other = expected;
+  other.model_fingerprint += 1;
+  CHECK(refusal([&] { read_state_file(path, other); }) == "STATE_MODEL_MISMATCH");
+  other = expected;
+  other.row_width += 1;
+  CHECK(refusal([&] { read_state_file(path, other); }) == "STATE_MODEL_MISMATCH");
+  other = expected;
+  other.max_tokens = 2;
+  CHECK(refusal([&] { read_state_file(path, other); }) == "CONTEXT_TOO_LONG");
+  other = expected;
+  other.vocab = 6;
+  CHECK(refusal([&] { read_state_file(path, other); }) == "STATE_BAD_FILE");
 
   const auto size = std::filesystem::file_size(path);
   std::filesystem::resize_file(path, size - 1);
-  CHECK(refusal([&] { read_state_file(path, state->model_fingerprint); }) == "STATE_BAD_FILE");
+  CHECK(refusal([&] { read_state_file(path, expected); }) == "STATE_BAD_FILE");
+
+  // One flipped bit of a key: the checksum no longer matches.
+  write_state_file(path, *state);
+  const uint8_t flipped = 0x80;
+  patch(path, static_cast<std::streamoff>(size - 1), &flipped, 1);
+  CHECK(refusal([&] { read_state_file(path, expected); }) == "STATE_BAD_FILE");
 
   write_state_file(path, *state);
-  {
-    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(8);
-    const uint32_t version = 99;
-    f.write(reinterpret_cast<const char*>(&version), sizeof version);
-  }
-  CHECK(refusal([&] { read_state_file(path, state->model_fingerprint); }) == "STATE_UNSUPPORTED_VERSION");
+  const uint32_t version = 99;
+  patch(path, 8, &version, sizeof version);
+  CHECK(refusal([&] { read_state_file(path, expected); }) == "STATE_UNSUPPORTED_VERSION");
 
   {
     std::ofstream f(path, std::ios::binary | std::ios::trunc);
     f << "GGUF and not a state at all, but long enough to hold a header";
   }
-  CHECK(refusal([&] { read_state_file(path, state->model_fingerprint); }) == "STATE_BAD_FILE");
+  CHECK(refusal([&] { read_state_file(path, expected); }) == "STATE_BAD_FILE");
   std::filesystem::remove(path);
-  CHECK(refusal([&] { read_state_file(path, state->model_fingerprint); }) == "FILE_NOT_FOUND");
+  CHECK(refusal([&] { read_state_file(path, expected); }) == "FILE_NOT_FOUND");
   CHECK(refusal([&] { write_state_file("/nonexistent-dir/state.bin", *state); }) == "FILE_WRITE");
+  CHECK(refusal([&] { read_state_file(std::string("a\0b", 3), expected); }) == "INVALID_ARGUMENT");
+}
+
+TEST(state_file_follows_no_link_and_opens_only_regular_files) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "bloomery-state-links";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::shared_ptr<SessionState> state = make_state({4, 5, 6});
+  const std::string outside = (dir / "outside.bin").string();
+  {
+    std::ofstream f(outside);
+    f << "precious";
+  }
+  const std::string link = (dir / "link.bin").string();
+  std::filesystem::create_symlink(outside, link);
+  CHECK(refusal([&] { read_state_file(link, expect_of(*state)); }) == "FILE_READ");
+  CHECK(refusal([&] { write_state_file(link, *state); }) == "FILE_WRITE");
+  CHECK(std::filesystem::file_size(outside) == 8);
+  const std::string dangling = (dir / "dangling.bin").string();
+  std::filesystem::create_symlink(dir / "created-through-link.bin", dangling);
+  CHECK(refusal([&] { write_state_file(dangling, *state); }) == "FILE_WRITE");
+  CHECK(!std::filesystem::exists(dir / "created-through-link.bin"));
+
+  const std::string fifo = (dir / "fifo.bin").string();
+  CHECK(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK(refusal([&] { read_state_file(fifo, expect_of(*state)); }) == "FILE_READ");
+  CHECK(refusal([&] { write_state_file(fifo, *state); }) == "FILE_WRITE");
+  std::filesystem::remove_all(dir);
 }
