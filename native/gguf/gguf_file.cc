@@ -266,9 +266,10 @@ Tensor read_tensor_info(Cursor& c) {
 }
 
 // Tensors lie in the data section one after another, each at the previous one's end rounded up
-// to the alignment (llama.cpp loads no other layout). Overlapping data is refused: two tensors
-// would read each other's bytes. Unused bytes after a tensor (beyond the padding) are a warning:
-// they are what a tensor whose type or shape was changed to a smaller one leaves behind.
+// to the alignment: llama.cpp loads no other layout, and bytes that do not match it are what a
+// tensor whose type or shape was changed leaves. Overlapping data (GGUF_TENSOR_OVERLAP) and unused
+// bytes between tensors (GGUF_TENSOR_LAYOUT) are refused, naming the tensor; unused bytes after
+// the last tensor, which llama.cpp accepts, are a warning.
 void check_layout(ParsedFile& out, uint64_t file_size) {
   std::vector<const Tensor*> by_offset;
   by_offset.reserve(out.tensors.size());
@@ -279,21 +280,20 @@ void check_layout(ParsedFile& out, uint64_t file_size) {
     const Tensor& t = *by_offset[i];
     const uint64_t end = t.offset + t.bytes;
     const Tensor* next = i + 1 < by_offset.size() ? by_offset[i + 1] : nullptr;
-    const uint64_t slot_end = next ? next->offset : file_size;
+    const std::string what = out.info.path + ": tensor " + quoted(t.name) + " (" + std::string(t.type.name) + ", " +
+                             std::to_string(t.bytes) + " bytes at " + std::to_string(t.offset) + ")";
     if (next && end > next->offset) {
-      throw Error("GGUF_TENSOR_OVERLAP", out.info.path + ": tensor " + quoted(t.name) + " (" +
-                                             std::string(t.type.name) + ", " + std::to_string(t.bytes) + " bytes at " +
-                                             std::to_string(t.offset) + ") overlaps tensor " + quoted(next->name) +
-                                             " at " + std::to_string(next->offset) +
-                                             ": their types or shapes do not match the file's layout");
+      throw Error("GGUF_TENSOR_OVERLAP", what + " overlaps tensor " + quoted(next->name) + " at " +
+                                             std::to_string(next->offset) +
+                                             ": a type or shape does not match the data written");
     }
-    if (slot_end - end >= alignment) {
-      out.warnings.push_back({"GGUF_TENSOR_LAYOUT", std::string(t.name),
-                              out.info.path + ": tensor " + quoted(t.name) + " (" + std::string(t.type.name) + ", " +
-                                  std::to_string(t.bytes) + " bytes) is followed by " + std::to_string(slot_end - end) +
-                                  " unused bytes" + (next ? "" : " at the end of the file") +
-                                  ": its type or shape may not be the one its data was written with"});
-    }
+    const uint64_t unused = (next ? next->offset : file_size) - end;
+    if (unused < alignment) continue;
+    const std::string message = what + " is followed by " + std::to_string(unused) + " unused bytes" +
+                                (next ? "" : " at the end of the file") +
+                                ": its type or shape may not be the one its data was written with";
+    if (next) throw Error("GGUF_TENSOR_LAYOUT", message);
+    out.warnings.push_back({"GGUF_TENSOR_LAYOUT", std::string(t.name), message});
   }
 }
 

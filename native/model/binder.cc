@@ -41,13 +41,13 @@ std::string Binder::key(std::string_view suffix) const { return architecture_ + 
 
 int64_t Binder::required_count(std::string_view suffix) const {
   const std::string k = key(suffix);
-  const std::optional<uint64_t> value = model_.file.get_uint(k);
+  const std::optional<int64_t> value = model_.file.get_int(k);
   if (!value) throw Error("MODEL_BAD_METADATA", "the model has no " + k);
   // llama.cpp reads these as 32-bit; the bound also keeps products of two of them within int64.
-  if (*value == 0 || *value > uint64_t(std::numeric_limits<int32_t>::max())) {
+  if (*value < 1 || *value > std::numeric_limits<int32_t>::max()) {
     throw Error("MODEL_BAD_METADATA", k + " = " + std::to_string(*value) + " is out of range");
   }
-  return static_cast<int64_t>(*value);
+  return *value;
 }
 
 int64_t Binder::count_or(std::string_view suffix, int64_t fallback) const {

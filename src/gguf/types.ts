@@ -98,9 +98,10 @@ export interface GgufSummary {
 }
 
 /**
- * Something odd in a file that does not stop it from loading. `GGUF_TENSOR_LAYOUT`: unused bytes follow a
- * tensor's data (beyond the alignment padding), as a tensor whose type or shape was changed to a smaller one
- * leaves behind; its values may then not be the ones written (docs/hardening.md).
+ * Something odd in a file that does not stop it from loading. `GGUF_TENSOR_LAYOUT`: unused bytes follow the last
+ * tensor's data (beyond the alignment padding), as that tensor leaves behind when its type or shape was changed to
+ * a smaller one; its values may then not be the ones written. (Unused bytes between tensors, and overlapping
+ * tensors, are refused: see docs/hardening.md.)
  */
 export interface GgufWarning {
   code: "GGUF_TENSOR_LAYOUT";
