@@ -246,7 +246,8 @@ export class Session {
    * tokens as given), then draws one token after another with the sampling settings (greedy by
    * default) until the end-of-sequence token (not yielded), `maxTokens`, a stop string, the
    * signal, or a full context. Leaving the `for await` loop stops it before the next forward pass.
-   * The generation holds the session: its other calls wait until it ends. The tokens are drawn on
+   * The generation holds the session until its result settles: the session's other calls throw
+   * SESSION_BUSY meanwhile (calls made before it still run first). The tokens are drawn on
    * the model's scheduler thread, which runs ahead of the iteration; the context ends up as if it
    * had not (see `signal`).
    *

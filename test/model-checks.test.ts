@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readGgufInfo } from "../src/gguf.js";
 import { loadModel } from "../src/model.js";
 import { writeSyntheticModel } from "../tools/synth/synth.js";
-import { expectCode } from "./gguf-helpers.js";
+import { expectCode, kv, rawGguf, u32, u64 } from "./gguf-helpers.js";
 import {
   cloneGguf,
   cutArray,
@@ -205,5 +205,26 @@ describe("tensor tables", () => {
       { code: "GGUF_TENSOR_LAYOUT", message: expect.stringMatching(/"output\.weight".*unused bytes at the end/) },
     ]);
     model.dispose();
+  });
+});
+
+describe("a header made of entries alone", () => {
+  // Each parsed entry costs several times its bytes in the file (and a JavaScript value in readGgufInfo): their
+  // number is bounded, far above any model's, so a small file cannot grow the process without bound.
+  const read = (parts: Parameters<typeof rawGguf>[0]) => {
+    const path = join(dir, `header-${n++}.gguf`);
+    writeFileSync(path, rawGguf(parts));
+    return readGgufInfo(path);
+  };
+  const array = (element: number, count: number, items: Buffer) => Buffer.concat([u32(element), u64(count), items]);
+
+  it("refuses more than 2^22 strings in its arrays, 2^20 nested arrays, 2^16 keys or 2^20 tensors", async () => {
+    const strings = kv("many", 9, array(8, 2 ** 22 + 1, Buffer.alloc(8 * (2 ** 22 + 1))));
+    await expectCode(read({ kvs: [strings] }), "GGUF_TOO_LARGE", /"many".*strings/);
+    const nested = kv("nested", 9, array(9, 2 ** 20 + 1, Buffer.alloc(12 * (2 ** 20 + 1))));
+    await expectCode(read({ kvs: [nested] }), "GGUF_TOO_LARGE", /"nested".*nested arrays/);
+    const keys = Array.from({ length: 2 ** 16 + 1 }, (_, i) => kv(`k${i}`, 0, Buffer.from([0])));
+    await expectCode(read({ kvs: keys }), "GGUF_TOO_LARGE", /65537 metadata keys/);
+    await expectCode(read({ tensorCount: 2 ** 20 + 1, data: Buffer.alloc(36 * (2 ** 20 + 1)) }), "GGUF_TOO_LARGE");
   });
 });

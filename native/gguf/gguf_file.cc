@@ -19,6 +19,15 @@ namespace {
 constexpr uint64_t kMinKeyValueBytes = 8 + 4 + 1;            // key length, type, smallest value
 constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 8 + 4 + 8;  // name length, n_dims, one dim, type, offset
 
+// Bounds on what one file's header may hold, far above any real model's (a few dozen keys, a few
+// thousand tensors, vocabularies and merges of a few hundred thousand strings, rarely a nested
+// array): each parsed entry takes several times the bytes it had in the file, and readGgufInfo makes
+// a JavaScript value of each, so a file made of nothing else must not grow the process without bound.
+constexpr uint64_t kMaxKeyValues = 1 << 16;
+constexpr uint64_t kMaxTensors = 1 << 20;
+constexpr uint64_t kMaxStringElements = 1 << 22;
+constexpr uint64_t kMaxNestedArrays = 1 << 20;
+
 constexpr std::string_view kSplitSuffix = "-00000-of-00000.gguf";
 
 bool is_valid_type(uint32_t t) { return t <= uint32_t(ValueType::F64); }
@@ -134,7 +143,21 @@ ValueType read_value_type(Cursor& c, std::string_view key) {
   return ValueType(t);
 }
 
-Value read_value(Cursor& c, ValueType type, uint32_t depth, std::string_view key) {
+// Strings and nested arrays read so far in one file's metadata, against kMaxStringElements and kMaxNestedArrays.
+struct ElementCounts {
+  uint64_t strings = 0;
+  uint64_t arrays = 0;
+};
+
+void count_elements(uint64_t& total, uint64_t more, uint64_t limit, const char* what, Cursor& c, std::string_view key) {
+  total += more;
+  if (total > limit) {
+    throw Error("GGUF_TOO_LARGE", c.path() + ": metadata " + quoted(key) + " brings its " + what + " to more than " +
+                                      std::to_string(limit));
+  }
+}
+
+Value read_value(Cursor& c, ValueType type, uint32_t depth, std::string_view key, ElementCounts& counts) {
   Value v;
   v.type = type;
   if (type == ValueType::String) {
@@ -153,11 +176,13 @@ Value read_value(Cursor& c, ValueType type, uint32_t depth, std::string_view key
   v.count = c.read<uint64_t>("an array length");
   c.check_count(v.count, min_value_bytes(v.element_type), "array " + quoted(key));
   if (v.element_type == ValueType::String) {
+    count_elements(counts.strings, v.count, kMaxStringElements, "strings", c, key);
     v.strings.reserve(v.count);
     for (uint64_t i = 0; i < v.count; ++i) v.strings.push_back(c.string("a string array element"));
   } else if (v.element_type == ValueType::Array) {
+    count_elements(counts.arrays, v.count, kMaxNestedArrays, "nested arrays", c, key);
     v.arrays.reserve(v.count);
-    for (uint64_t i = 0; i < v.count; ++i) v.arrays.push_back(read_value(c, ValueType::Array, depth + 1, key));
+    for (uint64_t i = 0; i < v.count; ++i) v.arrays.push_back(read_value(c, ValueType::Array, depth + 1, key, counts));
   } else {
     v.bytes = c.take(v.count * value_type_size(v.element_type), "an array");
   }
@@ -316,16 +341,23 @@ ParsedFile parse_file(const MappedFile& file) {
   const uint64_t kv_count = c.read<uint64_t>("the metadata count");
   c.check_count(kv_count, kMinKeyValueBytes, "the metadata count");
   c.check_count(tensor_count, kMinTensorInfoBytes, "the tensor count");
+  if (kv_count > kMaxKeyValues || tensor_count > kMaxTensors) {
+    throw Error("GGUF_TOO_LARGE", path + ": " + std::to_string(kv_count) + " metadata keys and " +
+                                      std::to_string(tensor_count) + " tensors: more than a model holds (" +
+                                      std::to_string(kMaxKeyValues) + " keys, " + std::to_string(kMaxTensors) +
+                                      " tensors at most)");
+  }
 
   out.metadata.reserve(kv_count);
   std::unordered_set<std::string_view> keys;
   keys.reserve(kv_count);
+  ElementCounts counts;
   for (uint64_t i = 0; i < kv_count; ++i) {
     const std::string_view key = c.string("a metadata key");
     if (!is_valid_utf8(key)) throw Error("GGUF_BAD_STRING", path + ": a metadata key is not valid UTF-8");
     if (!keys.insert(key).second) throw Error("GGUF_DUPLICATE", path + ": metadata " + quoted(key) + " appears twice");
     const ValueType type = read_value_type(c, key);
-    out.metadata.push_back({key, read_value(c, type, 0, key)});
+    out.metadata.push_back({key, read_value(c, type, 0, key, counts)});
   }
   out.info.alignment = read_alignment(out.metadata, path);
 

@@ -51,7 +51,8 @@ function summarize(raw: RawGgufInfo): GgufSummary {
  * `GGUF_UNSUPPORTED_VERSION`, `GGUF_TRUNCATED`, `GGUF_BAD_STRING`, `GGUF_BAD_VALUE_TYPE`,
  * `GGUF_BAD_TENSOR`, `GGUF_DUPLICATE`, `GGUF_BAD_ALIGNMENT`, `GGUF_TENSOR_OUT_OF_BOUNDS`,
  * `GGUF_TENSOR_OVERLAP` / `GGUF_TENSOR_LAYOUT` (tensors whose bytes overlap, or leave unused bytes between
- * them: a type or shape that does not match the data), `GGUF_TOO_LARGE` (arrays nested too deep),
+ * them: a type or shape that does not match the data), `GGUF_TOO_LARGE` (arrays nested too deep, or more keys,
+ * tensors or array entries than a model holds),
  * `GGUF_SPLIT`, `UNSUPPORTED_QUANT`, or `INVALID_ARGUMENT` (a path that is empty or holds a NUL byte). A
  * path that is not a regular file (a FIFO, a device) is FILE_READ, without waiting on it. Unused bytes after
  * the last tensor are a warning (`warnings`).
