@@ -690,8 +690,12 @@ function resolveGpu(gpu: LoadModelOptions["gpu"]): NativeLoadOptions["gpu"] {
  * (naming a tensor other than routed experts that the GPU cannot serve), and like the CPU path
  * BloomeryError UNSUPPORTED_ARCH, UNSUPPORTED_QUANT
  * (naming the tensor), MODEL_MISSING_TENSOR,
- * MODEL_TENSOR_SHAPE, MODEL_BAD_METADATA, CONTEXT_TOO_LONG (a contextSize beyond the model's
- * trained context), or the GGUF reader's codes; ABORTED when `signal` aborts first.
+ * MODEL_TENSOR_SHAPE, MODEL_BAD_METADATA (naming the key whose value does not fit the rest of the
+ * file), MODEL_UNEXPECTED_TENSOR (a tensor the model does not use), TOKENIZER_BAD_VOCAB,
+ * CONTEXT_TOO_LONG (a contextSize beyond the model's trained context), INVALID_ARGUMENT (naming
+ * an unknown option or one out of range, threads beyond the logical cores among them), or the
+ * GGUF reader's codes; ABORTED when `signal` aborts first. docs/hardening.md lists what is checked.
+ * Passes of a model whose mapped file changed on disk later fail with MODEL_FILE_CHANGED.
  */
 export async function loadModel(path: string, options: LoadModelOptions = {}): Promise<Model> {
   checkPath(path, "loadModel()");
