@@ -1,5 +1,7 @@
 #include "tokenizer/vocab.h"
 
+#include <cmath>
+
 #include "base/error.h"
 
 namespace bloomery::tokenizer {
@@ -118,7 +120,11 @@ Vocab load_vocab(const gguf::GgufFile& f) {
   for (size_t i = 0; i < n; ++i) {
     v.text[i] = (*tokens)[i].empty() ? "[EMPTY_" + std::to_string(i) + "]" : std::string((*tokens)[i]);
     v.id_of[v.text[i]] = uint32_t(i);
-    if (scores) v.score[i] = float((*scores)[i]);
+    if (scores) {
+      // A NaN score has no place in the merge order (SentencePiece merges by score).
+      if (std::isnan((*scores)[i])) throw bad_vocab("tokenizer.ggml.scores[" + std::to_string(i) + "] is NaN");
+      v.score[i] = float((*scores)[i]);
+    }
     if (types) {
       const int64_t t = (*types)[i];
       v.type[i] = t >= 1 && t <= 6 ? TokenType(t) : TokenType::kUndefined;
