@@ -121,8 +121,9 @@ export interface GenerateIterable extends AsyncIterable<GenerateChunk> {
 
 /** What one generation needs besides the session. */
 interface GenerateRun {
-  prompt: number[];
-  sampler: NativeSamplerHandle;
+  /** Tokenized (and a grammar parsed) on worker threads: both settle before the generation starts. */
+  prompt: Promise<number[]>;
+  sampler: Promise<NativeSamplerHandle>;
   maxTokens: number;
   logprobs: boolean;
   stop: StopStrings;
@@ -233,9 +234,16 @@ export class Session {
    * to the prompt-state cache, where other sessions of the model find it; `timings` says how many
    * prompt tokens were evaluated and how many were reused.
    *
-   * Throws BloomeryError INVALID_ARGUMENT naming the option that is out of range.
+   * The prompt may also be a promise of text (a prompt still being made, such as a rendered chat
+   * template): the generation starts once it settles, and its rejection ends the generation with
+   * that error. A long prompt is tokenized, and a grammar parsed, on worker threads, so neither
+   * holds this thread.
+   *
+   * Throws BloomeryError INVALID_ARGUMENT naming the option that is out of range; a grammar that
+   * does not parse (GRAMMAR_INVALID) or goes past a limit (GRAMMAR_TOO_COMPLEX) ends the
+   * generation with that error before its first chunk.
    */
-  generate(prompt: string | ArrayLike<number>, options: GenerateOptions = {}): GenerateIterable {
+  generate(prompt: string | ArrayLike<number> | PromiseLike<string>, options: GenerateOptions = {}): GenerateIterable {
     const handle = this.#live();
     const maxTokens = options.maxTokens ?? 256;
     if (!Number.isInteger(maxTokens) || maxTokens < 0) {
@@ -248,10 +256,22 @@ export class Session {
     const stop = new StopStrings(options.stop);
     const tokenizer = this.#model.tokenizer;
     const samplerOptions = nativeSamplerOptions(options, tokenizer.info.size);
-    const sampler = callNative((a) => a.createSampler(samplerOptions, tokenizer.nativeTokenizer));
-    const promptTokens = Array.from(
-      typeof prompt === "string" ? tokenizer.tokenize(prompt, { special: true, addSpecial: true }) : prompt,
-    );
+    const sampler =
+      samplerOptions.grammar === undefined
+        ? Promise.resolve(callNative((a) => a.createSampler(samplerOptions, tokenizer.nativeTokenizer)))
+        : callNative((a) => a.createSamplerAsync(samplerOptions, tokenizer.nativeTokenizer)).catch((error: unknown) => {
+            throw fromNativeError(error);
+          });
+    const text = async (t: string) => Array.from(await tokenizer.tokenizeAsync(t, { special: true, addSpecial: true }));
+    const promptTokens: Promise<number[]> =
+      typeof prompt === "string"
+        ? text(prompt)
+        : isPromiseLike(prompt)
+          ? Promise.resolve(prompt).then(text)
+          : Promise.resolve(Array.from(prompt));
+    // Awaited when the generation starts; a caller that never iterates leaves no unhandled rejection.
+    sampler.catch(() => {});
+    promptTokens.catch(() => {});
     let settle: GenerateRun["settle"] | undefined;
     const result = new Promise<GenerateResult>((resolve, reject) => (settle = { resolve, reject }));
     // A caller that only iterates must not leave an unhandled rejection behind.
@@ -380,12 +400,17 @@ export class Session {
     let stored = false;
     const turn = this.#takeTurn();
     try {
-      if ((await untilAborted(turn, signal)) === ABORTED) stopReason = "abort";
+      const ready = await untilAborted(
+        turn.then(() => Promise.all([prompt, sampler])),
+        signal,
+      );
+      if (ready === ABORTED) stopReason = "abort";
       const events = new EventQueue<NativeGenerationEvent>();
-      if (stopReason === undefined) {
-        const batch = Int32Array.from(prompt);
+      if (ready !== ABORTED) {
+        const [promptTokens, handleOfSampler] = ready;
+        const batch = Int32Array.from(promptTokens);
         const generation = callNative((a) =>
-          a.sessionGenerate(handle, batch, sampler, maxTokens, (event) => {
+          a.sessionGenerate(handle, batch, handleOfSampler, maxTokens, (event) => {
             events.push(event);
             this.#model.stepped();
           }),
@@ -448,7 +473,10 @@ export class Session {
       // prompt-state cache (the scheduler left the cancelled generation's pass in flight, if any,
       // out of the context; a store refused for lack of room resolves false; one on a session
       // disposed meanwhile rejects DISPOSED, and dispose() stored it already).
-      callNative((a) => a.disposeSampler(sampler));
+      sampler.then(
+        (made) => callNative((a) => a.disposeSampler(made)),
+        () => {},
+      );
       const next = () => void turn.then((done) => done());
       if (stored) next();
       else callNativeAsync((a) => a.sessionStoreInCache(handle)).then(next, next);
@@ -522,4 +550,8 @@ export function isAbortSignal(value: unknown): value is AbortSignal {
   return (
     typeof s === "object" && s !== null && typeof s.aborted === "boolean" && typeof s.addEventListener === "function"
   );
+}
+
+function isPromiseLike(value: unknown): value is PromiseLike<unknown> {
+  return typeof value === "object" && value !== null && typeof (value as PromiseLike<unknown>).then === "function";
 }

@@ -88,14 +88,14 @@ export interface ChatIterable extends AsyncIterable<ChatChunk> {
 /** What a chat needs of its session. */
 interface ChatSession {
   /** Replaces the session's context by the prompt (reusing the prefix it shares with a computed state). */
-  generate(prompt: string, options: GenerateOptions): GenerateIterable;
+  generate(prompt: PromiseLike<string>, options: GenerateOptions): GenerateIterable;
 }
 
-/** The prompt of a chat, and how the model writes tool calls. */
+/** The prompt of a chat, and how the model writes tool calls (rendered off this thread). */
 export type RenderChat = (
   messages: readonly ChatMessage[],
   options: ApplyChatTemplateOptions,
-) => { prompt: string; toolCallFormat: ToolCallFormat };
+) => Promise<{ prompt: string; toolCallFormat: ToolCallFormat }>;
 
 /** {@link Session.chat}'s work, on the session's public generate. */
 export function runChat(
@@ -123,24 +123,33 @@ export function runChat(
       throw new BloomeryError("INVALID_ARGUMENT", "toolChoice names a tool that is not offered", { toolChoice });
     }
   }
-  const rendered = render(messages, { templateKwargs, tools: offered });
-  const format = toolCallFormat ?? rendered.toolCallFormat;
-  const reasoning = parseReasoning ?? true;
-  const opensThinking = reasoning && promptOpensThinking(rendered.prompt);
-  const prefix =
-    offered && (toolChoice === "required" || typeof toolChoice === "object")
-      ? forcedCallPrefix(format, toolChoice, opensThinking)
-      : "";
-  const parserOptions: ChatOutputOptions = { parseReasoning: reasoning, startInReasoning: opensThinking };
-  if (offered) Object.assign(parserOptions, { toolCallFormat: format, tools: offered });
-  const parser = new ChatOutputParser(parserOptions);
-  const run = session.generate(rendered.prompt + prefix, generation);
+  // The template renders in a worker; the generation waits for its prompt, and the parser for
+  // what the prompt says of the output (an open think block, a forced call's opening).
+  const setup = render(messages, { templateKwargs, tools: offered }).then((rendered) => {
+    const format = toolCallFormat ?? rendered.toolCallFormat;
+    const reasoning = parseReasoning ?? true;
+    const opensThinking = reasoning && promptOpensThinking(rendered.prompt);
+    const prefix =
+      offered && (toolChoice === "required" || typeof toolChoice === "object")
+        ? forcedCallPrefix(format, toolChoice, opensThinking)
+        : "";
+    const parserOptions: ChatOutputOptions = { parseReasoning: reasoning, startInReasoning: opensThinking };
+    if (offered) Object.assign(parserOptions, { toolCallFormat: format, tools: offered });
+    return { prompt: rendered.prompt + prefix, prefix, parser: new ChatOutputParser(parserOptions) };
+  });
+  setup.catch(() => {});
+  const run = session.generate(
+    setup.then((s) => s.prompt),
+    generation,
+  );
   const stopAfterOneCall = offered !== undefined && parallelToolCalls === false;
 
   let settle!: { resolve: (r: ChatResult) => void; reject: (e: unknown) => void };
   const result = new Promise<ChatResult>((resolve, reject) => (settle = { resolve, reject }));
   result.catch(() => {});
   async function* stream(): AsyncGenerator<ChatChunk, void, undefined> {
+    let prefix = "";
+    let parser: ChatOutputParser | undefined;
     const message = new AssistantMessageBuilder();
     let calls = 0;
     let stoppedAtCall = false;
@@ -168,6 +177,7 @@ export function runChat(
       });
     let settled = false;
     try {
+      ({ prefix, parser } = await setup);
       parser.push(prefix);
       for await (const piece of run) {
         yield chunkOf(parser.push(piece.text), piece.tokens, piece.logprobs);
@@ -187,8 +197,9 @@ export function runChat(
       throw error;
     } finally {
       if (!settled) {
-        // The consumer left the loop: settle with what was parsed, the held-back text included.
-        message.add(parser.finish());
+        // The consumer left the loop (at a chunk, so after the setup): settle with what was
+        // parsed, the held-back text included.
+        message.add(parser!.finish());
         settleWith(await run.result, "abort");
       }
     }

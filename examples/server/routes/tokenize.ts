@@ -1,5 +1,9 @@
-// POST /tokenize, /detokenize and /apply-template, with llama-server's fields.
+// POST /tokenize, /detokenize and /apply-template, with llama-server's fields. The work runs off
+// the event loop (tokenizing and rendering on worker threads, pieces a slice at a time), so a
+// long text does not hold up the other requests.
+import { setImmediate as yieldToEventLoop } from "node:timers/promises";
 import type { FastifyInstance } from "fastify";
+import type { Model } from "../../../src/index.js";
 import type { ServerContext } from "../context.js";
 import { Fields } from "../fields.js";
 import { openAiMessages } from "../messages.js";
@@ -14,9 +18,9 @@ export function registerTokenize(app: FastifyInstance, context: ServerContext): 
     const withPieces = f.boolean("with_pieces") ?? false;
     f.finish();
     const model = context.model;
-    const tokens = Array.from(model.tokenize(content, { special: parseSpecial, addSpecial }));
+    const tokens = Array.from(await model.tokenizeAsync(content, { special: parseSpecial, addSpecial }));
     if (!withPieces) return { tokens };
-    return { tokens: tokens.map((id) => ({ id, piece: model.detokenize([id], { special: true }) })) };
+    return { tokens: await withTokenPieces(model, tokens) };
   });
 
   app.post("/detokenize", async (request) => {
@@ -35,9 +39,28 @@ export function registerTokenize(app: FastifyInstance, context: ServerContext): 
     f.finish();
     const offered = toolChoice === "none" ? undefined : tools;
     return {
-      prompt: context.model.applyChatTemplate(messages, { templateKwargs, addGenerationPrompt, tools: offered }),
+      prompt: await context.model.applyChatTemplateAsync(messages, {
+        templateKwargs,
+        addGenerationPrompt,
+        tools: offered,
+      }),
     };
   });
+}
+
+/** Tokens a slice of the pieces takes before the event loop gets a turn (a few milliseconds). */
+const PIECES_PER_TURN = 4096;
+
+/** Each token with its text, a slice at a time. */
+async function withTokenPieces(model: Model, tokens: number[]): Promise<{ id: number; piece: string }[]> {
+  const out: { id: number; piece: string }[] = [];
+  for (let start = 0; start < tokens.length; start += PIECES_PER_TURN) {
+    if (start > 0) await yieldToEventLoop();
+    for (const id of tokens.slice(start, start + PIECES_PER_TURN)) {
+      out.push({ id, piece: model.detokenize([id], { special: true }) });
+    }
+  }
+  return out;
 }
 
 /** An array of token ids of the model's vocabulary. */
