@@ -11,6 +11,7 @@
  * @module
  */
 import { createRequire } from "node:module";
+import { pathToFileURL } from "node:url";
 import { MessageChannel, receiveMessageOnPort, Worker, type MessagePort } from "node:worker_threads";
 import { BloomeryError } from "../errors.js";
 
@@ -39,38 +40,48 @@ type Reply = { ready: true } | { text: string } | { error: string; tooComplex: b
 /**
  * The worker: it renders one request at a time, keeps the last templates parsed, and answers
  * on its port, ringing the doorbell after each answer for a caller that waits synchronously.
- * Plain CommonJS, so it runs the same from src/ (tests) and from both builds in dist/.
+ * It loads its modules with import(), which works whether the code runs as a script or as a
+ * module (the default type can be either), from src/ (tests) and from both builds in dist/.
  */
 const WORKER_SOURCE = `
-const { workerData } = require("node:worker_threads");
-const { Template } = require(workerData.jinja);
-const { port, bell, outputChars } = workerData;
-const parsed = new Map();
-function answer(reply) {
-  port.postMessage(reply);
-  Atomics.add(bell, 0, 1);
-  Atomics.notify(bell, 0);
-}
-port.on("message", ({ source, context }) => {
+(async () => {
+  const { workerData } = await import("node:worker_threads");
+  const { port, bell, outputChars } = workerData;
+  const answer = (reply) => {
+    port.postMessage(reply);
+    Atomics.add(bell, 0, 1);
+    Atomics.notify(bell, 0);
+  };
+  let Template;
   try {
-    let template = parsed.get(source);
-    if (!template) {
-      template = new Template(source);
-      parsed.set(source, template);
-      if (parsed.size > 8) parsed.delete(parsed.keys().next().value);
-    }
-    const text = template.render(context);
-    if (text.length > outputChars) {
-      answer({ error: "it rendered " + text.length + " characters; the limit is " + outputChars, tooComplex: true });
-    } else {
-      answer({ text });
-    }
+    const jinja = await import(workerData.jinja);
+    Template = jinja.Template ?? jinja.default.Template;
   } catch (error) {
-    // A RangeError is a limit met inside V8 (the stack, a string's length), not a template bug.
-    answer({ error: String(error && error.message || error), tooComplex: error instanceof RangeError });
+    answer({ error: "@huggingface/jinja does not load: " + String(error && error.message || error), tooComplex: false });
+    return;
   }
-});
-answer({ ready: true });
+  const parsed = new Map();
+  port.on("message", ({ source, context }) => {
+    try {
+      let template = parsed.get(source);
+      if (!template) {
+        template = new Template(source);
+        parsed.set(source, template);
+        if (parsed.size > 8) parsed.delete(parsed.keys().next().value);
+      }
+      const text = template.render(context);
+      if (text.length > outputChars) {
+        answer({ error: "it rendered " + text.length + " characters; the limit is " + outputChars, tooComplex: true });
+      } else {
+        answer({ text });
+      }
+    } catch (error) {
+      // A RangeError is a limit met inside V8 (the stack, a string's length), not a template bug.
+      answer({ error: String(error && error.message || error), tooComplex: error instanceof RangeError });
+    }
+  });
+  answer({ ready: true });
+})();
 `;
 
 class RenderWorker {
@@ -86,8 +97,10 @@ class RenderWorker {
     this.port = channel.port1;
     this.worker = new Worker(WORKER_SOURCE, {
       eval: true,
+      // The parent's flags (--input-type, loaders) are not the worker's business.
+      execArgv: [],
       workerData: {
-        jinja: createRequire(import.meta.url).resolve("@huggingface/jinja"),
+        jinja: pathToFileURL(createRequire(import.meta.url).resolve("@huggingface/jinja")).href,
         port: channel.port2,
         bell: this.#bell,
         outputChars: CHAT_TEMPLATE_LIMITS.outputChars,
@@ -161,7 +174,8 @@ export function renderSync(request: RenderRequest): string {
     const reply = worker.waitReply(Date.now() + START_MS);
     if (!reply || !("ready" in reply)) {
       worker.terminate();
-      throw new BloomeryError("INTERNAL", "the chat template's worker did not start");
+      const why = reply && "error" in reply ? `: ${reply.error}` : "";
+      throw new BloomeryError("INTERNAL", `the chat template's worker did not start${why}`);
     }
     syncWorker = worker;
   }
@@ -270,9 +284,10 @@ function start(): Promise<RenderWorker> {
       reject(new BloomeryError("INTERNAL", `the chat template's worker did not start: ${error.message}`));
     };
     worker.worker.once("error", fail);
-    worker.port.once("message", () => {
+    worker.port.once("message", (reply: Reply) => {
       worker.worker.off("error", fail);
-      resolve(worker);
+      if ("ready" in reply) resolve(worker);
+      else fail(new Error("error" in reply ? reply.error : "it answered out of turn"));
     });
   });
 }
