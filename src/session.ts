@@ -122,7 +122,7 @@ export interface GenerateIterable extends AsyncIterable<GenerateChunk> {
 /** What one generation needs besides the session. */
 interface GenerateRun {
   /** Tokenized (and a grammar parsed) on worker threads: both settle before the generation starts. */
-  prompt: Promise<number[]>;
+  prompt: Promise<Int32Array>;
   sampler: Promise<NativeSamplerHandle>;
   maxTokens: number;
   logprobs: boolean;
@@ -262,13 +262,17 @@ export class Session {
         : callNative((a) => a.createSamplerAsync(samplerOptions, tokenizer.nativeTokenizer)).catch((error: unknown) => {
             throw fromNativeError(error);
           });
-    const text = async (t: string) => Array.from(await tokenizer.tokenizeAsync(t, { special: true, addSpecial: true }));
-    const promptTokens: Promise<number[]> =
+    // Token ids fit an Int32Array as they are: the tokenizer's array is read as one, not copied.
+    const text = async (t: string) => {
+      const ids = await tokenizer.tokenizeAsync(t, { special: true, addSpecial: true });
+      return new Int32Array(ids.buffer, ids.byteOffset, ids.length);
+    };
+    const promptTokens: Promise<Int32Array> =
       typeof prompt === "string"
         ? text(prompt)
         : isPromiseLike(prompt)
           ? Promise.resolve(prompt).then(text)
-          : Promise.resolve(Array.from(prompt));
+          : Promise.resolve(Int32Array.from(prompt));
     // Awaited when the generation starts; a caller that never iterates leaves no unhandled rejection.
     sampler.catch(() => {});
     promptTokens.catch(() => {});
@@ -407,8 +411,7 @@ export class Session {
       if (ready === ABORTED) stopReason = "abort";
       const events = new EventQueue<NativeGenerationEvent>();
       if (ready !== ABORTED) {
-        const [promptTokens, handleOfSampler] = ready;
-        const batch = Int32Array.from(promptTokens);
+        const [batch, handleOfSampler] = ready;
         const generation = callNative((a) =>
           a.sessionGenerate(handle, batch, handleOfSampler, maxTokens, (event) => {
             events.push(event);

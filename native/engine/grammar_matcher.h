@@ -21,9 +21,10 @@
 namespace bloomery::engine {
 
 // Work one call of GrammarMatcher may spend, in checks of a character against a class (a few
-// nanoseconds each; opening a parse costs 32 and one more per rule it is inside): some tens
-// of milliseconds.
-inline constexpr uint64_t kGrammarMatchBudget = 1u << 23;
+// nanoseconds each; opening a parse costs 32 and one more per rule it is inside): some
+// milliseconds. Sampling runs between the forward passes that every sequence shares, so this
+// is also how long one grammar may hold up the others per step (a call or two per token).
+inline constexpr uint64_t kGrammarMatchBudget = 1u << 22;
 
 class GrammarMatcher {
  public:

@@ -12,6 +12,7 @@
 #include "engine/grammar_matcher.h"
 #include "engine/sampler.h"
 #include "tests/check.h"
+#include "tests/text.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace bloomery;
@@ -72,14 +73,14 @@ std::string limit(Work work) {
 }
 
 std::string nested_groups(size_t depth) {
-  return "root ::= " + std::string(depth, '(') + "\"a\"" + std::string(depth, ')');
+  return tests::cat("root ::= ", std::string(depth, '('), "\"a\"", std::string(depth, ')'));
 }
 
 // r0 ::= r1 <tail>, r1 ::= r2 <tail>, ..., the last one `last`.
 std::string rule_chain(size_t rules, const std::string& tail, const std::string& last) {
   std::string g = "root ::= r0\n";
-  for (size_t i = 0; i + 1 < rules; ++i) g += "r" + std::to_string(i) + " ::= r" + std::to_string(i + 1) + tail + "\n";
-  return g + "r" + std::to_string(rules - 1) + " ::= " + last + "\n";
+  for (size_t i = 0; i + 1 < rules; ++i) g += tests::cat("r", i, " ::= r", i + 1, tail, "\n");
+  return g + tests::cat("r", rules - 1, " ::= ", last, "\n");
 }
 
 }  // namespace
@@ -276,7 +277,7 @@ TEST(grammar_matching_has_a_budget) {
   CHECK(nested.allows(")") && !nested.allows("x") && !nested.complete());
   // A long alternation (a big enum) opens a parse per alternative, checked once per text.
   std::string words = "root ::= \"\\\"\" (\"w0\"";
-  for (int i = 1; i < 60'000; ++i) words += " | \"w" + std::to_string(i) + "\"";
+  for (size_t i = 1; i < 20'000; ++i) words += tests::cat(" | \"w", i, "\"");
   words += ") \"\\\"\"";
   GrammarMatcher choice = matcher(words);
   choice.advance("\"w1");

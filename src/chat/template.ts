@@ -55,9 +55,11 @@ export class ChatTemplate {
     try {
       new Template(source);
     } catch (error) {
+      // A RangeError is the parser's stack or a string's length running out: a limit, not a syntax error.
+      const limit = error instanceof RangeError;
       throw new BloomeryError(
-        "CHAT_TEMPLATE",
-        `the model's chat template does not parse: ${(error as Error).message}`,
+        limit ? "CHAT_TEMPLATE_TOO_COMPLEX" : "CHAT_TEMPLATE",
+        `the model's chat template ${limit ? "is too deeply nested to parse" : "does not parse"}: ${(error as Error).message}`,
         {},
         { cause: error },
       );

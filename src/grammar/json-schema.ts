@@ -120,6 +120,11 @@ class Converter {
   readonly #root: unknown;
   /** Rule names of the `$ref`s met so far, by reference. */
   readonly #refs = new Map<string, string>();
+  /**
+   * The `$ref`s being expanded since which nothing has been read yet (no "{" or "["): meeting
+   * one again would be a left-recursive grammar, which no top-down matcher can follow.
+   */
+  #unread = new Set<string>();
   /** The next suffix to try for each rule name, so that making names unique stays linear. */
   readonly #suffixes = new Map<string, number>();
   #depth = 0;
@@ -222,6 +227,10 @@ class Converter {
   }
 
   #object(s: Schema, name: string, path: string): string {
+    return this.#afterReading(() => this.#objectBody(s, name, path));
+  }
+
+  #objectBody(s: Schema, name: string, path: string): string {
     const properties = s.properties ?? {};
     if (typeof properties !== "object" || properties === null || Array.isArray(properties)) {
       this.#refuse(path, "properties must be an object");
@@ -267,6 +276,21 @@ class Converter {
   }
 
   #array(s: Schema, name: string, path: string): string {
+    return this.#afterReading(() => this.#arrayBody(s, name, path));
+  }
+
+  /** Visits what comes after an opening bracket: the `$ref`s expanded so far have read something. */
+  #afterReading(visit: () => string): string {
+    const unread = this.#unread;
+    this.#unread = new Set();
+    try {
+      return visit();
+    } finally {
+      this.#unread = unread;
+    }
+  }
+
+  #arrayBody(s: Schema, name: string, path: string): string {
     const min = this.#count(s, "minItems", path) ?? 0;
     const max = this.#count(s, "maxItems", path);
     if (max !== undefined && max < min) this.#refuse(path, "maxItems is below minItems");
@@ -298,6 +322,9 @@ class Converter {
     const match = typeof ref === "string" ? /^#\/(\$defs|definitions)\/([^/]+)$/.exec(ref) : null;
     if (!match)
       this.#refuse(path, `$ref ${JSON.stringify(ref)} is not supported (only #/$defs/... and #/definitions/...)`);
+    if (this.#unread.has(ref as string)) {
+      this.#refuse(path, `$ref ${ref as string} refers back to itself before any of the value is read`);
+    }
     const known = this.#refs.get(ref as string);
     if (known) return known;
     const defs = (this.#root as Schema | null)?.[match[1]!] as Schema | undefined;
@@ -313,7 +340,12 @@ class Converter {
     // Reserved before visiting, so that a recursive definition refers to itself.
     this.#refs.set(ref as string, name);
     this.#set(name, "");
-    this.#set(name, this.#visit(target, name, ref as string));
+    this.#unread.add(ref as string);
+    try {
+      this.#set(name, this.#visit(target, name, ref as string));
+    } finally {
+      this.#unread.delete(ref as string);
+    }
     return name;
   }
 

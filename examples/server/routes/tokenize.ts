@@ -10,7 +10,7 @@ import { openAiMessages } from "../messages.js";
 import { readOpenAiTools } from "../tools.js";
 
 export function registerTokenize(app: FastifyInstance, context: ServerContext): void {
-  app.post("/tokenize", async (request) => {
+  app.post("/tokenize", async (request, reply) => {
     const f = new Fields(request.body);
     const content = f.string("content") ?? "";
     const addSpecial = f.boolean("add_special") ?? false;
@@ -18,9 +18,10 @@ export function registerTokenize(app: FastifyInstance, context: ServerContext): 
     const withPieces = f.boolean("with_pieces") ?? false;
     f.finish();
     const model = context.model;
-    const tokens = Array.from(await model.tokenizeAsync(content, { special: parseSpecial, addSpecial }));
-    if (!withPieces) return { tokens };
-    return { tokens: await withTokenPieces(model, tokens) };
+    const tokens = await model.tokenizeAsync(content, { special: parseSpecial, addSpecial });
+    // Written as JSON here, a slice at a time for the pieces: a long text's response is large.
+    const json = withPieces ? await piecesJson(model, tokens) : `{"tokens":[${tokens.join(",")}]}`;
+    return reply.type("application/json").send(json);
   });
 
   app.post("/detokenize", async (request) => {
@@ -48,19 +49,21 @@ export function registerTokenize(app: FastifyInstance, context: ServerContext): 
   });
 }
 
-/** Tokens a slice of the pieces takes before the event loop gets a turn (a few milliseconds). */
+/** Tokens whose pieces are written before the event loop gets a turn (a few milliseconds' work). */
 const PIECES_PER_TURN = 4096;
 
-/** Each token with its text, a slice at a time. */
-async function withTokenPieces(model: Model, tokens: number[]): Promise<{ id: number; piece: string }[]> {
-  const out: { id: number; piece: string }[] = [];
+/** `{"tokens":[{"id","piece"}, ...]}`, written a slice of tokens at a time. */
+async function piecesJson(model: Model, tokens: Uint32Array): Promise<string> {
+  const slices: string[] = [];
   for (let start = 0; start < tokens.length; start += PIECES_PER_TURN) {
     if (start > 0) await yieldToEventLoop();
-    for (const id of tokens.slice(start, start + PIECES_PER_TURN)) {
-      out.push({ id, piece: model.detokenize([id], { special: true }) });
-    }
+    const slice = Array.from(tokens.subarray(start, start + PIECES_PER_TURN), (id) => ({
+      id,
+      piece: model.detokenize([id], { special: true }),
+    }));
+    slices.push(JSON.stringify(slice).slice(1, -1));
   }
-  return out;
+  return `{"tokens":[${slices.join(",")}]}`;
 }
 
 /** An array of token ids of the model's vocabulary. */
