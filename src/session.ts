@@ -299,9 +299,12 @@ export class Session {
    * blocks) and tool calls (in the format the template teaches: Qwen3/Hermes, Qwen3-Coder XML or
    * Llama 3 JSON) come as their own fields of the chunks, and `.result` holds the whole message.
    * Text that only looked like a tool call (malformed, or cut off) comes back as answer text.
-   * `messages` is the whole conversation: the session's context is replaced by it.
+   * `messages` is the whole conversation: the session's context is replaced by it. The template
+   * renders in a worker thread (see `Model.applyChatTemplateAsync`).
    *
-   * Throws BloomeryError CHAT_TEMPLATE when the template fails, INVALID_ARGUMENT as generate does.
+   * Throws BloomeryError INVALID_ARGUMENT as generate does; a template that fails
+   * (CHAT_TEMPLATE) or runs past a limit (CHAT_TEMPLATE_TOO_COMPLEX) ends the chat with that error
+   * before its first chunk.
    */
   chat(messages: readonly ChatMessage[], options: ChatOptions = {}): ChatIterable {
     this.#live();

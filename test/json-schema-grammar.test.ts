@@ -131,6 +131,14 @@ describe("jsonSchemaToGrammar", () => {
       [{ type: "date" }, "not a JSON Schema type"],
       [false, "accepts no value"],
       [{ type: "array", minItems: 3, maxItems: 2 }, "maxItems is below minItems"],
+      // A cycle of $refs that reads nothing on the way would be a left-recursive grammar.
+      [
+        {
+          $defs: { a: { $ref: "#/$defs/b" }, b: { anyOf: [{ $ref: "#/$defs/a" }, { type: "null" }] } },
+          $ref: "#/$defs/a",
+        },
+        "$ref #/$defs/a refers back to itself before any of the value is read",
+      ],
     ];
     for (const [schema, message] of cases) {
       const error = refusal(schema);

@@ -7,7 +7,6 @@
  * Async renders take a worker of a small pool, so a slow template holds one worker while
  * others render. A synchronous render (for `Model.applyChatTemplate`) posts to a worker of its
  * own and blocks on a shared doorbell until the reply or the deadline.
- * @internal
  * @module
  */
 import { createRequire } from "node:module";
@@ -30,6 +29,7 @@ const POOL_SIZE = 4;
 /** A worker loads @huggingface/jinja before its first render; this long, it may take. */
 const START_MS = 10_000;
 
+/** What a worker renders: a template's source and its variables. @internal */
 export interface RenderRequest {
   source: string;
   context: Record<string, unknown>;
@@ -165,7 +165,7 @@ function resultOf(reply: Reply): string {
 
 let syncWorker: RenderWorker | undefined;
 
-/** Renders on this thread's own worker, blocking until the reply or the deadline. */
+/** Renders on this thread's own worker, blocking until the reply or the deadline. @internal */
 export function renderSync(request: RenderRequest): string {
   let worker = syncWorker;
   if (!worker) {
@@ -197,7 +197,7 @@ const idle: RenderWorker[] = [];
 let workers = 0;
 const waiting: { resolve: (worker: RenderWorker) => void; reject: (error: unknown) => void }[] = [];
 
-/** Renders on a worker of the pool, which it holds until the reply, the deadline or its death. */
+/** Renders on a worker of the pool, which it holds until the reply, the deadline or its death. @internal */
 export async function renderAsync(request: RenderRequest): Promise<string> {
   const worker = await acquire();
   worker.worker.ref();
