@@ -15,7 +15,7 @@ import {
 } from "./native.js";
 import { ABORTED, isAbortSignal, Session, untilAborted } from "./session.js";
 import { openTokenizer, type DetokenizeOptions, type TokenizeOptions, type Tokenizer } from "./tokenizer.js";
-import { ChatTemplate, type ApplyChatTemplateOptions } from "./chat/template.js";
+import { ChatTemplate, type ApplyChatTemplateOptions, type TemplateTokens } from "./chat/template.js";
 import { BUILTIN_TEMPLATES, type BuiltinTemplateName } from "./chat/builtin-templates.js";
 import { detectToolCallFormat, type ToolCallFormat } from "./chat/output.js";
 import type { ChatMessage } from "./chat/types.js";
@@ -377,9 +377,30 @@ export class Model extends EventEmitter<ModelEvents> {
   /**
    * The prompt text for a conversation, rendered with the model's chat template (or, when the file
    * has none, the built-in one `info.builtinChatTemplate` names, with a `warning` event the first
-   * time). Throws BloomeryError CHAT_TEMPLATE when the template fails.
+   * time). The template runs in a worker thread with a deadline and a heap limit
+   * (`CHAT_TEMPLATE_LIMITS`), while this thread waits: use {@link applyChatTemplateAsync} to go
+   * on meanwhile. Throws BloomeryError CHAT_TEMPLATE when the template fails,
+   * CHAT_TEMPLATE_TOO_COMPLEX (naming the limit) when it runs past a limit, INVALID_ARGUMENT when
+   * `templateKwargs` is not plain data.
    */
   applyChatTemplate(messages: readonly ChatMessage[], options: ApplyChatTemplateOptions = {}): string {
+    return this.#chatTemplate.template.render(messages, this.#templateTokens(), options);
+  }
+
+  /**
+   * {@link applyChatTemplate} without blocking this thread: the template renders in a worker of a
+   * small pool (a slow template holds one worker; others render meanwhile). What servers and
+   * `Session.chat` use.
+   */
+  async applyChatTemplateAsync(
+    messages: readonly ChatMessage[],
+    options: ApplyChatTemplateOptions = {},
+  ): Promise<string> {
+    return this.#chatTemplate.template.renderAsync(messages, this.#templateTokens(), options);
+  }
+
+  /** The special tokens' texts a template may use; warns once when the built-in template stands in. */
+  #templateTokens(): TemplateTokens {
     this.#live();
     if (!this.#templateWarned) {
       this.#templateWarned = true;
@@ -398,21 +419,24 @@ export class Model extends EventEmitter<ModelEvents> {
       }
     }
     const text = (token: number) => (token < 0 ? "" : this.#tokenizer.detokenize([token], { special: true }));
-    return this.#chatTemplate.template.render(
-      messages,
-      { bosToken: text(this.info.bosToken), eosToken: text(this.info.eosToken) },
-      options,
-    );
+    return { bosToken: text(this.info.bosToken), eosToken: text(this.info.eosToken) };
   }
 
   /**
    * The tokens of `text`. Special-token text (e.g. `<|im_start|>`) becomes its token only
-   * with `special: true`; `addSpecial: true` adds the BOS/EOS tokens the model asks for.
+   * with `special: true`; `addSpecial: true` adds the BOS/EOS tokens the model asks for. It runs
+   * on this thread: for long texts (a megabyte takes a fraction of a second) use {@link tokenizeAsync}.
    */
   tokenize(text: string, options: TokenizeOptions = {}): Uint32Array {
     this.#live();
     checkOptions(options, TOKENIZE_OPTIONS, "tokenize()");
     return this.#tokenizer.tokenize(text, options);
+  }
+
+  /** {@link tokenize} on a worker thread, so this thread goes on meanwhile (short texts are tokenized at once). */
+  async tokenizeAsync(text: string, options: TokenizeOptions = {}): Promise<Uint32Array> {
+    this.#live();
+    return this.#tokenizer.tokenizeAsync(text, options);
   }
 
   /** The text of `tokens`; special tokens are rendered only with `special: true`. */
@@ -514,11 +538,11 @@ export class Model extends EventEmitter<ModelEvents> {
     const session = new Session(native, {
       eosToken: this.info.eosToken,
       tokenizer: this.#tokenizer,
-      renderChat: (messages, options) => ({
-        prompt: this.applyChatTemplate(messages, options),
+      chatModel: {
         toolCallFormat: this.#chatTemplate.toolCallFormat,
         tokenizer: this.#tokenizer,
-      }),
+        render: (messages, options) => this.applyChatTemplateAsync(messages, options),
+      },
       get closing() {
         return disposed();
       },

@@ -16,7 +16,7 @@ import { checkOptions, checkPath, optionKeys, tokenIds } from "./validate.js";
 import { iterableWithResult } from "./run-iterable.js";
 import type { Tokenizer } from "./tokenizer.js";
 import type { ChatMessage } from "./chat/types.js";
-import { runChat, type ChatIterable, type ChatOptions, type RenderChat } from "./chat/run.js";
+import { runChat, type ChatIterable, type ChatModel, type ChatOptions } from "./chat/run.js";
 
 /** Options of {@link Session.evaluate}. */
 export interface EvaluateOptions {
@@ -128,8 +128,9 @@ export interface GenerateIterable extends AsyncIterable<GenerateChunk> {
 
 /** What one generation needs besides the session. */
 interface GenerateRun {
-  prompt: number[];
-  sampler: NativeSamplerHandle;
+  /** Tokenized (and a grammar parsed) on worker threads: both settle before the generation starts. */
+  prompt: Promise<Int32Array>;
+  sampler: Promise<NativeSamplerHandle>;
   maxTokens: number;
   logprobs: boolean;
   stop: StopStrings;
@@ -144,7 +145,7 @@ export interface SessionModel {
   readonly eosToken: number;
   readonly tokenizer: Tokenizer;
   /** The prompt of a chat, and how the model writes tool calls. */
-  readonly renderChat: RenderChat;
+  readonly chatModel: ChatModel;
   /** True while the model is being disposed: its sessions' states are not worth caching. */
   readonly closing: boolean;
   sessionClosed(session: Session): void;
@@ -273,10 +274,17 @@ export class Session {
    * to the prompt-state cache, where other sessions of the model find it; `timings` says how many
    * prompt tokens were evaluated and how many were reused.
    *
+   * The prompt may also be a promise of text (a prompt still being made, such as a rendered chat
+   * template): the generation starts once it settles, and its rejection ends the generation with
+   * that error. A long prompt is tokenized, and a grammar parsed, on worker threads, so neither
+   * holds this thread.
+   *
    * Throws BloomeryError INVALID_ARGUMENT naming the option that is out of range or unknown, or the prompt token
-   * that is not a token id of the vocabulary; SESSION_BUSY while another generation of the session is under way.
+   * that is not a token id of the vocabulary; SESSION_BUSY while another generation of the session is under way. A
+   * grammar that does not parse (GRAMMAR_INVALID) or goes past a limit (GRAMMAR_TOO_COMPLEX) ends the generation
+   * with that error before its first chunk.
    */
-  generate(prompt: string | ArrayLike<number>, options: GenerateOptions = {}): GenerateIterable {
+  generate(prompt: string | ArrayLike<number> | PromiseLike<string>, options: GenerateOptions = {}): GenerateIterable {
     const handle = this.#idle("generate()");
     checkOptions(options, GENERATE_OPTIONS, "generate()");
     const maxTokens = options.maxTokens ?? 256;
@@ -298,13 +306,27 @@ export class Session {
       }
       shown.set(token, tokenizer.detokenize([token], { special: true }));
     }
-    const promptTokens = Array.from(
-      typeof prompt === "string"
-        ? tokenizer.tokenize(prompt, { special: true, addSpecial: true })
-        : tokenIds(prompt, tokenizer.info.size, "generate()'s prompt"),
-    );
     const samplerOptions = nativeSamplerOptions(options, tokenizer.info.size);
-    const sampler = callNative((a) => a.createSampler(samplerOptions, tokenizer.nativeTokenizer));
+    const sampler =
+      samplerOptions.grammar === undefined
+        ? Promise.resolve(callNative((a) => a.createSampler(samplerOptions, tokenizer.nativeTokenizer)))
+        : callNative((a) => a.createSamplerAsync(samplerOptions, tokenizer.nativeTokenizer)).catch((error: unknown) => {
+            throw fromNativeError(error);
+          });
+    // Token ids fit an Int32Array as they are: the tokenizer's array is read as one, not copied.
+    const text = async (t: string) => {
+      const ids = await tokenizer.tokenizeAsync(t, { special: true, addSpecial: true });
+      return new Int32Array(ids.buffer, ids.byteOffset, ids.length);
+    };
+    const promptTokens: Promise<Int32Array> =
+      typeof prompt === "string"
+        ? text(prompt)
+        : isPromiseLike(prompt)
+          ? Promise.resolve(prompt).then(text)
+          : Promise.resolve(Int32Array.from(tokenIds(prompt, tokenizer.info.size, "generate()'s prompt")));
+    // Awaited when the generation starts; a caller that never iterates leaves no unhandled rejection.
+    sampler.catch(() => {});
+    promptTokens.catch(() => {});
     let settle: GenerateRun["settle"] | undefined;
     // The session is this generation's until its result settles (see the class's notes); one that is never run
     // (neither iterated nor its result awaited) keeps it.
@@ -344,14 +366,17 @@ export class Session {
    * Llama 3 JSON, GLM-4.5, DeepSeek-V3.1, DeepSeek-R1 or Kimi-K2: `ToolCallFormat`) come
    * as their own fields of the chunks, and `.result` holds the whole message.
    * Text that only looked like a tool call (malformed, or cut off) comes back as answer text.
-   * `messages` is the whole conversation: the session's context is replaced by it.
+   * `messages` is the whole conversation: the session's context is replaced by it. The template
+   * renders in a worker thread (see `Model.applyChatTemplateAsync`).
    *
-   * Throws BloomeryError CHAT_TEMPLATE when the template fails, INVALID_ARGUMENT as generate does.
+   * Throws BloomeryError INVALID_ARGUMENT as generate does; a template that fails
+   * (CHAT_TEMPLATE) or runs past a limit (CHAT_TEMPLATE_TOO_COMPLEX) ends the chat with that error
+   * before its first chunk.
    */
   chat(messages: readonly ChatMessage[], options: ChatOptions = {}): ChatIterable {
     this.#idle("chat()");
     checkOptions(options, CHAT_OPTIONS, "chat()");
-    return runChat(this, this.#model.renderChat, messages, options);
+    return runChat(this, this.#model.chatModel, messages, options);
   }
 
   /** Forgets every token of the context, after storing its state in the model's prompt-state cache. */
@@ -448,12 +473,16 @@ export class Session {
     let stored = false;
     const turn = this.#takeTurn();
     try {
-      if ((await untilAborted(turn, signal)) === ABORTED) stopReason = "abort";
+      const ready = await untilAborted(
+        turn.then(() => Promise.all([prompt, sampler])),
+        signal,
+      );
+      if (ready === ABORTED) stopReason = "abort";
       const events = new EventQueue<NativeGenerationEvent>();
-      if (stopReason === undefined) {
-        const batch = Int32Array.from(prompt);
+      if (ready !== ABORTED) {
+        const [batch, handleOfSampler] = ready;
         const generation = callNative((a) =>
-          a.sessionGenerate(handle, batch, sampler, maxTokens, (event) => {
+          a.sessionGenerate(handle, batch, handleOfSampler, maxTokens, (event) => {
             events.push(event);
             this.#model.stepped();
           }),
@@ -517,7 +546,10 @@ export class Session {
       // prompt-state cache (the scheduler left the cancelled generation's pass in flight, if any,
       // out of the context; a store refused for lack of room resolves false; one on a session
       // disposed meanwhile rejects DISPOSED, and dispose() stored it already).
-      callNative((a) => a.disposeSampler(sampler));
+      sampler.then(
+        (made) => callNative((a) => a.disposeSampler(made)),
+        () => {},
+      );
       const next = () => void turn.then((done) => done());
       if (stored) next();
       else callNativeAsync((a) => a.sessionStoreInCache(handle)).then(next, next);
@@ -603,4 +635,8 @@ export function isAbortSignal(value: unknown): value is AbortSignal {
   return (
     typeof s === "object" && s !== null && typeof s.aborted === "boolean" && typeof s.addEventListener === "function"
   );
+}
+
+function isPromiseLike(value: unknown): value is PromiseLike<unknown> {
+  return typeof value === "object" && value !== null && typeof (value as PromiseLike<unknown>).then === "function";
 }
