@@ -5,9 +5,9 @@
 // within twice its quiet time. (8 MB of spaces held the event loop for 13 s; a 100,000-value
 // enum held the other slot for 41 s.)
 //
-// Timings measure isolation only where the machine has cores to spare: the heavy request's
-// worker thread, the model's two threads and the event loop each need one. On a machine with
-// fewer than four cores, or busier than its cores, the test says so and is skipped.
+// The model runs one thread, so that on two cores (CI's) the heavy request's worker thread has the
+// other: the timings then measure isolation, not a machine short of cores. Where the machine is
+// busier than its cores (other work sharing them), the test says so and is skipped.
 import { availableParallelism, loadavg } from "node:os";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { JSON_SCHEMA_LIMITS } from "../src/index.js";
@@ -24,17 +24,17 @@ const TEMPLATE =
 
 const cores = availableParallelism();
 const [load] = loadavg() as [number];
-const headroom = cores >= 4 && load < cores;
+const headroom = cores >= 2 && load < cores;
 if (!headroom) {
   process.stderr.write(
-    `concurrency: skipped: ${cores} cores, load ${load.toFixed(1)}: no cores to spare for timings\n`,
+    `concurrency: skipped: ${cores} cores, load ${load.toFixed(1)}: busier than its cores: the timings would measure the load\n`,
   );
 }
 
 let server: TestServer;
 
 beforeAll(async () => {
-  if (headroom) server = await startServer({ parallel: 2, temperature: 0, chatTemplate: TEMPLATE });
+  if (headroom) server = await startServer({ parallel: 2, temperature: 0, threads: 1, chatTemplate: TEMPLATE });
 });
 afterAll(() => server?.close());
 
