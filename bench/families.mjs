@@ -13,9 +13,10 @@
 //   node bench/families.mjs /root/glm.gguf whole
 import { spawnSync } from "node:child_process";
 import { existsSync, writeFileSync } from "node:fs";
+import { setTimeout as sleep } from "node:timers/promises";
 import { join } from "node:path";
 import { getSystemInfo, loadModel, modelFootprint, planOffload, readGgufInfo } from "../dist/index.js";
-import { secondsSince, spreadTokens, streamedDecodeRate } from "./measure.mjs";
+import { promptRate, secondsSince, streamedDecodeRate } from "./measure.mjs";
 
 const [path, placement = "whole"] = process.argv.slice(2);
 if (!path) throw new Error("usage: node bench/families.mjs <model.gguf> whole|budget=<GiB>|cpu-experts");
@@ -67,15 +68,9 @@ async function ours(options) {
   const loadSeconds = secondsSince(loadStart);
   const vocab = model.info.vocabSize;
   const session = model.createSession();
-  const promptRate = async (length) => {
-    session.reset();
-    const start = process.hrtime.bigint();
-    await session.evaluate(spreadTokens(length, vocab));
-    return length / secondsSince(start);
-  };
-  await promptRate(64);
-  const prompt512 = Math.max(await promptRate(512), await promptRate(512));
-  const prompt4096 = await promptRate(4096);
+  await promptRate(session, 64, vocab);
+  const prompt512 = Math.max(await promptRate(session, 512, vocab), await promptRate(session, 512, vocab));
+  const prompt4096 = await promptRate(session, 4096, vocab);
   const before = model.stats();
   const decode = await streamedDecodeRate(model, session, DECODE_STEPS);
   const after = model.stats();
@@ -118,6 +113,10 @@ const result = {
   placement,
   ours: await ours(options),
 };
+// The peer's build (../shared/device/peer/build.sh) may still be running: wait for it a while.
+for (let waited = 0; !existsSync("/root/ikl/build.done") && existsSync("/root/ikl") && waited < 900; waited += 5) {
+  await sleep(5000);
+}
 if (existsSync(IK_BENCH)) {
   const short = ikRun([...ikArgs, "-p", "512", "-n", "128"]);
   const long = ikRun([...ikArgs, "-p", "4096", "-n", "0", "-b", "4096", "-ub", "4096"]);
