@@ -16,8 +16,8 @@
 #include <cuda_fp16.h>
 
 #include "base/error.h"
-#include "cuda/common.cuh"
 #include "cuda/attention_tiles.cuh"
+#include "cuda/common.cuh"
 
 namespace bloomery::cuda {
 
