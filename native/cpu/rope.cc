@@ -28,8 +28,8 @@ void rope_apply(float* x, int64_t heads, int64_t head_dim, const RopeParams& par
       float& b = params.style == RopeStyle::kNeox ? head[i / 2 + half] : head[i + 1];
       const float x0 = a;
       const float x1 = b;
-      a = x0 * cos_theta - x1 * sin_theta;
-      b = x0 * sin_theta + x1 * cos_theta;
+      a = std::fma(x0, cos_theta, -(x1 * sin_theta));
+      b = std::fma(x0, sin_theta, x1 * cos_theta);
     }
   }
 }

@@ -1,7 +1,9 @@
 // Rotary position embedding in ggml's two layouts: "normal" rotates adjacent pairs
 // (x[2i], x[2i+1]) (llama), "neox" rotates halves (x[i], x[i + dims/2]) (qwen). The angle
 // table is built the way ggml builds it (theta multiplied up in float), so positions far
-// into the context round the same way as in llama.cpp.
+// into the context round the same way as in llama.cpp, and each rotated element is one FMA
+// over the other product (x0 cos - x1 sin as fma(x0, cos, -(x1 sin))), as the compiler
+// contracts ggml's rotation on every x86 host with FMA.
 #pragma once
 
 #include <cstdint>

@@ -6,6 +6,7 @@
 
 #include "quant/blocks.h"
 #include "quant/dot_simd.h"
+#include "quant/float_dot.h"
 #include "quant/float_formats.h"
 #include "quant/q3k_scales_simd.h"
 #include "quant/reduce_avx2.h"
@@ -40,20 +41,13 @@ BLOOMERY_AVX2 inline __m256i codebook(const int8_t* values) {
 
 }  // namespace
 
-// F32 rows (the MoE router): four independent accumulators keep the FMA pipes busy.
+// F32 rows (the MoE router) and F16 rows, in llama.cpp's order (float_dot.h).
 BLOOMERY_AVX2 float vec_dot_f32_f32_avx2(const void* w, const void* a, int64_t n) {
-  const auto* x = static_cast<const float*>(w);
-  const auto* y = static_cast<const float*>(a);
-  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    for (int k = 0; k < 4; ++k) {
-      acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8 * k), _mm256_loadu_ps(y + i + 8 * k), acc[k]);
-    }
-  }
-  float sum = sum_of_8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
-  for (; i < n; ++i) sum += x[i] * y[i];
-  return sum;
+  return dot_f32_avx2(static_cast<const float*>(w), static_cast<const float*>(a), n);
+}
+
+BLOOMERY_AVX2 float vec_dot_f16_f16_avx2(const void* w, const void* a, int64_t n) {
+  return dot_f16_avx2(static_cast<const uint16_t*>(w), static_cast<const uint16_t*>(a), n);
 }
 
 BLOOMERY_AVX2 float vec_dot_q8_0_q8_0_avx2(const void* w, const void* a, int64_t n) {

@@ -8,6 +8,7 @@
 
 #include "quant/blocks.h"
 #include "quant/dot_simd.h"
+#include "quant/float_dot.h"
 #include "quant/float_formats.h"
 #include "quant/q3k_scales_simd.h"
 #include "quant/reduce_avx2.h"
@@ -117,6 +118,15 @@ BLOOMERY_AVX512 inline __m256 accumulate_block(__m256i lanes, float d, __m256 ac
 }
 
 }  // namespace
+
+// F32 rows (the MoE router) and F16 rows, in llama.cpp's order (float_dot.h).
+BLOOMERY_AVX512 float vec_dot_f32_f32_avx512(const void* w, const void* a, int64_t n) {
+  return dot_f32_avx512(static_cast<const float*>(w), static_cast<const float*>(a), n);
+}
+
+BLOOMERY_AVX512 float vec_dot_f16_f16_avx512(const void* w, const void* a, int64_t n) {
+  return dot_f16_avx512(static_cast<const uint16_t*>(w), static_cast<const uint16_t*>(a), n);
+}
 
 BLOOMERY_AVX512 float vec_dot_q4_0_q8_0_avx512(const void* w, const void* a, int64_t n) {
   const auto* x = static_cast<const BlockQ4_0*>(w);

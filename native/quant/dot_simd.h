@@ -9,6 +9,7 @@
 namespace bloomery::quant {
 
 float vec_dot_f32_f32_avx2(const void* w, const void* a, int64_t n);
+float vec_dot_f16_f16_avx2(const void* w, const void* a, int64_t n);
 float vec_dot_q4_0_q8_0_avx2(const void* w, const void* a, int64_t n);
 float vec_dot_q8_0_q8_0_avx2(const void* w, const void* a, int64_t n);
 float vec_dot_q3_k_q8_k_avx2(const void* w, const void* a, int64_t n);
@@ -19,6 +20,8 @@ float vec_dot_iq4_nl_q8_0_avx2(const void* w, const void* a, int64_t n);
 float vec_dot_iq4_xs_q8_k_avx2(const void* w, const void* a, int64_t n);
 float vec_dot_mxfp4_q8_0_avx2(const void* w, const void* a, int64_t n);
 
+float vec_dot_f32_f32_avx512(const void* w, const void* a, int64_t n);
+float vec_dot_f16_f16_avx512(const void* w, const void* a, int64_t n);
 float vec_dot_q4_0_q8_0_avx512(const void* w, const void* a, int64_t n);
 float vec_dot_q3_k_q8_k_avx512(const void* w, const void* a, int64_t n);
 float vec_dot_q4_k_q8_k_avx512(const void* w, const void* a, int64_t n);

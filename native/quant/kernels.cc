@@ -29,8 +29,9 @@ struct KernelRow {
 constexpr uint32_t kF32 = 0, kF16 = 1, kQ8_0 = 8, kQ8_1 = 9, kQ8_K = 15, kBF16 = 30;
 
 constexpr KernelRow kRows[] = {
-    {0, kF32, dequantize_row_f32, quantize_row_f32, vec_dot_f32_f32, vec_dot_f32_f32_avx2, nullptr},
-    {1, kF16, dequantize_row_f16, quantize_row_f16, vec_dot_f16_f16, nullptr, nullptr},
+    // F32 and F16: each SIMD tier sums in the order of llama.cpp's float dots on that tier (float_dot.h).
+    {0, kF32, dequantize_row_f32, quantize_row_f32, vec_dot_f32_f32, vec_dot_f32_f32_avx2, vec_dot_f32_f32_avx512},
+    {1, kF16, dequantize_row_f16, quantize_row_f16, vec_dot_f16_f16, vec_dot_f16_f16_avx2, vec_dot_f16_f16_avx512},
     {2, kQ8_0, dequantize_row_q4_0, quantize_row_q8_0, vec_dot_q4_0_q8_0, vec_dot_q4_0_q8_0_avx2,
      vec_dot_q4_0_q8_0_avx512},
     {3, kQ8_1, dequantize_row_q4_1, quantize_row_q8_1, vec_dot_q4_1_q8_1, nullptr, nullptr},
