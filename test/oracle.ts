@@ -5,22 +5,15 @@
 // Two bars. agreementBar (test/distributions.mjs) holds everywhere: top-1 >= 99 % and mean
 // KL(llama.cpp || ours) <= 1e-3, or twice the misses and KL by which llama.cpp's own batched and
 // one-token-at-a-time evaluations part. And bloomery's CPU kernels reproduce llama.cpp's
-// one-token arithmetic on x86 (each SIMD tier the ggml CPU variant of the same instruction set):
-// where llama.cpp runs that variant here and a file's weight types are among those whose dots
-// follow llama.cpp's order (EXACT_TYPES), our distributions must equal llama.cpp's up to the
-// float rounding of its probabilities. That second bar is what catches a rounding that differs:
+// one-token arithmetic on x86, every weight type's dot included (each SIMD tier that of the ggml
+// CPU variant of the same instruction set): where llama.cpp runs that variant here, our
+// distributions must equal llama.cpp's up to the float rounding of its probabilities. That second bar is what catches a rounding that differs:
 // on a small trained model one ulp of difference grows within a few positions into a KL as large
 // as llama.cpp's own batched-vs-one-by-one floor, which the first bar lets pass.
 import type { Llama, Token } from "node-llama-cpp";
 import { expect } from "vitest";
 import { getSystemInfo, loadModel } from "../src/index.js";
 import { agreementBar, sameTop } from "./distributions.mjs";
-
-/**
- * Weight types whose dots sum in llama.cpp's order on both SIMD tiers (the float dots of
- * quant/float_dot.h and the Q8_0 dot), besides the F32 norms and routers of every file.
- */
-export const EXACT_TYPES: readonly string[] = ["F32", "F16", "Q8_0"];
 
 /** Mean KL, per position, under which two distributions count as the same: float rounding of probabilities gives ~1e-14. */
 const SAME_KL = 1e-12;
@@ -171,7 +164,7 @@ export function sameArithmetic(llama: Llama): boolean {
 /**
  * Checks our one-by-one and batched distributions against llama.cpp's one-by-one ones: within
  * agreementBar of llama.cpp's own batched-vs-one-by-one floor always, and the same distributions
- * where `exact` (sameArithmetic and every weight type in EXACT_TYPES). Logs every figure.
+ * where `exact` (sameArithmetic). Logs every figure.
  */
 export function expectAgreement(label: string, reference: Distributions, ours: Distributions, exact: boolean): void {
   const floor = compare(reference.oneByOne, reference.batched);

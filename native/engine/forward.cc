@@ -146,7 +146,9 @@ void forward(const model::Model& model, std::span<const SequenceRows> batch, std
   }
   logits.resize(static_cast<size_t>(out_rows * p.vocab));
   s.input.reset(s.normed.data(), out_rows, p.embedding);
-  cpu::matmul(model.output, s.input, logits.data(), pool);
+  cpu::WeightMatrix output = model.output;
+  output.stored_plain_by_llama = model.output.data == model.token_embedding.data;  // tied: the embedding
+  cpu::matmul(output, s.input, logits.data(), pool);
 }
 
 }  // namespace bloomery::engine

@@ -18,6 +18,12 @@ BLOOMERY_REDUCE_AVX2 inline float sum_of_8(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// (x0 + x2) + (x1 + x3): how llama.cpp's Q4_K dot sums its four-lane accumulator of mins.
+BLOOMERY_REDUCE_AVX2 inline float sum_of_4(__m128 v) {
+  const __m128 s = _mm_add_ps(v, _mm_movehl_ps(v, v));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
 // ((x0 + x4) + (x1 + x5)) + ((x2 + x6) + (x3 + x7)): the two hadds that end llama.cpp's float
 // dots (ggml_vec_dot_f32 / _f16) on AVX2 hosts.
 BLOOMERY_REDUCE_AVX2 inline float sum_of_8_by_hadd(__m256 v) {
