@@ -9,6 +9,8 @@ export type BloomeryErrorCode =
   | "GGUF_TRUNCATED"
   | "GGUF_UNSUPPORTED_VERSION"
   | "GGUF_TENSOR_OUT_OF_BOUNDS"
+  | "GGUF_TENSOR_OVERLAP"
+  | "GGUF_TENSOR_LAYOUT"
   | "GGUF_BAD_STRING"
   | "GGUF_BAD_VALUE_TYPE"
   | "GGUF_BAD_TENSOR"
@@ -29,6 +31,8 @@ export type BloomeryErrorCode =
   | "MODEL_MISSING_TENSOR"
   | "MODEL_TENSOR_SHAPE"
   | "MODEL_BAD_METADATA"
+  | "MODEL_UNEXPECTED_TENSOR"
+  | "MODEL_FILE_CHANGED"
   | "CONTEXT_TOO_LONG"
   | "CHAT_TEMPLATE"
   | "GRAMMAR_INVALID"
@@ -41,6 +45,7 @@ export type BloomeryErrorCode =
   | "OUT_OF_MEMORY"
   | "NATIVE_LOAD"
   | "DISPOSED"
+  | "SESSION_BUSY"
   | "ABORTED"
   | "INTERNAL";
 

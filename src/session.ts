@@ -11,7 +11,8 @@ import {
   type NativeSessionHandle,
   type NativeStateHandle,
 } from "./native.js";
-import { nativeSamplerOptions, StopStrings, type SamplingOptions } from "./sampling.js";
+import { nativeSamplerOptions, SAMPLING_OPTIONS, StopStrings, type SamplingOptions } from "./sampling.js";
+import { checkOptions, checkPath, optionKeys, tokenIds } from "./validate.js";
 import { iterableWithResult } from "./run-iterable.js";
 import type { Tokenizer } from "./tokenizer.js";
 import type { ChatMessage } from "./chat/types.js";
@@ -33,6 +34,12 @@ export interface GenerateOptions extends SamplingOptions {
    * not to be one, so a stop string is found even when it spans several tokens.
    */
   stop?: string | readonly string[];
+  /**
+   * Special tokens whose text the output shows (the text of a special token is hidden otherwise).
+   * {@link Session.chat} shows those its model's chat format is written in (DeepSeek's and Kimi-K2's
+   * tool-call tokens, for instance), for its parsers to read.
+   */
+  showSpecialTokens?: readonly number[];
   /**
    * Aborting it ends generation at once with stop reason `"abort"`: the iteration ends without
    * waiting for the forward pass in flight (whose results are dropped), nothing more is emitted,
@@ -126,6 +133,8 @@ interface GenerateRun {
   maxTokens: number;
   logprobs: boolean;
   stop: StopStrings;
+  /** The text of each special token the output shows. */
+  shown: ReadonlyMap<number, string>;
   signal: AbortSignal | undefined;
   settle: { resolve: (r: GenerateResult) => void; reject: (e: unknown) => void };
 }
@@ -144,6 +153,28 @@ export interface SessionModel {
   /** A Session for a native session made from this one (fork). */
   adoptSession(handle: NativeSessionHandle): Session;
 }
+
+const EVALUATE_OPTIONS = optionKeys<EvaluateOptions>()({ logits: true });
+const GENERATE_OPTIONS = [
+  ...SAMPLING_OPTIONS,
+  ...optionKeys<Omit<GenerateOptions, keyof SamplingOptions>>()({
+    maxTokens: true,
+    stop: true,
+    signal: true,
+    showSpecialTokens: true,
+  }),
+];
+const CHAT_OPTIONS = [
+  ...GENERATE_OPTIONS,
+  ...optionKeys<Omit<ChatOptions, keyof GenerateOptions>>()({
+    tools: true,
+    toolChoice: true,
+    parallelToolCalls: true,
+    templateKwargs: true,
+    toolCallFormat: true,
+    parseReasoning: true,
+  }),
+];
 
 const stateHandles = new WeakMap<SessionState, NativeStateHandle>();
 
@@ -174,12 +205,16 @@ export class SessionState {
 /**
  * One sequence with its own KV cache. Calls run one after another, in the order they are made;
  * the forward passes run on the model's scheduler thread, in one pass with the other sessions'
- * work (see `LoadModelOptions.parallel`). Create sessions with `Model.createSession()`.
+ * work (see `LoadModelOptions.parallel`). While a generation ({@link generate}, {@link chat}) is
+ * under way, from the call until its result settles, the session's other calls (dispose() aside)
+ * throw BloomeryError SESSION_BUSY rather than wait behind it: a generation lasts as long as its
+ * consumer keeps reading, which may be forever. Create sessions with `Model.createSession()`.
  */
 export class Session {
   #handle: NativeSessionHandle | undefined;
   readonly #model: SessionModel;
   #queue: Promise<unknown> = Promise.resolve();
+  #generating = false;
 
   /** @internal */
   constructor(handle: NativeSessionHandle, model: SessionModel) {
@@ -205,8 +240,12 @@ export class Session {
    * for a token outside the vocabulary; the context is unchanged after an error.
    */
   evaluate(tokens: ArrayLike<number>, options: EvaluateOptions = {}): Promise<Float32Array> {
-    const handle = this.#live();
-    const batch = Int32Array.from(tokens);
+    const handle = this.#idle("evaluate()");
+    checkOptions(options, EVALUATE_OPTIONS, "evaluate()");
+    if (options.logits !== undefined && options.logits !== "last" && options.logits !== "all") {
+      throw new BloomeryError("INVALID_ARGUMENT", 'logits must be "last" or "all"', { logits: options.logits });
+    }
+    const batch = tokenIds(tokens, this.#model.tokenizer.info.size, "evaluate()'s tokens");
     const all = options.logits === "all";
     return this.#enqueue(async () => {
       const logits = await callNativeAsync((a) => a.sessionEvaluate(handle, batch, all));
@@ -220,7 +259,8 @@ export class Session {
    * tokens as given), then draws one token after another with the sampling settings (greedy by
    * default) until the end-of-sequence token (not yielded), `maxTokens`, a stop string, the
    * signal, or a full context. Leaving the `for await` loop stops it before the next forward pass.
-   * The generation holds the session: its other calls wait until it ends. The tokens are drawn on
+   * The generation holds the session until its result settles: the session's other calls throw
+   * SESSION_BUSY meanwhile (calls made before it still run first). The tokens are drawn on
    * the model's scheduler thread, which runs ahead of the iteration; the context ends up as if it
    * had not (see `signal`).
    *
@@ -233,10 +273,12 @@ export class Session {
    * to the prompt-state cache, where other sessions of the model find it; `timings` says how many
    * prompt tokens were evaluated and how many were reused.
    *
-   * Throws BloomeryError INVALID_ARGUMENT naming the option that is out of range.
+   * Throws BloomeryError INVALID_ARGUMENT naming the option that is out of range or unknown, or the prompt token
+   * that is not a token id of the vocabulary; SESSION_BUSY while another generation of the session is under way.
    */
   generate(prompt: string | ArrayLike<number>, options: GenerateOptions = {}): GenerateIterable {
-    const handle = this.#live();
+    const handle = this.#idle("generate()");
+    checkOptions(options, GENERATE_OPTIONS, "generate()");
     const maxTokens = options.maxTokens ?? 256;
     if (!Number.isInteger(maxTokens) || maxTokens < 0) {
       throw new BloomeryError("INVALID_ARGUMENT", "maxTokens must be a non-negative integer", { maxTokens });
@@ -247,22 +289,48 @@ export class Session {
     }
     const stop = new StopStrings(options.stop);
     const tokenizer = this.#model.tokenizer;
+    const shown = new Map<number, string>();
+    for (const token of options.showSpecialTokens ?? []) {
+      if (!Number.isInteger(token) || token < 0 || token >= tokenizer.info.size) {
+        throw new BloomeryError("INVALID_ARGUMENT", "showSpecialTokens must hold token ids of the vocabulary", {
+          token,
+        });
+      }
+      shown.set(token, tokenizer.detokenize([token], { special: true }));
+    }
+    const promptTokens = Array.from(
+      typeof prompt === "string"
+        ? tokenizer.tokenize(prompt, { special: true, addSpecial: true })
+        : tokenIds(prompt, tokenizer.info.size, "generate()'s prompt"),
+    );
     const samplerOptions = nativeSamplerOptions(options, tokenizer.info.size);
     const sampler = callNative((a) => a.createSampler(samplerOptions, tokenizer.nativeTokenizer));
-    const promptTokens = Array.from(
-      typeof prompt === "string" ? tokenizer.tokenize(prompt, { special: true, addSpecial: true }) : prompt,
-    );
     let settle: GenerateRun["settle"] | undefined;
-    const result = new Promise<GenerateResult>((resolve, reject) => (settle = { resolve, reject }));
+    // The session is this generation's until its result settles (see the class's notes); one that is never run
+    // (neither iterated nor its result awaited) keeps it.
+    const result = new Promise<GenerateResult>((resolve, reject) => {
+      settle = {
+        resolve: (r) => {
+          this.#generating = false;
+          resolve(r);
+        },
+        reject: (e) => {
+          this.#generating = false;
+          reject(e);
+        },
+      };
+    });
     // A caller that only iterates must not leave an unhandled rejection behind.
     result.catch(() => {});
     const logprobs = samplerOptions.logprobs !== undefined;
+    this.#generating = true;
     const iterator = this.#stream(handle, {
       prompt: promptTokens,
       sampler,
       maxTokens,
       logprobs,
       stop,
+      shown,
       signal,
       settle: settle!,
     });
@@ -272,21 +340,23 @@ export class Session {
   /**
    * Chats: renders `messages` (and `tools`) with the model's chat template, generates the
    * assistant's answer as {@link generate} does, and parses it while it streams: reasoning (`<think>`
-   * blocks) and tool calls (in the format the template teaches: Qwen3/Hermes, Qwen3-Coder XML or
-   * Llama 3 JSON) come as their own fields of the chunks, and `.result` holds the whole message.
+   * blocks) and tool calls (in the format the template teaches: Qwen3/Hermes, Qwen3-Coder XML,
+   * Llama 3 JSON, GLM-4.5, DeepSeek-V3.1, DeepSeek-R1 or Kimi-K2: `ToolCallFormat`) come
+   * as their own fields of the chunks, and `.result` holds the whole message.
    * Text that only looked like a tool call (malformed, or cut off) comes back as answer text.
    * `messages` is the whole conversation: the session's context is replaced by it.
    *
    * Throws BloomeryError CHAT_TEMPLATE when the template fails, INVALID_ARGUMENT as generate does.
    */
   chat(messages: readonly ChatMessage[], options: ChatOptions = {}): ChatIterable {
-    this.#live();
+    this.#idle("chat()");
+    checkOptions(options, CHAT_OPTIONS, "chat()");
     return runChat(this, this.#model.renderChat, messages, options);
   }
 
   /** Forgets every token of the context, after storing its state in the model's prompt-state cache. */
   reset(): Promise<void> {
-    const handle = this.#live();
+    const handle = this.#idle("reset()");
     return this.#enqueue(async () => {
       await callNativeAsync((a) => a.sessionStoreInCache(handle));
       callNative((a) => a.sessionReset(handle));
@@ -298,7 +368,7 @@ export class Session {
    * before it): both continue from it independently, and give the same tokens for the same calls.
    */
   fork(): Promise<Session> {
-    const handle = this.#live();
+    const handle = this.#idle("fork()");
     return this.#enqueue(async () => {
       const forked = await callNativeAsync((a) => a.sessionFork(handle));
       return this.#model.adoptSession(forked);
@@ -314,10 +384,8 @@ export class Session {
   save(): Promise<SessionState>;
   save(path: string): Promise<void>;
   save(path?: string): Promise<SessionState | void> {
-    const handle = this.#live();
-    if (path !== undefined && (typeof path !== "string" || path === "")) {
-      throw new BloomeryError("INVALID_ARGUMENT", "save(path): path must be a non-empty string", { path });
-    }
+    const handle = this.#idle("save()");
+    if (path !== undefined) checkPath(path, "save(path)");
     return this.#enqueue(async () => {
       if (path !== undefined) return callNativeAsync((a) => a.sessionSaveFile(handle, path));
       return new SessionState(await callNativeAsync((a) => a.sessionSave(handle)));
@@ -332,9 +400,9 @@ export class Session {
    * unchanged after an error.
    */
   restore(state: SessionState | string): Promise<void> {
-    const handle = this.#live();
+    const handle = this.#idle("restore()");
     if (typeof state === "string") {
-      if (state === "") throw new BloomeryError("INVALID_ARGUMENT", "restore(path): path must be a non-empty string");
+      checkPath(state, "restore(path)");
       return this.#enqueue(() => callNativeAsync((a) => a.sessionRestoreFile(handle, state)));
     }
     const saved = state instanceof SessionState ? stateHandles.get(state) : undefined;
@@ -362,7 +430,7 @@ export class Session {
 
   /** The chunks of one generation; settles its result however it ends. */
   async *#stream(handle: NativeSessionHandle, run: GenerateRun): AsyncGenerator<GenerateChunk, void, undefined> {
-    const { prompt, sampler, maxTokens, stop, signal } = run;
+    const { prompt, sampler, maxTokens, stop, shown, signal } = run;
     const decoder = this.#model.tokenizer.createDecoder();
     const tokens: number[] = [];
     const logprobs: TokenLogprobs[] | undefined = run.logprobs ? [] : undefined;
@@ -406,7 +474,8 @@ export class Session {
           break;
         }
         tokens.push(event.token);
-        const piece = stop.push(decoder.push(event.token));
+        const special = shown.get(event.token);
+        const piece = stop.push(special === undefined ? decoder.push(event.token) : decoder.flush() + special);
         text += piece.text;
         if (piece.stopped) stopReason = "stop";
         if (logprobs) {
@@ -458,6 +527,18 @@ export class Session {
   #live(): NativeSessionHandle {
     if (!this.#handle) throw new BloomeryError("DISPOSED", "the session has been disposed");
     return this.#handle;
+  }
+
+  /** The handle, for a call that may not start while a generation holds the session. */
+  #idle(what: string): NativeSessionHandle {
+    const handle = this.#live();
+    if (this.#generating) {
+      throw new BloomeryError(
+        "SESSION_BUSY",
+        `${what}: a generation of this session is under way; end it (finish or leave its loop, or abort its signal) first`,
+      );
+    }
+    return handle;
   }
 
   #enqueue<T>(task: () => Promise<T>): Promise<T> {

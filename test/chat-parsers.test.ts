@@ -5,9 +5,12 @@ import {
   AssistantMessageBuilder,
   ChatOutputParser,
   detectToolCallFormat,
+  forcedCallPrefix,
   promptOpensThinking,
   type ChatOutputOptions,
+  type ToolCallFormat,
 } from "../src/chat/output.js";
+import { schemaAdmitsString } from "../src/chat/tool-call-values.js";
 import { BUILTIN_TEMPLATES } from "../src/chat/builtin-templates.js";
 import type { AssistantMessage } from "../src/chat/output.js";
 import type { ChatTool } from "../src/chat/types.js";
@@ -177,6 +180,191 @@ describe("Llama 3 JSON tool calls", () => {
       '<|python_tag|>{"name": "a", "param',
     );
     expect(parseEverySplit("<|python_tag|>search()", options).content).toBe("<|python_tag|>search()");
+  });
+});
+
+describe("GLM-4.5 / 4.6 / 4.7 tool calls", () => {
+  const options: ChatOutputOptions = { toolCallFormat: "glm-4.5", tools: [weather] };
+
+  it("parses calls with and without newlines, values typed by the schema, and calls without arguments", () => {
+    const input =
+      "<think>Need it.</think>\nChecking.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>New York</arg_value>\n" +
+      '<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n<arg_key>units</arg_key>\n<arg_value>{"temp": "C"}</arg_value>\n</tool_call>' +
+      "<tool_call>get_weather<arg_key>city</arg_key><arg_value>42</arg_value></tool_call>\n<tool_call>get_weather</tool_call>";
+    expect(parseEverySplit(input, options)).toEqual({
+      role: "assistant",
+      content: "Checking.",
+      reasoning: "Need it.",
+      toolCalls: [
+        { id: "call_0", name: "get_weather", arguments: { city: "New York", days: 3, units: { temp: "C" } } },
+        { id: "call_1", name: "get_weather", arguments: { city: "42" } },
+        { id: "call_2", name: "get_weather", arguments: {} },
+      ],
+    });
+  });
+
+  it("reads a value whose schema is not a string as JSON, and as text when it is not JSON", () => {
+    const call =
+      "<tool_call>f<arg_key>n</arg_key><arg_value>[1, 2]</arg_value><arg_key>w</arg_key><arg_value>two words</arg_value></tool_call>";
+    expect(parseEverySplit(call, options).toolCalls?.[0]?.arguments).toEqual({ n: [1, 2], w: "two words" });
+  });
+
+  it("gives a malformed call back as text", () => {
+    for (const bad of [
+      "<tool_call>get weather<arg_key>city</arg_key><arg_value>x</arg_value></tool_call>",
+      "<tool_call>get_weather<arg_key>city</arg_key>oops<arg_value>x</arg_value></tool_call>",
+      "<tool_call>get_weather<arg_key>city</arg_key><arg_value>x</arg_value> stray</tool_call>",
+      "<tool_call>\n</tool_call>",
+    ]) {
+      expect(parseEverySplit(`a ${bad}`, options)).toEqual({ role: "assistant", content: `a ${bad}` });
+    }
+  });
+});
+
+describe("DeepSeek tool calls", () => {
+  const v31: ChatOutputOptions = { toolCallFormat: "deepseek-v3.1" };
+  const r1: ChatOutputOptions = { toolCallFormat: "deepseek-r1" };
+  const section = (...calls: string[]) =>
+    `<｜tool▁calls▁begin｜>${calls.map((c) => `<｜tool▁call▁begin｜>${c}<｜tool▁call▁end｜>`).join("")}<｜tool▁calls▁end｜>`;
+
+  it("parses V3.1's section of calls after reasoning the prompt opened, as llama.cpp's tests write them", () => {
+    const input =
+      "REASONING</think>CONTENT" +
+      section('get_time<｜tool▁sep｜>{"city": "Paris"}', 'get_weather<｜tool▁sep｜>{"city": "Paris"}');
+    expect(parseEverySplit(input, { ...v31, startInReasoning: true })).toEqual({
+      role: "assistant",
+      content: "CONTENT",
+      reasoning: "REASONING",
+      toolCalls: [
+        { id: "call_0", name: "get_time", arguments: { city: "Paris" } },
+        { id: "call_1", name: "get_weather", arguments: { city: "Paris" } },
+      ],
+    });
+  });
+
+  it("parses R1's fenced calls, with or without a newline before the closing fence", () => {
+    const input =
+      "</think>" +
+      section(
+        'function<｜tool▁sep｜>special_function\n```json\n{"arg1": 1}```',
+        "function<｜tool▁sep｜>f\n```json\n{}\n```",
+      );
+    expect(parseEverySplit(input, { ...r1, startInReasoning: true })).toEqual({
+      role: "assistant",
+      content: "",
+      toolCalls: [
+        { id: "call_0", name: "special_function", arguments: { arg1: 1 } },
+        { id: "call_1", name: "f", arguments: {} },
+      ],
+    });
+  });
+
+  it("gives a section with any malformed call, or one left open, back as text", () => {
+    for (const [bad, options] of [
+      [section('get_time<｜tool▁sep｜>{"city": "Paris"}', "get_time<｜tool▁sep｜>[1]"), v31],
+      [section('get time<｜tool▁sep｜>{"city": "Paris"}'), v31],
+      [section('function<｜tool▁sep｜>f\n{"a": 1}'), r1],
+      [
+        section('get_time<｜tool▁sep｜>{"city": "Paris"}').replace("<｜tool▁calls▁end｜>", "x<｜tool▁calls▁end｜>"),
+        v31,
+      ],
+    ] as const) {
+      const message = parseEverySplit(`Hi ${bad}`, options);
+      expect(message.toolCalls, bad).toBeUndefined();
+      expect(message.content).toBe(`Hi ${bad}`);
+    }
+    const open =
+      '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_time<｜tool▁sep｜>{"city": "Paris"}<｜tool▁call▁end｜>';
+    expect(parseEverySplit(open, v31)).toEqual({ role: "assistant", content: open });
+  });
+});
+
+describe("Kimi-K2 tool calls", () => {
+  const options: ChatOutputOptions = { toolCallFormat: "kimi-k2" };
+  const call = (id: string, args: string) =>
+    `<|tool_call_begin|>${id}<|tool_call_argument_begin|>${args}<|tool_call_end|>`;
+  const section = (...calls: string[]) => `<|tool_calls_section_begin|>${calls.join("")}<|tool_calls_section_end|>`;
+
+  it("keeps the model's own call ids", () => {
+    const input =
+      "<think>I need two functions</think>Hello" +
+      section(
+        call("functions.special_function:0", '{"arg1": 1}'),
+        call("functions.python:1", '{"code": "print(\'hey\')"}'),
+      );
+    expect(parseEverySplit(input, options)).toEqual({
+      role: "assistant",
+      content: "Hello",
+      reasoning: "I need two functions",
+      toolCalls: [
+        { id: "functions.special_function:0", name: "special_function", arguments: { arg1: 1 } },
+        { id: "functions.python:1", name: "python", arguments: { code: "print('hey')" } },
+      ],
+    });
+  });
+
+  it("ends reasoning that the model did not close where its calls begin", () => {
+    const input = "<think>I need to call it" + section(call("functions.f:0", "{}"));
+    expect(parseEverySplit(input, options)).toEqual({
+      role: "assistant",
+      content: "",
+      reasoning: "I need to call it",
+      toolCalls: [{ id: "functions.f:0", name: "f", arguments: {} }],
+    });
+  });
+
+  it("gives a call with a malformed id or arguments back as text", () => {
+    for (const bad of [
+      section(call("get_weather:0", "{}")),
+      section(call("functions.f:x", "{}")),
+      section(call("functions.f:0", "{oops}")),
+      section(call("functions.f:0", "{}") + "text"),
+    ]) {
+      expect(parseEverySplit(bad, options)).toEqual({ role: "assistant", content: bad });
+    }
+  });
+});
+
+describe("forced calls", () => {
+  it("the opening each format's prompt ends with, and the model's rest, read as the forced call", () => {
+    const cases: [ToolCallFormat, string][] = [
+      ["hermes", '{"city": "Rome"}}\n</tool_call>'],
+      ["qwen3-coder", "<parameter=city>\nRome\n</parameter>\n</function>\n</tool_call>"],
+      ["llama3", '{"city": "Rome"}}'],
+      ["glm-4.5", "\n<arg_key>city</arg_key>\n<arg_value>Rome</arg_value>\n</tool_call>"],
+      ["deepseek-v3.1", '{"city": "Rome"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>'],
+      ["deepseek-r1", '{"city": "Rome"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>'],
+      ["kimi-k2", '0<|tool_call_argument_begin|>{"city": "Rome"}<|tool_call_end|><|tool_calls_section_end|>'],
+    ];
+    for (const [format, rest] of cases) {
+      for (const opensThinking of [false, true]) {
+        const prefix = forcedCallPrefix(format, { name: "get_weather" }, opensThinking);
+        const message = parseEverySplit(prefix + rest, {
+          toolCallFormat: format,
+          tools: [weather],
+          startInReasoning: opensThinking,
+        });
+        expect(message.content, `${format}: ${prefix + rest}`).toBe("");
+        expect(message.toolCalls?.map(({ name, arguments: args }) => ({ name, args }))).toEqual([
+          { name: "get_weather", args: { city: "Rome" } },
+        ]);
+      }
+    }
+  });
+});
+
+describe("argument types", () => {
+  it("a schema admits a string as llama.cpp decides it", () => {
+    expect(schemaAdmitsString({ type: "string" })).toBe(true);
+    expect(schemaAdmitsString({ type: ["null", "string"] })).toBe(true);
+    expect(schemaAdmitsString({ anyOf: [{ type: "integer" }, { type: "string" }] })).toBe(true);
+    expect(schemaAdmitsString({ allOf: [{ type: "string" }, { minLength: 1, type: "string" }] })).toBe(true);
+    expect(schemaAdmitsString({ enum: ["a", "b"] })).toBe(true);
+    expect(schemaAdmitsString({ const: "x" })).toBe(true);
+    expect(schemaAdmitsString({ type: "integer" })).toBe(false);
+    expect(schemaAdmitsString({ enum: ["a", 1] })).toBe(false);
+    expect(schemaAdmitsString({})).toBe(false);
+    expect(schemaAdmitsString(undefined)).toBe(false);
   });
 });
 

@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { BloomeryError, loadModel, type ChatTool, type Model } from "../src/index.js";
 import { writeSyntheticModel } from "../tools/synth/synth.js";
 import { defaultModelPath } from "../tools/default-model.js";
+import { forceText } from "./chat-helpers.js";
 
 const dir = mkdtempSync(join(tmpdir(), "bloomery-chat-"));
 const synthPath = join(dir, "tiny-qwen3moe.gguf");
@@ -32,18 +33,6 @@ const weather: ChatTool = {
   function: { name: "get_weather", description: "The weather in a city", parameters: { type: "object" } },
 };
 const question = [{ role: "user", content: "What is a river?" }];
-
-/**
- * Sampling that makes the engine write `text` greedily: a logit bias ranks its tokens (which must
- * all differ), and a presence penalty over a window as long as the text takes each used one out.
- */
-function forceText(model: Model, text: string) {
-  const tokens = Array.from(model.tokenize(text, { special: true }));
-  expect(new Set(tokens).size, "the forced text's tokens all differ").toBe(tokens.length);
-  const logitBias: Record<number, number> = {};
-  tokens.forEach((token, i) => (logitBias[token] = 100 * (tokens.length - i)));
-  return { logitBias, presencePenalty: 1000, repeatLastN: tokens.length - 1, maxTokens: tokens.length };
-}
 
 describe("Session.chat", () => {
   it("without tools, answers what generate answers over the chat template", async () => {

@@ -29,10 +29,15 @@ const THREADS = 1; // tiny models: more threads only spin (and CI has two cores)
 const TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"];
 const MORE_TYPES = ["IQ4_NL", "IQ4_XS", "MXFP4"];
 const PRESETS = ["tiny-qwen3moe", "tiny-qwen3", "tiny-qwen2", "tiny-llama"];
-const CASES: [preset: string, weightType: string][] = PRESETS.flatMap((preset) =>
-  [...TYPES, ...MORE_TYPES].map((type): [string, string] => [preset, type]),
-);
-const LONG_CASES: [preset: string, weightType: string][] = PRESETS.flatMap((preset) =>
+// GLM's and DeepSeek's blocks (latent attention, sigmoid routing with groups, shared experts) at
+// types of each kernel family: float, 32-value blocks, K-quants, codebooks.
+const FAMILY_PRESETS = ["tiny-glm4moe", "tiny-deepseek2"];
+const FAMILY_TYPES = ["F32", "F16", "Q8_0", "Q4_0", "Q4_K", "Q6_K", "IQ4_XS"];
+const CASES: [preset: string, weightType: string][] = [
+  ...PRESETS.flatMap((preset) => [...TYPES, ...MORE_TYPES].map((type): [string, string] => [preset, type])),
+  ...FAMILY_PRESETS.flatMap((preset) => FAMILY_TYPES.map((type): [string, string] => [preset, type])),
+];
+const LONG_CASES: [preset: string, weightType: string][] = [...PRESETS, ...FAMILY_PRESETS].flatMap((preset) =>
   ["F16", "Q8_0"].map((type): [string, string] => [preset, type]),
 );
 

@@ -54,6 +54,25 @@ function expectPartition(plan: OffloadPlan, experts: number): void {
 }
 
 describe("planOffload", () => {
+  it("places no experts in a model's dense layers (DeepSeek's and GLM's leading ones), and refuses plans that do", () => {
+    const leadingDense: ModelFootprint = { ...footprint, expertBytes: [0, 100, 100, 100] };
+    // Room for 5 experts in each of the three MoE layers (a dense layer costs nothing) and 50 bytes to spare.
+    const plan = planOffload(leadingDense, { gpu: fixed + 3 * 5 * 100 + 50, hostRam: roomy });
+    expect(plan.layers[0]).toEqual({ gpu: [], host: [], disk: [], reason: "a dense layer: no routed experts" });
+    for (const layer of plan.layers.slice(1)) {
+      expect(layer.gpu).toEqual([0, 1, 2, 3, 4]);
+      expect(layer.host).toEqual([5, 6, 7]);
+    }
+    expect(plan.bytes.gpu.experts).toBe(1500);
+    expect(plan.bytes.host).toBe(900);
+    expect(checkOffloadPlan(plan, leadingDense, plan.budgets).layers).toEqual(plan.layers);
+    const listed = structuredClone(plan);
+    listed.layers[0]!.host = [0];
+    const error = thrown(() => checkOffloadPlan(listed, leadingDense, plan.budgets));
+    expect(error.code).toBe("INVALID_ARGUMENT");
+    expect(error.message).toMatch(/layer 0 is a dense layer/);
+  });
+
   it("refuses a GPU budget that cannot hold the dense part, naming each term", () => {
     const error = thrown(() => planOffload(footprint, { gpu: fixed - 1, hostRam: roomy }));
     expect(error.code).toBe("INSUFFICIENT_MEMORY");

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { parseServeOptions, UsageError } from "../examples/server/options.js";
 import { cpuExpertLayers, gpuBudgets, placement } from "../examples/server/placement.js";
-import { getSystemInfo, loadModel } from "../src/index.js";
+import { loadModel } from "../src/index.js";
 import { defaultModelPath } from "../tools/default-model.js";
 
 const LAYERS = 6;
@@ -50,20 +50,24 @@ describe("bloomery-serve's expert placement flags", () => {
     expect(() => cpuExpertLayers(flags("-ot", "blk\\.2\\.=CPU"), LAYERS)).toThrow(/matches blk\.2\.attn_q\.weight/);
     expect(() => cpuExpertLayers(flags("-ot", "ffn_down_exps=CPU"), LAYERS)).toThrow(/gate, up and down together/);
     expect(() => cpuExpertLayers(flags("-ot", "exps"), LAYERS)).toThrow(UsageError);
-    await expect(placement("unused.gguf", flags("-ngl", "3"), LAYERS)).rejects.toThrow(/-ngl 3 of 6 layers/);
-    await expect(placement("unused.gguf", flags("-ngl", "0", "--cpu-moe"), LAYERS)).rejects.toThrow(/need the GPU/);
-    await expect(placement("unused.gguf", flags("-ngl", "many"), LAYERS)).rejects.toThrow(/layer count/);
+    await expect(placement("unused.gguf", flags("-ngl", "3"), { layers: LAYERS })).rejects.toThrow(
+      /-ngl 3 of 6 layers/,
+    );
+    await expect(placement("unused.gguf", flags("-ngl", "0", "--cpu-moe"), { layers: LAYERS })).rejects.toThrow(
+      /^--cpu-moe needs the GPU; -ngl 0 runs on the CPU$/,
+    );
+    await expect(placement("unused.gguf", flags("-ngl", "many"), { layers: LAYERS })).rejects.toThrow(/layer count/);
   });
 
   it("runs on the CPU with -ngl 0, and without a GPU only when no flag asks for one", async () => {
-    expect(await placement("unused.gguf", flags("-ngl", "0"), LAYERS)).toMatchObject({ gpu: false });
-    if (getSystemInfo().gpus.length > 0) return;
-    expect(await placement("unused.gguf", flags(), LAYERS)).toMatchObject({
-      gpu: false,
-      description: "on the CPU (no usable CUDA GPU)",
-    });
-    await expect(placement("unused.gguf", flags("--n-cpu-moe", "2"), LAYERS)).rejects.toThrow(/need a CUDA GPU/);
-    await expect(placement("unused.gguf", flags("-ngl", "all"), LAYERS)).rejects.toThrow(/need a CUDA GPU/);
+    expect(await placement("unused.gguf", flags("-ngl", "0"), { layers: LAYERS })).toMatchObject({ gpu: false });
+    const noGpu = (...argv: string[]) => placement("unused.gguf", flags(...argv), { layers: LAYERS }, 0);
+    expect(await noGpu()).toMatchObject({ gpu: false, description: "on the CPU (no usable CUDA GPU)" });
+    await expect(noGpu("--n-cpu-moe", "2")).rejects.toThrow(/^--n-cpu-moe needs a CUDA GPU/);
+    await expect(noGpu("-ngl", "all")).rejects.toThrow(/^-ngl needs a CUDA GPU/);
+    await expect(noGpu("-ngl", "all", "--cpu-moe", "--host-ram", "1GiB")).rejects.toThrow(
+      /^-ngl, --cpu-moe and --host-ram need a CUDA GPU, and none is usable$/,
+    );
   });
 });
 
@@ -83,14 +87,15 @@ describe("bloomery-serve's --gpu-budget, --host-ram and --residency", () => {
   });
 
   it("refuses the budgets where the model runs on the CPU rather than ignore them", async () => {
-    await expect(placement("unused.gguf", flags("-ngl", "0", "--gpu-budget", "8GiB"), LAYERS)).rejects.toThrow(
-      /--gpu-budget and --host-ram need the GPU; -ngl 0 runs on the CPU/,
+    await expect(
+      placement("unused.gguf", flags("-ngl", "0", "--gpu-budget", "8GiB"), { layers: LAYERS }),
+    ).rejects.toThrow(/^--gpu-budget needs the GPU; -ngl 0 runs on the CPU$/);
+    await expect(
+      placement("unused.gguf", flags("-ngl", "0", "--host-ram", "1GiB"), { layers: LAYERS }),
+    ).rejects.toThrow(UsageError);
+    await expect(placement("unused.gguf", flags("--host-ram", "64GiB"), { layers: LAYERS }, 0)).rejects.toThrow(
+      /^--host-ram needs a CUDA GPU/,
     );
-    await expect(placement("unused.gguf", flags("-ngl", "0", "--host-ram", "1GiB"), LAYERS)).rejects.toThrow(
-      UsageError,
-    );
-    if (getSystemInfo().gpus.length > 0) return;
-    await expect(placement("unused.gguf", flags("--host-ram", "64GiB"), LAYERS)).rejects.toThrow(/need a CUDA GPU/);
   });
 
   it("leaves the size syntax to loadModel, which refuses a value that is not one by name", async () => {
@@ -101,9 +106,20 @@ describe("bloomery-serve's --gpu-budget, --host-ram and --residency", () => {
     });
   });
 
-  it("accepts --residency static and refuses adaptive by name", () => {
-    expect(() => flags("--residency", "static")).not.toThrow();
-    expect(() => flags("--residency", "adaptive")).toThrow(/--residency adaptive is not supported yet/);
-    expect(() => flags("--residency", "dynamic")).toThrow(/--residency must be static or adaptive/);
+  it("hands --residency adaptive or static to loadModel on the GPU, and refuses it on the CPU or misspelt", async () => {
+    for (const residency of ["adaptive", "static"]) {
+      expect(await placement("unused.gguf", flags("--residency", residency), { layers: LAYERS }, 1)).toMatchObject({
+        gpu: "auto",
+        residency,
+      });
+    }
+    expect(await placement("unused.gguf", flags(), { layers: LAYERS }, 1)).not.toHaveProperty("residency");
+    await expect(
+      placement("unused.gguf", flags("-ngl", "0", "--residency", "static"), { layers: LAYERS }),
+    ).rejects.toThrow(/^--residency needs the GPU; -ngl 0 runs on the CPU$/);
+    await expect(placement("unused.gguf", flags("--residency", "static"), { layers: LAYERS }, 0)).rejects.toThrow(
+      /^--residency needs a CUDA GPU, and none is usable$/,
+    );
+    expect(() => flags("--residency", "dynamic")).toThrow(/--residency must be adaptive or static, not "dynamic"/);
   });
 });

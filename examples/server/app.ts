@@ -1,10 +1,12 @@
 // The fastify app: JSON bodies (strict UTF-8, whatever the content type, as llama-server reads
-// them), the API key check, llama-server's error shapes, and the routes of each API family.
+// them), the API key check, llama-server's error shapes, the routes of each API family, and the drain
+// that shuts it down.
 import { timingSafeEqual } from "node:crypto";
 import Fastify, { type FastifyInstance, type FastifyRequest } from "fastify";
 import { HttpError, sendError } from "./errors.js";
 import { ServerContext, type ServerConfig } from "./context.js";
 import { registerCors } from "./cors.js";
+import { drain, OpenRequests, type DrainReport } from "./drain.js";
 import { registerInfo } from "./routes/info.js";
 import { registerTokenize } from "./routes/tokenize.js";
 import { registerOpenAiChat } from "./routes/openai-chat.js";
@@ -12,6 +14,7 @@ import { registerOpenAiCompletions } from "./routes/openai-completions.js";
 import { registerLlamaNative } from "./routes/llama-native.js";
 import { registerAnthropic } from "./routes/anthropic.js";
 import { registerSlots } from "./routes/slots.js";
+import { shuttingDown } from "./slots.js";
 
 export interface AppOptions {
   /** Largest request body in bytes (default 8 MiB); larger ones get a 413. */
@@ -30,15 +33,23 @@ const PUBLIC_PATHS = new Set(["/health", "/v1/health", "/models", "/v1/models"])
 
 const utf8 = new TextDecoder("utf-8", { fatal: true });
 
-export function createApp(
-  config: ServerConfig,
-  options: AppOptions = {},
-): { app: FastifyInstance; context: ServerContext } {
+export interface ServerApp {
+  app: FastifyInstance;
+  context: ServerContext;
+  /** Drains and closes the server (see drain.ts), giving running generations `deadlineMs` to end. */
+  shutdown(deadlineMs: number): Promise<DrainReport>;
+}
+
+export function createApp(config: ServerConfig, options: AppOptions = {}): ServerApp {
+  // A blank key would let in every request that sends it, or none: refused however the caller got it.
+  if (config.apiKeys.some((key) => key.trim() === "")) throw new Error("an API key is empty");
   const context = new ServerContext(config);
   const requestTimeout = (options.timeoutSeconds ?? 600) * 1000;
   const app = Fastify({
     bodyLimit: options.bodyLimit ?? 8 * 1024 * 1024,
     logger: options.logger ?? false,
+    // A shutdown answers new requests itself, in llama-server's error shape.
+    return503OnClosing: false,
     requestTimeout,
     // Node checks the timeout every connectionsCheckingInterval (30 s by default): often enough for a short one
     // to be kept, and its headers timeout (60 s by default) may not exceed it.
@@ -65,8 +76,14 @@ export function createApp(
     }
   });
 
+  const requests = new OpenRequests();
+  requests.register(app);
   registerCors(app);
-  app.addHook("onRequest", async (request) => {
+  app.addHook("onRequest", async (request, reply) => {
+    if (context.stopping) {
+      reply.header("connection", "close");
+      throw shuttingDown("it takes no new requests");
+    }
     const path = request.url.split("?")[0]!;
     if (config.apiKeys.length > 0 && !PUBLIC_PATHS.has(path) && !hasKey(request, config.apiKeys)) {
       throw new HttpError(401, "Invalid API Key");
@@ -84,7 +101,7 @@ export function createApp(
   registerLlamaNative(app, context);
   registerAnthropic(app, context);
   registerSlots(app, context);
-  return { app, context };
+  return { app, context, shutdown: (deadlineMs) => drain(app, context, requests, deadlineMs) };
 }
 
 /** The key from `Authorization: Bearer <key>` (OpenAI) or `x-api-key` (Anthropic). */

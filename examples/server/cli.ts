@@ -1,14 +1,19 @@
 // bloomery-serve: a llama-server-compatible HTTP server on bloomery's public API.
 //   bloomery-serve [-m model.gguf] [--host H] [--port P] [-c N] [-np N] [--api-key K] ... (--help lists all)
 // It listens at once (GET /health answers 503 until the model is loaded), then serves.
-import { totalmem } from "node:os";
-import { BloomeryError, loadModel, readGgufInfo } from "../../src/index.js";
+import { BloomeryError, loadModel } from "../../src/index.js";
 import { defaultModelPath } from "../../tools/default-model.js";
 import { createApp } from "./app.js";
-import { fetchHubModel, HubError, hubLocation } from "./hf.js";
+import { DRAIN_SECONDS } from "./drain.js";
+import { fetchHubModel, HubError } from "./hf.js";
+import { launchSettings, modelSource } from "./launch.js";
 import { parseServeOptions, usage, UsageError } from "./options.js";
-import { placement } from "./placement.js";
 import { Slots } from "./slots.js";
+
+const log = (line: string) => console.error(`bloomery-serve: ${line}`);
+
+/** Aborted by the first SIGTERM or SIGINT once the server listens: from then on the drain decides the exit. */
+const stop = new AbortController();
 
 async function main(): Promise<void> {
   const options = parseServeOptions(process.argv.slice(2), process.env);
@@ -16,64 +21,42 @@ async function main(): Promise<void> {
     process.stdout.write(usage());
     return;
   }
-  const modelPath = options.hfRepo
-    ? await fetchHubModel({
-        repo: options.hfRepo,
-        ...(options.hfFile !== undefined ? { file: options.hfFile } : {}),
-        ...(options.hfToken !== undefined ? { token: options.hfToken } : {}),
-        ...hubLocation(process.env),
-        log: (line) => console.error(`bloomery-serve: ${line}`),
-      })
-    : (options.model ?? defaultModelPath());
+  const source = modelSource(options, process.env, defaultModelPath);
+  const modelPath = "path" in source ? source.path : await fetchHubModel({ ...source.hub, log });
   // Flags are checked against the file before listening, so a bad one fails at once.
-  const where = await placement(modelPath, options, (await readGgufInfo(modelPath)).summary.layers);
-  const { app, context } = createApp(
-    {
-      modelPath,
-      alias: options.alias,
-      apiKeys: options.apiKeys,
-      metrics: options.metrics,
-      slotsEndpoint: options.slots,
-      ...(options.slotSavePath !== undefined ? { slotSavePath: options.slotSavePath } : {}),
-      temperature: options.temperature,
-      reasoningFormat: options.reasoningFormat,
-      ...(options.chatTemplateKwargs ? { chatTemplateKwargs: options.chatTemplateKwargs } : {}),
-    },
-    { timeoutSeconds: options.timeoutSeconds },
-  );
-  const address = await app.listen({ host: options.host, port: options.port });
-  console.error(`bloomery-serve: listening on ${address}, loading ${modelPath} ${where.description}`);
-  const model = await loadModel(modelPath, {
-    gpu: where.gpu,
-    ...(where.hostRam !== undefined ? { hostRam: where.hostRam } : {}),
-    // Every slot decodes in the same pass: -np slots, -np sequences per pass.
-    parallel: options.parallel,
-    mlock: options.mlock,
-    mmap: !options.noMmap,
-    ...(where.plan ? { plan: where.plan } : {}),
-    ...(options.cacheRamMiB !== undefined
-      ? { cacheRam: options.cacheRamMiB < 0 ? totalmem() : options.cacheRamMiB * 1024 ** 2 }
-      : {}),
-    ...(options.threads !== undefined ? { threads: options.threads } : {}),
-    ...(options.ctxSize !== undefined ? { contextSize: options.ctxSize } : {}),
-    ...(options.chatTemplate !== undefined ? { chatTemplate: options.chatTemplate } : {}),
-  });
-  const slots = new Slots(model, options.parallel);
-  context.serve(slots);
-  console.error(`bloomery-serve: model loaded, ${options.parallel} slot(s) of ${model.info.contextSize} tokens`);
-  for (const question of options.ask) {
-    process.stdout.write(`> ${question}\n${await askOverHttp(address, question, options.apiKeys[0])}\n\n`);
-  }
-  if (options.ask.length > 0) console.error(`bloomery-serve: serving on ${address} (Ctrl-C stops it)`);
+  const launch = await launchSettings(options, modelPath);
+  const { app, context, shutdown } = createApp(launch.config, launch.app);
+  const address = await app.listen(launch.listen);
+  log(`listening on ${address}, loading ${modelPath} ${launch.where}`);
 
-  const shutdown = () => {
-    void app.close().finally(() => {
-      model.dispose();
+  // A first SIGTERM or SIGINT drains (drain.ts) and exits; a second exits at once, as llama-server's.
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (stop.signal.aborted) {
+      log(`${signal} again: exiting now`);
+      process.exit(1);
+    }
+    stop.abort();
+    log(`${signal}: shutting down, giving running generations ${DRAIN_SECONDS} s to end`);
+    void shutdown(DRAIN_SECONDS * 1000).then((report) => {
+      log(
+        `stopped: ${report.running} generation(s) were running${report.stopped ? " (stopped at the deadline)" : ""}, ` +
+          `${report.waiting} waiting request(s) refused`,
+      );
+      // A model still busy (a request that outlived the deadline) is left to the exit to free.
+      if (report.drained && context.loaded) context.model.dispose();
       process.exit(0);
     });
   };
-  process.once("SIGINT", shutdown);
-  process.once("SIGTERM", shutdown);
+  process.on("SIGINT", onSignal);
+  process.on("SIGTERM", onSignal);
+
+  const model = await loadModel(modelPath, { ...launch.load, signal: stop.signal });
+  context.serve(new Slots(model, launch.slots));
+  log(`model loaded, ${launch.slots} slot(s) of ${model.info.contextSize} tokens`);
+  for (const question of launch.ask) {
+    process.stdout.write(`> ${question}\n${await askOverHttp(address, question, launch.config.apiKeys[0])}\n\n`);
+  }
+  if (launch.ask.length > 0) log(`serving on ${address} (Ctrl-C stops it)`);
 }
 
 /** One greedy chat turn through the server's own OpenAI endpoint, as any client would send it. */
@@ -90,9 +73,10 @@ async function askOverHttp(address: string, question: string, apiKey: string | u
 }
 
 main().catch((error: unknown) => {
+  // What fails once a shutdown began (the load it aborts, an --ask it refuses) is the drain's to end.
+  if (stop.signal.aborted) return;
   if (error instanceof UsageError) console.error(`bloomery-serve: ${error.message}\n\n${usage()}`);
-  else if (error instanceof HubError) console.error(`bloomery-serve: ${error.message}`);
-  else if (error instanceof BloomeryError) console.error(`bloomery-serve: ${error.code}: ${error.message}`);
+  else if (error instanceof HubError || error instanceof BloomeryError) log(`${error.code}: ${error.message}`);
   else console.error(error);
   process.exit(1);
 });

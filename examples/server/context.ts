@@ -34,6 +34,8 @@ export type ReasoningFormat = (typeof REASONING_FORMATS)[number];
 
 export class ServerContext {
   #slots: Slots | undefined;
+  /** Set when a shutdown begins: new requests are answered 503. */
+  stopping = false;
 
   constructor(readonly config: ServerConfig) {}
 

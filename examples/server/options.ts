@@ -1,7 +1,8 @@
 // bloomery-serve's command line: llama-server's spellings, each also read from its LLAMA_ARG_*
 // environment variable (the command line wins). Unknown flags and variables are refused by name.
-import { readFileSync } from "node:fs";
+import { readFileSync, statSync } from "node:fs";
 import { REASONING_FORMATS, type ReasoningFormat } from "./context.js";
+import { DRAIN_SECONDS } from "./drain.js";
 
 export interface ServeOptions {
   model?: string;
@@ -13,7 +14,9 @@ export interface ServeOptions {
   hfToken?: string;
   host: string;
   port: number;
+  /** -c: tokens of context per slot; 0: the model's trained context (llama-server's meaning). */
   ctxSize?: number;
+  /** -t: CPU threads; undefined (also -t 0 or less, as llama-server reads it): one per physical core. */
   threads?: number;
   parallel: number;
   apiKeys: string[];
@@ -48,21 +51,25 @@ export interface ServeOptions {
   gpuBudget?: string;
   /** --host-ram: bytes or a size such as "64GiB" of host RAM for the experts off the GPU (loadModel's hostRam). */
   hostRam?: string;
+  /** --residency: loadModel's residency; undefined: its default (adaptive). */
+  residency?: "adaptive" | "static";
   temperature: number;
   help: boolean;
 }
 
 type Kind = "string" | "integer" | "number" | "flag";
 
-interface Flag {
+export interface Flag {
   names: string[];
   env?: string;
   kind: Kind;
   help: string;
-  apply: (options: ServeOptions, value: string | number | boolean) => void;
+  /** Stores the value; `name` is the flag or variable it came from, for errors. */
+  apply: (options: ServeOptions, value: string | number | boolean, name: string) => void;
 }
 
-const FLAGS: Flag[] = [
+/** Every flag bloomery-serve takes (tests check that each reaches what it controls). */
+export const FLAGS: readonly Flag[] = [
   {
     names: ["-m", "--model"],
     env: "LLAMA_ARG_MODEL",
@@ -109,15 +116,15 @@ const FLAGS: Flag[] = [
     names: ["-c", "--ctx-size"],
     env: "LLAMA_ARG_CTX_SIZE",
     kind: "integer",
-    help: "tokens of context per slot (default: the model's, at most 4096)",
-    apply: (o, v) => (o.ctxSize = v as number),
+    help: "tokens of context per slot, 0: the model's trained context (default: the model's, at most 4096)",
+    apply: (o, v, name) => (o.ctxSize = atLeast(v as number, 0, name)),
   },
   {
     names: ["-t", "--threads"],
     env: "LLAMA_ARG_THREADS",
     kind: "integer",
-    help: "CPU threads (default: one per physical core)",
-    apply: (o, v) => (o.threads = v as number),
+    help: "CPU threads (default, also 0 or less: one per physical core)",
+    apply: (o, v) => (o.threads = (v as number) > 0 ? (v as number) : undefined),
   },
   {
     names: ["-np", "--parallel"],
@@ -130,15 +137,15 @@ const FLAGS: Flag[] = [
     names: ["--api-key"],
     env: "LLAMA_API_KEY",
     kind: "string",
-    help: "API keys, comma-separated, that requests must carry",
-    apply: (o, v) => o.apiKeys.push(...splitKeys(v as string)),
+    help: "API keys, comma-separated, that requests must carry (an empty key is refused)",
+    apply: (o, v, name) => o.apiKeys.push(...readKeys(v as string, name)),
   },
   {
     names: ["--api-key-file"],
     env: "LLAMA_ARG_API_KEY_FILE",
     kind: "string",
-    help: "file of API keys, one per line",
-    apply: (o, v) => o.apiKeys.push(...readKeyFile(v as string)),
+    help: "file of API keys, one per line; blank lines and lines starting with # are skipped (a file of no key is refused)",
+    apply: (o, v, name) => o.apiKeys.push(...readKeyFile(v as string, name)),
   },
   {
     names: ["-a", "--alias"],
@@ -201,7 +208,8 @@ const FLAGS: Flag[] = [
     env: "LLAMA_ARG_OVERRIDE_TENSOR",
     kind: "string",
     help: "<tensor regex>=CPU for routed expert tensors, comma-separated (e.g. 'blk\\.[0-9]\\.ffn_.*_exps=CPU')",
-    apply: (o, v) => o.overrideTensors.push(...splitKeys(v as string)),
+    // Each rule is checked where it is applied (placement.ts): an empty one is refused there.
+    apply: (o, v) => o.overrideTensors.push(...(v as string).split(",").map((rule) => rule.trim())),
   },
   {
     names: ["--ask"],
@@ -240,15 +248,15 @@ const FLAGS: Flag[] = [
     names: ["--slot-save-path"],
     env: "LLAMA_ARG_SLOT_SAVE_PATH",
     kind: "string",
-    help: "folder of POST /slots/:id?action=save|restore files (without it, save and restore are refused)",
-    apply: (o, v) => (o.slotSavePath = v as string),
+    help: "folder of POST /slots/:id?action=save|restore files, which must exist (without it, save and restore are refused)",
+    apply: (o, v, name) => (o.slotSavePath = readFolder(v as string, name)),
   },
   {
     names: ["--cache-ram"],
     env: "LLAMA_ARG_CACHE_RAM",
     kind: "integer",
     help: "MiB of host RAM for the prompt-state cache (-1: no limit, 0: off; default: a quarter of RAM, at most 8 GiB)",
-    apply: (o, v) => (o.cacheRamMiB = v as number),
+    apply: (o, v, name) => (o.cacheRamMiB = atLeast(v as number, -1, name)),
   },
   {
     names: ["-to", "--timeout"],
@@ -272,15 +280,20 @@ const FLAGS: Flag[] = [
   {
     names: ["--residency"],
     kind: "string",
-    help: "which experts stay on the GPU: static, placed once at load (the only one yet; adaptive is not supported)",
-    apply: (_o, v) => readResidency(v as string),
+    help:
+      "where the routed experts the GPU cannot all hold run: adaptive (default) moves the most-routed host experts " +
+      "onto the GPU between steps, static keeps them where the load placed them (needs the GPU; with experts paged " +
+      "from disk the placement stays as loaded either way)",
+    apply: (o, v, name) => (o.residency = readResidency(v as string, name)),
   },
   {
     names: ["--jinja"],
     env: "LLAMA_ARG_JINJA",
     kind: "flag",
-    help: "accepted: chat templates are always Jinja",
-    apply: () => {},
+    help: "accepted for llama-server's command lines, no effect: chat templates are always Jinja (false is refused)",
+    apply: (_o, v, name) => {
+      if (v === false) throw new UsageError(`${name} false: bloomery renders every chat template with Jinja`);
+    },
   },
   {
     names: ["--metrics"],
@@ -293,7 +306,7 @@ const FLAGS: Flag[] = [
     names: ["--temp"],
     kind: "number",
     help: "temperature of requests that set none (default 0.8)",
-    apply: (o, v) => (o.temperature = v as number),
+    apply: (o, v, name) => (o.temperature = atLeast(v as number, 0, name)),
   },
   { names: ["-h", "--help"], kind: "flag", help: "print this and exit", apply: (o, v) => (o.help = v as boolean) },
 ];
@@ -349,7 +362,7 @@ export function parseServeOptions(argv: readonly string[], env: NodeJS.ProcessEn
     if (!flag) throw new UsageError(`unsupported environment variable: ${key}`);
     if (!fromArgs.has(flag) && value !== undefined) pending.unshift([flag, value, key]);
   }
-  for (const [flag, value, name] of pending) flag.apply(options, convert(flag, value, name));
+  for (const [flag, value, name] of pending) flag.apply(options, convert(flag, value, name), name);
   if (options.model !== undefined && options.hfRepo !== undefined)
     throw new UsageError("-m and -hf both name the model: give one");
   if (options.hfFile !== undefined && options.hfRepo === undefined) throw new UsageError("--hf-file needs -hf");
@@ -378,22 +391,52 @@ function convert(flag: Flag, value: string | undefined, name: string): string | 
   }
 }
 
-function splitKeys(list: string): string[] {
-  return list
-    .split(",")
-    .map((key) => key.trim())
-    .filter(Boolean);
+function atLeast(value: number, least: number, name: string): number {
+  if (value < least) throw new UsageError(`${name} must be at least ${least}, not ${value}`);
+  return value;
 }
 
-function readKeyFile(path: string): string[] {
-  try {
-    return readFileSync(path, "utf8")
-      .split(/\r?\n/)
-      .map((key) => key.trim())
-      .filter(Boolean);
-  } catch (error) {
-    throw new UsageError(`--api-key-file ${path}: ${(error as Error).message}`);
+/**
+ * Comma-separated API keys. An empty one is refused, never dropped: a server started with `--api-key ''`
+ * would otherwise serve everyone, the opposite of what was asked.
+ */
+function readKeys(list: string, name: string): string[] {
+  const keys = list.split(",").map((key) => key.trim());
+  if (keys.some((key) => key === "")) {
+    const what = list.trim() === "" ? "is empty" : `${JSON.stringify(list)} holds an empty API key`;
+    throw new UsageError(`${name} ${what}: give the keys, or leave ${name} out to serve without one`);
   }
+  return keys;
+}
+
+/** The keys of a key file, one a line, skipping blank lines and # comments as llama-server does; none is refused. */
+function readKeyFile(path: string, name: string): string[] {
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (error) {
+    throw new UsageError(`${name} ${path}: ${(error as Error).message}`);
+  }
+  const keys = text
+    .split(/\r?\n/)
+    .map((key) => key.trim())
+    .filter((key) => key !== "" && !key.startsWith("#"));
+  if (keys.length === 0)
+    throw new UsageError(
+      `${name} ${path} holds no API key (only blank or # lines): give a file of keys, or leave ${name} out to serve without one`,
+    );
+  return keys;
+}
+
+function readFolder(path: string, name: string): string {
+  let folder: boolean;
+  try {
+    folder = statSync(path).isDirectory();
+  } catch (error) {
+    throw new UsageError(`${name} ${path}: ${(error as Error).message}`);
+  }
+  if (!folder) throw new UsageError(`${name} ${path} is not a folder`);
+  return path;
 }
 
 function readKwargs(text: string): Record<string, unknown> {
@@ -418,12 +461,9 @@ function readReasoningFormat(text: string): ReasoningFormat {
   return format;
 }
 
-/** Only static residency exists: experts placed at load stay there. Adaptive (moving hot experts) is issue #7. */
-function readResidency(text: string): void {
-  if (text === "static") return;
-  if (text === "adaptive")
-    throw new UsageError("--residency adaptive is not supported yet: experts stay where the load put them (static)");
-  throw new UsageError(`--residency must be static or adaptive, not ${JSON.stringify(text)}`);
+function readResidency(text: string, name: string): "adaptive" | "static" {
+  if (text === "adaptive" || text === "static") return text;
+  throw new UsageError(`${name} must be adaptive or static, not ${JSON.stringify(text)}`);
 }
 
 function readTemplateFile(path: string): string {
@@ -440,5 +480,14 @@ export function usage(): string {
     const names = f.names.join(", ") + (f.kind === "flag" ? "" : f.kind === "string" ? " VALUE" : " N");
     return `  ${names.padEnd(24)} ${f.help}${f.env ? ` (env: ${f.env})` : ""}`;
   });
-  return ["usage: bloomery-serve [options]", "", ...rows, ""].join("\n");
+  return [
+    "usage: bloomery-serve [options]",
+    "",
+    ...rows,
+    "",
+    "On SIGTERM or SIGINT the server takes no new requests and answers 503 to those waiting for a slot, gives the",
+    `generations running ${DRAIN_SECONDS} s to end (a fixed drain deadline; then they are stopped: a 503, or an error`,
+    "event on a stream), closes every connection left and exits; a second signal exits at once.",
+    "",
+  ].join("\n");
 }

@@ -2,7 +2,8 @@
 // onto loadModel's gpu and plan options. bloomery always keeps the dense weights (attention, norms,
 // router, embeddings, output) on the GPU when it uses one, so what these flags can move to the CPU
 // is the routed experts; a flag that asks for more is refused by name rather than half-obeyed.
-// bloomery's own --gpu-budget and --host-ram are loadModel's gpu.budget and hostRam, whose sizes it checks.
+// bloomery's own --gpu-budget, --host-ram and --residency are loadModel's gpu.budget, hostRam (whose sizes it
+// checks) and residency.
 import {
   getSystemInfo,
   modelFootprint,
@@ -16,25 +17,34 @@ export interface Placement {
   gpu: LoadModelOptions["gpu"];
   plan?: OffloadPlan;
   hostRam?: LoadModelOptions["hostRam"];
+  residency?: LoadModelOptions["residency"];
   /** One line for the log: where the model runs and why. */
   description: string;
 }
 
 const EXPERT_TENSORS = ["ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"];
 
-/** The -ot rules as (regex, buffer type); only CPU moves anything (any other type is the GPU, as by default). */
+/**
+ * The -ot rules as (regex, on the CPU): CPU keeps the tensors in host RAM, CUDA0 (the GPU bloomery uses) where they
+ * are by default; another buffer type is refused rather than read as the GPU.
+ */
 function overrideRules(patterns: readonly string[]): { regex: RegExp; cpu: boolean; text: string }[] {
   return patterns.map((text) => {
     const at = text.lastIndexOf("=");
     if (at <= 0)
       throw new UsageError(`--override-tensor ${JSON.stringify(text)}: expected <tensor regex>=<buffer type>`);
+    const buffer = text.slice(at + 1);
+    if (!/^(cpu|cuda0)$/i.test(buffer))
+      throw new UsageError(
+        `--override-tensor ${JSON.stringify(text)}: the buffer type must be CPU or CUDA0, not ${JSON.stringify(buffer)}`,
+      );
     let regex: RegExp;
     try {
       regex = new RegExp(text.slice(0, at));
     } catch (error) {
       throw new UsageError(`--override-tensor ${JSON.stringify(text)}: ${(error as Error).message}`);
     }
-    return { regex, cpu: /^cpu$/i.test(text.slice(at + 1)), text };
+    return { regex, cpu: /^cpu$/i.test(buffer), text };
   });
 }
 
@@ -86,17 +96,44 @@ export function gpuBudgets(options: ServeOptions): {
   };
 }
 
-/** The gpu and plan options for loadModel from the serve options. */
-export async function placement(modelPath: string, options: ServeOptions, layers: number): Promise<Placement> {
+/**
+ * The flags given that only mean something on the GPU: --residency says how experts move between the GPU and host
+ * RAM, the others where they go.
+ */
+function gpuOnlyFlags(options: ServeOptions): string[] {
+  const given: [string, boolean][] = [
+    ["--cpu-moe", options.cpuMoe],
+    ["--n-cpu-moe", options.nCpuMoe !== undefined],
+    ["--override-tensor", options.overrideTensors.length > 0],
+    ["--gpu-budget", options.gpuBudget !== undefined],
+    ["--host-ram", options.hostRam !== undefined],
+    ["--residency", options.residency !== undefined],
+  ];
+  return given.filter(([, set]) => set).map(([name]) => name);
+}
+
+const listed = (names: string[]) =>
+  names.length === 1 ? names[0]! : `${names.slice(0, -1).join(", ")} and ${names.at(-1)}`;
+const needs = (names: string[]) => (names.length === 1 ? "needs" : "need");
+
+/**
+ * The gpu, plan, hostRam and residency options for loadModel from the serve options, for a model of `layers` layers
+ * loaded with `contextSize` (undefined: loadModel's default). `gpus`: the usable CUDA devices (the system's; tests
+ * pass 1 to see what a GPU machine would load).
+ */
+export async function placement(
+  modelPath: string,
+  options: ServeOptions,
+  { layers, contextSize }: { layers: number; contextSize?: number },
+  gpus = getSystemInfo().gpus.length,
+): Promise<Placement> {
   const moesToCpu = options.cpuMoe || options.nCpuMoe !== undefined || options.overrideTensors.length > 0;
-  const budgets = options.gpuBudget !== undefined || options.hostRam !== undefined;
+  const gpuFlags = gpuOnlyFlags(options);
   const ngl = options.gpuLayers?.trim().toLowerCase();
   if (options.nCpuMoe !== undefined && options.nCpuMoe < 0) throw new UsageError("--n-cpu-moe must be at least 0");
   if (ngl === "0") {
-    if (moesToCpu || budgets)
-      throw new UsageError(
-        "--cpu-moe, --n-cpu-moe, --override-tensor, --gpu-budget and --host-ram need the GPU; -ngl 0 runs on the CPU",
-      );
+    if (gpuFlags.length > 0)
+      throw new UsageError(`${listed(gpuFlags)} ${needs(gpuFlags)} the GPU; -ngl 0 runs on the CPU`);
     return { gpu: false, description: "on the CPU (-ngl 0)" };
   }
   if (ngl !== undefined && ngl !== "auto" && ngl !== "all" && ngl !== "-1") {
@@ -109,22 +146,21 @@ export async function placement(modelPath: string, options: ServeOptions, layers
     }
   }
   const onCpu = moesToCpu ? cpuExpertLayers(options, layers) : [];
-  const cuda = getSystemInfo().gpus;
-  if (cuda.length === 0) {
-    if (ngl !== undefined || moesToCpu || budgets) {
-      throw new UsageError(
-        "-ngl, --cpu-moe, --n-cpu-moe, --override-tensor, --gpu-budget and --host-ram need a CUDA GPU, and none is usable",
-      );
-    }
+  if (gpus === 0) {
+    const given = [...(ngl !== undefined ? ["-ngl"] : []), ...gpuFlags];
+    if (given.length > 0) throw new UsageError(`${listed(given)} ${needs(given)} a CUDA GPU, and none is usable`);
     return { gpu: false, description: "on the CPU (no usable CUDA GPU)" };
   }
   const { gpu, hostRam, within } = gpuBudgets(options);
+  const residency = options.residency !== undefined ? { residency: options.residency } : {};
   if (!moesToCpu)
-    return { gpu, ...hostRam, description: `on the GPU (experts it cannot hold stay in host RAM)${within}` };
-  const footprint = await modelFootprint(
-    modelPath,
-    options.ctxSize !== undefined ? { contextSize: options.ctxSize } : {},
-  );
+    return {
+      gpu,
+      ...hostRam,
+      ...residency,
+      description: `on the GPU (experts it cannot hold stay in host RAM)${within}`,
+    };
+  const footprint = await modelFootprint(modelPath, contextSize !== undefined ? { contextSize } : {});
   // Every expert on the GPU but those the flags name; loadModel checks the result against the real budgets.
   const all = planOffload(footprint, { gpu: Infinity, hostRam: Infinity });
   const plan: OffloadPlan = {
@@ -140,6 +176,7 @@ export async function placement(modelPath: string, options: ServeOptions, layers
   return {
     gpu,
     ...hostRam,
+    ...residency,
     plan,
     description: `on the GPU, with the routed experts of ${count} of ${layers} layers on the CPU${within}`,
   };

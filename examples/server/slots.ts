@@ -1,6 +1,8 @@
 // The server's slots: one session each (-np/--parallel of them). A request takes the first slot
 // that is free, in arrival order, and holds it until its generation ends; the engine decodes every
 // busy slot in one forward pass per step (the model is loaded with parallel = the slot count).
+// A shutdown closes the slots: waiting requests and new ones are refused, running ones go on until
+// they end or the shutdown stops them.
 import type {
   ChatChunk,
   ChatMessage,
@@ -16,6 +18,11 @@ import { HttpError } from "./errors.js";
 
 /** Thrown to a request whose client left while it waited for a slot. */
 export class ClientGone extends Error {}
+
+/** What a request gets once the server is shutting down (503, so that a client may retry elsewhere). */
+export function shuttingDown(what: string): HttpError {
+  return new HttpError(503, `the server is shutting down: ${what}`);
+}
 
 export interface SlotRun extends GenerateResult {
   slot: number;
@@ -50,7 +57,11 @@ interface Slot {
 export class Slots {
   readonly #free: Slot[];
   /** Requests waiting for a slot, in arrival order: `slot` -1 takes any, else that one. */
-  readonly #waiting: { slot: number; take: (slot: Slot) => void }[] = [];
+  readonly #waiting: { slot: number; take: (slot: Slot) => void; refuse: (error: Error) => void }[] = [];
+  /** Set by close(): no request takes a slot any more. */
+  #closed = false;
+  /** Aborted by stop(): ends the running generations. */
+  readonly #stop = new AbortController();
   readonly metrics: SlotMetrics = {
     promptTokens: 0,
     promptSeconds: 0,
@@ -74,6 +85,22 @@ export class Slots {
     return this.count - this.#free.length;
   }
 
+  /** Requests waiting for a slot. */
+  get waiting(): number {
+    return this.#waiting.length;
+  }
+
+  /** For a shutdown: refuses the requests waiting for a slot and every later one (503); running ones go on. */
+  close(): void {
+    this.#closed = true;
+    for (const waiter of this.#waiting.splice(0)) waiter.refuse(shuttingDown("the request was waiting for a slot"));
+  }
+
+  /** Stops the running generations: their requests end with a 503 (a stream, with an error event). */
+  stop(): void {
+    this.#stop.abort();
+  }
+
   /** Each slot: whether a request holds it, and the tokens its context holds. */
   list(): { id: number; busy: boolean; position: number }[] {
     return Array.from({ length: this.count }, (_, id) => {
@@ -88,6 +115,7 @@ export class Slots {
    */
   async withSlot<T>(id: number, work: (session: Session) => Promise<T>): Promise<T> {
     if (!Number.isInteger(id) || id < 0 || id >= this.count) throw new HttpError(404, `slot ${id} does not exist`);
+    if (this.#closed) throw shuttingDown("slots take no more work");
     const slot = this.#takeFree(id);
     if (!slot) throw new HttpError(409, `slot ${id} is busy`, "unavailable_error");
     try {
@@ -112,7 +140,7 @@ export class Slots {
       prompt.length,
       idSlot,
       signal,
-      (session, maxTokens) => session.generate(prompt, { maxTokens, ...options, signal }),
+      (session, maxTokens, runSignal) => session.generate(prompt, { maxTokens, ...options, signal: runSignal }),
       (chunk) => {
         if (chunk.text || chunk.tokens.length > 0) onChunk(chunk);
       },
@@ -135,7 +163,7 @@ export class Slots {
       promptLength,
       idSlot,
       signal,
-      (session, maxTokens) => session.chat(messages, { maxTokens, ...options, signal }),
+      (session, maxTokens, runSignal) => session.chat(messages, { maxTokens, ...options, signal: runSignal }),
       onChunk,
     );
   }
@@ -144,7 +172,7 @@ export class Slots {
     promptLength: number,
     idSlot: number,
     signal: AbortSignal,
-    start: (session: Session, maxTokens: number) => Run<C, R>,
+    start: (session: Session, maxTokens: number, signal: AbortSignal) => Run<C, R>,
     onChunk: (chunk: C) => void,
   ): Promise<R & { slot: number }> {
     const contextSize = this.model.info.contextSize;
@@ -165,15 +193,26 @@ export class Slots {
     }
     const slot = await this.#acquire(signal, idSlot);
     this.metrics.requestsProcessing++;
+    // The run ends when the client leaves or a shutdown stops it.
+    const ended = new AbortController();
+    const end = () => ended.abort();
+    for (const reason of [signal, this.#stop.signal]) {
+      if (reason.aborted) end();
+      else reason.addEventListener("abort", end, { once: true });
+    }
     try {
       // generate() replaces the slot's context by the request's prompt, keeping the prefix the two
       // share (or a longer one from the model's prompt-state cache).
-      const run = start(slot.session, contextSize);
+      const run = start(slot.session, contextSize, ended.signal);
       for await (const chunk of run) onChunk(chunk);
       const result = await run.result;
+      if (this.#stop.signal.aborted && !signal.aborted)
+        throw shuttingDown(`the generation was stopped after ${result.tokens.length} tokens`);
       this.#count(result);
       return { ...result, slot: slot.id };
     } finally {
+      signal.removeEventListener("abort", end);
+      this.#stop.signal.removeEventListener("abort", end);
       this.metrics.requestsProcessing--;
       this.#release(slot);
     }
@@ -191,6 +230,7 @@ export class Slots {
 
   /** The first free slot (or slot `wanted`), else a wait in arrival order. */
   #acquire(signal: AbortSignal, wanted: number): Promise<Slot> {
+    if (this.#closed) return Promise.reject(shuttingDown("slots take no more work"));
     const free = this.#takeFree(wanted);
     if (free) return Promise.resolve(free);
     if (signal.aborted) return Promise.reject(new ClientGone());
@@ -209,8 +249,13 @@ export class Slots {
         this.metrics.requestsDeferred--;
         reject(new ClientGone());
       };
+      const refuse = (error: Error) => {
+        signal.removeEventListener("abort", leave);
+        this.metrics.requestsDeferred--;
+        reject(error);
+      };
       signal.addEventListener("abort", leave, { once: true });
-      this.#waiting.push({ slot: wanted, take });
+      this.#waiting.push({ slot: wanted, take, refuse });
     });
   }
 

@@ -23,9 +23,10 @@ struct AttentionBuffers {
 void causal_attention(const float* q, int64_t n, int64_t first_position, const uint16_t* keys, const uint16_t* values,
                       const AttentionShape& shape, float* out, ThreadPool& pool) {
   const quant::F16RowKernels& f16 = quant::f16_row_kernels(host_simd_tier());
-  const int64_t d = shape.head_dim;
-  const int64_t q_width = shape.heads * d;
-  const int64_t kv_width = shape.kv_heads * d;
+  const int64_t d = shape.key_dim, dv = shape.value_dim;
+  const int64_t q_width = shape.heads * d, out_width = shape.heads * dv;
+  const int64_t key_stride = shape.key_stride > 0 ? shape.key_stride : shape.kv_heads * d;
+  const int64_t value_stride = shape.value_stride > 0 ? shape.value_stride : shape.kv_heads * dv;
   const int64_t group = shape.heads / shape.kv_heads;
   // One task: one KV head and enough tokens that their query heads fill a kernel call, so
   // each cached row is converted once for all of them.
@@ -53,14 +54,14 @@ void causal_attention(const float* q, int64_t n, int64_t first_position, const u
         b.query_rows[i] = b.queries.data() + i * d;
         b.score_rows[i] = b.scores.data() + i * length;
         b.weight_rows[i] = b.score_rows[i];
-        b.out_rows[i] = out + token * q_width + head * d;
+        b.out_rows[i] = out + token * out_width + head * dv;
       }
       f16.round(b.queries.data(), queries * d);
 
       const uint16_t* k = keys + kv_head * d;
       for (int64_t i = 0; i < queries; i += quant::kQueryTile) {
         const int count = static_cast<int>(std::min<int64_t>(quant::kQueryTile, queries - i));
-        f16.scores(k, kv_width, length, b.query_rows.data() + i, count, d, shape.scale, b.score_rows.data() + i);
+        f16.scores(k, key_stride, length, b.query_rows.data() + i, count, d, shape.scale, b.score_rows.data() + i);
       }
       for (int64_t i = 0; i < queries; ++i) {
         const int64_t seen = first_position + first_token + i / group + 1;
@@ -68,10 +69,10 @@ void causal_attention(const float* q, int64_t n, int64_t first_position, const u
         f16.round(b.score_rows[i], seen);
         std::fill(b.score_rows[i] + seen, b.score_rows[i] + length, 0.0f);
       }
-      const uint16_t* v = values + kv_head * d;
+      const uint16_t* v = values + kv_head * dv;
       for (int64_t i = 0; i < queries; i += quant::kQueryTile) {
         const int count = static_cast<int>(std::min<int64_t>(quant::kQueryTile, queries - i));
-        f16.weighted_sum(b.weight_rows.data() + i, count, v, kv_width, length, d, b.out_rows.data() + i);
+        f16.weighted_sum(b.weight_rows.data() + i, count, v, value_stride, length, dv, b.out_rows.data() + i);
       }
     }
   });

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <functional>
 #include <numeric>
 #include <thread>
 
@@ -53,24 +55,53 @@ WeightMatrix at(const WeightMatrix& shape, const uint8_t* data) {
 
 }  // namespace
 
-void route_top_k(const float* logits, int64_t n, int64_t experts, int64_t used, bool normalize, Routing& routing) {
+void route(const float* logits, int64_t n, int64_t experts, int64_t used, const RouterParams& router,
+           const float* selection_bias, Routing& routing) {
   routing.used = used;
   routing.experts.resize(static_cast<size_t>(n * used));
   routing.weights.resize(static_cast<size_t>(n * used));
-  std::vector<float> probabilities(static_cast<size_t>(experts));
+  std::vector<float> weights(static_cast<size_t>(experts)), selection(static_cast<size_t>(experts));
   std::vector<int32_t> order(static_cast<size_t>(experts));
+  const int64_t group_size = experts / router.groups;
+  std::vector<float> group_scores(static_cast<size_t>(router.groups));
+  std::vector<int32_t> groups(static_cast<size_t>(router.groups));
   for (int64_t i = 0; i < n; ++i) {
-    std::copy(logits + i * experts, logits + (i + 1) * experts, probabilities.begin());
-    softmax(probabilities.data(), experts);
+    std::copy(logits + i * experts, logits + (i + 1) * experts, weights.begin());
+    if (router.gating == Gating::kSoftmax) {
+      softmax(weights.data(), experts);
+    } else {
+      for (float& w : weights) w = 1.0f / (1.0f + std::exp(-w));
+    }
+    for (int64_t e = 0; e < experts; ++e) selection[e] = weights[e] + (selection_bias ? selection_bias[e] : 0.0f);
+    if (router.groups > 1 && router.groups_used < router.groups) {
+      for (int64_t g = 0; g < router.groups; ++g) {
+        const float* first = selection.data() + g * group_size;
+        float best[2];
+        std::partial_sort_copy(first, first + group_size, best, best + 2, std::greater<float>());
+        group_scores[g] = best[0] + best[1];
+      }
+      std::iota(groups.begin(), groups.end(), 0);
+      std::partial_sort(groups.begin(), groups.begin() + router.groups_used, groups.end(), [&](int32_t a, int32_t b) {
+        return group_scores[a] > group_scores[b] || (group_scores[a] == group_scores[b] && a < b);
+      });
+      for (int64_t g = router.groups_used; g < router.groups; ++g) {
+        std::fill_n(selection.begin() + groups[g] * group_size, group_size, -INFINITY);
+      }
+    }
     std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + used, order.end(),
-                      [&](int32_t a, int32_t b) { return probabilities[a] > probabilities[b]; });
+    // Ties go to the lower index, as on the GPU.
+    std::partial_sort(order.begin(), order.begin() + used, order.end(), [&](int32_t a, int32_t b) {
+      return selection[a] > selection[b] || (selection[a] == selection[b] && a < b);
+    });
     double sum = 0.0;
-    for (int64_t k = 0; k < used; ++k) sum += probabilities[order[k]];
-    const float divisor = normalize ? std::max(static_cast<float>(sum), kMinWeightSum) : 1.0f;
+    for (int64_t k = 0; k < used; ++k) sum += weights[order[k]];
+    const float divisor = router.normalize ? std::max(static_cast<float>(sum), kMinWeightSum) : 1.0f;
     for (int64_t k = 0; k < used; ++k) {
       routing.experts[i * used + k] = order[k];
-      routing.weights[i * used + k] = probabilities[order[k]] / divisor;
+      float w = weights[order[k]];
+      if (router.normalize) w /= divisor;
+      if (router.scale != 1.0f) w *= router.scale;
+      routing.weights[i * used + k] = w;
     }
   }
 }

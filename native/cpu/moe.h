@@ -47,9 +47,25 @@ struct Routing {
   std::vector<float> weights;
 };
 
-// Softmax over each row's router logits, the `used` highest probabilities, optionally
-// divided by their sum (Qwen3-MoE's norm_topk_prob).
-void route_top_k(const float* logits, int64_t n, int64_t experts, int64_t used, bool normalize, Routing& routing);
+// How a router turns its logits into each row's experts and their weights.
+enum class Gating : uint8_t { kSoftmax, kSigmoid };
+
+struct RouterParams {
+  Gating gating = Gating::kSoftmax;
+  bool normalize = false;  // divide the chosen experts' weights by their sum (Qwen3-MoE's norm_topk_prob)
+  float scale = 1.0f;      // then multiply them by this (expert_weights_scale)
+  // Group-limited choice (DeepSeek-V3): the experts form `groups` equal groups, each scored by
+  // the sum of its two best selection weights; only the best `groups_used` groups compete.
+  int64_t groups = 1;
+  int64_t groups_used = 1;
+};
+
+// Each row's `used` experts, as llama.cpp's build_moe_ffn chooses them: the gating function
+// over the row's logits gives the weights; `selection_bias` (one per expert, or null) is added
+// to them only to choose; then the group limit and the top `used`; the chosen weights (unbiased)
+// normalized and scaled as `router` says. Best first.
+void route(const float* logits, int64_t n, int64_t experts, int64_t used, const RouterParams& router,
+           const float* selection_bias, Routing& routing);
 
 // Buffers reused across calls, so a decode step allocates nothing.
 struct MoeScratch {

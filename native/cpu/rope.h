@@ -1,9 +1,11 @@
 // Rotary position embedding in ggml's two layouts: "normal" rotates adjacent pairs
 // (x[2i], x[2i+1]) (llama), "neox" rotates halves (x[i], x[i + dims/2]) (qwen). The angle
-// table is built the way ggml builds it (theta multiplied up in float), so positions far
-// into the context round the same way as in llama.cpp, and each rotated element is one FMA
-// over the other product (x0 cos - x1 sin as fma(x0, cos, -(x1 sin))), as the compiler
-// contracts ggml's rotation on every x86 host with FMA.
+// table is built the way ggml builds it (theta multiplied up in float, YaRN's ramp between
+// interpolated and extrapolated angles), so positions far into the context round the same
+// way as in llama.cpp. Where ggml's source multiplies and adds, its x86 build (every variant
+// with FMA) fuses the first product with the sum, and so do we: each rotated element is
+// fma(x0, cos, -(x1 sin)) / fma(x0, sin, x1 cos), YaRN's mix fma(interpolated, 1 - ramp,
+// extrapolated ramp) and its magnitude factor fma(0.1, log(1 / freq_scale), 1).
 #pragma once
 
 #include <cstdint>
@@ -19,12 +21,30 @@ struct RopeParams {
   float freq_base = 10000.0f;
   float freq_scale = 1.0f;              // 1 / linear scaling factor
   const float* freq_factors = nullptr;  // dims / 2 divisors of theta (llama 3 scaling), or none
+  // YaRN (ext_factor 0: none): angles ramp from interpolated to extrapolated between the
+  // dimensions that beta_fast and beta_slow rotations span over original_context positions.
+  float ext_factor = 0.0f;
+  float attn_factor = 1.0f;  // cos and sin are scaled by it (and, with YaRN, by YaRN's mscale)
+  float beta_fast = 32.0f;
+  float beta_slow = 1.0f;
+  int64_t original_context = 0;
 };
+
+// What the angles of every position share: ggml's theta_scale, YaRN's ramp between two
+// dimensions, and the factor cos and sin are scaled by. The GPU's rotation takes these too.
+struct RopeConstants {
+  float theta_scale = 1.0f;
+  float ramp_low = 0.0f, ramp_high = 0.0f;
+  float mscale = 1.0f;
+};
+RopeConstants rope_constants(const RopeParams& params);
 
 // cos/sin pairs for one position: dims floats.
 void rope_angles(const RopeParams& params, int64_t position, std::vector<float>& angles);
 
-// Rotates `heads` contiguous heads of `head_dim` floats in place, with angles from rope_angles.
-void rope_apply(float* x, int64_t heads, int64_t head_dim, const RopeParams& params, const std::vector<float>& angles);
+// Rotates `heads` heads of `head_dim` floats in place, `stride` floats apart (default: contiguous),
+// with angles from rope_angles.
+void rope_apply(float* x, int64_t heads, int64_t head_dim, const RopeParams& params, const std::vector<float>& angles,
+                int64_t stride = 0);
 
 }  // namespace bloomery::cpu

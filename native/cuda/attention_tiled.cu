@@ -31,6 +31,7 @@
 #include <algorithm>
 
 #include "base/error.h"
+#include "cuda/mma.cuh"
 #include "cuda/quantize.cuh"
 
 namespace bloomery::cuda {
@@ -70,43 +71,6 @@ struct Segments {
 };
 
 __device__ __forceinline__ int segments_of(int length) { return (length + kSegment - 1) / kSegment; }
-
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const uint16_t* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(shared_address(p))
-               : "memory");
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const uint16_t* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(shared_address(p))
-               : "memory");
-}
-
-// c += a b for a 16x16 f16 A, a 16x8 f16 B, f32 C.
-__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t pack_halves(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-
-__device__ __forceinline__ float quad_max(float v) {
-  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-}
 
 template <int D, int kWarps>
 struct Shape {
@@ -200,8 +164,6 @@ __device__ void load_tile(const uint16_t* cache, int64_t kv_width, int kv_head, 
                  : "memory");
   }
 }
-
-__device__ __forceinline__ void wait_for_tiles() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 // The warp's scores against a K tile: s[t][e] is row lane / 4 + 8 * (e / 2), position
 // 8 t + 2 (lane % 4) + e % 2 of the tile; each the f32 product of its dot and the scale.

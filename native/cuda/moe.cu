@@ -1,4 +1,4 @@
-// The MoE layer's routing: top-k over the router's softmax, the routed slots grouped by
+// The MoE layer's routing: top-k over the router's softmax or sigmoid, the routed slots grouped by
 // expert (so each expert's weights are read once per chunk of rows), and the weighted sum
 // of the experts' outputs back into the residual stream.
 #include "base/error.h"
@@ -21,73 +21,140 @@ struct SingleRowGroups {
   int32_t* chunk_count = nullptr;
 };
 
-// One warp per row: each lane holds experts lane, lane + 32, ...; k rounds of a warp argmax
-// (ties to the lower index) pick the best in order, lane k keeping the k-th, so that what
-// follows (normalizing, counting, grouping) takes one step per lane rather than a loop over k
-// (the loads of a decode step's loop would wait one after another). The softmax is the CPU
-// path's (cpu/softmax.cc, cpu/moe.cc): exps rounded to float, their sum in double,
-// probabilities as exp * float(1 / sum), the chosen ones' sum in double, so both route alike.
-// With `counts` set, each choice adds one to its expert's routing counter (wrapping: adaptive
-// residency reads their differences between passes). With `single` set (a pass of one row),
-// the row's groups too: one chunk per GPU-resident chosen expert, in k order (what group_kernel
-// makes of one row, in another order). The logits are read from L2 (__ldcg): route_decode_kernel's
-// other blocks wrote them in this launch. `row`: the row's index in chosen and weights.
-__device__ void route_row(const float* l, int row, int experts, int used, bool normalize, int32_t* chosen,
-                          float* weights, uint32_t* counts, SingleRowGroups single) {
+// Merges two (value, index) candidates: the larger value, the lower index among equals.
+__device__ __forceinline__ void take_better(float& best, int& best_e, float& best_w, float other, int other_e,
+                                            float other_w) {
+  if (other > best || (other == best && other_e < best_e)) {
+    best = other;
+    best_e = other_e;
+    best_w = other_w;
+  }
+}
+
+// Clears the selection values of the experts outside the router's best `groups_used` groups,
+// each group scored by the sum of its two best values, as cpu::route does; lane g scores group g.
+__device__ void limit_to_groups(float (&s)[kMaxExpertsPerLane], int experts, const RouterSpec& r) {
   const int lane = threadIdx.x % kWarp;
-  float p[kMaxExpertsPerLane];
-  float local_max = -INFINITY;
-#pragma unroll
-  for (int i = 0; i < kMaxExpertsPerLane; ++i) {
-    const int e = lane + i * kWarp;
-    p[i] = e < experts ? __ldcg(l + e) : -INFINITY;
-    local_max = fmaxf(local_max, p[i]);
-  }
-  const float max = warp_max(local_max);
-  double local_sum = 0.0;
-#pragma unroll
-  for (int i = 0; i < kMaxExpertsPerLane; ++i) {
-    const int e = lane + i * kWarp;
-    p[i] = e < experts ? exp_as_host(__fsub_rn(p[i], max)) : -1.0f;
-    local_sum += e < experts ? static_cast<double>(p[i]) : 0.0;
-  }
-#pragma unroll
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) local_sum += __shfl_xor_sync(0xffffffffu, local_sum, offset);
-  const auto inverse = static_cast<float>(1.0 / local_sum);
-#pragma unroll
-  for (int i = 0; i < kMaxExpertsPerLane; ++i) {
-    if (p[i] >= 0.0f) p[i] = __fmul_rn(p[i], inverse);
-  }
-  double chosen_sum = 0.0;
-  int my_expert = 0;
-  float my_weight = 0.0f;
-  for (int k = 0; k < used; ++k) {
-    float best = -1.0f;
-    int best_e = INT32_MAX;
+  const int group_size = experts / r.groups;
+  float my_group = -INFINITY;
+  for (int g = 0; g < r.groups; ++g) {
+    float first = -INFINITY, second = -INFINITY;
 #pragma unroll
     for (int i = 0; i < kMaxExpertsPerLane; ++i) {
-      if (p[i] > best) {
-        best = p[i];
-        best_e = lane + i * kWarp;
+      const int e = lane + i * kWarp;
+      if (e >= experts || e / group_size != g) continue;
+      if (s[i] > first) {
+        second = first;
+        first = s[i];
+      } else if (s[i] > second) {
+        second = s[i];
       }
     }
 #pragma unroll
     for (int offset = kWarp / 2; offset > 0; offset /= 2) {
-      const float other = __shfl_xor_sync(0xffffffffu, best, offset);
-      const int other_e = __shfl_xor_sync(0xffffffffu, best_e, offset);
-      if (other > best || (other == best && other_e < best_e)) {
-        best = other;
-        best_e = other_e;
+      const float other_first = __shfl_xor_sync(0xffffffffu, first, offset);
+      const float other_second = __shfl_xor_sync(0xffffffffu, second, offset);
+      second = fmaxf(fminf(first, other_first), fmaxf(second, other_second));
+      first = fmaxf(first, other_first);
+    }
+    if (lane == g) my_group = __fadd_rn(first, second);
+  }
+  uint32_t allowed = 0;
+  for (int k = 0; k < r.groups_used; ++k) {
+    float best = my_group, unused_w = 0.0f;
+    int best_g = lane;
+#pragma unroll
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+      take_better(best, best_g, unused_w, __shfl_xor_sync(0xffffffffu, best, offset),
+                  __shfl_xor_sync(0xffffffffu, best_g, offset), 0.0f);
+    }
+    allowed |= 1u << best_g;
+    if (lane == best_g) my_group = -INFINITY;
+  }
+#pragma unroll
+  for (int i = 0; i < kMaxExpertsPerLane; ++i) {
+    const int e = lane + i * kWarp;
+    if (e < experts && !((allowed >> (e / group_size)) & 1u)) s[i] = -INFINITY;
+  }
+}
+
+// One warp per row: each lane holds experts lane, lane + 32, ...; k rounds of a warp argmax of
+// the selection values (ties to the lower index) pick the best in order, lane k keeping the k-th,
+// so that what follows (normalizing, counting, grouping) takes one step per lane rather than a
+// loop over k (the loads of a decode step's loop would wait one after another). The weights are
+// the CPU path's (cpu::route, cpu/softmax.cc): softmax exps rounded to float, their sum in double,
+// probabilities as exp * float(1 / sum), or sigmoids; the chosen ones' sum in double; so both
+// route alike. With `counts` set, each choice adds one to its expert's routing counter (wrapping:
+// adaptive residency reads their differences between passes). With `single` set (a pass of one
+// row), the row's groups too: one chunk per GPU-resident chosen expert, in k order (what
+// group_kernel makes of one row, in another order). The logits are read from L2 (__ldcg):
+// route_decode_kernel's other blocks wrote them in this launch. `row`: the row's index in chosen
+// and weights.
+__device__ void route_row(const float* l, int row, int experts, int used, const RouterSpec& r, int32_t* chosen,
+                          float* weights, uint32_t* counts, SingleRowGroups single) {
+  const int lane = threadIdx.x % kWarp;
+  float p[kMaxExpertsPerLane];  // the gating weights
+  float s[kMaxExpertsPerLane];  // what experts are chosen by; -INFINITY: none, or out of the race
+#pragma unroll
+  for (int i = 0; i < kMaxExpertsPerLane; ++i) {
+    const int e = lane + i * kWarp;
+    p[i] = e < experts ? __ldcg(l + e) : -INFINITY;
+  }
+  if (r.sigmoid) {
+#pragma unroll
+    for (int i = 0; i < kMaxExpertsPerLane; ++i) p[i] = __fdiv_rn(1.0f, __fadd_rn(1.0f, exp_as_host(-p[i])));
+  } else {
+    float local_max = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kMaxExpertsPerLane; ++i) local_max = fmaxf(local_max, p[i]);
+    const float max = warp_max(local_max);
+    double local_sum = 0.0;
+#pragma unroll
+    for (int i = 0; i < kMaxExpertsPerLane; ++i) {
+      const int e = lane + i * kWarp;
+      p[i] = e < experts ? exp_as_host(__fsub_rn(p[i], max)) : 0.0f;
+      local_sum += static_cast<double>(p[i]);
+    }
+#pragma unroll
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) local_sum += __shfl_xor_sync(0xffffffffu, local_sum, offset);
+    const auto inverse = static_cast<float>(1.0 / local_sum);
+#pragma unroll
+    for (int i = 0; i < kMaxExpertsPerLane; ++i) p[i] = __fmul_rn(p[i], inverse);
+  }
+#pragma unroll
+  for (int i = 0; i < kMaxExpertsPerLane; ++i) {
+    const int e = lane + i * kWarp;
+    s[i] = e >= experts ? -INFINITY : r.selection_bias ? __fadd_rn(p[i], __ldg(r.selection_bias + e)) : p[i];
+  }
+  if (r.groups > 1 && r.groups_used < r.groups) limit_to_groups(s, experts, r);
+  double chosen_sum = 0.0;
+  int my_expert = 0;
+  float my_weight = 0.0f;
+  for (int k = 0; k < used; ++k) {
+    float best = -INFINITY, best_w = 0.0f;
+    int best_e = INT32_MAX;
+#pragma unroll
+    for (int i = 0; i < kMaxExpertsPerLane; ++i) {
+      if (s[i] > best) {
+        best = s[i];
+        best_e = lane + i * kWarp;
+        best_w = p[i];
       }
     }
-    if (best_e % kWarp == lane) p[best_e / kWarp] = -1.0f;
-    chosen_sum += static_cast<double>(best);
+#pragma unroll
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+      take_better(best, best_e, best_w, __shfl_xor_sync(0xffffffffu, best, offset),
+                  __shfl_xor_sync(0xffffffffu, best_e, offset), __shfl_xor_sync(0xffffffffu, best_w, offset));
+    }
+    if (best_e % kWarp == lane) s[best_e / kWarp] = -INFINITY;
+    chosen_sum += static_cast<double>(best_w);
     if (lane == k) {
       my_expert = best_e;
-      my_weight = best;
+      my_weight = best_w;
     }
   }
-  if (normalize) my_weight = __fdiv_rn(my_weight, fmaxf(static_cast<float>(chosen_sum), kMinWeightSum));
+  if (r.normalize) my_weight = __fdiv_rn(my_weight, fmaxf(static_cast<float>(chosen_sum), kMinWeightSum));
+  if (r.scale != 1.0f) my_weight = __fmul_rn(my_weight, r.scale);
   const bool chooses = lane < used;
   if (chooses) {
     chosen[row * used + lane] = my_expert;
@@ -108,13 +175,12 @@ __device__ void route_row(const float* l, int row, int experts, int used, bool n
   }
 }
 
-__global__ void top_k_kernel(const float* logits, int n, int experts, int used, bool normalize, int32_t* chosen,
+__global__ void top_k_kernel(const float* logits, int n, int experts, int used, RouterSpec router, int32_t* chosen,
                              float* weights, uint32_t* counts, SingleRowGroups single) {
   wait_for_previous_kernel();
   const int row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
   if (row >= n) return;
-  route_row(logits + static_cast<int64_t>(row) * experts, row, experts, used, normalize, chosen, weights, counts,
-            single);
+  route_row(logits + static_cast<int64_t>(row) * experts, row, experts, used, router, chosen, weights, counts, single);
 }
 
 struct RouteDecodeArgs {
@@ -124,7 +190,7 @@ struct RouteDecodeArgs {
   const float* x;
   int experts;
   int used;
-  bool normalize;
+  RouterSpec spec;
   float* logits;
   int32_t* chosen;
   float* weights;
@@ -151,7 +217,7 @@ __global__ void __launch_bounds__(kFloatThreads) route_decode_kernel(RouteDecode
   if (!last) return;
   __threadfence();
   if (threadIdx.x < kWarp) {
-    route_row(a.logits, 0, a.experts, a.used, a.normalize, a.chosen, a.weights, a.counts, a.single);
+    route_row(a.logits, 0, a.experts, a.used, a.spec, a.chosen, a.weights, a.counts, a.single);
   }
   if (threadIdx.x == 0) *a.ticket = 0;
 }
@@ -220,7 +286,7 @@ __global__ void set_slot_kernel(int32_t* slot_of_expert, int32_t expert, int32_t
   slot_of_expert[expert] = slot;
 }
 
-void check_routing(int64_t experts, int64_t used) {
+void check_routing(int64_t experts, int64_t used, const RouterSpec& router) {
   if (experts > kMaxExpertsPerLane * kWarp) {
     throw Error("UNSUPPORTED_MODEL", "the GPU router serves at most " + std::to_string(kMaxExpertsPerLane * kWarp) +
                                          " experts, the model has " + std::to_string(experts));
@@ -229,15 +295,20 @@ void check_routing(int64_t experts, int64_t used) {
     throw Error("UNSUPPORTED_MODEL", "the GPU router picks at most " + std::to_string(kWarp) +
                                          " experts per token, the model uses " + std::to_string(used));
   }
+  if (router.groups > kWarp) {
+    throw Error("UNSUPPORTED_MODEL", "the GPU router serves at most " + std::to_string(kWarp) +
+                                         " expert groups, the model has " + std::to_string(router.groups));
+  }
 }
 
-void launch_top_k(const float* logits, int64_t n, int64_t experts, int64_t used, bool normalize, int32_t* chosen,
-                  float* weights, uint32_t* counts, const SingleRowGroups& single, StreamHandle stream) {
-  check_routing(experts, used);
+void launch_top_k(const float* logits, int64_t n, int64_t experts, int64_t used, const RouterSpec& router,
+                  int32_t* chosen, float* weights, uint32_t* counts, const SingleRowGroups& single,
+                  StreamHandle stream) {
+  check_routing(experts, used, router);
   constexpr int kThreads = 128;
   launch_early(top_k_kernel, dim3(ceil_div(n, kThreads / kWarp)), dim3(kThreads), 0, static_cast<cudaStream_t>(stream),
-               logits, static_cast<int>(n), static_cast<int>(experts), static_cast<int>(used), normalize, chosen,
-               weights, counts, single);
+               logits, static_cast<int>(n), static_cast<int>(experts), static_cast<int>(used), router, chosen, weights,
+               counts, single);
 }
 
 }  // namespace
@@ -246,9 +317,9 @@ void set_expert_slot(int32_t* slot_of_expert, int32_t expert, int32_t slot, Stre
   set_slot_kernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(slot_of_expert, expert, slot);
 }
 
-void route_top_k(const float* logits, int64_t n, int64_t experts, int64_t used, bool normalize, int32_t* chosen,
-                 float* weights, StreamHandle stream) {
-  launch_top_k(logits, n, experts, used, normalize, chosen, weights, nullptr, {}, stream);
+void route_top_k(const float* logits, int64_t n, int64_t experts, int64_t used, const RouterSpec& router,
+                 int32_t* chosen, float* weights, StreamHandle stream) {
+  launch_top_k(logits, n, experts, used, router, chosen, weights, nullptr, {}, stream);
 }
 
 int tokens_per_expert_chunk(int64_t n) { return n == 1 ? 1 : 8; }
@@ -258,15 +329,15 @@ int64_t max_expert_chunks(int64_t n, int64_t experts, int64_t used, int tokens_p
   return std::min(pairs, (pairs + tokens_per_chunk - 1) / tokens_per_chunk + experts);
 }
 
-void route_and_group(const float* logits, int64_t n, int64_t experts, int64_t used, bool normalize,
+void route_and_group(const float* logits, int64_t n, int64_t experts, int64_t used, const RouterSpec& router,
                      const int32_t* slot_of_expert, int tokens_per_chunk, int32_t* chosen, float* weights,
                      uint32_t* counts, int32_t* order, int32_t* chunks, int32_t* chunk_count, StreamHandle stream) {
   if (n == 1 && tokens_per_chunk == 1) {
-    launch_top_k(logits, n, experts, used, normalize, chosen, weights, counts,
+    launch_top_k(logits, n, experts, used, router, chosen, weights, counts,
                  {slot_of_expert, order, chunks, chunk_count}, stream);
     return;
   }
-  launch_top_k(logits, n, experts, used, normalize, chosen, weights, counts, {}, stream);
+  launch_top_k(logits, n, experts, used, router, chosen, weights, counts, {}, stream);
   group_by_expert(chosen, n, experts, used, slot_of_expert, tokens_per_chunk, order, chunks, chunk_count, stream);
 }
 
@@ -278,10 +349,10 @@ void group_by_expert(const int32_t* chosen, int64_t n, int64_t experts, int64_t 
                chunk_count);
 }
 
-void route_decode(const DeviceMatrix& router, const float* x, int64_t experts, int64_t used, bool normalize,
+void route_decode(const DeviceMatrix& router, const float* x, int64_t experts, int64_t used, const RouterSpec& spec,
                   const int32_t* slot_of_expert, float* logits, int32_t* chosen, float* weights, uint32_t* counts,
                   int32_t* order, int32_t* chunks, int32_t* chunk_count, uint32_t* ticket, StreamHandle stream) {
-  check_routing(experts, used);
+  check_routing(experts, used, spec);
   if (router.rows != experts) {
     throw Error("INVALID_ARGUMENT",
                 "the router has " + std::to_string(router.rows) + " rows for " + std::to_string(experts) + " experts");
@@ -292,7 +363,7 @@ void route_decode(const DeviceMatrix& router, const float* x, int64_t experts, i
                           x,
                           static_cast<int>(experts),
                           static_cast<int>(used),
-                          normalize,
+                          spec,
                           logits,
                           chosen,
                           weights,

@@ -132,10 +132,22 @@ void expert_mmq(const DeviceMatrix& down, const ActivationBlock* hidden, const E
                 StreamHandle stream);
 
 // --- moe.cu ---
-// Softmax over each row's router logits, the `used` best (in order), optionally
-// renormalized to sum to one.
-void route_top_k(const float* logits, int64_t n, int64_t experts, int64_t used, bool normalize, int32_t* chosen,
-                 float* weights, StreamHandle stream);
+// How the router turns a row's logits into its experts and their weights, as the CPU's
+// cpu::route does: softmax or sigmoid weights; `selection_bias` (device, one per expert, or null)
+// added to them only to choose; the best `groups_used` of `groups` expert groups (each scored by
+// its two best) alone compete; the `used` best, their weights normalized to sum to one or not,
+// then scaled.
+struct RouterSpec {
+  bool sigmoid = false;
+  bool normalize = false;
+  float scale = 1.0f;
+  int groups = 1;
+  int groups_used = 1;
+  const float* selection_bias = nullptr;
+};
+// The `used` best experts of each row (in order) and their weights.
+void route_top_k(const float* logits, int64_t n, int64_t experts, int64_t used, const RouterSpec& router,
+                 int32_t* chosen, float* weights, StreamHandle stream);
 // slot_of_expert[expert] = slot, in stream order: how adaptive residency retires and seats experts.
 void set_expert_slot(int32_t* slot_of_expert, int32_t expert, int32_t slot, StreamHandle stream);
 // Tokens per chunk the matvec kernels take for a pass of n rows (the tiled products take
@@ -152,13 +164,13 @@ void group_by_expert(const int32_t* chosen, int64_t n, int64_t experts, int64_t 
 // step, one token per chunk) in one launch. counts[e] += the number of the n * used routed
 // slots that chose expert e (device counters, wrapping: adaptive residency reads their
 // differences between passes).
-void route_and_group(const float* logits, int64_t n, int64_t experts, int64_t used, bool normalize,
+void route_and_group(const float* logits, int64_t n, int64_t experts, int64_t used, const RouterSpec& router,
                      const int32_t* slot_of_expert, int tokens_per_chunk, int32_t* chosen, float* weights,
                      uint32_t* counts, int32_t* order, int32_t* chunks, int32_t* chunk_count, StreamHandle stream);
 // A decode step's router product (float weights: logits = router x, as matvec computes them) and
 // route_and_group of its one row (one token per chunk) in one launch: the last of the router's
 // blocks routes. `ticket`: a device counter, zero between launches (the launch leaves it zero).
-void route_decode(const DeviceMatrix& router, const float* x, int64_t experts, int64_t used, bool normalize,
+void route_decode(const DeviceMatrix& router, const float* x, int64_t experts, int64_t used, const RouterSpec& spec,
                   const int32_t* slot_of_expert, float* logits, int32_t* chosen, float* weights, uint32_t* counts,
                   int32_t* order, int32_t* chunks, int32_t* chunk_count, uint32_t* ticket, StreamHandle stream);
 // residual[i] += sum over k of weights[i, k] * expert_out[i * used + k], in k order, over the
@@ -223,12 +235,17 @@ void rms_norm(const RmsNorm& norm, StreamHandle stream);
 void swiglu(const float* gate, const float* up, int64_t count, float* out, StreamHandle stream);
 
 // --- rope.cu ---
+// The rotation, as cpu::RopeParams and cpu::RopeConstants give it (the host computes the
+// constants, with the host's libm, as the CPU path does).
 struct RopeShape {
   bool neox = false;
   int64_t dims = 0;
-  float freq_base = 10000.0f;
   float freq_scale = 1.0f;
   const float* freq_factors = nullptr;  // device, dims / 2, or none
+  float ext_factor = 0.0f;              // YaRN's; 0: none
+  float theta_scale = 1.0f;
+  float ramp_low = 0.0f, ramp_high = 0.0f;
+  float mscale = 1.0f;
 };
 // Where position_heads also writes the k and v rows, as f16 (as llama.cpp keeps them): the rows
 // of segment s, [first_row[s], first_row[s + 1]), into one sequence's cache of the layer
@@ -263,6 +280,42 @@ struct AttentionHeads {
 };
 void position_heads(const AttentionHeads& h, int64_t n, const int32_t* positions, const RopeShape& shape,
                     StreamHandle stream);
+
+// --- latent.cu: multi-head latent attention's heads, as the CPU path makes them ---
+// q: n rows of `heads` heads of nope + rope.dims floats -> nope_out: n * heads rows of `nope`
+// (row token * heads + head), rope_out: n * heads rows of the rotated rope.dims values.
+void split_latent_query(const float* q, int64_t n, int64_t heads, int64_t nope, const int32_t* positions,
+                        const RopeShape& rope, float* nope_out, float* rope_out, StreamHandle stream);
+// kv: n rows of [latent (rank), rotary key (rope.dims)]: the latent RMS-normed by `norm` (epsilon
+// `eps`), the key rotated, both stored as f16 into the row's cache (cache.keys; rows of rank +
+// rope.dims) at its position.
+void store_latent(const float* kv, int64_t n, int64_t rank, const float* norm, float eps, const int32_t* positions,
+                  const RopeShape& rope, const KvSegments& cache, StreamHandle stream);
+
+// --- attention_latent.cu ---
+// Multi-head latent attention with the up-projections absorbed: rows of n tokens x heads
+// (row token * heads + head), each query [q_latent (rank), q_rope (rope)] against the cache's
+// f16 rows [latent, rotary key] of positions [0, positions[token]], the values being the
+// latents; out: rows of rank floats. The rounding is causal_attention's.
+struct LatentAttention {
+  const float* q_latent = nullptr;
+  const float* q_rope = nullptr;
+  const int32_t* positions = nullptr;  // per token
+  const uint16_t* cache = nullptr;
+  int64_t n = 0;
+  int64_t heads = 0;
+  int64_t rank = 0;
+  int64_t rope = 0;
+  float scale = 1.0f;
+  int64_t cache_positions = 0;  // the cache's capacity: a decode step's grid covers it
+  float* out = nullptr;
+};
+bool latent_attention_supports(int64_t rank, int64_t rope);
+// Once per device before the first launch (outside a graph capture): the kernels' shared memory.
+void prepare_latent_attention(int64_t rank, int64_t rope);
+// Scratch for passes of up to `max_rows` tokens.
+size_t latent_attention_scratch_bytes(int64_t heads, int64_t rank, int64_t cache_positions, int64_t max_rows);
+void latent_attention(const LatentAttention& a, void* scratch, StreamHandle stream);
 
 // --- embed.cu ---
 // out[i] = row tokens[i] of `table`, dequantized to floats.

@@ -1,10 +1,9 @@
 // Attention heads made ready for the cache and the scores in one launch: bias, per-head RMS
 // norm and rotary position embedding, one warp per head, and the k and v heads written to the
 // f16 KV cache.
-#include <cmath>
-
 #include "base/error.h"
 #include "cuda/common.cuh"
+#include "cuda/rope.cuh"
 
 namespace bloomery::cuda {
 
@@ -13,29 +12,12 @@ namespace {
 constexpr int kWarpsPerBlock = 4;
 constexpr int kMaxHeadDim = 256;
 
-// The rotation of pair i at `position`. The angle is built as the CPU path (cpu/rope.cc) and
-// ggml build it: theta multiplied up by theta_scale in float, i times, so that every rounding
-// is the same; cos and sin are taken in double and rounded once, which gives the correctly
-// rounded float the host's libm returns.
-__device__ __forceinline__ void rope_angle(const RopeShape& shape, float theta_scale, int32_t position, int i, float* c,
-                                           float* s) {
-  float theta_base = static_cast<float>(position);
-  for (int k = 0; k < i; ++k) theta_base = __fmul_rn(theta_base, theta_scale);
-  const float factor = shape.freq_factors ? shape.freq_factors[i] : 1.0f;
-  const float theta = __fmul_rn(shape.freq_scale, __fdiv_rn(theta_base, factor));
-  double sin_theta, cos_theta;
-  sincos(static_cast<double>(theta), &sin_theta, &cos_theta);
-  *c = static_cast<float>(cos_theta);
-  *s = static_cast<float>(sin_theta);
-}
-
 // Warp w of the grid serves head w % per_row of row w / per_row; per row the q heads, then
 // the k heads, then (when v has a bias or goes to the cache) the v heads. Each step rounds as
 // the CPU path does (engine/forward.cc: add_bias, then cpu/rms_norm.cc's norm per head, then
 // cpu/rope.cc), with no fused multiply-add; the cache gets each final value rounded to f16.
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
-    position_heads_kernel(AttentionHeads h, int64_t warps, int per_row, const int32_t* positions, RopeShape shape,
-                          float theta_scale) {
+    position_heads_kernel(AttentionHeads h, int64_t warps, int per_row, const int32_t* positions, RopeShape shape) {
   wait_for_previous_kernel();
   __shared__ float staged[kWarpsPerBlock][kMaxHeadDim];
   const int64_t warp = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
@@ -90,21 +72,12 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
   }
   __syncwarp();
   const int dims = rotate ? static_cast<int>(shape.dims) : 0;
-  const int half = dims / 2;
   const auto put = [&](int j, float value) {
     x[j] = value;
     if (cache) cache[j] = __half_as_ushort(__float2half(value));
   };
   for (int j = dims + lane; j < head_dim; j += kWarp) put(j, values[j]);
-  for (int i = lane; i < half; i += kWarp) {
-    float c, s;
-    rope_angle(shape, theta_scale, positions[row], i, &c, &s);
-    const int a = shape.neox ? i : 2 * i;
-    const int b = shape.neox ? i + half : 2 * i + 1;
-    const float x0 = values[a], x1 = values[b];
-    put(a, __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)));
-    put(b, __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c)));
-  }
+  if (rotate) rotate_pairs(shape, positions[row], values, put);
 }
 
 }  // namespace
@@ -125,10 +98,8 @@ void position_heads(const AttentionHeads& h, int64_t n, const int32_t* positions
   const int per_row = static_cast<int>(h.heads + h.kv_heads + (v_heads ? h.kv_heads : 0));
   const int64_t warps = n * per_row;
   if (warps == 0) return;
-  // On the host, with the host's powf, as the CPU path computes it.
-  const float theta_scale = std::pow(shape.freq_base, -2.0f / static_cast<float>(shape.dims));
   launch_early(position_heads_kernel, dim3(ceil_div(warps, kWarpsPerBlock)), dim3(kWarpsPerBlock * kWarp), 0,
-               static_cast<cudaStream_t>(stream), h, warps, per_row, positions, shape, theta_scale);
+               static_cast<cudaStream_t>(stream), h, warps, per_row, positions, shape);
 }
 
 }  // namespace bloomery::cuda

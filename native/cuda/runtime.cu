@@ -25,6 +25,10 @@ cudaStream_t raw(StreamHandle s) { return static_cast<cudaStream_t>(s); }
 
 void use_device(int device) { check(cudaSetDevice(device), "cudaSetDevice"); }
 
+void allow_shared_memory(const void* kernel, size_t bytes, const char* what) {
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)), what);
+}
+
 MemoryInfo memory_info() {
   size_t free_bytes = 0, total_bytes = 0;
   check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");

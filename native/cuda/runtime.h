@@ -136,6 +136,10 @@ void download(void* dst, const void* src, size_t bytes);
 // Throws CUDA_ERROR naming `what` if a launch on the calling thread failed.
 void check_launch(const char* what);
 
+// Lets `kernel` (a __global__ function) take `bytes` of dynamic shared memory on the current
+// device, beyond the default 48 KiB. Not during a graph capture: call it when the model loads.
+void allow_shared_memory(const void* kernel, size_t bytes, const char* what);
+
 // A captured sequence of launches replayed as one graph (a decode step).
 class Graph {
  public:

@@ -18,11 +18,11 @@ void run_cpu_experts(const model::Model& model, int64_t layer, const float* x, i
                      cpu::ThreadPool& pool) {
   const model::LayerWeights& w = model.layers[layer];
   if (!arena || !arena->pages_layer(layer)) {
-    cpu::moe_swiglu(x, n, routing, w.expert_gate, w.expert_up, w.expert_down, out, s, pool, run_expert);
+    cpu::moe_swiglu(x, n, routing, w.ffn.routed.gate, w.ffn.routed.up, w.ffn.routed.down, out, s, pool, run_expert);
     return;
   }
-  cpu::moe_prepare(x, n, routing, w.expert_gate, w.expert_up, w.expert_down, s, pool, run_expert);
-  s.slices.resize(static_cast<size_t>(w.expert_gate.count));
+  cpu::moe_prepare(x, n, routing, w.ffn.routed.gate, w.ffn.routed.up, w.ffn.routed.down, s, pool, run_expert);
+  s.slices.resize(static_cast<size_t>(w.ffn.routed.gate.count));
   std::vector<int32_t> wave, paged;
   std::vector<uint32_t> calls;
   for (const int32_t e : s.in_use) {
@@ -30,14 +30,14 @@ void run_cpu_experts(const model::Model& model, int64_t layer, const float* x, i
       paged.push_back(e);
       calls.push_back(static_cast<uint32_t>(s.group_begin[e + 1] - s.group_begin[e]));
     } else {
-      s.slices[e] = cpu::stack_slices(w.expert_gate, w.expert_up, w.expert_down, e);
+      s.slices[e] = cpu::stack_slices(w.ffn.routed.gate, w.ffn.routed.up, w.ffn.routed.down, e);
       wave.push_back(e);
     }
   }
   ExpertArena::Lease lease = arena->lease(layer, paged, calls);
   // A pass with as many routed calls as the layer has experts likely needs most of the next
   // layer's too: a decode step's few rows would read ahead experts it does not use.
-  if (layer + 1 < model.params.layers && n * routing.used >= w.expert_gate.count) {
+  if (layer + 1 < model.params.layers && n * routing.used >= w.ffn.routed.gate.count) {
     arena->read_ahead(layer + 1, kReadAheadExperts);
   }
   for (std::vector<int32_t> ready = lease.next_ready(wave.empty());; ready = lease.next_ready(true)) {
@@ -46,10 +46,10 @@ void run_cpu_experts(const model::Model& model, int64_t layer, const float* x, i
       wave.push_back(e);
     }
     if (wave.empty()) break;
-    cpu::moe_run_experts(wave, s.slices, w.expert_gate, w.expert_up, w.expert_down, s, pool);
+    cpu::moe_run_experts(wave, s.slices, w.ffn.routed.gate, w.ffn.routed.up, w.ffn.routed.down, s, pool);
     wave.clear();
   }
-  cpu::moe_combine(n, routing, w.expert_down.first.rows, out, s);
+  cpu::moe_combine(n, routing, w.ffn.routed.down.first.rows, out, s);
 }
 
 }  // namespace bloomery::engine

@@ -24,7 +24,7 @@ uint64_t align_down(uint64_t x) { return x / kA * kA; }
 uint64_t align_up(uint64_t x) { return (x + kA - 1) / kA * kA; }
 
 const cpu::ExpertMatrices& stack(const model::LayerWeights& w, int part) {
-  return part == 0 ? w.expert_gate : part == 1 ? w.expert_up : w.expert_down;
+  return part == 0 ? w.ffn.routed.gate : part == 1 ? w.ffn.routed.up : w.ffn.routed.down;
 }
 
 uint64_t slice_bytes(const cpu::ExpertMatrices& m) { return static_cast<uint64_t>(m.first.rows) * m.first.row_bytes; }
@@ -43,8 +43,8 @@ constexpr const char* kStackNames[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_dow
 }  // namespace
 
 uint64_t routed_expert_bytes(const model::LayerWeights& w) {
-  if (w.expert_gate.count == 0) return 0;
-  return slice_bytes(w.expert_gate) + slice_bytes(w.expert_up) + slice_bytes(w.expert_down);
+  if (w.ffn.routed.gate.count == 0) return 0;
+  return slice_bytes(w.ffn.routed.gate) + slice_bytes(w.ffn.routed.up) + slice_bytes(w.ffn.routed.down);
 }
 
 uint64_t arena_slot_bytes(const model::Model& model) {
@@ -52,7 +52,7 @@ uint64_t arena_slot_bytes(const model::Model& model) {
   for (int part = 0; part < 3; ++part) {
     uint64_t room = 0;
     for (const model::LayerWeights& w : model.layers) {
-      if (w.expert_gate.count > 0) room = std::max(room, part_room(slice_bytes(stack(w, part))));
+      if (w.ffn.routed.gate.count > 0) room = std::max(room, part_room(slice_bytes(stack(w, part))));
     }
     bytes += room;
   }
@@ -91,7 +91,7 @@ ExpertArena::ExpertArena(const model::Model& model, std::vector<std::vector<uint
   }
   for (int part = 0; part < 3; ++part) {
     for (const model::LayerWeights& w : model.layers) {
-      if (w.expert_gate.count > 0) {
+      if (w.ffn.routed.gate.count > 0) {
         part_capacity_[part] = std::max(part_capacity_[part], part_room(slice_bytes(stack(w, part))));
       }
     }

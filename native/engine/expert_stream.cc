@@ -55,10 +55,10 @@ size_t stack_bytes(const cpu::ExpertMatrices& m) {
 }
 
 size_t largest(const model::Model& model, const std::vector<bool>& streamed,
-               const cpu::ExpertMatrices model::LayerWeights::*which) {
+               const cpu::ExpertMatrices model::RoutedExperts::*which) {
   size_t bytes = 0;
   for (size_t l = 0; l < model.layers.size(); ++l) {
-    if (streamed[l]) bytes = std::max(bytes, stack_bytes(model.layers[l].*which));
+    if (streamed[l]) bytes = std::max(bytes, stack_bytes(model.layers[l].ffn.routed.*which));
   }
   return bytes;
 }
@@ -109,9 +109,9 @@ size_t gather(const cpu::ExpertMatrices& host, const cuda::DeviceMatrix& pool, c
 
 uint64_t ExpertStream::staging_bytes(const model::Model& model, const std::vector<bool>& streamed) {
   if (std::find(streamed.begin(), streamed.end(), true) == streamed.end()) return 0;
-  const uint64_t stack = largest(model, streamed, &model::LayerWeights::expert_gate) +
-                         largest(model, streamed, &model::LayerWeights::expert_up) +
-                         largest(model, streamed, &model::LayerWeights::expert_down);
+  const uint64_t stack = largest(model, streamed, &model::RoutedExperts::gate) +
+                         largest(model, streamed, &model::RoutedExperts::up) +
+                         largest(model, streamed, &model::RoutedExperts::down);
   return 2 * stack + static_cast<uint64_t>(model.params.experts) * sizeof(int32_t);
 }
 
@@ -123,7 +123,7 @@ ExpertStream::ExpertStream(const model::Model& model, const std::vector<std::vec
   for (size_t l = 0; l < model.layers.size(); ++l) {
     if (!streamed_[l]) continue;
     const model::LayerWeights& w = model.layers[l];
-    for (const cpu::ExpertMatrices* m : {&w.expert_gate, &w.expert_up, &w.expert_down}) {
+    for (const cpu::ExpertMatrices* m : {&w.ffn.routed.gate, &w.ffn.routed.up, &w.ffn.routed.down}) {
       first = first ? std::min(first, m->first.data) : m->first.data;
       end = std::max(end, m->first.data + stack_bytes(*m));
     }
@@ -132,12 +132,12 @@ ExpertStream::ExpertStream(const model::Model& model, const std::vector<std::vec
                                                      "the routed experts' file pages (prompt streaming)");
   for (size_t i = 0; i < stages_.size(); ++i) {
     const std::string which = std::to_string(i + 1) + " of 2)";
-    stages_[i].gate = cuda::DeviceBuffer(largest(model, streamed_, &model::LayerWeights::expert_gate),
-                                         "expert staging (gate " + which);
+    stages_[i].gate =
+        cuda::DeviceBuffer(largest(model, streamed_, &model::RoutedExperts::gate), "expert staging (gate " + which);
     stages_[i].up =
-        cuda::DeviceBuffer(largest(model, streamed_, &model::LayerWeights::expert_up), "expert staging (up " + which);
-    stages_[i].down = cuda::DeviceBuffer(largest(model, streamed_, &model::LayerWeights::expert_down),
-                                         "expert staging (down " + which);
+        cuda::DeviceBuffer(largest(model, streamed_, &model::RoutedExperts::up), "expert staging (up " + which);
+    stages_[i].down =
+        cuda::DeviceBuffer(largest(model, streamed_, &model::RoutedExperts::down), "expert staging (down " + which);
   }
   std::vector<int32_t> identity(static_cast<size_t>(model.params.experts));
   std::iota(identity.begin(), identity.end(), 0);
@@ -155,7 +155,8 @@ void ExpertStream::harvest_timing(Stage& stage) {
 uint64_t ExpertStream::host_bytes(int64_t layer) const {
   if (!streams(layer)) return 0;
   const model::LayerWeights& w = model_.layers[layer];
-  const uint64_t expert = expert_bytes(w.expert_gate) + expert_bytes(w.expert_up) + expert_bytes(w.expert_down);
+  const uint64_t expert =
+      expert_bytes(w.ffn.routed.gate) + expert_bytes(w.ffn.routed.up) + expert_bytes(w.ffn.routed.down);
   const std::vector<int32_t>& slots = slot_tables_[layer];
   return expert * static_cast<uint64_t>(std::count_if(slots.begin(), slots.end(), [](int32_t s) { return s < 0; }));
 }
@@ -188,9 +189,9 @@ void ExpertStream::queue_copy(int64_t layer, Stage& stage) {
   const model::LayerWeights& w = model_.layers[layer];
   const ExpertStacks& pool = pools_[layer];
   const std::vector<int32_t>& slots = slot_tables_[layer];
-  const size_t from_host = gather(w.expert_gate, pool.gate, slots, stage.gate.as<uint8_t>(), stream) +
-                           gather(w.expert_up, pool.up, slots, stage.up.as<uint8_t>(), stream) +
-                           gather(w.expert_down, pool.down, slots, stage.down.as<uint8_t>(), stream);
+  const size_t from_host = gather(w.ffn.routed.gate, pool.gate, slots, stage.gate.as<uint8_t>(), stream) +
+                           gather(w.ffn.routed.up, pool.up, slots, stage.up.as<uint8_t>(), stream) +
+                           gather(w.ffn.routed.down, pool.down, slots, stage.down.as<uint8_t>(), stream);
   if (timed) {
     stage.copy_end.record(stream);
     stage.timed_bytes = from_host;

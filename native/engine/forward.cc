@@ -13,7 +13,6 @@ namespace bloomery::engine {
 namespace {
 
 using model::HyperParams;
-using model::LayerWeights;
 
 void add_bias(float* rows, int64_t n, int64_t width, const float* bias) {
   if (!bias) return;
@@ -26,21 +25,53 @@ void add_into(float* residual, const float* delta, int64_t count) {
   for (int64_t i = 0; i < count; ++i) residual[i] += delta[i];
 }
 
-// Per-head RMS norm (Q/K norms), then RoPE, of n rows of `heads` heads.
-void position_heads(const HyperParams& p, float* rows, int64_t n, int64_t heads, const float* head_norm,
-                    const ForwardScratch& s) {
-  if (head_norm) cpu::rms_norm(rows, n * heads, p.head_dim, p.head_dim, head_norm, p.rms_epsilon, rows, p.head_dim);
-  for (int64_t i = 0; i < n; ++i) {
-    cpu::rope_apply(rows + i * heads * p.head_dim, heads, p.head_dim, p.rope, s.rope_angles[i]);
+// Rotates the `heads` heads of each of n rows (`row_width` floats apart), `stride` floats apart.
+void rotate(const HyperParams& p, float* rows, int64_t n, int64_t row_width, int64_t heads, int64_t stride,
+            const ForwardScratch& s) {
+  for (int64_t i = 0; i < n; ++i) cpu::rope_apply(rows + i * row_width, heads, stride, p.rope, s.rope_angles[i]);
+}
+
+// y[i][h] = matrices[h] x[i][h] for every head h of n rows: head h of row i read from
+// x + i * x_row + h * x_stride (matrices' cols floats) and written to y + i * y_row + h * y_stride
+// (rows floats). The heads' matrices differ, so each head's rows are gathered and multiplied alone.
+void per_head(const cpu::ExpertMatrices& matrices, const float* x, int64_t n, int64_t x_row, int64_t x_stride, float* y,
+              int64_t y_row, int64_t y_stride, ForwardScratch& s, cpu::ThreadPool& pool) {
+  const int64_t in = matrices.first.cols, out = matrices.first.rows;
+  s.head_in.resize(static_cast<size_t>(n * in));
+  s.head_out.resize(static_cast<size_t>(n * out));
+  for (int64_t h = 0; h < matrices.count; ++h) {
+    for (int64_t i = 0; i < n; ++i) std::copy_n(x + i * x_row + h * x_stride, in, s.head_in.data() + i * in);
+    s.input.reset(s.head_in.data(), n, in);
+    cpu::WeightMatrix head = matrices.expert(h);
+    head.stored_plain_by_llama = true;  // llama.cpp repacks 2D weights only, not these per-head stacks
+    cpu::matmul(head, s.input, s.head_out.data(), pool);
+    for (int64_t i = 0; i < n; ++i) std::copy_n(s.head_out.data() + i * out, out, y + i * y_row + h * y_stride);
   }
 }
 
-void attention_block(const HyperParams& p, const LayerWeights& w, int64_t layer, int64_t n,
-                     std::span<const SequenceRows> batch, ForwardScratch& s, cpu::ThreadPool& pool) {
+// Runs attention of each sequence's rows over its cache (after storing their keys and values),
+// into s.attention.
+void attend(std::span<const SequenceRows> batch, int64_t layer, const cpu::AttentionShape& shape, const float* keys,
+            const float* values, ForwardScratch& s, cpu::ThreadPool& pool) {
+  const model::CacheRow& cached = batch.front().cache->row();
+  const int64_t q_width = shape.heads * shape.key_dim, out_width = shape.heads * shape.value_dim;
+  int64_t row = 0;
+  for (const SequenceRows& part : batch) {
+    const int64_t rows = static_cast<int64_t>(part.tokens.size());
+    part.cache->store(layer, part.first_position, rows, keys + row * cached.keys, values + row * cached.values);
+    const uint16_t* k = part.cache->keys(layer);
+    const uint16_t* v = cached.values > 0 ? part.cache->values(layer) : k;
+    cpu::causal_attention(s.q.data() + row * q_width, rows, part.first_position, k, v, shape,
+                          s.attention.data() + row * out_width, pool);
+    row += rows;
+  }
+}
+
+void gqa_attention(const HyperParams& p, const model::AttentionWeights& a, int64_t layer, int64_t n,
+                   std::span<const SequenceRows> batch, ForwardScratch& s, cpu::ThreadPool& pool) {
+  const model::GqaWeights& w = a.gqa;
   const int64_t q_width = p.heads * p.head_dim;
   const int64_t kv_width = p.kv_heads * p.head_dim;
-  cpu::rms_norm(s.residual.data(), n, p.embedding, p.embedding, w.attention_norm, p.rms_epsilon, s.normed.data(),
-                p.embedding);
   s.input.reset(s.normed.data(), n, p.embedding);
   cpu::matmul(w.q, s.input, s.q.data(), pool);
   cpu::matmul(w.k, s.input, s.k.data(), pool);
@@ -48,68 +79,136 @@ void attention_block(const HyperParams& p, const LayerWeights& w, int64_t layer,
   add_bias(s.q.data(), n, q_width, w.q_bias);
   add_bias(s.k.data(), n, kv_width, w.k_bias);
   add_bias(s.v.data(), n, kv_width, w.v_bias);
-  position_heads(p, s.q.data(), n, p.heads, w.q_norm, s);
-  position_heads(p, s.k.data(), n, p.kv_heads, w.k_norm, s);
-
-  const cpu::AttentionShape shape{p.heads, p.kv_heads, p.head_dim, 1.0f / std::sqrt(static_cast<float>(p.head_dim))};
-  int64_t row = 0;
-  for (const SequenceRows& part : batch) {
-    const int64_t rows = static_cast<int64_t>(part.tokens.size());
-    part.cache->store(layer, part.first_position, rows, s.k.data() + row * kv_width, s.v.data() + row * kv_width);
-    cpu::causal_attention(s.q.data() + row * q_width, rows, part.first_position, part.cache->keys(layer),
-                          part.cache->values(layer), shape, s.attention.data() + row * q_width, pool);
-    row += rows;
+  if (w.q_norm)
+    cpu::rms_norm(s.q.data(), n * p.heads, p.head_dim, p.head_dim, w.q_norm, p.rms_epsilon, s.q.data(), p.head_dim);
+  if (w.k_norm) {
+    cpu::rms_norm(s.k.data(), n * p.kv_heads, p.head_dim, p.head_dim, w.k_norm, p.rms_epsilon, s.k.data(), p.head_dim);
   }
-  s.input.reset(s.attention.data(), n, q_width);
-  cpu::matmul(w.attention_output, s.input, s.projected.data(), pool);
+  rotate(p, s.q.data(), n, q_width, p.heads, p.head_dim, s);
+  rotate(p, s.k.data(), n, kv_width, p.kv_heads, p.head_dim, s);
+  const cpu::AttentionShape shape{p.heads, p.kv_heads, p.head_dim, p.head_dim, p.attention_scale};
+  attend(batch, layer, shape, s.k.data(), s.v.data(), s, pool);
+}
+
+// Multi-head latent attention with the up-projections absorbed: each head's query becomes
+// [k_b^T q_nope, rope(q_rope)], attending a cache of [norm(latent), rope(k_rope)] rows in which
+// the values are the latents; each head's output is then v_b times its attended latent.
+void mla_attention(const HyperParams& p, const model::AttentionWeights& a, int64_t layer, int64_t n,
+                   std::span<const SequenceRows> batch, ForwardScratch& s, cpu::ThreadPool& pool) {
+  const model::MlaWeights& w = a.mla;
+  const model::MlaParams& m = p.mla;
+  const int64_t head = m.nope_dim + m.rope_dim, q_width = p.heads * head;
+  const int64_t key = m.kv_lora_rank + m.rope_dim;
+  const int64_t absorbed_width = p.heads * key;
+  s.input.reset(s.normed.data(), n, p.embedding);
+  if (!w.q_a.empty()) {
+    cpu::matmul(w.q_a, s.input, s.q_low.data(), pool);
+    cpu::rms_norm(s.q_low.data(), n, m.q_lora_rank, m.q_lora_rank, w.q_a_norm, p.rms_epsilon, s.q_low.data(),
+                  m.q_lora_rank);
+    cpu::matmul(w.kv_a, s.input, s.k.data(), pool);
+    s.input.reset(s.q_low.data(), n, m.q_lora_rank);
+    cpu::matmul(w.q, s.input, s.v.data(), pool);
+  } else {
+    cpu::matmul(w.q, s.input, s.v.data(), pool);
+    cpu::matmul(w.kv_a, s.input, s.k.data(), pool);
+  }
+  // s.v holds the raw queries, s.k each row's [latent, k_rope]: the latent normed in place.
+  cpu::rms_norm(s.k.data(), n, m.kv_lora_rank, key, w.kv_a_norm, p.rms_epsilon, s.k.data(), key);
+  for (int64_t i = 0; i < n; ++i) {
+    cpu::rope_apply(s.k.data() + i * key + m.kv_lora_rank, 1, m.rope_dim, p.rope, s.rope_angles[i]);
+    cpu::rope_apply(s.v.data() + i * q_width + m.nope_dim, p.heads, m.rope_dim, p.rope, s.rope_angles[i], head);
+    for (int64_t h = 0; h < p.heads; ++h) {
+      std::copy_n(s.v.data() + i * q_width + h * head + m.nope_dim, m.rope_dim,
+                  s.q.data() + i * absorbed_width + h * key + m.kv_lora_rank);
+    }
+  }
+  per_head(w.k_b, s.v.data(), n, q_width, head, s.q.data(), absorbed_width, key, s, pool);
+  // per_head wrote each head's absorbed query over its first kv_lora_rank floats only.
+  const cpu::AttentionShape shape{p.heads, 1, key, m.kv_lora_rank, p.attention_scale, key, key};
+  attend(batch, layer, shape, s.k.data(), nullptr, s, pool);
+  per_head(w.v_b, s.attention.data(), n, p.heads * m.kv_lora_rank, m.kv_lora_rank, s.projected.data(),
+           p.heads * m.value_dim, m.value_dim, s, pool);
+  std::copy_n(s.projected.data(), n * p.heads * m.value_dim, s.attention.data());
+}
+
+void attention_block(const model::Model& model, int64_t layer, int64_t n, std::span<const SequenceRows> batch,
+                     ForwardScratch& s, cpu::ThreadPool& pool) {
+  const HyperParams& p = model.params;
+  const model::AttentionWeights& a = model.layers[layer].attention;
+  cpu::rms_norm(s.residual.data(), n, p.embedding, p.embedding, a.norm, p.rms_epsilon, s.normed.data(), p.embedding);
+  switch (a.kind) {
+    case model::AttentionKind::kGqa:
+      gqa_attention(p, a, layer, n, batch, s, pool);
+      break;
+    case model::AttentionKind::kMla:
+      mla_attention(p, a, layer, n, batch, s, pool);
+      break;
+  }
+  s.input.reset(s.attention.data(), n, a.output.cols);
+  cpu::matmul(a.output, s.input, s.projected.data(), pool);
   add_into(s.residual.data(), s.projected.data(), n * p.embedding);
 }
 
-void dense_ffn(const HyperParams& p, const LayerWeights& w, int64_t n, ForwardScratch& s, cpu::ThreadPool& pool) {
-  s.input.reset(s.normed.data(), n, p.embedding);
-  cpu::matmul(w.ffn_gate, s.input, s.gate.data(), pool);
-  cpu::matmul(w.ffn_up, s.input, s.up.data(), pool);
-  cpu::swiglu(s.gate.data(), s.up.data(), n * p.feed_forward, s.activated.data());
-  s.input.reset(s.activated.data(), n, p.feed_forward);
-  cpu::matmul(w.ffn_down, s.input, s.projected.data(), pool);
+// out = down(silu(gate x) * up x) over the n rows of s.normed.
+void swiglu_ffn(const model::SwigluWeights& w, int64_t n, float* out, ForwardScratch& s, cpu::ThreadPool& pool) {
+  const int64_t width = w.gate.rows;
+  s.gate.resize(static_cast<size_t>(n * width));
+  s.up.resize(static_cast<size_t>(n * width));
+  s.activated.resize(static_cast<size_t>(n * width));
+  s.input.reset(s.normed.data(), n, w.gate.cols);
+  cpu::matmul(w.gate, s.input, s.gate.data(), pool);
+  cpu::matmul(w.up, s.input, s.up.data(), pool);
+  cpu::swiglu(s.gate.data(), s.up.data(), n * width, s.activated.data());
+  s.input.reset(s.activated.data(), n, width);
+  cpu::matmul(w.down, s.input, out, pool);
 }
 
-void moe_ffn(const model::Model& model, int64_t layer, int64_t n, ExpertArena* arena, ForwardScratch& s,
-             cpu::ThreadPool& pool) {
+void routed_experts(const model::Model& model, int64_t layer, int64_t n, ExpertArena* arena, ForwardScratch& s,
+                    cpu::ThreadPool& pool) {
   const HyperParams& p = model.params;
+  const model::RoutedExperts& r = model.layers[layer].ffn.routed;
   s.input.reset(s.normed.data(), n, p.embedding);
-  cpu::matmul(model.layers[layer].router, s.input, s.router_logits.data(), pool);
-  cpu::route_top_k(s.router_logits.data(), n, p.experts, p.experts_used, p.normalize_expert_weights, s.routing);
+  cpu::matmul(r.router, s.input, s.router_logits.data(), pool);
+  cpu::route(s.router_logits.data(), n, p.experts, p.experts_used, p.router, r.selection_bias, s.routing);
   for (const int32_t e : s.routing.experts) ++s.routed[static_cast<size_t>(layer * p.experts + e)];
   run_cpu_experts(model, layer, s.normed.data(), n, s.routing, {}, arena, s.projected.data(), s.moe, pool);
 }
 
+// The FFN: the routed experts and the dense (or shared) SwiGLU, added to the residual in
+// llama.cpp's order (the routed sum plus the shared output, then the residual).
 void ffn_block(const model::Model& model, int64_t layer, int64_t n, ExpertArena* arena, ForwardScratch& s,
                cpu::ThreadPool& pool) {
   const HyperParams& p = model.params;
-  const LayerWeights& w = model.layers[layer];
-  cpu::rms_norm(s.residual.data(), n, p.embedding, p.embedding, w.ffn_norm, p.rms_epsilon, s.normed.data(),
-                p.embedding);
-  if (p.experts > 0) {
-    moe_ffn(model, layer, n, arena, s, pool);
+  const model::FfnWeights& f = model.layers[layer].ffn;
+  cpu::rms_norm(s.residual.data(), n, p.embedding, p.embedding, f.norm, p.rms_epsilon, s.normed.data(), p.embedding);
+  if (f.kind == model::FfnKind::kMoe) {
+    routed_experts(model, layer, n, arena, s, pool);
+    if (!f.dense.empty()) {
+      s.shared.resize(static_cast<size_t>(n * p.embedding));
+      swiglu_ffn(f.dense, n, s.shared.data(), s, pool);
+      add_into(s.projected.data(), s.shared.data(), n * p.embedding);
+    }
   } else {
-    dense_ffn(p, w, n, s, pool);
+    swiglu_ffn(f.dense, n, s.projected.data(), s, pool);
   }
   add_into(s.residual.data(), s.projected.data(), n * p.embedding);
 }
 
 void size_scratch(const HyperParams& p, int64_t n, ForwardScratch& s) {
   const auto rows = [n](int64_t width) { return static_cast<size_t>(n * width); };
+  const model::CacheRow cached = model::cache_row(p);
+  const int64_t q_width =
+      p.mla.kv_lora_rank > 0 ? p.heads * (p.mla.kv_lora_rank + p.mla.rope_dim) : p.heads * p.head_dim;
+  const int64_t attended =
+      p.mla.kv_lora_rank > 0 ? p.heads * std::max(p.mla.kv_lora_rank, p.mla.value_dim) : p.heads * p.head_dim;
   s.residual.resize(rows(p.embedding));
   s.normed.resize(rows(p.embedding));
-  s.q.resize(rows(p.heads * p.head_dim));
-  s.k.resize(rows(p.kv_heads * p.head_dim));
-  s.v.resize(rows(p.kv_heads * p.head_dim));
-  s.attention.resize(rows(p.heads * p.head_dim));
-  s.projected.resize(rows(p.embedding));
-  s.gate.resize(rows(p.feed_forward));
-  s.up.resize(rows(p.feed_forward));
-  s.activated.resize(rows(p.feed_forward));
+  s.q.resize(rows(q_width));
+  s.q_low.resize(rows(p.mla.q_lora_rank));
+  s.k.resize(rows(cached.keys));
+  s.v.resize(rows(std::max(cached.values, p.heads * p.head_dim)));
+  s.attention.resize(rows(attended));
+  s.projected.resize(rows(std::max(p.embedding, p.heads * p.mla.value_dim)));
   s.router_logits.resize(rows(p.experts));
   s.rope_angles.resize(static_cast<size_t>(n));
 }
@@ -134,7 +233,7 @@ void forward(const model::Model& model, std::span<const SequenceRows> batch, std
     }
   }
   for (int64_t l = 0; l < p.layers; ++l) {
-    attention_block(p, model.layers[l], l, n, batch, s, pool);
+    attention_block(model, l, n, batch, s, pool);
     ffn_block(model, l, n, arena, s, pool);
   }
 

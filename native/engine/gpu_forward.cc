@@ -47,18 +47,34 @@ std::string type_name(uint32_t type) {
   return info ? std::string(info->name) : "type " + std::to_string(type);
 }
 
-struct GpuLayer {
-  const float* attention_norm = nullptr;
-  DeviceMatrix q, k, v, attention_output;
+// A layer's blocks on the card: model::LayerWeights with the weights in device memory.
+struct GpuAttention {
+  model::AttentionKind kind = model::AttentionKind::kGqa;
+  const float* norm = nullptr;
+  DeviceMatrix q, k, v, output;  // GQA's q, k, v (MLA: q is attn_q or attn_q_b)
   const float* q_bias = nullptr;
   const float* k_bias = nullptr;
   const float* v_bias = nullptr;
   const float* q_norm = nullptr;
   const float* k_norm = nullptr;
-  const float* ffn_norm = nullptr;
-  DeviceMatrix ffn_gate, ffn_up, ffn_down;
-  DeviceMatrix router, expert_gate, expert_up, expert_down;  // the experts: the layer's slot pool
-  const int32_t* expert_slots = nullptr;                     // expert -> slot in the pool, -1: in host memory
+  DeviceMatrix q_a, kv_a, k_b, v_b;  // MLA's (k_b and v_b: a stack of one matrix per head)
+  const float* q_a_norm = nullptr;
+  const float* kv_a_norm = nullptr;
+};
+
+struct GpuFfn {
+  model::FfnKind kind = model::FfnKind::kDense;
+  const float* norm = nullptr;
+  DeviceMatrix gate, up, down;  // the dense FFN, or an MoE layer's shared experts (empty: none)
+  DeviceMatrix router;
+  const float* selection_bias = nullptr;
+  DeviceMatrix expert_gate, expert_up, expert_down;  // the routed experts: the layer's slot pool
+  const int32_t* expert_slots = nullptr;             // expert -> slot in the pool, -1: in host memory
+};
+
+struct GpuLayer {
+  GpuAttention attention;
+  GpuFfn ffn;
 };
 
 // Where each of the model's host ranges goes in the one device allocation of weights.
@@ -112,6 +128,10 @@ struct Workspace {
   DeviceBuffer residual, normed, q, k, v, attention, gate, up, hidden, expert_out, router_logits, routing_weights;
   DeviceBuffer chosen, order, chunks, chunk_count, tokens, positions, activations, logits, attention_scratch;
   DeviceBuffer route_ticket;  // cuda::route_decode's counter, zero between launches
+  // Multi-head latent attention (empty for other models): the per-head products run as routed
+  // experts do, each (token, head) slot routed to its head's matrix by a fixed routing
+  // (latent_heads[token * heads + h] = h, latent_slots[h] = h) grouped once per pass.
+  DeviceBuffer latent_a, latent_b, latent_heads, latent_slots, latent_order, latent_chunks, latent_chunk_count;
 };
 
 // The weights' places in device memory, and which experts are there: what bind_weights
@@ -139,6 +159,9 @@ class GpuModel : public GpuWeights {
   int device = 0;
   model::HyperParams params;
   int64_t context_size = 0;  // the most positions a sequence's KV cache holds: what the workspace is sized for
+  // Whether every layer's per-head latent products (k_b, v_b) have tiled kernels: one grouping
+  // of a pass's (token, head) slots serves them all, so they take the tiles together or not at all.
+  bool latent_tiles = false;
   std::unique_ptr<HostExperts> host_experts;    // set when some experts live in host memory: decode and short prompts
   std::unique_ptr<ExpertStream> expert_stream;  // with host_experts: long prompts copy them to the GPU
   std::unique_ptr<GpuResidency> residency;      // with host_experts: moves experts between passes
@@ -164,8 +187,12 @@ class GpuModel : public GpuWeights {
 
 class GpuSequence {
  public:
-  DeviceBuffer keys, values;  // layers * capacity * kv_width f16 each
-  int64_t layer_elements = 0;
+  DeviceBuffer keys, values;  // per layer, `capacity` rows of model::cache_row's widths, f16
+  int64_t capacity = 0;
+  model::CacheRow row;
+
+  uint16_t* keys_of(int64_t layer) const { return keys.as<uint16_t>() + layer * capacity * row.keys; }
+  uint16_t* values_of(int64_t layer) const { return values.as<uint16_t>() + layer * capacity * row.values; }
 };
 
 namespace {
@@ -226,11 +253,12 @@ namespace {
 
 // Attention over a sequence's KV cache of `context_size` positions.
 cuda::AttentionShape attention_shape(const model::HyperParams& p, int64_t context_size) {
-  return {p.heads, p.kv_heads, p.head_dim, 1.0f / std::sqrt(static_cast<float>(p.head_dim)), context_size};
+  return {p.heads, p.kv_heads, p.head_dim, p.attention_scale, context_size};
 }
 
 size_t kv_bytes(const model::HyperParams& p, int64_t context_size) {
-  return 2 * static_cast<size_t>(p.layers * context_size * p.kv_heads * p.head_dim) * sizeof(uint16_t);
+  const model::CacheRow row = model::cache_row(p);
+  return static_cast<size_t>(p.layers * context_size * (row.keys + row.values)) * sizeof(uint16_t);
 }
 
 // The workspace's buffers, in bytes, in Workspace's order (`logits` as first allocated).
@@ -238,21 +266,34 @@ std::vector<std::pair<const char*, size_t>> workspace_sizes(const model::HyperPa
   const auto floats = [](int64_t count) { return static_cast<size_t>(count) * sizeof(float); };
   const auto ints = [](int64_t count) { return static_cast<size_t>(count) * sizeof(int32_t); };
   const int64_t b = kMaxBatch;
-  const int64_t q_width = p.heads * p.head_dim, kv_width = p.kv_heads * p.head_dim;
+  const model::MlaParams& mla = p.mla;
+  const bool latent = mla.kv_lora_rank > 0;
+  const int64_t q_width = p.heads * p.head_dim, kv_width = model::cache_row(p).keys;
+  // MLA: v holds the rotated queries, attention the attended latents, latent_b the absorbed
+  // queries (and the normed low-rank ones), latent_a the unrotated queries and the heads' values.
+  const int64_t slots = latent ? b * p.heads : 0;
+  const int64_t attended = std::max(q_width, p.heads * mla.kv_lora_rank);
+  const int64_t latent_a = std::max(mla.nope_dim, mla.value_dim), latent_b = mla.kv_lora_rank;
   const int64_t routed = b * p.experts_used;
-  const int64_t hidden = std::max(b * p.feed_forward, routed * p.expert_feed_forward);
-  const int64_t widest = std::max({b * p.embedding, b * q_width, hidden});
+  const int64_t dense = std::max(p.feed_forward, p.shared_feed_forward);  // the dense FFN's or the shared experts'
+  const int64_t hidden = std::max(b * dense, routed * p.expert_feed_forward);
+  const int64_t widest = std::max({b * p.embedding, b * attended, hidden, slots * std::max(latent_a, latent_b)});
   // The matvec's chunks are the smaller (kMmqTileTokens for the tiles), so they bound the count.
   const int64_t chunks =
       p.experts > 0 ? cuda::max_expert_chunks(b, p.experts, p.experts_used, cuda::tokens_per_expert_chunk(b)) : 0;
+  const int64_t latent_chunks =
+      latent ? cuda::max_expert_chunks(b, p.heads, p.heads, cuda::tokens_per_expert_chunk(b)) : 0;
+  const size_t attention_scratch =
+      latent ? cuda::latent_attention_scratch_bytes(p.heads, mla.kv_lora_rank, context_size, b)
+             : cuda::attention_scratch_bytes(attention_shape(p, context_size), b);
   return {{"residual", floats(b * p.embedding)},
           {"normed", floats(b * p.embedding)},
           {"q", floats(b * q_width)},
           {"k", floats(b * kv_width)},
-          {"v", floats(b * kv_width)},
-          {"attention", floats(b * q_width)},
-          {"gate", floats(b * p.feed_forward)},
-          {"up", floats(b * p.feed_forward)},
+          {"v", floats(std::max(b * kv_width, slots * mla.rope_dim))},
+          {"attention", floats(b * attended)},
+          {"gate", floats(b * dense)},
+          {"up", floats(b * dense)},
           {"hidden", floats(hidden)},
           {"expert_out", floats(routed * p.embedding)},
           {"router_logits", floats(b * p.experts)},
@@ -265,8 +306,15 @@ std::vector<std::pair<const char*, size_t>> workspace_sizes(const model::HyperPa
           {"positions", ints(b)},
           {"activations", static_cast<size_t>(widest / 32) * sizeof(ActivationBlock)},
           {"logits", floats(p.vocab)},
-          {"attention_scratch", cuda::attention_scratch_bytes(attention_shape(p, context_size), b)},
-          {"route_ticket", ints(1)}};
+          {"attention_scratch", attention_scratch},
+          {"route_ticket", ints(1)},
+          {"latent_a", floats(slots * latent_a)},
+          {"latent_b", floats(std::max(slots * latent_b, b * mla.q_lora_rank))},
+          {"latent_heads", ints(slots)},
+          {"latent_slots", ints(latent ? p.heads : 0)},
+          {"latent_order", ints(slots)},
+          {"latent_chunks", ints(3 * latent_chunks)},
+          {"latent_chunk_count", ints(1)}};
 }
 
 void allocate_workspace(const model::HyperParams& p, int64_t context_size, Workspace& w) {
@@ -291,9 +339,23 @@ void allocate_workspace(const model::HyperParams& p, int64_t context_size, Works
                              &w.activations,
                              &w.logits,
                              &w.attention_scratch,
-                             &w.route_ticket};
+                             &w.route_ticket,
+                             &w.latent_a,
+                             &w.latent_b,
+                             &w.latent_heads,
+                             &w.latent_slots,
+                             &w.latent_order,
+                             &w.latent_chunks,
+                             &w.latent_chunk_count};
   const auto sizes = workspace_sizes(p, context_size);
   for (size_t i = 0; i < sizes.size(); ++i) *buffers[i] = DeviceBuffer(sizes[i].second, sizes[i].first);
+  if (p.mla.kv_lora_rank == 0) return;
+  // The fixed routing of the per-head products: slot token * heads + h to head h, head h in slot h.
+  std::vector<int32_t> heads(w.latent_heads.bytes() / sizeof(int32_t)), slots(static_cast<size_t>(p.heads));
+  for (size_t i = 0; i < heads.size(); ++i) heads[i] = static_cast<int32_t>(i % static_cast<size_t>(p.heads));
+  std::iota(slots.begin(), slots.end(), 0);
+  cuda::upload(w.latent_heads.data(), heads.data(), heads.size() * sizeof(int32_t));
+  cuda::upload(w.latent_slots.data(), slots.data(), slots.size() * sizeof(int32_t));
 }
 
 class Uploader {
@@ -362,54 +424,65 @@ void bind_weights(const model::Model& m, Uploader& up, GpuWeights& g) {
   g.freq_factors = up.vector(p.rope.freq_factors, p.rope.dims / 2);
   g.layers.resize(m.layers.size());
   for (size_t l = 0; l < m.layers.size(); ++l) {
-    const model::LayerWeights& w = m.layers[l];
-    GpuLayer& d = g.layers[l];
-    d.attention_norm = up.vector(w.attention_norm, p.embedding);
-    d.q = up.matrix(w.q);
-    d.k = up.matrix(w.k);
-    d.v = up.matrix(w.v);
-    d.attention_output = up.matrix(w.attention_output);
-    d.q_bias = up.vector(w.q_bias, q_width);
-    d.k_bias = up.vector(w.k_bias, kv_width);
-    d.v_bias = up.vector(w.v_bias, kv_width);
-    d.q_norm = up.vector(w.q_norm, p.head_dim);
-    d.k_norm = up.vector(w.k_norm, p.head_dim);
-    d.ffn_norm = up.vector(w.ffn_norm, p.embedding);
-    d.ffn_gate = up.matrix(w.ffn_gate);
-    d.ffn_up = up.matrix(w.ffn_up);
-    d.ffn_down = up.matrix(w.ffn_down);
-    d.router = up.matrix(w.router);
-    if (p.experts == 0) continue;
-    d.expert_gate = up.experts(w.expert_gate, g.resident[l]);
-    d.expert_up = up.experts(w.expert_up, g.resident[l]);
-    d.expert_down = up.experts(w.expert_down, g.resident[l]);
-    d.expert_slots = up.table(g.slot_tables[l]);
+    const model::AttentionWeights& a = m.layers[l].attention;
+    GpuAttention& da = g.layers[l].attention;
+    da.kind = a.kind;
+    da.norm = up.vector(a.norm, p.embedding);
+    da.q = up.matrix(a.kind == model::AttentionKind::kMla ? a.mla.q : a.gqa.q);
+    da.k = up.matrix(a.gqa.k);
+    da.v = up.matrix(a.gqa.v);
+    da.output = up.matrix(a.output);
+    da.q_bias = up.vector(a.gqa.q_bias, q_width);
+    da.k_bias = up.vector(a.gqa.k_bias, kv_width);
+    da.v_bias = up.vector(a.gqa.v_bias, kv_width);
+    da.q_norm = up.vector(a.gqa.q_norm, p.head_dim);
+    da.k_norm = up.vector(a.gqa.k_norm, p.head_dim);
+    da.q_a = up.matrix(a.mla.q_a);
+    da.q_a_norm = up.vector(a.mla.q_a_norm, p.mla.q_lora_rank);
+    da.kv_a = up.matrix(a.mla.kv_a);
+    da.kv_a_norm = up.vector(a.mla.kv_a_norm, p.mla.kv_lora_rank);
+    da.k_b = up.matrix(a.mla.k_b.first, a.mla.k_b.count);
+    da.v_b = up.matrix(a.mla.v_b.first, a.mla.v_b.count);
+    const model::FfnWeights& f = m.layers[l].ffn;
+    GpuFfn& df = g.layers[l].ffn;
+    df.kind = f.kind;
+    df.norm = up.vector(f.norm, p.embedding);
+    df.gate = up.matrix(f.dense.gate);
+    df.up = up.matrix(f.dense.up);
+    df.down = up.matrix(f.dense.down);
+    if (f.kind != model::FfnKind::kMoe) continue;
+    df.router = up.matrix(f.routed.router);
+    df.selection_bias = up.vector(f.routed.selection_bias, p.experts);
+    df.expert_gate = up.experts(f.routed.gate, g.resident[l]);
+    df.expert_up = up.experts(f.routed.up, g.resident[l]);
+    df.expert_down = up.experts(f.routed.down, g.resident[l]);
+    df.expert_slots = up.table(g.slot_tables[l]);
   }
 }
 
 // Per layer, the GPU's experts (sorted, so neighbours upload as one range), from the
-// requested lists (empty: all of them); INVALID_ARGUMENT for lists that do not fit the model.
-std::vector<std::vector<int32_t>> resident_experts(const model::HyperParams& p,
+// requested lists (empty: all of them; none in a layer without routed experts); INVALID_ARGUMENT
+// for lists that do not fit the model.
+std::vector<std::vector<int32_t>> resident_experts(const model::Model& m,
                                                    const std::vector<std::vector<int32_t>>& requested) {
+  const model::HyperParams& p = m.params;
   std::vector<std::vector<int32_t>> resident(static_cast<size_t>(p.layers));
-  if (p.experts == 0) {
-    for (const auto& r : requested) {
-      if (!r.empty()) throw Error("INVALID_ARGUMENT", "gpu experts were listed for a model without routed experts");
-    }
-    return resident;
-  }
-  if (requested.empty()) {
-    for (auto& r : resident) {
-      r.resize(static_cast<size_t>(p.experts));
-      std::iota(r.begin(), r.end(), 0);
-    }
-    return resident;
-  }
-  if (static_cast<int64_t>(requested.size()) != p.layers) {
+  if (!requested.empty() && static_cast<int64_t>(requested.size()) != p.layers) {
     throw Error("INVALID_ARGUMENT", "gpu experts name " + std::to_string(requested.size()) + " layers; the model has " +
                                         std::to_string(p.layers));
   }
-  for (size_t l = 0; l < requested.size(); ++l) {
+  for (size_t l = 0; l < resident.size(); ++l) {
+    const bool routed = !m.layers[l].ffn.routed.empty();
+    if (requested.empty()) {
+      if (!routed) continue;
+      resident[l].resize(static_cast<size_t>(p.experts));
+      std::iota(resident[l].begin(), resident[l].end(), 0);
+      continue;
+    }
+    if (!routed && !requested[l].empty()) {
+      throw Error("INVALID_ARGUMENT",
+                  "gpu experts were listed for layer " + std::to_string(l) + ", which has no routed experts");
+    }
     std::vector<bool> seen(static_cast<size_t>(p.experts), false);
     for (const int32_t e : requested[l]) {
       if (e < 0 || e >= p.experts || seen[e]) {
@@ -452,33 +525,40 @@ std::vector<GpuKernelGap> kernel_gaps(const model::Model& m) {
     no_kernel(m.output, m.output.data == m.token_embedding.data ? "token_embd.weight" : "output.weight", "matvec");
   }
   for (size_t l = 0; l < m.layers.size(); ++l) {
-    const model::LayerWeights& w = m.layers[l];
+    const model::AttentionWeights& a = m.layers[l].attention;
+    const model::FfnWeights& f = m.layers[l].ffn;
     const std::string layer = "blk." + std::to_string(l) + ".";
+    const char* gate = f.kind == model::FfnKind::kMoe ? "ffn_gate_shexp" : "ffn_gate";
+    const char* up = f.kind == model::FfnKind::kMoe ? "ffn_up_shexp" : "ffn_up";
+    const char* down = f.kind == model::FfnKind::kMoe ? "ffn_down_shexp" : "ffn_down";
+    const bool low_rank_q = !a.mla.q_a.empty();
     for (const auto& [matrix, name] :
-         {std::pair{&w.q, "attn_q"}, std::pair{&w.k, "attn_k"}, std::pair{&w.v, "attn_v"},
-          std::pair{&w.attention_output, "attn_output"}, std::pair{&w.ffn_gate, "ffn_gate"},
-          std::pair{&w.ffn_up, "ffn_up"}, std::pair{&w.ffn_down, "ffn_down"}, std::pair{&w.router, "ffn_gate_inp"}}) {
+         {std::pair{&a.gqa.q, "attn_q"}, std::pair{&a.gqa.k, "attn_k"}, std::pair{&a.gqa.v, "attn_v"},
+          std::pair{&a.mla.q_a, "attn_q_a"}, std::pair{&a.mla.q, low_rank_q ? "attn_q_b" : "attn_q"},
+          std::pair{&a.mla.kv_a, "attn_kv_a_mqa"}, std::pair{&a.mla.k_b.first, "attn_k_b"},
+          std::pair{&a.mla.v_b.first, "attn_v_b"}, std::pair{&a.output, "attn_output"}, std::pair{&f.dense.gate, gate},
+          std::pair{&f.dense.up, up}, std::pair{&f.dense.down, down}, std::pair{&f.routed.router, "ffn_gate_inp"}}) {
       if (!matrix->empty() && !cuda::matvec_supports(matrix->kernels->type)) {
         no_kernel(*matrix, layer + name + ".weight", "matvec");
       }
     }
-    if (m.params.experts == 0) continue;
+    if (f.routed.empty()) continue;
     const auto expert_gap = [&](const std::string& tensor, const std::string& reason) {
       gaps.push_back({tensor, reason, static_cast<int64_t>(l)});
     };
     for (const auto& [experts, name] :
-         {std::pair{&w.expert_gate, "ffn_gate_exps"}, std::pair{&w.expert_up, "ffn_up_exps"},
-          std::pair{&w.expert_down, "ffn_down_exps"}}) {
+         {std::pair{&f.routed.gate, "ffn_gate_exps"}, std::pair{&f.routed.up, "ffn_up_exps"},
+          std::pair{&f.routed.down, "ffn_down_exps"}}) {
       const uint32_t type = experts->first.kernels->type;
       const std::string tensor = layer + name + ".weight";
       if (!cuda::matvec_supports(type)) {
         expert_gap(tensor, tensor + " is " + type_name(type) + ", which has no GPU matvec kernel");
       }
     }
-    const uint32_t gate = w.expert_gate.first.kernels->type, up = w.expert_up.first.kernels->type;
-    if (gate != up) {
-      expert_gap(layer + "ffn_up_exps.weight", layer + "ffn_gate_exps.weight (" + type_name(gate) + ") and " + layer +
-                                                   "ffn_up_exps.weight (" + type_name(up) +
+    const uint32_t gate_type = f.routed.gate.first.kernels->type, up_type = f.routed.up.first.kernels->type;
+    if (gate_type != up_type) {
+      expert_gap(layer + "ffn_up_exps.weight", layer + "ffn_gate_exps.weight (" + type_name(gate_type) + ") and " +
+                                                   layer + "ffn_up_exps.weight (" + type_name(up_type) +
                                                    ") differ in type; the GPU's fused expert kernel needs one");
     }
   }
@@ -487,8 +567,9 @@ std::vector<GpuKernelGap> kernel_gaps(const model::Model& m) {
 
 // Per layer, whether long prompts may stream its host experts to the GPU: not where the GPU's
 // kernels cannot serve its expert stacks.
-std::vector<bool> streamable_layers(const model::HyperParams& p, const std::vector<GpuKernelGap>& gaps) {
-  std::vector<bool> streamed(static_cast<size_t>(p.layers), p.experts > 0);
+std::vector<bool> streamable_layers(const model::Model& m, const std::vector<GpuKernelGap>& gaps) {
+  std::vector<bool> streamed;
+  for (const model::LayerWeights& w : m.layers) streamed.push_back(!w.ffn.routed.empty());
   for (const GpuKernelGap& gap : gaps) {
     if (gap.expert_layer >= 0) streamed[static_cast<size_t>(gap.expert_layer)] = false;
   }
@@ -511,6 +592,18 @@ void check_kernels(const std::vector<GpuKernelGap>& gaps, const GpuWeights& g) {
 }
 
 void check_shape(const model::HyperParams& p) {
+  const model::MlaParams& mla = p.mla;
+  if (mla.kv_lora_rank > 0) {
+    if (!cuda::latent_attention_supports(mla.kv_lora_rank, mla.rope_dim) || mla.nope_dim % 32 != 0 ||
+        mla.value_dim % 32 != 0 || mla.q_lora_rank % 32 != 0 || p.embedding % 32 != 0) {
+      throw Error("UNSUPPORTED_MODEL",
+                  "the GPU path's latent attention needs kv_lora_rank 512 with 64 rotary dims and "
+                  "the other widths multiples of 32 (kv_lora_rank " +
+                      std::to_string(mla.kv_lora_rank) + ", rotary " + std::to_string(mla.rope_dim) + ", nope " +
+                      std::to_string(mla.nope_dim) + ", value " + std::to_string(mla.value_dim) + ")");
+    }
+    return;
+  }
   if (p.head_dim % 32 != 0 || p.head_dim > 256 || p.embedding % 32 != 0) {
     throw Error("UNSUPPORTED_MODEL",
                 "the GPU path needs head_dim a multiple of 32 up to 256 and embedding a multiple "
@@ -576,6 +669,15 @@ struct Pass {
     static int format_of(uint32_t type) {
       if (cuda::is_float_type(type)) return -1;
       return static_cast<int>(cuda::activation_format(type));
+    }
+    // Blocks for weights of `type` whatever the row count: the gated products read no float rows.
+    const ActivationBlock* quantized_for(uint32_t type) {
+      const int format = format_of(type);
+      if (format != format_) {
+        cuda::quantize_activations(x_, rows_, cols_, type, pass_.blocks(), pass_.stream);
+        format_ = format;
+      }
+      return pass_.blocks();
     }
     cuda::MatvecInput for_type(uint32_t type) {
       const int format = format_of(type);
@@ -653,11 +755,55 @@ struct Pass {
     return Input(*this, args.out, count, p.embedding, first.type);
   }
 
-  void attention_block(const GpuLayer& w, int64_t layer) const {
+  cuda::RopeShape rope_shape() const {
+    const model::HyperParams& p = m.params;
+    const cpu::RopeConstants k = cpu::rope_constants(p.rope);
+    return {p.rope.style == cpu::RopeStyle::kNeox,
+            p.rope.dims,
+            p.rope.freq_scale,
+            m.freq_factors,
+            p.rope.ext_factor,
+            k.theta_scale,
+            k.ramp_low,
+            k.ramp_high,
+            k.mscale};
+  }
+
+  // The sequences' rows in groups of at most kMaxKvSegments, each with its rows' caches of
+  // `layer`, as the launches that write the cache take them: fn(first_row, rows, segments).
+  template <typename Fn>
+  void cache_groups(int64_t layer, Fn fn) const {
+    for (size_t first = 0; first < layout.segments.size(); first += cuda::kMaxKvSegments) {
+      const size_t count = std::min<size_t>(cuda::kMaxKvSegments, layout.segments.size() - first);
+      const int64_t first_row = layout.segments[first].first_row;
+      cuda::KvSegments cache;
+      cache.count = static_cast<int>(count);
+      for (size_t i = 0; i < count; ++i) {
+        const PassLayout::Segment& part = layout.segments[first + i];
+        cache.first_row[i] = static_cast<int>(part.first_row - first_row);
+        cache.keys[i] = part.sequence->keys_of(layer);
+        cache.values[i] = part.sequence->values_of(layer);
+      }
+      const PassLayout::Segment& last = layout.segments[first + count - 1];
+      const int64_t rows = last.first_row + last.rows - first_row;
+      cache.first_row[count] = static_cast<int>(rows);
+      fn(first_row, rows, cache);
+    }
+  }
+
+  void attention_block(const GpuAttention& w, int64_t layer) const {
+    if (w.kind == model::AttentionKind::kMla) {
+      latent_attention_block(w, layer);
+    } else {
+      gqa_attention_block(w, layer);
+    }
+  }
+
+  void gqa_attention_block(const GpuAttention& w, int64_t layer) const {
     const model::HyperParams& p = m.params;
     const Workspace& ws = m.work;
     const int64_t q_width = p.heads * p.head_dim, kv_width = p.kv_heads * p.head_dim;
-    Input x = norm(f(ws.residual), n, w.attention_norm, w.q);
+    Input x = norm(f(ws.residual), n, w.norm, w.q);
     mul_all({{&w.q, f(ws.q), false}, {&w.k, f(ws.k), false}, {&w.v, f(ws.v), false}}, x);
     cuda::AttentionHeads heads;
     heads.q = f(ws.q);
@@ -672,66 +818,130 @@ struct Pass {
     heads.heads = p.heads;
     heads.kv_heads = p.kv_heads;
     heads.head_dim = p.head_dim;
-    const cuda::RopeShape rope{p.rope.style == cpu::RopeStyle::kNeox, p.rope.dims, p.rope.freq_base, p.rope.freq_scale,
-                               m.freq_factors};
-    const auto keys_of = [&](const GpuSequence& s) { return s.keys.as<uint16_t>() + layer * s.layer_elements; };
-    const auto values_of = [&](const GpuSequence& s) { return s.values.as<uint16_t>() + layer * s.layer_elements; };
-    // The heads and their place in the KV cache, up to kMaxKvSegments sequences a launch.
-    for (size_t first = 0; first < layout.segments.size(); first += cuda::kMaxKvSegments) {
-      const size_t count = std::min<size_t>(cuda::kMaxKvSegments, layout.segments.size() - first);
-      const int64_t first_row = layout.segments[first].first_row;
+    const cuda::RopeShape rope = rope_shape();
+    // The heads and their place in the KV cache.
+    cache_groups(layer, [&](int64_t first_row, int64_t rows, const cuda::KvSegments& cache) {
       cuda::AttentionHeads group = heads;
       group.q += first_row * q_width;
       group.k += first_row * kv_width;
       group.v += first_row * kv_width;
-      group.cache.count = static_cast<int>(count);
-      for (size_t i = 0; i < count; ++i) {
-        const PassLayout::Segment& part = layout.segments[first + i];
-        group.cache.first_row[i] = static_cast<int>(part.first_row - first_row);
-        group.cache.keys[i] = keys_of(*part.sequence);
-        group.cache.values[i] = values_of(*part.sequence);
-      }
-      const PassLayout::Segment& last = layout.segments[first + count - 1];
-      const int64_t rows = last.first_row + last.rows - first_row;
-      group.cache.first_row[count] = static_cast<int>(rows);
+      group.cache = cache;
       cuda::position_heads(group, rows, ws.positions.as<int32_t>() + first_row, rope, stream);
-    }
+    });
     // Decode rows come back quantized for the output projection as well, when every sequence's do.
-    const bool quantizes = !cuda::is_float_type(w.attention_output.type);
+    const bool quantizes = !cuda::is_float_type(w.output.type);
     bool quantized = quantizes;
     for (const PassLayout::Segment& part : layout.segments) {
       const GpuSequence& s = *part.sequence;
-      const uint16_t* keys = keys_of(s);
-      const uint16_t* values = values_of(s);
+      const uint16_t* keys = s.keys_of(layer);
+      const uint16_t* values = s.values_of(layer);
       const int32_t* positions = ws.positions.as<int32_t>() + part.first_row;
-      const cuda::QuantizedRows rows{quantizes ? blocks() + part.first_row * (q_width / 32) : nullptr,
-                                     w.attention_output.type};
+      const cuda::QuantizedRows rows{quantizes ? blocks() + part.first_row * (q_width / 32) : nullptr, w.output.type};
       quantized &= cuda::causal_attention(f(ws.q) + part.first_row * q_width, part.rows, positions, keys, values,
-                                          attention_shape(p, s.layer_elements / kv_width), ws.attention_scratch.data(),
+                                          attention_shape(p, s.capacity), ws.attention_scratch.data(),
                                           f(ws.attention) + part.first_row * q_width, stream, rows);
     }
-    Input attended = quantized ? Input(*this, f(ws.attention), n, q_width, w.attention_output.type)
+    Input attended = quantized ? Input(*this, f(ws.attention), n, q_width, w.output.type)
                                : Input(*this, f(ws.attention), n, q_width);
-    mul(w.attention_output, attended, n, f(ws.residual), true);
+    mul(w.output, attended, n, f(ws.residual), true);
   }
 
-  void dense_ffn(const GpuLayer& w, Input& x) const {
+  // The per-head products of multi-head latent attention (k_b, v_b: a matrix per head), run as
+  // routed experts are, over the pass's slots (token, head) in the grouping begin() made.
+  void per_head(const DeviceMatrix& w, const float* x, float* y) const {
+    const model::HyperParams& p = m.params;
+    Input in(*this, x, n * p.heads, w.cols);
+    const cuda::ExpertGroups groups = latent_groups();
+    if (groups.tokens_per_chunk == cuda::kMmqTileTokens) {
+      cuda::expert_mmq(w, in.for_type(w.type).blocks, groups, y, stream);
+    } else {
+      cuda::expert_matvec(w, in.for_type(w.type), groups, y, stream);
+    }
+  }
+  cuda::ExpertGroups latent_groups() const {
     const model::HyperParams& p = m.params;
     const Workspace& ws = m.work;
-    if (cuda::gated_matvec_supports(w.ffn_gate, w.ffn_up)) {
-      const ActivationBlock* blocks = x.for_type(w.ffn_gate.type).blocks;
-      if (cuda::mmq_serves(w.ffn_gate.type, n)) {
-        cuda::gated_mmq(w.ffn_gate, w.ffn_up, blocks, n, f(ws.hidden), stream);
+    cuda::ExpertGroups g;
+    g.order = ws.latent_order.as<int32_t>();
+    g.chunks = ws.latent_chunks.as<int32_t>();
+    g.chunk_count = ws.latent_chunk_count.as<int32_t>();
+    const bool tiled = m.latent_tiles && n >= cuda::kMmqMinRows;
+    g.tokens_per_chunk = tiled ? cuda::kMmqTileTokens : cuda::tokens_per_expert_chunk(n);
+    g.max_chunks = cuda::max_expert_chunks(n, p.heads, p.heads, g.tokens_per_chunk);
+    return g;
+  }
+
+  // Multi-head latent attention, as the CPU's mla_attention: the queries (through the low-rank
+  // q_a, its norm and q_b, or attn_q) split into the part k_b absorbs and the rotated part; the
+  // latent and rotary key normed, rotated and cached; attention over the cache; each head's
+  // attended latent through v_b; the output product.
+  void latent_attention_block(const GpuAttention& w, int64_t layer) const {
+    const model::HyperParams& p = m.params;
+    const model::MlaParams& mla = p.mla;
+    const Workspace& ws = m.work;
+    Input x = norm(f(ws.residual), n, w.norm, w.q_a.rows > 0 ? w.q_a : w.q);
+    if (w.q_a.rows > 0) {
+      mul_all({{&w.q_a, f(ws.latent_b), false}, {&w.kv_a, f(ws.k), false}}, x);
+      cuda::RmsNorm args;
+      args.x = f(ws.latent_b);
+      args.rows = n;
+      args.width = mla.q_lora_rank;
+      args.weight = w.q_a_norm;
+      args.eps = p.rms_epsilon;
+      args.out = f(ws.normed);
+      cuda::rms_norm(args, stream);
+      Input low(*this, f(ws.normed), n, mla.q_lora_rank);
+      mul(w.q, low, n, f(ws.q), false);
+    } else {
+      mul_all({{&w.q, f(ws.q), false}, {&w.kv_a, f(ws.k), false}}, x);
+    }
+    const cuda::RopeShape rope = rope_shape();
+    const int32_t* positions = ws.positions.as<int32_t>();
+    cache_groups(layer, [&](int64_t first_row, int64_t rows, const cuda::KvSegments& cache) {
+      cuda::store_latent(f(ws.k) + first_row * (mla.kv_lora_rank + mla.rope_dim), rows, mla.kv_lora_rank, w.kv_a_norm,
+                         p.rms_epsilon, positions + first_row, rope, cache, stream);
+    });
+    cuda::split_latent_query(f(ws.q), n, p.heads, mla.nope_dim, positions, rope, f(ws.latent_a), f(ws.v), stream);
+    per_head(w.k_b, f(ws.latent_a), f(ws.latent_b));
+    for (const PassLayout::Segment& part : layout.segments) {
+      const int64_t first = part.first_row * p.heads;
+      cuda::LatentAttention a;
+      a.q_latent = f(ws.latent_b) + first * mla.kv_lora_rank;
+      a.q_rope = f(ws.v) + first * mla.rope_dim;
+      a.positions = positions + part.first_row;
+      a.cache = part.sequence->keys_of(layer);
+      a.n = part.rows;
+      a.heads = p.heads;
+      a.rank = mla.kv_lora_rank;
+      a.rope = mla.rope_dim;
+      a.scale = p.attention_scale;
+      a.cache_positions = part.sequence->capacity;
+      a.out = f(ws.attention) + first * mla.kv_lora_rank;
+      cuda::latent_attention(a, ws.attention_scratch.data(), stream);
+    }
+    per_head(w.v_b, f(ws.attention), f(ws.latent_a));
+    Input values(*this, f(ws.latent_a), n, p.heads * mla.value_dim);
+    mul(w.output, values, n, f(ws.residual), true);
+  }
+
+  // residual += down(silu(gate x) * up x): the dense FFN, or an MoE layer's shared experts.
+  void swiglu_ffn(const GpuFfn& w, Input& x) const {
+    const Workspace& ws = m.work;
+    const int64_t width = w.gate.rows;
+    if (cuda::gated_matvec_supports(w.gate, w.up)) {
+      const ActivationBlock* blocks = x.quantized_for(w.gate.type);
+      if (cuda::mmq_serves(w.gate.type, n)) {
+        cuda::gated_mmq(w.gate, w.up, blocks, n, f(ws.hidden), stream);
       } else {
-        cuda::gated_matvec(w.ffn_gate, w.ffn_up, blocks, n, f(ws.hidden), stream);
+        cuda::gated_matvec(w.gate, w.up, blocks, n, f(ws.hidden), stream);
       }
     } else {
-      mul(w.ffn_gate, x, n, f(ws.gate), false);
-      mul(w.ffn_up, x, n, f(ws.up), false);
-      cuda::swiglu(f(ws.gate), f(ws.up), n * p.feed_forward, f(ws.hidden), stream);
+      mul(w.gate, x, n, f(ws.gate), false);
+      mul(w.up, x, n, f(ws.up), false);
+      cuda::swiglu(f(ws.gate), f(ws.up), n * width, f(ws.hidden), stream);
     }
-    Input hidden(*this, f(ws.hidden), n, p.feed_forward);
-    mul(w.ffn_down, hidden, n, f(ws.residual), true);
+    Input hidden(*this, f(ws.hidden), n, width);
+    mul(w.down, hidden, n, f(ws.residual), true);
   }
 
   // Whether this pass copies layer `layer`'s host experts to the GPU rather than handing its rows
@@ -749,7 +959,7 @@ struct Pass {
     return false;
   }
 
-  void moe_ffn(const GpuLayer& w, int64_t layer, Input& x) const {
+  void moe_ffn(const GpuFfn& w, int64_t layer, Input& x) const {
     const model::HyperParams& p = m.params;
     const Workspace& ws = m.work;
     HostExperts* host = m.host_experts.get();
@@ -767,17 +977,22 @@ struct Pass {
     groups.tokens_per_chunk = tiled ? cuda::kMmqTileTokens : cuda::tokens_per_expert_chunk(n);
     groups.max_chunks = cuda::max_expert_chunks(n, p.experts, p.experts_used, groups.tokens_per_chunk);
     uint32_t* counts = m.routed.as<uint32_t>() + layer * p.experts;
+    const cuda::RouterSpec router{p.router.gating == model::Gating::kSigmoid,
+                                  p.router.normalize,
+                                  p.router.scale,
+                                  static_cast<int>(p.router.groups),
+                                  static_cast<int>(p.router.groups_used),
+                                  w.selection_bias};
     if (n == 1 && groups.tokens_per_chunk == 1 && cuda::is_float_type(w.router.type)) {
-      cuda::route_decode(w.router, x.for_type(w.router.type).floats, p.experts, p.experts_used,
-                         p.normalize_expert_weights, experts.slot_of_expert, f(ws.router_logits),
-                         ws.chosen.as<int32_t>(), f(ws.routing_weights), counts, ws.order.as<int32_t>(),
-                         ws.chunks.as<int32_t>(), ws.chunk_count.as<int32_t>(), ws.route_ticket.as<uint32_t>(), stream);
+      cuda::route_decode(w.router, x.for_type(w.router.type).floats, p.experts, p.experts_used, router,
+                         experts.slot_of_expert, f(ws.router_logits), ws.chosen.as<int32_t>(), f(ws.routing_weights),
+                         counts, ws.order.as<int32_t>(), ws.chunks.as<int32_t>(), ws.chunk_count.as<int32_t>(),
+                         ws.route_ticket.as<uint32_t>(), stream);
     } else {
       mul(w.router, x, n, f(ws.router_logits), false);
-      cuda::route_and_group(f(ws.router_logits), n, p.experts, p.experts_used, p.normalize_expert_weights,
-                            experts.slot_of_expert, groups.tokens_per_chunk, ws.chosen.as<int32_t>(),
-                            f(ws.routing_weights), counts, ws.order.as<int32_t>(), ws.chunks.as<int32_t>(),
-                            ws.chunk_count.as<int32_t>(), stream);
+      cuda::route_and_group(f(ws.router_logits), n, p.experts, p.experts_used, router, experts.slot_of_expert,
+                            groups.tokens_per_chunk, ws.chosen.as<int32_t>(), f(ws.routing_weights), counts,
+                            ws.order.as<int32_t>(), ws.chunks.as<int32_t>(), ws.chunk_count.as<int32_t>(), stream);
     }
     if (hybrid) host->queue_publish(layer, n, f(ws.normed), ws.chosen.as<int32_t>(), f(ws.routing_weights), stream);
     // A layer without GPU experts (all in host memory, as where the GPU's kernels cannot serve
@@ -818,15 +1033,20 @@ struct Pass {
     }
   }
 
-  void ffn_block(const GpuLayer& w, int64_t layer) const {
+  void ffn_block(const GpuFfn& w, int64_t layer) const {
     const model::HyperParams& p = m.params;
     const Workspace& ws = m.work;
-    Input x = norm(f(ws.residual), n, w.ffn_norm, p.experts > 0 ? w.expert_gate : w.ffn_gate);
-    if (p.experts > 0) {
-      moe_ffn(w, layer, x);
-    } else {
-      dense_ffn(w, x);
+    const bool routed = w.kind == model::FfnKind::kMoe;
+    Input x = norm(f(ws.residual), n, w.norm, routed ? w.expert_gate : w.gate);
+    if (!routed) {
+      swiglu_ffn(w, x);
+      return;
     }
+    moe_ffn(w, layer, x);
+    if (w.gate.rows == 0) return;
+    // The routed experts quantized their hidden rows over x's: the shared experts read x afresh.
+    Input shared(*this, f(ws.normed), n, p.embedding);
+    swiglu_ffn(w, shared);
   }
 
   // Queues the pass over the rows uploaded to work.tokens / work.positions: begin(), each
@@ -835,11 +1055,18 @@ struct Pass {
   void begin() const {
     if (hybrid()) m.host_experts->queue_begin_pass(stream);
     if (streamed) m.expert_stream->begin_pass();
+    if (m.params.mla.kv_lora_rank > 0) {
+      const Workspace& ws = m.work;
+      const cuda::ExpertGroups g = latent_groups();
+      cuda::group_by_expert(ws.latent_heads.as<int32_t>(), n, m.params.heads, m.params.heads,
+                            ws.latent_slots.as<int32_t>(), g.tokens_per_chunk, ws.latent_order.as<int32_t>(),
+                            ws.latent_chunks.as<int32_t>(), ws.latent_chunk_count.as<int32_t>(), stream);
+    }
     cuda::embed(m.token_embedding, m.work.tokens.as<int32_t>(), n, f(m.work.residual), stream);
   }
   void layer(int64_t l) const {
-    attention_block(m.layers[l], l);
-    ffn_block(m.layers[l], l);
+    attention_block(m.layers[l].attention, l);
+    ffn_block(m.layers[l].ffn, l);
   }
   void run() const {
     begin();
@@ -982,17 +1209,13 @@ GpuFootprint gpu_footprint(const model::Model& model, int64_t context_size) {
   f.experts = p.experts;
   f.dense_bytes = planner.bytes();
   for (const model::LayerWeights& w : model.layers) {
-    if (p.experts == 0) {
-      f.expert_bytes.push_back(0);
-      continue;
-    }
     f.expert_bytes.push_back(routed_expert_bytes(w));
-    f.dense_bytes += 3 * 256;  // each of the layer's three pools may round up to 256 bytes
+    if (!w.ffn.routed.empty()) f.dense_bytes += 3 * 256;  // each of the layer's three pools may round up to 256 bytes
   }
   f.kv_bytes = kv_bytes(p, context_size);
   f.workspace_bytes = workspace_bytes(p, context_size);
   f.kernel_gaps = kernel_gaps(model);
-  f.stream_bytes = ExpertStream::staging_bytes(model, streamable_layers(p, f.kernel_gaps));
+  f.stream_bytes = ExpertStream::staging_bytes(model, streamable_layers(model, f.kernel_gaps));
   f.reserve_bytes = kReserve;
   return f;
 }
@@ -1010,6 +1233,7 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
   const std::vector<GpuKernelGap> gaps = kernel_gaps(model);
 
   cuda::use_device(options.device);
+  if (p.mla.kv_lora_rank > 0) cuda::prepare_latent_attention(p.mla.kv_lora_rank, p.mla.rope_dim);
   std::shared_ptr<GpuModel> g(new GpuModel, [](GpuModel* m) {
     const std::lock_guard freeing(hybrid_passes());
     delete m;
@@ -1019,12 +1243,21 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
   g->device = options.device;
   g->params = p;
   g->context_size = context_size;
-  set_residency(p, resident_experts(p, options.gpu_experts), *g);
+  g->latent_tiles = p.mla.kv_lora_rank > 0;
+  for (const model::LayerWeights& w : model.layers) {
+    for (const cpu::ExpertMatrices* m : {&w.attention.mla.k_b, &w.attention.mla.v_b}) {
+      if (m->count > 0)
+        g->latent_tiles = g->latent_tiles && cuda::mmq_serves(m->first.kernels->type, cuda::kMmqMinRows);
+    }
+  }
+  set_residency(p, resident_experts(model, options.gpu_experts), *g);
   check_kernels(gaps, *g);
-  const std::vector<bool> streamed = streamable_layers(p, gaps);
-  int64_t resident = 0;
-  for (const auto& r : g->resident) resident += static_cast<int64_t>(r.size());
-  const int64_t all = p.experts * p.layers;
+  const std::vector<bool> streamed = streamable_layers(model, gaps);
+  int64_t resident = 0, all = 0;
+  for (size_t l = 0; l < g->resident.size(); ++l) {
+    resident += static_cast<int64_t>(g->resident[l].size());
+    if (!model.layers[l].ffn.routed.empty()) all += p.experts;
+  }
   Uploader planner(p);
   bind_weights(model, planner, *g);
   const size_t workspace = workspace_bytes(p, context_size);
@@ -1062,9 +1295,10 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
   }
   if (resident < all) {
     std::vector<std::vector<uint8_t>> on_host;
-    for (const auto& table : g->slot_tables) {
+    for (size_t l = 0; l < g->slot_tables.size(); ++l) {
+      const bool routed = !model.layers[l].ffn.routed.empty();
       std::vector<uint8_t> mask;
-      for (const int32_t slot : table) mask.push_back(slot < 0 ? 1 : 0);
+      for (const int32_t slot : g->slot_tables[l]) mask.push_back(routed && slot < 0 ? 1 : 0);
       on_host.push_back(std::move(mask));
     }
     g->host_experts = std::make_unique<HostExperts>(model, std::move(on_host), kMaxBatch, pool, arena);
@@ -1074,13 +1308,16 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
     // expert stacks the GPU's kernels can serve, so no layer has GPU slots to move experts into).
     if (staging > 0) {
       std::vector<ExpertStacks> stacks;
-      for (const GpuLayer& l : g->layers) stacks.push_back({l.expert_gate, l.expert_up, l.expert_down, l.expert_slots});
+      for (const GpuLayer& l : g->layers) {
+        stacks.push_back({l.ffn.expert_gate, l.ffn.expert_up, l.ffn.expert_down, l.ffn.expert_slots});
+      }
       g->expert_stream = std::make_unique<ExpertStream>(model, g->slot_tables, std::move(stacks), streamed);
       std::vector<SlotPools> pools;
       for (const GpuLayer& layer : g->layers) {
         // The pools and tables sit in the weights' allocation, which the model owns: writable.
-        pools.push_back({const_cast<uint8_t*>(layer.expert_gate.data), const_cast<uint8_t*>(layer.expert_up.data),
-                         const_cast<uint8_t*>(layer.expert_down.data), const_cast<int32_t*>(layer.expert_slots)});
+        const GpuFfn& f = layer.ffn;
+        pools.push_back({const_cast<uint8_t*>(f.expert_gate.data), const_cast<uint8_t*>(f.expert_up.data),
+                         const_cast<uint8_t*>(f.expert_down.data), const_cast<int32_t*>(f.expert_slots)});
       }
       g->residency = std::make_unique<GpuResidency>(model, std::move(pools), g->slot_tables, *g->host_experts);
     }
@@ -1105,9 +1342,11 @@ std::shared_ptr<GpuSequence> create_gpu_sequence(GpuModel& model, int64_t contex
   }
   std::shared_ptr<GpuSequence> s(new GpuSequence, [m = &model](GpuSequence* q) { release_sequence(*m, q); });
   const std::lock_guard exclusive(hybrid_passes());  // after s: see upload_model
-  s->layer_elements = context_size * p.kv_heads * p.head_dim;
-  s->keys = DeviceBuffer(bytes / 2, "KV cache (keys)");
-  s->values = DeviceBuffer(bytes / 2, "KV cache (values)");
+  s->capacity = context_size;
+  s->row = model::cache_row(p);
+  const auto elements = [&](int64_t width) { return static_cast<size_t>(p.layers * context_size * width); };
+  s->keys = DeviceBuffer(elements(s->row.keys) * sizeof(uint16_t), "KV cache (keys)");
+  s->values = DeviceBuffer(elements(s->row.values) * sizeof(uint16_t), "KV cache (values)");
   return s;
 }
 
@@ -1232,12 +1471,12 @@ void seat_copied_experts(GpuModel& model) {
 void copy_kv_to_host(GpuModel& model, const GpuSequence& sequence, int64_t n, int64_t packed, uint16_t* keys,
                      uint16_t* values) {
   cuda::use_device(model.device);
-  const int64_t width = model.params.kv_heads * model.params.head_dim;
-  const size_t bytes = static_cast<size_t>(n * width) * sizeof(uint16_t);
+  const model::CacheRow& row = sequence.row;
   for (int64_t layer = 0; layer < model.params.layers; ++layer) {
-    const int64_t device = layer * sequence.layer_elements, host = layer * packed * width;
-    cuda::copy_to_host(keys + host, sequence.keys.as<uint16_t>() + device, bytes, model.stream.handle());
-    cuda::copy_to_host(values + host, sequence.values.as<uint16_t>() + device, bytes, model.stream.handle());
+    cuda::copy_to_host(keys + layer * packed * row.keys, sequence.keys_of(layer),
+                       static_cast<size_t>(n * row.keys) * sizeof(uint16_t), model.stream.handle());
+    cuda::copy_to_host(values + layer * packed * row.values, sequence.values_of(layer),
+                       static_cast<size_t>(n * row.values) * sizeof(uint16_t), model.stream.handle());
   }
   model.stream.synchronize();
 }
@@ -1245,12 +1484,12 @@ void copy_kv_to_host(GpuModel& model, const GpuSequence& sequence, int64_t n, in
 void copy_kv_to_device(GpuModel& model, GpuSequence& sequence, int64_t n, int64_t packed, const uint16_t* keys,
                        const uint16_t* values) {
   cuda::use_device(model.device);
-  const int64_t width = model.params.kv_heads * model.params.head_dim;
-  const size_t bytes = static_cast<size_t>(n * width) * sizeof(uint16_t);
+  const model::CacheRow& row = sequence.row;
   for (int64_t layer = 0; layer < model.params.layers; ++layer) {
-    const int64_t device = layer * sequence.layer_elements, host = layer * packed * width;
-    cuda::copy_to_device(sequence.keys.as<uint16_t>() + device, keys + host, bytes, model.stream.handle());
-    cuda::copy_to_device(sequence.values.as<uint16_t>() + device, values + host, bytes, model.stream.handle());
+    cuda::copy_to_device(sequence.keys_of(layer), keys + layer * packed * row.keys,
+                         static_cast<size_t>(n * row.keys) * sizeof(uint16_t), model.stream.handle());
+    cuda::copy_to_device(sequence.values_of(layer), values + layer * packed * row.values,
+                         static_cast<size_t>(n * row.values) * sizeof(uint16_t), model.stream.handle());
   }
   model.stream.synchronize();
 }

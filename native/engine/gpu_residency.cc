@@ -43,8 +43,8 @@ void GpuResidency::begin(std::span<const Swap> swaps, cuda::StreamHandle compute
   for (const Swap& s : swaps) {
     const model::LayerWeights& w = model_.layers[s.layer];
     const SlotPools& pools = pools_[s.layer];
-    for (const auto& [stack, pool] : {std::pair{&w.expert_gate, pools.gate}, std::pair{&w.expert_up, pools.up},
-                                      std::pair{&w.expert_down, pools.down}}) {
+    for (const auto& [stack, pool] : {std::pair{&w.ffn.routed.gate, pools.gate}, std::pair{&w.ffn.routed.up, pools.up},
+                                      std::pair{&w.ffn.routed.down, pools.down}}) {
       const size_t bytes = expert_bytes(*stack);
       cuda::copy_async(pool + static_cast<size_t>(s.slot) * bytes, stack->expert(s.seated).data, bytes,
                        copies_.handle());

@@ -1,5 +1,6 @@
-// The keys and values of one sequence, in f16 as llama.cpp keeps them: per layer, one row
-// of kv_heads * head_dim per position, for positions [0, capacity).
+// The keys and values of one sequence, in f16 as llama.cpp keeps them: per layer, one row of
+// keys and one of values per position (model::cache_row: a layer of MLA has no value rows),
+// for positions [0, capacity).
 #pragma once
 
 #include <cstdint>
@@ -14,12 +15,12 @@ class KvCache {
   KvCache(const model::HyperParams& params, int64_t capacity);
 
   int64_t capacity() const { return capacity_; }
-  int64_t row_width() const { return row_width_; }
+  const model::CacheRow& row() const { return row_; }
 
   uint16_t* keys(int64_t layer) { return keys_[layer].data(); }
   uint16_t* values(int64_t layer) { return values_[layer].data(); }
 
-  // Stores n rows of keys and values (floats, row_width each) at positions [first, first + n).
+  // Stores n rows of keys and values (floats, of the row's widths) at positions [first, first + n).
   void store(int64_t layer, int64_t first, int64_t n, const float* keys, const float* values);
 
   // Copies the rows of positions [0, n) of every layer to / from `keys` and `values`, packed
@@ -29,7 +30,7 @@ class KvCache {
 
  private:
   int64_t capacity_;
-  int64_t row_width_;
+  model::CacheRow row_;
   std::vector<std::vector<uint16_t>> keys_;
   std::vector<std::vector<uint16_t>> values_;
 };

@@ -10,5 +10,7 @@ void bind_qwen3moe(Binder& binder);
 void bind_qwen3(Binder& binder);
 void bind_llama(Binder& binder);
 void bind_qwen2(Binder& binder);
+void bind_glm4moe(Binder& binder);
+void bind_deepseek2(Binder& binder);
 
 }  // namespace bloomery::model

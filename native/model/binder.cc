@@ -1,6 +1,8 @@
 #include "model/binder.h"
 
 #include <cmath>
+#include <cstdio>
+#include <limits>
 
 #include "base/error.h"
 #include "cpu/cpu_dispatch.h"
@@ -25,6 +27,20 @@ std::string shape_text(std::initializer_list<int64_t> shape) {
   return s + "]";
 }
 
+// llama.cpp's numbering of expert_gating_func.
+constexpr int64_t kGatingSoftmax = 1;
+constexpr int64_t kGatingSigmoid = 2;
+
+// The attention factor llama.cpp gives YaRN (llama-context.cpp): the magnitude the rotation
+// would add, cancelled, times YaRN's mscale unless the family has a yarn_log_multiplier
+// (`log_mul`; only DeepSeek's, whose two mscales are then equal). Other scaling: 1.
+float yarn_attn_factor(const cpu::RopeParams& rope, float log_mul) {
+  if (rope.ext_factor == 0.0f) return 1.0f;
+  const float factor = 1.0f / rope.freq_scale;
+  const auto mscale = [factor](float m) { return factor <= 1.0f ? 1.0f : 0.1f * m * std::log(factor) + 1.0f; };
+  return (log_mul != 0.0f ? 1.0f : mscale(1.0f)) / (1.0f + 0.1f * std::log(factor));
+}
+
 }  // namespace
 
 std::string layer_tensor(int64_t layer, std::string_view name, std::string_view kind) {
@@ -35,16 +51,22 @@ Binder::Binder(Model& model, std::string architecture) : model_(model), architec
   model_.params.architecture = architecture_;
 }
 
+LayerWeights& Binder::weights(int64_t layer) {
+  const int64_t pass_layers = model_.params.layers;
+  return layer < pass_layers ? model_.layers[layer] : model_.nextn_layers[layer - pass_layers].blocks;
+}
+
 std::string Binder::key(std::string_view suffix) const { return architecture_ + "." + std::string(suffix); }
 
 int64_t Binder::required_count(std::string_view suffix) const {
   const std::string k = key(suffix);
-  const std::optional<uint64_t> value = model_.file.get_uint(k);
+  const std::optional<int64_t> value = model_.file.get_int(k);
   if (!value) throw Error("MODEL_BAD_METADATA", "the model has no " + k);
-  if (*value == 0 || *value > (uint64_t{1} << 40)) {
+  // llama.cpp reads these as 32-bit; the bound also keeps products of two of them within int64.
+  if (*value < 1 || *value > std::numeric_limits<int32_t>::max()) {
     throw Error("MODEL_BAD_METADATA", k + " = " + std::to_string(*value) + " is out of range");
   }
-  return static_cast<int64_t>(*value);
+  return *value;
 }
 
 int64_t Binder::count_or(std::string_view suffix, int64_t fallback) const {
@@ -58,6 +80,51 @@ float Binder::float_or(std::string_view suffix, float fallback) const {
   return static_cast<float>(*value);
 }
 
+float Binder::positive_float_or(std::string_view suffix, float fallback) const {
+  const std::optional<double> value = model_.file.get_float(key(suffix));
+  if (!value) return fallback;
+  const float f = static_cast<float>(*value);
+  if (!std::isfinite(f) || !(f > 0)) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g", *value);
+    throw Error("MODEL_BAD_METADATA", key(suffix) + " = " + text + " is not a positive number");
+  }
+  return f;
+}
+
+bool Binder::bool_or(std::string_view suffix, bool fallback) const {
+  return model_.file.get_bool(key(suffix)).value_or(fallback);
+}
+
+void Binder::check_at_most(std::string_view suffix, int64_t value, std::string_view limit_suffix, int64_t limit) const {
+  if (value <= limit) return;
+  throw Error("MODEL_BAD_METADATA", key(suffix) + " = " + std::to_string(value) + " exceeds " + key(limit_suffix) +
+                                        " = " + std::to_string(limit));
+}
+
+void Binder::check_all_bound() const {
+  if (bound_.size() == model_.file.tensors().size()) return;
+  for (const gguf::Tensor& t : model_.file.tensors()) {
+    if (bound_.count(t.name)) continue;
+    throw Error("MODEL_UNEXPECTED_TENSOR", "tensor " + std::string(t.name) + " is not part of a " + architecture_ +
+                                               " model of " + key("block_count") + " = " +
+                                               std::to_string(model_.params.layers + model_.params.nextn_layers) +
+                                               " layers");
+  }
+}
+
+// A special token id: absent is -1; present, it must name a token of the vocabulary.
+int32_t Binder::token_id(std::string_view key) const {
+  const std::optional<int64_t> id = model_.file.get_int(key);
+  if (!id) return -1;
+  if (*id < 0 || *id >= model_.params.vocab) {
+    throw Error("MODEL_BAD_METADATA", std::string(key) + " = " + std::to_string(*id) +
+                                          " is not a token of the vocabulary of " +
+                                          std::to_string(model_.params.vocab));
+  }
+  return static_cast<int32_t>(*id);
+}
+
 const gguf::Tensor& Binder::tensor(const std::string& name, std::initializer_list<int64_t> shape) const {
   const gguf::Tensor* t = model_.file.find_tensor(name);
   if (!t) throw Error("MODEL_MISSING_TENSOR", architecture_ + " model has no tensor " + name);
@@ -69,6 +136,7 @@ const gguf::Tensor& Binder::tensor(const std::string& name, std::initializer_lis
     throw Error("MODEL_TENSOR_SHAPE",
                 "tensor " + name + " has shape " + shape_text(t->shape, t->n_dims) + ", expected " + shape_text(shape));
   }
+  bound_.insert(t->name);
   return *t;
 }
 
@@ -96,7 +164,7 @@ cpu::WeightMatrix Binder::optional_matrix(const std::string& name, int64_t cols,
   return model_.file.find_tensor(name) ? matrix(name, cols, rows) : cpu::WeightMatrix{};
 }
 
-cpu::ExpertMatrices Binder::experts(const std::string& name, int64_t cols, int64_t rows, int64_t count) const {
+cpu::ExpertMatrices Binder::stacked(const std::string& name, int64_t cols, int64_t rows, int64_t count) const {
   return {bind_matrix(tensor(name, {cols, rows, count})), count};
 }
 
@@ -115,7 +183,16 @@ const float* Binder::optional_vector(const std::string& name, int64_t length) co
 void Binder::read_common_params(cpu::RopeStyle style) {
   HyperParams& p = model_.params;
   const gguf::GgufFile& file = model_.file;
-  p.layers = required_count("block_count");
+  const int64_t blocks = required_count("block_count");
+  // Every layer has tensors: a larger count is a lie, and would size the layer table from it.
+  if (static_cast<uint64_t>(blocks) > file.tensors().size()) {
+    throw Error("MODEL_BAD_METADATA", key("block_count") + " = " + std::to_string(blocks) +
+                                          ", but the file holds only " + std::to_string(file.tensors().size()) +
+                                          " tensors");
+  }
+  p.nextn_layers = file.find(key("nextn_predict_layers")) ? *file.get_uint(key("nextn_predict_layers")) : 0;
+  if (p.nextn_layers >= blocks) check_at_most("nextn_predict_layers", p.nextn_layers, "block_count", blocks - 1);
+  p.layers = blocks - p.nextn_layers;
   p.embedding = required_count("embedding_length");
   p.context_length = required_count("context_length");
   p.heads = required_count("attention.head_count");
@@ -125,31 +202,107 @@ void Binder::read_common_params(cpu::RopeStyle style) {
                                           " is not a multiple of " + key("attention.head_count_kv") + " = " +
                                           std::to_string(p.kv_heads));
   }
+  if (!file.find(key("attention.key_length")) && p.embedding % p.heads != 0) {
+    throw Error("MODEL_BAD_METADATA", key("embedding_length") + " = " + std::to_string(p.embedding) +
+                                          " is not a multiple of " + key("attention.head_count") + " = " +
+                                          std::to_string(p.heads) + ", and there is no " + key("attention.key_length"));
+  }
   p.head_dim = count_or("attention.key_length", p.embedding / p.heads);
-  if (count_or("attention.value_length", p.head_dim) != p.head_dim) {
-    throw Error("MODEL_BAD_METADATA", key("attention.value_length") + " differs from the key length");
+  if (!file.find(key("attention.layer_norm_rms_epsilon"))) {
+    throw Error("MODEL_BAD_METADATA", "the model has no " + key("attention.layer_norm_rms_epsilon"));
   }
-  const std::optional<double> eps = file.get_float(key("attention.layer_norm_rms_epsilon"));
-  if (!eps) throw Error("MODEL_BAD_METADATA", "the model has no " + key("attention.layer_norm_rms_epsilon"));
-  p.rms_epsilon = static_cast<float>(*eps);
+  p.rms_epsilon = positive_float_or("attention.layer_norm_rms_epsilon", 0);
 
-  p.rope.style = style;
-  p.rope.dims = count_or("rope.dimension_count", p.head_dim);
-  if (p.rope.dims > p.head_dim || p.rope.dims % 2 != 0) {
-    throw Error("MODEL_BAD_METADATA", key("rope.dimension_count") + " = " + std::to_string(p.rope.dims) +
-                                          " does not fit a head of " + std::to_string(p.head_dim));
+  cpu::RopeParams& rope = p.rope;
+  rope.style = style;
+  rope.dims = count_or("rope.dimension_count", p.head_dim);
+  if (rope.dims % 2 != 0) {
+    throw Error("MODEL_BAD_METADATA", key("rope.dimension_count") + " = " + std::to_string(rope.dims) + " is odd");
   }
-  p.rope.freq_base = float_or("rope.freq_base", 10000.0f);
+  rope.freq_base = positive_float_or("rope.freq_base", 10000.0f);
   const std::string scaling(file.get_string(key("rope.scaling.type")).value_or("none"));
-  if (scaling != "none" && scaling != "linear") {
-    throw Error("MODEL_BAD_METADATA", key("rope.scaling.type") + " = " + scaling + " is not supported");
+  if (scaling != "none" && scaling != "linear" && scaling != "yarn") {
+    throw Error("UNSUPPORTED_FEATURE", key("rope.scaling.type") + " = " + scaling + " is not supported");
   }
-  const float factor = float_or("rope.scaling.factor", float_or("rope.scale_linear", 1.0f));
-  p.rope.freq_scale = scaling == "linear" || file.find(key("rope.scale_linear")) ? 1.0f / factor : 1.0f;
-  p.rope.freq_factors = optional_vector("rope_freqs.weight", p.rope.dims / 2);
+  const float factor = positive_float_or("rope.scaling.factor", positive_float_or("rope.scale_linear", 1.0f));
+  rope.freq_scale = scaling != "none" || file.find(key("rope.scale_linear")) ? 1.0f / factor : 1.0f;
+  rope.freq_factors = optional_vector("rope_freqs.weight", rope.dims / 2);
+  if (scaling == "yarn") {
+    rope.original_context = count_or("rope.scaling.original_context_length", p.context_length);
+    rope.ext_factor = 1.0f;
+  }
+  rope.attn_factor = yarn_attn_factor(rope, 0.0f) * positive_float_or("rope.scaling.attn_factor", 1.0f);
+  p.attention_scale = 1.0f / std::sqrt(static_cast<float>(p.head_dim));
+}
 
-  p.bos_token = static_cast<int32_t>(file.get_int("tokenizer.ggml.bos_token_id").value_or(-1));
-  p.eos_token = static_cast<int32_t>(file.get_int("tokenizer.ggml.eos_token_id").value_or(-1));
+void Binder::read_moe_params(Gating gating, bool normalize) {
+  HyperParams& p = model_.params;
+  p.experts = required_count("expert_count");
+  p.experts_used = required_count("expert_used_count");
+  check_at_most("expert_used_count", p.experts_used, "expert_count", p.experts);
+  p.expert_feed_forward = required_count("expert_feed_forward_length");
+  RouterParams& r = p.router;
+  r.gating = gating;
+  r.normalize = normalize;
+  r.groups = count_or("expert_group_count", 1);
+  r.groups_used = count_or("expert_group_used_count", r.groups);
+  check_at_most("expert_group_used_count", r.groups_used, "expert_group_count", r.groups);
+  if (p.experts % r.groups != 0) {
+    throw Error("MODEL_BAD_METADATA", key("expert_count") + " = " + std::to_string(p.experts) +
+                                          " is not a multiple of " + key("expert_group_count") + " = " +
+                                          std::to_string(r.groups));
+  }
+  // Each group is scored by its two best experts: a choice of groups needs two to a group.
+  if (r.groups > 1 && p.experts / r.groups < 2) {
+    throw Error("MODEL_BAD_METADATA", key("expert_group_count") + " leaves fewer than two experts to a group");
+  }
+  check_at_most("expert_used_count", p.experts_used, "expert_group_used_count experts",
+                r.groups_used * (p.experts / r.groups));
+  const int64_t shared = count_or("expert_shared_count", 0);
+  p.shared_feed_forward = shared * p.expert_feed_forward;
+}
+
+void Binder::read_router_options() {
+  RouterParams& r = model_.params.router;
+  const int64_t func = count_or("expert_gating_func", 0);
+  if (func != 0 && func != kGatingSoftmax && func != kGatingSigmoid) {
+    throw Error("UNSUPPORTED_FEATURE", key("expert_gating_func") + " = " + std::to_string(func) + " is not supported");
+  }
+  if (func != 0) r.gating = func == kGatingSigmoid ? Gating::kSigmoid : Gating::kSoftmax;
+  r.normalize = bool_or("expert_weights_norm", r.normalize);
+  const float scale = float_or("expert_weights_scale", 0.0f);
+  if (scale != 0.0f) r.scale = scale;
+}
+
+void Binder::read_mla_params() {
+  HyperParams& p = model_.params;
+  MlaParams& m = p.mla;
+  m.q_lora_rank = count_or("attention.q_lora_rank", 0);
+  m.kv_lora_rank = required_count("attention.kv_lora_rank");
+  if (!model_.file.find(key("attention.key_length_mla"))) {
+    throw Error("UNSUPPORTED_FEATURE", "the model has no " + key("attention.key_length_mla") +
+                                           ": files with an unsplit attn_kv_b are not supported; convert the model "
+                                           "again with a current llama.cpp");
+  }
+  const int64_t key_length = required_count("attention.key_length_mla");
+  m.value_dim = required_count("attention.value_length_mla");
+  m.rope_dim = p.rope.dims;
+  if (m.rope_dim == 0 || m.rope_dim >= key_length) {
+    throw Error("MODEL_BAD_METADATA", key("rope.dimension_count") + " = " + std::to_string(m.rope_dim) +
+                                          " leaves no unrotated part of " + key("attention.key_length_mla") + " = " +
+                                          std::to_string(key_length));
+  }
+  m.nope_dim = key_length - m.rope_dim;
+  p.head_dim = key_length;
+  p.kv_heads = 1;
+  // DeepSeek's YaRN (llama.cpp's deepseek2 graph): the converter stored yarn_log_multiplier
+  // times 0.1, and the scores are scaled by mscale^2 while the rotation keeps magnitude 1.
+  cpu::RopeParams& rope = p.rope;
+  const float log_mul = float_or("rope.scaling.yarn_log_multiplier", 0.0f) / 0.1f;
+  rope.attn_factor = yarn_attn_factor(rope, log_mul) * positive_float_or("rope.scaling.attn_factor", 1.0f);
+  const float log_scale = std::log(1.0f / rope.freq_scale);
+  const float mscale = rope.attn_factor * (1.0f + 0.1f * log_scale) * (1.0f + 0.1f * log_mul * log_scale);
+  p.attention_scale = mscale * mscale / std::sqrt(static_cast<float>(key_length));
 }
 
 void Binder::bind_embeddings() {
@@ -157,35 +310,143 @@ void Binder::bind_embeddings() {
   const gguf::Tensor* embedding = model_.file.find_tensor("token_embd.weight");
   if (!embedding) throw Error("MODEL_MISSING_TENSOR", architecture_ + " model has no tensor token_embd.weight");
   p.vocab = static_cast<int64_t>(embedding->shape[1]);
+  // The tokenizer's ids index the embedding and the output's rows: they must be the same set.
+  const auto tokens = model_.file.get_strings("tokenizer.ggml.tokens");
+  if (tokens && tokens->size() != static_cast<uint64_t>(p.vocab)) {
+    throw Error("MODEL_BAD_METADATA", "tokenizer.ggml.tokens has " + std::to_string(tokens->size()) +
+                                          " entries, but token_embd.weight has " + std::to_string(p.vocab) + " rows");
+  }
   model_.token_embedding = matrix("token_embd.weight", p.embedding, p.vocab);
   model_.output_norm = vector("output_norm.weight", p.embedding);
   model_.output = optional_matrix("output.weight", p.embedding, p.vocab);
   if (model_.output.empty()) model_.output = model_.token_embedding;
+  p.bos_token = token_id("tokenizer.ggml.bos_token_id");
+  p.eos_token = token_id("tokenizer.ggml.eos_token_id");
+  model_.layers.resize(static_cast<size_t>(p.layers));
+  model_.nextn_layers.resize(static_cast<size_t>(p.nextn_layers));
 }
 
-void Binder::bind_attention(int64_t layer, LayerWeights& w) {
-  const HyperParams& p = model_.params;
+void Binder::bind_gqa_attention(int64_t layer, const GqaOptions& options) {
+  HyperParams& p = model_.params;
+  if (p.rope.dims > p.head_dim) {
+    throw Error("MODEL_BAD_METADATA", key("rope.dimension_count") + " = " + std::to_string(p.rope.dims) +
+                                          " does not fit a head of " + std::to_string(p.head_dim));
+  }
+  if (count_or("attention.value_length", p.head_dim) != p.head_dim) {
+    throw Error("UNSUPPORTED_FEATURE", key("attention.value_length") + " differs from the key length");
+  }
   const int64_t q_width = p.heads * p.head_dim;
   const int64_t kv_width = p.kv_heads * p.head_dim;
-  w.attention_norm = vector(layer_tensor(layer, "attn_norm"), p.embedding);
-  w.q = matrix(layer_tensor(layer, "attn_q"), p.embedding, q_width);
-  w.k = matrix(layer_tensor(layer, "attn_k"), p.embedding, kv_width);
-  w.v = matrix(layer_tensor(layer, "attn_v"), p.embedding, kv_width);
-  w.attention_output = matrix(layer_tensor(layer, "attn_output"), q_width, p.embedding);
+  AttentionWeights& a = weights(layer).attention;
+  a.kind = AttentionKind::kGqa;
+  a.norm = vector(layer_tensor(layer, "attn_norm"), p.embedding);
+  GqaWeights& w = a.gqa;
+  const std::string fused = layer_tensor(layer, "attn_qkv");
+  if (model_.file.find_tensor(fused)) {
+    // One matrix of Q's rows, then K's, then V's: each a view of its rows.
+    const cpu::WeightMatrix qkv = matrix(fused, p.embedding, q_width + 2 * kv_width);
+    const auto rows = [&](int64_t first, int64_t count) {
+      cpu::WeightMatrix view = qkv;
+      view.data = qkv.row(first);
+      view.rows = count;
+      return view;
+    };
+    w.q = rows(0, q_width);
+    w.k = rows(q_width, kv_width);
+    w.v = rows(q_width + kv_width, kv_width);
+    if (model_.file.find_tensor(layer_tensor(layer, "attn_qkv", "bias"))) {
+      const float* bias = vector(layer_tensor(layer, "attn_qkv", "bias"), q_width + 2 * kv_width);
+      w.q_bias = bias;
+      w.k_bias = bias + q_width;
+      w.v_bias = bias + q_width + kv_width;
+    }
+  } else {
+    w.q = matrix(layer_tensor(layer, "attn_q"), p.embedding, q_width);
+    w.k = matrix(layer_tensor(layer, "attn_k"), p.embedding, kv_width);
+    w.v = matrix(layer_tensor(layer, "attn_v"), p.embedding, kv_width);
+    if (options.biases) {
+      w.q_bias = optional_vector(layer_tensor(layer, "attn_q", "bias"), q_width);
+      w.k_bias = optional_vector(layer_tensor(layer, "attn_k", "bias"), kv_width);
+      w.v_bias = optional_vector(layer_tensor(layer, "attn_v", "bias"), kv_width);
+    }
+  }
+  if (options.qk_norms) {
+    w.q_norm = vector(layer_tensor(layer, "attn_q_norm"), p.head_dim);
+    w.k_norm = vector(layer_tensor(layer, "attn_k_norm"), p.head_dim);
+  } else if (options.optional_qk_norms) {
+    w.q_norm = optional_vector(layer_tensor(layer, "attn_q_norm"), p.head_dim);
+    w.k_norm = optional_vector(layer_tensor(layer, "attn_k_norm"), p.head_dim);
+  }
+  a.output = matrix(layer_tensor(layer, "attn_output"), q_width, p.embedding);
 }
 
-void Binder::bind_qk_norms(int64_t layer, LayerWeights& w) {
-  const int64_t head_dim = model_.params.head_dim;
-  w.q_norm = vector(layer_tensor(layer, "attn_q_norm"), head_dim);
-  w.k_norm = vector(layer_tensor(layer, "attn_k_norm"), head_dim);
-}
-
-void Binder::bind_dense_ffn(int64_t layer, LayerWeights& w) {
+void Binder::bind_mla_attention(int64_t layer) {
   const HyperParams& p = model_.params;
-  w.ffn_norm = vector(layer_tensor(layer, "ffn_norm"), p.embedding);
-  w.ffn_gate = matrix(layer_tensor(layer, "ffn_gate"), p.embedding, p.feed_forward);
-  w.ffn_up = matrix(layer_tensor(layer, "ffn_up"), p.embedding, p.feed_forward);
-  w.ffn_down = matrix(layer_tensor(layer, "ffn_down"), p.feed_forward, p.embedding);
+  const MlaParams& m = p.mla;
+  AttentionWeights& a = weights(layer).attention;
+  a.kind = AttentionKind::kMla;
+  a.norm = vector(layer_tensor(layer, "attn_norm"), p.embedding);
+  MlaWeights& w = a.mla;
+  const int64_t q_width = p.heads * (m.nope_dim + m.rope_dim);
+  if (m.q_lora_rank > 0) {
+    w.q_a = matrix(layer_tensor(layer, "attn_q_a"), p.embedding, m.q_lora_rank);
+    w.q_a_norm = vector(layer_tensor(layer, "attn_q_a_norm"), m.q_lora_rank);
+    w.q = matrix(layer_tensor(layer, "attn_q_b"), m.q_lora_rank, q_width);
+  } else {
+    w.q = matrix(layer_tensor(layer, "attn_q"), p.embedding, q_width);
+  }
+  w.kv_a = matrix(layer_tensor(layer, "attn_kv_a_mqa"), p.embedding, m.kv_lora_rank + m.rope_dim);
+  w.kv_a_norm = vector(layer_tensor(layer, "attn_kv_a_norm"), m.kv_lora_rank);
+  w.k_b = stacked(layer_tensor(layer, "attn_k_b"), m.nope_dim, m.kv_lora_rank, p.heads);
+  w.v_b = stacked(layer_tensor(layer, "attn_v_b"), m.kv_lora_rank, m.value_dim, p.heads);
+  a.output = matrix(layer_tensor(layer, "attn_output"), p.heads * m.value_dim, p.embedding);
+}
+
+void Binder::bind_nextn(int64_t layer) {
+  const HyperParams& p = model_.params;
+  NextnLayer& n = model_.nextn_layers[layer - p.layers];
+  n.eh_proj = matrix(layer_tensor(layer, "nextn.eh_proj"), 2 * p.embedding, p.embedding);
+  n.enorm = vector(layer_tensor(layer, "nextn.enorm"), p.embedding);
+  n.hnorm = vector(layer_tensor(layer, "nextn.hnorm"), p.embedding);
+  n.embed_tokens = optional_matrix(layer_tensor(layer, "nextn.embed_tokens"), p.embedding, p.vocab);
+  n.shared_head = optional_matrix(layer_tensor(layer, "nextn.shared_head_head"), p.embedding, p.vocab);
+  n.shared_head_norm = optional_vector(layer_tensor(layer, "nextn.shared_head_norm"), p.embedding);
+}
+
+SwigluWeights Binder::swiglu(int64_t layer, std::string_view suffix, int64_t width) const {
+  const HyperParams& p = model_.params;
+  const std::string s(suffix);
+  return {matrix(layer_tensor(layer, "ffn_gate" + s), p.embedding, width),
+          matrix(layer_tensor(layer, "ffn_up" + s), p.embedding, width),
+          matrix(layer_tensor(layer, "ffn_down" + s), width, p.embedding)};
+}
+
+void Binder::bind_dense_ffn(int64_t layer, std::string_view norm) {
+  HyperParams& p = model_.params;
+  if (p.feed_forward == 0) p.feed_forward = required_count("feed_forward_length");
+  FfnWeights& f = weights(layer).ffn;
+  f.kind = FfnKind::kDense;
+  f.norm = vector(layer_tensor(layer, norm), p.embedding);
+  f.dense = swiglu(layer, "", p.feed_forward);
+}
+
+void Binder::bind_moe_ffn(int64_t layer, const MoeOptions& options, std::string_view norm) {
+  const HyperParams& p = model_.params;
+  FfnWeights& f = weights(layer).ffn;
+  f.kind = FfnKind::kMoe;
+  f.norm = vector(layer_tensor(layer, norm), p.embedding);
+  if (model_.file.find_tensor(layer_tensor(layer, "ffn_gate_up_exps"))) {
+    throw Error("UNSUPPORTED_FEATURE", "tensor " + layer_tensor(layer, "ffn_gate_up_exps") +
+                                           " (fused gate and up experts) is not supported; convert the model with "
+                                           "separate ffn_gate_exps and ffn_up_exps");
+  }
+  RoutedExperts& r = f.routed;
+  r.router = matrix(layer_tensor(layer, "ffn_gate_inp"), p.embedding, p.experts);
+  if (options.selection_bias) r.selection_bias = optional_vector(layer_tensor(layer, "exp_probs_b", "bias"), p.experts);
+  r.gate = stacked(layer_tensor(layer, "ffn_gate_exps"), p.embedding, p.expert_feed_forward, p.experts);
+  r.up = stacked(layer_tensor(layer, "ffn_up_exps"), p.embedding, p.expert_feed_forward, p.experts);
+  r.down = stacked(layer_tensor(layer, "ffn_down_exps"), p.expert_feed_forward, p.embedding, p.experts);
+  if (options.shared_experts && p.shared_feed_forward > 0) f.dense = swiglu(layer, "_shexp", p.shared_feed_forward);
 }
 
 }  // namespace bloomery::model

@@ -1,54 +1,100 @@
-// What every architecture file uses to read a GGUF: hyper-parameters under the
-// architecture's key prefix, and tensors checked by name, shape and type before binding.
+// What every architecture file uses to describe a GGUF model: hyper-parameters under the
+// architecture's key prefix, and each layer's blocks bound from tensors checked by name, shape
+// and type. The one owner of the file's tensor names: the forward passes only see the blocks.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 
 #include "model/model.h"
 
 namespace bloomery::model {
+
+// How a layer's GQA attention differs from plain Q/K/V/O.
+struct GqaOptions {
+  bool biases = false;             // Q, K and V have biases
+  bool qk_norms = false;           // per-head RMS norms of queries and keys
+  bool optional_qk_norms = false;  // ... where the file has them
+};
+
+// How an MoE layer's FFN differs from routed experts alone.
+struct MoeOptions {
+  bool shared_experts = false;  // a shared SwiGLU of shared_feed_forward beside the routed experts
+  bool selection_bias = false;  // exp_probs_b: the router's bias for choosing experts
+};
 
 class Binder {
  public:
   Binder(Model& model, std::string architecture);
 
   Model& model() { return model_; }
+  HyperParams& params() { return model_.params; }
 
-  // `<arch>.<key>` as a positive integer / float; MODEL_BAD_METADATA naming the key when absent.
+  // `<arch>.<key>` as a positive integer (at most 2^31 - 1); MODEL_BAD_METADATA naming the key when
+  // absent or out of range.
   int64_t required_count(std::string_view key) const;
   int64_t count_or(std::string_view key, int64_t fallback) const;
+  // `<arch>.<key>` as a finite float (positive), or `fallback` when absent.
   float float_or(std::string_view key, float fallback) const;
+  float positive_float_or(std::string_view key, float fallback) const;
+  bool bool_or(std::string_view key, bool fallback) const;
+  // MODEL_BAD_METADATA naming both keys unless `value` <= `limit`.
+  void check_at_most(std::string_view key, int64_t value, std::string_view limit_key, int64_t limit) const;
+
+  // The hyper-parameters every architecture we serve shares (layers, attention, norm, rope,
+  // special tokens). `head_dim` left at 0 reads attention.key_length.
+  void read_common_params(cpu::RopeStyle style);
+  // expert_count, expert_used_count, expert_feed_forward_length, the expert groups and
+  // expert_shared_count; the router gates by `gating` and normalizes the chosen weights or not.
+  void read_moe_params(Gating gating, bool normalize);
+  // expert_gating_func, expert_weights_norm and expert_weights_scale, where the file has them
+  // (the families whose llama.cpp loader reads them).
+  void read_router_options();
+  // The MLA sizes (attention.q_lora_rank, kv_lora_rank, key_length_mla, value_length_mla).
+  void read_mla_params();
+
+  // Token embedding, output norm and output matrix (tied to the embedding when absent); the
+  // vocabulary's size (the tokenizer's tokens must match it) and its BOS/EOS ids.
+  void bind_embeddings();
+  // A layer's attention norm (attn_norm) and its GQA or MLA block, with attn_output.
+  void bind_gqa_attention(int64_t layer, const GqaOptions& options);
+  void bind_mla_attention(int64_t layer);
+  // A layer's FFN norm (`norm`: ffn_norm, or the family's name for it) and a dense SwiGLU FFN
+  // of feed_forward, or routed experts (and shared experts) of the MoE hyper-parameters.
+  void bind_dense_ffn(int64_t layer, std::string_view norm = "ffn_norm");
+  void bind_moe_ffn(int64_t layer, const MoeOptions& options, std::string_view norm = "ffn_norm");
+
+  // A next-token-prediction layer's own tensors (nextn.*), beside its blocks.
+  void bind_nextn(int64_t layer);
+
+  // MODEL_UNEXPECTED_TENSOR naming a tensor of the file that nothing bound (a block_count
+  // smaller than the file's layers, or a tensor the architecture does not use), as llama.cpp.
+  void check_all_bound() const;
 
   // A matrix of `rows` rows of `cols` elements (GGUF shape [cols, rows]).
   cpu::WeightMatrix matrix(const std::string& name, int64_t cols, int64_t rows) const;
   // The same, or an empty matrix when the file has no such tensor.
   cpu::WeightMatrix optional_matrix(const std::string& name, int64_t cols, int64_t rows) const;
   // `count` matrices of [cols, rows] stored as one tensor [cols, rows, count].
-  cpu::ExpertMatrices experts(const std::string& name, int64_t cols, int64_t rows, int64_t count) const;
+  cpu::ExpertMatrices stacked(const std::string& name, int64_t cols, int64_t rows, int64_t count) const;
   // An F32 vector of `length` (norm weights, biases).
   const float* vector(const std::string& name, int64_t length) const;
   const float* optional_vector(const std::string& name, int64_t length) const;
 
-  // The hyper-parameters every architecture we serve shares (attention, norm, rope, vocab).
-  void read_common_params(cpu::RopeStyle style);
-  // Token embedding, output norm and output matrix (tied to the embedding when absent).
-  void bind_embeddings();
-  // Attention norm and Q/K/V/O of layer `layer`.
-  void bind_attention(int64_t layer, LayerWeights& weights);
-  // Qwen3's per-head RMS norms of Q and K.
-  void bind_qk_norms(int64_t layer, LayerWeights& weights);
-  // FFN norm and a dense SwiGLU FFN.
-  void bind_dense_ffn(int64_t layer, LayerWeights& weights);
-
  private:
   const gguf::Tensor& tensor(const std::string& name, std::initializer_list<int64_t> shape) const;
   cpu::WeightMatrix bind_matrix(const gguf::Tensor& t) const;
+  SwigluWeights swiglu(int64_t layer, std::string_view suffix, int64_t width) const;
   std::string key(std::string_view suffix) const;
+  int32_t token_id(std::string_view key) const;
+  // Layer `layer` of the file: one a pass runs, or a next-token-prediction layer after them.
+  LayerWeights& weights(int64_t layer);
 
   Model& model_;
   std::string architecture_;
+  mutable std::unordered_set<std::string_view> bound_;  // names of the tensors bound so far (by tensor())
 };
 
 // `blk.<layer>.<name>.<kind>`: the name llama.cpp gives a layer's tensor.

@@ -15,13 +15,16 @@ struct Architecture {
 };
 
 constexpr Architecture kArchitectures[] = {
-    {"qwen3moe", bind_qwen3moe},
-    {"qwen3", bind_qwen3},
-    {"llama", bind_llama},
-    {"qwen2", bind_qwen2},
+    {"qwen3moe", bind_qwen3moe}, {"qwen3", bind_qwen3},     {"llama", bind_llama},
+    {"qwen2", bind_qwen2},       {"glm4moe", bind_glm4moe}, {"deepseek2", bind_deepseek2},
 };
 
 }  // namespace
+
+CacheRow cache_row(const HyperParams& params) {
+  if (params.mla.kv_lora_rank > 0) return {params.mla.kv_lora_rank + params.mla.rope_dim, 0};
+  return {params.kv_heads * params.head_dim, params.kv_heads * params.head_dim};
+}
 
 std::vector<std::string> supported_architectures() {
   std::vector<std::string> names;
@@ -37,6 +40,7 @@ std::unique_ptr<Model> load_model(const std::string& path, const gguf::MapOption
     if (a.name != *name) continue;
     Binder binder(*model, std::string(*name));
     a.bind(binder);
+    binder.check_all_bound();
     return model;
   }
   std::string known;

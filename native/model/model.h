@@ -1,6 +1,9 @@
-// A loaded model: its hyper-parameters and its weights bound to the GGUF mapping. Each
-// architecture file (qwen3moe.cc, qwen3.cc, llama.cc, qwen2.cc) fills this one shape;
-// the engine's forward pass reads only this, never the architecture's name.
+// A loaded model: its hyper-parameters and, per layer, its blocks and their weights bound to
+// the GGUF mapping. An architecture file (model/<arch>.cc) describes a model in these terms:
+// which kind of attention and FFN each layer has, from the shared set below, and which of the
+// file's tensors each block reads (through the Binder, the one owner of tensor names). The
+// forward passes (engine/forward.cc on the CPU, engine/gpu_forward.cc on the GPU) implement each
+// block kind once and read only this, never an architecture's name.
 #pragma once
 
 #include <cstdint>
@@ -15,40 +18,116 @@
 
 namespace bloomery::model {
 
+// How a layer attends. kGqa: grouped-query attention over cached keys and values of
+// kv_heads heads. kMla: multi-head latent attention (DeepSeek-V2/V3): the cache holds each
+// position's compressed latent (kv_lora_rank) and its rotary key (rope dims), one row for
+// every head; the key and value up-projections are absorbed into the query and the output.
+enum class AttentionKind : uint8_t { kGqa, kMla };
+
+// What a layer's FFN is. kDense: a SwiGLU FFN. kMoe: routed SwiGLU experts, plus shared
+// experts (a SwiGLU every row runs) when the model has them.
+enum class FfnKind : uint8_t { kDense, kMoe };
+
+using cpu::Gating;
+using cpu::RouterParams;
+
+// Multi-head latent attention's sizes (AttentionKind::kMla).
+struct MlaParams {
+  int64_t q_lora_rank = 0;   // 0: queries come from one matrix (attn_q), not attn_q_a then attn_q_b
+  int64_t kv_lora_rank = 0;  // the cached latent's width
+  int64_t nope_dim = 0;      // the part of each query and key head without rotation
+  int64_t rope_dim = 0;      // the rotated part (= rope.dims)
+  int64_t value_dim = 0;     // each head's value width after the value up-projection
+};
+
 struct HyperParams {
   std::string architecture;
-  int64_t layers = 0;
+  int64_t layers = 0;        // the layers a pass runs
+  int64_t nextn_layers = 0;  // next-token-prediction layers after them in the file: bound, not run
   int64_t embedding = 0;
   int64_t vocab = 0;
   int64_t context_length = 0;  // the context the model was trained for
   int64_t heads = 0;
   int64_t kv_heads = 0;
-  int64_t head_dim = 0;
-  int64_t feed_forward = 0;  // dense FFN width (0 for MoE layers)
-  int64_t experts = 0;       // 0: dense
+  int64_t head_dim = 0;       // GQA's query, key and value heads; MLA: nope_dim + rope_dim
+  float attention_scale = 0;  // what q.k is multiplied by before the softmax
+  MlaParams mla;
+  int64_t feed_forward = 0;  // the dense FFN's width (layers of FfnKind::kDense)
+  int64_t experts = 0;       // routed experts of each MoE layer; 0: no MoE layer
   int64_t experts_used = 0;
-  int64_t expert_feed_forward = 0;
-  bool normalize_expert_weights = false;
+  int64_t expert_feed_forward = 0;  // one routed expert's width
+  int64_t shared_feed_forward = 0;  // the shared experts' width together; 0: none
+  RouterParams router;
   float rms_epsilon = 1e-6f;
   cpu::RopeParams rope;  // freq_factors points into the mapping when the model has them
   int32_t bos_token = -1;
   int32_t eos_token = -1;
 };
 
-struct LayerWeights {
-  const float* attention_norm = nullptr;
-  cpu::WeightMatrix q, k, v, attention_output;
-  const float* q_bias = nullptr;  // qwen2
+// A SwiGLU FFN: down(silu(gate x) * up x).
+struct SwigluWeights {
+  cpu::WeightMatrix gate, up, down;
+  bool empty() const { return gate.empty(); }
+};
+
+struct GqaWeights {
+  cpu::WeightMatrix q, k, v;
+  const float* q_bias = nullptr;
   const float* k_bias = nullptr;
   const float* v_bias = nullptr;
-  const float* q_norm = nullptr;  // qwen3: per-head RMS norm of queries and keys
+  const float* q_norm = nullptr;  // per-head RMS norms of queries and keys
   const float* k_norm = nullptr;
-  const float* ffn_norm = nullptr;
-  // Dense FFN.
-  cpu::WeightMatrix ffn_gate, ffn_up, ffn_down;
-  // MoE FFN.
+};
+
+struct MlaWeights {
+  cpu::WeightMatrix q_a;  // embedding -> q_lora_rank (empty without q_lora_rank)
+  const float* q_a_norm = nullptr;
+  cpu::WeightMatrix q;     // q_lora_rank (or embedding) -> heads * (nope_dim + rope_dim)
+  cpu::WeightMatrix kv_a;  // embedding -> kv_lora_rank + rope_dim
+  const float* kv_a_norm = nullptr;
+  cpu::ExpertMatrices k_b;  // per head: nope_dim -> kv_lora_rank (absorbed into the query)
+  cpu::ExpertMatrices v_b;  // per head: kv_lora_rank -> value_dim
+};
+
+struct AttentionWeights {
+  AttentionKind kind = AttentionKind::kGqa;
+  const float* norm = nullptr;
+  GqaWeights gqa;
+  MlaWeights mla;
+  cpu::WeightMatrix output;
+};
+
+// The routed experts of an MoE FFN: the router, and one SwiGLU per expert in three stacks.
+struct RoutedExperts {
   cpu::WeightMatrix router;
-  cpu::ExpertMatrices expert_gate, expert_up, expert_down;
+  const float* selection_bias = nullptr;  // added to the weights to choose experts (not to weight them)
+  cpu::ExpertMatrices gate, up, down;
+  bool empty() const { return gate.count == 0; }
+};
+
+struct FfnWeights {
+  FfnKind kind = FfnKind::kDense;
+  const float* norm = nullptr;
+  SwigluWeights dense;   // kDense: the FFN; kMoe: the shared experts (empty when the model has none)
+  RoutedExperts routed;  // kMoe
+};
+
+struct LayerWeights {
+  AttentionWeights attention;
+  FfnWeights ffn;
+};
+
+// A next-token-prediction (MTP) layer: its blocks, and its own weights around them (llama.cpp's
+// nextn): the token's embedding and the previous hidden state, each normed, concatenated and
+// projected to the embedding, then the blocks, then a head (by default the model's own).
+struct NextnLayer {
+  LayerWeights blocks;
+  cpu::WeightMatrix eh_proj;  // 2 x embedding -> embedding
+  const float* enorm = nullptr;
+  const float* hnorm = nullptr;
+  cpu::WeightMatrix embed_tokens;           // empty: the model's token embedding
+  cpu::WeightMatrix shared_head;            // empty: the model's output matrix
+  const float* shared_head_norm = nullptr;  // null: the model's output norm
 };
 
 struct Model {
@@ -57,13 +136,24 @@ struct Model {
   gguf::GgufFile file;
   HyperParams params;
   cpu::WeightMatrix token_embedding;
-  std::vector<LayerWeights> layers;
+  std::vector<LayerWeights> layers;      // the layers a pass runs
+  std::vector<NextnLayer> nextn_layers;  // the next-token-prediction layers after them (not run)
   const float* output_norm = nullptr;
   cpu::WeightMatrix output;  // token_embedding when the model ties them
 };
 
+// What one position of one layer keeps in the KV cache, in f16 elements. A layer of MLA caches
+// its latent and rotary key as the key row and no value row: its values are the key row's
+// first kv_lora_rank elements.
+struct CacheRow {
+  int64_t keys = 0;
+  int64_t values = 0;
+};
+CacheRow cache_row(const HyperParams& params);
+
 // Opens a GGUF file and binds its weights. Throws Error with UNSUPPORTED_ARCH (an
-// architecture we do not serve), UNSUPPORTED_QUANT (naming the tensor), MODEL_MISSING_TENSOR,
+// architecture we do not serve), UNSUPPORTED_FEATURE (a feature of the file we do not serve,
+// naming its key), UNSUPPORTED_QUANT (naming the tensor), MODEL_MISSING_TENSOR,
 // MODEL_TENSOR_SHAPE, MODEL_BAD_METADATA (naming the key), or the reader's GGUF_* codes.
 // `map` says how the file's bytes are held (gguf::MapOptions: mmap, mlock).
 std::unique_ptr<Model> load_model(const std::string& path, const gguf::MapOptions& map = {});

@@ -97,12 +97,38 @@ TEST(cpu_rope_rotates_pairs_by_position_angles) {
 TEST(cpu_route_top_k_picks_and_normalizes) {
   const float logits[] = {0.1f, 2.0f, -1.0f, 1.5f};
   Routing routing;
-  route_top_k(logits, 1, 4, 2, true, routing);
+  route(logits, 1, 4, 2, {.normalize = true}, nullptr, routing);
   CHECK(routing.experts[0] == 1 && routing.experts[1] == 3);
   CHECK(std::fabs(routing.weights[0] + routing.weights[1] - 1.0f) < 1e-6f);
   CHECK(std::fabs(routing.weights[0] / routing.weights[1] - std::exp(0.5f)) < 1e-5f);
-  route_top_k(logits, 1, 4, 2, false, routing);
+  route(logits, 1, 4, 2, {}, nullptr, routing);
   CHECK(routing.weights[0] + routing.weights[1] < 0.99f) << "unnormalized weights keep the softmax's mass";
+}
+
+// DeepSeek-V3's router: sigmoid weights, a bias that only chooses, the best groups by their two
+// best members, then the top k weighted by their unbiased sigmoids, normalized and scaled.
+TEST(cpu_route_sigmoid_with_bias_groups_and_scale) {
+  // 8 experts in 4 groups of 2. Biased selection values decide; group 0's top pair sums to
+  // the most, group 3's next; expert 2 has the highest single value but its group ranks third.
+  const float logits[] = {1.0f, 0.5f, 2.0f, -3.0f, -1.0f, -2.0f, 0.2f, 0.1f};
+  const float bias[] = {0.0f, 0.3f, 0.0f, 0.0f, 0.0f, 0.0f, 0.6f, 0.1f};
+  const RouterParams router{
+      .gating = Gating::kSigmoid, .normalize = true, .scale = 2.5f, .groups = 4, .groups_used = 2};
+  Routing routing;
+  route(logits, 1, 8, 3, router, bias, routing);
+  const auto sigmoid = [](float x) { return 1.0f / (1.0f + std::exp(-x)); };
+  // Selection: 0.731, 0.922 | 0.881, 0.047 | 0.269, 0.119 | 1.150, 0.625. Groups 0 (1.653) and
+  // 3 (1.775) compete; their best three are 6, 1 and 0.
+  CHECK(routing.experts[0] == 6 && routing.experts[1] == 1 && routing.experts[2] == 0)
+      << routing.experts[0] << " " << routing.experts[1] << " " << routing.experts[2];
+  const double sum = double(sigmoid(0.2f)) + sigmoid(0.5f) + sigmoid(1.0f);
+  for (int k = 0; k < 3; ++k) {
+    const float want = sigmoid(logits[routing.experts[k]]) / static_cast<float>(sum) * 2.5f;
+    CHECK(std::fabs(routing.weights[k] - want) < 1e-6f) << k << ": " << routing.weights[k] << " vs " << want;
+  }
+  route(logits, 1, 8, 3, {.gating = Gating::kSigmoid}, bias, routing);
+  CHECK(routing.experts[0] == 6 && routing.experts[1] == 1 && routing.experts[2] == 2) << "no groups: 2 competes";
+  CHECK(routing.weights[2] == sigmoid(2.0f)) << "the weight is the unbiased sigmoid";
 }
 
 TEST(cpu_grouped_moe_matches_rows_one_by_one) {
@@ -118,7 +144,7 @@ TEST(cpu_grouped_moe_matches_rows_one_by_one) {
   const auto x = random_floats(static_cast<size_t>(width * n), rng);
   const auto router_logits = random_floats(static_cast<size_t>(experts * n), rng, 3.0f);
   Routing routing;
-  route_top_k(router_logits.data(), n, experts, used, true, routing);
+  route(router_logits.data(), n, experts, used, {.normalize = true}, nullptr, routing);
   std::vector<float> out(static_cast<size_t>(width * n));
   MoeScratch scratch;
   moe_swiglu(x.data(), n, routing, gate, up, down, out.data(), scratch, pool);
@@ -159,7 +185,7 @@ TEST(cpu_moe_expert_subset_and_its_complement_add_up) {
   const auto x = random_floats(static_cast<size_t>(width * n), rng);
   const auto router_logits = random_floats(static_cast<size_t>(experts * n), rng, 3.0f);
   Routing routing;
-  route_top_k(router_logits.data(), n, experts, used, true, routing);
+  route(router_logits.data(), n, experts, used, {.normalize = true}, nullptr, routing);
   routing.experts[0] = 0;  // row 0 uses only even experts: the odd half gives it zeros
   routing.experts[1] = 2;
   const std::vector<uint8_t> even{1, 0, 1, 0, 1, 0}, odd{0, 1, 0, 1, 0, 1};

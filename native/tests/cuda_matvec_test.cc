@@ -271,7 +271,7 @@ TEST(cuda_expert_matvec_matches_cpu) {
       cuda::DeviceBuffer chosen(static_cast<size_t>(n * used) * sizeof(int32_t), "chosen");
       cuda::DeviceBuffer weights(static_cast<size_t>(n * used) * sizeof(float), "weights");
       const DeviceGroups grouping(n, experts, used, cuda::tokens_per_expert_chunk(n));
-      cuda::route_and_group(dl.as<float>(), n, experts, used, true, slots.as<int32_t>(),
+      cuda::route_and_group(dl.as<float>(), n, experts, used, {.normalize = true}, slots.as<int32_t>(),
                             cuda::tokens_per_expert_chunk(n), chosen.as<int32_t>(), weights.as<float>(), nullptr,
                             grouping.order.as<int32_t>(), grouping.chunks.as<int32_t>(),
                             grouping.chunk_count.as<int32_t>(), stream.handle());

@@ -48,7 +48,7 @@ void add_expert_sum(const std::vector<float>& expert_out, const cpu::Routing& ro
 cpu::Routing random_routing(int64_t n, int64_t experts, int64_t used, std::mt19937& rng) {
   cpu::Routing routing;
   const auto logits = random_floats(static_cast<size_t>(n * experts), 4.0f, rng);
-  cpu::route_top_k(logits.data(), n, experts, used, true, routing);
+  cpu::route(logits.data(), n, experts, used, {.normalize = true}, nullptr, routing);
   return routing;
 }
 
@@ -147,6 +147,20 @@ TEST(cuda_rms_norm_with_expert_sum_and_blocks) {
 
 namespace {
 
+// The rotation position_heads takes for the CPU's `params` (as engine/gpu_forward.cc makes it).
+cuda::RopeShape rope_shape(const cpu::RopeParams& params, const float* device_factors) {
+  const cpu::RopeConstants k = cpu::rope_constants(params);
+  return {params.style == cpu::RopeStyle::kNeox,
+          params.dims,
+          params.freq_scale,
+          device_factors,
+          params.ext_factor,
+          k.theta_scale,
+          k.ramp_low,
+          k.ramp_high,
+          k.mscale};
+}
+
 // The CPU path's steps for a layer's heads (engine/forward.cc): biases, per-head norms, rope.
 void cpu_position_heads(std::vector<float>& x, int64_t n, int64_t heads, int64_t head_dim, const float* bias,
                         const float* norm, const cpu::RopeParams* rope, const std::vector<int32_t>& positions) {
@@ -185,12 +199,17 @@ TEST(cuda_rope_matches_cpu) {
         params.freq_base = 1e6f;
         params.freq_scale = 0.5f;
         params.freq_factors = with_factors ? factors.data() : nullptr;
+        // YaRN (DeepSeek's: factor 2 over a 4096-token original context) where there are no factors.
+        if (!with_factors && dims == 64) {
+          params.ext_factor = 1.0f;
+          params.original_context = 4096;
+          params.attn_factor = 1.0f / (1.0f + 0.1f * std::log(2.0f));
+        }
         const auto x = random_floats(static_cast<size_t>(n * heads * head_dim), 5.0f, rng);
         auto want = x;
         cpu_position_heads(want, n, heads, head_dim, nullptr, nullptr, &params, positions);
         const auto dx = upload(x);
-        const cuda::RopeShape shape{neox, dims, params.freq_base, params.freq_scale,
-                                    with_factors ? dfactors.as<float>() : nullptr};
+        const cuda::RopeShape shape = rope_shape(params, with_factors ? dfactors.as<float>() : nullptr);
         cuda::AttentionHeads h;
         h.q = dx.as<float>();
         h.heads = heads;
@@ -199,8 +218,9 @@ TEST(cuda_rope_matches_cpu) {
         const auto got = download<float>(dx, x.size(), stream);
         // cos and sin may differ from the host's libm in the last bit on rare angles.
         CHECK(mismatches(got, want) <= want.size() / 50 && relative_error(got, want) < 1e-6)
-            << "neox " << neox << " dims " << dims << " factors " << with_factors << ": " << mismatches(got, want)
-            << " of " << want.size() << " differ, relative error " << relative_error(got, want);
+            << "neox " << neox << " dims " << dims << " factors " << with_factors << " yarn " << params.ext_factor
+            << ": " << mismatches(got, want) << " of " << want.size() << " differ, relative error "
+            << relative_error(got, want);
       }
     }
   }
@@ -258,7 +278,7 @@ TEST(cuda_position_heads_matches_cpu) {
         h.heads = heads;
         h.kv_heads = kv_heads;
         h.head_dim = head_dim;
-        const cuda::RopeShape shape{neox, dims, params.freq_base, params.freq_scale, nullptr};
+        const cuda::RopeShape shape = rope_shape(params, nullptr);
         const size_t cache_values = static_cast<size_t>((positions.back() + 1) * kv_width);
         const std::vector<uint16_t> empty(cache_values, 0);
         const cuda::DeviceBuffer caches[4] = {upload(empty), upload(empty), upload(empty), upload(empty)};
@@ -318,7 +338,7 @@ TEST(cuda_exact_attention_matches_cpu) {
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     std::vector<float> want(q.size());
     cpu::causal_attention(q.data(), c.n, c.first, keys.data(), values.data(),
-                          cpu::AttentionShape{c.heads, c.kv_heads, c.head_dim, scale}, want.data(), pool);
+                          cpu::AttentionShape{c.heads, c.kv_heads, c.head_dim, c.head_dim, scale}, want.data(), pool);
     std::vector<int32_t> positions(static_cast<size_t>(c.n));
     for (int64_t i = 0; i < c.n; ++i) positions[i] = static_cast<int32_t>(c.first + i);
     const auto dq = upload(q), dk = upload(keys), dv = upload(values), dpos = upload(positions);
@@ -365,17 +385,30 @@ TEST(cuda_moe_routing_matches_cpu) {
   if (!device_ready("cuda_moe_routing_matches_cpu")) return;
   std::mt19937 rng(21);
   const cuda::Stream stream;
-  for (const auto& [experts, used, normalize] :
-       {std::tuple{int64_t{8}, int64_t{2}, true}, std::tuple{int64_t{128}, int64_t{8}, true},
-        std::tuple{int64_t{60}, int64_t{4}, false}}) {
+  // Qwen3's softmax (normalized or not), and DeepSeek-V3's router: sigmoid, a selection bias, 8
+  // groups of which 4 compete, normalized and scaled weights.
+  const cpu::RouterParams deepseek{
+      .gating = cpu::Gating::kSigmoid, .normalize = true, .scale = 2.5f, .groups = 8, .groups_used = 4};
+  for (const auto& [experts, used, router] :
+       {std::tuple{int64_t{8}, int64_t{2}, cpu::RouterParams{.normalize = true}},
+        std::tuple{int64_t{128}, int64_t{8}, cpu::RouterParams{.normalize = true}},
+        std::tuple{int64_t{60}, int64_t{4}, cpu::RouterParams{}}, std::tuple{int64_t{256}, int64_t{8}, deepseek}}) {
     const int64_t n = 11, width = 96;
     const auto logits = random_floats(static_cast<size_t>(n * experts), 4.0f, rng);
+    const auto bias = random_floats(static_cast<size_t>(experts), 0.5f, rng);
+    const float* selection_bias = router.gating == cpu::Gating::kSigmoid ? bias.data() : nullptr;
     cpu::Routing routing;
-    cpu::route_top_k(logits.data(), n, experts, used, normalize, routing);
-    const auto dl = upload(logits);
+    cpu::route(logits.data(), n, experts, used, router, selection_bias, routing);
+    const auto dl = upload(logits), dbias = upload(bias);
+    const cuda::RouterSpec spec{router.gating == cpu::Gating::kSigmoid,
+                                router.normalize,
+                                router.scale,
+                                static_cast<int>(router.groups),
+                                static_cast<int>(router.groups_used),
+                                selection_bias ? dbias.as<float>() : nullptr};
     cuda::DeviceBuffer chosen(static_cast<size_t>(n * used) * sizeof(int32_t), "chosen");
     cuda::DeviceBuffer weights(static_cast<size_t>(n * used) * sizeof(float), "weights");
-    cuda::route_top_k(dl.as<float>(), n, experts, used, normalize, chosen.as<int32_t>(), weights.as<float>(),
+    cuda::route_top_k(dl.as<float>(), n, experts, used, spec, chosen.as<int32_t>(), weights.as<float>(),
                       stream.handle());
     const auto got_chosen = download<int32_t>(chosen, static_cast<size_t>(n * used), stream);
     const auto got_weights = download<float>(weights, static_cast<size_t>(n * used), stream);
@@ -429,7 +462,7 @@ TEST(cuda_route_and_group_matches_cpu) {
   for (const int64_t n : {1, 11}) {
     const auto logits = random_floats(static_cast<size_t>(n * experts), 4.0f, rng);
     cpu::Routing routing;
-    cpu::route_top_k(logits.data(), n, experts, used, true, routing);
+    cpu::route(logits.data(), n, experts, used, {.normalize = true}, nullptr, routing);
     std::vector<int32_t> identity(static_cast<size_t>(experts)), split(static_cast<size_t>(experts), -1);
     std::iota(identity.begin(), identity.end(), 0);
     for (int64_t e = 0, slot = 0; e < experts; ++e) {
@@ -444,7 +477,7 @@ TEST(cuda_route_and_group_matches_cpu) {
       cuda::DeviceBuffer chosen(static_cast<size_t>(n * used) * sizeof(int32_t), "chosen");
       cuda::DeviceBuffer weights(static_cast<size_t>(n * used) * sizeof(float), "weights");
       const DeviceGroups grouping(n, experts, used, cuda::tokens_per_expert_chunk(n));
-      cuda::route_and_group(dl.as<float>(), n, experts, used, true, slots.as<int32_t>(),
+      cuda::route_and_group(dl.as<float>(), n, experts, used, {.normalize = true}, slots.as<int32_t>(),
                             cuda::tokens_per_expert_chunk(n), chosen.as<int32_t>(), weights.as<float>(),
                             device_counts.as<uint32_t>(), grouping.order.as<int32_t>(), grouping.chunks.as<int32_t>(),
                             grouping.chunk_count.as<int32_t>(), stream.handle());
@@ -489,15 +522,16 @@ TEST(cuda_route_decode_equals_matvec_then_route_and_group) {
       const auto counts = upload(std::vector<uint32_t>(static_cast<size_t>(experts), 7u));
       const DeviceGroups grouping(1, experts, used, 1);
       if (fused) {
-        cuda::route_decode(router, x.as<float>(), experts, used, true, slots.as<int32_t>(), logits.as<float>(),
-                           chosen.as<int32_t>(), weights.as<float>(), counts.as<uint32_t>(),
+        cuda::route_decode(router, x.as<float>(), experts, used, {.normalize = true}, slots.as<int32_t>(),
+                           logits.as<float>(), chosen.as<int32_t>(), weights.as<float>(), counts.as<uint32_t>(),
                            grouping.order.as<int32_t>(), grouping.chunks.as<int32_t>(),
                            grouping.chunk_count.as<int32_t>(), ticket.as<uint32_t>(), stream.handle());
       } else {
         cuda::matvec(router, {x.as<float>(), nullptr}, 1, logits.as<float>(), false, stream.handle());
-        cuda::route_and_group(logits.as<float>(), 1, experts, used, true, slots.as<int32_t>(), 1, chosen.as<int32_t>(),
-                              weights.as<float>(), counts.as<uint32_t>(), grouping.order.as<int32_t>(),
-                              grouping.chunks.as<int32_t>(), grouping.chunk_count.as<int32_t>(), stream.handle());
+        cuda::route_and_group(logits.as<float>(), 1, experts, used, {.normalize = true}, slots.as<int32_t>(), 1,
+                              chosen.as<int32_t>(), weights.as<float>(), counts.as<uint32_t>(),
+                              grouping.order.as<int32_t>(), grouping.chunks.as<int32_t>(),
+                              grouping.chunk_count.as<int32_t>(), stream.handle());
       }
       const int count = download<int32_t>(grouping.chunk_count, 1, stream)[0];
       return std::tuple{download<float>(logits, static_cast<size_t>(experts), stream),

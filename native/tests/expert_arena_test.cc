@@ -39,12 +39,12 @@ std::vector<std::vector<uint8_t>> paging(const model::Model& m, const std::vecto
 // Whether the lease's slices of expert e equal the expert's bytes in the mapped file.
 bool same_as_file(const model::Model& m, int64_t layer, int32_t e, const engine::ExpertArena::Lease& lease) {
   const model::LayerWeights& w = m.layers[layer];
-  const cpu::ExpertSlices in_file = cpu::stack_slices(w.expert_gate, w.expert_up, w.expert_down, e);
+  const cpu::ExpertSlices in_file = cpu::stack_slices(w.ffn.routed.gate, w.ffn.routed.up, w.ffn.routed.down, e);
   const cpu::ExpertSlices in_slot = lease.slices(e);
   const auto bytes = [](const cpu::ExpertMatrices& s) { return s.first.rows * s.first.row_bytes; };
-  return std::memcmp(in_file.gate, in_slot.gate, bytes(w.expert_gate)) == 0 &&
-         std::memcmp(in_file.up, in_slot.up, bytes(w.expert_up)) == 0 &&
-         std::memcmp(in_file.down, in_slot.down, bytes(w.expert_down)) == 0 && in_file.gate != in_slot.gate;
+  return std::memcmp(in_file.gate, in_slot.gate, bytes(w.ffn.routed.gate)) == 0 &&
+         std::memcmp(in_file.up, in_slot.up, bytes(w.ffn.routed.up)) == 0 &&
+         std::memcmp(in_file.down, in_slot.down, bytes(w.ffn.routed.down)) == 0 && in_file.gate != in_slot.gate;
 }
 
 // Leases `experts` of `layer` for `calls` routed calls each, waits for all of them and checks their bytes.
@@ -314,7 +314,7 @@ TEST(expert_arena_cpu_pass_equals_the_in_ram_pass_and_never_maps_paged_experts) 
   const engine::SequenceRows rows{prompt, 0, &cache, engine::LogitRows::kLast};
   engine::forward(*fresh, std::span(&rows, 1), logits, scratch, pool, &fresh_arena);
   for (int64_t l = 0; l < p.layers; ++l) {
-    const cpu::ExpertMatrices& up = fresh->layers[l].expert_up;
+    const cpu::ExpertMatrices& up = fresh->layers[l].ffn.routed.up;
     const uint8_t* begin = up.first.data;
     const int64_t mapped = present_pages(begin, begin + up.count * up.first.rows * up.first.row_bytes);
     CHECK(mapped == 0) << "layer " << l << ": " << mapped << " pages of the paged up stack are mapped";

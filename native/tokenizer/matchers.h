@@ -39,6 +39,23 @@ size_t match_gpt4o(const Segment& s, size_t pos);
 // DeepSeek-V3's third split: [ASCII punctuation][A-Za-z]+ | [^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+
 // |  ?[\p{P}\p{S}]+[\r\n]* | whitespace rules.
 size_t match_deepseek_v3(const Segment& s, size_t pos);
+// DeepSeek-LLM / DeepSeek-V2 ("deepseek-llm") and DeepSeek-Coder's splits (matchers_deepseek_llm.cc):
+// \s?[Latin, Greek, Cyrillic, ... letters]+ and \s?[ASCII and fullwidth punctuation]+ (std::wregex
+// classes), \s?\p{L}+ and \s?\p{P}+ (Coder), and the single-class steps around them.
+size_t match_deepseek_llm_letters(const Segment& s, size_t pos);
+size_t match_deepseek_llm_punctuation(const Segment& s, size_t pos);
+size_t match_deepseek_coder_letters(const Segment& s, size_t pos);
+size_t match_deepseek_coder_punctuation(const Segment& s, size_t pos);
+// [\r\n]
+size_t match_newline(const Segment& s, size_t pos);
+// \s+$ (the whitespace that ends the segment)
+size_t match_trailing_whitespace(const Segment& s, size_t pos);
+// [一-龥ࠀ-一가-퟿]+ (U+0800..U+9FA5 and Hangul, whitespace excluded as std::wregex sees it)
+size_t match_cjk_hangul(const Segment& s, size_t pos);
+// \p{N}
+size_t match_number(const Segment& s, size_t pos);
+// Kimi-K2: Han runs, then the llama3 rules with Han taken out of letter runs (matchers_kimi.cc).
+size_t match_kimi_k2(const Segment& s, size_t pos);
 
 // \p{N}{1,3}
 size_t match_numbers_upto3(const Segment& s, size_t pos);

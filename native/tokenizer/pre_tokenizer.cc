@@ -32,6 +32,11 @@ constexpr std::array kNames = {
     NameEntry{"deepseek-v3", PreTokenizer::kDeepseekV3},
     NameEntry{"gpt-4o", PreTokenizer::kGpt4o},
     NameEntry{"llama4", PreTokenizer::kGpt4o},
+    NameEntry{"glm4", PreTokenizer::kChatGlm4},
+    NameEntry{"chatglm-bpe", PreTokenizer::kChatGlm4},
+    NameEntry{"kimi-k2", PreTokenizer::kKimiK2},
+    NameEntry{"deepseek-llm", PreTokenizer::kDeepseekLlm},
+    NameEntry{"deepseek-coder", PreTokenizer::kDeepseekCoder},
 };
 
 // Piece lengths, in code points, covering the text in order.
@@ -69,10 +74,20 @@ std::span<const Matcher> steps(PreTokenizer pre) {
   static constexpr Matcher kQwen2[] = {match_qwen2};
   static constexpr Matcher kDeepseekV3[] = {match_numbers_upto3, match_cjk_kana, match_deepseek_v3};
   static constexpr Matcher kGpt4o[] = {match_gpt4o};
+  static constexpr Matcher kKimiK2[] = {match_kimi_k2};
+  static constexpr Matcher kDeepseekLlm[] = {match_newline,
+                                             match_deepseek_llm_letters,
+                                             match_deepseek_llm_punctuation,
+                                             match_trailing_whitespace,
+                                             match_cjk_hangul,
+                                             match_numbers};
+  static constexpr Matcher kDeepseekCoder[] = {match_newline, match_deepseek_coder_letters,
+                                               match_deepseek_coder_punctuation, match_cjk_hangul, match_number};
   switch (pre) {
     case PreTokenizer::kGpt2:
       return kGpt2;
     case PreTokenizer::kLlama3:
+    case PreTokenizer::kChatGlm4:
       return kLlama3;
     case PreTokenizer::kQwen2:
       return kQwen2;
@@ -80,6 +95,12 @@ std::span<const Matcher> steps(PreTokenizer pre) {
       return kDeepseekV3;
     case PreTokenizer::kGpt4o:
       return kGpt4o;
+    case PreTokenizer::kKimiK2:
+      return kKimiK2;
+    case PreTokenizer::kDeepseekLlm:
+      return kDeepseekLlm;
+    case PreTokenizer::kDeepseekCoder:
+      return kDeepseekCoder;
     case PreTokenizer::kDefault:
       break;
   }

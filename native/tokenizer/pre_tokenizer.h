@@ -18,6 +18,11 @@ enum class PreTokenizer {
   kQwen2,       // "qwen2", "deepseek-r1-qwen", ...
   kDeepseekV3,  // "deepseek-v3"
   kGpt4o,       // "gpt-4o" (also gpt-oss), "llama4"
+  kChatGlm4,    // "glm4", "chatglm-bpe": llama3's split, merges always applied
+  kKimiK2,      // "kimi-k2"
+  // "deepseek-llm" (DeepSeek-LLM, DeepSeek-V2) and "deepseek-coder"
+  kDeepseekLlm,
+  kDeepseekCoder,
 };
 
 // The pre-tokenizer a tokenizer.ggml.pre name selects; nothing for names we do not implement.

@@ -3,30 +3,102 @@
  * parsers of the format its chat template speaks.
  * @module
  */
+import {
+  DEEPSEEK_CALL_BEGIN,
+  DEEPSEEK_CALL_END,
+  DEEPSEEK_SECTION,
+  DEEPSEEK_SEP,
+  parseDeepSeekR1Section,
+  parseDeepSeekV31Section,
+} from "./deepseek.js";
+import { glmBody } from "./glm.js";
 import { parseHermesBody } from "./hermes.js";
+import { KIMI_ARGUMENTS_BEGIN, KIMI_CALL_BEGIN, KIMI_CALL_END, KIMI_SECTION, parseKimiSection } from "./kimi.js";
 import { randomToolCallId } from "./tool-call-values.js";
-import { Llama3ToolCallParser } from "./llama3.js";
+import { Llama3ToolCallParser, PYTHON_TAG } from "./llama3.js";
 import { qwen3CoderBody } from "./qwen3-coder.js";
 import { ReasoningParser } from "./reasoning.js";
-import { TaggedToolCallParser } from "./tagged-tool-calls.js";
+import { oneCall, TaggedToolCallParser, TOOL_CALL_TAGS } from "./tagged-tool-calls.js";
 import type { ChatDelta, ChatTool, OutputParser, ToolCall, ToolCallIds, ToolCallParser } from "./types.js";
 
 /**
  * How a model writes tool calls: `"hermes"` (Qwen3, Qwen2.5, Hermes: `<tool_call>{json}</tool_call>`),
  * `"qwen3-coder"` (`<tool_call><function=name><parameter=p>...`), `"llama3"` (a
- * `{"name", "parameters"}` JSON answer, or after `<|python_tag|>`).
+ * `{"name", "parameters"}` JSON answer, or after `<|python_tag|>`), `"glm-4.5"` (GLM-4.5 to 4.7:
+ * `<tool_call>name<arg_key>k</arg_key><arg_value>v</arg_value>...`), `"deepseek-v3.1"`
+ * (`<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>name<｜tool▁sep｜>{json}...`), `"deepseek-r1"` (DeepSeek-R1
+ * and V3: `...function<｜tool▁sep｜>name` and a json code fence), `"kimi-k2"`
+ * (`<|tool_calls_section_begin|><|tool_call_begin|>functions.name:0<|tool_call_argument_begin|>{json}...`).
  */
-export type ToolCallFormat = "hermes" | "qwen3-coder" | "llama3";
+export type ToolCallFormat =
+  | "hermes"
+  | "qwen3-coder"
+  | "llama3"
+  | "glm-4.5"
+  | "deepseek-v3.1"
+  | "deepseek-r1"
+  | "kimi-k2";
 
 /**
  * The tool-call format a chat template teaches its model, read from the template's text as
  * llama.cpp does; `"hermes"` (the built-in ChatML template's) when the template names none.
  */
 export function detectToolCallFormat(template: string): ToolCallFormat {
+  if (template.includes(KIMI_SECTION.open) && template.includes(KIMI_CALL_BEGIN)) return "kimi-k2";
+  if (template.includes(DEEPSEEK_SECTION.open)) return template.includes("```json") ? "deepseek-r1" : "deepseek-v3.1";
   if (template.includes("<function=") && template.includes("<parameter=")) return "qwen3-coder";
+  if (template.includes("<tool_call>") && template.includes("<arg_key>")) return "glm-4.5";
   if (template.includes("<tool_call>")) return "hermes";
-  if (template.includes("<|python_tag|>") || template.includes("<|start_header_id|>")) return "llama3";
+  if (template.includes(PYTHON_TAG) || template.includes("<|start_header_id|>")) return "llama3";
   return "hermes";
+}
+
+const THINK_TAGS = ["<think>", "</think>"];
+
+/**
+ * The texts a format's output is written in. Where one is a special token of the model's vocabulary
+ * (DeepSeek's and Kimi-K2's tool-call tokens, Kimi's think tags), the chat shows its text, which
+ * output hides otherwise, for the parsers to read.
+ */
+export function formatMarkers(format: ToolCallFormat | undefined): string[] {
+  switch (format) {
+    case "hermes":
+    case "qwen3-coder":
+      return [...THINK_TAGS, TOOL_CALL_TAGS.open, TOOL_CALL_TAGS.close];
+    case "glm-4.5":
+      return [
+        ...THINK_TAGS,
+        TOOL_CALL_TAGS.open,
+        TOOL_CALL_TAGS.close,
+        "<arg_key>",
+        "</arg_key>",
+        "<arg_value>",
+        "</arg_value>",
+      ];
+    case "llama3":
+      return [...THINK_TAGS, PYTHON_TAG];
+    case "deepseek-v3.1":
+    case "deepseek-r1":
+      return [
+        ...THINK_TAGS,
+        DEEPSEEK_SECTION.open,
+        DEEPSEEK_SECTION.close,
+        DEEPSEEK_CALL_BEGIN,
+        DEEPSEEK_CALL_END,
+        DEEPSEEK_SEP,
+      ];
+    case "kimi-k2":
+      return [
+        ...THINK_TAGS,
+        KIMI_SECTION.open,
+        KIMI_SECTION.close,
+        KIMI_CALL_BEGIN,
+        KIMI_ARGUMENTS_BEGIN,
+        KIMI_CALL_END,
+      ];
+    case undefined:
+      return THINK_TAGS;
+  }
 }
 
 /**
@@ -55,11 +127,19 @@ export interface ChatOutputOptions {
 function toolCallParser(format: ToolCallFormat, tools: readonly ChatTool[], newId: ToolCallIds): ToolCallParser {
   switch (format) {
     case "hermes":
-      return new TaggedToolCallParser(parseHermesBody, newId);
+      return new TaggedToolCallParser(oneCall(parseHermesBody), newId);
     case "qwen3-coder":
-      return new TaggedToolCallParser(qwen3CoderBody(tools), newId);
+      return new TaggedToolCallParser(oneCall(qwen3CoderBody(tools)), newId);
+    case "glm-4.5":
+      return new TaggedToolCallParser(oneCall(glmBody(tools)), newId);
     case "llama3":
       return new Llama3ToolCallParser(newId);
+    case "deepseek-v3.1":
+      return new TaggedToolCallParser(parseDeepSeekV31Section, newId, DEEPSEEK_SECTION);
+    case "deepseek-r1":
+      return new TaggedToolCallParser(parseDeepSeekR1Section, newId, DEEPSEEK_SECTION);
+    case "kimi-k2":
+      return new TaggedToolCallParser(parseKimiSection, newId, KIMI_SECTION);
   }
 }
 
@@ -70,7 +150,11 @@ export class ChatOutputParser implements OutputParser {
 
   constructor(options: ChatOutputOptions = {}) {
     if (options.parseReasoning ?? true) {
-      this.#reasoning = new ReasoningParser({ startInside: options.startInReasoning ?? false });
+      this.#reasoning = new ReasoningParser({
+        startInside: options.startInReasoning ?? false,
+        // Kimi-K2 may open its tool calls inside an unclosed think block, as llama.cpp reads it.
+        endsBefore: options.toolCallFormat === "kimi-k2" ? [KIMI_SECTION.open] : [],
+      });
     }
     if (options.toolCallFormat) {
       this.#tools = toolCallParser(options.toolCallFormat, options.tools ?? [], options.newId ?? randomToolCallId);
@@ -137,7 +221,12 @@ export type ForcedToolChoice = "required" | { name: string };
  */
 export function forcedCallPrefix(format: ToolCallFormat, choice: ForcedToolChoice, opensThinking: boolean): string {
   const name = typeof choice === "object" ? choice.name : undefined;
-  const close = opensThinking ? "</think>\n\n" : "";
+  // Qwen3's templates leave a blank line after the think block; the others none.
+  const close = !opensThinking
+    ? ""
+    : format === "hermes" || format === "qwen3-coder" || format === "llama3"
+      ? "</think>\n\n"
+      : "</think>";
   switch (format) {
     case "hermes":
       return `${close}<tool_call>\n{"name": ${name === undefined ? '"' : `${JSON.stringify(name)}, "arguments": `}`;
@@ -145,5 +234,13 @@ export function forcedCallPrefix(format: ToolCallFormat, choice: ForcedToolChoic
       return `${close}<tool_call>\n<function=${name === undefined ? "" : `${name}>\n`}`;
     case "llama3":
       return `${close}{"name": ${name === undefined ? '"' : `${JSON.stringify(name)}, "parameters": `}`;
+    case "glm-4.5":
+      return `${close}<tool_call>${name ?? ""}`;
+    case "deepseek-v3.1":
+      return `${close}${DEEPSEEK_SECTION.open}${DEEPSEEK_CALL_BEGIN}${name === undefined ? "" : `${name}${DEEPSEEK_SEP}`}`;
+    case "deepseek-r1":
+      return `${close}${DEEPSEEK_SECTION.open}${DEEPSEEK_CALL_BEGIN}function${DEEPSEEK_SEP}${name === undefined ? "" : `${name}\n\`\`\`json\n`}`;
+    case "kimi-k2":
+      return `${close}${KIMI_SECTION.open}${KIMI_CALL_BEGIN}functions.${name === undefined ? "" : `${name}:`}`;
   }
 }

@@ -14,6 +14,11 @@ export interface ReasoningParserOptions {
   startInside?: boolean;
   open?: string;
   close?: string;
+  /**
+   * Text that ends the reasoning without a close tag and begins the answer (Kimi-K2 may start its
+   * tool calls without closing its think block).
+   */
+  endsBefore?: readonly string[];
 }
 
 type State = "start" | "reasoning" | "answer";
@@ -27,6 +32,7 @@ type State = "start" | "reasoning" | "answer";
 export class ReasoningParser {
   readonly #open: string;
   readonly #close: string;
+  readonly #endsBefore: readonly string[];
   #state: State;
   /** Reasoning has begun (its leading whitespace is dropped until then). */
   #reasoningBegun = false;
@@ -37,6 +43,7 @@ export class ReasoningParser {
   constructor(options: ReasoningParserOptions = {}) {
     this.#open = options.open ?? "<think>";
     this.#close = options.close ?? "</think>";
+    this.#endsBefore = options.endsBefore ?? [];
     this.#state = options.startInside ? "reasoning" : "start";
   }
 
@@ -66,14 +73,20 @@ export class ReasoningParser {
           this.#reasoningBegun = true;
         }
         const end = this.#held.indexOf(this.#close);
-        if (end >= 0) {
-          out.reasoning += this.#held.slice(0, end).trimEnd();
-          this.#held = this.#held.slice(end + this.#close.length);
+        const handoff = this.#handoff();
+        if (end >= 0 || handoff >= 0) {
+          const closed = end >= 0 && (handoff < 0 || end < handoff);
+          const at = closed ? end : handoff;
+          out.reasoning += this.#held.slice(0, at).trimEnd();
+          this.#held = this.#held.slice(closed ? end + this.#close.length : handoff);
           this.#state = "answer";
           continue;
         }
-        // Hold back what may begin the close tag, and the whitespace before it.
-        const partial = partialTagLength(this.#held, this.#close);
+        // Hold back what may begin the close tag (or a hand-off), and the whitespace before it.
+        const partial = Math.max(
+          partialTagLength(this.#held, this.#close),
+          ...this.#endsBefore.map((marker) => partialTagLength(this.#held, marker)),
+        );
         const before = this.#held.slice(0, this.#held.length - partial);
         const cut = before.length - trailingSpaceLength(before);
         out.reasoning += this.#held.slice(0, cut);
@@ -89,6 +102,16 @@ export class ReasoningParser {
       this.#held = "";
       return out;
     }
+  }
+
+  /** Where the first text that ends the reasoning without a close tag starts, or -1. */
+  #handoff(): number {
+    let first = -1;
+    for (const marker of this.#endsBefore) {
+      const at = this.#held.indexOf(marker);
+      if (at >= 0 && (first < 0 || at < first)) first = at;
+    }
+    return first;
   }
 
   finish(): { text: string; reasoning: string } {

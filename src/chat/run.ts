@@ -13,10 +13,12 @@ import type {
   StopReason,
   TokenLogprobs,
 } from "../session.js";
+import type { Tokenizer } from "../tokenizer.js";
 import {
   AssistantMessageBuilder,
   ChatOutputParser,
   forcedCallPrefix,
+  formatMarkers,
   promptOpensThinking,
   type AssistantMessage,
   type ChatOutputOptions,
@@ -91,11 +93,21 @@ interface ChatSession {
   generate(prompt: string, options: GenerateOptions): GenerateIterable;
 }
 
-/** The prompt of a chat, and how the model writes tool calls. */
+/** The prompt of a chat, how the model writes tool calls, and the model's tokenizer. */
 export type RenderChat = (
   messages: readonly ChatMessage[],
   options: ApplyChatTemplateOptions,
-) => { prompt: string; toolCallFormat: ToolCallFormat };
+) => { prompt: string; toolCallFormat: ToolCallFormat; tokenizer: Tokenizer };
+
+/** The markers that are each one special token of the vocabulary: output hides them unless shown. */
+function specialTokensOf(tokenizer: Tokenizer, markers: readonly string[]): number[] {
+  const tokens: number[] = [];
+  for (const marker of markers) {
+    const ids = tokenizer.tokenize(marker, { special: true, addSpecial: false });
+    if (ids.length === 1 && tokenizer.detokenize(ids) === "") tokens.push(ids[0]!);
+  }
+  return tokens;
+}
 
 /** {@link Session.chat}'s work, on the session's public generate. */
 export function runChat(
@@ -134,7 +146,11 @@ export function runChat(
   const parserOptions: ChatOutputOptions = { parseReasoning: reasoning, startInReasoning: opensThinking };
   if (offered) Object.assign(parserOptions, { toolCallFormat: format, tools: offered });
   const parser = new ChatOutputParser(parserOptions);
-  const run = session.generate(rendered.prompt + prefix, generation);
+  const shown = specialTokensOf(rendered.tokenizer, formatMarkers(offered && format));
+  const run = session.generate(rendered.prompt + prefix, {
+    ...generation,
+    showSpecialTokens: [...(generation.showSpecialTokens ?? []), ...shown],
+  });
   const stopAfterOneCall = offered !== undefined && parallelToolCalls === false;
 
   let settle!: { resolve: (r: ChatResult) => void; reject: (e: unknown) => void };

@@ -4,6 +4,7 @@
  */
 import { Template } from "@huggingface/jinja";
 import { BloomeryError } from "../errors.js";
+import { adaptTemplate } from "./template-compat.js";
 import type { ChatMessage, ChatTool } from "./types.js";
 
 /** Options of {@link Model.applyChatTemplate}. */
@@ -45,10 +46,14 @@ function templateMessage(message: ChatMessage): Record<string, unknown> {
 /** A parsed chat template, rendered once per request. */
 export class ChatTemplate {
   readonly #template: Template;
+  /** What was rewritten for @huggingface/jinja to run the template (see template-compat.ts); empty for none. */
+  readonly adaptations: readonly string[];
 
   constructor(readonly source: string) {
+    const adapted = adaptTemplate(source);
+    this.adaptations = adapted.changes;
     try {
-      this.#template = new Template(source);
+      this.#template = new Template(adapted.source);
     } catch (error) {
       throw new BloomeryError(
         "CHAT_TEMPLATE",

@@ -3,7 +3,7 @@
  * @module
  */
 import { randomBytes } from "node:crypto";
-import type { ToolCall } from "./types.js";
+import type { ChatTool, ToolCall } from "./types.js";
 
 const ID_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
 
@@ -33,4 +33,51 @@ export function callFromJson(value: unknown): Omit<ToolCall, "id"> | undefined {
     }
   }
   return isPlainObject(args) ? { name: value.name, arguments: args } : undefined;
+}
+
+/** An arguments object from its JSON text, or undefined when the text is not a JSON object. */
+export function argumentsFromJson(text: string): Record<string, unknown> | undefined {
+  try {
+    const value: unknown = JSON.parse(text);
+    return isPlainObject(value) ? value : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Whether a JSON schema admits a string, as llama.cpp decides it for XML-style arguments: its
+ * `type` is or lists "string", one of its `anyOf` / `oneOf` alternatives does, all of its `allOf`
+ * parts do, or its `const` / every `enum` value is a string.
+ */
+export function schemaAdmitsString(schema: unknown): boolean {
+  if (!isPlainObject(schema)) return false;
+  const { type } = schema;
+  if (type === "string" || (Array.isArray(type) && type.includes("string"))) return true;
+  for (const key of ["anyOf", "oneOf"] as const) {
+    const alternatives = schema[key];
+    if (Array.isArray(alternatives) && alternatives.some(schemaAdmitsString)) return true;
+  }
+  const parts = schema.allOf;
+  if (Array.isArray(parts) && parts.length > 0 && parts.every(schemaAdmitsString)) return true;
+  if (typeof schema.const === "string") return true;
+  const values = schema.enum;
+  return Array.isArray(values) && values.length > 0 && values.every((v) => typeof v === "string");
+}
+
+/**
+ * The argument value of an XML-style tool call (Qwen3-Coder's `<parameter=...>`, GLM's
+ * `<arg_value>`), typed by the tool's schema as llama.cpp types it: the text as is when the
+ * parameter's schema admits a string, its JSON value otherwise (the text itself when it is not
+ * JSON).
+ */
+export function typedArgument(tools: readonly ChatTool[], name: string, key: string, text: string): unknown {
+  const schema = tools.find((tool) => tool.function.name === name)?.function.parameters;
+  const property = isPlainObject(schema?.properties) ? schema.properties[key] : undefined;
+  if (schemaAdmitsString(property)) return text;
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
 }

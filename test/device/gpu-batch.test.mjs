@@ -103,6 +103,8 @@ for (const [preset, type] of [
   ["tiny-qwen3moe", "Q8_0"],
   ["tiny-qwen3", "Q4_K"],
   ["tiny-llama", "Q6_K"],
+  ["tiny-glm4moe", "Q8_0"],
+  ["tiny-deepseek2", "Q4_K"],
 ]) {
   test(`${preset} ${type}: sessions decoded together give their single-stream tokens`, { skip }, async () => {
     const model = await loadModel(fixture(preset, type), { gpu: "auto", parallel: STREAMS, contextSize: CONTEXT });

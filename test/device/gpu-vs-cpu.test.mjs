@@ -58,6 +58,12 @@ const TYPES = [
 // take: the CPU runs that layer's experts).
 const CASES = ["tiny-qwen3moe", "tiny-qwen3", "tiny-llama"].flatMap((preset) => TYPES.map((type) => [preset, type]));
 CASES.push(["tiny-qwen3moe-mix", undefined]);
+// GLM's and DeepSeek's blocks (partial rotary and biases, latent attention, sigmoid routing with
+// groups, shared experts, leading dense layers) at a float type, the three tiled types and three
+// of the 32-value ones (MLA's per-head matrices fall back to those where K-quants do not fit).
+for (const preset of ["tiny-glm4moe", "tiny-deepseek2"]) {
+  for (const type of ["F16", "Q8_0", "Q4_K", "Q6_K", "Q5_0", "IQ4_XS", "MXFP4"]) CASES.push([preset, type]);
+}
 
 for (const [preset, type] of CASES) {
   const name = type ? `${preset} ${type}` : preset;

@@ -42,9 +42,13 @@ function quarterOnGpu(plan) {
   return edited;
 }
 
-for (const type of ["Q4_K", "Q8_0"]) {
-  test(`tiny-qwen3moe ${type}: adaptive residency moves experts, output unchanged`, { skip }, async () => {
-    const path = fixture("tiny-qwen3moe", type);
+for (const [preset, type] of [
+  ["tiny-qwen3moe", "Q4_K"],
+  ["tiny-qwen3moe", "Q8_0"],
+  ["tiny-deepseek2", "Q4_K"],
+]) {
+  test(`${preset} ${type}: adaptive residency moves experts, output unchanged`, { skip }, async () => {
+    const path = fixture(preset, type);
     const reference = await loadModel(path, { gpu: "auto", contextSize: CONTEXT });
     const plan = quarterOnGpu(reference.plan);
     const allGpu = await requests(reference);

@@ -6,7 +6,7 @@ import { BloomeryError } from "../../src/errors.js";
 import type { VocabFamily } from "./vocab.js";
 
 /** The architectures the generator writes (llama.cpp's `general.architecture` names). */
-export type SynthArchitecture = "qwen3moe" | "qwen3" | "qwen2" | "llama";
+export type SynthArchitecture = "qwen3moe" | "qwen3" | "qwen2" | "llama" | "glm4moe" | "deepseek2";
 
 /** The weight matrices whose type a preset fixes or the `weightType` option sets (norms and routers stay F32). */
 export type WeightRole =
@@ -21,7 +21,50 @@ export type WeightRole =
   | "ffn_down"
   | "ffn_gate_exps"
   | "ffn_up_exps"
-  | "ffn_down_exps";
+  | "ffn_down_exps"
+  | "ffn_gate_shexp"
+  | "ffn_up_shexp"
+  | "ffn_down_shexp"
+  | "attn_q_a"
+  | "attn_q_b"
+  | "attn_kv_a_mqa"
+  | "attn_k_b"
+  | "attn_v_b"
+  | "nextn_eh_proj";
+
+/** Multi-head latent attention's sizes (deepseek2). */
+export interface SynthMla {
+  /** 0: queries from one matrix (attn_q). */
+  qLoraRank: number;
+  kvLoraRank: number;
+  /** Each head's unrotated and rotated query/key parts, and its value width. */
+  nopeDim: number;
+  ropeDim: number;
+  valueDim: number;
+}
+
+/** YaRN rope scaling, as the DeepSeek files carry it. */
+export interface SynthYarn {
+  factor: number;
+  originalContext: number;
+  /** rope.scaling.yarn_log_multiplier as the converter writes it (0.1 x mscale_all_dim). */
+  logMultiplier: number;
+}
+
+/** The router of an MoE preset beyond softmax top-k (DeepSeek-V3's and GLM-4.5's). */
+export interface SynthRouter {
+  /** llama.cpp's expert_gating_func: 1 softmax, 2 sigmoid. */
+  gating: 1 | 2;
+  /** expert_weights_norm */
+  normalize: boolean;
+  /** expert_weights_scale */
+  scale: number;
+  /** A selection bias (exp_probs_b) per layer. */
+  selectionBias: boolean;
+  /** expert_group_count and expert_group_used_count (1 and 1: none). */
+  groups: number;
+  groupsUsed: number;
+}
 
 /** One synthetic model. Lengths are in elements. */
 export interface SynthPreset {
@@ -47,6 +90,20 @@ export interface SynthPreset {
   rmsEpsilon: number;
   /** No output.weight: the output projection reuses token_embd (tied embeddings, as small Qwen2 models have). */
   tiedOutput?: boolean;
+  /** Rotated elements of each head when fewer than headDim (GLM's partial rotary). */
+  ropeDims?: number;
+  /** Q, K and V biases (qwen2, glm4moe). */
+  qkvBias?: boolean;
+  /** Layers before the first MoE layer that have a dense FFN (leading_dense_block_count). */
+  leadingDense?: number;
+  /** Shared experts beside the routed ones (expert_shared_count), each expertFeedForward wide. */
+  sharedExperts?: number;
+  router?: SynthRouter;
+  /** Next-token-prediction layers after the last (nextn_predict_layers). */
+  nextnLayers?: number;
+  /** deepseek2's attention; headDim is then nopeDim + ropeDim. */
+  mla?: SynthMla;
+  yarn?: SynthYarn;
   /** Fixed type of every weight matrix; a preset without one takes the `weightType` option. */
   mix?: Partial<Record<WeightRole, string>>;
   /** Per layer, exceptions to `mix` for that layer's matrices. */
@@ -118,6 +175,100 @@ const TINY_QWEN3MOE: SynthPreset = {
   boundedScales: true,
 };
 
+/**
+ * The mix the GPU machine's 64 GiB disk holds for a 106B model: Q3_K gate and up experts and Q4_K
+ * down ones (about 3.8 bits per expert weight, as Q3_K_M files have them), Q4_K/Q6_K elsewhere.
+ */
+const Q3_K_M_MIX: Partial<Record<WeightRole, string>> = {
+  token_embd: "Q4_K",
+  output: "Q6_K",
+  attn_q: "Q4_K",
+  attn_k: "Q4_K",
+  attn_v: "Q6_K",
+  attn_output: "Q4_K",
+  attn_q_a: "Q4_K",
+  attn_q_b: "Q4_K",
+  attn_kv_a_mqa: "Q6_K",
+  attn_k_b: "Q8_0",
+  attn_v_b: "Q8_0",
+  ffn_gate: "Q4_K",
+  ffn_up: "Q4_K",
+  ffn_down: "Q6_K",
+  ffn_gate_shexp: "Q4_K",
+  ffn_up_shexp: "Q4_K",
+  ffn_down_shexp: "Q6_K",
+  ffn_gate_exps: "Q3_K",
+  ffn_up_exps: "Q3_K",
+  ffn_down_exps: "Q4_K",
+  nextn_eh_proj: "Q4_K",
+};
+
+/**
+ * tiny-glm4moe: GLM-4.5's layout: partial rotary, Q/K/V biases, a leading dense layer, sigmoid
+ * routing with a selection bias, normalized and scaled weights, a shared expert, and a
+ * next-token-prediction layer after the last.
+ */
+const TINY_GLM4MOE: SynthPreset = {
+  name: "tiny-glm4moe",
+  description:
+    "glm4moe, 3 layers (the first dense) + 1 MTP layer, embedding 256, 4 heads of 128 (64 rotated), 8 experts (2 used) + 1 shared",
+  architecture: "glm4moe",
+  vocab: "qwen",
+  layers: 3,
+  embedding: 256,
+  heads: 4,
+  headsKv: 2,
+  headDim: 128,
+  ropeDims: 64,
+  qkvBias: true,
+  feedForward: 512,
+  experts: 8,
+  expertsUsed: 2,
+  expertFeedForward: 256,
+  leadingDense: 1,
+  sharedExperts: 1,
+  router: { gating: 2, normalize: true, scale: 2.5, selectionBias: true, groups: 1, groupsUsed: 1 },
+  nextnLayers: 1,
+  contextLength: 4096,
+  ropeFreqBase: 1e6,
+  rmsEpsilon: 1e-5,
+  boundedScales: true,
+};
+
+/**
+ * tiny-deepseek2: DeepSeek-V3's layout: multi-head latent attention with a low-rank query, YaRN,
+ * a leading dense layer, sigmoid routing over 4 groups of which 2 compete, a selection bias,
+ * scaled weights, a shared expert, and a next-token-prediction layer after the last.
+ */
+const TINY_DEEPSEEK2: SynthPreset = {
+  name: "tiny-deepseek2",
+  description:
+    "deepseek2 (MLA, YaRN), 3 layers (the first dense) + 1 MTP layer, embedding 256, 4 heads, latent 128, 16 experts in 4 groups (4 used) + 1 shared",
+  architecture: "deepseek2",
+  vocab: "qwen",
+  layers: 3,
+  embedding: 256,
+  heads: 4,
+  headsKv: 1,
+  headDim: 96,
+  mla: { qLoraRank: 128, kvLoraRank: 128, nopeDim: 64, ropeDim: 32, valueDim: 64 },
+  yarn: { factor: 4, originalContext: 512, logMultiplier: 0.1 },
+  feedForward: 512,
+  experts: 16,
+  expertsUsed: 4,
+  expertFeedForward: 256,
+  leadingDense: 1,
+  sharedExperts: 1,
+  // DeepSeek-V3 scales by 2.5; on random weights that, with the group limit, makes the fixture's
+  // logits chaotic (any rounding flips routings that the scale then amplifies), so 1.5 here.
+  router: { gating: 2, normalize: true, scale: 1.5, selectionBias: true, groups: 4, groupsUsed: 2 },
+  nextnLayers: 1,
+  contextLength: 2048,
+  ropeFreqBase: 10_000,
+  rmsEpsilon: 1e-6,
+  boundedScales: true,
+};
+
 export const PRESETS: Record<string, SynthPreset> = {
   "qwen3-30b-a3b": {
     name: "qwen3-30b-a3b",
@@ -162,7 +313,65 @@ export const PRESETS: Record<string, SynthPreset> = {
     mix: Q4_K_M_MIX,
     fileType: 15, // LLAMA_FTYPE_MOSTLY_Q4_K_M
   },
+  "glm-4.5-air": {
+    name: "glm-4.5-air",
+    description:
+      "GLM-4.5-Air shapes (106B-A12B), 46 layers (the first dense) + 1 MTP layer, 128 experts (8 used) + 1 shared, Q3_K_M-like mix, 57 GB",
+    architecture: "glm4moe",
+    vocab: "qwen",
+    vocabSize: 151_552,
+    layers: 46,
+    embedding: 4096,
+    heads: 96,
+    headsKv: 8,
+    headDim: 128,
+    ropeDims: 64,
+    qkvBias: true,
+    feedForward: 10_944,
+    experts: 128,
+    expertsUsed: 8,
+    expertFeedForward: 1408,
+    leadingDense: 1,
+    sharedExperts: 1,
+    router: { gating: 2, normalize: true, scale: 1, selectionBias: true, groups: 1, groupsUsed: 1 },
+    nextnLayers: 1,
+    contextLength: 131_072,
+    ropeFreqBase: 1e6,
+    rmsEpsilon: 1e-5,
+    mix: Q3_K_M_MIX,
+    fileType: 12, // LLAMA_FTYPE_MOSTLY_Q3_K_M
+  },
+  "deepseek-v3-slice": {
+    name: "deepseek-v3-slice",
+    description:
+      "DeepSeek-V3's exact per-layer shapes, 10 of its 61 layers (the first 3 dense, as the real file's), 256 experts in 8 groups (8 used) + 1 shared, Q3_K_M-like mix, 41 GB",
+    architecture: "deepseek2",
+    vocab: "qwen",
+    vocabSize: 129_280,
+    layers: 10,
+    embedding: 7168,
+    heads: 128,
+    headsKv: 1,
+    headDim: 192,
+    mla: { qLoraRank: 1536, kvLoraRank: 512, nopeDim: 128, ropeDim: 64, valueDim: 128 },
+    yarn: { factor: 40, originalContext: 4096, logMultiplier: 0.1 },
+    feedForward: 18_432,
+    experts: 256,
+    expertsUsed: 8,
+    expertFeedForward: 2048,
+    leadingDense: 3,
+    sharedExperts: 1,
+    router: { gating: 2, normalize: true, scale: 2.5, selectionBias: true, groups: 8, groupsUsed: 4 },
+    contextLength: 163_840,
+    ropeFreqBase: 10_000,
+    rmsEpsilon: 1e-6,
+    mix: Q3_K_M_MIX,
+    fileType: 12, // LLAMA_FTYPE_MOSTLY_Q3_K_M
+  },
   "tiny-qwen3moe": TINY_QWEN3MOE,
+
+  "tiny-glm4moe": TINY_GLM4MOE,
+  "tiny-deepseek2": TINY_DEEPSEEK2,
   "tiny-qwen3moe-mix": {
     ...TINY_QWEN3MOE,
     name: "tiny-qwen3moe-mix",

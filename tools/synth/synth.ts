@@ -112,19 +112,40 @@ function architectureMetadata(p: SynthPreset): [string, GgufValue, GgufMetadataT
   const entries: [string, GgufValue, GgufMetadataType][] = [
     [`${a}.context_length`, p.contextLength, "u32"],
     [`${a}.embedding_length`, p.embedding, "u32"],
-    [`${a}.block_count`, p.layers, "u32"],
+    [`${a}.block_count`, p.layers + (p.nextnLayers ?? 0), "u32"],
     [`${a}.feed_forward_length`, p.feedForward, "u32"],
     [`${a}.attention.head_count`, p.heads, "u32"],
     [`${a}.attention.head_count_kv`, p.headsKv, "u32"],
     [`${a}.rope.freq_base`, p.ropeFreqBase, "f32"],
     [`${a}.attention.layer_norm_rms_epsilon`, p.rmsEpsilon, "f32"],
   ];
-  if (a === "llama") {
+  if (p.mla) {
+    // llama.cpp's MLA files: the cache's key row is the latent and the rotated key, its value row the latent.
+    const m = p.mla;
+    entries.push(
+      [`${a}.attention.key_length`, m.kvLoraRank + m.ropeDim, "u32"],
+      [`${a}.attention.value_length`, m.kvLoraRank, "u32"],
+      [`${a}.attention.key_length_mla`, m.nopeDim + m.ropeDim, "u32"],
+      [`${a}.attention.value_length_mla`, m.valueDim, "u32"],
+      [`${a}.attention.kv_lora_rank`, m.kvLoraRank, "u32"],
+      [`${a}.rope.dimension_count`, m.ropeDim, "u32"],
+    );
+    if (m.qLoraRank > 0) entries.push([`${a}.attention.q_lora_rank`, m.qLoraRank, "u32"]);
+  } else if (a === "llama") {
     entries.push([`${a}.rope.dimension_count`, p.headDim, "u32"]);
   } else if (a !== "qwen2") {
     // Qwen3's heads are not embedding / heads wide: llama.cpp reads their width from these keys.
     // Qwen2's always are (llama.cpp sizes its attn_output by the embedding), and its files omit them.
     entries.push([`${a}.attention.key_length`, p.headDim, "u32"], [`${a}.attention.value_length`, p.headDim, "u32"]);
+    if (p.ropeDims !== undefined) entries.push([`${a}.rope.dimension_count`, p.ropeDims, "u32"]);
+  }
+  if (p.yarn) {
+    entries.push(
+      [`${a}.rope.scaling.type`, "yarn", "string"],
+      [`${a}.rope.scaling.factor`, p.yarn.factor, "f32"],
+      [`${a}.rope.scaling.original_context_length`, p.yarn.originalContext, "u32"],
+      [`${a}.rope.scaling.yarn_log_multiplier`, p.yarn.logMultiplier, "f32"],
+    );
   }
   if (p.experts > 0) {
     entries.push(
@@ -133,7 +154,37 @@ function architectureMetadata(p: SynthPreset): [string, GgufValue, GgufMetadataT
       [`${a}.expert_feed_forward_length`, p.expertFeedForward, "u32"],
     );
   }
+  if (p.leadingDense !== undefined) entries.push([`${a}.leading_dense_block_count`, p.leadingDense, "u32"]);
+  if (p.sharedExperts !== undefined) entries.push([`${a}.expert_shared_count`, p.sharedExperts, "u32"]);
+  if (p.router) {
+    entries.push(
+      [`${a}.expert_gating_func`, p.router.gating, "u32"],
+      [`${a}.expert_weights_norm`, p.router.normalize, "bool"],
+      [`${a}.expert_weights_scale`, p.router.scale, "f32"],
+      [`${a}.expert_group_count`, p.router.groups, "u32"],
+      [`${a}.expert_group_used_count`, p.router.groupsUsed, "u32"],
+    );
+  }
+  if (p.nextnLayers !== undefined) entries.push([`${a}.nextn_predict_layers`, p.nextnLayers, "u32"]);
   return entries;
+}
+
+/**
+ * The type a quantizer gives a matrix whose rows a type's blocks do not divide: llama.cpp's
+ * fallback (llama-quant.cpp), as in real files of those shapes (MLA's per-head matrices).
+ */
+function fitType(type: string, rowLength: number): string {
+  if (rowLength % ggmlType(type).blockElements === 0) return type;
+  const fallback: Record<string, string> = {
+    IQ4_XS: "IQ4_NL",
+    Q2_K: "Q4_0",
+    Q3_K: "Q4_0",
+    Q4_K: "Q5_0",
+    Q5_K: "Q5_1",
+    Q6_K: "Q8_0",
+  };
+  const fitted = fallback[type] ?? type;
+  return rowLength % ggmlType(fitted).blockElements === 0 ? fitted : "F16";
 }
 
 /** The tensors of a preset, in file order (llama.cpp names; shapes row length first). */
@@ -147,43 +198,74 @@ function planTensors(
   const add = (name: string, type: string, shape: number[], init: FloatInit) =>
     tensors.push({ name, type, shape, bytes: tensorBytes(type, shape), init });
   const weight = (name: string, role: WeightRole, shape: number[], layer?: number) =>
-    add(name, typeOf(role, layer), shape, WEIGHT_INIT);
+    add(name, fitType(typeOf(role, layer), shape[0]!), shape, WEIGHT_INIT);
   const norm = (name: string, length: number) => add(name, "F32", [length], NORM_INIT);
 
   const qWidth = p.heads * p.headDim;
   const kvWidth = p.headsKv * p.headDim;
   weight("token_embd.weight", "token_embd", [p.embedding, nVocab]);
-  for (let l = 0; l < p.layers; l++) {
+  for (let l = 0; l < p.layers + (p.nextnLayers ?? 0); l++) {
     const blk = `blk.${l}`;
     norm(`${blk}.attn_norm.weight`, p.embedding);
-    weight(`${blk}.attn_q.weight`, "attn_q", [p.embedding, qWidth], l);
-    weight(`${blk}.attn_k.weight`, "attn_k", [p.embedding, kvWidth], l);
-    weight(`${blk}.attn_v.weight`, "attn_v", [p.embedding, kvWidth], l);
-    if (p.architecture === "qwen2") {
-      add(`${blk}.attn_q.bias`, "F32", [qWidth], BIAS_INIT);
-      add(`${blk}.attn_k.bias`, "F32", [kvWidth], BIAS_INIT);
-      add(`${blk}.attn_v.bias`, "F32", [kvWidth], BIAS_INIT);
+    if (p.mla) {
+      const m = p.mla;
+      const headWidth = m.nopeDim + m.ropeDim;
+      if (m.qLoraRank > 0) {
+        weight(`${blk}.attn_q_a.weight`, "attn_q_a", [p.embedding, m.qLoraRank], l);
+        norm(`${blk}.attn_q_a_norm.weight`, m.qLoraRank);
+        weight(`${blk}.attn_q_b.weight`, "attn_q_b", [m.qLoraRank, p.heads * headWidth], l);
+      } else {
+        weight(`${blk}.attn_q.weight`, "attn_q", [p.embedding, p.heads * headWidth], l);
+      }
+      weight(`${blk}.attn_kv_a_mqa.weight`, "attn_kv_a_mqa", [p.embedding, m.kvLoraRank + m.ropeDim], l);
+      norm(`${blk}.attn_kv_a_norm.weight`, m.kvLoraRank);
+      weight(`${blk}.attn_k_b.weight`, "attn_k_b", [m.nopeDim, m.kvLoraRank, p.heads], l);
+      weight(`${blk}.attn_v_b.weight`, "attn_v_b", [m.kvLoraRank, m.valueDim, p.heads], l);
+      weight(`${blk}.attn_output.weight`, "attn_output", [p.heads * m.valueDim, p.embedding], l);
+    } else {
+      weight(`${blk}.attn_q.weight`, "attn_q", [p.embedding, qWidth], l);
+      weight(`${blk}.attn_k.weight`, "attn_k", [p.embedding, kvWidth], l);
+      weight(`${blk}.attn_v.weight`, "attn_v", [p.embedding, kvWidth], l);
+      if (p.architecture === "qwen2" || p.qkvBias) {
+        add(`${blk}.attn_q.bias`, "F32", [qWidth], BIAS_INIT);
+        add(`${blk}.attn_k.bias`, "F32", [kvWidth], BIAS_INIT);
+        add(`${blk}.attn_v.bias`, "F32", [kvWidth], BIAS_INIT);
+      }
+      weight(`${blk}.attn_output.weight`, "attn_output", [qWidth, p.embedding], l);
+      if (p.architecture === "qwen3" || p.architecture === "qwen3moe") {
+        norm(`${blk}.attn_q_norm.weight`, p.headDim);
+        norm(`${blk}.attn_k_norm.weight`, p.headDim);
+      }
     }
-    weight(`${blk}.attn_output.weight`, "attn_output", [qWidth, p.embedding], l);
-    if (p.architecture === "qwen3" || p.architecture === "qwen3moe") {
-      norm(`${blk}.attn_q_norm.weight`, p.headDim);
-      norm(`${blk}.attn_k_norm.weight`, p.headDim);
-    }
-    norm(`${blk}.ffn_norm.weight`, p.embedding);
-    if (p.experts > 0) {
+    // GLM names the norm before the FFN after the attention it follows.
+    norm(`${blk}.${p.architecture === "glm4moe" ? "post_attention_norm" : "ffn_norm"}.weight`, p.embedding);
+    if (p.experts > 0 && l >= (p.leadingDense ?? 0)) {
       const rowScale = routerScales(p.experts, seed, l);
       add(`${blk}.ffn_gate_inp.weight`, "F32", [p.embedding, p.experts], {
         ...WEIGHT_INIT,
         rowLength: p.embedding,
         rowScale,
       });
+      if (p.router?.selectionBias) add(`${blk}.exp_probs_b.bias`, "F32", [p.experts], WEIGHT_INIT);
       weight(`${blk}.ffn_gate_exps.weight`, "ffn_gate_exps", [p.embedding, p.expertFeedForward, p.experts], l);
       weight(`${blk}.ffn_up_exps.weight`, "ffn_up_exps", [p.embedding, p.expertFeedForward, p.experts], l);
       weight(`${blk}.ffn_down_exps.weight`, "ffn_down_exps", [p.expertFeedForward, p.embedding, p.experts], l);
+      if (p.sharedExperts) {
+        const shared = p.sharedExperts * p.expertFeedForward;
+        weight(`${blk}.ffn_gate_shexp.weight`, "ffn_gate_shexp", [p.embedding, shared], l);
+        weight(`${blk}.ffn_up_shexp.weight`, "ffn_up_shexp", [p.embedding, shared], l);
+        weight(`${blk}.ffn_down_shexp.weight`, "ffn_down_shexp", [shared, p.embedding], l);
+      }
     } else {
       weight(`${blk}.ffn_gate.weight`, "ffn_gate", [p.embedding, p.feedForward], l);
       weight(`${blk}.ffn_up.weight`, "ffn_up", [p.embedding, p.feedForward], l);
       weight(`${blk}.ffn_down.weight`, "ffn_down", [p.feedForward, p.embedding], l);
+    }
+    if (l >= p.layers) {
+      weight(`${blk}.nextn.eh_proj.weight`, "nextn_eh_proj", [2 * p.embedding, p.embedding], l);
+      norm(`${blk}.nextn.enorm.weight`, p.embedding);
+      norm(`${blk}.nextn.hnorm.weight`, p.embedding);
+      norm(`${blk}.nextn.shared_head_norm.weight`, p.embedding);
     }
   }
   norm("output_norm.weight", p.embedding);

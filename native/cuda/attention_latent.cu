@@ -1,0 +1,434 @@
+// Latent attention on tensor cores (f16 mma.sync m16n8k16, f32 accumulators): multi-head latent
+// attention with the up-projections absorbed, where every query head of every row attends one
+// shared cache row per position, [latent (Rank), rotary key (Rope)] in f16, and the values are
+// the latents. A block takes 16 packed rows (row r: token r / heads, head r % heads) and 64-position
+// tiles of the cache; its four warps score a quarter of a tile's positions each against the whole
+// key width, and multiply the tile's probabilities (staged in shared memory) by a quarter of the
+// latent columns each, so no thread holds a row's 512 outputs.
+//
+// The rounding is the GQA kernels' (attention_tiled.cu) and the CPU's (cpu/attention.cc): queries
+// and probabilities rounded to f16, the probabilities normalized before they are rounded, so the
+// statistics come first: latent_stats_kernel stores each row's maximum score and exp sum per
+// segment of 64 positions, latent_values_kernel recomputes the same scores, folds the statistics
+// and multiplies. A decode step (a single token) gives each segment its own block and adds the
+// segments' products in order in latent_combine_kernel; a batch gives each block all of its rows'
+// segments and adds them in the same order, so a row's floats do not depend on the batch.
+#include <cuda_fp16.h>
+
+#include "base/error.h"
+#include "cuda/common.cuh"
+#include "cuda/mma.cuh"
+
+namespace bloomery::cuda {
+
+namespace {
+
+constexpr int kRows = 16;  // packed rows per block: one mma M
+constexpr int kTile = 64;  // cache positions per tile and per segment
+constexpr int kWarps = 4;  // each scoring kTile / kWarps positions, multiplying Rank / kWarps columns
+constexpr int kThreads = kWarps * kWarp;
+constexpr int kPad = 8;  // halves after each shared row, so ldmatrix's eight row reads miss each other's banks
+constexpr int kProbStride = kTile + kPad;
+
+struct Params {
+  const float* q_latent;  // [rows][rank]
+  const float* q_rope;    // [rows][rope]
+  const int32_t* positions;
+  const uint16_t* cache;  // [positions][rank + rope]
+  int n;
+  int heads;
+  float scale;
+  bool block_per_segment;
+  float2* stats;   // [segment][rows]: each row's maximum score and its exps' sum in the segment
+  float* partial;  // [segment][rows][rank] with a block per segment
+  float* out;      // [rows][rank]
+};
+
+template <int Rank, int Rope>
+struct Shape {
+  static constexpr int kKey = Rank + Rope;
+  static constexpr int kStride = kKey + kPad;     // halves per shared query or cache row
+  static constexpr int kSteps = kKey / 16;        // mma K steps over a key
+  static constexpr int kColumns = Rank / kWarps;  // latent columns each warp multiplies
+  static_assert(kKey % 16 == 0 && kColumns % 16 == 0, "whole mma tiles");
+  static constexpr size_t kSharedBytes = (kRows + kTile) * kStride * sizeof(uint16_t) +
+                                         kRows * kProbStride * sizeof(uint16_t) + kWarps * kRows * sizeof(float) +
+                                         kWarps * kRows * sizeof(double);
+};
+
+struct SharedLayout {
+  uint16_t* queries;
+  uint16_t* tile;
+  uint16_t* probs;
+  float* warp_max;   // [warp][row]
+  double* warp_sum;  // [warp][row]
+};
+
+template <int Rank, int Rope>
+__device__ SharedLayout shared_layout(uint8_t* base) {
+  using S = Shape<Rank, Rope>;
+  SharedLayout l;
+  l.warp_sum = reinterpret_cast<double*>(base);
+  l.warp_max = reinterpret_cast<float*>(base + kWarps * kRows * sizeof(double));
+  l.queries = reinterpret_cast<uint16_t*>(l.warp_max + kWarps * kRows);
+  l.tile = l.queries + kRows * S::kStride;
+  l.probs = l.tile + kTile * S::kStride;
+  return l;
+}
+
+__device__ __forceinline__ int segments_of(int length) { return (length + kTile - 1) / kTile; }
+
+// The last position each of the block's rows attends (-1 past the batch), for this thread's
+// two mma rows, and the positions the block's longest row sees.
+struct BlockRows {
+  int limit[2];
+  int length;
+};
+
+__device__ BlockRows block_rows(const Params& p, int first_row) {
+  __shared__ int longest;
+  if (threadIdx.x == 0) longest = 0;
+  __syncthreads();
+  const int rows = p.n * p.heads;
+  if (threadIdx.x < kRows && first_row + static_cast<int>(threadIdx.x) < rows) {
+    atomicMax(&longest, p.positions[(first_row + threadIdx.x) / p.heads] + 1);
+  }
+  __syncthreads();
+  BlockRows b;
+  for (int i = 0; i < 2; ++i) {
+    const int row = first_row + static_cast<int>(threadIdx.x % kWarp) / 4 + 8 * i;
+    b.limit[i] = row < rows ? p.positions[row / p.heads] : -1;
+  }
+  b.length = longest;
+  return b;
+}
+
+// The block's queries, rounded to f16, into shared rows of [latent, rope].
+template <int Rank, int Rope>
+__device__ void stage_queries(const Params& p, int first_row, uint16_t* queries) {
+  using S = Shape<Rank, Rope>;
+  const int rows = p.n * p.heads;
+  for (int i = threadIdx.x; i < kRows * S::kKey / 2; i += kThreads) {
+    const int r = i / (S::kKey / 2), c = i % (S::kKey / 2) * 2;
+    const int row = first_row + r;
+    float2 v = make_float2(0.0f, 0.0f);
+    if (row < rows) {
+      v = c < Rank ? *reinterpret_cast<const float2*>(p.q_latent + static_cast<int64_t>(row) * Rank + c)
+                   : *reinterpret_cast<const float2*>(p.q_rope + static_cast<int64_t>(row) * Rope + c - Rank);
+    }
+    *reinterpret_cast<uint32_t*>(queries + r * S::kStride + c) = pack_halves(v.x, v.y);
+  }
+}
+
+// Copies cache rows [first, first + kTile) into `tile` (cp.async), zeros from `end` on: rows never
+// written may hold NaN bit patterns, and 0 * NaN would reach the output.
+template <int Rank, int Rope>
+__device__ void load_tile(const uint16_t* cache, int first, int end, uint16_t* tile) {
+  using S = Shape<Rank, Rope>;
+  constexpr int kPieces = S::kKey / 8;  // 16-byte pieces per row
+  for (int i = threadIdx.x; i < kTile * kPieces; i += kThreads) {
+    const int r = i / kPieces, c = i % kPieces * 8;
+    const int position = first + r;
+    const bool inside = position < end;
+    const uint16_t* source = cache + (inside ? static_cast<int64_t>(position) * S::kKey + c : 0);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared_address(tile + r * S::kStride + c)),
+                 "l"(source), "r"(inside ? 16 : 0)
+                 : "memory");
+  }
+  wait_for_tiles();
+  __syncthreads();
+}
+
+// The warp's scores: s[t][e] is row lane / 4 + 8 (e / 2) against position
+// 16 warp + 8 t + 2 (lane % 4) + e % 2 of the tile, each the f32 product of its dot and the scale.
+template <int Rank, int Rope>
+__device__ void tile_scores(const SharedLayout& sh, float scale, float (&s)[2][4]) {
+  using S = Shape<Rank, Rope>;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, m = lane / 8;
+  const uint16_t* a_base = sh.queries + (m % 2 * 8 + lane % 8) * S::kStride + m / 2 * 8;
+  const uint16_t* b_base = sh.tile + (warp * 16 + m / 2 * 8 + lane % 8) * S::kStride + m % 2 * 8;
+  s[0][0] = s[0][1] = s[0][2] = s[0][3] = s[1][0] = s[1][1] = s[1][2] = s[1][3] = 0.0f;
+#pragma unroll 4
+  for (int k = 0; k < S::kSteps; ++k) {
+    uint32_t a[4], b[4];
+    ldmatrix_x4(a, a_base + k * 16);
+    ldmatrix_x4(b, b_base + k * 16);
+    mma(s[0], a, b[0], b[1]);
+    mma(s[1], a, b[2], b[3]);
+  }
+#pragma unroll
+  for (int t = 0; t < 2; ++t) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[t][e] = __fmul_rn(s[t][e], scale);
+  }
+}
+
+__device__ __forceinline__ int score_position(int first, int t, int e) {
+  return first + threadIdx.x / kWarp * 16 + t * 8 + threadIdx.x % 4 * 2 + e % 2;
+}
+
+// A segment's statistics of the block's rows: the maximum score and the exps' sum over the
+// positions each row sees, reduced over the quad and then over the warps in warp order.
+__device__ void segment_statistics(const SharedLayout& sh, const float (&s)[2][4], int first, const BlockRows& rows,
+                                   float (&max)[2], double (&sum)[2]) {
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  for (int i = 0; i < 2; ++i) {
+    float m = -INFINITY;
+    for (int t = 0; t < 2; ++t) {
+      for (int e = 2 * i; e < 2 * i + 2; ++e) {
+        if (score_position(first, t, e) <= rows.limit[i]) m = fmaxf(m, s[t][e]);
+      }
+    }
+    m = quad_max(m);
+    if (lane % 4 == 0) sh.warp_max[warp * kRows + lane / 4 + 8 * i] = m;
+  }
+  __syncthreads();
+  for (int i = 0; i < 2; ++i) {
+    const int row = lane / 4 + 8 * i;
+    max[i] = -INFINITY;
+    for (int w = 0; w < kWarps; ++w) max[i] = fmaxf(max[i], sh.warp_max[w * kRows + row]);
+    float part = 0.0f;
+    if (max[i] != -INFINITY) {
+      for (int t = 0; t < 2; ++t) {
+        for (int e = 2 * i; e < 2 * i + 2; ++e) {
+          if (score_position(first, t, e) <= rows.limit[i]) part = __fadd_rn(part, expf(__fsub_rn(s[t][e], max[i])));
+        }
+      }
+    }
+    double quad = static_cast<double>(part);
+    quad = __dadd_rn(quad, __shfl_xor_sync(0xffffffffu, quad, 1));
+    quad = __dadd_rn(quad, __shfl_xor_sync(0xffffffffu, quad, 2));
+    if (lane % 4 == 0) sh.warp_sum[warp * kRows + row] = quad;
+  }
+  __syncthreads();
+  for (int i = 0; i < 2; ++i) {
+    sum[i] = 0.0;
+    for (int w = 0; w < kWarps; ++w) sum[i] = __dadd_rn(sum[i], sh.warp_sum[w * kRows + lane / 4 + 8 * i]);
+  }
+  __syncthreads();
+}
+
+template <int Rank, int Rope>
+__global__ void __launch_bounds__(kThreads) latent_stats_kernel(Params p) {
+  extern __shared__ __align__(16) uint8_t shared[];
+  const SharedLayout sh = shared_layout<Rank, Rope>(shared);
+  wait_for_previous_kernel();
+  const int first_row = blockIdx.x * kRows;
+  const BlockRows rows = block_rows(p, first_row);
+  const int count = segments_of(rows.length);
+  const int begin = p.block_per_segment ? static_cast<int>(blockIdx.z) : 0;
+  const int end = p.block_per_segment ? min(begin + 1, count) : count;
+  if (begin >= end) return;
+  stage_queries<Rank, Rope>(p, first_row, sh.queries);
+  const int64_t stride = static_cast<int64_t>(p.n) * p.heads;
+  for (int segment = begin; segment < end; ++segment) {
+    const int first = segment * kTile;
+    load_tile<Rank, Rope>(p.cache, first, rows.length, sh.tile);
+    float s[2][4];
+    tile_scores<Rank, Rope>(sh, p.scale, s);
+    float max[2];
+    double sum[2];
+    segment_statistics(sh, s, first, rows, max, sum);
+    const int lane = threadIdx.x % kWarp;
+    if (threadIdx.x < kWarp && lane % 4 == 0) {
+      for (int i = 0; i < 2; ++i) {
+        const int row = first_row + lane / 4 + 8 * i;
+        if (rows.limit[i] >= first) p.stats[segment * stride + row] = make_float2(max[i], static_cast<float>(sum[i]));
+      }
+    }
+  }
+}
+
+// Each of the thread's rows' maximum over its segments and the inverse of its exp sum, as the
+// CPU's softmax has them (its sum in double, the inverse rounded to float).
+__device__ void softmax_scale(const Params& p, int first_row, const BlockRows& rows, float (&max)[2],
+                              float (&inverse)[2]) {
+  const int64_t stride = static_cast<int64_t>(p.n) * p.heads;
+  for (int i = 0; i < 2; ++i) {
+    max[i] = inverse[i] = 0.0f;
+    if (rows.limit[i] < 0) continue;
+    const float2* stats = p.stats + first_row + static_cast<int>(threadIdx.x % kWarp) / 4 + 8 * i;
+    const int count = segments_of(rows.limit[i] + 1);
+    float row_max = -INFINITY;
+    for (int g = 0; g < count; ++g) row_max = fmaxf(row_max, __ldcg(stats + g * stride).x);
+    double row_sum = 0.0;
+    for (int g = 0; g < count; ++g) {
+      const float2 st = __ldcg(stats + g * stride);
+      row_sum =
+          __dadd_rn(row_sum, __dmul_rn(static_cast<double>(st.y), static_cast<double>(expf(__fsub_rn(st.x, row_max)))));
+    }
+    max[i] = row_max;
+    inverse[i] = static_cast<float>(1.0 / row_sum);
+  }
+}
+
+// o += P V over a tile: the warp's probabilities p = exp(s - max) * inverse rounded to f16 go to
+// shared memory; then each warp multiplies all 16 rows' probabilities by its columns of the
+// latents (the tile's first Rank halves of each row).
+template <int Rank, int Rope>
+__device__ void add_tile_values(const SharedLayout& sh, const float (&s)[2][4], int first, const BlockRows& rows,
+                                const float (&max)[2], const float (&inverse)[2],
+                                float (&o)[Shape<Rank, Rope>::kColumns / 8][4]) {
+  using S = Shape<Rank, Rope>;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, m = lane / 8;
+#pragma unroll
+  for (int t = 0; t < 2; ++t) {
+    float pr[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = e / 2;
+      pr[e] =
+          score_position(first, t, e) <= rows.limit[i] ? __fmul_rn(expf(__fsub_rn(s[t][e], max[i])), inverse[i]) : 0.0f;
+    }
+    const int column = warp * 16 + t * 8 + lane % 4 * 2;
+    *reinterpret_cast<uint32_t*>(sh.probs + (lane / 4) * kProbStride + column) = pack_halves(pr[0], pr[1]);
+    *reinterpret_cast<uint32_t*>(sh.probs + (lane / 4 + 8) * kProbStride + column) = pack_halves(pr[2], pr[3]);
+  }
+  __syncthreads();
+  const uint16_t* a_base = sh.probs + (m % 2 * 8 + lane % 8) * kProbStride + m / 2 * 8;
+  const uint16_t* b_base = sh.tile + (m % 2 * 8 + lane % 8) * S::kStride + warp * S::kColumns + m / 2 * 8;
+#pragma unroll
+  for (int j = 0; j < kTile / 16; ++j) {
+    uint32_t a[4];
+    ldmatrix_x4(a, a_base + j * 16);
+#pragma unroll
+    for (int d = 0; d < S::kColumns / 8; d += 2) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, b_base + j * 16 * S::kStride + d * 8);
+      mma(o[d], a, b[0], b[1]);
+      mma(o[d + 1], a, b[2], b[3]);
+    }
+  }
+  __syncthreads();
+}
+
+template <int Rank, int Rope>
+__global__ void __launch_bounds__(kThreads) latent_values_kernel(Params p) {
+  using S = Shape<Rank, Rope>;
+  extern __shared__ __align__(16) uint8_t shared[];
+  const SharedLayout sh = shared_layout<Rank, Rope>(shared);
+  wait_for_previous_kernel();
+  const int first_row = blockIdx.x * kRows;
+  const BlockRows rows = block_rows(p, first_row);
+  const int count = segments_of(rows.length);
+  const int begin = p.block_per_segment ? static_cast<int>(blockIdx.z) : 0;
+  const int end = p.block_per_segment ? min(begin + 1, count) : count;
+  if (begin >= end) return;
+  stage_queries<Rank, Rope>(p, first_row, sh.queries);
+  float max[2], inverse[2];
+  softmax_scale(p, first_row, rows, max, inverse);
+  float total[S::kColumns / 8][4] = {};  // the segments' products, added in segment order
+  for (int segment = begin; segment < end; ++segment) {
+    const int first = segment * kTile;
+    load_tile<Rank, Rope>(p.cache, first, rows.length, sh.tile);
+    float s[2][4];
+    tile_scores<Rank, Rope>(sh, p.scale, s);
+    float o[S::kColumns / 8][4] = {};
+    add_tile_values<Rank, Rope>(sh, s, first, rows, max, inverse, o);
+#pragma unroll
+    for (int d = 0; d < S::kColumns / 8; ++d) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) total[d][e] = __fadd_rn(total[d][e], o[d][e]);
+    }
+  }
+  const int64_t rows_total = static_cast<int64_t>(p.n) * p.heads;
+  float* dest = p.block_per_segment ? p.partial + begin * rows_total * Rank : p.out;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  for (int i = 0; i < 2; ++i) {
+    if (rows.limit[i] < 0) continue;
+    float* row = dest + (first_row + lane / 4 + 8 * i) * static_cast<int64_t>(Rank) + warp * S::kColumns + lane % 4 * 2;
+#pragma unroll
+    for (int d = 0; d < S::kColumns / 8; ++d) {
+      *reinterpret_cast<float2*>(row + d * 8) = make_float2(total[d][2 * i], total[d][2 * i + 1]);
+    }
+  }
+}
+
+// Each output the sum of its row's segment products in segment order, from zero, as
+// latent_values_kernel adds them when one block runs all of a row's segments.
+__global__ void latent_combine_kernel(const float* partial, const int32_t* positions, int64_t rows, int heads, int rank,
+                                      float* out) {
+  wait_for_previous_kernel();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * rank) return;
+  const int count = segments_of(positions[i / rank / heads] + 1);
+  float sum = 0.0f;
+  for (int g = 0; g < count; ++g) sum = __fadd_rn(sum, partial[g * rows * rank + i]);
+  out[i] = sum;
+}
+
+int64_t cache_segments(int64_t cache_positions) { return (cache_positions + kTile - 1) / kTile; }
+
+size_t stats_bytes(int64_t rows, int64_t cache_positions) {
+  return (static_cast<size_t>(cache_segments(cache_positions) * rows) * sizeof(float2) + 255) / 256 * 256;
+}
+
+template <int Rank, int Rope>
+void allow_shared_memory() {
+  for (const void* kernel : {reinterpret_cast<const void*>(latent_stats_kernel<Rank, Rope>),
+                             reinterpret_cast<const void*>(latent_values_kernel<Rank, Rope>)}) {
+    cuda::allow_shared_memory(kernel, Shape<Rank, Rope>::kSharedBytes, "latent attention's shared memory");
+  }
+}
+
+template <int Rank, int Rope>
+void launch(const Params& p, int64_t cache_positions, cudaStream_t stream) {
+  using S = Shape<Rank, Rope>;
+  const int64_t rows = static_cast<int64_t>(p.n) * p.heads;
+  const dim3 grid(static_cast<unsigned>((rows + kRows - 1) / kRows), 1,
+                  static_cast<unsigned>(p.block_per_segment ? cache_segments(cache_positions) : 1));
+  launch_early(latent_stats_kernel<Rank, Rope>, grid, dim3(kThreads), S::kSharedBytes, stream, p);
+  launch_early(latent_values_kernel<Rank, Rope>, grid, dim3(kThreads), S::kSharedBytes, stream, p);
+}
+
+}  // namespace
+
+bool latent_attention_supports(int64_t rank, int64_t rope) {
+  return (rank == 512 && rope == 64) || (rank == 128 && rope == 32);
+}
+
+void prepare_latent_attention(int64_t rank, int64_t rope) {
+  if (rank == 512 && rope == 64) allow_shared_memory<512, 64>();
+  if (rank == 128 && rope == 32) allow_shared_memory<128, 32>();
+}
+
+size_t latent_attention_scratch_bytes(int64_t heads, int64_t rank, int64_t cache_positions, int64_t max_rows) {
+  // A decode step's block per segment needs the partial products; a batch only the statistics.
+  const size_t decode = stats_bytes(heads, cache_positions) +
+                        static_cast<size_t>(cache_segments(cache_positions) * heads * rank) * sizeof(float);
+  return std::max(decode, stats_bytes(max_rows * heads, cache_positions));
+}
+
+void latent_attention(const LatentAttention& a, void* scratch, StreamHandle stream) {
+  if (!latent_attention_supports(a.rank, a.rope)) {
+    throw Error("UNSUPPORTED_MODEL",
+                "GPU latent attention serves kv_lora_rank 512 with 64 rotary dims (and the tests' "
+                "128 with 32), not " +
+                    std::to_string(a.rank) + " with " + std::to_string(a.rope));
+  }
+  Params p;
+  p.q_latent = a.q_latent;
+  p.q_rope = a.q_rope;
+  p.positions = a.positions;
+  p.cache = a.cache;
+  p.n = static_cast<int>(a.n);
+  p.heads = static_cast<int>(a.heads);
+  p.scale = a.scale;
+  p.block_per_segment = a.n == 1;
+  p.stats = static_cast<float2*>(scratch);
+  p.partial = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + stats_bytes(a.n * a.heads, a.cache_positions));
+  p.out = a.out;
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (a.rank == 512) {
+    launch<512, 64>(p, a.cache_positions, s);
+  } else {
+    launch<128, 32>(p, a.cache_positions, s);
+  }
+  if (!p.block_per_segment) return;
+  constexpr int kCombineThreads = 256;
+  const int64_t rows = a.n * a.heads;
+  launch_early(latent_combine_kernel, dim3(ceil_div(rows * a.rank, kCombineThreads)), dim3(kCombineThreads), 0, s,
+               p.partial, a.positions, rows, p.heads, static_cast<int>(a.rank), a.out);
+}
+
+}  // namespace bloomery::cuda

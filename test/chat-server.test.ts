@@ -1,0 +1,120 @@
+// The DeepSeek-V3.1, GLM-4.5 and Kimi-K2 formats through bloomery-serve and the official openai
+// client, streamed and not: a tool call the engine writes in the family's tokens (made to by the
+// request's own logit_bias, presence_penalty and repeat_last_n, as in test/server-tools.test.ts)
+// comes back as OpenAI's tool_calls with the format's ids, and a think block as reasoning_content.
+import OpenAI from "openai";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { writeFamilyModel, type ChatFamily } from "./chat-helpers.js";
+import { startServer, type TestServer } from "./server-helpers.js";
+
+/** The tiny model each family's server runs (the engine does not read the template). */
+const PRESETS: Record<ChatFamily, string> = {
+  "deepseek-v3.1": "tiny-deepseek2",
+  "glm-4.5": "tiny-glm4moe",
+  "kimi-k2": "tiny-deepseek2",
+};
+
+const dir = mkdtempSync(join(tmpdir(), "bloomery-chat-server-"));
+
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+const weather = {
+  type: "function" as const,
+  function: {
+    name: "get_weather",
+    parameters: { type: "object", properties: { days: { type: "integer" } } },
+  },
+};
+const ask = [{ role: "user" as const, content: "Weather in Paris?" }];
+
+const CASES: { family: ChatFamily; callRest: string; id: RegExp; args: string; thinking?: Record<string, unknown> }[] =
+  [
+    {
+      family: "deepseek-v3.1",
+      callRest: "{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+      id: /^call_/,
+      args: "{}",
+      thinking: { thinking: true },
+    },
+    {
+      family: "glm-4.5",
+      callRest: "<arg_key>days</arg_key><arg_value>3</arg_value></tool_call>",
+      id: /^call_/,
+      args: '{"days":3}',
+    },
+    {
+      family: "kimi-k2",
+      callRest: "0<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>",
+      id: /^functions\.get_weather:0$/,
+      args: "{}",
+    },
+  ];
+
+describe.each(CASES)("$family", ({ family, callRest, id, args, thinking }) => {
+  let server: TestServer;
+  let openai: OpenAI;
+
+  beforeAll(async () => {
+    const modelPath = join(dir, `${family}.gguf`);
+    await writeFamilyModel(modelPath, family, PRESETS[family]);
+    server = await startServer({ modelPath });
+    openai = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "none", maxRetries: 0 });
+  });
+
+  afterAll(async () => {
+    await server?.close();
+  });
+
+  /** Request fields that make the engine write `text` greedily (its tokens all differ). */
+  function forceText(text: string) {
+    const tokens = Array.from(server.model.tokenize(text, { special: true }));
+    expect(new Set(tokens).size).toBe(tokens.length);
+    const logit_bias: Record<string, number> = {};
+    tokens.forEach((token, i) => (logit_bias[token] = 100 * (tokens.length - i)));
+    return { logit_bias, presence_penalty: 1000, repeat_last_n: tokens.length - 1, max_tokens: tokens.length };
+  }
+
+  const callRequest = () => ({
+    model: "tiny",
+    messages: ask,
+    tools: [weather],
+    tool_choice: { type: "function" as const, function: { name: "get_weather" } },
+    temperature: 0,
+    ...forceText(callRest),
+  });
+
+  it("answers a tool call, streamed and not", async () => {
+    const completion = await openai.chat.completions.create(callRequest());
+    const streamed = await openai.chat.completions.stream(callRequest()).finalChatCompletion();
+    for (const answer of [completion, streamed]) {
+      expect(answer.choices[0]!.finish_reason).toBe("tool_calls");
+      expect(answer.choices[0]!.message.tool_calls).toEqual([
+        { id: expect.stringMatching(id), type: "function", function: { name: "get_weather", arguments: args } },
+      ]);
+    }
+  });
+
+  it("answers with reasoning, streamed and not", async () => {
+    const request = {
+      model: "tiny",
+      messages: ask,
+      temperature: 0,
+      ...(thinking && { chat_template_kwargs: thinking }),
+      ...forceText(`${thinking ? "" : "<think>"}x</think>y`),
+    };
+    const completion = await openai.chat.completions.create(request);
+    const message = completion.choices[0]!.message as { content: string | null; reasoning_content?: string };
+    expect([message.reasoning_content, message.content]).toEqual(["x", "y"]);
+    let reasoning = "";
+    let content = "";
+    for await (const chunk of await openai.chat.completions.create({ ...request, stream: true })) {
+      const delta = chunk.choices[0]?.delta as { content?: string | null; reasoning_content?: string } | undefined;
+      reasoning += delta?.reasoning_content ?? "";
+      content += delta?.content ?? "";
+    }
+    expect([reasoning, content]).toEqual(["x", "y"]);
+  });
+});

@@ -1,0 +1,207 @@
+// Every bloomery-serve flag reaches what it controls (issue 17, finding 10: `--residency static` was accepted and
+// never reached loadModel). For each flag the test builds what cli.ts starts the server with (the model source,
+// loadModel's options, the app's settings, where to listen) with and without it, and wants a difference, or a
+// refusal by name, or, for a documented no-op, none; then it runs those settings and checks their effects.
+import { copyFileSync, existsSync, mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createApp } from "../examples/server/app.js";
+import { launchSettings, modelSource } from "../examples/server/launch.js";
+import { FLAGS, parseServeOptions, usage } from "../examples/server/options.js";
+import { cpuExpertLayers } from "../examples/server/placement.js";
+import { Slots } from "../examples/server/slots.js";
+import { getSystemInfo, loadModel, type Model } from "../src/index.js";
+import { defaultModelPath } from "../tools/default-model.js";
+import { exitWithin, spawnServe } from "./server-helpers.js";
+
+const folder = mkdtempSync(join(tmpdir(), "bloomery-flags-"));
+const file = (name: string, text: string) => {
+  const path = join(folder, name);
+  writeFileSync(path, text);
+  return path;
+};
+const otherModel = join(folder, "other.gguf");
+copyFileSync(defaultModelPath(), otherModel);
+
+/** What cli.ts starts the server with for this command line, as if on a machine with one GPU. */
+async function settings(argv: string[], env: NodeJS.ProcessEnv = {}) {
+  const options = parseServeOptions(argv, env);
+  const source = modelSource(options, {}, defaultModelPath);
+  const launch = await launchSettings(options, "path" in source ? source.path : defaultModelPath(), 1);
+  return { help: options.help, source, launch };
+}
+
+/**
+ * One command line per flag (by its first name): `base` the flags it needs, `args` the flag with a value other than
+ * its default. "no effect" marks a flag whose --help says it has none.
+ */
+const SAMPLES: Record<string, { base?: string[]; args: string[] } | "no effect"> = {
+  "-m": { args: ["-m", otherModel] },
+  "-hf": { args: ["-hf", "org/model:Q8_0"] },
+  "-hff": { base: ["-hf", "org/model"], args: ["--hf-file", "model-Q8_0.gguf"] },
+  "-hft": { base: ["-hf", "org/model"], args: ["--hf-token", "secret"] },
+  "--host": { args: ["--host", "0.0.0.0"] },
+  "--port": { args: ["--port", "9000"] },
+  "-c": { args: ["-c", "256"] },
+  "-t": { args: ["-t", "3"] },
+  "-np": { args: ["-np", "3"] },
+  "--api-key": { args: ["--api-key", "k1"] },
+  "--api-key-file": { args: ["--api-key-file", file("keys.txt", "k2\n")] },
+  "-a": { args: ["-a", "tiny"] },
+  "--chat-template": { args: ["--chat-template", "{{ messages[0].content }}"] },
+  "--chat-template-file": { args: ["--chat-template-file", file("t.jinja", "{{ messages[0].content }}!")] },
+  "--chat-template-kwargs": { args: ["--chat-template-kwargs", '{"greeting":"hi"}'] },
+  "--reasoning-format": { args: ["--reasoning-format", "none"] },
+  "-ngl": { args: ["-ngl", "0"] },
+  "-cmoe": { args: ["--cpu-moe"] },
+  "-ncmoe": { args: ["--n-cpu-moe", "2"] },
+  "-ot": { args: ["-ot", "blk\\.1\\.ffn_.*_exps=CPU"] },
+  "--ask": { args: ["--ask", "Why?"] },
+  "--mlock": { args: ["--mlock"] },
+  "--no-mmap": { args: ["--no-mmap"] },
+  "--slots": { base: ["--no-slots"], args: ["--slots"] },
+  "--no-slots": { args: ["--no-slots"] },
+  "--slot-save-path": { args: ["--slot-save-path", folder] },
+  "--cache-ram": { args: ["--cache-ram", "0"] },
+  "-to": { args: ["--timeout", "5"] },
+  "--gpu-budget": { args: ["--gpu-budget", "8GiB"] },
+  "--host-ram": { args: ["--host-ram", "1GiB"] },
+  "--residency": { args: ["--residency", "static"] },
+  "--jinja": "no effect",
+  "--metrics": { args: ["--metrics"] },
+  "--temp": { args: ["--temp", "0.5"] },
+  "-h": { args: ["--help"] },
+};
+
+/** The flags that move routed experts to the CPU, through a plan built from the model's GPU footprint. */
+const EXPERT_FLAGS = new Set(["-cmoe", "-ncmoe", "-ot"]);
+
+describe("every flag reaches what it controls (finding 10)", () => {
+  it("has a sample for every flag, and no sample for a flag that does not exist", () => {
+    expect(Object.keys(SAMPLES).sort()).toEqual(FLAGS.map((f) => f.names[0]!).sort());
+  });
+
+  it.each(FLAGS.map((flag) => ({ name: flag.names[0]!, flag })))(
+    "$name changes what the server is started with",
+    async ({ name, flag }) => {
+      const sample = SAMPLES[name]!;
+      if (sample === "no effect") {
+        expect(flag.help).toMatch(/no effect/);
+        expect(await settings([name])).toEqual(await settings([]));
+        return;
+      }
+      const base = sample.base ?? [];
+      if (EXPERT_FLAGS.has(name) && !getSystemInfo().cuda.compiled) {
+        // Their plan needs the GPU's footprint, which a build without CUDA cannot give: here they refuse by name,
+        // and the layers they move are checked (the plan built from them is checked where CUDA is built).
+        await expect(settings([...base, ...sample.args])).rejects.toMatchObject({ code: "GPU_UNAVAILABLE" });
+        const layers = (argv: string[]) => cpuExpertLayers(parseServeOptions(argv), 6);
+        expect(layers([...base, ...sample.args])).not.toEqual(layers(base));
+        return;
+      }
+      const without = await settings(base);
+      const withFlag = await settings([...base, ...sample.args]);
+      expect(withFlag).not.toEqual(without);
+      // Every other name of the flag, and its variable (the same value), say the same.
+      const value = sample.args.length > 1 ? sample.args.at(-1)! : undefined;
+      for (const alias of flag.names.slice(1)) {
+        expect(await settings([...base, alias, ...(value !== undefined ? [value] : [])])).toEqual(withFlag);
+      }
+      if (flag.env && sample.base === undefined) {
+        expect(await settings([], { [flag.env]: value ?? "1" })).toEqual(withFlag);
+      }
+    },
+  );
+
+  it("--residency reaches loadModel as given, where the SDK's default is adaptive", async () => {
+    expect((await settings([])).launch.load).not.toHaveProperty("residency");
+    expect((await settings(["--residency", "static"])).launch.load.residency).toBe("static");
+    expect((await settings(["--residency", "adaptive"])).launch.load.residency).toBe("adaptive");
+  });
+
+  it("refuses by name the values it cannot obey rather than read them as something else", () => {
+    expect(() => parseServeOptions(["--jinja=false"])).toThrow(/--jinja false: bloomery renders every chat template/);
+    expect(() => parseServeOptions(["--cache-ram", "-2"])).toThrow(/--cache-ram must be at least -1, not -2/);
+    expect(() => parseServeOptions(["-c", "-1"])).toThrow(/-c must be at least 0/);
+    expect(() => parseServeOptions(["--temp", "-0.5"])).toThrow(/--temp must be at least 0/);
+    expect(() => parseServeOptions(["--slot-save-path", join(folder, "missing")])).toThrow(
+      /--slot-save-path \S+missing: ENOENT/,
+    );
+    expect(() => parseServeOptions(["--slot-save-path", otherModel])).toThrow(/is not a folder/);
+    return expect(settings(["-ot", "exps=CUDA1"])).rejects.toThrow(/the buffer type must be CPU or CUDA0, not "CUDA1"/);
+  });
+
+  it("takes llama-server's -c 0 (the trained context) and -t 0 (the default threads)", async () => {
+    expect((await settings(["-c", "0"])).launch.load.contextSize).toBe(1024);
+    expect(await settings(["-t", "0"])).toEqual(await settings([]));
+    expect(await settings(["-t", "-1"])).toEqual(await settings([]));
+  });
+});
+
+describe("the settings built from the flags, run (finding 10)", () => {
+  const template = "{% for m in messages %}{{ greeting }} {{ m.content }}{% endfor %}";
+  let model: Model;
+  let launch: Awaited<ReturnType<typeof settings>>["launch"];
+  let server: ReturnType<typeof createApp>;
+
+  beforeAll(async () => {
+    ({ launch } = await settings([
+      ...["-ngl", "0", "-c", "256", "-t", "1", "-np", "3", "--chat-template", template, "--cache-ram", "0"],
+      ...["--chat-template-kwargs", '{"greeting":"hi"}', "-a", "tiny", "--temp", "0.25", "--metrics", "--no-slots"],
+      ...["--slot-save-path", folder, "--api-key", "k1", "--timeout", "5"],
+    ]));
+    model = await loadModel(defaultModelPath(), launch.load);
+    server = createApp(launch.config, launch.app);
+    server.context.serve(new Slots(model, launch.slots));
+  });
+  afterAll(async () => {
+    await server?.app.close();
+    model?.dispose();
+  });
+
+  const get = (url: string, key = "k1") => server.app.inject({ url, headers: { authorization: `Bearer ${key}` } });
+
+  it("loads the model as -ngl 0, -c, -t, -np and --chat-template ask", () => {
+    expect(model.info).toMatchObject({ gpu: false, contextSize: 256, threads: 1, parallel: 3, chatTemplate: template });
+  });
+
+  it("serves as -a, --temp, -np, --metrics, --no-slots, --api-key, --timeout and --chat-template-kwargs ask", async () => {
+    const props = (await get("/props")).json();
+    expect(props).toMatchObject({ model_alias: "tiny", total_slots: 3, chat_template: template });
+    expect(props.default_generation_settings).toMatchObject({ n_ctx: 256, params: { temperature: 0.25 } });
+    expect((await get("/metrics")).statusCode).toBe(200);
+    expect((await get("/slots")).statusCode).toBe(501);
+    expect((await get("/props", "wrong")).statusCode).toBe(401);
+    expect((server.app.initialConfig as { requestTimeout?: number }).requestTimeout).toBe(5000);
+    const applied = await server.app.inject({
+      method: "POST",
+      url: "/apply-template",
+      headers: { authorization: "Bearer k1" },
+      payload: { messages: [{ role: "user", content: "there" }] },
+    });
+    expect(applied.json()).toEqual({ prompt: "hi there" });
+  });
+
+  it("saves slots into --slot-save-path", async () => {
+    const saved = await server.app.inject({
+      method: "POST",
+      url: "/slots/0?action=save",
+      headers: { authorization: "Bearer k1" },
+      payload: { filename: "slot0.bin" },
+    });
+    expect(saved.statusCode).toBe(200);
+    expect(existsSync(join(folder, "slot0.bin"))).toBe(true);
+  });
+
+  it("bloomery-serve --help prints every flag and exits", async () => {
+    const help = spawnServe(["--help"]);
+    try {
+      expect(await exitWithin(help, 20_000)).toMatchObject({ code: 0 });
+      expect(help.stdout()).toBe(usage());
+      for (const flag of FLAGS) expect(help.stdout()).toContain(flag.names.join(", "));
+    } finally {
+      await help.kill();
+    }
+  });
+});
