@@ -160,26 +160,30 @@ __device__ __forceinline__ int iq4xs_scale(const uint8_t* block, int j) {
   return (low | (((scales_h >> (2 * j)) & 3) << 4)) - 32;
 }
 
-// A float's exp as the CPU path computes it on AVX-512 hosts (cpu/avx512_math.h's
-// exp_avx512, step for step: the same clamps, the same round-to-nearest k, fused multiply-adds
-// in the same order, the same scaling by 2^k), so the GPU and the CPU round softmax, SwiGLU
-// and attention inputs alike there. (On hosts without AVX-512 the CPU uses libm's exp: the
-// two differ by at most 2 ulp.)
+// A float's exp as the CPU path computes it on AVX-512 hosts (cpu/avx512_math.h's exp_avx512,
+// ggml's AVX-512 expf, step for step: n through the 1.5 * 2^23 shift, the two-part reduction, the
+// degree-5 polynomial in b and b^2 with fused multiply-adds in the same order, scaled by 2^n; |n|
+// past 192 gives infinity or 0), so the GPU and the CPU round softmax blocks and SwiGLU alike
+// there. (On AVX2 hosts the CPU's e^x differs from this in its scaling only past |n| > 126.)
 __device__ __forceinline__ float exp_as_host(float x) {
-  x = fminf(89.0f, fmaxf(-104.0f, x));
-  const float k = rintf(__fmul_rn(x, 1.44269504088896341f));
-  float r = __fmaf_rn(-k, 0.693145751953125f, x);
-  r = __fmaf_rn(-k, 1.4286068202862268e-06f, r);
-  float p = 1.0f / 5040;
-  p = __fmaf_rn(p, r, 1.0f / 720);
-  p = __fmaf_rn(p, r, 1.0f / 120);
-  p = __fmaf_rn(p, r, 1.0f / 24);
-  p = __fmaf_rn(p, r, 1.0f / 6);
-  p = __fmaf_rn(p, r, 0.5f);
-  p = __fmaf_rn(p, r, 1.0f);
-  p = __fmaf_rn(p, r, 1.0f);
-  return ldexpf(p, static_cast<int>(k));
+  constexpr float kShift = 0x1.8p23f;
+  const float n = __fsub_rn(__fmaf_rn(x, 0x1.715476p+0f, kShift), kShift);
+  const float b = __fmaf_rn(-n, 0x1.7f7d1cp-20f, __fmaf_rn(-n, 0x1.62e4p-1f, x));
+  const float b2 = __fmul_rn(b, b);
+  const float high =
+      __fmaf_rn(__fmaf_rn(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), b2, __fmaf_rn(0x1.555e66p-3f, b, 0x1.fffdb6p-2f));
+  const float poly = __fmaf_rn(high, b2, __fmaf_rn(0x1.ffffecp-1f, b, 1.0f));
+  if (fabsf(n) > 192.0f) return n > 0.0f ? INFINITY : 0.0f;
+  return ldexpf(poly, static_cast<int>(n));
 }
+
+// The CPU softmax's block on an AVX-512 host (cpu/softmax_avx512.cc: 16 floats), whose exps it
+// sums in float before adding the block's sum in double.
+constexpr int kSoftmaxBlock = 16;
+
+// A float's exp as the host's libm returns it (std::exp: correctly rounded but for rare
+// halfway cases), for what the CPU path computes one value at a time.
+__device__ __forceinline__ float exp_as_libm(float x) { return static_cast<float>(exp(static_cast<double>(x))); }
 
 // silu(gate) * up, rounded step by step as cpu/swiglu.cc computes it.
 __device__ __forceinline__ float swiglu_value(float gate, float up) {

@@ -82,14 +82,13 @@ __device__ void limit_to_groups(float (&s)[kMaxExpertsPerLane], int experts, con
 // the selection values (ties to the lower index) pick the best in order, lane k keeping the k-th,
 // so that what follows (normalizing, counting, grouping) takes one step per lane rather than a
 // loop over k (the loads of a decode step's loop would wait one after another). The weights are
-// the CPU path's (cpu::route, cpu/softmax.cc): softmax exps rounded to float, their sum in double,
-// probabilities as exp * float(1 / sum), or sigmoids; the chosen ones' sum in double; so both
-// route alike. With `counts` set, each choice adds one to its expert's routing counter (wrapping:
-// adaptive residency reads their differences between passes). With `single` set (a pass of one
-// row), the row's groups too: one chunk per GPU-resident chosen expert, in k order (what
-// group_kernel makes of one row, in another order). The logits are read from L2 (__ldcg):
-// route_decode_kernel's other blocks wrote them in this launch. `row`: the row's index in chosen
-// and weights.
+// the CPU path's on an AVX-512 host (cpu::route, cpu/softmax_avx512.cc): softmax exps rounded to
+// float, summed in its order, probabilities as exp * float(1 / sum), or sigmoids with libm's exp;
+// the chosen ones' sum in double; so both route alike. With `counts` set, each choice adds one to its expert's routing
+// counter (wrapping: adaptive residency reads their differences between passes). With `single` set (a pass of one row),
+// the row's groups too: one chunk per GPU-resident chosen expert, in k order (what group_kernel makes of one row, in
+// another order). The logits are read from L2 (__ldcg): route_decode_kernel's other blocks wrote them in this launch.
+// `row`: the row's index in chosen and weights.
 __device__ void route_row(const float* l, int row, int experts, int used, const RouterSpec& r, int32_t* chosen,
                           float* weights, uint32_t* counts, SingleRowGroups single) {
   const int lane = threadIdx.x % kWarp;
@@ -102,22 +101,37 @@ __device__ void route_row(const float* l, int row, int experts, int used, const 
   }
   if (r.sigmoid) {
 #pragma unroll
-    for (int i = 0; i < kMaxExpertsPerLane; ++i) p[i] = __fdiv_rn(1.0f, __fadd_rn(1.0f, exp_as_host(-p[i])));
+    for (int i = 0; i < kMaxExpertsPerLane; ++i) p[i] = __fdiv_rn(1.0f, __fadd_rn(1.0f, exp_as_libm(-p[i])));
   } else {
     float local_max = -INFINITY;
 #pragma unroll
     for (int i = 0; i < kMaxExpertsPerLane; ++i) local_max = fmaxf(local_max, p[i]);
     const float max = warp_max(local_max);
-    double local_sum = 0.0;
+    // As cpu/softmax_avx512.cc: the whole blocks of 16 experts through exp_as_host, each block
+    // summed in float as _mm512_reduce_add_ps sums it (a butterfly over 8, 4, 2 and 1 lanes:
+    // half a warp is one block), the block sums added in double; the last partial block through
+    // libm's exp, one at a time, added in double after them (in the order of its experts).
+    const int whole = experts / kSoftmaxBlock * kSoftmaxBlock;
+    double sum = 0.0;
 #pragma unroll
     for (int i = 0; i < kMaxExpertsPerLane; ++i) {
       const int e = lane + i * kWarp;
-      p[i] = e < experts ? exp_as_host(__fsub_rn(p[i], max)) : 0.0f;
-      local_sum += static_cast<double>(p[i]);
+      const float shifted = __fsub_rn(p[i], max);
+      p[i] = e < whole ? exp_as_host(shifted) : e < experts ? exp_as_libm(shifted) : 0.0f;
+      if (i * kWarp >= experts) continue;
+      float block = e < whole ? p[i] : 0.0f;
+      for (int offset = kSoftmaxBlock / 2; offset > 0; offset /= 2) {
+        block = __fadd_rn(block, __shfl_xor_sync(0xffffffffu, block, offset));
+      }
+      const float first = __shfl_sync(0xffffffffu, block, 0), second = __shfl_sync(0xffffffffu, block, kSoftmaxBlock);
+      if (i * kWarp < whole) sum += static_cast<double>(first);
+      if (i * kWarp + kSoftmaxBlock < whole) sum += static_cast<double>(second);
+      if (i * kWarp <= whole && whole < (i + 1) * kWarp) {
+        for (int tail = whole; tail < experts; ++tail)
+          sum += static_cast<double>(__shfl_sync(0xffffffffu, p[i], tail % kWarp));
+      }
     }
-#pragma unroll
-    for (int offset = kWarp / 2; offset > 0; offset /= 2) local_sum += __shfl_xor_sync(0xffffffffu, local_sum, offset);
-    const auto inverse = static_cast<float>(1.0 / local_sum);
+    const auto inverse = static_cast<float>(1.0 / sum);
 #pragma unroll
     for (int i = 0; i < kMaxExpertsPerLane; ++i) p[i] = __fmul_rn(p[i], inverse);
   }

@@ -344,8 +344,9 @@ struct QuantizedRows {
 bool causal_attention(const float* q, int64_t n, const int32_t* positions, const uint16_t* keys, const uint16_t* values,
                       const AttentionShape& shape, void* scratch, float* out, StreamHandle stream,
                       const QuantizedRows& quantized = {});
-// The same with the CPU path's floats exactly (cpu/attention.cc's rounding and order of sums),
-// one block per row and head: the kernel for head dims the tiled kernels lack, and their reference.
+// The same with the CPU path's roundings (cpu/attention.cc; its sums in sequence, not in the CPU's
+// SIMD order), one block per row and head: the kernel for head dims the tiled kernels lack, and
+// their reference.
 void exact_causal_attention(const float* q, int64_t n, const int32_t* positions, const uint16_t* keys,
                             const uint16_t* values, const AttentionShape& shape, float* out, StreamHandle stream);
 

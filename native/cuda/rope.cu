@@ -15,7 +15,7 @@ constexpr int kMaxHeadDim = 256;
 // Warp w of the grid serves head w % per_row of row w / per_row; per row the q heads, then
 // the k heads, then (when v has a bias or goes to the cache) the v heads. Each step rounds as
 // the CPU path does (engine/forward.cc: add_bias, then cpu/rms_norm.cc's norm per head, then
-// cpu/rope.cc), with no fused multiply-add; the cache gets each final value rounded to f16.
+// cpu/rope.cc), fused multiply-adds only where it has them; the cache gets each final value rounded to f16.
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
     position_heads_kernel(AttentionHeads h, int64_t warps, int per_row, const int32_t* positions, RopeShape shape) {
   wait_for_previous_kernel();

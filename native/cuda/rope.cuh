@@ -8,8 +8,9 @@ namespace bloomery::cuda {
 
 // The rotation of pair i at `position`. The angle is built as the CPU path (cpu/rope.cc) and
 // ggml build it: theta multiplied up by theta_scale in float, i times, so that every rounding
-// is the same, then YaRN's ramp; cos and sin are taken in double and rounded once, which gives
-// the correctly rounded float the host's libm returns.
+// is the same, then YaRN's ramp (one fused multiply-add, as cpu/rope.cc and ggml blend it); cos
+// and sin are taken in double and rounded once, which gives the correctly rounded float the
+// host's libm returns.
 __device__ __forceinline__ void rope_angle(const RopeShape& k, int32_t position, int i, float* c, float* s) {
   float theta_base = static_cast<float>(position);
   for (int j = 0; j < i; ++j) theta_base = __fmul_rn(theta_base, k.theta_scale);
@@ -20,7 +21,7 @@ __device__ __forceinline__ void rope_angle(const RopeShape& k, int32_t position,
     const float y =
         __fdiv_rn(__fsub_rn(static_cast<float>(i), k.ramp_low), fmaxf(0.001f, __fsub_rn(k.ramp_high, k.ramp_low)));
     const float ramp = __fmul_rn(__fsub_rn(1.0f, fminf(1.0f, fmaxf(0.0f, y))), k.ext_factor);
-    theta = __fadd_rn(__fmul_rn(theta, __fsub_rn(1.0f, ramp)), __fmul_rn(extrapolated, ramp));
+    theta = __fmaf_rn(theta, __fsub_rn(1.0f, ramp), __fmul_rn(extrapolated, ramp));
   }
   double sin_theta, cos_theta;
   sincos(static_cast<double>(theta), &sin_theta, &cos_theta);
@@ -29,7 +30,8 @@ __device__ __forceinline__ void rope_angle(const RopeShape& k, int32_t position,
 }
 
 // Rotates the `shape.dims` leading values of `values` (in shared or local memory) at `position`,
-// pairs i of this lane's share (lane, lane + 32, ...), through `put(index, value)`.
+// pairs i of this lane's share (lane, lane + 32, ...), through `put(index, value)`; each rotated
+// value is one fused multiply-add over the other product, as cpu/rope.cc (and ggml) round it.
 template <typename Put>
 __device__ __forceinline__ void rotate_pairs(const RopeShape& shape, int32_t position, const float* values, Put put) {
   const int half = static_cast<int>(shape.dims) / 2;
@@ -39,8 +41,8 @@ __device__ __forceinline__ void rotate_pairs(const RopeShape& shape, int32_t pos
     const int a = shape.neox ? i : 2 * i;
     const int b = shape.neox ? i + half : 2 * i + 1;
     const float x0 = values[a], x1 = values[b];
-    put(a, __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)));
-    put(b, __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c)));
+    put(a, __fmaf_rn(x0, c, -__fmul_rn(x1, s)));
+    put(b, __fmaf_rn(x0, s, __fmul_rn(x1, c)));
   }
 }
 
