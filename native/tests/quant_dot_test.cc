@@ -170,7 +170,7 @@ TEST(quant_simd_dot_matches_scalar) {
     const int64_t n = test_length(type);
     const QuantKernels& scalar = quant_kernels(type, SimdTier::kScalar);
     const bool host_bf16 = cpu::detect_cpu_features().avx512bf16;
-    for (const auto [tier, bf16] :
+    for (const auto& [tier, bf16] :
          {std::pair{SimdTier::kAvx2, false}, std::pair{SimdTier::kAvx512, false}, std::pair{SimdTier::kAvx512, true}}) {
       if (tier > host || (bf16 && !host_bf16)) continue;
       const QuantKernels& k = quant_kernels(type, tier, bf16);
