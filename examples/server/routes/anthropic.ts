@@ -49,10 +49,11 @@ function readConversation(f: Fields, context: ServerContext): Conversation {
 }
 
 /** The prompt's tokens, as the chat will render it. */
-function promptLength(context: ServerContext, c: Conversation): number {
+async function promptLength(context: ServerContext, c: Conversation): Promise<number> {
   const tools = c.toolChoice === "none" ? undefined : c.tools;
   const model = context.model;
-  return promptTokens(model, model.applyChatTemplate(c.messages, { templateKwargs: c.templateKwargs, tools })).length;
+  const prompt = await model.applyChatTemplateAsync(c.messages, { templateKwargs: c.templateKwargs, tools });
+  return (await promptTokens(model, prompt)).length;
 }
 
 function toolUse(call: ToolCall) {
@@ -119,7 +120,7 @@ export function registerAnthropic(app: FastifyInstance, context: ServerContext):
     const f = new Fields(request.body);
     const conversation = readConversation(f, context);
     f.finish();
-    return { input_tokens: promptLength(context, conversation) };
+    return { input_tokens: await promptLength(context, conversation) };
   });
 
   app.post("/v1/messages", async (request, reply) => {
@@ -139,7 +140,7 @@ export function registerAnthropic(app: FastifyInstance, context: ServerContext):
     f.finish();
 
     const { messages, ...chat } = conversation;
-    const length = promptLength(context, conversation);
+    const length = await promptLength(context, conversation);
     const options: Omit<ChatOptions, "signal"> = { ...sampling, ...chat, maxTokens, stop };
     const signal = clientSignal(reply);
     const message = { id: responseId("msg_"), type: "message", role: "assistant", model: context.modelId };

@@ -23,7 +23,7 @@ export function registerLlamaNative(app: FastifyInstance, context: ServerContext
     app.post(path, async (request, reply) => {
       const model = context.model;
       const f = new Fields(request.body);
-      const prompt = readPrompt(f, model.info.vocabSize, (text) => promptTokens(model, text));
+      const prompt = await readPrompt(f, model.info.vocabSize, (text) => promptTokens(model, text));
       const promptText = typeof f.raw("prompt") === "string" ? (f.raw("prompt") as string) : model.detokenize(prompt);
       const stream = f.boolean("stream") ?? false;
       const returnTokens = f.boolean("return_tokens") ?? false;

@@ -56,7 +56,7 @@ export function registerOpenAiChat(app: FastifyInstance, context: ServerContext)
       f.finish();
 
       const tools = toolOptions.toolChoice === "none" ? undefined : toolOptions.tools;
-      const prompt = promptTokens(model, model.applyChatTemplate(messages, { templateKwargs, tools }));
+      const prompt = await promptTokens(model, await model.applyChatTemplateAsync(messages, { templateKwargs, tools }));
       const options = {
         ...sampling,
         ...toolOptions,
