@@ -1,10 +1,11 @@
 // Generation on a CPU that other programs keep busy, as a desktop app's always is: decode tok/s on
 // the default model with each engine's defaults (bloomery's loadModel and node-llama-cpp's, both on
 // the CPU), first on the machine as it is ("quiet"), then with one busy process per CPU beside it
-// ("loaded"), and the ratio loaded / quiet of each. Goal: bloomery >= 0.8x, and no slower than
+// ("loaded"), and the ratio loaded / quiet of each (--llama-threads N gives node-llama-cpp N threads instead
+// of its default). Goal: bloomery >= 0.8x, and no slower than
 // node-llama-cpp loaded.
 //
-//   npm run bench:load [-- --tokens 128 --rounds 3 --busy N --model FILE]
+//   npm run bench:load [-- --tokens 128 --rounds 3 --busy N --model FILE --timeout 120 --llama-threads N]
 //
 // Each measurement runs in its own child process; quiet and loaded alternate for `rounds` rounds
 // and each keeps its median, so one spike of other load costs a round, not the figure. Writes
@@ -25,11 +26,14 @@ const { values } = parseArgs({
     tokens: { type: "string", default: "128" },
     rounds: { type: "string", default: "3" },
     busy: { type: "string" },
+    timeout: { type: "string", default: "120" },
+    "llama-threads": { type: "string" },
   },
 });
 const tokens = Number(values.tokens);
 const rounds = Number(values.rounds);
 const busyCount = Number(values.busy ?? availableParallelism());
+const timeoutSeconds = Number(values.timeout);
 
 async function defaultModelPath() {
   const pkg = JSON.parse((await import("node:fs")).readFileSync(join(root, "package.json"), "utf8"));
@@ -51,7 +55,8 @@ async function benchLlamaCpp(modelPath) {
   const { getLlama, LlamaLogLevel } = await import("node-llama-cpp");
   const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });
   const model = await llama.loadModel({ modelPath });
-  const context = await model.createContext({ contextSize: 512 });
+  const threadOption = values["llama-threads"] ? { threads: Number(values["llama-threads"]) } : {};
+  const context = await model.createContext({ contextSize: 512, ...threadOption });
   const sequence = context.getSequence();
   const prompt = model.tokenize("Once upon a time, by a river that ran through a quiet valley, there lived");
   const decode = async (steps) => {
@@ -74,10 +79,22 @@ async function benchLlamaCpp(modelPath) {
   return { tokensPerSecond: rate, threads };
 }
 
+/** One measurement in a child process; a child that runs past --timeout seconds counts as 0 tok/s (it stalled). */
 function runChild(engine, modelPath) {
   const args = [fileURLToPath(import.meta.url), "--child", engine, "--model", modelPath, "--tokens", String(tokens)];
-  const out = execFileSync(process.execPath, args, { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] });
-  return JSON.parse(out.trim().split("\n").pop());
+  if (values["llama-threads"]) args.push("--llama-threads", values["llama-threads"]);
+  try {
+    const out = execFileSync(process.execPath, args, {
+      encoding: "utf8",
+      stdio: ["ignore", "pipe", "inherit"],
+      timeout: timeoutSeconds * 1000,
+    });
+    return JSON.parse(out.trim().split("\n").pop());
+  } catch (error) {
+    if (error.code !== "ETIMEDOUT" && error.signal !== "SIGTERM") throw error;
+    console.error(`${engine}: no result in ${timeoutSeconds} s, counted as 0 tok/s`);
+    return { tokensPerSecond: 0, threads: null, timedOut: true };
+  }
 }
 
 /** `count` processes that spin until killed: one per CPU is a fully busy machine. */
@@ -100,7 +117,7 @@ async function main() {
     for (const [name, engine] of Object.entries(engines)) {
       const quiet = runChild(engine, modelPath);
       runs[name].quiet.push(quiet.tokensPerSecond);
-      runs[name].threads = quiet.threads;
+      runs[name].threads = quiet.threads ?? runs[name].threads;
     }
     const busy = startBusy(busyCount);
     try {

@@ -148,6 +148,20 @@ else {
   if (out.text.trim().length === 0) fail("the generation is empty");
 }
 
+// Without a usable prebuild and without a toolchain, the install step must name what to install and fail.
+const bare = join(work, "no-prebuild");
+cpSync(installed, bare, { recursive: true });
+rmSync(join(bare, "prebuilds"), { recursive: true, force: true });
+const refused = spawnSync(process.execPath, [join(bare, "tools", "build", "install.mjs")], {
+  cwd: bare,
+  env,
+  encoding: "utf8",
+});
+const refusal = `${refused.stdout}${refused.stderr}`.trim();
+say(`without a prebuild and a compiler the install step exits ${refused.status}: ${JSON.stringify(refusal)}`);
+if (refused.status === 0 || !/cannot build: this machine lacks a C\+\+20 compiler .*make.*python3/.test(refusal))
+  fail("the install step without a prebuild and a toolchain did not name what to install");
+
 // Electron. An app packed with asar keeps bloomery's *.node and models in app.asar.unpacked (docs/electron.md):
 // the package there must resolve its prebuild and read its model from that path.
 const unpacked = join(work, "resources", "app.asar.unpacked");
