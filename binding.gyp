@@ -1,6 +1,7 @@
 {
   "variables": {
-    "cuda_home%": "<!(node tools/build/cuda.mjs home)"
+    "cuda_home%": "<!(node tools/build/cuda.mjs home)",
+    "build_tests%": "<!(node tools/build/sources.mjs has-tests)"
   },
   "target_defaults": {
     "include_dirs": ["native"],
@@ -14,7 +15,7 @@
     {
       "target_name": "bloomery_engine",
       "type": "static_library",
-      "sources": ["<!@(node tools/build/sources.mjs engine)"],
+      "sources": ["<!@(node tools/build/sources.mjs engine <(target_arch))"],
       "conditions": [
         [
           "cuda_home!=''",
@@ -41,7 +42,7 @@
                   "-fPIC",
                   "-DBLOOMERY_CUDA=1",
                   "-Inative",
-                  "<!@(node tools/build/cuda.mjs gencode)",
+                  "<!@(node tools/build/cuda.mjs device-flags)",
                   "-c",
                   "<(RULE_INPUT_PATH)",
                   "-o",
@@ -63,12 +64,21 @@
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
       "defines": ["NAPI_VERSION=8", "NAPI_CPP_EXCEPTIONS", "NODE_ADDON_API_DISABLE_DEPRECATED"],
       "ldflags": ["-Wl,--exclude-libs,ALL"]
-    },
-    {
-      "target_name": "native_tests",
-      "type": "executable",
-      "dependencies": ["bloomery_engine"],
-      "sources": ["<!@(node tools/build/sources.mjs tests)"]
     }
+  ],
+  "conditions": [
+    [
+      "build_tests==1",
+      {
+        "targets": [
+          {
+            "target_name": "native_tests",
+            "type": "executable",
+            "dependencies": ["bloomery_engine"],
+            "sources": ["<!@(node tools/build/sources.mjs tests <(target_arch))"]
+          }
+        ]
+      }
+    ]
   ]
 }

@@ -1,11 +1,13 @@
 import { defineConfig } from "tsup";
 
-// The library is built twice (ESM for `import`, CJS for `require`, which Electron apps
-// still use); the command-line tools once, as ESM.
+// The library is built once, as CommonJS (`require`, which Electron apps still use); `import`
+// reaches that same build through the ES module entry tools/build/esm-entry.mjs writes after this,
+// so both share one copy of every class (no dual-package hazard). The command-line tools are ESM.
+
 export default defineConfig([
   {
     entry: { index: "src/index.ts" },
-    format: ["esm", "cjs"],
+    format: ["cjs"],
     dts: true,
     shims: true,
     sourcemap: true,

@@ -19,6 +19,7 @@ export {
   Model,
   type LoadModelOptions,
   type LoadProgress,
+  type LoadStep,
   type ModelEvents,
   type ModelInfo,
   type ModelWarning,

@@ -30,6 +30,7 @@ import {
   type RoutingProfile,
 } from "./plan.js";
 import { getSystemInfo } from "./system.js";
+import { LoadProgressReporter } from "./load-progress.js";
 import { checkOptions, checkPath, optionKeys } from "./validate.js";
 import type { GgufWarning } from "./gguf/types.js";
 
@@ -70,8 +71,10 @@ export interface LoadModelOptions {
    */
   residency?: "adaptive" | "static";
   /**
-   * Threads of the CPU backend (default: one per physical core; at most one per logical core: more only take turns,
-   * and every pass waits for the last of them, so they are refused).
+   * The most threads the CPU backend uses (default: one per physical core this process may run on, its CPU
+   * affinity and cgroup quota counted; at most one per logical core: more only take turns, and every pass waits for
+   * the last of them, so they are refused). While other programs keep the cores busy, fewer of them take part (down
+   * to one), and they come back as the cores free up: a loop never waits on a thread the system is not running.
    */
   threads?: number;
   /** Tokens each session holds (default: the model's trained context, at most 4096). */
@@ -108,7 +111,10 @@ export interface LoadModelOptions {
    * plan pages experts from disk, since it would lock them all in RAM.
    */
   mlock?: boolean;
-  /** Called as loading moves on (also before it starts and once it is done). */
+  /**
+   * Called as loading moves on: once before it starts, many times as the weights are read, uploaded or mapped
+   * (bytes of each step), and once it is done. Called on the main thread; an error it throws rejects loadModel.
+   */
   onProgress?: (progress: LoadProgress) => void;
   /**
    * Aborting it stops loading: loadModel rejects with BloomeryError ABORTED at once (a native load
@@ -118,13 +124,26 @@ export interface LoadModelOptions {
 }
 
 /**
- * How far {@link loadModel} is: `"metadata"` (reading the file's header), `"weights"` (the engine
- * maps and prepares the weights: one step, it reports no finer progress yet), `"ready"`.
- * `fraction` grows from 0 to 1.
+ * What moves a model's weights while it loads, in this order: `"read"` (with `mmap: false`, the file read into
+ * memory), `"upload"` (on the GPU, its weights copied onto the card), `"map"` (with mmap, the default: the weights
+ * the CPU reads, faulted from the file into RAM so the first tokens do not wait for the disk).
+ */
+export type LoadStep = "read" | "upload" | "map";
+
+/**
+ * How far {@link loadModel} is: `"metadata"` (reading the file's header), `"weights"` (moving the weights, in
+ * many reports of `bytes` of `totalBytes` per {@link LoadStep}), `"ready"`. `fraction` is the whole load's,
+ * from 0 to 1, and never goes back.
  */
 export interface LoadProgress {
   stage: "metadata" | "weights" | "ready";
   fraction: number;
+  /** In the `"weights"` stage: the step moving them now. */
+  step?: LoadStep;
+  /** In the `"weights"` stage: bytes of this step done so far (growing to `totalBytes`). */
+  bytes?: number;
+  /** In the `"weights"` stage: the bytes this step moves. */
+  totalBytes?: number;
 }
 
 /**
@@ -147,8 +166,6 @@ export interface ModelWarning {
 export interface ModelEvents {
   /** A warning: emitted once, when the thing it warns of first happens. */
   warning: (warning: ModelWarning) => void;
-  /** Progress of a long operation on the model (the same shape as loading's). */
-  progress: (progress: LoadProgress) => void;
   /** Routed experts moved between host RAM and the GPU (residency `"adaptive"`), reported after the step that moved them. */
   residency: (event: ResidencyEvent) => void;
 }
@@ -791,7 +808,13 @@ export async function loadModel(path: string, options: LoadModelOptions = {}): P
   for (const key of ["mmap", "mlock"] as const) {
     if (options[key] !== undefined) nativeOptions[key] = options[key];
   }
-  onProgress?.({ stage: "metadata", fraction: 0 });
+  const steps: LoadStep[] = [];
+  if (options.mmap === false) steps.push("read");
+  if (gpu) steps.push("upload");
+  if (options.mmap !== false) steps.push("map");
+  const progress = new LoadProgressReporter(onProgress, steps);
+  progress.metadata();
+  if (progress.error) throw progress.error;
   const file = await readGgufInfo(path);
   checkAborted();
   const facts: FileFacts = {
@@ -807,10 +830,18 @@ export async function loadModel(path: string, options: LoadModelOptions = {}): P
   const template = options.chatTemplate ?? file.metadata["tokenizer.chat_template"];
   if (typeof template === "string") facts.chatTemplate = template;
   else facts.builtinChatTemplate = "chatml";
-  onProgress?.({ stage: "weights", fraction: 0.1 });
-  const loading = callNativeAsync((a) => a.loadModel(path, nativeOptions));
-  const handle = await untilAborted(loading, signal);
+  const loading = callNativeAsync((a) => a.loadModel(path, nativeOptions, onProgress && progress.weights));
+  const handle = await untilAborted(loading, signal).catch((error: unknown) => {
+    progress.close();
+    throw error;
+  });
+  if (handle !== ABORTED && onProgress) await progress.delivered;
+  if (handle !== ABORTED && progress.error) {
+    callNative((a) => a.disposeModel(handle));
+    throw progress.error;
+  }
   if (handle === ABORTED) {
+    progress.close();
     // The native load cannot be interrupted: free what it makes once it is done.
     loading.then((late) => callNative((a) => a.disposeModel(late))).catch(() => {});
     throw new BloomeryError("ABORTED", "loading was aborted", { path });
@@ -822,6 +853,6 @@ export async function loadModel(path: string, options: LoadModelOptions = {}): P
     callNative((a) => a.disposeModel(handle));
     throw error;
   }
-  onProgress?.({ stage: "ready", fraction: 1 });
+  progress.ready();
   return model;
 }

@@ -11,7 +11,7 @@ import { fileURLToPath } from "node:url";
 import { BloomeryError, fromNativeError } from "./errors.js";
 import type { RawGgufInfo } from "./gguf/types.js";
 import type { SystemInfo, GgmlTypeInfo } from "./system.js";
-import type { ModelInfo, OffloadTimes } from "./model.js";
+import type { LoadStep, ModelInfo, OffloadTimes } from "./model.js";
 import type { ModelFootprint } from "./plan.js";
 
 /** An opaque handle to a loaded model (native/addon/model.cc). */
@@ -141,7 +141,15 @@ export interface NativeAddon {
   hostMemory(): SystemInfo["memory"];
   ggmlTypes(): GgmlTypeInfo[];
   readGgufInfo(path: string): Promise<RawGgufInfo>;
-  loadModel(path: string, options: NativeLoadOptions): Promise<NativeModelHandle>;
+  /**
+   * Loads the model off the JS thread. `onProgress` hears each weight-moving step's bytes (see LoadStep), many
+   * times per step, then `("done", 0, 0)` after the last: reports can trail the promise.
+   */
+  loadModel(
+    path: string,
+    options: NativeLoadOptions,
+    onProgress?: (step: LoadStep | "done", done: number, total: number) => void,
+  ): Promise<NativeModelHandle>;
   modelInfo(model: NativeModelHandle): RawModelInfo;
   disposeModel(model: NativeModelHandle): void;
   /** The device memory terms of the model at `path` (contextSize 0: the default). */

@@ -90,7 +90,7 @@ describe("loadModel lifecycle", () => {
     const stages: LoadProgress[] = [];
     const model = await loadModel(defaultModelPath(), { threads: 1, onProgress: (p) => stages.push(p) });
     model.dispose();
-    expect(stages.map((p) => p.stage)).toEqual(["metadata", "weights", "ready"]);
+    expect([...new Set(stages.map((p) => p.stage))]).toEqual(["metadata", "weights", "ready"]);
     expect(stages.map((p) => p.fraction)).toEqual([...stages.map((p) => p.fraction)].sort((a, b) => a - b));
     expect(stages.at(-1)!.fraction).toBe(1);
   });

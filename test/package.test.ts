@@ -33,6 +33,21 @@ describe("the package", () => {
     expect(out.trim()).toBe("number function DISPOSED");
   });
 
+  it("gives import and require one copy of each class (no dual-package hazard)", () => {
+    const out = run(
+      [
+        'import { BloomeryError, loadModel, Model } from "bloomery";',
+        'import { createRequire } from "node:module";',
+        'const cjs = createRequire(import.meta.url)("bloomery");',
+        "const thrown = await cjs.loadModel('/no/such/model.gguf').catch((e) => e);",
+        "console.log(BloomeryError === cjs.BloomeryError, Model === cjs.Model, loadModel === cjs.loadModel,",
+        "  thrown instanceof BloomeryError, thrown.code);",
+      ].join("\n"),
+      "module",
+    );
+    expect(out.trim()).toBe("true true true true FILE_NOT_FOUND");
+  });
+
   it("ships type declarations for both", () => {
     expect(existsSync(join(root, "dist", "index.d.ts"))).toBe(true);
     expect(existsSync(join(root, "dist", "index.d.cts"))).toBe(true);

@@ -1,13 +1,15 @@
 // bloomery-serve: a llama-server-compatible HTTP server on bloomery's public API.
 //   bloomery-serve [-m model.gguf] [--host H] [--port P] [-c N] [-np N] [--api-key K] ... (--help lists all)
 // It listens at once (GET /health answers 503 until the model is loaded), then serves.
+import { basename } from "node:path";
 import { BloomeryError, loadModel } from "../../src/index.js";
 import { defaultModelPath } from "../../tools/default-model.js";
 import { createApp } from "./app.js";
 import { DRAIN_SECONDS } from "./drain.js";
-import { fetchHubModel, HubError } from "./hf.js";
+import { fetchHubModel, HubError, type HubRequest } from "./hf.js";
 import { launchSettings, modelSource } from "./launch.js";
 import { parseServeOptions, usage, UsageError } from "./options.js";
+import { megabytes, ProgressLine } from "./progress.js";
 import { Slots } from "./slots.js";
 
 const log = (line: string) => console.error(`bloomery-serve: ${line}`);
@@ -22,7 +24,7 @@ async function main(): Promise<void> {
     return;
   }
   const source = modelSource(options, process.env, defaultModelPath);
-  const modelPath = "path" in source ? source.path : await fetchHubModel({ ...source.hub, log });
+  const modelPath = "path" in source ? source.path : await download(source.hub);
   // Flags are checked against the file before listening, so a bad one fails at once.
   const launch = await launchSettings(options, modelPath);
   const { app, context, shutdown } = createApp(launch.config, launch.app);
@@ -50,13 +52,42 @@ async function main(): Promise<void> {
   process.on("SIGINT", onSignal);
   process.on("SIGTERM", onSignal);
 
-  const model = await loadModel(modelPath, { ...launch.load, signal: stop.signal });
+  const loading = new ProgressLine(process.stderr, `bloomery-serve: loading ${basename(modelPath)}`);
+  const model = await loadModel(modelPath, {
+    ...launch.load,
+    signal: stop.signal,
+    onProgress: (p) =>
+      loading.update(
+        p.fraction,
+        p.step ? `${p.step} ${megabytes(p.bytes ?? 0)} of ${megabytes(p.totalBytes ?? 0)}` : p.stage,
+      ),
+  }).finally(() => loading.end());
   context.serve(new Slots(model, launch.slots));
   log(`model loaded, ${launch.slots} slot(s) of ${model.info.contextSize} tokens`);
   for (const question of launch.ask) {
     process.stdout.write(`> ${question}\n${await askOverHttp(address, question, launch.config.apiKeys[0])}\n\n`);
   }
   if (launch.ask.length > 0) log(`serving on ${address} (Ctrl-C stops it)`);
+}
+
+/** -hf: the model's files from the hub (or the cache), each download with a progress line. */
+async function download(hub: HubRequest): Promise<string> {
+  let line: { file: string; progress: ProgressLine } | undefined;
+  try {
+    return await fetchHubModel({
+      ...hub,
+      log,
+      onProgress: (file, received, size) => {
+        if (line?.file !== file) {
+          line?.progress.end();
+          line = { file, progress: new ProgressLine(process.stderr, `bloomery-serve: downloading ${basename(file)}`) };
+        }
+        line.progress.update(size > 0 ? received / size : 1, `${megabytes(received)} of ${megabytes(size)}`);
+      },
+    });
+  } finally {
+    line?.progress.end();
+  }
 }
 
 /** One greedy chat turn through the server's own OpenAI endpoint, as any client would send it. */

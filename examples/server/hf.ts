@@ -63,6 +63,8 @@ export interface HubRequest {
   cacheDir: string;
   /** Told of each download as it starts. */
   log?: (line: string) => void;
+  /** Told of each download's bytes as they come: `received` of the file's `size` (a resumed one starts above 0). */
+  onProgress?: (file: string, received: number, size: number) => void;
 }
 
 /** One file of the repo as the tree API lists it. */
@@ -323,7 +325,10 @@ async function download(request: HubRequest, name: string, file: HubFile, target
       if (!resumed) await rm(partial, { force: true });
       throw await refuse("HUB_DOWNLOAD_SIZE", `the download is ${length} bytes, where the listing says ${expected}`);
     }
-    await receive(response, partial, resumed, expected, `${name}/${file.path}`, url);
+    const start = resumed ? have : 0;
+    await receive(response, partial, resumed, expected, `${name}/${file.path}`, url, (received) =>
+      request.onProgress?.(file.path, start + received, file.size),
+    );
   }
   const size = await sizeOf(partial);
   const sum = await checksum(partial, file);
@@ -348,6 +353,7 @@ async function receive(
   expected: number,
   what: string,
   url: string,
+  onBytes: (received: number) => void,
 ): Promise<void> {
   const out = await open(partial, resumed ? "a" : "w");
   let received = 0;
@@ -360,6 +366,7 @@ async function receive(
         break;
       }
       await out.write(chunk);
+      onBytes(received);
     }
   } catch (error) {
     throw new HubError(

@@ -209,8 +209,51 @@ uint64_t cache_ram_option(Napi::Object options) {
   return static_cast<uint64_t>(bytes);
 }
 
+const char* load_step_name(engine::LoadStep step) {
+  switch (step) {
+    case engine::LoadStep::kRead:
+      return "read";
+    case engine::LoadStep::kUpload:
+      return "upload";
+    case engine::LoadStep::kMap:
+      return "map";
+  }
+  return "";
+}
+
+// Calls the JS progress listener of a load (on the JS thread) with (step, done, total), and lets
+// go of it when the load's worker is freed, however the load ends (the runtime keeps no copy).
+class LoadListener {
+ public:
+  LoadListener(Napi::Env env, Napi::Function listener)
+      : js_(std::make_shared<JsThread>(env, "bloomery.loadModel", listener)) {}
+  ~LoadListener() {
+    if (js_) js_->close();
+  }
+  LoadListener(LoadListener&& other) noexcept : js_(std::move(other.js_)) {}
+  LoadListener(const LoadListener&) = delete;
+
+  void operator()(engine::LoadStep step, uint64_t done, uint64_t total) const {
+    post(load_step_name(step), done, total);
+  }
+  // ("done", 0, 0) after the last report: the reports trail the load's promise, on their own queue.
+  void finish() const { post("done", 0, 0); }
+
+ private:
+  void post(const char* name, uint64_t done, uint64_t total) const {
+    js_->post([name, done, total](Napi::Env env, Napi::Function listener) {
+      listener.Call(
+          {Napi::String::New(env, name), Napi::Number::New(env, double(done)), Napi::Number::New(env, double(total))});
+    });
+  }
+
+  std::shared_ptr<JsThread> js_;
+};
+
 // loadModel(path, { threads?, contextSize?, parallel?, gpu?: { device?, budget?, experts? }, cacheRam?, mmap?,
-// mlock?, disk?: { experts, arenaBytes } }) -> Promise<model handle>
+// mlock?, disk?: { experts, arenaBytes } }, onProgress?(step, done, total)) -> Promise<model handle>;
+// onProgress hears "read", "upload" and "map" steps (engine::LoadStep), then ("done", 0, 0).
+// With mmap (the default), the weights the CPU reads are faulted into RAM before it resolves.
 Napi::Value load_model(const Napi::CallbackInfo& info) {
   return guarded(info, [&]() -> Napi::Value {
     if (info.Length() < 1 || !info[0].IsString()) {
@@ -244,10 +287,26 @@ Napi::Value load_model(const Napi::CallbackInfo& info) {
       }
       if (o.Get("disk").IsObject()) options.disk = disk_options(o.Get("disk").As<Napi::Object>());
     }
+    options.fault_in_weights = map.mmap;
+    std::shared_ptr<LoadListener> listener;
+    if (info.Length() > 2 && !info[2].IsUndefined()) {
+      if (!info[2].IsFunction()) throw to_js_error(info.Env(), "INVALID_ARGUMENT", "onProgress must be a function");
+      listener = std::make_shared<LoadListener>(info.Env(), info[2].As<Napi::Function>());
+    }
     return run_async(
         info.Env(),
-        [path = info[0].As<Napi::String>().Utf8Value(), options, map] {
-          return std::make_shared<engine::Runtime>(model::load_model(path, map), options);
+        [path = info[0].As<Napi::String>().Utf8Value(), options, map, listener]() mutable {
+          if (listener) {
+            map.on_read = [listener](uint64_t done, uint64_t total) {
+              (*listener)(engine::LoadStep::kRead, done, total);
+            };
+            options.progress = [listener](engine::LoadStep step, uint64_t done, uint64_t total) {
+              (*listener)(step, done, total);
+            };
+          }
+          auto runtime = std::make_shared<engine::Runtime>(model::load_model(path, map), options);
+          if (listener) listener->finish();
+          return runtime;
         },
         [](Napi::Env env, std::shared_ptr<engine::Runtime>& runtime) {
           return wrap(env, ModelHandle{std::move(runtime)}, kModelTag);

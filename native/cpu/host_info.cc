@@ -1,7 +1,12 @@
 #include "cpu/host_info.h"
 
-#include <cpuid.h>
+#include <sched.h>
 #include <unistd.h>
+
+#include "base/arch.h"
+#if BLOOMERY_X86_SIMD
+#include <cpuid.h>
+#endif
 
 #include <algorithm>
 #include <fstream>
@@ -13,6 +18,7 @@ namespace bloomery::cpu {
 
 namespace {
 
+#if BLOOMERY_X86_SIMD
 struct CpuidRegs {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
 };
@@ -31,6 +37,7 @@ uint64_t xcr0() {
   __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
   return (uint64_t(hi) << 32) | lo;
 }
+#endif
 
 std::string read_file(const char* path) {
   std::ifstream f(path);
@@ -49,14 +56,19 @@ uint64_t meminfo_bytes(const std::string& meminfo, const std::string& key) {
   return kib * 1024;
 }
 
-// The cgroup v2 memory limit and current use, when the process runs under one.
-std::pair<uint64_t, uint64_t> cgroup_memory() {
+// The process's cgroup v2 folder, empty when it runs under none.
+std::string cgroup_dir() {
   std::string self = read_file("/proc/self/cgroup");
   auto pos = self.find("0::");
-  if (pos == std::string::npos) return {0, 0};
+  if (pos == std::string::npos) return "";
   std::string rel = self.substr(pos + 3);
-  rel = rel.substr(0, rel.find('\n'));
-  std::string dir = "/sys/fs/cgroup" + rel;
+  return "/sys/fs/cgroup" + rel.substr(0, rel.find('\n'));
+}
+
+// The cgroup v2 memory limit and current use, when the process runs under one.
+std::pair<uint64_t, uint64_t> cgroup_memory() {
+  const std::string dir = cgroup_dir();
+  if (dir.empty()) return {0, 0};
   std::string max = read_file((dir + "/memory.max").c_str());
   if (max.empty() || max.rfind("max", 0) == 0) return {0, 0};
   uint64_t limit = std::stoull(max);
@@ -66,8 +78,28 @@ std::pair<uint64_t, uint64_t> cgroup_memory() {
 
 }  // namespace
 
+uint32_t usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  uint32_t cpus =
+      sched_getaffinity(0, sizeof set, &set) == 0 ? uint32_t(CPU_COUNT(&set)) : uint32_t(std::max(1L, online));
+  const std::string dir = cgroup_dir();
+  // cpu.max: "<quota> <period>" in microseconds, or "max <period>" for no quota.
+  std::istringstream max(dir.empty() ? "" : read_file((dir + "/cpu.max").c_str()));
+  std::string quota;
+  uint64_t period = 0;
+  if (max >> quota >> period && quota != "max" && period > 0) {
+    const uint64_t q = std::stoull(quota);
+    cpus = std::min<uint32_t>(cpus, uint32_t(std::max<uint64_t>(1, (q + period - 1) / period)));
+  }
+  return std::max<uint32_t>(1, cpus);
+}
+
+// The x86 features (CpuFeatures names no others: off x86 every field stays false).
 CpuFeatures detect_cpu_features() {
   CpuFeatures f;
+#if BLOOMERY_X86_SIMD
   const CpuidRegs l1 = cpuid(1, 0);
   const bool osxsave = bit(l1.ecx, 27);
   const uint64_t xcr = osxsave ? xcr0() : 0;
@@ -91,6 +123,7 @@ CpuFeatures detect_cpu_features() {
   f.amx_tile = tiles && bit(l7.edx, 24);
   f.amx_int8 = tiles && bit(l7.edx, 25);
   f.amx_bf16 = tiles && bit(l7.edx, 22);
+#endif
   return f;
 }
 

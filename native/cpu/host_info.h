@@ -35,5 +35,8 @@ struct HostInfo {
 
 CpuFeatures detect_cpu_features();
 HostInfo detect_host();
+// The CPUs this process may run on: its affinity mask, capped by its cgroup's CPU quota (cpu.max,
+// rounded up), at least one.
+uint32_t usable_cpus();
 
 }  // namespace bloomery::cpu

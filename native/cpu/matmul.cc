@@ -1,7 +1,5 @@
 #include "cpu/matmul.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
 
 #include "quant/ggml_types.h"
@@ -18,7 +16,7 @@ constexpr int64_t kRowsPerTask = 16;
 constexpr int64_t kPrefetchRowsAhead = 2;
 
 void prefetch_row(const uint8_t* row, size_t bytes) {
-  for (size_t line = 0; line < bytes; line += 64) _mm_prefetch(reinterpret_cast<const char*>(row + line), _MM_HINT_T0);
+  for (size_t line = 0; line < bytes; line += 64) __builtin_prefetch(row + line, 0, 3);
 }
 
 }  // namespace

@@ -1,7 +1,5 @@
 #include "cpu/moe.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -9,6 +7,7 @@
 #include <numeric>
 #include <thread>
 
+#include "base/arch.h"
 #include "cpu/softmax.h"
 #include "cpu/swiglu.h"
 #include "quant/ggml_types.h"
@@ -195,7 +194,7 @@ void moe_run_experts(std::span<const int32_t> experts, std::span<const ExpertSli
       if (spin % kSpinsBeforeYield == 0) {
         std::this_thread::yield();
       } else {
-        _mm_pause();
+        cpu_relax();
       }
     }
     dot_rows(at(down.first, slices[e].down), first, last, s.down_in.data() + begin[e], s.down_out.data() + begin[e],

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "base/arch.h"
+
 namespace bloomery::cpu {
 
 // Normalizes `rows` rows of `n` floats (row strides `in_stride` and `out_stride`); `out` may be `x`.
@@ -13,6 +15,10 @@ void rms_norm(const float* x, int64_t rows, int64_t n, int64_t in_stride, const 
 // The sum of x[i]^2 (each square rounded to float) in double: the one reduction of a row,
 // per tier (the scalar loop, and AVX-512).
 double sum_of_squares_scalar(const float* x, int64_t n);
+#if BLOOMERY_X86_SIMD
 double sum_of_squares_avx512(const float* x, int64_t n);
+#else
+inline constexpr double (*sum_of_squares_avx512)(const float*, int64_t) = nullptr;
+#endif
 
 }  // namespace bloomery::cpu

@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "base/arch.h"
+
 namespace bloomery::cpu {
 
 // How a row that does not fill its last SIMD block ends.
@@ -25,7 +27,12 @@ void softmax(float* x, int64_t n, SoftmaxTail tail = SoftmaxTail::kScalar);
 // The tiers: std::exp one at a time (the tail is irrelevant), AVX2 (blocks of 8) and AVX-512
 // (blocks of 16).
 void softmax_scalar(float* x, int64_t n, SoftmaxTail tail);
+#if BLOOMERY_X86_SIMD
 void softmax_avx2(float* x, int64_t n, SoftmaxTail tail);
 void softmax_avx512(float* x, int64_t n, SoftmaxTail tail);
+#else
+inline constexpr void (*softmax_avx2)(float*, int64_t, SoftmaxTail) = nullptr;
+inline constexpr void (*softmax_avx512)(float*, int64_t, SoftmaxTail) = nullptr;
+#endif
 
 }  // namespace bloomery::cpu

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "base/arch.h"
+
 namespace bloomery::cpu {
 
 // The kernel of this host's tier.
@@ -12,7 +14,12 @@ void swiglu(const float* gate, const float* up, int64_t n, float* out);
 
 // The tiers: std::exp one at a time, AVX2 (blocks of 8) and AVX-512 (blocks of 16).
 void swiglu_scalar(const float* gate, const float* up, int64_t n, float* out);
+#if BLOOMERY_X86_SIMD
 void swiglu_avx2(const float* gate, const float* up, int64_t n, float* out);
 void swiglu_avx512(const float* gate, const float* up, int64_t n, float* out);
+#else
+inline constexpr void (*swiglu_avx2)(const float*, const float*, int64_t, float*) = nullptr;
+inline constexpr void (*swiglu_avx512)(const float*, const float*, int64_t, float*) = nullptr;
+#endif
 
 }  // namespace bloomery::cpu

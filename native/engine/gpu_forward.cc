@@ -104,8 +104,21 @@ class WeightPlan {
     return offset;
   }
   size_t total() const { return total_; }
-  void upload(const DeviceBuffer& arena) const {
-    for (const Range& r : ranges_) cuda::upload(arena.as<uint8_t>() + r.offset, r.host, r.bytes);
+  // Copies every range to its place in `arena`, in pieces between which `progress` hears how far.
+  void upload(const DeviceBuffer& arena, const LoadProgress& progress) const {
+    uint64_t total = 0, done = 0;
+    for (const Range& r : ranges_) total += r.bytes;
+    const uint64_t piece = progress_piece(total);
+    if (progress) progress(LoadStep::kUpload, 0, total);
+    for (const Range& r : ranges_) {
+      for (size_t at = 0; at < r.bytes; at += piece) {
+        const size_t bytes = std::min<size_t>(piece, r.bytes - at);
+        cuda::upload(arena.as<uint8_t>() + r.offset + at, static_cast<const uint8_t*>(r.host) + at, bytes);
+        done += bytes;
+        if (progress) progress(LoadStep::kUpload, done, total);
+      }
+    }
+    if (progress && total == 0) progress(LoadStep::kUpload, 0, 0);
   }
   static constexpr size_t kNone = ~size_t{0};
 
@@ -395,9 +408,9 @@ class Uploader {
     pools_.push_back(plan_.gather(sources, d.matrix_bytes));
     return d;
   }
-  void allocate() {
+  void allocate(const LoadProgress& progress) {
     arena_ = DeviceBuffer(plan_.total(), "model weights");
-    plan_.upload(arena_);
+    plan_.upload(arena_, progress);
   }
   size_t bytes() const { return plan_.total(); }
   DeviceBuffer take() { return std::move(arena_); }
@@ -1221,7 +1234,7 @@ GpuFootprint gpu_footprint(const model::Model& model, int64_t context_size) {
 }
 
 std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptions& options, int64_t context_size,
-                                       cpu::ThreadPool& pool, ExpertArena* arena) {
+                                       cpu::ThreadPool& pool, ExpertArena* arena, const LoadProgress& progress) {
   const cuda::CudaStatus status = cuda::query_cuda();
   if (!status.available) throw Error("GPU_UNAVAILABLE", status.reason);
   if (options.device < 0 || options.device >= static_cast<int>(status.devices.size())) {
@@ -1281,7 +1294,7 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
                                            (staging > 0 ? " + prompt expert staging " + gib(staging) : "") +
                                            "; more than " + limit);
   }
-  planner.allocate();
+  planner.allocate(progress);
   bind_weights(model, planner, *g);
   g->weights = planner.take();
   allocate_workspace(p, context_size, g->work);
@@ -1510,8 +1523,8 @@ namespace {
 }  // namespace
 
 GpuFootprint gpu_footprint(const model::Model&, int64_t) { refuse(); }
-std::shared_ptr<GpuModel> upload_model(const model::Model&, const GpuOptions&, int64_t, cpu::ThreadPool&,
-                                       ExpertArena*) {
+std::shared_ptr<GpuModel> upload_model(const model::Model&, const GpuOptions&, int64_t, cpu::ThreadPool&, ExpertArena*,
+                                       const LoadProgress&) {
   refuse();
 }
 std::shared_ptr<GpuSequence> create_gpu_sequence(GpuModel&, int64_t) { refuse(); }

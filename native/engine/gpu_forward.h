@@ -35,6 +35,7 @@
 #include "cpu/thread_pool.h"
 #include "engine/forward.h"
 #include "engine/host_experts.h"
+#include "engine/load_progress.h"
 #include "engine/residency.h"
 #include "model/model.h"
 
@@ -93,9 +94,9 @@ class GpuSequence;
 // usable device, naming why), INSUFFICIENT_MEMORY (naming each term), INVALID_ARGUMENT (a
 // gpu_experts list that does not fit the model), UNSUPPORTED_QUANT (a dense tensor the GPU
 // cannot serve, or GPU experts in a layer whose expert stacks it cannot: see GpuKernelGap)
-// or UNSUPPORTED_MODEL.
+// or UNSUPPORTED_MODEL. Tells `progress` of the bytes uploaded (LoadStep::kUpload).
 std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptions& options, int64_t context_size,
-                                       cpu::ThreadPool& pool, ExpertArena* arena);
+                                       cpu::ThreadPool& pool, ExpertArena* arena, const LoadProgress& progress = {});
 
 // A sequence's KV cache on the card. Throws INSUFFICIENT_MEMORY when it does not fit.
 std::shared_ptr<GpuSequence> create_gpu_sequence(GpuModel& model, int64_t context_size);

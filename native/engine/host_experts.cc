@@ -2,12 +2,11 @@
 
 #ifdef BLOOMERY_CUDA
 
-#include <immintrin.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstring>
 
+#include "base/arch.h"
 #include "base/error.h"
 #include "cuda/ops.h"
 #include "engine/cpu_experts.h"
@@ -88,7 +87,7 @@ void HostExperts::serve(int64_t layer, int64_t n, const cuda::Stream& stream) {
   const auto waiting = Clock::now();
   std::atomic_ref<uint32_t> ready(ready_.host<uint32_t>()[layer]);
   for (int spins = 1; ready.load(std::memory_order_acquire) != step_; ++spins) {
-    _mm_pause();
+    cpu_relax();
     if (spins % kSpinsPerCheck == 0 && stream.idle() && ready.load(std::memory_order_acquire) != step_) {
       throw Error("CUDA_ERROR",
                   "the GPU finished its pass without handing layer " + std::to_string(layer) + "'s rows to the CPU");

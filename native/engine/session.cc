@@ -84,7 +84,13 @@ Runtime::Runtime(std::unique_ptr<model::Model> model, const RuntimeOptions& opti
                                         std::to_string(parallel_) + " parallel sequences");
   }
   arena_ = disk_tier(*model_, options);
-  if (options.gpu) gpu_ = upload_model(*model_, *options.gpu, context_size_, pool_, arena_.get());
+  if (options.gpu) gpu_ = upload_model(*model_, *options.gpu, context_size_, pool_, arena_.get(), options.progress);
+  if (options.fault_in_weights) {
+    fault_in(cpu_read_weights(*model_, options.gpu.has_value(),
+                              options.gpu ? options.gpu->gpu_experts : std::vector<std::vector<int32_t>>{},
+                              options.disk.experts),
+             options.progress);
+  }
   // A step fills a GPU pass (see kGpuPassRows); on the CPU it stays small, so other sessions'
   // decode steps wait less behind a long prompt.
   if (gpu_) step_tokens_ = std::max(step_tokens_, kGpuPassRows);

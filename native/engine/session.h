@@ -16,6 +16,7 @@
 #include "engine/forward.h"
 #include "engine/gpu_forward.h"
 #include "engine/kv_cache.h"
+#include "engine/load_progress.h"
 #include "engine/prompt_cache.h"
 #include "engine/residency.h"
 #include "engine/state.h"
@@ -48,6 +49,9 @@ struct RuntimeOptions {
   uint64_t cache_ram = 0;                    // bytes of host RAM for the prompt-state cache; 0: no cache
   bool adaptive_residency = true;            // with experts split between GPU and host, move them as routing asks
   DiskTierOptions disk;
+  // Read the mapped weights the CPU uses into RAM before the first pass (load_progress.h fault_in).
+  bool fault_in_weights = false;
+  LoadProgress progress;  // told of the weights uploaded and faulted in; may be empty
 };
 
 // The context size a runtime uses for `requested` (0: the model's trained context, at most

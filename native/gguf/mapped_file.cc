@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -20,15 +21,20 @@ namespace {
   throw Error(err == ENOENT || err == ENOTDIR ? "FILE_NOT_FOUND" : "FILE_READ", message);
 }
 
-// Reads the whole of `fd` into `out` (size bytes), resuming after short reads and signals.
-void read_all(int fd, uint8_t* out, uint64_t size, const std::string& path) {
+// Reads the whole of `fd` into `out` (size bytes), resuming after short reads and signals, in
+// pieces of about 1/128 of it (1 to 64 MiB), each told to `on_read`.
+void read_all(int fd, uint8_t* out, uint64_t size, const std::string& path,
+              const std::function<void(uint64_t, uint64_t)>& on_read) {
+  const uint64_t piece = std::clamp<uint64_t>(size / 128, uint64_t{1} << 20, uint64_t{64} << 20);
   uint64_t done = 0;
+  if (on_read) on_read(0, size);
   while (done < size) {
-    const ssize_t n = ::pread(fd, out + done, size - done, static_cast<off_t>(done));
+    const ssize_t n = ::pread(fd, out + done, std::min(piece, size - done), static_cast<off_t>(done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) fail(path, "cannot read", errno);
     if (n == 0) throw Error("FILE_READ", path + ": the file ended while it was read (truncated meanwhile?)");
     done += static_cast<uint64_t>(n);
+    if (on_read) on_read(done, size);
   }
 }
 
@@ -73,7 +79,7 @@ MappedFile::MappedFile(const std::string& path, const MapOptions& options) : pat
       }
       data_ = static_cast<const uint8_t*>(p);
       try {
-        read_all(fd, static_cast<uint8_t*>(p), size_, path);
+        read_all(fd, static_cast<uint8_t*>(p), size_, path, options.on_read);
       } catch (...) {
         ::close(fd);
         release();

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace bloomery::gguf {
@@ -17,6 +18,8 @@ namespace bloomery::gguf {
 struct MapOptions {
   bool mmap = true;
   bool mlock = false;
+  // Without mmap: told of the bytes read so far and the file's size as the read goes on.
+  std::function<void(uint64_t done, uint64_t total)> on_read;
 };
 
 class MappedFile {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "base/arch.h"
 #include "quant/float_formats.h"
 
 namespace bloomery::quant {
@@ -44,10 +45,13 @@ void round_f16_scalar(float* x, int64_t n) {
 const F16RowKernels& f16_row_kernels(SimdTier tier) {
   static constexpr F16RowKernels kScalar{scores_by_rows<dot_f16_scalar>, weighted_sum_by_rows<axpy_f16_scalar>,
                                          round_f16_scalar};
+#if BLOOMERY_X86_SIMD
   static constexpr F16RowKernels kAvx2{f16_scores_avx2, f16_weighted_sum_avx2, round_f16_avx2};
   static constexpr F16RowKernels kAvx512{f16_scores_avx512, f16_weighted_sum_avx512, round_f16_avx512};
   if (tier >= SimdTier::kAvx512) return kAvx512;
-  return tier >= SimdTier::kAvx2 ? kAvx2 : kScalar;
+  if (tier >= SimdTier::kAvx2) return kAvx2;
+#endif
+  return kScalar;
 }
 
 }  // namespace bloomery::quant

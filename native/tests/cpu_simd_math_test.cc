@@ -1,6 +1,10 @@
 // The SIMD tiers' exponentials (llama.cpp's vector expf, avx512_math.h and avx2_math.h), the
 // softmax and SwiGLU built on them against the scalar kernels, the softmax's padded tail, and
 // the RMS norm's sum of squares.
+// x86 only: elsewhere the build has no SIMD tiers (base/arch.h).
+#include "base/arch.h"
+#if BLOOMERY_X86_SIMD
+
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -139,3 +143,5 @@ TEST(cpu_sum_of_squares_avx512_matches_scalar) {
     CHECK(std::fabs(got - want) <= 1e-12 * want) << n << ": " << got << " vs " << want;
   }
 }
+
+#endif  // BLOOMERY_X86_SIMD

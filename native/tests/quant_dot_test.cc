@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/arch.h"
 #include "base/error.h"
 #include "cpu/cpu_dispatch.h"
 #include "quant/blocks.h"
@@ -210,6 +211,7 @@ TEST(quant_kernel_table_records_tiers) {
           << type_name(type) << " at " << simd_tier_name(tier);
     }
   }
+#if BLOOMERY_X86_SIMD
   CHECK(quant_kernels(12, SimdTier::kAvx512).vec_dot_tier == SimdTier::kAvx512) << "Q4_K has an AVX-512 dot";
   CHECK(quant_kernels(11, SimdTier::kAvx2).vec_dot_tier == SimdTier::kAvx2) << "Q3_K has an AVX2 dot";
   CHECK(quant_kernels(11, SimdTier::kAvx512).vec_dot_rows != nullptr) << "Q3_K has an AVX-512 multi-row dot";
@@ -217,6 +219,12 @@ TEST(quant_kernel_table_records_tiers) {
   CHECK(quant_kernels(2, SimdTier::kAvx512).vec_dot_tier == SimdTier::kAvx2) << "Q4_0 runs its AVX2 dot there";
   CHECK(quant_kernels(30, SimdTier::kAvx512, true).vec_dot != quant_kernels(30, SimdTier::kAvx512).vec_dot)
       << "BF16 takes dpbf16 where the CPU has AVX-512 BF16";
+#else
+  // Off x86 the AVX tiers have no kernels: every tier's table holds the scalar dots.
+  for (uint32_t type : cpu_weight_types()) {
+    CHECK(quant_kernels(type, SimdTier::kAvx512).vec_dot_tier == SimdTier::kScalar) << type_name(type);
+  }
+#endif
   CHECK(quant_kernels(14, SimdTier::kAvx512).activation_type == 15) << "Q6_K dots against Q8_K";
   CHECK(quant_kernels(39, SimdTier::kAvx2).activation_type == 8) << "MXFP4 dots against Q8_0";
   bool refused = false;
