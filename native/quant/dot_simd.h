@@ -24,6 +24,16 @@ float vec_dot_q6_k_q8_k_avx2(const void* w, const void* a, int64_t n);
 float vec_dot_iq4_nl_q8_0_avx2(const void* w, const void* a, int64_t n);
 float vec_dot_iq4_xs_q8_k_avx2(const void* w, const void* a, int64_t n);
 float vec_dot_mxfp4_q8_0_avx2(const void* w, const void* a, int64_t n);
+// dot_iq_avx2.cc: the 1- to 3-bit types, whose AVX2 order llama.cpp's AVX-512 hosts run too.
+float vec_dot_iq2_xxs_q8_k_avx2(const void* w, const void* a, int64_t n);
+float vec_dot_iq2_xs_q8_k_avx2(const void* w, const void* a, int64_t n);
+float vec_dot_iq3_xxs_q8_k_avx2(const void* w, const void* a, int64_t n);
+float vec_dot_iq1_s_q8_k_avx2(const void* w, const void* a, int64_t n);
+float vec_dot_iq3_s_q8_k_avx2(const void* w, const void* a, int64_t n);
+float vec_dot_iq2_s_q8_k_avx2(const void* w, const void* a, int64_t n);
+float vec_dot_iq1_m_q8_k_avx2(const void* w, const void* a, int64_t n);
+float vec_dot_tq1_0_q8_k_avx2(const void* w, const void* a, int64_t n);
+float vec_dot_tq2_0_q8_k_avx2(const void* w, const void* a, int64_t n);
 
 float vec_dot_f32_f32_avx512(const void* w, const void* a, int64_t n);
 float vec_dot_f16_f16_avx512(const void* w, const void* a, int64_t n);
