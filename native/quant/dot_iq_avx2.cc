@@ -66,7 +66,6 @@ BLOOMERY_AVX2 inline __m256i grid64(uint64_t e0, uint64_t e1, uint64_t e2, uint6
                            static_cast<int64_t>(e0));
 }
 
-
 BLOOMERY_AVX2 inline __m256i block_lanes(const BlockIQ2_XXS& x, const BlockQ8_K& y) {
   __m256i sum = _mm256_setzero_si256();
   for (int r = 0; r < 8; ++r) {

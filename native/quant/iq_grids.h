@@ -1,11 +1,11 @@
-// The i-quants' codebooks (iq_grids.inc) and sign tables, as CPU arrays.
+// The i-quants' codebooks (iq_grid_lists.h) and sign tables, as CPU arrays.
 #pragma once
 
 #include <array>
 #include <bit>
 #include <cstdint>
 
-#include "quant/iq_grids.inc"
+#include "quant/iq_grid_lists.h"
 
 namespace bloomery::quant {
 

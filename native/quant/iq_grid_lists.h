@@ -1,6 +1,6 @@
 // The codebooks of ggml's i-quants (IQ1_S/IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S), entry for
 // entry as ggml-common.h holds them, as lists for an array initializer: the CPU (quant/iq_grids.h)
-// and the GPU (cuda/iq_grids.cuh) build their tables from these same lists. Element 0 of an entry
+// and the GPU (cuda/iq_decode.cuh) build their tables from these same lists. Element 0 of an entry
 // is its lowest byte. An IQ2 entry holds eight magnitudes of 8, 25 or 43; an IQ3_XXS entry four of
 // 4, 12, 20, 28, 36, 44, 52, 62; an IQ3_S entry four odd ones of 1..15; an IQ1 entry eight signed
 // values (-1, 0, 1) as int8.
