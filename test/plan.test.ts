@@ -214,7 +214,7 @@ describe("planOffload", () => {
 describe("planOffload with tensors the GPU cannot serve", () => {
   const noKernel = (tensor: string, expertLayer: number | null): GpuKernelGap => ({
     tensor,
-    reason: `${tensor} is IQ2_XS, which has no GPU matvec kernel`,
+    reason: `${tensor} is I8, which has no GPU matvec kernel`,
     expertLayer,
   });
   const gapped: ModelFootprint = {
@@ -228,7 +228,7 @@ describe("planOffload with tensors the GPU cannot serve", () => {
     expect(plan.layers.map((l) => l.gpu.length)).toEqual([8, 0, 8, 8]);
     expect(plan.layers[1]?.host).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
     expect(plan.layers[1]?.reason).toMatch(
-      /blk\.1\.ffn_down_exps\.weight is IQ2_XS.*no GPU matvec kernel.*off the GPU/,
+      /blk\.1\.ffn_down_exps\.weight is I8.*no GPU matvec kernel.*off the GPU/,
     );
     expect(plan.layers[0]?.reason).toMatch(/all 8 experts/);
     expect(plan.bytes.host).toBe(800);
@@ -269,7 +269,7 @@ describe("planOffload with tensors the GPU cannot serve", () => {
     ]) {
       const error = thrown(attempt);
       expect(error.code).toBe("UNSUPPORTED_QUANT");
-      expect(error.message).toMatch(/blk\.0\.attn_q\.weight is IQ2_XS.*cannot run on the GPU/);
+      expect(error.message).toMatch(/blk\.0\.attn_q\.weight is I8.*cannot run on the GPU/);
     }
   });
 
