@@ -227,9 +227,7 @@ describe("planOffload with tensors the GPU cannot serve", () => {
     const plan = planOffload(gapped, { gpu: roomy, hostRam: roomy });
     expect(plan.layers.map((l) => l.gpu.length)).toEqual([8, 0, 8, 8]);
     expect(plan.layers[1]?.host).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
-    expect(plan.layers[1]?.reason).toMatch(
-      /blk\.1\.ffn_down_exps\.weight is I8.*no GPU matvec kernel.*off the GPU/,
-    );
+    expect(plan.layers[1]?.reason).toMatch(/blk\.1\.ffn_down_exps\.weight is I8.*no GPU matvec kernel.*off the GPU/);
     expect(plan.layers[0]?.reason).toMatch(/all 8 experts/);
     expect(plan.bytes.host).toBe(800);
     expect(plan.bytes.gpu.staging).toBe(700);
