@@ -371,6 +371,21 @@ describe("modelFootprint", () => {
     expect(f.kernelGaps).toEqual([]);
   });
 
+  it.skipIf(!cuda)("counts a low-bit mix's expert slices, layer by layer, at the file's bytes", async () => {
+    const path = join(dir, "tiny-glm4moe-ud.gguf");
+    await writeSyntheticModel(path, { preset: "tiny-glm4moe-ud" });
+    const info = await readGgufInfo(path);
+    const f = await modelFootprint(path, { contextSize: 64 });
+    expect(f.kernelGaps).toEqual([]);
+    // Layers 1 and 2 hold experts of different types (IQ1_S/IQ2_XXS, IQ2_XXS/IQ3_S): their slices differ.
+    for (const layer of [1, 2]) {
+      const stacks = info.tensors.filter((t) => t.name.startsWith(`blk.${layer}.`) && /_exps\.weight$/.test(t.name));
+      expect(stacks.map((t) => t.type).some((type) => type.startsWith("IQ"))).toBe(true);
+      expect(f.expertBytes[layer]! * f.experts).toBe(stacks.reduce((sum, t) => sum + t.bytes, 0));
+    }
+    expect(f.expertBytes[1]).not.toBe(f.expertBytes[2]);
+  });
+
   it.skipIf(!cuda)("leaves no tensor without a GPU kernel in a model of any weight type the CPU runs", async () => {
     for (const weightType of FILLABLE_TYPES) {
       const path = join(dir, `tiny-qwen3moe-${weightType}.gguf`);
