@@ -261,11 +261,10 @@ BLOOMERY_AVX2 inline __m256i run_codes(const BlockTQ1_0& x, int r) {
     return _mm256_blend_epi32(trits(both, n0), trits(both, n0 + 1), 0xf0);
   }
   const __m128i qh = _mm_set1_epi32(static_cast<int>(load_u32(x.qh)));
+  const __m256i qh2 = _mm256_set_m128i(qh, qh);
+  auto digit = [&](int n) BLOOMERY_AVX2 { return _mm256_castsi256_si128(trits(qh2, n)); };
   const __m128i last =
-      _mm_unpacklo_epi64(_mm_unpacklo_epi32(_mm256_castsi256_si128(trits(_mm256_set_m128i(qh, qh), 0)),
-                                            _mm256_castsi256_si128(trits(_mm256_set_m128i(qh, qh), 1))),
-                         _mm_unpacklo_epi32(_mm256_castsi256_si128(trits(_mm256_set_m128i(qh, qh), 2)),
-                                            _mm256_castsi256_si128(trits(_mm256_set_m128i(qh, qh), 3))));
+      _mm_unpacklo_epi64(_mm_unpacklo_epi32(digit(0), digit(1)), _mm_unpacklo_epi32(digit(2), digit(3)));
   return _mm256_set_m128i(last, _mm256_extracti128_si256(trits(both, 4), 1));
 }
 
