@@ -735,7 +735,8 @@ function resolveGpu(gpu: LoadModelOptions["gpu"]): NativeLoadOptions["gpu"] {
 /**
  * Loads a GGUF model (qwen3moe, qwen3, qwen2 or llama) for inference on the CPU, or with `gpu`
  * set on a GPU (every CPU weight type: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K,
- * Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4): wholly when it fits, else with the routed experts the
+ * Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4, and the 1- to 3-bit IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS,
+ * IQ2_S, IQ3_XXS, IQ3_S, TQ1_0, TQ2_0): wholly when it fits, else with the routed experts the
  * budget cannot hold run by the CPU from host RAM, or paged from disk where `hostRam` cannot hold
  * them, as `plan` (or {@link planOffload}) places them; `model.plan` shows the placement, and keeps
  * off the GPU the experts of layers whose expert stacks it cannot serve, saying why. Throws

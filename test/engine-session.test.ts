@@ -200,7 +200,7 @@ describe("bad input", () => {
 
   it("refuses a weight type without CPU kernels by tensor name", async () => {
     const path = await writeEdited("quant.gguf", (_, tensors) => {
-      tensors.find((t) => t.name === "blk.0.ffn_up.weight")!.type = "IQ2_XXS";
+      tensors.find((t) => t.name === "blk.0.ffn_up.weight")!.type = "I8";
     });
     await expectCode(loadModel(path), "UNSUPPORTED_QUANT", "blk.0.ffn_up.weight");
   });

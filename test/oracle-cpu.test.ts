@@ -33,10 +33,16 @@ const PRESETS = ["tiny-qwen3moe", "tiny-qwen3", "tiny-qwen2", "tiny-llama"];
 // types of each kernel family: float, 32-value blocks, K-quants, codebooks.
 const FAMILY_PRESETS = ["tiny-glm4moe", "tiny-deepseek2"];
 const FAMILY_TYPES = ["F32", "F16", "Q8_0", "Q4_0", "Q4_K", "Q6_K", "IQ4_XS"];
+// The 1- to 3-bit types on the MoE preset (routed experts, dense attention, the embedding table and
+// the output matrix all of the type).
+const LOW_BIT_TYPES = ["IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "TQ1_0", "TQ2_0"];
 const CASES: [preset: string, weightType: string][] = [
   ...PRESETS.flatMap((preset) => [...TYPES, ...MORE_TYPES].map((type): [string, string] => [preset, type])),
   ...FAMILY_PRESETS.flatMap((preset) => FAMILY_TYPES.map((type): [string, string] => [preset, type])),
+  ...LOW_BIT_TYPES.map((type): [string, string] => ["tiny-qwen3moe", type]),
 ];
+// Fixed mixes: UD-style low-bit routed experts with K-quant attention and shared experts.
+const MIX_PRESETS = ["tiny-glm4moe-ud"];
 const LONG_CASES: [preset: string, weightType: string][] = [...PRESETS, ...FAMILY_PRESETS].flatMap((preset) =>
   ["F16", "Q8_0"].map((type): [string, string] => [preset, type]),
 );
@@ -57,9 +63,9 @@ afterAll(async () => {
 });
 
 /** The fixture's file, its vocabulary size and BOS, and the first `textTokens` tokens of the prose in its vocabulary. */
-async function fixture(preset: string, weightType: string, textTokens: number) {
-  const path = join(dir, `${preset}-${weightType}.gguf`);
-  const plan = await writeSyntheticModel(path, { preset, weightType });
+async function fixture(preset: string, weightType: string | undefined, textTokens: number) {
+  const path = join(dir, `${preset}-${weightType ?? "mix"}.gguf`);
+  const plan = await writeSyntheticModel(path, weightType === undefined ? { preset } : { preset, weightType });
   const model = await loadModel(path, { gpu: false, threads: THREADS, contextSize: 256 });
   try {
     const text = proseTokens((prose) => model.tokenize(prose), textTokens);
@@ -86,6 +92,14 @@ describe("CPU engine vs llama.cpp", () => {
       const { path, vocabSize, bos, text } = await fixture(preset, weightType, POSITIONS);
       await check(`${preset} ${weightType} ids`, path, idTokens(bos, vocabSize, POSITIONS), vocabSize, exactHere);
       await check(`${preset} ${weightType} text`, path, text, vocabSize, exactHere);
+    });
+  }
+
+  for (const preset of MIX_PRESETS) {
+    it(`${preset}: arbitrary ids and plain text`, async () => {
+      const { path, vocabSize, bos, text } = await fixture(preset, undefined, POSITIONS);
+      await check(`${preset} ids`, path, idTokens(bos, vocabSize, POSITIONS), vocabSize, exactHere);
+      await check(`${preset} text`, path, text, vocabSize, exactHere);
     });
   }
 

@@ -214,7 +214,7 @@ describe("planOffload", () => {
 describe("planOffload with tensors the GPU cannot serve", () => {
   const noKernel = (tensor: string, expertLayer: number | null): GpuKernelGap => ({
     tensor,
-    reason: `${tensor} is IQ2_XS, which has no GPU matvec kernel`,
+    reason: `${tensor} is I8, which has no GPU matvec kernel`,
     expertLayer,
   });
   const gapped: ModelFootprint = {
@@ -227,9 +227,7 @@ describe("planOffload with tensors the GPU cannot serve", () => {
     const plan = planOffload(gapped, { gpu: roomy, hostRam: roomy });
     expect(plan.layers.map((l) => l.gpu.length)).toEqual([8, 0, 8, 8]);
     expect(plan.layers[1]?.host).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
-    expect(plan.layers[1]?.reason).toMatch(
-      /blk\.1\.ffn_down_exps\.weight is IQ2_XS.*no GPU matvec kernel.*off the GPU/,
-    );
+    expect(plan.layers[1]?.reason).toMatch(/blk\.1\.ffn_down_exps\.weight is I8.*no GPU matvec kernel.*off the GPU/);
     expect(plan.layers[0]?.reason).toMatch(/all 8 experts/);
     expect(plan.bytes.host).toBe(800);
     expect(plan.bytes.gpu.staging).toBe(700);
@@ -269,7 +267,7 @@ describe("planOffload with tensors the GPU cannot serve", () => {
     ]) {
       const error = thrown(attempt);
       expect(error.code).toBe("UNSUPPORTED_QUANT");
-      expect(error.message).toMatch(/blk\.0\.attn_q\.weight is IQ2_XS.*cannot run on the GPU/);
+      expect(error.message).toMatch(/blk\.0\.attn_q\.weight is I8.*cannot run on the GPU/);
     }
   });
 
@@ -371,6 +369,21 @@ describe("modelFootprint", () => {
     expect(f.kvBytes).toBe(2 * layers * 64 * kvWidth * 2);
     expect(f.denseBytes + experts).toBeGreaterThan(info.summary.tensorBytes);
     expect(f.kernelGaps).toEqual([]);
+  });
+
+  it.skipIf(!cuda)("counts a low-bit mix's expert slices, layer by layer, at the file's bytes", async () => {
+    const path = join(dir, "tiny-glm4moe-ud.gguf");
+    await writeSyntheticModel(path, { preset: "tiny-glm4moe-ud" });
+    const info = await readGgufInfo(path);
+    const f = await modelFootprint(path, { contextSize: 64 });
+    expect(f.kernelGaps).toEqual([]);
+    // Layers 1 and 2 hold experts of different types (IQ1_S/IQ2_XXS, IQ2_XXS/IQ3_S): their slices differ.
+    for (const layer of [1, 2]) {
+      const stacks = info.tensors.filter((t) => t.name.startsWith(`blk.${layer}.`) && /_exps\.weight$/.test(t.name));
+      expect(stacks.map((t) => t.type).some((type) => type.startsWith("IQ"))).toBe(true);
+      expect(f.expertBytes[layer]! * f.experts).toBe(stacks.reduce((sum, t) => sum + t.bytes, 0));
+    }
+    expect(f.expertBytes[1]).not.toBe(f.expertBytes[2]);
   });
 
   it.skipIf(!cuda)("leaves no tensor without a GPU kernel in a model of any weight type the CPU runs", async () => {

@@ -8,7 +8,8 @@ import {
   BLOCK_DMIN,
   FILLABLE_TYPES,
   MXFP4_E,
-  blockScaleOffset,
+  blockScale,
+  syntheticBlockD,
   f16ToF32,
   f32ToF16,
   tensorFiller,
@@ -103,8 +104,8 @@ describe("tiny presets", () => {
                 Math.abs(new Float32Array(new Uint32Array([view.getUint16(0, true) << 16]).buffer)[0]!),
               ).toBeLessThan(0.0502);
             } else {
-              expect(f16ToF32(view.getUint16(blockScaleOffset(type), true)), `${tensor.name} block ${block}`).toBe(
-                f16ToF32(f32ToF16(BLOCK_D)),
+              expect(blockScale(type, bytes), `${tensor.name} block ${block}`).toBe(
+                f16ToF32(f32ToF16(syntheticBlockD(type))),
               );
             }
           }
@@ -239,7 +240,7 @@ describe("qwen3-30b-a3b", () => {
 describe("options", () => {
   it("refuses unknown presets and types by name", () => {
     expect(() => planSyntheticModel({ preset: "nope" })).toThrow(/unknown preset "nope"/);
-    expect(() => planSyntheticModel({ preset: "tiny-llama", weightType: "IQ2_XXS" })).toThrow(
+    expect(() => planSyntheticModel({ preset: "tiny-llama", weightType: "I8" })).toThrow(
       expect.objectContaining({ code: "UNSUPPORTED_QUANT" }),
     );
     expect(() => planSyntheticModel({ preset: "tiny-llama", weightType: "Q9_9" })).toThrow(BloomeryError);
@@ -248,7 +249,7 @@ describe("options", () => {
 
 describe("tensor data", () => {
   it("does not depend on how the writer cuts a tensor into chunks", () => {
-    for (const type of ["Q6_K", "MXFP4", "F16", "F32"]) {
+    for (const type of ["Q6_K", "MXFP4", "IQ1_M", "TQ1_0", "F16", "F32"]) {
       const whole = new Uint8Array(ggmlType(type).blockBytes * 64);
       tensorFiller(type, 42, { center: 0, amplitude: 0.05 })(whole, 0);
       const pieces = new Uint8Array(whole.length);

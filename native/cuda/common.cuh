@@ -33,6 +33,21 @@ inline constexpr uint32_t kTypeQ8_K = quant::BlockQ8_K::kType;
 inline constexpr uint32_t kTypeIQ4_NL = quant::BlockIQ4_NL::kType;
 inline constexpr uint32_t kTypeIQ4_XS = quant::BlockIQ4_XS::kType;
 inline constexpr uint32_t kTypeMXFP4 = quant::BlockMXFP4::kType;
+// The 1- to 3-bit types (iq_decode.cuh decodes them).
+inline constexpr uint32_t kTypeIQ2_XXS = quant::BlockIQ2_XXS::kType;
+inline constexpr uint32_t kTypeIQ2_XS = quant::BlockIQ2_XS::kType;
+inline constexpr uint32_t kTypeIQ2_S = quant::BlockIQ2_S::kType;
+inline constexpr uint32_t kTypeIQ3_XXS = quant::BlockIQ3_XXS::kType;
+inline constexpr uint32_t kTypeIQ3_S = quant::BlockIQ3_S::kType;
+inline constexpr uint32_t kTypeIQ1_S = quant::BlockIQ1_S::kType;
+inline constexpr uint32_t kTypeIQ1_M = quant::BlockIQ1_M::kType;
+inline constexpr uint32_t kTypeTQ1_0 = quant::BlockTQ1_0::kType;
+inline constexpr uint32_t kTypeTQ2_0 = quant::BlockTQ2_0::kType;
+
+constexpr bool is_low_bit_type(uint32_t type) {
+  return type == kTypeIQ2_XXS || type == kTypeIQ2_XS || type == kTypeIQ2_S || type == kTypeIQ3_XXS ||
+         type == kTypeIQ3_S || type == kTypeIQ1_S || type == kTypeIQ1_M || type == kTypeTQ1_0 || type == kTypeTQ2_0;
+}
 
 // The block layouts the kernels decode, by their names.
 using quant::BlockIQ4_NL;
@@ -54,7 +69,8 @@ using quant::BlockQ8_0;
 template <uint32_t... Types>
 struct TypeList {};
 using QuantizedTypes = TypeList<kTypeQ4_0, kTypeQ4_1, kTypeQ5_0, kTypeQ5_1, kTypeQ8_0, kTypeQ2_K, kTypeQ3_K, kTypeQ4_K,
-                                kTypeQ5_K, kTypeQ6_K, kTypeIQ4_NL, kTypeIQ4_XS, kTypeMXFP4>;
+                                kTypeQ5_K, kTypeQ6_K, kTypeIQ4_NL, kTypeIQ4_XS, kTypeMXFP4, kTypeIQ2_XXS, kTypeIQ2_XS,
+                                kTypeIQ2_S, kTypeIQ3_XXS, kTypeIQ3_S, kTypeIQ1_S, kTypeIQ1_M, kTypeTQ1_0, kTypeTQ2_0>;
 using FloatTypes = TypeList<kTypeF32, kTypeF16, kTypeBF16>;
 
 // Calls f(std::integral_constant<uint32_t, T>{}) for the T of the list equal to `type`, and

@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "cuda/common.cuh"
+#include "cuda/iq_decode.cuh"
 
 namespace bloomery::cuda {
 
@@ -93,6 +94,14 @@ __device__ float dequantize(const uint8_t* row, int e) {
     const auto scale = static_cast<int8_t>(b[offsetof(BlockQ6_K, scales) + 8 * h + 2 * t + l / 16]);
     const float d = half_at(b + offsetof(BlockQ6_K, d));
     return __fmul_rn(__fmul_rn(d, static_cast<float>(scale)), static_cast<float>((low | (high << 4)) - 32));
+  } else if constexpr (is_low_bit_type(Type)) {
+    // (d * scale) * factor, then times q (or q + 0.125 * delta_sign), as quant/iq_codes.h says.
+    const uint8_t* b = row + (e / 256) * iq_block_bytes<Type>();
+    const IqGroup g = iq_group<Type>(b, (e % 256) / 8);
+    const int j = e % 8;
+    const float q = static_cast<float>(static_cast<int8_t>(((j < 4 ? g.lo : g.hi) >> (8 * (j % 4))) & 0xff));
+    const float dl = __fmul_rn(__fmul_rn(iq_block_d<Type>(b), static_cast<float>(g.scale)), iq_factor<Type>());
+    return g.delta_sign ? __fmul_rn(dl, __fadd_rn(q, 0.125f * static_cast<float>(g.delta_sign))) : __fmul_rn(dl, q);
   } else {
     static_assert(Type == kTypeIQ4_XS);
     const uint8_t* b = row + (e / 256) * sizeof(BlockIQ4_XS);

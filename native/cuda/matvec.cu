@@ -15,6 +15,7 @@
 
 #include "base/error.h"
 #include "cuda/float_dot.cuh"
+#include "cuda/iq_decode.cuh"
 #include "cuda/quantize.cuh"
 
 namespace bloomery::cuda {
@@ -189,9 +190,35 @@ constexpr bool has_super_blocks(uint32_t type) {
          type == kTypeIQ4_XS;
 }
 
+// The 1- to 3-bit types: unit u is groups 2 (u % 16) and 2 (u % 16) + 1 of super-block u / 16, which
+// share a scale. IQ1's values q + 0.125 * delta_sign are kept as the integers 8 q + delta_sign at an
+// eighth of the scale.
+template <uint32_t Type>
+__device__ __forceinline__ Unit decode_unit_low_bit(const uint8_t* row, int unit) {
+  const uint8_t* b = row + (unit / 16) * iq_block_bytes<Type>();
+  const IqGroup g0 = iq_group<Type>(b, 2 * (unit % 16)), g1 = iq_group<Type>(b, 2 * (unit % 16) + 1);
+  Unit u{};
+  u.q[0] = static_cast<int>(g0.lo), u.q[1] = static_cast<int>(g0.hi);
+  u.q[2] = static_cast<int>(g1.lo), u.q[3] = static_cast<int>(g1.hi);
+  float factor = iq_factor<Type>();
+  if constexpr (Type == kTypeIQ1_S || Type == kTypeIQ1_M) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int delta_sign = i < 2 ? g0.delta_sign : g1.delta_sign;
+      const uint32_t eight_q = (static_cast<uint32_t>(u.q[i]) << 3) & 0xf8f8f8f8u;
+      u.q[i] = static_cast<int>(__vadd4(eight_q, delta_sign > 0 ? 0x01010101u : 0xffffffffu));
+    }
+    factor = 0.125f;
+  }
+  u.scale = iq_block_d<Type>(b) * static_cast<float>(g0.scale) * factor;
+  return u;
+}
+
 template <uint32_t Type>
 __device__ __forceinline__ Unit decode_unit(const uint8_t* row, int unit) {
-  if constexpr (has_super_blocks(Type)) {
+  if constexpr (is_low_bit_type(Type)) {
+    return decode_unit_low_bit<Type>(row, unit);
+  } else if constexpr (has_super_blocks(Type)) {
     return decode_unit_256<Type>(row, unit);
   } else {
     return decode_unit_32<Type>(row, unit);

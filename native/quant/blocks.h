@@ -121,11 +121,80 @@ struct BlockMXFP4 {
   uint8_t qs[kQK / 2];
 };
 
+// The i-quants of 1 to 3 bits: each 256-element block is 32 groups of 8 (IQ3: two groups of 4
+// per 8) whose values are one entry of a codebook (quant/iq_grids.h), with signs and 3- or 4-bit
+// scales per 16 or 32 elements packed alongside (quant/iq_codes.h unpacks them).
+struct BlockIQ2_XXS {
+  static constexpr uint32_t kType = 16, kElements = kQKK;
+  uint16_t d;
+  uint16_t qs[kQKK / 8];  // per 32 elements: four grid indices (bytes), then 4 x 7 sign bits and a 4-bit scale
+};
+
+struct BlockIQ2_XS {
+  static constexpr uint32_t kType = 17, kElements = kQKK;
+  uint16_t d;
+  uint16_t qs[kQKK / 8];      // per 8 elements: a 9-bit grid index and 7 sign bits
+  uint8_t scales[kQKK / 32];  // per 16 elements, a 4-bit scale (first 16 in the low nibble)
+};
+
+struct BlockIQ2_S {
+  static constexpr uint32_t kType = 22, kElements = kQKK;
+  uint16_t d;
+  uint8_t qs[kQKK / 4];       // low 8 bits of 32 grid indices, then 32 sign bytes (one per 8 elements)
+  uint8_t qh[kQKK / 32];      // top 2 bits of the grid indices, four per byte
+  uint8_t scales[kQKK / 32];  // as IQ2_XS
+};
+
+struct BlockIQ3_XXS {
+  static constexpr uint32_t kType = 18, kElements = kQKK;
+  uint16_t d;
+  uint8_t qs[3 * kQKK / 8];  // 64 grid indices (4 elements each), then per 32 elements 4 x 7 sign bits and a scale
+};
+
+struct BlockIQ3_S {
+  static constexpr uint32_t kType = 21, kElements = kQKK;
+  uint16_t d;
+  uint8_t qs[kQKK / 4];       // low 8 bits of 64 grid indices
+  uint8_t qh[kQKK / 32];      // their ninth bits, eight per byte
+  uint8_t signs[kQKK / 8];    // one bit per element
+  uint8_t scales[kQKK / 64];  // per 32 elements, a 4-bit scale
+};
+
+struct BlockIQ1_S {
+  static constexpr uint32_t kType = 19, kElements = kQKK;
+  uint16_t d;
+  uint8_t qs[kQKK / 8];    // low 8 bits of 32 grid indices
+  uint16_t qh[kQKK / 32];  // per 32 elements: 4 x 3 high index bits, a 3-bit scale, the delta's sign
+};
+
+struct BlockIQ1_M {
+  static constexpr uint32_t kType = 29, kElements = kQKK;
+  uint8_t qs[kQKK / 8];       // low 8 bits of 32 grid indices
+  uint8_t qh[kQKK / 16];      // per 8 elements, 3 high index bits and the delta's sign
+  uint8_t scales[kQKK / 32];  // per 16 elements, a 3-bit scale; the f16 block scale in the top nibbles
+};
+
+struct BlockTQ1_0 {
+  static constexpr uint32_t kType = 34, kElements = kQKK;
+  uint8_t qs[(kQKK - 4 * kQKK / 64) / 5];  // five ternary digits per byte, base 3 (240 elements)
+  uint8_t qh[kQKK / 64];                   // four per byte (the last 16 elements)
+  uint16_t d;
+};
+
+struct BlockTQ2_0 {
+  static constexpr uint32_t kType = 35, kElements = kQKK;
+  uint8_t qs[kQKK / 4];  // 2-bit codes 0..2 for -1, 0, 1, laid out as Q2_K's
+  uint16_t d;
+};
+
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22);
 static_assert(sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34 && sizeof(BlockQ8_1) == 36);
 static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144);
 static_assert(sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210 && sizeof(BlockQ8_K) == 292);
 static_assert(sizeof(BlockIQ4_NL) == 18 && sizeof(BlockIQ4_XS) == 136 && sizeof(BlockMXFP4) == 17);
+static_assert(sizeof(BlockIQ2_XXS) == 66 && sizeof(BlockIQ2_XS) == 74 && sizeof(BlockIQ2_S) == 82);
+static_assert(sizeof(BlockIQ3_XXS) == 98 && sizeof(BlockIQ3_S) == 110 && sizeof(BlockIQ1_S) == 50);
+static_assert(sizeof(BlockIQ1_M) == 56 && sizeof(BlockTQ1_0) == 54 && sizeof(BlockTQ2_0) == 66);
 
 // The non-linear 4-bit codebook of IQ4_NL and IQ4_XS.
 inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};

@@ -4,6 +4,7 @@
 
 #include "quant/blocks.h"
 #include "quant/float_formats.h"
+#include "quant/iq_codes.h"
 
 namespace bloomery::quant {
 
@@ -239,5 +240,33 @@ void dequantize_row_mxfp4(const void* src, float* dst, int64_t n) {
     }
   }
 }
+
+// The 1- to 3-bit types, through their unpacked form (iq_codes.h gives the order of float steps).
+namespace {
+template <typename Block>
+void dequantize_iq(const void* src, float* dst, int64_t n) {
+  const auto* x = static_cast<const Block*>(src);
+  IqCodes c;
+  for (int64_t i = 0; i < n / kQKK; ++i, dst += kQKK) {
+    decode_iq(x[i], c);
+    for (int e = 0; e < kQKK; ++e) {
+      const float dl = c.d * static_cast<float>(c.scale[e / 16]) * c.factor;
+      const int8_t delta_sign = c.delta_sign[e / 8];
+      dst[e] = delta_sign ? dl * (static_cast<float>(c.q[e]) + kIq1Delta * static_cast<float>(delta_sign))
+                          : dl * static_cast<float>(c.q[e]);
+    }
+  }
+}
+}  // namespace
+
+void dequantize_row_iq2_xxs(const void* src, float* dst, int64_t n) { dequantize_iq<BlockIQ2_XXS>(src, dst, n); }
+void dequantize_row_iq2_xs(const void* src, float* dst, int64_t n) { dequantize_iq<BlockIQ2_XS>(src, dst, n); }
+void dequantize_row_iq2_s(const void* src, float* dst, int64_t n) { dequantize_iq<BlockIQ2_S>(src, dst, n); }
+void dequantize_row_iq3_xxs(const void* src, float* dst, int64_t n) { dequantize_iq<BlockIQ3_XXS>(src, dst, n); }
+void dequantize_row_iq3_s(const void* src, float* dst, int64_t n) { dequantize_iq<BlockIQ3_S>(src, dst, n); }
+void dequantize_row_iq1_s(const void* src, float* dst, int64_t n) { dequantize_iq<BlockIQ1_S>(src, dst, n); }
+void dequantize_row_iq1_m(const void* src, float* dst, int64_t n) { dequantize_iq<BlockIQ1_M>(src, dst, n); }
+void dequantize_row_tq1_0(const void* src, float* dst, int64_t n) { dequantize_iq<BlockTQ1_0>(src, dst, n); }
+void dequantize_row_tq2_0(const void* src, float* dst, int64_t n) { dequantize_iq<BlockTQ2_0>(src, dst, n); }
 
 }  // namespace bloomery::quant

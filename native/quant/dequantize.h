@@ -25,5 +25,14 @@ void dequantize_row_q8_k(const void* src, float* dst, int64_t n);
 void dequantize_row_iq4_nl(const void* src, float* dst, int64_t n);
 void dequantize_row_iq4_xs(const void* src, float* dst, int64_t n);
 void dequantize_row_mxfp4(const void* src, float* dst, int64_t n);
+void dequantize_row_iq2_xxs(const void* src, float* dst, int64_t n);
+void dequantize_row_iq2_xs(const void* src, float* dst, int64_t n);
+void dequantize_row_iq2_s(const void* src, float* dst, int64_t n);
+void dequantize_row_iq3_xxs(const void* src, float* dst, int64_t n);
+void dequantize_row_iq3_s(const void* src, float* dst, int64_t n);
+void dequantize_row_iq1_s(const void* src, float* dst, int64_t n);
+void dequantize_row_iq1_m(const void* src, float* dst, int64_t n);
+void dequantize_row_tq1_0(const void* src, float* dst, int64_t n);
+void dequantize_row_tq2_0(const void* src, float* dst, int64_t n);
 
 }  // namespace bloomery::quant

@@ -4,6 +4,7 @@
 
 #include "quant/blocks.h"
 #include "quant/float_formats.h"
+#include "quant/iq_codes.h"
 
 namespace bloomery::quant {
 
@@ -258,5 +259,43 @@ float vec_dot_iq4_xs_q8_k(const void* w, const void* a, int64_t n) {
   }
   return sum;
 }
+
+// The 1- to 3-bit types: per block, sum_s scale_s * (q . y over the 16 elements of s) exactly in
+// int, and for IQ1_S/IQ1_M the deltas' sum_g scale * sign_g * (the sum of y over group g).
+namespace {
+template <typename Block>
+float dot_iq(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const Block*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  IqCodes c;
+  float sum = 0;
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    decode_iq(x[i], c);
+    int scaled = 0, deltas = 0;
+    for (int s = 0; s < kQKK / 16; ++s) {
+      int dot = 0;
+      for (int l = 16 * s; l < 16 * s + 16; ++l) dot += c.q[l] * y[i].qs[l];
+      scaled += c.scale[s] * dot;
+    }
+    for (int g = 0; g < kQKK / 8; ++g) {
+      int group_sum = 0;
+      for (int l = 8 * g; l < 8 * g + 8; ++l) group_sum += y[i].qs[l];
+      deltas += c.scale[g / 2] * c.delta_sign[g] * group_sum;
+    }
+    sum += c.d * y[i].d * (c.factor * static_cast<float>(scaled) + kIq1Delta * static_cast<float>(deltas));
+  }
+  return sum;
+}
+}  // namespace
+
+float vec_dot_iq2_xxs_q8_k(const void* w, const void* a, int64_t n) { return dot_iq<BlockIQ2_XXS>(w, a, n); }
+float vec_dot_iq2_xs_q8_k(const void* w, const void* a, int64_t n) { return dot_iq<BlockIQ2_XS>(w, a, n); }
+float vec_dot_iq2_s_q8_k(const void* w, const void* a, int64_t n) { return dot_iq<BlockIQ2_S>(w, a, n); }
+float vec_dot_iq3_xxs_q8_k(const void* w, const void* a, int64_t n) { return dot_iq<BlockIQ3_XXS>(w, a, n); }
+float vec_dot_iq3_s_q8_k(const void* w, const void* a, int64_t n) { return dot_iq<BlockIQ3_S>(w, a, n); }
+float vec_dot_iq1_s_q8_k(const void* w, const void* a, int64_t n) { return dot_iq<BlockIQ1_S>(w, a, n); }
+float vec_dot_iq1_m_q8_k(const void* w, const void* a, int64_t n) { return dot_iq<BlockIQ1_M>(w, a, n); }
+float vec_dot_tq1_0_q8_k(const void* w, const void* a, int64_t n) { return dot_iq<BlockTQ1_0>(w, a, n); }
+float vec_dot_tq2_0_q8_k(const void* w, const void* a, int64_t n) { return dot_iq<BlockTQ2_0>(w, a, n); }
 
 }  // namespace bloomery::quant

@@ -24,5 +24,14 @@ float vec_dot_q6_k_q8_k(const void* w, const void* a, int64_t n);
 float vec_dot_iq4_nl_q8_0(const void* w, const void* a, int64_t n);
 float vec_dot_iq4_xs_q8_k(const void* w, const void* a, int64_t n);
 float vec_dot_mxfp4_q8_0(const void* w, const void* a, int64_t n);
+float vec_dot_iq2_xxs_q8_k(const void* w, const void* a, int64_t n);
+float vec_dot_iq2_xs_q8_k(const void* w, const void* a, int64_t n);
+float vec_dot_iq2_s_q8_k(const void* w, const void* a, int64_t n);
+float vec_dot_iq3_xxs_q8_k(const void* w, const void* a, int64_t n);
+float vec_dot_iq3_s_q8_k(const void* w, const void* a, int64_t n);
+float vec_dot_iq1_s_q8_k(const void* w, const void* a, int64_t n);
+float vec_dot_iq1_m_q8_k(const void* w, const void* a, int64_t n);
+float vec_dot_tq1_0_q8_k(const void* w, const void* a, int64_t n);
+float vec_dot_tq2_0_q8_k(const void* w, const void* a, int64_t n);
 
 }  // namespace bloomery::quant

@@ -33,6 +33,16 @@ BLOOMERY_X86_DOT(vec_dot_q6_k_q8_k_avx2);
 BLOOMERY_X86_DOT(vec_dot_iq4_nl_q8_0_avx2);
 BLOOMERY_X86_DOT(vec_dot_iq4_xs_q8_k_avx2);
 BLOOMERY_X86_DOT(vec_dot_mxfp4_q8_0_avx2);
+// dot_iq_avx2.cc: the 1- to 3-bit types, whose AVX2 order llama.cpp's AVX-512 hosts run too.
+BLOOMERY_X86_DOT(vec_dot_iq2_xxs_q8_k_avx2);
+BLOOMERY_X86_DOT(vec_dot_iq2_xs_q8_k_avx2);
+BLOOMERY_X86_DOT(vec_dot_iq3_xxs_q8_k_avx2);
+BLOOMERY_X86_DOT(vec_dot_iq1_s_q8_k_avx2);
+BLOOMERY_X86_DOT(vec_dot_iq3_s_q8_k_avx2);
+BLOOMERY_X86_DOT(vec_dot_iq2_s_q8_k_avx2);
+BLOOMERY_X86_DOT(vec_dot_iq1_m_q8_k_avx2);
+BLOOMERY_X86_DOT(vec_dot_tq1_0_q8_k_avx2);
+BLOOMERY_X86_DOT(vec_dot_tq2_0_q8_k_avx2);
 
 BLOOMERY_X86_DOT(vec_dot_f32_f32_avx512);
 BLOOMERY_X86_DOT(vec_dot_f16_f16_avx512);

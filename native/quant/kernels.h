@@ -5,7 +5,8 @@
 // cpu/cpu_dispatch.h; this layer knows nothing of the host.
 //
 // Activation pairings follow ggml: Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4 with Q8_0; Q4_1, Q5_1
-// with Q8_1; the K-quants and IQ4_XS with Q8_K; F32, F16, BF16 each with itself.
+// with Q8_1; the K-quants, IQ4_XS and the 1- to 3-bit types (IQ1_S .. IQ3_S, TQ1_0, TQ2_0) with Q8_K; F32, F16, BF16
+// each with itself.
 #pragma once
 
 #include <cstdint>

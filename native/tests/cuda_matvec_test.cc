@@ -245,10 +245,10 @@ TEST(cuda_expert_matvec_matches_cpu) {
   std::mt19937 rng(19);
   const cuda::Stream stream;
   const int64_t experts = 6, used = 3, width = 512, ff = 256;
-  std::vector<std::pair<uint32_t, uint32_t>> pairs = {{quant::BlockQ4_K::kType, quant::BlockQ6_K::kType},
-                                                      {quant::BlockQ4_K::kType, quant::BlockMXFP4::kType},
-                                                      {quant::BlockQ5_1::kType, quant::BlockIQ4_XS::kType},
-                                                      {1, quant::BlockQ4_1::kType}};
+  std::vector<std::pair<uint32_t, uint32_t>> pairs = {
+      {quant::BlockQ4_K::kType, quant::BlockQ6_K::kType},     {quant::BlockQ4_K::kType, quant::BlockMXFP4::kType},
+      {quant::BlockQ5_1::kType, quant::BlockIQ4_XS::kType},   {1, quant::BlockQ4_1::kType},
+      {quant::BlockIQ1_S::kType, quant::BlockIQ2_XXS::kType}, {quant::BlockIQ2_XXS::kType, quant::BlockIQ3_S::kType}};
   for (const uint32_t type : kGpuTypes) pairs.emplace_back(type, type);
   for (const auto& [up_type, down_type] : pairs) {
     const auto gate = random_matrix(up_type, experts * ff, width, rng),

@@ -64,11 +64,13 @@ inline size_t row_bytes(uint32_t type, int64_t cols) {
 // The weight types the GPU's kernels take (every type with CPU kernels: cuda_types_match_cpu_types
 // checks it): the float ones read float rows, the quantized ones activation blocks.
 inline constexpr std::array<uint32_t, 3> kFloatTypes = {0, 1, 30};  // F32, F16, BF16
-inline constexpr std::array<uint32_t, 13> kQuantizedTypes = {
-    quant::BlockQ4_0::kType, quant::BlockQ4_1::kType, quant::BlockQ5_0::kType,   quant::BlockQ5_1::kType,
-    quant::BlockQ8_0::kType, quant::BlockQ2_K::kType, quant::BlockQ3_K::kType,   quant::BlockQ4_K::kType,
-    quant::BlockQ5_K::kType, quant::BlockQ6_K::kType, quant::BlockIQ4_NL::kType, quant::BlockIQ4_XS::kType,
-    quant::BlockMXFP4::kType};
+inline constexpr std::array<uint32_t, 22> kQuantizedTypes = {
+    quant::BlockQ4_0::kType,    quant::BlockQ4_1::kType,    quant::BlockQ5_0::kType,   quant::BlockQ5_1::kType,
+    quant::BlockQ8_0::kType,    quant::BlockQ2_K::kType,    quant::BlockQ3_K::kType,   quant::BlockQ4_K::kType,
+    quant::BlockQ5_K::kType,    quant::BlockQ6_K::kType,    quant::BlockIQ4_NL::kType, quant::BlockIQ4_XS::kType,
+    quant::BlockMXFP4::kType,   quant::BlockIQ2_XXS::kType, quant::BlockIQ2_XS::kType, quant::BlockIQ2_S::kType,
+    quant::BlockIQ3_XXS::kType, quant::BlockIQ3_S::kType,   quant::BlockIQ1_S::kType,  quant::BlockIQ1_M::kType,
+    quant::BlockTQ1_0::kType,   quant::BlockTQ2_0::kType};
 inline constexpr auto kGpuTypes = [] {
   std::array<uint32_t, kFloatTypes.size() + kQuantizedTypes.size()> all{};
   std::copy(kFloatTypes.begin(), kFloatTypes.end(), all.begin());
@@ -173,6 +175,31 @@ inline std::vector<uint8_t> random_matrix(uint32_t type, int64_t rows, int64_t c
         break;
       case quant::BlockMXFP4::kType:
         m[o + offsetof(quant::BlockMXFP4, e)] = static_cast<uint8_t>(115 + rng() % 10);  // 2^-12 .. 2^-3
+        break;
+      case quant::BlockIQ2_XXS::kType:
+      case quant::BlockIQ2_XS::kType:
+      case quant::BlockIQ2_S::kType:
+      case quant::BlockIQ3_XXS::kType:
+      case quant::BlockIQ3_S::kType:
+      case quant::BlockIQ1_S::kType:
+        half(o, 1e-4f, 1e-2f, true);  // d leads these blocks
+        break;
+      case quant::BlockIQ1_M::kType: {  // the f16 scale in the top nibbles of the four scale words
+        half(o, 1e-4f, 1e-2f, true);    // drawn into the first bytes, then moved
+        uint16_t d;
+        std::memcpy(&d, m.data() + o, sizeof d);
+        m[o] = static_cast<uint8_t>(rng()), m[o + 1] = static_cast<uint8_t>(rng());
+        for (int k = 0; k < 4; ++k) {
+          uint8_t& top = m[o + offsetof(quant::BlockIQ1_M, scales) + 2 * k + 1];
+          top = static_cast<uint8_t>((top & 0x0f) | (((d >> (4 * k)) & 0x0f) << 4));
+        }
+        break;
+      }
+      case quant::BlockTQ1_0::kType:
+        half(o + offsetof(quant::BlockTQ1_0, d), 1e-4f, 1e-2f, true);
+        break;
+      case quant::BlockTQ2_0::kType:
+        half(o + offsetof(quant::BlockTQ2_0, d), 1e-4f, 1e-2f, true);
         break;
       default:
         break;

@@ -9,6 +9,8 @@
 #include "quant/dot_scalar.h"
 #include "quant/float_formats.h"
 #include "quant/ggml_types.h"
+#include "quant/iq_codes.h"
+#include "quant/iq_grids.h"
 #include "quant/quantize_activations.h"
 #include "tests/check.h"
 
@@ -42,6 +44,80 @@ TEST(quant_blocks_match_ggml_type_table) {
   check_block_matches_table<BlockIQ4_NL>("IQ4_NL");
   check_block_matches_table<BlockIQ4_XS>("IQ4_XS");
   check_block_matches_table<BlockMXFP4>("MXFP4");
+  check_block_matches_table<BlockIQ2_XXS>("IQ2_XXS");
+  check_block_matches_table<BlockIQ2_XS>("IQ2_XS");
+  check_block_matches_table<BlockIQ2_S>("IQ2_S");
+  check_block_matches_table<BlockIQ3_XXS>("IQ3_XXS");
+  check_block_matches_table<BlockIQ3_S>("IQ3_S");
+  check_block_matches_table<BlockIQ1_S>("IQ1_S");
+  check_block_matches_table<BlockIQ1_M>("IQ1_M");
+  check_block_matches_table<BlockTQ1_0>("TQ1_0");
+  check_block_matches_table<BlockTQ2_0>("TQ2_0");
+}
+
+namespace {
+// FNV-1a over the little-endian bytes of a table's entries.
+template <typename T, size_t N>
+uint64_t fnv1a(const T (&table)[N]) {
+  uint64_t h = 0xcbf29ce484222325;
+  for (const T& v : table)
+    for (size_t j = 0; j < sizeof(T); ++j) h = (h ^ ((static_cast<uint64_t>(v) >> (8 * j)) & 0xff)) * 0x100000001b3;
+  return h;
+}
+}  // namespace
+
+// The i-quants' codebooks and sign table, pinned to ggml-common.h's by a hash computed there (any
+// one entry changed changes it), and the sign bytes the SIMD dots use pinned to the sign table.
+TEST(quant_iq_grids_match_ggml) {
+  CHECK(fnv1a(kIq2xxsGrid) == 0xbb4ee025b5ac6e8eull) << "iq2xxs_grid";
+  CHECK(fnv1a(kIq2xsGrid) == 0xc9b1ee61e79909bdull) << "iq2xs_grid";
+  CHECK(fnv1a(kIq2sGrid) == 0x123edd38a3b62b90ull) << "iq2s_grid";
+  CHECK(fnv1a(kIq3xxsGrid) == 0xdfa5dc83d6a155d5ull) << "iq3xxs_grid";
+  CHECK(fnv1a(kIq3sGrid) == 0xfa37020c25b44829ull) << "iq3s_grid";
+  CHECK(fnv1a(kIq1sGrid) == 0x6703ed863501ae2eull) << "iq1s_grid";
+  uint8_t signs[128];
+  for (uint32_t i = 0; i < 128; ++i) signs[i] = iq_even_signs(i);
+  CHECK(fnv1a(signs) == 0xf19ba8f8c3292ba5ull) << "ksigns_iq2xs";
+  for (uint32_t i = 0; i < 128; ++i)
+    for (int j = 0; j < 8; ++j) {
+      const auto byte = static_cast<int8_t>((kIqEvenSignBytes[i] >> (8 * j)) & 0xff);
+      CHECK(byte == ((signs[i] >> j) & 1 ? -1 : 1)) << "sign bytes of " << i << ", element " << j;
+    }
+}
+
+// Hand-built blocks of the 1- to 3-bit types against values worked out from ggml's formulas.
+TEST(quant_iq_known_blocks) {
+  float out[256];
+  {
+    // IQ2_XXS, first 32 elements: grid entries 0, 255, 1, 2; group 0's seven sign bits 0b0000001
+    // (element 0 negative, and so by parity element 7); scale nibble 3: d * 7 / 8.
+    BlockIQ2_XXS b{};
+    b.d = fp32_to_fp16(1.0f);
+    const uint32_t grid = 0x0201ff00u, aux = (3u << 28) | 0b0000001u;
+    std::memcpy(b.qs, &grid, 4);
+    std::memcpy(b.qs + 2, &aux, 4);
+    dequantize_row_iq2_xxs(&b, out, 256);
+    const float s = 7.0f / 8;
+    CHECK(out[0] == -8 * s && out[1] == 8 * s && out[6] == 8 * s && out[7] == -8 * s) << out[0] << " " << out[7];
+    // entry 255 is 0x2b2b2b1908081908: elements 8.. are 8, 25, 8, 8, 25, 43, 43, 43
+    CHECK(out[8] == 8 * s && out[9] == 25 * s && out[13] == 43 * s && out[15] == 43 * s) << out[9];
+  }
+  {
+    // IQ1_S: group 0 is grid entry 0 (all -1), the delta negative, scale 2 * 1 + 1.
+    BlockIQ1_S b{};
+    b.d = fp32_to_fp16(0.5f);
+    b.qh[0] = static_cast<uint16_t>(0x8000 | (1 << 12));
+    dequantize_row_iq1_s(&b, out, 256);
+    CHECK(out[0] == 0.5f * 3 * (-1 - 0.125f)) << out[0];
+  }
+  {
+    // TQ1_0: byte 0 holds digits (2, 0, 1, 0, 0), first most significant, as ceil(171 * 256 / 243) = 181.
+    BlockTQ1_0 b{};
+    b.d = fp32_to_fp16(1.0f);
+    b.qs[0] = 181;
+    dequantize_row_tq1_0(&b, out, 256);
+    CHECK(out[0] == 1 && out[32] == -1 && out[64] == 0 && out[96] == -1) << out[0] << out[32] << out[64] << out[96];
+  }
 }
 
 TEST(quant_fp16_known_bits) {

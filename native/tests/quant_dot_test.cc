@@ -100,6 +100,29 @@ Bytes random_weights(uint32_t type, int64_t n, std::mt19937& rng) {
     case 39:
       each_block([&](size_t o) { row[o] = static_cast<uint8_t>(120 + rng() % 10); });
       break;
+    case 16:
+    case 17:
+    case 18:
+    case 19:
+    case 21:
+    case 22:
+      each_block([&](size_t o) { set_half(row, o, random_half(rng, 1e-4f, 1e-2f, true)); });
+      break;
+    case 29:  // IQ1_M's f16 scale lies in the top nibbles of its four scale words
+      each_block([&](size_t o) {
+        const uint16_t d = random_half(rng, 1e-4f, 1e-2f, true);
+        for (int k = 0; k < 4; ++k) {
+          uint8_t& top = row[o + offsetof(BlockIQ1_M, scales) + 2 * k + 1];
+          top = static_cast<uint8_t>((top & 0x0f) | (((d >> (4 * k)) & 0x0f) << 4));
+        }
+      });
+      break;
+    case 34:
+      each_block([&](size_t o) { set_half(row, o + offsetof(BlockTQ1_0, d), random_half(rng, 1e-4f, 1e-2f, true)); });
+      break;
+    case 35:
+      each_block([&](size_t o) { set_half(row, o + offsetof(BlockTQ2_0, d), random_half(rng, 1e-4f, 1e-2f, true)); });
+      break;
   }
   return row;
 }
@@ -229,7 +252,7 @@ TEST(quant_kernel_table_records_tiers) {
   CHECK(quant_kernels(39, SimdTier::kAvx2).activation_type == 8) << "MXFP4 dots against Q8_0";
   bool refused = false;
   try {
-    quant_kernels(16, SimdTier::kScalar);  // IQ2_XXS
+    quant_kernels(24, SimdTier::kScalar);  // I8
   } catch (const Error& e) {
     refused = e.code() == "UNSUPPORTED_QUANT";
   }

@@ -58,6 +58,12 @@ const TYPES = [
 // take: the CPU runs that layer's experts).
 const CASES = ["tiny-qwen3moe", "tiny-qwen3", "tiny-llama"].flatMap((preset) => TYPES.map((type) => [preset, type]));
 CASES.push(["tiny-qwen3moe-mix", undefined]);
+// The 1- to 3-bit types on the MoE fixture (experts, attention, embedding and output of the type),
+// and tiny-glm4moe-ud's UD-IQ1_S-like mix (low-bit experts, K-quants elsewhere, a shared expert).
+for (const type of ["IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "TQ1_0", "TQ2_0"]) {
+  CASES.push(["tiny-qwen3moe", type]);
+}
+CASES.push(["tiny-glm4moe-ud", undefined]);
 // GLM's and DeepSeek's blocks (partial rotary and biases, latent attention, sigmoid routing with
 // groups, shared experts, leading dense layers) at a float type, the three tiled types and three
 // of the 32-value ones (MLA's per-head matrices fall back to those where K-quants do not fit).
@@ -74,7 +80,7 @@ for (const [preset, type] of CASES) {
     try {
       assert.equal(gpu.info.gpu, true);
       for (const [l, layer] of gpu.plan.layers.entries()) {
-        if (type || l !== 1) {
+        if (preset !== "tiny-qwen3moe-mix" || l !== 1) {
           // Every weight type's experts run on the GPU (a kernel gap would keep them off it).
           assert.equal(layer.host.length, 0, JSON.stringify(layer));
         } else {

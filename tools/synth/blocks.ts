@@ -6,8 +6,14 @@
  * Q5_K is {@link BLOCK_DMIN} (0.0002); the f16 min `m` of Q4_1 and Q5_1 is minus half the
  * quant range times `d`, so their values centre on zero; the E8M0 exponent of MXFP4 is
  * {@link MXFP4_E} (2^-8, values within about ±0.023); IQ4_XS's sub-block scales are fixed at one
- * `d` too. Block sizes come from the engine's type table (ggmlType); this file only knows where
- * each format keeps its scales.
+ * `d` too. The 1- to 3-bit i-quants (IQ1_S .. IQ3_S) keep their random grid indices, signs and
+ * sub-block scales (any bytes are a valid block) under the same `d`; the ternary TQ1_0 and TQ2_0,
+ * whose values are only -d, 0 and d, get {@link TERNARY_D} so their weights are not 100x smaller
+ * than the other types'. Random bytes are what a quantizer could write for every type but the
+ * ternary ones, whose quantizer never writes a TQ1_0 byte of 243 or more or a TQ2_0 code of 3:
+ * both decode (to values within the same range, by the same formula in llama.cpp and here), so
+ * the files stay valid. Block sizes come from the engine's type table (ggmlType); this file only
+ * knows where each format keeps its scales.
  *
  * With `boundedScales` (the tiny presets), Q6_K's int8 sub-block scales are drawn from
  * [-{@link Q6_K_SCALE_BOUND}, {@link Q6_K_SCALE_BOUND}) instead of all 256 byte values: raw bytes
@@ -24,6 +30,8 @@ import { fillWords } from "./random.js";
 export const BLOCK_D = 0.0005;
 /** The f16 `dmin` of every synthetic Q2_K, Q4_K and Q5_K block. */
 export const BLOCK_DMIN = 0.0002;
+/** The f16 scale `d` of every synthetic TQ1_0 and TQ2_0 block (their values are -d, 0, d). */
+export const TERNARY_D = 0.004;
 /** The E8M0 scale byte of every synthetic MXFP4 block. */
 export const MXFP4_E = 119;
 /** Under `boundedScales`, Q6_K's sub-block scales lie in [-Q6_K_SCALE_BOUND, Q6_K_SCALE_BOUND). */
@@ -77,10 +85,11 @@ function f32ToBf16(value: number): number {
   return ((x + 0x7fff + ((x >>> 16) & 1)) >>> 16) & 0xffff;
 }
 
-/** A fixed little-endian field of a block: its byte offset and bytes. */
+/** A fixed little-endian field of a block: its byte offset and bytes (only the bits of `mask` in each, if given). */
 interface BlockField {
   offset: number;
   bytes: number[];
+  mask?: number;
 }
 
 function f16Field(offset: number, value: number): BlockField {
@@ -117,16 +126,45 @@ function scaleFields(type: string): BlockField[] {
       return [d(208)];
     case "MXFP4":
       return [{ offset: 0, bytes: [MXFP4_E] }];
+    case "IQ2_XXS":
+    case "IQ2_XS":
+    case "IQ2_S":
+    case "IQ3_XXS":
+    case "IQ3_S":
+    case "IQ1_S":
+      return [d(0)];
+    case "IQ1_M": {
+      // The f16 scale's four nibbles sit in the top nibbles of the four 16-bit scale words (bytes 48..55).
+      const bits = f32ToF16(BLOCK_D);
+      return [0, 1, 2, 3].map((k) => ({ offset: 49 + 2 * k, bytes: [((bits >>> (4 * k)) & 0x0f) << 4], mask: 0xf0 }));
+    }
+    case "TQ1_0":
+      return [f16Field(52, TERNARY_D)];
+    case "TQ2_0":
+      return [f16Field(64, TERNARY_D)];
     default:
       throw new BloomeryError("UNSUPPORTED_QUANT", `no synthetic block layout for ${type}`, { type });
   }
 }
 
-/** The byte offset of the f16 `d` in a block of `type` (for checks that decode it). */
-export function blockScaleOffset(type: string): number {
-  const field = scaleFields(type)[0]!;
-  if (field.bytes.length !== 2) throw new BloomeryError("UNSUPPORTED_QUANT", `${type} has no f16 scale`, { type });
-  return field.offset;
+/** The f16 scale `d` of a block of `type`, decoded from the block's bytes (for checks). */
+export function blockScale(type: string, block: Uint8Array): number {
+  const fields = scaleFields(type);
+  let bits: number;
+  if (type === "IQ1_M") {
+    bits = 0;
+    for (let k = 0; k < 4; k++) bits |= (block[49 + 2 * k]! >>> 4) << (4 * k);
+  } else {
+    const field = fields[0]!;
+    if (field.bytes.length !== 2) throw new BloomeryError("UNSUPPORTED_QUANT", `${type} has no f16 scale`, { type });
+    bits = block[field.offset]! | (block[field.offset + 1]! << 8);
+  }
+  return f16ToF32(bits);
+}
+
+/** The `d` writeSyntheticModel gives every block of `type`. */
+export function syntheticBlockD(type: string): number {
+  return type === "TQ1_0" || type === "TQ2_0" ? TERNARY_D : BLOCK_D;
 }
 
 /** How float values of a tensor are drawn: `center + uniform(±amplitude) * rowScale[row]`. */
@@ -156,6 +194,15 @@ export const FILLABLE_TYPES = [
   "IQ4_NL",
   "IQ4_XS",
   "MXFP4",
+  "IQ1_S",
+  "IQ1_M",
+  "IQ2_XXS",
+  "IQ2_XS",
+  "IQ2_S",
+  "IQ3_XXS",
+  "IQ3_S",
+  "TQ1_0",
+  "TQ2_0",
 ] as const;
 
 const FLOAT_BYTES: Record<string, number> = { F32: 4, F16: 2, BF16: 2 };
@@ -231,7 +278,8 @@ function patchFields(chunk: Uint8Array, byteOffset: number, blockBytes: number, 
     for (const field of fields) {
       for (let j = 0; j < field.bytes.length; j++) {
         const at = base + field.offset + j;
-        if (at >= 0 && at < chunk.length) chunk[at] = field.bytes[j]!;
+        const mask = field.mask ?? 0xff;
+        if (at >= 0 && at < chunk.length) chunk[at] = (chunk[at]! & ~mask) | (field.bytes[j]! & mask);
       }
     }
   }

@@ -269,6 +269,25 @@ const TINY_DEEPSEEK2: SynthPreset = {
   boundedScales: true,
 };
 
+/**
+ * A mix like the UD-IQ1_S / UD-IQ2_XXS files of the giant MoE models: 1- and 2-bit i-quant routed
+ * experts (their down projections a step up), K-quants for attention, the dense layer and the
+ * shared expert, Q6_K output. Layer 2's experts are other low-bit types (IQ2_XXS gate and up,
+ * IQ3_S down), the MTP layer's others again (IQ1_M, IQ2_S), as such files vary them by layer.
+ */
+const UD_LOW_BIT_MIX: Partial<Record<WeightRole, string>> = {
+  ...Q3_K_M_MIX,
+  ffn_gate_shexp: "Q5_K",
+  ffn_up_shexp: "Q5_K",
+  ffn_gate_exps: "IQ1_S",
+  ffn_up_exps: "IQ1_S",
+  ffn_down_exps: "IQ2_XXS",
+};
+const UD_LOW_BIT_LAYERS: Record<number, Partial<Record<WeightRole, string>>> = {
+  2: { ffn_gate_exps: "IQ2_XXS", ffn_up_exps: "IQ2_XXS", ffn_down_exps: "IQ3_S" },
+  3: { ffn_gate_exps: "IQ1_M", ffn_up_exps: "IQ1_M", ffn_down_exps: "IQ2_S" },
+};
+
 export const PRESETS: Record<string, SynthPreset> = {
   "qwen3-30b-a3b": {
     name: "qwen3-30b-a3b",
@@ -372,6 +391,15 @@ export const PRESETS: Record<string, SynthPreset> = {
 
   "tiny-glm4moe": TINY_GLM4MOE,
   "tiny-deepseek2": TINY_DEEPSEEK2,
+  "tiny-glm4moe-ud": {
+    ...TINY_GLM4MOE,
+    name: "tiny-glm4moe-ud",
+    description:
+      "tiny-glm4moe's shapes with a UD-IQ1_S-like mix: IQ1_S/IQ2_XXS routed experts (IQ2_XXS/IQ3_S in layer 2), K-quants elsewhere",
+    mix: UD_LOW_BIT_MIX,
+    layerMix: UD_LOW_BIT_LAYERS,
+    fileType: 24, // LLAMA_FTYPE_MOSTLY_IQ1_S, as the UD-IQ1_S files say
+  },
   "tiny-qwen3moe-mix": {
     ...TINY_QWEN3MOE,
     name: "tiny-qwen3moe-mix",

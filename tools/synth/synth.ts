@@ -68,9 +68,18 @@ const FILE_TYPE: Record<string, number> = {
   Q4_K: 14,
   Q5_K: 16,
   Q6_K: 18,
+  IQ2_XXS: 19,
+  IQ2_XS: 20,
+  IQ3_XXS: 23,
+  IQ1_S: 24,
   IQ4_NL: 25,
+  IQ3_S: 26,
+  IQ2_S: 28,
   IQ4_XS: 30,
+  IQ1_M: 31,
   BF16: 32,
+  TQ1_0: 36,
+  TQ2_0: 37,
   MXFP4: 38,
 };
 
@@ -176,7 +185,16 @@ function architectureMetadata(p: SynthPreset): [string, GgufValue, GgufMetadataT
 function fitType(type: string, rowLength: number): string {
   if (rowLength % ggmlType(type).blockElements === 0) return type;
   const fallback: Record<string, string> = {
+    IQ1_S: "IQ4_NL",
+    IQ1_M: "IQ4_NL",
+    IQ2_XXS: "IQ4_NL",
+    IQ2_XS: "IQ4_NL",
+    IQ2_S: "IQ4_NL",
+    IQ3_XXS: "IQ4_NL",
+    IQ3_S: "IQ4_NL",
     IQ4_XS: "IQ4_NL",
+    TQ1_0: "Q4_0",
+    TQ2_0: "Q4_0",
     Q2_K: "Q4_0",
     Q3_K: "Q4_0",
     Q4_K: "Q5_0",
