@@ -40,7 +40,7 @@ std::shared_ptr<SessionState> make_state(std::vector<int32_t> tokens, uint16_t s
   return s;
 }
 
-uint64_t bytes_of(size_t tokens) { return session_state_bytes(kLayers, kRow, static_cast<int64_t>(tokens)); }
+uint64_t bytes_of(size_t tokens) { return session_state_bytes({kLayers, 0, kRow}, static_cast<int64_t>(tokens), 0); }
 
 std::string refusal(const std::function<void()>& body) {
   try {
@@ -109,9 +109,9 @@ TEST(kv_cache_copies_a_prefix_to_and_from_a_packed_state) {
   p.layers = kLayers;
   p.kv_heads = 2;
   p.head_dim = 2;
-  KvCache kv(p, 8);
+  KvCache kv(p, {}, 8);
   const std::shared_ptr<SessionState> state = make_state({1, 2, 3, 4, 5}, 100);
-  kv.copy_in(3, 5, state->keys.data(), state->values.data());  // the first 3 of 5 positions
+  kv.copy_in(3, *state);  // the first 3 of 5 positions
   for (int64_t layer = 0; layer < kLayers; ++layer) {
     for (int64_t i = 0; i < 3 * kRow.keys; ++i) {
       CHECK(kv.keys(layer)[i] == state->keys[layer * 5 * kRow.keys + i]) << layer << " " << i;
@@ -119,7 +119,7 @@ TEST(kv_cache_copies_a_prefix_to_and_from_a_packed_state) {
     }
   }
   std::vector<uint16_t> keys(kLayers * 3 * kRow.keys), values(keys.size());
-  kv.copy_out(3, 3, keys.data(), values.data());
+  kv.copy_out(3, keys.data(), values.data());
   for (int64_t layer = 0; layer < kLayers; ++layer) {
     for (int64_t i = 0; i < 3 * kRow.keys; ++i) {
       CHECK(keys[layer * 3 * kRow.keys + i] == state->keys[layer * 5 * kRow.keys + i]) << layer << " " << i;
@@ -128,7 +128,9 @@ TEST(kv_cache_copies_a_prefix_to_and_from_a_packed_state) {
 }
 
 // What a state of make_state's shape must match to be read back.
-StateExpectation expect_of(const SessionState& state) { return {state.model_fingerprint, kLayers, state.row, 64, 100}; }
+StateExpectation expect_of(const SessionState& state) {
+  return {state.model_fingerprint, {kLayers, state.windowed_layers, state.row}, 64, 100};
+}
 
 TEST(state_file_round_trips) {
   const std::string path = temp_path("bloomery-state-roundtrip.bin");
@@ -168,7 +170,7 @@ TEST(state_file_refuses_by_name) {
   other.model_fingerprint += 1;
   CHECK(refusal([&] { read_state_file(path, other); }) == "STATE_MODEL_MISMATCH");
   other = expected;
-  other.row.keys += 1;
+  other.shape.row.keys += 1;
   CHECK(refusal([&] { read_state_file(path, other); }) == "STATE_MODEL_MISMATCH");
   other = expected;
   other.max_tokens = 2;
