@@ -322,6 +322,32 @@ const GPT_OSS_MIX: Partial<Record<WeightRole, string>> = {
   ffn_down_exps: "MXFP4",
 };
 
+/**
+ * gpt-oss's shapes (both sizes): embedding 2880, 64 heads / 8 KV heads of 64, windows of 128 on
+ * every other layer, sinks, YaRN x32 over 4,096, 4 experts used of 2880, o200k's 201,088 tokens;
+ * the released files' types.
+ */
+const GPT_OSS_SHAPES: Omit<SynthPreset, "name" | "description" | "layers" | "experts"> = {
+  architecture: "gpt-oss",
+  vocab: "qwen",
+  vocabSize: 201_088,
+  embedding: 2880,
+  heads: 64,
+  headsKv: 8,
+  headDim: 64,
+  qkvBias: true,
+  feedForward: 2880,
+  expertsUsed: 4,
+  expertFeedForward: 2880,
+  yarn: { factor: 32, originalContext: 4096 },
+  gptOss: { slidingWindow: 128 },
+  contextLength: 131_072,
+  ropeFreqBase: 150_000,
+  rmsEpsilon: 1e-5,
+  mix: GPT_OSS_MIX,
+  fileType: 38, // LLAMA_FTYPE_MOSTLY_MXFP4_MOE
+};
+
 export const PRESETS: Record<string, SynthPreset> = {
   "qwen3-30b-a3b": {
     name: "qwen3-30b-a3b",
@@ -426,6 +452,20 @@ export const PRESETS: Record<string, SynthPreset> = {
   "tiny-glm4moe": TINY_GLM4MOE,
   "tiny-deepseek2": TINY_DEEPSEEK2,
   "tiny-gpt-oss": TINY_GPT_OSS,
+  "gpt-oss-120b": {
+    ...GPT_OSS_SHAPES,
+    name: "gpt-oss-120b",
+    description: "gpt-oss-120b's shapes, 36 layers x 128 experts (4 used), MXFP4 experts as the released file, 64 GB",
+    layers: 36,
+    experts: 128,
+  },
+  "gpt-oss-20b": {
+    ...GPT_OSS_SHAPES,
+    name: "gpt-oss-20b",
+    description: "gpt-oss-20b's shapes, 24 layers x 32 experts (4 used), MXFP4 experts as the released file, 13 GB",
+    layers: 24,
+    experts: 32,
+  },
   "tiny-gpt-oss-mxfp4": {
     ...TINY_GPT_OSS,
     name: "tiny-gpt-oss-mxfp4",
