@@ -328,6 +328,10 @@ struct AttentionShape {
   int64_t head_dim = 0;  // a multiple of 32, at most 256
   float scale = 1.0f;
   int64_t cache_positions = 0;  // positions the KV cache holds: the tiled kernels' grid of a decode step covers them
+  // Sliding window: a row at position p attends (p - window, p] only (0: every earlier position).
+  int64_t window = 0;
+  // Learned sinks (device memory, one logit per query head): a softmax entry with no value (null: none).
+  const float* sinks = nullptr;
 };
 // Where attention may also write its output rows quantized for weights of `type`, as
 // quantize_activations would (blocks: one row's worth per output row).
@@ -336,7 +340,8 @@ struct QuantizedRows {
   uint32_t type = 0;
 };
 // Causal attention of n query rows, row i attending to cache positions [0, positions[i]] (all
-// of them written): the tiled kernels where they serve the head_dim, else the exact kernel.
+// of them written; with a window, its last shape.window of them): the tiled kernels where they
+// serve the head_dim and the shape has neither a window nor sinks, else the exact kernel.
 // `scratch`: attention_scratch_bytes(shape, rows) of device memory for any n <= rows. A row's
 // floats do not depend on the other rows of the batch. Returns whether `quantized` was written
 // too: a decode step's few rows are (the launch that adds up the cache's segments quantizes
