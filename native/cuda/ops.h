@@ -144,6 +144,10 @@ struct RouterSpec {
   int groups = 1;
   int groups_used = 1;
   const float* selection_bias = nullptr;
+  // gpt-oss: the top logits choose and a softmax over the chosen ones weights them (no gating
+  // over all experts), after router_bias (one per expert, or null) is added to the logits.
+  bool softmax_selected = false;
+  const float* router_bias = nullptr;
 };
 // The `used` best experts of each row (in order) and their weights.
 void route_top_k(const float* logits, int64_t n, int64_t experts, int64_t used, const RouterSpec& router,

@@ -403,27 +403,37 @@ TEST(cuda_moe_routing_matches_cpu) {
   if (!device_ready("cuda_moe_routing_matches_cpu")) return;
   std::mt19937 rng(21);
   const cuda::Stream stream;
-  // Qwen3's softmax (normalized or not), and DeepSeek-V3's router: sigmoid, a selection bias, 8
-  // groups of which 4 compete, normalized and scaled weights.
+  // Qwen3's softmax (normalized or not), DeepSeek-V3's router: sigmoid, a selection bias, 8
+  // groups of which 4 compete, normalized and scaled weights; and gpt-oss's: biased logits choose,
+  // a softmax over the chosen weights them.
   const cpu::RouterParams deepseek{
       .gating = cpu::Gating::kSigmoid, .normalize = true, .scale = 2.5f, .groups = 8, .groups_used = 4};
   for (const auto& [experts, used, router] :
        {std::tuple{int64_t{8}, int64_t{2}, cpu::RouterParams{.normalize = true}},
         std::tuple{int64_t{128}, int64_t{8}, cpu::RouterParams{.normalize = true}},
-        std::tuple{int64_t{60}, int64_t{4}, cpu::RouterParams{}}, std::tuple{int64_t{256}, int64_t{8}, deepseek}}) {
+        std::tuple{int64_t{60}, int64_t{4}, cpu::RouterParams{}}, std::tuple{int64_t{256}, int64_t{8}, deepseek},
+        std::tuple{int64_t{128}, int64_t{4}, cpu::RouterParams{.gating = cpu::Gating::kSoftmaxSelected}}}) {
     const int64_t n = 11, width = 96;
     const auto logits = random_floats(static_cast<size_t>(n * experts), 4.0f, rng);
     const auto bias = random_floats(static_cast<size_t>(experts), 0.5f, rng);
     const float* selection_bias = router.gating == cpu::Gating::kSigmoid ? bias.data() : nullptr;
+    // gpt-oss's router bias joins the logits (forward.cc adds it before cpu::route; the GPU in the route).
+    const bool gpt_oss = router.gating == cpu::Gating::kSoftmaxSelected;
+    std::vector<float> routed = logits;
+    if (gpt_oss) {
+      for (size_t i = 0; i < routed.size(); ++i) routed[i] += bias[i % static_cast<size_t>(experts)];
+    }
     cpu::Routing routing;
-    cpu::route(logits.data(), n, experts, used, router, selection_bias, routing);
+    cpu::route(routed.data(), n, experts, used, router, selection_bias, routing);
     const auto dl = upload(logits), dbias = upload(bias);
     const cuda::RouterSpec spec{router.gating == cpu::Gating::kSigmoid,
                                 router.normalize,
                                 router.scale,
                                 static_cast<int>(router.groups),
                                 static_cast<int>(router.groups_used),
-                                selection_bias ? dbias.as<float>() : nullptr};
+                                selection_bias ? dbias.as<float>() : nullptr,
+                                gpt_oss,
+                                gpt_oss ? dbias.as<float>() : nullptr};
     cuda::DeviceBuffer chosen(static_cast<size_t>(n * used) * sizeof(int32_t), "chosen");
     cuda::DeviceBuffer weights(static_cast<size_t>(n * used) * sizeof(float), "weights");
     cuda::route_top_k(dl.as<float>(), n, experts, used, spec, chosen.as<int32_t>(), weights.as<float>(),
