@@ -363,8 +363,10 @@ export class Session {
    * Chats: renders `messages` (and `tools`) with the model's chat template, generates the
    * assistant's answer as {@link generate} does, and parses it while it streams: reasoning (`<think>`
    * blocks) and tool calls (in the format the template teaches: Qwen3/Hermes, Qwen3-Coder XML,
-   * Llama 3 JSON, GLM-4.5, DeepSeek-V3.1, DeepSeek-R1 or Kimi-K2: `ToolCallFormat`) come
-   * as their own fields of the chunks, and `.result` holds the whole message.
+   * Llama 3 JSON, GLM-4.5, DeepSeek-V3.1, DeepSeek-R1, Kimi-K2 or gpt-oss's harmony, whose analysis
+   * channel is the reasoning and final channel the answer: `ToolCallFormat`) come as their own fields
+   * of the chunks, and `.result` holds the whole message. gpt-oss's reasoning effort is the template
+   * variable `reasoning_effort` (`templateKwargs: { reasoning_effort: "high" }`).
    * Text that only looked like a tool call (malformed, or cut off) comes back as answer text.
    * `messages` is the whole conversation: the session's context is replaced by it. The template
    * renders in a worker thread (see `Model.applyChatTemplateAsync`).

@@ -15,6 +15,7 @@ const PRESETS: Record<ChatFamily, string> = {
   "deepseek-v3.1": "tiny-deepseek2",
   "glm-4.5": "tiny-glm4moe",
   "kimi-k2": "tiny-deepseek2",
+  harmony: "tiny-gpt-oss",
 };
 
 const dir = mkdtempSync(join(tmpdir(), "bloomery-chat-families-"));

@@ -114,6 +114,28 @@ export const CHAT_FAMILIES = {
     addBos: false,
     template: "Kimi-K2-Thinking.jinja",
   },
+  harmony: {
+    pre: "gpt-4o",
+    special: [
+      ["<|startoftext|>", control],
+      ["<|endoftext|>", control],
+      ["<|return|>", control],
+      ["<|constrain|>", control],
+      ["<|channel|>", control],
+      ["<|start|>", control],
+      ["<|end|>", control],
+      ["<|message|>", control],
+      ["<|call|>", control],
+      // Single tokens of o200k's: here too, so that a forced text writes each token once.
+      ["analysis", userDefined],
+      ["final", userDefined],
+      ["commentary", userDefined],
+    ],
+    bos: "<|startoftext|>",
+    eos: "<|return|>",
+    addBos: false,
+    template: "openai-gpt-oss-120b.jinja",
+  },
 } satisfies Record<string, FamilyTokens>;
 
 export type ChatFamily = keyof typeof CHAT_FAMILIES;

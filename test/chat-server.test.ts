@@ -1,7 +1,8 @@
-// The DeepSeek-V3.1, GLM-4.5 and Kimi-K2 formats through bloomery-serve and the official openai
-// client, streamed and not: a tool call the engine writes in the family's tokens (made to by the
-// request's own logit_bias, presence_penalty and repeat_last_n, as in test/server-tools.test.ts)
-// comes back as OpenAI's tool_calls with the format's ids, and a think block as reasoning_content.
+// The DeepSeek-V3.1, GLM-4.5, Kimi-K2 and gpt-oss (harmony) formats through bloomery-serve and the
+// official openai client, streamed and not: a tool call the engine writes in the family's tokens
+// (made to by the request's own logit_bias, presence_penalty and repeat_last_n, as in
+// test/server-tools.test.ts) comes back as OpenAI's tool_calls with the format's ids, and a think
+// block (harmony: the analysis channel) as reasoning_content.
 import OpenAI from "openai";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -15,6 +16,7 @@ const PRESETS: Record<ChatFamily, string> = {
   "deepseek-v3.1": "tiny-deepseek2",
   "glm-4.5": "tiny-glm4moe",
   "kimi-k2": "tiny-deepseek2",
+  harmony: "tiny-gpt-oss",
 };
 
 const dir = mkdtempSync(join(tmpdir(), "bloomery-chat-server-"));
@@ -25,35 +27,58 @@ const weather = {
   type: "function" as const,
   function: {
     name: "get_weather",
+    // gpt-oss's template writes every tool's description (and fails on one without).
+    description: "The weather in a city",
     parameters: { type: "object", properties: { days: { type: "integer" } } },
   },
 };
 const ask = [{ role: "user" as const, content: "Weather in Paris?" }];
 
-const CASES: { family: ChatFamily; callRest: string; id: RegExp; args: string; thinking?: Record<string, unknown> }[] =
-  [
-    {
-      family: "deepseek-v3.1",
-      callRest: "{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
-      id: /^call_/,
-      args: "{}",
-      thinking: { thinking: true },
-    },
-    {
-      family: "glm-4.5",
-      callRest: "<arg_key>days</arg_key><arg_value>3</arg_value></tool_call>",
-      id: /^call_/,
-      args: '{"days":3}',
-    },
-    {
-      family: "kimi-k2",
-      callRest: "0<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>",
-      id: /^functions\.get_weather:0$/,
-      args: "{}",
-    },
-  ];
+/** What the engine is made to write, and the reasoning and content the answer must carry. */
+type Answer = [text: string, reasoning: string | undefined, content: string];
 
-describe.each(CASES)("$family", ({ family, callRest, id, args, thinking }) => {
+const CASES: {
+  family: ChatFamily;
+  callRest: string;
+  id: RegExp;
+  args: string;
+  thinking?: Record<string, unknown>;
+  /** Default: `<think>x</think>y` (with the think block opened by `thinking` where given). */
+  answers?: Answer[];
+}[] = [
+  {
+    family: "deepseek-v3.1",
+    callRest: "{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+    id: /^call_/,
+    args: "{}",
+    thinking: { thinking: true },
+  },
+  {
+    family: "glm-4.5",
+    callRest: "<arg_key>days</arg_key><arg_value>3</arg_value></tool_call>",
+    id: /^call_/,
+    args: '{"days":3}',
+  },
+  {
+    family: "kimi-k2",
+    callRest: "0<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>",
+    id: /^functions\.get_weather:0$/,
+    args: "{}",
+  },
+  {
+    family: "harmony",
+    callRest: "{}",
+    id: /^call_/,
+    args: "{}",
+    // forceText writes each token once: an analysis message, and a final one, in two answers.
+    answers: [
+      ["<|channel|>analysis<|message|>x<|end|>", "x", ""],
+      ["<|channel|>final<|message|>y", undefined, "y"],
+    ],
+  },
+];
+
+describe.each(CASES)("$family", ({ family, callRest, id, args, thinking, answers }) => {
   let server: TestServer;
   let openai: OpenAI;
 
@@ -98,23 +123,27 @@ describe.each(CASES)("$family", ({ family, callRest, id, args, thinking }) => {
   });
 
   it("answers with reasoning, streamed and not", async () => {
-    const request = {
-      model: "tiny",
-      messages: ask,
-      temperature: 0,
-      ...(thinking && { chat_template_kwargs: thinking }),
-      ...forceText(`${thinking ? "" : "<think>"}x</think>y`),
-    };
-    const completion = await openai.chat.completions.create(request);
-    const message = completion.choices[0]!.message as { content: string | null; reasoning_content?: string };
-    expect([message.reasoning_content, message.content]).toEqual(["x", "y"]);
-    let reasoning = "";
-    let content = "";
-    for await (const chunk of await openai.chat.completions.create({ ...request, stream: true })) {
-      const delta = chunk.choices[0]?.delta as { content?: string | null; reasoning_content?: string } | undefined;
-      reasoning += delta?.reasoning_content ?? "";
-      content += delta?.content ?? "";
+    for (const [text, expectedReasoning, expectedContent] of answers ?? [
+      [`${thinking ? "" : "<think>"}x</think>y`, "x", "y"] satisfies Answer,
+    ]) {
+      const request = {
+        model: "tiny",
+        messages: ask,
+        temperature: 0,
+        ...(thinking && { chat_template_kwargs: thinking }),
+        ...forceText(text),
+      };
+      const completion = await openai.chat.completions.create(request);
+      const message = completion.choices[0]!.message as { content: string | null; reasoning_content?: string };
+      expect([message.reasoning_content, message.content ?? ""]).toEqual([expectedReasoning, expectedContent]);
+      let reasoning = "";
+      let content = "";
+      for await (const chunk of await openai.chat.completions.create({ ...request, stream: true })) {
+        const delta = chunk.choices[0]?.delta as { content?: string | null; reasoning_content?: string } | undefined;
+        reasoning += delta?.reasoning_content ?? "";
+        content += delta?.content ?? "";
+      }
+      expect([reasoning, content]).toEqual([expectedReasoning ?? "", expectedContent]);
     }
-    expect([reasoning, content]).toEqual(["x", "y"]);
   });
 });

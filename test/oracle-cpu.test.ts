@@ -31,21 +31,28 @@ const MORE_TYPES = ["IQ4_NL", "IQ4_XS", "MXFP4"];
 const PRESETS = ["tiny-qwen3moe", "tiny-qwen3", "tiny-qwen2", "tiny-llama"];
 // GLM's and DeepSeek's blocks (latent attention, sigmoid routing with groups, shared experts) at
 // types of each kernel family: float, 32-value blocks, K-quants, codebooks.
-const FAMILY_PRESETS = ["tiny-glm4moe", "tiny-deepseek2"];
+// gpt-oss's (sliding windows of 32 positions, sinks, biased clamped-SwiGLU experts): the same
+// types, MXFP4, and the released files' mix (MXFP4 experts); the long context runs 40 windows.
+const FAMILY_PRESETS = ["tiny-glm4moe", "tiny-deepseek2", "tiny-gpt-oss"];
 const FAMILY_TYPES = ["F32", "F16", "Q8_0", "Q4_0", "Q4_K", "Q6_K", "IQ4_XS"];
 // The 1- to 3-bit types on the MoE preset (routed experts, dense attention, the embedding table and
 // the output matrix all of the type).
 const LOW_BIT_TYPES = ["IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "TQ1_0", "TQ2_0"];
-const CASES: [preset: string, weightType: string][] = [
+const CASES: [preset: string, weightType: string | undefined][] = [
   ...PRESETS.flatMap((preset) => [...TYPES, ...MORE_TYPES].map((type): [string, string] => [preset, type])),
   ...FAMILY_PRESETS.flatMap((preset) => FAMILY_TYPES.map((type): [string, string] => [preset, type])),
   ...LOW_BIT_TYPES.map((type): [string, string] => ["tiny-qwen3moe", type]),
+  ["tiny-gpt-oss", "MXFP4"],
+  ["tiny-gpt-oss-mxfp4", undefined],
 ];
 // Fixed mixes: UD-style low-bit routed experts with K-quant attention and shared experts.
 const MIX_PRESETS = ["tiny-glm4moe-ud"];
-const LONG_CASES: [preset: string, weightType: string][] = [...PRESETS, ...FAMILY_PRESETS].flatMap((preset) =>
-  ["F16", "Q8_0"].map((type): [string, string] => [preset, type]),
-);
+const LONG_CASES: [preset: string, weightType: string | undefined][] = [
+  ...[...PRESETS, ...FAMILY_PRESETS].flatMap((preset) =>
+    ["F16", "Q8_0"].map((type): [string, string | undefined] => [preset, type]),
+  ),
+  ["tiny-gpt-oss-mxfp4", undefined],
+];
 
 const dir = mkdtempSync(join(tmpdir(), "bloomery-oracle-"));
 let llama: Llama;
@@ -88,10 +95,11 @@ async function check(label: string, path: string, tokens: number[], vocabSize: n
 
 describe("CPU engine vs llama.cpp", () => {
   for (const [preset, weightType] of CASES) {
-    it(`${preset} ${weightType}: arbitrary ids and plain text`, async () => {
+    const label = `${preset} ${weightType ?? "mix"}`;
+    it(`${label}: arbitrary ids and plain text`, async () => {
       const { path, vocabSize, bos, text } = await fixture(preset, weightType, POSITIONS);
-      await check(`${preset} ${weightType} ids`, path, idTokens(bos, vocabSize, POSITIONS), vocabSize, exactHere);
-      await check(`${preset} ${weightType} text`, path, text, vocabSize, exactHere);
+      await check(`${label} ids`, path, idTokens(bos, vocabSize, POSITIONS), vocabSize, exactHere);
+      await check(`${label} text`, path, text, vocabSize, exactHere);
     });
   }
 
@@ -104,9 +112,10 @@ describe("CPU engine vs llama.cpp", () => {
   }
 
   for (const [preset, weightType] of LONG_CASES) {
-    it(`${preset} ${weightType}: a long context of plain text`, async () => {
+    const label = `${preset} ${weightType ?? "mix"}`;
+    it(`${label}: a long context of plain text`, async () => {
       const { path, vocabSize, text } = await fixture(preset, weightType, LONG_POSITIONS);
-      await check(`${preset} ${weightType} long`, path, text, vocabSize, exactHere);
+      await check(`${label} long`, path, text, vocabSize, exactHere);
     });
   }
 });

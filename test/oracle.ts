@@ -101,7 +101,9 @@ export async function llamaCppDistributions(
 ): Promise<Distributions> {
   const model = await llama.loadModel({ modelPath: path });
   try {
-    const context = await model.createContext({ contextSize, threads, flashAttention: false });
+    // A full-size cache for sliding-window layers (llama.cpp's swa_full): its cells stay in position
+    // order at any length, as ours do, where the smaller iSWA cache reuses cells in its own order.
+    const context = await model.createContext({ contextSize, threads, flashAttention: false, swaFullCache: true });
     try {
       const sequence = context.getSequence();
       const oneByOne: Float64Array[] = [];

@@ -260,3 +260,60 @@ describe("latent attention's cache (deepseek2: keys only, the values inside them
     expect((await refusal(gqa.createSession().restore(file))).code).toBe("STATE_MODEL_MISMATCH");
   });
 });
+
+// gpt-oss's sliding-window layers keep only their last positions (window 32: 352 cells here). A
+// state holds what they held; a prefix is reused only where its window is still held (from the
+// state's first held position plus the window on), and evaluated again otherwise.
+describe("sliding-window layers (gpt-oss)", () => {
+  const windowedPath = join(dir, "tiny-gpt-oss.gguf");
+  beforeAll(async () => {
+    await writeSyntheticModel(windowedPath, { preset: "tiny-gpt-oss", weightType: "Q8_0" });
+  });
+
+  it("forks, saves to a file and restores past the window to the logits of one long evaluation", async () => {
+    const model = await open(windowedPath, { cacheRam: 0 });
+    const vocab = model.info.vocabSize;
+    const prompt = tokens(700, 21);
+    const all = await model.createSession().evaluate([...prompt, 11, 12], { logits: "all" });
+    const expected = all.subarray(700 * vocab);
+    const base = model.createSession();
+    await base.evaluate(prompt);
+    const state = await base.save();
+    // 4 layers of 700 positions of 512 bytes, but the 2 windowed ones hold at most 352 positions.
+    expect(state.bytes).toBeLessThan((2 * 700 + 2 * 352) * 512 + 700 * 4 + 4096);
+    const fork = await base.fork();
+    expect(await fork.evaluate([11, 12], { logits: "all" })).toEqual(expected);
+    const file = join(dir, "windowed.state");
+    await base.save(file);
+    const restored = model.createSession();
+    await restored.restore(file);
+    expect(await restored.evaluate([11, 12], { logits: "all" })).toEqual(expected);
+    const fromMemory = model.createSession();
+    await fromMemory.restore(state);
+    expect(await fromMemory.evaluate([11, 12], { logits: "all" })).toEqual(expected);
+  });
+
+  it("reuses a prefix whose window is held and evaluates one whose window was dropped again", async () => {
+    const cold = await open(windowedPath, { cacheRam: 0 });
+    const prompt = tokens(700, 22);
+    for (const [shared, reused] of [
+      [690, 690],
+      [400, 0],
+    ] as const) {
+      const next = [...prompt.slice(0, shared), ...tokens(20, 23)];
+      const reference = (await greedy(cold.createSession(), next)).tokens;
+      // From the prompt-state cache, which another session's state entered.
+      const cached = await open(windowedPath, { cacheRam: 64 * 2 ** 20 });
+      await greedy(cached.createSession(), prompt);
+      const fromCache = await greedy(cached.createSession(), next);
+      expect(fromCache.timings.cachedPromptTokens, `${shared} shared, from the cache`).toBe(reused);
+      expect(fromCache.tokens).toEqual(reference);
+      // From the session's own context.
+      const own = (await open(windowedPath, { cacheRam: 0 })).createSession();
+      await greedy(own, prompt);
+      const fromOwn = await greedy(own, next);
+      expect(fromOwn.timings.cachedPromptTokens, `${shared} shared, its own`).toBe(reused);
+      expect(fromOwn.tokens).toEqual(reference);
+    }
+  });
+});

@@ -1,6 +1,7 @@
 #include "cpu/attention.h"
 
 #include <algorithm>
+#include <limits>
 #include <vector>
 
 #include "cpu/cpu_dispatch.h"
@@ -19,6 +20,11 @@ struct AttentionBuffers {
 };
 
 }  // namespace
+
+int64_t aligned_window_start(int64_t position, int64_t window) {
+  const int64_t first = std::max<int64_t>(0, position - window + 1);
+  return first - first % kWindowRowAlign;
+}
 
 void causal_attention(const float* q, int64_t n, int64_t first_position, const uint16_t* keys, const uint16_t* values,
                       const AttentionShape& shape, float* out, ThreadPool& pool) {
@@ -42,9 +48,15 @@ void causal_attention(const float* q, int64_t n, int64_t first_position, const u
       const int64_t first_token = block * tokens_per_task;
       const int64_t tokens = std::min(n, first_token + tokens_per_task) - first_token;
       const int64_t length = first_position + first_token + tokens;  // positions the last token sees
+      // A windowed row starts at the aligned start of the first token's window, not at 0.
+      const int64_t start =
+          shape.window > 0
+              ? std::max(shape.first_cached, aligned_window_start(first_position + first_token, shape.window))
+              : shape.first_cached;
+      const int64_t cells = length - start;
       const int64_t queries = tokens * group;
       b.queries.resize(static_cast<size_t>(queries * d));
-      b.scores.resize(static_cast<size_t>(queries * length));
+      b.scores.resize(static_cast<size_t>(queries * cells));
       for (auto* rows : {&b.query_rows, &b.weight_rows}) rows->resize(static_cast<size_t>(queries));
       for (auto* rows : {&b.score_rows, &b.out_rows}) rows->resize(static_cast<size_t>(queries));
       for (int64_t i = 0; i < queries; ++i) {
@@ -52,27 +64,34 @@ void causal_attention(const float* q, int64_t n, int64_t first_position, const u
         const int64_t head = kv_head * group + i % group;
         std::copy_n(q + token * q_width + head * d, d, b.queries.data() + i * d);
         b.query_rows[i] = b.queries.data() + i * d;
-        b.score_rows[i] = b.scores.data() + i * length;
+        b.score_rows[i] = b.scores.data() + i * cells;
         b.weight_rows[i] = b.score_rows[i];
         b.out_rows[i] = out + token * out_width + head * dv;
       }
       f16.round(b.queries.data(), queries * d);
 
-      const uint16_t* k = keys + kv_head * d;
+      const uint16_t* k = keys + (start - shape.first_cached) * key_stride + kv_head * d;
       for (int64_t i = 0; i < queries; i += quant::kQueryTile) {
         const int count = static_cast<int>(std::min<int64_t>(quant::kQueryTile, queries - i));
-        f16.scores(k, key_stride, length, b.query_rows.data() + i, count, d, shape.scale, b.score_rows.data() + i);
+        f16.scores(k, key_stride, cells, b.query_rows.data() + i, count, d, shape.scale, b.score_rows.data() + i);
       }
       for (int64_t i = 0; i < queries; ++i) {
-        const int64_t seen = first_position + first_token + i / group + 1;
-        softmax(b.score_rows[i], seen, SoftmaxTail::kPadded);
+        const int64_t position = first_position + first_token + i / group;
+        const int64_t seen = position + 1 - start;
+        if (shape.window > 0) {
+          // Masked as llama.cpp masks them: -inf, whose e^x is an exact 0.
+          const int64_t hidden = std::clamp<int64_t>(position - shape.window + 1 - start, 0, seen);
+          std::fill_n(b.score_rows[i], hidden, -std::numeric_limits<float>::infinity());
+        }
+        const float* sink = shape.sinks ? shape.sinks + kv_head * group + i % group : nullptr;
+        softmax(b.score_rows[i], seen, SoftmaxTail::kPadded, sink);
         f16.round(b.score_rows[i], seen);
-        std::fill(b.score_rows[i] + seen, b.score_rows[i] + length, 0.0f);
+        std::fill(b.score_rows[i] + seen, b.score_rows[i] + cells, 0.0f);
       }
-      const uint16_t* v = values + kv_head * dv;
+      const uint16_t* v = values + (start - shape.first_cached) * value_stride + kv_head * dv;
       for (int64_t i = 0; i < queries; i += quant::kQueryTile) {
         const int count = static_cast<int>(std::min<int64_t>(quant::kQueryTile, queries - i));
-        f16.weighted_sum(b.weight_rows.data() + i, count, v, value_stride, length, dv, b.out_rows.data() + i);
+        f16.weighted_sum(b.weight_rows.data() + i, count, v, value_stride, cells, dv, b.out_rows.data() + i);
       }
     }
   });

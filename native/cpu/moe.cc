@@ -46,6 +46,10 @@ int64_t group_by_expert(const Routing& routing, int64_t n, int64_t experts, std:
   return running;
 }
 
+void add_bias(float* x, const float* bias, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += bias[i];
+}
+
 WeightMatrix at(const WeightMatrix& shape, const uint8_t* data) {
   WeightMatrix w = shape;
   w.data = data;
@@ -61,6 +65,7 @@ void route(const float* logits, int64_t n, int64_t experts, int64_t used, const 
   routing.weights.resize(static_cast<size_t>(n * used));
   std::vector<float> weights(static_cast<size_t>(experts)), selection(static_cast<size_t>(experts));
   std::vector<int32_t> order(static_cast<size_t>(experts));
+  std::vector<float> chosen(static_cast<size_t>(used));
   const int64_t group_size = experts / router.groups;
   std::vector<float> group_scores(static_cast<size_t>(router.groups));
   std::vector<int32_t> groups(static_cast<size_t>(router.groups));
@@ -68,7 +73,7 @@ void route(const float* logits, int64_t n, int64_t experts, int64_t used, const 
     std::copy(logits + i * experts, logits + (i + 1) * experts, weights.begin());
     if (router.gating == Gating::kSoftmax) {
       softmax(weights.data(), experts);
-    } else {
+    } else if (router.gating == Gating::kSigmoid) {
       for (float& w : weights) w = 1.0f / (1.0f + std::exp(-w));
     }
     for (int64_t e = 0; e < experts; ++e) selection[e] = weights[e] + (selection_bias ? selection_bias[e] : 0.0f);
@@ -92,6 +97,11 @@ void route(const float* logits, int64_t n, int64_t experts, int64_t used, const 
     std::partial_sort(order.begin(), order.begin() + used, order.end(), [&](int32_t a, int32_t b) {
       return selection[a] > selection[b] || (selection[a] == selection[b] && a < b);
     });
+    if (router.gating == Gating::kSoftmaxSelected) {
+      for (int64_t k = 0; k < used; ++k) chosen[k] = weights[order[k]];
+      softmax(chosen.data(), used);
+      for (int64_t k = 0; k < used; ++k) weights[order[k]] = chosen[k];
+    }
     double sum = 0.0;
     for (int64_t k = 0; k < used; ++k) sum += weights[order[k]];
     const float divisor = router.normalize ? std::max(static_cast<float>(sum), kMinWeightSum) : 1.0f;
@@ -153,7 +163,8 @@ void moe_prepare(const float* x, int64_t n, const Routing& routing, const Expert
 }
 
 void moe_run_experts(std::span<const int32_t> experts, std::span<const ExpertSlices> slices, const ExpertMatrices& gate,
-                     const ExpertMatrices& up, const ExpertMatrices& down, MoeScratch& s, ThreadPool& pool) {
+                     const ExpertMatrices& up, const ExpertMatrices& down, const ExpertBiases& biases,
+                     const ExpertActivation& activation, MoeScratch& s, ThreadPool& pool) {
   if (experts.empty()) return;
   const int64_t hidden = gate.first.rows;
   const int64_t out_width = down.first.rows;
@@ -175,7 +186,15 @@ void moe_run_experts(std::span<const int32_t> experts, std::span<const ExpertSli
              count);
     dot_rows(at(up.first, slices[e].up), first, last, s.up_in.data() + begin[e], s.up_out.data() + begin[e], count);
     for (int64_t j = begin[e]; j < begin[e + 1]; ++j) {
-      swiglu(s.gate_out[j] + first, s.up_out[j] + first, last - first, s.hidden.data() + j * hidden + first);
+      if (biases.gate) add_bias(s.gate_out[j] + first, biases.gate + e * hidden + first, last - first);
+      if (biases.up) add_bias(s.up_out[j] + first, biases.up + e * hidden + first, last - first);
+      float* out = s.hidden.data() + j * hidden + first;
+      if (activation.kind == ActivationKind::kClampedSwiglu) {
+        clamped_swiglu(s.gate_out[j] + first, s.up_out[j] + first, last - first, activation.alpha, activation.limit,
+                       out);
+      } else {
+        swiglu(s.gate_out[j] + first, s.up_out[j] + first, last - first, out);
+      }
     }
     if (std::atomic_ref(s.hidden_blocks_left[e]).fetch_sub(1, std::memory_order_acq_rel) != 1) return;
     for (int64_t j = begin[e]; j < begin[e + 1]; ++j) {
@@ -199,6 +218,10 @@ void moe_run_experts(std::span<const int32_t> experts, std::span<const ExpertSli
     }
     dot_rows(at(down.first, slices[e].down), first, last, s.down_in.data() + begin[e], s.down_out.data() + begin[e],
              begin[e + 1] - begin[e]);
+    if (!biases.down) return;
+    for (int64_t j = begin[e]; j < begin[e + 1]; ++j) {
+      add_bias(s.down_out[j] + first, biases.down + e * out_width + first, last - first);
+    }
   };
   pool.parallel_for(tasks, 1, [&](size_t first_task, size_t end_task) {
     for (size_t t = first_task; t < end_task; ++t) {
@@ -231,12 +254,12 @@ void moe_combine(int64_t n, const Routing& routing, int64_t out_width, float* ou
 }
 
 void moe_swiglu(const float* x, int64_t n, const Routing& routing, const ExpertMatrices& gate, const ExpertMatrices& up,
-                const ExpertMatrices& down, float* out, MoeScratch& s, ThreadPool& pool,
-                std::span<const uint8_t> run_expert) {
+                const ExpertMatrices& down, const ExpertBiases& biases, const ExpertActivation& activation, float* out,
+                MoeScratch& s, ThreadPool& pool, std::span<const uint8_t> run_expert) {
   moe_prepare(x, n, routing, gate, up, down, s, pool, run_expert);
   s.slices.resize(static_cast<size_t>(gate.count));
   for (const int32_t e : s.in_use) s.slices[e] = stack_slices(gate, up, down, e);
-  moe_run_experts(s.in_use, s.slices, gate, up, down, s, pool);
+  moe_run_experts(s.in_use, s.slices, gate, up, down, biases, activation, s, pool);
   moe_combine(n, routing, down.first.rows, out, s);
 }
 

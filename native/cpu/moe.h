@@ -47,8 +47,27 @@ struct Routing {
   std::vector<float> weights;
 };
 
-// How a router turns its logits into each row's experts and their weights.
-enum class Gating : uint8_t { kSoftmax, kSigmoid };
+// How a router turns its logits into each row's experts and their weights. kSoftmaxSelected
+// (gpt-oss): the top logits choose, then a softmax over the chosen ones weights them.
+enum class Gating : uint8_t { kSoftmax, kSigmoid, kSoftmaxSelected };
+
+// What an expert makes of its gate and up rows. kSwiglu: silu(gate) * up. kClampedSwiglu
+// (gpt-oss's swiglu_oai): g = min(gate, limit), u = clamp(up, -limit, limit),
+// g * sigmoid(alpha g) * (u + 1).
+enum class ActivationKind : uint8_t { kSwiglu, kClampedSwiglu };
+struct ExpertActivation {
+  ActivationKind kind = ActivationKind::kSwiglu;
+  float alpha = 1.702f;
+  float limit = 7.0f;
+};
+
+// Per-expert biases added to the gate, up and down products (each `count` rows of the
+// matrix's outputs, expert after expert). Null: none.
+struct ExpertBiases {
+  const float* gate = nullptr;
+  const float* up = nullptr;
+  const float* down = nullptr;
+};
 
 struct RouterParams {
   Gating gating = Gating::kSoftmax;
@@ -61,7 +80,8 @@ struct RouterParams {
 };
 
 // Each row's `used` experts, as llama.cpp's build_moe_ffn chooses them: the gating function
-// over the row's logits gives the weights; `selection_bias` (one per expert, or null) is added
+// over the row's logits gives the weights (kSoftmaxSelected: the logits themselves, the chosen
+// ones then softmaxed); `selection_bias` (one per expert, or null) is added
 // to them only to choose; then the group limit and the top `used`; the chosen weights (unbiased)
 // normalized and scaled as `router` says. Best first.
 void route(const float* logits, int64_t n, int64_t experts, int64_t used, const RouterParams& router,
@@ -92,20 +112,23 @@ void moe_prepare(const float* x, int64_t n, const Routing& routing, const Expert
                  std::span<const uint8_t> run_expert = {});
 
 // Step 2, once per wave: runs `experts` (each of s.in_use once over the pass, in any order and
-// waves) over their rows, reading expert e's weights from slices[e].
+// waves) over their rows, reading expert e's weights from slices[e]; the biases are added to
+// each product (as llama.cpp's ggml_add_id) and `activation` joins gate and up.
 void moe_run_experts(std::span<const int32_t> experts, std::span<const ExpertSlices> slices, const ExpertMatrices& gate,
-                     const ExpertMatrices& up, const ExpertMatrices& down, MoeScratch& s, ThreadPool& pool);
+                     const ExpertMatrices& up, const ExpertMatrices& down, const ExpertBiases& biases,
+                     const ExpertActivation& activation, MoeScratch& s, ThreadPool& pool);
 
 // Step 3: out (n rows of `out_width`) = each row's expert outputs times their weights, added in
 // top-k order (rows with no expert that runs here get zeros).
 void moe_combine(int64_t n, const Routing& routing, int64_t out_width, float* out, const MoeScratch& s);
 
-// out[i] = sum over k of weight(i, k) * down_e(silu(gate_e x_i) * up_e x_i), e = expert(i, k).
-// x: n rows of gate.first.cols floats; out: n rows of down.first.rows floats.
-// `run_expert` (one flag per expert; empty: all) limits the sum to those experts, so a hybrid
-// pass runs here only the experts that live in host memory (rows with none of them get zeros).
+// out[i] = sum over k of weight(i, k) * down_e(act(gate_e x_i, up_e x_i)), e = expert(i, k),
+// each product with its bias. x: n rows of gate.first.cols floats; out: n rows of
+// down.first.rows floats. `run_expert` (one flag per expert; empty: all) limits the sum to
+// those experts, so a hybrid pass runs here only the experts that live in host memory (rows
+// with none of them get zeros).
 void moe_swiglu(const float* x, int64_t n, const Routing& routing, const ExpertMatrices& gate, const ExpertMatrices& up,
-                const ExpertMatrices& down, float* out, MoeScratch& scratch, ThreadPool& pool,
-                std::span<const uint8_t> run_expert = {});
+                const ExpertMatrices& down, const ExpertBiases& biases, const ExpertActivation& activation, float* out,
+                MoeScratch& scratch, ThreadPool& pool, std::span<const uint8_t> run_expert = {});
 
 }  // namespace bloomery::cpu

@@ -21,18 +21,20 @@ enum class SoftmaxTail : uint8_t {
   kPadded,  // the row continues with masked entries (attention): their e^x are 0
 };
 
-// The kernel of this host's tier.
-void softmax(float* x, int64_t n, SoftmaxTail tail = SoftmaxTail::kScalar);
+// The kernel of this host's tier. `sink` (attention sinks; null: none): one more logit in the
+// max and the sum, with no entry of its own, as ggml_soft_max_ext's sinks (e^(sink - max)
+// added to the sum in double after the row's).
+void softmax(float* x, int64_t n, SoftmaxTail tail = SoftmaxTail::kScalar, const float* sink = nullptr);
 
 // The tiers: std::exp one at a time (the tail is irrelevant), AVX2 (blocks of 8) and AVX-512
 // (blocks of 16).
-void softmax_scalar(float* x, int64_t n, SoftmaxTail tail);
+void softmax_scalar(float* x, int64_t n, SoftmaxTail tail, const float* sink);
 #if BLOOMERY_X86_SIMD
-void softmax_avx2(float* x, int64_t n, SoftmaxTail tail);
-void softmax_avx512(float* x, int64_t n, SoftmaxTail tail);
+void softmax_avx2(float* x, int64_t n, SoftmaxTail tail, const float* sink);
+void softmax_avx512(float* x, int64_t n, SoftmaxTail tail, const float* sink);
 #else
-inline constexpr void (*softmax_avx2)(float*, int64_t, SoftmaxTail) = nullptr;
-inline constexpr void (*softmax_avx512)(float*, int64_t, SoftmaxTail) = nullptr;
+inline constexpr void (*softmax_avx2)(float*, int64_t, SoftmaxTail, const float*) = nullptr;
+inline constexpr void (*softmax_avx512)(float*, int64_t, SoftmaxTail, const float*) = nullptr;
 #endif
 
 }  // namespace bloomery::cpu

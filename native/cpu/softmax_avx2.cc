@@ -16,9 +16,10 @@ BLOOMERY_CPU_AVX2 inline __m256i lanes_inside(int64_t offset, int64_t n) {
 
 }  // namespace
 
-BLOOMERY_CPU_AVX2 void softmax_avx2(float* x, int64_t n, SoftmaxTail tail) {
+BLOOMERY_CPU_AVX2 void softmax_avx2(float* x, int64_t n, SoftmaxTail tail, const float* sink) {
   float row_max = -std::numeric_limits<float>::infinity();
   for (int64_t i = 0; i < n; ++i) row_max = x[i] > row_max ? x[i] : row_max;
+  if (sink) row_max = *sink > row_max ? *sink : row_max;
   const __m256 row_max8 = _mm256_set1_ps(row_max);
   double sum = 0.0;
   int64_t i = 0;
@@ -39,6 +40,7 @@ BLOOMERY_CPU_AVX2 void softmax_avx2(float* x, int64_t n, SoftmaxTail tail) {
       sum += x[i];
     }
   }
+  if (sink) sum += static_cast<double>(std::exp(*sink - row_max));
   const float inverse = static_cast<float>(1.0 / sum);
   for (i = 0; i < n; ++i) x[i] *= inverse;
 }

@@ -11,10 +11,11 @@
 
 namespace bloomery::cpu {
 
-BLOOMERY_CPU_AVX512 void softmax_avx512(float* x, int64_t n, SoftmaxTail tail) {
+BLOOMERY_CPU_AVX512 void softmax_avx512(float* x, int64_t n, SoftmaxTail tail, const float* sink) {
   __m512 max = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   for (int64_t i = 0; i < n; i += 16) max = _mm512_mask_max_ps(max, tail_mask(i, n), _mm512_loadu_ps(x + i), max);
-  const float row_max = _mm512_reduce_max_ps(max);
+  float row_max = _mm512_reduce_max_ps(max);
+  if (sink) row_max = *sink > row_max ? *sink : row_max;
   const __m512 row_max16 = _mm512_set1_ps(row_max);
   double sum = 0.0;
   int64_t i = 0;
@@ -34,6 +35,7 @@ BLOOMERY_CPU_AVX512 void softmax_avx512(float* x, int64_t n, SoftmaxTail tail) {
       sum += x[i];
     }
   }
+  if (sink) sum += static_cast<double>(std::exp(*sink - row_max));
   const __m512 inverse = _mm512_set1_ps(static_cast<float>(1.0 / sum));
   for (i = 0; i < n; i += 16) {
     const __mmask16 m = tail_mask(i, n);

@@ -1,5 +1,6 @@
 #include "cpu/swiglu.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "cpu/cpu_dispatch.h"
@@ -17,6 +18,18 @@ void swiglu(const float* gate, const float* up, int64_t n, float* out) {
 
 void swiglu_scalar(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+}  // namespace bloomery::cpu
+
+namespace bloomery::cpu {
+
+void clamped_swiglu(const float* gate, const float* up, int64_t n, float alpha, float limit, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = std::min(gate[i], limit);
+    const float u = std::clamp(up[i], -limit, limit);
+    out[i] = g / (1.0f + std::exp(alpha * (-g))) * (u + 1.0f);
+  }
 }
 
 }  // namespace bloomery::cpu

@@ -22,4 +22,9 @@ inline constexpr void (*swiglu_avx2)(const float*, const float*, int64_t, float*
 inline constexpr void (*swiglu_avx512)(const float*, const float*, int64_t, float*) = nullptr;
 #endif
 
+// gpt-oss's clamped SwiGLU (ggml_swiglu_oai): g = min(gate, limit), u = clamp(up, -limit,
+// limit), out = g / (1 + e^(alpha * -g)) * (u + 1), one element at a time with std::exp as
+// ggml's CPU backend computes it (it has no SIMD form).
+void clamped_swiglu(const float* gate, const float* up, int64_t n, float alpha, float limit, float* out);
+
 }  // namespace bloomery::cpu

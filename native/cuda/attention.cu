@@ -9,7 +9,10 @@
 // times the scale, the softmax's exps and sums as the CPU's AVX-512 softmax takes them, the
 // probabilities rounded to f16, each output element a float sum over positions. The dots and the
 // output sums run in sequence, where the CPU's run in ggml's SIMD order (quant/f16_rows.h): the
-// two part in the last bits (the H200 measured at most 6e-6 relative over 2,102 positions).
+// two part in the last bits (the H200 measured at most 6e-6 relative over 2,102 positions). A
+// window starts each row at its first visible position (the CPU's masked entries before it add
+// exact zeros); a sink joins the maximum and adds its exp (libm's) to the sum after the row's, as
+// ggml_soft_max_ext's sinks.
 #include "base/error.h"
 #include "cuda/common.cuh"
 
@@ -78,38 +81,42 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
 
   const int length = positions[token] + 1;
-  const bool resident = length <= kTile;
+  const int first = shape.window > 0 ? max(0, length - static_cast<int>(shape.window)) : 0;
+  const bool resident = length - first <= kTile;
   const uint16_t* k_head = keys + kv_head * head_dim;
   const uint16_t* v_head = values + kv_head * head_dim;
   const auto key = [&](int j) { return score(query, k_head + j * kv_width, head_dim, shape.scale); };
 
   float local_max = -INFINITY;
-  for (int j = threadIdx.x; j < length; j += kThreads) {
+  for (int j = first + threadIdx.x; j < length; j += kThreads) {
     const float s = key(j);
-    if (resident) tile[j] = s;
+    if (resident) tile[j - first] = s;
     local_max = fmaxf(local_max, s);
   }
-  const float max = block_max(local_max, max_scratch);
+  float max = block_max(local_max, max_scratch);
+  if (shape.sinks) max = fmaxf(max, shape.sinks[head]);
 
   // As cpu/softmax_avx512.cc over a row padded with masked cells: blocks of 16 positions (half a
   // warp), each summed in float as _mm512_reduce_add_ps sums it (a butterfly over 8, 4, 2 and 1
   // lanes), the block sums added in double.
   double local_sum = 0.0;
-  for (int first = 0; first < length; first += kThreads) {
-    const int j = first + static_cast<int>(threadIdx.x);
-    float block = j < length ? exp_as_host(__fsub_rn(resident ? tile[j] : key(j), max)) : 0.0f;
+  for (int base = first / kSoftmaxBlock * kSoftmaxBlock; base < length; base += kThreads) {
+    const int j = base + static_cast<int>(threadIdx.x);
+    float block = j >= first && j < length ? exp_as_host(__fsub_rn(resident ? tile[j - first] : key(j), max)) : 0.0f;
     for (int offset = kSoftmaxBlock / 2; offset > 0; offset /= 2) {
       block = __fadd_rn(block, __shfl_xor_sync(0xffffffffu, block, offset));
     }
     if (threadIdx.x % kSoftmaxBlock == 0) local_sum += static_cast<double>(block);
   }
-  const auto inverse = static_cast<float>(1.0 / block_sum(local_sum, sum_scratch));
+  double sum = block_sum(local_sum, sum_scratch);
+  if (shape.sinks) sum += static_cast<double>(exp_as_libm(__fsub_rn(shape.sinks[head], max)));
+  const auto inverse = static_cast<float>(1.0 / sum);
 
   float acc[kPerThread] = {};
-  for (int first = 0; first < length; first += kTile) {
-    const int count = min(kTile, length - first);
+  for (int begin = first; begin < length; begin += kTile) {
+    const int count = min(kTile, length - begin);
     for (int j = threadIdx.x; j < count; j += kThreads) {
-      const float s = resident ? tile[j] : key(first + j);
+      const float s = resident ? tile[j] : key(begin + j);
       tile[j] = round_to_half(__fmul_rn(exp_as_host(__fsub_rn(s, max)), inverse));
     }
     __syncthreads();
@@ -117,10 +124,10 @@ __global__ void __launch_bounds__(kThreads)
     for (int r = 0; r < kPerThread; ++r) {
       const int d = threadIdx.x + r * kThreads;
       if (d >= head_dim) continue;
-      const uint16_t* v = v_head + static_cast<int64_t>(first) * kv_width + d;
-      float sum = acc[r];
-      for (int j = 0; j < count; ++j) sum = __fadd_rn(sum, __fmul_rn(tile[j], half_bits_to_float(v[j * kv_width])));
-      acc[r] = sum;
+      const uint16_t* v = v_head + static_cast<int64_t>(begin) * kv_width + d;
+      float sum_v = acc[r];
+      for (int j = 0; j < count; ++j) sum_v = __fadd_rn(sum_v, __fmul_rn(tile[j], half_bits_to_float(v[j * kv_width])));
+      acc[r] = sum_v;
     }
     __syncthreads();
   }
@@ -147,7 +154,7 @@ void exact_causal_attention(const float* q, int64_t n, const int32_t* positions,
 bool causal_attention(const float* q, int64_t n, const int32_t* positions, const uint16_t* keys, const uint16_t* values,
                       const AttentionShape& shape, void* scratch, float* out, StreamHandle stream,
                       const QuantizedRows& quantized) {
-  if (tiled_attention_supports(shape.head_dim)) {
+  if (tiled_attention_supports(shape.head_dim) && shape.window == 0 && !shape.sinks) {
     return tiled_causal_attention(q, n, positions, keys, values, shape, scratch, out, quantized, stream);
   }
   exact_causal_attention(q, n, positions, keys, values, shape, out, stream);

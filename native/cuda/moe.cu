@@ -1,4 +1,5 @@
-// The MoE layer's routing: top-k over the router's softmax or sigmoid, the routed slots grouped by
+// The MoE layer's routing: top-k over the router's softmax or sigmoid (or gpt-oss's logits, then
+// a softmax over the chosen), the routed slots grouped by
 // expert (so each expert's weights are read once per chunk of rows), and the weighted sum
 // of the experts' outputs back into the residual stream.
 #include "base/error.h"
@@ -98,8 +99,11 @@ __device__ void route_row(const float* l, int row, int experts, int used, const 
   for (int i = 0; i < kMaxExpertsPerLane; ++i) {
     const int e = lane + i * kWarp;
     p[i] = e < experts ? __ldcg(l + e) : -INFINITY;
+    if (r.router_bias && e < experts) p[i] = __fadd_rn(p[i], __ldg(r.router_bias + e));
   }
-  if (r.sigmoid) {
+  if (r.softmax_selected) {
+    // The logits choose; their softmax over the chosen weights them, below.
+  } else if (r.sigmoid) {
 #pragma unroll
     for (int i = 0; i < kMaxExpertsPerLane; ++i) p[i] = __fdiv_rn(1.0f, __fadd_rn(1.0f, exp_as_libm(-p[i])));
   } else {
@@ -166,6 +170,16 @@ __device__ void route_row(const float* l, int row, int experts, int used, const 
       my_expert = best_e;
       my_weight = best_w;
     }
+  }
+  if (r.softmax_selected) {
+    // cpu::route's softmax over the chosen, in k order: the maximum, exps, their sum in double
+    // (cpu/softmax.cc's scalar tail, which a row of fewer than a SIMD block takes).
+    float max = -INFINITY;
+    for (int k = 0; k < used; ++k) max = fmaxf(max, __shfl_sync(0xffffffffu, my_weight, k));
+    const float e = lane < used ? exp_as_host(__fsub_rn(my_weight, max)) : 0.0f;
+    double sum = 0.0;
+    for (int k = 0; k < used; ++k) sum += static_cast<double>(__shfl_sync(0xffffffffu, e, k));
+    my_weight = __fmul_rn(e, static_cast<float>(1.0 / sum));
   }
   if (r.normalize) my_weight = __fdiv_rn(my_weight, fmaxf(static_cast<float>(chosen_sum), kMinWeightSum));
   if (r.scale != 1.0f) my_weight = __fmul_rn(my_weight, r.scale);

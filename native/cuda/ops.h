@@ -144,6 +144,10 @@ struct RouterSpec {
   int groups = 1;
   int groups_used = 1;
   const float* selection_bias = nullptr;
+  // gpt-oss: the top logits choose and a softmax over the chosen ones weights them (no gating
+  // over all experts), after router_bias (one per expert, or null) is added to the logits.
+  bool softmax_selected = false;
+  const float* router_bias = nullptr;
 };
 // The `used` best experts of each row (in order) and their weights.
 void route_top_k(const float* logits, int64_t n, int64_t experts, int64_t used, const RouterSpec& router,
@@ -328,6 +332,10 @@ struct AttentionShape {
   int64_t head_dim = 0;  // a multiple of 32, at most 256
   float scale = 1.0f;
   int64_t cache_positions = 0;  // positions the KV cache holds: the tiled kernels' grid of a decode step covers them
+  // Sliding window: a row at position p attends (p - window, p] only (0: every earlier position).
+  int64_t window = 0;
+  // Learned sinks (device memory, one logit per query head): a softmax entry with no value (null: none).
+  const float* sinks = nullptr;
 };
 // Where attention may also write its output rows quantized for weights of `type`, as
 // quantize_activations would (blocks: one row's worth per output row).
@@ -336,7 +344,8 @@ struct QuantizedRows {
   uint32_t type = 0;
 };
 // Causal attention of n query rows, row i attending to cache positions [0, positions[i]] (all
-// of them written): the tiled kernels where they serve the head_dim, else the exact kernel.
+// of them written; with a window, its last shape.window of them): the tiled kernels where they
+// serve the head_dim and the shape has neither a window nor sinks, else the exact kernel.
 // `scratch`: attention_scratch_bytes(shape, rows) of device memory for any n <= rows. A row's
 // floats do not depend on the other rows of the batch. Returns whether `quantized` was written
 // too: a decode step's few rows are (the launch that adds up the cache's segments quantizes

@@ -17,8 +17,10 @@ void run_cpu_experts(const model::Model& model, int64_t layer, const float* x, i
                      std::span<const uint8_t> run_expert, ExpertArena* arena, float* out, cpu::MoeScratch& s,
                      cpu::ThreadPool& pool) {
   const model::LayerWeights& w = model.layers[layer];
+  const model::RoutedExperts& r = w.ffn.routed;
+  const cpu::ExpertActivation& activation = model.params.activation;
   if (!arena || !arena->pages_layer(layer)) {
-    cpu::moe_swiglu(x, n, routing, w.ffn.routed.gate, w.ffn.routed.up, w.ffn.routed.down, out, s, pool, run_expert);
+    cpu::moe_swiglu(x, n, routing, r.gate, r.up, r.down, r.biases, activation, out, s, pool, run_expert);
     return;
   }
   cpu::moe_prepare(x, n, routing, w.ffn.routed.gate, w.ffn.routed.up, w.ffn.routed.down, s, pool, run_expert);
@@ -46,7 +48,7 @@ void run_cpu_experts(const model::Model& model, int64_t layer, const float* x, i
       wave.push_back(e);
     }
     if (wave.empty()) break;
-    cpu::moe_run_experts(wave, s.slices, w.ffn.routed.gate, w.ffn.routed.up, w.ffn.routed.down, s, pool);
+    cpu::moe_run_experts(wave, s.slices, r.gate, r.up, r.down, r.biases, activation, s, pool);
     wave.clear();
   }
   cpu::moe_combine(n, routing, w.ffn.routed.down.first.rows, out, s);

@@ -1,5 +1,6 @@
 #include "engine/forward.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "cpu/attention.h"
@@ -50,7 +51,8 @@ void per_head(const cpu::ExpertMatrices& matrices, const float* x, int64_t n, in
 }
 
 // Runs attention of each sequence's rows over its cache (after storing their keys and values),
-// into s.attention.
+// into s.attention. A windowed layer's cache holds a slice of rows beyond its window, so its
+// rows are stored and attended a slice at a time.
 void attend(std::span<const SequenceRows> batch, int64_t layer, const cpu::AttentionShape& shape, const float* keys,
             const float* values, ForwardScratch& s, cpu::ThreadPool& pool) {
   const model::CacheRow& cached = batch.front().cache->row();
@@ -58,12 +60,18 @@ void attend(std::span<const SequenceRows> batch, int64_t layer, const cpu::Atten
   int64_t row = 0;
   for (const SequenceRows& part : batch) {
     const int64_t rows = static_cast<int64_t>(part.tokens.size());
-    part.cache->store(layer, part.first_position, rows, keys + row * cached.keys, values + row * cached.values);
-    const uint16_t* k = part.cache->keys(layer);
-    const uint16_t* v = cached.values > 0 ? part.cache->values(layer) : k;
-    cpu::causal_attention(s.q.data() + row * q_width, rows, part.first_position, k, v, shape,
-                          s.attention.data() + row * out_width, pool);
-    row += rows;
+    const int64_t slice = shape.window > 0 ? model::kWindowSlice : rows;
+    for (int64_t done = 0; done < rows; done += slice) {
+      const int64_t n = std::min(slice, rows - done), first = part.first_position + done;
+      part.cache->store(layer, first, n, keys + row * cached.keys, values + row * cached.values);
+      const uint16_t* k = part.cache->keys(layer);
+      const uint16_t* v = cached.values > 0 ? part.cache->values(layer) : k;
+      cpu::AttentionShape held = shape;
+      held.first_cached = part.cache->first_cached(layer);
+      cpu::causal_attention(s.q.data() + row * q_width, n, first, k, v, held, s.attention.data() + row * out_width,
+                            pool);
+      row += n;
+    }
   }
 }
 
@@ -86,7 +94,9 @@ void gqa_attention(const HyperParams& p, const model::AttentionWeights& a, int64
   }
   rotate(p, s.q.data(), n, q_width, p.heads, p.head_dim, s);
   rotate(p, s.k.data(), n, kv_width, p.kv_heads, p.head_dim, s);
-  const cpu::AttentionShape shape{p.heads, p.kv_heads, p.head_dim, p.head_dim, p.attention_scale};
+  cpu::AttentionShape shape{p.heads, p.kv_heads, p.head_dim, p.head_dim, p.attention_scale};
+  shape.window = a.windowed ? p.sliding_window : 0;
+  shape.sinks = a.sinks;
   attend(batch, layer, shape, s.k.data(), s.v.data(), s, pool);
 }
 
@@ -146,6 +156,7 @@ void attention_block(const model::Model& model, int64_t layer, int64_t n, std::s
   }
   s.input.reset(s.attention.data(), n, a.output.cols);
   cpu::matmul(a.output, s.input, s.projected.data(), pool);
+  add_bias(s.projected.data(), n, p.embedding, a.output_bias);
   add_into(s.residual.data(), s.projected.data(), n * p.embedding);
 }
 
@@ -169,6 +180,7 @@ void routed_experts(const model::Model& model, int64_t layer, int64_t n, ExpertA
   const model::RoutedExperts& r = model.layers[layer].ffn.routed;
   s.input.reset(s.normed.data(), n, p.embedding);
   cpu::matmul(r.router, s.input, s.router_logits.data(), pool);
+  add_bias(s.router_logits.data(), n, p.experts, r.router_bias);
   cpu::route(s.router_logits.data(), n, p.experts, p.experts_used, p.router, r.selection_bias, s.routing);
   for (const int32_t e : s.routing.experts) ++s.routed[static_cast<size_t>(layer * p.experts + e)];
   run_cpu_experts(model, layer, s.normed.data(), n, s.routing, {}, arena, s.projected.data(), s.moe, pool);

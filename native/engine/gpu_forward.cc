@@ -625,6 +625,23 @@ void check_shape(const model::HyperParams& p) {
   }
 }
 
+// gpt-oss's blocks (sliding windows, sinks, output and expert biases, the clamped SwiGLU and
+// its router) run on the CPU only so far.
+void check_blocks(const model::Model& model) {
+  const model::HyperParams& p = model.params;
+  bool gpt_oss_blocks = p.sliding_window > 0 || p.activation.kind != cpu::ActivationKind::kSwiglu ||
+                        p.router.gating == cpu::Gating::kSoftmaxSelected;
+  for (const model::LayerWeights& w : model.layers) {
+    gpt_oss_blocks = gpt_oss_blocks || w.attention.sinks || w.attention.output_bias || w.ffn.routed.router_bias ||
+                     w.ffn.routed.biases.gate || w.ffn.routed.biases.up || w.ffn.routed.biases.down;
+  }
+  if (gpt_oss_blocks) {
+    throw Error("UNSUPPORTED_MODEL", p.architecture +
+                                         ": sliding-window attention, attention sinks, biased experts and the clamped "
+                                         "SwiGLU run on the CPU only; load it with gpu: false");
+  }
+}
+
 // --- the pass ---
 
 // How a pass's rows lie in the workspace: each sequence's rows together, sequences in batch
@@ -1243,6 +1260,7 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
   }
   const model::HyperParams& p = model.params;
   check_shape(p);
+  check_blocks(model);
   const std::vector<GpuKernelGap> gaps = kernel_gaps(model);
 
   cuda::use_device(options.device);

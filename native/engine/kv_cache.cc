@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "cpu/attention.h"
+#include "engine/state.h"
 #include "quant/float_formats.h"
 
 namespace bloomery::engine {
@@ -12,31 +14,76 @@ void to_f16(const float* from, int64_t count, uint16_t* to) {
   for (int64_t i = 0; i < count; ++i) to[i] = quant::fp32_to_fp16(from[i]);
 }
 
+std::vector<uint8_t> windowed_layers(const model::Model& model) {
+  std::vector<uint8_t> windowed;
+  for (const model::LayerWeights& layer : model.layers) windowed.push_back(layer.attention.windowed ? 1 : 0);
+  return windowed;
+}
+
 }  // namespace
 
-KvCache::KvCache(const model::HyperParams& params, int64_t capacity)
-    : capacity_(capacity), row_(model::cache_row(params)) {
-  keys_.assign(static_cast<size_t>(params.layers), std::vector<uint16_t>(static_cast<size_t>(capacity_ * row_.keys)));
-  values_.assign(static_cast<size_t>(params.layers),
-                 std::vector<uint16_t>(static_cast<size_t>(capacity_ * row_.values)));
-}
+KvCache::KvCache(const model::Model& model, int64_t capacity)
+    : KvCache(model.params, windowed_layers(model), capacity) {}
 
-void KvCache::store(int64_t layer, int64_t first, int64_t n, const float* keys, const float* values) {
-  to_f16(keys, n * row_.keys, keys_[layer].data() + first * row_.keys);
-  to_f16(values, n * row_.values, values_[layer].data() + first * row_.values);
-}
-
-void KvCache::copy_out(int64_t n, int64_t packed, uint16_t* keys, uint16_t* values) const {
-  for (size_t layer = 0; layer < keys_.size(); ++layer) {
-    std::copy_n(keys_[layer].data(), n * row_.keys, keys + layer * packed * row_.keys);
-    std::copy_n(values_[layer].data(), n * row_.values, values + layer * packed * row_.values);
+KvCache::KvCache(const model::HyperParams& params, std::span<const uint8_t> windowed, int64_t capacity)
+    : params_(params), capacity_(capacity), row_(model::cache_row(params)) {
+  layers_.resize(static_cast<size_t>(params_.layers));
+  for (int64_t l = 0; l < params_.layers; ++l) {
+    Layer& layer = layers_[l];
+    layer.windowed = !windowed.empty() && windowed[l] != 0;
+    const int64_t rows = layer.windowed ? model::window_cells(params_, capacity_) : capacity_;
+    layer.keys.resize(static_cast<size_t>(rows * row_.keys));
+    layer.values.resize(static_cast<size_t>(rows * row_.values));
   }
 }
 
-void KvCache::copy_in(int64_t n, int64_t packed, const uint16_t* keys, const uint16_t* values) {
-  for (size_t layer = 0; layer < keys_.size(); ++layer) {
-    std::copy_n(keys + layer * packed * row_.keys, n * row_.keys, keys_[layer].data());
-    std::copy_n(values + layer * packed * row_.values, n * row_.values, values_[layer].data());
+int64_t KvCache::window_first() const {
+  int64_t first = 0;
+  for (const Layer& layer : layers_) first = std::max(first, layer.first);
+  return first;
+}
+
+void KvCache::store(int64_t layer, int64_t first, int64_t n, const float* keys, const float* values) {
+  Layer& l = layers_[layer];
+  if (first == 0) l.first = 0;  // a context begun again
+  if (l.windowed) {
+    const int64_t rows = static_cast<int64_t>(l.keys.size()) / row_.keys;
+    if (first + n - l.first > rows) {
+      // Keep the held positions [from, first) that the rows being stored can still see.
+      const int64_t from = cpu::aligned_window_start(first, params_.sliding_window);
+      const int64_t kept = first - from;
+      std::copy_n(l.keys.data() + (from - l.first) * row_.keys, kept * row_.keys, l.keys.data());
+      std::copy_n(l.values.data() + (from - l.first) * row_.values, kept * row_.values, l.values.data());
+      l.first = from;
+    }
+  }
+  to_f16(keys, n * row_.keys, l.keys.data() + (first - l.first) * row_.keys);
+  to_f16(values, n * row_.values, l.values.data() + (first - l.first) * row_.values);
+}
+
+void KvCache::copy_out(int64_t n, uint16_t* keys, uint16_t* values) const {
+  const int64_t window_from = window_first();
+  for (const Layer& l : layers_) {
+    const int64_t from = l.windowed ? window_from : 0;
+    const int64_t rows = n - from;
+    std::copy_n(l.keys.data() + (from - l.first) * row_.keys, rows * row_.keys, keys);
+    std::copy_n(l.values.data() + (from - l.first) * row_.values, rows * row_.values, values);
+    keys += rows * row_.keys;
+    values += rows * row_.values;
+  }
+}
+
+void KvCache::copy_in(int64_t n, const SessionState& state) {
+  const int64_t packed = static_cast<int64_t>(state.tokens.size());
+  const uint16_t* keys = state.keys.data();
+  const uint16_t* values = state.values.data();
+  for (Layer& l : layers_) {
+    l.first = l.windowed ? state.window_first : 0;
+    const int64_t rows = n - l.first, held = packed - l.first;
+    std::copy_n(keys, rows * row_.keys, l.keys.data());
+    std::copy_n(values, rows * row_.values, l.values.data());
+    keys += held * row_.keys;
+    values += held * row_.values;
   }
 }
 

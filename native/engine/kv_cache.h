@@ -1,9 +1,13 @@
 // The keys and values of one sequence, in f16 as llama.cpp keeps them: per layer, one row of
-// keys and one of values per position (model::cache_row: a layer of MLA has no value rows),
-// for positions [0, capacity).
+// keys and one of values per position (model::cache_row: a layer of MLA has no value rows).
+// A layer of full attention holds positions [0, capacity); a windowed layer holds only its
+// last positions (model::window_cells rows): when a store would overflow it, the rows the
+// window still needs move to the front, starting at a multiple of model::kWindowAlign, and
+// first_cached says which position its first row holds.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "model/model.h"
@@ -12,27 +16,42 @@ namespace bloomery::engine {
 
 class KvCache {
  public:
-  KvCache(const model::HyperParams& params, int64_t capacity);
+  KvCache(const model::Model& model, int64_t capacity);
+  // `windowed`: per layer, 1 for a sliding-window layer (empty: none).
+  KvCache(const model::HyperParams& params, std::span<const uint8_t> windowed, int64_t capacity);
 
   int64_t capacity() const { return capacity_; }
   const model::CacheRow& row() const { return row_; }
 
-  uint16_t* keys(int64_t layer) { return keys_[layer].data(); }
-  uint16_t* values(int64_t layer) { return values_[layer].data(); }
+  uint16_t* keys(int64_t layer) { return layers_[layer].keys.data(); }
+  uint16_t* values(int64_t layer) { return layers_[layer].values.data(); }
+  // The position of the layer's first row (0 but for windowed layers).
+  int64_t first_cached(int64_t layer) const { return layers_[layer].first; }
+  // The first position every windowed layer still holds (0 without windowed layers): a context
+  // can be cut back to n tokens only where model::window_floor(n) is at least this.
+  int64_t window_first() const;
 
   // Stores n rows of keys and values (floats, of the row's widths) at positions [first, first + n).
+  // A windowed layer takes at most model::kWindowSlice rows at once, and `first` must not need
+  // positions it dropped (window_floor(first) >= first_cached).
   void store(int64_t layer, int64_t first, int64_t n, const float* keys, const float* values);
 
-  // Copies the rows of positions [0, n) of every layer to / from `keys` and `values`, packed
-  // layer after layer as a SessionState holds them, `packed` rows per layer (n <= packed).
-  void copy_out(int64_t n, int64_t packed, uint16_t* keys, uint16_t* values) const;
-  void copy_in(int64_t n, int64_t packed, const uint16_t* keys, const uint16_t* values);
+  // Copies the rows of positions [0, n) of every layer (of a windowed layer: [window_first(), n))
+  // to `keys` and `values`, layer after layer as a SessionState holds them.
+  void copy_out(int64_t n, uint16_t* keys, uint16_t* values) const;
+  // Loads the first n positions of `state` (model::window_floor(n) >= state.window_first).
+  void copy_in(int64_t n, const struct SessionState& state);
 
  private:
+  struct Layer {
+    bool windowed = false;
+    int64_t first = 0;  // the position of row 0
+    std::vector<uint16_t> keys, values;
+  };
+  const model::HyperParams& params_;
   int64_t capacity_;
   model::CacheRow row_;
-  std::vector<std::vector<uint16_t>> keys_;
-  std::vector<std::vector<uint16_t>> values_;
+  std::vector<Layer> layers_;
 };
 
 }  // namespace bloomery::engine

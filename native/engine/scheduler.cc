@@ -278,6 +278,16 @@ void Scheduler::admit(Outbox& out) {
     r.started = Clock::now();
     r.base = r.generating() ? 0 : session.position_.load();
     r.start_position = r.base;
+    if (!r.generating() && !session.can_continue_at(r.base)) {
+      finish(request,
+             failed(std::make_exception_ptr(Error(
+                 "CONTEXT_WINDOW_DROPPED",
+                 "the session's sliding-window layers no longer hold the positions before " + std::to_string(r.base) +
+                     " (a cancelled or failed evaluation cut the context back past them): reset the session, or "
+                     "restore a saved state"))),
+             out);
+      continue;
+    }
     const int64_t end = r.base + static_cast<int64_t>(r.input.size());
     if (end > context) {
       finish(request,

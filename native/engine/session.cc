@@ -107,8 +107,7 @@ uint64_t Runtime::fingerprint() {
 Runtime::~Runtime() { scheduler_->stop(); }
 
 Session::Session(std::shared_ptr<Runtime> runtime)
-    : runtime_(std::move(runtime)),
-      cache_(runtime_->model().params, runtime_->on_gpu() ? 0 : runtime_->context_size()) {
+    : runtime_(std::move(runtime)), cache_(runtime_->model(), runtime_->on_gpu() ? 0 : runtime_->context_size()) {
   if (runtime_->on_gpu()) gpu_ = create_gpu_sequence(*runtime_->gpu_, runtime_->context_size());
 }
 
@@ -116,10 +115,16 @@ PromptReuse Session::prepare_prompt(std::span<const int32_t> tokens) {
   std::lock_guard lock(runtime_->compute_);
   if (tokens.empty()) return {};
   const int64_t limit = static_cast<int64_t>(tokens.size()) - 1;
-  const int64_t own = std::min(common_prefix(current_history(), tokens), limit);
+  // A prefix whose window windowed layers no longer hold is no prefix: those positions are
+  // evaluated again (from the start, as llama.cpp's iSWA cache does).
+  const model::HyperParams& p = runtime_->model().params;
+  const auto usable = [&](int64_t n, int64_t window_first) {
+    return model::window_floor(p, n) >= window_first ? n : 0;
+  };
+  const int64_t own = usable(std::min(common_prefix(current_history(), tokens), limit), held_window_first());
   PromptCache& cache = runtime_->prompt_cache_;
   const PromptCache::Match match = cache.capacity() > 0 ? cache.find(tokens) : PromptCache::Match{};
-  const int64_t cached = std::min(match.length, limit);
+  const int64_t cached = match.state ? usable(std::min(match.length, limit), match.state->window_first) : 0;
   if (cached > own) {
     store_locked();
     load(*match.state, cached);
@@ -144,8 +149,9 @@ bool Session::store_locked() {
   if (in_cache_) return true;
   PromptCache& cache = runtime_->prompt_cache_;
   if (cache.holds(current_history())) return in_cache_ = true;
-  const model::HyperParams& p = runtime_->model().params;
-  if (session_state_bytes(p.layers, model::cache_row(p), position_) > cache.capacity()) return false;
+  if (session_state_bytes(state_shape(runtime_->model()), position_, held_window_first()) > cache.capacity()) {
+    return false;
+  }
   try {
     in_cache_ = cache.store(snapshot(position_));
   } catch (const std::bad_alloc&) {
@@ -173,9 +179,8 @@ void Session::restore(const SessionState& state) {
 }
 
 void Session::restore(const std::string& path) {
-  const model::HyperParams& p = runtime_->model().params;
-  restore(read_state_file(path,
-                          {runtime_->fingerprint(), p.layers, model::cache_row(p), runtime_->context_size(), p.vocab}));
+  restore(read_state_file(path, {runtime_->fingerprint(), state_shape(runtime_->model()), runtime_->context_size(),
+                                 runtime_->model().params.vocab}));
 }
 
 std::shared_ptr<Session> Session::fork() {
@@ -196,19 +201,27 @@ void Session::record(int64_t first_position, std::span<const int32_t> tokens) {
   in_cache_ = false;
 }
 
+int64_t Session::held_window_first() const { return gpu_ ? 0 : cache_.window_first(); }
+
+bool Session::can_continue_at(int64_t n) const {
+  return n == 0 || model::window_floor(runtime_->model().params, n) >= held_window_first();
+}
+
 std::shared_ptr<SessionState> Session::snapshot(int64_t n) {
-  const model::HyperParams& p = runtime_->model().params;
+  const StateShape shape = state_shape(runtime_->model());
   auto state = std::make_shared<SessionState>();
-  state->layers = p.layers;
-  const model::CacheRow row = model::cache_row(p);
-  state->row = row;
+  state->layers = shape.layers;
+  state->windowed_layers = shape.windowed_layers;
+  state->row = shape.row;
+  state->window_first = held_window_first();
   state->tokens.assign(history_.begin(), history_.begin() + n);
-  state->keys.resize(static_cast<size_t>(state->layers * row.keys * n));
-  state->values.resize(static_cast<size_t>(state->layers * row.values * n));
+  const int64_t rows = state_rows(shape, n, state->window_first);
+  state->keys.resize(static_cast<size_t>(rows * shape.row.keys));
+  state->values.resize(static_cast<size_t>(rows * shape.row.values));
   if (gpu_) {
     copy_kv_to_host(*runtime_->gpu_, *gpu_, n, n, state->keys.data(), state->values.data());
   } else {
-    cache_.copy_out(n, n, state->keys.data(), state->values.data());
+    cache_.copy_out(n, state->keys.data(), state->values.data());
   }
   return state;
 }
@@ -218,16 +231,17 @@ void Session::load(const SessionState& state, int64_t n) {
   if (gpu_) {
     copy_kv_to_device(*runtime_->gpu_, *gpu_, n, packed, state.keys.data(), state.values.data());
   } else {
-    cache_.copy_in(n, packed, state.keys.data(), state.values.data());
+    cache_.copy_in(n, state);
   }
   history_.assign(state.tokens.begin(), state.tokens.begin() + n);
   position_ = n;
 }
 
 void Session::check_restorable(const SessionState& state, uint64_t fingerprint) {
-  const model::HyperParams& p = runtime_->model().params;
-  if (state.model_fingerprint != fingerprint || state.layers != p.layers ||
-      state.row.keys != model::cache_row(p).keys || state.row.values != model::cache_row(p).values) {
+  const StateShape shape = state_shape(runtime_->model());
+  if (state.model_fingerprint != fingerprint || state.layers != shape.layers ||
+      state.windowed_layers != shape.windowed_layers || state.row.keys != shape.row.keys ||
+      state.row.values != shape.row.values) {
     throw Error("STATE_MODEL_MISMATCH", "the session state was saved from another model (or another file of it)");
   }
   if (static_cast<int64_t>(state.tokens.size()) > runtime_->context_size()) {

@@ -142,8 +142,14 @@ class Session {
   // when a generation starts, and evaluates tokens[first...] next.
   PromptReuse prepare_prompt(std::span<const int32_t> tokens);
 
-  // The state of the first n tokens; the caller holds the runtime's compute lock.
+  // The state of the first n tokens (n = position_ where the model has windowed layers); the
+  // caller holds the runtime's compute lock.
   std::shared_ptr<SessionState> snapshot(int64_t n);
+  // The first position the windowed layers' caches still hold (0: every position held).
+  int64_t held_window_first() const;
+  // Whether the context can go on from position n: its windowed layers still hold the window
+  // before n (always, without windowed layers).
+  bool can_continue_at(int64_t n) const;
   // Loads the first n tokens of `state`; the caller holds the lock and has checked the state.
   void load(const SessionState& state, int64_t n);
   void check_restorable(const SessionState& state, uint64_t fingerprint);

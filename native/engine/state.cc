@@ -20,7 +20,7 @@ namespace {
 // The file: this header (little-endian, as the engine's hosts are), then tokens (int32),
 // keys and values (f16, layer after layer).
 constexpr char kMagic[8] = {'B', 'L', 'M', 'Y', 'K', 'V', 'S', 'T'};
-constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersion = 3;
 
 struct FileHeader {
   char magic[8];
@@ -31,6 +31,8 @@ struct FileHeader {
   uint64_t key_width;    // f16 keys of a position in one layer
   uint64_t value_width;  // its values (0 where they are the keys' first elements: latent attention)
   uint64_t tokens;
+  uint64_t windowed_layers;  // of `layers`, the sliding-window ones (rows from window_first on)
+  uint64_t window_first;
   uint64_t checksum;  // of this header (with checksum 0), then the tokens, keys and values
 };
 
@@ -119,12 +121,25 @@ std::string kind_of(mode_t mode) {
 
 }  // namespace
 
-uint64_t session_state_bytes(int64_t layers, const model::CacheRow& row, int64_t tokens) {
-  return sizeof(SessionState) + static_cast<uint64_t>(tokens) * sizeof(int32_t) +
-         static_cast<uint64_t>(layers * (row.keys + row.values) * tokens) * sizeof(uint16_t);
+StateShape state_shape(const model::Model& model) {
+  StateShape shape{model.params.layers, 0, model::cache_row(model.params)};
+  for (const model::LayerWeights& layer : model.layers) shape.windowed_layers += layer.attention.windowed ? 1 : 0;
+  return shape;
 }
 
-uint64_t SessionState::bytes() const { return session_state_bytes(layers, row, static_cast<int64_t>(tokens.size())); }
+int64_t state_rows(const StateShape& shape, int64_t tokens, int64_t window_first) {
+  return (shape.layers - shape.windowed_layers) * tokens + shape.windowed_layers * (tokens - window_first);
+}
+
+uint64_t session_state_bytes(const StateShape& shape, int64_t tokens, int64_t window_first) {
+  return sizeof(SessionState) + static_cast<uint64_t>(tokens) * sizeof(int32_t) +
+         static_cast<uint64_t>(state_rows(shape, tokens, window_first) * (shape.row.keys + shape.row.values)) *
+             sizeof(uint16_t);
+}
+
+uint64_t SessionState::bytes() const {
+  return session_state_bytes({layers, windowed_layers, row}, static_cast<int64_t>(tokens.size()), window_first);
+}
 
 uint64_t model_fingerprint(const model::Model& model) {
   const gguf::GgufFile& file = model.file;
@@ -176,6 +191,8 @@ void write_state_file(const std::string& path, const SessionState& state) {
   header.key_width = static_cast<uint64_t>(state.row.keys);
   header.value_width = static_cast<uint64_t>(state.row.values);
   header.tokens = state.tokens.size();
+  header.windowed_layers = static_cast<uint64_t>(state.windowed_layers);
+  header.window_first = static_cast<uint64_t>(state.window_first);
   header.checksum = state_checksum(header, state);
   const auto write = [&](const void* data, size_t bytes) {
     const auto* p = static_cast<const uint8_t*>(data);
@@ -235,25 +252,35 @@ SessionState read_state_file(const std::string& path, const StateExpectation& ex
                                                  "; this bloomery reads version " + std::to_string(kVersion));
   }
   if (header.reserved != 0) bad("its reserved field is not 0");
-  if (header.model_fingerprint != expected.model_fingerprint ||
-      header.layers != static_cast<uint64_t>(expected.layers) ||
-      header.key_width != static_cast<uint64_t>(expected.row.keys) ||
-      header.value_width != static_cast<uint64_t>(expected.row.values)) {
+  const StateShape& shape = expected.shape;
+  if (header.model_fingerprint != expected.model_fingerprint || header.layers != static_cast<uint64_t>(shape.layers) ||
+      header.windowed_layers != static_cast<uint64_t>(shape.windowed_layers) ||
+      header.key_width != static_cast<uint64_t>(shape.row.keys) ||
+      header.value_width != static_cast<uint64_t>(shape.row.values)) {
     throw Error("STATE_MODEL_MISMATCH", path + " was saved from another model (or another file of it)");
   }
   if (header.tokens > static_cast<uint64_t>(expected.max_tokens)) {
     throw Error("CONTEXT_TOO_LONG", path + " holds " + std::to_string(header.tokens) +
                                         " tokens, more than the context of " + std::to_string(expected.max_tokens));
   }
+  if (header.window_first > header.tokens || header.window_first % model::kWindowAlign != 0 ||
+      (shape.windowed_layers == 0 && header.window_first != 0)) {
+    bad("its window_first " + std::to_string(header.window_first) + " does not fit its " +
+        std::to_string(header.tokens) + " tokens");
+  }
   // The widths matched the session's: their products with the layers and tokens stay far from overflow.
-  const uint64_t keys = header.layers * header.key_width * header.tokens;
-  const uint64_t values = header.layers * header.value_width * header.tokens;
+  const auto rows = static_cast<uint64_t>(
+      state_rows(shape, static_cast<int64_t>(header.tokens), static_cast<int64_t>(header.window_first)));
+  const uint64_t keys = rows * header.key_width;
+  const uint64_t values = rows * header.value_width;
   const uint64_t payload = (keys + values) * sizeof(uint16_t) + header.tokens * sizeof(int32_t);
   if (size - sizeof header != payload) bad("its size does not match its header");
   SessionState state;
   state.model_fingerprint = header.model_fingerprint;
-  state.layers = expected.layers;
-  state.row = expected.row;
+  state.layers = shape.layers;
+  state.windowed_layers = shape.windowed_layers;
+  state.row = shape.row;
+  state.window_first = static_cast<int64_t>(header.window_first);
   state.tokens.resize(header.tokens);
   state.keys.resize(keys);
   state.values.resize(values);

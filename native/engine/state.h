@@ -15,17 +15,33 @@ namespace bloomery::engine {
 struct SessionState {
   uint64_t model_fingerprint = 0;  // set by Session::save; the prompt-state cache's states never leave their model
   int64_t layers = 0;
-  model::CacheRow row;  // a position's keys and values in one layer (model::cache_row)
+  int64_t windowed_layers = 0;  // of them, the layers of sliding-window attention
+  model::CacheRow row;          // a position's keys and values in one layer (model::cache_row)
   std::vector<int32_t> tokens;
-  // f16, layer after layer, tokens.size() rows of row.keys (row.values) each per layer.
+  // A windowed layer's rows are those of positions [window_first, tokens.size()) (what its
+  // cache still held); a full layer's [0, tokens.size()). 0 without windowed layers.
+  int64_t window_first = 0;
+  // f16, layer after layer in the model's order, each layer's rows of row.keys (row.values).
   std::vector<uint16_t> keys, values;
 
   // Host memory the state holds.
   uint64_t bytes() const;
 };
 
-// Host memory a state of `tokens` tokens holds (SessionState::bytes before making it).
-uint64_t session_state_bytes(int64_t layers, const model::CacheRow& row, int64_t tokens);
+// The shape of a state's payload: how many layers it has, how many of them are windowed, and a
+// position's widths.
+struct StateShape {
+  int64_t layers = 0;
+  int64_t windowed_layers = 0;
+  model::CacheRow row;
+};
+StateShape state_shape(const model::Model& model);
+
+// Rows of keys (values) of a state of `tokens` tokens over all its layers.
+int64_t state_rows(const StateShape& shape, int64_t tokens, int64_t window_first);
+
+// Host memory a state holds (SessionState::bytes before making it).
+uint64_t session_state_bytes(const StateShape& shape, int64_t tokens, int64_t window_first);
 
 // The identity a saved state is checked against: a hash of every file's header (all metadata
 // and the tensor table), the whole data of each tensor up to 64 KiB, and 16 evenly spaced
@@ -47,8 +63,7 @@ void write_state_file(const std::string& path, const SessionState& state);
 // What a state file must match to restore into a session.
 struct StateExpectation {
   uint64_t model_fingerprint = 0;
-  int64_t layers = 0;
-  model::CacheRow row;
+  StateShape shape;
   int64_t max_tokens = 0;  // the session's context
   int64_t vocab = 0;       // every token id is below it
 };
@@ -57,7 +72,8 @@ struct StateExpectation {
 // FIFO or device (FILE_READ: not a regular file). Checks every field before it allocates
 // anything: STATE_BAD_FILE (not a state file, a size that does not match the header,
 // truncated, a checksum that does not match, a token outside the vocabulary),
-// STATE_UNSUPPORTED_VERSION, STATE_MODEL_MISMATCH (another model's fingerprint or shape),
+// STATE_UNSUPPORTED_VERSION, STATE_MODEL_MISMATCH (another model's fingerprint or shape; a
+// window_first that is not a multiple of model::kWindowAlign or past the tokens is STATE_BAD_FILE),
 // CONTEXT_TOO_LONG (more tokens than max_tokens); FILE_NOT_FOUND / FILE_READ.
 SessionState read_state_file(const std::string& path, const StateExpectation& expected);
 

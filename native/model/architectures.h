@@ -12,5 +12,6 @@ void bind_llama(Binder& binder);
 void bind_qwen2(Binder& binder);
 void bind_glm4moe(Binder& binder);
 void bind_deepseek2(Binder& binder);
+void bind_gpt_oss(Binder& binder);
 
 }  // namespace bloomery::model

@@ -176,6 +176,14 @@ const float* Binder::vector(const std::string& name, int64_t length) const {
   return reinterpret_cast<const float*>(t.data);
 }
 
+const float* Binder::matrix_of_floats(const std::string& name, int64_t cols, int64_t rows) const {
+  const gguf::Tensor& t = tensor(name, {cols, rows});
+  if (t.type.id != 0) {
+    throw Error("UNSUPPORTED_QUANT", "tensor " + name + " has type " + std::string(t.type.name) + ", expected F32");
+  }
+  return reinterpret_cast<const float*>(t.data);
+}
+
 const float* Binder::optional_vector(const std::string& name, int64_t length) const {
   return model_.file.find_tensor(name) ? vector(name, length) : nullptr;
 }
@@ -378,6 +386,8 @@ void Binder::bind_gqa_attention(int64_t layer, const GqaOptions& options) {
     w.k_norm = optional_vector(layer_tensor(layer, "attn_k_norm"), p.head_dim);
   }
   a.output = matrix(layer_tensor(layer, "attn_output"), q_width, p.embedding);
+  if (options.output_bias) a.output_bias = vector(layer_tensor(layer, "attn_output", "bias"), p.embedding);
+  if (options.sinks) a.sinks = vector(layer_tensor(layer, "attn_sinks"), p.heads);
 }
 
 void Binder::bind_mla_attention(int64_t layer) {
@@ -446,6 +456,12 @@ void Binder::bind_moe_ffn(int64_t layer, const MoeOptions& options, std::string_
   r.gate = stacked(layer_tensor(layer, "ffn_gate_exps"), p.embedding, p.expert_feed_forward, p.experts);
   r.up = stacked(layer_tensor(layer, "ffn_up_exps"), p.embedding, p.expert_feed_forward, p.experts);
   r.down = stacked(layer_tensor(layer, "ffn_down_exps"), p.expert_feed_forward, p.embedding, p.experts);
+  if (options.router_bias) r.router_bias = vector(layer_tensor(layer, "ffn_gate_inp", "bias"), p.experts);
+  if (options.expert_biases) {
+    r.biases.gate = matrix_of_floats(layer_tensor(layer, "ffn_gate_exps", "bias"), p.expert_feed_forward, p.experts);
+    r.biases.up = matrix_of_floats(layer_tensor(layer, "ffn_up_exps", "bias"), p.expert_feed_forward, p.experts);
+    r.biases.down = matrix_of_floats(layer_tensor(layer, "ffn_down_exps", "bias"), p.embedding, p.experts);
+  }
   if (options.shared_experts && p.shared_feed_forward > 0) f.dense = swiglu(layer, "_shexp", p.shared_feed_forward);
 }
 

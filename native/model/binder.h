@@ -17,12 +17,16 @@ struct GqaOptions {
   bool biases = false;             // Q, K and V have biases
   bool qk_norms = false;           // per-head RMS norms of queries and keys
   bool optional_qk_norms = false;  // ... where the file has them
+  bool output_bias = false;        // attn_output has a bias
+  bool sinks = false;              // learned attention sinks (attn_sinks), one per query head
 };
 
 // How an MoE layer's FFN differs from routed experts alone.
 struct MoeOptions {
   bool shared_experts = false;  // a shared SwiGLU of shared_feed_forward beside the routed experts
   bool selection_bias = false;  // exp_probs_b: the router's bias for choosing experts
+  bool router_bias = false;     // ffn_gate_inp.bias: added to the router's logits
+  bool expert_biases = false;   // ffn_{gate,up,down}_exps.bias: per-expert biases of each product
 };
 
 class Binder {
@@ -82,6 +86,8 @@ class Binder {
   // An F32 vector of `length` (norm weights, biases).
   const float* vector(const std::string& name, int64_t length) const;
   const float* optional_vector(const std::string& name, int64_t length) const;
+  // `rows` F32 rows of `cols` (per-expert biases).
+  const float* matrix_of_floats(const std::string& name, int64_t cols, int64_t rows) const;
 
  private:
   const gguf::Tensor& tensor(const std::string& name, std::initializer_list<int64_t> shape) const;

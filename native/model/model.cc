@@ -1,8 +1,10 @@
 #include "model/model.h"
 
+#include <algorithm>
 #include <string_view>
 
 #include "base/error.h"
+#include "cpu/attention.h"
 #include "model/architectures.h"
 
 namespace bloomery::model {
@@ -15,8 +17,8 @@ struct Architecture {
 };
 
 constexpr Architecture kArchitectures[] = {
-    {"qwen3moe", bind_qwen3moe}, {"qwen3", bind_qwen3},     {"llama", bind_llama},
-    {"qwen2", bind_qwen2},       {"glm4moe", bind_glm4moe}, {"deepseek2", bind_deepseek2},
+    {"qwen3moe", bind_qwen3moe}, {"qwen3", bind_qwen3},         {"llama", bind_llama},     {"qwen2", bind_qwen2},
+    {"glm4moe", bind_glm4moe},   {"deepseek2", bind_deepseek2}, {"gpt-oss", bind_gpt_oss},
 };
 
 }  // namespace
@@ -24,6 +26,20 @@ constexpr Architecture kArchitectures[] = {
 CacheRow cache_row(const HyperParams& params) {
   if (params.mla.kv_lora_rank > 0) return {params.mla.kv_lora_rank + params.mla.rope_dim, 0};
   return {params.kv_heads * params.head_dim, params.kv_heads * params.head_dim};
+}
+
+static_assert(kWindowAlign == cpu::kWindowRowAlign);
+
+int64_t window_cells(const HyperParams& params, int64_t context) {
+  return std::min(context, params.sliding_window + kWindowAlign + kWindowSlice);
+}
+
+int64_t window_floor(const HyperParams& params, int64_t n) {
+  return params.sliding_window > 0 ? cpu::aligned_window_start(n, params.sliding_window) : 0;
+}
+
+int64_t cache_positions(const Model& model, int64_t layer, int64_t context) {
+  return model.layers[layer].attention.windowed ? window_cells(model.params, context) : context;
 }
 
 std::vector<std::string> supported_architectures() {

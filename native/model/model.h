@@ -58,6 +58,11 @@ struct HyperParams {
   int64_t expert_feed_forward = 0;  // one routed expert's width
   int64_t shared_feed_forward = 0;  // the shared experts' width together; 0: none
   RouterParams router;
+  cpu::ExpertActivation activation;  // of the routed experts (SwiGLU, or gpt-oss's clamped one)
+  // Sliding-window attention: a windowed layer's token at position p attends positions
+  // (p - sliding_window, p] only, and its cache keeps only what later tokens can still see
+  // (window_cells). 0: no layer is windowed.
+  int64_t sliding_window = 0;
   float rms_epsilon = 1e-6f;
   cpu::RopeParams rope;  // freq_factors points into the mapping when the model has them
   int32_t bos_token = -1;
@@ -91,17 +96,24 @@ struct MlaWeights {
 
 struct AttentionWeights {
   AttentionKind kind = AttentionKind::kGqa;
+  bool windowed = false;  // attends the last HyperParams::sliding_window positions only
   const float* norm = nullptr;
   GqaWeights gqa;
   MlaWeights mla;
+  // Learned attention sinks (gpt-oss), one logit per query head: a softmax entry with no value,
+  // which takes its share of each head's weights. Null: none.
+  const float* sinks = nullptr;
   cpu::WeightMatrix output;
+  const float* output_bias = nullptr;
 };
 
 // The routed experts of an MoE FFN: the router, and one SwiGLU per expert in three stacks.
 struct RoutedExperts {
   cpu::WeightMatrix router;
+  const float* router_bias = nullptr;     // added to the router's logits (gpt-oss)
   const float* selection_bias = nullptr;  // added to the weights to choose experts (not to weight them)
   cpu::ExpertMatrices gate, up, down;
+  cpu::ExpertBiases biases;  // per-expert biases of gate, up and down (gpt-oss); null: none
   bool empty() const { return gate.count == 0; }
 };
 
@@ -150,6 +162,20 @@ struct CacheRow {
   int64_t values = 0;
 };
 CacheRow cache_row(const HyperParams& params);
+
+// Windowed layers keep positions from a multiple of this on: their attention rows then start
+// where llama.cpp's SIMD blocks do, so a windowed row rounds as llama.cpp's masked full row.
+inline constexpr int64_t kWindowAlign = 64;
+// Rows a pass stores into a windowed layer at once (attention runs over them in slices).
+inline constexpr int64_t kWindowSlice = 256;
+// Positions a windowed layer's cache holds for a context of `context`: the window, its
+// alignment and one slice, never more than the context.
+int64_t window_cells(const HyperParams& params, int64_t context);
+// The first position a windowed layer must still hold for a sequence to go on from position
+// `n` (0 when every layer keeps every position): the aligned start of the window before n.
+int64_t window_floor(const HyperParams& params, int64_t n);
+// Positions layer `layer` keeps for a context of `context` (its KV cache's rows).
+int64_t cache_positions(const Model& model, int64_t layer, int64_t context);
 
 // Opens a GGUF file and binds its weights. Throws Error with UNSUPPORTED_ARCH (an
 // architecture we do not serve), UNSUPPORTED_FEATURE (a feature of the file we do not serve,

@@ -147,7 +147,7 @@ TEST(cpu_grouped_moe_matches_rows_one_by_one) {
   route(router_logits.data(), n, experts, used, {.normalize = true}, nullptr, routing);
   std::vector<float> out(static_cast<size_t>(width * n));
   MoeScratch scratch;
-  moe_swiglu(x.data(), n, routing, gate, up, down, out.data(), scratch, pool);
+  moe_swiglu(x.data(), n, routing, gate, up, down, {}, {}, out.data(), scratch, pool);
 
   for (int64_t i = 0; i < n; ++i) {
     std::vector<float> expected(static_cast<size_t>(width), 0.0f);
@@ -191,9 +191,9 @@ TEST(cpu_moe_expert_subset_and_its_complement_add_up) {
   const std::vector<uint8_t> even{1, 0, 1, 0, 1, 0}, odd{0, 1, 0, 1, 0, 1};
   std::vector<float> all(static_cast<size_t>(width * n)), a(all.size(), 7.0f), b(all.size(), 7.0f);
   MoeScratch scratch;
-  moe_swiglu(x.data(), n, routing, gate, up, down, all.data(), scratch, pool);
-  moe_swiglu(x.data(), n, routing, gate, up, down, a.data(), scratch, pool, even);
-  moe_swiglu(x.data(), n, routing, gate, up, down, b.data(), scratch, pool, odd);
+  moe_swiglu(x.data(), n, routing, gate, up, down, {}, {}, all.data(), scratch, pool);
+  moe_swiglu(x.data(), n, routing, gate, up, down, {}, {}, a.data(), scratch, pool, even);
+  moe_swiglu(x.data(), n, routing, gate, up, down, {}, {}, b.data(), scratch, pool, odd);
   for (int64_t o = 0; o < width; ++o) CHECK(b[o] == 0.0f) << "row 0 has no odd expert, out " << o;
   for (size_t i = 0; i < all.size(); ++i) {
     CHECK(std::fabs(a[i] + b[i] - all[i]) < 1e-4f * (1.0f + std::fabs(all[i])))

@@ -32,7 +32,7 @@ BLOOMERY_CPU_AVX512 void exp_of_16(const float* x, float* y) { _mm512_storeu_ps(
 BLOOMERY_CPU_AVX2 void exp_of_8(const float* x, float* y) { _mm256_storeu_ps(y, exp_avx2(_mm256_loadu_ps(x))); }
 
 using ExpFn = void (*)(const float*, float*);
-using SoftmaxFn = void (*)(float*, int64_t, SoftmaxTail);
+using SoftmaxFn = void (*)(float*, int64_t, SoftmaxTail, const float*);
 using SwigluFn = void (*)(const float*, const float*, int64_t, float*);
 
 // A SIMD tier's kernels, with the lanes of its vectors.
@@ -89,12 +89,15 @@ TEST(cpu_simd_softmax_and_swiglu_match_scalar) {
       std::vector<float> x(static_cast<size_t>(n)), up(static_cast<size_t>(n));
       for (float& v : x) v = uniform(rng);
       for (float& v : up) v = uniform(rng);
+      const float sink = 3.0f;
       for (const SoftmaxTail tail : {SoftmaxTail::kScalar, SoftmaxTail::kPadded}) {
-        std::vector<float> want = x, got = x;
-        softmax_scalar(want.data(), n, tail);
-        t.softmax(got.data(), n, tail);
-        for (int64_t i = 0; i < n; ++i) {
-          CHECK(std::fabs(got[i] - want[i]) <= 5e-7f * want[i] + 1e-12f) << t.lanes << " lanes, " << n << ":" << i;
+        for (const float* s : {static_cast<const float*>(nullptr), &sink}) {
+          std::vector<float> want = x, got = x;
+          softmax_scalar(want.data(), n, tail, s);
+          t.softmax(got.data(), n, tail, s);
+          for (int64_t i = 0; i < n; ++i) {
+            CHECK(std::fabs(got[i] - want[i]) <= 5e-7f * want[i] + 1e-12f) << t.lanes << " lanes, " << n << ":" << i;
+          }
         }
       }
       std::vector<float> want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
@@ -120,9 +123,9 @@ TEST(cpu_simd_softmax_padded_tail_is_the_row_with_masked_entries) {
       std::vector<float> row(static_cast<size_t>(whole), -std::numeric_limits<float>::infinity());
       for (int64_t i = 0; i < n; ++i) row[static_cast<size_t>(i)] = uniform(rng);
       std::vector<float> padded(row.begin(), row.begin() + n), scalar_tail = padded;
-      t.softmax(row.data(), whole, SoftmaxTail::kScalar);
-      t.softmax(padded.data(), n, SoftmaxTail::kPadded);
-      t.softmax(scalar_tail.data(), n, SoftmaxTail::kScalar);
+      t.softmax(row.data(), whole, SoftmaxTail::kScalar, nullptr);
+      t.softmax(padded.data(), n, SoftmaxTail::kPadded, nullptr);
+      t.softmax(scalar_tail.data(), n, SoftmaxTail::kScalar, nullptr);
       CHECK(std::memcmp(row.data(), padded.data(), static_cast<size_t>(n) * sizeof(float)) == 0)
           << t.lanes << " lanes, rep " << rep;
       scalar_tails_differ += std::memcmp(row.data(), scalar_tail.data(), static_cast<size_t>(n) * sizeof(float)) != 0;
@@ -145,3 +148,19 @@ TEST(cpu_sum_of_squares_avx512_matches_scalar) {
 }
 
 #endif  // BLOOMERY_X86_SIMD
+// A sink takes its share of the row: the weights sum to 1 - e^(sink - max) / sum, as
+// ggml_soft_max_ext with sinks gives.
+TEST(cpu_softmax_sink_takes_its_share) {
+  std::vector<float> x{0.5f, -1.0f, 2.0f, 0.25f, 1.5f};
+  const float sink = 1.0f;
+  std::vector<float> got = x;
+  softmax(got.data(), static_cast<int64_t>(got.size()), SoftmaxTail::kPadded, &sink);
+  double sum = 0.0, total = std::exp(static_cast<double>(sink) - 2.0);
+  for (const float v : x) total += std::exp(static_cast<double>(v) - 2.0);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double want = std::exp(static_cast<double>(x[i]) - 2.0) / total;
+    CHECK(std::fabs(got[i] - want) <= 1e-6 * want) << i << ": " << got[i] << " vs " << want;
+    sum += got[i];
+  }
+  CHECK(std::fabs(sum - (1.0 - std::exp(static_cast<double>(sink) - 2.0) / total)) < 1e-6) << sum;
+}

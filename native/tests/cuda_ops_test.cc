@@ -326,8 +326,13 @@ TEST(cuda_exact_attention_matches_cpu) {
   cpu::ThreadPool pool(2);
   struct Case {
     int64_t heads, kv_heads, head_dim, first, n;
+    int64_t window = 0;  // gpt-oss's sliding window
+    bool sinks = false;  // and its sinks
   };
-  for (const Case c : {Case{4, 2, 64, 3, 5}, Case{8, 2, 128, 0, 17}, Case{4, 4, 256, 40, 2}, Case{2, 1, 64, 2100, 2}}) {
+  for (const Case c :
+       {Case{4, 2, 64, 3, 5}, Case{8, 2, 128, 0, 17}, Case{4, 4, 256, 40, 2}, Case{2, 1, 64, 2100, 2},
+        Case{8, 2, 64, 100, 40, 32, true}, Case{4, 2, 64, 0, 20, 8, false}, Case{4, 1, 128, 3000, 3, 128, true},
+        Case{4, 2, 64, 10, 6, 0, true}, Case{2, 1, 64, 2100, 2, 0, true}}) {
     const int64_t kv_width = c.kv_heads * c.head_dim, q_width = c.heads * c.head_dim;
     const int64_t length = c.first + c.n;
     std::vector<uint16_t> keys(static_cast<size_t>(length * kv_width)), values(keys.size());
@@ -335,24 +340,37 @@ TEST(cuda_exact_attention_matches_cpu) {
     for (auto& k : keys) k = quant::fp32_to_fp16(std::uniform_real_distribution<float>(-1.5f, 1.5f)(rng));
     for (auto& v : values) v = quant::fp32_to_fp16(std::uniform_real_distribution<float>(-2.0f, 2.0f)(rng));
     const auto q = random_floats(static_cast<size_t>(c.n * q_width), 1.5f, rng);
+    const auto sinks = random_floats(static_cast<size_t>(c.heads), 2.0f, rng);
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     std::vector<float> want(q.size());
-    cpu::causal_attention(q.data(), c.n, c.first, keys.data(), values.data(),
-                          cpu::AttentionShape{c.heads, c.kv_heads, c.head_dim, c.head_dim, scale}, want.data(), pool);
+    cpu::AttentionShape cpu_shape{c.heads, c.kv_heads, c.head_dim, c.head_dim, scale};
+    cpu_shape.window = c.window;
+    cpu_shape.sinks = c.sinks ? sinks.data() : nullptr;
+    cpu::causal_attention(q.data(), c.n, c.first, keys.data(), values.data(), cpu_shape, want.data(), pool);
     std::vector<int32_t> positions(static_cast<size_t>(c.n));
     for (int64_t i = 0; i < c.n; ++i) positions[i] = static_cast<int32_t>(c.first + i);
-    const auto dq = upload(q), dk = upload(keys), dv = upload(values), dpos = upload(positions);
+    const auto dq = upload(q), dk = upload(keys), dv = upload(values), dpos = upload(positions), dsinks = upload(sinks);
     cuda::DeviceBuffer out(q.size() * sizeof(float), "out");
-    cuda::exact_causal_attention(dq.as<float>(), c.n, dpos.as<int32_t>(), dk.as<uint16_t>(), dv.as<uint16_t>(),
-                                 cuda::AttentionShape{c.heads, c.kv_heads, c.head_dim, scale}, out.as<float>(),
-                                 stream.handle());
+    cuda::AttentionShape shape{c.heads, c.kv_heads, c.head_dim, scale, length};
+    shape.window = c.window;
+    shape.sinks = c.sinks ? dsinks.as<float>() : nullptr;
+    cuda::exact_causal_attention(dq.as<float>(), c.n, dpos.as<int32_t>(), dk.as<uint16_t>(), dv.as<uint16_t>(), shape,
+                                 out.as<float>(), stream.handle());
     const auto got = download<float>(out, q.size(), stream);
     // The CPU sums its dots and outputs in ggml's SIMD order, the kernel in sequence: most values
     // part in their last bits (a probability's f16 rounding can move with them), by at most 6e-6
     // relative on the H200; a wrong score, mask or weight moves them by far more.
     CHECK(relative_error(got, want) < 2e-5)
-        << "heads " << c.heads << " head_dim " << c.head_dim << " length " << length << ": " << mismatches(got, want)
-        << " of " << want.size() << " differ, relative error " << relative_error(got, want);
+        << "heads " << c.heads << " head_dim " << c.head_dim << " length " << length << " window " << c.window
+        << " sinks " << c.sinks << ": " << mismatches(got, want) << " of " << want.size() << " differ, relative error "
+        << relative_error(got, want);
+    if (c.window == 0 && !c.sinks) continue;
+    // The dispatcher runs a window or sinks on the exact kernel, whatever the head_dim.
+    cuda::DeviceBuffer scratch(cuda::attention_scratch_bytes(shape, c.n), "scratch");
+    cuda::DeviceBuffer dispatched(q.size() * sizeof(float), "dispatched");
+    cuda::causal_attention(dq.as<float>(), c.n, dpos.as<int32_t>(), dk.as<uint16_t>(), dv.as<uint16_t>(), shape,
+                           scratch.data(), dispatched.as<float>(), stream.handle());
+    CHECK(download<float>(dispatched, q.size(), stream) == got) << "window " << c.window << " sinks " << c.sinks;
   }
 }
 
@@ -387,27 +405,37 @@ TEST(cuda_moe_routing_matches_cpu) {
   if (!device_ready("cuda_moe_routing_matches_cpu")) return;
   std::mt19937 rng(21);
   const cuda::Stream stream;
-  // Qwen3's softmax (normalized or not), and DeepSeek-V3's router: sigmoid, a selection bias, 8
-  // groups of which 4 compete, normalized and scaled weights.
+  // Qwen3's softmax (normalized or not), DeepSeek-V3's router: sigmoid, a selection bias, 8
+  // groups of which 4 compete, normalized and scaled weights; and gpt-oss's: biased logits choose,
+  // a softmax over the chosen weights them.
   const cpu::RouterParams deepseek{
       .gating = cpu::Gating::kSigmoid, .normalize = true, .scale = 2.5f, .groups = 8, .groups_used = 4};
   for (const auto& [experts, used, router] :
        {std::tuple{int64_t{8}, int64_t{2}, cpu::RouterParams{.normalize = true}},
         std::tuple{int64_t{128}, int64_t{8}, cpu::RouterParams{.normalize = true}},
-        std::tuple{int64_t{60}, int64_t{4}, cpu::RouterParams{}}, std::tuple{int64_t{256}, int64_t{8}, deepseek}}) {
+        std::tuple{int64_t{60}, int64_t{4}, cpu::RouterParams{}}, std::tuple{int64_t{256}, int64_t{8}, deepseek},
+        std::tuple{int64_t{128}, int64_t{4}, cpu::RouterParams{.gating = cpu::Gating::kSoftmaxSelected}}}) {
     const int64_t n = 11, width = 96;
     const auto logits = random_floats(static_cast<size_t>(n * experts), 4.0f, rng);
     const auto bias = random_floats(static_cast<size_t>(experts), 0.5f, rng);
     const float* selection_bias = router.gating == cpu::Gating::kSigmoid ? bias.data() : nullptr;
+    // gpt-oss's router bias joins the logits (forward.cc adds it before cpu::route; the GPU in the route).
+    const bool gpt_oss = router.gating == cpu::Gating::kSoftmaxSelected;
+    std::vector<float> routed = logits;
+    if (gpt_oss) {
+      for (size_t i = 0; i < routed.size(); ++i) routed[i] += bias[i % static_cast<size_t>(experts)];
+    }
     cpu::Routing routing;
-    cpu::route(logits.data(), n, experts, used, router, selection_bias, routing);
+    cpu::route(routed.data(), n, experts, used, router, selection_bias, routing);
     const auto dl = upload(logits), dbias = upload(bias);
     const cuda::RouterSpec spec{router.gating == cpu::Gating::kSigmoid,
                                 router.normalize,
                                 router.scale,
                                 static_cast<int>(router.groups),
                                 static_cast<int>(router.groups_used),
-                                selection_bias ? dbias.as<float>() : nullptr};
+                                selection_bias ? dbias.as<float>() : nullptr,
+                                gpt_oss,
+                                gpt_oss ? dbias.as<float>() : nullptr};
     cuda::DeviceBuffer chosen(static_cast<size_t>(n * used) * sizeof(int32_t), "chosen");
     cuda::DeviceBuffer weights(static_cast<size_t>(n * used) * sizeof(float), "weights");
     cuda::route_top_k(dl.as<float>(), n, experts, used, spec, chosen.as<int32_t>(), weights.as<float>(),

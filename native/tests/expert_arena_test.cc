@@ -290,7 +290,7 @@ TEST(expert_arena_cpu_pass_equals_the_in_ram_pass_and_never_maps_paged_experts) 
   const std::vector<int32_t> prompt{1, 17, 230, 45, 9, 300, 12, 5, 88}, next{123};
   std::vector<float> in_ram, through_arena;
   for (engine::ExpertArena* source : {static_cast<engine::ExpertArena*>(nullptr), &arena}) {
-    engine::KvCache cache(p, 64);
+    engine::KvCache cache(p, {}, 64);
     std::vector<float> logits, out;
     const engine::SequenceRows first{prompt, 0, &cache, engine::LogitRows::kAll};
     engine::forward(*m, std::span(&first, 1), logits, scratch, pool, source);
@@ -309,7 +309,7 @@ TEST(expert_arena_cpu_pass_equals_the_in_ram_pass_and_never_maps_paged_experts) 
   // gate and down stacks, away from any other tensor, so no page of it may be mapped.
   const auto fresh = model::load_model(kDefaultModel);
   engine::ExpertArena fresh_arena(*fresh, paged, engine::arena_slot_bytes(*fresh) * all.size());
-  engine::KvCache cache(p, 64);
+  engine::KvCache cache(p, {}, 64);
   std::vector<float> logits;
   const engine::SequenceRows rows{prompt, 0, &cache, engine::LogitRows::kLast};
   engine::forward(*fresh, std::span(&rows, 1), logits, scratch, pool, &fresh_arena);

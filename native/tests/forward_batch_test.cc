@@ -111,7 +111,7 @@ TEST(forward_several_sequences_in_one_pass_equal_each_alone) {
 
   // Alone: one sequence per pass, every row's logits.
   std::vector<engine::KvCache> alone_caches;
-  for (int i = 0; i < 3; ++i) alone_caches.emplace_back(p, 64);
+  for (int i = 0; i < 3; ++i) alone_caches.emplace_back(*model, 64);
   const auto run_alone = [&](const std::vector<int32_t>& tokens, int64_t first, engine::KvCache& cache) {
     std::vector<float> logits;
     const SequenceRows part{tokens, first, &cache, LogitRows::kAll};
@@ -126,7 +126,7 @@ TEST(forward_several_sequences_in_one_pass_equal_each_alone) {
 
   // Together: A's prompt (all rows), B's first chunk (last row), C's token in one pass.
   std::vector<engine::KvCache> caches;
-  for (int i = 0; i < 3; ++i) caches.emplace_back(p, 64);
+  for (int i = 0; i < 3; ++i) caches.emplace_back(*model, 64);
   std::vector<float> logits;
   const SequenceRows first_pass[] = {{a_prompt, 0, &caches[0], LogitRows::kAll},
                                      {b_first, 0, &caches[1], LogitRows::kLast},

@@ -1,10 +1,11 @@
 // The prompt-state cache on hand-made states: longest-prefix lookup, states that hold one
 // another, LRU eviction under its byte budget; the KV cache's packed copies; and the state
-// file's round trip and refusals.
+// file's round trip and refusals; a windowed layer's cache through a state.
 #include "engine/prompt_cache.h"
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,7 @@
 #include "base/error.h"
 #include "engine/kv_cache.h"
 #include "engine/state.h"
+#include "quant/float_formats.h"
 #include "tests/check.h"
 
 using namespace bloomery;
@@ -40,7 +42,7 @@ std::shared_ptr<SessionState> make_state(std::vector<int32_t> tokens, uint16_t s
   return s;
 }
 
-uint64_t bytes_of(size_t tokens) { return session_state_bytes(kLayers, kRow, static_cast<int64_t>(tokens)); }
+uint64_t bytes_of(size_t tokens) { return session_state_bytes({kLayers, 0, kRow}, static_cast<int64_t>(tokens), 0); }
 
 std::string refusal(const std::function<void()>& body) {
   try {
@@ -109,9 +111,9 @@ TEST(kv_cache_copies_a_prefix_to_and_from_a_packed_state) {
   p.layers = kLayers;
   p.kv_heads = 2;
   p.head_dim = 2;
-  KvCache kv(p, 8);
+  KvCache kv(p, {}, 8);
   const std::shared_ptr<SessionState> state = make_state({1, 2, 3, 4, 5}, 100);
-  kv.copy_in(3, 5, state->keys.data(), state->values.data());  // the first 3 of 5 positions
+  kv.copy_in(3, *state);  // the first 3 of 5 positions
   for (int64_t layer = 0; layer < kLayers; ++layer) {
     for (int64_t i = 0; i < 3 * kRow.keys; ++i) {
       CHECK(kv.keys(layer)[i] == state->keys[layer * 5 * kRow.keys + i]) << layer << " " << i;
@@ -119,7 +121,7 @@ TEST(kv_cache_copies_a_prefix_to_and_from_a_packed_state) {
     }
   }
   std::vector<uint16_t> keys(kLayers * 3 * kRow.keys), values(keys.size());
-  kv.copy_out(3, 3, keys.data(), values.data());
+  kv.copy_out(3, keys.data(), values.data());
   for (int64_t layer = 0; layer < kLayers; ++layer) {
     for (int64_t i = 0; i < 3 * kRow.keys; ++i) {
       CHECK(keys[layer * 3 * kRow.keys + i] == state->keys[layer * 5 * kRow.keys + i]) << layer << " " << i;
@@ -128,7 +130,9 @@ TEST(kv_cache_copies_a_prefix_to_and_from_a_packed_state) {
 }
 
 // What a state of make_state's shape must match to be read back.
-StateExpectation expect_of(const SessionState& state) { return {state.model_fingerprint, kLayers, state.row, 64, 100}; }
+StateExpectation expect_of(const SessionState& state) {
+  return {state.model_fingerprint, {kLayers, state.windowed_layers, state.row}, 64, 100};
+}
 
 TEST(state_file_round_trips) {
   const std::string path = temp_path("bloomery-state-roundtrip.bin");
@@ -168,7 +172,7 @@ TEST(state_file_refuses_by_name) {
   other.model_fingerprint += 1;
   CHECK(refusal([&] { read_state_file(path, other); }) == "STATE_MODEL_MISMATCH");
   other = expected;
-  other.row.keys += 1;
+  other.shape.row.keys += 1;
   CHECK(refusal([&] { read_state_file(path, other); }) == "STATE_MODEL_MISMATCH");
   other = expected;
   other.max_tokens = 2;
@@ -228,4 +232,60 @@ TEST(state_file_follows_no_link_and_opens_only_regular_files) {
   CHECK(refusal([&] { read_state_file(fifo, expect_of(*state)); }) == "FILE_READ");
   CHECK(refusal([&] { write_state_file(fifo, *state); }) == "FILE_WRITE");
   std::filesystem::remove_all(dir);
+}
+
+// A windowed layer (gpt-oss) keeps the last window_cells positions: stores past them move the rows
+// the window still needs to the front, from a multiple of 64; a state holds them from there on,
+// reads back from a file (a misaligned window_first is refused) and loads into another cache.
+TEST(kv_cache_windowed_layer_keeps_its_window_through_a_state) {
+  model::HyperParams p;
+  p.layers = 2;
+  p.kv_heads = 2;
+  p.head_dim = 2;
+  p.sliding_window = 8;
+  const std::vector<uint8_t> windowed{1, 0};
+  KvCache kv(p, windowed, 1000);
+  std::vector<float> rows;
+  for (int64_t first = 0; first < 600; first += model::kWindowSlice) {
+    const int64_t n = std::min<int64_t>(model::kWindowSlice, 600 - first);
+    rows.assign(static_cast<size_t>(n * kRow.keys), 0.0f);
+    for (int64_t i = 0; i < n * kRow.keys; ++i) rows[i] = static_cast<float>(first + i / kRow.keys);
+    for (int64_t layer = 0; layer < 2; ++layer) kv.store(layer, first, n, rows.data(), rows.data());
+  }
+  // Slices at 0, 256 and 512: the last kept the aligned start of 512's window, 448.
+  CHECK(kv.first_cached(0) == 448 && kv.first_cached(1) == 0 && kv.window_first() == 448) << kv.first_cached(0);
+  const auto position_of = [](uint16_t f16) { return static_cast<int64_t>(quant::fp16_to_fp32(f16)); };
+  for (int64_t pos = 448; pos < 600; ++pos) CHECK(position_of(kv.keys(0)[(pos - 448) * kRow.keys]) == pos) << pos;
+
+  SessionState state;
+  state.layers = 2;
+  state.windowed_layers = 1;
+  state.row = kRow;
+  state.window_first = kv.window_first();
+  state.tokens.assign(600, 1);
+  const int64_t packed = state_rows({2, 1, kRow}, 600, 448);
+  CHECK(packed == 152 + 600) << packed;
+  state.keys.resize(static_cast<size_t>(packed * kRow.keys));
+  state.values.resize(state.keys.size());
+  kv.copy_out(600, state.keys.data(), state.values.data());
+  CHECK(position_of(state.keys[0]) == 448 && position_of(state.keys[151 * kRow.keys]) == 599);
+  CHECK(position_of(state.keys[152 * kRow.keys]) == 0 && position_of(state.keys[751 * kRow.keys]) == 599);
+
+  const std::string path = temp_path("bloomery-state-windowed.bin");
+  write_state_file(path, state);
+  const StateExpectation expected{0, {2, 1, kRow}, 1000, 100};
+  const SessionState back = read_state_file(path, expected);
+  CHECK(back.window_first == 448 && back.keys == state.keys && back.values == state.values);
+  StateExpectation unwindowed = expected;
+  unwindowed.shape.windowed_layers = 0;
+  CHECK(refusal([&] { read_state_file(path, unwindowed); }) == "STATE_MODEL_MISMATCH");
+  const uint64_t misaligned = 447;
+  patch(path, 64, &misaligned, sizeof misaligned);  // the header's window_first
+  CHECK(refusal([&] { read_state_file(path, expected); }) == "STATE_BAD_FILE");
+  std::filesystem::remove(path);
+
+  KvCache loaded(p, windowed, 1000);
+  loaded.copy_in(590, back);
+  CHECK(loaded.first_cached(0) == 448 && loaded.first_cached(1) == 0);
+  CHECK(position_of(loaded.keys(0)[(589 - 448) * kRow.keys]) == 589 && position_of(loaded.keys(1)[0]) == 0);
 }

@@ -12,6 +12,7 @@ import {
   parseDeepSeekV31Section,
 } from "./deepseek.js";
 import { glmBody } from "./glm.js";
+import { HARMONY_CHANNEL, HARMONY_MARKERS, HarmonyOutputParser, harmonyCallPrefix } from "./harmony.js";
 import { parseHermesBody } from "./hermes.js";
 import { KIMI_ARGUMENTS_BEGIN, KIMI_CALL_BEGIN, KIMI_CALL_END, KIMI_SECTION, parseKimiSection } from "./kimi.js";
 import { randomToolCallId } from "./tool-call-values.js";
@@ -28,7 +29,9 @@ import type { ChatDelta, ChatTool, OutputParser, ToolCall, ToolCallIds, ToolCall
  * `<tool_call>name<arg_key>k</arg_key><arg_value>v</arg_value>...`), `"deepseek-v3.1"`
  * (`<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>name<｜tool▁sep｜>{json}...`), `"deepseek-r1"` (DeepSeek-R1
  * and V3: `...function<｜tool▁sep｜>name` and a json code fence), `"kimi-k2"`
- * (`<|tool_calls_section_begin|><|tool_call_begin|>functions.name:0<|tool_call_argument_begin|>{json}...`).
+ * (`<|tool_calls_section_begin|><|tool_call_begin|>functions.name:0<|tool_call_argument_begin|>{json}...`),
+ * `"harmony"` (gpt-oss: `<|channel|>commentary to=functions.name <|constrain|>json<|message|>{json}`, its
+ * reasoning in the analysis channel and its answer in the final one, parsed whether tools are offered or not).
  */
 export type ToolCallFormat =
   | "hermes"
@@ -37,13 +40,15 @@ export type ToolCallFormat =
   | "glm-4.5"
   | "deepseek-v3.1"
   | "deepseek-r1"
-  | "kimi-k2";
+  | "kimi-k2"
+  | "harmony";
 
 /**
  * The tool-call format a chat template teaches its model, read from the template's text as
  * llama.cpp does; `"hermes"` (the built-in ChatML template's) when the template names none.
  */
 export function detectToolCallFormat(template: string): ToolCallFormat {
+  if (template.includes(HARMONY_CHANNEL)) return "harmony";
   if (template.includes(KIMI_SECTION.open) && template.includes(KIMI_CALL_BEGIN)) return "kimi-k2";
   if (template.includes(DEEPSEEK_SECTION.open)) return template.includes("```json") ? "deepseek-r1" : "deepseek-v3.1";
   if (template.includes("<function=") && template.includes("<parameter=")) return "qwen3-coder";
@@ -96,6 +101,8 @@ export function formatMarkers(format: ToolCallFormat | undefined): string[] {
         KIMI_ARGUMENTS_BEGIN,
         KIMI_CALL_END,
       ];
+    case "harmony":
+      return HARMONY_MARKERS;
     case undefined:
       return THINK_TAGS;
   }
@@ -124,7 +131,11 @@ export interface ChatOutputOptions {
   newId?: ToolCallIds;
 }
 
-function toolCallParser(format: ToolCallFormat, tools: readonly ChatTool[], newId: ToolCallIds): ToolCallParser {
+function toolCallParser(
+  format: Exclude<ToolCallFormat, "harmony">,
+  tools: readonly ChatTool[],
+  newId: ToolCallIds,
+): ToolCallParser {
   switch (format) {
     case "hermes":
       return new TaggedToolCallParser(oneCall(parseHermesBody), newId);
@@ -143,12 +154,23 @@ function toolCallParser(format: ToolCallFormat, tools: readonly ChatTool[], newI
   }
 }
 
-/** Reasoning first, then tool calls in what is left: the whole of a chat's output parsing. */
+/**
+ * Reasoning first, then tool calls in what is left: the whole of a chat's output parsing (harmony's
+ * messages by their own parser).
+ */
 export class ChatOutputParser implements OutputParser {
   readonly #reasoning: ReasoningParser | undefined;
   readonly #tools: ToolCallParser | undefined;
+  readonly #harmony: HarmonyOutputParser | undefined;
 
   constructor(options: ChatOutputOptions = {}) {
+    if (options.toolCallFormat === "harmony") {
+      this.#harmony = new HarmonyOutputParser({
+        newId: options.newId ?? randomToolCallId,
+        ...(options.parseReasoning !== undefined && { parseReasoning: options.parseReasoning }),
+      });
+      return;
+    }
     if (options.parseReasoning ?? true) {
       this.#reasoning = new ReasoningParser({
         startInside: options.startInReasoning ?? false,
@@ -162,12 +184,14 @@ export class ChatOutputParser implements OutputParser {
   }
 
   push(text: string): ChatDelta {
+    if (this.#harmony) return this.#harmony.push(text);
     const split = this.#reasoning ? this.#reasoning.push(text) : { text, reasoning: "" };
     const answer = this.#tools ? this.#tools.push(split.text) : { text: split.text, toolCalls: [] };
     return { text: answer.text, reasoning: split.reasoning, toolCalls: answer.toolCalls };
   }
 
   finish(): ChatDelta {
+    if (this.#harmony) return this.#harmony.finish();
     const split = this.#reasoning ? this.#reasoning.finish() : { text: "", reasoning: "" };
     if (!this.#tools) return { text: split.text, reasoning: split.reasoning, toolCalls: [] };
     const last = this.#tools.push(split.text);
@@ -242,5 +266,7 @@ export function forcedCallPrefix(format: ToolCallFormat, choice: ForcedToolChoic
       return `${close}${DEEPSEEK_SECTION.open}${DEEPSEEK_CALL_BEGIN}function${DEEPSEEK_SEP}${name === undefined ? "" : `${name}\n\`\`\`json\n`}`;
     case "kimi-k2":
       return `${close}${KIMI_SECTION.open}${KIMI_CALL_BEGIN}functions.${name === undefined ? "" : `${name}:`}`;
+    case "harmony":
+      return harmonyCallPrefix(name);
   }
 }

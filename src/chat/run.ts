@@ -141,20 +141,22 @@ export function runChat(
   }
   const format = toolCallFormat ?? model.toolCallFormat;
   const reasoning = parseReasoning ?? true;
+  // Harmony's channels carry the reasoning and the answer too: its parser reads every turn.
+  const parsedFormat = format === "harmony" ? format : offered && format;
   // The template renders in a worker; the generation waits for its prompt, and the parser for
   // what the prompt says of the output (an open think block, a forced call's opening).
   const setup = model.render(messages, { templateKwargs, tools: offered }).then((prompt) => {
-    const opensThinking = reasoning && promptOpensThinking(prompt);
+    const opensThinking = reasoning && format !== "harmony" && promptOpensThinking(prompt);
     const prefix =
       offered && (toolChoice === "required" || typeof toolChoice === "object")
         ? forcedCallPrefix(format, toolChoice, opensThinking)
         : "";
     const parserOptions: ChatOutputOptions = { parseReasoning: reasoning, startInReasoning: opensThinking };
-    if (offered) Object.assign(parserOptions, { toolCallFormat: format, tools: offered });
+    if (parsedFormat) Object.assign(parserOptions, { toolCallFormat: parsedFormat, tools: offered ?? [] });
     return { prompt: prompt + prefix, prefix, parser: new ChatOutputParser(parserOptions) };
   });
   setup.catch(() => {});
-  const shown = specialTokensOf(model.tokenizer, formatMarkers(offered && format));
+  const shown = specialTokensOf(model.tokenizer, formatMarkers(parsedFormat || undefined));
   const run = session.generate(
     setup.then((s) => s.prompt),
     { ...generation, showSpecialTokens: [...(generation.showSpecialTokens ?? []), ...shown] },

@@ -30,9 +30,15 @@ export interface TemplateTokens {
  * and `function.arguments` as an object, `tool_call_id`, `reasoning_content`), which is what
  * Hugging Face templates are written against.
  */
-function templateMessage(message: ChatMessage): Record<string, unknown> {
+function templateMessage(message: ChatMessage, harmony: boolean): Record<string, unknown> {
   const out: Record<string, unknown> = { role: message.role, content: message.content };
   if (message.reasoning !== undefined) out.reasoning_content = message.reasoning;
+  // gpt-oss's template reads the reasoning as `thinking`, and a message that calls tools has no
+  // content beside it (llama.cpp's common_chat_params_init_gpt_oss).
+  if (harmony && message.reasoning !== undefined) {
+    out.thinking = message.reasoning;
+    if (message.toolCalls && message.toolCalls.length > 0) delete out.content;
+  }
   if (message.toolCalls && message.toolCalls.length > 0) {
     out.tool_calls = message.toolCalls.map((call) => ({
       id: call.id,
@@ -96,7 +102,7 @@ export class ChatTemplate {
       context: {
         ...options.templateKwargs,
         ...tools,
-        messages: messages.map(templateMessage),
+        messages: messages.map((message) => templateMessage(message, this.source.includes("<|channel|>"))),
         add_generation_prompt: options.addGenerationPrompt ?? true,
         bos_token: tokens.bosToken,
         eos_token: tokens.eosToken,

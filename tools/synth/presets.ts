@@ -6,7 +6,7 @@ import { BloomeryError } from "../../src/errors.js";
 import type { VocabFamily } from "./vocab.js";
 
 /** The architectures the generator writes (llama.cpp's `general.architecture` names). */
-export type SynthArchitecture = "qwen3moe" | "qwen3" | "qwen2" | "llama" | "glm4moe" | "deepseek2";
+export type SynthArchitecture = "qwen3moe" | "qwen3" | "qwen2" | "llama" | "glm4moe" | "deepseek2" | "gpt-oss";
 
 /** The weight matrices whose type a preset fixes or the `weightType` option sets (norms and routers stay F32). */
 export type WeightRole =
@@ -43,12 +43,20 @@ export interface SynthMla {
   valueDim: number;
 }
 
-/** YaRN rope scaling, as the DeepSeek files carry it. */
+/** YaRN rope scaling, as the DeepSeek and gpt-oss files carry it. */
 export interface SynthYarn {
   factor: number;
   originalContext: number;
-  /** rope.scaling.yarn_log_multiplier as the converter writes it (0.1 x mscale_all_dim). */
-  logMultiplier: number;
+  /** rope.scaling.yarn_log_multiplier as the converter writes it (0.1 x mscale_all_dim); DeepSeek's files only. */
+  logMultiplier?: number;
+}
+
+/** gpt-oss's attention and experts: sliding windows, sinks, biases, the clamped SwiGLU. */
+export interface SynthGptOss {
+  /** attention.sliding_window: the positions a windowed layer sees. */
+  slidingWindow: number;
+  /** attention.sliding_window_pattern (absent: llama.cpp's default 2, even layers windowed). */
+  pattern?: number;
 }
 
 /** The router of an MoE preset beyond softmax top-k (DeepSeek-V3's and GLM-4.5's). */
@@ -104,6 +112,8 @@ export interface SynthPreset {
   /** deepseek2's attention; headDim is then nopeDim + ropeDim. */
   mla?: SynthMla;
   yarn?: SynthYarn;
+  /** gpt-oss's blocks (sliding windows, attention sinks, output and expert biases, router bias). */
+  gptOss?: SynthGptOss;
   /** Fixed type of every weight matrix; a preset without one takes the `weightType` option. */
   mix?: Partial<Record<WeightRole, string>>;
   /** Per layer, exceptions to `mix` for that layer's matrices. */
@@ -288,6 +298,75 @@ const UD_LOW_BIT_LAYERS: Record<number, Partial<Record<WeightRole, string>>> = {
   3: { ffn_gate_exps: "IQ1_M", ffn_up_exps: "IQ1_M", ffn_down_exps: "IQ2_S" },
 };
 
+/**
+ * tiny-gpt-oss: gpt-oss's layout: sliding-window layers (window 32, every other layer)
+ * alternating with full ones, learned attention sinks, Q/K/V and output biases, YaRN, and in
+ * every layer 8 experts (4 used) chosen by the router's biased logits and weighted by a softmax
+ * over the chosen, each a clamped SwiGLU with per-expert biases.
+ */
+const TINY_GPT_OSS: SynthPreset = {
+  name: "tiny-gpt-oss",
+  description:
+    "gpt-oss, 4 layers (window 32 on even layers), embedding 256, 8 heads / 2 KV heads of 64, sinks, YaRN x8, 8 experts (4 used) of 256 with biases",
+  architecture: "gpt-oss",
+  vocab: "qwen",
+  layers: 4,
+  embedding: 256,
+  heads: 8,
+  headsKv: 2,
+  headDim: 64,
+  qkvBias: true,
+  feedForward: 256,
+  experts: 8,
+  expertsUsed: 4,
+  expertFeedForward: 256,
+  yarn: { factor: 8, originalContext: 512 },
+  gptOss: { slidingWindow: 32 },
+  contextLength: 4096,
+  ropeFreqBase: 150_000,
+  rmsEpsilon: 1e-5,
+  boundedScales: true,
+};
+
+/** The released gpt-oss GGUFs' types: MXFP4 experts, the rest BF16 but for Q8_0 embeddings and output. */
+const GPT_OSS_MIX: Partial<Record<WeightRole, string>> = {
+  token_embd: "Q8_0",
+  output: "Q8_0",
+  attn_q: "BF16",
+  attn_k: "BF16",
+  attn_v: "BF16",
+  attn_output: "BF16",
+  ffn_gate_exps: "MXFP4",
+  ffn_up_exps: "MXFP4",
+  ffn_down_exps: "MXFP4",
+};
+
+/**
+ * gpt-oss's shapes (both sizes): embedding 2880, 64 heads / 8 KV heads of 64, windows of 128 on
+ * every other layer, sinks, YaRN x32 over 4,096, 4 experts used of 2880, o200k's 201,088 tokens;
+ * the released files' types.
+ */
+const GPT_OSS_SHAPES: Omit<SynthPreset, "name" | "description" | "layers" | "experts"> = {
+  architecture: "gpt-oss",
+  vocab: "qwen",
+  vocabSize: 201_088,
+  embedding: 2880,
+  heads: 64,
+  headsKv: 8,
+  headDim: 64,
+  qkvBias: true,
+  feedForward: 2880,
+  expertsUsed: 4,
+  expertFeedForward: 2880,
+  yarn: { factor: 32, originalContext: 4096 },
+  gptOss: { slidingWindow: 128 },
+  contextLength: 131_072,
+  ropeFreqBase: 150_000,
+  rmsEpsilon: 1e-5,
+  mix: GPT_OSS_MIX,
+  fileType: 38, // LLAMA_FTYPE_MOSTLY_MXFP4_MOE
+};
+
 export const PRESETS: Record<string, SynthPreset> = {
   "qwen3-30b-a3b": {
     name: "qwen3-30b-a3b",
@@ -399,6 +478,28 @@ export const PRESETS: Record<string, SynthPreset> = {
     mix: UD_LOW_BIT_MIX,
     layerMix: UD_LOW_BIT_LAYERS,
     fileType: 24, // LLAMA_FTYPE_MOSTLY_IQ1_S, as the UD-IQ1_S files say
+  },
+  "tiny-gpt-oss": TINY_GPT_OSS,
+  "gpt-oss-120b": {
+    ...GPT_OSS_SHAPES,
+    name: "gpt-oss-120b",
+    description: "gpt-oss-120b's shapes, 36 layers x 128 experts (4 used), MXFP4 experts as the released file, 64 GB",
+    layers: 36,
+    experts: 128,
+  },
+  "gpt-oss-20b": {
+    ...GPT_OSS_SHAPES,
+    name: "gpt-oss-20b",
+    description: "gpt-oss-20b's shapes, 24 layers x 32 experts (4 used), MXFP4 experts as the released file, 13 GB",
+    layers: 24,
+    experts: 32,
+  },
+  "tiny-gpt-oss-mxfp4": {
+    ...TINY_GPT_OSS,
+    name: "tiny-gpt-oss-mxfp4",
+    description: "tiny-gpt-oss's shapes with the released files' types: MXFP4 experts, BF16 attention, Q8_0 embeddings",
+    mix: GPT_OSS_MIX,
+    fileType: 38, // LLAMA_FTYPE_MOSTLY_MXFP4_MOE
   },
   "tiny-qwen3moe-mix": {
     ...TINY_QWEN3MOE,

@@ -87,6 +87,11 @@ const WEIGHT_INIT: FloatInit = { center: 0, amplitude: 0.05 };
 const NORM_INIT: FloatInit = { center: 1, amplitude: 0.02 };
 // As wide as the projections' outputs (about ±0.5 for unit inputs), so that a bias left out shows in the logits.
 const BIAS_INIT: FloatInit = { center: 0, amplitude: 0.5 };
+// gpt-oss's sinks: logits about as large as the scores, so that each takes a visible share.
+const SINK_INIT: FloatInit = { center: 0.5, amplitude: 1 };
+// gpt-oss's expert gate and up biases: wide enough that the clamped SwiGLU's limit (7) clamps
+// about a fifth of the values, so that a clamp left out shows in the logits.
+const EXPERT_BIAS_INIT: FloatInit = { center: 0, amplitude: 9 };
 
 /**
  * Router row scales of one layer: expert e gets (1 + rank(e))^-1/2, the ranks a seeded
@@ -153,8 +158,15 @@ function architectureMetadata(p: SynthPreset): [string, GgufValue, GgufMetadataT
       [`${a}.rope.scaling.type`, "yarn", "string"],
       [`${a}.rope.scaling.factor`, p.yarn.factor, "f32"],
       [`${a}.rope.scaling.original_context_length`, p.yarn.originalContext, "u32"],
-      [`${a}.rope.scaling.yarn_log_multiplier`, p.yarn.logMultiplier, "f32"],
     );
+    if (p.yarn.logMultiplier !== undefined) {
+      entries.push([`${a}.rope.scaling.yarn_log_multiplier`, p.yarn.logMultiplier, "f32"]);
+    }
+  }
+  if (p.gptOss) {
+    entries.push([`${a}.attention.sliding_window`, p.gptOss.slidingWindow, "u32"]);
+    if (p.gptOss.pattern !== undefined)
+      entries.push([`${a}.attention.sliding_window_pattern`, p.gptOss.pattern, "u32"]);
   }
   if (p.experts > 0) {
     entries.push(
@@ -250,13 +262,18 @@ function planTensors(
         add(`${blk}.attn_v.bias`, "F32", [kvWidth], BIAS_INIT);
       }
       weight(`${blk}.attn_output.weight`, "attn_output", [qWidth, p.embedding], l);
+      if (p.gptOss) {
+        add(`${blk}.attn_output.bias`, "F32", [p.embedding], WEIGHT_INIT);
+        add(`${blk}.attn_sinks.weight`, "F32", [p.heads], SINK_INIT);
+      }
       if (p.architecture === "qwen3" || p.architecture === "qwen3moe") {
         norm(`${blk}.attn_q_norm.weight`, p.headDim);
         norm(`${blk}.attn_k_norm.weight`, p.headDim);
       }
     }
-    // GLM names the norm before the FFN after the attention it follows.
-    norm(`${blk}.${p.architecture === "glm4moe" ? "post_attention_norm" : "ffn_norm"}.weight`, p.embedding);
+    // GLM and gpt-oss name the norm before the FFN after the attention it follows.
+    const postAttention = p.architecture === "glm4moe" || p.architecture === "gpt-oss";
+    norm(`${blk}.${postAttention ? "post_attention_norm" : "ffn_norm"}.weight`, p.embedding);
     if (p.experts > 0 && l >= (p.leadingDense ?? 0)) {
       const rowScale = routerScales(p.experts, seed, l);
       add(`${blk}.ffn_gate_inp.weight`, "F32", [p.embedding, p.experts], {
@@ -268,6 +285,12 @@ function planTensors(
       weight(`${blk}.ffn_gate_exps.weight`, "ffn_gate_exps", [p.embedding, p.expertFeedForward, p.experts], l);
       weight(`${blk}.ffn_up_exps.weight`, "ffn_up_exps", [p.embedding, p.expertFeedForward, p.experts], l);
       weight(`${blk}.ffn_down_exps.weight`, "ffn_down_exps", [p.expertFeedForward, p.embedding, p.experts], l);
+      if (p.gptOss) {
+        add(`${blk}.ffn_gate_inp.bias`, "F32", [p.experts], WEIGHT_INIT);
+        add(`${blk}.ffn_gate_exps.bias`, "F32", [p.expertFeedForward, p.experts], EXPERT_BIAS_INIT);
+        add(`${blk}.ffn_up_exps.bias`, "F32", [p.expertFeedForward, p.experts], EXPERT_BIAS_INIT);
+        add(`${blk}.ffn_down_exps.bias`, "F32", [p.embedding, p.experts], WEIGHT_INIT);
+      }
       if (p.sharedExperts) {
         const shared = p.sharedExperts * p.expertFeedForward;
         weight(`${blk}.ffn_gate_shexp.weight`, "ffn_gate_shexp", [p.embedding, shared], l);

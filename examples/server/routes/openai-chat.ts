@@ -36,13 +36,24 @@ export function openAiChatDeltas(chunk: ChatChunk, callsSoFar: number): Record<s
   return deltas;
 }
 
+/** OpenAI's reasoning_effort levels that gpt-oss's template knows. */
+const REASONING_EFFORTS = ["low", "medium", "high"] as const;
+
 export function registerOpenAiChat(app: FastifyInstance, context: ServerContext): void {
   for (const path of ["/v1/chat/completions", "/chat/completions"]) {
     app.post(path, async (request, reply) => {
       const model = context.model;
       const f = new Fields(request.body);
       const messages = openAiMessages(f.raw("messages"));
-      const templateKwargs = context.templateKwargs(f.object("chat_template_kwargs"));
+      const effort = f.string("reasoning_effort");
+      if (effort !== undefined && !REASONING_EFFORTS.some((level) => level === effort)) {
+        throw f.bad("reasoning_effort", `must be one of ${REASONING_EFFORTS.join(", ")}`);
+      }
+      // OpenAI's reasoning_effort is a template variable (gpt-oss's templates read it), over chat_template_kwargs'.
+      const requested = f.object("chat_template_kwargs");
+      const templateKwargs = context.templateKwargs(
+        effort === undefined ? requested : { ...requested, reasoning_effort: effort },
+      );
       const { stream, includeUsage, idSlot } = readOpenAiCommon(f);
       const maxTokens = readMaxTokens(f, ["max_completion_tokens", "max_tokens", "n_predict"]);
       const stop = f.strings("stop");
