@@ -38,7 +38,9 @@ export type HubErrorCode =
   /** The cache folder's disk has less room than the files need. */
   | "HUB_NO_SPACE"
   /** The cache folder could not be read or written. */
-  | "HUB_CACHE";
+  | "HUB_CACHE"
+  /** --offline, and the cache does not hold the model. */
+  | "HUB_OFFLINE";
 
 /** A download or resolution that failed: the message names the repo, the file or the HTTP status. */
 export class HubError extends Error {
@@ -63,6 +65,8 @@ export interface HubRequest {
   cacheDir: string;
   /** Told of each download as it starts. */
   log?: (line: string) => void;
+  /** --offline: only the cache; a model it does not hold is refused (HUB_OFFLINE) rather than downloaded. */
+  offline?: boolean;
 }
 
 /** One file of the repo as the tree API lists it. */
@@ -97,6 +101,8 @@ export async function fetchHubModel(request: HubRequest): Promise<string> {
     const manifestPath = join(folder, `.manifest-${(request.file ?? quant.toUpperCase()).replaceAll("/", "_")}.json`);
     const cached = await readManifest(manifestPath, folder);
     if (cached) return join(folder, cached.files[0]!.path);
+    if (request.offline)
+      throw new HubError("HUB_OFFLINE", `${request.repo}: not in the cache ${request.cacheDir}, and --offline downloads nothing`);
 
     const files = await listFiles(request, name);
     const chosen = request.file !== undefined ? byName(files, name, request.file) : byQuant(files, name, quant);
