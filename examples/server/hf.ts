@@ -102,7 +102,10 @@ export async function fetchHubModel(request: HubRequest): Promise<string> {
     const cached = await readManifest(manifestPath, folder);
     if (cached) return join(folder, cached.files[0]!.path);
     if (request.offline)
-      throw new HubError("HUB_OFFLINE", `${request.repo}: not in the cache ${request.cacheDir}, and --offline downloads nothing`);
+      throw new HubError(
+        "HUB_OFFLINE",
+        `${request.repo}: not in the cache ${request.cacheDir}, and --offline downloads nothing`,
+      );
 
     const files = await listFiles(request, name);
     const chosen = request.file !== undefined ? byName(files, name, request.file) : byQuant(files, name, quant);

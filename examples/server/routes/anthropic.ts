@@ -7,7 +7,7 @@ import { badField } from "../errors.js";
 import { Fields } from "../fields.js";
 import { anthropicMessages } from "../messages.js";
 import { promptTokens, responseId, stoppingWord } from "../responses.js";
-import { readSampling } from "../sampling.js";
+import { readSampling, samplingDefaults } from "../sampling.js";
 import type { SlotChat } from "../slots.js";
 import { clientSignal, SseStream, streamReply } from "../sse.js";
 import { readAnthropicTools, type ToolOptions } from "../tools.js";
@@ -49,10 +49,10 @@ function readConversation(f: Fields, context: ServerContext): Conversation {
 }
 
 /** The prompt's tokens, as the chat will render it. */
-function promptLength(context: ServerContext, c: Conversation): number {
+function chatPrompt(context: ServerContext, c: Conversation): number[] {
   const tools = c.toolChoice === "none" ? undefined : c.tools;
   const model = context.model;
-  return promptTokens(model, model.applyChatTemplate(c.messages, { templateKwargs: c.templateKwargs, tools })).length;
+  return promptTokens(model, model.applyChatTemplate(c.messages, { templateKwargs: c.templateKwargs, tools }));
 }
 
 function toolUse(call: ToolCall) {
@@ -119,7 +119,7 @@ export function registerAnthropic(app: FastifyInstance, context: ServerContext):
     const f = new Fields(request.body);
     const conversation = readConversation(f, context);
     f.finish();
-    return { input_tokens: promptLength(context, conversation) };
+    return { input_tokens: chatPrompt(context, conversation).length };
   });
 
   app.post("/v1/messages", async (request, reply) => {
@@ -130,16 +130,13 @@ export function registerAnthropic(app: FastifyInstance, context: ServerContext):
     if (maxTokens === undefined) throw badField("max_tokens", "is required");
     const stop = f.strings("stop_sequences");
     const stream = f.boolean("stream") ?? false;
-    const sampling = readSampling(f, { temperature: context.config.temperature, vocabSize: model.info.vocabSize }, [
-      "top_k",
-      "top_p",
-    ]);
+    const sampling = readSampling(f, samplingDefaults(context), ["top_k", "top_p"]);
     // Anthropic's metadata (user_id) describes the caller; it does not change the answer.
     f.object("metadata");
     f.finish();
 
     const { messages, ...chat } = conversation;
-    const length = promptLength(context, conversation);
+    const prompt = chatPrompt(context, conversation);
     const options: Omit<ChatOptions, "signal"> = { ...sampling, ...chat, maxTokens, stop };
     const signal = clientSignal(reply);
     const message = { id: responseId("msg_"), type: "message", role: "assistant", model: context.modelId };
@@ -150,7 +147,7 @@ export function registerAnthropic(app: FastifyInstance, context: ServerContext):
     });
 
     if (!stream) {
-      const result = await context.slots.chat(messages, length, options, signal, () => {});
+      const result = await context.slots.chat(messages, prompt, options, signal, () => {});
       const { content, reasoning, toolCalls } = result.message;
       const blocks: Record<string, unknown>[] = [];
       if (reasoning) blocks.push({ type: "thinking", thinking: reasoning, signature: "" });
@@ -160,8 +157,10 @@ export function registerAnthropic(app: FastifyInstance, context: ServerContext):
         ...message,
         content: blocks,
         ...ending(result),
+        // As llama-server counts them: the prompt tokens evaluated, and those read from the cache.
         usage: {
-          input_tokens: result.timings.promptTokens + result.timings.cachedPromptTokens,
+          cache_read_input_tokens: result.timings.cachedPromptTokens,
+          input_tokens: result.timings.promptTokens,
           output_tokens: result.tokens.length,
         },
       };
@@ -177,7 +176,7 @@ export function registerAnthropic(app: FastifyInstance, context: ServerContext):
           content: [],
           stop_reason: null,
           stop_sequence: null,
-          usage: { input_tokens: length, output_tokens: 0 },
+          usage: { cache_read_input_tokens: 0, input_tokens: prompt.length, output_tokens: 0 },
         },
       });
     };
@@ -185,7 +184,7 @@ export function registerAnthropic(app: FastifyInstance, context: ServerContext):
       sse,
       signal,
       async () => {
-        const result = await context.slots.chat(messages, length, options, signal, (piece) => {
+        const result = await context.slots.chat(messages, prompt, options, signal, (piece) => {
           start();
           blocks.push(piece);
         });

@@ -1,0 +1,45 @@
+// Prompts as llama-server reads them: text, token ids, a sequence mixing both, a JSON prompt object, or an array of
+// several prompts (one result each).
+import type { Model } from "../../src/index.js";
+import { badField } from "./errors.js";
+import { isObject } from "./fields.js";
+import { promptTokens } from "./responses.js";
+
+/** llama-server's JSON prompt: `{prompt_string, multimodal_data?}`. */
+const PROMPT_STRING = "prompt_string";
+const MULTIMODAL_DATA = "multimodal_data";
+
+/**
+ * The prompts of `value` (the request's `prompt`): one for text, tokens, a mixed sequence or a JSON prompt; one per
+ * element for an array of those (an array holding a bare token id is one mixed sequence, as llama-server reads it).
+ */
+export function readPrompts(model: Model, value: unknown, field = "prompt"): number[][] {
+  if (Array.isArray(value) && value.length > 0 && !value.some((v) => typeof v === "number")) {
+    return value.map((prompt, i) => readOne(model, prompt, `${field}[${i}]`));
+  }
+  return [readOne(model, value, field)];
+}
+
+function readOne(model: Model, value: unknown, field: string): number[] {
+  const vocabSize = model.info.vocabSize;
+  if (typeof value === "string") return promptTokens(model, value);
+  if (isObject(value)) {
+    if (value[MULTIMODAL_DATA] !== undefined) {
+      throw badField(`${field}.${MULTIMODAL_DATA}`, "cannot be used: bloomery-serve does not take images or audio");
+    }
+    const unknown = Object.keys(value).filter((key) => key !== PROMPT_STRING);
+    if (typeof value[PROMPT_STRING] !== "string" || unknown.length > 0) {
+      throw badField(field, `as an object must be {"${PROMPT_STRING}": text}`);
+    }
+    return promptTokens(model, value[PROMPT_STRING]);
+  }
+  if (Array.isArray(value) && value.length > 0) {
+    // A sequence of token ids and texts: each text tokenized in place, with BOS only when it comes first.
+    return value.flatMap((piece, i) => {
+      if (typeof piece === "string") return Array.from(model.tokenize(piece, { special: true, addSpecial: i === 0 }));
+      if (Number.isInteger(piece) && (piece as number) >= 0 && (piece as number) < vocabSize) return [piece as number];
+      throw badField(`${field}[${i}]`, `must be a token id below ${vocabSize} or a text`);
+    });
+  }
+  throw badField(field, "must be a text, an array of token ids and texts, a JSON prompt object, or an array of those");
+}
