@@ -36,7 +36,10 @@ async function settings(argv: string[], env: NodeJS.ProcessEnv = {}) {
  * One command line per flag (by its first name): `base` the flags it needs, `args` the flag with a value other than
  * its default. "no effect" marks a flag whose --help says it has none.
  */
-const SAMPLES: Record<string, { base?: string[]; args: string[] } | "no effect"> = {
+const SAMPLES: Record<
+  string,
+  { base?: string[]; args: string[] } | { noEffect: string[] } | { refused: string[] } | "no effect"
+> = {
   "-m": { args: ["-m", otherModel] },
   "-hf": { args: ["-hf", "org/model:Q8_0"] },
   "-hff": { base: ["-hf", "org/model"], args: ["--hf-file", "model-Q8_0.gguf"] },
@@ -69,6 +72,36 @@ const SAMPLES: Record<string, { base?: string[]; args: string[] } | "no effect">
   "--host-ram": { args: ["--host-ram", "1GiB"] },
   "--residency": { args: ["--residency", "static"] },
   "--jinja": "no effect",
+  "--no-jinja": { args: ["--no-jinja"] },
+  "-kvu": { base: ["-c", "512"], args: ["--kv-unified"] },
+  "--tags": { args: ["--tags", "chat,small"] },
+  "-s": { args: ["-s", "42"] },
+  "-n": { args: ["-n", "64"] },
+  "-b": { args: ["-b", "64"] },
+  "-ub": { noEffect: ["-ub", "64"] },
+  "-fa": { noEffect: ["-fa", "on"] },
+  "-cb": "no effect",
+  "--swa-full": "no effect",
+  "--no-context-shift": "no effect",
+  "--no-ui": "no effect",
+  "--offline": { base: ["-hf", "org/model"], args: ["--offline"] },
+  "-rea": { args: ["-rea", "off"] },
+  "-v": { args: ["-v"] },
+  "--cors-origins": { args: ["--cors-origins", "localhost"] },
+  "--context-shift": { refused: ["--context-shift"] },
+  "--embedding": { refused: ["--embedding"] },
+  "--pooling": { refused: ["--pooling", "mean"] },
+  "--rerank": { refused: ["--rerank"] },
+  "-md": { refused: ["-md", "draft.gguf"] },
+  "--spec-type": { refused: ["--spec-type", "draft-simple"] },
+  "--draft": { refused: ["--draft", "8"] },
+  "--spec-synth-len": { refused: ["--spec-synth-len", "4"] },
+  "--lora": { refused: ["--lora", "adapter.gguf"] },
+  "--media-path": { refused: ["--media-path", "."] },
+  "--mmproj": { refused: ["--mmproj", "mmproj.gguf"] },
+  "--tools": { refused: ["--tools", "all"] },
+  "--ui-mcp-proxy": { refused: ["--ui-mcp-proxy"] },
+  "-bs": { refused: ["-bs"] },
   "--metrics": { args: ["--metrics"] },
   "--temp": { args: ["--temp", "0.5"] },
   "-h": { args: ["--help"] },
@@ -86,9 +119,18 @@ describe("every flag reaches what it controls (finding 10)", () => {
     "$name changes what the server is started with",
     async ({ name, flag }) => {
       const sample = SAMPLES[name]!;
-      if (sample === "no effect") {
+      if (sample === "no effect" || "noEffect" in sample) {
         expect(flag.help).toMatch(/no effect/);
-        expect(await settings([name])).toEqual(await settings([]));
+        expect(await settings(sample === "no effect" ? [name] : sample.noEffect)).toEqual(await settings([]));
+        return;
+      }
+      if ("refused" in sample) {
+        // A flag bloomery cannot obey is refused by its name, with the reason its help gives.
+        expect(flag.help).toMatch(/^refused: /);
+        for (const alias of flag.names) {
+          const args = [alias, ...sample.refused.slice(1)];
+          expect(() => parseServeOptions(args)).toThrow(`${alias}: ${flag.help.slice("refused: ".length)}`);
+        }
         return;
       }
       const base = sample.base ?? [];
@@ -121,7 +163,6 @@ describe("every flag reaches what it controls (finding 10)", () => {
   });
 
   it("refuses by name the values it cannot obey rather than read them as something else", () => {
-    expect(() => parseServeOptions(["--jinja=false"])).toThrow(/--jinja false: bloomery renders every chat template/);
     expect(() => parseServeOptions(["--cache-ram", "-2"])).toThrow(/--cache-ram must be at least -1, not -2/);
     expect(() => parseServeOptions(["-c", "-1"])).toThrow(/-c must be at least 0/);
     expect(() => parseServeOptions(["--temp", "-0.5"])).toThrow(/--temp must be at least 0/);
@@ -133,7 +174,15 @@ describe("every flag reaches what it controls (finding 10)", () => {
   });
 
   it("takes llama-server's -c 0 (the trained context) and -t 0 (the default threads)", async () => {
-    expect((await settings(["-c", "0"])).launch.load.contextSize).toBe(1024);
+    // -c is the total over the slots (2 by default): -c 0 is the trained 1,024, 512 a slot.
+    expect((await settings(["-c", "0"])).launch.load.contextSize).toBe(512);
+    expect((await settings(["-c", "0", "-np", "1"])).launch.load.contextSize).toBe(1024);
+    expect((await settings(["-c", "512", "-np", "4"])).launch.load.contextSize).toBe(128);
+    expect((await settings(["-c", "512", "-np", "4", "--kv-unified"])).launch.load.contextSize).toBe(512);
+    // More than the trained context a slot is served at the trained context, with a warning.
+    const over = await settings(["-c", "8192", "-np", "1"]);
+    expect(over.launch.load.contextSize).toBe(1024);
+    expect(over.launch.warnings).toEqual([expect.stringMatching(/more than the model's trained context of 1024/)]);
     expect(await settings(["-t", "0"])).toEqual(await settings([]));
     expect(await settings(["-t", "-1"])).toEqual(await settings([]));
   });
@@ -147,7 +196,7 @@ describe("the settings built from the flags, run (finding 10)", () => {
 
   beforeAll(async () => {
     ({ launch } = await settings([
-      ...["-ngl", "0", "-c", "256", "-t", "1", "-np", "3", "--chat-template", template, "--cache-ram", "0"],
+      ...["-ngl", "0", "-c", "768", "-t", "1", "-np", "3", "--chat-template", template, "--cache-ram", "0"],
       ...["--chat-template-kwargs", '{"greeting":"hi"}', "-a", "tiny", "--temp", "0.25", "--metrics", "--no-slots"],
       ...["--slot-save-path", folder, "--api-key", "k1", "--timeout", "5"],
     ]));

@@ -45,8 +45,7 @@ export interface ServeOptions {
   offline: boolean;
   /** --cors-origins: the origins allowed to call (comma-separated; "localhost" means any local address). */
   corsOrigins?: string[];
-  /** --no-ui: no web page at / (the page itself is not served yet: / answers 404 either way). */
-  noUi: boolean;
+
   chatTemplate?: string;
   chatTemplateKwargs?: Record<string, unknown>;
   reasoningFormat: ReasoningFormat;
@@ -286,13 +285,12 @@ export const FLAGS: readonly Flag[] = [
       "Access-Control-Allow-Origin (default: every origin)",
     apply: (o, v, name) => (o.corsOrigins = readList(v as string, name)),
   },
-  {
-    names: ["--no-ui", "--no-webui"],
-    env: "LLAMA_ARG_NO_UI",
-    kind: "flag",
-    help: "no web page at / (bloomery-serve has no web page yet: / answers 404 either way)",
-    apply: (o, v) => (o.noUi = v as boolean),
-  },
+  noEffect(
+    ["--no-ui", "--no-webui"],
+    "flag",
+    "accepted for llama-server's command lines, no effect: bloomery-serve has no web page yet (/ answers 404)",
+    "LLAMA_ARG_NO_UI",
+  ),
   refused(
     ["--context-shift"],
     "flag",
@@ -517,7 +515,6 @@ export function parseServeOptions(argv: readonly string[], env: NodeJS.ProcessEn
     reasoning: "auto",
     verbose: false,
     offline: false,
-    noUi: false,
     cpuMoe: false,
     overrideTensors: [],
     slots: true,

@@ -155,123 +155,119 @@ async function serveCompletion(
   reply: FastifyReply,
   readPromptsOf: (f: Fields) => number[][],
 ) {
-  {
-    {
-      const model = context.model;
-      const f = new Fields(body);
-      const prompts = readPromptsOf(f);
-      const promptTexts = prompts.map((prompt) => model.detokenize(prompt, { special: true }));
-      const stream = f.boolean("stream") ?? false;
-      const returnTokens = f.boolean("return_tokens") ?? false;
-      const maxTokens = cappedMaxTokens(context, readMaxTokens(f, ["n_predict", "max_tokens"]));
-      const stop = f.strings("stop");
-      const ignoreEos = f.boolean("ignore_eos") ?? false;
-      const sampling = withIgnoreEos(model, readSampling(f, samplingDefaults(context)), ignoreEos);
-      const nProbs = f.integer("n_probs", { min: 0, max: model.info.vocabSize }) ?? 0;
-      // Probabilities after the sampler's filters would need the sampler's own distribution, which it does not report.
-      f.unsupported("post_sampling_probs", (v) => v === false);
-      // bloomery samples in its engine always: llama-server's choice between its samplers changes nothing here.
-      f.boolean("backend_sampling");
-      const responseFields = f.strings("response_fields") ?? [];
-      const timingsPerToken = f.boolean("timings_per_token") ?? false;
-      const returnProgress = f.boolean("return_progress") ?? false;
-      const verbose = (f.boolean("verbose") ?? false) || context.config.verbose === true;
-      // A prefix reused from the slot or the prompt-state cache gives the same text as evaluating the
-      // prompt in full, so cache_prompt only changes speed: bloomery always reuses.
-      f.boolean("cache_prompt");
-      const idSlot = f.integer("id_slot") ?? -1;
-      f.finish();
+  const model = context.model;
+  const f = new Fields(body);
+  const prompts = readPromptsOf(f);
+  const promptTexts = prompts.map((prompt) => model.detokenize(prompt, { special: true }));
+  const stream = f.boolean("stream") ?? false;
+  const returnTokens = f.boolean("return_tokens") ?? false;
+  const maxTokens = cappedMaxTokens(context, readMaxTokens(f, ["n_predict", "max_tokens"]));
+  const stop = f.strings("stop");
+  const ignoreEos = f.boolean("ignore_eos") ?? false;
+  const sampling = withIgnoreEos(model, readSampling(f, samplingDefaults(context)), ignoreEos);
+  const nProbs = f.integer("n_probs", { min: 0, max: model.info.vocabSize }) ?? 0;
+  // Probabilities after the sampler's filters would need the sampler's own distribution, which it does not report.
+  f.unsupported("post_sampling_probs", (v) => v === false);
+  // bloomery samples in its engine always: llama-server's choice between its samplers changes nothing here.
+  f.boolean("backend_sampling");
+  const responseFields = f.strings("response_fields") ?? [];
+  const timingsPerToken = f.boolean("timings_per_token") ?? false;
+  const returnProgress = f.boolean("return_progress") ?? false;
+  const verbose = (f.boolean("verbose") ?? false) || context.config.verbose === true;
+  // A prefix reused from the slot or the prompt-state cache gives the same text as evaluating the
+  // prompt in full, so cache_prompt only changes speed: bloomery always reuses.
+  f.boolean("cache_prompt");
+  const idSlot = f.integer("id_slot") ?? -1;
+  f.finish();
 
-      const options = { ...sampling, maxTokens, stop, ...(nProbs > 0 ? { logprobs: nProbs } : {}) };
-      const settings = generationSettings(sampling, { maxTokens, stop, stream, nProbs, ignoreEos });
-      const signal = clientSignal(reply);
-      const final = (index: number, result: SlotRun, content: string) => {
-        const prompt = prompts[index]!;
-        const body: Record<string, unknown> = {
-          index,
-          content,
-          tokens: returnTokens && content ? result.tokens : [],
-          id_slot: result.slot,
-          stop: true,
-          model: context.modelId,
-          tokens_predicted: result.tokens.length,
-          tokens_evaluated: prompt.length,
-          generation_settings: settings,
-          prompt: promptTexts[index],
-          has_new_line: result.text.includes("\n"),
-          truncated: result.stopReason === "contextFull",
-          stop_type: STOP_TYPES[result.stopReason],
-          stopping_word: stoppingWord(model, result, stop),
-          tokens_cached: result.timings.cachedPromptTokens + result.timings.promptTokens + result.tokens.length,
-          timings: llamaTimings(result),
-        };
-        if (!stream && result.logprobs) body.completion_probabilities = llamaProbabilities(model, result.logprobs);
-        const picked = responseFields.length > 0 ? pickFields(body, responseFields) : body;
-        return verbose ? { ...picked, __verbose: body } : picked;
-      };
+  const options = { ...sampling, maxTokens, stop, ...(nProbs > 0 ? { logprobs: nProbs } : {}) };
+  const settings = generationSettings(sampling, { maxTokens, stop, stream, nProbs, ignoreEos });
+  const signal = clientSignal(reply);
+  const final = (index: number, result: SlotRun, content: string) => {
+    const prompt = prompts[index]!;
+    const body: Record<string, unknown> = {
+      index,
+      content,
+      tokens: returnTokens && content ? result.tokens : [],
+      id_slot: result.slot,
+      stop: true,
+      model: context.modelId,
+      tokens_predicted: result.tokens.length,
+      tokens_evaluated: prompt.length,
+      generation_settings: settings,
+      prompt: promptTexts[index],
+      has_new_line: result.text.includes("\n"),
+      truncated: result.stopReason === "contextFull",
+      stop_type: STOP_TYPES[result.stopReason],
+      stopping_word: stoppingWord(model, result, stop),
+      tokens_cached: result.timings.cachedPromptTokens + result.timings.promptTokens + result.tokens.length,
+      timings: llamaTimings(result),
+    };
+    if (!stream && result.logprobs) body.completion_probabilities = llamaProbabilities(model, result.logprobs);
+    const picked = responseFields.length > 0 ? pickFields(body, responseFields) : body;
+    return verbose ? { ...picked, __verbose: body } : picked;
+  };
 
-      if (!stream) {
-        const results = await Promise.all(
-          prompts.map((prompt, index) =>
-            context.slots
-              .run(prompt, options, signal, () => {}, { idSlot })
-              .then((result) => final(index, result, result.text)),
-          ),
-        );
-        return results.length === 1 ? results[0] : results;
-      }
-      const sse = new SseStream(reply);
-      await streamReply(sse, signal, async () => {
-        await Promise.all(
-          prompts.map(async (prompt, index) => {
-            const clock = new RunClock();
-            let predicted = 0;
-            let slot = idSlot;
-            let cached = 0;
-            const partial = (fields: Record<string, unknown>) => ({
-              index,
-              stop: false,
-              id_slot: slot,
-              tokens_predicted: predicted,
-              tokens_evaluated: prompt.length,
-              ...fields,
-              ...(timingsPerToken ? { timings: clock.timings(prompt.length - cached, cached) } : {}),
-            });
-            const progress = returnProgress
-              ? {
-                  batchSize: context.config.batchSize ?? 2048,
-                  report: (p: PromptProgress) => {
-                    cached = p.cache;
-                    sse.send(partial({ content: "", tokens: [], prompt_progress: p }));
-                  },
-                }
-              : undefined;
-            const onChunk = (piece: GenerateChunk) => {
-              predicted += piece.tokens.length;
-              clock.token(piece.tokens.length);
-              sse.send(
-                partial({
-                  content: piece.text,
-                  tokens: piece.tokens,
-                  ...(piece.logprobs?.length
-                    ? { completion_probabilities: llamaProbabilities(model, piece.logprobs) }
-                    : {}),
-                }),
-              );
-            };
-            const result = await context.slots.run(prompt, options, signal, onChunk, {
-              idSlot,
-              ...(progress ? { progress } : {}),
-              onSlot: (id: number) => (slot = id),
-            });
-            if (signal.aborted) throw new Error("client gone");
-            sse.send(final(index, result, ""));
-          }),
-        );
-        sse.end();
-      });
-    }
+  if (!stream) {
+    const results = await Promise.all(
+      prompts.map((prompt, index) =>
+        context.slots
+          .run(prompt, options, signal, () => {}, { idSlot })
+          .then((result) => final(index, result, result.text)),
+      ),
+    );
+    return results.length === 1 ? results[0] : results;
   }
+  const sse = new SseStream(reply);
+  await streamReply(sse, signal, async () => {
+    await Promise.all(
+      prompts.map(async (prompt, index) => {
+        const clock = new RunClock();
+        let predicted = 0;
+        let slot = idSlot;
+        let cached = 0;
+        const partial = (fields: Record<string, unknown>) => ({
+          index,
+          stop: false,
+          id_slot: slot,
+          tokens_predicted: predicted,
+          tokens_evaluated: prompt.length,
+          ...fields,
+          ...(timingsPerToken ? { timings: clock.timings(prompt.length - cached, cached) } : {}),
+        });
+        const progress = returnProgress
+          ? {
+              batchSize: context.config.batchSize ?? 2048,
+              report: (p: PromptProgress) => {
+                cached = p.cache;
+                sse.send(partial({ content: "", tokens: [], prompt_progress: p }));
+              },
+            }
+          : undefined;
+        const onChunk = (piece: GenerateChunk) => {
+          predicted += piece.tokens.length;
+          clock.token(piece.tokens.length);
+          sse.send(
+            partial({
+              content: piece.text,
+              tokens: piece.tokens,
+              ...(piece.logprobs?.length
+                ? { completion_probabilities: llamaProbabilities(model, piece.logprobs) }
+                : {}),
+            }),
+          );
+        };
+        const result = await context.slots.run(prompt, options, signal, onChunk, {
+          idSlot,
+          ...(progress ? { progress } : {}),
+          onSlot: (id: number) => (slot = id),
+        });
+        if (signal.aborted) throw new Error("client gone");
+        sse.send(final(index, result, ""));
+      }),
+    );
+    sse.end();
+  });
 }
 
 /** The fill-in-the-middle texts llama.cpp recognizes, by role (after the GGUF's fim ids, which name the same tokens). */

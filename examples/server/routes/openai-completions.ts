@@ -21,11 +21,10 @@ export function readOpenAiCommon(f: Fields): { stream: boolean; includeUsage: bo
   const n = f.integer("n", { min: 1, max: 16 }) ?? 1;
   const stream = f.boolean("stream") ?? false;
   const options = f.object("stream_options");
-  // llama-server ends every stream with a usage chunk unless stream_options says otherwise.
-  let includeUsage = true;
+  let includeUsage = false;
   if (options) {
     const o = new Fields(options, "stream_options.");
-    includeUsage = o.boolean("include_usage") ?? true;
+    includeUsage = o.boolean("include_usage") ?? false;
     o.finish();
   }
   return { stream, includeUsage, idSlot, n };

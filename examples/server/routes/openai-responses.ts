@@ -1,4 +1,5 @@
-// POST /v1/responses (and /responses): OpenAI's Responses API, what Codex-style clients speak. The request's
+// POST /v1/responses (and /responses): OpenAI's Responses API, what Codex-style clients speak (with llama-server's
+// sampling fields, timings_per_token and return_progress beside OpenAI's). The request's
 // `input` items become a chat (messages, function calls and their outputs), served as chat completions are; the
 // answer is a response object whose `output` holds the reasoning, the message and the function calls, streamed as
 // the API's typed events (response.created ... response.completed).
@@ -8,6 +9,7 @@ import type { ServerContext } from "../context.js";
 import { badField } from "../errors.js";
 import { Fields, isObject, type JsonObject } from "../fields.js";
 import { llamaTimings, responseId, unixSeconds } from "../responses.js";
+import { SAMPLING_FIELDS } from "../sampling.js";
 import type { PromptProgress, SlotChat } from "../slots.js";
 import { clientSignal, SseStream, streamReply } from "../sse.js";
 import { RunClock } from "./llama-native.js";
@@ -139,7 +141,7 @@ export function registerOpenAiResponses(app: FastifyInstance, context: ServerCon
       const chatBody: JsonObject = {
         messages,
         ...Object.fromEntries(
-          ["temperature", "top_p", "top_k", "min_p", "seed", "parallel_tool_calls", "stop"]
+          [...SAMPLING_FIELDS.filter((name) => name !== "response_format"), "parallel_tool_calls", "stop"]
             .filter((name) => body.has(name))
             .map((name) => [name, body.raw(name)]),
         ),
