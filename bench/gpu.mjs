@@ -9,7 +9,7 @@
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { getSystemInfo, loadModel } from "../dist/index.js";
-import { argmax, secondsSince, spreadTokens, streamedDecodeRate } from "./measure.mjs";
+import { argmax, promptRate, secondsSince, spreadTokens, streamedDecodeRate } from "./measure.mjs";
 
 const PEER = { name: "ik_llama.cpp (-ngl 99 -fa 1)", decode: 238.9, prompt512: 4342, prompt4096: 5215 };
 const path = process.argv[2] ?? "/root/q.gguf";
@@ -21,16 +21,9 @@ const loadSeconds = secondsSince(loadStart);
 const vocab = model.info.vocabSize;
 const session = model.createSession();
 
-async function promptRate(length) {
-  session.reset();
-  const start = process.hrtime.bigint();
-  await session.evaluate(spreadTokens(length, vocab));
-  return length / secondsSince(start);
-}
-
-await promptRate(64); // warm-up: kernels loaded, first graph captured below
-const prompt512 = Math.max(await promptRate(512), await promptRate(512));
-const prompt4096 = await promptRate(4096);
+await promptRate(session, 64, vocab); // warm-up: kernels loaded, first graph captured below
+const prompt512 = Math.max(await promptRate(session, 512, vocab), await promptRate(session, 512, vocab));
+const prompt4096 = await promptRate(session, 4096, vocab);
 
 session.reset();
 let logits = await session.evaluate(spreadTokens(64, vocab));

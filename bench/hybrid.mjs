@@ -12,7 +12,7 @@
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { getSystemInfo, loadModel, modelFootprint, planOffload } from "../dist/index.js";
-import { argmax, secondsSince, spreadTokens, streamedDecodeRate } from "./measure.mjs";
+import { argmax, promptRate, secondsSince, spreadTokens, streamedDecodeRate } from "./measure.mjs";
 
 const path = process.argv[2] ?? "/root/q.gguf";
 const CONTEXT = 8192;
@@ -30,16 +30,10 @@ async function measure(name, options) {
   const loadSeconds = secondsSince(loadStart);
   const vocab = model.info.vocabSize;
   const session = model.createSession();
-  const promptRate = async (length) => {
-    session.reset();
-    const start = process.hrtime.bigint();
-    await session.evaluate(spreadTokens(length, vocab));
-    return length / secondsSince(start);
-  };
-  await promptRate(64);
-  const prompt512 = Math.max(await promptRate(512), await promptRate(512));
+  await promptRate(session, 64, vocab);
+  const prompt512 = Math.max(await promptRate(session, 512, vocab), await promptRate(session, 512, vocab));
   const promptStats = model.stats().offload;
-  const prompt4096 = await promptRate(4096);
+  const prompt4096 = await promptRate(session, 4096, vocab);
   const prompt4096Stats = delta(model.stats().offload, promptStats);
 
   session.reset();

@@ -7,6 +7,14 @@ export const secondsSince = (start) => Number(process.hrtime.bigint() - start) /
 /** `length` tokens spread over the vocabulary (noise, as the synthetic models' tokens are). */
 export const spreadTokens = (length, vocab) => Array.from({ length }, (_, i) => (i * 7919 + 11) % vocab);
 
+/** Prompt tok/s of `length` spread tokens evaluated by `session` from an empty context. */
+export async function promptRate(session, length, vocab) {
+  session.reset();
+  const start = process.hrtime.bigint();
+  await session.evaluate(spreadTokens(length, vocab));
+  return length / secondsSince(start);
+}
+
 /** The index of the largest value (the first of equals): a greedy token. */
 export function argmax(values) {
   let best = 0;

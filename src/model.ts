@@ -15,13 +15,14 @@ import {
 } from "./native.js";
 import { ABORTED, isAbortSignal, Session, untilAborted } from "./session.js";
 import { openTokenizer, type DetokenizeOptions, type TokenizeOptions, type Tokenizer } from "./tokenizer.js";
-import { ChatTemplate, type ApplyChatTemplateOptions } from "./chat/template.js";
+import { ChatTemplate, type ApplyChatTemplateOptions, type TemplateTokens } from "./chat/template.js";
 import { BUILTIN_TEMPLATES, type BuiltinTemplateName } from "./chat/builtin-templates.js";
 import { detectToolCallFormat, type ToolCallFormat } from "./chat/output.js";
 import type { ChatMessage } from "./chat/types.js";
 import { readGgufInfo } from "./gguf/read.js";
 import {
   checkOffloadPlan,
+  checkPlanShape,
   planOffload,
   type ModelFootprint,
   type OffloadBudgets,
@@ -29,6 +30,8 @@ import {
   type RoutingProfile,
 } from "./plan.js";
 import { getSystemInfo } from "./system.js";
+import { checkOptions, checkPath, optionKeys } from "./validate.js";
+import type { GgufWarning } from "./gguf/types.js";
 
 /** Where {@link loadModel} puts the model on a GPU: the device index (default 0) and the device memory it may use. */
 export interface GpuOptions {
@@ -37,7 +40,7 @@ export interface GpuOptions {
   budget?: number | string;
 }
 
-/** Options of {@link loadModel}. */
+/** Options of {@link loadModel}; any other key is refused (INVALID_ARGUMENT naming it). */
 export interface LoadModelOptions {
   /**
    * `false` or left out: run on the CPU. `"auto"` or `{ device?, budget? }`: on the GPU, the whole model when it
@@ -66,7 +69,10 @@ export interface LoadModelOptions {
    * copy from yet); `stats().residency.adaptive` says whether experts move.
    */
   residency?: "adaptive" | "static";
-  /** Threads of the CPU backend (default: one per physical core). */
+  /**
+   * Threads of the CPU backend (default: one per physical core; at most one per logical core: more only take turns,
+   * and every pass waits for the last of them, so they are refused).
+   */
   threads?: number;
   /** Tokens each session holds (default: the model's trained context, at most 4096). */
   contextSize?: number;
@@ -121,14 +127,19 @@ export interface LoadProgress {
   fraction: number;
 }
 
-/** Something worth knowing that is not an error, e.g. a built-in chat template standing in for a missing one. */
+/**
+ * Something worth knowing that is not an error, e.g. a built-in chat template standing in for a missing one. What
+ * loading finds is in {@link ModelInfo.warnings}; what comes up later is a `warning` event.
+ */
 export interface ModelWarning {
   /**
    * `"CHAT_TEMPLATE_FALLBACK"`: the file has no chat template; the built-in one named in the message is used.
    * `"CHAT_TEMPLATE_ADAPTED"`: the template uses Jinja that @huggingface/jinja lacks (Kimi-K2's `list.append` /
    * `list.pop`), rendered through the equivalent rewrites the message names.
+   * `"GGUF_TENSOR_LAYOUT"`: unused bytes follow the file's last tensor, as a type or shape changed to a smaller
+   * one leaves (see {@link GgufWarning}).
    */
-  code: "CHAT_TEMPLATE_FALLBACK" | "CHAT_TEMPLATE_ADAPTED";
+  code: "CHAT_TEMPLATE_FALLBACK" | "CHAT_TEMPLATE_ADAPTED" | GgufWarning["code"];
   message: string;
 }
 
@@ -234,10 +245,12 @@ export interface ModelInfo {
   chatTemplate?: string;
   /** The built-in template chats use when the file has none (see the `warning` event). */
   builtinChatTemplate?: BuiltinTemplateName;
+  /** What loading found odd in the file, without refusing it. */
+  warnings: readonly ModelWarning[];
 }
 
 /** What loadModel reads from the file besides the engine's view. @internal */
-type FileFacts = Pick<ModelInfo, "quantMix" | "bytes" | "chatTemplate" | "builtinChatTemplate">;
+type FileFacts = Pick<ModelInfo, "quantMix" | "bytes" | "chatTemplate" | "builtinChatTemplate" | "warnings">;
 
 /**
  * Where a model on the GPU spent the time of its hybrid passes (those with routed experts on the CPU), summed
@@ -368,9 +381,30 @@ export class Model extends EventEmitter<ModelEvents> {
   /**
    * The prompt text for a conversation, rendered with the model's chat template (or, when the file
    * has none, the built-in one `info.builtinChatTemplate` names, with a `warning` event the first
-   * time). Throws BloomeryError CHAT_TEMPLATE when the template fails.
+   * time). The template runs in a worker thread with a deadline and a heap limit
+   * (`CHAT_TEMPLATE_LIMITS`), while this thread waits: use {@link applyChatTemplateAsync} to go
+   * on meanwhile. Throws BloomeryError CHAT_TEMPLATE when the template fails,
+   * CHAT_TEMPLATE_TOO_COMPLEX (naming the limit) when it runs past a limit, INVALID_ARGUMENT when
+   * `templateKwargs` is not plain data.
    */
   applyChatTemplate(messages: readonly ChatMessage[], options: ApplyChatTemplateOptions = {}): string {
+    return this.#chatTemplate.template.render(messages, this.#templateTokens(), options);
+  }
+
+  /**
+   * {@link applyChatTemplate} without blocking this thread: the template renders in a worker of a
+   * small pool (a slow template holds one worker; others render meanwhile). What servers and
+   * `Session.chat` use.
+   */
+  async applyChatTemplateAsync(
+    messages: readonly ChatMessage[],
+    options: ApplyChatTemplateOptions = {},
+  ): Promise<string> {
+    return this.#chatTemplate.template.renderAsync(messages, this.#templateTokens(), options);
+  }
+
+  /** The special tokens' texts a template may use; warns once when the built-in template stands in. */
+  #templateTokens(): TemplateTokens {
     this.#live();
     if (!this.#templateWarned) {
       this.#templateWarned = true;
@@ -389,25 +423,30 @@ export class Model extends EventEmitter<ModelEvents> {
       }
     }
     const text = (token: number) => (token < 0 ? "" : this.#tokenizer.detokenize([token], { special: true }));
-    return this.#chatTemplate.template.render(
-      messages,
-      { bosToken: text(this.info.bosToken), eosToken: text(this.info.eosToken) },
-      options,
-    );
+    return { bosToken: text(this.info.bosToken), eosToken: text(this.info.eosToken) };
   }
 
   /**
    * The tokens of `text`. Special-token text (e.g. `<|im_start|>`) becomes its token only
-   * with `special: true`; `addSpecial: true` adds the BOS/EOS tokens the model asks for.
+   * with `special: true`; `addSpecial: true` adds the BOS/EOS tokens the model asks for. It runs
+   * on this thread: for long texts (a megabyte takes a fraction of a second) use {@link tokenizeAsync}.
    */
   tokenize(text: string, options: TokenizeOptions = {}): Uint32Array {
     this.#live();
+    checkOptions(options, TOKENIZE_OPTIONS, "tokenize()");
     return this.#tokenizer.tokenize(text, options);
+  }
+
+  /** {@link tokenize} on a worker thread, so this thread goes on meanwhile (short texts are tokenized at once). */
+  async tokenizeAsync(text: string, options: TokenizeOptions = {}): Promise<Uint32Array> {
+    this.#live();
+    return this.#tokenizer.tokenizeAsync(text, options);
   }
 
   /** The text of `tokens`; special tokens are rendered only with `special: true`. */
   detokenize(tokens: ArrayLike<number>, options: DetokenizeOptions = {}): string {
     this.#live();
+    checkOptions(options, DETOKENIZE_OPTIONS, "detokenize()");
     return this.#tokenizer.detokenize(tokens, options);
   }
 
@@ -416,9 +455,10 @@ export class Model extends EventEmitter<ModelEvents> {
     return this.#handle === undefined;
   }
 
-  /** A new session with an empty context of `info.contextSize` tokens. */
-  createSession(): Session {
+  /** A new session with an empty context of `info.contextSize` tokens. It takes no options yet: any is refused. */
+  createSession(options: Record<string, never> = {}): Session {
     const handle = this.#live();
+    checkOptions(options, [], "createSession()");
     return this.#adopt(callNative((a) => a.createSession(handle)));
   }
 
@@ -502,11 +542,11 @@ export class Model extends EventEmitter<ModelEvents> {
     const session = new Session(native, {
       eosToken: this.info.eosToken,
       tokenizer: this.#tokenizer,
-      renderChat: (messages, options) => ({
-        prompt: this.applyChatTemplate(messages, options),
+      chatModel: {
         toolCallFormat: this.#chatTemplate.toolCallFormat,
         tokenizer: this.#tokenizer,
-      }),
+        render: (messages, options) => this.applyChatTemplateAsync(messages, options),
+      },
       get closing() {
         return disposed();
       },
@@ -538,6 +578,25 @@ export class Model extends EventEmitter<ModelEvents> {
     return this.#handle;
   }
 }
+
+const LOAD_MODEL_OPTIONS = optionKeys<LoadModelOptions>()({
+  gpu: true,
+  hostRam: true,
+  plan: true,
+  residency: true,
+  threads: true,
+  contextSize: true,
+  parallel: true,
+  chatTemplate: true,
+  cacheRam: true,
+  mmap: true,
+  mlock: true,
+  onProgress: true,
+  signal: true,
+});
+const GPU_OPTIONS = optionKeys<GpuOptions>()({ device: true, budget: true });
+const TOKENIZE_OPTIONS = optionKeys<TokenizeOptions>()({ special: true, addSpecial: true });
+const DETOKENIZE_OPTIONS = optionKeys<DetokenizeOptions>()({ special: true });
 
 const SIZE_UNITS: Record<string, number> = {
   "": 1,
@@ -615,7 +674,7 @@ function residencyStats(r: NativeModelStats["residency"]): ResidencyStats {
  * planOffload's with no GPU. Undefined for a dense model given no plan.
  */
 async function cpuPlan(path: string, options: LoadModelOptions): Promise<OffloadPlan | undefined> {
-  if (options.plan?.layers?.some((layer) => (layer?.gpu ?? []).length > 0)) {
+  if (options.plan?.layers.some((layer) => layer.gpu.length > 0)) {
     throw new BloomeryError("INVALID_ARGUMENT", "plan places experts on the GPU: load with gpu");
   }
   const footprint: ModelFootprint = await callNativeAsync((a) => a.hostFootprint(path, options.contextSize ?? 0));
@@ -648,6 +707,7 @@ function resolveGpu(gpu: LoadModelOptions["gpu"]): NativeLoadOptions["gpu"] {
   if (typeof gpu !== "object" || gpu === null) {
     throw new BloomeryError("INVALID_ARGUMENT", 'gpu must be false, "auto" or { device?, budget? }', { gpu });
   }
+  checkOptions(gpu, GPU_OPTIONS, "loadModel()'s gpu");
   const out: NonNullable<NativeLoadOptions["gpu"]> = {};
   if (gpu.device !== undefined) {
     if (!Number.isInteger(gpu.device) || gpu.device < 0) {
@@ -670,10 +730,16 @@ function resolveGpu(gpu: LoadModelOptions["gpu"]): NativeLoadOptions["gpu"] {
  * (naming a tensor other than routed experts that the GPU cannot serve), and like the CPU path
  * BloomeryError UNSUPPORTED_ARCH, UNSUPPORTED_QUANT
  * (naming the tensor), MODEL_MISSING_TENSOR,
- * MODEL_TENSOR_SHAPE, MODEL_BAD_METADATA, CONTEXT_TOO_LONG (a contextSize beyond the model's
- * trained context), or the GGUF reader's codes; ABORTED when `signal` aborts first.
+ * MODEL_TENSOR_SHAPE, MODEL_BAD_METADATA (naming the key whose value does not fit the rest of the
+ * file), MODEL_UNEXPECTED_TENSOR (a tensor the model does not use), TOKENIZER_BAD_VOCAB,
+ * CONTEXT_TOO_LONG (a contextSize beyond the model's trained context), INVALID_ARGUMENT (naming
+ * an unknown option or one out of range, threads beyond the logical cores among them), or the
+ * GGUF reader's codes; ABORTED when `signal` aborts first. docs/hardening.md lists what is checked.
+ * Passes of a model whose mapped file changed on disk later fail with MODEL_FILE_CHANGED.
  */
 export async function loadModel(path: string, options: LoadModelOptions = {}): Promise<Model> {
+  checkPath(path, "loadModel()");
+  checkOptions(options, LOAD_MODEL_OPTIONS, "loadModel()");
   const { signal, onProgress } = options;
   if (signal !== undefined && !isAbortSignal(signal)) {
     throw new BloomeryError("INVALID_ARGUMENT", "signal must be an AbortSignal");
@@ -695,6 +761,7 @@ export async function loadModel(path: string, options: LoadModelOptions = {}): P
   if (options.threads !== undefined) nativeOptions.threads = options.threads;
   if (options.contextSize !== undefined) nativeOptions.contextSize = options.contextSize;
   if (options.parallel !== undefined) nativeOptions.parallel = options.parallel;
+  if (options.plan !== undefined) checkPlanShape(options.plan);
   const gpu = resolveGpu(options.gpu);
   if (options.hostRam !== undefined) parseBytes(options.hostRam, "hostRam");
   if (options.residency !== undefined) {
@@ -731,7 +798,16 @@ export async function loadModel(path: string, options: LoadModelOptions = {}): P
   onProgress?.({ stage: "metadata", fraction: 0 });
   const file = await readGgufInfo(path);
   checkAborted();
-  const facts: FileFacts = { quantMix: file.summary.bytesByType, bytes: file.summary.tensorBytes };
+  const facts: FileFacts = {
+    quantMix: file.summary.bytesByType,
+    bytes: file.summary.tensorBytes,
+    warnings: Object.freeze(file.warnings.map(({ code, message }) => ({ code, message }))),
+  };
+  if (options.chatTemplate !== undefined && typeof options.chatTemplate !== "string") {
+    throw new BloomeryError("INVALID_ARGUMENT", "chatTemplate must be a string", {
+      chatTemplate: options.chatTemplate,
+    });
+  }
   const template = options.chatTemplate ?? file.metadata["tokenizer.chat_template"];
   if (typeof template === "string") facts.chatTemplate = template;
   else facts.builtinChatTemplate = "chatml";

@@ -161,6 +161,8 @@ export interface NativeAddon {
   sessionPosition(session: NativeSessionHandle): number;
   disposeSession(session: NativeSessionHandle): void;
   createSampler(options: NativeSamplerOptions, tokenizer?: NativeTokenizer): NativeSamplerHandle;
+  /** The same with the grammar parsed on a worker thread; the settings are checked at once (thrown). */
+  createSamplerAsync(options: NativeSamplerOptions, tokenizer?: NativeTokenizer): Promise<NativeSamplerHandle>;
   /**
    * Starts a generation on the model's scheduler thread: `prompt` replaces the context (the prefix
    * the context or the prompt-state cache holds already is kept), the rest is evaluated, then up
@@ -203,6 +205,8 @@ export interface RawTokenizerInfo {
 /** native/addon/tokenizer.cc: a GGUF file's tokenizer. */
 export interface NativeTokenizer {
   tokenize(text: string, addSpecial: boolean, parseSpecial: boolean): Uint32Array;
+  /** The same on a worker thread. */
+  tokenizeAsync(text: string, addSpecial: boolean, parseSpecial: boolean): Promise<Uint32Array>;
   detokenize(tokens: Uint32Array, special: boolean): string;
   info(): RawTokenizerInfo;
 }

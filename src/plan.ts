@@ -8,6 +8,7 @@
  */
 import { BloomeryError } from "./errors.js";
 import { callNativeAsync } from "./native.js";
+import { checkOptions, checkPath } from "./validate.js";
 
 /**
  * A tensor the GPU's kernels cannot serve (a weight type without a GPU kernel, or routed experts
@@ -168,6 +169,8 @@ function hottestFirst(profile: RoutingProfile, footprint: ModelFootprint): numbe
 
 /** The device memory terms of the model at `path` with sessions of `contextSize` tokens (default: loadModel's). */
 export async function modelFootprint(path: string, options: { contextSize?: number } = {}): Promise<ModelFootprint> {
+  checkPath(path, "modelFootprint()");
+  checkOptions(options, ["contextSize"], "modelFootprint()");
   return callNativeAsync((a) => a.gpuFootprint(path, options.contextSize ?? 0));
 }
 
@@ -330,6 +333,7 @@ export function planOffload(
   budgets: OffloadBudgets,
   options: PlanOffloadOptions = {},
 ): OffloadPlan {
+  checkOptions(options, ["profile"], "planOffload()");
   refuseDenseGaps(footprint);
   const hostOnly = hostOnlyLayers(footprint);
   const order = options.profile ? hottestFirst(options.profile, footprint) : undefined;
@@ -383,6 +387,39 @@ export function planOffload(
   };
 }
 
+const PLAN_KEYS: readonly string[] = ["contextSize", "budgets", "bytes", "arena", "layers"];
+const LAYER_KEYS: readonly string[] = ["gpu", "host", "disk", "reason"];
+
+/**
+ * Refuses (INVALID_ARGUMENT, naming the field) a value that does not have an OffloadPlan's shape: an object of the
+ * plan's fields only, an integer contextSize, and layers each of `gpu` and `host` arrays (and an optional `disk`
+ * array) of integers, and an optional string `reason`. The budgets, bytes and arena it carries are recomputed, not trusted.
+ */
+export function checkPlanShape(plan: unknown): asserts plan is OffloadPlan {
+  const refuse = (what: string) => new BloomeryError("INVALID_ARGUMENT", `plan: ${what}`);
+  const isObject = (v: unknown): v is Record<string, unknown> =>
+    typeof v === "object" && v !== null && !Array.isArray(v);
+  if (!isObject(plan)) throw refuse("not an OffloadPlan (an object)");
+  for (const key of Object.keys(plan)) if (!PLAN_KEYS.includes(key)) throw refuse(`has no field "${key}"`);
+  if (!Number.isInteger(plan.contextSize)) throw refuse("contextSize must be an integer");
+  if (!Array.isArray(plan.layers)) throw refuse("layers must be an array");
+  plan.layers.forEach((layer: unknown, l) => {
+    if (!isObject(layer)) throw refuse(`layers[${l}] must be an object`);
+    for (const key of Object.keys(layer))
+      if (!LAYER_KEYS.includes(key)) throw refuse(`layers[${l}] has no field "${key}"`);
+    for (const tier of ["gpu", "host", "disk"] as const) {
+      const ids = layer[tier];
+      if (tier === "disk" && ids === undefined) continue;
+      if (!Array.isArray(ids) || !ids.every((e) => Number.isInteger(e))) {
+        throw refuse(`layers[${l}].${tier} must be an array of expert ids`);
+      }
+    }
+    if (layer.reason !== undefined && typeof layer.reason !== "string") {
+      throw refuse(`layers[${l}].reason must be a string`);
+    }
+  });
+}
+
 /**
  * Checks a plan passed back to loadModel against the model: one entry per layer, each
  * expert on exactly one tier (gpu, host or disk), and the budgets. Returns it with its bytes and
@@ -392,11 +429,11 @@ export function planOffload(
  * cannot serve, or for a model the GPU cannot run at all.
  */
 export function checkOffloadPlan(plan: OffloadPlan, footprint: ModelFootprint, budgets: OffloadBudgets): OffloadPlan {
+  checkPlanShape(plan);
   refuseDenseGaps(footprint);
   const hostOnly = hostOnlyLayers(footprint);
   const layerCount = footprint.expertBytes.length;
   const refuse = (what: string) => new BloomeryError("INVALID_ARGUMENT", `plan: ${what}`);
-  if (typeof plan !== "object" || plan === null || !Array.isArray(plan.layers)) throw refuse("not an OffloadPlan");
   if (plan.layers.length !== layerCount) {
     throw refuse(`it has ${plan.layers.length} layers; the model has ${layerCount}`);
   }
@@ -405,7 +442,7 @@ export function checkOffloadPlan(plan: OffloadPlan, footprint: ModelFootprint, b
   }
   const layers = plan.layers.map((layer, l): OffloadLayer => {
     const seen = new Set<number>();
-    for (const e of [...(layer?.gpu ?? []), ...(layer?.host ?? []), ...(layer?.disk ?? [])]) {
+    for (const e of [...layer.gpu, ...layer.host, ...(layer.disk ?? [])]) {
       if (!Number.isInteger(e) || e < 0 || e >= footprint.experts) {
         throw refuse(`layer ${l} names expert ${String(e)}; the model has ${footprint.experts} per layer`);
       }
@@ -421,7 +458,7 @@ export function checkOffloadPlan(plan: OffloadPlan, footprint: ModelFootprint, b
       );
     }
     const gap = hostOnly.get(l);
-    if (gap !== undefined && (layer.gpu ?? []).length > 0) {
+    if (gap !== undefined && layer.gpu.length > 0) {
       throw new BloomeryError(
         "UNSUPPORTED_QUANT",
         `plan: layer ${l} puts ${layer.gpu.length} experts on the GPU, but ${gap}; keep them off the GPU`,
@@ -429,8 +466,8 @@ export function checkOffloadPlan(plan: OffloadPlan, footprint: ModelFootprint, b
       );
     }
     return {
-      gpu: [...(layer.gpu ?? [])],
-      host: [...(layer.host ?? [])],
+      gpu: [...layer.gpu],
+      host: [...layer.host],
       disk: [...(layer.disk ?? [])],
       reason: layer.reason ?? "as given",
     };

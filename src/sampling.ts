@@ -6,6 +6,7 @@
 import { BloomeryError } from "./errors.js";
 import { jsonSchemaToGrammar } from "./grammar/json-schema.js";
 import type { NativeSamplerOptions } from "./native.js";
+import { optionKeys } from "./validate.js";
 
 /**
  * How the next token is chosen. The stages run in llama.cpp's default order: `logitBias`, the
@@ -62,6 +63,23 @@ export interface SamplingOptions {
    */
   logprobs?: number;
 }
+
+/** Every key of {@link SamplingOptions} (the compiler checks the list is whole). @internal */
+export const SAMPLING_OPTIONS = optionKeys<SamplingOptions>()({
+  temperature: true,
+  topK: true,
+  topP: true,
+  minP: true,
+  seed: true,
+  repeatPenalty: true,
+  repeatLastN: true,
+  presencePenalty: true,
+  frequencyPenalty: true,
+  logitBias: true,
+  grammar: true,
+  jsonSchema: true,
+  logprobs: true,
+});
 
 const NUMERIC_OPTIONS = [
   "temperature",

@@ -11,11 +11,12 @@ import {
   type NativeSessionHandle,
   type NativeStateHandle,
 } from "./native.js";
-import { nativeSamplerOptions, StopStrings, type SamplingOptions } from "./sampling.js";
+import { nativeSamplerOptions, SAMPLING_OPTIONS, StopStrings, type SamplingOptions } from "./sampling.js";
+import { checkOptions, checkPath, optionKeys, tokenIds } from "./validate.js";
 import { iterableWithResult } from "./run-iterable.js";
 import type { Tokenizer } from "./tokenizer.js";
 import type { ChatMessage } from "./chat/types.js";
-import { runChat, type ChatIterable, type ChatOptions, type RenderChat } from "./chat/run.js";
+import { runChat, type ChatIterable, type ChatModel, type ChatOptions } from "./chat/run.js";
 
 /** Options of {@link Session.evaluate}. */
 export interface EvaluateOptions {
@@ -127,8 +128,9 @@ export interface GenerateIterable extends AsyncIterable<GenerateChunk> {
 
 /** What one generation needs besides the session. */
 interface GenerateRun {
-  prompt: number[];
-  sampler: NativeSamplerHandle;
+  /** Tokenized (and a grammar parsed) on worker threads: both settle before the generation starts. */
+  prompt: Promise<Int32Array>;
+  sampler: Promise<NativeSamplerHandle>;
   maxTokens: number;
   logprobs: boolean;
   stop: StopStrings;
@@ -143,7 +145,7 @@ export interface SessionModel {
   readonly eosToken: number;
   readonly tokenizer: Tokenizer;
   /** The prompt of a chat, and how the model writes tool calls. */
-  readonly renderChat: RenderChat;
+  readonly chatModel: ChatModel;
   /** True while the model is being disposed: its sessions' states are not worth caching. */
   readonly closing: boolean;
   sessionClosed(session: Session): void;
@@ -152,6 +154,28 @@ export interface SessionModel {
   /** A Session for a native session made from this one (fork). */
   adoptSession(handle: NativeSessionHandle): Session;
 }
+
+const EVALUATE_OPTIONS = optionKeys<EvaluateOptions>()({ logits: true });
+const GENERATE_OPTIONS = [
+  ...SAMPLING_OPTIONS,
+  ...optionKeys<Omit<GenerateOptions, keyof SamplingOptions>>()({
+    maxTokens: true,
+    stop: true,
+    signal: true,
+    showSpecialTokens: true,
+  }),
+];
+const CHAT_OPTIONS = [
+  ...GENERATE_OPTIONS,
+  ...optionKeys<Omit<ChatOptions, keyof GenerateOptions>>()({
+    tools: true,
+    toolChoice: true,
+    parallelToolCalls: true,
+    templateKwargs: true,
+    toolCallFormat: true,
+    parseReasoning: true,
+  }),
+];
 
 const stateHandles = new WeakMap<SessionState, NativeStateHandle>();
 
@@ -182,12 +206,16 @@ export class SessionState {
 /**
  * One sequence with its own KV cache. Calls run one after another, in the order they are made;
  * the forward passes run on the model's scheduler thread, in one pass with the other sessions'
- * work (see `LoadModelOptions.parallel`). Create sessions with `Model.createSession()`.
+ * work (see `LoadModelOptions.parallel`). While a generation ({@link generate}, {@link chat}) is
+ * under way, from the call until its result settles, the session's other calls (dispose() aside)
+ * throw BloomeryError SESSION_BUSY rather than wait behind it: a generation lasts as long as its
+ * consumer keeps reading, which may be forever. Create sessions with `Model.createSession()`.
  */
 export class Session {
   #handle: NativeSessionHandle | undefined;
   readonly #model: SessionModel;
   #queue: Promise<unknown> = Promise.resolve();
+  #generating = false;
 
   /** @internal */
   constructor(handle: NativeSessionHandle, model: SessionModel) {
@@ -213,8 +241,12 @@ export class Session {
    * for a token outside the vocabulary; the context is unchanged after an error.
    */
   evaluate(tokens: ArrayLike<number>, options: EvaluateOptions = {}): Promise<Float32Array> {
-    const handle = this.#live();
-    const batch = Int32Array.from(tokens);
+    const handle = this.#idle("evaluate()");
+    checkOptions(options, EVALUATE_OPTIONS, "evaluate()");
+    if (options.logits !== undefined && options.logits !== "last" && options.logits !== "all") {
+      throw new BloomeryError("INVALID_ARGUMENT", 'logits must be "last" or "all"', { logits: options.logits });
+    }
+    const batch = tokenIds(tokens, this.#model.tokenizer.info.size, "evaluate()'s tokens");
     const all = options.logits === "all";
     return this.#enqueue(async () => {
       const logits = await callNativeAsync((a) => a.sessionEvaluate(handle, batch, all));
@@ -228,7 +260,8 @@ export class Session {
    * tokens as given), then draws one token after another with the sampling settings (greedy by
    * default) until the end-of-sequence token (not yielded), `maxTokens`, a stop string, the
    * signal, or a full context. Leaving the `for await` loop stops it before the next forward pass.
-   * The generation holds the session: its other calls wait until it ends. The tokens are drawn on
+   * The generation holds the session until its result settles: the session's other calls throw
+   * SESSION_BUSY meanwhile (calls made before it still run first). The tokens are drawn on
    * the model's scheduler thread, which runs ahead of the iteration; the context ends up as if it
    * had not (see `signal`).
    *
@@ -241,10 +274,19 @@ export class Session {
    * to the prompt-state cache, where other sessions of the model find it; `timings` says how many
    * prompt tokens were evaluated and how many were reused.
    *
-   * Throws BloomeryError INVALID_ARGUMENT naming the option that is out of range.
+   * The prompt may also be a promise of text (a prompt still being made, such as a rendered chat
+   * template): the generation starts once it settles, and its rejection ends the generation with
+   * that error. A long prompt is tokenized, and a grammar parsed, on worker threads, so neither
+   * holds this thread.
+   *
+   * Throws BloomeryError INVALID_ARGUMENT naming the option that is out of range or unknown, or the prompt token
+   * that is not a token id of the vocabulary; SESSION_BUSY while another generation of the session is under way. A
+   * grammar that does not parse (GRAMMAR_INVALID) or goes past a limit (GRAMMAR_TOO_COMPLEX) ends the generation
+   * with that error before its first chunk.
    */
-  generate(prompt: string | ArrayLike<number>, options: GenerateOptions = {}): GenerateIterable {
-    const handle = this.#live();
+  generate(prompt: string | ArrayLike<number> | PromiseLike<string>, options: GenerateOptions = {}): GenerateIterable {
+    const handle = this.#idle("generate()");
+    checkOptions(options, GENERATE_OPTIONS, "generate()");
     const maxTokens = options.maxTokens ?? 256;
     if (!Number.isInteger(maxTokens) || maxTokens < 0) {
       throw new BloomeryError("INVALID_ARGUMENT", "maxTokens must be a non-negative integer", { maxTokens });
@@ -265,15 +307,45 @@ export class Session {
       shown.set(token, tokenizer.detokenize([token], { special: true }));
     }
     const samplerOptions = nativeSamplerOptions(options, tokenizer.info.size);
-    const sampler = callNative((a) => a.createSampler(samplerOptions, tokenizer.nativeTokenizer));
-    const promptTokens = Array.from(
-      typeof prompt === "string" ? tokenizer.tokenize(prompt, { special: true, addSpecial: true }) : prompt,
-    );
+    const sampler =
+      samplerOptions.grammar === undefined
+        ? Promise.resolve(callNative((a) => a.createSampler(samplerOptions, tokenizer.nativeTokenizer)))
+        : callNative((a) => a.createSamplerAsync(samplerOptions, tokenizer.nativeTokenizer)).catch((error: unknown) => {
+            throw fromNativeError(error);
+          });
+    // Token ids fit an Int32Array as they are: the tokenizer's array is read as one, not copied.
+    const text = async (t: string) => {
+      const ids = await tokenizer.tokenizeAsync(t, { special: true, addSpecial: true });
+      return new Int32Array(ids.buffer, ids.byteOffset, ids.length);
+    };
+    const promptTokens: Promise<Int32Array> =
+      typeof prompt === "string"
+        ? text(prompt)
+        : isPromiseLike(prompt)
+          ? Promise.resolve(prompt).then(text)
+          : Promise.resolve(Int32Array.from(tokenIds(prompt, tokenizer.info.size, "generate()'s prompt")));
+    // Awaited when the generation starts; a caller that never iterates leaves no unhandled rejection.
+    sampler.catch(() => {});
+    promptTokens.catch(() => {});
     let settle: GenerateRun["settle"] | undefined;
-    const result = new Promise<GenerateResult>((resolve, reject) => (settle = { resolve, reject }));
+    // The session is this generation's until its result settles (see the class's notes); one that is never run
+    // (neither iterated nor its result awaited) keeps it.
+    const result = new Promise<GenerateResult>((resolve, reject) => {
+      settle = {
+        resolve: (r) => {
+          this.#generating = false;
+          resolve(r);
+        },
+        reject: (e) => {
+          this.#generating = false;
+          reject(e);
+        },
+      };
+    });
     // A caller that only iterates must not leave an unhandled rejection behind.
     result.catch(() => {});
     const logprobs = samplerOptions.logprobs !== undefined;
+    this.#generating = true;
     const iterator = this.#stream(handle, {
       prompt: promptTokens,
       sampler,
@@ -294,18 +366,22 @@ export class Session {
    * Llama 3 JSON, GLM-4.5, DeepSeek-V3.1, DeepSeek-R1 or Kimi-K2: `ToolCallFormat`) come
    * as their own fields of the chunks, and `.result` holds the whole message.
    * Text that only looked like a tool call (malformed, or cut off) comes back as answer text.
-   * `messages` is the whole conversation: the session's context is replaced by it.
+   * `messages` is the whole conversation: the session's context is replaced by it. The template
+   * renders in a worker thread (see `Model.applyChatTemplateAsync`).
    *
-   * Throws BloomeryError CHAT_TEMPLATE when the template fails, INVALID_ARGUMENT as generate does.
+   * Throws BloomeryError INVALID_ARGUMENT as generate does; a template that fails
+   * (CHAT_TEMPLATE) or runs past a limit (CHAT_TEMPLATE_TOO_COMPLEX) ends the chat with that error
+   * before its first chunk.
    */
   chat(messages: readonly ChatMessage[], options: ChatOptions = {}): ChatIterable {
-    this.#live();
-    return runChat(this, this.#model.renderChat, messages, options);
+    this.#idle("chat()");
+    checkOptions(options, CHAT_OPTIONS, "chat()");
+    return runChat(this, this.#model.chatModel, messages, options);
   }
 
   /** Forgets every token of the context, after storing its state in the model's prompt-state cache. */
   reset(): Promise<void> {
-    const handle = this.#live();
+    const handle = this.#idle("reset()");
     return this.#enqueue(async () => {
       await callNativeAsync((a) => a.sessionStoreInCache(handle));
       callNative((a) => a.sessionReset(handle));
@@ -317,7 +393,7 @@ export class Session {
    * before it): both continue from it independently, and give the same tokens for the same calls.
    */
   fork(): Promise<Session> {
-    const handle = this.#live();
+    const handle = this.#idle("fork()");
     return this.#enqueue(async () => {
       const forked = await callNativeAsync((a) => a.sessionFork(handle));
       return this.#model.adoptSession(forked);
@@ -333,10 +409,8 @@ export class Session {
   save(): Promise<SessionState>;
   save(path: string): Promise<void>;
   save(path?: string): Promise<SessionState | void> {
-    const handle = this.#live();
-    if (path !== undefined && (typeof path !== "string" || path === "")) {
-      throw new BloomeryError("INVALID_ARGUMENT", "save(path): path must be a non-empty string", { path });
-    }
+    const handle = this.#idle("save()");
+    if (path !== undefined) checkPath(path, "save(path)");
     return this.#enqueue(async () => {
       if (path !== undefined) return callNativeAsync((a) => a.sessionSaveFile(handle, path));
       return new SessionState(await callNativeAsync((a) => a.sessionSave(handle)));
@@ -351,9 +425,9 @@ export class Session {
    * unchanged after an error.
    */
   restore(state: SessionState | string): Promise<void> {
-    const handle = this.#live();
+    const handle = this.#idle("restore()");
     if (typeof state === "string") {
-      if (state === "") throw new BloomeryError("INVALID_ARGUMENT", "restore(path): path must be a non-empty string");
+      checkPath(state, "restore(path)");
       return this.#enqueue(() => callNativeAsync((a) => a.sessionRestoreFile(handle, state)));
     }
     const saved = state instanceof SessionState ? stateHandles.get(state) : undefined;
@@ -399,12 +473,16 @@ export class Session {
     let stored = false;
     const turn = this.#takeTurn();
     try {
-      if ((await untilAborted(turn, signal)) === ABORTED) stopReason = "abort";
+      const ready = await untilAborted(
+        turn.then(() => Promise.all([prompt, sampler])),
+        signal,
+      );
+      if (ready === ABORTED) stopReason = "abort";
       const events = new EventQueue<NativeGenerationEvent>();
-      if (stopReason === undefined) {
-        const batch = Int32Array.from(prompt);
+      if (ready !== ABORTED) {
+        const [batch, handleOfSampler] = ready;
         const generation = callNative((a) =>
-          a.sessionGenerate(handle, batch, sampler, maxTokens, (event) => {
+          a.sessionGenerate(handle, batch, handleOfSampler, maxTokens, (event) => {
             events.push(event);
             this.#model.stepped();
           }),
@@ -468,7 +546,10 @@ export class Session {
       // prompt-state cache (the scheduler left the cancelled generation's pass in flight, if any,
       // out of the context; a store refused for lack of room resolves false; one on a session
       // disposed meanwhile rejects DISPOSED, and dispose() stored it already).
-      callNative((a) => a.disposeSampler(sampler));
+      sampler.then(
+        (made) => callNative((a) => a.disposeSampler(made)),
+        () => {},
+      );
       const next = () => void turn.then((done) => done());
       if (stored) next();
       else callNativeAsync((a) => a.sessionStoreInCache(handle)).then(next, next);
@@ -478,6 +559,18 @@ export class Session {
   #live(): NativeSessionHandle {
     if (!this.#handle) throw new BloomeryError("DISPOSED", "the session has been disposed");
     return this.#handle;
+  }
+
+  /** The handle, for a call that may not start while a generation holds the session. */
+  #idle(what: string): NativeSessionHandle {
+    const handle = this.#live();
+    if (this.#generating) {
+      throw new BloomeryError(
+        "SESSION_BUSY",
+        `${what}: a generation of this session is under way; end it (finish or leave its loop, or abort its signal) first`,
+      );
+    }
+    return handle;
   }
 
   #enqueue<T>(task: () => Promise<T>): Promise<T> {
@@ -542,4 +635,8 @@ export function isAbortSignal(value: unknown): value is AbortSignal {
   return (
     typeof s === "object" && s !== null && typeof s.aborted === "boolean" && typeof s.addEventListener === "function"
   );
+}
+
+function isPromiseLike(value: unknown): value is PromiseLike<unknown> {
+  return typeof value === "object" && value !== null && typeof (value as PromiseLike<unknown>).then === "function";
 }

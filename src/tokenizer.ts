@@ -5,7 +5,16 @@
  * @module
  */
 import { BloomeryError } from "./errors.js";
-import { callNative, type NativeStreamDecoder, type NativeTokenizer, type RawTokenizerInfo } from "./native.js";
+import {
+  callNative,
+  callNativeAsync,
+  type NativeStreamDecoder,
+  type NativeTokenizer,
+  type RawTokenizerInfo,
+} from "./native.js";
+
+/** Texts up to this many characters tokenize in well under a millisecond: not worth a worker thread. */
+const SYNC_TOKENIZE_CHARS = 8192;
 
 /** Options of {@link Model.tokenize}. */
 export interface TokenizeOptions {
@@ -68,10 +77,22 @@ export class Tokenizer {
     return this.#native;
   }
 
-  /** The token ids of `text`. */
+  /** The token ids of `text`, computed on this thread. */
   tokenize(text: string, options: TokenizeOptions = {}): Uint32Array {
     if (typeof text !== "string") throw new BloomeryError("INVALID_ARGUMENT", "tokenize(text): text must be a string");
     return callNative(() => this.#native.tokenize(text, options.addSpecial ?? true, options.special ?? false));
+  }
+
+  /**
+   * The token ids of `text`, computed on a worker thread of the addon when the text is long
+   * (a short one costs less than the trip, and is tokenized at once).
+   */
+  async tokenizeAsync(text: string, options: TokenizeOptions = {}): Promise<Uint32Array> {
+    if (typeof text !== "string") throw new BloomeryError("INVALID_ARGUMENT", "tokenize(text): text must be a string");
+    if (text.length <= SYNC_TOKENIZE_CHARS) return this.tokenize(text, options);
+    const addSpecial = options.addSpecial ?? true;
+    const special = options.special ?? false;
+    return callNativeAsync(() => this.#native.tokenizeAsync(text, addSpecial, special));
   }
 
   /**

@@ -77,17 +77,7 @@ export async function expectCode(promise: Promise<unknown>, code: string, messag
   if (message) expect((error as BloomeryError).message).toMatch(message);
 }
 
-/** A seeded PRNG (mulberry32), so every random file reproduces from its seed. */
-export function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+export { prng } from "./gguf-mutate.js";
 
 export function randomBytes(rand: () => number, n: number): Uint8Array {
   const out = new Uint8Array(n);

@@ -59,6 +59,15 @@ const SCHEMAS: Record<string, Record<string, unknown>> = {
     },
     $ref: "#/$defs/node",
   },
+  // Values that share long prefixes (and some that are prefixes of others): the grammar follows
+  // one parse per shared prefix, not one per value.
+  "an enum of 3,000 values": {
+    type: "object",
+    properties: {
+      code: { enum: Array.from({ length: 3000 }, (_, i) => (i % 3 === 2 ? i : `${["river", "lake"][i % 2]}-${i}`)) },
+    },
+    required: ["code"],
+  },
   "a tuple, a type list and additionalProperties": {
     type: "array",
     prefixItems: [
@@ -111,19 +120,22 @@ describe("grammar", () => {
     }
   });
 
-  it("refuses a bad grammar by name, with its line and column", () => {
+  it("refuses a bad grammar by name, with its line and column, before the first chunk", async () => {
     const session = model.createSession();
-    let error: unknown;
-    try {
-      session.generate(prompt, { grammar: 'root ::= "a"\nitem ::= "b" | (' });
-    } catch (e) {
-      error = e;
-    }
+    // The grammar parses on a worker thread: its refusal ends the generation.
+    const run = session.generate(prompt, { grammar: 'root ::= "a"\nitem ::= "b" | (' });
+    const chunks: unknown[] = [];
+    const error = await (async () => {
+      for await (const chunk of run) chunks.push(chunk);
+    })().catch((e: unknown) => e);
+    expect(chunks).toEqual([]);
+    await expect(run.result).rejects.toBe(error);
     expect(error).toBeInstanceOf(BloomeryError);
     expect((error as BloomeryError).code).toBe("GRAMMAR_INVALID");
     expect((error as BloomeryError).message).toMatch(/line 2, column 17: expected '\)'/);
     expect(() => session.generate(prompt, { grammar: "root ::= x", jsonSchema: {} })).toThrow(
       expect.objectContaining({ code: "INVALID_ARGUMENT" }),
     );
+    expect(session.position).toBe(0);
   });
 });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { BloomeryError, jsonSchemaToGrammar } from "../src/index.js";
+import { BloomeryError, JSON_SCHEMA_LIMITS, jsonSchemaToGrammar } from "../src/index.js";
 import { gbnfLiteral } from "../src/grammar/json-schema.js";
 
 // The JSON Schema to GBNF conversion as text: what it writes for each construct and what it
@@ -56,6 +56,57 @@ describe("jsonSchemaToGrammar", () => {
     expect(jsonSchemaToGrammar({ const: "é\n" })).toContain('root ::= "\\"é\\\\n\\"" space');
   });
 
+  it("writes an enum as a trie: shared prefixes once, a rule per branching point", () => {
+    expect(jsonSchemaToGrammar({ enum: ["ab1", "ab2", "ac", "ab2"] })).toBe(
+      'root ::= ("\\"a" root-enum) space\n' +
+        'space ::= | " " | "\\n" [ \\t]{0,20}\n' +
+        'root-enum ::= "b" root-enum-1 | "c\\""\n' +
+        'root-enum-1 ::= "1\\"" | "2\\""\n',
+    );
+    // A value that begins another may end there; surrogate pairs stay whole.
+    expect(jsonSchemaToGrammar({ enum: [1, 12, 123] })).toContain('root ::= ("1" root-enum) space');
+    expect(jsonSchemaToGrammar({ enum: [1, 12, 123] })).toContain('root-enum ::= "" | "2" root-enum-1');
+    expect(jsonSchemaToGrammar({ enum: ["😀a", "😀b"] })).toContain('root ::= ("\\"😀" root-enum) space');
+  });
+
+  it("refuses a schema past its limits, naming the limit", () => {
+    let deep: Record<string, unknown> = { type: "integer" };
+    for (let i = 0; i < 1000; i++) deep = { type: "object", properties: { a: deep } };
+    const cases: [unknown, keyof typeof JSON_SCHEMA_LIMITS][] = [
+      [deep, "depth"],
+      [{ enum: Array.from({ length: 100_000 }, (_, i) => i) }, "enumValues"],
+      [{ anyOf: Array.from({ length: 20_000 }, () => ({ type: "null" })) }, "schemas"],
+      [
+        // Each bound is that many copies in the grammar: eleven strings of up to 10,000 characters.
+        {
+          type: "object",
+          properties: Object.fromEntries(
+            Array.from({ length: 11 }, (_, i) => [`s${i}`, { type: "string", maxLength: 10_000 }]),
+          ),
+        },
+        "repetitions",
+      ],
+      [{ enum: Array.from({ length: 300 }, (_, i) => `${i}`.padEnd(1000, "x")) }, "grammarChars"],
+      [
+        {
+          type: "object",
+          properties: Object.fromEntries(Array.from({ length: 5000 }, (_, i) => [`p${i}`.padEnd(60, "y"), {}])),
+        },
+        "grammarChars",
+      ],
+    ];
+    for (const [schema, limit] of cases) {
+      const error = refusal(schema);
+      expect(error.code, limit).toBe("JSON_SCHEMA_TOO_COMPLEX");
+      expect(error.details.limit).toBe(limit);
+      expect(error.message).toContain(`more than ${JSON_SCHEMA_LIMITS[limit]}`);
+    }
+    // A schema that refers to itself through properties is deep, not endless.
+    const cycle: Record<string, unknown> = { type: "object" };
+    cycle.properties = { again: cycle };
+    expect(refusal(cycle).details.limit).toBe("depth");
+  });
+
   it("follows $ref to $defs and definitions, recursively", () => {
     const grammar = jsonSchemaToGrammar({
       definitions: { tree: { type: "array", items: { $ref: "#/definitions/tree" } } },
@@ -80,6 +131,14 @@ describe("jsonSchemaToGrammar", () => {
       [{ type: "date" }, "not a JSON Schema type"],
       [false, "accepts no value"],
       [{ type: "array", minItems: 3, maxItems: 2 }, "maxItems is below minItems"],
+      // A cycle of $refs that reads nothing on the way would be a left-recursive grammar.
+      [
+        {
+          $defs: { a: { $ref: "#/$defs/b" }, b: { anyOf: [{ $ref: "#/$defs/a" }, { type: "null" }] } },
+          $ref: "#/$defs/a",
+        },
+        "$ref #/$defs/a refers back to itself before any of the value is read",
+      ],
     ];
     for (const [schema, message] of cases) {
       const error = refusal(schema);

@@ -126,16 +126,17 @@ describe("leaving the loop", () => {
     expect(session.position).toBe(prompt.length + 2 + 4);
   });
 
-  it("makes the session's other calls wait for a running generation instead of interleaving", async () => {
+  it("refuses the session's other calls while a generation runs, and takes them after its last pass", async () => {
     const session = model.createSession();
     const run = session.generate(prompt, { maxTokens: 6 });
     const iterator = run[Symbol.asyncIterator]();
     await iterator.next();
-    const evaluated = session.evaluate([prompt[0]!]).then(() => session.position);
+    expect(() => session.evaluate([prompt[0]!])).toThrow(expect.objectContaining({ code: "SESSION_BUSY" }));
     const chunks = [];
     for (let step = await iterator.next(); !step.done; step = await iterator.next()) chunks.push(step.value);
     const result = await run.result;
     const generatedPasses = result.tokens.length - (result.stopReason === "maxTokens" ? 1 : 0);
-    expect(await evaluated).toBe(prompt.length + generatedPasses + 1);
+    await session.evaluate([prompt[0]!]);
+    expect(session.position).toBe(prompt.length + generatedPasses + 1);
   });
 });

@@ -23,6 +23,8 @@ export async function startServer(
     apiKeys?: string[];
     parallel?: number;
     temperature?: number;
+    /** The model's threads (default 2). */
+    threads?: number;
     modelPath?: string;
     chatTemplate?: string;
     config?: Pick<ServerConfig, "reasoningFormat" | "chatTemplateKwargs" | "slotSavePath" | "slotsEndpoint">;
@@ -31,7 +33,7 @@ export async function startServer(
   const modelPath = options.modelPath ?? defaultModelPath();
   const model = await loadModel(modelPath, {
     gpu: false,
-    threads: 2,
+    threads: options.threads ?? 2,
     parallel: options.parallel ?? 2, // as bloomery-serve loads it: every slot in one pass
     ...(options.chatTemplate !== undefined ? { chatTemplate: options.chatTemplate } : {}),
   });

@@ -157,10 +157,12 @@ describe("the drain (in process)", () => {
   it("lets generations that end before the deadline end whole", async () => {
     server = await startServer({ parallel: 1 });
     const { url, context } = server;
-    const short = { messages: [{ role: "user", content: "Hi" }], stream: true, temperature: 0, max_tokens: 8 };
-    const running = streamChat(url, short);
+    // Long enough (256 tokens, the end-of-sequence banned) that the second request arrives while it runs, even
+    // on a loaded machine; 8 tokens sometimes ended before it and the second never waited.
+    const bounded = { ...longChat(true), max_tokens: 256 };
+    const running = streamChat(url, bounded);
     await running.started;
-    const waiting = postJson(`${url}/v1/chat/completions`, short);
+    const waiting = postJson(`${url}/v1/chat/completions`, { ...bounded, stream: false, max_tokens: 8 });
     await until(() => context.slots.waiting === 1, "a request to wait for a slot");
     const report = await server.shutdown(120_000);
     expect(report).toEqual({ running: 1, waiting: 1, stopped: false, drained: true });

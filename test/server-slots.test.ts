@@ -1,4 +1,5 @@
-import { mkdtempSync, rmSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -52,6 +53,44 @@ describe("bloomery-serve /slots", () => {
     const again = await complete(prompt);
     expect(again.content).toBe(first.content);
     expect(again.timings.cache_n).toBeGreaterThan(0);
+  });
+
+  it("neither follows a link in the save folder nor waits on a FIFO there", async () => {
+    const outside = mkdtempSync(join(tmpdir(), "bloomery-slots-outside-"));
+    try {
+      await complete("The river ran past the mill");
+      const target = join(outside, "precious.txt");
+      writeFileSync(target, "precious");
+      symlinkSync(target, join(folder, "link.bin"));
+      symlinkSync(join(outside, "created.bin"), join(folder, "dangling.bin"));
+      execFileSync("mkfifo", [join(folder, "fifo.bin")]);
+      const answer = async (action: string, filename: string) => {
+        const response = await fetch(`${server.url}/slots/0?action=${action}`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ filename }),
+          signal: AbortSignal.timeout(15_000),
+        });
+        return { status: response.status, text: JSON.stringify(await response.json()) };
+      };
+      for (const filename of ["link.bin", "dangling.bin", "fifo.bin"]) {
+        const saved = await answer("save", filename);
+        expect(saved.status, filename).toBe(500);
+        expect(saved.text).toMatch(/FILE_WRITE/);
+      }
+      expect(readFileSync(target, "utf8")).toBe("precious");
+      expect(existsSync(join(outside, "created.bin"))).toBe(false);
+      for (const filename of ["link.bin", "fifo.bin"]) {
+        const restored = await answer("restore", filename);
+        expect(restored.status, filename).toBe(500);
+        expect(restored.text).toMatch(/FILE_READ/);
+      }
+      // The slot was never held: it saves and restores a plain file as before.
+      expect((await answer("save", "plain.bin")).status).toBe(200);
+      expect((await answer("restore", "plain.bin")).status).toBe(200);
+    } finally {
+      rmSync(outside, { recursive: true, force: true });
+    }
   });
 
   it("refuses by name: an unknown action, a path as file name, a missing slot or file", async () => {

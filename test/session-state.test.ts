@@ -224,3 +224,39 @@ describe("generate and the prompt-state cache", () => {
     }
   });
 });
+
+describe("latent attention's cache (deepseek2: keys only, the values inside them)", () => {
+  const latentPath = join(dir, "tiny-deepseek2.gguf");
+  beforeAll(async () => {
+    await writeSyntheticModel(latentPath, { preset: "tiny-deepseek2", weightType: "Q8_0" });
+  });
+
+  it("forks, saves to a file and restores to the same logits, and a prompt reuses a cached prefix", async () => {
+    const model = await open(latentPath, { cacheRam: 64 * 2 ** 20 });
+    const prompt = tokens(60, 7);
+    const original = model.createSession();
+    const expected = await original.evaluate([...prompt, 11]);
+    const base = model.createSession();
+    await base.evaluate(prompt);
+    const fork = await base.fork();
+    expect(await fork.evaluate([11])).toEqual(expected);
+    const file = join(dir, "latent.state");
+    await base.save(file);
+    const restored = model.createSession();
+    await restored.restore(file);
+    expect(await restored.evaluate([11])).toEqual(expected);
+    // The prompt-state cache: a later prompt sharing the first 60 tokens evaluates only the rest.
+    const first = model.createSession();
+    await first.generate(prompt, { maxTokens: 1 }).result;
+    const second = model.createSession();
+    const run = await second.generate([...prompt.slice(0, 50), ...tokens(10, 8)], { maxTokens: 1 }).result;
+    expect(run.timings.cachedPromptTokens).toBeGreaterThanOrEqual(49);
+    const cold = await open(latentPath, { cacheRam: 0 });
+    const fresh = await cold.createSession().generate([...prompt.slice(0, 50), ...tokens(10, 8)], { maxTokens: 1 })
+      .result;
+    expect(run.tokens).toEqual(fresh.tokens);
+    // A state of another shape (a GQA model's) is refused by name.
+    const gqa = await open(modelPath);
+    expect((await refusal(gqa.createSession().restore(file))).code).toBe("STATE_MODEL_MISMATCH");
+  });
+});

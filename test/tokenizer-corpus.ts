@@ -223,5 +223,30 @@ export function randomMixes(count: number, seed = 12345): string[] {
   return out;
 }
 
-/** The whole corpus: hand-written cases, then random mixes. */
-export const CORPUS: string[] = [...HAND_CASES, ...randomMixes(300)];
+/**
+ * Long runs, each one pre-tokenized word (or a few): thousands of merges in one word, where
+ * equal ranks queue up and merges create pairs left of ones still waiting.
+ */
+export const LONG_CASES: string[] = [
+  " ".repeat(5000),
+  "\n".repeat(3000),
+  " \t".repeat(2000) + "x",
+  "  \n".repeat(1500) + " end",
+  "a".repeat(4000),
+  "ab".repeat(3000),
+  "=".repeat(3000),
+  "0".repeat(3000),
+  "ー".repeat(2000),
+  longWord(6000, 7),
+];
+
+/** `length` letters drawn from a seeded generator, as one word. */
+function longWord(length: number, seed: number): string {
+  const next = random(seed);
+  let s = "";
+  for (let i = 0; i < length; i++) s += "etaoinshrdlucmfwypvbgkqjxz"[Math.floor(next() ** 2 * 26)];
+  return s;
+}
+
+/** The whole corpus: hand-written cases, long runs, then random mixes. */
+export const CORPUS: string[] = [...HAND_CASES, ...LONG_CASES, ...randomMixes(300)];

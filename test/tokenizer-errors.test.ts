@@ -51,6 +51,23 @@ describe("openTokenizer refuses", () => {
     expect(codeOf(() => openTokenizer(path))).toBe("TOKENIZER_UNSUPPORTED");
   });
 
+  it("a NaN score, which has no place in SentencePiece's merge order", async () => {
+    const path = await vocabFile("nan-score", {
+      "tokenizer.ggml.model": "llama",
+      "tokenizer.ggml.tokens": ["<unk>", "a", "b", "ab"],
+      "tokenizer.ggml.scores": new Float32Array([0, -1, -2, NaN]),
+    });
+    const error = (() => {
+      try {
+        openTokenizer(path);
+      } catch (e) {
+        return e as BloomeryError;
+      }
+    })();
+    expect(error?.code).toBe("TOKENIZER_BAD_VOCAB");
+    expect(error?.message).toContain("tokenizer.ggml.scores[3]");
+  });
+
   it("a missing file", () => {
     expect(codeOf(() => openTokenizer(join(dir, "missing.gguf")))).toBe("FILE_NOT_FOUND");
   });

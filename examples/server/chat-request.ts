@@ -44,20 +44,21 @@ export function chatKwargs(
   };
 }
 
+/** How a chat's prompt ends, as the request's fields ask: with a generation prompt, or as a prefill. */
+export interface ChatShape {
+  /** The messages the template renders (without a prefill's final assistant message). */
+  shown: ChatMessage[];
+  /** llama-server's assistant prefill: the final assistant message's text, which the answer continues. */
+  prefill?: string;
+  addGenerationPrompt: boolean;
+}
+
 /**
- * The prompt of `messages` as llama-server renders it: llama-server refuses two assistant messages in a row; a
- * final assistant message is a prefill (the prompt ends with its text, which the answer continues) unless
- * `add_generation_prompt` is false without `continue_final_message`; with --reasoning off, a think block the
- * template leaves open is closed (as llama.cpp closes DeepSeek-R1's and QwQ's).
+ * How llama-server renders `messages`: it refuses two assistant messages in a row; a final assistant message is a
+ * prefill (the prompt ends with its text, which the answer continues) unless `add_generation_prompt` is false
+ * without `continue_final_message`.
  */
-export function renderChat(
-  context: ServerContext,
-  f: Fields,
-  messages: ChatMessage[],
-  tools: ToolOptions["tools"],
-  templateKwargs: Record<string, unknown>,
-): ChatPrompt {
-  const model = context.model;
+export function readChatShape(f: Fields, messages: ChatMessage[]): ChatShape {
   messages.forEach((message, i) => {
     if (i > 0 && message.role === "assistant" && messages[i - 1]!.role === "assistant") {
       throw badField(`messages[${i}]`, "is a second assistant message in a row: merge them into one");
@@ -70,20 +71,38 @@ export function renderChat(
   }
   const last = messages.at(-1);
   const prefill = last?.role === "assistant" && (continueFinal || addGenerationPrompt !== false);
-  const shown = prefill ? messages.slice(0, -1) : messages;
-  let text = model.applyChatTemplate(shown, {
+  return {
+    shown: prefill ? messages.slice(0, -1) : messages,
+    ...(prefill ? { prefill: last!.content } : {}),
+    addGenerationPrompt: prefill || addGenerationPrompt !== false,
+  };
+}
+
+/**
+ * The prompt of `messages` in `shape`, rendered and tokenized on worker threads; with --reasoning off, a think
+ * block the template leaves open is closed (as llama.cpp closes DeepSeek-R1's and QwQ's).
+ */
+export async function renderChat(
+  context: ServerContext,
+  messages: ChatMessage[],
+  shape: ChatShape,
+  tools: ToolOptions["tools"],
+  templateKwargs: Record<string, unknown>,
+): Promise<ChatPrompt> {
+  const model = context.model;
+  let text = await model.applyChatTemplateAsync(shape.shown, {
     templateKwargs,
     ...(tools ? { tools } : {}),
-    addGenerationPrompt: prefill || addGenerationPrompt !== false,
+    addGenerationPrompt: shape.addGenerationPrompt,
   });
   if (context.config.reasoning === "off") text = closeOpenThinking(text);
-  if (prefill) text += last!.content;
+  if (shape.prefill !== undefined) text += shape.prefill;
   return {
     messages,
-    prompt: promptTokens(model, text),
+    prompt: await promptTokens(model, text),
     text,
     templateKwargs,
-    ...(prefill ? { prefill: last!.content } : {}),
+    ...(shape.prefill !== undefined ? { prefill: shape.prefill } : {}),
   };
 }
 

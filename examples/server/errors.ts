@@ -39,9 +39,12 @@ export function errorBody(error: HttpError): { error: Record<string, unknown> } 
 const REQUEST_ERRORS = new Set<string>([
   "INVALID_ARGUMENT",
   "CHAT_TEMPLATE",
+  "CHAT_TEMPLATE_TOO_COMPLEX",
   "CONTEXT_TOO_LONG",
   "GRAMMAR_INVALID",
+  "GRAMMAR_TOO_COMPLEX",
   "JSON_SCHEMA_UNSUPPORTED",
+  "JSON_SCHEMA_TOO_COMPLEX",
   "STATE_BAD_FILE",
   "STATE_MODEL_MISMATCH",
   "STATE_UNSUPPORTED_VERSION",

@@ -13,14 +13,15 @@ const MULTIMODAL_DATA = "multimodal_data";
  * The prompts of `value` (the request's `prompt`): one for text, tokens, a mixed sequence or a JSON prompt; one per
  * element for an array of those (an array holding a bare token id is one mixed sequence, as llama-server reads it).
  */
-export function readPrompts(model: Model, value: unknown, field = "prompt"): number[][] {
+export async function readPrompts(model: Model, value: unknown, field = "prompt"): Promise<number[][]> {
   if (Array.isArray(value) && value.length > 0 && !value.some((v) => typeof v === "number")) {
-    return value.map((prompt, i) => readOne(model, prompt, `${field}[${i}]`));
+    return Promise.all(value.map((prompt, i) => readOne(model, prompt, `${field}[${i}]`)));
   }
-  return [readOne(model, value, field)];
+  return [await readOne(model, value, field)];
 }
 
-function readOne(model: Model, value: unknown, field: string): number[] {
+/** One prompt's tokens, tokenized on worker threads. */
+async function readOne(model: Model, value: unknown, field: string): Promise<number[]> {
   const vocabSize = model.info.vocabSize;
   if (typeof value === "string") return promptTokens(model, value);
   if (isObject(value)) {
@@ -35,11 +36,17 @@ function readOne(model: Model, value: unknown, field: string): number[] {
   }
   if (Array.isArray(value) && value.length > 0) {
     // A sequence of token ids and texts: each text tokenized in place, with BOS only when it comes first.
-    return value.flatMap((piece, i) => {
-      if (typeof piece === "string") return Array.from(model.tokenize(piece, { special: true, addSpecial: i === 0 }));
-      if (Number.isInteger(piece) && (piece as number) >= 0 && (piece as number) < vocabSize) return [piece as number];
-      throw badField(`${field}[${i}]`, `must be a token id below ${vocabSize} or a text`);
-    });
+    const pieces = await Promise.all(
+      value.map(async (piece, i) => {
+        if (typeof piece === "string") {
+          return Array.from(await model.tokenizeAsync(piece, { special: true, addSpecial: i === 0 }));
+        }
+        if (Number.isInteger(piece) && (piece as number) >= 0 && (piece as number) < vocabSize)
+          return [piece as number];
+        throw badField(`${field}[${i}]`, `must be a token id below ${vocabSize} or a text`);
+      }),
+    );
+    return pieces.flat();
   }
   throw badField(field, "must be a text, an array of token ids and texts, a JSON prompt object, or an array of those");
 }

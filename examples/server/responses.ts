@@ -43,7 +43,17 @@ export function stoppingWord(model: Model, result: GenerateResult, stop: readonl
   return stop.find((word) => rest.startsWith(word)) ?? "";
 }
 
-/** The prompt's tokens as llama-server makes them: special tokens parsed, BOS added when the model asks. */
-export function promptTokens(model: Model, prompt: string): number[] {
-  return Array.from(model.tokenize(prompt, { special: true, addSpecial: true }));
+/**
+ * The prompt's tokens as llama-server makes them: special tokens parsed, BOS added when the model
+ * asks. Tokenized on a worker thread: a long prompt must not hold the event loop.
+ */
+export async function promptTokens(model: Model, prompt: string): Promise<number[]> {
+  return plainArray(await model.tokenizeAsync(prompt, { special: true, addSpecial: true }));
+}
+
+/** The ids as an array of numbers (a plain loop: Array.from walks a typed array several times slower). */
+function plainArray(ids: Uint32Array): number[] {
+  const out = new Array<number>(ids.length);
+  for (let i = 0; i < ids.length; i++) out[i] = ids[i]!;
+  return out;
 }

@@ -161,6 +161,17 @@ Napi::Object info_to_js(Napi::Env env, const gguf::GgufFile& file) {
     tensors.Set(uint32_t(i), o);
   }
   info.Set("tensors", tensors);
+
+  Napi::Array warnings = Napi::Array::New(env, file.warnings().size());
+  for (size_t i = 0; i < file.warnings().size(); ++i) {
+    const gguf::FileWarning& w = file.warnings()[i];
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("code", w.code);
+    o.Set("message", w.message);
+    o.Set("tensor", w.tensor);
+    warnings.Set(uint32_t(i), o);
+  }
+  info.Set("warnings", warnings);
   return info;
 }
 

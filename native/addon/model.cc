@@ -60,14 +60,15 @@ std::shared_ptr<engine::Session> live(SessionHandle& h, Napi::Env env) {
   return h.session;
 }
 
+// A positive integer option of at most 2^31 - 1 (every one is stored in 32 bits somewhere); 0 when absent.
 int64_t option_integer(Napi::Object options, const char* name) {
   const Napi::Value v = options.Get(name);
   if (v.IsUndefined()) return 0;
-  if (!v.IsNumber() || v.As<Napi::Number>().DoubleValue() < 1 ||
-      v.As<Napi::Number>().DoubleValue() != static_cast<double>(v.As<Napi::Number>().Int64Value())) {
+  const double d = v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : 0;
+  if (!(d >= 1 && d <= 2147483647.0) || d != static_cast<double>(static_cast<int64_t>(d))) {
     throw to_js_error(options.Env(), "INVALID_ARGUMENT", std::string(name) + " must be a positive integer");
   }
-  return v.As<Napi::Number>().Int64Value();
+  return static_cast<int64_t>(d);
 }
 
 // experts: one array of expert ids per layer (src/model.ts takes them from the offload plan).

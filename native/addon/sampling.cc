@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "addon/async.h"
 #include "addon/bindings.h"
 #include "addon/errors.h"
 #include "engine/sampler.h"
@@ -83,43 +84,71 @@ std::vector<std::pair<int32_t, float>> read_bias(const Napi::Object& options) {
   return bias;
 }
 
+// The settings and tokenizer of createSampler's arguments; left-out settings take
+// engine::SamplerParams' defaults.
+struct SamplerArguments {
+  engine::SamplerParams params;
+  std::shared_ptr<const tokenizer::Tokenizer> tokenizer;
+};
+
+SamplerArguments read_sampler_arguments(const Napi::CallbackInfo& info) {
+  if (info.Length() < 1 || !info[0].IsObject()) {
+    throw to_js_error(info.Env(), "INVALID_ARGUMENT", "createSampler(options): options must be an object");
+  }
+  const Napi::Object o = info[0].As<Napi::Object>();
+  SamplerArguments out;
+  engine::SamplerParams& params = out.params;
+  read_float(o, "temperature", params.temperature);
+  read_int(o, "topK", params.top_k);
+  read_float(o, "topP", params.top_p);
+  read_float(o, "minP", params.min_p);
+  read_float(o, "repeatPenalty", params.repeat_penalty);
+  read_int(o, "repeatLastN", params.repeat_last_n);
+  read_float(o, "presencePenalty", params.presence_penalty);
+  read_float(o, "frequencyPenalty", params.frequency_penalty);
+  params.seed = read_seed(o);
+  params.logit_bias = read_bias(o);
+  read_int(o, "logprobs", params.logprobs);
+  const Napi::Value grammar = o.Get("grammar");
+  if (!grammar.IsUndefined()) {
+    if (!grammar.IsString()) throw to_js_error(info.Env(), "INVALID_ARGUMENT", "grammar must be a string");
+    params.grammar = grammar.As<Napi::String>().Utf8Value();
+  }
+  if (info.Length() > 1 && !info[1].IsUndefined()) {
+    out.tokenizer = tokenizer_argument(info[1], "createSampler's tokenizer");
+  }
+  return out;
+}
+
+Napi::Value sampler_handle(Napi::Env env, std::shared_ptr<engine::Sampler> sampler) {
+  auto external = Napi::External<SamplerHandle>::New(env, new SamplerHandle{std::move(sampler)},
+                                                     [](Napi::Env, SamplerHandle* h) { delete h; });
+  external.TypeTag(&kSamplerTag);
+  return external;
+}
+
 // createSampler({ temperature?, topK?, topP?, minP?, repeatPenalty?, repeatLastN?, presencePenalty?,
 // frequencyPenalty?, seed?, biasTokens?, biasValues?, grammar?, logprobs? }, tokenizer?) -> sampler
-// handle; left-out settings take engine::SamplerParams' defaults. A grammar needs the model's
-// NativeTokenizer. With logprobs, each token a generation delivers carries its log-probabilities
-// (generation.cc).
+// handle. A grammar needs the model's NativeTokenizer. With logprobs, each token a generation
+// delivers carries its log-probabilities (generation.cc).
 Napi::Value create_sampler(const Napi::CallbackInfo& info) {
   return guarded(info, [&]() -> Napi::Value {
-    if (info.Length() < 1 || !info[0].IsObject()) {
-      throw to_js_error(info.Env(), "INVALID_ARGUMENT", "createSampler(options): options must be an object");
-    }
-    const Napi::Object o = info[0].As<Napi::Object>();
-    engine::SamplerParams params;
-    read_float(o, "temperature", params.temperature);
-    read_int(o, "topK", params.top_k);
-    read_float(o, "topP", params.top_p);
-    read_float(o, "minP", params.min_p);
-    read_float(o, "repeatPenalty", params.repeat_penalty);
-    read_int(o, "repeatLastN", params.repeat_last_n);
-    read_float(o, "presencePenalty", params.presence_penalty);
-    read_float(o, "frequencyPenalty", params.frequency_penalty);
-    params.seed = read_seed(o);
-    params.logit_bias = read_bias(o);
-    read_int(o, "logprobs", params.logprobs);
-    const Napi::Value grammar = o.Get("grammar");
-    if (!grammar.IsUndefined()) {
-      if (!grammar.IsString()) throw to_js_error(info.Env(), "INVALID_ARGUMENT", "grammar must be a string");
-      params.grammar = grammar.As<Napi::String>().Utf8Value();
-    }
-    std::shared_ptr<const tokenizer::Tokenizer> tokenizer;
-    if (info.Length() > 1 && !info[1].IsUndefined()) {
-      tokenizer = tokenizer_argument(info[1], "createSampler's tokenizer");
-    }
-    auto external = Napi::External<SamplerHandle>::New(
-        info.Env(), new SamplerHandle{std::make_shared<engine::Sampler>(std::move(params), std::move(tokenizer))},
-        [](Napi::Env, SamplerHandle* h) { delete h; });
-    external.TypeTag(&kSamplerTag);
-    return external;
+    SamplerArguments a = read_sampler_arguments(info);
+    return sampler_handle(info.Env(), std::make_shared<engine::Sampler>(std::move(a.params), std::move(a.tokenizer)));
+  });
+}
+
+// createSamplerAsync(options, tokenizer?) -> Promise<sampler handle>: the settings are checked
+// at once (INVALID_ARGUMENT is thrown, not a rejection), the grammar is parsed on a worker thread
+// (up to a megabyte of it: kGrammarLimits), whose GRAMMAR_* errors reject the promise.
+Napi::Value create_sampler_async(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    SamplerArguments a = read_sampler_arguments(info);
+    engine::validate(a.params);
+    return run_async(
+        info.Env(),
+        [a = std::move(a)]() mutable { return std::make_shared<engine::Sampler>(std::move(a.params), a.tokenizer); },
+        [](Napi::Env env, const std::shared_ptr<engine::Sampler>& sampler) { return sampler_handle(env, sampler); });
   });
 }
 
@@ -142,6 +171,7 @@ std::shared_ptr<engine::Sampler> sampler_argument(const Napi::CallbackInfo& info
 
 void register_sampling(Napi::Env env, Napi::Object exports) {
   exports.Set("createSampler", Napi::Function::New(env, create_sampler, "createSampler"));
+  exports.Set("createSamplerAsync", Napi::Function::New(env, create_sampler_async, "createSamplerAsync"));
   exports.Set("disposeSampler", Napi::Function::New(env, dispose_sampler, "disposeSampler"));
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "addon/async.h"
 #include "addon/bindings.h"
 #include "addon/errors.h"
 
@@ -49,6 +50,7 @@ class TokenizerWrap : public Napi::ObjectWrap<TokenizerWrap> {
     return DefineClass(env, "NativeTokenizer",
                        {
                            InstanceMethod<&TokenizerWrap::tokenize>("tokenize"),
+                           InstanceMethod<&TokenizerWrap::tokenize_async>("tokenizeAsync"),
                            InstanceMethod<&TokenizerWrap::detokenize>("detokenize"),
                            InstanceMethod<&TokenizerWrap::info>("info"),
                        });
@@ -73,6 +75,19 @@ class TokenizerWrap : public Napi::ObjectWrap<TokenizerWrap> {
       if (info.Length() < 1 || !info[0].IsString()) throw invalid(info.Env(), "tokenize(text): text must be a string");
       const std::string text = info[0].As<Napi::String>().Utf8Value();
       return to_js(info.Env(), tokenizer_->tokenize(text, flag(info, 1), flag(info, 2)));
+    });
+  }
+
+  // tokenizeAsync(text, addSpecial, parseSpecial) -> Promise<Uint32Array>: the same on a worker
+  // thread (the text is copied first: a long text must not hold the JS thread while it tokenizes).
+  Napi::Value tokenize_async(const Napi::CallbackInfo& info) {
+    return guarded(info, [&]() -> Napi::Value {
+      if (info.Length() < 1 || !info[0].IsString()) throw invalid(info.Env(), "tokenize(text): text must be a string");
+      return run_async(
+          info.Env(),
+          [tokenizer = tokenizer_, text = info[0].As<Napi::String>().Utf8Value(), add_special = flag(info, 1),
+           parse_special = flag(info, 2)] { return tokenizer->tokenize(text, add_special, parse_special); },
+          [](Napi::Env env, const std::vector<uint32_t>& ids) -> Napi::Value { return to_js(env, ids); });
     });
   }
 

@@ -65,7 +65,7 @@ void causal_attention(const float* q, int64_t n, int64_t first_position, const u
       }
       for (int64_t i = 0; i < queries; ++i) {
         const int64_t seen = first_position + first_token + i / group + 1;
-        softmax(b.score_rows[i], seen);
+        softmax(b.score_rows[i], seen, SoftmaxTail::kPadded);
         f16.round(b.score_rows[i], seen);
         std::fill(b.score_rows[i] + seen, b.score_rows[i] + length, 0.0f);
       }

@@ -1,6 +1,8 @@
 // Causal multi-head attention over an f16 KV cache, with grouped KV heads. The rounding
-// follows llama.cpp's CPU graph (without flash attention): queries are rounded to f16 for
-// the K dot, and the softmax weights are rounded to f16 for the V sum.
+// follows llama.cpp's CPU graph (without flash attention, one token per decode): queries are
+// rounded to f16 for the K dot, the softmax runs over a row of KV cells padded with masked
+// ones, and its weights are rounded to f16 for the V sum; the kernels sum in the order of
+// llama.cpp's (quant/f16_rows.h, cpu/softmax.h).
 #pragma once
 
 #include <cstdint>

@@ -30,6 +30,9 @@ quant::SimdTier host_simd_tier() {
   return tier;
 }
 
-const quant::QuantKernels& host_quant_kernels(uint32_t type) { return quant::quant_kernels(type, host_simd_tier()); }
+const quant::QuantKernels& host_quant_kernels(uint32_t type) {
+  static const bool avx512_bf16 = detect_cpu_features().avx512bf16;
+  return quant::quant_kernels(type, host_simd_tier(), avx512_bf16);
+}
 
 }  // namespace bloomery::cpu

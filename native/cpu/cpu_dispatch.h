@@ -22,7 +22,8 @@ quant::SimdTier capped_tier(quant::SimdTier host, const char* cap);
 // order), to reproduce its results or to measure how far two correct orders part.
 quant::SimdTier host_simd_tier();
 
-// The kernels of weight type `type` at this host's tier (throws UNSUPPORTED_QUANT).
+// The kernels of weight type `type` at this host's tier, with its AVX-512 BF16 where the tier is
+// AVX-512 (throws UNSUPPORTED_QUANT).
 const quant::QuantKernels& host_quant_kernels(uint32_t type);
 
 }  // namespace bloomery::cpu

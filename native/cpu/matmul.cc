@@ -38,9 +38,12 @@ void quantize_rows(const quant::QuantKernels& kernels, const float* x, int64_t n
 void dot_rows(const WeightMatrix& w, int64_t first, int64_t last, const uint8_t* const* activations, float* const* out,
               int64_t count) {
   const quant::QuantKernels& k = *w.kernels;
-  if (!k.vec_dot_rows) {
+  const bool repacked = w.repacked_by_llama();
+  const quant::VecDotFn dot = repacked ? k.vec_dot_repacked : k.vec_dot;
+  const quant::VecDotRowsFn dot_many = repacked ? k.vec_dot_rows_repacked : k.vec_dot_rows;
+  if (!dot_many) {
     for (int64_t r = 0; r < count; ++r) {
-      for (int64_t o = first; o < last; ++o) out[r][o] = k.vec_dot(w.row(o), activations[r], w.cols);
+      for (int64_t o = first; o < last; ++o) out[r][o] = dot(w.row(o), activations[r], w.cols);
     }
     return;
   }
@@ -57,7 +60,7 @@ void dot_rows(const WeightMatrix& w, int64_t first, int64_t last, const uint8_t*
     }
     for (int64_t o = first; o < last; ++o) {
       if (from_memory && o + kPrefetchRowsAhead < last) prefetch_row(w.row(o + kPrefetchRowsAhead), w.row_bytes);
-      k.vec_dot_rows(w.row(o), a, rows, w.cols, group);
+      dot_many(w.row(o), a, rows, w.cols, group);
       for (int r = 0; r < rows; ++r) out[done + r][o] = group[r];
     }
   }

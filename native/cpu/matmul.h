@@ -20,9 +20,14 @@ struct WeightMatrix {
   int64_t cols = 0;
   int64_t rows = 0;
   size_t row_bytes = 0;
+  // llama.cpp keeps this weight as stored, never repacked: its token embedding, also where it
+  // serves as the output. Its other weights with a repacked kernel and a multiple of 8 rows it
+  // repacks, so their products here take QuantKernels::vec_dot_repacked's order.
+  bool stored_plain_by_llama = false;
 
   const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes; }
   bool empty() const { return data == nullptr; }
+  bool repacked_by_llama() const { return kernels->vec_dot_repacked && rows % 8 == 0 && !stored_plain_by_llama; }
 };
 
 // Float rows quantized into the activation format of a weight type.

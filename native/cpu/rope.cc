@@ -25,7 +25,7 @@ RopeConstants rope_constants(const RopeParams& params) {
   if (params.ext_factor != 0.0f) {
     k.ramp_low = std::max(0.0f, std::floor(yarn_corr_dim(params, params.beta_fast)));
     k.ramp_high = std::min(static_cast<float>(params.dims - 1), std::ceil(yarn_corr_dim(params, params.beta_slow)));
-    k.mscale *= 1.0f + 0.1f * std::log(1.0f / params.freq_scale);
+    k.mscale *= std::fma(0.1f, std::log(1.0f / params.freq_scale), 1.0f);
   }
   return k;
 }
@@ -41,7 +41,7 @@ void rope_angles(const RopeParams& params, int64_t position, std::vector<float>&
     if (params.ext_factor != 0.0f) {
       const float y = (static_cast<float>(i / 2) - k.ramp_low) / std::max(0.001f, k.ramp_high - k.ramp_low);
       const float ramp = (1.0f - std::min(1.0f, std::max(0.0f, y))) * params.ext_factor;
-      theta = theta * (1.0f - ramp) + extrapolated * ramp;
+      theta = std::fma(theta, 1.0f - ramp, extrapolated * ramp);
     }
     angles[i] = std::cos(theta) * k.mscale;
     angles[i + 1] = std::sin(theta) * k.mscale;
@@ -62,8 +62,8 @@ void rope_apply(float* x, int64_t heads, int64_t head_dim, const RopeParams& par
       float& b = params.style == RopeStyle::kNeox ? head[i / 2 + half] : head[i + 1];
       const float x0 = a;
       const float x1 = b;
-      a = x0 * cos_theta - x1 * sin_theta;
-      b = x0 * sin_theta + x1 * cos_theta;
+      a = std::fma(x0, cos_theta, -(x1 * sin_theta));
+      b = std::fma(x0, sin_theta, x1 * cos_theta);
     }
   }
 }

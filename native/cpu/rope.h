@@ -2,7 +2,10 @@
 // (x[2i], x[2i+1]) (llama), "neox" rotates halves (x[i], x[i + dims/2]) (qwen). The angle
 // table is built the way ggml builds it (theta multiplied up in float, YaRN's ramp between
 // interpolated and extrapolated angles), so positions far into the context round the same
-// way as in llama.cpp.
+// way as in llama.cpp. Where ggml's source multiplies and adds, its x86 build (every variant
+// with FMA) fuses the first product with the sum, and so do we: each rotated element is
+// fma(x0, cos, -(x1 sin)) / fma(x0, sin, x1 cos), YaRN's mix fma(interpolated, 1 - ramp,
+// extrapolated ramp) and its magnitude factor fma(0.1, log(1 / freq_scale), 1).
 #pragma once
 
 #include <cstdint>

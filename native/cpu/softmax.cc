@@ -7,12 +7,16 @@
 
 namespace bloomery::cpu {
 
-void softmax(float* x, int64_t n) {
-  static const auto kernel = host_simd_tier() >= quant::SimdTier::kAvx512 ? softmax_avx512 : softmax_scalar;
-  kernel(x, n);
+void softmax(float* x, int64_t n, SoftmaxTail tail) {
+  static const auto kernel = [] {
+    const quant::SimdTier tier = host_simd_tier();
+    if (tier >= quant::SimdTier::kAvx512) return softmax_avx512;
+    return tier >= quant::SimdTier::kAvx2 ? softmax_avx2 : softmax_scalar;
+  }();
+  kernel(x, n, tail);
 }
 
-void softmax_scalar(float* x, int64_t n) {
+void softmax_scalar(float* x, int64_t n, SoftmaxTail) {
   float max = -std::numeric_limits<float>::infinity();
   for (int64_t i = 0; i < n; ++i) max = x[i] > max ? x[i] : max;
   double sum = 0.0;

@@ -7,7 +7,11 @@
 namespace bloomery::cpu {
 
 void swiglu(const float* gate, const float* up, int64_t n, float* out) {
-  static const auto kernel = host_simd_tier() >= quant::SimdTier::kAvx512 ? swiglu_avx512 : swiglu_scalar;
+  static const auto kernel = [] {
+    const quant::SimdTier tier = host_simd_tier();
+    if (tier >= quant::SimdTier::kAvx512) return swiglu_avx512;
+    return tier >= quant::SimdTier::kAvx2 ? swiglu_avx2 : swiglu_scalar;
+  }();
   kernel(gate, up, n, out);
 }
 

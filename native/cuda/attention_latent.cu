@@ -16,8 +16,8 @@
 #include <cuda_fp16.h>
 
 #include "base/error.h"
+#include "cuda/attention_tiles.cuh"
 #include "cuda/common.cuh"
-#include "cuda/mma.cuh"
 
 namespace bloomery::cuda {
 
@@ -79,10 +79,12 @@ __device__ SharedLayout shared_layout(uint8_t* base) {
 __device__ __forceinline__ int segments_of(int length) { return (length + kTile - 1) / kTile; }
 
 // The last position each of the block's rows attends (-1 past the batch), for this thread's
-// two mma rows, and the positions the block's longest row sees.
+// two mma rows; the positions the block's longest row sees; and the segments the block runs,
+// [begin, end): with a block per segment, its own one (none where its rows end before it).
 struct BlockRows {
   int limit[2];
   int length;
+  int begin, end;
 };
 
 __device__ BlockRows block_rows(const Params& p, int first_row) {
@@ -100,6 +102,9 @@ __device__ BlockRows block_rows(const Params& p, int first_row) {
     b.limit[i] = row < rows ? p.positions[row / p.heads] : -1;
   }
   b.length = longest;
+  const int count = segments_of(longest);
+  b.begin = p.block_per_segment ? static_cast<int>(blockIdx.z) : 0;
+  b.end = p.block_per_segment ? min(b.begin + 1, count) : count;
   return b;
 }
 
@@ -215,13 +220,10 @@ __global__ void __launch_bounds__(kThreads) latent_stats_kernel(Params p) {
   wait_for_previous_kernel();
   const int first_row = blockIdx.x * kRows;
   const BlockRows rows = block_rows(p, first_row);
-  const int count = segments_of(rows.length);
-  const int begin = p.block_per_segment ? static_cast<int>(blockIdx.z) : 0;
-  const int end = p.block_per_segment ? min(begin + 1, count) : count;
-  if (begin >= end) return;
+  if (rows.begin >= rows.end) return;
   stage_queries<Rank, Rope>(p, first_row, sh.queries);
   const int64_t stride = static_cast<int64_t>(p.n) * p.heads;
-  for (int segment = begin; segment < end; ++segment) {
+  for (int segment = rows.begin; segment < rows.end; ++segment) {
     const int first = segment * kTile;
     load_tile<Rank, Rope>(p.cache, first, rows.length, sh.tile);
     float s[2][4];
@@ -239,8 +241,7 @@ __global__ void __launch_bounds__(kThreads) latent_stats_kernel(Params p) {
   }
 }
 
-// Each of the thread's rows' maximum over its segments and the inverse of its exp sum, as the
-// CPU's softmax has them (its sum in double, the inverse rounded to float).
+// Each of the thread's rows' maximum over its segments and the inverse of its exp sum.
 __device__ void softmax_scale(const Params& p, int first_row, const BlockRows& rows, float (&max)[2],
                               float (&inverse)[2]) {
   const int64_t stride = static_cast<int64_t>(p.n) * p.heads;
@@ -248,17 +249,7 @@ __device__ void softmax_scale(const Params& p, int first_row, const BlockRows& r
     max[i] = inverse[i] = 0.0f;
     if (rows.limit[i] < 0) continue;
     const float2* stats = p.stats + first_row + static_cast<int>(threadIdx.x % kWarp) / 4 + 8 * i;
-    const int count = segments_of(rows.limit[i] + 1);
-    float row_max = -INFINITY;
-    for (int g = 0; g < count; ++g) row_max = fmaxf(row_max, __ldcg(stats + g * stride).x);
-    double row_sum = 0.0;
-    for (int g = 0; g < count; ++g) {
-      const float2 st = __ldcg(stats + g * stride);
-      row_sum =
-          __dadd_rn(row_sum, __dmul_rn(static_cast<double>(st.y), static_cast<double>(expf(__fsub_rn(st.x, row_max)))));
-    }
-    max[i] = row_max;
-    inverse[i] = static_cast<float>(1.0 / row_sum);
+    fold_segment_statistics(stats, stride, segments_of(rows.limit[i] + 1), max[i], inverse[i]);
   }
 }
 
@@ -310,15 +301,12 @@ __global__ void __launch_bounds__(kThreads) latent_values_kernel(Params p) {
   wait_for_previous_kernel();
   const int first_row = blockIdx.x * kRows;
   const BlockRows rows = block_rows(p, first_row);
-  const int count = segments_of(rows.length);
-  const int begin = p.block_per_segment ? static_cast<int>(blockIdx.z) : 0;
-  const int end = p.block_per_segment ? min(begin + 1, count) : count;
-  if (begin >= end) return;
+  if (rows.begin >= rows.end) return;
   stage_queries<Rank, Rope>(p, first_row, sh.queries);
   float max[2], inverse[2];
   softmax_scale(p, first_row, rows, max, inverse);
   float total[S::kColumns / 8][4] = {};  // the segments' products, added in segment order
-  for (int segment = begin; segment < end; ++segment) {
+  for (int segment = rows.begin; segment < rows.end; ++segment) {
     const int first = segment * kTile;
     load_tile<Rank, Rope>(p.cache, first, rows.length, sh.tile);
     float s[2][4];
@@ -332,7 +320,7 @@ __global__ void __launch_bounds__(kThreads) latent_values_kernel(Params p) {
     }
   }
   const int64_t rows_total = static_cast<int64_t>(p.n) * p.heads;
-  float* dest = p.block_per_segment ? p.partial + begin * rows_total * Rank : p.out;
+  float* dest = p.block_per_segment ? p.partial + rows.begin * rows_total * Rank : p.out;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   for (int i = 0; i < 2; ++i) {
     if (rows.limit[i] < 0) continue;

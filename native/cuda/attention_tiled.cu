@@ -31,7 +31,7 @@
 #include <algorithm>
 
 #include "base/error.h"
-#include "cuda/mma.cuh"
+#include "cuda/attention_tiles.cuh"
 #include "cuda/quantize.cuh"
 
 namespace bloomery::cuda {
@@ -247,29 +247,15 @@ __device__ __forceinline__ void store_statistics(const Params& p, int kv_head, c
   }
 }
 
-// Each of the lane's rows' maximum over its segments and the inverse of its exp sum, as the
-// CPU's softmax has them (its sum in double, the inverse rounded to float). The statistics are
-// read from L2 (__ldcg): with a block per segment, other blocks of the same launch wrote them.
+// Each of the lane's rows' maximum over its segments and the inverse of its exp sum.
 __device__ __forceinline__ void softmax_scale(const Params& p, int kv_head, const LaneRows& rows, float (&max)[2],
                                               float (&inverse)[2]) {
   const int64_t stride = static_cast<int64_t>(p.n) * p.heads;
   for (int i = 0; i < 2; ++i) {
     max[i] = inverse[i] = 0.0f;
     if (rows.limit[i] < 0) continue;
-    const float2* stats = p.stats + row_index(p, kv_head, rows.row[i]);
-    const int count = segments_of(rows.limit[i] + 1);
-    float row_max = -INFINITY;
-#pragma unroll 8
-    for (int g = 0; g < count; ++g) row_max = fmaxf(row_max, __ldcg(stats + g * stride).x);
-    double row_sum = 0.0;
-#pragma unroll 8
-    for (int g = 0; g < count; ++g) {
-      const float2 st = __ldcg(stats + g * stride);
-      row_sum =
-          __dadd_rn(row_sum, __dmul_rn(static_cast<double>(st.y), static_cast<double>(expf(__fsub_rn(st.x, row_max)))));
-    }
-    max[i] = row_max;
-    inverse[i] = static_cast<float>(1.0 / row_sum);
+    fold_segment_statistics(p.stats + row_index(p, kv_head, rows.row[i]), stride, segments_of(rows.limit[i] + 1),
+                            max[i], inverse[i]);
   }
 }
 

@@ -42,7 +42,9 @@ void per_head(const cpu::ExpertMatrices& matrices, const float* x, int64_t n, in
   for (int64_t h = 0; h < matrices.count; ++h) {
     for (int64_t i = 0; i < n; ++i) std::copy_n(x + i * x_row + h * x_stride, in, s.head_in.data() + i * in);
     s.input.reset(s.head_in.data(), n, in);
-    cpu::matmul(matrices.expert(h), s.input, s.head_out.data(), pool);
+    cpu::WeightMatrix head = matrices.expert(h);
+    head.stored_plain_by_llama = true;  // llama.cpp repacks 2D weights only, not these per-head stacks
+    cpu::matmul(head, s.input, s.head_out.data(), pool);
     for (int64_t i = 0; i < n; ++i) std::copy_n(s.head_out.data() + i * out, out, y + i * y_row + h * y_stride);
   }
 }
@@ -243,7 +245,9 @@ void forward(const model::Model& model, std::span<const SequenceRows> batch, std
   }
   logits.resize(static_cast<size_t>(out_rows * p.vocab));
   s.input.reset(s.normed.data(), out_rows, p.embedding);
-  cpu::matmul(model.output, s.input, logits.data(), pool);
+  cpu::WeightMatrix output = model.output;
+  output.stored_plain_by_llama = model.output.data == model.token_embedding.data;  // tied: the embedding
+  cpu::matmul(output, s.input, logits.data(), pool);
 }
 
 }  // namespace bloomery::engine

@@ -1,7 +1,6 @@
 #include "engine/grammar.h"
 
 #include <algorithm>
-#include <functional>
 #include <limits>
 #include <unordered_map>
 
@@ -30,11 +29,6 @@ namespace {
 
 constexpr size_t kNowhere = std::numeric_limits<size_t>::max();
 constexpr uint32_t kUnbounded = std::numeric_limits<uint32_t>::max();
-// Repetition counts beyond this would only blow the rules up; no useful grammar needs them.
-constexpr uint32_t kMaxRepetition = 10000;
-// Nested repetitions multiply: (("a"{100}){100}){100} is a million copies. Past this many copied
-// elements a grammar is refused rather than allowed to take the memory.
-constexpr uint64_t kMaxCopiedElements = 1'000'000;
 
 bool is_name_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
@@ -48,7 +42,8 @@ int hex_value(char c) {
 }
 
 struct RuleDraft {
-  std::string name;
+  std::string name;    // empty for a generated rule, which is
+  size_t named_after;  // named after the rule it appears in (kNowhere for a named rule)
   std::vector<std::vector<GrammarElement>> alternatives;
   bool defined = false;
   size_t defined_at = kNowhere;
@@ -60,6 +55,10 @@ class Parser {
   explicit Parser(std::string_view text) : text_(text) {}
 
   Grammar parse() {
+    if (text_.size() > kGrammarLimits.bytes) {
+      too_complex("the grammar is " + std::to_string(text_.size()) + " bytes; the limit is " +
+                  std::to_string(kGrammarLimits.bytes));
+    }
     skip_space(true);
     while (!at_end()) {
       const size_t at = pos_;
@@ -82,7 +81,7 @@ class Parser {
   }
 
  private:
-  [[noreturn]] void fail(size_t at, const std::string& what) const {
+  [[noreturn]] void fail(size_t at, const std::string& what, const char* code = "GRAMMAR_INVALID") const {
     at = std::min(at, text_.size());
     size_t line = 1;
     size_t line_start = 0;
@@ -92,9 +91,11 @@ class Parser {
         line_start = i + 1;
       }
     }
-    throw Error("GRAMMAR_INVALID", "grammar line " + std::to_string(line) + ", column " +
-                                       std::to_string(at - line_start + 1) + ": " + what);
+    throw Error(
+        code, "grammar line " + std::to_string(line) + ", column " + std::to_string(at - line_start + 1) + ": " + what);
   }
+
+  [[noreturn]] static void too_complex(const std::string& what) { throw Error("GRAMMAR_TOO_COMPLEX", what); }
 
   static std::string describe(char c) {
     if (c == '\n') return "end of line";
@@ -129,15 +130,31 @@ class Parser {
 
   uint32_t rule_id(std::string_view name, size_t used_at) {
     auto [it, added] = ids_.try_emplace(std::string(name), static_cast<uint32_t>(rules_.size()));
-    if (added) rules_.push_back({std::string(name), {}, false, kNowhere, kNowhere});
+    if (added) {
+      count_rule();
+      rules_.push_back({std::string(name), kNowhere, {}, false, kNowhere, kNowhere});
+    }
     if (used_at != kNowhere && rules_[it->second].first_use == kNowhere) rules_[it->second].first_use = used_at;
     return it->second;
   }
 
   // A rule for a group or a repetition, named after the rule it appears in (for messages).
   uint32_t generated_rule(size_t at) {
-    rules_.push_back({rules_[current_rule_].name, {}, true, at, kNowhere});
+    count_rule();
+    rules_.push_back({{}, current_rule_, {}, true, at, kNowhere});
     return static_cast<uint32_t>(rules_.size() - 1);
+  }
+
+  void count_rule() {
+    if (rules_.size() >= kGrammarLimits.rules) {
+      too_complex("the grammar has more than " + std::to_string(kGrammarLimits.rules) +
+                  " rules (each group and each optional copy of a repetition is one)");
+    }
+  }
+
+  const std::string& name_of(uint32_t rule) const {
+    const RuleDraft& r = rules_[rule];
+    return r.named_after == kNowhere ? r.name : rules_[r.named_after].name;
   }
 
   uint32_t add_class(CharClass c) {
@@ -195,10 +212,15 @@ class Parser {
       } else if (c == '(') {
         ++pos_;
         skip_space(true);
+        // Groups parse by recursion: their depth is what bounds the parser's stack.
+        if (++nesting_ > kGrammarLimits.nesting) {
+          fail(at, "groups nest deeper than " + std::to_string(kGrammarLimits.nesting), "GRAMMAR_TOO_COMPLEX");
+        }
         const uint32_t group = generated_rule(at);
         parse_alternatives(group, true);
         if (at_end() || peek() != ')') fail(pos_, "expected ')' to close the group opened at column " + column(at));
         ++pos_;
+        --nesting_;
         symbol = seq.size();
         seq.push_back({ElementKind::kRule, group});
       } else if (c == '*' || c == '+' || c == '?' || c == '{') {
@@ -229,7 +251,9 @@ class Parser {
     uint64_t n = 0;
     while (!at_end() && peek() >= '0' && peek() <= '9') {
       n = n * 10 + static_cast<uint64_t>(peek() - '0');
-      if (n > kMaxRepetition) fail(at, "repetition count above " + std::to_string(kMaxRepetition));
+      if (n > kGrammarLimits.repetition) {
+        fail(at, "repetition count above " + std::to_string(kGrammarLimits.repetition), "GRAMMAR_TOO_COMPLEX");
+      }
       ++pos_;
     }
     if (pos_ == start) fail(pos_, "expected a repetition count");
@@ -259,7 +283,10 @@ class Parser {
     if (item.empty()) return;
     const uint64_t copies = max == kUnbounded ? static_cast<uint64_t>(min) + 1 : max;
     copied_ += copies * item.size();
-    if (copied_ > kMaxCopiedElements) fail(at, "the repetitions expand to more than a million elements");
+    if (copied_ > kGrammarLimits.copied_elements) {
+      fail(at, "the repetitions expand to more than " + std::to_string(kGrammarLimits.copied_elements) + " elements",
+           "GRAMMAR_TOO_COMPLEX");
+    }
     for (uint32_t i = 0; i < min; ++i) seq.insert(seq.end(), item.begin(), item.end());
     if (max == kUnbounded) {
       const uint32_t loop = generated_rule(at);
@@ -401,23 +428,11 @@ class Parser {
   }
 
   // A rule that can begin with itself, reading nothing in between, would send the matcher
-  // into endless expansion: find such a cycle over "may begin with" edges and refuse it.
+  // into endless expansion: find such a cycle over "may begin with" edges and refuse it. Both
+  // passes take time linear in the grammar and no stack: a chain of many rules is ordinary input.
   void refuse_left_recursion() const {
     const size_t n = rules_.size();
-    std::vector<bool> nullable(n, false);
-    for (bool changed = true; changed;) {
-      changed = false;
-      for (size_t r = 0; r < n; ++r) {
-        if (nullable[r]) continue;
-        for (const auto& alt : rules_[r].alternatives) {
-          if (std::all_of(alt.begin(), alt.end(),
-                          [&](const GrammarElement& e) { return e.kind == ElementKind::kRule && nullable[e.index]; })) {
-            nullable[r] = changed = true;
-            break;
-          }
-        }
-      }
-    }
+    const std::vector<bool> nullable = nullable_rules();
     std::vector<std::vector<uint32_t>> begins_with(n);
     for (size_t r = 0; r < n; ++r) {
       for (const auto& alt : rules_[r].alternatives) {
@@ -428,21 +443,74 @@ class Parser {
         }
       }
     }
+    // Depth-first, with an explicit stack of (rule, next edge to follow).
     enum : uint8_t { kUnseen, kOnPath, kDone };
     std::vector<uint8_t> state(n, kUnseen);
-    std::function<void(uint32_t)> visit = [&](uint32_t r) {
-      state[r] = kOnPath;
-      for (uint32_t next : begins_with[r]) {
-        if (state[next] == kOnPath) {
-          fail(rules_[next].defined_at, "rule '" + rules_[next].name + "' is left-recursive");
+    std::vector<std::pair<uint32_t, size_t>> path;
+    for (uint32_t start = 0; start < n; ++start) {
+      if (state[start] != kUnseen) continue;
+      state[start] = kOnPath;
+      path.emplace_back(start, 0);
+      while (!path.empty()) {
+        auto& [rule, edge] = path.back();
+        if (edge == begins_with[rule].size()) {
+          state[rule] = kDone;
+          path.pop_back();
+          continue;
         }
-        if (state[next] == kUnseen) visit(next);
+        const uint32_t next = begins_with[rule][edge++];
+        if (state[next] == kOnPath) {
+          fail(rules_[next].defined_at, "rule '" + name_of(next) + "' is left-recursive");
+        }
+        if (state[next] == kUnseen) {
+          state[next] = kOnPath;
+          path.emplace_back(next, 0);
+        }
       }
-      state[r] = kDone;
-    };
-    for (uint32_t r = 0; r < n; ++r) {
-      if (state[r] == kUnseen) visit(r);
     }
+  }
+
+  // The rules that can match the empty text: a worklist from the empty alternatives up, each
+  // alternative counting the elements it still waits on.
+  std::vector<bool> nullable_rules() const {
+    const size_t n = rules_.size();
+    std::vector<bool> nullable(n, false);
+    struct Waiting {
+      uint32_t rule;
+      size_t alternative;
+    };
+    std::vector<std::vector<Waiting>> waiting_on(n);  // alternatives that hold each rule
+    std::vector<std::vector<size_t>> missing(n);      // per rule and alternative: elements not yet nullable
+    std::vector<uint32_t> found;
+    for (uint32_t r = 0; r < n; ++r) {
+      const auto& alts = rules_[r].alternatives;
+      missing[r].assign(alts.size(), 0);
+      for (size_t a = 0; a < alts.size(); ++a) {
+        const bool has_char = std::any_of(alts[a].begin(), alts[a].end(),
+                                          [](const GrammarElement& e) { return e.kind != ElementKind::kRule; });
+        if (has_char) {
+          missing[r][a] = kNowhere;  // never empty
+          continue;
+        }
+        missing[r][a] = alts[a].size();
+        for (const GrammarElement& e : alts[a]) waiting_on[e.index].push_back({r, a});
+        if (alts[a].empty() && !nullable[r]) {
+          nullable[r] = true;
+          found.push_back(r);
+        }
+      }
+    }
+    while (!found.empty()) {
+      const uint32_t rule = found.back();
+      found.pop_back();
+      for (const auto& [holder, alternative] : waiting_on[rule]) {
+        if (--missing[holder][alternative] == 0 && !nullable[holder]) {
+          nullable[holder] = true;
+          found.push_back(holder);
+        }
+      }
+    }
+    return nullable;
   }
 
   std::string_view text_;
@@ -452,6 +520,7 @@ class Parser {
   std::vector<CharClass> classes_;
   uint32_t current_rule_ = 0;
   uint64_t copied_ = 0;  // elements the repetitions have copied so far
+  size_t nesting_ = 0;   // groups open around the position
 };
 
 }  // namespace

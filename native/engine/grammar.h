@@ -10,6 +10,7 @@
 // characters, rule references and alternatives.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -49,9 +50,21 @@ struct Grammar {
   uint32_t root = 0;
 };
 
+// What one grammar may take, so that no text can exhaust the parser's stack or memory. Parsing
+// is linear in the text plus the copies repetitions make; only groups recurse.
+struct GrammarLimits {
+  size_t bytes;              // of the grammar's text
+  size_t nesting;            // groups open inside one another
+  size_t rules;              // named ones, and those that groups and repetitions generate
+  uint32_t repetition;       // the counts of {m}, {m,}, {m,n}
+  uint64_t copied_elements;  // what all repetitions copy together: (("a"{100}){100}){100} copies a million
+};
+inline constexpr GrammarLimits kGrammarLimits{1u << 20, 256, 200'000, 10'000, 1'000'000};
+
 // Throws Error GRAMMAR_INVALID with the line and column of the first fault: bad syntax, an
 // undefined or twice-defined rule, a missing `root`, or left recursion (a rule that can reach
-// itself before reading a character, which no top-down matcher can walk).
+// itself before reading a character, which no top-down matcher can walk); GRAMMAR_TOO_COMPLEX
+// naming the limit of kGrammarLimits that the grammar goes past.
 Grammar parse_grammar(std::string_view text);
 
 }  // namespace bloomery::engine

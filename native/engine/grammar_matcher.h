@@ -2,6 +2,11 @@
 // of positions in the grammar (what is left to read of each rule entered), advanced one code
 // point at a time. Text arrives as token bytes, so a character may end in a later token: its
 // first bytes are kept and only checked against what the stacks could still read.
+//
+// Each public call has a budget of work (stacks made, weighted by their size, and texts
+// checked): a grammar so ambiguous or so deeply nested that one call would exceed it is
+// refused with Error GRAMMAR_TOO_COMPLEX rather than followed for seconds. Nothing recurses,
+// so no grammar or token text can exhaust the thread's stack.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +19,12 @@
 #include "engine/grammar.h"
 
 namespace bloomery::engine {
+
+// Work one call of GrammarMatcher may spend, in checks of a character against a class (a few
+// nanoseconds each; opening a parse costs 32 and one more per rule it is inside): some
+// milliseconds. Sampling runs between the forward passes that every sequence shares, so this
+// is also how long one grammar may hold up the others per step (a call or two per token).
+inline constexpr uint64_t kGrammarMatchBudget = 1u << 22;
 
 class GrammarMatcher {
  public:
@@ -41,18 +52,23 @@ class GrammarMatcher {
     std::string partial;        // the first bytes of a character not yet whole
   };
 
-  struct Reading {
-    uint32_t text;  // index into allows_each's texts
-    uint32_t at;    // the byte where its next character starts
-  };
-  void accept_for_stack(const Stack& stack, std::span<const std::string_view> texts,
-                        const std::vector<Reading>& readings, std::vector<bool>& allowed, size_t& work) const;
+  // Counts one call's work; throws GRAMMAR_TOO_COMPLEX past kGrammarMatchBudget.
+  class Budget {
+   public:
+    void spend(uint64_t units);
 
+   private:
+    uint64_t spent_ = 0;
+  };
+
+  bool allows(std::string_view bytes, Budget& budget) const;
   // Reads bytes into `state`; false when no parse survives them or they are not UTF-8.
-  bool read(State& state, std::string_view bytes) const;
-  void step(std::vector<Stack>& stacks, uint32_t code_point) const;
-  // `work` counts the expansions of one character; Error GRAMMAR_INVALID past a million.
-  void expand(Stack stack, std::vector<Stack>& out, size_t& work) const;
+  bool read(State& state, std::string_view bytes, Budget& budget) const;
+  void step(std::vector<Stack>& stacks, uint32_t code_point, Budget& budget) const;
+  // The stacks past the character on top of `stack`, expanded.
+  std::vector<Stack> after_char(const Stack& stack, Budget& budget) const;
+  void expand(Stack stack, std::vector<Stack>& out, Budget& budget) const;
+  bool top_reads(const Stack& stack, uint32_t low, uint32_t high) const;
   static void deduplicate(std::vector<Stack>& stacks);
 
   std::shared_ptr<const Grammar> grammar_;

@@ -98,14 +98,23 @@ bool Sampler::is_end_token(int32_t token) const {
 }
 
 // The end of generation only where the grammar is complete; other tokens by their text (a
-// token without text, such as a control token, never: it would let the grammar stall).
-bool Sampler::grammar_allows(int32_t token) const {
-  if (is_end_token(token)) return grammar_->complete();
-  return grammar_->allows(tokenizer_->piece(static_cast<uint32_t>(token), false));
-}
-
+// token without text, such as a control token or a row past the vocabulary, never: it would
+// let the grammar stall). The candidates are checked together: one step of the grammar serves all.
 void Sampler::keep_grammar_candidates() {
-  std::erase_if(candidates_, [&](const Candidate& c) { return !grammar_allows(c.token); });
+  const size_t vocab = tokenizer_->vocab().size();
+  std::vector<std::string_view> texts;
+  texts.reserve(candidates_.size());
+  for (const Candidate& c : candidates_) {
+    const bool has_text = !is_end_token(c.token) && static_cast<size_t>(c.token) < vocab;
+    texts.push_back(has_text ? tokenizer_->piece(static_cast<uint32_t>(c.token), false) : std::string_view{});
+  }
+  const std::vector<bool> allowed = grammar_->allows_each(texts);
+  const bool complete = grammar_->complete();
+  std::vector<Candidate> kept;
+  for (size_t i = 0; i < candidates_.size(); ++i) {
+    if (is_end_token(candidates_[i].token) ? complete : allowed[i]) kept.push_back(candidates_[i]);
+  }
+  candidates_ = std::move(kept);
   if (!candidates_.empty()) {
     double total = 0.0;
     for (const Candidate& c : candidates_) total += c.probability;
@@ -114,22 +123,21 @@ void Sampler::keep_grammar_candidates() {
   }
   // The filters kept nothing the grammar allows: mask the vocabulary, then filter again.
   constexpr float kBanned = -std::numeric_limits<float>::infinity();
-  const size_t vocab = std::min(adjusted_.size(), tokenizer_->vocab().size());
   std::vector<int32_t> tokens;
-  std::vector<std::string_view> texts;
+  texts.clear();
   for (size_t i = 0; i < adjusted_.size(); ++i) {
     if (adjusted_[i] == kBanned) continue;
     const auto token = static_cast<int32_t>(i);
     if (i < vocab && !is_end_token(token)) {
       tokens.push_back(token);
       texts.push_back(tokenizer_->piece(static_cast<uint32_t>(i), false));
-    } else if (i >= vocab || !grammar_->complete()) {
+    } else if (i >= vocab || !complete) {
       adjusted_[i] = kBanned;
     }
   }
-  const std::vector<bool> allowed = grammar_->allows_each(texts);
+  const std::vector<bool> each = grammar_->allows_each(texts);
   for (size_t k = 0; k < tokens.size(); ++k) {
-    if (!allowed[k]) adjusted_[static_cast<size_t>(tokens[k])] = kBanned;
+    if (!each[k]) adjusted_[static_cast<size_t>(tokens[k])] = kBanned;
   }
   filter_candidates();
   if (candidates_.empty()) {

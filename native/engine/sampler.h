@@ -99,7 +99,6 @@ class Sampler {
  private:
   void filter_candidates();
   bool is_end_token(int32_t token) const;
-  bool grammar_allows(int32_t token) const;
   void keep_grammar_candidates();
   void record_logprobs(std::span<const float> logits, int32_t drawn);
   // changes_ = the logits bias and penalties change, with their new values, by token.

@@ -335,6 +335,8 @@ void Scheduler::execute(Pass& pass) {
     // stored meanwhile (under this lock), and the cancel already set its position.
     std::erase_if(pass.parts, [](const Pass::Part& part) { return part.request->cancelled.load(); });
     if (pass.parts.empty()) return;
+    // A mapped file that shrank would raise SIGBUS in the pass: refuse while that is still an error.
+    runtime_.model().file.check_unchanged();
     if (runtime_.gpu_) {
       std::vector<GpuSequenceRows> batch;
       batch.reserve(pass.parts.size());

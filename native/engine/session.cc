@@ -5,6 +5,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "cpu/host_info.h"
 #include "engine/scheduler.h"
 
 namespace bloomery::engine {
@@ -20,6 +21,17 @@ int64_t resolve_context_size(const model::HyperParams& p, int64_t requested) {
 }
 
 namespace {
+
+// More threads than the machine runs at once only take turns: each pass waits for every one of
+// them, so a pass takes many times longer (minutes per token at a thousand).
+uint32_t checked_threads(uint32_t threads) {
+  const uint32_t cores = cpu::detect_host().logical_cores;
+  if (threads > cores) {
+    throw Error("INVALID_ARGUMENT", "threads = " + std::to_string(threads) + " exceeds the " + std::to_string(cores) +
+                                        " logical cores of this machine");
+  }
+  return threads;
+}
 
 // The arena of options.disk, or null when it pages nothing.
 std::unique_ptr<ExpertArena> disk_tier(const model::Model& model, const RuntimeOptions& options) {
@@ -64,7 +76,7 @@ Runtime::Runtime(std::unique_ptr<model::Model> model, const RuntimeOptions& opti
       context_size_(resolve_context_size(model_->params, options.context_size)),
       parallel_(options.parallel),
       step_tokens_(options.step_tokens),
-      pool_(options.threads),
+      pool_(checked_threads(options.threads)),
       prompt_cache_(options.cache_ram) {
   if (parallel_ < 1) throw Error("INVALID_ARGUMENT", "parallel must be a positive integer");
   if (step_tokens_ < parallel_) {
@@ -127,7 +139,7 @@ bool Session::store_locked() {
   PromptCache& cache = runtime_->prompt_cache_;
   if (cache.holds(current_history())) return in_cache_ = true;
   const model::HyperParams& p = runtime_->model().params;
-  if (session_state_bytes(p.layers, model::cache_row(p).keys, position_) > cache.capacity()) return false;
+  if (session_state_bytes(p.layers, model::cache_row(p), position_) > cache.capacity()) return false;
   try {
     in_cache_ = cache.store(snapshot(position_));
   } catch (const std::bad_alloc&) {
@@ -137,20 +149,28 @@ bool Session::store_locked() {
 }
 
 std::shared_ptr<const SessionState> Session::save() {
+  const uint64_t fingerprint = runtime_->fingerprint();
   std::lock_guard lock(runtime_->compute_);
-  return snapshot(position_);
+  std::shared_ptr<SessionState> state = snapshot(position_);
+  state->model_fingerprint = fingerprint;
+  return state;
 }
 
 void Session::save(const std::string& path) { write_state_file(path, *save()); }
 
 void Session::restore(const SessionState& state) {
+  const uint64_t fingerprint = runtime_->fingerprint();
   std::lock_guard lock(runtime_->compute_);
-  check_restorable(state);
+  check_restorable(state, fingerprint);
   load(state, static_cast<int64_t>(state.tokens.size()));
   in_cache_ = false;
 }
 
-void Session::restore(const std::string& path) { restore(read_state_file(path, runtime_->fingerprint())); }
+void Session::restore(const std::string& path) {
+  const model::HyperParams& p = runtime_->model().params;
+  restore(read_state_file(path,
+                          {runtime_->fingerprint(), p.layers, model::cache_row(p), runtime_->context_size(), p.vocab}));
+}
 
 std::shared_ptr<Session> Session::fork() {
   const std::shared_ptr<const SessionState> state = save();
@@ -173,10 +193,9 @@ void Session::record(int64_t first_position, std::span<const int32_t> tokens) {
 std::shared_ptr<SessionState> Session::snapshot(int64_t n) {
   const model::HyperParams& p = runtime_->model().params;
   auto state = std::make_shared<SessionState>();
-  state->model_fingerprint = runtime_->fingerprint();
   state->layers = p.layers;
   const model::CacheRow row = model::cache_row(p);
-  state->row_width = row.keys;
+  state->row = row;
   state->tokens.assign(history_.begin(), history_.begin() + n);
   state->keys.resize(static_cast<size_t>(state->layers * row.keys * n));
   state->values.resize(static_cast<size_t>(state->layers * row.values * n));
@@ -199,10 +218,10 @@ void Session::load(const SessionState& state, int64_t n) {
   position_ = n;
 }
 
-void Session::check_restorable(const SessionState& state) {
+void Session::check_restorable(const SessionState& state, uint64_t fingerprint) {
   const model::HyperParams& p = runtime_->model().params;
-  if (state.model_fingerprint != runtime_->fingerprint() || state.layers != p.layers ||
-      state.row_width != model::cache_row(p).keys) {
+  if (state.model_fingerprint != fingerprint || state.layers != p.layers ||
+      state.row.keys != model::cache_row(p).keys || state.row.values != model::cache_row(p).values) {
     throw Error("STATE_MODEL_MISMATCH", "the session state was saved from another model (or another file of it)");
   }
   if (static_cast<int64_t>(state.tokens.size()) > runtime_->context_size()) {

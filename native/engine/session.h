@@ -40,7 +40,7 @@ struct DiskTierOptions {
 };
 
 struct RuntimeOptions {
-  uint32_t threads = 0;                  // 0: one per physical core
+  uint32_t threads = 0;                  // 0: one per physical core; at most one per logical core
   int64_t context_size = 0;              // per sequence; 0: the model's trained context, at most kDefaultContextSize
   uint32_t parallel = kDefaultParallel;  // sequences that run together; more wait their turn
   int64_t step_tokens = kDefaultStepTokens;  // rows of one step (at least `parallel`; on the GPU at least kGpuPassRows)
@@ -57,8 +57,8 @@ int64_t resolve_context_size(const model::HyperParams& p, int64_t requested);
 class Runtime {
  public:
   // Throws CONTEXT_TOO_LONG when options.context_size exceeds the model's trained context,
-  // INVALID_ARGUMENT for a parallel of 0 or a step smaller than parallel, or disk experts that
-  // do not fit the model or are also on the GPU, and ExpertArena's errors.
+  // INVALID_ARGUMENT for more threads than logical cores, a parallel of 0 or a step smaller than parallel, or disk
+  // experts that do not fit the model or are also on the GPU, and ExpertArena's errors.
   Runtime(std::unique_ptr<model::Model> model, const RuntimeOptions& options);
   ~Runtime();
 
@@ -71,7 +71,7 @@ class Runtime {
   GpuModel* gpu() const { return gpu_.get(); }
   // The disk tier's arena; null when every expert is in RAM (or on the GPU).
   const ExpertArena* arena() const { return arena_.get(); }
-  // The identity saved states carry (model_fingerprint), computed on first use.
+  // The identity saved states carry (model_fingerprint), computed on the first save or restore.
   uint64_t fingerprint();
   Scheduler& scheduler() { return *scheduler_; }
   // Routing counts, tier hits and expert moves (engine/residency.h).
@@ -142,7 +142,7 @@ class Session {
   std::shared_ptr<SessionState> snapshot(int64_t n);
   // Loads the first n tokens of `state`; the caller holds the lock and has checked the state.
   void load(const SessionState& state, int64_t n);
-  void check_restorable(const SessionState& state);
+  void check_restorable(const SessionState& state, uint64_t fingerprint);
   bool store_locked();
   // history_ cut to position_; the caller holds the compute lock.
   const std::vector<int32_t>& current_history();

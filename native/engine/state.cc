@@ -1,10 +1,15 @@
 #include "engine/state.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
-#include <cstdio>
+#include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <string_view>
+#include <utility>
 
 #include "base/error.h"
 
@@ -15,26 +20,41 @@ namespace {
 // The file: this header (little-endian, as the engine's hosts are), then tokens (int32),
 // keys and values (f16, layer after layer).
 constexpr char kMagic[8] = {'B', 'L', 'M', 'Y', 'K', 'V', 'S', 'T'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 
 struct FileHeader {
   char magic[8];
   uint32_t version;
-  uint32_t reserved;
+  uint32_t reserved;  // 0
   uint64_t model_fingerprint;
   uint64_t layers;
-  uint64_t row_width;
+  uint64_t key_width;    // f16 keys of a position in one layer
+  uint64_t value_width;  // its values (0 where they are the keys' first elements: latent attention)
   uint64_t tokens;
+  uint64_t checksum;  // of this header (with checksum 0), then the tokens, keys and values
 };
 
-// Bytes of each tensor that enter the fingerprint: enough to tell two weight sets of one layout apart.
-constexpr uint64_t kSampledBytes = 32;
+// Tensors up to this size enter the fingerprint whole; larger ones by kSamples samples of kSampleBytes.
+constexpr uint64_t kWholeTensorBytes = 64 << 10;
+constexpr uint64_t kSamples = 16;
+constexpr uint64_t kSampleBytes = 64;
 
-class Fnv1a {
+// A 64-bit hash fed in pieces, eight bytes at a time: a checksum against corruption and the
+// model's identity, not a defence against a forger (every field of a state is checked anyway).
+class Hash {
  public:
   void add(const void* data, size_t bytes) {
     const auto* p = static_cast<const uint8_t*>(data);
-    for (size_t i = 0; i < bytes; ++i) hash_ = (hash_ ^ p[i]) * 0x100000001b3ull;
+    for (; bytes >= 8; p += 8, bytes -= 8) {
+      uint64_t word;
+      std::memcpy(&word, p, 8);
+      mix(word);
+    }
+    if (bytes > 0) {
+      uint64_t tail = 0;
+      std::memcpy(&tail, p, bytes);
+      mix(tail ^ (uint64_t(bytes) << 56));
+    }
   }
   template <typename T>
   void add_value(const T& value) {
@@ -44,117 +64,209 @@ class Fnv1a {
     add_value(text.size());
     add(text.data(), text.size());
   }
-  uint64_t value() const { return hash_; }
+  uint64_t value() const {
+    uint64_t h = state_ ^ (state_ >> 33);
+    h *= 0xff51afd7ed558ccdull;
+    return h ^ (h >> 33);
+  }
 
  private:
-  uint64_t hash_ = 0xcbf29ce484222325ull;
+  void mix(uint64_t word) {
+    state_ ^= word * 0x9e3779b97f4a7c15ull;
+    state_ = ((state_ << 31) | (state_ >> 33)) * 0xbf58476d1ce4e5b9ull;
+  }
+  uint64_t state_ = 0x2545f4914f6cdd1dull;
 };
 
-struct FileCloser {
-  void operator()(std::FILE* f) const { std::fclose(f); }
+uint64_t state_checksum(FileHeader header, const SessionState& state) {
+  header.checksum = 0;
+  Hash h;
+  h.add_value(header);
+  h.add(state.tokens.data(), state.tokens.size() * sizeof(int32_t));
+  h.add(state.keys.data(), state.keys.size() * sizeof(uint16_t));
+  h.add(state.values.data(), state.values.size() * sizeof(uint16_t));
+  return h.value();
+}
+
+// Owns a file descriptor.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
 };
-using File = std::unique_ptr<std::FILE, FileCloser>;
+
+void refuse_nul(const std::string& path) {
+  if (path.find('\0') != std::string::npos) throw Error("INVALID_ARGUMENT", "a file path contains a NUL byte");
+}
+
+std::string kind_of(mode_t mode) {
+  if (S_ISLNK(mode)) return "a symbolic link";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+  return "not a regular file";
+}
 
 }  // namespace
 
-uint64_t session_state_bytes(int64_t layers, int64_t row_width, int64_t tokens) {
+uint64_t session_state_bytes(int64_t layers, const model::CacheRow& row, int64_t tokens) {
   return sizeof(SessionState) + static_cast<uint64_t>(tokens) * sizeof(int32_t) +
-         2 * static_cast<uint64_t>(layers * row_width * tokens) * sizeof(uint16_t);
+         static_cast<uint64_t>(layers * (row.keys + row.values) * tokens) * sizeof(uint16_t);
 }
 
-uint64_t SessionState::bytes() const {
-  return session_state_bytes(layers, row_width, static_cast<int64_t>(tokens.size()));
-}
+uint64_t SessionState::bytes() const { return session_state_bytes(layers, row, static_cast<int64_t>(tokens.size())); }
 
 uint64_t model_fingerprint(const model::Model& model) {
-  Fnv1a h;
-  const model::HyperParams& p = model.params;
-  h.add_text(p.architecture);
-  for (const int64_t v : {p.layers, p.embedding, p.vocab, p.heads, p.kv_heads, p.head_dim, p.experts, p.experts_used}) {
-    h.add_value(v);
+  const gguf::GgufFile& file = model.file;
+  file.check_unchanged();
+  Hash h;
+  h.add_text(model.params.architecture);
+  std::vector<uint8_t> bytes;
+  for (uint32_t f = 0; f < file.files().size(); ++f) {
+    bytes.resize(file.files()[f].data_offset);
+    file.read(f, 0, bytes.data(), bytes.size());
+    h.add(bytes.data(), bytes.size());
   }
-  for (const gguf::Tensor& t : model.file.tensors()) {
-    h.add_text(t.name);
-    h.add_value(t.type.id);
-    h.add(t.shape.data(), sizeof t.shape);
-    h.add(t.data, static_cast<size_t>(std::min(t.bytes, kSampledBytes)));
+  for (const gguf::Tensor& t : file.tensors()) {
+    if (t.bytes <= kWholeTensorBytes) {
+      bytes.resize(t.bytes);
+      file.read(t.file, t.offset, bytes.data(), t.bytes);
+      h.add(bytes.data(), bytes.size());
+      continue;
+    }
+    bytes.resize(kSampleBytes);
+    for (uint64_t i = 0; i < kSamples; ++i) {
+      file.read(t.file, t.offset + i * (t.bytes - kSampleBytes) / (kSamples - 1), bytes.data(), kSampleBytes);
+      h.add(bytes.data(), kSampleBytes);
+    }
   }
   return h.value();
 }
 
 void write_state_file(const std::string& path, const SessionState& state) {
-  const auto fail = [&](int error) {
-    throw Error("FILE_WRITE", "cannot write the session state to " + path + ": " + std::strerror(error));
+  refuse_nul(path);
+  const auto fail = [&](const std::string& why) {
+    throw Error("FILE_WRITE", "cannot write the session state to " + path + ": " + why);
   };
-  File file(std::fopen(path.c_str(), "wb"));
-  if (!file) fail(errno);
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) fail("it is " + kind_of(st.st_mode));
+
+  std::string temp = path + ".tmp-XXXXXX";
+  Fd fd(::mkostemp(temp.data(), O_CLOEXEC));
+  if (fd.get() < 0) fail(std::strerror(errno));
+  const auto fail_removing = [&](const std::string& why) {
+    ::unlink(temp.c_str());
+    fail(why);
+  };
   FileHeader header{};
   std::memcpy(header.magic, kMagic, sizeof kMagic);
   header.version = kVersion;
   header.model_fingerprint = state.model_fingerprint;
   header.layers = static_cast<uint64_t>(state.layers);
-  header.row_width = static_cast<uint64_t>(state.row_width);
+  header.key_width = static_cast<uint64_t>(state.row.keys);
+  header.value_width = static_cast<uint64_t>(state.row.values);
   header.tokens = state.tokens.size();
+  header.checksum = state_checksum(header, state);
   const auto write = [&](const void* data, size_t bytes) {
-    if (bytes != 0 && std::fwrite(data, 1, bytes, file.get()) != bytes) fail(errno);
+    const auto* p = static_cast<const uint8_t*>(data);
+    while (bytes > 0) {
+      const ssize_t n = ::write(fd.get(), p, bytes);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) fail_removing(std::strerror(errno));
+      p += n;
+      bytes -= static_cast<size_t>(n);
+    }
   };
   write(&header, sizeof header);
   write(state.tokens.data(), state.tokens.size() * sizeof(int32_t));
   write(state.keys.data(), state.keys.size() * sizeof(uint16_t));
   write(state.values.data(), state.values.size() * sizeof(uint16_t));
-  if (std::fclose(file.release()) != 0) fail(errno);
+  if (::close(fd.release()) != 0) fail_removing(std::strerror(errno));
+  // rename replaces the directory entry, whatever it is now: a link there is not followed.
+  if (::rename(temp.c_str(), path.c_str()) != 0) fail_removing(std::strerror(errno));
 }
 
-SessionState read_state_file(const std::string& path, uint64_t expected_fingerprint) {
-  File file(std::fopen(path.c_str(), "rb"));
-  if (!file) {
+SessionState read_state_file(const std::string& path, const StateExpectation& expected) {
+  refuse_nul(path);
+  // O_NOFOLLOW: a link is refused, not followed; O_NONBLOCK: a FIFO does not wait for a writer.
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+  if (fd.get() < 0) {
     const int error = errno;
+    if (error == ELOOP) throw Error("FILE_READ", "cannot open the session state " + path + ": it is a symbolic link");
     throw Error(error == ENOENT ? "FILE_NOT_FOUND" : "FILE_READ",
                 "cannot open the session state " + path + ": " + std::strerror(error));
   }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) throw Error("FILE_READ", "cannot stat " + path + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) throw Error("FILE_READ", "the session state " + path + " is " + kind_of(st.st_mode));
   const auto bad = [&](const std::string& why) {
     throw Error("STATE_BAD_FILE", path + " is not a bloomery session state: " + why);
   };
+  uint64_t at = 0;
   const auto read = [&](void* data, size_t bytes) {
-    if (bytes == 0) return;
-    if (std::fread(data, 1, bytes, file.get()) != bytes) {
-      if (std::ferror(file.get())) throw Error("FILE_READ", "cannot read " + path + ": " + std::strerror(errno));
-      bad("it is truncated");
+    auto* p = static_cast<uint8_t*>(data);
+    while (bytes > 0) {
+      const ssize_t n = ::pread(fd.get(), p, bytes, static_cast<off_t>(at));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw Error("FILE_READ", "cannot read " + path + ": " + std::strerror(errno));
+      if (n == 0) bad("it is truncated");
+      p += n;
+      at += static_cast<uint64_t>(n);
+      bytes -= static_cast<size_t>(n);
     }
   };
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
   FileHeader header{};
+  if (size < sizeof header) bad("it is shorter than a header");
   read(&header, sizeof header);
   if (std::memcmp(header.magic, kMagic, sizeof kMagic) != 0) bad("its magic is wrong");
   if (header.version != kVersion) {
     throw Error("STATE_UNSUPPORTED_VERSION", path + " is a session state of version " + std::to_string(header.version) +
                                                  "; this bloomery reads version " + std::to_string(kVersion));
   }
-  if (header.model_fingerprint != expected_fingerprint) {
+  if (header.reserved != 0) bad("its reserved field is not 0");
+  if (header.model_fingerprint != expected.model_fingerprint ||
+      header.layers != static_cast<uint64_t>(expected.layers) ||
+      header.key_width != static_cast<uint64_t>(expected.row.keys) ||
+      header.value_width != static_cast<uint64_t>(expected.row.values)) {
     throw Error("STATE_MODEL_MISMATCH", path + " was saved from another model (or another file of it)");
   }
-  if (std::fseek(file.get(), 0, SEEK_END) != 0) throw Error("FILE_READ", "cannot seek in " + path);
-  const long size = std::ftell(file.get());
-  std::fseek(file.get(), sizeof header, SEEK_SET);
-  const uint64_t payload = static_cast<uint64_t>(size) - sizeof header;
-  uint64_t elements = 0, payload_bytes = 0;
-  if (size < static_cast<long>(sizeof header) || header.layers == 0 || header.row_width == 0 ||
-      header.tokens > payload || __builtin_mul_overflow(header.layers, header.row_width, &elements) ||
-      __builtin_mul_overflow(elements, header.tokens, &elements) ||
-      __builtin_mul_overflow(elements, 2 * sizeof(uint16_t), &payload_bytes) ||
-      __builtin_add_overflow(payload_bytes, header.tokens * sizeof(int32_t), &payload_bytes) ||
-      payload != payload_bytes) {
-    bad("its size does not match its header");
+  if (header.tokens > static_cast<uint64_t>(expected.max_tokens)) {
+    throw Error("CONTEXT_TOO_LONG", path + " holds " + std::to_string(header.tokens) +
+                                        " tokens, more than the context of " + std::to_string(expected.max_tokens));
   }
+  // The widths matched the session's: their products with the layers and tokens stay far from overflow.
+  const uint64_t keys = header.layers * header.key_width * header.tokens;
+  const uint64_t values = header.layers * header.value_width * header.tokens;
+  const uint64_t payload = (keys + values) * sizeof(uint16_t) + header.tokens * sizeof(int32_t);
+  if (size - sizeof header != payload) bad("its size does not match its header");
   SessionState state;
   state.model_fingerprint = header.model_fingerprint;
-  state.layers = static_cast<int64_t>(header.layers);
-  state.row_width = static_cast<int64_t>(header.row_width);
+  state.layers = expected.layers;
+  state.row = expected.row;
   state.tokens.resize(header.tokens);
-  state.keys.resize(elements);
-  state.values.resize(elements);
+  state.keys.resize(keys);
+  state.values.resize(values);
   read(state.tokens.data(), state.tokens.size() * sizeof(int32_t));
-  read(state.keys.data(), elements * sizeof(uint16_t));
-  read(state.values.data(), elements * sizeof(uint16_t));
+  read(state.keys.data(), keys * sizeof(uint16_t));
+  read(state.values.data(), values * sizeof(uint16_t));
+  if (state_checksum(header, state) != header.checksum) bad("its checksum does not match its contents");
+  for (size_t i = 0; i < state.tokens.size(); ++i) {
+    if (state.tokens[i] < 0 || state.tokens[i] >= expected.vocab) {
+      bad("token " + std::to_string(i) + " is " + std::to_string(state.tokens[i]) + ", outside the vocabulary of " +
+          std::to_string(expected.vocab));
+    }
+  }
   return state;
 }
 

@@ -1,8 +1,7 @@
 // A session's state outside the session: the tokens that produced its KV cache and the keys
 // and values of those positions, as the prompt-state cache keeps it in RAM and as
-// Session::save writes it to a file. A state belongs to one model: its fingerprint (a hash
-// of the file's tensor layout, hyper-parameters and the first bytes of every tensor) must
-// match the session that restores it.
+// Session::save writes it to a file. A saved state belongs to one model: its fingerprint
+// (model_fingerprint below) must match the session that restores it.
 #pragma once
 
 #include <cstdint>
@@ -14,11 +13,11 @@
 namespace bloomery::engine {
 
 struct SessionState {
-  uint64_t model_fingerprint = 0;
+  uint64_t model_fingerprint = 0;  // set by Session::save; the prompt-state cache's states never leave their model
   int64_t layers = 0;
-  int64_t row_width = 0;  // kv_heads * head_dim
+  model::CacheRow row;  // a position's keys and values in one layer (model::cache_row)
   std::vector<int32_t> tokens;
-  // f16, layer after layer, tokens.size() rows of row_width each per layer.
+  // f16, layer after layer, tokens.size() rows of row.keys (row.values) each per layer.
   std::vector<uint16_t> keys, values;
 
   // Host memory the state holds.
@@ -26,18 +25,40 @@ struct SessionState {
 };
 
 // Host memory a state of `tokens` tokens holds (SessionState::bytes before making it).
-uint64_t session_state_bytes(int64_t layers, int64_t row_width, int64_t tokens);
+uint64_t session_state_bytes(int64_t layers, const model::CacheRow& row, int64_t tokens);
 
-// The identity a state is checked against (see above). Reads a few bytes of every tensor.
+// The identity a saved state is checked against: a hash of every file's header (all metadata
+// and the tensor table), the whole data of each tensor up to 64 KiB, and 16 evenly spaced
+// 64-byte samples (the first and last included) of each larger tensor. Two files share it only
+// when they agree on all of that: a fine-tune, another quantization or another vocabulary
+// differs; an edit confined to bytes between the samples of a large tensor does not. It reads
+// about 16 pages per large tensor (with pread, so a cold file is not faulted in by whole
+// read-around windows): tens of milliseconds, once per loaded model. MODEL_FILE_CHANGED when
+// the file changed on disk since it was loaded.
 uint64_t model_fingerprint(const model::Model& model);
 
-// Writes `state` to `path` (a versioned header, then the tokens, keys and values). Throws
-// FILE_WRITE naming the path and the system's reason.
+// Writes `state` to `path`: a versioned header with a checksum of the whole file, then the
+// tokens, keys and values. The bytes go to a new file in the same folder that then replaces
+// `path` by rename, so a symbolic link at `path` is replaced, never followed. Throws
+// INVALID_ARGUMENT for a path with a NUL byte, FILE_WRITE naming the path and the reason (among
+// them: something other than a regular file is at `path`).
 void write_state_file(const std::string& path, const SessionState& state);
 
-// Reads a file write_state_file wrote. Throws FILE_NOT_FOUND / FILE_READ, STATE_BAD_FILE (not
-// a state file, or truncated), STATE_UNSUPPORTED_VERSION, or STATE_MODEL_MISMATCH when the
-// file's fingerprint is not `expected_fingerprint` (checked before the bulk is read).
-SessionState read_state_file(const std::string& path, uint64_t expected_fingerprint);
+// What a state file must match to restore into a session.
+struct StateExpectation {
+  uint64_t model_fingerprint = 0;
+  int64_t layers = 0;
+  model::CacheRow row;
+  int64_t max_tokens = 0;  // the session's context
+  int64_t vocab = 0;       // every token id is below it
+};
+
+// Reads a file write_state_file wrote, never following a symbolic link and never waiting on a
+// FIFO or device (FILE_READ: not a regular file). Checks every field before it allocates
+// anything: STATE_BAD_FILE (not a state file, a size that does not match the header,
+// truncated, a checksum that does not match, a token outside the vocabulary),
+// STATE_UNSUPPORTED_VERSION, STATE_MODEL_MISMATCH (another model's fingerprint or shape),
+// CONTEXT_TOO_LONG (more tokens than max_tokens); FILE_NOT_FOUND / FILE_READ.
+SessionState read_state_file(const std::string& path, const StateExpectation& expected);
 
 }  // namespace bloomery::engine

@@ -1,5 +1,6 @@
 #include "gguf/gguf_file.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <cstring>
@@ -17,6 +18,15 @@ namespace {
 // that the rest of the file cannot hold before anything is allocated for them.
 constexpr uint64_t kMinKeyValueBytes = 8 + 4 + 1;            // key length, type, smallest value
 constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 8 + 4 + 8;  // name length, n_dims, one dim, type, offset
+
+// Bounds on what one file's header may hold, far above any real model's (a few dozen keys, a few
+// thousand tensors, vocabularies and merges of a few hundred thousand strings, rarely a nested
+// array): each parsed entry takes several times the bytes it had in the file, and readGgufInfo makes
+// a JavaScript value of each, so a file made of nothing else must not grow the process without bound.
+constexpr uint64_t kMaxKeyValues = 1 << 16;
+constexpr uint64_t kMaxTensors = 1 << 20;
+constexpr uint64_t kMaxStringElements = 1 << 22;
+constexpr uint64_t kMaxNestedArrays = 1 << 20;
 
 constexpr std::string_view kSplitSuffix = "-00000-of-00000.gguf";
 
@@ -133,7 +143,21 @@ ValueType read_value_type(Cursor& c, std::string_view key) {
   return ValueType(t);
 }
 
-Value read_value(Cursor& c, ValueType type, uint32_t depth, std::string_view key) {
+// Strings and nested arrays read so far in one file's metadata, against kMaxStringElements and kMaxNestedArrays.
+struct ElementCounts {
+  uint64_t strings = 0;
+  uint64_t arrays = 0;
+};
+
+void count_elements(uint64_t& total, uint64_t more, uint64_t limit, const char* what, Cursor& c, std::string_view key) {
+  total += more;
+  if (total > limit) {
+    throw Error("GGUF_TOO_LARGE", c.path() + ": metadata " + quoted(key) + " brings its " + what + " to more than " +
+                                      std::to_string(limit));
+  }
+}
+
+Value read_value(Cursor& c, ValueType type, uint32_t depth, std::string_view key, ElementCounts& counts) {
   Value v;
   v.type = type;
   if (type == ValueType::String) {
@@ -152,11 +176,13 @@ Value read_value(Cursor& c, ValueType type, uint32_t depth, std::string_view key
   v.count = c.read<uint64_t>("an array length");
   c.check_count(v.count, min_value_bytes(v.element_type), "array " + quoted(key));
   if (v.element_type == ValueType::String) {
+    count_elements(counts.strings, v.count, kMaxStringElements, "strings", c, key);
     v.strings.reserve(v.count);
     for (uint64_t i = 0; i < v.count; ++i) v.strings.push_back(c.string("a string array element"));
   } else if (v.element_type == ValueType::Array) {
+    count_elements(counts.arrays, v.count, kMaxNestedArrays, "nested arrays", c, key);
     v.arrays.reserve(v.count);
-    for (uint64_t i = 0; i < v.count; ++i) v.arrays.push_back(read_value(c, ValueType::Array, depth + 1, key));
+    for (uint64_t i = 0; i < v.count; ++i) v.arrays.push_back(read_value(c, ValueType::Array, depth + 1, key, counts));
   } else {
     v.bytes = c.take(v.count * value_type_size(v.element_type), "an array");
   }
@@ -209,6 +235,7 @@ struct ParsedFile {
   FileInfo info;
   std::vector<KeyValue> metadata;
   std::vector<Tensor> tensors;
+  std::vector<FileWarning> warnings;
 };
 
 uint32_t read_alignment(const std::vector<KeyValue>& metadata, const std::string& path) {
@@ -263,6 +290,38 @@ Tensor read_tensor_info(Cursor& c) {
   return t;
 }
 
+// Tensors lie in the data section one after another, each at the previous one's end rounded up
+// to the alignment: llama.cpp loads no other layout, and bytes that do not match it are what a
+// tensor whose type or shape was changed leaves. Overlapping data (GGUF_TENSOR_OVERLAP) and unused
+// bytes between tensors (GGUF_TENSOR_LAYOUT) are refused, naming the tensor; unused bytes after
+// the last tensor, which llama.cpp accepts, are a warning.
+void check_layout(ParsedFile& out, uint64_t file_size) {
+  std::vector<const Tensor*> by_offset;
+  by_offset.reserve(out.tensors.size());
+  for (const Tensor& t : out.tensors) by_offset.push_back(&t);
+  std::sort(by_offset.begin(), by_offset.end(), [](const Tensor* a, const Tensor* b) { return a->offset < b->offset; });
+  const uint64_t alignment = out.info.alignment;
+  for (size_t i = 0; i < by_offset.size(); ++i) {
+    const Tensor& t = *by_offset[i];
+    const uint64_t end = t.offset + t.bytes;
+    const Tensor* next = i + 1 < by_offset.size() ? by_offset[i + 1] : nullptr;
+    const std::string what = out.info.path + ": tensor " + quoted(t.name) + " (" + std::string(t.type.name) + ", " +
+                             std::to_string(t.bytes) + " bytes at " + std::to_string(t.offset) + ")";
+    if (next && end > next->offset) {
+      throw Error("GGUF_TENSOR_OVERLAP", what + " overlaps tensor " + quoted(next->name) + " at " +
+                                             std::to_string(next->offset) +
+                                             ": a type or shape does not match the data written");
+    }
+    const uint64_t unused = (next ? next->offset : file_size) - end;
+    if (unused < alignment) continue;
+    const std::string message = what + " is followed by " + std::to_string(unused) + " unused bytes" +
+                                (next ? "" : " at the end of the file") +
+                                ": its type or shape may not be the one its data was written with";
+    if (next) throw Error("GGUF_TENSOR_LAYOUT", message);
+    out.warnings.push_back({"GGUF_TENSOR_LAYOUT", std::string(t.name), message});
+  }
+}
+
 ParsedFile parse_file(const MappedFile& file) {
   const std::string& path = file.path();
   Cursor c(file);
@@ -282,16 +341,23 @@ ParsedFile parse_file(const MappedFile& file) {
   const uint64_t kv_count = c.read<uint64_t>("the metadata count");
   c.check_count(kv_count, kMinKeyValueBytes, "the metadata count");
   c.check_count(tensor_count, kMinTensorInfoBytes, "the tensor count");
+  if (kv_count > kMaxKeyValues || tensor_count > kMaxTensors) {
+    throw Error("GGUF_TOO_LARGE", path + ": " + std::to_string(kv_count) + " metadata keys and " +
+                                      std::to_string(tensor_count) + " tensors: more than a model holds (" +
+                                      std::to_string(kMaxKeyValues) + " keys, " + std::to_string(kMaxTensors) +
+                                      " tensors at most)");
+  }
 
   out.metadata.reserve(kv_count);
   std::unordered_set<std::string_view> keys;
   keys.reserve(kv_count);
+  ElementCounts counts;
   for (uint64_t i = 0; i < kv_count; ++i) {
     const std::string_view key = c.string("a metadata key");
     if (!is_valid_utf8(key)) throw Error("GGUF_BAD_STRING", path + ": a metadata key is not valid UTF-8");
     if (!keys.insert(key).second) throw Error("GGUF_DUPLICATE", path + ": metadata " + quoted(key) + " appears twice");
     const ValueType type = read_value_type(c, key);
-    out.metadata.push_back({key, read_value(c, type, 0, key)});
+    out.metadata.push_back({key, read_value(c, type, 0, key, counts)});
   }
   out.info.alignment = read_alignment(out.metadata, path);
 
@@ -318,6 +384,7 @@ ParsedFile parse_file(const MappedFile& file) {
     t.offset += out.info.data_offset;
     t.data = file.data() + t.offset;
   }
+  check_layout(out, file.size());
   return out;
 }
 
@@ -488,6 +555,7 @@ GgufFile GgufFile::open(const std::string& path, const MapOptions& options) {
   }
 
   g.files_.push_back(std::move(first.info));
+  g.warnings_ = std::move(first.warnings);
   std::vector<std::vector<Tensor>> per_file;
   per_file.push_back(std::move(first.tensors));
   for (uint64_t i = 1; i < count; ++i) {
@@ -508,6 +576,7 @@ GgufFile GgufFile::open(const std::string& path, const MapOptions& options) {
     }
     g.files_.push_back(std::move(part.info));
     per_file.push_back(std::move(part.tensors));
+    for (FileWarning& w : part.warnings) g.warnings_.push_back(std::move(w));
   }
 
   size_t total = 0;
@@ -531,6 +600,10 @@ GgufFile GgufFile::open(const std::string& path, const MapOptions& options) {
     }
   }
   return g;
+}
+
+void GgufFile::check_unchanged() const {
+  for (const MappedFile& map : maps_) map.check_unchanged();
 }
 
 const Value* GgufFile::find(std::string_view key) const {

@@ -83,6 +83,13 @@ struct Tensor {
   const uint8_t* data = nullptr;
 };
 
+// Something in a file that is not an error but may not be what its writer meant.
+struct FileWarning {
+  std::string code;    // GGUF_TENSOR_LAYOUT
+  std::string tensor;  // the tensor it is about
+  std::string message;
+};
+
 struct FileInfo {
   std::string path;
   uint64_t size = 0;
@@ -110,6 +117,16 @@ class GgufFile {
   // Every tensor, in file order over all shards.
   const std::vector<Tensor>& tensors() const { return tensors_; }
 
+  // What the reader found odd but not wrong (see gguf_file.cc: check_layout).
+  const std::vector<FileWarning>& warnings() const { return warnings_; }
+
+  // MODEL_FILE_CHANGED when a mapped shard changed on disk since it was opened (MappedFile).
+  void check_unchanged() const;
+  // Copies bytes of shard `file` without touching its mapping (MappedFile::read_at).
+  void read(uint32_t file, uint64_t offset, void* out, uint64_t bytes) const {
+    maps_[file].read_at(offset, out, bytes);
+  }
+
   const Value* find(std::string_view key) const;
   const Tensor* find_tensor(std::string_view name) const;
 
@@ -133,6 +150,7 @@ class GgufFile {
   std::vector<FileInfo> files_;
   std::vector<KeyValue> metadata_;
   std::vector<Tensor> tensors_;
+  std::vector<FileWarning> warnings_;
   std::unordered_map<std::string_view, size_t> metadata_index_;
   std::unordered_map<std::string_view, size_t> tensor_index_;
 };

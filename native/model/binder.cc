@@ -1,6 +1,8 @@
 #include "model/binder.h"
 
 #include <cmath>
+#include <cstdio>
+#include <limits>
 
 #include "base/error.h"
 #include "cpu/cpu_dispatch.h"
@@ -51,19 +53,20 @@ Binder::Binder(Model& model, std::string architecture) : model_(model), architec
 
 LayerWeights& Binder::weights(int64_t layer) {
   const int64_t pass_layers = model_.params.layers;
-  return layer < pass_layers ? model_.layers[layer] : model_.nextn_layers[layer - pass_layers];
+  return layer < pass_layers ? model_.layers[layer] : model_.nextn_layers[layer - pass_layers].blocks;
 }
 
 std::string Binder::key(std::string_view suffix) const { return architecture_ + "." + std::string(suffix); }
 
 int64_t Binder::required_count(std::string_view suffix) const {
   const std::string k = key(suffix);
-  const std::optional<uint64_t> value = model_.file.get_uint(k);
+  const std::optional<int64_t> value = model_.file.get_int(k);
   if (!value) throw Error("MODEL_BAD_METADATA", "the model has no " + k);
-  if (*value == 0 || *value > (uint64_t{1} << 40)) {
+  // llama.cpp reads these as 32-bit; the bound also keeps products of two of them within int64.
+  if (*value < 1 || *value > std::numeric_limits<int32_t>::max()) {
     throw Error("MODEL_BAD_METADATA", k + " = " + std::to_string(*value) + " is out of range");
   }
-  return static_cast<int64_t>(*value);
+  return *value;
 }
 
 int64_t Binder::count_or(std::string_view suffix, int64_t fallback) const {
@@ -77,6 +80,18 @@ float Binder::float_or(std::string_view suffix, float fallback) const {
   return static_cast<float>(*value);
 }
 
+float Binder::positive_float_or(std::string_view suffix, float fallback) const {
+  const std::optional<double> value = model_.file.get_float(key(suffix));
+  if (!value) return fallback;
+  const float f = static_cast<float>(*value);
+  if (!std::isfinite(f) || !(f > 0)) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g", *value);
+    throw Error("MODEL_BAD_METADATA", key(suffix) + " = " + text + " is not a positive number");
+  }
+  return f;
+}
+
 bool Binder::bool_or(std::string_view suffix, bool fallback) const {
   return model_.file.get_bool(key(suffix)).value_or(fallback);
 }
@@ -85,6 +100,29 @@ void Binder::check_at_most(std::string_view suffix, int64_t value, std::string_v
   if (value <= limit) return;
   throw Error("MODEL_BAD_METADATA", key(suffix) + " = " + std::to_string(value) + " exceeds " + key(limit_suffix) +
                                         " = " + std::to_string(limit));
+}
+
+void Binder::check_all_bound() const {
+  if (bound_.size() == model_.file.tensors().size()) return;
+  for (const gguf::Tensor& t : model_.file.tensors()) {
+    if (bound_.count(t.name)) continue;
+    throw Error("MODEL_UNEXPECTED_TENSOR", "tensor " + std::string(t.name) + " is not part of a " + architecture_ +
+                                               " model of " + key("block_count") + " = " +
+                                               std::to_string(model_.params.layers + model_.params.nextn_layers) +
+                                               " layers");
+  }
+}
+
+// A special token id: absent is -1; present, it must name a token of the vocabulary.
+int32_t Binder::token_id(std::string_view key) const {
+  const std::optional<int64_t> id = model_.file.get_int(key);
+  if (!id) return -1;
+  if (*id < 0 || *id >= model_.params.vocab) {
+    throw Error("MODEL_BAD_METADATA", std::string(key) + " = " + std::to_string(*id) +
+                                          " is not a token of the vocabulary of " +
+                                          std::to_string(model_.params.vocab));
+  }
+  return static_cast<int32_t>(*id);
 }
 
 const gguf::Tensor& Binder::tensor(const std::string& name, std::initializer_list<int64_t> shape) const {
@@ -98,6 +136,7 @@ const gguf::Tensor& Binder::tensor(const std::string& name, std::initializer_lis
     throw Error("MODEL_TENSOR_SHAPE",
                 "tensor " + name + " has shape " + shape_text(t->shape, t->n_dims) + ", expected " + shape_text(shape));
   }
+  bound_.insert(t->name);
   return *t;
 }
 
@@ -145,6 +184,12 @@ void Binder::read_common_params(cpu::RopeStyle style) {
   HyperParams& p = model_.params;
   const gguf::GgufFile& file = model_.file;
   const int64_t blocks = required_count("block_count");
+  // Every layer has tensors: a larger count is a lie, and would size the layer table from it.
+  if (static_cast<uint64_t>(blocks) > file.tensors().size()) {
+    throw Error("MODEL_BAD_METADATA", key("block_count") + " = " + std::to_string(blocks) +
+                                          ", but the file holds only " + std::to_string(file.tensors().size()) +
+                                          " tensors");
+  }
   p.nextn_layers = file.find(key("nextn_predict_layers")) ? *file.get_uint(key("nextn_predict_layers")) : 0;
   if (p.nextn_layers >= blocks) check_at_most("nextn_predict_layers", p.nextn_layers, "block_count", blocks - 1);
   p.layers = blocks - p.nextn_layers;
@@ -157,10 +202,16 @@ void Binder::read_common_params(cpu::RopeStyle style) {
                                           " is not a multiple of " + key("attention.head_count_kv") + " = " +
                                           std::to_string(p.kv_heads));
   }
+  if (!file.find(key("attention.key_length")) && p.embedding % p.heads != 0) {
+    throw Error("MODEL_BAD_METADATA", key("embedding_length") + " = " + std::to_string(p.embedding) +
+                                          " is not a multiple of " + key("attention.head_count") + " = " +
+                                          std::to_string(p.heads) + ", and there is no " + key("attention.key_length"));
+  }
   p.head_dim = count_or("attention.key_length", p.embedding / p.heads);
-  const std::optional<double> eps = file.get_float(key("attention.layer_norm_rms_epsilon"));
-  if (!eps) throw Error("MODEL_BAD_METADATA", "the model has no " + key("attention.layer_norm_rms_epsilon"));
-  p.rms_epsilon = static_cast<float>(*eps);
+  if (!file.find(key("attention.layer_norm_rms_epsilon"))) {
+    throw Error("MODEL_BAD_METADATA", "the model has no " + key("attention.layer_norm_rms_epsilon"));
+  }
+  p.rms_epsilon = positive_float_or("attention.layer_norm_rms_epsilon", 0);
 
   cpu::RopeParams& rope = p.rope;
   rope.style = style;
@@ -168,24 +219,20 @@ void Binder::read_common_params(cpu::RopeStyle style) {
   if (rope.dims % 2 != 0) {
     throw Error("MODEL_BAD_METADATA", key("rope.dimension_count") + " = " + std::to_string(rope.dims) + " is odd");
   }
-  rope.freq_base = float_or("rope.freq_base", 10000.0f);
+  rope.freq_base = positive_float_or("rope.freq_base", 10000.0f);
   const std::string scaling(file.get_string(key("rope.scaling.type")).value_or("none"));
   if (scaling != "none" && scaling != "linear" && scaling != "yarn") {
     throw Error("UNSUPPORTED_FEATURE", key("rope.scaling.type") + " = " + scaling + " is not supported");
   }
-  const float factor = float_or("rope.scaling.factor", float_or("rope.scale_linear", 1.0f));
-  if (!(factor > 0.0f)) throw Error("MODEL_BAD_METADATA", key("rope.scaling.factor") + " is not positive");
+  const float factor = positive_float_or("rope.scaling.factor", positive_float_or("rope.scale_linear", 1.0f));
   rope.freq_scale = scaling != "none" || file.find(key("rope.scale_linear")) ? 1.0f / factor : 1.0f;
   rope.freq_factors = optional_vector("rope_freqs.weight", rope.dims / 2);
   if (scaling == "yarn") {
     rope.original_context = count_or("rope.scaling.original_context_length", p.context_length);
     rope.ext_factor = 1.0f;
   }
-  rope.attn_factor = yarn_attn_factor(rope, 0.0f) * float_or("rope.scaling.attn_factor", 1.0f);
+  rope.attn_factor = yarn_attn_factor(rope, 0.0f) * positive_float_or("rope.scaling.attn_factor", 1.0f);
   p.attention_scale = 1.0f / std::sqrt(static_cast<float>(p.head_dim));
-
-  p.bos_token = static_cast<int32_t>(file.get_int("tokenizer.ggml.bos_token_id").value_or(-1));
-  p.eos_token = static_cast<int32_t>(file.get_int("tokenizer.ggml.eos_token_id").value_or(-1));
 }
 
 void Binder::read_moe_params(Gating gating, bool normalize) {
@@ -252,7 +299,7 @@ void Binder::read_mla_params() {
   // times 0.1, and the scores are scaled by mscale^2 while the rotation keeps magnitude 1.
   cpu::RopeParams& rope = p.rope;
   const float log_mul = float_or("rope.scaling.yarn_log_multiplier", 0.0f) / 0.1f;
-  rope.attn_factor = yarn_attn_factor(rope, log_mul) * float_or("rope.scaling.attn_factor", 1.0f);
+  rope.attn_factor = yarn_attn_factor(rope, log_mul) * positive_float_or("rope.scaling.attn_factor", 1.0f);
   const float log_scale = std::log(1.0f / rope.freq_scale);
   const float mscale = rope.attn_factor * (1.0f + 0.1f * log_scale) * (1.0f + 0.1f * log_mul * log_scale);
   p.attention_scale = mscale * mscale / std::sqrt(static_cast<float>(key_length));
@@ -263,10 +310,18 @@ void Binder::bind_embeddings() {
   const gguf::Tensor* embedding = model_.file.find_tensor("token_embd.weight");
   if (!embedding) throw Error("MODEL_MISSING_TENSOR", architecture_ + " model has no tensor token_embd.weight");
   p.vocab = static_cast<int64_t>(embedding->shape[1]);
+  // The tokenizer's ids index the embedding and the output's rows: they must be the same set.
+  const auto tokens = model_.file.get_strings("tokenizer.ggml.tokens");
+  if (tokens && tokens->size() != static_cast<uint64_t>(p.vocab)) {
+    throw Error("MODEL_BAD_METADATA", "tokenizer.ggml.tokens has " + std::to_string(tokens->size()) +
+                                          " entries, but token_embd.weight has " + std::to_string(p.vocab) + " rows");
+  }
   model_.token_embedding = matrix("token_embd.weight", p.embedding, p.vocab);
   model_.output_norm = vector("output_norm.weight", p.embedding);
   model_.output = optional_matrix("output.weight", p.embedding, p.vocab);
   if (model_.output.empty()) model_.output = model_.token_embedding;
+  p.bos_token = token_id("tokenizer.ggml.bos_token_id");
+  p.eos_token = token_id("tokenizer.ggml.eos_token_id");
   model_.layers.resize(static_cast<size_t>(p.layers));
   model_.nextn_layers.resize(static_cast<size_t>(p.nextn_layers));
 }
@@ -345,6 +400,17 @@ void Binder::bind_mla_attention(int64_t layer) {
   w.k_b = stacked(layer_tensor(layer, "attn_k_b"), m.nope_dim, m.kv_lora_rank, p.heads);
   w.v_b = stacked(layer_tensor(layer, "attn_v_b"), m.kv_lora_rank, m.value_dim, p.heads);
   a.output = matrix(layer_tensor(layer, "attn_output"), p.heads * m.value_dim, p.embedding);
+}
+
+void Binder::bind_nextn(int64_t layer) {
+  const HyperParams& p = model_.params;
+  NextnLayer& n = model_.nextn_layers[layer - p.layers];
+  n.eh_proj = matrix(layer_tensor(layer, "nextn.eh_proj"), 2 * p.embedding, p.embedding);
+  n.enorm = vector(layer_tensor(layer, "nextn.enorm"), p.embedding);
+  n.hnorm = vector(layer_tensor(layer, "nextn.hnorm"), p.embedding);
+  n.embed_tokens = optional_matrix(layer_tensor(layer, "nextn.embed_tokens"), p.embedding, p.vocab);
+  n.shared_head = optional_matrix(layer_tensor(layer, "nextn.shared_head_head"), p.embedding, p.vocab);
+  n.shared_head_norm = optional_vector(layer_tensor(layer, "nextn.shared_head_norm"), p.embedding);
 }
 
 SwigluWeights Binder::swiglu(int64_t layer, std::string_view suffix, int64_t width) const {

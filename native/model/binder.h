@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 
 #include "model/model.h"
 
@@ -31,10 +32,13 @@ class Binder {
   Model& model() { return model_; }
   HyperParams& params() { return model_.params; }
 
-  // `<arch>.<key>` as a positive integer / float; MODEL_BAD_METADATA naming the key when absent.
+  // `<arch>.<key>` as a positive integer (at most 2^31 - 1); MODEL_BAD_METADATA naming the key when
+  // absent or out of range.
   int64_t required_count(std::string_view key) const;
   int64_t count_or(std::string_view key, int64_t fallback) const;
+  // `<arch>.<key>` as a finite float (positive), or `fallback` when absent.
   float float_or(std::string_view key, float fallback) const;
+  float positive_float_or(std::string_view key, float fallback) const;
   bool bool_or(std::string_view key, bool fallback) const;
   // MODEL_BAD_METADATA naming both keys unless `value` <= `limit`.
   void check_at_most(std::string_view key, int64_t value, std::string_view limit_key, int64_t limit) const;
@@ -51,7 +55,8 @@ class Binder {
   // The MLA sizes (attention.q_lora_rank, kv_lora_rank, key_length_mla, value_length_mla).
   void read_mla_params();
 
-  // Token embedding, output norm and output matrix (tied to the embedding when absent).
+  // Token embedding, output norm and output matrix (tied to the embedding when absent); the
+  // vocabulary's size (the tokenizer's tokens must match it) and its BOS/EOS ids.
   void bind_embeddings();
   // A layer's attention norm (attn_norm) and its GQA or MLA block, with attn_output.
   void bind_gqa_attention(int64_t layer, const GqaOptions& options);
@@ -60,6 +65,13 @@ class Binder {
   // of feed_forward, or routed experts (and shared experts) of the MoE hyper-parameters.
   void bind_dense_ffn(int64_t layer, std::string_view norm = "ffn_norm");
   void bind_moe_ffn(int64_t layer, const MoeOptions& options, std::string_view norm = "ffn_norm");
+
+  // A next-token-prediction layer's own tensors (nextn.*), beside its blocks.
+  void bind_nextn(int64_t layer);
+
+  // MODEL_UNEXPECTED_TENSOR naming a tensor of the file that nothing bound (a block_count
+  // smaller than the file's layers, or a tensor the architecture does not use), as llama.cpp.
+  void check_all_bound() const;
 
   // A matrix of `rows` rows of `cols` elements (GGUF shape [cols, rows]).
   cpu::WeightMatrix matrix(const std::string& name, int64_t cols, int64_t rows) const;
@@ -76,11 +88,13 @@ class Binder {
   cpu::WeightMatrix bind_matrix(const gguf::Tensor& t) const;
   SwigluWeights swiglu(int64_t layer, std::string_view suffix, int64_t width) const;
   std::string key(std::string_view suffix) const;
+  int32_t token_id(std::string_view key) const;
   // Layer `layer` of the file: one a pass runs, or a next-token-prediction layer after them.
   LayerWeights& weights(int64_t layer);
 
   Model& model_;
   std::string architecture_;
+  mutable std::unordered_set<std::string_view> bound_;  // names of the tensors bound so far (by tensor())
 };
 
 // `blk.<layer>.<name>.<kind>`: the name llama.cpp gives a layer's tensor.

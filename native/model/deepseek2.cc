@@ -27,6 +27,7 @@ void bind_deepseek2(Binder& b) {
     } else {
       b.bind_moe_ffn(l, {.shared_experts = true, .selection_bias = true});
     }
+    if (l >= p.layers) b.bind_nextn(l);
   }
 }
 

@@ -26,6 +26,7 @@ void bind_glm4moe(Binder& b) {
     } else {
       b.bind_moe_ffn(l, {.shared_experts = true, .selection_bias = true}, "post_attention_norm");
     }
+    if (l >= p.layers) b.bind_nextn(l);
   }
 }
 

@@ -40,6 +40,7 @@ std::unique_ptr<Model> load_model(const std::string& path, const gguf::MapOption
     if (a.name != *name) continue;
     Binder binder(*model, std::string(*name));
     a.bind(binder);
+    binder.check_all_bound();
     return model;
   }
   std::string known;

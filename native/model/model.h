@@ -117,14 +117,27 @@ struct LayerWeights {
   FfnWeights ffn;
 };
 
+// A next-token-prediction (MTP) layer: its blocks, and its own weights around them (llama.cpp's
+// nextn): the token's embedding and the previous hidden state, each normed, concatenated and
+// projected to the embedding, then the blocks, then a head (by default the model's own).
+struct NextnLayer {
+  LayerWeights blocks;
+  cpu::WeightMatrix eh_proj;  // 2 x embedding -> embedding
+  const float* enorm = nullptr;
+  const float* hnorm = nullptr;
+  cpu::WeightMatrix embed_tokens;           // empty: the model's token embedding
+  cpu::WeightMatrix shared_head;            // empty: the model's output matrix
+  const float* shared_head_norm = nullptr;  // null: the model's output norm
+};
+
 struct Model {
   explicit Model(gguf::GgufFile gguf) : file(std::move(gguf)) {}
 
   gguf::GgufFile file;
   HyperParams params;
   cpu::WeightMatrix token_embedding;
-  std::vector<LayerWeights> layers;        // the layers a pass runs
-  std::vector<LayerWeights> nextn_layers;  // the next-token-prediction layers after them (not run)
+  std::vector<LayerWeights> layers;      // the layers a pass runs
+  std::vector<NextnLayer> nextn_layers;  // the next-token-prediction layers after them (not run)
   const float* output_norm = nullptr;
   cpu::WeightMatrix output;  // token_embedding when the model ties them
 };

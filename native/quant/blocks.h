@@ -133,6 +133,14 @@ inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22,
 // E2M1 values doubled (so they are integers); e8m0_to_fp32_half undoes the doubling.
 inline constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
+// The integer dot of a 32-element block of 4-bit codebook indices (IQ4_NL, MXFP4; element j in
+// the low nibble of qs[j], element j + 16 in the high one) with a Q8_0 block's codes.
+inline int codebook_block_dot(const uint8_t* qs, const int8_t* y, const int8_t* values) {
+  int sum = 0;
+  for (int j = 0; j < kQK / 2; ++j) sum += y[j] * values[qs[j] & 0x0f] + y[j + kQK / 2] * values[qs[j] >> 4];
+  return sum;
+}
+
 // The 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K block: the first four
 // pairs sit in the low six bits of bytes 0..7, the last four are split between the
 // nibbles of bytes 8..11 and the top two bits of bytes 0..7.

@@ -4,8 +4,12 @@
 // are summed once at the end.
 #include <immintrin.h>
 
+#include <cmath>
+#include <cstring>
+
 #include "quant/blocks.h"
 #include "quant/dot_simd.h"
+#include "quant/float_dot.h"
 #include "quant/float_formats.h"
 #include "quant/q3k_scales_simd.h"
 #include "quant/reduce_avx2.h"
@@ -19,6 +23,11 @@ namespace {
 BLOOMERY_AVX2 inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
 
 BLOOMERY_AVX2 inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+BLOOMERY_AVX2 inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+
+BLOOMERY_AVX2 inline __m256 load_bf16x8(const uint16_t* p) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(load128(p)), 16));
+}
 
 // Signed x signed bytes, summed in fours into eight int32: maddubs needs an unsigned
 // left side, so move x's sign onto y.
@@ -38,22 +47,76 @@ BLOOMERY_AVX2 inline __m256i codebook(const int8_t* values) {
   return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(values)));
 }
 
+// The sum of eight int32 lanes (exact: the order of integer additions does not matter).
+BLOOMERY_AVX2 inline int sum_of_lanes(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+  return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 1)));
+}
+
+// Unsigned x signed bytes, summed in fours into eight int32 (x < 32, so maddubs cannot saturate).
+BLOOMERY_AVX2 inline __m256i dot_u8_i8(__m256i x, __m256i y) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), _mm256_set1_epi16(1));
+}
+
+// The 32 bits of a Q5 block's qh as 32 bytes, 0xff where element j's fifth bit is set.
+BLOOMERY_AVX2 inline __m256i fifth_bits(const uint8_t* qh) {
+  uint32_t bits;
+  std::memcpy(&bits, qh, sizeof bits);
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int>(bits)),
+      _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000));
+  const __m256i bit_of_byte = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201));
+  return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit_of_byte), bit_of_byte);
+}
+
+// The 32-element formats with a 16-value codebook (IQ4_NL, MXFP4) in llama.cpp's AVX2 order:
+// even and odd blocks in two accumulators, added before the horizontal sum; an odd last block
+// is added after it, its integer dot scaled in one FMA.
+template <typename Block, typename Scale>
+BLOOMERY_AVX2 inline float codebook_dot(const Block* x, const BlockQ8_0* y, int64_t nb, const int8_t* values,
+                                        Scale scale) {
+  const __m256i table = codebook(values);
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  int64_t i = 0;
+  for (; i + 1 < nb; i += 2) {
+    for (int k = 0; k < 2; ++k) {
+      const __m256i q = _mm256_shuffle_epi8(table, unpack_nibbles(x[i + k].qs));
+      acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(scale(x[i + k], y[i + k])),
+                               _mm256_cvtepi32_ps(dot_i8(q, load256(y[i + k].qs))), acc[k]);
+    }
+  }
+  float sum = sum_of_8(_mm256_add_ps(acc[0], acc[1]));
+  if (i < nb) sum = std::fma(scale(x[i], y[i]), static_cast<float>(codebook_block_dot(x[i].qs, y[i].qs, values)), sum);
+  return sum;
+}
+
 }  // namespace
 
-// F32 rows (the MoE router): four independent accumulators keep the FMA pipes busy.
+// F32 rows (the MoE router) and F16 rows, in llama.cpp's order (float_dot.h).
 BLOOMERY_AVX2 float vec_dot_f32_f32_avx2(const void* w, const void* a, int64_t n) {
-  const auto* x = static_cast<const float*>(w);
-  const auto* y = static_cast<const float*>(a);
+  return dot_f32_avx2(static_cast<const float*>(w), static_cast<const float*>(a), n);
+}
+
+BLOOMERY_AVX2 float vec_dot_f16_f16_avx2(const void* w, const void* a, int64_t n) {
+  return dot_f16_avx2(static_cast<const uint16_t*>(w), static_cast<const uint16_t*>(a), n);
+}
+
+// BF16 in llama.cpp's AVX2 order: four accumulators over 32-element steps, folded
+// (c0 + c2) + (c1 + c3) and summed as hsum_float_8, the rest added in double. BF16 products are
+// exact in float, so fused or not, each step rounds once.
+BLOOMERY_AVX2 float vec_dot_bf16_bf16_avx2(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const uint16_t*>(w);
+  const auto* y = static_cast<const uint16_t*>(a);
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    for (int k = 0; k < 4; ++k) {
-      acc[k] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8 * k), _mm256_loadu_ps(y + i + 8 * k), acc[k]);
-    }
+    for (int k = 0; k < 4; ++k)
+      acc[k] = _mm256_fmadd_ps(load_bf16x8(x + i + 8 * k), load_bf16x8(y + i + 8 * k), acc[k]);
   }
-  float sum = sum_of_8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
-  for (; i < n; ++i) sum += x[i] * y[i];
-  return sum;
+  double sum = sum_of_8(fold_4(acc));
+  for (; i < n; ++i) sum += bf16_to_fp32(x[i]) * bf16_to_fp32(y[i]);
+  return static_cast<float>(sum);
 }
 
 BLOOMERY_AVX2 float vec_dot_q8_0_q8_0_avx2(const void* w, const void* a, int64_t n) {
@@ -79,30 +142,57 @@ BLOOMERY_AVX2 float vec_dot_q4_0_q8_0_avx2(const void* w, const void* a, int64_t
   return sum_of_8(acc);
 }
 
-BLOOMERY_AVX2 float vec_dot_iq4_nl_q8_0_avx2(const void* w, const void* a, int64_t n) {
-  const auto* x = static_cast<const BlockIQ4_NL*>(w);
+BLOOMERY_AVX2 float vec_dot_q4_1_q8_1_avx2(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const BlockQ4_1*>(w);
+  const auto* y = static_cast<const BlockQ8_1*>(a);
+  __m256 acc = _mm256_setzero_ps();
+  float offsets = 0;
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    offsets = std::fma(half_to_float(x[i].m), half_to_float(y[i].s), offsets);
+    const __m256 d = _mm256_set1_ps(half_to_float(x[i].d) * half_to_float(y[i].d));
+    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_u8_i8(unpack_nibbles(x[i].qs), load256(y[i].qs))), acc);
+  }
+  return sum_of_8(acc) + offsets;
+}
+
+BLOOMERY_AVX2 float vec_dot_q5_0_q8_0_avx2(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const BlockQ5_0*>(w);
   const auto* y = static_cast<const BlockQ8_0*>(a);
-  const __m256i values = codebook(kIq4nlValues);
   __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / kQK; ++i) {
     const __m256 d = _mm256_set1_ps(half_to_float(x[i].d) * half_to_float(y[i].d));
-    const __m256i q = _mm256_shuffle_epi8(values, unpack_nibbles(x[i].qs));
+    // Codes 0..31 less 16: a clear fifth bit sets the byte's top four bits.
+    const __m256i high = _mm256_andnot_si256(fifth_bits(x[i].qh), _mm256_set1_epi8(static_cast<char>(0xf0)));
+    const __m256i q = _mm256_or_si256(unpack_nibbles(x[i].qs), high);
     acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(q, load256(y[i].qs))), acc);
   }
   return sum_of_8(acc);
 }
 
-BLOOMERY_AVX2 float vec_dot_mxfp4_q8_0_avx2(const void* w, const void* a, int64_t n) {
-  const auto* x = static_cast<const BlockMXFP4*>(w);
-  const auto* y = static_cast<const BlockQ8_0*>(a);
-  const __m256i values = codebook(kMxfp4Values);
+BLOOMERY_AVX2 float vec_dot_q5_1_q8_1_avx2(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const BlockQ5_1*>(w);
+  const auto* y = static_cast<const BlockQ8_1*>(a);
   __m256 acc = _mm256_setzero_ps();
+  float offsets = 0;
   for (int64_t i = 0; i < n / kQK; ++i) {
-    const __m256 d = _mm256_set1_ps(half_to_float(y[i].d) * e8m0_to_fp32_half(x[i].e));
-    const __m256i q = _mm256_shuffle_epi8(values, unpack_nibbles(x[i].qs));
-    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8(q, load256(y[i].qs))), acc);
+    offsets = std::fma(half_to_float(x[i].m), half_to_float(y[i].s), offsets);
+    const __m256i high = _mm256_and_si256(fifth_bits(x[i].qh), _mm256_set1_epi8(0x10));
+    const __m256i q = _mm256_or_si256(unpack_nibbles(x[i].qs), high);
+    const __m256 d = _mm256_set1_ps(half_to_float(x[i].d) * half_to_float(y[i].d));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8_i8(q, load256(y[i].qs))), d, acc);
   }
-  return sum_of_8(acc);
+  return sum_of_8(acc) + offsets;
+}
+
+BLOOMERY_AVX2 float vec_dot_iq4_nl_q8_0_avx2(const void* w, const void* a, int64_t n) {
+  return codebook_dot(static_cast<const BlockIQ4_NL*>(w), static_cast<const BlockQ8_0*>(a), n / kQK, kIq4nlValues,
+                      [](const BlockIQ4_NL& x, const BlockQ8_0& y) { return half_to_float(y.d) * half_to_float(x.d); });
+}
+
+BLOOMERY_AVX2 float vec_dot_mxfp4_q8_0_avx2(const void* w, const void* a, int64_t n) {
+  return codebook_dot(
+      static_cast<const BlockMXFP4*>(w), static_cast<const BlockQ8_0*>(a), n / kQK, kMxfp4Values,
+      [](const BlockMXFP4& x, const BlockQ8_0& y) { return half_to_float(y.d) * e8m0_to_fp32_half(x.e); });
 }
 
 // Q4_K/Q5_K mins: sum_j min_j * (bsums[2j] + bsums[2j+1]), in int.
@@ -112,18 +202,44 @@ inline int k4_mins_dot(const uint8_t* mins, const int16_t* bsums) {
   for (int j = 0; j < 8; ++j) sum += mins[j] * (bsums[2 * j] + bsums[2 * j + 1]);
   return sum;
 }
+
+// acc + scale * the four lanes of Q4_K's mins dot (lane m: mins 2m and 2m + 1 against the sums of
+// their 32-element runs), llama.cpp's per-lane accumulation of a Q4_K block's mins.
+BLOOMERY_AVX2 inline __m128 k4_accumulate_mins(const uint8_t* mins, const int16_t* bsums, float scale, __m128 acc) {
+  const __m256i b = load256(bsums);
+  const __m128i run_sums = _mm_hadd_epi16(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
+  int64_t mins_bytes;
+  std::memcpy(&mins_bytes, mins, sizeof mins_bytes);
+  const __m128i lanes = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(mins_bytes)), run_sums);
+  return _mm_fmadd_ps(_mm_set1_ps(scale), _mm_cvtepi32_ps(lanes), acc);
+}
+// For each 32-element run of a 16-element sub-block format, the byte of each int16 product
+// lane's scale (eight lanes per sub-block).
+alignas(16) constexpr uint8_t kRunScales[8][16] = {
+    {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1},
+    {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
+    {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5},
+    {6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
+    {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9},
+    {10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
+    {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13},
+    {14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15},
+};
 }  // namespace
 
+// Q4_K in llama.cpp's AVX2 order: the codes' int32 lanes as Q3_K's below, scaled by d into a
+// per-lane accumulator; the mins in a four-lane one (lane m: the mins of the 32-element runs 2m
+// and 2m + 1 against their bsums), summed (m0 + m2) + (m1 + m3) and added at the end.
 BLOOMERY_AVX2 float vec_dot_q4_k_q8_k_avx2(const void* w, const void* a, int64_t n) {
   const auto* x = static_cast<const BlockQ4_K*>(w);
   const auto* y = static_cast<const BlockQ8_K*>(a);
   const __m256i low_mask = _mm256_set1_epi8(0x0f);
   __m256 acc = _mm256_setzero_ps();
-  float mins = 0;
+  __m128 acc_mins = _mm_setzero_ps();
   for (int64_t i = 0; i < n / kQKK; ++i) {
     uint8_t scales[8], block_mins[8];
     k4_unpack_scale_mins(x[i].scales, scales, block_mins);
-    mins += y[i].d * half_to_float(x[i].dmin) * static_cast<float>(k4_mins_dot(block_mins, y[i].bsums));
+    acc_mins = k4_accumulate_mins(block_mins, y[i].bsums, -y[i].d * half_to_float(x[i].dmin), acc_mins);
     __m256i sum = _mm256_setzero_si256();
     for (int g = 0; g < 4; ++g) {
       const __m256i q = load256(x[i].qs + 32 * g);
@@ -137,7 +253,37 @@ BLOOMERY_AVX2 float vec_dot_q4_k_q8_k_avx2(const void* w, const void* a, int64_t
     }
     acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * half_to_float(x[i].d)), _mm256_cvtepi32_ps(sum), acc);
   }
-  return sum_of_8(acc) - mins;
+  return sum_of_8(acc) + sum_of_4(acc_mins);
+}
+
+// Q2_K in llama.cpp's AVX2 order: per block, first the mins (lane l: sub-blocks 2l and 2l + 1
+// against their bsums) scaled by -dmin, then the codes' int32 lanes (as Q3_K's below) scaled by
+// d, into one per-lane accumulator.
+BLOOMERY_AVX2 float vec_dot_q2_k_q8_k_avx2(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const BlockQ2_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  const __m256i two_bits = _mm256_set1_epi8(3);
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    const __m128i packed = load128(x[i].scales);
+    const __m128i scales = _mm_and_si128(packed, _mm_set1_epi8(0x0f));
+    const __m128i mins = _mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0f));
+    const __m256i mins_dot = _mm256_madd_epi16(_mm256_cvtepi8_epi16(mins), load256(y[i].bsums));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(-y[i].d * half_to_float(x[i].dmin)), _mm256_cvtepi32_ps(mins_dot), acc);
+    __m256i sum = _mm256_setzero_si256();
+    for (int half = 0; half < 2; ++half) {
+      const __m256i q = load256(x[i].qs + 32 * half);
+      for (int k = 0; k < 4; ++k) {
+        const int run = 4 * half + k;
+        const __m256i code = _mm256_and_si256(_mm256_srli_epi16(q, 2 * k), two_bits);
+        const __m256i p = _mm256_maddubs_epi16(code, load256(y[i].qs + 32 * run));
+        const __m256i s = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, load128(kRunScales[run])));
+        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, s));
+      }
+    }
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * half_to_float(x[i].d)), _mm256_cvtepi32_ps(sum), acc);
+  }
+  return sum_of_8(acc);
 }
 
 BLOOMERY_AVX2 float vec_dot_q5_k_q8_k_avx2(const void* w, const void* a, int64_t n) {
@@ -170,22 +316,6 @@ BLOOMERY_AVX2 float vec_dot_q5_k_q8_k_avx2(const void* w, const void* a, int64_t
   }
   return sum_of_8(acc) - mins;
 }
-
-namespace {
-// For each 32-element run of a 16-element sub-block format, the byte of each int16 product
-// lane's scale (eight lanes per sub-block).
-alignas(16) constexpr uint8_t kRunScales[8][16] = {
-    {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1},
-    {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
-    {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5},
-    {6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
-    {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9},
-    {10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
-    {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13},
-    {14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15},
-};
-BLOOMERY_AVX2 inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
-}  // namespace
 
 // Q3_K in llama.cpp's AVX2 order: each 32-element run's products land in int32 lane
 // (position in the run) / 4, summed over the block's eight runs, and only then scaled by d
@@ -275,6 +405,102 @@ BLOOMERY_AVX2 float vec_dot_iq4_xs_q8_k_avx2(const void* w, const void* a, int64
     acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * half_to_float(x[i].d)), _mm256_cvtepi32_ps(sum), acc);
   }
   return sum_of_8(acc);
+}
+
+// The order of llama.cpp's repacked products (quant/kernels.h, vec_dot_repacked): each block's
+// whole integer dot, then one float FMA per block into one accumulator, in block order. The
+// K-quants keep their mins' integer dot apart, in a second accumulator subtracted at the end.
+
+namespace {
+
+template <typename Block, typename Scale>
+BLOOMERY_AVX2 inline float codebook_dot_repacked(const Block* x, const BlockQ8_0* y, int64_t nb, const int8_t* values,
+                                                 Scale scale) {
+  const __m256i table = codebook(values);
+  float acc = 0;
+  for (int64_t i = 0; i < nb; ++i) {
+    const __m256i q = _mm256_shuffle_epi8(table, unpack_nibbles(x[i].qs));
+    acc = std::fma(static_cast<float>(sum_of_lanes(dot_i8(q, load256(y[i].qs)))), scale(x[i], y[i]), acc);
+  }
+  return acc;
+}
+
+}  // namespace
+
+BLOOMERY_AVX2 float vec_dot_q4_0_q8_0_repacked_avx2(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const BlockQ4_0*>(w);
+  const auto* y = static_cast<const BlockQ8_0*>(a);
+  float acc = 0;
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const __m256i q = _mm256_sub_epi8(unpack_nibbles(x[i].qs), _mm256_set1_epi8(8));
+    const float d = half_to_float(x[i].d) * half_to_float(y[i].d);
+    acc = std::fma(static_cast<float>(sum_of_lanes(dot_i8(q, load256(y[i].qs)))), d, acc);
+  }
+  return acc;
+}
+
+BLOOMERY_AVX2 float vec_dot_iq4_nl_q8_0_repacked_avx2(const void* w, const void* a, int64_t n) {
+  return codebook_dot_repacked(
+      static_cast<const BlockIQ4_NL*>(w), static_cast<const BlockQ8_0*>(a), n / kQK, kIq4nlValues,
+      [](const BlockIQ4_NL& x, const BlockQ8_0& y) { return half_to_float(x.d) * half_to_float(y.d); });
+}
+
+BLOOMERY_AVX2 float vec_dot_mxfp4_q8_0_repacked_avx2(const void* w, const void* a, int64_t n) {
+  return codebook_dot_repacked(
+      static_cast<const BlockMXFP4*>(w), static_cast<const BlockQ8_0*>(a), n / kQK, kMxfp4Values,
+      [](const BlockMXFP4& x, const BlockQ8_0& y) { return e8m0_to_fp32_half(x.e) * half_to_float(y.d); });
+}
+
+BLOOMERY_AVX2 float vec_dot_q4_k_q8_k_repacked_avx2(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const BlockQ4_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  const __m256i low_mask = _mm256_set1_epi8(0x0f);
+  float acc = 0, acc_mins = 0;
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    uint8_t scales[8], block_mins[8];
+    k4_unpack_scale_mins(x[i].scales, scales, block_mins);
+    __m256i sum = _mm256_setzero_si256();
+    for (int g = 0; g < 4; ++g) {
+      const __m256i q = load256(x[i].qs + 32 * g);
+      const __m256i lo = _mm256_and_si256(q, low_mask);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low_mask);
+      const __m256i p_lo = _mm256_maddubs_epi16(lo, load256(y[i].qs + 64 * g));
+      const __m256i p_hi = _mm256_maddubs_epi16(hi, load256(y[i].qs + 64 * g + 32));
+      sum = _mm256_add_epi32(sum, _mm256_add_epi32(_mm256_madd_epi16(p_lo, _mm256_set1_epi16(scales[2 * g])),
+                                                   _mm256_madd_epi16(p_hi, _mm256_set1_epi16(scales[2 * g + 1]))));
+    }
+    acc = std::fma(static_cast<float>(sum_of_lanes(sum)), half_to_float(x[i].d) * y[i].d, acc);
+    acc_mins =
+        std::fma(static_cast<float>(k4_mins_dot(block_mins, y[i].bsums)), half_to_float(x[i].dmin) * y[i].d, acc_mins);
+  }
+  return acc - acc_mins;
+}
+
+BLOOMERY_AVX2 float vec_dot_q2_k_q8_k_repacked_avx2(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const BlockQ2_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  const __m256i two_bits = _mm256_set1_epi8(3);
+  float acc = 0, acc_mins = 0;
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    const __m128i packed = load128(x[i].scales);
+    const __m128i scales = _mm_and_si128(packed, _mm_set1_epi8(0x0f));
+    const __m128i mins = _mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0f));
+    const int mins_dot = sum_of_lanes(_mm256_madd_epi16(_mm256_cvtepi8_epi16(mins), load256(y[i].bsums)));
+    __m256i sum = _mm256_setzero_si256();
+    for (int half = 0; half < 2; ++half) {
+      const __m256i q = load256(x[i].qs + 32 * half);
+      for (int k = 0; k < 4; ++k) {
+        const int run = 4 * half + k;
+        const __m256i code = _mm256_and_si256(_mm256_srli_epi16(q, 2 * k), two_bits);
+        const __m256i p = _mm256_maddubs_epi16(code, load256(y[i].qs + 32 * run));
+        const __m256i s = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, load128(kRunScales[run])));
+        sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, s));
+      }
+    }
+    acc = std::fma(static_cast<float>(sum_of_lanes(sum)), half_to_float(x[i].d) * y[i].d, acc);
+    acc_mins = std::fma(static_cast<float>(mins_dot), half_to_float(x[i].dmin) * y[i].d, acc_mins);
+  }
+  return acc - acc_mins;
 }
 
 }  // namespace bloomery::quant

@@ -4,10 +4,12 @@
 // with its accumulation (dpwssd) and the signed byte dots (dpbusd).
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "quant/blocks.h"
 #include "quant/dot_simd.h"
+#include "quant/float_dot.h"
 #include "quant/float_formats.h"
 #include "quant/q3k_scales_simd.h"
 #include "quant/reduce_avx2.h"
@@ -28,6 +30,16 @@ BLOOMERY_AVX512 inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
 
 BLOOMERY_AVX512 inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 BLOOMERY_AVX512 inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
+
+BLOOMERY_AVX512 inline __m512 load_bf16x16(const uint16_t* p) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(load256(p)), 16));
+}
+
+// The sum of four int32 lanes (exact in any order).
+BLOOMERY_AVX512 inline int sum_of_lanes(__m128i v) {
+  const __m128i s = _mm_add_epi32(v, _mm_unpackhi_epi64(v, v));
+  return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 1)));
+}
 
 BLOOMERY_AVX512 inline __m512i join(__m256i lo, __m256i hi) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
@@ -78,23 +90,6 @@ inline int k4_mins_dot(const uint8_t* mins, const int16_t* bsums) {
   return sum;
 }
 
-// out[r] = the sum of the lanes of v[r] for r < R, each bit for bit _mm512_reduce_add_ps(v[r]):
-// from four vectors on, eight at a time through sum_each_of_8.
-template <int R>
-BLOOMERY_AVX512 inline void sum_each(const __m512* v, float* out) {
-  if constexpr (R < 4) {
-    for (int r = 0; r < R; ++r) out[r] = _mm512_reduce_add_ps(v[r]);
-  } else {
-    for (int first = 0; first < R; first += 8) {
-      __m512 group[8];
-      for (int i = 0; i < 8; ++i) group[i] = first + i < R ? v[first + i] : _mm512_setzero_ps();
-      alignas(32) float sums[8];
-      _mm256_store_ps(sums, sum_each_of_8(group));
-      for (int i = 0; i < 8 && first + i < R; ++i) out[first + i] = sums[i];
-    }
-  }
-}
-
 // For each 64-element step of a 16-element sub-block format (Q3_K, Q6_K), the sub-block of
 // every int16 product lane (two elements each): 64 elements span four sub-blocks.
 alignas(32) constexpr uint8_t kSubBlockScaleLanes[4][32] = {
@@ -118,21 +113,51 @@ BLOOMERY_AVX512 inline __m256 accumulate_block(__m256i lanes, float d, __m256 ac
 
 }  // namespace
 
-BLOOMERY_AVX512 float vec_dot_q4_0_q8_0_avx512(const void* w, const void* a, int64_t n) {
-  const auto* x = static_cast<const BlockQ4_0*>(w);
-  const auto* y = static_cast<const BlockQ8_0*>(a);
-  const int64_t nb = n / kQK;
-  __m512 acc = _mm512_setzero_ps();
+// F32 rows (the MoE router) and F16 rows, in llama.cpp's order (float_dot.h).
+BLOOMERY_AVX512 float vec_dot_f32_f32_avx512(const void* w, const void* a, int64_t n) {
+  return dot_f32_avx512(static_cast<const float*>(w), static_cast<const float*>(a), n);
+}
+
+BLOOMERY_AVX512 float vec_dot_f16_f16_avx512(const void* w, const void* a, int64_t n) {
+  return dot_f16_avx512(static_cast<const uint16_t*>(w), static_cast<const uint16_t*>(a), n);
+}
+
+// BF16 in llama.cpp's order on AVX-512 hosts without AVX-512 BF16: two accumulators over
+// 32-element steps, each summed by _mm512_reduce_add_ps into double, then the rest in double.
+BLOOMERY_AVX512 float vec_dot_bf16_bf16_avx512(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const uint16_t*>(w);
+  const auto* y = static_cast<const uint16_t*>(a);
+  __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
   int64_t i = 0;
-  for (; i + 1 < nb; i += 2) {
-    const __m512i xq = _mm512_sub_epi8(unpack_nibbles2(x[i].qs, x[i + 1].qs), _mm512_set1_epi8(8));
-    const __m512i yq = join(load256(y[i].qs), load256(y[i + 1].qs));
-    const __m512 d = two_scales(half_to_float(x[i].d) * half_to_float(y[i].d),
-                                half_to_float(x[i + 1].d) * half_to_float(y[i + 1].d));
-    acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot_i8(xq, yq)), acc);
+  for (; i + 32 <= n; i += 32) {
+    for (int k = 0; k < 2; ++k)
+      acc[k] = _mm512_fmadd_ps(load_bf16x16(x + i + 16 * k), load_bf16x16(y + i + 16 * k), acc[k]);
   }
-  const float tail = i < nb ? vec_dot_q4_0_q8_0_avx2(x + i, y + i, kQK) : 0.0f;
-  return _mm512_reduce_add_ps(acc) + tail;
+  double sum = _mm512_reduce_add_ps(acc[0]);
+  sum += _mm512_reduce_add_ps(acc[1]);
+  for (; i < n; ++i) sum += bf16_to_fp32(x[i]) * bf16_to_fp32(y[i]);
+  return static_cast<float>(sum);
+}
+
+// BF16 on hosts with AVX-512 BF16, as llama.cpp's variants for them: pairs of products through
+// dpbf16 (its own roundings) into two accumulators over 64-element steps, then as above.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) float vec_dot_bf16_bf16_avx512_bf16(const void* w,
+                                                                                                    const void* a,
+                                                                                                    int64_t n) {
+  const auto* x = static_cast<const uint16_t*>(w);
+  const auto* y = static_cast<const uint16_t*>(a);
+  __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    for (int k = 0; k < 2; ++k) {
+      acc[k] = _mm512_dpbf16_ps(acc[k], reinterpret_cast<__m512bh>(load512(x + i + 32 * k)),
+                                reinterpret_cast<__m512bh>(load512(y + i + 32 * k)));
+    }
+  }
+  double sum = _mm512_reduce_add_ps(acc[0]);
+  sum += _mm512_reduce_add_ps(acc[1]);
+  for (; i < n; ++i) sum += bf16_to_fp32(x[i]) * bf16_to_fp32(y[i]);
+  return static_cast<float>(sum);
 }
 
 BLOOMERY_AVX512 float vec_dot_mxfp4_q8_0_avx512(const void* w, const void* a, int64_t n) {
@@ -149,8 +174,12 @@ BLOOMERY_AVX512 float vec_dot_mxfp4_q8_0_avx512(const void* w, const void* a, in
                                 half_to_float(y[i + 1].d) * e8m0_to_fp32_half(x[i + 1].e));
     acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot_i8(xq, yq)), acc);
   }
-  const float tail = i < nb ? vec_dot_mxfp4_q8_0_avx2(x + i, y + i, kQK) : 0.0f;
-  return _mm512_reduce_add_ps(acc) + tail;
+  // Lanes 0..7 hold the even blocks, 8..15 the odd ones: llama.cpp's two AVX2 accumulators, and
+  // the horizontal sum adds them as it does. An odd last block comes after, in one FMA.
+  const float sum = _mm512_reduce_add_ps(acc);
+  if (i == nb) return sum;
+  const float d = half_to_float(y[i].d) * e8m0_to_fp32_half(x[i].e);
+  return std::fma(d, static_cast<float>(codebook_block_dot(x[i].qs, y[i].qs, kMxfp4Values)), sum);
 }
 
 namespace {
@@ -161,15 +190,18 @@ namespace {
 // so a batched prompt gives bit-identical results to one token at a time. One token's pass
 // uses W = 1: several weight rows interleaved defeat the hardware prefetcher (a third of the
 // bandwidth from DRAM), so W > 1 is only for weights that stay in cache.
-template <int W, int R>
+// Repacked: in the order of llama.cpp's repacked products (kernels.h, vec_dot_repacked) rather
+// than of its Q4_K dot.
+template <int W, int R, bool Repacked>
 BLOOMERY_AVX512 inline void q4_k_tile(const BlockQ4_K* const* x, const BlockQ8_K* const* y, int64_t n, float* out) {
   const __m256i low_mask = _mm256_set1_epi8(0x0f);
   // Bytes 0,0,1,1,...,7,7: each 32-element min against its two 16-element bsums.
   const __m128i pair_mins = _mm_set_epi8(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
-  __m512 acc[W][R];
-  __m256 mins[W][R];
+  __m256 acc[W][R];
+  __m128 mins[W][R];
+  float repacked_acc[W][R] = {}, repacked_mins[W][R] = {};
   for (int w = 0; w < W; ++w)
-    for (int r = 0; r < R; ++r) acc[w][r] = _mm512_setzero_ps(), mins[w][r] = _mm256_setzero_ps();
+    for (int r = 0; r < R; ++r) acc[w][r] = _mm256_setzero_ps(), mins[w][r] = _mm_setzero_ps();
   for (int64_t i = 0; i < n / kQKK; ++i) {
     uint8_t scales[W][8];
     float d[W];
@@ -183,8 +215,15 @@ BLOOMERY_AVX512 inline void q4_k_tile(const BlockQ4_K* const* x, const BlockQ8_K
       std::memcpy(&mins_bytes, block_mins, 8);
       const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_cvtsi64_si128(mins_bytes), pair_mins));
       for (int r = 0; r < R; ++r) {
+        // Lane m: runs 2m and 2m + 1, as llama.cpp's four-lane accumulator of mins has them.
         const __m256i m = _mm256_madd_epi16(load256(y[r][i].bsums), mins16);
-        mins[w][r] = _mm256_fmadd_ps(_mm256_set1_ps(y[r][i].d * dmin), _mm256_cvtepi32_ps(m), mins[w][r]);
+        const __m128i lanes = _mm_hadd_epi32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
+        if constexpr (Repacked) {
+          repacked_mins[w][r] =
+              std::fma(static_cast<float>(sum_of_lanes(lanes)), dmin * y[r][i].d, repacked_mins[w][r]);
+        } else {
+          mins[w][r] = _mm_fmadd_ps(_mm_set1_ps(-y[r][i].d * dmin), _mm_cvtepi32_ps(lanes), mins[w][r]);
+        }
         sum[w][r] = _mm512_setzero_si512();
       }
     }
@@ -202,17 +241,20 @@ BLOOMERY_AVX512 inline void q4_k_tile(const BlockQ4_K* const* x, const BlockQ8_K
     }
     for (int w = 0; w < W; ++w) {
       for (int r = 0; r < R; ++r) {
-        acc[w][r] = _mm512_fmadd_ps(_mm512_set1_ps(y[r][i].d * d[w]), _mm512_cvtepi32_ps(sum[w][r]), acc[w][r]);
+        if constexpr (Repacked) {
+          const __m256i lanes = add_runs(sum[w][r]);
+          const __m128i quads = _mm_add_epi32(_mm256_castsi256_si128(lanes), _mm256_extracti128_si256(lanes, 1));
+          repacked_acc[w][r] = std::fma(static_cast<float>(sum_of_lanes(quads)), d[w] * y[r][i].d, repacked_acc[w][r]);
+        } else {
+          acc[w][r] = accumulate_block(add_runs(sum[w][r]), y[r][i].d * d[w], acc[w][r]);
+        }
       }
     }
   }
   for (int w = 0; w < W; ++w) {
-    __m512 wide_mins[R];
-    for (int r = 0; r < R; ++r) wide_mins[r] = _mm512_zextps256_ps512(mins[w][r]);
-    float sums[R], min_sums[R];
-    sum_each<R>(acc[w], sums);
-    sum_each<R>(wide_mins, min_sums);
-    for (int r = 0; r < R; ++r) out[w * R + r] = sums[r] - min_sums[r];
+    for (int r = 0; r < R; ++r) {
+      out[w * R + r] = Repacked ? repacked_acc[w][r] - repacked_mins[w][r] : sum_of_8(acc[w][r]) + sum_of_4(mins[w][r]);
+    }
   }
 }
 
@@ -222,15 +264,34 @@ BLOOMERY_AVX512 float vec_dot_q4_k_q8_k_avx512(const void* w, const void* a, int
   const auto* x = static_cast<const BlockQ4_K*>(w);
   const auto* y = static_cast<const BlockQ8_K*>(a);
   float out;
-  q4_k_tile<1, 1>(&x, &y, n, &out);
+  q4_k_tile<1, 1, false>(&x, &y, n, &out);
   return out;
 }
 
 BLOOMERY_AVX512 void vec_dot_rows_q4_k_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n,
                                                    float* out) {
   using Tile = void (*)(const BlockQ4_K* const*, const BlockQ8_K* const*, int64_t, float*);
-  static constexpr Tile kTiles[kDotRows] = {q4_k_tile<1, 1>, q4_k_tile<1, 2>, q4_k_tile<1, 3>, q4_k_tile<1, 4>,
-                                            q4_k_tile<1, 5>, q4_k_tile<1, 6>, q4_k_tile<1, 7>, q4_k_tile<1, 8>};
+  static constexpr Tile kTiles[kDotRows] = {q4_k_tile<1, 1, false>, q4_k_tile<1, 2, false>, q4_k_tile<1, 3, false>,
+                                            q4_k_tile<1, 4, false>, q4_k_tile<1, 5, false>, q4_k_tile<1, 6, false>,
+                                            q4_k_tile<1, 7, false>, q4_k_tile<1, 8, false>};
+  const auto* x = static_cast<const BlockQ4_K*>(w);
+  kTiles[rows - 1](&x, reinterpret_cast<const BlockQ8_K* const*>(a), n, out);
+}
+
+BLOOMERY_AVX512 float vec_dot_q4_k_q8_k_repacked_avx512(const void* w, const void* a, int64_t n) {
+  const auto* x = static_cast<const BlockQ4_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(a);
+  float out;
+  q4_k_tile<1, 1, true>(&x, &y, n, &out);
+  return out;
+}
+
+BLOOMERY_AVX512 void vec_dot_rows_q4_k_q8_k_repacked_avx512(const void* w, const void* const* a, int rows, int64_t n,
+                                                            float* out) {
+  using Tile = void (*)(const BlockQ4_K* const*, const BlockQ8_K* const*, int64_t, float*);
+  static constexpr Tile kTiles[kDotRows] = {q4_k_tile<1, 1, true>, q4_k_tile<1, 2, true>, q4_k_tile<1, 3, true>,
+                                            q4_k_tile<1, 4, true>, q4_k_tile<1, 5, true>, q4_k_tile<1, 6, true>,
+                                            q4_k_tile<1, 7, true>, q4_k_tile<1, 8, true>};
   const auto* x = static_cast<const BlockQ4_K*>(w);
   kTiles[rows - 1](&x, reinterpret_cast<const BlockQ8_K* const*>(a), n, out);
 }
@@ -240,7 +301,7 @@ BLOOMERY_AVX512 float vec_dot_q5_k_q8_k_avx512(const void* w, const void* a, int
   const auto* y = static_cast<const BlockQ8_K*>(a);
   const __m256i low_mask = _mm256_set1_epi8(0x0f);
   const __m256i one = _mm256_set1_epi8(1);
-  __m512 acc = _mm512_setzero_ps();
+  __m256 acc = _mm256_setzero_ps();
   float mins = 0;
   for (int64_t i = 0; i < n / kQKK; ++i) {
     uint8_t scales[8], block_mins[8];
@@ -259,9 +320,9 @@ BLOOMERY_AVX512 float vec_dot_q5_k_q8_k_avx512(const void* w, const void* a, int
       const __m512i s = two_scales_i16(scales[2 * g], scales[2 * g + 1]);
       sum = _mm512_dpwssd_epi32(sum, p, s);
     }
-    acc = _mm512_fmadd_ps(_mm512_set1_ps(y[i].d * half_to_float(x[i].d)), _mm512_cvtepi32_ps(sum), acc);
+    acc = accumulate_block(add_runs(sum), y[i].d * half_to_float(x[i].d), acc);
   }
-  return _mm512_reduce_add_ps(acc) - mins;
+  return sum_of_8(acc) - mins;
 }
 
 // Q3_K in llama.cpp's AVX2 order (bit for bit vec_dot_q3_k_q8_k_avx2). Per 128-element half,
@@ -418,7 +479,7 @@ BLOOMERY_AVX512 float vec_dot_iq4_xs_q8_k_avx512(const void* w, const void* a, i
   const auto* x = static_cast<const BlockIQ4_XS*>(w);
   const auto* y = static_cast<const BlockQ8_K*>(a);
   const __m512i values = codebook(kIq4nlValues);
-  __m512 acc = _mm512_setzero_ps();
+  __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / kQKK; ++i) {
     __m512i sum = _mm512_setzero_si512();
     for (int sub = 0; sub < 8; sub += 2) {
@@ -429,9 +490,9 @@ BLOOMERY_AVX512 float vec_dot_iq4_xs_q8_k_avx512(const void* w, const void* a, i
                                            static_cast<int16_t>(iq4xs_scale(x[i], sub + 1)));
       sum = _mm512_dpwssd_epi32(sum, p, scale);
     }
-    acc = _mm512_fmadd_ps(_mm512_set1_ps(y[i].d * half_to_float(x[i].d)), _mm512_cvtepi32_ps(sum), acc);
+    acc = accumulate_block(add_runs(sum), y[i].d * half_to_float(x[i].d), acc);
   }
-  return _mm512_reduce_add_ps(acc);
+  return sum_of_8(acc);
 }
 
 }  // namespace bloomery::quant

@@ -8,7 +8,7 @@ namespace bloomery::quant {
 
 namespace {
 
-// The scalar and AVX2 tiers: one (query, row) dot at a time, one axpy per row.
+// The scalar tier: one (query, row) dot at a time, one axpy per row.
 template <float (*Dot)(const uint16_t*, const float*, int64_t)>
 void scores_by_rows(const uint16_t* rows, int64_t row_stride, int64_t count, const float* const* queries,
                     int query_count, int64_t d, float scale, float* const* scores) {
@@ -44,8 +44,7 @@ void round_f16_scalar(float* x, int64_t n) {
 const F16RowKernels& f16_row_kernels(SimdTier tier) {
   static constexpr F16RowKernels kScalar{scores_by_rows<dot_f16_scalar>, weighted_sum_by_rows<axpy_f16_scalar>,
                                          round_f16_scalar};
-  static constexpr F16RowKernels kAvx2{scores_by_rows<dot_f16_avx2>, weighted_sum_by_rows<axpy_f16_avx2>,
-                                       round_f16_avx2};
+  static constexpr F16RowKernels kAvx2{f16_scores_avx2, f16_weighted_sum_avx2, round_f16_avx2};
   static constexpr F16RowKernels kAvx512{f16_scores_avx512, f16_weighted_sum_avx512, round_f16_avx512};
   if (tier >= SimdTier::kAvx512) return kAvx512;
   return tier >= SimdTier::kAvx2 ? kAvx2 : kScalar;

@@ -1,10 +1,15 @@
-// AVX-512 kernels of f16_rows.h: sixteen elements per conversion, every cached row converted
-// once for all the queries of a call, and the scores of eight queries reduced together.
+// AVX-512 kernels of f16_rows.h, in the order of llama.cpp's attention on an AVX-512 host:
+// each score is ggml_vec_dot_f16 of the cached row and the query (float_dot.h), and each
+// element of a weighted sum is ggml_vec_dot_f16 over the cells, which llama.cpp runs on its
+// transposed V cache: the row weights of cell j go to partial sum j % 64 (lane j % 16 of
+// accumulator (j / 16) % 4), and the 64 partial sums are folded and summed as that dot's. Every
+// cached row is converted once for all the queries of a call.
 #include <immintrin.h>
 
 #include <algorithm>
 
 #include "quant/f16_rows.h"
+#include "quant/float_dot.h"
 #include "quant/reduce_avx512.h"
 
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -17,6 +22,7 @@ namespace bloomery::quant {
 namespace {
 
 static_assert(kQueryTile == 8, "the scores of a tile are reduced by sum_each_of_8");
+constexpr int kPartials = 64;
 
 // The lanes of the 16-element chunk at `offset` of a row of width d that lie inside it.
 BLOOMERY_AVX512 inline __mmask16 chunk_mask(int64_t offset, int64_t d) {
@@ -28,18 +34,34 @@ BLOOMERY_AVX512 inline __m512 load_f16x16(const uint16_t* x, __mmask16 m) {
   return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, x));
 }
 
+// The 64 partial sums of one chunk of sixteen elements folded and summed as the last steps of
+// ggml's AVX-512 dot: (a0 + a2) + (a1 + a3) per lane, then the lanes as _mm512_reduce_add_ps
+// adds them (halves, quarters, then (x0 + x2) + (x1 + x3)).
+BLOOMERY_AVX512 inline __m512 sum_partials(const __m512* p) {
+  __m512 lanes[16];
+  for (int l = 0; l < 16; ++l) {
+    lanes[l] = _mm512_add_ps(_mm512_add_ps(p[l], p[32 + l]), _mm512_add_ps(p[16 + l], p[48 + l]));
+  }
+  for (int l = 0; l < 8; ++l) lanes[l] = _mm512_add_ps(lanes[l], lanes[l + 8]);
+  for (int l = 0; l < 4; ++l) lanes[l] = _mm512_add_ps(lanes[l], lanes[l + 4]);
+  return _mm512_add_ps(_mm512_add_ps(lanes[0], lanes[2]), _mm512_add_ps(lanes[1], lanes[3]));
+}
+
 template <int Q>
 BLOOMERY_AVX512 void weighted_sum_tile(const float* const* weights, const uint16_t* rows, int64_t row_stride,
                                        int64_t count, int64_t d, float* const* out) {
+  alignas(64) __m512 partial[Q][kPartials];
   for (int64_t c = 0; c < d; c += 16) {
     const __mmask16 m = chunk_mask(c, d);
-    __m512 acc[Q];
-    for (int q = 0; q < Q; ++q) acc[q] = _mm512_setzero_ps();
+    for (int q = 0; q < Q; ++q) std::fill(partial[q], partial[q] + kPartials, _mm512_setzero_ps());
     for (int64_t j = 0; j < count; ++j) {
       const __m512 v = load_f16x16(rows + j * row_stride + c, m);
-      for (int q = 0; q < Q; ++q) acc[q] = _mm512_fmadd_ps(_mm512_set1_ps(weights[q][j]), v, acc[q]);
+      for (int q = 0; q < Q; ++q) {
+        __m512& p = partial[q][j % kPartials];
+        p = _mm512_fmadd_ps(v, _mm512_set1_ps(weights[q][j]), p);
+      }
     }
-    for (int q = 0; q < Q; ++q) _mm512_mask_storeu_ps(out[q] + c, m, acc[q]);
+    for (int q = 0; q < Q; ++q) _mm512_mask_storeu_ps(out[q] + c, m, sum_partials(partial[q]));
   }
 }
 
@@ -51,19 +73,18 @@ BLOOMERY_AVX512 void f16_scores_avx512(const uint16_t* rows, int64_t row_stride,
   // Missing queries repeat the last one; their scores are dropped.
   const float* q[kQueryTile];
   for (int i = 0; i < kQueryTile; ++i) q[i] = queries[std::min(i, query_count - 1)];
-  const __m256 scale8 = _mm256_set1_ps(scale);
+  const int64_t steps_end = d & ~int64_t{63};
   for (int64_t j = 0; j < count; ++j) {
     const uint16_t* row = rows + j * row_stride;
-    __m512 acc[kQueryTile];
-    for (int i = 0; i < kQueryTile; ++i) acc[i] = _mm512_setzero_ps();
-    for (int64_t c = 0; c < d; c += 16) {
-      const __mmask16 m = chunk_mask(c, d);
-      const __m512 k = load_f16x16(row + c, m);
-      for (int i = 0; i < kQueryTile; ++i) acc[i] = _mm512_fmadd_ps(k, _mm512_maskz_loadu_ps(m, q[i] + c), acc[i]);
-    }
+    __m512 folded[kQueryTile];
+    for (int i = 0; i < kQueryTile; ++i) folded[i] = folded_steps_avx512(row, q[i], d);
     alignas(32) float sums[kQueryTile];
-    _mm256_store_ps(sums, _mm256_mul_ps(sum_each_of_8(acc), scale8));
-    for (int i = 0; i < query_count; ++i) scores[i][j] = sums[i];
+    _mm256_store_ps(sums, sum_each_of_8(folded));
+    for (int i = 0; i < query_count; ++i) {
+      double sum = sums[i];
+      for (int64_t e = steps_end; e < d; ++e) sum += f16_value(row[e]) * q[i][e];
+      scores[i][j] = static_cast<float>(sum) * scale;
+    }
   }
 }
 

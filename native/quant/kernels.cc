@@ -24,44 +24,56 @@ struct KernelRow {
   VecDotFn dot_avx2;
   VecDotFn dot_avx512;
   VecDotRowsFn dot_rows_avx512 = nullptr;  // paired with dot_avx512: the same arithmetic
+  VecDotFn dot_avx512_bf16 = nullptr;      // in place of dot_avx512 where the CPU has AVX-512 BF16
+  // The repacked order (QuantKernels::vec_dot_repacked) where llama.cpp repacks the type on AVX2
+  // hosts and up, and on AVX-512 hosts.
+  VecDotFn repacked_avx2 = nullptr;
+  VecDotFn repacked_avx512 = nullptr;
+  VecDotRowsFn repacked_rows_avx512 = nullptr;
 };
 
 constexpr uint32_t kF32 = 0, kF16 = 1, kQ8_0 = 8, kQ8_1 = 9, kQ8_K = 15, kBF16 = 30;
 
+// Each SIMD tier's dot sums in the order of llama.cpp's dot for that weight type on a host of
+// that tier, so the same activations give the same bits (and near-ties fall on its side):
+// the float dots follow ggml's float dots per tier (float_dot.h); llama.cpp's x86 quantized
+// dots are AVX2 code on AVX-512 hosts too, so an AVX-512 kernel here (where the wider registers
+// pay) keeps the AVX2 kernel's int32 lanes and float steps, and a type without one runs the
+// AVX2 kernel there.
 constexpr KernelRow kRows[] = {
-    {0, kF32, dequantize_row_f32, quantize_row_f32, vec_dot_f32_f32, vec_dot_f32_f32_avx2, nullptr},
-    {1, kF16, dequantize_row_f16, quantize_row_f16, vec_dot_f16_f16, nullptr, nullptr},
-    {2, kQ8_0, dequantize_row_q4_0, quantize_row_q8_0, vec_dot_q4_0_q8_0, vec_dot_q4_0_q8_0_avx2,
-     vec_dot_q4_0_q8_0_avx512},
-    {3, kQ8_1, dequantize_row_q4_1, quantize_row_q8_1, vec_dot_q4_1_q8_1, nullptr, nullptr},
-    {6, kQ8_0, dequantize_row_q5_0, quantize_row_q8_0, vec_dot_q5_0_q8_0, nullptr, nullptr},
-    {7, kQ8_1, dequantize_row_q5_1, quantize_row_q8_1, vec_dot_q5_1_q8_1, nullptr, nullptr},
-    // Q8_0 keeps the AVX2 dot on AVX-512 hosts: llama.cpp's x86 Q8_0 dot is that one (one 8-lane
-    // accumulator over the blocks in order), and the same order keeps near-ties on its side.
+    {0, kF32, dequantize_row_f32, quantize_row_f32, vec_dot_f32_f32, vec_dot_f32_f32_avx2, vec_dot_f32_f32_avx512},
+    {1, kF16, dequantize_row_f16, quantize_row_f16, vec_dot_f16_f16, vec_dot_f16_f16_avx2, vec_dot_f16_f16_avx512},
+    {2, kQ8_0, dequantize_row_q4_0, quantize_row_q8_0, vec_dot_q4_0_q8_0, vec_dot_q4_0_q8_0_avx2, nullptr, nullptr,
+     nullptr, vec_dot_q4_0_q8_0_repacked_avx2, vec_dot_q4_0_q8_0_repacked_avx2},
+    {3, kQ8_1, dequantize_row_q4_1, quantize_row_q8_1, vec_dot_q4_1_q8_1, vec_dot_q4_1_q8_1_avx2, nullptr},
+    {6, kQ8_0, dequantize_row_q5_0, quantize_row_q8_0, vec_dot_q5_0_q8_0, vec_dot_q5_0_q8_0_avx2, nullptr},
+    {7, kQ8_1, dequantize_row_q5_1, quantize_row_q8_1, vec_dot_q5_1_q8_1, vec_dot_q5_1_q8_1_avx2, nullptr},
     {8, kQ8_0, dequantize_row_q8_0, quantize_row_q8_0, vec_dot_q8_0_q8_0, vec_dot_q8_0_q8_0_avx2, nullptr},
-    {10, kQ8_K, dequantize_row_q2_k, quantize_row_q8_k, vec_dot_q2_k_q8_k, nullptr, nullptr},
-    // Q3_K and Q6_K: both SIMD tiers sum in llama.cpp's AVX2 order (its x86 dots for these
-    // have no AVX-512 path), so near-ties fall as on its side.
+    {10, kQ8_K, dequantize_row_q2_k, quantize_row_q8_k, vec_dot_q2_k_q8_k, vec_dot_q2_k_q8_k_avx2, nullptr, nullptr,
+     nullptr, nullptr, vec_dot_q2_k_q8_k_repacked_avx2},
     {11, kQ8_K, dequantize_row_q3_k, quantize_row_q8_k, vec_dot_q3_k_q8_k, vec_dot_q3_k_q8_k_avx2,
      vec_dot_q3_k_q8_k_avx512, vec_dot_rows_q3_k_q8_k_avx512},
     {12, kQ8_K, dequantize_row_q4_k, quantize_row_q8_k, vec_dot_q4_k_q8_k, vec_dot_q4_k_q8_k_avx2,
-     vec_dot_q4_k_q8_k_avx512, vec_dot_rows_q4_k_q8_k_avx512},
+     vec_dot_q4_k_q8_k_avx512, vec_dot_rows_q4_k_q8_k_avx512, nullptr, vec_dot_q4_k_q8_k_repacked_avx2,
+     vec_dot_q4_k_q8_k_repacked_avx512, vec_dot_rows_q4_k_q8_k_repacked_avx512},
     {13, kQ8_K, dequantize_row_q5_k, quantize_row_q8_k, vec_dot_q5_k_q8_k, vec_dot_q5_k_q8_k_avx2,
      vec_dot_q5_k_q8_k_avx512},
     {14, kQ8_K, dequantize_row_q6_k, quantize_row_q8_k, vec_dot_q6_k_q8_k, vec_dot_q6_k_q8_k_avx2,
      vec_dot_q6_k_q8_k_avx512, vec_dot_rows_q6_k_q8_k_avx512},
-    {20, kQ8_0, dequantize_row_iq4_nl, quantize_row_q8_0, vec_dot_iq4_nl_q8_0, vec_dot_iq4_nl_q8_0_avx2, nullptr},
+    {20, kQ8_0, dequantize_row_iq4_nl, quantize_row_q8_0, vec_dot_iq4_nl_q8_0, vec_dot_iq4_nl_q8_0_avx2, nullptr,
+     nullptr, nullptr, vec_dot_iq4_nl_q8_0_repacked_avx2, vec_dot_iq4_nl_q8_0_repacked_avx2},
     {23, kQ8_K, dequantize_row_iq4_xs, quantize_row_q8_k, vec_dot_iq4_xs_q8_k, vec_dot_iq4_xs_q8_k_avx2,
      vec_dot_iq4_xs_q8_k_avx512},
-    {30, kBF16, dequantize_row_bf16, quantize_row_bf16, vec_dot_bf16_bf16, nullptr, nullptr},
+    {30, kBF16, dequantize_row_bf16, quantize_row_bf16, vec_dot_bf16_bf16, vec_dot_bf16_bf16_avx2,
+     vec_dot_bf16_bf16_avx512, nullptr, vec_dot_bf16_bf16_avx512_bf16},
     {39, kQ8_0, dequantize_row_mxfp4, quantize_row_q8_0, vec_dot_mxfp4_q8_0, vec_dot_mxfp4_q8_0_avx2,
-     vec_dot_mxfp4_q8_0_avx512},
+     vec_dot_mxfp4_q8_0_avx512, nullptr, nullptr, vec_dot_mxfp4_q8_0_repacked_avx2, vec_dot_mxfp4_q8_0_repacked_avx2},
 };
 constexpr size_t kRowCount = std::size(kRows);
 constexpr size_t kTierCount = 3;
 
 // Resolves the tier of each row: the highest tier at or below `tier` that has a dot.
-QuantKernels resolve(const KernelRow& row, SimdTier tier) {
+QuantKernels resolve(const KernelRow& row, SimdTier tier, bool avx512_bf16) {
   QuantKernels k{
       row.type, row.activation_type, row.dequantize_row, row.quantize_activations, row.dot_scalar, SimdTier::kScalar,
       nullptr};
@@ -69,16 +81,23 @@ QuantKernels resolve(const KernelRow& row, SimdTier tier) {
   if (tier >= SimdTier::kAvx512 && row.dot_avx512) {
     k.vec_dot = row.dot_avx512, k.vec_dot_tier = SimdTier::kAvx512, k.vec_dot_rows = row.dot_rows_avx512;
   }
+  if (tier >= SimdTier::kAvx512 && avx512_bf16 && row.dot_avx512_bf16) k.vec_dot = row.dot_avx512_bf16;
+  if (tier == SimdTier::kAvx2) k.vec_dot_repacked = row.repacked_avx2;
+  if (tier >= SimdTier::kAvx512)
+    k.vec_dot_repacked = row.repacked_avx512, k.vec_dot_rows_repacked = row.repacked_rows_avx512;
   return k;
 }
 
-using Table = std::array<std::array<QuantKernels, kRowCount>, kTierCount>;
+// [without, with AVX-512 BF16][tier][row]
+using Table = std::array<std::array<std::array<QuantKernels, kRowCount>, kTierCount>, 2>;
 
 const Table& table() {
   static const Table t = [] {
     Table out{};
-    for (size_t tier = 0; tier < kTierCount; ++tier)
-      for (size_t r = 0; r < kRowCount; ++r) out[tier][r] = resolve(kRows[r], static_cast<SimdTier>(tier));
+    for (size_t bf16 = 0; bf16 < 2; ++bf16)
+      for (size_t tier = 0; tier < kTierCount; ++tier)
+        for (size_t r = 0; r < kRowCount; ++r)
+          out[bf16][tier][r] = resolve(kRows[r], static_cast<SimdTier>(tier), bf16);
     return out;
   }();
   return t;
@@ -104,9 +123,9 @@ std::string_view simd_tier_name(SimdTier tier) {
   return "unknown";
 }
 
-const QuantKernels& quant_kernels(uint32_t type, SimdTier tier) {
+const QuantKernels& quant_kernels(uint32_t type, SimdTier tier, bool avx512_bf16) {
   for (size_t r = 0; r < kRowCount; ++r)
-    if (kRows[r].type == type) return table()[static_cast<size_t>(tier)][r];
+    if (kRows[r].type == type) return table()[avx512_bf16 ? 1 : 0][static_cast<size_t>(tier)][r];
   throw Error("UNSUPPORTED_QUANT", "ggml type " + std::to_string(type) + " has no CPU kernels");
 }
 

@@ -40,11 +40,18 @@ struct QuantKernels {
   VecDotFn vec_dot;
   SimdTier vec_dot_tier;      // the tier vec_dot comes from: at most the tier asked for
   VecDotRowsFn vec_dot_rows;  // nullptr where the tier has none: callers loop over vec_dot
+  // The same product in the order of llama.cpp's repacked kernels: on x86 its CPU backend stores
+  // Q4_0, IQ4_NL, MXFP4 and Q4_K weights (Q2_K too on AVX-512 hosts) whose row count is a multiple
+  // of 8 interleaved eight rows at a time, and sums each block's integer dot in one FMA per block.
+  // nullptr where llama.cpp does not repack the type at this tier (cpu/matmul.h says which weights).
+  VecDotFn vec_dot_repacked = nullptr;
+  VecDotRowsFn vec_dot_rows_repacked = nullptr;
 };
 
-// The kernels of weight type `type` for a CPU of `tier`. Throws Error UNSUPPORTED_QUANT
-// for a type without CPU kernels.
-const QuantKernels& quant_kernels(uint32_t type, SimdTier tier);
+// The kernels of weight type `type` for a CPU of `tier`; `avx512_bf16`: the CPU has AVX-512 BF16
+// too, which llama.cpp's BF16 dot uses where it has it (and so, for the same rounding, do we).
+// Throws Error UNSUPPORTED_QUANT for a type without CPU kernels.
+const QuantKernels& quant_kernels(uint32_t type, SimdTier tier, bool avx512_bf16 = false);
 
 // Weight types that have CPU kernels, in ggml id order.
 std::span<const uint32_t> cpu_weight_types();

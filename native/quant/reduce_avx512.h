@@ -32,4 +32,10 @@ BLOOMERY_REDUCE_AVX512 inline __m256 sum_each_of_8(const __m512* v) {
   return _mm512_castps512_ps256(_mm512_permutexvar_ps(order, sums));
 }
 
+// (a0 + a2) + (a1 + a3): how llama.cpp's float dots fold their four accumulators before
+// _mm512_reduce_add_ps (GGML_F32_VEC_REDUCE).
+BLOOMERY_REDUCE_AVX512 inline __m512 fold_4(const __m512* a) {
+  return _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]));
+}
+
 }  // namespace bloomery::quant

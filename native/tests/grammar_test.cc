@@ -12,6 +12,7 @@
 #include "engine/grammar_matcher.h"
 #include "engine/sampler.h"
 #include "tests/check.h"
+#include "tests/text.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace bloomery;
@@ -58,6 +59,29 @@ std::string refusal(const std::string& gbnf) {
 }
 
 bool mentions(const std::string& message, const std::string& part) { return message.find(part) != std::string::npos; }
+
+// The message of the GRAMMAR_TOO_COMPLEX error `work` throws, or "" when it throws none.
+template <typename Work>
+std::string limit(Work work) {
+  try {
+    work();
+  } catch (const Error& e) {
+    CHECK(e.code() == "GRAMMAR_TOO_COMPLEX") << e.code() << ": " << e.what();
+    return e.what();
+  }
+  return "";
+}
+
+std::string nested_groups(size_t depth) {
+  return tests::cat("root ::= ", std::string(depth, '('), "\"a\"", std::string(depth, ')'));
+}
+
+// r0 ::= r1 <tail>, r1 ::= r2 <tail>, ..., the last one `last`.
+std::string rule_chain(size_t rules, const std::string& tail, const std::string& last) {
+  std::string g = "root ::= r0\n";
+  for (size_t i = 0; i + 1 < rules; ++i) g += tests::cat("r", i, " ::= r", i + 1, tail, "\n");
+  return g + tests::cat("r", rules - 1, " ::= ", last, "\n");
+}
 
 }  // namespace
 
@@ -188,10 +212,6 @@ TEST(grammar_refuses_bad_grammars_with_line_and_column) {
   CHECK(mentions(refusal("root ::= \"\\x4\""), "2 hex digits"));
   CHECK(mentions(refusal("root ::= * \"a\""), "'*' has nothing to repeat"));
   CHECK(mentions(refusal("root ::= \"a\"{3,1}"), "max below min"));
-  CHECK(mentions(refusal("root ::= \"a\"{99999}"), "repetition count above"));
-  // A group repeats as one rule reference; a long literal repeats as all its characters.
-  CHECK(refusal("root ::= ((\"ab\"{1000}){1000}){1000}").empty());
-  CHECK(mentions(refusal("root ::= \"" + std::string(200, 'x') + "\"{9000}"), "more than a million elements"));
   CHECK(mentions(refusal("root ::= \"a\" @"), "unexpected '@'"));
   CHECK(mentions(refusal("root ::= \"a\" \"\xff\""), "invalid UTF-8"));
   CHECK(refusal("root ::= \"a\"\n\n# only a comment\nother ::= root \"b\"\n").empty());
@@ -203,16 +223,72 @@ TEST(grammar_refuses_left_recursion) {
   // Through another rule, and through a prefix that can be empty.
   CHECK(mentions(refusal("root ::= a\na ::= b \"x\"\nb ::= \"y\"? a"), "left-recursive"));
   CHECK(mentions(refusal("root ::= (\"a\"?)*"), "left-recursive"));
-  // Ambiguity that doubles the parses at each of 40 levels is refused, not followed.
-  bool too_ambiguous = false;
-  try {
-    matcher("root ::= ((\"a\"?)?){0,40} \"b\"");
-  } catch (const Error& e) {
-    too_ambiguous = e.code() == "GRAMMAR_INVALID" && mentions(e.what(), "too ambiguous");
-  }
-  CHECK(too_ambiguous);
+  // The check walks without recursion: a cycle through 50,000 rules is found, not a crash.
+  CHECK(mentions(refusal(rule_chain(50'000, "", "r0 \"x\" | \"y\"")), "rule 'r0' is left-recursive"));
   // Right recursion is fine.
   CHECK(accepts("root ::= \"1\" (\"+\" root)?", "1+1+1"));
+}
+
+TEST(grammar_limits_refuse_by_name) {
+  CHECK(mentions(limit([] { parse_grammar("root ::= \"a\"{99999}"); }), "repetition count above 10000"));
+  // A group repeats as one rule reference; a long literal repeats as all its characters.
+  CHECK(limit([] { parse_grammar("root ::= ((\"ab\"{1000}){1000}){1000}"); }).empty());
+  CHECK(mentions(limit([] { parse_grammar("root ::= \"" + std::string(200, 'x') + "\"{9000}"); }),
+                 "expand to more than 1000000 elements"));
+  // Each optional copy is a rule: 21 repetitions of 10,000 make more rules than the limit.
+  std::string many = "root ::=";
+  for (int i = 0; i < 21; ++i) many += " \"a\"{0,10000}";
+  CHECK(mentions(limit([&] { parse_grammar(many); }), "more than 200000 rules"));
+  CHECK(mentions(limit([] { parse_grammar("root ::= \"" + std::string(kGrammarLimits.bytes, 'a') + "\""); }),
+                 "bytes; the limit is 1048576"));
+  // Groups are what the parser recurses into: 20,000 of them (40 KB) are refused where the
+  // nesting passes the limit, which a grammar at the limit is not.
+  CHECK(
+      mentions(limit([] { parse_grammar(nested_groups(20'000)); }), "line 1, column 266: groups nest deeper than 256"));
+  CHECK(accepts(nested_groups(kGrammarLimits.nesting), "a"));
+}
+
+TEST(grammar_long_rule_chains_need_no_stack) {
+  // 50,000 rules, each the whole of the one before: parsed, checked and followed without
+  // recursion (each stack stays one deep: nothing waits below a rule that ends its alternative).
+  const std::string tail_chain = rule_chain(50'000, "", "\"a\"");
+  CHECK(accepts(tail_chain, "a"));
+  CHECK(!accepts(tail_chain, "b"));
+  // With a character after each, every rule entered waits on the stack: 40,000 deep before the
+  // first character. Following that costs more than one step's budget, and says so.
+  const std::string deep = rule_chain(40'000, " \"x\"", "\"a\"");
+  CHECK(limit([&] { parse_grammar(deep); }).empty());
+  CHECK(mentions(limit([&] { matcher(deep); }), "too ambiguous or too deeply nested"));
+  // 2,000 deep is followed.
+  CHECK(accepts(rule_chain(2'000, " \"x\"", "\"a\""), "a" + std::string(1'999, 'x')));
+}
+
+TEST(grammar_matching_has_a_budget) {
+  // Ambiguity that doubles the parses at each of 40 levels is refused, not followed: at the
+  // start, or where it begins.
+  CHECK(mentions(limit([] { matcher("root ::= ((\"a\"?)?){0,40} \"b\""); }), "too ambiguous"));
+  GrammarMatcher later = matcher("root ::= \"x\" ((\"a\"?)?){0,40} \"b\"");
+  CHECK(mentions(limit([&] { later.allows("xa"); }), "too ambiguous"));
+  CHECK(mentions(limit([&] { later.advance("x"); }), "too ambiguous"));
+  // Right recursion 5,000 deep is only a deep stack (read a character at a time, as tokens come).
+  GrammarMatcher nested = matcher("root ::= \"(\" root \")\" | \"x\"");
+  for (int i = 0; i < 5'000; ++i) nested.advance("(");
+  nested.advance("x");
+  CHECK(nested.allows(")") && !nested.allows("x") && !nested.complete());
+  // A long alternation (a big enum) opens a parse per alternative, checked once per text.
+  std::string words = "root ::= \"\\\"\" (\"w0\"";
+  for (size_t i = 1; i < 20'000; ++i) words += tests::cat(" | \"w", i, "\"");
+  words += ") \"\\\"\"";
+  GrammarMatcher choice = matcher(words);
+  choice.advance("\"w1");
+  const std::vector<std::string_view> texts = {"2345\"", "x", "\"", "0000", "9"};
+  CHECK((choice.allows_each(texts) == std::vector<bool>{true, false, true, true, true}));
+  // A text of a million characters (a hostile vocabulary's token) is checked without recursion.
+  const std::string long_text(1'000'000, 'a');
+  const std::vector<std::string_view> one = {long_text};
+  GrammarMatcher any = matcher("root ::= [a-z]*");
+  const std::string refused = limit([&] { CHECK(any.allows_each(one)[0]); });
+  CHECK(refused.empty() || mentions(refused, "too ambiguous or too deeply nested")) << refused;
 }
 
 namespace {

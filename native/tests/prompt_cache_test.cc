@@ -3,6 +3,8 @@
 // file's round trip and refusals.
 #include "engine/prompt_cache.h"
 
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -20,16 +22,17 @@ using namespace bloomery::engine;
 
 namespace {
 
-constexpr int64_t kLayers = 2, kRowWidth = 4;
+constexpr int64_t kLayers = 2;
+constexpr model::CacheRow kRow{4, 4};
 
 // A state of `tokens` whose keys and values are numbered from `seed`, so copies can be told apart.
 std::shared_ptr<SessionState> make_state(std::vector<int32_t> tokens, uint16_t seed = 0) {
   auto s = std::make_shared<SessionState>();
   s->model_fingerprint = 0x1234;
   s->layers = kLayers;
-  s->row_width = kRowWidth;
+  s->row = kRow;
   s->tokens = std::move(tokens);
-  const size_t elements = static_cast<size_t>(kLayers * kRowWidth) * s->tokens.size();
+  const size_t elements = static_cast<size_t>(kLayers * kRow.keys) * s->tokens.size();
   for (size_t i = 0; i < elements; ++i) {
     s->keys.push_back(static_cast<uint16_t>(seed + i));
     s->values.push_back(static_cast<uint16_t>(seed + 2 * i));
@@ -37,7 +40,7 @@ std::shared_ptr<SessionState> make_state(std::vector<int32_t> tokens, uint16_t s
   return s;
 }
 
-uint64_t bytes_of(size_t tokens) { return session_state_bytes(kLayers, kRowWidth, static_cast<int64_t>(tokens)); }
+uint64_t bytes_of(size_t tokens) { return session_state_bytes(kLayers, kRow, static_cast<int64_t>(tokens)); }
 
 std::string refusal(const std::function<void()>& body) {
   try {
@@ -110,57 +113,119 @@ TEST(kv_cache_copies_a_prefix_to_and_from_a_packed_state) {
   const std::shared_ptr<SessionState> state = make_state({1, 2, 3, 4, 5}, 100);
   kv.copy_in(3, 5, state->keys.data(), state->values.data());  // the first 3 of 5 positions
   for (int64_t layer = 0; layer < kLayers; ++layer) {
-    for (int64_t i = 0; i < 3 * kRowWidth; ++i) {
-      CHECK(kv.keys(layer)[i] == state->keys[layer * 5 * kRowWidth + i]) << layer << " " << i;
-      CHECK(kv.values(layer)[i] == state->values[layer * 5 * kRowWidth + i]) << layer << " " << i;
+    for (int64_t i = 0; i < 3 * kRow.keys; ++i) {
+      CHECK(kv.keys(layer)[i] == state->keys[layer * 5 * kRow.keys + i]) << layer << " " << i;
+      CHECK(kv.values(layer)[i] == state->values[layer * 5 * kRow.keys + i]) << layer << " " << i;
     }
   }
-  std::vector<uint16_t> keys(kLayers * 3 * kRowWidth), values(keys.size());
+  std::vector<uint16_t> keys(kLayers * 3 * kRow.keys), values(keys.size());
   kv.copy_out(3, 3, keys.data(), values.data());
   for (int64_t layer = 0; layer < kLayers; ++layer) {
-    for (int64_t i = 0; i < 3 * kRowWidth; ++i) {
-      CHECK(keys[layer * 3 * kRowWidth + i] == state->keys[layer * 5 * kRowWidth + i]) << layer << " " << i;
+    for (int64_t i = 0; i < 3 * kRow.keys; ++i) {
+      CHECK(keys[layer * 3 * kRow.keys + i] == state->keys[layer * 5 * kRow.keys + i]) << layer << " " << i;
     }
   }
 }
+
+// What a state of make_state's shape must match to be read back.
+StateExpectation expect_of(const SessionState& state) { return {state.model_fingerprint, kLayers, state.row, 64, 100}; }
 
 TEST(state_file_round_trips) {
   const std::string path = temp_path("bloomery-state-roundtrip.bin");
   const std::shared_ptr<SessionState> state = make_state({4, 5, 6}, 7);
   write_state_file(path, *state);
-  const SessionState back = read_state_file(path, state->model_fingerprint);
+  const SessionState back = read_state_file(path, expect_of(*state));
   CHECK(back.tokens == state->tokens);
   CHECK(back.keys == state->keys);
   CHECK(back.values == state->values);
-  CHECK(back.layers == kLayers && back.row_width == kRowWidth);
+  CHECK(back.layers == kLayers && back.row.keys == kRow.keys && back.row.values == kRow.values);
+  // Latent attention's shape: keys only (the values are the keys' first elements).
+  auto latent = make_state({8, 9}, 3);
+  latent->row = {6, 0};
+  latent->keys.resize(static_cast<size_t>(kLayers * 6 * 2));
+  latent->values.clear();
+  write_state_file(path, *latent);
+  const SessionState latent_back = read_state_file(path, expect_of(*latent));
+  CHECK(latent_back.keys == latent->keys && latent_back.values.empty());
+  CHECK(refusal([&] { read_state_file(path, expect_of(*state)); }) == "STATE_MODEL_MISMATCH")
+      << "a keys-only state is another shape";
   std::filesystem::remove(path);
+}
+
+// Overwrites bytes of a file at `offset`.
+void patch(const std::string& path, std::streamoff offset, const void* bytes, size_t n) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(offset);
+  f.write(static_cast<const char*>(bytes), static_cast<std::streamsize>(n));
 }
 
 TEST(state_file_refuses_by_name) {
   const std::string path = temp_path("bloomery-state-refusals.bin");
   const std::shared_ptr<SessionState> state = make_state({4, 5, 6});
+  const StateExpectation expected = expect_of(*state);
   write_state_file(path, *state);
-  CHECK(refusal([&] { read_state_file(path, state->model_fingerprint + 1); }) == "STATE_MODEL_MISMATCH");
+  StateExpectation other = expected;
+  other.model_fingerprint += 1;
+  CHECK(refusal([&] { read_state_file(path, other); }) == "STATE_MODEL_MISMATCH");
+  other = expected;
+  other.row.keys += 1;
+  CHECK(refusal([&] { read_state_file(path, other); }) == "STATE_MODEL_MISMATCH");
+  other = expected;
+  other.max_tokens = 2;
+  CHECK(refusal([&] { read_state_file(path, other); }) == "CONTEXT_TOO_LONG");
+  other = expected;
+  other.vocab = 6;
+  CHECK(refusal([&] { read_state_file(path, other); }) == "STATE_BAD_FILE");
 
   const auto size = std::filesystem::file_size(path);
   std::filesystem::resize_file(path, size - 1);
-  CHECK(refusal([&] { read_state_file(path, state->model_fingerprint); }) == "STATE_BAD_FILE");
+  CHECK(refusal([&] { read_state_file(path, expected); }) == "STATE_BAD_FILE");
+
+  // One flipped bit of a key: the checksum no longer matches.
+  write_state_file(path, *state);
+  const uint8_t flipped = 0x80;
+  patch(path, static_cast<std::streamoff>(size - 1), &flipped, 1);
+  CHECK(refusal([&] { read_state_file(path, expected); }) == "STATE_BAD_FILE");
 
   write_state_file(path, *state);
-  {
-    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(8);
-    const uint32_t version = 99;
-    f.write(reinterpret_cast<const char*>(&version), sizeof version);
-  }
-  CHECK(refusal([&] { read_state_file(path, state->model_fingerprint); }) == "STATE_UNSUPPORTED_VERSION");
+  const uint32_t version = 99;
+  patch(path, 8, &version, sizeof version);
+  CHECK(refusal([&] { read_state_file(path, expected); }) == "STATE_UNSUPPORTED_VERSION");
 
   {
     std::ofstream f(path, std::ios::binary | std::ios::trunc);
     f << "GGUF and not a state at all, but long enough to hold a header";
   }
-  CHECK(refusal([&] { read_state_file(path, state->model_fingerprint); }) == "STATE_BAD_FILE");
+  CHECK(refusal([&] { read_state_file(path, expected); }) == "STATE_BAD_FILE");
   std::filesystem::remove(path);
-  CHECK(refusal([&] { read_state_file(path, state->model_fingerprint); }) == "FILE_NOT_FOUND");
+  CHECK(refusal([&] { read_state_file(path, expected); }) == "FILE_NOT_FOUND");
   CHECK(refusal([&] { write_state_file("/nonexistent-dir/state.bin", *state); }) == "FILE_WRITE");
+  CHECK(refusal([&] { read_state_file(std::string("a\0b", 3), expected); }) == "INVALID_ARGUMENT");
+}
+
+TEST(state_file_follows_no_link_and_opens_only_regular_files) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "bloomery-state-links";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::shared_ptr<SessionState> state = make_state({4, 5, 6});
+  const std::string outside = (dir / "outside.bin").string();
+  {
+    std::ofstream f(outside);
+    f << "precious";
+  }
+  const std::string link = (dir / "link.bin").string();
+  std::filesystem::create_symlink(outside, link);
+  CHECK(refusal([&] { read_state_file(link, expect_of(*state)); }) == "FILE_READ");
+  CHECK(refusal([&] { write_state_file(link, *state); }) == "FILE_WRITE");
+  CHECK(std::filesystem::file_size(outside) == 8);
+  const std::string dangling = (dir / "dangling.bin").string();
+  std::filesystem::create_symlink(dir / "created-through-link.bin", dangling);
+  CHECK(refusal([&] { write_state_file(dangling, *state); }) == "FILE_WRITE");
+  CHECK(!std::filesystem::exists(dir / "created-through-link.bin"));
+
+  const std::string fifo = (dir / "fifo.bin").string();
+  CHECK(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK(refusal([&] { read_state_file(fifo, expect_of(*state)); }) == "FILE_READ");
+  CHECK(refusal([&] { write_state_file(fifo, *state); }) == "FILE_WRITE");
+  std::filesystem::remove_all(dir);
 }

@@ -31,11 +31,14 @@ Bytes random_rows(uint32_t type, int64_t n, int64_t rows, std::mt19937& rng) {
   for (uint8_t& b : out) b = static_cast<uint8_t>(rng());
   const uint16_t half = fp32_to_fp16(0.001f);
   const size_t block_bytes = ggml_type(type)->block_bytes;
-  const std::vector<size_t> f16_fields = type == 12   ? std::vector<size_t>{0, 2}
-                                         : type == 11 ? std::vector<size_t>{offsetof(BlockQ3_K, d)}
-                                                      : std::vector<size_t>{offsetof(BlockQ6_K, d)};
+  const std::vector<size_t> f16_fields = type == 12 || type == 13 ? std::vector<size_t>{0, 2}
+                                         : type == 11             ? std::vector<size_t>{offsetof(BlockQ3_K, d)}
+                                         : type == 14             ? std::vector<size_t>{offsetof(BlockQ6_K, d)}
+                                         : type == 23             ? std::vector<size_t>{0}
+                                                                  : std::vector<size_t>{};
   for (size_t block = 0; block < out.size() / block_bytes; ++block) {
     for (const size_t at : f16_fields) std::memcpy(out.data() + block * block_bytes + at, &half, 2);
+    if (type == 39) out[block * block_bytes] = static_cast<uint8_t>(120 + rng() % 10);  // MXFP4's E8M0 scale
   }
   return out;
 }
@@ -57,6 +60,29 @@ ActivationRows random_activations(const QuantKernels& k, int64_t n, std::mt19937
     out.rows[r] = out.bytes.data() + r * a_bytes;
   }
   return out;
+}
+
+// `avx512` (single-row, and `avx512_rows` where there is one) gives `avx2`'s bits on random rows.
+void check_same_bits(uint32_t type, VecDotFn avx2, VecDotFn avx512, VecDotRowsFn avx512_rows,
+                     const QuantKernels& format, std::mt19937& rng) {
+  const int64_t n = ggml_type(type)->block_elements == 256 ? 4096 : 32 * 37;  // 37: an odd last block
+  int mismatches = 0;
+  for (int rep = 0; rep < 16; ++rep) {
+    const Bytes w = random_rows(type, n, 1, rng);
+    const ActivationRows activations = random_activations(format, n, rng);
+    float rows_out[kDotRows];
+    if (avx512_rows) avx512_rows(w.data(), activations.rows, kDotRows, n, rows_out);
+    for (int r = 0; r < kDotRows; ++r) {
+      const float want = avx2(w.data(), activations.rows[r], n);
+      const float single = avx512(w.data(), activations.rows[r], n);
+      const float rows = avx512_rows ? rows_out[r] : single;
+      const bool same = std::memcmp(&single, &want, sizeof want) == 0 && std::memcmp(&rows, &want, sizeof want) == 0;
+      mismatches += !same;
+      CHECK(same || mismatches > 3) << ggml_type(type)->name << " rep " << rep << " row " << r << std::setprecision(9)
+                                    << ": avx512 " << single << ", rows " << rows << ", avx2 " << want;
+    }
+  }
+  CHECK(mismatches == 0) << ggml_type(type)->name << ": " << mismatches << " of " << 16 * kDotRows << " differ";
 }
 
 }  // namespace
@@ -84,36 +110,27 @@ TEST(quant_multi_row_dots_match_single_row_dots_bit_for_bit) {
   }
 }
 
-// Q3_K and Q6_K keep llama.cpp's AVX2 summation order on the AVX-512 tier: its single-row and
-// multi-row dots give the AVX2 dot's bits, so both tiers land on the same side of near-ties.
-TEST(quant_avx512_q3_k_q6_k_dots_equal_the_avx2_dots_bit_for_bit) {
+// llama.cpp's quantized dots on x86 are its AVX2 code on AVX-512 hosts too, so every AVX-512
+// quantized kernel keeps the AVX2 kernel's order: its single-row and multi-row dots give the
+// AVX2 dot's bits (the oracle tests hold the AVX2 kernels to llama.cpp's).
+TEST(quant_avx512_quantized_dots_equal_the_avx2_dots_bit_for_bit) {
   if (cpu::host_simd_tier() < SimdTier::kAvx512) return;
   std::mt19937 rng(8);
-  const int64_t n = 4096;
-  for (const uint32_t type : {11u, 14u}) {
+  int checked = 0;
+  for (const uint32_t type : cpu_weight_types()) {
     const QuantKernels& avx2 = quant_kernels(type, SimdTier::kAvx2);
     const QuantKernels& avx512 = quant_kernels(type, SimdTier::kAvx512);
-    CHECK(avx2.vec_dot_tier == SimdTier::kAvx2 && avx512.vec_dot_tier == SimdTier::kAvx512 && avx512.vec_dot_rows)
-        << type;
-    if (!avx512.vec_dot_rows) continue;
-    int mismatches = 0;
-    for (int rep = 0; rep < 16; ++rep) {
-      const Bytes w = random_rows(type, n, 1, rng);
-      const ActivationRows activations = random_activations(avx512, n, rng);
-      float rows_out[kDotRows];
-      avx512.vec_dot_rows(w.data(), activations.rows, kDotRows, n, rows_out);
-      for (int r = 0; r < kDotRows; ++r) {
-        const float want = avx2.vec_dot(w.data(), activations.rows[r], n);
-        const float single = avx512.vec_dot(w.data(), activations.rows[r], n);
-        const bool same =
-            std::memcmp(&single, &want, sizeof want) == 0 && std::memcmp(&rows_out[r], &want, sizeof want) == 0;
-        mismatches += !same;
-        CHECK(same || mismatches > 3) << "type " << type << " rep " << rep << " row " << r << std::setprecision(9)
-                                      << ": avx512 " << single << ", rows " << rows_out[r] << ", avx2 " << want;
-      }
+    // The float formats (dotted against themselves) follow ggml's AVX-512 float dots, which differ
+    // from its AVX2 ones.
+    if (avx512.vec_dot_tier != SimdTier::kAvx512 || avx512.activation_type == type) continue;
+    ++checked;
+    check_same_bits(type, avx2.vec_dot, avx512.vec_dot, avx512.vec_dot_rows, avx512, rng);
+    // The repacked order too, where llama.cpp repacks the type on both tiers.
+    if (avx2.vec_dot_repacked && avx512.vec_dot_repacked) {
+      check_same_bits(type, avx2.vec_dot_repacked, avx512.vec_dot_repacked, avx512.vec_dot_rows_repacked, avx512, rng);
     }
-    CHECK(mismatches == 0) << "type " << type << ": " << mismatches << " of " << 16 * kDotRows << " differ";
   }
+  CHECK(checked >= 6) << "the AVX-512 quantized kernels: Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, MXFP4";
 }
 
 // Queries of width d against `count` random f16 rows, through `k` and through the scalar tier.

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "base/error.h"
@@ -168,10 +169,18 @@ TEST(quant_simd_dot_matches_scalar) {
   for (uint32_t type : cpu_weight_types()) {
     const int64_t n = test_length(type);
     const QuantKernels& scalar = quant_kernels(type, SimdTier::kScalar);
-    for (SimdTier tier : {SimdTier::kAvx2, SimdTier::kAvx512}) {
-      if (tier > host) continue;
-      const QuantKernels& k = quant_kernels(type, tier);
-      if (k.vec_dot_tier != tier) continue;  // a fallback: tested at its own tier
+    const bool host_bf16 = cpu::detect_cpu_features().avx512bf16;
+    for (const auto [tier, bf16] :
+         {std::pair{SimdTier::kAvx2, false}, std::pair{SimdTier::kAvx512, false}, std::pair{SimdTier::kAvx512, true}}) {
+      if (tier > host || (bf16 && !host_bf16)) continue;
+      const QuantKernels& k = quant_kernels(type, tier, bf16);
+      // A fallback is tested at its own tier; so is a repacked kernel that tier shares.
+      const quant::VecDotFn below =
+          tier == SimdTier::kAvx512 ? quant_kernels(type, SimdTier::kAvx2).vec_dot_repacked : nullptr;
+      const quant::VecDotFn plain = k.vec_dot_tier == tier ? k.vec_dot : nullptr;
+      const quant::VecDotFn repacked = k.vec_dot_repacked != below && !bf16 ? k.vec_dot_repacked : nullptr;
+      if (bf16 && k.vec_dot == quant_kernels(type, tier).vec_dot) continue;  // no AVX-512 BF16 kernel
+      if (!plain && !repacked) continue;
       int failures = 0;
       for (int rep = 0; rep < 64 && failures < 3; ++rep) {
         const Bytes w = random_weights(type, n, rng);
@@ -180,11 +189,14 @@ TEST(quant_simd_dot_matches_scalar) {
         double magnitude = 0;
         for (int64_t i = 0; i < n; ++i) magnitude += std::fabs(static_cast<double>(wf[i]) * af[i]);
         const float expected = scalar.vec_dot(w.data(), a.data(), n);
-        const float got = k.vec_dot(w.data(), a.data(), n);
-        const bool ok = std::fabs(got - expected) <= 1e-5 * magnitude;
-        failures += !ok;
-        CHECK(ok) << type_name(type) << " " << simd_tier_name(tier) << " rep " << rep << ": " << got << " vs scalar "
-                  << expected << " (magnitude " << magnitude << ")";
+        for (const quant::VecDotFn dot : {plain, repacked}) {
+          if (!dot) continue;
+          const float got = dot(w.data(), a.data(), n);
+          const bool ok = std::fabs(got - expected) <= 1e-5 * magnitude;
+          failures += !ok;
+          CHECK(ok) << type_name(type) << " " << simd_tier_name(tier) << (dot == plain ? "" : " repacked") << " rep "
+                    << rep << ": " << got << " vs scalar " << expected << " (magnitude " << magnitude << ")";
+        }
       }
     }
   }
@@ -202,7 +214,9 @@ TEST(quant_kernel_table_records_tiers) {
   CHECK(quant_kernels(11, SimdTier::kAvx2).vec_dot_tier == SimdTier::kAvx2) << "Q3_K has an AVX2 dot";
   CHECK(quant_kernels(11, SimdTier::kAvx512).vec_dot_rows != nullptr) << "Q3_K has an AVX-512 multi-row dot";
   CHECK(quant_kernels(20, SimdTier::kAvx512).vec_dot_tier == SimdTier::kAvx2) << "IQ4_NL falls back to AVX2";
-  CHECK(quant_kernels(3, SimdTier::kAvx512).vec_dot_tier == SimdTier::kScalar) << "Q4_1 has only the scalar dot";
+  CHECK(quant_kernels(2, SimdTier::kAvx512).vec_dot_tier == SimdTier::kAvx2) << "Q4_0 runs its AVX2 dot there";
+  CHECK(quant_kernels(30, SimdTier::kAvx512, true).vec_dot != quant_kernels(30, SimdTier::kAvx512).vec_dot)
+      << "BF16 takes dpbf16 where the CPU has AVX-512 BF16";
   CHECK(quant_kernels(14, SimdTier::kAvx512).activation_type == 15) << "Q6_K dots against Q8_K";
   CHECK(quant_kernels(39, SimdTier::kAvx2).activation_type == 8) << "MXFP4 dots against Q8_0";
   bool refused = false;

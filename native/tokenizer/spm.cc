@@ -1,4 +1,4 @@
-#include <queue>
+#include <functional>
 #include <string>
 
 #include "base/error.h"
@@ -9,25 +9,8 @@ namespace bloomery::tokenizer {
 
 namespace {
 
-struct Symbol {
-  size_t start;
-  size_t len;
-  int prev;
-  int next;
-};
-
-struct Pair {
-  float score;
-  int left;
-  int right;
-  size_t len;
-};
-
-struct LowerPair {
-  bool operator()(const Pair& a, const Pair& b) const {
-    return a.score < b.score || (a.score == b.score && a.left > b.left);
-  }
-};
+// Higher scores merge first.
+using SpmQueue = MergeQueue<float, std::greater<float>>;
 
 class SpmSession {
  public:
@@ -40,11 +23,9 @@ class SpmSession {
       i += len;
     }
     for (int i = 1; i < int(sym_.size()); ++i) consider(i - 1, i);
-    while (!queue_.empty()) {
-      const Pair p = queue_.top();
-      queue_.pop();
-      Symbol& l = sym_[p.left];
-      Symbol& r = sym_[p.right];
+    for (SpmQueue::Entry p; queue_.pop(p);) {
+      MergeSymbol& l = sym_[p.left];
+      MergeSymbol& r = sym_[p.right];
       if (l.len == 0 || r.len == 0 || l.len + r.len != p.len) continue;
       l.len += r.len;
       r.len = 0;
@@ -64,7 +45,7 @@ class SpmSession {
     const std::string_view merged = piece(l, sym_[l].len + sym_[r].len);
     const auto id = vocab_.find(merged);
     if (!id) return;
-    queue_.push({vocab_.score[*id], l, r, merged.size()});
+    queue_.push({vocab_.score[*id], l, r, uint32_t(merged.size())});
   }
 
   // A final symbol: its token, or (a character the vocabulary lacks) its bytes. Only pairs
@@ -88,8 +69,8 @@ class SpmSession {
 
   const Vocab& vocab_;
   std::string_view text_;
-  std::vector<Symbol> sym_;
-  std::priority_queue<Pair, std::vector<Pair>, LowerPair> queue_;
+  std::vector<MergeSymbol> sym_;
+  SpmQueue queue_;
 };
 
 }  // namespace

@@ -142,8 +142,8 @@ void Tokenizer::encode_text(std::string_view text, bool after_special, std::vect
     spm_encode(vocab_, escaped, out);
     return;
   }
-  for (const std::string& word : pre_tokenize(vocab_.pre, text))
-    bpe_encode_word(vocab_, encode_byte_symbols(word), out);
+  BpeEncoder encoder(vocab_);
+  for (const std::string& word : pre_tokenize(vocab_.pre, text)) encoder.encode_word(encode_byte_symbols(word), out);
 }
 
 std::string_view Tokenizer::piece(uint32_t id, bool special) const {

@@ -1,5 +1,7 @@
 #include "tokenizer/vocab.h"
 
+#include <cmath>
+
 #include "base/error.h"
 
 namespace bloomery::tokenizer {
@@ -8,11 +10,17 @@ namespace {
 
 Error bad_vocab(const std::string& message) { return Error("TOKENIZER_BAD_VOCAB", message); }
 
-// A special-token id key: absent keeps the default; out-of-range ids are ignored as llama.cpp does.
+// A special-token id key: absent keeps the default (none when the vocabulary is too small for
+// it, as in llama.cpp); present, it must name a token (llama.cpp would ignore it with a warning).
 void read_id(const gguf::GgufFile& f, std::string_view key, size_t n, int64_t& id) {
   if (id >= int64_t(n)) id = kNoToken;
   const std::optional<int64_t> v = f.get_int(key);
-  if (v && *v >= 0 && *v < int64_t(n)) id = *v;
+  if (!v) return;
+  if (*v < 0 || *v >= int64_t(n)) {
+    throw bad_vocab(std::string(key) + " = " + std::to_string(*v) + " is not a token of the vocabulary of " +
+                    std::to_string(n));
+  }
+  id = *v;
 }
 
 // Token roles llama.cpp assigns by token text, since GGUF files do not record them. They
@@ -119,10 +127,18 @@ Vocab load_vocab(const gguf::GgufFile& f) {
   for (size_t i = 0; i < n; ++i) {
     v.text[i] = (*tokens)[i].empty() ? "[EMPTY_" + std::to_string(i) + "]" : std::string((*tokens)[i]);
     v.id_of[v.text[i]] = uint32_t(i);
-    if (scores) v.score[i] = float((*scores)[i]);
+    if (scores) {
+      v.score[i] = float((*scores)[i]);
+      // SPM ranks merges by score: a NaN would break the ordering of its queue.
+      if (!std::isfinite(v.score[i])) throw bad_vocab("tokenizer.ggml.scores[" + std::to_string(i) + "] is not finite");
+    }
     if (types) {
       const int64_t t = (*types)[i];
-      v.type[i] = t >= 1 && t <= 6 ? TokenType(t) : TokenType::kUndefined;
+      if (t < 0 || t > 6) {
+        throw bad_vocab("tokenizer.ggml.token_type[" + std::to_string(i) + "] = " + std::to_string(t) +
+                        " is not a token type (0 to 6)");
+      }
+      v.type[i] = TokenType(t);
     }
   }
 

@@ -90,14 +90,18 @@ export interface ChatIterable extends AsyncIterable<ChatChunk> {
 /** What a chat needs of its session. */
 interface ChatSession {
   /** Replaces the session's context by the prompt (reusing the prefix it shares with a computed state). */
-  generate(prompt: string, options: GenerateOptions): GenerateIterable;
+  generate(prompt: PromiseLike<string>, options: GenerateOptions): GenerateIterable;
 }
 
-/** The prompt of a chat, how the model writes tool calls, and the model's tokenizer. */
-export type RenderChat = (
-  messages: readonly ChatMessage[],
-  options: ApplyChatTemplateOptions,
-) => { prompt: string; toolCallFormat: ToolCallFormat; tokenizer: Tokenizer };
+/**
+ * What a chat needs of its model: how it writes tool calls and its tokenizer (known at once, so
+ * the control tokens of the format can be shown), and the prompt, rendered off this thread.
+ */
+export interface ChatModel {
+  toolCallFormat: ToolCallFormat;
+  tokenizer: Tokenizer;
+  render(messages: readonly ChatMessage[], options: ApplyChatTemplateOptions): Promise<string>;
+}
 
 /** The markers that are each one special token of the vocabulary: output hides them unless shown. */
 function specialTokensOf(tokenizer: Tokenizer, markers: readonly string[]): number[] {
@@ -112,7 +116,7 @@ function specialTokensOf(tokenizer: Tokenizer, markers: readonly string[]): numb
 /** {@link Session.chat}'s work, on the session's public generate. */
 export function runChat(
   session: ChatSession,
-  render: RenderChat,
+  model: ChatModel,
   messages: readonly ChatMessage[],
   options: ChatOptions,
 ): ChatIterable {
@@ -135,28 +139,34 @@ export function runChat(
       throw new BloomeryError("INVALID_ARGUMENT", "toolChoice names a tool that is not offered", { toolChoice });
     }
   }
-  const rendered = render(messages, { templateKwargs, tools: offered });
-  const format = toolCallFormat ?? rendered.toolCallFormat;
+  const format = toolCallFormat ?? model.toolCallFormat;
   const reasoning = parseReasoning ?? true;
-  const opensThinking = reasoning && promptOpensThinking(rendered.prompt);
-  const prefix =
-    offered && (toolChoice === "required" || typeof toolChoice === "object")
-      ? forcedCallPrefix(format, toolChoice, opensThinking)
-      : "";
-  const parserOptions: ChatOutputOptions = { parseReasoning: reasoning, startInReasoning: opensThinking };
-  if (offered) Object.assign(parserOptions, { toolCallFormat: format, tools: offered });
-  const parser = new ChatOutputParser(parserOptions);
-  const shown = specialTokensOf(rendered.tokenizer, formatMarkers(offered && format));
-  const run = session.generate(rendered.prompt + prefix, {
-    ...generation,
-    showSpecialTokens: [...(generation.showSpecialTokens ?? []), ...shown],
+  // The template renders in a worker; the generation waits for its prompt, and the parser for
+  // what the prompt says of the output (an open think block, a forced call's opening).
+  const setup = model.render(messages, { templateKwargs, tools: offered }).then((prompt) => {
+    const opensThinking = reasoning && promptOpensThinking(prompt);
+    const prefix =
+      offered && (toolChoice === "required" || typeof toolChoice === "object")
+        ? forcedCallPrefix(format, toolChoice, opensThinking)
+        : "";
+    const parserOptions: ChatOutputOptions = { parseReasoning: reasoning, startInReasoning: opensThinking };
+    if (offered) Object.assign(parserOptions, { toolCallFormat: format, tools: offered });
+    return { prompt: prompt + prefix, prefix, parser: new ChatOutputParser(parserOptions) };
   });
+  setup.catch(() => {});
+  const shown = specialTokensOf(model.tokenizer, formatMarkers(offered && format));
+  const run = session.generate(
+    setup.then((s) => s.prompt),
+    { ...generation, showSpecialTokens: [...(generation.showSpecialTokens ?? []), ...shown] },
+  );
   const stopAfterOneCall = offered !== undefined && parallelToolCalls === false;
 
   let settle!: { resolve: (r: ChatResult) => void; reject: (e: unknown) => void };
   const result = new Promise<ChatResult>((resolve, reject) => (settle = { resolve, reject }));
   result.catch(() => {});
   async function* stream(): AsyncGenerator<ChatChunk, void, undefined> {
+    let prefix = "";
+    let parser: ChatOutputParser | undefined;
     const message = new AssistantMessageBuilder();
     let calls = 0;
     let stoppedAtCall = false;
@@ -184,6 +194,7 @@ export function runChat(
       });
     let settled = false;
     try {
+      ({ prefix, parser } = await setup);
       parser.push(prefix);
       for await (const piece of run) {
         yield chunkOf(parser.push(piece.text), piece.tokens, piece.logprobs);
@@ -203,8 +214,9 @@ export function runChat(
       throw error;
     } finally {
       if (!settled) {
-        // The consumer left the loop: settle with what was parsed, the held-back text included.
-        message.add(parser.finish());
+        // The consumer left the loop (at a chunk, so after the setup): settle with what was
+        // parsed, the held-back text included.
+        message.add(parser!.finish());
         settleWith(await run.result, "abort");
       }
     }

@@ -1,9 +1,11 @@
 /**
- * Chat templates: the GGUF's `tokenizer.chat_template` (Jinja) rendered with @huggingface/jinja.
+ * Chat templates: the GGUF's `tokenizer.chat_template` (Jinja) rendered with @huggingface/jinja,
+ * in a worker thread with a deadline and a heap limit (./render-worker.ts).
  * @module
  */
 import { Template } from "@huggingface/jinja";
 import { BloomeryError } from "../errors.js";
+import { renderAsync, renderSync, type RenderRequest } from "./render-worker.js";
 import { adaptTemplate } from "./template-compat.js";
 import type { ChatMessage, ChatTool } from "./types.js";
 
@@ -43,46 +45,62 @@ function templateMessage(message: ChatMessage): Record<string, unknown> {
   return out;
 }
 
-/** A parsed chat template, rendered once per request. */
+/**
+ * A chat template, parsed once here (so a template that does not parse is refused when the model
+ * loads) and rendered in a worker per request. Rendering is bounded by CHAT_TEMPLATE_LIMITS:
+ * past them it throws BloomeryError CHAT_TEMPLATE_TOO_COMPLEX naming the limit; a template that
+ * fails throws CHAT_TEMPLATE.
+ */
 export class ChatTemplate {
-  readonly #template: Template;
   /** What was rewritten for @huggingface/jinja to run the template (see template-compat.ts); empty for none. */
   readonly adaptations: readonly string[];
+  /** The source the workers render: `source` with those rewrites. */
+  readonly #rendered: string;
 
   constructor(readonly source: string) {
     const adapted = adaptTemplate(source);
     this.adaptations = adapted.changes;
+    this.#rendered = adapted.source;
     try {
-      this.#template = new Template(adapted.source);
+      new Template(adapted.source);
     } catch (error) {
+      // A RangeError is the parser's stack or a string's length running out: a limit, not a syntax error.
+      const limit = error instanceof RangeError;
       throw new BloomeryError(
-        "CHAT_TEMPLATE",
-        `the model's chat template does not parse: ${(error as Error).message}`,
+        limit ? "CHAT_TEMPLATE_TOO_COMPLEX" : "CHAT_TEMPLATE",
+        `the model's chat template ${limit ? "is too deeply nested to parse" : "does not parse"}: ${(error as Error).message}`,
         {},
         { cause: error },
       );
     }
   }
 
-  /** The prompt text for `messages`. */
+  /** The prompt text for `messages`, blocking this thread while a worker renders it. */
   render(messages: readonly ChatMessage[], tokens: TemplateTokens, options: ApplyChatTemplateOptions = {}): string {
+    return renderSync(this.#request(messages, tokens, options));
+  }
+
+  /** The prompt text for `messages`, rendered by a worker of the pool. */
+  renderAsync(
+    messages: readonly ChatMessage[],
+    tokens: TemplateTokens,
+    options: ApplyChatTemplateOptions = {},
+  ): Promise<string> {
+    return renderAsync(this.#request(messages, tokens, options));
+  }
+
+  #request(messages: readonly ChatMessage[], tokens: TemplateTokens, options: ApplyChatTemplateOptions): RenderRequest {
     const tools = options.tools && options.tools.length > 0 ? { tools: options.tools } : {};
-    try {
-      return this.#template.render({
+    return {
+      source: this.#rendered,
+      context: {
         ...options.templateKwargs,
         ...tools,
         messages: messages.map(templateMessage),
         add_generation_prompt: options.addGenerationPrompt ?? true,
         bos_token: tokens.bosToken,
         eos_token: tokens.eosToken,
-      });
-    } catch (error) {
-      throw new BloomeryError(
-        "CHAT_TEMPLATE",
-        `the model's chat template failed: ${(error as Error).message}`,
-        {},
-        { cause: error },
-      );
-    }
+      },
+    };
   }
 }

@@ -3,6 +3,7 @@
  * @module
  */
 import { callNativeAsync } from "../native.js";
+import { checkPath } from "../validate.js";
 import type { GgufInfo, GgufSummary, GgufValue, RawGgufInfo } from "./types.js";
 
 function numberOf(value: GgufValue | undefined): number {
@@ -49,9 +50,15 @@ function summarize(raw: RawGgufInfo): GgufSummary {
  * Throws a BloomeryError: `FILE_NOT_FOUND`, `FILE_READ`, `GGUF_BAD_MAGIC`,
  * `GGUF_UNSUPPORTED_VERSION`, `GGUF_TRUNCATED`, `GGUF_BAD_STRING`, `GGUF_BAD_VALUE_TYPE`,
  * `GGUF_BAD_TENSOR`, `GGUF_DUPLICATE`, `GGUF_BAD_ALIGNMENT`, `GGUF_TENSOR_OUT_OF_BOUNDS`,
- * `GGUF_TOO_LARGE` (arrays nested too deep), `GGUF_SPLIT` or `UNSUPPORTED_QUANT`.
+ * `GGUF_TENSOR_OVERLAP` / `GGUF_TENSOR_LAYOUT` (tensors whose bytes overlap, or leave unused bytes between
+ * them: a type or shape that does not match the data), `GGUF_TOO_LARGE` (arrays nested too deep, or more keys,
+ * tensors or array entries than a model holds),
+ * `GGUF_SPLIT`, `UNSUPPORTED_QUANT`, or `INVALID_ARGUMENT` (a path that is empty or holds a NUL byte). A
+ * path that is not a regular file (a FIFO, a device) is FILE_READ, without waiting on it. Unused bytes after
+ * the last tensor are a warning (`warnings`).
  */
 export async function readGgufInfo(path: string): Promise<GgufInfo> {
+  checkPath(path, "readGgufInfo()");
   const raw = await callNativeAsync((a) => a.readGgufInfo(path));
   return { ...raw, summary: summarize(raw) };
 }

@@ -97,6 +97,19 @@ export interface GgufSummary {
   fileBytes: number;
 }
 
+/**
+ * Something odd in a file that does not stop it from loading. `GGUF_TENSOR_LAYOUT`: unused bytes follow the last
+ * tensor's data (beyond the alignment padding), as that tensor leaves behind when its type or shape was changed to
+ * a smaller one; its values may then not be the ones written. (Unused bytes between tensors, and overlapping
+ * tensors, are refused: see docs/hardening.md.)
+ */
+export interface GgufWarning {
+  code: "GGUF_TENSOR_LAYOUT";
+  message: string;
+  /** The tensor it is about. */
+  tensor: string;
+}
+
 /** Everything readGgufInfo() learns from a GGUF file (or every file of a split model). */
 export interface GgufInfo {
   /** The path given (the first file of a split model). */
@@ -110,6 +123,8 @@ export interface GgufInfo {
   metadataTypes: Record<string, GgufMetadataType>;
   /** Every tensor, in file order (over all files of a split model). */
   tensors: GgufTensorInfo[];
+  /** What the reader found odd but not wrong (see {@link GgufWarning}). */
+  warnings: GgufWarning[];
   summary: GgufSummary;
 }
 

@@ -11,9 +11,28 @@
  *
  * As llama.cpp's converter does, an object schema that lists `properties` allows no other
  * properties unless `additionalProperties` says so, and properties come in the listed order.
+ * An `enum` shares the prefixes its values have in common (one parse per distinct prefix, not per
+ * value, is what the matcher follows).
+ *
+ * The conversion runs on the caller's thread, so it is bounded: a schema past
+ * {@link JSON_SCHEMA_LIMITS} is refused with BloomeryError JSON_SCHEMA_TOO_COMPLEX naming the limit.
  * @module
  */
 import { BloomeryError } from "../errors.js";
+
+/** What one schema may take; together they keep a conversion to a few milliseconds. */
+export const JSON_SCHEMA_LIMITS = {
+  /** Schemas inside schemas (properties, items, anyOf, ...), `$ref`s followed included. */
+  depth: 64,
+  /** Schemas visited in all. */
+  schemas: 10_000,
+  /** Values of one `enum`. */
+  enumValues: 10_000,
+  /** The counts of minItems / maxItems / minLength / maxLength, added up over the schema (each is a copy in the grammar). */
+  repetitions: 100_000,
+  /** Characters of the grammar the schema becomes. */
+  grammarChars: 256 * 1024,
+} as const;
 
 /** Keywords that describe a schema without constraining the value. */
 const ANNOTATIONS = new Set([
@@ -101,6 +120,19 @@ class Converter {
   readonly #root: unknown;
   /** Rule names of the `$ref`s met so far, by reference. */
   readonly #refs = new Map<string, string>();
+  /**
+   * The `$ref`s being expanded since which nothing has been read yet (no "{" or "["): meeting
+   * one again would be a left-recursive grammar, which no top-down matcher can follow.
+   */
+  #unread = new Set<string>();
+  /** The next suffix to try for each rule name, so that making names unique stays linear. */
+  readonly #suffixes = new Map<string, number>();
+  #depth = 0;
+  #schemas = 0;
+  #repetitions = 0;
+  /** Characters of the rules set so far, and of the enum and const values read (not yet in a rule). */
+  #chars = 0;
+  #literals = 0;
 
   constructor(root: unknown) {
     this.#root = root;
@@ -110,11 +142,24 @@ class Converter {
     const root = this.#visit(this.#root, "root", "#");
     const lines = [`root ::= ${root}`];
     for (const [name, body] of this.#rules) lines.push(`${name} ::= ${body}`);
-    return lines.join("\n") + "\n";
+    const grammar = lines.join("\n") + "\n";
+    this.#limit("grammarChars", grammar.length, "characters of grammar");
+    return grammar;
   }
 
   /** The GBNF expression for `schema`, adding the rules it needs; `name` names those rules. */
   #visit(schema: unknown, name: string, path: string): string {
+    this.#limit("depth", this.#depth + 1, "levels of nesting", path);
+    this.#limit("schemas", ++this.#schemas, "schemas", path);
+    this.#depth++;
+    try {
+      return this.#visitSchema(schema, name, path);
+    } finally {
+      this.#depth--;
+    }
+  }
+
+  #visitSchema(schema: unknown, name: string, path: string): string {
     if (schema === true) return this.#primitive("value");
     if (schema === false) this.#refuse(path, "the schema `false` accepts no value");
     if (typeof schema !== "object" || schema === null || Array.isArray(schema)) {
@@ -127,12 +172,16 @@ class Converter {
     if (s.$ref !== undefined) return this.#ref(s.$ref, path);
     if (s.const !== undefined) {
       this.#use("space");
-      return `${gbnfLiteral(JSON.stringify(s.const))} space`;
+      return `${gbnfLiteral(this.#json(s.const, path))} space`;
     }
     if (s.enum !== undefined) {
       if (!Array.isArray(s.enum) || s.enum.length === 0) this.#refuse(path, "enum must be a non-empty array");
+      this.#limit("enumValues", s.enum.length, "enum values", path);
       this.#use("space");
-      return `(${s.enum.map((v) => gbnfLiteral(JSON.stringify(v))).join(" | ")}) space`;
+      return `${this.#choice(
+        s.enum.map((v) => this.#json(v, path)),
+        `${name}-enum`,
+      )} space`;
     }
     const choices = s.anyOf ?? s.oneOf;
     if (choices !== undefined) {
@@ -178,6 +227,10 @@ class Converter {
   }
 
   #object(s: Schema, name: string, path: string): string {
+    return this.#afterReading(() => this.#objectBody(s, name, path));
+  }
+
+  #objectBody(s: Schema, name: string, path: string): string {
     const properties = s.properties ?? {};
     if (typeof properties !== "object" || properties === null || Array.isArray(properties)) {
       this.#refuse(path, "properties must be an object");
@@ -187,8 +240,9 @@ class Converter {
       this.#refuse(path, "required must be an array of property names");
     }
     const keys = Object.keys(properties);
+    const listed = new Set(keys);
     for (const r of required as string[]) {
-      if (!keys.includes(r)) this.#refuse(path, `required names "${r}", which properties does not define`);
+      if (!listed.has(r)) this.#refuse(path, `required names "${r}", which properties does not define`);
     }
     const extra = s.additionalProperties;
     if (keys.length === 0 && (extra === undefined || extra === true)) return this.#primitive("object");
@@ -222,6 +276,21 @@ class Converter {
   }
 
   #array(s: Schema, name: string, path: string): string {
+    return this.#afterReading(() => this.#arrayBody(s, name, path));
+  }
+
+  /** Visits what comes after an opening bracket: the `$ref`s expanded so far have read something. */
+  #afterReading(visit: () => string): string {
+    const unread = this.#unread;
+    this.#unread = new Set();
+    try {
+      return visit();
+    } finally {
+      this.#unread = unread;
+    }
+  }
+
+  #arrayBody(s: Schema, name: string, path: string): string {
     const min = this.#count(s, "minItems", path) ?? 0;
     const max = this.#count(s, "maxItems", path);
     if (max !== undefined && max < min) this.#refuse(path, "maxItems is below minItems");
@@ -253,16 +322,30 @@ class Converter {
     const match = typeof ref === "string" ? /^#\/(\$defs|definitions)\/([^/]+)$/.exec(ref) : null;
     if (!match)
       this.#refuse(path, `$ref ${JSON.stringify(ref)} is not supported (only #/$defs/... and #/definitions/...)`);
+    if (this.#unread.has(ref as string)) {
+      this.#refuse(path, `$ref ${ref as string} refers back to itself before any of the value is read`);
+    }
     const known = this.#refs.get(ref as string);
     if (known) return known;
     const defs = (this.#root as Schema | null)?.[match[1]!] as Schema | undefined;
-    const target = defs?.[decodeURIComponent(match[2]!)];
+    let key: string;
+    try {
+      key = decodeURIComponent(match[2]!);
+    } catch {
+      this.#refuse(path, `$ref ${ref as string} is not a valid reference`);
+    }
+    const target = typeof defs === "object" && defs !== null && Object.hasOwn(defs, key) ? defs[key] : undefined;
     if (target === undefined) this.#refuse(path, `$ref ${ref as string} names no definition`);
     const name = this.#unique(`ref-${ruleName(match[2]!)}`);
     // Reserved before visiting, so that a recursive definition refers to itself.
     this.#refs.set(ref as string, name);
-    this.#rules.set(name, "");
-    this.#rules.set(name, this.#visit(target, name, ref as string));
+    this.#set(name, "");
+    this.#unread.add(ref as string);
+    try {
+      this.#set(name, this.#visit(target, name, ref as string));
+    } finally {
+      this.#unread.delete(ref as string);
+    }
     return name;
   }
 
@@ -272,7 +355,73 @@ class Converter {
     if (typeof v !== "number" || !Number.isInteger(v) || v < 0 || v > 10000) {
       this.#refuse(path, `${key} must be an integer from 0 to 10000`);
     }
+    this.#repetitions += v;
+    this.#limit(
+      "repetitions",
+      this.#repetitions,
+      "items and characters counted by minItems, maxItems, minLength and maxLength",
+      path,
+    );
     return v;
+  }
+
+  /** The JSON text of an enum or const value. */
+  #json(value: unknown, path: string): string {
+    let text: string | undefined;
+    try {
+      text = JSON.stringify(value);
+    } catch (error) {
+      this.#refuse(path, `enum and const values must be JSON (${(error as Error).message})`);
+    }
+    if (text === undefined) this.#refuse(path, "enum and const values must be JSON");
+    this.#literals += text.length;
+    this.#limit("grammarChars", this.#chars + this.#literals, "characters of grammar", path);
+    return text;
+  }
+
+  /**
+   * A GBNF expression for exactly `texts`, sharing their common prefixes: a trie over the sorted
+   * texts (each a range of them), whose branching points become rules named after `name`; built
+   * and written without recursion, in time linear in the texts' length.
+   */
+  #choice(texts: string[], name: string): string {
+    const words = [...new Set(texts)].map((text) => Array.from(text)).sort(compareWords);
+    const pending: { lo: number; hi: number; depth: number; rule: string | undefined }[] = [
+      { lo: 0, hi: words.length, depth: 0, rule: undefined },
+    ];
+    let expression = "";
+    while (pending.length > 0) {
+      const { lo, hi, depth, rule } = pending.pop()!;
+      const alternatives: string[] = [];
+      let i = lo;
+      // A word that ends here sorts first among those it begins.
+      if (words[i]!.length === depth) {
+        alternatives.push('""');
+        i++;
+      }
+      while (i < hi) {
+        const first = words[i]!;
+        let j = i + 1;
+        while (j < hi && words[j]![depth] === first[depth]) j++;
+        // The run the group shares: up to where its first and last words part, or the first ends.
+        const last = words[j - 1]!;
+        let end = depth + 1;
+        while (end < first.length && first[end] === last[end]) end++;
+        const run = gbnfLiteral(first.slice(depth, end).join(""));
+        if (j - i === 1) {
+          alternatives.push(run);
+        } else {
+          const branch = this.#add(name, "");
+          pending.push({ lo: i, hi: j, depth: end, rule: branch });
+          alternatives.push(`${run} ${branch}`);
+        }
+        i = j;
+      }
+      const body = alternatives.join(" | ");
+      if (rule === undefined) expression = `(${body})`;
+      else this.#set(rule, body);
+    }
+    return expression;
   }
 
   /** Adds the primitive rule and what it uses; returns its name. */
@@ -283,37 +432,69 @@ class Converter {
 
   #use(name: string): void {
     if (this.#rules.has(name)) return;
-    this.#rules.set(name, PRIMITIVES[name]!);
+    this.#set(name, PRIMITIVES[name]!);
     for (const dep of PRIMITIVE_USES[name] ?? []) this.#use(dep);
   }
 
   /** A new rule with `body` (named after `name`, made unique); returns its name. */
   #add(name: string, body: string): string {
     const unique = this.#unique(name);
-    this.#rules.set(unique, body);
+    this.#set(unique, body);
     return unique;
+  }
+
+  /** Sets a rule, counting its characters against the grammar's limit as it grows. */
+  #set(name: string, body: string): void {
+    this.#rules.set(name, body);
+    this.#limit("grammarChars", (this.#chars += name.length + body.length + 6), "characters of grammar");
   }
 
   #unique(name: string): string {
     let unique = name;
-    for (let i = 1; this.#rules.has(unique) || unique in PRIMITIVES || unique === "root"; i++) unique = `${name}-${i}`;
+    let i = this.#suffixes.get(name) ?? 1;
+    while (this.#rules.has(unique) || unique in PRIMITIVES || unique === "root") unique = `${name}-${i++}`;
+    this.#suffixes.set(name, i);
     return unique;
   }
 
   #refuse(path: string, why: string): never {
     throw new BloomeryError("JSON_SCHEMA_UNSUPPORTED", `jsonSchema at ${path}: ${why}`, { path });
   }
+
+  /** Refuses once `value` passes `JSON_SCHEMA_LIMITS[limit]`. */
+  #limit(limit: keyof typeof JSON_SCHEMA_LIMITS, value: number, what: string, path?: string): void {
+    const max = JSON_SCHEMA_LIMITS[limit];
+    if (value <= max) return;
+    throw new BloomeryError(
+      "JSON_SCHEMA_TOO_COMPLEX",
+      `jsonSchema${path ? ` at ${path}` : ""}: more than ${max} ${what} (JSON_SCHEMA_LIMITS.${limit})`,
+      { limit, max, ...(path && { path }) },
+    );
+  }
 }
 
-/** A rule name from a property or definition name (GBNF names are letters, digits, - and _). */
+/**
+ * A rule name from a property or definition name (GBNF names are letters, digits, - and _), cut
+ * short: names nest (root-a-b-...), and only need to be readable and unique.
+ */
 function ruleName(text: string): string {
-  return text.replace(/[^A-Za-z0-9_-]/g, "-") || "empty";
+  return text.slice(0, 32).replace(/[^A-Za-z0-9_-]/g, "-") || "empty";
+}
+
+/** Orders words (arrays of code points) so that those sharing a prefix lie together, a prefix first. */
+function compareWords(a: string[], b: string[]): number {
+  const n = Math.min(a.length, b.length);
+  for (let i = 0; i < n; i++) {
+    if (a[i] !== b[i]) return a[i]! < b[i]! ? -1 : 1;
+  }
+  return a.length - b.length;
 }
 
 /**
  * A GBNF grammar for the JSON texts `schema` accepts (see the module's notes for what is
  * supported). `{}` or `true` give any JSON value; `{ type: "object" }` any JSON object.
- * Throws BloomeryError JSON_SCHEMA_UNSUPPORTED naming a keyword it cannot honour.
+ * Throws BloomeryError JSON_SCHEMA_UNSUPPORTED naming a keyword it cannot honour,
+ * JSON_SCHEMA_TOO_COMPLEX naming the limit of {@link JSON_SCHEMA_LIMITS} it goes past.
  */
 export function jsonSchemaToGrammar(schema: unknown): string {
   return new Converter(schema).grammar();

@@ -96,7 +96,19 @@ function main() {
   const selection = args.some((a) => a.startsWith("unit/")) ? [] : SUITE_FILES;
   const pytest = spawnSync(
     python,
-    ["-m", "pytest", "-p", "bloomery_suite", "-p", "no:cacheprovider", "-m", "not slow", "-rfEX", ...selection, ...args],
+    [
+      "-m",
+      "pytest",
+      "-p",
+      "bloomery_suite",
+      "-p",
+      "no:cacheprovider",
+      "-m",
+      "not slow",
+      "-rfEX",
+      ...selection,
+      ...args,
+    ],
     {
       cwd: join(tree, "tools/server/tests"),
       stdio: "inherit",

@@ -49,10 +49,13 @@ function readConversation(f: Fields, context: ServerContext): Conversation {
 }
 
 /** The prompt's tokens, as the chat will render it. */
-function chatPrompt(context: ServerContext, c: Conversation): number[] {
+async function chatPrompt(context: ServerContext, c: Conversation): Promise<number[]> {
   const tools = c.toolChoice === "none" ? undefined : c.tools;
   const model = context.model;
-  return promptTokens(model, model.applyChatTemplate(c.messages, { templateKwargs: c.templateKwargs, tools }));
+  return promptTokens(
+    model,
+    await model.applyChatTemplateAsync(c.messages, { templateKwargs: c.templateKwargs, tools }),
+  );
 }
 
 function toolUse(call: ToolCall) {
@@ -119,7 +122,7 @@ export function registerAnthropic(app: FastifyInstance, context: ServerContext):
     const f = new Fields(request.body);
     const conversation = readConversation(f, context);
     f.finish();
-    return { input_tokens: chatPrompt(context, conversation).length };
+    return { input_tokens: (await chatPrompt(context, conversation)).length };
   });
 
   app.post("/v1/messages", async (request, reply) => {
@@ -136,7 +139,7 @@ export function registerAnthropic(app: FastifyInstance, context: ServerContext):
     f.finish();
 
     const { messages, ...chat } = conversation;
-    const prompt = chatPrompt(context, conversation);
+    const prompt = await chatPrompt(context, conversation);
     const options: Omit<ChatOptions, "signal"> = { ...sampling, ...chat, maxTokens, stop };
     const signal = clientSignal(reply);
     const message = { id: responseId("msg_"), type: "message", role: "assistant", model: context.modelId };

@@ -141,7 +141,10 @@ export function registerLlamaNative(app: FastifyInstance, context: ServerContext
     );
   }
   app.post("/infill", (request, reply) =>
-    serveCompletion(context, request.body, reply, (f) => [infillPrompt(context, f)]),
+    serveCompletion(context, request.body, reply, (f) => {
+      const infill = readInfill(context.model, f);
+      return infillPrompt(context, infill).then((prompt) => [prompt]);
+    }),
   );
 }
 
@@ -153,12 +156,14 @@ async function serveCompletion(
   context: ServerContext,
   body: unknown,
   reply: FastifyReply,
-  readPromptsOf: (f: Fields) => number[][],
+  readPromptsOf: (f: Fields) => Promise<number[][]>,
 ) {
   const model = context.model;
   const f = new Fields(body);
-  const prompts = readPromptsOf(f);
-  const promptTexts = prompts.map((prompt) => model.detokenize(prompt, { special: true }));
+  // The prompts' fields are read at once, their tokenizing runs on worker threads meanwhile; a refusal of another
+  // field below must not leave the pending prompts' own refusal unhandled (awaiting them still throws it).
+  const pendingPrompts = readPromptsOf(f);
+  pendingPrompts.catch(() => undefined);
   const stream = f.boolean("stream") ?? false;
   const returnTokens = f.boolean("return_tokens") ?? false;
   const maxTokens = cappedMaxTokens(context, readMaxTokens(f, ["n_predict", "max_tokens"]));
@@ -179,6 +184,8 @@ async function serveCompletion(
   f.boolean("cache_prompt");
   const idSlot = f.integer("id_slot") ?? -1;
   f.finish();
+  const prompts = await pendingPrompts;
+  const promptTexts = prompts.map((prompt) => model.detokenize(prompt, { special: true }));
 
   const options = { ...sampling, maxTokens, stop, ...(nProbs > 0 ? { logprobs: nProbs } : {}) };
   const settings = generationSettings(sampling, { maxTokens, stop, stream, nProbs, ignoreEos });
@@ -288,13 +295,17 @@ function fimToken(model: Model, role: keyof typeof FIM_TEXTS): number | undefine
   return undefined;
 }
 
-/**
- * llama-server's /infill prompt (the repo-level FIM pattern): `input_extra` chunks as files of a project, then the
- * prefix (at most 3/4 of a batch, its end kept), the suffix, and `prompt` where the middle starts:
- * [REP]myproject [SEP]file0 text0 ... [SEP]filename [PRE]prefix prompt [SUF]suffix [MID].
- */
-function infillPrompt(context: ServerContext, f: Fields): number[] {
-  const model = context.model;
+/** An /infill request's texts, and the model's fill-in-the-middle tokens. */
+interface Infill {
+  tokens: { pre: number; suf: number; mid: number; rep?: number; sep?: number };
+  prefix: string;
+  suffix: string;
+  prompt: string;
+  files: { filename: string; body: string }[];
+}
+
+/** Reads an /infill request's fields; a model without fill-in-the-middle tokens is refused (501, as llama-server). */
+function readInfill(model: Model, f: Fields): Infill {
   const pre = fimToken(model, "pre");
   const suf = fimToken(model, "suf");
   const mid = fimToken(model, "mid");
@@ -305,27 +316,51 @@ function infillPrompt(context: ServerContext, f: Fields): number[] {
       `Infill is not supported by this model: its ${missing.filter(Boolean).join(", ")} token is missing`,
     );
   }
-  const text = (value: string) => Array.from(model.tokenize(value, { special: false, addSpecial: false }));
   const prefix = f.string("input_prefix");
   const suffix = f.string("input_suffix");
   if (prefix === undefined) throw f.bad("input_prefix", "is required");
   if (suffix === undefined) throw f.bad("input_suffix", "is required");
-  const prompt = text(f.string("prompt") ?? "");
-  const rep = fimToken(model, "rep");
-  const sep = fimToken(model, "sep");
-  const extra: number[] = rep === undefined ? [] : [rep, ...text("myproject\n")];
-  (f.array("input_extra") ?? []).forEach((chunk, i) => {
+  const files = (f.array("input_extra") ?? []).map((chunk, i) => {
     const c = new Fields(chunk, `input_extra[${i}].`);
     const body = c.string("text");
     if (body === undefined) throw c.bad("text", "must be a string");
     const filename = c.string("filename") ?? "tmp";
     c.finish();
-    extra.push(...(sep === undefined ? text("\n\n--- snippet ---\n\n") : [sep, ...text(`${filename}\n`)]));
-    extra.push(...text(body));
+    return { filename, body };
   });
-  if (sep !== undefined) extra.push(sep, ...text("filename\n"));
+  const rep = fimToken(model, "rep");
+  const sep = fimToken(model, "sep");
+  return {
+    tokens: { pre, suf, mid, ...(rep !== undefined && { rep }), ...(sep !== undefined && { sep }) },
+    prefix,
+    suffix,
+    prompt: f.string("prompt") ?? "",
+    files,
+  };
+}
+
+/**
+ * llama-server's /infill prompt (the repo-level FIM pattern): `input_extra` chunks as files of a project, then the
+ * prefix (at most 3/4 of a batch, its end kept), the suffix, and `prompt` where the middle starts:
+ * [REP]myproject [SEP]file0 text0 ... [SEP]filename [PRE]prefix prompt [SUF]suffix [MID].
+ * The texts are tokenized on worker threads: a prefix or a project's files may be long.
+ */
+async function infillPrompt(context: ServerContext, infill: Infill): Promise<number[]> {
+  const model = context.model;
+  const { pre, suf, mid, rep, sep } = infill.tokens;
+  const text = async (value: string) =>
+    Array.from(await model.tokenizeAsync(value, { special: false, addSpecial: false }));
+  const extra: number[] = rep === undefined ? [] : [rep, ...(await text("myproject\n"))];
+  for (const { filename, body } of infill.files) {
+    extra.push(
+      ...(sep === undefined ? await text("\n\n--- snippet ---\n\n") : [sep, ...(await text(`${filename}\n`))]),
+    );
+    extra.push(...(await text(body)));
+  }
+  if (sep !== undefined) extra.push(sep, ...(await text("filename\n")));
+  const prompt = await text(infill.prompt);
   const batch = context.config.batchSize ?? 2048;
-  const prefixTokens = text(prefix);
+  const prefixTokens = await text(infill.prefix);
   const takePrefix = Math.min(prefixTokens.length, 3 * Math.floor(batch / 4));
   const takeSuffix = Math.max(0, Math.floor(batch / 4) - (2 + prompt.length));
   const contextSize = model.info.contextSize;
@@ -338,7 +373,7 @@ function infillPrompt(context: ServerContext, f: Fields): number[] {
     ...prefixTokens.slice(prefixTokens.length - takePrefix),
     ...prompt,
     suf,
-    ...text(suffix).slice(0, takeSuffix),
+    ...(await text(infill.suffix)).slice(0, takeSuffix),
     mid,
   ];
 }

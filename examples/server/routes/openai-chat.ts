@@ -4,9 +4,10 @@
 // POST /chat/completions/input_tokens counts a conversation's prompt tokens.
 import type { FastifyInstance } from "fastify";
 import type { ChatChunk, ChatResult, TokenLogprobs, ToolCall } from "../../../src/index.js";
-import { checkJinja, chatKwargs, renderChat, type ChatPrompt } from "../chat-request.js";
+import type { ChatMessage } from "../../../src/index.js";
+import { checkJinja, chatKwargs, readChatShape, renderChat, type ChatPrompt, type ChatShape } from "../chat-request.js";
 import { REASONING_FORMATS, type ServerContext } from "../context.js";
-import { Fields } from "../fields.js";
+import { Fields, withoutKeys } from "../fields.js";
 import { openAiMessages } from "../messages.js";
 import { finishReason, llamaTimings, responseId, SYSTEM_FINGERPRINT, unixSeconds } from "../responses.js";
 import { openAiLogprobs, readLogprobs, readMaxTokens, readSampling, samplingDefaults } from "../sampling.js";
@@ -40,6 +41,15 @@ export function openAiChatDeltas(chunk: ChatChunk, callsSoFar: number): Record<s
   return deltas;
 }
 
+/** A chat request as its fields give it, before its prompt is rendered. */
+export interface ChatFields {
+  messages: ChatMessage[];
+  shape: ChatShape;
+  tools: ToolOptions["tools"];
+  templateKwargs: Record<string, unknown>;
+  options: Parameters<ServerContext["slots"]["chat"]>[2];
+}
+
 /** A chat request, read: its prompt, the tools it offers and how it runs. */
 export interface ChatRequest extends ChatPrompt {
   tools: ToolOptions["tools"];
@@ -52,13 +62,13 @@ export function readChatRequest(
   f: Fields,
   messagesField: unknown,
   maxTokens: number | undefined,
-): ChatRequest {
+): ChatFields {
   const messages = openAiMessages(messagesField);
   const toolOptions = readOpenAiTools(f);
   const tools = toolOptions.toolChoice === "none" ? undefined : toolOptions.tools;
   checkJinja(context, tools);
   const templateKwargs = chatKwargs(context, tools, f.object("chat_template_kwargs"));
-  const rendered = renderChat(context, f, messages, tools, templateKwargs);
+  const shape = readChatShape(f, messages);
   const stop = f.strings("stop");
   const sampling = readSampling(f, samplingDefaults(context));
   const reasoningFormat = f.string("reasoning_format") ?? context.config.reasoningFormat ?? "auto";
@@ -66,8 +76,10 @@ export function readChatRequest(
     throw f.bad("reasoning_format", `must be one of ${REASONING_FORMATS.join(", ")}`);
   }
   return {
-    ...rendered,
+    messages,
+    shape,
     tools,
+    templateKwargs,
     options: {
       ...sampling,
       ...toolOptions,
@@ -77,6 +89,12 @@ export function readChatRequest(
       parseReasoning: reasoningFormat !== "none",
     },
   };
+}
+
+/** The request with its prompt rendered and tokenized (off the event loop). */
+export async function renderChatRequest(context: ServerContext, read: ChatFields): Promise<ChatRequest> {
+  const rendered = await renderChat(context, read.messages, read.shape, read.tools, read.templateKwargs);
+  return { ...rendered, tools: read.tools, options: read.options };
 }
 
 /**
@@ -94,14 +112,14 @@ export async function runChat(
   if (request.prefill === undefined) {
     return context.slots.chat(request.messages, request.prompt, options, signal, onChunk, serve);
   }
-  const {
-    tools: _tools,
-    toolChoice: _choice,
-    parallelToolCalls: _parallel,
-    templateKwargs: _kwargs,
-    ...plain
-  } = options;
-  const { parseReasoning: _parse, toolCallFormat: _format, ...generate } = plain;
+  const generate = withoutKeys(options, [
+    "tools",
+    "toolChoice",
+    "parallelToolCalls",
+    "templateKwargs",
+    "parseReasoning",
+    "toolCallFormat",
+  ]);
   const result = await context.slots.run(request.prompt, generate, signal, onChunk, serve);
   const message: ChatResult["message"] = { role: "assistant", content: result.text };
   return { ...result, message };
@@ -112,8 +130,9 @@ export function registerOpenAiChat(app: FastifyInstance, context: ServerContext)
     app.post(path, async (request) => {
       const f = new Fields(request.body);
       f.string("model");
-      const chat = readChatRequest(context, f, f.raw("messages"), undefined);
+      const read = readChatRequest(context, f, f.raw("messages"), undefined);
       f.finish();
+      const chat = await renderChatRequest(context, read);
       return { input_tokens: chat.prompt.length };
     });
   }
@@ -124,13 +143,14 @@ export function registerOpenAiChat(app: FastifyInstance, context: ServerContext)
       const f = new Fields(request.body);
       const { stream, includeUsage, idSlot, n } = readOpenAiCommon(f);
       const maxTokens = readMaxTokens(f, ["max_completion_tokens", "max_tokens", "n_predict"]);
-      const chat = readChatRequest(context, f, f.raw("messages"), maxTokens);
+      const read = readChatRequest(context, f, f.raw("messages"), maxTokens);
       const logprobs = readLogprobs(f, "chat");
       const timingsPerToken = f.boolean("timings_per_token") ?? false;
       const returnProgress = f.boolean("return_progress") ?? false;
       const verbose = (f.boolean("verbose") ?? false) || context.config.verbose === true;
       f.finish();
       if (n > 1 && stream) throw f.bad("n", "above 1 is not streamed by bloomery-serve: ask for stream: false");
+      const chat = await renderChatRequest(context, read);
 
       const options = { ...chat.options, ...(logprobs !== undefined ? { logprobs } : {}) };
       const signal = clientSignal(reply);

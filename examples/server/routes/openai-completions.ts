@@ -30,8 +30,12 @@ export function readOpenAiCommon(f: Fields): { stream: boolean; includeUsage: bo
   return { stream, includeUsage, idSlot, n };
 }
 
-/** `prompt` as text, one text in an array, or token ids. */
-export function readPrompt(f: Fields, vocabSize: number, text: (prompt: string) => number[]): number[] {
+/** `prompt` as text (tokenized by `text`), one text in an array, or token ids. */
+export async function readPrompt(
+  f: Fields,
+  vocabSize: number,
+  text: (prompt: string) => Promise<number[]>,
+): Promise<number[]> {
   const value = f.raw("prompt");
   if (typeof value === "string") return text(value);
   if (Array.isArray(value) && value.length === 1 && typeof value[0] === "string") return text(value[0]);
@@ -43,7 +47,7 @@ export function registerOpenAiCompletions(app: FastifyInstance, context: ServerC
   app.post("/v1/completions", async (request, reply) => {
     const model = context.model;
     const f = new Fields(request.body);
-    const prompt = readPrompt(f, model.info.vocabSize, (text) => promptTokens(model, text));
+    const prompt = await readPrompt(f, model.info.vocabSize, (text) => promptTokens(model, text));
     const { stream, includeUsage, idSlot, n } = readOpenAiCommon(f);
     const maxTokens = cappedMaxTokens(context, readMaxTokens(f, ["max_tokens", "n_predict"]));
     const stop = f.strings("stop");

@@ -7,13 +7,13 @@ import type { FastifyInstance } from "fastify";
 import type { ChatChunk, ToolCall } from "../../../src/index.js";
 import type { ServerContext } from "../context.js";
 import { badField } from "../errors.js";
-import { Fields, isObject, type JsonObject } from "../fields.js";
+import { Fields, isObject, withoutKeys, type JsonObject } from "../fields.js";
 import { llamaTimings, responseId, unixSeconds } from "../responses.js";
 import { SAMPLING_FIELDS } from "../sampling.js";
 import type { PromptProgress, SlotChat } from "../slots.js";
 import { clientSignal, SseStream, streamReply } from "../sse.js";
 import { RunClock } from "./llama-native.js";
-import { readChatRequest, runChat } from "./openai-chat.js";
+import { readChatRequest, renderChatRequest, runChat } from "./openai-chat.js";
 
 /** The Responses API's input items as OpenAI chat messages (the shape the chat endpoints read). */
 function inputMessages(input: unknown, instructions: string | undefined): JsonObject[] {
@@ -81,8 +81,7 @@ function chatTools(tools: unknown): JsonObject[] | undefined {
     if (!isObject(tool) || tool.type !== "function") {
       throw badField(`tools[${i}].type`, 'must be "function": bloomery-serve runs no built-in tools');
     }
-    const { type: _type, ...fn } = tool;
-    return { type: "function", function: fn };
+    return { type: "function", function: withoutKeys(tool, ["type"]) };
   });
 }
 
@@ -97,8 +96,7 @@ function chatResponseFormat(text: unknown): unknown {
   const format = text.format;
   if (!isObject(format) || format.type === "text") return undefined;
   if (format.type === "json_schema") {
-    const { type: _type, ...schema } = format;
-    return { type: "json_schema", json_schema: schema };
+    return { type: "json_schema", json_schema: withoutKeys(format, ["type"]) };
   }
   return format;
 }
@@ -152,8 +150,9 @@ export function registerOpenAiResponses(app: FastifyInstance, context: ServerCon
       };
       body.finish();
       const f = new Fields(chatBody);
-      const chat = readChatRequest(context, f, f.raw("messages"), maxTokens);
+      const read = readChatRequest(context, f, f.raw("messages"), maxTokens);
       f.finish();
+      const chat = await renderChatRequest(context, read);
 
       const signal = clientSignal(reply);
       const id = responseId("resp_");

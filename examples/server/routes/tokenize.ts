@@ -1,12 +1,16 @@
-// POST /tokenize, /detokenize and /apply-template, with llama-server's fields.
+// POST /tokenize, /detokenize and /apply-template, with llama-server's fields. The work runs off
+// the event loop (tokenizing and rendering on worker threads, pieces a slice at a time), so a
+// long text does not hold up the other requests.
+import { setImmediate as yieldToEventLoop } from "node:timers/promises";
 import type { FastifyInstance } from "fastify";
+import type { Model } from "../../../src/index.js";
 import type { ServerContext } from "../context.js";
 import { Fields } from "../fields.js";
 import { openAiMessages } from "../messages.js";
 import { readOpenAiTools } from "../tools.js";
 
 export function registerTokenize(app: FastifyInstance, context: ServerContext): void {
-  app.post("/tokenize", async (request) => {
+  app.post("/tokenize", async (request, reply) => {
     const f = new Fields(request.body);
     const content = f.string("content") ?? "";
     const addSpecial = f.boolean("add_special") ?? false;
@@ -14,9 +18,10 @@ export function registerTokenize(app: FastifyInstance, context: ServerContext): 
     const withPieces = f.boolean("with_pieces") ?? false;
     f.finish();
     const model = context.model;
-    const tokens = Array.from(model.tokenize(content, { special: parseSpecial, addSpecial }));
-    if (!withPieces) return { tokens };
-    return { tokens: tokens.map((id) => ({ id, piece: model.detokenize([id], { special: true }) })) };
+    const tokens = await model.tokenizeAsync(content, { special: parseSpecial, addSpecial });
+    // Written as JSON here, a slice at a time for the pieces: a long text's response is large.
+    const json = withPieces ? await piecesJson(model, tokens) : `{"tokens":[${tokens.join(",")}]}`;
+    return reply.type("application/json").send(json);
   });
 
   app.post("/detokenize", async (request) => {
@@ -35,9 +40,30 @@ export function registerTokenize(app: FastifyInstance, context: ServerContext): 
     f.finish();
     const offered = toolChoice === "none" ? undefined : tools;
     return {
-      prompt: context.model.applyChatTemplate(messages, { templateKwargs, addGenerationPrompt, tools: offered }),
+      prompt: await context.model.applyChatTemplateAsync(messages, {
+        templateKwargs,
+        addGenerationPrompt,
+        tools: offered,
+      }),
     };
   });
+}
+
+/** Tokens whose pieces are written before the event loop gets a turn (a few milliseconds' work). */
+const PIECES_PER_TURN = 4096;
+
+/** `{"tokens":[{"id","piece"}, ...]}`, written a slice of tokens at a time. */
+async function piecesJson(model: Model, tokens: Uint32Array): Promise<string> {
+  const slices: string[] = [];
+  for (let start = 0; start < tokens.length; start += PIECES_PER_TURN) {
+    if (start > 0) await yieldToEventLoop();
+    const slice = Array.from(tokens.subarray(start, start + PIECES_PER_TURN), (id) => ({
+      id,
+      piece: model.detokenize([id], { special: true }),
+    }));
+    slices.push(JSON.stringify(slice).slice(1, -1));
+  }
+  return `{"tokens":[${slices.join(",")}]}`;
 }
 
 /** An array of token ids of the model's vocabulary. */

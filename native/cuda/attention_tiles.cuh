@@ -1,6 +1,6 @@
-// The tensor-core building blocks the attention kernels share: f16 fragments loaded from shared
-// memory with ldmatrix, the m16n8k16 f16 mma with f32 accumulators, and the quad reductions over
-// an mma C fragment's row.
+// What the tensor-core attention kernels (attention_tiled.cu, attention_latent.cu) share: f16
+// fragments loaded from shared memory with ldmatrix, the m16n8k16 f16 mma with f32 accumulators,
+// the quad reductions over an mma C fragment's row, and the fold of a row's segment statistics.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -47,5 +47,25 @@ __device__ __forceinline__ float quad_max(float v) {
 }
 
 __device__ __forceinline__ void wait_for_tiles() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
+// A row's maximum over the statistics of its `count` segments (each its maximum score and exp
+// sum, `stride` apart) and the inverse of its exp sum, as the CPU's softmax has them (its sum in
+// double, the inverse rounded to float). Read from L2 (__ldcg): other blocks of the same launch
+// may have written them.
+__device__ __forceinline__ void fold_segment_statistics(const float2* stats, int64_t stride, int count, float& max,
+                                                        float& inverse) {
+  float row_max = -INFINITY;
+#pragma unroll 8
+  for (int g = 0; g < count; ++g) row_max = fmaxf(row_max, __ldcg(stats + g * stride).x);
+  double row_sum = 0.0;
+#pragma unroll 8
+  for (int g = 0; g < count; ++g) {
+    const float2 st = __ldcg(stats + g * stride);
+    row_sum =
+        __dadd_rn(row_sum, __dmul_rn(static_cast<double>(st.y), static_cast<double>(expf(__fsub_rn(st.x, row_max)))));
+  }
+  max = row_max;
+  inverse = static_cast<float>(1.0 / row_sum);
+}
 
 }  // namespace bloomery::cuda

@@ -1,0 +1,136 @@
+// Model-family benchmark (run on the GPU machine): one synthetic model of a family's full shapes
+// (bloomery-synth's glm-4.5-air, deepseek-v3-slice) in one placement, ours and ik_llama.cpp's
+// llama-bench on the same file in the same run, each figure with its ratio:
+//   whole        the whole model on the GPU            (ik: -ngl 99)
+//   budget=24    a GPU budget of 24 GiB, the rest on the CPU (ik: the routed experts of as many
+//                whole layers as the same memory holds on the GPU, the others' with -ot on the CPU)
+//   cpu-experts  every routed expert on the CPU        (ik: -ot exps=CPU)
+// ik runs with -fa 1 -fmoe 1 (and -mla 3 for MLA models), -t 16, prompts of 4,096 with
+// -b 4096 -ub 4096 (../shared/BASELINES.md: its fastest settings). Decode is greedy generate()
+// as a user streams it (first token to last) and the engine's own time for those passes (what
+// llama-bench's tg measures); prompts of 512 and 4,096 tokens. Writes JSON to $OUT (or the
+// working directory).
+//   node bench/families.mjs /root/glm.gguf whole
+import { spawnSync } from "node:child_process";
+import { existsSync, writeFileSync } from "node:fs";
+import { setTimeout as sleep } from "node:timers/promises";
+import { join } from "node:path";
+import { getSystemInfo, loadModel, modelFootprint, planOffload, readGgufInfo } from "../dist/index.js";
+import { promptRate, secondsSince, streamedDecodeRate } from "./measure.mjs";
+
+const [path, placement = "whole"] = process.argv.slice(2);
+if (!path) throw new Error("usage: node bench/families.mjs <model.gguf> whole|budget=<GiB>|cpu-experts");
+const CONTEXT = 8192;
+const DECODE_STEPS = 128;
+const IK_BENCH = "/root/ikl/build/bin/llama-bench";
+const GIB = 2 ** 30;
+
+const info = await readGgufInfo(path);
+const summary = info.summary;
+const mla = info.metadata[`${summary.architecture}.attention.kv_lora_rank`] !== undefined;
+
+/** Our load options and ik's placement flags for `placement`. */
+async function placements() {
+  if (placement === "whole") return { ours: { gpu: "auto" }, ik: ["-ngl", "99"] };
+  const footprint = await modelFootprint(path, { contextSize: CONTEXT });
+  const layers = footprint.expertBytes.length;
+  const routed = footprint.expertBytes.map((bytes, l) => ({ bytes, l })).filter((x) => x.bytes > 0);
+  if (placement === "cpu-experts") {
+    const plan = planOffload(footprint, { gpu: 1e15, hostRam: 1e15 });
+    for (const layer of plan.layers) {
+      layer.host = [...layer.gpu, ...layer.host].sort((a, b) => a - b);
+      layer.gpu = [];
+      layer.reason = "benchmark: every routed expert on the CPU";
+    }
+    return { ours: { gpu: "auto", plan }, ik: ["-ngl", "99", "-ot", "exps=CPU"] };
+  }
+  const budget = Number(/^budget=(\d+(\.\d+)?)$/.exec(placement)?.[1]) * GIB;
+  if (!(budget > 0)) throw new Error(`unknown placement ${placement}`);
+  // ik with the same memory: the dense part and cache, then whole layers' experts from the first on.
+  let left = budget - footprint.denseBytes - footprint.kvBytes - footprint.workspaceBytes;
+  const onGpu = new Set();
+  for (const { bytes, l } of routed) {
+    if (bytes * footprint.experts > left) break;
+    left -= bytes * footprint.experts;
+    onGpu.add(l);
+  }
+  const cpuLayers = routed.filter((x) => !onGpu.has(x.l)).map((x) => x.l);
+  console.log(`ik: experts of ${onGpu.size} of ${routed.length} MoE layers on the GPU (${layers} layers)`);
+  return {
+    ours: { gpu: { budget } },
+    ik: ["-ngl", "99", "-ot", `blk\\.(${cpuLayers.join("|")})\\.ffn_(gate|up|down)_exps=CPU`],
+  };
+}
+
+async function ours(options) {
+  const loadStart = process.hrtime.bigint();
+  const model = await loadModel(path, { contextSize: CONTEXT, ...options });
+  const loadSeconds = secondsSince(loadStart);
+  const vocab = model.info.vocabSize;
+  const session = model.createSession();
+  await promptRate(session, 64, vocab);
+  const prompt512 = Math.max(await promptRate(session, 512, vocab), await promptRate(session, 512, vocab));
+  const prompt4096 = await promptRate(session, 4096, vocab);
+  const before = model.stats();
+  const decode = await streamedDecodeRate(model, session, DECODE_STEPS);
+  const after = model.stats();
+  const decodeEngine = (after.decodeTokens - before.decodeTokens) / (after.decodeSeconds - before.decodeSeconds);
+  const plan = model.plan;
+  model.dispose();
+  return {
+    loadSeconds,
+    gpuExperts: plan?.layers.reduce((n, l) => n + l.gpu.length, 0),
+    hostExperts: plan?.layers.reduce((n, l) => n + l.host.length, 0),
+    planBytes: plan?.bytes,
+    decodeTokensPerSecond: decode,
+    decodeEngineTokensPerSecond: decodeEngine,
+    prompt512TokensPerSecond: prompt512,
+    prompt4096TokensPerSecond: prompt4096,
+  };
+}
+
+/** llama-bench's t/s for each test of one run (`pp512`, `tg128`, ...), from its markdown table. */
+function ikRun(args) {
+  const command = [IK_BENCH, "-m", path, "-fa", "1", "-fmoe", "1", "-t", "16", ...(mla ? ["-mla", "3"] : []), ...args];
+  const run = spawnSync(command[0], [...command.slice(1), "-o", "md"], { encoding: "utf8", timeout: 900_000 });
+  const figures = {};
+  for (const line of (run.stdout ?? "").split("\n")) {
+    const cells = line.split("|").map((c) => c.trim());
+    const test = cells.at(-3);
+    const rate = /^([\d.]+) ± ([\d.]+)$/.exec(cells.at(-2) ?? "");
+    if (test && rate) figures[test] = Number(rate[1]);
+  }
+  if (Object.keys(figures).length === 0) figures.error = (run.stderr || run.stdout || String(run.error)).slice(-2000);
+  return { command: command.join(" "), figures };
+}
+
+const { ours: options, ik: ikArgs } = await placements();
+const result = {
+  command: `node bench/families.mjs ${path} ${placement}`,
+  date: new Date().toISOString(),
+  machine: getSystemInfo(),
+  model: { path, architecture: summary.architecture, layers: summary.layers, bytes: summary.tensorBytes },
+  placement,
+  ours: await ours(options),
+};
+// The peer's build (../shared/device/peer/build.sh) may still be running: wait for it a while.
+for (let waited = 0; !existsSync("/root/ikl/build.done") && existsSync("/root/ikl") && waited < 900; waited += 5) {
+  await sleep(5000);
+}
+if (existsSync(IK_BENCH)) {
+  const short = ikRun([...ikArgs, "-p", "512", "-n", "128"]);
+  const long = ikRun([...ikArgs, "-p", "4096", "-n", "0", "-b", "4096", "-ub", "4096"]);
+  const peer = { decode: short.figures.tg128, prompt512: short.figures.pp512, prompt4096: long.figures.pp4096 };
+  result.peer = { name: "ik_llama.cpp llama-bench", runs: [short, long], figures: peer };
+  result.ratios = {
+    decode: result.ours.decodeTokensPerSecond / peer.decode,
+    decodeEngine: result.ours.decodeEngineTokensPerSecond / peer.decode,
+    prompt512: result.ours.prompt512TokensPerSecond / peer.prompt512,
+    prompt4096: result.ours.prompt4096TokensPerSecond / peer.prompt4096,
+  };
+} else {
+  result.peer = { error: `${IK_BENCH} not built (../shared/device/peer/build.sh)` };
+}
+console.log(JSON.stringify(result, null, 2));
+const out = join(process.env.OUT ?? ".", `families-${summary.architecture}-${placement}.json`);
+writeFileSync(out, JSON.stringify(result, null, 2));
