@@ -5,6 +5,7 @@
 import { copyFileSync, existsSync, mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { Template } from "@huggingface/jinja";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createApp } from "../examples/server/app.js";
 import { launchSettings, modelSource } from "../examples/server/launch.js";
@@ -171,6 +172,33 @@ describe("every flag reaches what it controls (finding 10)", () => {
     );
     expect(() => parseServeOptions(["--slot-save-path", otherModel])).toThrow(/is not a folder/);
     return expect(settings(["-ot", "exps=CUDA1"])).rejects.toThrow(/the buffer type must be CPU or CUDA0, not "CUDA1"/);
+  });
+
+  it("takes llama.cpp's template names as llama-server does: chatml always, its built-in formats with --no-jinja", () => {
+    const render = (argv: string[]) =>
+      new Template(parseServeOptions(argv).chatTemplate!).render({
+        messages: [
+          { role: "system", content: " You are a test. " },
+          { role: "user", content: "Hi there" },
+        ],
+        add_generation_prompt: true,
+      });
+    const chatml = "<|im_start|>system\n You are a test. <|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n";
+    expect(render(["--chat-template", "chatml"])).toBe(`${chatml}<|im_start|>assistant\n`);
+    // llama.cpp's C++ formats trim each message (src/llama-chat.cpp).
+    expect(render(["--no-jinja", "--chat-template", "command-r"])).toBe(
+      "<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>You are a test.<|END_OF_TURN_TOKEN|>" +
+        "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>Hi there<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>",
+    );
+    expect(render(["--no-jinja", "--chat-template", "llama3"])).toBe(
+      "<|start_header_id|>system<|end_header_id|>\n\nYou are a test.<|eot_id|>" +
+        "<|start_header_id|>user<|end_header_id|>\n\nHi there<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
+    );
+    // With --jinja (the default) llama-server takes any other text as the template itself.
+    expect(parseServeOptions(["--chat-template", "llama3"]).chatTemplate).toBe("llama3");
+    expect(() => parseServeOptions(["--no-jinja", "--chat-template", "llama2"])).toThrow(
+      /--chat-template llama2 with --no-jinja names llama.cpp's built-in llama2 format/,
+    );
   });
 
   it("takes llama-server's -c 0 (the trained context) and -t 0 (the default threads)", async () => {

@@ -1,6 +1,7 @@
 // CORS as llama-server answers it: the request's Origin is echoed back when it is allowed (any origin, unless
 // --cors-origins lists them), and a preflight OPTIONS request on any path is answered before the API key check.
 import type { FastifyInstance } from "fastify";
+import { headerAsSpelled } from "./responses.js";
 
 const LOCAL_HOSTS = new Set(["localhost", "127.0.0.1", "[::1]"]);
 
@@ -22,14 +23,14 @@ export function registerCors(app: FastifyInstance, origins?: readonly string[]):
   app.addHook("onRequest", async (request, reply) => {
     const origin = request.headers.origin;
     if (origin === undefined) {
-      if (!origins) reply.header("Access-Control-Allow-Origin", "*");
+      if (!origins) headerAsSpelled(reply, "Access-Control-Allow-Origin", "*");
     } else if (allowed(origin, origins)) {
-      reply.header("Access-Control-Allow-Origin", origin);
+      headerAsSpelled(reply, "Access-Control-Allow-Origin", origin);
     }
     if (request.method !== "OPTIONS") return;
-    reply.header("Access-Control-Allow-Credentials", "true");
-    reply.header("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
-    reply.header("Access-Control-Allow-Headers", "*");
+    headerAsSpelled(reply, "Access-Control-Allow-Credentials", "true");
+    headerAsSpelled(reply, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
+    headerAsSpelled(reply, "Access-Control-Allow-Headers", "*");
     return reply.code(200).type("text/html").send("");
   });
   // The hook answers every preflight; the route only makes fastify accept the method on any path.

@@ -1,5 +1,6 @@
 // bloomery-serve's command line: llama-server's spellings, each also read from its LLAMA_ARG_*
 // environment variable (the command line wins). Unknown flags and variables are refused by name.
+import { namedTemplate } from "./named-templates.js";
 import { readFileSync, statSync } from "node:fs";
 import { REASONING_FORMATS, type ReasoningFormat } from "./context.js";
 import { DRAIN_SECONDS } from "./drain.js";
@@ -339,7 +340,9 @@ export const FLAGS: readonly Flag[] = [
     names: ["--chat-template"],
     env: "LLAMA_ARG_CHAT_TEMPLATE",
     kind: "string",
-    help: "a Jinja chat template to use instead of the model's",
+    help:
+      "a Jinja chat template to use instead of the model's; chatml names llama.cpp's ChatML, and with --no-jinja " +
+      "llama3 and command-r name llama.cpp's built-in formats (its other format names are refused)",
     apply: (o, v) => (o.chatTemplate = v as string),
   },
   {
@@ -566,6 +569,7 @@ export function parseServeOptions(argv: readonly string[], env: NodeJS.ProcessEn
   if (options.parallel < 1) throw new UsageError("--parallel must be at least 1");
   if (options.port < 0 || options.port > 65535) throw new UsageError("--port must be between 0 and 65535");
   if (options.timeoutSeconds < 0) throw new UsageError("--timeout must be at least 0");
+  if (options.chatTemplate !== undefined) options.chatTemplate = namedTemplate(options.chatTemplate, options.jinja);
   return options;
 }
 

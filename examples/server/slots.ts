@@ -282,7 +282,8 @@ export class Slots {
       total: prompt.length,
       cache,
       processed,
-      time_ms: performance.now() - started,
+      // Before the first batch no token has been evaluated: no time has gone into the prompt yet.
+      time_ms: processed === cache ? 0 : performance.now() - started,
     });
     report(at(cache));
     for (let end = cache; end < prompt.length && !signal.aborted; ) {

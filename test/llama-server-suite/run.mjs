@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // Runs llama.cpp's own server test suite (tools/server/tests, pytest) against bloomery-serve: see README.md.
-//   node test/llama-server-suite/run.mjs [pytest arguments]     (npm run test:llama-suite -- ...)
+//   node test/llama-server-suite/run.mjs [--ci] [pytest arguments]     (npm run test:llama-suite -- ...)
+// --ci runs CI_FILES, the files CI runs (.ci/run); without it, every file of SUITE_FILES (or the unit/ files given).
 // The suite is read from the llama.cpp git bundle that node-llama-cpp ships, at the commit pinned below; the
 // server is dist/serve-cli.js (npm run build first); Python and pytest are Debian's (.ci/run installs them).
 import { execFileSync, spawnSync } from "node:child_process";
@@ -32,6 +33,15 @@ export const SUITE_FILES = [
   "test_tool_call",
   "test_stream",
 ].map((name) => `unit/${name}.py`);
+
+/**
+ * The files CI runs (--ci): all but test_compat_anthropic and test_completion, which take 6 of the suite's 13
+ * minutes on a busy two-core machine and whose requests test/server-anthropic.test.ts and
+ * test/server-native.test.ts also make; `npm run test:llama-suite` runs them all.
+ */
+export const CI_FILES = SUITE_FILES.filter(
+  (file) => file !== "unit/test_compat_anthropic.py" && file !== "unit/test_completion.py",
+);
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = resolve(here, "../..");
@@ -92,8 +102,9 @@ function main() {
     console.log("llama-server-suite: the openai Python package is missing: using shim/openai (see its docstring)");
     paths.push(join(here, "shim"));
   }
-  const args = process.argv.slice(2);
-  const selection = args.some((a) => a.startsWith("unit/")) ? [] : SUITE_FILES;
+  const ci = process.argv.includes("--ci");
+  const args = process.argv.slice(2).filter((a) => a !== "--ci");
+  const selection = args.some((a) => a.startsWith("unit/")) ? [] : ci ? CI_FILES : SUITE_FILES;
   const pytest = spawnSync(
     python,
     [

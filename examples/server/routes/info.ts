@@ -2,7 +2,7 @@
 import type { FastifyInstance } from "fastify";
 import type { ServerContext } from "../context.js";
 import { HttpError } from "../errors.js";
-import { unixSeconds } from "../responses.js";
+import { headerAsSpelled, unixSeconds } from "../responses.js";
 
 export function registerInfo(app: FastifyInstance, context: ServerContext): void {
   const created = unixSeconds();
@@ -115,6 +115,7 @@ export function registerInfo(app: FastifyInstance, context: ServerContext): void
           `# HELP llamacpp:${name} ${help}\n# TYPE llamacpp:${name} ${type}\nllamacpp:${name} ${value}\n`,
       )
       .join("");
-    return reply.type("text/plain; version=0.0.4").header("Process-Start-Time-Unix", String(created)).send(text);
+    headerAsSpelled(reply, "Process-Start-Time-Unix", String(created));
+    return reply.type("text/plain; version=0.0.4").send(text);
   });
 }

@@ -94,6 +94,13 @@ export class RunClock {
   readonly #started = performance.now();
   #firstToken: number | undefined;
   #tokens = 0;
+  /** While the prompt is evaluated: its tokens evaluated so far and the milliseconds that took (return_progress). */
+  #prompt: { evaluated: number; ms: number } | undefined;
+
+  /** A prompt progress report: the timings say how far the prompt's evaluation is, until the first token. */
+  progress(p: PromptProgress): void {
+    this.#prompt = { evaluated: p.processed - p.cache, ms: p.time_ms };
+  }
 
   token(count: number): void {
     this.#firstToken ??= performance.now();
@@ -102,16 +109,18 @@ export class RunClock {
 
   timings(promptTokens: number, cachedTokens: number): Record<string, number> {
     const now = performance.now();
-    const promptMs = (this.#firstToken ?? now) - this.#started;
+    const inPrompt = this.#firstToken === undefined ? this.#prompt : undefined;
+    const promptN = inPrompt ? inPrompt.evaluated : promptTokens;
+    const promptMs = inPrompt ? inPrompt.ms : (this.#firstToken ?? now) - this.#started;
     const predictedMs = this.#firstToken === undefined ? 0 : now - this.#firstToken;
     // The first token comes with the prompt's pass: the rate is over the tokens after it.
     const decoded = Math.max(0, this.#tokens - 1);
     return {
       cache_n: cachedTokens,
-      prompt_n: promptTokens,
+      prompt_n: promptN,
       prompt_ms: promptMs,
-      prompt_per_token_ms: promptTokens ? promptMs / promptTokens : 0,
-      prompt_per_second: promptMs ? (promptTokens * 1000) / promptMs : 0,
+      prompt_per_token_ms: promptN ? promptMs / promptN : 0,
+      prompt_per_second: promptMs ? (promptN * 1000) / promptMs : 0,
       predicted_n: this.#tokens,
       predicted_ms: predictedMs,
       predicted_per_token_ms: decoded ? predictedMs / decoded : 0,
@@ -247,6 +256,7 @@ async function serveCompletion(
               batchSize: context.config.batchSize ?? 2048,
               report: (p: PromptProgress) => {
                 cached = p.cache;
+                clock.progress(p);
                 sse.send(partial({ content: "", tokens: [], prompt_progress: p }));
               },
             }

@@ -216,6 +216,7 @@ export function registerOpenAiChat(app: FastifyInstance, context: ServerContext)
               batchSize: context.config.batchSize ?? 2048,
               report: (p: PromptProgress) => {
                 cached = p.cache;
+                clock.progress(p);
                 sendRole();
                 sse.send({ ...head, object: "chat.completion.chunk", choices: [], prompt_progress: p, ...timings() });
               },
