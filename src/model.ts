@@ -252,6 +252,8 @@ export interface ModelInfo {
   /** Beginning- and end-of-sequence tokens (-1 when the model names none). */
   bosToken: number;
   eosToken: number;
+  /** The tokens that end a generation: end-of-sequence and end-of-turn (a logit bias of -Infinity on them never ends one). */
+  endTokens: readonly number[];
   /** Bytes of weights per ggml type, e.g. `{ Q4_K: ..., Q6_K: ..., F32: ... }`. */
   quantMix: Record<string, number>;
   /** Bytes of all weights. */
@@ -388,7 +390,9 @@ export class Model extends EventEmitter<ModelEvents> {
     this.#tokenizer = tokenizer;
     const source = facts.chatTemplate ?? BUILTIN_TEMPLATES[facts.builtinChatTemplate ?? "chatml"];
     this.#chatTemplate = { template: new ChatTemplate(source), toolCallFormat: detectToolCallFormat(source) };
-    this.info = Object.freeze({ ...callNative((a) => a.modelInfo(handle)), ...facts });
+    const { eos, eot } = tokenizer.info;
+    const endTokens = Object.freeze([...new Set([eos, eot].filter((t): t is number => t !== null && t >= 0))]);
+    this.info = Object.freeze({ ...callNative((a) => a.modelInfo(handle)), ...facts, endTokens });
   }
 
   /**

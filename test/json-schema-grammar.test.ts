@@ -56,6 +56,14 @@ describe("jsonSchemaToGrammar", () => {
     expect(jsonSchemaToGrammar({ const: "é\n" })).toContain('root ::= "\\"é\\\\n\\"" space');
   });
 
+  it("reads an items array as a tuple, as prefixItems (llama.cpp's reading of the older draft)", () => {
+    const tuple = { items: [{ type: "integer" }, { type: "string" }] };
+    expect(jsonSchemaToGrammar(tuple)).toContain('root ::= "[" space integer "," space string "]" space');
+    expect(jsonSchemaToGrammar(tuple)).toBe(
+      jsonSchemaToGrammar({ prefixItems: [{ type: "integer" }, { type: "string" }] }),
+    );
+  });
+
   it("writes an enum as a trie: shared prefixes once, a rule per branching point", () => {
     expect(jsonSchemaToGrammar({ enum: ["ab1", "ab2", "ac", "ab2"] })).toBe(
       'root ::= ("\\"a" root-enum) space\n' +

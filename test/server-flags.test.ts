@@ -5,6 +5,7 @@
 import { copyFileSync, existsSync, mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { Template } from "@huggingface/jinja";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createApp } from "../examples/server/app.js";
 import { launchSettings, modelSource } from "../examples/server/launch.js";
@@ -36,7 +37,10 @@ async function settings(argv: string[], env: NodeJS.ProcessEnv = {}) {
  * One command line per flag (by its first name): `base` the flags it needs, `args` the flag with a value other than
  * its default. "no effect" marks a flag whose --help says it has none.
  */
-const SAMPLES: Record<string, { base?: string[]; args: string[] } | "no effect"> = {
+const SAMPLES: Record<
+  string,
+  { base?: string[]; args: string[] } | { noEffect: string[] } | { refused: string[] } | "no effect"
+> = {
   "-m": { args: ["-m", otherModel] },
   "-hf": { args: ["-hf", "org/model:Q8_0"] },
   "-hff": { base: ["-hf", "org/model"], args: ["--hf-file", "model-Q8_0.gguf"] },
@@ -69,6 +73,36 @@ const SAMPLES: Record<string, { base?: string[]; args: string[] } | "no effect">
   "--host-ram": { args: ["--host-ram", "1GiB"] },
   "--residency": { args: ["--residency", "static"] },
   "--jinja": "no effect",
+  "--no-jinja": { args: ["--no-jinja"] },
+  "-kvu": { base: ["-c", "512"], args: ["--kv-unified"] },
+  "--tags": { args: ["--tags", "chat,small"] },
+  "-s": { args: ["-s", "42"] },
+  "-n": { args: ["-n", "64"] },
+  "-b": { args: ["-b", "64"] },
+  "-ub": { noEffect: ["-ub", "64"] },
+  "-fa": { noEffect: ["-fa", "on"] },
+  "-cb": "no effect",
+  "--swa-full": "no effect",
+  "--no-context-shift": "no effect",
+  "--no-ui": "no effect",
+  "--offline": { base: ["-hf", "org/model"], args: ["--offline"] },
+  "-rea": { args: ["-rea", "off"] },
+  "-v": { args: ["-v"] },
+  "--cors-origins": { args: ["--cors-origins", "localhost"] },
+  "--context-shift": { refused: ["--context-shift"] },
+  "--embedding": { refused: ["--embedding"] },
+  "--pooling": { refused: ["--pooling", "mean"] },
+  "--rerank": { refused: ["--rerank"] },
+  "-md": { refused: ["-md", "draft.gguf"] },
+  "--spec-type": { refused: ["--spec-type", "draft-simple"] },
+  "--draft": { refused: ["--draft", "8"] },
+  "--spec-synth-len": { refused: ["--spec-synth-len", "4"] },
+  "--lora": { refused: ["--lora", "adapter.gguf"] },
+  "--media-path": { refused: ["--media-path", "."] },
+  "--mmproj": { refused: ["--mmproj", "mmproj.gguf"] },
+  "--tools": { refused: ["--tools", "all"] },
+  "--ui-mcp-proxy": { refused: ["--ui-mcp-proxy"] },
+  "-bs": { refused: ["-bs"] },
   "--metrics": { args: ["--metrics"] },
   "--temp": { args: ["--temp", "0.5"] },
   "-h": { args: ["--help"] },
@@ -86,9 +120,18 @@ describe("every flag reaches what it controls (finding 10)", () => {
     "$name changes what the server is started with",
     async ({ name, flag }) => {
       const sample = SAMPLES[name]!;
-      if (sample === "no effect") {
+      if (sample === "no effect" || "noEffect" in sample) {
         expect(flag.help).toMatch(/no effect/);
-        expect(await settings([name])).toEqual(await settings([]));
+        expect(await settings(sample === "no effect" ? [name] : sample.noEffect)).toEqual(await settings([]));
+        return;
+      }
+      if ("refused" in sample) {
+        // A flag bloomery cannot obey is refused by its name, with the reason its help gives.
+        expect(flag.help).toMatch(/^refused: /);
+        for (const alias of flag.names) {
+          const args = [alias, ...sample.refused.slice(1)];
+          expect(() => parseServeOptions(args)).toThrow(`${alias}: ${flag.help.slice("refused: ".length)}`);
+        }
         return;
       }
       const base = sample.base ?? [];
@@ -121,7 +164,6 @@ describe("every flag reaches what it controls (finding 10)", () => {
   });
 
   it("refuses by name the values it cannot obey rather than read them as something else", () => {
-    expect(() => parseServeOptions(["--jinja=false"])).toThrow(/--jinja false: bloomery renders every chat template/);
     expect(() => parseServeOptions(["--cache-ram", "-2"])).toThrow(/--cache-ram must be at least -1, not -2/);
     expect(() => parseServeOptions(["-c", "-1"])).toThrow(/-c must be at least 0/);
     expect(() => parseServeOptions(["--temp", "-0.5"])).toThrow(/--temp must be at least 0/);
@@ -132,8 +174,43 @@ describe("every flag reaches what it controls (finding 10)", () => {
     return expect(settings(["-ot", "exps=CUDA1"])).rejects.toThrow(/the buffer type must be CPU or CUDA0, not "CUDA1"/);
   });
 
+  it("takes llama.cpp's template names as llama-server does: chatml always, its built-in formats with --no-jinja", () => {
+    const render = (argv: string[]) =>
+      new Template(parseServeOptions(argv).chatTemplate!).render({
+        messages: [
+          { role: "system", content: " You are a test. " },
+          { role: "user", content: "Hi there" },
+        ],
+        add_generation_prompt: true,
+      });
+    const chatml = "<|im_start|>system\n You are a test. <|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n";
+    expect(render(["--chat-template", "chatml"])).toBe(`${chatml}<|im_start|>assistant\n`);
+    // llama.cpp's C++ formats trim each message (src/llama-chat.cpp).
+    expect(render(["--no-jinja", "--chat-template", "command-r"])).toBe(
+      "<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>You are a test.<|END_OF_TURN_TOKEN|>" +
+        "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>Hi there<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>",
+    );
+    expect(render(["--no-jinja", "--chat-template", "llama3"])).toBe(
+      "<|start_header_id|>system<|end_header_id|>\n\nYou are a test.<|eot_id|>" +
+        "<|start_header_id|>user<|end_header_id|>\n\nHi there<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
+    );
+    // With --jinja (the default) llama-server takes any other text as the template itself.
+    expect(parseServeOptions(["--chat-template", "llama3"]).chatTemplate).toBe("llama3");
+    expect(() => parseServeOptions(["--no-jinja", "--chat-template", "llama2"])).toThrow(
+      /--chat-template llama2 with --no-jinja names llama.cpp's built-in llama2 format/,
+    );
+  });
+
   it("takes llama-server's -c 0 (the trained context) and -t 0 (the default threads)", async () => {
-    expect((await settings(["-c", "0"])).launch.load.contextSize).toBe(1024);
+    // -c is the total over the slots (2 by default): -c 0 is the trained 1,024, 512 a slot.
+    expect((await settings(["-c", "0"])).launch.load.contextSize).toBe(512);
+    expect((await settings(["-c", "0", "-np", "1"])).launch.load.contextSize).toBe(1024);
+    expect((await settings(["-c", "512", "-np", "4"])).launch.load.contextSize).toBe(128);
+    expect((await settings(["-c", "512", "-np", "4", "--kv-unified"])).launch.load.contextSize).toBe(512);
+    // More than the trained context a slot is served at the trained context, with a warning.
+    const over = await settings(["-c", "8192", "-np", "1"]);
+    expect(over.launch.load.contextSize).toBe(1024);
+    expect(over.launch.warnings).toEqual([expect.stringMatching(/more than the model's trained context of 1024/)]);
     expect(await settings(["-t", "0"])).toEqual(await settings([]));
     expect(await settings(["-t", "-1"])).toEqual(await settings([]));
   });
@@ -147,7 +224,7 @@ describe("the settings built from the flags, run (finding 10)", () => {
 
   beforeAll(async () => {
     ({ launch } = await settings([
-      ...["-ngl", "0", "-c", "256", "-t", "1", "-np", "3", "--chat-template", template, "--cache-ram", "0"],
+      ...["-ngl", "0", "-c", "768", "-t", "1", "-np", "3", "--chat-template", template, "--cache-ram", "0"],
       ...["--chat-template-kwargs", '{"greeting":"hi"}', "-a", "tiny", "--temp", "0.25", "--metrics", "--no-slots"],
       ...["--slot-save-path", folder, "--api-key", "k1", "--timeout", "5"],
     ]));

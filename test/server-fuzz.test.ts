@@ -152,14 +152,15 @@ function cases(next: () => number): { path: string; body: string | Uint8Array; h
       case 8:
         if (endpoint.path === "/tokenize" || endpoint.path === "/detokenize") body.tokens = [-1, 1e9];
         else if ("messages" in body)
+          // An empty conversation is valid for Anthropic's endpoints; images are refused with llama-server's 500.
           body.messages = pick([
-            [],
+            endpoint.path.startsWith("/v1/messages") ? [null] : [],
             [{ role: "user" }],
             [{ role: 1, content: "a" }],
-            [{ role: "user", content: [{ type: "image_url" }] }],
+            [{ role: "user", content: [{ type: "video" }] }],
             [{ role: "user", content: "a", extra: 1 }],
           ]);
-        else body.prompt = pick([[], [-5], [1.5], [{}], 5, [["a"]]]);
+        else body.prompt = pick([[], [-5], [1.5], [{}], 5, [["a", {}]]]);
         if (endpoint.path === "/tokenize") body.content = 5;
         break;
       case 9:

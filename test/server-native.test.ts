@@ -145,7 +145,7 @@ describe("command line", () => {
       parallel: 3,
       port: 9000,
       ctxSize: 512,
-      alias: "name",
+      aliases: ["name"],
       apiKeys: ["a", "b"],
     });
   });
@@ -159,8 +159,8 @@ describe("command line", () => {
   });
 
   it("refuses unknown flags and variables by name", () => {
-    expect(() => parseServeOptions(["--flash-attn"])).toThrow(/--flash-attn/);
-    expect(() => parseServeOptions([], { LLAMA_ARG_FLASH_ATTN: "on" })).toThrow(/LLAMA_ARG_FLASH_ATTN/);
+    expect(() => parseServeOptions(["--no-such-flag"])).toThrow(/--no-such-flag/);
+    expect(() => parseServeOptions([], { LLAMA_ARG_NO_SUCH_FLAG: "on" })).toThrow(/LLAMA_ARG_NO_SUCH_FLAG/);
     expect(() => parseServeOptions(["--port", "x"])).toThrow(/--port/);
   });
 });

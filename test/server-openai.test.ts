@@ -102,10 +102,10 @@ describe("openai client", () => {
       .create({
         model: "tiny",
         messages: [{ role: "user", content: "hi" }],
-        n: 2,
+        prediction: { type: "content", content: "hi" },
       })
       .catch((e: unknown) => e);
     expect(error).toBeInstanceOf(OpenAI.BadRequestError);
-    expect((error as Error).message).toMatch(/'n'/);
+    expect((error as Error).message).toMatch(/'prediction'/);
   });
 });

@@ -423,7 +423,7 @@ describe("CORS", () => {
     });
     expect(preflight.status).toBe(200);
     expect(preflight.headers.get("access-control-allow-origin")).toBe("http://example.test");
-    expect(preflight.headers.get("access-control-allow-methods")).toBe("GET, POST");
+    expect(preflight.headers.get("access-control-allow-methods")).toBe("GET, POST, DELETE, OPTIONS");
     expect(preflight.headers.get("access-control-allow-headers")).toBe("*");
     const health = await getUrl(`${server.url}/health`);
     expect(health.headers.get("access-control-allow-origin")).toBe("*");

@@ -13,6 +13,8 @@ import { registerOpenAiChat } from "./routes/openai-chat.js";
 import { registerOpenAiCompletions } from "./routes/openai-completions.js";
 import { registerLlamaNative } from "./routes/llama-native.js";
 import { registerAnthropic } from "./routes/anthropic.js";
+import { registerOpenAiResponses } from "./routes/openai-responses.js";
+import { registerUnsupported } from "./routes/unsupported.js";
 import { registerSlots } from "./routes/slots.js";
 import { shuttingDown } from "./slots.js";
 
@@ -78,7 +80,7 @@ export function createApp(config: ServerConfig, options: AppOptions = {}): Serve
 
   const requests = new OpenRequests();
   requests.register(app);
-  registerCors(app);
+  registerCors(app, config.corsOrigins);
   app.addHook("onRequest", async (request, reply) => {
     if (context.stopping) {
       reply.header("connection", "close");
@@ -100,6 +102,8 @@ export function createApp(config: ServerConfig, options: AppOptions = {}): Serve
   registerOpenAiCompletions(app, context);
   registerLlamaNative(app, context);
   registerAnthropic(app, context);
+  registerOpenAiResponses(app, context);
+  registerUnsupported(app);
   registerSlots(app, context);
   return { app, context, shutdown: (deadlineMs) => drain(app, context, requests, deadlineMs) };
 }

@@ -27,6 +27,7 @@ async function main(): Promise<void> {
   const modelPath = "path" in source ? source.path : await download(source.hub);
   // Flags are checked against the file before listening, so a bad one fails at once.
   const launch = await launchSettings(options, modelPath);
+  for (const warning of launch.warnings) log(`warning: ${warning}`);
   const { app, context, shutdown } = createApp(launch.config, launch.app);
   const address = await app.listen(launch.listen);
   log(`listening on ${address}, loading ${modelPath} ${launch.where}`);

@@ -7,8 +7,26 @@ import type { Slots } from "./slots.js";
 export interface ServerConfig {
   /** The model file, as given on the command line. */
   modelPath: string;
-  /** -a/--alias: the model's name in responses (default: the file's path). */
+  /** -a/--alias: the model's name in responses (default: the file's path): the first of `aliases` in sorted order. */
   alias?: string;
+  /** -a/--alias: every name of the model, listed by /v1/models. */
+  aliases?: string[];
+  /** --tags: labels /v1/models lists with the model. */
+  tags?: string[];
+  /** -s/--seed: the seed of requests that set none (undefined: a fresh one each request). */
+  seed?: number;
+  /** -n/--n-predict: the most tokens a request generates (undefined: until the context is full). */
+  nPredict?: number;
+  /** -b/--batch-size: prompt tokens between two progress reports of return_progress (default 2048). */
+  batchSize?: number;
+  /** false with --no-jinja: requests with tools are refused, as llama-server refuses them. */
+  jinja?: boolean;
+  /** --reasoning: "on"/"off" set the templates' enable_thinking for every chat; "auto" leaves it to the template. */
+  reasoning?: "on" | "off" | "auto";
+  /** -v/--verbose: every response carries the `__verbose` object. */
+  verbose?: boolean;
+  /** --cors-origins: the origins browsers may call from ("localhost": any local address); undefined: any. */
+  corsOrigins?: string[];
   /** --api-key: requests must carry one of them (none: no key needed). */
   apiKeys: string[];
   /** --metrics: serve GET /metrics. */

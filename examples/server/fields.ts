@@ -119,3 +119,10 @@ export class Fields {
     return value;
   }
 }
+
+/** A copy of `value` without `keys`. */
+export function withoutKeys<T extends object, K extends keyof T>(value: T, keys: readonly K[]): Omit<T, K> {
+  const copy = { ...value };
+  for (const key of keys) delete copy[key];
+  return copy;
+}

@@ -38,7 +38,9 @@ export type HubErrorCode =
   /** The cache folder's disk has less room than the files need. */
   | "HUB_NO_SPACE"
   /** The cache folder could not be read or written. */
-  | "HUB_CACHE";
+  | "HUB_CACHE"
+  /** --offline, and the cache does not hold the model. */
+  | "HUB_OFFLINE";
 
 /** A download or resolution that failed: the message names the repo, the file or the HTTP status. */
 export class HubError extends Error {
@@ -65,6 +67,8 @@ export interface HubRequest {
   log?: (line: string) => void;
   /** Told of each download's bytes as they come: `received` of the file's `size` (a resumed one starts above 0). */
   onProgress?: (file: string, received: number, size: number) => void;
+  /** --offline: only the cache; a model it does not hold is refused (HUB_OFFLINE) rather than downloaded. */
+  offline?: boolean;
 }
 
 /** One file of the repo as the tree API lists it. */
@@ -99,6 +103,11 @@ export async function fetchHubModel(request: HubRequest): Promise<string> {
     const manifestPath = join(folder, `.manifest-${(request.file ?? quant.toUpperCase()).replaceAll("/", "_")}.json`);
     const cached = await readManifest(manifestPath, folder);
     if (cached) return join(folder, cached.files[0]!.path);
+    if (request.offline)
+      throw new HubError(
+        "HUB_OFFLINE",
+        `${request.repo}: not in the cache ${request.cacheDir}, and --offline downloads nothing`,
+      );
 
     const files = await listFiles(request, name);
     const chosen = request.file !== undefined ? byName(files, name, request.file) : byQuant(files, name, quant);

@@ -6,7 +6,7 @@ import { readGgufInfo, type LoadModelOptions } from "../../src/index.js";
 import type { AppOptions } from "./app.js";
 import type { ServerConfig } from "./context.js";
 import { hubLocation, type HubRequest } from "./hf.js";
-import type { ServeOptions } from "./options.js";
+import { UsageError, type ServeOptions } from "./options.js";
 import { placement } from "./placement.js";
 
 export interface Launch {
@@ -20,6 +20,8 @@ export interface Launch {
   ask: string[];
   /** Where the model runs, for the log. */
   where: string;
+  /** What the server serves otherwise than the flags asked, for the log (llama-server warns and serves too). */
+  warnings: string[];
 }
 
 /** The model to serve: a file, or a Hugging Face repo to download it from first (-hf). */
@@ -34,6 +36,7 @@ export function modelSource(
       repo: options.hfRepo,
       ...(options.hfFile !== undefined ? { file: options.hfFile } : {}),
       ...(options.hfToken !== undefined ? { token: options.hfToken } : {}),
+      ...(options.offline ? { offline: true } : {}),
       ...hubLocation(env),
     },
   };
@@ -45,8 +48,8 @@ export function modelSource(
  */
 export async function launchSettings(options: ServeOptions, modelPath: string, gpus?: number): Promise<Launch> {
   const { layers, contextLength } = (await readGgufInfo(modelPath)).summary;
-  // -c 0 is llama-server's "the model's trained context".
-  const contextSize = options.ctxSize === 0 ? contextLength : options.ctxSize;
+  const warnings: string[] = [];
+  const contextSize = slotContext(options, contextLength, warnings);
   const where = await placement(
     modelPath,
     options,
@@ -71,7 +74,16 @@ export async function launchSettings(options: ServeOptions, modelPath: string, g
   };
   const config: ServerConfig = {
     modelPath,
-    ...(options.alias !== undefined ? { alias: options.alias } : {}),
+    // llama-server keeps the names in a sorted set and answers with the first.
+    ...(options.aliases.length > 0 ? { alias: [...options.aliases].sort()[0]!, aliases: options.aliases } : {}),
+    tags: options.tags,
+    ...(options.seed !== undefined ? { seed: options.seed } : {}),
+    ...(options.nPredict !== undefined ? { nPredict: options.nPredict } : {}),
+    batchSize: options.batchSize,
+    jinja: options.jinja,
+    reasoning: options.reasoning,
+    verbose: options.verbose,
+    ...(options.corsOrigins ? { corsOrigins: options.corsOrigins } : {}),
     apiKeys: options.apiKeys,
     metrics: options.metrics,
     slotsEndpoint: options.slots,
@@ -88,5 +100,25 @@ export async function launchSettings(options: ServeOptions, modelPath: string, g
     slots: options.parallel,
     ask: options.ask,
     where: where.description,
+    warnings,
   };
+}
+
+/**
+ * Each slot's context from -c, which is llama-server's total over the -np slots (each gets -c/-np; with --kv-unified
+ * each may use all -c). -c 0 is the model's trained context; without -c each slot gets the model's, at most 4096
+ * (loadModel's default). A slot is never given more than the trained context: the engine refuses it, so the server
+ * serves the trained context and says so, where llama-server warns and serves the larger one.
+ */
+function slotContext(options: ServeOptions, trained: number, warnings: string[]): number | undefined {
+  if (options.ctxSize === undefined) return undefined;
+  const total = options.ctxSize === 0 ? trained : options.ctxSize;
+  const perSlot = options.kvUnified ? total : Math.floor(total / options.parallel);
+  if (perSlot < 1) throw new UsageError(`-c ${total} gives ${options.parallel} slots (-np) less than a token each`);
+  if (perSlot <= trained) return perSlot;
+  warnings.push(
+    `-c ${options.ctxSize} gives each slot ${perSlot} tokens, more than the model's trained context of ${trained}: ` +
+      `each slot gets ${trained}`,
+  );
+  return trained;
 }

@@ -1,7 +1,7 @@
 // Conversations from OpenAI's and Anthropic's request shapes, as the SDK's chat messages: text,
 // reasoning, tool calls and tool results. Images and audio are refused by name.
 import type { ChatMessage, ToolCall } from "../../src/index.js";
-import { badField } from "./errors.js";
+import { badField, HttpError } from "./errors.js";
 import { Fields, isObject } from "./fields.js";
 
 /**
@@ -64,7 +64,8 @@ export function anthropicMessages(system: unknown, value: unknown): ChatMessage[
   if (system !== undefined && system !== null) {
     out.push({ role: "system", content: textContent(new Fields({ system }), "system", "text") });
   }
-  if (!Array.isArray(value) || value.length === 0) throw badField("messages", "must be a non-empty array");
+  // An empty conversation is rendered as it is (the system prompt, if any), as llama-server accepts it.
+  if (!Array.isArray(value)) throw badField("messages", "must be an array");
   value.forEach((message, i) => {
     const f = new Fields(message, `messages[${i}].`);
     const role = f.string("role");
@@ -93,7 +94,8 @@ function anthropicBlocks(role: "user" | "assistant", blocks: unknown[], where: s
     // Anthropic's prompt-caching hint changes nothing for a local engine.
     p.raw("cache_control");
     if (type === "text") {
-      message.content += requiredString(p, "text");
+      const text = requiredString(p, "text");
+      message.content += message.content ? PART_DELIMITER + text : text;
       p.raw("citations");
     } else if (type === "thinking" && role === "assistant") {
       message.reasoning = (message.reasoning ?? "") + requiredString(p, "thinking");
@@ -109,6 +111,7 @@ function anthropicBlocks(role: "user" | "assistant", blocks: unknown[], where: s
       const isError = p.boolean("is_error") ?? false;
       out.push({ role: "tool", content: isError ? `Error: ${text}` : text, toolCallId: id });
     } else {
+      refuseMedia(type);
       throw p.bad("type", `${JSON.stringify(type)} is not supported in a ${role} message`);
     }
     p.finish();
@@ -124,6 +127,22 @@ function requiredString(p: Fields, name: string): string {
   return value;
 }
 
+/**
+ * An image or audio part: refused as llama-server refuses it for a model without a multimodal projector (500,
+ * "image input is not supported"), the part being well-formed and the server unable to take it.
+ */
+function refuseMedia(type: string | undefined): void {
+  if (type === "image" || type === "image_url" || type === "input_image") {
+    throw new HttpError(500, "image input is not supported: bloomery-serve takes text only");
+  }
+  if (type === "input_audio" || type === "audio") {
+    throw new HttpError(500, "audio input is not supported: bloomery-serve takes text only");
+  }
+}
+
+/** Between the text parts of one message, as llama.cpp joins them for a template that reads text. */
+const PART_DELIMITER = "\n\n";
+
 /** A string, or an array of text parts joined; any other kind of part is refused by its type. */
 function textContent(f: Fields, name: string, textType: string): string {
   const value = f.raw(name);
@@ -133,6 +152,7 @@ function textContent(f: Fields, name: string, textType: string): string {
     .map((part, j) => {
       const p = new Fields(part, `${f.prefix}${name}[${j}].`);
       const type = p.string("type");
+      refuseMedia(type);
       if (type !== textType) throw p.bad("type", `${JSON.stringify(type)} is not supported yet (only "${textType}")`);
       const text = p.string("text");
       if (text === undefined) throw p.bad("text", "must be a string");
@@ -140,5 +160,5 @@ function textContent(f: Fields, name: string, textType: string): string {
       p.finish();
       return text;
     })
-    .join("");
+    .join(PART_DELIMITER);
 }

@@ -1,5 +1,6 @@
 // bloomery-serve's command line: llama-server's spellings, each also read from its LLAMA_ARG_*
 // environment variable (the command line wins). Unknown flags and variables are refused by name.
+import { namedTemplate } from "./named-templates.js";
 import { readFileSync, statSync } from "node:fs";
 import { REASONING_FORMATS, type ReasoningFormat } from "./context.js";
 import { DRAIN_SECONDS } from "./drain.js";
@@ -14,13 +15,38 @@ export interface ServeOptions {
   hfToken?: string;
   host: string;
   port: number;
-  /** -c: tokens of context per slot; 0: the model's trained context (llama-server's meaning). */
+  /**
+   * -c: tokens of context over all slots, as llama-server counts them (-c 512 -np 2 gives each slot 256; with
+   * --kv-unified each slot may use all of them); 0: the model's trained context.
+   */
   ctxSize?: number;
+  /** --kv-unified: every slot may use the whole -c (bloomery gives each slot its own cache of that size). */
+  kvUnified: boolean;
   /** -t: CPU threads; undefined (also -t 0 or less, as llama-server reads it): one per physical core. */
   threads?: number;
   parallel: number;
   apiKeys: string[];
-  alias?: string;
+  /** -a: the model's names (comma-separated on the command line); the first in sorted order is its id. */
+  aliases: string[];
+  /** --tags: labels /v1/models lists with the model. */
+  tags: string[];
+  /** -s: the seed of requests that set none; undefined: a fresh seed per request (llama-server's -1). */
+  seed?: number;
+  /** -n: the most tokens a request generates (it may ask for fewer); undefined: until the context is full. */
+  nPredict?: number;
+  /** -b: prompt tokens per progress report of a request's return_progress (llama-server's logical batch). */
+  batchSize: number;
+  /** --no-jinja: requests with tools are refused, as llama-server refuses them without --jinja. */
+  jinja: boolean;
+  /** --reasoning: on/off sets the templates' enable_thinking for every chat; auto leaves it to the template. */
+  reasoning: "on" | "off" | "auto";
+  /** -v: responses carry llama-server's `__verbose` object (the prompt as the model saw it). */
+  verbose: boolean;
+  /** --offline: a -hf model must be in the cache already; nothing is downloaded. */
+  offline: boolean;
+  /** --cors-origins: the origins allowed to call (comma-separated; "localhost" means any local address). */
+  corsOrigins?: string[];
+
   chatTemplate?: string;
   chatTemplateKwargs?: Record<string, unknown>;
   reasoningFormat: ReasoningFormat;
@@ -116,8 +142,18 @@ export const FLAGS: readonly Flag[] = [
     names: ["-c", "--ctx-size"],
     env: "LLAMA_ARG_CTX_SIZE",
     kind: "integer",
-    help: "tokens of context per slot, 0: the model's trained context (default: the model's, at most 4096)",
+    help:
+      "tokens of context over all slots, as llama-server counts them: each of the -np slots gets -c/-np " +
+      "(with --kv-unified, -c each), at most the model's trained context; 0: the model's trained context " +
+      "(default: the model's, at most 4096, per slot)",
     apply: (o, v, name) => (o.ctxSize = atLeast(v as number, 0, name)),
+  },
+  {
+    names: ["-kvu", "--kv-unified"],
+    env: "LLAMA_ARG_KV_UNIFIED",
+    kind: "flag",
+    help: "every slot may use the whole -c, as in llama-server's shared cache (bloomery gives each slot its own cache of -c tokens)",
+    apply: (o, v) => (o.kvUnified = v as boolean),
   },
   {
     names: ["-t", "--threads"],
@@ -151,14 +187,162 @@ export const FLAGS: readonly Flag[] = [
     names: ["-a", "--alias"],
     env: "LLAMA_ARG_ALIAS",
     kind: "string",
-    help: "the model's name in responses",
-    apply: (o, v) => (o.alias = v as string),
+    help: "the model's names, comma-separated: /v1/models lists them all, and the first in sorted order is its id in responses",
+    apply: (o, v, name) => (o.aliases = readList(v as string, name)),
   },
+  {
+    names: ["--tags"],
+    env: "LLAMA_ARG_TAGS",
+    kind: "string",
+    help: "labels of the model, comma-separated, listed by /v1/models",
+    apply: (o, v, name) => (o.tags = readList(v as string, name)),
+  },
+  {
+    names: ["-s", "--seed"],
+    env: "LLAMA_ARG_SEED",
+    kind: "integer",
+    help: "seed of the requests that set none, so that their sampled text repeats (default -1: a fresh seed each request)",
+    apply: (o, v, name) => (o.seed = atLeast(v as number, -1, name) < 0 ? undefined : (v as number)),
+  },
+  {
+    names: ["-n", "--n-predict", "--predict"],
+    env: "LLAMA_ARG_N_PREDICT",
+    kind: "integer",
+    help: "the most tokens a request generates; a request asking for more gets this many (default -1: until the context is full)",
+    apply: (o, v, name) => (o.nPredict = atLeast(v as number, -1, name) < 0 ? undefined : (v as number)),
+  },
+  {
+    names: ["-b", "--batch-size"],
+    env: "LLAMA_ARG_BATCH",
+    kind: "integer",
+    help:
+      "prompt tokens between two progress reports of a request that asks for return_progress (default 2048); " +
+      "the engine sizes its own forward passes",
+    apply: (o, v, name) => (o.batchSize = atLeast(v as number, 1, name)),
+  },
+  noEffect(
+    ["-ub", "--ubatch-size"],
+    "integer",
+    "accepted for llama-server's command lines, no effect: the engine sizes its own forward passes",
+    "LLAMA_ARG_UBATCH",
+  ),
+  noEffect(
+    ["-fa", "--flash-attn"],
+    "string",
+    "accepted for llama-server's command lines (on, off or auto), no effect: bloomery's attention kernels are its own",
+    "LLAMA_ARG_FLASH_ATTN",
+    (value, name) => {
+      if (!/^(on|off|auto|1|0|true|false)$/i.test(value)) throw new UsageError(`${name} must be on, off or auto`);
+    },
+  ),
+  noEffect(
+    ["-cb", "--cont-batching"],
+    "flag",
+    "accepted for llama-server's command lines, no effect: requests are always batched together (--no-cont-batching is refused)",
+    "LLAMA_ARG_CONT_BATCHING",
+    (value, name) => {
+      if (value === "false") throw new UsageError(`${name} false: bloomery always batches the slots together`);
+    },
+  ),
+  noEffect(
+    ["--swa-full"],
+    "flag",
+    "accepted for llama-server's command lines, no effect: bloomery keeps the whole cache of sliding-window layers",
+    "LLAMA_ARG_SWA_FULL",
+  ),
+  noEffect(
+    ["--no-context-shift"],
+    "flag",
+    "accepted for llama-server's command lines, no effect: a generation ends when its slot's context is full",
+  ),
+  {
+    names: ["--offline"],
+    env: "LLAMA_ARG_OFFLINE",
+    kind: "flag",
+    help: "with -hf, serve the model from the cache and download nothing (a local -m file is read as always)",
+    apply: (o, v) => (o.offline = v as boolean),
+  },
+  {
+    names: ["-rea", "--reasoning"],
+    env: "LLAMA_ARG_REASONING",
+    kind: "string",
+    help:
+      "on or off: sets the chat templates' enable_thinking for every chat (off also closes a think block a " +
+      "template opens); auto (default): the template's own default",
+    apply: (o, v, name) => (o.reasoning = readChoice(v as string, name, ["on", "off", "auto"] as const)),
+  },
+  {
+    names: ["-v", "--verbose", "--log-verbose"],
+    kind: "flag",
+    help: "responses carry llama-server's __verbose object (the prompt as the model saw it), as a request's verbose: true asks",
+    apply: (o, v) => (o.verbose = v as boolean),
+  },
+  {
+    names: ["--cors-origins"],
+    env: "LLAMA_ARG_CORS_ORIGINS",
+    kind: "string",
+    help:
+      "origins a browser may call from, comma-separated (localhost: any local address); others get no " +
+      "Access-Control-Allow-Origin (default: every origin)",
+    apply: (o, v, name) => (o.corsOrigins = readList(v as string, name)),
+  },
+  noEffect(
+    ["--no-ui", "--no-webui"],
+    "flag",
+    "accepted for llama-server's command lines, no effect: bloomery-serve has no web page yet (/ answers 404)",
+    "LLAMA_ARG_NO_UI",
+  ),
+  refused(
+    ["--context-shift"],
+    "flag",
+    "bloomery does not shift a full context: a generation ends when its slot's context is full",
+    "LLAMA_ARG_CONTEXT_SHIFT",
+  ),
+  refused(
+    ["--embedding", "--embeddings"],
+    "flag",
+    "bloomery-serve does not serve embeddings yet",
+    "LLAMA_ARG_EMBEDDINGS",
+  ),
+  refused(["--pooling"], "string", "bloomery-serve does not serve embeddings yet", "LLAMA_ARG_POOLING"),
+  refused(["--rerank", "--reranking"], "flag", "bloomery-serve does not rerank yet", "LLAMA_ARG_RERANKING"),
+  refused(
+    ["-md", "--model-draft", "--spec-draft-model"],
+    "string",
+    "bloomery drafts with the model's own multi-token-prediction head (no draft model)",
+  ),
+  refused(
+    ["--spec-type"],
+    "string",
+    "bloomery drafts with the model's own multi-token-prediction head (no other speculative type)",
+  ),
+  refused(
+    ["--draft", "--draft-n", "--draft-max", "--spec-draft-n-max", "--draft-min", "--draft-n-min", "--spec-draft-n-min"],
+    "integer",
+    "bloomery sizes the drafts of the model's multi-token-prediction head itself",
+  ),
+  refused(["--spec-synth-len", "--spec-synth-rates"], "string", "bloomery has no synthetic draft for tests"),
+  refused(
+    ["--lora", "--lora-scaled"],
+    "string",
+    "LoRA adapters are not supported: bloomery's expert kernels run the quantized weights as they are",
+  ),
+  refused(["--media-path"], "string", "bloomery-serve does not take images or audio"),
+  refused(["--mmproj", "--mmproj-url"], "string", "bloomery-serve does not take images or audio"),
+  refused(["--tools"], "string", "bloomery-serve runs no tools of its own: the client runs them"),
+  refused(["--ui-mcp-proxy", "--webui-mcp-proxy"], "flag", "bloomery-serve has no web page, nor its MCP proxy"),
+  refused(
+    ["-bs", "--backend-sampling"],
+    "flag",
+    "bloomery samples in its engine always, the same way: there is no other sampler to switch to",
+  ),
   {
     names: ["--chat-template"],
     env: "LLAMA_ARG_CHAT_TEMPLATE",
     kind: "string",
-    help: "a Jinja chat template to use instead of the model's",
+    help:
+      "a Jinja chat template to use instead of the model's; chatml names llama.cpp's ChatML, and with --no-jinja " +
+      "llama3 and command-r name llama.cpp's built-in formats (its other format names are refused)",
     apply: (o, v) => (o.chatTemplate = v as string),
   },
   {
@@ -290,10 +474,16 @@ export const FLAGS: readonly Flag[] = [
     names: ["--jinja"],
     env: "LLAMA_ARG_JINJA",
     kind: "flag",
-    help: "accepted for llama-server's command lines, no effect: chat templates are always Jinja (false is refused)",
-    apply: (_o, v, name) => {
-      if (v === false) throw new UsageError(`${name} false: bloomery renders every chat template with Jinja`);
-    },
+    help: "accepted for llama-server's command lines, no effect: chat templates are always Jinja (--no-jinja refuses tools)",
+    apply: (o, v) => (o.jinja = v as boolean),
+  },
+  {
+    names: ["--no-jinja"],
+    kind: "flag",
+    help:
+      "llama-server's templates without Jinja: bloomery renders the same prompt with Jinja, and refuses requests " +
+      "with tools, as llama-server does without --jinja",
+    apply: (o, v) => (o.jinja = !(v as boolean)),
   },
   {
     names: ["--metrics"],
@@ -319,7 +509,15 @@ export function parseServeOptions(argv: readonly string[], env: NodeJS.ProcessEn
     host: "127.0.0.1",
     port: 8080,
     parallel: 2,
+    kvUnified: false,
     apiKeys: [],
+    aliases: [],
+    tags: [],
+    batchSize: 2048,
+    jinja: true,
+    reasoning: "auto",
+    verbose: false,
+    offline: false,
     cpuMoe: false,
     overrideTensors: [],
     slots: true,
@@ -336,10 +534,12 @@ export function parseServeOptions(argv: readonly string[], env: NodeJS.ProcessEn
   const pending: [Flag, string | undefined, string][] = [];
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
-    const [name, inline] =
+    const [given, inline] =
       arg.startsWith("--") && arg.includes("=")
         ? [arg.slice(0, arg.indexOf("=")), arg.slice(arg.indexOf("=") + 1)]
         : [arg, undefined];
+    // llama-server reads --a_b as --a-b.
+    const name = given.startsWith("--") ? given.replaceAll("_", "-") : given;
     const flag = FLAGS.find((f) => f.names.includes(name));
     if (!flag) throw new UsageError(`unknown argument: ${arg}`);
     let value = inline;
@@ -369,6 +569,7 @@ export function parseServeOptions(argv: readonly string[], env: NodeJS.ProcessEn
   if (options.parallel < 1) throw new UsageError("--parallel must be at least 1");
   if (options.port < 0 || options.port > 65535) throw new UsageError("--port must be between 0 and 65535");
   if (options.timeoutSeconds < 0) throw new UsageError("--timeout must be at least 0");
+  if (options.chatTemplate !== undefined) options.chatTemplate = namedTemplate(options.chatTemplate, options.jinja);
   return options;
 }
 
@@ -389,6 +590,46 @@ function convert(flag: Flag, value: string | undefined, name: string): string | 
     case "string":
       return value!;
   }
+}
+
+/**
+ * A llama-server flag bloomery takes with no effect (its help says so); `check` refuses values that would ask for
+ * something bloomery does not do.
+ */
+function noEffect(
+  names: string[],
+  kind: Kind,
+  help: string,
+  env?: string,
+  check?: (value: string, name: string) => void,
+): Flag {
+  return { names, ...(env ? { env } : {}), kind, help, apply: (_o, v, name) => check?.(String(v), name) };
+}
+
+/** A llama-server flag that would change what bloomery cannot change: refused by name, with the reason. */
+function refused(names: string[], kind: Kind, reason: string, env?: string): Flag {
+  return {
+    names,
+    ...(env ? { env } : {}),
+    kind,
+    help: `refused: ${reason}`,
+    apply: (_o, _v, name) => {
+      throw new UsageError(`${name}: ${reason}`);
+    },
+  };
+}
+
+/** A comma-separated list of non-empty names. */
+function readList(text: string, name: string): string[] {
+  const items = text.split(",").map((item) => item.trim());
+  if (items.some((item) => item === "")) throw new UsageError(`${name} ${JSON.stringify(text)} holds an empty name`);
+  return items;
+}
+
+function readChoice<T extends string>(text: string, name: string, choices: readonly T[]): T {
+  const choice = choices.find((c) => c === text);
+  if (!choice) throw new UsageError(`${name} must be one of ${choices.join(", ")}, not ${JSON.stringify(text)}`);
+  return choice;
 }
 
 function atLeast(value: number, least: number, name: string): number {

@@ -1,5 +1,6 @@
 // Pieces of the responses that several API families share.
 import { randomBytes } from "node:crypto";
+import type { FastifyReply } from "fastify";
 import type { GenerateResult, Model, StopReason } from "../../src/index.js";
 
 /** Response ids as the APIs spell them: `chatcmpl-…`, `cmpl-…`, `msg_…`. */
@@ -56,4 +57,12 @@ function plainArray(ids: Uint32Array): number[] {
   const out = new Array<number>(ids.length);
   for (let i = 0; i < ids.length; i++) out[i] = ids[i]!;
   return out;
+}
+
+/**
+ * Sets a header under llama-server's spelling of its name (fastify's reply.header lowercases names): HTTP reads
+ * names in any case, but some clients compare them as written, as llama.cpp's own server tests do.
+ */
+export function headerAsSpelled(reply: FastifyReply, name: string, value: string): void {
+  reply.raw.setHeader(name, value);
 }

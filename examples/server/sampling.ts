@@ -3,6 +3,7 @@
 // otherwise (the SDK itself defaults to greedy), top_k 40, top_p 0.95, min_p 0.05, a fresh seed.
 // Constrained output (grammar, json_schema, response_format) and OpenAI's logprobs live here too.
 import type { GenerateOptions, Model, TokenLogprob, TokenLogprobs } from "../../src/index.js";
+import type { ServerContext } from "./context.js";
 import { Fields, isObject } from "./fields.js";
 
 /** What a request asks of the generation, before the server adds the signal. */
@@ -30,6 +31,21 @@ export type SamplingField = (typeof SAMPLING_FIELDS)[number];
 export interface SamplingDefaults {
   temperature: number;
   vocabSize: number;
+  /** The server's --seed: the seed of requests that set none (undefined: a fresh one each). */
+  seed?: number;
+  /** Tokenizes a `logit_bias` key that is text (llama-server biases each of its tokens); without it text is refused. */
+  tokenize?: (text: string) => number[];
+}
+
+/** The defaults of a request on `context`'s model: the server's --temp and --seed, and its tokenizer for logit_bias. */
+export function samplingDefaults(context: ServerContext): SamplingDefaults {
+  const model = context.model;
+  return {
+    temperature: context.config.temperature,
+    vocabSize: model.info.vocabSize,
+    ...(context.config.seed !== undefined ? { seed: context.config.seed } : {}),
+    tokenize: (text) => Array.from(model.tokenize(text, { special: false, addSpecial: false })),
+  };
 }
 
 export function readSampling(
@@ -44,14 +60,14 @@ export function readSampling(
   if (use.has("min_p")) out.minP = f.number("min_p", { min: 0, max: 1 });
   if (use.has("seed")) {
     // llama-server's -1 (and OpenAI's absent) both mean a fresh seed.
-    const seed = f.integer("seed", { min: -1 });
+    const seed = f.integer("seed", { min: -1 }) ?? defaults.seed;
     if (seed !== undefined && seed >= 0) out.seed = seed;
   }
   if (use.has("repeat_penalty")) out.repeatPenalty = f.number("repeat_penalty", { min: 0 });
   if (use.has("repeat_last_n")) out.repeatLastN = f.integer("repeat_last_n", { min: -1 });
   if (use.has("presence_penalty")) out.presencePenalty = f.number("presence_penalty");
   if (use.has("frequency_penalty")) out.frequencyPenalty = f.number("frequency_penalty");
-  if (use.has("logit_bias")) out.logitBias = readLogitBias(f, defaults.vocabSize);
+  if (use.has("logit_bias")) out.logitBias = readLogitBias(f, defaults);
   if (use.has("grammar")) out.grammar = f.string("grammar");
   if (use.has("json_schema")) out.jsonSchema = readSchema(f, "json_schema", f.raw("json_schema"));
   if (use.has("response_format")) {
@@ -125,9 +141,10 @@ export function openAiLogprobs(model: Model, entries: readonly TokenLogprobs[]) 
 
 /**
  * `logit_bias` as OpenAI sends it ({"token id": bias}) or as llama.cpp also takes it
- * ([[token id, bias or false], ...], false banning the token).
+ * ([[token id, bias or false], ...], false banning the token); as llama-server, a key that is text biases each of
+ * its tokens alike.
  */
-function readLogitBias(f: Fields, vocabSize: number): Record<number, number> | undefined {
+function readLogitBias(f: Fields, { vocabSize, tokenize }: SamplingDefaults): Record<number, number> | undefined {
   const value = f.raw("logit_bias");
   if (value === undefined) return undefined;
   const pairs: [unknown, unknown][] = isObject(value)
@@ -136,17 +153,20 @@ function readLogitBias(f: Fields, vocabSize: number): Record<number, number> | u
       ? (value as [unknown, unknown][])
       : [];
   if (!isObject(value) && pairs.length !== (value as unknown[]).length) {
-    throw f.bad("logit_bias", "must be an object of token id -> bias, or an array of [token id, bias] pairs");
+    throw f.bad("logit_bias", "must be an object of token -> bias, or an array of [token, bias] pairs");
   }
   const bias: Record<number, number> = {};
   for (const [key, amount] of pairs) {
-    const token = typeof key === "string" && /^\d+$/.test(key) ? Number(key) : key;
-    if (typeof token !== "number" || !Number.isInteger(token) || token < 0 || token >= vocabSize) {
-      throw f.bad("logit_bias", `names ${JSON.stringify(key)}, not a token id below ${vocabSize}`);
+    const isText = typeof key === "string" && !/^\d+$/.test(key);
+    const tokens = isText && tokenize ? tokenize(key) : [typeof key === "string" && !isText ? Number(key) : key];
+    for (const token of tokens) {
+      if (typeof token !== "number" || !Number.isInteger(token) || token < 0 || token >= vocabSize) {
+        throw f.bad("logit_bias", `names ${JSON.stringify(key)}, not a token id below ${vocabSize} or a text`);
+      }
+      if (amount === false) bias[token] = -Infinity;
+      else if (typeof amount === "number" && Number.isFinite(amount)) bias[token] = amount;
+      else throw f.bad("logit_bias", `of ${JSON.stringify(key)} must be a finite number or false`);
     }
-    if (amount === false) bias[token] = -Infinity;
-    else if (typeof amount === "number" && Number.isFinite(amount)) bias[token] = amount;
-    else throw f.bad("logit_bias", `of token ${token} must be a finite number or false`);
   }
   return bias;
 }

@@ -11,6 +11,7 @@ import type {
   GenerateChunk,
   GenerateOptions,
   GenerateResult,
+  GenerateTimings,
   Model,
   Session,
 } from "../../src/index.js";
@@ -40,6 +41,10 @@ interface Run<C, R> extends AsyncIterable<C> {
 /** The counters behind GET /metrics, named as llama-server's. */
 export interface SlotMetrics {
   promptTokens: number;
+  /** Prompt tokens reused from a slot's context or the prompt-state cache (not evaluated). */
+  promptTokensCached: number;
+  /** The largest context a request reached (prompt and generated tokens). */
+  tokensMax: number;
   promptSeconds: number;
   predictedTokens: number;
   predictedSeconds: number;
@@ -52,6 +57,39 @@ export interface SlotMetrics {
 interface Slot {
   id: number;
   session: Session;
+  /** The tokens of the slot's context when its last request ended (its prompt and what it generated). */
+  context: readonly number[];
+}
+
+/** llama-server's `prompt_progress`: the prompt's tokens, those reused, those processed so far, and the time taken. */
+export interface PromptProgress {
+  total: number;
+  cache: number;
+  processed: number;
+  time_ms: number;
+}
+
+/** How a request is served besides its generation options. */
+export interface ServeOptions {
+  /** The slot to run on (-1: the first free one). */
+  idSlot?: number;
+  /**
+   * llama-server's return_progress: the prompt is evaluated `batchSize` tokens at a time, `report` told before the
+   * first batch (what the context held already) and after each.
+   */
+  progress?: { batchSize: number; report: (progress: PromptProgress) => void };
+  /** Told the slot the request got, once it has one. */
+  onSlot?: (id: number) => void;
+}
+
+/** A run's timings with the prompt batches evaluated before it (see Slots.#prefill) counted in. */
+function addPrefill(run: GenerateTimings, prefill: GenerateTimings): GenerateTimings {
+  return {
+    ...run,
+    promptTokens: run.promptTokens + prefill.promptTokens,
+    cachedPromptTokens: prefill.cachedPromptTokens,
+    promptMs: run.promptMs + prefill.promptMs,
+  };
 }
 
 export class Slots {
@@ -64,6 +102,8 @@ export class Slots {
   readonly #stop = new AbortController();
   readonly metrics: SlotMetrics = {
     promptTokens: 0,
+    promptTokensCached: 0,
+    tokensMax: 0,
     promptSeconds: 0,
     predictedTokens: 0,
     predictedSeconds: 0,
@@ -77,7 +117,7 @@ export class Slots {
     readonly model: Model,
     readonly count: number,
   ) {
-    this.#free = Array.from({ length: count }, (_, id) => ({ id, session: model.createSession() }));
+    this.#free = Array.from({ length: count }, (_, id) => ({ id, session: model.createSession(), context: [] }));
   }
 
   /** Slots generating now. */
@@ -134,11 +174,11 @@ export class Slots {
     options: Omit<GenerateOptions, "signal">,
     signal: AbortSignal,
     onChunk: (chunk: GenerateChunk) => void,
-    idSlot = -1,
+    serve: ServeOptions = {},
   ): Promise<SlotRun> {
     return this.#serve(
-      prompt.length,
-      idSlot,
+      prompt,
+      serve,
       signal,
       (session, maxTokens, runSignal) => session.generate(prompt, { maxTokens, ...options, signal: runSignal }),
       (chunk) => {
@@ -148,20 +188,20 @@ export class Slots {
   }
 
   /**
-   * Chats on a free slot (Session.chat), handing each chunk to `onChunk`. `promptLength` (the
-   * rendered conversation's tokens) is checked against the context before it waits.
+   * Chats on a free slot (Session.chat), handing each chunk to `onChunk`. `prompt` (the rendered conversation's
+   * tokens) is checked against the context before it waits.
    */
   chat(
     messages: readonly ChatMessage[],
-    promptLength: number,
+    prompt: number[],
     options: Omit<ChatOptions, "signal">,
     signal: AbortSignal,
     onChunk: (chunk: ChatChunk) => void,
-    idSlot = -1,
+    serve: ServeOptions = {},
   ): Promise<SlotChat> {
     return this.#serve(
-      promptLength,
-      idSlot,
+      prompt,
+      serve,
       signal,
       (session, maxTokens, runSignal) => session.chat(messages, { maxTokens, ...options, signal: runSignal }),
       onChunk,
@@ -169,13 +209,14 @@ export class Slots {
   }
 
   async #serve<C, R extends GenerateResult | ChatResult>(
-    promptLength: number,
-    idSlot: number,
+    prompt: number[],
+    { idSlot = -1, progress, onSlot }: ServeOptions,
     signal: AbortSignal,
     start: (session: Session, maxTokens: number, signal: AbortSignal) => Run<C, R>,
     onChunk: (chunk: C) => void,
   ): Promise<R & { slot: number }> {
     const contextSize = this.model.info.contextSize;
+    const promptLength = prompt.length;
     if (promptLength === 0) throw new HttpError(400, "the prompt is empty");
     if (promptLength > contextSize) {
       throw new HttpError(
@@ -192,6 +233,7 @@ export class Slots {
       throw new HttpError(400, `'id_slot' must be -1 (any slot) or a slot from 0 to ${this.count - 1}, not ${idSlot}`);
     }
     const slot = await this.#acquire(signal, idSlot);
+    onSlot?.(slot.id);
     this.metrics.requestsProcessing++;
     // The run ends when the client leaves or a shutdown stops it.
     const ended = new AbortController();
@@ -203,12 +245,15 @@ export class Slots {
     try {
       // generate() replaces the slot's context by the request's prompt, keeping the prefix the two
       // share (or a longer one from the model's prompt-state cache).
+      const prefill = progress ? await this.#prefill(slot, prompt, progress, ended.signal) : undefined;
       const run = start(slot.session, contextSize, ended.signal);
       for await (const chunk of run) onChunk(chunk);
-      const result = await run.result;
+      let result = await run.result;
       if (this.#stop.signal.aborted && !signal.aborted)
         throw shuttingDown(`the generation was stopped after ${result.tokens.length} tokens`);
+      if (prefill) result = { ...result, timings: addPrefill(result.timings, prefill) };
       this.#count(result);
+      slot.context = [...prompt, ...result.tokens];
       return { ...result, slot: slot.id };
     } finally {
       signal.removeEventListener("abort", end);
@@ -218,9 +263,47 @@ export class Slots {
     }
   }
 
+  /**
+   * Evaluates the prompt `batchSize` tokens at a time (each a generation of no token, which keeps the context the
+   * batch before it left), reporting before the first batch and after each; the generation that follows reuses it all.
+   * Returns the timings of the batches, for the request's totals.
+   */
+  async #prefill(
+    slot: Slot,
+    prompt: number[],
+    { batchSize, report }: NonNullable<ServeOptions["progress"]>,
+    signal: AbortSignal,
+  ): Promise<GenerateTimings> {
+    const started = performance.now();
+    let cache = 0;
+    while (cache < prompt.length - 1 && cache < slot.context.length && slot.context[cache] === prompt[cache]) cache++;
+    const timings = { promptTokens: 0, cachedPromptTokens: cache, promptMs: 0 };
+    const at = (processed: number) => ({
+      total: prompt.length,
+      cache,
+      processed,
+      // Before the first batch no token has been evaluated: no time has gone into the prompt yet.
+      time_ms: processed === cache ? 0 : performance.now() - started,
+    });
+    report(at(cache));
+    for (let end = cache; end < prompt.length && !signal.aborted; ) {
+      end = Math.min(prompt.length, end + batchSize);
+      const batch = await slot.session.generate(prompt.slice(0, end), { maxTokens: 0, signal }).result;
+      timings.promptTokens += batch.timings.promptTokens;
+      timings.promptMs += batch.timings.promptMs;
+      report(at(end));
+    }
+    return { ...timings, promptCacheHit: false, decodeTokens: 0, decodeMs: 0 };
+  }
+
   #count(result: GenerateResult | ChatResult): void {
     const m = this.metrics;
     m.promptTokens += result.timings.promptTokens;
+    m.promptTokensCached += result.timings.cachedPromptTokens;
+    m.tokensMax = Math.max(
+      m.tokensMax,
+      result.timings.promptTokens + result.timings.cachedPromptTokens + result.tokens.length,
+    );
     m.promptSeconds += result.timings.promptMs / 1000;
     m.predictedTokens += result.tokens.length;
     m.predictedSeconds += result.timings.decodeMs / 1000;

@@ -2,7 +2,7 @@
  * JSON Schema to GBNF: a grammar whose sentences are exactly the JSON texts (with bounded
  * whitespace) that the schema accepts, for `Session.generate({ jsonSchema })`. Pure; no I/O.
  *
- * Supported: `type` (one or a list), `properties`, `required`, `additionalProperties`, `items`,
+ * Supported: `type` (one or a list), `properties`, `required`, `additionalProperties`, `items` (an array of them: a tuple, as prefixItems),
  * `prefixItems`, `minItems`, `maxItems`, `minLength`, `maxLength`, `enum`, `const`, `anyOf`,
  * `oneOf` (read as anyOf), a one-element `allOf`, `$ref` to `#/$defs/...` or `#/definitions/...`
  * (recursive schemas too), and the annotations (`title`, `description`, `default`, ...). Anything
@@ -299,6 +299,11 @@ class Converter {
       if (!Array.isArray(s.prefixItems)) this.#refuse(path, "prefixItems must be an array");
       if (s.items !== undefined && s.items !== false) this.#refuse(path, "items beside prefixItems is not supported");
       const items = s.prefixItems.map((item, i) => this.#visit(item, `${name}-${i}`, `${path}/prefixItems/${i}`));
+      return `"[" space ${items.join(' "," space ')} "]" space`;
+    }
+    if (Array.isArray(s.items)) {
+      // Draft 4-2019's tuple form, which llama.cpp reads as prefixItems.
+      const items = s.items.map((item, i) => this.#visit(item, `${name}-${i}`, `${path}/items/${i}`));
       return `"[" space ${items.join(' "," space ')} "]" space`;
     }
     const item = this.#add(`${name}-item`, this.#visit(s.items ?? true, `${name}-item`, `${path}/items`));

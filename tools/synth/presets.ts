@@ -467,6 +467,12 @@ export const PRESETS: Record<string, SynthPreset> = {
     fileType: 12, // LLAMA_FTYPE_MOSTLY_Q3_K_M
   },
   "tiny-qwen3moe": TINY_QWEN3MOE,
+  "tiny-qwen3moe-fim": {
+    ...TINY_QWEN3MOE,
+    name: "tiny-qwen3moe-fim",
+    description: "tiny-qwen3moe with Qwen2.5-Coder's fill-in-the-middle tokens (llama-server's /infill)",
+    vocab: "qwen-coder",
+  },
 
   "tiny-glm4moe": TINY_GLM4MOE,
   "tiny-deepseek2": TINY_DEEPSEEK2,

@@ -15,7 +15,7 @@ import type { GgufMetadataType, GgufValue } from "../../src/gguf/types.js";
 export const TokenType = { normal: 1, unknown: 2, control: 3, userDefined: 4, unused: 5, byte: 6 } as const;
 
 /** A tokenizer family: its pre-tokenizer, special tokens and chat template. */
-export type VocabFamily = "qwen" | "llama";
+export type VocabFamily = "qwen" | "qwen-coder" | "llama";
 
 /** A built vocabulary. */
 export interface SyntheticVocab {
@@ -78,26 +78,56 @@ interface FamilySpec {
   pad?: string;
   addBos: boolean;
   chatTemplate: string;
+  /** Fill-in-the-middle tokens, written as `tokenizer.ggml.fim_<role>_token_id`. */
+  fim?: Record<"pre" | "suf" | "mid" | "pad" | "rep" | "sep", string>;
 }
+
+const QWEN_SPECIAL: [string, number][] = [
+  ["<|endoftext|>", TokenType.control],
+  ["<|im_start|>", TokenType.control],
+  ["<|im_end|>", TokenType.control],
+  // Qwen3 keeps these as ordinary added tokens, not control ones: they appear in the output text.
+  ["<tool_call>", TokenType.userDefined],
+  ["</tool_call>", TokenType.userDefined],
+  ["<think>", TokenType.userDefined],
+  ["</think>", TokenType.userDefined],
+];
 
 const FAMILIES: Record<VocabFamily, FamilySpec> = {
   qwen: {
     pre: "qwen2",
+    special: QWEN_SPECIAL,
+    bos: "<|endoftext|>",
+    eos: "<|im_end|>",
+    pad: "<|endoftext|>",
+    addBos: false,
+    chatTemplate: QWEN_TEMPLATE,
+  },
+  // Qwen2.5-Coder's: Qwen's tokens and its fill-in-the-middle ones, for llama-server's /infill.
+  "qwen-coder": {
+    pre: "qwen2",
     special: [
-      ["<|endoftext|>", TokenType.control],
-      ["<|im_start|>", TokenType.control],
-      ["<|im_end|>", TokenType.control],
-      // Qwen3 keeps these as ordinary added tokens, not control ones: they appear in the output text.
-      ["<tool_call>", TokenType.userDefined],
-      ["</tool_call>", TokenType.userDefined],
-      ["<think>", TokenType.userDefined],
-      ["</think>", TokenType.userDefined],
+      ...QWEN_SPECIAL,
+      ["<|fim_prefix|>", TokenType.control],
+      ["<|fim_middle|>", TokenType.control],
+      ["<|fim_suffix|>", TokenType.control],
+      ["<|fim_pad|>", TokenType.control],
+      ["<|repo_name|>", TokenType.control],
+      ["<|file_sep|>", TokenType.control],
     ],
     bos: "<|endoftext|>",
     eos: "<|im_end|>",
     pad: "<|endoftext|>",
     addBos: false,
     chatTemplate: QWEN_TEMPLATE,
+    fim: {
+      pre: "<|fim_prefix|>",
+      suf: "<|fim_suffix|>",
+      mid: "<|fim_middle|>",
+      pad: "<|fim_pad|>",
+      rep: "<|repo_name|>",
+      sep: "<|file_sep|>",
+    },
   },
   llama: {
     pre: "llama-bpe",
@@ -247,6 +277,10 @@ export function vocabMetadata(vocab: SyntheticVocab): {
   if (spec.pad !== undefined) {
     metadata["tokenizer.ggml.padding_token_id"] = vocab.special[spec.pad]!;
     types["tokenizer.ggml.padding_token_id"] = "u32";
+  }
+  for (const [role, text] of Object.entries(spec.fim ?? {})) {
+    metadata[`tokenizer.ggml.fim_${role}_token_id`] = vocab.special[text]!;
+    types[`tokenizer.ggml.fim_${role}_token_id`] = "u32";
   }
   metadata["tokenizer.ggml.add_bos_token"] = vocab.addBos;
   types["tokenizer.ggml.add_bos_token"] = "bool";

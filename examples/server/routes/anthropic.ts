@@ -7,7 +7,7 @@ import { badField } from "../errors.js";
 import { Fields } from "../fields.js";
 import { anthropicMessages } from "../messages.js";
 import { promptTokens, responseId, stoppingWord } from "../responses.js";
-import { readSampling } from "../sampling.js";
+import { readSampling, samplingDefaults } from "../sampling.js";
 import type { SlotChat } from "../slots.js";
 import { clientSignal, SseStream, streamReply } from "../sse.js";
 import { readAnthropicTools, type ToolOptions } from "../tools.js";
@@ -49,11 +49,13 @@ function readConversation(f: Fields, context: ServerContext): Conversation {
 }
 
 /** The prompt's tokens, as the chat will render it. */
-async function promptLength(context: ServerContext, c: Conversation): Promise<number> {
+async function chatPrompt(context: ServerContext, c: Conversation): Promise<number[]> {
   const tools = c.toolChoice === "none" ? undefined : c.tools;
   const model = context.model;
-  const prompt = await model.applyChatTemplateAsync(c.messages, { templateKwargs: c.templateKwargs, tools });
-  return (await promptTokens(model, prompt)).length;
+  return promptTokens(
+    model,
+    await model.applyChatTemplateAsync(c.messages, { templateKwargs: c.templateKwargs, tools }),
+  );
 }
 
 function toolUse(call: ToolCall) {
@@ -120,7 +122,7 @@ export function registerAnthropic(app: FastifyInstance, context: ServerContext):
     const f = new Fields(request.body);
     const conversation = readConversation(f, context);
     f.finish();
-    return { input_tokens: await promptLength(context, conversation) };
+    return { input_tokens: (await chatPrompt(context, conversation)).length };
   });
 
   app.post("/v1/messages", async (request, reply) => {
@@ -131,16 +133,13 @@ export function registerAnthropic(app: FastifyInstance, context: ServerContext):
     if (maxTokens === undefined) throw badField("max_tokens", "is required");
     const stop = f.strings("stop_sequences");
     const stream = f.boolean("stream") ?? false;
-    const sampling = readSampling(f, { temperature: context.config.temperature, vocabSize: model.info.vocabSize }, [
-      "top_k",
-      "top_p",
-    ]);
+    const sampling = readSampling(f, samplingDefaults(context), ["top_k", "top_p"]);
     // Anthropic's metadata (user_id) describes the caller; it does not change the answer.
     f.object("metadata");
     f.finish();
 
     const { messages, ...chat } = conversation;
-    const length = await promptLength(context, conversation);
+    const prompt = await chatPrompt(context, conversation);
     const options: Omit<ChatOptions, "signal"> = { ...sampling, ...chat, maxTokens, stop };
     const signal = clientSignal(reply);
     const message = { id: responseId("msg_"), type: "message", role: "assistant", model: context.modelId };
@@ -151,7 +150,7 @@ export function registerAnthropic(app: FastifyInstance, context: ServerContext):
     });
 
     if (!stream) {
-      const result = await context.slots.chat(messages, length, options, signal, () => {});
+      const result = await context.slots.chat(messages, prompt, options, signal, () => {});
       const { content, reasoning, toolCalls } = result.message;
       const blocks: Record<string, unknown>[] = [];
       if (reasoning) blocks.push({ type: "thinking", thinking: reasoning, signature: "" });
@@ -161,8 +160,10 @@ export function registerAnthropic(app: FastifyInstance, context: ServerContext):
         ...message,
         content: blocks,
         ...ending(result),
+        // As llama-server counts them: the prompt tokens evaluated, and those read from the cache.
         usage: {
-          input_tokens: result.timings.promptTokens + result.timings.cachedPromptTokens,
+          cache_read_input_tokens: result.timings.cachedPromptTokens,
+          input_tokens: result.timings.promptTokens,
           output_tokens: result.tokens.length,
         },
       };
@@ -178,7 +179,7 @@ export function registerAnthropic(app: FastifyInstance, context: ServerContext):
           content: [],
           stop_reason: null,
           stop_sequence: null,
-          usage: { input_tokens: length, output_tokens: 0 },
+          usage: { cache_read_input_tokens: 0, input_tokens: prompt.length, output_tokens: 0 },
         },
       });
     };
@@ -186,7 +187,7 @@ export function registerAnthropic(app: FastifyInstance, context: ServerContext):
       sse,
       signal,
       async () => {
-        const result = await context.slots.chat(messages, length, options, signal, (piece) => {
+        const result = await context.slots.chat(messages, prompt, options, signal, (piece) => {
           start();
           blocks.push(piece);
         });

@@ -2,7 +2,7 @@
 import type { FastifyInstance } from "fastify";
 import type { ServerContext } from "../context.js";
 import { HttpError } from "../errors.js";
-import { unixSeconds } from "../responses.js";
+import { headerAsSpelled, unixSeconds } from "../responses.js";
 
 export function registerInfo(app: FastifyInstance, context: ServerContext): void {
   const created = unixSeconds();
@@ -22,6 +22,8 @@ export function registerInfo(app: FastifyInstance, context: ServerContext): void
         data: [
           {
             id: context.modelId,
+            aliases: context.config.aliases ?? [context.modelId],
+            tags: context.config.tags ?? [],
             object: "model",
             created,
             owned_by: "llamacpp",
@@ -43,7 +45,14 @@ export function registerInfo(app: FastifyInstance, context: ServerContext): void
     return {
       default_generation_settings: {
         n_ctx: model.info.contextSize,
-        params: { n_predict: -1, temperature: context.config.temperature, top_k: 40, top_p: 0.95, min_p: 0.05 },
+        params: {
+          n_predict: context.config.nPredict ?? -1,
+          seed: context.config.seed ?? 0xffffffff,
+          temperature: context.config.temperature,
+          top_k: 40,
+          top_p: 0.95,
+          min_p: 0.05,
+        },
       },
       total_slots: slots.count,
       model_alias: context.modelName,
@@ -64,13 +73,24 @@ export function registerInfo(app: FastifyInstance, context: ServerContext): void
     const rate = (tokens: number, seconds: number) => (seconds > 0 ? tokens / seconds : 0);
     const lines: [string, "counter" | "gauge", string, number][] = [
       ["prompt_tokens_total", "counter", "Number of prompt tokens processed.", m.promptTokens],
+      [
+        "prompt_tokens_cached_total",
+        "counter",
+        "Number of prompt tokens reused from a slot's context or the prompt cache.",
+        m.promptTokensCached,
+      ],
       ["prompt_seconds_total", "counter", "Prompt process time", m.promptSeconds],
       ["tokens_predicted_total", "counter", "Number of generation tokens processed.", m.predictedTokens],
       ["tokens_predicted_seconds_total", "counter", "Predict process time", m.predictedSeconds],
       ["n_decode_total", "counter", "Total number of llama_decode() calls", m.decodes],
+      ["n_tokens_max", "counter", "Largest context, in tokens, a request used.", m.tokensMax],
+      // bloomery drafts with the model's own MTP head inside the engine, which does not count drafts per request.
+      ["spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens proposed (not counted).", 0],
+      ["spec_decode_num_accepted_tokens_total", "counter", "Number of draft tokens accepted (not counted).", 0],
+      ["spec_decode_num_drafts_total", "counter", "Number of drafts made (not counted).", 0],
       [
         "n_busy_slots_per_decode",
-        "counter",
+        "gauge",
         "Average number of busy slots per llama_decode() call",
         m.decodes ? m.busySlotsSum / m.decodes : 0,
       ],
@@ -95,6 +115,7 @@ export function registerInfo(app: FastifyInstance, context: ServerContext): void
           `# HELP llamacpp:${name} ${help}\n# TYPE llamacpp:${name} ${type}\nllamacpp:${name} ${value}\n`,
       )
       .join("");
+    headerAsSpelled(reply, "Process-Start-Time-Unix", String(created));
     return reply.type("text/plain; version=0.0.4").send(text);
   });
 }

@@ -5,11 +5,12 @@ import type { ServerContext } from "../context.js";
 import { badField } from "../errors.js";
 import { Fields } from "../fields.js";
 import { finishReason, llamaTimings, promptTokens, responseId, SYSTEM_FINGERPRINT, unixSeconds } from "../responses.js";
-import { openAiLogprobs, readLogprobs, readMaxTokens, readSampling } from "../sampling.js";
+import { openAiLogprobs, readLogprobs, readMaxTokens, readSampling, samplingDefaults } from "../sampling.js";
 import { clientSignal, SseStream, streamReply } from "../sse.js";
+import { cappedMaxTokens } from "./llama-native.js";
 
 /** The fields every OpenAI-style generation takes besides its prompt and sampling. */
-export function readOpenAiCommon(f: Fields): { stream: boolean; includeUsage: boolean; idSlot: number } {
+export function readOpenAiCommon(f: Fields): { stream: boolean; includeUsage: boolean; idSlot: number; n: number } {
   // One model is served: any name is accepted, as llama-server does.
   f.string("model");
   f.string("user");
@@ -17,7 +18,7 @@ export function readOpenAiCommon(f: Fields): { stream: boolean; includeUsage: bo
   // prompt in full, so cache_prompt only changes speed: bloomery always reuses.
   f.boolean("cache_prompt");
   const idSlot = f.integer("id_slot") ?? -1;
-  f.unsupported("n", (v) => v === 1);
+  const n = f.integer("n", { min: 1, max: 16 }) ?? 1;
   const stream = f.boolean("stream") ?? false;
   const options = f.object("stream_options");
   let includeUsage = false;
@@ -26,7 +27,7 @@ export function readOpenAiCommon(f: Fields): { stream: boolean; includeUsage: bo
     includeUsage = o.boolean("include_usage") ?? false;
     o.finish();
   }
-  return { stream, includeUsage, idSlot };
+  return { stream, includeUsage, idSlot, n };
 }
 
 /** `prompt` as text (tokenized by `text`), one text in an array, or token ids. */
@@ -47,15 +48,16 @@ export function registerOpenAiCompletions(app: FastifyInstance, context: ServerC
     const model = context.model;
     const f = new Fields(request.body);
     const prompt = await readPrompt(f, model.info.vocabSize, (text) => promptTokens(model, text));
-    const { stream, includeUsage, idSlot } = readOpenAiCommon(f);
-    const maxTokens = readMaxTokens(f, ["max_tokens", "n_predict"]);
+    const { stream, includeUsage, idSlot, n } = readOpenAiCommon(f);
+    const maxTokens = cappedMaxTokens(context, readMaxTokens(f, ["max_tokens", "n_predict"]));
     const stop = f.strings("stop");
-    const sampling = readSampling(f, { temperature: context.config.temperature, vocabSize: model.info.vocabSize });
+    const sampling = readSampling(f, samplingDefaults(context));
     const logprobs = readLogprobs(f, "completions");
     f.unsupported("echo", (v) => v === false);
     f.unsupported("best_of", (v) => v === 1);
     f.unsupported("suffix");
     f.finish();
+    if (n > 1) throw f.bad("n", "above 1 is not supported by /v1/completions in bloomery-serve yet");
 
     const options = { ...sampling, maxTokens, stop, logprobs };
     const signal = clientSignal(reply);
@@ -79,7 +81,7 @@ export function registerOpenAiCompletions(app: FastifyInstance, context: ServerC
     });
 
     if (!stream) {
-      const result = await context.slots.run(prompt, options, signal, () => {}, idSlot);
+      const result = await context.slots.run(prompt, options, signal, () => {}, { idSlot });
       return {
         ...head,
         choices: [choice(result.text, finishReason(result.stopReason), result.logprobs)],
@@ -97,7 +99,7 @@ export function registerOpenAiCompletions(app: FastifyInstance, context: ServerC
           if (piece.text || piece.logprobs?.length)
             sse.send({ ...head, choices: [choice(piece.text, null, piece.logprobs)] });
         },
-        idSlot,
+        { idSlot },
       );
       if (signal.aborted) throw new Error("client gone");
       sse.send({ ...head, choices: [choice("", finishReason(result.stopReason))], timings: llamaTimings(result) });

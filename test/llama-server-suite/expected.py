@@ -1,0 +1,117 @@
+"""The tests of llama.cpp's server suite that bloomery-serve does not pass, each with its reason (see README.md).
+
+SKIPPED: tests the harness skips, naming the reason. A key is a pytest node id; one ending in * names every
+parametrization (or every test) it starts. Each reason is one of the REASONS below, so that README.md's table and
+this file say the same thing.
+
+TEXT_OF_LLAMA_CPP_MODELS: tests whose only expectation bloomery cannot meet is the text llama.cpp's test model
+writes (a regex over the generated text): they run with that match relaxed and every other assertion as written,
+and are reported as xfail naming the text.
+"""
+
+# Why a test is skipped.
+EMBEDDINGS = (
+    "embeddings: bloomery runs generative MoE models and has no pooled-embedding output; --embedding and --pooling "
+    "are refused by name at start"
+)
+RERANK = "reranking: needs a reranker model's classification head; --reranking is refused by name at start"
+DRAFT_MODEL = (
+    "speculative decoding with a separate draft model (--model-draft, --draft-*): bloomery drafts with the model's "
+    "own MTP layer inside the engine; the flags are refused by name at start"
+)
+CONTEXT_SHIFT = (
+    "context shift: bloomery does not discard half of a full context to go on generating; --context-shift is "
+    "refused by name, and a generation ends when its slot is full"
+)
+MEDIA = (
+    "images and audio: bloomery-serve takes text only (a multimodal projector, --mmproj and --media-path are "
+    "refused; an image part is answered 500 as llama-server answers it without a projector)"
+)
+WEB_UI = "the web page at /: bloomery-serve has none yet (another issue builds it); / answers 404"
+ROUTER = (
+    "llama-server's router mode (no model at start, models loaded, reloaded and proxied per request, "
+    "--tools): bloomery-serve serves one model"
+)
+SPLIT_GGUF = (
+    "downloads llama.cpp's split test model from the Hugging Face hub, which CI cannot reach (bloomery reads split "
+    "GGUFs: test/gguf-read-write.test.ts)"
+)
+POST_SAMPLING_PROBS = (
+    "post_sampling_probs: probabilities after the sampler's filters; bloomery's sampler runs in the engine and "
+    "reports the model's distribution only, so the field is refused by name"
+)
+BACKEND_SAMPLING = "--backend-sampling (llama.cpp's GPU sampler chain): refused by name; bloomery samples in its engine"
+LLAMA_VOCABULARY = (
+    "an expectation of llama.cpp's test model's vocabulary (token counts or ids of its Llama 2 tokenizer, e.g. BOS "
+    "is id 1 and reads <s>): bloomery's models tokenize the same texts into other counts"
+)
+MODEL_STOPS = (
+    "the expectation that the model writes until n_predict: bloomery's default model (a chat model) ends a plain "
+    "text prompt with an end-of-turn token within a few tokens, where llama.cpp's TinyStories model writes on"
+)
+LLAMA_REASONING_TEMPLATES = (
+    "reasoning with --reasoning on/auto on DeepSeek-R1/QwQ/Qwen3/Command R7B templates: llama.cpp's own "
+    "per-format prompt edits (an opened think block, Command R7B's empty one) that bloomery does not apply yet"
+)
+DATE_CONTEXT = "Llama 3.3 and FireFunction templates: their date and tools context is not llama.cpp's format yet"
+
+SKIPPED = {
+    "unit/test_embedding.py::*": EMBEDDINGS,
+    "unit/test_metrics.py::test_metrics_embedding_prompt_is_counted": EMBEDDINGS,
+    "unit/test_rerank.py::*": RERANK,
+    "unit/test_speculative.py::*": DRAFT_MODEL,
+    "unit/test_ctx_shift.py::test_ctx_shift_enabled": CONTEXT_SHIFT,
+    "unit/test_compat_anthropic.py::test_anthropic_vision_base64_with_multimodal_model": MEDIA,
+    "unit/test_security.py::test_local_media_file*": MEDIA,
+    "unit/test_slot_save.py::test_slot_save_restore_text_only_on_multimodal": MEDIA,
+    "unit/test_slot_save.py::test_slot_save_restore_with_image": MEDIA,
+    "unit/test_slot_save.py::test_slot_save_restore_with_two_images": MEDIA,
+    "unit/test_slot_save.py::test_slot_save_restore_with_image_across_restart": MEDIA,
+    "unit/test_slot_save.py::test_slot_save_restore_image_payload_larger_than_context": MEDIA,
+    "unit/test_slot_save.py::test_slot_restore_media_file_without_mmproj": MEDIA,
+    "unit/test_basic.py::test_no_ui": WEB_UI,
+    "unit/test_security.py::test_access_static_assets_without_api_key": WEB_UI,
+    "unit/test_stream.py::*": ROUTER,
+    "unit/test_security.py::test_cors_origins_defaults_to_localhost_with_tools_enabled": ROUTER,
+    "unit/test_security.py::test_cors_proxy_only_forwards_explicit_proxy_headers": ROUTER,
+    "unit/test_basic.py::test_load_split_model": SPLIT_GGUF,
+    "unit/test_completion.py::test_n_probs_post_sampling": POST_SAMPLING_PROBS,
+    "unit/test_completion.py::test_n_probs_post_backend_sampling": BACKEND_SAMPLING,
+    "unit/test_chat_completion.py::test_chat_template": LLAMA_VOCABULARY,
+    "unit/test_template.py::test_reasoning[deepseek-ai-DeepSeek-R1-Distill-Qwen-32B-on-*": LLAMA_REASONING_TEMPLATES,
+    "unit/test_template.py::test_reasoning[deepseek-ai-DeepSeek-R1-Distill-Qwen-32B-auto-*": LLAMA_REASONING_TEMPLATES,
+    "unit/test_template.py::test_reasoning[Qwen-Qwen3-0.6B-off-*": LLAMA_REASONING_TEMPLATES,
+    "unit/test_template.py::test_reasoning[Qwen-QwQ-32B-auto-*": LLAMA_REASONING_TEMPLATES,
+    "unit/test_template.py::test_reasoning[CohereForAI-c4ai-command-r7b-12-2024-tool_use-auto-*": LLAMA_REASONING_TEMPLATES,
+    "unit/test_template.py::test_date_inside_prompt*": DATE_CONTEXT,
+    "unit/test_tokenize.py::test_tokenize_with_bos": LLAMA_VOCABULARY,
+    "unit/test_chat_completion.py::test_chat_completion[*": LLAMA_VOCABULARY,
+    "unit/test_chat_completion.py::test_chat_completion_stream[*": LLAMA_VOCABULARY,
+    "unit/test_chat_completion.py::test_chat_completion_cached_tokens": LLAMA_VOCABULARY,
+    "unit/test_chat_completion.py::test_return_progress[64-4-False]": LLAMA_VOCABULARY,
+    "unit/test_completion.py::test_completion_response_fields[I believe the meaning of life is-32-response_fields1]": (
+        LLAMA_VOCABULARY
+    ),
+    "unit/test_completion.py::test_completion[*": LLAMA_VOCABULARY,
+    "unit/test_completion.py::test_completion_stream[*": LLAMA_VOCABULARY,
+    "unit/test_completion.py::test_completion_unified*": LLAMA_VOCABULARY,
+    "unit/test_completion.py::test_completion_prompt_cache": LLAMA_VOCABULARY,
+    "unit/test_completion.py::test_nocache_long_input_prompt": LLAMA_VOCABULARY,
+    "unit/test_slot_save.py::test_slot_restore_legacy_token_list": LLAMA_VOCABULARY,
+    "unit/test_ctx_shift.py::test_ctx_shift_disabled_short_prompt[-1-248-True]": MODEL_STOPS,
+    "unit/test_ctx_shift.py::test_ctx_shift_disabled_long_prompt": LLAMA_VOCABULARY,
+    "unit/test_ctx_shift.py::test_ctx_shift_disabled_stream": MODEL_STOPS,
+    "unit/test_completion.py::test_completion_parallel_slots*": MODEL_STOPS,
+    "unit/test_slot_save.py::test_slot_save_restore": MODEL_STOPS,
+    "unit/test_slot_save.py::test_slot_erase": MODEL_STOPS,
+}
+
+TEXT_OF_LLAMA_CPP_MODELS = {
+    "unit/test_chat_completion.py::test_chat_completion_with_openai_library": "TinyStories text",
+    "unit/test_completion.py::test_completion_with_openai_library": "TinyStories text",
+    "unit/test_completion.py::test_completion_stream_with_openai_library": "TinyStories text",
+    "unit/test_compat_oai_responses.py::test_responses_with_openai_library": "TinyStories text",
+    "unit/test_compat_oai_responses.py::test_responses_stream_with_openai_library": "TinyStories text",
+    "unit/test_infill.py::test_infill_without_input_extra": "TinyStories text of llama.cpp's infill model",
+    "unit/test_infill.py::test_infill_with_input_extra": "TinyStories text of llama.cpp's infill model",
+}
