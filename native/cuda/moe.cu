@@ -173,10 +173,11 @@ __device__ void route_row(const float* l, int row, int experts, int used, const 
   }
   if (r.softmax_selected) {
     // cpu::route's softmax over the chosen, in k order: the maximum, exps, their sum in double
-    // (cpu/softmax.cc's scalar tail, which a row of fewer than a SIMD block takes).
+    // (cpu/softmax.cc's scalar tail, libm's exp, which a row of fewer than a SIMD block takes:
+    // gpt-oss's routers choose 4; 16 or more would take the CPU's blocks and part in last bits).
     float max = -INFINITY;
     for (int k = 0; k < used; ++k) max = fmaxf(max, __shfl_sync(0xffffffffu, my_weight, k));
-    const float e = lane < used ? exp_as_host(__fsub_rn(my_weight, max)) : 0.0f;
+    const float e = lane < used ? exp_as_libm(__fsub_rn(my_weight, max)) : 0.0f;
     double sum = 0.0;
     for (int k = 0; k < used; ++k) sum += static_cast<double>(__shfl_sync(0xffffffffu, e, k));
     my_weight = __fmul_rn(e, static_cast<float>(1.0 / sum));

@@ -358,9 +358,11 @@ TEST(cuda_exact_attention_matches_cpu) {
                                  out.as<float>(), stream.handle());
     const auto got = download<float>(out, q.size(), stream);
     // The CPU sums its dots and outputs in ggml's SIMD order, the kernel in sequence: most values
-    // part in their last bits (a probability's f16 rounding can move with them), by at most 6e-6
-    // relative on the H200; a wrong score, mask or weight moves them by far more.
-    CHECK(relative_error(got, want) < 2e-5)
+    // part in their last bits (a probability's f16 rounding can move with them), on the H200 by
+    // at most 6e-6 relative without a window or sinks, 5.6e-5 with a window of 32 and sinks (a
+    // few large weights, outputs shrunk by the sink); a wrong score, mask, window edge or sink
+    // moves them by 1e-2 and more.
+    CHECK(relative_error(got, want) < 1e-4)
         << "heads " << c.heads << " head_dim " << c.head_dim << " length " << length << " window " << c.window
         << " sinks " << c.sinks << ": " << mismatches(got, want) << " of " << want.size() << " differ, relative error "
         << relative_error(got, want);

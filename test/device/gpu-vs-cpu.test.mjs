@@ -112,7 +112,8 @@ for (const [preset, type] of CASES) {
       }
       const greedy = await sameGreedy(cpu, gpu, input.slice(0, 8), 24, floor.widestMiss);
       console.log(`${name}: greedy ${greedy.tieAt < 0 ? "equal" : `equal up to a tie at step ${greedy.tieAt}`}`);
-      if (!type) assert.ok(gpu.stats().offload.passes > 0, "the CPU ran layer 1's experts");
+      // Only tiny-qwen3moe-mix keeps experts (layer 1's) off the GPU; the other mixes run whole there.
+      if (preset === "tiny-qwen3moe-mix") assert.ok(gpu.stats().offload.passes > 0, "the CPU ran layer 1's experts");
     } finally {
       cpu.dispose();
       gpu.dispose();
