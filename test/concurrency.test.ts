@@ -7,7 +7,8 @@
 //
 // The model runs one thread, so that on two cores (CI's) the heavy request's worker thread has the
 // other: the timings then measure isolation, not a machine short of cores. Where the machine is
-// busier than its cores (other work sharing them), the test says so and is skipped.
+// busier than its cores (other work sharing them, as the rest of npm test does), the timings
+// measure the load: see `required` below.
 import { availableParallelism, loadavg } from "node:os";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { JSON_SCHEMA_LIMITS } from "../src/index.js";
@@ -22,13 +23,26 @@ const TEMPLATE =
   "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}" +
   "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
 
+// The timings need the cores to themselves: inside npm test other test files run beside this one
+// (a /health took 176 ms there while the heavy request ran), so it runs only when asked,
+// BLOOMERY_CONCURRENCY=required: CI's step that runs this file alone after the suite (.ci/run). It
+// waits up to two minutes for the load the suite left to fall below the cores, then runs, and
+// fails rather than skips if it does not.
+const required = process.env.BLOOMERY_CONCURRENCY === "required";
 const cores = availableParallelism();
-const [load] = loadavg() as [number];
-const headroom = cores >= 2 && load < cores;
-if (!headroom) {
-  process.stderr.write(
-    `concurrency: skipped: ${cores} cores, load ${load.toFixed(1)}: busier than its cores: the timings would measure the load\n`,
+const currentLoad = () => (loadavg() as [number])[0];
+for (const until = performance.now() + 120_000; required && currentLoad() >= cores && performance.now() < until; ) {
+  await new Promise((resolve) => setTimeout(resolve, 5_000));
+}
+const load = currentLoad();
+const headroom = required && cores >= 2 && load < cores;
+if (required && !headroom) {
+  throw new Error(
+    `concurrency: ${cores} cores, load ${load.toFixed(1)}: busier than its cores: the timings would measure the load`,
   );
+}
+if (!required) {
+  process.stderr.write("concurrency: skipped: it runs alone, with BLOOMERY_CONCURRENCY=required (CI's own step)\n");
 }
 
 let server: TestServer;
