@@ -67,5 +67,10 @@ size_t match_ascii_digit_triple(const Segment& s, size_t pos);
 size_t match_cjk_kana(const Segment& s, size_t pos);
 // [\p{P}\$\+<=>\^~\|]+
 size_t match_punctuation_run(const Segment& s, size_t pos);
+// \s*[\r\n]+ | \s+(?!\S) | \s+, the whitespace steps that end the GPT-2-style splitters (llama3,
+// qwen2, gpt-4o, deepseek-v3, kimi-k2): up to the last newline of the run at pos, else the run
+// less its last whitespace where a non-space follows, else the whole run. Returns pos where pos
+// is not whitespace.
+size_t match_whitespace_steps(const Segment& s, size_t pos);
 
 }  // namespace bloomery::tokenizer

@@ -46,15 +46,7 @@ size_t match_deepseek_v3(const Segment& s, size_t pos) {
     return e;
   }
 
-  size_t n = 0;
-  size_t last_newline = 0;
-  while (s.cls(pos + n).whitespace) {
-    if (s.at(pos + n) == '\r' || s.at(pos + n) == '\n') last_newline = pos + n + 1;
-    ++n;
-  }
-  if (last_newline) return last_newline;
-  if (n > 1 && s.has(pos + n)) return pos + n - 1;
-  return pos + n;
+  return match_whitespace_steps(s, pos);
 }
 
 }  // namespace bloomery::tokenizer

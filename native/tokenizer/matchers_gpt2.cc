@@ -57,16 +57,8 @@ size_t match_llama_family(const Segment& s, size_t pos, size_t max_digits) {
     return e;
   }
 
-  // \s*[\r\n]+: up to the last newline of the whitespace run.
-  size_t last_newline = 0;
-  size_t n = 0;
-  while (s.cls(pos + n).whitespace) {
-    if (s.at(pos + n) == '\r' || s.at(pos + n) == '\n') last_newline = pos + n + 1;
-    ++n;
-  }
-  if (last_newline) return last_newline;
-  if (n) return whitespace_run(s, pos);
-  return pos + 1;
+  const size_t e = match_whitespace_steps(s, pos);
+  return e != pos ? e : pos + 1;
 }
 
 }  // namespace

@@ -64,15 +64,8 @@ size_t match_kimi_k2(const Segment& s, size_t pos) {
     return e;
   }
 
-  size_t n = 0;
-  size_t last_newline = 0;
-  while (s.cls(pos + n).whitespace) {
-    if (s.at(pos + n) == '\r' || s.at(pos + n) == '\n') last_newline = pos + n + 1;
-    ++n;
-  }
-  if (last_newline) return last_newline;
-  if (n > 1 && s.has(pos + n)) return pos + n - 1;
-  return pos + (n > 0 ? n : 1);
+  const size_t e = match_whitespace_steps(s, pos);
+  return e != pos ? e : pos + 1;
 }
 
 }  // namespace bloomery::tokenizer

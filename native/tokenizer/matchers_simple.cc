@@ -4,6 +4,18 @@
 
 namespace bloomery::tokenizer {
 
+size_t match_whitespace_steps(const Segment& s, size_t pos) {
+  size_t n = 0;
+  size_t last_newline = 0;
+  while (s.cls(pos + n).whitespace) {
+    if (s.at(pos + n) == '\r' || s.at(pos + n) == '\n') last_newline = pos + n + 1;
+    ++n;
+  }
+  if (last_newline) return last_newline;
+  if (n > 1 && s.has(pos + n)) return pos + n - 1;
+  return pos + n;
+}
+
 size_t match_numbers_upto3(const Segment& s, size_t pos) {
   size_t e = pos;
   while (e - pos < 3 && s.cls(e).number) ++e;
