@@ -55,13 +55,16 @@ const mb = (bytes) => `${(bytes / 1e6).toFixed(1)} MB`;
 
 function pack() {
   if (values.tarball) return values.tarball;
-  say("npm pack (prepack packs prebuilds/)");
-  const out = execFileSync("npm", ["pack", "--pack-destination", work, "--json"], {
+  // The lifecycle scripts run first, on their own, so that what they print (tsup colours its
+  // output where CI sets FORCE_COLOR) never mixes with the JSON npm pack writes to stdout.
+  say("npm run build:ts and prepack (packs prebuilds/), then npm pack");
+  for (const script of ["build:ts", "prepack"]) execFileSync("npm", ["run", script], { cwd: root, stdio: ["ignore", "inherit", "inherit"] });
+  const out = execFileSync("npm", ["pack", "--ignore-scripts", "--pack-destination", work, "--json"], {
     cwd: root,
     encoding: "utf8",
     stdio: ["ignore", "pipe", "inherit"],
   });
-  const [info] = JSON.parse(out.slice(out.indexOf("[")));
+  const [info] = JSON.parse(out);
   const prebuilds = info.files.filter((f) => f.path.startsWith("prebuilds/"));
   for (const f of prebuilds) say(`  ${f.path}: ${mb(f.size)}`);
   if (!prebuilds.some((f) => f.path.startsWith("prebuilds/linux-x64/"))) fail("the tarball has no prebuilds/linux-x64");
