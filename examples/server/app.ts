@@ -3,6 +3,7 @@
 // that shuts it down.
 import { timingSafeEqual } from "node:crypto";
 import Fastify, { type FastifyInstance, type FastifyRequest } from "fastify";
+import { BodyParser } from "./body.js";
 import { HttpError, sendError } from "./errors.js";
 import { ServerContext, type ServerConfig } from "./context.js";
 import { registerCors } from "./cors.js";
@@ -33,8 +34,6 @@ export interface AppOptions {
 /** Endpoints that answer without an API key, as llama-server's. */
 const PUBLIC_PATHS = new Set(["/health", "/v1/health", "/models", "/v1/models"]);
 
-const utf8 = new TextDecoder("utf-8", { fatal: true });
-
 export interface ServerApp {
   app: FastifyInstance;
   context: ServerContext;
@@ -64,19 +63,9 @@ export function createApp(config: ServerConfig, options: AppOptions = {}): Serve
   // Bodies are JSON whatever their content type (curl -d sends form-urlencoded), and must be
   // valid UTF-8: a replacement character silently standing in for bad bytes would change the prompt.
   app.removeAllContentTypeParsers();
-  app.addContentTypeParser("*", { parseAs: "buffer" }, (_request, body: Buffer, done) => {
-    let text: string;
-    try {
-      text = utf8.decode(body);
-    } catch {
-      return done(new HttpError(400, "the request body is not valid UTF-8"));
-    }
-    try {
-      done(null, JSON.parse(text));
-    } catch (error) {
-      done(new HttpError(400, `the request body is not valid JSON: ${(error as Error).message}`));
-    }
-  });
+  const bodies = new BodyParser();
+  app.addContentTypeParser("*", { parseAs: "buffer" }, (_request: FastifyRequest, body: Buffer) => bodies.parse(body));
+  app.addHook("onClose", () => bodies.close());
 
   const requests = new OpenRequests();
   requests.register(app);
