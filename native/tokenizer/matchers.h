@@ -23,6 +23,12 @@ struct Segment {
   // Out-of-segment positions read as a code point no class contains.
   uint32_t at(size_t i) const { return has(i) ? cpts[i] : 0xffffffffu; }
   CharClass cls(size_t i) const { return has(i) ? classes[i] : CharClass{}; }
+  // [^\s\p{L}\p{N}] at i, inside the segment.
+  bool other(size_t i) const {
+    if (!has(i)) return false;
+    const CharClass& c = classes[i];
+    return !(c.whitespace || c.letter || c.number);
+  }
 };
 
 using Matcher = size_t (*)(const Segment& s, size_t pos);

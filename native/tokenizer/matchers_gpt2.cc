@@ -6,8 +6,6 @@ namespace bloomery::tokenizer {
 
 namespace {
 
-bool is_other(const CharClass& c) { return !(c.whitespace || c.letter || c.number); }
-
 // 's 't 're 've 'm 'll 'd at pos; `fold` makes it case-insensitive. Returns the match end or pos.
 size_t contraction(const Segment& s, size_t pos, bool fold) {
   if (s.at(pos) != '\'' || !s.has(pos + 1)) return pos;
@@ -50,9 +48,9 @@ size_t match_llama_family(const Segment& s, size_t pos, size_t max_digits) {
 
   // ' '?[^\s\p{L}\p{N}]+[\r\n]*
   const size_t body = c == ' ' ? pos + 1 : pos;
-  if (s.has(body) && is_other(s.cls(body))) {
+  if (s.other(body)) {
     size_t e = body;
-    while (s.has(e) && is_other(s.cls(e))) ++e;
+    while (s.other(e)) ++e;
     while (s.at(e) == '\r' || s.at(e) == '\n') ++e;
     return e;
   }
@@ -76,8 +74,8 @@ size_t match_gpt2(const Segment& s, size_t pos) {
     while (s.cls(e).number) ++e;
     return e;
   }
-  if (s.has(body) && is_other(b)) {
-    while (s.has(e) && is_other(s.cls(e))) ++e;
+  if (s.other(body)) {
+    while (s.other(e)) ++e;
     return e;
   }
   if (s.cls(pos).whitespace) return whitespace_run(s, pos);

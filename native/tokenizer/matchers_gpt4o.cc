@@ -70,14 +70,10 @@ size_t match_gpt4o(const Segment& s, size_t pos) {
   }
 
   // ' '?[^\s\p{L}\p{N}]+[\r\n/]*
-  auto other = [&](size_t i) {
-    const CharClass c = s.cls(i);
-    return s.has(i) && !c.whitespace && !c.letter && !c.number;
-  };
-  const size_t body = s.at(pos) == ' ' && other(pos + 1) ? pos + 1 : pos;
-  if (other(body)) {
+  const size_t body = s.at(pos) == ' ' && s.other(pos + 1) ? pos + 1 : pos;
+  if (s.other(body)) {
     size_t e = body;
-    while (other(e)) ++e;
+    while (s.other(e)) ++e;
     while (s.at(e) == '\r' || s.at(e) == '\n' || s.at(e) == '/') ++e;
     return e;
   }

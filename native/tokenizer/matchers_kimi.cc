@@ -18,8 +18,6 @@ bool is_han(uint32_t c) {
 
 bool is_word_letter(const Segment& s, size_t i) { return s.cls(i).letter && !is_han(s.at(i)); }
 
-bool is_other(const CharClass& c) { return !(c.whitespace || c.letter || c.number); }
-
 // A contraction after a word, case-insensitive; returns its end, or pos for none.
 size_t contraction_after(const Segment& s, size_t pos) {
   if (s.at(pos) != '\'' || !s.has(pos + 1)) return pos;
@@ -57,9 +55,9 @@ size_t match_kimi_k2(const Segment& s, size_t pos) {
   }
 
   const size_t body = c == ' ' ? pos + 1 : pos;
-  if (s.has(body) && is_other(s.cls(body))) {
+  if (s.other(body)) {
     size_t e = body;
-    while (s.has(e) && is_other(s.cls(e))) ++e;
+    while (s.other(e)) ++e;
     while (s.at(e) == '\r' || s.at(e) == '\n') ++e;
     return e;
   }
