@@ -139,3 +139,38 @@ describe("grammar", () => {
     expect(session.position).toBe(0);
   });
 });
+
+describe("beside other sessions", () => {
+  // A constrained draw runs on the scheduler's drawing thread while the other sessions' passes go
+  // on: the tokens of each run must be what it draws alone, and a grammar's failure its own.
+  it("each run gives what it gives alone, a failing grammar ending only its own", async () => {
+    const parallelModel = await loadModel(MODEL, { threads: 2, contextSize: 1024, parallel: 3 });
+    try {
+      const runs: GenerateOptions[] = [
+        { grammar: 'root ::= [a-z]+ (" " [a-z]+){2,5} "."', temperature: 1, seed: 3 },
+        { temperature: 0 },
+        { jsonSchema: SCHEMAS["an object with required and optional properties"]!, temperature: 0 },
+      ];
+      const generate = (options: GenerateOptions) =>
+        parallelModel.createSession().generate(prompt, { maxTokens: 60, ...options }).result;
+      const alone: string[] = [];
+      for (const options of runs) alone.push((await generate(options)).text);
+      const together = await Promise.all(runs.map(generate));
+      expect(together.map((run) => run.text)).toEqual(alone);
+      expect(alone[0]).toMatch(/^[a-z]+( [a-z]+){2,5}\.$/);
+
+      // Once the text is "ab", only the end of sequence continues it, which the grammar forbids
+      // before its end: "abc" is required.
+      const failing = parallelModel.createSession().generate(prompt, {
+        grammar: 'root ::= "ab" [c]',
+        logitBias: Object.fromEntries(Array.from(parallelModel.tokenize("c"), (id) => [id, -Infinity])),
+        maxTokens: 20,
+      }).result;
+      const beside = generate({ temperature: 0 });
+      await expect(failing).rejects.toMatchObject({ code: "GRAMMAR_INVALID" });
+      expect((await beside).text).toBe(alone[1]);
+    } finally {
+      await parallelModel.dispose();
+    }
+  });
+});

@@ -93,6 +93,10 @@ class Sampler {
   // Draws the next token from distribution(logits).
   int32_t sample(std::span<const float> logits);
 
+  // Whether a draw follows a grammar: then it may take milliseconds (up to the grammar's work
+  // limit per step), where an unconstrained one takes microseconds.
+  bool constrained() const { return grammar_.has_value(); }
+
   // The log-probabilities of the last sample() (params.logprobs alternatives); nullopt when off.
   const std::optional<DrawLogprobs>& last_logprobs() const { return last_logprobs_; }
 

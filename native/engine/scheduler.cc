@@ -52,6 +52,7 @@ class Request {
   int64_t start_position = 0;
   size_t evaluated = 0;       // tokens of `input` in the context
   int32_t pending = -1;       // the drawn token to feed back next, or -1
+  bool drawing = false;       // its next token is being drawn on the drawing thread
   int64_t generated = 0;      // tokens delivered
   std::vector<float> logits;  // an evaluation's logits so far
   GenerationTimings timings;
@@ -123,6 +124,10 @@ void Scheduler::stop() {
     stopping_ = true;
   }
   wake_.notify_all();
+  draw_wake_.notify_all();
+  // The drawing thread never holds the last reference to a request (it hands each back to the
+  // scheduler thread), so stop() never runs on it, and joining it here cannot wait on itself.
+  if (drawer_.joinable()) drawer_.join();
   if (std::this_thread::get_id() == thread_.get_id()) {
     thread_.detach();
   } else {
@@ -224,9 +229,14 @@ SchedulerStats Scheduler::stats() const {
 }
 
 bool Scheduler::has_work() const {
-  if (!active_.empty()) return true;
+  if (!drawn_.empty()) return true;
+  // A running request has work unless its next token is being drawn elsewhere.
+  if (std::any_of(active_.begin(), active_.end(), [](const auto& r) { return r->cancelled || !r->drawing; })) {
+    return true;
+  }
+  const bool room = active_.size() < runtime_.parallel();
   return std::any_of(waiting_.begin(), waiting_.end(),
-                     [](const auto& r) { return r->cancelled || !r->session->running_; });
+                     [room](const auto& r) { return r->cancelled || (room && !r->session->running_); });
 }
 
 void Scheduler::run() {
@@ -238,6 +248,7 @@ void Scheduler::run() {
       wake_.wait(lock, [&] { return stopping_ || has_work(); });
       if (stopping_) return;
       retire_cancelled(out);
+      collect_draws(out);
       admit(out);
       plan(pass);
     }
@@ -379,7 +390,6 @@ void Scheduler::execute(Pass& pass) {
 void Scheduler::commit(Pass& pass, Outbox& out) {
   if (pass.parts.empty()) return;  // every part was cancelled before the pass began
   const model::HyperParams& p = runtime_.model().params;
-  const int64_t context = runtime_.context_size();
   bool prompt_rows = false, decode_rows = false;
   for (const Pass::Part& part : pass.parts) {
     const auto n = static_cast<int64_t>(part.tokens.size());
@@ -418,45 +428,119 @@ void Scheduler::commit(Pass& pass, Outbox& out) {
       finish(part.request, std::move(done), out);
       continue;
     }
-    const Clock::time_point now = Clock::now();
-    int32_t token = -1;
-    try {
-      // The sampler's history: the whole prompt once it is in, then each token fed back, which
-      // also moves its grammar on.
-      if (part.decode) {
-        r.sampler->accept(part.tokens.front());
-      } else {
-        r.sampler->accept_prompt(r.input);
+    const int32_t fed = part.decode ? part.tokens.front() : -1;
+    r.pending = -1;
+    if (r.sampler->constrained()) {
+      draw_elsewhere(part.request, fed, logits);
+    } else {
+      draw_inline(part.request, fed, logits, out);
+    }
+  }
+}
+
+namespace {
+
+// Draws a generation's next token from its row of logits. The sampler's history: the whole
+// prompt once it is in (`fed` -1), then each token fed back (`fed`), which also moves its grammar on.
+int32_t draw(Request& r, int32_t fed, std::span<const float> logits) {
+  if (fed >= 0) {
+    r.sampler->accept(fed);
+  } else {
+    r.sampler->accept_prompt(r.input);
+  }
+  return r.sampler->sample(logits);
+}
+
+}  // namespace
+
+void Scheduler::draw_inline(const std::shared_ptr<Request>& request, int32_t fed, const float* logits, Outbox& out) {
+  const auto vocab = static_cast<size_t>(runtime_.model().params.vocab);
+  int32_t token = -1;
+  try {
+    token = draw(*request, fed, std::span<const float>(logits, vocab));
+  } catch (...) {
+    finish(request, failed(std::current_exception()), out);
+    return;
+  }
+  deliver(request, token, out);
+}
+
+void Scheduler::draw_elsewhere(const std::shared_ptr<Request>& request, int32_t fed, const float* logits) {
+  const auto vocab = static_cast<size_t>(runtime_.model().params.vocab);
+  request->drawing = true;
+  Draw job;
+  job.request = request;
+  job.logits.assign(logits, logits + vocab);
+  job.fed = fed;
+  draws_.push_back(std::move(job));
+  if (!drawer_.joinable()) drawer_ = std::thread([this] { run_draws(); });
+  draw_wake_.notify_one();
+}
+
+// The drawing thread: one draw at a time, without the lock, each handed back whole (the request
+// with it) for the scheduler thread to deliver.
+void Scheduler::run_draws() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    draw_wake_.wait(lock, [&] { return stopping_ || !draws_.empty(); });
+    if (stopping_) return;
+    Draw job = std::move(draws_.front());
+    draws_.pop_front();
+    lock.unlock();
+    // A request cancelled meanwhile is retired by the scheduler thread: its draw is skipped.
+    if (!job.request->cancelled) {
+      try {
+        job.token = draw(*job.request, job.fed, job.logits);
+      } catch (...) {
+        job.error = std::current_exception();
       }
-      token = r.sampler->sample(std::span<const float>(logits, static_cast<size_t>(p.vocab)));
-    } catch (...) {
-      finish(part.request, failed(std::current_exception()), out);
-      continue;
     }
-    if (r.generated == 0) {
-      r.first_token = now;
-      r.timings.prompt_tokens = static_cast<int64_t>(r.input.size()) - r.timings.cached_prompt_tokens;
-      r.timings.prompt_ms = ms_between(r.started, now);
+    lock.lock();
+    drawn_.push_back(std::move(job));
+    wake_.notify_all();
+  }
+}
+
+void Scheduler::collect_draws(Outbox& out) {
+  std::vector<Draw> done = std::move(drawn_);
+  drawn_.clear();
+  for (Draw& job : done) {
+    job.request->drawing = false;
+    if (job.request->cancelled) continue;  // retire_cancelled ended it
+    if (job.error) {
+      finish(job.request, failed(job.error), out);
     } else {
-      r.timings.decode_tokens = r.generated;
-      r.timings.decode_ms = ms_between(r.first_token, now);
+      deliver(job.request, job.token, out);
     }
-    if (token == p.eos_token) {
-      finish(part.request, ended(StopReason::kEos, r.timings), out);
-      continue;
-    }
-    ++r.generated;
-    out.events.push_back(
-        [request = part.request, drawn = DrawnToken{token, r.sampler->last_logprobs()}, timings = r.timings] {
-          if (request->events.on_token) request->events.on_token(drawn, timings);
-        });
-    if (r.generated >= r.max_tokens) {
-      finish(part.request, ended(StopReason::kMaxTokens, r.timings), out);
-    } else if (r.session->position_ + 1 > context) {
-      finish(part.request, ended(StopReason::kContextFull, r.timings), out);
-    } else {
-      r.pending = token;
-    }
+  }
+}
+
+void Scheduler::deliver(const std::shared_ptr<Request>& request, int32_t token, Outbox& out) {
+  Request& r = *request;
+  const model::HyperParams& p = runtime_.model().params;
+  const Clock::time_point now = Clock::now();
+  if (r.generated == 0) {
+    r.first_token = now;
+    r.timings.prompt_tokens = static_cast<int64_t>(r.input.size()) - r.timings.cached_prompt_tokens;
+    r.timings.prompt_ms = ms_between(r.started, now);
+  } else {
+    r.timings.decode_tokens = r.generated;
+    r.timings.decode_ms = ms_between(r.first_token, now);
+  }
+  if (token == p.eos_token) {
+    finish(request, ended(StopReason::kEos, r.timings), out);
+    return;
+  }
+  ++r.generated;
+  out.events.push_back([request, drawn = DrawnToken{token, r.sampler->last_logprobs()}, timings = r.timings] {
+    if (request->events.on_token) request->events.on_token(drawn, timings);
+  });
+  if (r.generated >= r.max_tokens) {
+    finish(request, ended(StopReason::kMaxTokens, r.timings), out);
+  } else if (r.session->position_ + 1 > runtime_.context_size()) {
+    finish(request, ended(StopReason::kContextFull, r.timings), out);
+  } else {
+    r.pending = token;
   }
 }
 

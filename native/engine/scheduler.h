@@ -138,6 +138,11 @@ class Scheduler : public std::enable_shared_from_this<Scheduler> {
   void plan(Pass& pass);
   void execute(Pass& pass);
   void commit(Pass& pass, Outbox& out);
+  void draw_inline(const std::shared_ptr<Request>& request, int32_t fed, const float* logits, Outbox& out);
+  void draw_elsewhere(const std::shared_ptr<Request>& request, int32_t fed, const float* logits);
+  void run_draws();
+  void collect_draws(Outbox& out);
+  void deliver(const std::shared_ptr<Request>& request, int32_t token, Outbox& out);
   void finish(std::shared_ptr<Request> request, RequestEnd end, Outbox& out);
   void cancel_locked(Request& request, int64_t kept_tokens);
 
@@ -149,6 +154,19 @@ class Scheduler : public std::enable_shared_from_this<Scheduler> {
   SchedulerStats stats_;
   bool stopping_ = false;
   std::thread thread_;
+  // Grammar-constrained draws run on a thread of their own, so that one request's grammar never
+  // holds up the passes of the others (its request waits out of the passes meanwhile).
+  struct Draw {
+    std::shared_ptr<Request> request;
+    std::vector<float> logits;  // its row of the pass, copied: the next pass reuses logits_
+    int32_t fed = -1;           // the drawn token the pass fed back, or -1 where it ended the prompt
+    int32_t token = -1;         // the drawn token, or
+    std::exception_ptr error;   // why none was
+  };
+  std::deque<Draw> draws_;             // for the drawing thread, in order
+  std::vector<Draw> drawn_;            // done, for the scheduler thread to deliver
+  std::condition_variable draw_wake_;  // draws_ has one, or stopping_
+  std::thread drawer_;                 // started with the first constrained draw
   ForwardScratch scratch_;
   std::vector<float> logits_;
 };
