@@ -28,7 +28,7 @@ copyFileSync(defaultModelPath(), otherModel);
 /** What cli.ts starts the server with for this command line, as if on a machine with one GPU. */
 async function settings(argv: string[], env: NodeJS.ProcessEnv = {}) {
   const options = parseServeOptions(argv, env);
-  const source = modelSource(options, {}, defaultModelPath);
+  const source = modelSource(options, defaultModelPath);
   const launch = await launchSettings(options, "path" in source ? source.path : defaultModelPath(), 1);
   return { help: options.help, source, launch };
 }
