@@ -97,7 +97,7 @@ export async function launchSettings(options: ServeOptions, modelPath: string, g
   return {
     load,
     config,
-    app: { timeoutSeconds: options.timeoutSeconds },
+    app: { timeoutSeconds: options.timeoutSeconds, webui: options.webui },
     listen: { host: options.host, port: options.port },
     slots: options.parallel,
     ask: options.ask,
