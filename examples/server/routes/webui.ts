@@ -60,15 +60,25 @@ export function registerWebui(app: FastifyInstance, context: ServerContext): voi
     );
   }
 
+  // Every move follows a request (a generation's steps): watching from the first request on sees them all.
   const placements = new WeakMap<Model, LivePlacement>();
+  const placementOf = (model: Model): LivePlacement | undefined => {
+    if (!model.plan) return undefined;
+    let placement = placements.get(model);
+    if (!placement) {
+      placement = new LivePlacement(model, model.plan);
+      placements.set(model, placement);
+    }
+    return placement;
+  };
+  app.addHook("onRequest", async () => {
+    if (context.loaded) placementOf(context.model);
+  });
+
   app.get("/webui/live", async () => {
     const model = context.model;
     const { plan, info } = model;
-    let placement = plan ? placements.get(model) : undefined;
-    if (plan && !placement) {
-      placement = new LivePlacement(model, plan);
-      placements.set(model, placement);
-    }
+    const placement = placementOf(model);
     const routing = info.experts > 0 ? model.routingProfile().counts : null;
     return {
       time: Date.now(),
