@@ -276,6 +276,14 @@ void Scheduler::admit(Outbox& out) {
     it = waiting_.erase(it);
     r.admitted = true;
     r.started = Clock::now();
+    if (!r.generating()) {
+      try {
+        session.catch_up();
+      } catch (...) {
+        finish(request, failed(std::current_exception()), out);
+        continue;
+      }
+    }
     r.base = r.generating() ? 0 : session.position_.load();
     r.start_position = r.base;
     if (!r.generating() && !session.can_continue_at(r.base)) {
@@ -361,6 +369,7 @@ void Scheduler::execute(Pass& pass) {
       batch.reserve(pass.parts.size());
       for (const Pass::Part& part : pass.parts) {
         const Request& r = *part.request;
+        r.session->begin_pass();
         batch.push_back(
             {part.tokens, part.first_position, &r.session->cache_, r.generating() ? LogitRows::kLast : r.rows});
       }
