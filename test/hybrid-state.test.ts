@@ -89,6 +89,25 @@ describe("a session with recurrent layers", () => {
     expect(again.tokens).toEqual((await plain.createSession().generate(diverging, { maxTokens: 6 }).result).tokens);
   });
 
+  it("restores the nearest checkpoint inside a shared prefix that ends before, on or after one", async () => {
+    // A prompt of 1,200 tokens leaves checkpoints at 176 (1,200 - 1,024), 688 (1,200 - 512) and 1,200.
+    const cached = await open({ cacheRam: "256MiB", contextSize: 1300 });
+    const plain = await open({ cacheRam: 0, contextSize: 1300 });
+    const prompt = tokens(1200, 8);
+    await cached.createSession().generate(prompt, { maxTokens: 1 }).result;
+    for (const [shared, restored] of [
+      [687, 176],
+      [688, 688],
+      [700, 688],
+    ] as const) {
+      const next = [...prompt.slice(0, shared), ...tokens(40, 9 + shared)];
+      const reuse = await cached.createSession().generate(next, { maxTokens: 4 }).result;
+      expect(reuse.timings.cachedPromptTokens, `a prefix of ${shared}`).toBe(restored);
+      const fresh = await plain.createSession().generate(next, { maxTokens: 4 }).result;
+      expect(reuse.tokens, `a prefix of ${shared}`).toEqual(fresh.tokens);
+    }
+  });
+
   it("continues after a stop string from the state after the last kept token", async () => {
     const model = await open({ cacheRam: 0 });
     const prompt = tokens(120, 6);

@@ -77,7 +77,7 @@ Runtime::Runtime(std::unique_ptr<model::Model> model, const RuntimeOptions& opti
       parallel_(options.parallel),
       step_tokens_(options.step_tokens),
       pool_(checked_threads(options.threads)),
-      prompt_cache_(options.cache_ram) {
+      prompt_cache_(options.cache_ram, model::has_recurrent_layers(*model_)) {
   if (parallel_ < 1) throw Error("INVALID_ARGUMENT", "parallel must be a positive integer");
   if (step_tokens_ < parallel_) {
     throw Error("INVALID_ARGUMENT", "a step of " + std::to_string(step_tokens_) + " tokens cannot hold " +
@@ -227,6 +227,7 @@ int64_t Session::recurrent_prefix(std::span<const int32_t> tokens, int64_t limit
 }
 
 void Session::catch_up() {
+  if (!recurrent_) return;
   std::lock_guard lock(runtime_->compute_);
   catch_up_locked();
 }

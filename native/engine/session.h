@@ -32,6 +32,10 @@ inline constexpr uint32_t kDefaultParallel = 2;
 // Rows of one pass: decode tokens first, then prompt chunks up to this many rows, so a long
 // prompt delays the running streams by one bounded pass at a time.
 inline constexpr int64_t kDefaultStepTokens = 256;
+// With recurrent layers, a prompt's state is stored in the prompt-state cache at its end and at
+// the positions this many tokens, then twice, four times ... as many, before it (checkpoints: a
+// later prompt restores the nearest one inside the prefix it shares).
+inline constexpr int64_t kCheckpointSpacing = 512;
 
 // The disk tier: routed experts read from the model file into an arena of `arena_bytes` as
 // passes need them (expert_arena.h). Per layer, the experts it pages; none: no disk tier.
@@ -150,6 +154,7 @@ class Session {
   // start. The caller holds the compute lock.
   void catch_up_locked();
   void catch_up();
+  bool recurrent() const { return recurrent_; }
   // Where the recurrent states are usable as a prefix of `tokens` (at most `limit` long): their
   // position when the prompt begins with the tokens before it, else 0.
   int64_t recurrent_prefix(std::span<const int32_t> tokens, int64_t limit) const;
