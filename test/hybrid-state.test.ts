@@ -108,6 +108,20 @@ describe("a session with recurrent layers", () => {
     }
   });
 
+  it("runs sessions together in shared passes with the tokens each gives alone", async () => {
+    const model = await open({ cacheRam: 0, parallel: 2 });
+    const prompts = [tokens(300, 10), tokens(90, 11)];
+    const alone = [];
+    for (const prompt of prompts)
+      alone.push((await model.createSession().generate(prompt, { maxTokens: 10 }).result).tokens);
+    const before = model.stats().meanSequencesPerPass;
+    const together = await Promise.all(
+      prompts.map(async (prompt) => (await model.createSession().generate(prompt, { maxTokens: 10 }).result).tokens),
+    );
+    expect(together).toEqual(alone);
+    expect(model.stats().meanSequencesPerPass).toBeGreaterThan(before);
+  });
+
   it("continues after a stop string from the state after the last kept token", async () => {
     const model = await open({ cacheRam: 0 });
     const prompt = tokens(120, 6);
