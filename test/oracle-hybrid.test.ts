@@ -11,14 +11,15 @@ import { compare, contextFor, expectAgreement, llamaCppDistributions, ourDistrib
 // The hybrid linear-attention Qwens (qwen35moe, qwen3next: Gated DeltaNet layers beside gated
 // attention, a sigmoid-gated shared expert) on the CPU against llama.cpp, over prompts longer than
 // llama.cpp's 64-token delta-net chunk: arbitrary ids, plain text and a long context. The bar is
-// agreementBar only: the delta rule's dot products are not summed in ggml's SIMD order. Q8_0 and
-// Q6_K are not among the types yet: on these fixtures they part from llama.cpp by 1-3 top-1 misses
-// in 160 (KL 1e-5 to 2e-4) where llama.cpp's own batched and one-by-one runs agree.
+// agreementBar only: F32 agrees to a KL of 2e-11 (llama.cpp's own batched vs one-by-one: 3e-11), not
+// bit for bit. Q8_0 is not among the types yet: on tiny-qwen35moe's arbitrary ids it parts from
+// llama.cpp by 2 top-1 misses in 160 (KL 1.2e-5) where llama.cpp's own two runs agree; the remaining
+// float difference, amplified by the activations' rounding to 8 bits, is not found yet.
 const POSITIONS = 160;
 const LONG_POSITIONS = 700;
 const THREADS = 1;
 const CASES: [preset: string, weightType: string][] = ["tiny-qwen35moe", "tiny-qwen3next"].flatMap((preset) =>
-  ["F32", "F16", "Q4_0", "Q4_K"].map((type): [string, string] => [preset, type]),
+  ["F32", "F16", "Q4_0", "Q4_K", "Q6_K"].map((type): [string, string] => [preset, type]),
 );
 
 const dir = mkdtempSync(join(tmpdir(), "bloomery-oracle-hybrid-"));

@@ -17,9 +17,10 @@ void causal_conv_silu(float* rows, int64_t n, int64_t stride, int64_t channels, 
     for (int64_t t = 0; t < n; ++t) {
       float& x = rows[t * stride + c];
       window[static_cast<size_t>(held)] = x;
-      // ggml's order: the taps summed from the earliest input on, in float.
+      // ggml's order: the taps summed from the earliest input on, in float, each product fused
+      // into the sum as its x86 build compiles the loop.
       float sum = 0.0f;
-      for (int64_t k = 0; k < kernel; ++k) sum += window[static_cast<size_t>(k)] * w[k];
+      for (int64_t k = 0; k < kernel; ++k) sum = std::fma(window[static_cast<size_t>(k)], w[k], sum);
       x = sum / (1.0f + std::exp(-sum));
       std::copy(window.begin() + 1, window.end(), window.begin());
     }

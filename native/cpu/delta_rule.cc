@@ -3,15 +3,13 @@
 #include <cmath>
 #include <vector>
 
+#include "cpu/cpu_dispatch.h"
+
 namespace bloomery::cpu {
 
 namespace {
 
-float dot(const float* a, const float* b, int64_t n) {
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
+constexpr uint32_t kF32 = 0;  // ggml's type id of F32
 
 }  // namespace
 
@@ -21,6 +19,8 @@ void gated_delta_rule(const DeltaRuleShape& shape, int64_t n, const float* q, co
   const int64_t dim = shape.head_dim;
   const int64_t group = shape.v_heads / shape.k_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
+  // ggml_vec_dot_f32 at this host's tier, as llama.cpp's op sums each row of the state.
+  const quant::VecDotFn dot = host_quant_kernels(kF32).vec_dot;
   pool.parallel_for(static_cast<size_t>(shape.v_heads), 1, [&](size_t begin, size_t end) {
     std::vector<float> delta(static_cast<size_t>(dim));
     for (auto h = static_cast<int64_t>(begin); h < static_cast<int64_t>(end); ++h) {

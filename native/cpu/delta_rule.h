@@ -3,7 +3,8 @@
 //   S *= exp(g);  d = (v - S k) * beta;  S += d k^T;  o = (S q) / sqrt(head_dim)
 // where q and k are the head's (L2-normed) query and key, g its decay (<= 0) and beta its
 // write strength. The same step serves a prompt and a decode: llama.cpp's CPU backend runs
-// prompts this way too (its fused op), so a prompt's rows round as its.
+// prompts this way too (its fused op), so a prompt's rows round as its; the state's row dots are
+// ggml_vec_dot_f32's (quant/float_dot.h).
 #pragma once
 
 #include <cstdint>
