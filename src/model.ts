@@ -234,7 +234,7 @@ export interface ResidencyStats {
 
 /** What a loaded model is. */
 export interface ModelInfo {
-  /** `general.architecture`: qwen3moe, qwen3, qwen2 or llama. */
+  /** `general.architecture`: qwen3moe, glm4moe, deepseek2, gpt-oss, qwen35moe, qwen3next, qwen35, qwen3, qwen2 or llama. */
   architecture: string;
   layers: number;
   embeddingLength: number;

@@ -13,5 +13,8 @@ void bind_qwen2(Binder& binder);
 void bind_glm4moe(Binder& binder);
 void bind_deepseek2(Binder& binder);
 void bind_gpt_oss(Binder& binder);
+void bind_qwen3next(Binder& binder);
+void bind_qwen35moe(Binder& binder);
+void bind_qwen35(Binder& binder);
 
 }  // namespace bloomery::model
