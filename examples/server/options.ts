@@ -42,6 +42,8 @@ export interface ServeOptions {
   reasoning: "on" | "off" | "auto";
   /** -v: responses carry llama-server's `__verbose` object (the prompt as the model saw it). */
   verbose: boolean;
+  /** --context-shift: a full slot discards half of its context after n_keep and generates on (default off). */
+  contextShift: boolean;
   /** --offline: a -hf model must be in the cache already; nothing is downloaded. */
   offline: boolean;
   /** --cors-origins: the origins allowed to call (comma-separated; "localhost" means any local address). */
@@ -250,11 +252,21 @@ export const FLAGS: readonly Flag[] = [
     "accepted for llama-server's command lines, no effect: bloomery keeps the whole cache of sliding-window layers",
     "LLAMA_ARG_SWA_FULL",
   ),
-  noEffect(
-    ["--no-context-shift"],
-    "flag",
-    "accepted for llama-server's command lines, no effect: a generation ends when its slot's context is full",
-  ),
+  {
+    names: ["--context-shift"],
+    env: "LLAMA_ARG_CONTEXT_SHIFT",
+    kind: "flag",
+    help:
+      "a generation that fills its slot's context goes on: the oldest half of the tokens after the request's " +
+      "n_keep (default 0, plus BOS; -1: the whole prompt) is discarded, as llama-server does (default: off)",
+    apply: (o, v) => (o.contextShift = v as boolean),
+  },
+  {
+    names: ["--no-context-shift"],
+    kind: "flag",
+    help: "a generation ends when its slot's context is full (the default)",
+    apply: (o, v) => (o.contextShift = !(v as boolean)),
+  },
   {
     names: ["--offline"],
     env: "LLAMA_ARG_OFFLINE",
@@ -291,12 +303,6 @@ export const FLAGS: readonly Flag[] = [
     "flag",
     "accepted for llama-server's command lines, no effect: bloomery-serve has no web page yet (/ answers 404)",
     "LLAMA_ARG_NO_UI",
-  ),
-  refused(
-    ["--context-shift"],
-    "flag",
-    "bloomery does not shift a full context: a generation ends when its slot's context is full",
-    "LLAMA_ARG_CONTEXT_SHIFT",
   ),
   refused(
     ["--embedding", "--embeddings"],
@@ -517,6 +523,7 @@ export function parseServeOptions(argv: readonly string[], env: NodeJS.ProcessEn
     jinja: true,
     reasoning: "auto",
     verbose: false,
+    contextShift: false,
     offline: false,
     cpuMoe: false,
     overrideTensors: [],

@@ -42,6 +42,10 @@ class KvCache {
   // Loads the first n positions of `state` (model::window_floor(n) >= state.window_first).
   void copy_in(int64_t n, const struct SessionState& state);
 
+  // Drops positions [span.keep, span.keep + span.discard) of the n held and moves the later
+  // rows down, their keys rotated again (engine/context_shift.h). Not for windowed layers.
+  void shift(int64_t n, const struct ShiftSpan& span);
+
  private:
   struct Layer {
     bool windowed = false;

@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "cpu/host_info.h"
+#include "engine/context_shift.h"
 #include "engine/scheduler.h"
 
 namespace bloomery::engine {
@@ -121,7 +122,7 @@ PromptReuse Session::prepare_prompt(std::span<const int32_t> tokens) {
   const auto usable = [&](int64_t n, int64_t window_first) {
     return model::window_floor(p, n) >= window_first ? n : 0;
   };
-  const int64_t own = usable(std::min(common_prefix(current_history(), tokens), limit), held_window_first());
+  const int64_t own = usable(std::min({common_prefix(current_history(), tokens), limit, fresh_}), held_window_first());
   PromptCache& cache = runtime_->prompt_cache_;
   const PromptCache::Match match = cache.capacity() > 0 ? cache.find(tokens) : PromptCache::Match{};
   const int64_t cached = match.state ? usable(std::min(match.length, limit), match.state->window_first) : 0;
@@ -136,6 +137,7 @@ PromptReuse Session::prepare_prompt(std::span<const int32_t> tokens) {
     history_.resize(static_cast<size_t>(own));
     position_ = own;
   }
+  fresh_ = INT64_MAX;
   return {own, false};
 }
 
@@ -145,15 +147,16 @@ bool Session::store_in_cache() {
 }
 
 bool Session::store_locked() {
-  if (position_ == 0) return false;
+  const int64_t n = fresh_positions();
+  if (n == 0) return false;
   if (in_cache_) return true;
   PromptCache& cache = runtime_->prompt_cache_;
-  if (cache.holds(current_history())) return in_cache_ = true;
-  if (session_state_bytes(state_shape(runtime_->model()), position_, held_window_first()) > cache.capacity()) {
+  if (cache.holds(std::span(current_history()).first(static_cast<size_t>(n)))) return in_cache_ = true;
+  if (session_state_bytes(state_shape(runtime_->model()), n, held_window_first()) > cache.capacity()) {
     return false;
   }
   try {
-    in_cache_ = cache.store(snapshot(position_));
+    in_cache_ = cache.store(snapshot(n));
   } catch (const std::bad_alloc&) {
     return false;
   }
@@ -235,6 +238,41 @@ void Session::load(const SessionState& state, int64_t n) {
   }
   history_.assign(state.tokens.begin(), state.tokens.begin() + n);
   position_ = n;
+  fresh_ = INT64_MAX;
+}
+
+int64_t Session::shift_context(int64_t keep) {
+  const model::Model& model = runtime_->model();
+  for (const model::LayerWeights& layer : model.layers) {
+    if (layer.attention.windowed) {
+      throw Error("UNSUPPORTED_MODEL", "contextShift: " + model.params.architecture +
+                                           " has sliding-window layers, whose context bloomery does not shift");
+    }
+  }
+  std::lock_guard lock(runtime_->compute_);
+  const int64_t n = position_;
+  const ShiftSpan span = shift_span(keep, n, runtime_->context_size());
+  if (span.discard == 0) return 0;
+  if (gpu_) {
+    // The card's rows go through host memory: a shift comes once per half a context of tokens.
+    const StateShape shape = state_shape(model);
+    std::vector<uint16_t> keys(static_cast<size_t>(n * shape.layers * shape.row.keys));
+    std::vector<uint16_t> values(static_cast<size_t>(n * shape.layers * shape.row.values));
+    copy_kv_to_host(*runtime_->gpu_, *gpu_, n, n, keys.data(), values.data());
+    for (int64_t l = 0; l < shape.layers; ++l) {
+      shift_layer_rows(model.params, n, span, keys.data() + l * n * shape.row.keys,
+                       values.data() + l * n * shape.row.values);
+    }
+    copy_kv_to_device(*runtime_->gpu_, *gpu_, n - span.discard, n, keys.data(), values.data());
+  } else {
+    cache_.shift(n, span);
+  }
+  current_history();
+  history_.erase(history_.begin() + span.keep, history_.begin() + span.keep + span.discard);
+  position_ = n - span.discard;
+  fresh_ = std::min(fresh_, span.keep);
+  in_cache_ = false;
+  return span.discard;
 }
 
 void Session::check_restorable(const SessionState& state, uint64_t fingerprint) {

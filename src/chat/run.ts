@@ -52,6 +52,16 @@ export interface ChatOptions extends GenerateOptions {
    * in the text. A prompt that ends inside an open think block starts the answer as reasoning.
    */
   parseReasoning?: boolean;
+  /**
+   * What a conversation too long for the context does. `"dropOldTurns"` (default): the oldest
+   * turns after the leading system messages are left out of the prompt, whole (a turn is a user
+   * message and the messages that answer it), the fewest that leave room for the answer: a
+   * quarter of the context, or `maxTokens` when fewer. The last turn is always kept; when it does
+   * not fit with the system messages either, the chat ends with BloomeryError CONTEXT_TOO_LONG.
+   * The result's `droppedMessages` says how many messages were left out. `"error"`: nothing is
+   * dropped, and a prompt longer than the context is CONTEXT_TOO_LONG.
+   */
+  contextOverflow?: "dropOldTurns" | "error";
 }
 
 /** One step of {@link Session.chat}: what this piece of output adds to the answer, the reasoning and the tool calls. */
@@ -79,6 +89,8 @@ export interface ChatResult {
   logprobs?: TokenLogprobs[];
   stopReason: StopReason;
   timings: GenerateTimings;
+  /** Messages of the conversation left out of the prompt to fit the context (see `contextOverflow`). */
+  droppedMessages: number;
 }
 
 /** What {@link Session.chat} returns: the chunks as they come, and `.result` once it is done. */
@@ -100,6 +112,8 @@ interface ChatSession {
 export interface ChatModel {
   toolCallFormat: ToolCallFormat;
   tokenizer: Tokenizer;
+  /** Tokens a session's context holds. */
+  contextSize: number;
   render(messages: readonly ChatMessage[], options: ApplyChatTemplateOptions): Promise<string>;
 }
 
@@ -120,8 +134,21 @@ export function runChat(
   messages: readonly ChatMessage[],
   options: ChatOptions,
 ): ChatIterable {
-  const { tools, toolChoice, parallelToolCalls, templateKwargs, toolCallFormat, parseReasoning, ...generation } =
-    options;
+  const {
+    tools,
+    toolChoice,
+    parallelToolCalls,
+    templateKwargs,
+    toolCallFormat,
+    parseReasoning,
+    contextOverflow,
+    ...generation
+  } = options;
+  if (contextOverflow !== undefined && contextOverflow !== "dropOldTurns" && contextOverflow !== "error") {
+    throw new BloomeryError("INVALID_ARGUMENT", 'contextOverflow must be "dropOldTurns" or "error"', {
+      contextOverflow,
+    });
+  }
   const offered = tools && tools.length > 0 && toolChoice !== "none" ? tools : undefined;
   if (toolChoice !== undefined && toolChoice !== "auto" && toolChoice !== "none") {
     const named = typeof toolChoice === "object" && toolChoice !== null ? toolChoice.name : undefined;
@@ -145,7 +172,14 @@ export function runChat(
   const parsedFormat = format === "harmony" ? format : offered && format;
   // The template renders in a worker; the generation waits for its prompt, and the parser for
   // what the prompt says of the output (an open think block, a forced call's opening).
-  const setup = model.render(messages, { templateKwargs, tools: offered }).then((prompt) => {
+  const renderOptions: ApplyChatTemplateOptions = { templateKwargs, tools: offered };
+  const fitted =
+    contextOverflow === "error"
+      ? model.render(messages, renderOptions).then((prompt) => ({ prompt, dropped: 0 }))
+      : fitToContext(model, messages, renderOptions, Math.min(generation.maxTokens ?? 256, model.contextSize >> 2));
+  let droppedMessages = 0;
+  const setup = fitted.then(({ prompt, dropped }) => {
+    droppedMessages = dropped;
     const opensThinking = reasoning && format !== "harmony" && promptOpensThinking(prompt);
     const prefix =
       offered && (toolChoice === "required" || typeof toolChoice === "object")
@@ -193,6 +227,7 @@ export function runChat(
         ...(done.logprobs && { logprobs: done.logprobs }),
         stopReason,
         timings: done.timings,
+        droppedMessages,
       });
     let settled = false;
     try {
@@ -224,4 +259,56 @@ export function runChat(
     }
   }
   return iterableWithResult(stream(), result, "chat()");
+}
+
+/**
+ * The prompt of `messages` less the fewest oldest turns that leave `room` tokens of the context
+ * free (see ChatOptions.contextOverflow), and how many messages were left out.
+ */
+async function fitToContext(
+  model: ChatModel,
+  messages: readonly ChatMessage[],
+  options: ApplyChatTemplateOptions,
+  room: number,
+): Promise<{ prompt: string; dropped: number }> {
+  let leading = 0;
+  while (
+    leading < messages.length &&
+    (messages[leading]!.role === "system" || messages[leading]!.role === "developer")
+  ) {
+    leading++;
+  }
+  // Where each turn after the first begins: dropping k turns leaves out messages [leading, starts[k - 1]).
+  const starts: number[] = [];
+  for (let i = leading + 1; i < messages.length; i++) if (messages[i]!.role === "user") starts.push(i);
+  const limit = model.contextSize - room;
+  const attempt = async (k: number) => {
+    const kept = k === 0 ? messages : [...messages.slice(0, leading), ...messages.slice(starts[k - 1])];
+    const prompt = await model.render(kept, options);
+    const tokens = await model.tokenizer.tokenizeAsync(prompt, { special: true, addSpecial: true });
+    return { prompt, dropped: messages.length - kept.length, fits: tokens.length <= limit };
+  };
+  const whole = await attempt(0);
+  if (whole.fits) return whole;
+  // Fewer tokens with each turn dropped: the fewest turns that fit, by bisection.
+  let low = 1;
+  let high = starts.length;
+  let best: Awaited<ReturnType<typeof attempt>> | undefined;
+  while (low <= high) {
+    const k = (low + high) >> 1;
+    const tried = await attempt(k);
+    if (tried.fits) {
+      best = tried;
+      high = k - 1;
+    } else {
+      low = k + 1;
+    }
+  }
+  if (best) return best;
+  throw new BloomeryError(
+    "CONTEXT_TOO_LONG",
+    `the conversation's last turn and its system messages do not fit the context of ${model.contextSize} tokens ` +
+      `with ${room} tokens left for the answer`,
+    { contextSize: model.contextSize, room },
+  );
 }
