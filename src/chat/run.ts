@@ -247,6 +247,9 @@ export function runChat(
       if (tail.text || tail.reasoning || tail.toolCalls) yield tail;
     } catch (error) {
       settled = true;
+      // A setup that failed (a template error, a conversation too long) fails the generation too: it
+      // holds the session until its result settles, so the chat ends after it.
+      if (!parser) await run.result.catch(() => {});
       settle.reject(error);
       throw error;
     } finally {
