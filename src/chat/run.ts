@@ -25,6 +25,7 @@ import {
   type ToolCallFormat,
 } from "./output.js";
 import type { ApplyChatTemplateOptions } from "./template.js";
+import { forcedCallGrammar } from "./tool-grammar.js";
 import type { ChatMessage, ChatTool, ToolCall } from "./types.js";
 
 /** Options of {@link Session.chat}: those of generate, and the chat's tools and template settings. */
@@ -35,7 +36,10 @@ export interface ChatOptions extends GenerateOptions {
    * `"auto"` (default): the model answers or calls tools as it likes. `"none"`: the tools are not
    * offered and the answer is text. `"required"`, or `{ name }`: the answer starts as a call (of the
    * named function): the prompt ends with the opening of a call in the model's format, so the
-   * model writes the rest (a forced call skips reasoning).
+   * model writes the rest (a forced call skips reasoning). In the `"hermes"` and `"llama3"` formats
+   * the rest is constrained by a grammar of the tools' `parameters` schemas (their JSON Schema, as
+   * `jsonSchema` takes it), so the answer is always one call that parses; in the other formats only
+   * the opening is forced.
    */
   toolChoice?: "auto" | "none" | "required" | { name: string };
   /**
@@ -168,6 +172,16 @@ export function runChat(
   }
   const format = toolCallFormat ?? model.toolCallFormat;
   const reasoning = parseReasoning ?? true;
+  const forced = offered && (toolChoice === "required" || typeof toolChoice === "object") ? toolChoice : undefined;
+  // The forced call's rest follows the tools' schemas (in the formats tool-grammar.ts constrains).
+  const callGrammar = forced && forcedCallGrammar(format, offered!, forcedCallPrefix(format, forced, false));
+  if (callGrammar && (generation.grammar !== undefined || generation.jsonSchema !== undefined)) {
+    throw new BloomeryError(
+      "INVALID_ARGUMENT",
+      "a forced tool call is constrained by its tools' schemas: grammar and jsonSchema cannot be used with it",
+      { toolChoice },
+    );
+  }
   // Harmony's channels carry the reasoning and the answer too: its parser reads every turn.
   const parsedFormat = format === "harmony" ? format : offered && format;
   // The template renders in a worker; the generation waits for its prompt, and the parser for
@@ -181,10 +195,7 @@ export function runChat(
   const setup = fitted.then(({ prompt, dropped }) => {
     droppedMessages = dropped;
     const opensThinking = reasoning && format !== "harmony" && promptOpensThinking(prompt);
-    const prefix =
-      offered && (toolChoice === "required" || typeof toolChoice === "object")
-        ? forcedCallPrefix(format, toolChoice, opensThinking)
-        : "";
+    const prefix = forced ? forcedCallPrefix(format, forced, opensThinking) : "";
     const parserOptions: ChatOutputOptions = { parseReasoning: reasoning, startInReasoning: opensThinking };
     if (parsedFormat) Object.assign(parserOptions, { toolCallFormat: parsedFormat, tools: offered ?? [] });
     return { prompt: prompt + prefix, prefix, parser: new ChatOutputParser(parserOptions) };
@@ -193,7 +204,11 @@ export function runChat(
   const shown = specialTokensOf(model.tokenizer, formatMarkers(parsedFormat || undefined));
   const run = session.generate(
     setup.then((s) => s.prompt),
-    { ...generation, showSpecialTokens: [...(generation.showSpecialTokens ?? []), ...shown] },
+    {
+      ...generation,
+      ...(callGrammar && { grammar: callGrammar }),
+      showSpecialTokens: [...(generation.showSpecialTokens ?? []), ...shown],
+    },
   );
   const stopAfterOneCall = offered !== undefined && parallelToolCalls === false;
 
