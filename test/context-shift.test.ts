@@ -15,6 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { BloomeryError, loadModel, type ChatMessage, type Model } from "../src/index.js";
 import { writeSyntheticModel } from "../tools/synth/synth.js";
 import { proseTokens } from "./oracle-inputs.js";
+import { postJson, startServer } from "./server-helpers.js";
 
 const MODEL = "models/bloomery-tiny-moe-Q8_0.gguf";
 const CONTEXT = 256;
@@ -269,6 +270,36 @@ describe("a long chat in a small context", () => {
       expect((error as BloomeryError).code).toBe("CONTEXT_TOO_LONG");
     } finally {
       model.dispose();
+    }
+  });
+});
+
+describe("bloomery-serve's --context-shift", () => {
+  it("generates n_predict tokens past a slot's context and says truncated; without it the slot stops full", async () => {
+    for (const contextShift of [true, false]) {
+      const server = await startServer({
+        modelPath: MODEL,
+        parallel: 1,
+        contextSize: CONTEXT,
+        config: { contextShift },
+      });
+      try {
+        const bans = Object.fromEntries(server.model.info.endTokens.map((t) => [t, false]));
+        const response = await postJson(`${server.url}/completion`, {
+          prompt: "Once upon a time",
+          n_predict: CONTEXT + 40,
+          n_keep: 2,
+          temperature: 0,
+          logit_bias: bans,
+        });
+        const body = await response.json();
+        expect(response.status).toBe(200);
+        expect(body.truncated).toBe(true);
+        if (contextShift) expect(body.timings.predicted_n).toBe(CONTEXT + 40);
+        else expect(body.timings.predicted_n).toBeLessThan(CONTEXT);
+      } finally {
+        await server.close();
+      }
     }
   });
 });
