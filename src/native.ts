@@ -99,6 +99,8 @@ export interface NativeSamplerOptions {
   biasValues?: Float32Array;
   /** GBNF text; needs createSampler's tokenizer. */
   grammar?: string;
+  /** Words from whose first appearance on the grammar holds (a lazy grammar); none: it holds throughout. */
+  grammarTriggers?: string[];
   /** How many alternatives each generated token's logprobs report; left out: logprobs off. */
   logprobs?: number;
 }

@@ -25,7 +25,7 @@ import {
   type ToolCallFormat,
 } from "./output.js";
 import type { ApplyChatTemplateOptions } from "./template.js";
-import { forcedCallGrammar } from "./tool-grammar.js";
+import { forcedCallGrammar, lazyCallGrammar } from "./tool-grammar.js";
 import type { ChatMessage, ChatTool, ToolCall } from "./types.js";
 
 /** Options of {@link Session.chat}: those of generate, and the chat's tools and template settings. */
@@ -39,7 +39,9 @@ export interface ChatOptions extends GenerateOptions {
    * model writes the rest (a forced call skips reasoning). In the `"hermes"` and `"llama3"` formats
    * the rest is constrained by a grammar of the tools' `parameters` schemas (their JSON Schema, as
    * `jsonSchema` takes it), so the answer is always one call that parses; in the other formats only
-   * the opening is forced.
+   * the opening is forced. With `"auto"` (and no `grammar` or `jsonSchema` of the caller's) the
+   * answer is free until it opens a call, which then follows the same grammar (a lazy grammar),
+   * and the answer ends with that call.
    */
   toolChoice?: "auto" | "none" | "required" | { name: string };
   /**
@@ -173,9 +175,15 @@ export function runChat(
   const format = toolCallFormat ?? model.toolCallFormat;
   const reasoning = parseReasoning ?? true;
   const forced = offered && (toolChoice === "required" || typeof toolChoice === "object") ? toolChoice : undefined;
-  // The forced call's rest follows the tools' schemas (in the formats tool-grammar.ts constrains).
-  const callGrammar = forced && forcedCallGrammar(format, offered!, forcedCallPrefix(format, forced, false));
-  if (callGrammar && (generation.grammar !== undefined || generation.jsonSchema !== undefined)) {
+  // A call follows the tools' schemas (in the formats tool-grammar.ts constrains): a forced one's rest
+  // from the first token, an "auto" one from its opening on (a lazy grammar). A grammar of the caller's
+  // own leaves "auto" free.
+  const own = generation.grammar !== undefined || generation.jsonSchema !== undefined;
+  const lazy = offered && !forced && !own ? lazyCallGrammar(format, offered) : undefined;
+  const callGrammar = forced
+    ? forcedCallGrammar(format, offered!, forcedCallPrefix(format, forced, false))
+    : lazy?.grammar;
+  if (forced && callGrammar && own) {
     throw new BloomeryError(
       "INVALID_ARGUMENT",
       "a forced tool call is constrained by its tools' schemas: grammar and jsonSchema cannot be used with it",
@@ -207,6 +215,7 @@ export function runChat(
     {
       ...generation,
       ...(callGrammar && { grammar: callGrammar }),
+      ...(lazy && { grammarTriggers: [lazy.trigger] }),
       showSpecialTokens: [...(generation.showSpecialTokens ?? []), ...shown],
     },
   );

@@ -1,9 +1,10 @@
 /**
- * The grammar of a forced tool call (toolChoice `"required"` or a named function): what follows the
- * call's opening, which the prompt ends with (forcedCallPrefix), up to the call's end: the rest of a
- * tool's name, and arguments that satisfy its `parameters` schema (through jsonSchemaToGrammar),
- * so the call always parses. llama-server constrains the same way (common/chat.cpp); as it does
- * for `"required"`, the grammar holds from the first generated token.
+ * The grammars of tool calls: what follows a call's opening up to its end (the rest of a tool's
+ * name, and arguments that satisfy its `parameters` schema, through jsonSchemaToGrammar), so a call
+ * always parses. A forced call (toolChoice `"required"` or a named function) follows it from the
+ * first generated token, after the opening the prompt ends with (forcedCallPrefix); with `"auto"`
+ * it is lazy, holding from the call's opening on (the trigger), as llama-server's lazy grammars do
+ * (common/chat.cpp).
  * @module
  */
 import { jsonSchemaToGrammar, gbnfLiteral } from "../grammar/json-schema.js";
@@ -14,21 +15,23 @@ import type { ChatTool } from "./types.js";
 interface JsonCallShape {
   before: (name: string) => string;
   after: string;
+  /** The text that begins every call: `"auto"`'s trigger. */
+  opening: string;
 }
 
-/** The formats whose forced calls are constrained; the others keep only the forced opening. */
+/** The formats whose calls are constrained; the others keep only a forced call's opening. */
 const JSON_CALLS: Partial<Record<ToolCallFormat, JsonCallShape>> = {
   hermes: {
     before: (name) => `<tool_call>\n{"name": ${JSON.stringify(name)}, "arguments": `,
     after: "}\n</tool_call>",
+    opening: "<tool_call>",
   },
-  llama3: { before: (name) => `{"name": ${JSON.stringify(name)}, "parameters": `, after: "}" },
+  llama3: {
+    before: (name) => `{"name": ${JSON.stringify(name)}, "parameters": `,
+    after: "}",
+    opening: '{"name": ',
+  },
 };
-
-/** Whether forced calls of `format` are constrained by {@link forcedCallGrammar}. */
-export function constrainsForcedCalls(format: ToolCallFormat): boolean {
-  return JSON_CALLS[format] !== undefined;
-}
 
 /**
  * The GBNF grammar of the rest of a forced call after `opening` (the forced prefix without a
@@ -54,6 +57,21 @@ export function forcedCallGrammar(
   });
   if (alternatives.length === 0) return undefined;
   return `root ::= ${alternatives.join(" | ")}\n${rules.join("")}`;
+}
+
+/**
+ * `"auto"`'s lazy grammar: a whole call, from its opening (the trigger) on; undefined for a format
+ * not constrained.
+ */
+export function lazyCallGrammar(
+  format: ToolCallFormat,
+  tools: readonly ChatTool[],
+): { grammar: string; trigger: string } | undefined {
+  const shape = JSON_CALLS[format];
+  const rest = shape && forcedCallGrammar(format, tools, shape.opening);
+  if (!shape || !rest) return undefined;
+  const call = rest.slice("root ".length);
+  return { grammar: `root ::= ${gbnfLiteral(shape.opening)} call\ncall ${call}`, trigger: shape.opening };
 }
 
 /** `grammar` with every rule name (definitions and references) prefixed, so grammars can be joined. */
