@@ -565,9 +565,11 @@ export class Model extends EventEmitter<ModelEvents> {
     const session = new Session(native, {
       eosToken: this.info.eosToken,
       tokenizer: this.#tokenizer,
+      contextSize: this.info.contextSize,
       chatModel: {
         toolCallFormat: this.#chatTemplate.toolCallFormat,
         tokenizer: this.#tokenizer,
+        contextSize: this.info.contextSize,
         render: (messages, options) => this.applyChatTemplateAsync(messages, options),
       },
       get closing() {

@@ -33,6 +33,7 @@ export interface NativeGenerationTimings {
   promptMs: number;
   decodeTokens: number;
   decodeMs: number;
+  discardedTokens: number;
 }
 
 /** What a native generation tells its listener: each token, then its end, once. */
@@ -98,6 +99,8 @@ export interface NativeSamplerOptions {
   biasValues?: Float32Array;
   /** GBNF text; needs createSampler's tokenizer. */
   grammar?: string;
+  /** Words from whose first appearance on the grammar holds (a lazy grammar); none: it holds throughout. */
+  grammarTriggers?: string[];
   /** How many alternatives each generated token's logprobs report; left out: logprobs off. */
   logprobs?: number;
 }
@@ -182,6 +185,8 @@ export interface NativeAddon {
     sampler: NativeSamplerHandle,
     maxTokens: number,
     listener: (event: NativeGenerationEvent) => void,
+    /** A full context shifts, keeping this many tokens (-1: it ends the generation). */
+    shiftKeep?: number,
   ): NativeGenerationHandle;
   /** Ends a generation at once; the session keeps the prompt and `keptTokens - 1` drawn tokens (none of it for 0). */
   generationCancel(generation: NativeGenerationHandle, keptTokens: number): void;

@@ -56,6 +56,14 @@ export interface SamplingOptions {
    */
   jsonSchema?: Readonly<Record<string, unknown>> | boolean;
   /**
+   * Makes `grammar` (or `jsonSchema`) lazy, as llama-server's `grammar_lazy` with word triggers:
+   * the text is free until one of these words appears in it, and from the first one found on the
+   * grammar holds, reading the text from that word (so the grammar's sentences begin with a
+   * trigger). A token that completes a trigger with text the grammar refuses after it ends the
+   * generation with BloomeryError GRAMMAR_INVALID.
+   */
+  grammarTriggers?: readonly string[];
+  /**
    * Report each generated token's log-probability and those of the `logprobs` most likely
    * tokens (chunks' and the result's `logprobs`). As llama-server reports them by default, they
    * are the log-softmax of the model's logits: before logit bias, penalties, filters, grammar
@@ -78,6 +86,7 @@ export const SAMPLING_OPTIONS = optionKeys<SamplingOptions>()({
   logitBias: true,
   grammar: true,
   jsonSchema: true,
+  grammarTriggers: true,
   logprobs: true,
 });
 
@@ -136,6 +145,16 @@ export function nativeSamplerOptions(options: SamplingOptions, vocabSize: number
     out.grammar = options.grammar;
   }
   if (options.jsonSchema !== undefined) out.grammar = jsonSchemaToGrammar(options.jsonSchema);
+  if (options.grammarTriggers !== undefined) {
+    const triggers: unknown = options.grammarTriggers;
+    if (!Array.isArray(triggers) || triggers.some((t) => typeof t !== "string" || t.length === 0)) {
+      throw new BloomeryError("INVALID_ARGUMENT", "grammarTriggers must be an array of non-empty strings");
+    }
+    if (out.grammar === undefined) {
+      throw new BloomeryError("INVALID_ARGUMENT", "grammarTriggers need a grammar or a jsonSchema");
+    }
+    out.grammarTriggers = [...(triggers as string[])];
+  }
   if (options.logprobs !== undefined) {
     if (!Number.isInteger(options.logprobs) || options.logprobs < 0 || options.logprobs > vocabSize) {
       throw new BloomeryError("INVALID_ARGUMENT", `logprobs must be an integer from 0 to ${vocabSize}`, {

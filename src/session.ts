@@ -48,6 +48,18 @@ export interface GenerateOptions extends SamplingOptions {
    * context or the prompt-state cache held already).
    */
   signal?: AbortSignal;
+  /**
+   * What a full context does: `false` (default) ends the generation with stop reason
+   * `"contextFull"`; `true` or `{ keep }` goes on as llama-server's `--context-shift` does: once the
+   * context holds all but one of its tokens, half of the tokens after the first `keep` are
+   * discarded (the oldest of them) and generation continues on what is left, the keys that move
+   * rotated to their new positions. `keep` counts prompt tokens (default 0; -1: the whole prompt),
+   * plus the BOS token when the model adds one, as llama-server's `n_keep`; at most the context
+   * less 4. `timings.discardedTokens` says how many tokens were discarded. A model with
+   * sliding-window layers ends the generation with BloomeryError UNSUPPORTED_MODEL when its
+   * context would shift.
+   */
+  contextShift?: boolean | { keep?: number };
 }
 
 /** One step of {@link Session.generate}. */
@@ -106,6 +118,8 @@ export interface GenerateTimings {
   decodeTokens: number;
   /** Milliseconds from the first token drawn to the last. */
   decodeMs: number;
+  /** Context tokens the `contextShift` option discarded (0 when the context did not shift). */
+  discardedTokens: number;
 }
 
 /** The whole of a {@link Session.generate} run. */
@@ -132,6 +146,8 @@ interface GenerateRun {
   prompt: Promise<Int32Array>;
   sampler: Promise<NativeSamplerHandle>;
   maxTokens: number;
+  /** Prompt tokens a context shift keeps (see GenerateOptions.contextShift); -1: no shift. */
+  shiftKeep: number;
   logprobs: boolean;
   stop: StopStrings;
   /** The text of each special token the output shows. */
@@ -144,6 +160,8 @@ interface GenerateRun {
 export interface SessionModel {
   readonly eosToken: number;
   readonly tokenizer: Tokenizer;
+  /** Tokens a session's context holds. */
+  readonly contextSize: number;
   /** The prompt of a chat, and how the model writes tool calls. */
   readonly chatModel: ChatModel;
   /** True while the model is being disposed: its sessions' states are not worth caching. */
@@ -163,6 +181,7 @@ const GENERATE_OPTIONS = [
     stop: true,
     signal: true,
     showSpecialTokens: true,
+    contextShift: true,
   }),
 ];
 const CHAT_OPTIONS = [
@@ -174,6 +193,7 @@ const CHAT_OPTIONS = [
     templateKwargs: true,
     toolCallFormat: true,
     parseReasoning: true,
+    contextOverflow: true,
   }),
 ];
 
@@ -291,6 +311,7 @@ export class Session {
     if (!Number.isInteger(maxTokens) || maxTokens < 0) {
       throw new BloomeryError("INVALID_ARGUMENT", "maxTokens must be a non-negative integer", { maxTokens });
     }
+    const shiftKeep = contextShiftKeep(options.contextShift, this.#model.tokenizer.info.addBos);
     const signal = options.signal;
     if (signal !== undefined && !isAbortSignal(signal)) {
       throw new BloomeryError("INVALID_ARGUMENT", "signal must be an AbortSignal");
@@ -350,6 +371,7 @@ export class Session {
       prompt: promptTokens,
       sampler,
       maxTokens,
+      shiftKeep,
       logprobs,
       stop,
       shown,
@@ -457,7 +479,7 @@ export class Session {
 
   /** The chunks of one generation; settles its result however it ends. */
   async *#stream(handle: NativeSessionHandle, run: GenerateRun): AsyncGenerator<GenerateChunk, void, undefined> {
-    const { prompt, sampler, maxTokens, stop, shown, signal } = run;
+    const { prompt, sampler, maxTokens, shiftKeep, stop, shown, signal } = run;
     const decoder = this.#model.tokenizer.createDecoder();
     const tokens: number[] = [];
     const logprobs: TokenLogprobs[] | undefined = run.logprobs ? [] : undefined;
@@ -468,6 +490,7 @@ export class Session {
       promptMs: 0,
       decodeTokens: 0,
       decodeMs: 0,
+      discardedTokens: 0,
     };
     let text = "";
     let stopReason: StopReason | undefined;
@@ -483,11 +506,20 @@ export class Session {
       const events = new EventQueue<NativeGenerationEvent>();
       if (ready !== ABORTED) {
         const [batch, handleOfSampler] = ready;
+        // llama-server's n_keep of -1 keeps the whole prompt.
+        const keep = shiftKeep === WHOLE_PROMPT ? batch.length : shiftKeep;
         const generation = callNative((a) =>
-          a.sessionGenerate(handle, batch, handleOfSampler, maxTokens, (event) => {
-            events.push(event);
-            this.#model.stepped();
-          }),
+          a.sessionGenerate(
+            handle,
+            batch,
+            handleOfSampler,
+            maxTokens,
+            (event) => {
+              events.push(event);
+              this.#model.stepped();
+            },
+            keep,
+          ),
         );
         cancel = (kept) => callNative((a) => a.generationCancel(generation, kept));
       }
@@ -592,6 +624,26 @@ export class Session {
 }
 
 export const ABORTED = Symbol("aborted");
+
+/** GenerateRun.shiftKeep's "the whole prompt". */
+const WHOLE_PROMPT = -2;
+
+/** The prompt tokens a context shift keeps (-1: none, no shift; WHOLE_PROMPT), from the contextShift option. */
+function contextShiftKeep(option: GenerateOptions["contextShift"], addsBos: boolean): number {
+  if (option === undefined || option === false) return -1;
+  const keep = option === true ? 0 : typeof option === "object" && option !== null ? (option.keep ?? 0) : undefined;
+  if (keep === undefined || !Number.isInteger(keep) || keep < -1) {
+    throw new BloomeryError(
+      "INVALID_ARGUMENT",
+      "contextShift must be a boolean or { keep } (an integer of at least -1)",
+      {
+        contextShift: option,
+      },
+    );
+  }
+  if (keep === -1) return WHOLE_PROMPT;
+  return keep + (addsBos ? 1 : 0);
+}
 
 /** Values pushed by a producer, taken in order by one consumer that awaits them. */
 class EventQueue<T> {

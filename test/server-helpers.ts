@@ -27,7 +27,11 @@ export async function startServer(
     threads?: number;
     modelPath?: string;
     chatTemplate?: string;
-    config?: Pick<ServerConfig, "reasoningFormat" | "chatTemplateKwargs" | "slotSavePath" | "slotsEndpoint">;
+    config?: Pick<
+      ServerConfig,
+      "reasoningFormat" | "chatTemplateKwargs" | "slotSavePath" | "slotsEndpoint" | "contextShift"
+    >;
+    contextSize?: number;
   } = {},
 ): Promise<TestServer> {
   const modelPath = options.modelPath ?? defaultModelPath();
@@ -35,6 +39,7 @@ export async function startServer(
     gpu: false,
     threads: options.threads ?? 2,
     parallel: options.parallel ?? 2, // as bloomery-serve loads it: every slot in one pass
+    ...(options.contextSize !== undefined ? { contextSize: options.contextSize } : {}),
     ...(options.chatTemplate !== undefined ? { chatTemplate: options.chatTemplate } : {}),
   });
   const { app, context, shutdown } = createApp({

@@ -25,6 +25,8 @@ export interface ServerConfig {
   reasoning?: "on" | "off" | "auto";
   /** -v/--verbose: every response carries the `__verbose` object. */
   verbose?: boolean;
+  /** --context-shift: a full slot shifts its context (keeping each request's n_keep) and generates on. */
+  contextShift?: boolean;
   /** --cors-origins: the origins browsers may call from ("localhost": any local address); undefined: any. */
   corsOrigins?: string[];
   /** --api-key: requests must carry one of them (none: no key needed). */

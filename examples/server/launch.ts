@@ -85,6 +85,7 @@ export async function launchSettings(options: ServeOptions, modelPath: string, g
     jinja: options.jinja,
     reasoning: options.reasoning,
     verbose: options.verbose,
+    contextShift: options.contextShift,
     ...(options.corsOrigins ? { corsOrigins: options.corsOrigins } : {}),
     apiKeys: options.apiKeys,
     metrics: options.metrics,

@@ -42,6 +42,8 @@ export interface ServeOptions {
   reasoning: "on" | "off" | "auto";
   /** -v: responses carry llama-server's `__verbose` object (the prompt as the model saw it). */
   verbose: boolean;
+  /** --context-shift: a full slot discards half of its context after n_keep and generates on (default off). */
+  contextShift: boolean;
   /** --offline: a -hf model must be in the cache already; nothing is downloaded. */
   offline: boolean;
   /** --ui / --no-ui (and --webui / --no-webui): serve the web page at / (default true). */
@@ -252,11 +254,21 @@ export const FLAGS: readonly Flag[] = [
     "accepted for llama-server's command lines, no effect: bloomery keeps the whole cache of sliding-window layers",
     "LLAMA_ARG_SWA_FULL",
   ),
-  noEffect(
-    ["--no-context-shift"],
-    "flag",
-    "accepted for llama-server's command lines, no effect: a generation ends when its slot's context is full",
-  ),
+  {
+    names: ["--context-shift"],
+    env: "LLAMA_ARG_CONTEXT_SHIFT",
+    kind: "flag",
+    help:
+      "a generation that fills its slot's context goes on: the oldest half of the tokens after the request's " +
+      "n_keep (default 0, plus BOS; -1: the whole prompt) is discarded, as llama-server does (default: off)",
+    apply: (o, v) => (o.contextShift = v as boolean),
+  },
+  {
+    names: ["--no-context-shift"],
+    kind: "flag",
+    help: "a generation ends when its slot's context is full (the default)",
+    apply: (o, v) => (o.contextShift = !(v as boolean)),
+  },
   {
     names: ["--offline"],
     env: "LLAMA_ARG_OFFLINE",
@@ -301,12 +313,6 @@ export const FLAGS: readonly Flag[] = [
     help: "serve no web page (/ answers 404)",
     apply: (o, v) => (o.webui = !(v as boolean)),
   },
-  refused(
-    ["--context-shift"],
-    "flag",
-    "bloomery does not shift a full context: a generation ends when its slot's context is full",
-    "LLAMA_ARG_CONTEXT_SHIFT",
-  ),
   refused(
     ["--embedding", "--embeddings"],
     "flag",
@@ -526,6 +532,7 @@ export function parseServeOptions(argv: readonly string[], env: NodeJS.ProcessEn
     jinja: true,
     reasoning: "auto",
     verbose: false,
+    contextShift: false,
     offline: false,
     webui: true,
     cpuMoe: false,

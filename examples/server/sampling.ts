@@ -33,6 +33,8 @@ export interface SamplingDefaults {
   vocabSize: number;
   /** The server's --seed: the seed of requests that set none (undefined: a fresh one each). */
   seed?: number;
+  /** --context-shift: requests shift a full context, keeping their n_keep. */
+  contextShift?: boolean;
   /** Tokenizes a `logit_bias` key that is text (llama-server biases each of its tokens); without it text is refused. */
   tokenize?: (text: string) => number[];
 }
@@ -44,6 +46,7 @@ export function samplingDefaults(context: ServerContext): SamplingDefaults {
     temperature: context.config.temperature,
     vocabSize: model.info.vocabSize,
     ...(context.config.seed !== undefined ? { seed: context.config.seed } : {}),
+    ...(context.config.contextShift ? { contextShift: true } : {}),
     tokenize: (text) => Array.from(model.tokenize(text, { special: false, addSpecial: false })),
   };
 }
@@ -63,6 +66,9 @@ export function readSampling(
     const seed = f.integer("seed", { min: -1 }) ?? defaults.seed;
     if (seed !== undefined && seed >= 0) out.seed = seed;
   }
+  // llama-server's n_keep: the prompt tokens a context shift keeps (BOS aside; -1: the whole prompt).
+  const keep = f.integer("n_keep", { min: -1 });
+  if (defaults.contextShift) out.contextShift = { keep: keep ?? 0 };
   if (use.has("repeat_penalty")) out.repeatPenalty = f.number("repeat_penalty", { min: 0 });
   if (use.has("repeat_last_n")) out.repeatLastN = f.integer("repeat_last_n", { min: -1 });
   if (use.has("presence_penalty")) out.presencePenalty = f.number("presence_penalty");

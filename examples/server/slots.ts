@@ -203,7 +203,9 @@ export class Slots {
       prompt,
       serve,
       signal,
-      (session, maxTokens, runSignal) => session.chat(messages, { maxTokens, ...options, signal: runSignal }),
+      // As llama-server: the conversation is the prompt, whole (the route refused one longer than the context).
+      (session, maxTokens, runSignal) =>
+        session.chat(messages, { maxTokens, contextOverflow: "error", ...options, signal: runSignal }),
       onChunk,
     );
   }
@@ -253,7 +255,8 @@ export class Slots {
         throw shuttingDown(`the generation was stopped after ${result.tokens.length} tokens`);
       if (prefill) result = { ...result, timings: addPrefill(result.timings, prefill) };
       this.#count(result);
-      slot.context = [...prompt, ...result.tokens];
+      // A shifted context is no longer the prompt and the tokens: nothing of it is counted on.
+      slot.context = result.timings.discardedTokens > 0 ? [] : [...prompt, ...result.tokens];
       return { ...result, slot: slot.id };
     } finally {
       signal.removeEventListener("abort", end);
@@ -293,7 +296,7 @@ export class Slots {
       timings.promptMs += batch.timings.promptMs;
       report(at(end));
     }
-    return { ...timings, promptCacheHit: false, decodeTokens: 0, decodeMs: 0 };
+    return { ...timings, promptCacheHit: false, decodeTokens: 0, decodeMs: 0, discardedTokens: 0 };
   }
 
   #count(result: GenerateResult | ChatResult): void {

@@ -31,6 +31,7 @@ Napi::Object timings_object(Napi::Env env, const engine::GenerationTimings& t) {
   o.Set("promptMs", t.prompt_ms);
   o.Set("decodeTokens", double(t.decode_tokens));
   o.Set("decodeMs", t.decode_ms);
+  o.Set("discardedTokens", double(t.discarded_tokens));
   return o;
 }
 
@@ -50,11 +51,12 @@ Napi::Object logprobs_object(Napi::Env env, const engine::DrawLogprobs& draw) {
   return o;
 }
 
-// sessionGenerate(session, prompt: Int32Array, sampler, maxTokens: number, listener) -> generation
-// handle. The prompt replaces the session's context (what the context or the prompt-state cache
-// holds of it is kept: Scheduler::generate). listener({ token, logprobs?, timings }) for each token
-// (logprobs when the sampler was made with them), then listener({ end, timings, error? }) once:
-// end is "eos", "maxTokens", "contextFull" or "abort".
+// sessionGenerate(session, prompt: Int32Array, sampler, maxTokens: number, listener, shiftKeep?: number)
+// -> generation handle. The prompt replaces the session's context (what the context or the prompt-state
+// cache holds of it is kept: Scheduler::generate). shiftKeep (default -1: no shift): a full context
+// is shifted, keeping its first shiftKeep tokens (GenerationLimits). listener({ token, logprobs?, timings }) for each
+// token (logprobs when the sampler was made with them), then listener({ end, timings, error? }) once: end is "eos",
+// "maxTokens", "contextFull" or "abort".
 Napi::Value session_generate(const Napi::CallbackInfo& info) {
   return guarded(info, [&]() -> Napi::Value {
     Napi::Env env = info.Env();
@@ -71,6 +73,15 @@ Napi::Value session_generate(const Napi::CallbackInfo& info) {
     }
     if (info.Length() < 5 || !info[4].IsFunction()) {
       throw to_js_error(env, "INVALID_ARGUMENT", "listener must be a function");
+    }
+    engine::GenerationLimits limits;
+    limits.max_tokens = info[3].As<Napi::Number>().Int64Value();
+    if (info.Length() > 5 && !info[5].IsUndefined()) {
+      if (!info[5].IsNumber() || info[5].As<Napi::Number>().DoubleValue() < -1 ||
+          info[5].As<Napi::Number>().DoubleValue() != double(info[5].As<Napi::Number>().Int64Value())) {
+        throw to_js_error(env, "INVALID_ARGUMENT", "shiftKeep must be an integer of at least -1");
+      }
+      limits.shift_keep = info[5].As<Napi::Number>().Int64Value();
     }
     auto js = std::make_shared<JsThread>(env, "bloomery.generate", info[4].As<Napi::Function>());
 
@@ -99,7 +110,7 @@ Napi::Value session_generate(const Napi::CallbackInfo& info) {
     std::shared_ptr<engine::Request> request;
     try {
       request = scheduler.generate(session, std::vector<int32_t>(prompt.Data(), prompt.Data() + prompt.ElementLength()),
-                                   std::move(sampler), info[3].As<Napi::Number>().Int64Value(), std::move(events));
+                                   std::move(sampler), limits, std::move(events));
     } catch (...) {
       js->close();
       throw;

@@ -114,6 +114,18 @@ SamplerArguments read_sampler_arguments(const Napi::CallbackInfo& info) {
     if (!grammar.IsString()) throw to_js_error(info.Env(), "INVALID_ARGUMENT", "grammar must be a string");
     params.grammar = grammar.As<Napi::String>().Utf8Value();
   }
+  const Napi::Value triggers = o.Get("grammarTriggers");
+  if (!triggers.IsUndefined()) {
+    if (!triggers.IsArray()) throw to_js_error(info.Env(), "INVALID_ARGUMENT", "grammarTriggers must be an array");
+    const Napi::Array list = triggers.As<Napi::Array>();
+    for (uint32_t i = 0; i < list.Length(); ++i) {
+      const Napi::Value trigger = list.Get(i);
+      if (!trigger.IsString()) {
+        throw to_js_error(info.Env(), "INVALID_ARGUMENT", "grammarTriggers must hold strings");
+      }
+      params.grammar_triggers.push_back(trigger.As<Napi::String>().Utf8Value());
+    }
+  }
   if (info.Length() > 1 && !info[1].IsUndefined()) {
     out.tokenizer = tokenizer_argument(info[1], "createSampler's tokenizer");
   }
@@ -128,7 +140,7 @@ Napi::Value sampler_handle(Napi::Env env, std::shared_ptr<engine::Sampler> sampl
 }
 
 // createSampler({ temperature?, topK?, topP?, minP?, repeatPenalty?, repeatLastN?, presencePenalty?,
-// frequencyPenalty?, seed?, biasTokens?, biasValues?, grammar?, logprobs? }, tokenizer?) -> sampler
+// frequencyPenalty?, seed?, biasTokens?, biasValues?, grammar?, grammarTriggers?, logprobs? }, tokenizer?) -> sampler
 // handle. A grammar needs the model's NativeTokenizer. With logprobs, each token a generation
 // delivers carries its log-probabilities (generation.cc).
 Napi::Value create_sampler(const Napi::CallbackInfo& info) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "cpu/attention.h"
+#include "engine/context_shift.h"
 #include "engine/state.h"
 #include "quant/float_formats.h"
 
@@ -111,6 +112,10 @@ void KvCache::copy_in(int64_t n, const SessionState& state) {
     keys += held * row_.keys;
     values += held * row_.values;
   }
+}
+
+void KvCache::shift(int64_t n, const ShiftSpan& span) {
+  for (Layer& l : layers_) shift_layer_rows(params_, n, span, l.keys.data(), l.values.data());
 }
 
 }  // namespace bloomery::engine

@@ -54,6 +54,10 @@ class KvCache {
   // recurrent states (those after its last token: with linear layers, n is its token count).
   void copy_in(int64_t n, const struct SessionState& state);
 
+  // Drops positions [span.keep, span.keep + span.discard) of the n held and moves the later
+  // rows down, their keys rotated again (engine/context_shift.h). Not for windowed layers.
+  void shift(int64_t n, const struct ShiftSpan& span);
+
  private:
   struct Layer {
     bool windowed = false;

@@ -75,7 +75,34 @@ Sampler::Sampler(SamplerParams params, std::shared_ptr<const tokenizer::Tokenize
   if (!params_.grammar.empty()) {
     if (!tokenizer_) refuse("a grammar needs the model's tokenizer, for the bytes of each token");
     grammar_.emplace(std::make_shared<const Grammar>(parse_grammar(params_.grammar)));
+    awaiting_trigger_ = !params_.grammar_triggers.empty();
+  } else if (!params_.grammar_triggers.empty()) {
+    refuse("grammar triggers need a grammar");
   }
+  for (const std::string& trigger : params_.grammar_triggers) {
+    if (trigger.empty()) refuse("a grammar trigger must not be empty");
+  }
+}
+
+void Sampler::watch_for_trigger(std::string_view piece) {
+  trigger_tail_ += piece;
+  size_t first = std::string::npos, longest = 0;
+  for (const std::string& trigger : params_.grammar_triggers) {
+    first = std::min(first, trigger_tail_.find(trigger));
+    longest = std::max(longest, trigger.size());
+  }
+  if (first == std::string::npos) {
+    // Only the end that could begin a trigger matters for the next token.
+    if (trigger_tail_.size() >= longest) trigger_tail_.erase(0, trigger_tail_.size() - (longest - 1));
+    return;
+  }
+  awaiting_trigger_ = false;
+  const std::string constrained = trigger_tail_.substr(first);
+  trigger_tail_.clear();
+  if (!grammar_->allows(constrained)) {
+    throw Error("GRAMMAR_INVALID", "the text from the grammar's trigger on does not begin a sentence of the grammar");
+  }
+  grammar_->advance(constrained);
 }
 
 void Sampler::accept_prompt(std::span<const int32_t> tokens) {
@@ -87,7 +114,12 @@ void Sampler::accept(int32_t token) {
     if (token < 0 || static_cast<size_t>(token) >= tokenizer_->vocab().size()) {
       refuse("token " + std::to_string(token) + " is outside the vocabulary");
     }
-    grammar_->advance(tokenizer_->piece(static_cast<uint32_t>(token), false));
+    const std::string_view piece = tokenizer_->piece(static_cast<uint32_t>(token), false);
+    if (awaiting_trigger_) {
+      watch_for_trigger(piece);
+    } else {
+      grammar_->advance(piece);
+    }
   }
   history_.push_back(token);
 }
@@ -289,10 +321,10 @@ void Sampler::softmax(float temperature) {
 
 const std::vector<Candidate>& Sampler::distribution(std::span<const float> logits) {
   find_changes(logits);
-  if (params_.temperature <= 0.0f && !grammar_ && greedy_without_copy(logits)) return candidates_;
+  if (params_.temperature <= 0.0f && !grammar_holds() && greedy_without_copy(logits)) return candidates_;
   apply_changes(logits);
   filter_candidates();
-  if (grammar_) keep_grammar_candidates();
+  if (grammar_holds()) keep_grammar_candidates();
   if (candidates_.empty()) refuse("no token is left to sample: logitBias bans every token");
   return candidates_;
 }

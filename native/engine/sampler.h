@@ -30,7 +30,11 @@ struct SamplerParams {
   float frequency_penalty = 0.0f;                     // subtracted once per occurrence in that window
   std::vector<std::pair<int32_t, float>> logit_bias;  // added to the logit; -infinity bans the token
   uint64_t seed = 0;
-  std::string grammar;    // GBNF text (engine/grammar.h); empty: no constraint
+  std::string grammar;  // GBNF text (engine/grammar.h); empty: no constraint
+  // Set: the grammar is lazy (llama-server's grammar_lazy with word triggers): generation is free
+  // until its text contains one of these words, and from the first one found the grammar holds,
+  // reading the text from that word on (so the grammar's sentences start with a trigger).
+  std::vector<std::string> grammar_triggers;
   int32_t logprobs = -1;  // report each draw's log-probability and this many alternatives; -1: off
 };
 
@@ -104,6 +108,10 @@ class Sampler {
   void filter_candidates();
   bool is_end_token(int32_t token) const;
   void keep_grammar_candidates();
+  // Holds the grammar (true) once a trigger appears in the generated text, from there on.
+  bool grammar_holds() const { return grammar_ && !awaiting_trigger_; }
+  // A lazy grammar reads a generated token's text: watches for a trigger, then starts there.
+  void watch_for_trigger(std::string_view piece);
   void record_logprobs(std::span<const float> logits, int32_t drawn);
   // changes_ = the logits bias and penalties change, with their new values, by token.
   void find_changes(std::span<const float> logits);
@@ -124,6 +132,9 @@ class Sampler {
   bool sorted_ = false;  // candidates_ is most likely first
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer_;
   std::optional<GrammarMatcher> grammar_;
+  // A lazy grammar waits for a trigger: the generated text's end that could still hold one.
+  bool awaiting_trigger_ = false;
+  std::string trigger_tail_;
   std::optional<DrawLogprobs> last_logprobs_;
 };
 

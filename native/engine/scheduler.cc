@@ -40,7 +40,7 @@ class Request {
   std::vector<int32_t> input;  // tokens appended first: an evaluation's, a generation's prompt
   LogitRows rows = LogitRows::kLast;
   std::shared_ptr<Sampler> sampler;  // set: a generation
-  int64_t max_tokens = 0;
+  GenerationLimits limits;
   RequestEvents events;
 
   bool admitted = false;
@@ -54,6 +54,7 @@ class Request {
   int32_t pending = -1;       // the drawn token to feed back next, or -1
   bool drawing = false;       // its next token is being drawn on the drawing thread
   int64_t generated = 0;      // tokens delivered
+  int64_t discarded = 0;      // context positions a shift dropped (of the prompt or the tokens delivered)
   std::vector<float> logits;  // an evaluation's logits so far
   GenerationTimings timings;
   Clock::time_point started, first_token;
@@ -146,15 +147,15 @@ std::shared_ptr<Request> Scheduler::evaluate(std::shared_ptr<Session> session, s
 }
 
 std::shared_ptr<Request> Scheduler::generate(std::shared_ptr<Session> session, std::vector<int32_t> prompt,
-                                             std::shared_ptr<Sampler> sampler, int64_t max_tokens,
+                                             std::shared_ptr<Sampler> sampler, GenerationLimits limits,
                                              RequestEvents events) {
   if (!sampler) throw Error("INVALID_ARGUMENT", "generate needs a sampler");
-  if (max_tokens < 0) throw Error("INVALID_ARGUMENT", "maxTokens must be a non-negative integer");
+  if (limits.max_tokens < 0) throw Error("INVALID_ARGUMENT", "maxTokens must be a non-negative integer");
   auto request = std::make_shared<Request>();
   request->session = std::move(session);
   request->input = std::move(prompt);
   request->sampler = std::move(sampler);
-  request->max_tokens = max_tokens;
+  request->limits = limits;
   request->events = std::move(events);
   return submit(std::move(request));
 }
@@ -204,10 +205,12 @@ void Scheduler::cancel_locked(Request& request, int64_t kept_tokens) {
   if (!request.admitted) return;
   // A delivered token was drawn after every earlier one was evaluated, so the session's
   // position is at least `keep`, and a pass in flight only writes beyond it.
+  // After a context shift the context no longer holds what came before it: it keeps what it can.
   const int64_t keep = kept_tokens <= 0 ? request.start_position
-                                        : request.base + static_cast<int64_t>(request.input.size()) + kept_tokens - 1;
+                                        : request.base + static_cast<int64_t>(request.input.size()) + kept_tokens - 1 -
+                                              request.discarded;
   Session& session = *request.session;
-  session.position_ = std::min(session.position_.load(), keep);
+  session.position_ = std::clamp<int64_t>(keep, 0, session.position_.load());
 }
 
 void Scheduler::reset(Session& session) {
@@ -310,14 +313,13 @@ void Scheduler::admit(Outbox& out) {
     const int64_t end = r.base + static_cast<int64_t>(r.input.size());
     if (end > context) {
       finish(request,
-             r.generating() ? ended(StopReason::kContextFull)
-                            : failed(std::make_exception_ptr(
-                                  Error("CONTEXT_TOO_LONG", std::to_string(end) + " tokens do not fit the context of " +
-                                                                std::to_string(context) + " tokens"))),
+             failed(std::make_exception_ptr(Error(
+                 "CONTEXT_TOO_LONG", (r.generating() ? "the prompt's " : "") + std::to_string(end) +
+                                         " tokens do not fit the context of " + std::to_string(context) + " tokens"))),
              out);
       continue;
     }
-    if (r.generating() && r.max_tokens == 0) {
+    if (r.generating() && r.limits.max_tokens == 0) {
       finish(request, ended(StopReason::kMaxTokens), out);
       continue;
     }
@@ -565,13 +567,27 @@ void Scheduler::deliver(const std::shared_ptr<Request>& request, int32_t token, 
   out.events.push_back([request, drawn = DrawnToken{token, r.sampler->last_logprobs()}, timings = r.timings] {
     if (request->events.on_token) request->events.on_token(drawn, timings);
   });
-  if (r.generated >= r.max_tokens) {
+  if (r.generated >= r.limits.max_tokens) {
     finish(request, ended(StopReason::kMaxTokens, r.timings), out);
-  } else if (r.session->position_ + 1 > runtime_.context_size()) {
-    finish(request, ended(StopReason::kContextFull, r.timings), out);
-  } else {
-    r.pending = token;
+    return;
   }
+  const bool shifts = r.limits.shift_keep >= 0;
+  // llama-server shifts once the context holds context - 1 tokens; without a shift it is full
+  // when the next token has no place.
+  if (r.session->position_ + 1 > runtime_.context_size() - (shifts ? 1 : 0)) {
+    if (!shifts) {
+      finish(request, ended(StopReason::kContextFull, r.timings), out);
+      return;
+    }
+    try {
+      r.discarded += r.session->shift_context(r.limits.shift_keep);
+      r.timings.discarded_tokens = r.discarded;
+    } catch (...) {
+      finish(request, failed(std::current_exception()), out);
+      return;
+    }
+  }
+  r.pending = token;
 }
 
 void Scheduler::finish(std::shared_ptr<Request> request, RequestEnd end, Outbox& out) {

@@ -45,6 +45,16 @@ struct GenerationTimings {
   double prompt_ms = 0;              // from the request's start to its first token
   int64_t decode_tokens = 0;         // generated tokens fed back and evaluated
   double decode_ms = 0;              // from the first token to the latest
+  int64_t discarded_tokens = 0;      // tokens a context shift dropped (GenerationLimits::shift_keep)
+};
+
+// What bounds a generation besides its sampler.
+struct GenerationLimits {
+  int64_t max_tokens = 0;
+  // Negative: a full context ends the generation (kContextFull). Else a context with no room for
+  // the next token is shifted (Session::shift_context) keeping its first shift_keep tokens, as
+  // llama-server's --context-shift does (it shifts once the context holds context - 1 tokens).
+  int64_t shift_keep = -1;
 };
 
 struct RequestEnd {
@@ -97,14 +107,15 @@ class Scheduler : public std::enable_shared_from_this<Scheduler> {
 
   // Makes `prompt` the session's context, evaluating only what the context or the prompt-state
   // cache does not hold of it already (Session::prepare_prompt, when the request is admitted),
-  // then draws up to `max_tokens` tokens with `sampler` (which sees the prompt and every drawn
-  // token), feeding each back, until the end-of-sequence token or a full context. The last
-  // token delivered is not evaluated. Throws like evaluate(). A prompt longer than the context
-  // ends with kContextFull, and a max_tokens of 0 with kMaxTokens, the context untouched. A
+  // then draws up to `limits.max_tokens` tokens with `sampler` (which sees the prompt and every drawn
+  // token), feeding each back, until the end-of-sequence token or a full context (or, with
+  // limits.shift_keep, shifting it). The last token delivered is not evaluated. Throws like
+  // evaluate(). A prompt longer than the context ends with CONTEXT_TOO_LONG, and a max_tokens of 0
+  // with kMaxTokens, the context untouched. A
   // generation that ends by itself (eos, max_tokens, a full context) stores the session's state
   // in the prompt-state cache before on_end.
   std::shared_ptr<Request> generate(std::shared_ptr<Session> session, std::vector<int32_t> prompt,
-                                    std::shared_ptr<Sampler> sampler, int64_t max_tokens, RequestEvents events);
+                                    std::shared_ptr<Sampler> sampler, GenerationLimits limits, RequestEvents events);
 
   // Ends the request at once: it leaves the next pass, its owner gets on_end(kCancelled), and
   // the session keeps the prompt and the first `kept_tokens - 1` generated tokens (the tokens

@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "cpu/host_info.h"
+#include "engine/context_shift.h"
 #include "engine/scheduler.h"
 
 namespace bloomery::engine {
@@ -130,9 +131,9 @@ PromptReuse Session::prepare_prompt(std::span<const int32_t> tokens) {
   };
   // A recurrent state is a prefix only whole: the session's where the prompt begins with its
   // tokens, a cached one where the prompt begins with all of its.
-  const int64_t own = recurrent_
-                          ? recurrent_prefix(tokens, limit)
-                          : usable(std::min(common_prefix(current_history(), tokens), limit), held_window_first());
+  const int64_t own =
+      recurrent_ ? recurrent_prefix(tokens, limit)
+                 : usable(std::min({common_prefix(current_history(), tokens), limit, fresh_}), held_window_first());
   PromptCache& cache = runtime_->prompt_cache_;
   const PromptCache::Match match = cache.capacity() > 0 ? cache.find(tokens) : PromptCache::Match{};
   int64_t cached = match.state ? usable(std::min(match.length, limit), match.state->window_first) : 0;
@@ -148,6 +149,7 @@ PromptReuse Session::prepare_prompt(std::span<const int32_t> tokens) {
     history_.resize(static_cast<size_t>(own));
     position_ = own;
   }
+  fresh_ = INT64_MAX;
   return {own, false};
 }
 
@@ -158,14 +160,17 @@ bool Session::store_in_cache() {
 
 bool Session::store_locked() {
   // A recurrent state is stored where it is (its tokens are still in history_ when the context
-  // was cut back before them): it serves the prompts that begin with them.
-  const int64_t n = recurrent_ ? recurrent_position_.load() : position_.load();
+  // was cut back before them): it serves the prompts that begin with them. A shifted context is
+  // stored up to where its rows are fresh.
+  const int64_t n = recurrent_ ? recurrent_position_.load() : fresh_positions();
   if (n <= 0 || static_cast<int64_t>(history_.size()) < n) return false;
   if (in_cache_) return true;
   PromptCache& cache = runtime_->prompt_cache_;
   // A cached state that a recurrent one begins cannot be cut back to it: only non-recurrent
   // states count as held by a longer entry.
-  if (!recurrent_ && cache.holds(current_history())) return in_cache_ = true;
+  if (!recurrent_ && cache.holds(std::span(current_history()).first(static_cast<size_t>(n)))) {
+    return in_cache_ = true;
+  }
   if (session_state_bytes(state_shape(runtime_->model()), n, held_window_first()) > cache.capacity()) {
     return false;
   }
@@ -286,6 +291,45 @@ void Session::load(const SessionState& state, int64_t n) {
   history_.assign(state.tokens.begin(), state.tokens.begin() + n);
   position_ = n;
   recurrent_position_ = n;
+  fresh_ = INT64_MAX;
+}
+
+int64_t Session::shift_context(int64_t keep) {
+  const model::Model& model = runtime_->model();
+  if (recurrent_) {
+    throw Error("UNSUPPORTED_MODEL", "contextShift: " + model.params.architecture +
+                                         " has recurrent layers, whose state cannot drop the tokens it has read");
+  }
+  for (const model::LayerWeights& layer : model.layers) {
+    if (layer.attention.windowed) {
+      throw Error("UNSUPPORTED_MODEL", "contextShift: " + model.params.architecture +
+                                           " has sliding-window layers, whose context bloomery does not shift");
+    }
+  }
+  std::lock_guard lock(runtime_->compute_);
+  const int64_t n = position_;
+  const ShiftSpan span = shift_span(keep, n, runtime_->context_size());
+  if (span.discard == 0) return 0;
+  if (gpu_) {
+    // The card's rows go through host memory: a shift comes once per half a context of tokens.
+    const StateShape shape = state_shape(model);
+    std::vector<uint16_t> keys(static_cast<size_t>(n * shape.layers * shape.row.keys));
+    std::vector<uint16_t> values(static_cast<size_t>(n * shape.layers * shape.row.values));
+    copy_kv_to_host(*runtime_->gpu_, *gpu_, n, n, keys.data(), values.data());
+    for (int64_t l = 0; l < shape.layers; ++l) {
+      shift_layer_rows(model.params, n, span, keys.data() + l * n * shape.row.keys,
+                       values.data() + l * n * shape.row.values);
+    }
+    copy_kv_to_device(*runtime_->gpu_, *gpu_, n - span.discard, n, keys.data(), values.data());
+  } else {
+    cache_.shift(n, span);
+  }
+  current_history();
+  history_.erase(history_.begin() + span.keep, history_.begin() + span.keep + span.discard);
+  position_ = n - span.discard;
+  fresh_ = std::min(fresh_, span.keep);
+  in_cache_ = false;
+  return span.discard;
 }
 
 void Session::check_restorable(const SessionState& state, uint64_t fingerprint) {

@@ -3,6 +3,7 @@
 // puts the next tokens of all running sequences into one pass.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -174,6 +175,13 @@ class Session {
   void record(int64_t first_position, std::span<const int32_t> tokens);
   // Marks the recurrent states as being written by a pass (record() then says where they are).
   void begin_pass() { recurrent_position_ = -1; }
+  // Shifts the full context as llama-server's --context-shift does (engine/context_shift.h),
+  // keeping its first `keep` tokens; returns the tokens discarded. Takes the compute lock.
+  // UNSUPPORTED_MODEL for a model with sliding-window or recurrent layers.
+  int64_t shift_context(int64_t keep);
+  // The tokens whose keys and values are what evaluating them afresh gives: the prompt-state
+  // cache takes and reuses only those (a shifted context's later rows attended dropped tokens).
+  int64_t fresh_positions() const { return std::min(position_.load(), fresh_); }
 
   std::shared_ptr<Runtime> runtime_;
   KvCache cache_;  // empty when the model runs on the GPU
@@ -185,6 +193,8 @@ class Session {
   // Guarded by the runtime's compute lock. Tokens past position_ (left by a cancel or a reset,
   // which only move position_) are stale: current_history() drops them.
   std::vector<int32_t> history_;
+  // Positions from which on the rows come from a context shift (guarded by the compute lock).
+  int64_t fresh_ = INT64_MAX;
   bool in_cache_ = false;  // the prompt-state cache holds this state (or one it begins)
   // With recurrent layers: the position their states are after (history_ holds the tokens
   // before it unless it exceeds position_ and history_ was cut); -1 when a pass failed midway.

@@ -393,6 +393,46 @@ TEST(sampler_grammar_lets_the_end_through_only_when_complete) {
   CHECK(alpha.sample(logits) == 0);
 }
 
+TEST(sampler_lazy_grammar_holds_from_its_trigger_on) {
+  // The model wants "x" and, after the trigger, never "}": free text until "ab" appears (across
+  // two tokens, "a" then "ba"), then the grammar, which began at the trigger, takes over.
+  std::vector<float> logits(kTexts.size(), 0.0f);
+  logits[10] = 9.0f;
+  logits[0] = -9.0f;
+  SamplerParams p = constrained("root ::= \"ab\" \"a\"* \"}\"", 0.0f);
+  p.grammar_triggers = {"ab"};
+  Sampler sampler(p, tiny_tokenizer());
+  CHECK(sampler.sample(logits) == 10);  // free: "x", which the grammar would refuse
+  sampler.accept(10);
+  sampler.accept(3);  // "a": could begin the trigger, still free
+  CHECK(sampler.sample(logits) == 10);
+  sampler.accept(6);  // "ba": "xaba" holds "ab" from its third byte on; "aba" is read
+  const int32_t next = sampler.sample(logits);
+  CHECK(next == 3 || next == 2) << next;  // "a" or "}" only
+  sampler.accept(2);
+  CHECK(sampler.sample(logits) == 0);  // complete: only the end
+  // Text after the trigger that the grammar refuses ends the generation by name.
+  Sampler refusing(p, tiny_tokenizer());
+  refusing.accept(5);  // "ab": the trigger
+  std::string code;
+  try {
+    refusing.accept(6);  // "ba": "b" after "ab" is not in the grammar
+  } catch (const Error& e) {
+    code = e.code();
+  }
+  CHECK(code == "INVALID_ARGUMENT") << code;
+  SamplerParams bad = constrained("root ::= \"ab\" \"}\"", 0.0f);
+  bad.grammar_triggers = {"b"};
+  Sampler mid(bad, tiny_tokenizer());
+  code.clear();
+  try {
+    mid.accept(6);  // "ba" holds the trigger "b", but "ba" does not begin a sentence
+  } catch (const Error& e) {
+    code = e.code();
+  }
+  CHECK(code == "GRAMMAR_INVALID") << code;
+}
+
 TEST(sampler_grammar_refusals) {
   bool needs_tokenizer = false;
   try {

@@ -52,8 +52,8 @@ TEST(scheduler_lets_go_of_a_request_before_its_owner_hears_of_its_end) {
     std::vector<int32_t> tokens(generating ? 8 : 200);
     for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(10 + i * 37 % 3000);
     std::shared_ptr<engine::Request> request =
-        generating ? scheduler.generate(session, tokens, std::make_shared<engine::Sampler>(engine::SamplerParams{}), 48,
-                                        std::move(events))
+        generating ? scheduler.generate(session, tokens, std::make_shared<engine::Sampler>(engine::SamplerParams{}),
+                                        {48}, std::move(events))
                    : scheduler.evaluate(session, tokens, engine::LogitRows::kLast, std::move(events));
     request.reset();
     session.reset();

@@ -25,6 +25,7 @@ import {
   type ToolCallFormat,
 } from "./output.js";
 import type { ApplyChatTemplateOptions } from "./template.js";
+import { forcedCallGrammar, lazyCallGrammar } from "./tool-grammar.js";
 import type { ChatMessage, ChatTool, ToolCall } from "./types.js";
 
 /** Options of {@link Session.chat}: those of generate, and the chat's tools and template settings. */
@@ -35,7 +36,12 @@ export interface ChatOptions extends GenerateOptions {
    * `"auto"` (default): the model answers or calls tools as it likes. `"none"`: the tools are not
    * offered and the answer is text. `"required"`, or `{ name }`: the answer starts as a call (of the
    * named function): the prompt ends with the opening of a call in the model's format, so the
-   * model writes the rest (a forced call skips reasoning).
+   * model writes the rest (a forced call skips reasoning). In the `"hermes"` and `"llama3"` formats
+   * the rest is constrained by a grammar of the tools' `parameters` schemas (their JSON Schema, as
+   * `jsonSchema` takes it), so the answer is always one call that parses; in the other formats only
+   * the opening is forced. With `"auto"` (and no `grammar` or `jsonSchema` of the caller's) the
+   * answer is free until it opens a call, which then follows the same grammar (a lazy grammar),
+   * and the answer ends with that call.
    */
   toolChoice?: "auto" | "none" | "required" | { name: string };
   /**
@@ -52,6 +58,16 @@ export interface ChatOptions extends GenerateOptions {
    * in the text. A prompt that ends inside an open think block starts the answer as reasoning.
    */
   parseReasoning?: boolean;
+  /**
+   * What a conversation too long for the context does. `"dropOldTurns"` (default): the oldest
+   * turns after the leading system messages are left out of the prompt, whole (a turn is a user
+   * message and the messages that answer it), the fewest that leave room for the answer: a
+   * quarter of the context, or `maxTokens` when fewer. The last turn is always kept; when it does
+   * not fit with the system messages either, the chat ends with BloomeryError CONTEXT_TOO_LONG.
+   * The result's `droppedMessages` says how many messages were left out. `"error"`: nothing is
+   * dropped, and a prompt longer than the context is CONTEXT_TOO_LONG.
+   */
+  contextOverflow?: "dropOldTurns" | "error";
 }
 
 /** One step of {@link Session.chat}: what this piece of output adds to the answer, the reasoning and the tool calls. */
@@ -79,6 +95,8 @@ export interface ChatResult {
   logprobs?: TokenLogprobs[];
   stopReason: StopReason;
   timings: GenerateTimings;
+  /** Messages of the conversation left out of the prompt to fit the context (see `contextOverflow`). */
+  droppedMessages: number;
 }
 
 /** What {@link Session.chat} returns: the chunks as they come, and `.result` once it is done. */
@@ -100,6 +118,8 @@ interface ChatSession {
 export interface ChatModel {
   toolCallFormat: ToolCallFormat;
   tokenizer: Tokenizer;
+  /** Tokens a session's context holds. */
+  contextSize: number;
   render(messages: readonly ChatMessage[], options: ApplyChatTemplateOptions): Promise<string>;
 }
 
@@ -120,8 +140,21 @@ export function runChat(
   messages: readonly ChatMessage[],
   options: ChatOptions,
 ): ChatIterable {
-  const { tools, toolChoice, parallelToolCalls, templateKwargs, toolCallFormat, parseReasoning, ...generation } =
-    options;
+  const {
+    tools,
+    toolChoice,
+    parallelToolCalls,
+    templateKwargs,
+    toolCallFormat,
+    parseReasoning,
+    contextOverflow,
+    ...generation
+  } = options;
+  if (contextOverflow !== undefined && contextOverflow !== "dropOldTurns" && contextOverflow !== "error") {
+    throw new BloomeryError("INVALID_ARGUMENT", 'contextOverflow must be "dropOldTurns" or "error"', {
+      contextOverflow,
+    });
+  }
   const offered = tools && tools.length > 0 && toolChoice !== "none" ? tools : undefined;
   if (toolChoice !== undefined && toolChoice !== "auto" && toolChoice !== "none") {
     const named = typeof toolChoice === "object" && toolChoice !== null ? toolChoice.name : undefined;
@@ -141,16 +174,36 @@ export function runChat(
   }
   const format = toolCallFormat ?? model.toolCallFormat;
   const reasoning = parseReasoning ?? true;
+  const forced = offered && (toolChoice === "required" || typeof toolChoice === "object") ? toolChoice : undefined;
+  // A call follows the tools' schemas (in the formats tool-grammar.ts constrains): a forced one's rest
+  // from the first token, an "auto" one from its opening on (a lazy grammar). A grammar of the caller's
+  // own leaves "auto" free.
+  const own = generation.grammar !== undefined || generation.jsonSchema !== undefined;
+  const lazy = offered && !forced && !own ? lazyCallGrammar(format, offered) : undefined;
+  const callGrammar = forced
+    ? forcedCallGrammar(format, offered!, forcedCallPrefix(format, forced, false))
+    : lazy?.grammar;
+  if (forced && callGrammar && own) {
+    throw new BloomeryError(
+      "INVALID_ARGUMENT",
+      "a forced tool call is constrained by its tools' schemas: grammar and jsonSchema cannot be used with it",
+      { toolChoice },
+    );
+  }
   // Harmony's channels carry the reasoning and the answer too: its parser reads every turn.
   const parsedFormat = format === "harmony" ? format : offered && format;
   // The template renders in a worker; the generation waits for its prompt, and the parser for
   // what the prompt says of the output (an open think block, a forced call's opening).
-  const setup = model.render(messages, { templateKwargs, tools: offered }).then((prompt) => {
+  const renderOptions: ApplyChatTemplateOptions = { templateKwargs, tools: offered };
+  const fitted =
+    contextOverflow === "error"
+      ? model.render(messages, renderOptions).then((prompt) => ({ prompt, dropped: 0 }))
+      : fitToContext(model, messages, renderOptions, Math.min(generation.maxTokens ?? 256, model.contextSize >> 2));
+  let droppedMessages = 0;
+  const setup = fitted.then(({ prompt, dropped }) => {
+    droppedMessages = dropped;
     const opensThinking = reasoning && format !== "harmony" && promptOpensThinking(prompt);
-    const prefix =
-      offered && (toolChoice === "required" || typeof toolChoice === "object")
-        ? forcedCallPrefix(format, toolChoice, opensThinking)
-        : "";
+    const prefix = forced ? forcedCallPrefix(format, forced, opensThinking) : "";
     const parserOptions: ChatOutputOptions = { parseReasoning: reasoning, startInReasoning: opensThinking };
     if (parsedFormat) Object.assign(parserOptions, { toolCallFormat: parsedFormat, tools: offered ?? [] });
     return { prompt: prompt + prefix, prefix, parser: new ChatOutputParser(parserOptions) };
@@ -159,7 +212,12 @@ export function runChat(
   const shown = specialTokensOf(model.tokenizer, formatMarkers(parsedFormat || undefined));
   const run = session.generate(
     setup.then((s) => s.prompt),
-    { ...generation, showSpecialTokens: [...(generation.showSpecialTokens ?? []), ...shown] },
+    {
+      ...generation,
+      ...(callGrammar && { grammar: callGrammar }),
+      ...(lazy && { grammarTriggers: [lazy.trigger] }),
+      showSpecialTokens: [...(generation.showSpecialTokens ?? []), ...shown],
+    },
   );
   const stopAfterOneCall = offered !== undefined && parallelToolCalls === false;
 
@@ -193,6 +251,7 @@ export function runChat(
         ...(done.logprobs && { logprobs: done.logprobs }),
         stopReason,
         timings: done.timings,
+        droppedMessages,
       });
     let settled = false;
     try {
@@ -212,6 +271,9 @@ export function runChat(
       if (tail.text || tail.reasoning || tail.toolCalls) yield tail;
     } catch (error) {
       settled = true;
+      // A setup that failed (a template error, a conversation too long) fails the generation too: it
+      // holds the session until its result settles, so the chat ends after it.
+      if (!parser) await run.result.catch(() => {});
       settle.reject(error);
       throw error;
     } finally {
@@ -224,4 +286,56 @@ export function runChat(
     }
   }
   return iterableWithResult(stream(), result, "chat()");
+}
+
+/**
+ * The prompt of `messages` less the fewest oldest turns that leave `room` tokens of the context
+ * free (see ChatOptions.contextOverflow), and how many messages were left out.
+ */
+async function fitToContext(
+  model: ChatModel,
+  messages: readonly ChatMessage[],
+  options: ApplyChatTemplateOptions,
+  room: number,
+): Promise<{ prompt: string; dropped: number }> {
+  let leading = 0;
+  while (
+    leading < messages.length &&
+    (messages[leading]!.role === "system" || messages[leading]!.role === "developer")
+  ) {
+    leading++;
+  }
+  // Where each turn after the first begins: dropping k turns leaves out messages [leading, starts[k - 1]).
+  const starts: number[] = [];
+  for (let i = leading + 1; i < messages.length; i++) if (messages[i]!.role === "user") starts.push(i);
+  const limit = model.contextSize - room;
+  const attempt = async (k: number) => {
+    const kept = k === 0 ? messages : [...messages.slice(0, leading), ...messages.slice(starts[k - 1])];
+    const prompt = await model.render(kept, options);
+    const tokens = await model.tokenizer.tokenizeAsync(prompt, { special: true, addSpecial: true });
+    return { prompt, dropped: messages.length - kept.length, fits: tokens.length <= limit };
+  };
+  const whole = await attempt(0);
+  if (whole.fits) return whole;
+  // Fewer tokens with each turn dropped: the fewest turns that fit, by bisection.
+  let low = 1;
+  let high = starts.length;
+  let best: Awaited<ReturnType<typeof attempt>> | undefined;
+  while (low <= high) {
+    const k = (low + high) >> 1;
+    const tried = await attempt(k);
+    if (tried.fits) {
+      best = tried;
+      high = k - 1;
+    } else {
+      low = k + 1;
+    }
+  }
+  if (best) return best;
+  throw new BloomeryError(
+    "CONTEXT_TOO_LONG",
+    `the conversation's last turn and its system messages do not fit the context of ${model.contextSize} tokens ` +
+      `with ${room} tokens left for the answer`,
+    { contextSize: model.contextSize, room },
+  );
 }

@@ -213,7 +213,7 @@ async function serveCompletion(
       generation_settings: settings,
       prompt: promptTexts[index],
       has_new_line: result.text.includes("\n"),
-      truncated: result.stopReason === "contextFull",
+      truncated: result.stopReason === "contextFull" || result.timings.discardedTokens > 0,
       stop_type: STOP_TYPES[result.stopReason],
       stopping_word: stoppingWord(model, result, stop),
       tokens_cached: result.timings.cachedPromptTokens + result.timings.promptTokens + result.tokens.length,

@@ -132,10 +132,11 @@ export async function runChat(
     "templateKwargs",
     "parseReasoning",
     "toolCallFormat",
+    "contextOverflow",
   ]);
   const result = await context.slots.run(request.prompt, generate, signal, onChunk, serve);
   const message: ChatResult["message"] = { role: "assistant", content: result.text };
-  return { ...result, message };
+  return { ...result, message, droppedMessages: 0 };
 }
 
 export function registerOpenAiChat(app: FastifyInstance, context: ServerContext): void {
