@@ -47,6 +47,7 @@ export {
   type OffloadArena,
 } from "./plan.js";
 export type { TokenizeOptions, DetokenizeOptions } from "./tokenizer.js";
+export type { Pooling, EmbedOptions, EmbedInput, Embedding, RankedDocument } from "./embeddings.js";
 export type { ApplyChatTemplateOptions } from "./chat/template.js";
 export type { ChatMessage, ChatTool, ToolCall } from "./chat/types.js";
 export type { AssistantMessage, ToolCallFormat } from "./chat/output.js";

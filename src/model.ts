@@ -32,6 +32,17 @@ import {
 import { getSystemInfo } from "./system.js";
 import { LoadProgressReporter } from "./load-progress.js";
 import { checkOptions, checkPath, optionKeys } from "./validate.js";
+import {
+  embedInputTokens,
+  embeddingOf,
+  rankPromptTokens,
+  resolveEmbedOptions,
+  type EmbedInput,
+  type EmbedOptions,
+  type Embedding,
+  type Pooling,
+  type RankedDocument,
+} from "./embeddings.js";
 import type { GgufWarning } from "./gguf/types.js";
 
 /** Where {@link loadModel} puts the model on a GPU: the device index (default 0) and the device memory it may use. */
@@ -264,10 +275,19 @@ export interface ModelInfo {
   builtinChatTemplate?: BuiltinTemplateName;
   /** What loading found odd in the file, without refusing it. */
   warnings: readonly ModelWarning[];
+  /** The file's pooling type (`<arch>.pooling_type`; `"none"` when it names none): what {@link Model.embed} uses by default. */
+  pooling: Pooling;
+  /** Outputs of the file's reranker head (`cls.output`), 0 when it has none: {@link Model.rank} needs one. */
+  rankLabels: number;
+  /** The reranker's prompt template stored in the file (`tokenizer.chat_template.rerank`), if any. */
+  rankTemplate?: string;
 }
 
 /** What loadModel reads from the file besides the engine's view. @internal */
-type FileFacts = Pick<ModelInfo, "quantMix" | "bytes" | "chatTemplate" | "builtinChatTemplate" | "warnings">;
+type FileFacts = Pick<
+  ModelInfo,
+  "quantMix" | "bytes" | "chatTemplate" | "builtinChatTemplate" | "warnings" | "rankTemplate"
+>;
 
 /**
  * Where a model on the GPU spent the time of its hybrid passes (those with routed experts on the CPU), summed
@@ -465,6 +485,54 @@ export class Model extends EventEmitter<ModelEvents> {
     this.#live();
     checkOptions(options, DETOKENIZE_OPTIONS, "detokenize()");
     return this.#tokenizer.detokenize(tokens, options);
+  }
+
+  /**
+   * Embeddings of `inputs` (texts, tokenized with the model's special tokens as llama-server does, or token ids
+   * as given): each input's hidden states after the output norm, pooled (`options.pooling`, by default the
+   * file's) and normalized (`options.normalize`). The inputs run as separate sequences through the model's
+   * scheduler, `info.parallel` of them in one forward pass; none touches a session's context. Throws
+   * BloomeryError INVALID_ARGUMENT for a bad option or an input without tokens, CONTEXT_TOO_LONG for an input
+   * longer than `info.contextSize`, NOT_A_RERANKER for pooling `"rank"` on a model without a reranker head,
+   * UNSUPPORTED_FEATURE on a model that runs on the GPU (embeddings run on the CPU only).
+   */
+  async embed(inputs: readonly EmbedInput[], options: EmbedOptions = {}): Promise<Embedding[]> {
+    this.#live();
+    const { pooling, norm } = resolveEmbedOptions(options, this.info.pooling);
+    const tokens = await embedInputTokens(inputs, this.#tokenizer, "embed()'s inputs");
+    const pooled = await Promise.all(tokens.map((t) => this.#embedTokens(t, pooling)));
+    return pooled.map((floats, i) => embeddingOf(floats, pooling, norm, this.info.embeddingLength, tokens[i]!.length));
+  }
+
+  /**
+   * How relevant each document is to `query`, by the file's reranker head (a reranker such as Qwen3-Reranker,
+   * whose file has `cls.output`): each query-and-document prompt (the file's rerank template, or query and
+   * document between the model's special tokens: see llama-server's /rerank) is evaluated as in
+   * {@link embed} with pooling `"rank"`, and scored by the head's first output. Results come in the documents'
+   * order. Throws BloomeryError NOT_A_RERANKER when the model has no reranker head, and {@link embed}'s errors.
+   */
+  async rank(query: string, documents: readonly string[]): Promise<RankedDocument[]> {
+    this.#live();
+    if (this.info.rankLabels === 0) {
+      throw new BloomeryError("NOT_A_RERANKER", "the model has no reranker head (cls.output): it cannot rank");
+    }
+    if (typeof query !== "string" || !Array.isArray(documents) || documents.some((d) => typeof d !== "string")) {
+      throw new BloomeryError("INVALID_ARGUMENT", "rank() takes a query string and an array of document strings");
+    }
+    const prompts = await Promise.all(
+      documents.map((document) => rankPromptTokens(this.#tokenizer, this.info.rankTemplate, query, document)),
+    );
+    const embedded = await this.embed(prompts, { pooling: "rank" });
+    return embedded.map((e, index) => ({ index, score: e.vector[0]!, tokenCount: e.tokenCount }));
+  }
+
+  async #embedTokens(tokens: Int32Array, pooling: Pooling): Promise<Float32Array> {
+    const session = callNative((a) => a.createSession(this.#live()));
+    try {
+      return await callNativeAsync((a) => a.sessionEmbed(session, tokens, pooling));
+    } finally {
+      callNative((a) => a.disposeSession(session));
+    }
   }
 
   /** True once {@link dispose} ran. */
@@ -834,6 +902,8 @@ export async function loadModel(path: string, options: LoadModelOptions = {}): P
   }
   const template = options.chatTemplate ?? file.metadata["tokenizer.chat_template"];
   if (typeof template === "string") facts.chatTemplate = template;
+  const rankTemplate = file.metadata["tokenizer.chat_template.rerank"];
+  if (typeof rankTemplate === "string") facts.rankTemplate = rankTemplate;
   else facts.builtinChatTemplate = "chatml";
   const loading = callNativeAsync((a) => a.loadModel(path, nativeOptions, onProgress && progress.weights));
   const handle = await untilAborted(loading, signal).catch((error: unknown) => {
