@@ -121,7 +121,13 @@ export function normalizeEmbedding(vector: Float32Array, norm: number): Float32A
 }
 
 /** An {@link Embedding} of the engine's pooled floats (`width` each for pooling "none"). @internal */
-export function embeddingOf(pooled: Float32Array, pooling: Pooling, norm: number, width: number, tokens: number): Embedding {
+export function embeddingOf(
+  pooled: Float32Array,
+  pooling: Pooling,
+  norm: number,
+  width: number,
+  tokens: number,
+): Embedding {
   if (pooling !== "none") return { vector: normalizeEmbedding(pooled, norm), tokenCount: tokens };
   const tokenVectors = Array.from({ length: tokens }, (_, i) =>
     normalizeEmbedding(pooled.slice(i * width, (i + 1) * width), norm),

@@ -187,6 +187,14 @@ function architectureMetadata(p: SynthPreset): [string, GgufValue, GgufMetadataT
     );
   }
   if (p.nextnLayers !== undefined) entries.push([`${a}.nextn_predict_layers`, p.nextnLayers, "u32"]);
+  if (p.pooled) {
+    entries.push(
+      [`${a}.pooling_type`, p.pooled.pooling, "u32"],
+      ["tokenizer.ggml.add_eos_token", p.pooled.addEos, "bool"],
+    );
+    if (p.pooled.rankLabels) entries.push([`${a}.classifier.output_labels`, p.pooled.rankLabels, "array<string>"]);
+    if (p.pooled.rankTemplate) entries.push(["tokenizer.chat_template.rerank", p.pooled.rankTemplate, "string"]);
+  }
   return entries;
 }
 
@@ -311,6 +319,8 @@ function planTensors(
   }
   norm("output_norm.weight", p.embedding);
   if (!p.tiedOutput) weight("output.weight", "output", [p.embedding, nVocab]);
+  const labels = p.pooled?.rankLabels;
+  if (labels) weight("cls.output.weight", "cls_output", [p.embedding, labels.length]);
   return tensors;
 }
 
