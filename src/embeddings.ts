@@ -17,6 +17,7 @@ import { checkOptions, optionKeys, tokenIds } from "./validate.js";
  */
 export type Pooling = "none" | "mean" | "cls" | "last" | "rank";
 
+/** Every {@link Pooling}, in llama.cpp's numbering order. */
 export const POOLINGS: readonly Pooling[] = ["none", "mean", "cls", "last", "rank"];
 
 /** Options of {@link Model.embed}. */

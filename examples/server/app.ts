@@ -15,6 +15,7 @@ import { registerLlamaNative } from "./routes/llama-native.js";
 import { registerAnthropic } from "./routes/anthropic.js";
 import { registerOpenAiResponses } from "./routes/openai-responses.js";
 import { registerUnsupported } from "./routes/unsupported.js";
+import { registerEmbeddings } from "./routes/embeddings.js";
 import { registerSlots } from "./routes/slots.js";
 import { shuttingDown } from "./slots.js";
 
@@ -104,6 +105,7 @@ export function createApp(config: ServerConfig, options: AppOptions = {}): Serve
   registerAnthropic(app, context);
   registerOpenAiResponses(app, context);
   registerUnsupported(app);
+  registerEmbeddings(app, context);
   registerSlots(app, context);
   return { app, context, shutdown: (deadlineMs) => drain(app, context, requests, deadlineMs) };
 }
