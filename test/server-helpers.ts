@@ -27,7 +27,16 @@ export async function startServer(
     threads?: number;
     modelPath?: string;
     chatTemplate?: string;
-    config?: Pick<ServerConfig, "reasoningFormat" | "chatTemplateKwargs" | "slotSavePath" | "slotsEndpoint">;
+    config?: Pick<
+      ServerConfig,
+      | "reasoningFormat"
+      | "chatTemplateKwargs"
+      | "slotSavePath"
+      | "slotsEndpoint"
+      | "embedding"
+      | "pooling"
+      | "reranking"
+    >;
   } = {},
 ): Promise<TestServer> {
   const modelPath = options.modelPath ?? defaultModelPath();
