@@ -55,14 +55,16 @@ async function embeddings(context: ServerContext, body: unknown, openAi: boolean
     );
   }
   const normalize = pooling === "none" || norm === -1 ? false : (norm ?? 2);
+  const started = performance.now();
   const results = await model.embed(inputs, { pooling, normalize }).catch(rethrowNotSupported);
+  const tokens = results.reduce((sum, e) => sum + e.tokenCount, 0);
+  context.slots.countEmbeddings(tokens, (performance.now() - started) / 1000, results.length);
   if (!openAi) {
     return results.map((e, index) => ({
       index,
       embedding: (e.tokenVectors ?? [e.vector]).map((v) => Array.from(v)),
     }));
   }
-  const tokens = results.reduce((sum, e) => sum + e.tokenCount, 0);
   return {
     model: f.raw("model") ?? context.modelName,
     object: "list",
@@ -128,14 +130,16 @@ async function rerank(context: ServerContext, body: unknown): Promise<unknown> {
   if (returnText && !tei) throw f.bad("return_text", "applies to TEI's request shape (texts) only");
   f.finish();
 
+  const started = performance.now();
   const ranked = await context.model.rank(query, documents as string[]).catch(rethrowNotSupported);
+  const tokens = ranked.reduce((sum, r) => sum + r.tokenCount, 0);
+  context.slots.countEmbeddings(tokens, (performance.now() - started) / 1000, ranked.length);
   const scoreField = tei ? "score" : "relevance_score";
   const results = [...ranked]
     .sort((a, b) => b.score - a.score)
     .slice(0, topN)
     .map((r) => ({ index: r.index, [scoreField]: r.score, ...(returnText ? { text: documents[r.index] } : {}) }));
   if (tei) return results;
-  const tokens = ranked.reduce((sum, r) => sum + r.tokenCount, 0);
   return {
     model: f.raw("model") ?? context.modelName,
     object: "list",
