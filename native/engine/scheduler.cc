@@ -51,10 +51,10 @@ class Request {
   int64_t base = 0;
   // The session's position once admitted: what a cancel without tokens or a failure leaves.
   int64_t start_position = 0;
-  size_t evaluated = 0;       // tokens of `input` in the context
-  int32_t pending = -1;       // the drawn token to feed back next, or -1
-  int64_t generated = 0;      // tokens delivered
-  std::vector<float> logits;  // an evaluation's logits so far
+  size_t evaluated = 0;                            // tokens of `input` in the context
+  int32_t pending = -1;                            // the drawn token to feed back next, or -1
+  int64_t generated = 0;                           // tokens delivered
+  std::vector<float> logits;                       // an evaluation's logits so far
   model::Pooling pooling = model::Pooling::kNone;  // rows kEmbeddings: how its hidden states are pooled
   std::vector<float> hidden;                       // rows kEmbeddings: its rows' hidden states so far, then pooled
   GenerationTimings timings;

@@ -99,8 +99,8 @@ class Scheduler : public std::enable_shared_from_this<Scheduler> {
   // after the output norm instead of logits; on_end gets them pooled by `pooling` (pool() in
   // engine/pooling.h) in RequestEnd::logits. Throws like evaluate(), NOT_A_RERANKER as
   // check_pooling, and UNSUPPORTED_FEATURE on a model that runs on the GPU (whose pass returns logits only).
-  std::shared_ptr<Request> embed(std::shared_ptr<Session> session, std::vector<int32_t> tokens,
-                                 model::Pooling pooling, RequestEvents events);
+  std::shared_ptr<Request> embed(std::shared_ptr<Session> session, std::vector<int32_t> tokens, model::Pooling pooling,
+                                 RequestEvents events);
 
   // Makes `prompt` the session's context, evaluating only what the context or the prompt-state
   // cache does not hold of it already (Session::prepare_prompt, when the request is admitted),

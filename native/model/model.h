@@ -70,7 +70,7 @@ struct HyperParams {
   int64_t sliding_window = 0;
   float rms_epsilon = 1e-6f;
   Pooling pooling = Pooling::kNone;  // the file's pooling type: what embeddings use unless asked otherwise
-  cpu::RopeParams rope;  // freq_factors points into the mapping when the model has them
+  cpu::RopeParams rope;              // freq_factors points into the mapping when the model has them
   int32_t bos_token = -1;
   int32_t eos_token = -1;
 };
