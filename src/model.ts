@@ -500,7 +500,7 @@ export class Model extends EventEmitter<ModelEvents> {
     this.#live();
     const { pooling, norm } = resolveEmbedOptions(options, this.info.pooling);
     const tokens = await embedInputTokens(inputs, this.#tokenizer, "embed()'s inputs");
-    const pooled = await Promise.all(tokens.map((t) => this.#embedTokens(t, pooling)));
+    const pooled = await this.#embedTokens(tokens, pooling);
     return pooled.map((floats, i) => embeddingOf(floats, pooling, norm, this.info.embeddingLength, tokens[i]!.length));
   }
 
@@ -526,13 +526,32 @@ export class Model extends EventEmitter<ModelEvents> {
     return embedded.map((e, index) => ({ index, score: e.vector[0]!, tokenCount: e.tokenCount }));
   }
 
-  async #embedTokens(tokens: Int32Array, pooling: Pooling): Promise<Float32Array> {
-    const session = callNative((a) => a.createSession(this.#live()));
-    try {
-      return await callNativeAsync((a) => a.sessionEmbed(session, tokens, pooling));
-    } finally {
-      callNative((a) => a.disposeSession(session));
-    }
+  /**
+   * The pooled hidden states of each input, through `info.parallel` sessions of their own (each holds a KV cache of
+   * the context's size), each taking the next input once its last is done: the scheduler runs them in one pass.
+   */
+  async #embedTokens(inputs: readonly Int32Array[], pooling: Pooling): Promise<Float32Array[]> {
+    const handle = this.#live();
+    const pooled: Float32Array[] = new Array(inputs.length);
+    let next = 0;
+    let failed = false;
+    const worker = async () => {
+      const session = callNative((a) => a.createSession(handle));
+      try {
+        while (next < inputs.length && !failed) {
+          const i = next++;
+          callNative((a) => a.sessionReset(session));
+          pooled[i] = await callNativeAsync((a) => a.sessionEmbed(session, inputs[i]!, pooling));
+        }
+      } catch (error) {
+        failed = true;
+        throw error;
+      } finally {
+        callNative((a) => a.disposeSession(session));
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(this.info.parallel, inputs.length) }, worker));
+    return pooled;
   }
 
   /** True once {@link dispose} ran. */
