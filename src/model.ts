@@ -921,9 +921,9 @@ export async function loadModel(path: string, options: LoadModelOptions = {}): P
   }
   const template = options.chatTemplate ?? file.metadata["tokenizer.chat_template"];
   if (typeof template === "string") facts.chatTemplate = template;
+  else facts.builtinChatTemplate = "chatml";
   const rankTemplate = file.metadata["tokenizer.chat_template.rerank"];
   if (typeof rankTemplate === "string") facts.rankTemplate = rankTemplate;
-  else facts.builtinChatTemplate = "chatml";
   const loading = callNativeAsync((a) => a.loadModel(path, nativeOptions, onProgress && progress.weights));
   const handle = await untilAborted(loading, signal).catch((error: unknown) => {
     progress.close();
