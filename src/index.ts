@@ -48,6 +48,14 @@ export {
   type OffloadArena,
 } from "./plan.js";
 export type { TokenizeOptions, DetokenizeOptions } from "./tokenizer.js";
+export {
+  POOLINGS,
+  type Pooling,
+  type EmbedOptions,
+  type EmbedInput,
+  type Embedding,
+  type RankedDocument,
+} from "./embeddings.js";
 export type { ApplyChatTemplateOptions } from "./chat/template.js";
 export type { ChatMessage, ChatTool, ToolCall } from "./chat/types.js";
 export type { AssistantMessage, ToolCallFormat } from "./chat/output.js";

@@ -33,6 +33,17 @@ import {
 import { getSystemInfo } from "./system.js";
 import { LoadProgressReporter } from "./load-progress.js";
 import { checkOptions, checkPath, optionKeys } from "./validate.js";
+import {
+  embedInputTokens,
+  embeddingOf,
+  rankPromptTokens,
+  resolveEmbedOptions,
+  type EmbedInput,
+  type EmbedOptions,
+  type Embedding,
+  type Pooling,
+  type RankedDocument,
+} from "./embeddings.js";
 import type { GgufWarning } from "./gguf/types.js";
 
 /** Where {@link loadModel} puts the model on a GPU: the device index (default 0) and the device memory it may use. */
@@ -270,10 +281,19 @@ export interface ModelInfo {
   builtinChatTemplate?: BuiltinTemplateName;
   /** What loading found odd in the file, without refusing it. */
   warnings: readonly ModelWarning[];
+  /** The file's pooling type (`<arch>.pooling_type`; `"none"` when it names none): what {@link Model.embed} uses by default. */
+  pooling: Pooling;
+  /** Outputs of the file's reranker head (`cls.output`), 0 when it has none: {@link Model.rank} needs one. */
+  rankLabels: number;
+  /** The reranker's prompt template stored in the file (`tokenizer.chat_template.rerank`), if any. */
+  rankTemplate?: string;
 }
 
 /** What loadModel reads from the file besides the engine's view. @internal */
-type FileFacts = Pick<ModelInfo, "quantMix" | "bytes" | "chatTemplate" | "builtinChatTemplate" | "warnings">;
+type FileFacts = Pick<
+  ModelInfo,
+  "quantMix" | "bytes" | "chatTemplate" | "builtinChatTemplate" | "warnings" | "rankTemplate"
+>;
 
 /**
  * Where a model on the GPU spent the time of its hybrid passes (those with routed experts on the CPU), summed
@@ -471,6 +491,73 @@ export class Model extends EventEmitter<ModelEvents> {
     this.#live();
     checkOptions(options, DETOKENIZE_OPTIONS, "detokenize()");
     return this.#tokenizer.detokenize(tokens, options);
+  }
+
+  /**
+   * Embeddings of `inputs` (texts, tokenized with the model's special tokens as llama-server does, or token ids
+   * as given): each input's hidden states after the output norm, pooled (`options.pooling`, by default the
+   * file's) and normalized (`options.normalize`). The inputs run as separate sequences through the model's
+   * scheduler, `info.parallel` of them in one forward pass; none touches a session's context. Throws
+   * BloomeryError INVALID_ARGUMENT for a bad option or an input without tokens, CONTEXT_TOO_LONG for an input
+   * longer than `info.contextSize`, NOT_A_RERANKER for pooling `"rank"` on a model without a reranker head,
+   * UNSUPPORTED_FEATURE on a model that runs on the GPU (embeddings run on the CPU only).
+   */
+  async embed(inputs: readonly EmbedInput[], options: EmbedOptions = {}): Promise<Embedding[]> {
+    this.#live();
+    const { pooling, norm } = resolveEmbedOptions(options, this.info.pooling);
+    const tokens = await embedInputTokens(inputs, this.#tokenizer, "embed()'s inputs");
+    const pooled = await this.#embedTokens(tokens, pooling);
+    return pooled.map((floats, i) => embeddingOf(floats, pooling, norm, this.info.embeddingLength, tokens[i]!.length));
+  }
+
+  /**
+   * How relevant each document is to `query`, by the file's reranker head (a reranker such as Qwen3-Reranker,
+   * whose file has `cls.output`): each query-and-document prompt (the file's rerank template, or query and
+   * document between the model's special tokens: see llama-server's /rerank) is evaluated as in
+   * {@link embed} with pooling `"rank"`, and scored by the head's first output. Results come in the documents'
+   * order. Throws BloomeryError NOT_A_RERANKER when the model has no reranker head, and {@link embed}'s errors.
+   */
+  async rank(query: string, documents: readonly string[]): Promise<RankedDocument[]> {
+    this.#live();
+    if (this.info.rankLabels === 0) {
+      throw new BloomeryError("NOT_A_RERANKER", "the model has no reranker head (cls.output): it cannot rank");
+    }
+    if (typeof query !== "string" || !Array.isArray(documents) || documents.some((d) => typeof d !== "string")) {
+      throw new BloomeryError("INVALID_ARGUMENT", "rank() takes a query string and an array of document strings");
+    }
+    const prompts = await Promise.all(
+      documents.map((document) => rankPromptTokens(this.#tokenizer, this.info.rankTemplate, query, document)),
+    );
+    const embedded = await this.embed(prompts, { pooling: "rank" });
+    return embedded.map((e, index) => ({ index, score: e.vector[0]!, tokenCount: e.tokenCount }));
+  }
+
+  /**
+   * The pooled hidden states of each input, through `info.parallel` sessions of their own (each holds a KV cache of
+   * the context's size), each taking the next input once its last is done: the scheduler runs them in one pass.
+   */
+  async #embedTokens(inputs: readonly Int32Array[], pooling: Pooling): Promise<Float32Array[]> {
+    const handle = this.#live();
+    const pooled: Float32Array[] = new Array(inputs.length);
+    let next = 0;
+    let failed = false;
+    const worker = async () => {
+      const session = callNative((a) => a.createSession(handle));
+      try {
+        while (next < inputs.length && !failed) {
+          const i = next++;
+          callNative((a) => a.sessionReset(session));
+          pooled[i] = await callNativeAsync((a) => a.sessionEmbed(session, inputs[i]!, pooling));
+        }
+      } catch (error) {
+        failed = true;
+        throw error;
+      } finally {
+        callNative((a) => a.disposeSession(session));
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(this.info.parallel, inputs.length) }, worker));
+    return pooled;
   }
 
   /** True once {@link dispose} ran. */
@@ -853,6 +940,8 @@ export async function loadModel(pathOrReference: string, options: LoadModelOptio
   const template = options.chatTemplate ?? file.metadata["tokenizer.chat_template"];
   if (typeof template === "string") facts.chatTemplate = template;
   else facts.builtinChatTemplate = "chatml";
+  const rankTemplate = file.metadata["tokenizer.chat_template.rerank"];
+  if (typeof rankTemplate === "string") facts.rankTemplate = rankTemplate;
   const loading = callNativeAsync((a) => a.loadModel(path, nativeOptions, onProgress && progress.weights));
   const handle = await untilAborted(loading, signal).catch((error: unknown) => {
     progress.close();

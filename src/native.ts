@@ -13,6 +13,7 @@ import type { RawGgufInfo } from "./gguf/types.js";
 import type { SystemInfo, GgmlTypeInfo } from "./system.js";
 import type { LoadStep, ModelInfo, OffloadTimes } from "./model.js";
 import type { ModelFootprint } from "./plan.js";
+import type { Pooling } from "./embeddings.js";
 
 /** An opaque handle to a loaded model (native/addon/model.cc). */
 export type NativeModelHandle = { readonly __nativeHandle: "model" };
@@ -113,7 +114,7 @@ export interface RawDrawLogprobs {
 }
 
 /** What modelInfo() returns: the engine's part of ModelInfo (loadModel adds what it reads from the file). */
-export type RawModelInfo = Omit<ModelInfo, "quantMix" | "bytes" | "chatTemplate">;
+export type RawModelInfo = Omit<ModelInfo, "quantMix" | "bytes" | "chatTemplate" | "rankTemplate">;
 
 /**
  * What loadModel() passes to the addon: `gpu` set runs the model on that device, with
@@ -168,6 +169,8 @@ export interface NativeAddon {
   modelRoutingTrace(model: NativeModelHandle, on: boolean): Uint32Array[];
   createSession(model: NativeModelHandle): NativeSessionHandle;
   sessionEvaluate(session: NativeSessionHandle, tokens: Int32Array, allLogits: boolean): Promise<Float32Array>;
+  /** Appends `tokens` and resolves to their hidden states pooled by `pooling` (native/engine/pooling.h). */
+  sessionEmbed(session: NativeSessionHandle, tokens: Int32Array, pooling: Pooling): Promise<Float32Array>;
   sessionReset(session: NativeSessionHandle): void;
   sessionPosition(session: NativeSessionHandle): number;
   disposeSession(session: NativeSessionHandle): void;

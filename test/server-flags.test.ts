@@ -14,6 +14,7 @@ import { cpuExpertLayers } from "../examples/server/placement.js";
 import { Slots } from "../examples/server/slots.js";
 import { getSystemInfo, loadModel, type Model } from "../src/index.js";
 import { defaultModelPath } from "../tools/default-model.js";
+import { writeSyntheticModel } from "../tools/synth/synth.js";
 import { exitWithin, spawnServe } from "./server-helpers.js";
 
 const folder = mkdtempSync(join(tmpdir(), "bloomery-flags-"));
@@ -24,6 +25,9 @@ const file = (name: string, text: string) => {
 };
 const otherModel = join(folder, "other.gguf");
 copyFileSync(defaultModelPath(), otherModel);
+/** A reranker (cls.output head) for --rerank: written before the tests, at the top level. */
+const rerankerModel = join(folder, "reranker.gguf");
+await writeSyntheticModel(rerankerModel, { preset: "tiny-qwen3-reranker" });
 
 /** What cli.ts starts the server with for this command line, as if on a machine with one GPU. */
 async function settings(argv: string[], env: NodeJS.ProcessEnv = {}) {
@@ -91,9 +95,9 @@ const SAMPLES: Record<
   "-v": { args: ["-v"] },
   "--cors-origins": { args: ["--cors-origins", "localhost"] },
   "--context-shift": { args: ["--context-shift"] },
-  "--embedding": { refused: ["--embedding"] },
-  "--pooling": { refused: ["--pooling", "mean"] },
-  "--rerank": { refused: ["--rerank"] },
+  "--embedding": { base: ["-ngl", "0"], args: ["--embedding"] },
+  "--pooling": { base: ["-ngl", "0", "--embedding"], args: ["--pooling", "mean"] },
+  "--rerank": { base: ["-ngl", "0", "-m", rerankerModel], args: ["--rerank"] },
   "-md": { refused: ["-md", "draft.gguf"] },
   "--spec-type": { refused: ["--spec-type", "draft-simple"] },
   "--draft": { refused: ["--draft", "8"] },
@@ -164,7 +168,7 @@ describe("every flag reaches what it controls (finding 10)", () => {
     expect((await settings(["--residency", "adaptive"])).launch.load.residency).toBe("adaptive");
   });
 
-  it("refuses by name the values it cannot obey rather than read them as something else", () => {
+  it("refuses by name the values it cannot obey rather than read them as something else", async () => {
     expect(() => parseServeOptions(["--cache-ram", "-2"])).toThrow(/--cache-ram must be at least -1, not -2/);
     expect(() => parseServeOptions(["-c", "-1"])).toThrow(/-c must be at least 0/);
     expect(() => parseServeOptions(["--temp", "-0.5"])).toThrow(/--temp must be at least 0/);
@@ -172,6 +176,13 @@ describe("every flag reaches what it controls (finding 10)", () => {
       /--slot-save-path \S+missing: ENOENT/,
     );
     expect(() => parseServeOptions(["--slot-save-path", otherModel])).toThrow(/is not a folder/);
+    // Embeddings run on the CPU; --pooling pools embeddings; --rerank needs a reranker head.
+    await expect(settings(["--embedding"])).rejects.toThrow(/--embedding: .* on the CPU only: add -ngl 0/);
+    await expect(settings(["-ngl", "0", "--pooling", "mean"])).rejects.toThrow(/--pooling: .* need --embedding/);
+    await expect(settings(["-ngl", "0", "--rerank"])).rejects.toThrow(/--reranking: the model has no reranker head/);
+    expect(() => parseServeOptions(["--pooling", "max"])).toThrow(
+      /--pooling must be one of none, mean, cls, last, rank/,
+    );
     return expect(settings(["-ot", "exps=CUDA1"])).rejects.toThrow(/the buffer type must be CPU or CUDA0, not "CUDA1"/);
   });
 

@@ -29,7 +29,14 @@ export async function startServer(
     chatTemplate?: string;
     config?: Pick<
       ServerConfig,
-      "reasoningFormat" | "chatTemplateKwargs" | "slotSavePath" | "slotsEndpoint" | "contextShift"
+      | "reasoningFormat"
+      | "chatTemplateKwargs"
+      | "slotSavePath"
+      | "slotsEndpoint"
+      | "contextShift"
+      | "embedding"
+      | "pooling"
+      | "reranking"
     >;
     contextSize?: number;
   } = {},

@@ -16,6 +16,7 @@ import { registerLlamaNative } from "./routes/llama-native.js";
 import { registerAnthropic } from "./routes/anthropic.js";
 import { registerOpenAiResponses } from "./routes/openai-responses.js";
 import { registerUnsupported } from "./routes/unsupported.js";
+import { registerEmbeddings } from "./routes/embeddings.js";
 import { registerSlots } from "./routes/slots.js";
 import { registerWebui, WEBUI_PATHS } from "./routes/webui.js";
 import { shuttingDown } from "./slots.js";
@@ -100,6 +101,7 @@ export function createApp(config: ServerConfig, options: AppOptions = {}): Serve
   registerAnthropic(app, context);
   registerOpenAiResponses(app, context);
   registerUnsupported(app);
+  registerEmbeddings(app, context);
   registerSlots(app, context);
   if (webui) registerWebui(app, context);
   return { app, context, shutdown: (deadlineMs) => drain(app, context, requests, deadlineMs) };

@@ -1,6 +1,6 @@
 // What every route shares: the server's settings and, once the model is loaded, its slots.
 import { basename } from "node:path";
-import type { Model } from "../../src/index.js";
+import type { Model, Pooling } from "../../src/index.js";
 import { HttpError } from "./errors.js";
 import type { Slots } from "./slots.js";
 
@@ -43,6 +43,12 @@ export interface ServerConfig {
   reasoningFormat?: ReasoningFormat;
   /** --chat-template-kwargs: template variables of every chat, under the request's own. */
   chatTemplateKwargs?: Record<string, unknown>;
+  /** --embedding (or --reranking): serve /embedding, /embeddings and /v1/embeddings. */
+  embedding?: boolean;
+  /** --pooling: the pooling of embeddings (undefined: rank with --reranking, else the file's). */
+  pooling?: Pooling;
+  /** --reranking: serve /rerank and its aliases. */
+  reranking?: boolean;
 }
 
 /**

@@ -49,7 +49,14 @@ export function modelSource(
  * context). Refuses (UsageError) flags the model or the machine cannot obey; `gpus` as {@link placement} takes it.
  */
 export async function launchSettings(options: ServeOptions, modelPath: string, gpus?: number): Promise<Launch> {
-  const { layers, contextLength } = (await readGgufInfo(modelPath)).summary;
+  const info = await readGgufInfo(modelPath);
+  const { layers, contextLength } = info.summary;
+  if (options.reranking && !info.tensors.some((t) => t.name === "cls.output.weight")) {
+    throw new UsageError("--reranking: the model has no reranker head (cls.output): it cannot rank");
+  }
+  if (options.pooling !== undefined && !options.embedding && !options.reranking) {
+    throw new UsageError("--pooling: pools embeddings, which need --embedding");
+  }
   const warnings: string[] = [];
   const contextSize = slotContext(options, contextLength, warnings);
   const where = await placement(
@@ -94,7 +101,13 @@ export async function launchSettings(options: ServeOptions, modelPath: string, g
     temperature: options.temperature,
     reasoningFormat: options.reasoningFormat,
     ...(options.chatTemplateKwargs ? { chatTemplateKwargs: options.chatTemplateKwargs } : {}),
+    embedding: options.embedding || options.reranking,
+    ...(options.pooling !== undefined ? { pooling: options.pooling } : {}),
+    reranking: options.reranking,
   };
+  if (config.embedding && where.gpu !== false) {
+    throw new UsageError("--embedding: bloomery computes embeddings on the CPU only: add -ngl 0");
+  }
   return {
     load,
     config,

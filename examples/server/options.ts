@@ -4,6 +4,7 @@ import { namedTemplate } from "./named-templates.js";
 import { readFileSync, statSync } from "node:fs";
 import { REASONING_FORMATS, type ReasoningFormat } from "./context.js";
 import { DRAIN_SECONDS } from "./drain.js";
+import { POOLINGS, type Pooling } from "../../src/index.js";
 
 export interface ServeOptions {
   model?: string;
@@ -81,6 +82,12 @@ export interface ServeOptions {
   gpuBudget?: string;
   /** --host-ram: bytes or a size such as "64GiB" of host RAM for the experts off the GPU (loadModel's hostRam). */
   hostRam?: string;
+  /** --embedding: serve the embeddings endpoints. */
+  embedding: boolean;
+  /** --pooling: the pooling of embeddings; undefined: the file's. */
+  pooling?: Pooling;
+  /** --reranking: serve the rerank endpoints (and embeddings, pooled by rank unless --pooling says otherwise). */
+  reranking: boolean;
   /** --residency: loadModel's residency; undefined: its default (adaptive). */
   residency?: "adaptive" | "static";
   temperature: number;
@@ -313,14 +320,31 @@ export const FLAGS: readonly Flag[] = [
     help: "serve no web page (/ answers 404)",
     apply: (o, v) => (o.webui = !(v as boolean)),
   },
-  refused(
-    ["--embedding", "--embeddings"],
-    "flag",
-    "bloomery-serve does not serve embeddings yet",
-    "LLAMA_ARG_EMBEDDINGS",
-  ),
-  refused(["--pooling"], "string", "bloomery-serve does not serve embeddings yet", "LLAMA_ARG_POOLING"),
-  refused(["--rerank", "--reranking"], "flag", "bloomery-serve does not rerank yet", "LLAMA_ARG_RERANKING"),
+  {
+    names: ["--embedding", "--embeddings"],
+    env: "LLAMA_ARG_EMBEDDINGS",
+    kind: "flag",
+    help:
+      "serve embeddings: POST /embedding, /embeddings and /v1/embeddings (the model's hidden states after its " +
+      "output norm, pooled; computed on the CPU: with a GPU, add -ngl 0)",
+    apply: (o, v) => (o.embedding = v as boolean),
+  },
+  {
+    names: ["--pooling"],
+    env: "LLAMA_ARG_POOLING",
+    kind: "string",
+    help: "{none,mean,cls,last,rank}: the pooling of embeddings (default: the model file's pooling_type)",
+    apply: (o, v, name) => (o.pooling = readChoice(v as string, name, POOLINGS)),
+  },
+  {
+    names: ["--rerank", "--reranking"],
+    env: "LLAMA_ARG_RERANKING",
+    kind: "flag",
+    help:
+      "serve reranking: POST /rerank, /reranking, /v1/rerank and /v1/reranking (needs a reranker model, whose " +
+      "file has a cls.output head; implies --embedding --pooling rank)",
+    apply: (o, v) => (o.reranking = v as boolean),
+  },
   refused(
     ["-md", "--model-draft", "--spec-draft-model"],
     "string",
@@ -543,6 +567,8 @@ export function parseServeOptions(argv: readonly string[], env: NodeJS.ProcessEn
     ask: [],
     reasoningFormat: "auto",
     metrics: false,
+    embedding: false,
+    reranking: false,
     temperature: 0.8,
     timeoutSeconds: 600,
     help: false,

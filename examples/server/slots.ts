@@ -299,6 +299,13 @@ export class Slots {
     return { ...timings, promptCacheHit: false, decodeTokens: 0, decodeMs: 0, discardedTokens: 0 };
   }
 
+  /** Counts embedding or rerank inputs, which run outside the slots: prompt tokens and one decode per input. */
+  countEmbeddings(promptTokens: number, seconds: number, inputs: number): void {
+    this.metrics.promptTokens += promptTokens;
+    this.metrics.promptSeconds += seconds;
+    this.metrics.decodes += inputs;
+  }
+
   #count(result: GenerateResult | ChatResult): void {
     const m = this.metrics;
     m.promptTokens += result.timings.promptTokens;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "addon/bindings.h"
 #include "addon/errors.h"
 #include "addon/js_thread.h"
+#include "engine/pooling.h"
 #include "engine/scheduler.h"
 #include "engine/session.h"
 
@@ -336,6 +338,8 @@ Napi::Value model_info(const Napi::CallbackInfo& info) {
     o.Set("gpu", runtime.on_gpu());
     o.Set("bosToken", p.bos_token);
     o.Set("eosToken", p.eos_token);
+    o.Set("pooling", std::string(engine::pooling_name(p.pooling)));
+    o.Set("rankLabels", double(runtime.model().rank_head.output.rows));
     return o;
   });
 }
@@ -462,6 +466,27 @@ Napi::Value model_routing_trace(const Napi::CallbackInfo& info) {
   });
 }
 
+// Settles `deferred` with the request's floats (RequestEnd::logits) once it ends, or its error.
+engine::RequestEvents resolve_with_floats(std::shared_ptr<Napi::Promise::Deferred> deferred,
+                                          std::shared_ptr<JsThread> js) {
+  engine::RequestEvents events;
+  events.on_end = [deferred, js](engine::RequestEnd end) {
+    js->post([deferred, end = std::move(end)](Napi::Env env, Napi::Function) {
+      if (end.error) {
+        deferred->Reject(to_js_error(env, end.error).Value());
+      } else if (end.reason != engine::StopReason::kDone) {
+        deferred->Reject(to_js_error(env, "DISPOSED", "the session was disposed before its tokens ran").Value());
+      } else {
+        Napi::Float32Array out = Napi::Float32Array::New(env, end.logits.size());
+        std::memcpy(out.Data(), end.logits.data(), end.logits.size() * sizeof(float));
+        deferred->Resolve(out);
+      }
+    });
+    js->close();
+  };
+  return events;
+}
+
 // sessionEvaluate(session, tokens: Int32Array, allLogits: boolean) -> Promise<Float32Array>
 Napi::Value session_evaluate(const Napi::CallbackInfo& info) {
   return guarded(info, [&]() -> Napi::Value {
@@ -474,26 +499,40 @@ Napi::Value session_evaluate(const Napi::CallbackInfo& info) {
     const bool all = info.Length() > 2 && info[2].ToBoolean().Value();
     auto deferred = std::make_shared<Napi::Promise::Deferred>(Napi::Promise::Deferred::New(info.Env()));
     auto js = std::make_shared<JsThread>(info.Env(), "bloomery.evaluate");
-    engine::RequestEvents events;
-    events.on_end = [deferred, js](engine::RequestEnd end) {
-      js->post([deferred, end = std::move(end)](Napi::Env env, Napi::Function) {
-        if (end.error) {
-          deferred->Reject(to_js_error(env, end.error).Value());
-        } else if (end.reason != engine::StopReason::kDone) {
-          deferred->Reject(to_js_error(env, "DISPOSED", "the session was disposed before its tokens ran").Value());
-        } else {
-          Napi::Float32Array out = Napi::Float32Array::New(env, end.logits.size());
-          std::memcpy(out.Data(), end.logits.data(), end.logits.size() * sizeof(float));
-          deferred->Resolve(out);
-        }
-      });
-      js->close();
-    };
+    engine::RequestEvents events = resolve_with_floats(deferred, js);
     engine::Scheduler& scheduler = session->runtime().scheduler();
     try {
       scheduler.evaluate(std::move(session),
                          std::vector<int32_t>(tokens.Data(), tokens.Data() + tokens.ElementLength()),
                          all ? engine::LogitRows::kAll : engine::LogitRows::kLast, std::move(events));
+    } catch (...) {
+      js->close();
+      throw;
+    }
+    return deferred->Promise();
+  });
+}
+
+// sessionEmbed(session, tokens: Int32Array, pooling: string) -> Promise<Float32Array>: the tokens
+// appended, their hidden states pooled (engine/pooling.h).
+Napi::Value session_embed(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    std::shared_ptr<engine::Session> session = live(unwrap<SessionHandle>(info, 0, kSessionTag, "session"), info.Env());
+    if (info.Length() < 3 || !info[1].IsTypedArray() ||
+        info[1].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array || !info[2].IsString()) {
+      throw to_js_error(info.Env(), "INVALID_ARGUMENT", "sessionEmbed takes an Int32Array and a pooling name");
+    }
+    const Napi::Int32Array tokens = info[1].As<Napi::Int32Array>();
+    const std::string name = info[2].As<Napi::String>().Utf8Value();
+    const std::optional<model::Pooling> pooling = engine::pooling_named(name);
+    if (!pooling) throw to_js_error(info.Env(), "INVALID_ARGUMENT", "unknown pooling " + name);
+    auto deferred = std::make_shared<Napi::Promise::Deferred>(Napi::Promise::Deferred::New(info.Env()));
+    auto js = std::make_shared<JsThread>(info.Env(), "bloomery.embed");
+    engine::RequestEvents events = resolve_with_floats(deferred, js);
+    engine::Scheduler& scheduler = session->runtime().scheduler();
+    try {
+      scheduler.embed(std::move(session), std::vector<int32_t>(tokens.Data(), tokens.Data() + tokens.ElementLength()),
+                      *pooling, std::move(events));
     } catch (...) {
       js->close();
       throw;
@@ -548,6 +587,7 @@ void register_model(Napi::Env env, Napi::Object exports) {
   exports.Set("modelRoutingTrace", Napi::Function::New(env, model_routing_trace, "modelRoutingTrace"));
   exports.Set("createSession", Napi::Function::New(env, create_session, "createSession"));
   exports.Set("sessionEvaluate", Napi::Function::New(env, session_evaluate, "sessionEvaluate"));
+  exports.Set("sessionEmbed", Napi::Function::New(env, session_embed, "sessionEmbed"));
   exports.Set("sessionReset", Napi::Function::New(env, session_reset, "sessionReset"));
   exports.Set("sessionPosition", Napi::Function::New(env, session_position, "sessionPosition"));
   exports.Set("disposeSession", Napi::Function::New(env, dispose_session, "disposeSession"));

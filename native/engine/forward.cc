@@ -349,13 +349,18 @@ void forward(const model::Model& model, std::span<const SequenceRows> batch, std
   size_scratch(p, n, s);
   s.routed.assign(static_cast<size_t>(p.layers * p.experts), 0);
   s.logit_rows.clear();
+  s.hidden_rows.clear();
   int64_t row = 0;
   for (const SequenceRows& part : batch) {
     const int64_t rows = static_cast<int64_t>(part.tokens.size());
     for (int64_t i = 0; i < rows; ++i, ++row) {
       cpu::dequantize_row(model.token_embedding, part.tokens[i], s.residual.data() + row * p.embedding);
       cpu::rope_angles(p.rope, part.first_position + i, s.rope_angles[row]);
-      if (part.rows == LogitRows::kAll || i == rows - 1) s.logit_rows.push_back(row);
+      if (part.rows == LogitRows::kEmbeddings) {
+        s.hidden_rows.push_back(row);
+      } else if (part.rows == LogitRows::kAll || i == rows - 1) {
+        s.logit_rows.push_back(row);
+      }
     }
   }
   for (int64_t l = 0; l < p.layers; ++l) {
@@ -363,6 +368,11 @@ void forward(const model::Model& model, std::span<const SequenceRows> batch, std
     ffn_block(model, l, n, arena, s, pool);
   }
 
+  s.hidden.resize(s.hidden_rows.size() * static_cast<size_t>(p.embedding));
+  for (size_t i = 0; i < s.hidden_rows.size(); ++i) {
+    cpu::rms_norm(s.residual.data() + s.hidden_rows[i] * p.embedding, 1, p.embedding, p.embedding, model.output_norm,
+                  p.rms_epsilon, s.hidden.data() + i * p.embedding, p.embedding);
+  }
   // The output norm gathers the rows that return logits, so the output product reads only those.
   const auto out_rows = static_cast<int64_t>(s.logit_rows.size());
   for (int64_t i = 0; i < out_rows; ++i) {
@@ -370,6 +380,7 @@ void forward(const model::Model& model, std::span<const SequenceRows> batch, std
                   p.rms_epsilon, s.normed.data() + i * p.embedding, p.embedding);
   }
   logits.resize(static_cast<size_t>(out_rows * p.vocab));
+  if (out_rows == 0) return;
   s.input.reset(s.normed.data(), out_rows, p.embedding);
   cpu::WeightMatrix output = model.output;
   output.stored_plain_by_llama = model.output.data == model.token_embedding.data;  // tied: the embedding

@@ -37,6 +37,9 @@ struct ForwardScratch {
       grouped;                                  // Gated DeltaNet's convolved channels, output gates, betas, decays
   std::vector<std::vector<float>> rope_angles;  // per row
   std::vector<int64_t> logit_rows;              // the rows whose logits the pass returns
+  std::vector<int64_t> hidden_rows;             // the rows whose hidden states the pass returns
+  // The normed hidden states of every row of the kEmbeddings parts, part after part (embedding floats each).
+  std::vector<float> hidden;
   cpu::MatmulInput input;
   cpu::Routing routing;
   cpu::MoeScratch moe;
@@ -44,8 +47,10 @@ struct ForwardScratch {
   std::vector<uint32_t> routed;
 };
 
-// Which rows of logits a sequence's part of a pass returns.
-enum class LogitRows : uint8_t { kLast, kAll };
+// What a sequence's part of a pass returns: the logits of its last row or of each row, or
+// (kEmbeddings) no logits but each row's hidden state after the output norm, which embeddings
+// pool (engine/pooling.h).
+enum class LogitRows : uint8_t { kLast, kAll, kEmbeddings };
 
 // One sequence's rows in a pass: `tokens` at positions [first_position, first_position +
 // tokens.size()), whose keys and values go to `cache` (and whose linear layers' recurrent
@@ -58,7 +63,8 @@ struct SequenceRows {
 };
 
 // Runs every sequence's rows in one pass and writes vocab logits, sequence after sequence:
-// one row for a kLast part, one per token for a kAll part. The caller checks token ids, that
+// one row for a kLast part, one per token for a kAll part; a kEmbeddings part's rows go to
+// scratch.hidden instead. The caller checks token ids, that
 // the positions fit each cache, and that no cache appears twice. `arena`: the disk tier's, which
 // serves the experts it pages (null: every expert in RAM).
 void forward(const model::Model& model, std::span<const SequenceRows> batch, std::vector<float>& logits,

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "engine/pooling.h"
 
 namespace bloomery::engine {
 
@@ -56,6 +57,8 @@ class Request {
   int64_t generated = 0;      // tokens delivered
   int64_t discarded = 0;      // context positions a shift dropped (of the prompt or the tokens delivered)
   std::vector<float> logits;  // an evaluation's logits so far
+  model::Pooling pooling = model::Pooling::kNone;  // rows kEmbeddings: how its hidden states are pooled
+  std::vector<float> hidden;                       // rows kEmbeddings: its rows' hidden states so far, then pooled
   GenerationTimings timings;
   Clock::time_point started, first_token;
 
@@ -142,6 +145,21 @@ std::shared_ptr<Request> Scheduler::evaluate(std::shared_ptr<Session> session, s
   request->session = std::move(session);
   request->input = std::move(tokens);
   request->rows = rows;
+  request->events = std::move(events);
+  return submit(std::move(request));
+}
+
+std::shared_ptr<Request> Scheduler::embed(std::shared_ptr<Session> session, std::vector<int32_t> tokens,
+                                          model::Pooling pooling, RequestEvents events) {
+  if (runtime_.gpu_) {
+    throw Error("UNSUPPORTED_FEATURE", "embeddings run on the CPU only: load the model without a GPU (gpu: false)");
+  }
+  check_pooling(runtime_.model(), pooling);
+  auto request = std::make_shared<Request>();
+  request->session = std::move(session);
+  request->input = std::move(tokens);
+  request->rows = LogitRows::kEmbeddings;
+  request->pooling = pooling;
   request->events = std::move(events);
   return submit(std::move(request));
 }
@@ -405,6 +423,7 @@ void Scheduler::execute(Pass& pass) {
       }
       forward(runtime_.model(), batch, logits_, scratch_, runtime_.pool_, runtime_.arena_.get());
     }
+    keep_hidden_states(pass);
     const bool prompt =
         std::any_of(pass.parts.begin(), pass.parts.end(), [](const Pass::Part& p) { return !p.decode; });
     runtime_.residency_->after_step(scratch_.routed, prompt);
@@ -413,6 +432,22 @@ void Scheduler::execute(Pass& pass) {
     pass.error = std::current_exception();
   }
   pass.seconds = std::chrono::duration<double>(Clock::now() - started).count();
+}
+
+// Appends each embedding part's hidden states to its request and pools them once its last
+// token ran (on this thread, under the compute lock: the head of a reranker runs on the pool).
+void Scheduler::keep_hidden_states(Pass& pass) {
+  const int64_t width = runtime_.model().params.embedding;
+  size_t row = 0;
+  for (const Pass::Part& part : pass.parts) {
+    Request& r = *part.request;
+    if (r.rows != LogitRows::kEmbeddings) continue;
+    const size_t n = part.tokens.size();
+    const float* first = scratch_.hidden.data() + row * static_cast<size_t>(width);
+    r.hidden.insert(r.hidden.end(), first, first + n * static_cast<size_t>(width));
+    row += n;
+    if (r.evaluated + n == r.input.size()) r.hidden = pool(runtime_.model(), r.pooling, r.hidden, runtime_.pool_);
+  }
 }
 
 void Scheduler::commit(Pass& pass, Outbox& out) {
@@ -435,7 +470,8 @@ void Scheduler::commit(Pass& pass, Outbox& out) {
     Request& r = *part.request;
     const auto n = static_cast<int64_t>(part.tokens.size());
     const bool all_rows = !r.generating() && r.rows == LogitRows::kAll;
-    const size_t rows = all_rows ? static_cast<size_t>(n) : 1;
+    const bool embedding = r.rows == LogitRows::kEmbeddings;
+    const size_t rows = embedding ? 0 : all_rows ? static_cast<size_t>(n) : 1;
     const float* logits = logits_.data() + logit_row * static_cast<size_t>(p.vocab);
     logit_row += rows;
     if (r.cancelled) continue;  // ended at the next step; cancel() has set the position
@@ -456,7 +492,9 @@ void Scheduler::commit(Pass& pass, Outbox& out) {
 
     if (!r.generating()) {
       RequestEnd done = ended(StopReason::kDone);
-      done.logits = all_rows ? std::move(r.logits) : std::vector<float>(logits, logits + p.vocab);
+      done.logits = embedding  ? std::move(r.hidden)
+                    : all_rows ? std::move(r.logits)
+                               : std::vector<float>(logits, logits + p.vocab);
       finish(part.request, std::move(done), out);
       continue;
     }

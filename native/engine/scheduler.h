@@ -60,7 +60,7 @@ struct GenerationLimits {
 struct RequestEnd {
   StopReason reason = StopReason::kDone;
   GenerationTimings timings;
-  std::vector<float> logits;  // an evaluation's logits (its LogitRows)
+  std::vector<float> logits;  // an evaluation's logits (its LogitRows), or an embedding's pooled rows
   std::exception_ptr error;   // set: the request failed (reason kCancelled); the context is as before it, or
                               // holds the whole generation when storing it in the prompt-state cache failed
 };
@@ -105,6 +105,13 @@ class Scheduler : public std::enable_shared_from_this<Scheduler> {
   std::shared_ptr<Request> evaluate(std::shared_ptr<Session> session, std::vector<int32_t> tokens, LogitRows rows,
                                     RequestEvents events);
 
+  // Appends `tokens` to the session's context as evaluate() does, keeping each row's hidden state
+  // after the output norm instead of logits; on_end gets them pooled by `pooling` (pool() in
+  // engine/pooling.h) in RequestEnd::logits. Throws like evaluate(), NOT_A_RERANKER as
+  // check_pooling, and UNSUPPORTED_FEATURE on a model that runs on the GPU (whose pass returns logits only).
+  std::shared_ptr<Request> embed(std::shared_ptr<Session> session, std::vector<int32_t> tokens, model::Pooling pooling,
+                                 RequestEvents events);
+
   // Makes `prompt` the session's context, evaluating only what the context or the prompt-state
   // cache does not hold of it already (Session::prepare_prompt, when the request is admitted),
   // then draws up to `limits.max_tokens` tokens with `sampler` (which sees the prompt and every drawn
@@ -148,6 +155,7 @@ class Scheduler : public std::enable_shared_from_this<Scheduler> {
   void admit(Outbox& out);
   void plan(Pass& pass);
   void execute(Pass& pass);
+  void keep_hidden_states(Pass& pass);
   void commit(Pass& pass, Outbox& out);
   void draw_inline(const std::shared_ptr<Request>& request, int32_t fed, const float* logits, Outbox& out);
   void draw_elsewhere(const std::shared_ptr<Request>& request, int32_t fed, const float* logits);

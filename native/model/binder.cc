@@ -220,6 +220,13 @@ void Binder::read_common_params(cpu::RopeStyle style) {
     throw Error("MODEL_BAD_METADATA", "the model has no " + key("attention.layer_norm_rms_epsilon"));
   }
   p.rms_epsilon = positive_float_or("attention.layer_norm_rms_epsilon", 0);
+  if (const std::optional<int64_t> pooling = file.get_int(key("pooling_type"))) {
+    if (*pooling < 0 || *pooling > static_cast<int64_t>(Pooling::kRank)) {
+      throw Error("MODEL_BAD_METADATA", key("pooling_type") + " = " + std::to_string(*pooling) +
+                                            " is not a pooling type (0 none, 1 mean, 2 cls, 3 last, 4 rank)");
+    }
+    p.pooling = static_cast<Pooling>(*pooling);
+  }
 
   cpu::RopeParams& rope = p.rope;
   rope.style = style;
@@ -332,6 +339,17 @@ void Binder::bind_embeddings() {
   p.eos_token = token_id("tokenizer.ggml.eos_token_id");
   model_.layers.resize(static_cast<size_t>(p.layers));
   model_.nextn_layers.resize(static_cast<size_t>(p.nextn_layers));
+}
+
+void Binder::bind_rank_head(const RankHeadOptions& options) {
+  const auto labels = model_.file.get_strings(key("classifier.output_labels"));
+  const int64_t rows = labels && !labels->empty() ? static_cast<int64_t>(labels->size()) : 1;
+  RankHead& head = model_.rank_head;
+  head.output = optional_matrix("cls.output.weight", model_.params.embedding, rows);
+  if (head.output.empty()) return;
+  head.output_bias = optional_vector("cls.output.bias", rows);
+  head.last_row = options.last_row;
+  head.softmax = options.softmax;
 }
 
 void Binder::bind_gqa_attention(int64_t layer, const GqaOptions& options) {

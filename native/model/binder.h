@@ -32,6 +32,12 @@ struct MoeOptions {
   bool shared_gate = false;     // ffn_gate_inp_shexp: the shared experts' output scaled by a sigmoid gate
 };
 
+// How a family's reranker head reads its sequence (RankHead).
+struct RankHeadOptions {
+  bool last_row = false;
+  bool softmax = false;
+};
+
 class Binder {
  public:
   Binder(Model& model, std::string architecture);
@@ -83,6 +89,10 @@ class Binder {
   // of feed_forward, or routed experts (and shared experts) of the MoE hyper-parameters.
   void bind_dense_ffn(int64_t layer, std::string_view norm = "ffn_norm");
   void bind_moe_ffn(int64_t layer, const MoeOptions& options, std::string_view norm = "ffn_norm");
+
+  // A reranker's head where the file has one (cls.output, of <arch>.classifier.output_labels
+  // rows, one without labels), read as `options` says.
+  void bind_rank_head(const RankHeadOptions& options);
 
   // A next-token-prediction layer's own tensors (nextn.*), beside its blocks.
   void bind_nextn(int64_t layer);

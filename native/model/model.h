@@ -33,6 +33,11 @@ enum class FfnKind : uint8_t { kDense, kMoe };
 using cpu::Gating;
 using cpu::RouterParams;
 
+// How a sequence's hidden states (after the output norm) become its embedding, in llama.cpp's
+// numbering (`<arch>.pooling_type`). kNone: every token's row; kMean: their mean; kCls: the
+// first row; kLast: the last row; kRank: a reranker's score, through the model's RankHead.
+enum class Pooling : uint8_t { kNone = 0, kMean = 1, kCls = 2, kLast = 3, kRank = 4 };
+
 // Multi-head latent attention's sizes (AttentionKind::kMla).
 struct MlaParams {
   int64_t q_lora_rank = 0;   // 0: queries come from one matrix (attn_q), not attn_q_a then attn_q_b
@@ -86,7 +91,8 @@ struct HyperParams {
   // (window_cells). 0: no layer is windowed.
   int64_t sliding_window = 0;
   float rms_epsilon = 1e-6f;
-  cpu::RopeParams rope;  // freq_factors points into the mapping when the model has them
+  Pooling pooling = Pooling::kNone;  // the file's pooling type: what embeddings use unless asked otherwise
+  cpu::RopeParams rope;              // freq_factors points into the mapping when the model has them
   int32_t bos_token = -1;
   int32_t eos_token = -1;
 };
@@ -183,6 +189,17 @@ struct NextnLayer {
   const float* shared_head_norm = nullptr;  // null: the model's output norm
 };
 
+// A reranker's classification head (Pooling::kRank): one row of the sequence's hidden states,
+// times `output` (cls.output: one row per label), plus its bias, then a softmax over the labels
+// where the family's head asks for one. Empty `output`: the model is no reranker.
+struct RankHead {
+  cpu::WeightMatrix output;
+  const float* output_bias = nullptr;
+  bool last_row = false;  // the head reads the last row (else the first, a BERT-style CLS row)
+  bool softmax = false;
+  bool empty() const { return output.empty(); }
+};
+
 struct Model {
   explicit Model(gguf::GgufFile gguf) : file(std::move(gguf)) {}
 
@@ -193,6 +210,7 @@ struct Model {
   std::vector<NextnLayer> nextn_layers;  // the next-token-prediction layers after them (not run)
   const float* output_norm = nullptr;
   cpu::WeightMatrix output;  // token_embedding when the model ties them
+  RankHead rank_head;
 };
 
 // What one position of one layer keeps in the KV cache, in f16 elements. A layer of MLA caches

@@ -3,6 +3,7 @@
 // whether it shares passes or not. First the quantized products (one row alone vs the same
 // row in batches of every size up to two multi-row groups), then the whole pass on the default
 // model, with prompt chunks and decode rows of several sequences mixed.
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
@@ -148,4 +149,46 @@ TEST(forward_several_sequences_in_one_pass_equal_each_alone) {
   // The batched logits are the alone ones, not merely equal to each other: a different
   // sequence gives different logits.
   CHECK(!same_bits(a2.data(), b2.data() + vocab, vocab)) << "A and B gave the same logits";
+}
+
+// An embedding's part (each row's hidden state after the output norm, no logits) beside a part that returns logits:
+// each is what it is alone, bit for bit, and the hidden rows go to scratch.hidden, not among the logits.
+TEST(forward_embedding_rows_beside_logit_rows_equal_each_alone) {
+  std::unique_ptr<model::Model> model;
+  try {
+    model = model::load_model(kDefaultModel);
+  } catch (const std::exception& e) {
+    CHECK(false) << kDefaultModel << " (run from the repository root): " << e.what();
+    return;
+  }
+  const model::HyperParams& p = model->params;
+  const size_t vocab = static_cast<size_t>(p.vocab), width = static_cast<size_t>(p.embedding);
+  cpu::ThreadPool pool(2);
+  engine::ForwardScratch scratch;
+  using engine::LogitRows;
+  using engine::SequenceRows;
+  const std::vector<int32_t> embedded{5, 80, 23, 301, 42}, generating{1, 17, 230};
+
+  engine::KvCache alone_embedded(*model, 64), alone_generating(*model, 64);
+  std::vector<float> logits;
+  const SequenceRows embed_alone{embedded, 0, &alone_embedded, LogitRows::kEmbeddings};
+  engine::forward(*model, std::span(&embed_alone, 1), logits, scratch, pool);
+  CHECK(logits.empty()) << logits.size();
+  const std::vector<float> hidden = scratch.hidden;
+  CHECK(hidden.size() == embedded.size() * width) << hidden.size();
+  const SequenceRows generate_alone{generating, 0, &alone_generating, LogitRows::kLast};
+  engine::forward(*model, std::span(&generate_alone, 1), logits, scratch, pool);
+  const std::vector<float> last = logits;
+
+  engine::KvCache a(*model, 64), b(*model, 64);
+  const SequenceRows both[] = {{generating, 0, &a, LogitRows::kLast}, {embedded, 0, &b, LogitRows::kEmbeddings}};
+  engine::forward(*model, both, logits, scratch, pool);
+  CHECK(logits.size() == vocab && same_bits(logits.data(), last.data(), vocab)) << "the logits part's row";
+  CHECK(scratch.hidden.size() == hidden.size() && same_bits(scratch.hidden.data(), hidden.data(), hidden.size()))
+      << "the embedding part's rows";
+  // The output norm's rows: root mean square 1 before its weights, so not the residual itself.
+  double square = 0;
+  for (size_t j = 0; j < width; ++j)
+    square += double(hidden[j] / model->output_norm[j]) * (hidden[j] / model->output_norm[j]);
+  CHECK(std::abs(std::sqrt(square / double(width)) - 1.0) < 1e-3) << std::sqrt(square / double(width));
 }

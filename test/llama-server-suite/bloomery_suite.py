@@ -20,15 +20,17 @@ MODELS = json.loads(os.environ["BLOOMERY_SUITE_MODELS"])
 
 # The suite's presets and the model each runs on. stories260K and stories15M-MoE write TinyStories; bloomery's
 # default model (a trained MoE that writes English) stands for them. The infill preset needs fill-in-the-middle
-# tokens: a synthetic MoE with Qwen2.5-Coder's. The embedding, reranking and vision presets run the default model
-# too: bloomery-serve refuses their flags (--embedding, --reranking) and their images by name.
+# tokens: a synthetic MoE with Qwen2.5-Coder's. The embedding preset (BERT bge-small) runs a synthetic
+# Qwen3-Embedding-like model (last-token pooling, EOS added to each input), the reranking one (jina-reranker) a
+# synthetic Qwen3-Reranker-like model (a cls.output head, rank pooling, a rerank template). The vision preset runs
+# the default model: bloomery-serve refuses images by name.
 PRESET_MODELS = {
     "tinyllama2": "default",
     "stories15m_moe": "default",
     "tinyllama_infill": "infill",
-    "bert_bge_small": "default",
-    "bert_bge_small_with_fa": "default",
-    "jina_reranker_tiny": "default",
+    "bert_bge_small": "embedding",
+    "bert_bge_small_with_fa": "embedding",
+    "jina_reranker_tiny": "reranker",
     "tinygemma3": "default",
 }
 

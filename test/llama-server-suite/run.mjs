@@ -78,14 +78,20 @@ function extractSuite() {
 function writeModels() {
   const models = join(work, "models");
   mkdirSync(models, { recursive: true });
-  const infill = join(models, "tiny-qwen3moe-fim.gguf");
-  if (!existsSync(infill)) {
-    execFileSync("node", [join(root, "dist/synth-cli.js"), "tiny-qwen3moe-fim", infill, "--seed", "21"], {
-      stdio: "inherit",
-    });
-  }
+  const synthetic = (preset) => {
+    const path = join(models, `${preset}.gguf`);
+    if (!existsSync(path)) {
+      execFileSync("node", [join(root, "dist/synth-cli.js"), preset, path, "--seed", "21"], { stdio: "inherit" });
+    }
+    return path;
+  };
   const defaultModel = join(root, "models/bloomery-tiny-moe-Q8_0.gguf");
-  return { default: defaultModel, infill };
+  return {
+    default: defaultModel,
+    infill: synthetic("tiny-qwen3moe-fim"),
+    embedding: synthetic("tiny-qwen3-embedding"),
+    reranker: synthetic("tiny-qwen3-reranker"),
+  };
 }
 
 function main() {

@@ -43,7 +43,8 @@ export type WeightRole =
   | "attn_qkv"
   | "attn_gate"
   | "ssm_out"
-  | "ssm_ba";
+  | "ssm_ba"
+  | "cls_output";
 
 /** Multi-head latent attention's sizes (deepseek2). */
 export interface SynthMla {
@@ -100,6 +101,18 @@ export interface SynthRouter {
   groupsUsed: number;
 }
 
+/** What makes an embedding or reranker model of a decoder (Qwen3-Embedding, Qwen3-Reranker). */
+export interface SynthPooled {
+  /** `<arch>.pooling_type` in llama.cpp's numbering: 0 none, 1 mean, 2 cls, 3 last, 4 rank. */
+  pooling: number;
+  /** tokenizer.ggml.add_eos_token: the tokenizer ends each input with EOS (Qwen3-Embedding's does). */
+  addEos: boolean;
+  /** A reranker head (cls.output) with these labels (`<arch>.classifier.output_labels`). */
+  rankLabels?: string[];
+  /** tokenizer.chat_template.rerank, with {query} and {document} in it. */
+  rankTemplate?: string;
+}
+
 /** One synthetic model. Lengths are in elements. */
 export interface SynthPreset {
   name: string;
@@ -146,6 +159,8 @@ export interface SynthPreset {
   ropeSections?: [number, number, number, number];
   /** expert_shared_feed_forward_length: the shared expert's width (qwen3next, qwen35moe). */
   sharedFeedForward?: number;
+  /** An embedding or reranker model's pooling (Qwen3-Embedding's, Qwen3-Reranker's). */
+  pooled?: SynthPooled;
   /** Fixed type of every weight matrix; a preset without one takes the `weightType` option. */
   mix?: Partial<Record<WeightRole, string>>;
   /** Per layer, exceptions to `mix` for that layer's matrices. */
@@ -195,6 +210,31 @@ const TINY_MIX: Partial<Record<WeightRole, string>> = {
   ffn_down_exps: "MXFP4",
 };
 const TINY_MIX_GAP: Partial<Record<WeightRole, string>> = { ffn_up_exps: "IQ4_XS" };
+
+/** tiny-qwen3: the dense oracle fixture, whose shapes the embedding and reranker fixtures share. */
+const TINY_QWEN3: SynthPreset = {
+  name: "tiny-qwen3",
+  description: "dense qwen3 with q/k norms, 2 layers, embedding 256, 4 heads of 128, FFN 768",
+  architecture: "qwen3",
+  vocab: "qwen",
+  layers: 2,
+  embedding: 256,
+  heads: 4,
+  headsKv: 2,
+  headDim: 128,
+  feedForward: 768,
+  experts: 0,
+  expertsUsed: 0,
+  expertFeedForward: 0,
+  contextLength: 4096,
+  ropeFreqBase: 1e6,
+  rmsEpsilon: 1e-6,
+  boundedScales: true,
+};
+
+/** The rerank template of Qwen3-Reranker's GGUF files (llama.cpp's converter writes it). */
+const QWEN3_RERANK_TEMPLATE =
+  '<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the Instruct provided. Note that the answer can only be "yes" or "no".<|im_end|>\n<|im_start|>user\n<Instruct>: Given a web search query, retrieve relevant passages that answer the query\n<Query>: {query}\n<Document>: {document}<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n';
 
 /** tiny-qwen3moe: the MoE oracle fixture, whose shapes the mix fixture shares. */
 const TINY_QWEN3MOE: SynthPreset = {
@@ -651,24 +691,19 @@ export const PRESETS: Record<string, SynthPreset> = {
     layerMix: { 1: TINY_MIX_GAP },
     fileType: 1024, // LLAMA_FTYPE_GUESSED: no named llama.cpp mix
   },
-  "tiny-qwen3": {
-    name: "tiny-qwen3",
-    description: "dense qwen3 with q/k norms, 2 layers, embedding 256, 4 heads of 128, FFN 768",
-    architecture: "qwen3",
-    vocab: "qwen",
-    layers: 2,
-    embedding: 256,
-    heads: 4,
-    headsKv: 2,
-    headDim: 128,
-    feedForward: 768,
-    experts: 0,
-    expertsUsed: 0,
-    expertFeedForward: 0,
-    contextLength: 4096,
-    ropeFreqBase: 1e6,
-    rmsEpsilon: 1e-6,
-    boundedScales: true,
+  "tiny-qwen3": TINY_QWEN3,
+  "tiny-qwen3-embedding": {
+    ...TINY_QWEN3,
+    name: "tiny-qwen3-embedding",
+    description: "tiny-qwen3 as Qwen3-Embedding: last-token pooling, EOS added to each input",
+    pooled: { pooling: 3, addEos: true },
+  },
+  "tiny-qwen3-reranker": {
+    ...TINY_QWEN3,
+    name: "tiny-qwen3-reranker",
+    description:
+      'tiny-qwen3 as Qwen3-Reranker: rank pooling, a cls.output head of labels "yes" and "no", a rerank template',
+    pooled: { pooling: 4, addEos: false, rankLabels: ["yes", "no"], rankTemplate: QWEN3_RERANK_TEMPLATE },
   },
   "tiny-qwen2": {
     name: "tiny-qwen2",

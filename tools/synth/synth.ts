@@ -204,6 +204,14 @@ function architectureMetadata(p: SynthPreset): [string, GgufValue, GgufMetadataT
   if (p.sharedFeedForward !== undefined) {
     entries.push([`${a}.expert_shared_feed_forward_length`, p.sharedFeedForward, "u32"]);
   }
+  if (p.pooled) {
+    entries.push(
+      [`${a}.pooling_type`, p.pooled.pooling, "u32"],
+      ["tokenizer.ggml.add_eos_token", p.pooled.addEos, "bool"],
+    );
+    if (p.pooled.rankLabels) entries.push([`${a}.classifier.output_labels`, p.pooled.rankLabels, "array<string>"]);
+    if (p.pooled.rankTemplate) entries.push(["tokenizer.chat_template.rerank", p.pooled.rankTemplate, "string"]);
+  }
   return entries;
 }
 
@@ -355,6 +363,8 @@ function planTensors(
   }
   norm("output_norm.weight", p.embedding);
   if (!p.tiedOutput) weight("output.weight", "output", [p.embedding, nVocab]);
+  const labels = p.pooled?.rankLabels;
+  if (labels) weight("cls.output.weight", "cls_output", [p.embedding, labels.length]);
   return tensors;
 }
 
