@@ -13,6 +13,7 @@ import type { RawGgufInfo } from "./gguf/types.js";
 import type { SystemInfo, GgmlTypeInfo } from "./system.js";
 import type { LoadStep, ModelInfo, OffloadTimes } from "./model.js";
 import type { ModelFootprint } from "./plan.js";
+import type { NativeDraftOptions } from "./draft.js";
 
 /** An opaque handle to a loaded model (native/addon/model.cc). */
 export type NativeModelHandle = { readonly __nativeHandle: "model" };
@@ -33,6 +34,8 @@ export interface NativeGenerationTimings {
   promptMs: number;
   decodeTokens: number;
   decodeMs: number;
+  draftTokens: number;
+  draftAccepted: number;
 }
 
 /** What a native generation tells its listener: each token, then its end, once. */
@@ -54,6 +57,9 @@ export interface NativeModelStats {
   promptSeconds: number;
   decodeSeconds: number;
   passes: number;
+  decodePasses: number;
+  draftTokens: number;
+  draftAccepted: number;
   rows: number;
   sequenceRows: number;
   active: number;
@@ -132,6 +138,8 @@ export interface NativeLoadOptions {
   residency?: "adaptive" | "static";
   /** The disk tier: per layer, the experts paged from the file, through an arena of arenaBytes. */
   disk?: { experts: number[][]; arenaBytes: number };
+  /** The file of a draft model (engine::DraftModel). */
+  draftModel?: string;
 }
 
 /** The functions the addon exports (native/addon). */
@@ -182,6 +190,7 @@ export interface NativeAddon {
     sampler: NativeSamplerHandle,
     maxTokens: number,
     listener: (event: NativeGenerationEvent) => void,
+    draft?: NativeDraftOptions,
   ): NativeGenerationHandle;
   /** Ends a generation at once; the session keeps the prompt and `keptTokens - 1` drawn tokens (none of it for 0). */
   generationCancel(generation: NativeGenerationHandle, keptTokens: number): void;

@@ -17,6 +17,7 @@ import { iterableWithResult } from "./run-iterable.js";
 import type { Tokenizer } from "./tokenizer.js";
 import type { ChatMessage } from "./chat/types.js";
 import { runChat, type ChatIterable, type ChatModel, type ChatOptions } from "./chat/run.js";
+import type { DraftOption, NativeDraftOptions } from "./draft.js";
 
 /** Options of {@link Session.evaluate}. */
 export interface EvaluateOptions {
@@ -48,6 +49,11 @@ export interface GenerateOptions extends SamplingOptions {
    * context or the prompt-state cache held already).
    */
   signal?: AbortSignal;
+  /**
+   * Speculative decoding for this run (default: loadModel's `draft`): see {@link DraftOption}. The tokens are those
+   * of the run without drafts; `result.timings` counts the drafted and kept tokens.
+   */
+  draft?: DraftOption;
 }
 
 /** One step of {@link Session.generate}. */
@@ -106,6 +112,10 @@ export interface GenerateTimings {
   decodeTokens: number;
   /** Milliseconds from the first token drawn to the last. */
   decodeMs: number;
+  /** Tokens drafted and verified ({@link GenerateOptions.draft}). */
+  draftTokens: number;
+  /** Of them, the tokens drawn too: each came without a forward pass of its own. */
+  draftAccepted: number;
 }
 
 /** The whole of a {@link Session.generate} run. */
@@ -133,6 +143,7 @@ interface GenerateRun {
   sampler: Promise<NativeSamplerHandle>;
   maxTokens: number;
   logprobs: boolean;
+  draft: NativeDraftOptions | undefined;
   stop: StopStrings;
   /** The text of each special token the output shows. */
   shown: ReadonlyMap<number, string>;
@@ -153,6 +164,8 @@ export interface SessionModel {
   stepped(): void;
   /** A Session for a native session made from this one (fork). */
   adoptSession(handle: NativeSessionHandle): Session;
+  /** The drafts a run asks for (its `draft` option; undefined: the model's), undefined for none; throws as resolveDraft. */
+  draftFor(option: DraftOption | undefined): NativeDraftOptions | undefined;
 }
 
 const EVALUATE_OPTIONS = optionKeys<EvaluateOptions>()({ logits: true });
@@ -163,6 +176,7 @@ const GENERATE_OPTIONS = [
     stop: true,
     signal: true,
     showSpecialTokens: true,
+    draft: true,
   }),
 ];
 const CHAT_OPTIONS = [
@@ -296,6 +310,7 @@ export class Session {
       throw new BloomeryError("INVALID_ARGUMENT", "signal must be an AbortSignal");
     }
     const stop = new StopStrings(options.stop);
+    const draft = this.#model.draftFor(options.draft);
     const tokenizer = this.#model.tokenizer;
     const shown = new Map<number, string>();
     for (const token of options.showSpecialTokens ?? []) {
@@ -351,6 +366,7 @@ export class Session {
       sampler,
       maxTokens,
       logprobs,
+      draft,
       stop,
       shown,
       signal,
@@ -457,7 +473,7 @@ export class Session {
 
   /** The chunks of one generation; settles its result however it ends. */
   async *#stream(handle: NativeSessionHandle, run: GenerateRun): AsyncGenerator<GenerateChunk, void, undefined> {
-    const { prompt, sampler, maxTokens, stop, shown, signal } = run;
+    const { prompt, sampler, maxTokens, draft, stop, shown, signal } = run;
     const decoder = this.#model.tokenizer.createDecoder();
     const tokens: number[] = [];
     const logprobs: TokenLogprobs[] | undefined = run.logprobs ? [] : undefined;
@@ -468,6 +484,8 @@ export class Session {
       promptMs: 0,
       decodeTokens: 0,
       decodeMs: 0,
+      draftTokens: 0,
+      draftAccepted: 0,
     };
     let text = "";
     let stopReason: StopReason | undefined;
@@ -484,10 +502,17 @@ export class Session {
       if (ready !== ABORTED) {
         const [batch, handleOfSampler] = ready;
         const generation = callNative((a) =>
-          a.sessionGenerate(handle, batch, handleOfSampler, maxTokens, (event) => {
-            events.push(event);
-            this.#model.stepped();
-          }),
+          a.sessionGenerate(
+            handle,
+            batch,
+            handleOfSampler,
+            maxTokens,
+            (event) => {
+              events.push(event);
+              this.#model.stepped();
+            },
+            draft,
+          ),
         );
         cancel = (kept) => callNative((a) => a.generationCancel(generation, kept));
       }

@@ -293,7 +293,7 @@ export class Slots {
       timings.promptMs += batch.timings.promptMs;
       report(at(end));
     }
-    return { ...timings, promptCacheHit: false, decodeTokens: 0, decodeMs: 0 };
+    return { ...timings, promptCacheHit: false, decodeTokens: 0, decodeMs: 0, draftTokens: 0, draftAccepted: 0 };
   }
 
   #count(result: GenerateResult | ChatResult): void {

@@ -42,6 +42,7 @@ class Request {
   std::shared_ptr<Sampler> sampler;  // set: a generation
   int64_t max_tokens = 0;
   RequestEvents events;
+  DraftOptions draft;
 
   bool admitted = false;
   // Also read by execute() without the mutex, to leave a request cancelled meanwhile out of its pass.
@@ -50,10 +51,14 @@ class Request {
   int64_t base = 0;
   // The session's position once admitted: what a cancel without tokens or a failure leaves.
   int64_t start_position = 0;
-  size_t evaluated = 0;       // tokens of `input` in the context
-  int32_t pending = -1;       // the drawn token to feed back next, or -1
-  int64_t generated = 0;      // tokens delivered
-  std::vector<float> logits;  // an evaluation's logits so far
+  size_t evaluated = 0;        // tokens of `input` in the context
+  int32_t pending = -1;        // the drawn token to feed back next, or -1
+  int64_t generated = 0;       // tokens delivered
+  std::vector<float> logits;   // an evaluation's logits so far
+  std::vector<int32_t> drawn;  // the tokens delivered, the pending one last: the context's end, for ngram drafts
+  DraftAcceptance acceptance;
+  int64_t passes_without_draft = 0;            // since the last draft: every kProbeEvery, one is tried
+  std::unique_ptr<DraftSequence> draft_model;  // the draft model's keys and values of this generation
   GenerationTimings timings;
   Clock::time_point started, first_token;
 
@@ -64,13 +69,17 @@ class Request {
 struct Scheduler::Pass {
   struct Part {
     std::shared_ptr<Request> request;
-    std::vector<int32_t> tokens;
+    std::vector<int32_t> tokens;  // a decode part: the generated token fed back, then the drafts
     int64_t first_position = 0;
-    bool decode = false;  // a generated token fed back
+    bool decode = false;      // a generated token fed back
+    int32_t model_draft = 0;  // the draft model is to draft this many tokens in execute()
   };
   std::vector<Part> parts;
   std::exception_ptr error;
-  double seconds = 0;
+  double seconds = 0;         // the whole pass, drafting included
+  double target_seconds = 0;  // the model's pass alone
+  double draft_seconds = 0;   // the draft model's passes
+  int32_t draft_steps = 0;    // how many: the most tokens it drafted for one part
 };
 
 // What a step tells the requests' owners, sent once the lock is released. Each event holds
@@ -141,16 +150,21 @@ std::shared_ptr<Request> Scheduler::evaluate(std::shared_ptr<Session> session, s
 }
 
 std::shared_ptr<Request> Scheduler::generate(std::shared_ptr<Session> session, std::vector<int32_t> prompt,
-                                             std::shared_ptr<Sampler> sampler, int64_t max_tokens,
-                                             RequestEvents events) {
+                                             std::shared_ptr<Sampler> sampler, int64_t max_tokens, RequestEvents events,
+                                             const DraftOptions& draft) {
   if (!sampler) throw Error("INVALID_ARGUMENT", "generate needs a sampler");
   if (max_tokens < 0) throw Error("INVALID_ARGUMENT", "maxTokens must be a non-negative integer");
+  validate(draft);
+  if (draft.source == DraftSource::kModel && !runtime_.draft_model()) {
+    throw Error("DRAFT_UNSUPPORTED", "model drafts need a draft model (loadModel's draftModel option)");
+  }
   auto request = std::make_shared<Request>();
   request->session = std::move(session);
   request->input = std::move(prompt);
   request->sampler = std::move(sampler);
   request->max_tokens = max_tokens;
   request->events = std::move(events);
+  request->draft = draft;
   return submit(std::move(request));
 }
 
@@ -321,10 +335,26 @@ void Scheduler::admit(Outbox& out) {
 
 void Scheduler::plan(Pass& pass) {
   int64_t budget = runtime_.step_tokens();
+  int64_t decoding = 0;
+  for (const auto& r : active_) decoding += r->pending >= 0 ? 1 : 0;
+  budget -= decoding;
   for (const auto& r : active_) {
     if (r->pending < 0) continue;
-    pass.parts.push_back({r, {r->pending}, r->session->position_, true});
-    --budget;
+    Pass::Part part{r, {r->pending}, r->session->position_, true};
+    const int32_t width = draft_width(*r, decoding - 1, budget);
+    if (width > 0 && r->draft.source == DraftSource::kNgram) {
+      std::vector<int32_t> context = r->input;
+      context.insert(context.end(), r->drawn.begin(), r->drawn.end());
+      const std::vector<int32_t> drafted = ngram_draft(context, width, r->draft.ngram_max, r->draft.ngram_min);
+      if (static_cast<int32_t>(drafted.size()) >= std::max(r->draft.min, 1)) {
+        part.tokens.insert(part.tokens.end(), drafted.begin(), drafted.end());
+      }
+    } else if (width > 0 && r->draft.source == DraftSource::kModel) {
+      part.model_draft = width;
+    }
+    // A draft the model drafts is as wide as asked at most: its rows are counted now.
+    budget -= std::max<int64_t>(static_cast<int64_t>(part.tokens.size()) - 1, part.model_draft);
+    pass.parts.push_back(std::move(part));
   }
   for (const auto& r : active_) {
     if (budget <= 0) break;
@@ -334,6 +364,52 @@ void Scheduler::plan(Pass& pass) {
     const auto first = r->input.begin() + static_cast<ptrdiff_t>(r->evaluated);
     pass.parts.push_back({r, std::vector<int32_t>(first, first + take), r->session->position_, false});
     budget -= take;
+  }
+}
+
+// How many tokens to draft for a generation's next pass: what pays (best_draft_width) or, not
+// adaptive, draft.max; never more rows than the context holds, tokens than are left to deliver,
+// or rows than the step's budget.
+int32_t Scheduler::draft_width(const Request& r, int64_t other_rows, int64_t budget) const {
+  if (r.draft.source == DraftSource::kNone) return 0;
+  const int64_t position = r.session->position_;
+  const int64_t limit =
+      std::min({int64_t{r.draft.max}, runtime_.context_size() - position - 1, r.max_tokens - r.generated - 1, budget});
+  if (limit < std::max(r.draft.min, 1)) return 0;
+  if (!r.draft.adaptive) return static_cast<int32_t>(limit);
+  const double per_token = r.draft.source == DraftSource::kModel ? draft_token_seconds_ : 0.0;
+  int32_t width = best_draft_width(costs_, per_token, r.acceptance.rate(), other_rows, static_cast<int32_t>(limit));
+  // Drafts that did not pay are tried again now and then: acceptance changes with the text.
+  constexpr int64_t kProbeEvery = 16;
+  if (width == 0 && r.passes_without_draft >= kProbeEvery) width = 1;
+  return width < r.draft.min ? 0 : width;
+}
+
+// The draft model's drafts of the pass's parts that asked for them, in one pass per token for all of them.
+void Scheduler::draft(Pass& pass) {
+  std::vector<DraftJob> jobs;
+  std::vector<std::vector<int32_t>> context, drafted;
+  std::vector<Pass::Part*> parts;
+  for (Pass::Part& part : pass.parts) {
+    if (part.model_draft <= 0) continue;
+    Request& r = *part.request;
+    if (!r.draft_model) r.draft_model = runtime_.draft_model()->new_sequence(runtime_.context_size());
+    parts.push_back(&part);
+  }
+  if (parts.empty()) return;
+  context.resize(parts.size());
+  drafted.resize(parts.size());
+  for (size_t i = 0; i < parts.size(); ++i) {
+    Request& r = *parts[i]->request;
+    context[i] = r.input;
+    context[i].insert(context[i].end(), r.drawn.begin(), r.drawn.end());
+    jobs.push_back({r.draft_model.get(), context[i], parts[i]->model_draft, r.draft.p_min, &drafted[i]});
+  }
+  runtime_.draft_model()->propose(jobs, runtime_.step_tokens(), runtime_.pool_);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    pass.draft_steps = std::max(pass.draft_steps, static_cast<int32_t>(drafted[i].size()));
+    if (static_cast<int32_t>(drafted[i].size()) < std::max(parts[i]->request->draft.min, 1)) continue;
+    parts[i]->tokens.insert(parts[i]->tokens.end(), drafted[i].begin(), drafted[i].end());
   }
 }
 
@@ -347,13 +423,21 @@ void Scheduler::execute(Pass& pass) {
     if (pass.parts.empty()) return;
     // A mapped file that shrank would raise SIGBUS in the pass: refuse while that is still an error.
     runtime_.model().file.check_unchanged();
+    const Clock::time_point drafting = Clock::now();
+    draft(pass);
+    const Clock::time_point target = Clock::now();
+    pass.draft_seconds = std::chrono::duration<double>(target - drafting).count();
+    // A generation's decode part returns a row of logits per token: the drafts are drawn at each.
+    const auto logit_rows = [](const Pass::Part& part) {
+      if (part.decode) return part.tokens.size() > 1 ? LogitRows::kAll : LogitRows::kLast;
+      return part.request->generating() ? LogitRows::kLast : part.request->rows;
+    };
     if (runtime_.gpu_) {
       std::vector<GpuSequenceRows> batch;
       batch.reserve(pass.parts.size());
       for (const Pass::Part& part : pass.parts) {
         const Request& r = *part.request;
-        batch.push_back(
-            {r.session->gpu_.get(), part.tokens, part.first_position, r.generating() ? LogitRows::kLast : r.rows});
+        batch.push_back({r.session->gpu_.get(), part.tokens, part.first_position, logit_rows(part)});
       }
       gpu_forward(*runtime_.gpu_, batch, logits_);
     } else {
@@ -361,11 +445,11 @@ void Scheduler::execute(Pass& pass) {
       batch.reserve(pass.parts.size());
       for (const Pass::Part& part : pass.parts) {
         const Request& r = *part.request;
-        batch.push_back(
-            {part.tokens, part.first_position, &r.session->cache_, r.generating() ? LogitRows::kLast : r.rows});
+        batch.push_back({part.tokens, part.first_position, &r.session->cache_, logit_rows(part)});
       }
       forward(runtime_.model(), batch, logits_, scratch_, runtime_.pool_, runtime_.arena_.get());
     }
+    pass.target_seconds = std::chrono::duration<double>(Clock::now() - target).count();
     const bool prompt =
         std::any_of(pass.parts.begin(), pass.parts.end(), [](const Pass::Part& p) { return !p.decode; });
     runtime_.residency_->after_step(scratch_.routed, prompt);
@@ -379,27 +463,38 @@ void Scheduler::execute(Pass& pass) {
 void Scheduler::commit(Pass& pass, Outbox& out) {
   if (pass.parts.empty()) return;  // every part was cancelled before the pass began
   const model::HyperParams& p = runtime_.model().params;
-  const int64_t context = runtime_.context_size();
   bool prompt_rows = false, decode_rows = false;
+  int64_t rows = 0;
   for (const Pass::Part& part : pass.parts) {
     const auto n = static_cast<int64_t>(part.tokens.size());
-    (part.decode ? stats_.decode_tokens : stats_.prompt_tokens) += n;
+    if (!part.decode) stats_.prompt_tokens += n;
     (part.decode ? decode_rows : prompt_rows) = true;
-    stats_.rows += n;
+    rows += n;
   }
+  stats_.rows += rows;
   ++stats_.passes;
   stats_.sequence_rows += static_cast<int64_t>(pass.parts.size());
   if (prompt_rows) stats_.prompt_seconds += pass.seconds;
   if (decode_rows) stats_.decode_seconds += pass.seconds;
+  if (decode_rows) ++stats_.decode_passes;
+  if (!pass.error) {
+    costs_.record(rows, pass.target_seconds);
+    // A draft model's pass per drafted token (catching up with a prompt counts in too: it is rare).
+    if (pass.draft_steps > 0) {
+      const double step = pass.draft_seconds / pass.draft_steps;
+      draft_token_seconds_ =
+          draft_token_seconds_ == 0 ? step : draft_token_seconds_ + (step - draft_token_seconds_) / 8;
+    }
+  }
 
   size_t logit_row = 0;
   for (const Pass::Part& part : pass.parts) {
     Request& r = *part.request;
     const auto n = static_cast<int64_t>(part.tokens.size());
-    const bool all_rows = !r.generating() && r.rows == LogitRows::kAll;
-    const size_t rows = all_rows ? static_cast<size_t>(n) : 1;
+    const bool all_rows = part.decode || (!r.generating() && r.rows == LogitRows::kAll);
+    const size_t logit_rows = all_rows ? static_cast<size_t>(n) : 1;
     const float* logits = logits_.data() + logit_row * static_cast<size_t>(p.vocab);
-    logit_row += rows;
+    logit_row += logit_rows;
     if (r.cancelled) continue;  // ended at the next step; cancel() has set the position
     if (pass.error) {
       Session& session = *r.session;
@@ -409,7 +504,7 @@ void Scheduler::commit(Pass& pass, Outbox& out) {
     }
     r.session->position_ = part.first_position + n;
     if (!part.decode) r.evaluated += static_cast<size_t>(n);
-    if (all_rows) r.logits.insert(r.logits.end(), logits, logits + rows * p.vocab);
+    if (!r.generating() && all_rows) r.logits.insert(r.logits.end(), logits, logits + logit_rows * p.vocab);
     if (r.evaluated < r.input.size()) continue;  // more of the prompt next step
 
     if (!r.generating()) {
@@ -418,20 +513,56 @@ void Scheduler::commit(Pass& pass, Outbox& out) {
       finish(part.request, std::move(done), out);
       continue;
     }
+    draw(part.request, part.tokens, part.decode, logits, out);
+  }
+}
+
+void Scheduler::draw(const std::shared_ptr<Request>& request, std::span<const int32_t> tokens, bool decode,
+                     const float* logits, Outbox& out) {
+  Request& r = *request;
+  const model::HyperParams& p = runtime_.model().params;
+  // A decode part is the token fed back at `first`, then the drafts: row i's logits follow tokens[i].
+  const size_t rows = decode ? tokens.size() : 1;
+  const int64_t first = r.session->position_ - static_cast<int64_t>(tokens.size());
+  // Keeps the first `kept` drafts; the rest are rolled back: the next pass writes over their keys and values.
+  const auto settle = [&](size_t kept) {
+    if (!decode) return;
+    r.session->position_ = first + 1 + static_cast<int64_t>(kept);
+    stats_.decode_tokens += 1 + static_cast<int64_t>(kept);
+    const auto drafted = static_cast<int64_t>(rows - 1);
+    if (drafted == 0) {
+      ++r.passes_without_draft;
+      return;
+    }
+    r.passes_without_draft = 0;
+    r.acceptance.record(drafted, static_cast<int64_t>(kept));
+    stats_.draft_tokens += drafted;
+    stats_.draft_accepted += static_cast<int64_t>(kept);
+    r.timings.draft_tokens += drafted;
+    r.timings.draft_accepted += static_cast<int64_t>(kept);
+  };
+  const auto deliver = [&] {
+    out.events.push_back(
+        [request, drawn = DrawnToken{r.drawn.back(), r.sampler->last_logprobs()}, timings = r.timings] {
+          if (request->events.on_token) request->events.on_token(drawn, timings);
+        });
+  };
+  for (size_t row = 0; row < rows; ++row) {
     const Clock::time_point now = Clock::now();
     int32_t token = -1;
     try {
-      // The sampler's history: the whole prompt once it is in, then each token fed back, which
-      // also moves its grammar on.
-      if (part.decode) {
-        r.sampler->accept(part.tokens.front());
+      // The sampler's history: the whole prompt once it is in, then each token fed back (a kept
+      // draft is the token drawn before it), which also moves its grammar on.
+      if (decode) {
+        r.sampler->accept(tokens[row]);
       } else {
         r.sampler->accept_prompt(r.input);
       }
-      token = r.sampler->sample(std::span<const float>(logits, static_cast<size_t>(p.vocab)));
+      token = r.sampler->sample(std::span<const float>(logits + row * p.vocab, static_cast<size_t>(p.vocab)));
     } catch (...) {
-      finish(part.request, failed(std::current_exception()), out);
-      continue;
+      settle(row);
+      finish(request, failed(std::current_exception()), out);
+      return;
     }
     if (r.generated == 0) {
       r.first_token = now;
@@ -442,21 +573,27 @@ void Scheduler::commit(Pass& pass, Outbox& out) {
       r.timings.decode_ms = ms_between(r.first_token, now);
     }
     if (token == p.eos_token) {
-      finish(part.request, ended(StopReason::kEos, r.timings), out);
-      continue;
+      settle(row);
+      finish(request, ended(StopReason::kEos, r.timings), out);
+      return;
     }
     ++r.generated;
-    out.events.push_back(
-        [request = part.request, drawn = DrawnToken{token, r.sampler->last_logprobs()}, timings = r.timings] {
-          if (request->events.on_token) request->events.on_token(drawn, timings);
-        });
+    r.drawn.push_back(token);
+    const bool kept = row + 1 < rows && token == tokens[row + 1];
+    if (kept && r.generated < r.max_tokens) {
+      deliver();
+      continue;
+    }
+    settle(kept ? row + 1 : row);
+    deliver();
     if (r.generated >= r.max_tokens) {
-      finish(part.request, ended(StopReason::kMaxTokens, r.timings), out);
-    } else if (r.session->position_ + 1 > context) {
-      finish(part.request, ended(StopReason::kContextFull, r.timings), out);
+      finish(request, ended(StopReason::kMaxTokens, r.timings), out);
+    } else if (r.session->position_ + 1 > runtime_.context_size()) {
+      finish(request, ended(StopReason::kContextFull, r.timings), out);
     } else {
       r.pending = token;
     }
+    return;
   }
 }
 

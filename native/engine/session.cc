@@ -84,6 +84,9 @@ Runtime::Runtime(std::unique_ptr<model::Model> model, const RuntimeOptions& opti
                                         std::to_string(parallel_) + " parallel sequences");
   }
   arena_ = disk_tier(*model_, options);
+  if (!options.draft_model.empty()) {
+    draft_model_ = std::make_unique<DraftModel>(model::load_model(options.draft_model), *model_);
+  }
   if (options.gpu) gpu_ = upload_model(*model_, *options.gpu, context_size_, pool_, arena_.get(), options.progress);
   if (options.fault_in_weights) {
     fault_in(cpu_read_weights(*model_, options.gpu.has_value(),
