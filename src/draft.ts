@@ -59,6 +59,10 @@ export interface NativeDraftOptions {
   ngramMin?: number;
 }
 
+/** engine::kMaxDraft and kDefaultDraftMax. */
+const MAX_DRAFT = 64;
+const DEFAULT_DRAFT_MAX = 16;
+
 const SETTINGS = optionKeys<DraftSettings>()({
   source: true,
   max: true,
@@ -110,8 +114,14 @@ export function resolveDraft(option: unknown, hasDraftModel: boolean): NativeDra
       throw new BloomeryError("INVALID_ARGUMENT", `draft.${key} must be a non-negative integer`, { [key]: value });
     }
   }
-  if (settings.pMin !== undefined && typeof settings.pMin !== "number") {
-    throw new BloomeryError("INVALID_ARGUMENT", "draft.pMin must be a number", { pMin: settings.pMin });
+  if ((settings.max ?? 0) > MAX_DRAFT) {
+    throw new BloomeryError("INVALID_ARGUMENT", `draft.max must be at most ${MAX_DRAFT}`, { max: settings.max });
+  }
+  if ((settings.min ?? 0) > (settings.max ?? DEFAULT_DRAFT_MAX)) {
+    throw new BloomeryError("INVALID_ARGUMENT", "draft.min must be at most draft.max", { min: settings.min });
+  }
+  if (settings.pMin !== undefined && !(typeof settings.pMin === "number" && settings.pMin >= 0 && settings.pMin <= 1)) {
+    throw new BloomeryError("INVALID_ARGUMENT", "draft.pMin must be a number from 0 to 1", { pMin: settings.pMin });
   }
   if (settings.adaptive !== undefined && typeof settings.adaptive !== "boolean") {
     throw new BloomeryError("INVALID_ARGUMENT", "draft.adaptive must be a boolean", { adaptive: settings.adaptive });

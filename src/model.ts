@@ -32,7 +32,7 @@ import {
 import { getSystemInfo } from "./system.js";
 import { LoadProgressReporter } from "./load-progress.js";
 import { checkOptions, checkPath, optionKeys } from "./validate.js";
-import { resolveDraft, type DraftOption, type NativeDraftOptions } from "./draft.js";
+import { resolveDraft, type DraftOption } from "./draft.js";
 import type { GgufWarning } from "./gguf/types.js";
 
 /** Where {@link loadModel} puts the model on a GPU: the device index (default 0) and the device memory it may use. */
