@@ -367,6 +367,8 @@ export interface ModelStats {
   draftTokens: number;
   /** Of them, those the sampler drew too (each a token without a pass of its own). */
   draftAccepted: number;
+  /** Verifications of drafts: one per generation and pass that verified some. */
+  draftPasses: number;
   /** draftAccepted / draftTokens (0 before any draft). */
   draftAcceptanceRate: number;
   /** Sessions per pass, on average: above 1 when streams shared passes. */
@@ -538,6 +540,7 @@ export class Model extends EventEmitter<ModelEvents> {
       tokensPerDecodePass: s.decodePasses > 0 ? s.decodeTokens / s.decodePasses : 0,
       draftTokens: s.draftTokens,
       draftAccepted: s.draftAccepted,
+      draftPasses: s.draftPasses,
       draftAcceptanceRate: s.draftTokens > 0 ? s.draftAccepted / s.draftTokens : 0,
       meanSequencesPerPass: s.passes > 0 ? s.sequenceRows / s.passes : 0,
       offload: s.offload,

@@ -60,6 +60,7 @@ export interface NativeModelStats {
   decodePasses: number;
   draftTokens: number;
   draftAccepted: number;
+  draftPasses: number;
   rows: number;
   sequenceRows: number;
   active: number;

@@ -404,6 +404,7 @@ Napi::Value model_stats(const Napi::CallbackInfo& info) {
     o.Set("decodePasses", double(s.decode_passes));
     o.Set("draftTokens", double(s.draft_tokens));
     o.Set("draftAccepted", double(s.draft_accepted));
+    o.Set("draftPasses", double(s.draft_passes));
     o.Set("rows", double(s.rows));
     o.Set("sequenceRows", double(s.sequence_rows));
     o.Set("active", double(s.active));

@@ -536,6 +536,7 @@ void Scheduler::draw(const std::shared_ptr<Request>& request, std::span<const in
     }
     r.passes_without_draft = 0;
     r.acceptance.record(drafted, static_cast<int64_t>(kept));
+    ++stats_.draft_passes;
     stats_.draft_tokens += drafted;
     stats_.draft_accepted += static_cast<int64_t>(kept);
     r.timings.draft_tokens += drafted;

@@ -82,6 +82,7 @@ struct SchedulerStats {
   int64_t decode_passes = 0;   // passes that had decode rows: decode_tokens / decode_passes is the tokens per pass
   int64_t draft_tokens = 0;    // tokens drafted and verified
   int64_t draft_accepted = 0;  // of them, the tokens kept
+  int64_t draft_passes = 0;    // generations' passes that verified drafts (one per generation and pass)
   int64_t rows = 0;            // rows over all passes
   int64_t sequence_rows = 0;   // sequences over all passes: sequence_rows / passes is the mean batch width
   int64_t active = 0;          // requests running now
