@@ -29,7 +29,7 @@ const SOURCES: Record<string, DraftOption> = {
 
 beforeAll(async () => {
   // The draft model: the default model with one routed expert per token instead of four.
-  model = await loadModel(DEFAULT_MODEL, { threads: 2, contextSize: 512, draftModel: writeDraftModel(dir) });
+  model = await loadModel(DEFAULT_MODEL, { threads: 2, contextSize: 512, draftModel: await writeDraftModel(dir) });
 });
 
 afterAll(() => {

@@ -25,7 +25,7 @@ beforeAll(async () => {
     "-m",
     DEFAULT_MODEL,
     "-md",
-    writeDraftModel(dir),
+    await writeDraftModel(dir),
     "--draft-max",
     "4",
     "-t",

@@ -30,8 +30,11 @@ void validate(const DraftOptions& o) {
   }
 }
 
-std::vector<int32_t> ngram_draft(std::span<const int32_t> context, int32_t width, int32_t ngram_max,
-                                 int32_t ngram_min) {
+namespace {
+
+// The tokens that followed the latest earlier occurrence of the context's last n-gram, at most `width`.
+std::vector<int32_t> ngram_lookup(std::span<const int32_t> context, int64_t width, int32_t ngram_max,
+                                  int32_t ngram_min) {
   const auto length = static_cast<int64_t>(context.size());
   for (int64_t n = std::min<int64_t>(ngram_max, length - 1); n >= ngram_min; --n) {
     const std::span<const int32_t> tail = context.subspan(static_cast<size_t>(length - n));
@@ -46,34 +49,55 @@ std::vector<int32_t> ngram_draft(std::span<const int32_t> context, int32_t width
   return {};
 }
 
+}  // namespace
+
+std::vector<int32_t> ngram_draft(std::span<const int32_t> context, int32_t width, int32_t ngram_max,
+                                 int32_t ngram_min) {
+  // A match close to the end leaves few tokens after it (a repeated line, a period of a few
+  // tokens): the draft goes on by looking up its own end again.
+  std::vector<int32_t> extended(context.begin(), context.end());
+  const size_t drafted_from = extended.size();
+  while (static_cast<int64_t>(extended.size() - drafted_from) < width) {
+    const std::vector<int32_t> more =
+        ngram_lookup(extended, width - static_cast<int64_t>(extended.size() - drafted_from), ngram_max, ngram_min);
+    if (more.empty()) break;
+    extended.insert(extended.end(), more.begin(), more.end());
+  }
+  return {extended.begin() + static_cast<ptrdiff_t>(drafted_from), extended.end()};
+}
+
 void PassCosts::record(int64_t rows, double seconds) {
   if (rows < 1 || rows > kTracked || !(seconds > 0)) return;
   double& mean = seconds_[static_cast<size_t>(rows)];
-  // A moving average over about the last eight passes of this width: the machine's load changes.
-  mean = mean == 0 ? seconds : mean + (seconds - mean) / 8;
+  // A moving average that follows the passes' low envelope: other processes only ever add time
+  // (and the first passes of a width run cold), so a faster pass moves it half way down, a slower
+  // one an eighth of the way up, counting at most three times the mean.
+  if (mean == 0) {
+    mean = seconds;
+  } else if (seconds < mean) {
+    mean += (seconds - mean) / 2;
+  } else {
+    mean += (std::min(seconds, 3 * mean) - mean) / 8;
+  }
 }
 
 double PassCosts::estimate(int64_t rows) const {
   rows = std::clamp<int64_t>(rows, 1, kTracked);
-  if (seconds_[static_cast<size_t>(rows)] > 0) return seconds_[static_cast<size_t>(rows)];
+  const auto at = [&](int64_t r) { return seconds_[static_cast<size_t>(r)]; };
+  if (at(rows) > 0) return at(rows);
   int64_t below = 0, above = 0;
   for (int64_t r = rows - 1; r >= 1 && !below; --r) {
-    if (seconds_[static_cast<size_t>(r)] > 0) below = r;
+    if (at(r) > 0) below = r;
   }
   for (int64_t r = rows + 1; r <= kTracked && !above; ++r) {
-    if (seconds_[static_cast<size_t>(r)] > 0) above = r;
+    if (at(r) > 0) above = r;
   }
-  const auto at = [&](int64_t r) { return seconds_[static_cast<size_t>(r)]; };
   if (below && above) return at(below) + (at(above) - at(below)) * double(rows - below) / double(above - below);
   if (!below && !above) return 1.0 + 0.05 * double(rows - 1);  // nothing measured: relative units
   if (!below) return at(above);                                // narrower passes cost no more than a wider one
-  // Beyond the widest measured: extend the slope of the two widest, or the 5% prior with one.
-  int64_t lower = 0;
-  for (int64_t r = below - 1; r >= 1 && !lower; --r) {
-    if (seconds_[static_cast<size_t>(r)] > 0) lower = r;
-  }
-  const double slope = lower ? std::max(0.0, (at(below) - at(lower)) / double(below - lower)) : 0.05 * at(below);
-  return at(below) + slope * double(rows - below);
+  // Beyond the widest measured, each row is taken to add 5% of it: optimistic, so that the width
+  // grows and each new one is measured (a measured width is what it costs, however steep).
+  return at(below) * (1.0 + 0.05 * double(rows - below));
 }
 
 void DraftAcceptance::record(int64_t drafted, int64_t accepted) {

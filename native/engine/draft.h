@@ -51,12 +51,13 @@ struct DraftOptions {
 void validate(const DraftOptions& options);
 
 // The tokens that followed the latest earlier occurrence of the last n tokens of `context`
-// (n from ngram_max down to ngram_min, the longest that occurs), at most `width` of them.
+// (n from ngram_max down to ngram_min, the longest that occurs), and after them what the same
+// lookup finds for the context with them, at most `width` tokens in all.
 std::vector<int32_t> ngram_draft(std::span<const int32_t> context, int32_t width, int32_t ngram_max, int32_t ngram_min);
 
-// Seconds of a forward pass by its rows, measured (a moving average per row count) and, between
-// and beyond what was measured, interpolated linearly; before any wider pass was measured, a
-// row costs 5% of a one-row pass, so that drafts get tried and measured.
+// Seconds of a forward pass by its rows: measured (a moving average per row count),
+// interpolated linearly between widths measured, and beyond the widest measured 5% more per row
+// (optimistic, so that drafts get tried, and each width is measured once it is used).
 class PassCosts {
  public:
   static constexpr int64_t kTracked = kMaxDraft + 8;

@@ -379,9 +379,11 @@ int32_t Scheduler::draft_width(const Request& r, int64_t other_rows, int64_t bud
   if (!r.draft.adaptive) return static_cast<int32_t>(limit);
   const double per_token = r.draft.source == DraftSource::kModel ? draft_token_seconds_ : 0.0;
   int32_t width = best_draft_width(costs_, per_token, r.acceptance.rate(), other_rows, static_cast<int32_t>(limit));
-  // Drafts that did not pay are tried again now and then: acceptance changes with the text.
-  constexpr int64_t kProbeEvery = 16;
+  // Drafts that did not pay are tried again now and then (acceptance changes with the text), and
+  // now and then one more than pays, so that the next width's cost is measured afresh.
+  constexpr int64_t kProbeEvery = 16, kWidenEvery = 8;
   if (width == 0 && r.passes_without_draft >= kProbeEvery) width = 1;
+  if (width > 0 && r.generated % kWidenEvery == 0) width = static_cast<int32_t>(std::min<int64_t>(width + 1, limit));
   return width < r.draft.min ? 0 : width;
 }
 
