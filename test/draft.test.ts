@@ -68,6 +68,23 @@ describe("greedy drafts", () => {
     });
   }
 
+  it("applies the sampler's settings as without drafts: penalties, bias, grammar, stop strings, logprobs", async () => {
+    const settings: GenerateOptions[] = [
+      { repeatPenalty: 1.3, presencePenalty: 0.5, logitBias: { 11: -2, 220: 1 }, logprobs: 3 },
+      { grammar: 'root ::= ("1, " | "2, " | "3, ")+ "done"', maxTokens: 40 },
+      { stop: ["5, 9"], temperature: 0.8, seed: 3 },
+    ];
+    for (const [i, options] of settings.entries()) {
+      const without = await run(PROMPTS[1]!, { maxTokens: 64, ...options, draft: false });
+      const withDrafts = await run(PROMPTS[1]!, { maxTokens: 64, ...options, draft: SOURCES.ngram });
+      expect(withDrafts.tokens, `settings ${i}`).toEqual(without.tokens);
+      expect(withDrafts.text, `settings ${i}`).toBe(without.text);
+      expect(withDrafts.stopReason, `settings ${i}`).toBe(without.stopReason);
+      expect(withDrafts.logprobs, `settings ${i}`).toEqual(without.logprobs);
+      expect(withDrafts.timings.draftTokens, `settings ${i}`).toBeGreaterThan(0);
+    }
+  });
+
   it("counts drafts in model.stats() and turns them off where they do not pay", async () => {
     const before = model.stats();
     const r = await run(PROMPTS[1]!, { maxTokens: 200, draft: "ngram" });
