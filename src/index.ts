@@ -75,5 +75,6 @@ export {
 } from "./session.js";
 export type { ChatOptions, ChatChunk, ChatIterable, ChatResult } from "./chat/run.js";
 export type { SamplingOptions } from "./sampling.js";
+export type { DraftOption, DraftSettings, DraftSource } from "./draft.js";
 export { jsonSchemaToGrammar, JSON_SCHEMA_LIMITS } from "./grammar/json-schema.js";
 export { CHAT_TEMPLATE_LIMITS } from "./chat/render-worker.js";

@@ -44,6 +44,7 @@ import {
   type Pooling,
   type RankedDocument,
 } from "./embeddings.js";
+import { resolveDraft, type DraftOption } from "./draft.js";
 import type { GgufWarning } from "./gguf/types.js";
 
 /** Where {@link loadModel} puts the model on a GPU: the device index (default 0) and the device memory it may use. */
@@ -103,6 +104,17 @@ export interface LoadModelOptions {
   parallel?: number;
   /** A Jinja chat template to use instead of the file's `tokenizer.chat_template`. */
   chatTemplate?: string;
+  /**
+   * Speculative decoding for every run that does not say otherwise ({@link GenerateOptions.draft}): each pass
+   * also verifies tokens drafted by an n-gram lookup or a draft model, and keeps those the sampler draws too, so
+   * runs give the same tokens with or without it. See {@link DraftOption}; default `"auto"`.
+   */
+  draft?: DraftOption;
+  /**
+   * A GGUF file of a small model with this model's vocabulary (checked: DRAFT_VOCAB_MISMATCH) that drafts
+   * tokens (`draft: "model"`), on the CPU. Draft models with sliding-window layers are refused (DRAFT_UNSUPPORTED).
+   */
+  draftModel?: string;
   /**
    * Host RAM for the prompt-state cache: bytes, or a size such as `"8GiB"`; `0` turns it off.
    * Default: a quarter of the machine's RAM, at most 8 GiB. The cache keeps the states of ended
@@ -373,6 +385,18 @@ export interface ModelStats {
   passes: number;
   /** Token rows per pass, on average. */
   meanRowsPerPass: number;
+  /** Passes that ran generated tokens. */
+  decodePasses: number;
+  /** decodeTokens / decodePasses: above 1 when drafts were kept. */
+  tokensPerDecodePass: number;
+  /** Tokens drafted and verified ({@link DraftOption}). */
+  draftTokens: number;
+  /** Of them, those the sampler drew too (each a token without a pass of its own). */
+  draftAccepted: number;
+  /** Verifications of drafts: one per generation and pass that verified some. */
+  draftPasses: number;
+  /** draftAccepted / draftTokens (0 before any draft). */
+  draftAcceptanceRate: number;
   /** Sessions per pass, on average: above 1 when streams shared passes. */
   meanSequencesPerPass: number;
   /** Hybrid pass times on the GPU; null for a model on the CPU. */
@@ -381,6 +405,12 @@ export interface ModelStats {
   residency: ResidencyStats;
   /** The disk tier's counters; null when no expert is paged from disk. */
   disk: DiskTierStats | null;
+}
+
+/** loadModel's `draft` option, the default of every run, and whether it loaded a draft model. @internal */
+interface ModelDrafts {
+  option: DraftOption | undefined;
+  hasDraftModel: boolean;
 }
 
 /** The template a model's chats use, and what it tells of the model's output. @internal */
@@ -406,12 +436,20 @@ export class Model extends EventEmitter<ModelEvents> {
 
   readonly #tokenizer: Tokenizer;
   readonly #chatTemplate: ModelChatTemplate;
+  readonly #drafts: ModelDrafts;
   #templateWarned = false;
 
   /** @internal */
-  constructor(handle: NativeModelHandle, tokenizer: Tokenizer, facts: FileFacts, plan?: OffloadPlan) {
+  constructor(
+    handle: NativeModelHandle,
+    tokenizer: Tokenizer,
+    facts: FileFacts,
+    plan?: OffloadPlan,
+    drafts: ModelDrafts = { option: undefined, hasDraftModel: false },
+  ) {
     super();
     this.#handle = handle;
+    this.#drafts = drafts;
     this.plan = plan && deepFreeze(plan);
     this.#tokenizer = tokenizer;
     const source = facts.chatTemplate ?? BUILTIN_TEMPLATES[facts.builtinChatTemplate ?? "chatml"];
@@ -591,6 +629,12 @@ export class Model extends EventEmitter<ModelEvents> {
       waitingSequences: s.waiting,
       passes: s.passes,
       meanRowsPerPass: s.passes > 0 ? s.rows / s.passes : 0,
+      decodePasses: s.decodePasses,
+      tokensPerDecodePass: s.decodePasses > 0 ? s.decodeTokens / s.decodePasses : 0,
+      draftTokens: s.draftTokens,
+      draftAccepted: s.draftAccepted,
+      draftPasses: s.draftPasses,
+      draftAcceptanceRate: s.draftTokens > 0 ? s.draftAccepted / s.draftTokens : 0,
       meanSequencesPerPass: s.passes > 0 ? s.sequenceRows / s.passes : 0,
       offload: s.offload,
       residency: residencyStats(s.residency),
@@ -665,6 +709,8 @@ export class Model extends EventEmitter<ModelEvents> {
       sessionClosed: (s) => this.#sessions.delete(s),
       stepped: () => this.#reportMoves(),
       adoptSession: (forked) => this.#adopt(forked),
+      draftFor: (option) =>
+        resolveDraft(option === undefined ? this.#drafts.option : option, this.#drafts.hasDraftModel),
     });
     this.#sessions.add(session);
     return session;
@@ -700,6 +746,8 @@ const LOAD_MODEL_OPTIONS = optionKeys<LoadModelOptions>()({
   contextSize: true,
   parallel: true,
   chatTemplate: true,
+  draft: true,
+  draftModel: true,
   cacheRam: true,
   mmap: true,
   mlock: true,
@@ -901,6 +949,12 @@ export async function loadModel(pathOrReference: string, options: LoadModelOptio
     if (typeof value !== "boolean")
       throw new BloomeryError("INVALID_ARGUMENT", `${key} must be a boolean`, { [key]: value });
   }
+  if (options.draftModel !== undefined) {
+    checkPath(options.draftModel, "loadModel()'s draftModel");
+    nativeOptions.draftModel = options.draftModel;
+  }
+  // Refused now rather than at the first run.
+  resolveDraft(options.draft, options.draftModel !== undefined);
   const plan = gpu ? await gpuPlan(path, gpu, options) : await cpuPlan(path, options);
   if (gpu) nativeOptions.gpu = plan ? { ...gpu, experts: plan.layers.map((layer) => layer.gpu) } : gpu;
   if (plan && plan.arena.slots > 0) {
@@ -960,7 +1014,10 @@ export async function loadModel(pathOrReference: string, options: LoadModelOptio
   }
   let model: Model;
   try {
-    model = new Model(handle, openTokenizer(path), facts, plan);
+    model = new Model(handle, openTokenizer(path), facts, plan, {
+      option: options.draft,
+      hasDraftModel: options.draftModel !== undefined,
+    });
   } catch (error) {
     callNative((a) => a.disposeModel(handle));
     throw error;

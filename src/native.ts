@@ -14,6 +14,7 @@ import type { SystemInfo, GgmlTypeInfo } from "./system.js";
 import type { LoadStep, ModelInfo, OffloadTimes } from "./model.js";
 import type { ModelFootprint } from "./plan.js";
 import type { Pooling } from "./embeddings.js";
+import type { NativeDraftOptions } from "./draft.js";
 
 /** An opaque handle to a loaded model (native/addon/model.cc). */
 export type NativeModelHandle = { readonly __nativeHandle: "model" };
@@ -35,6 +36,8 @@ export interface NativeGenerationTimings {
   decodeTokens: number;
   decodeMs: number;
   discardedTokens: number;
+  draftTokens: number;
+  draftAccepted: number;
 }
 
 /** What a native generation tells its listener: each token, then its end, once. */
@@ -56,6 +59,10 @@ export interface NativeModelStats {
   promptSeconds: number;
   decodeSeconds: number;
   passes: number;
+  decodePasses: number;
+  draftTokens: number;
+  draftAccepted: number;
+  draftPasses: number;
   rows: number;
   sequenceRows: number;
   active: number;
@@ -136,6 +143,8 @@ export interface NativeLoadOptions {
   residency?: "adaptive" | "static";
   /** The disk tier: per layer, the experts paged from the file, through an arena of arenaBytes. */
   disk?: { experts: number[][]; arenaBytes: number };
+  /** The file of a draft model (engine::DraftModel). */
+  draftModel?: string;
 }
 
 /** The functions the addon exports (native/addon). */
@@ -190,6 +199,7 @@ export interface NativeAddon {
     listener: (event: NativeGenerationEvent) => void,
     /** A full context shifts, keeping this many tokens (-1: it ends the generation). */
     shiftKeep?: number,
+    draft?: NativeDraftOptions,
   ): NativeGenerationHandle;
   /** Ends a generation at once; the session keeps the prompt and `keptTokens - 1` drawn tokens (none of it for 0). */
   generationCancel(generation: NativeGenerationHandle, keptTokens: number): void;

@@ -17,6 +17,7 @@ import { iterableWithResult } from "./run-iterable.js";
 import type { Tokenizer } from "./tokenizer.js";
 import type { ChatMessage } from "./chat/types.js";
 import { runChat, type ChatIterable, type ChatModel, type ChatOptions } from "./chat/run.js";
+import type { DraftOption, NativeDraftOptions } from "./draft.js";
 
 /** Options of {@link Session.evaluate}. */
 export interface EvaluateOptions {
@@ -60,6 +61,11 @@ export interface GenerateOptions extends SamplingOptions {
    * context would shift.
    */
   contextShift?: boolean | { keep?: number };
+  /**
+   * Speculative decoding for this run (default: loadModel's `draft`): see {@link DraftOption}. The tokens are those
+   * of the run without drafts; `result.timings` counts the drafted and kept tokens.
+   */
+  draft?: DraftOption;
 }
 
 /** One step of {@link Session.generate}. */
@@ -120,6 +126,10 @@ export interface GenerateTimings {
   decodeMs: number;
   /** Context tokens the `contextShift` option discarded (0 when the context did not shift). */
   discardedTokens: number;
+  /** Tokens drafted and verified ({@link GenerateOptions.draft}). */
+  draftTokens: number;
+  /** Of them, the tokens drawn too: each came without a forward pass of its own. */
+  draftAccepted: number;
 }
 
 /** The whole of a {@link Session.generate} run. */
@@ -149,6 +159,7 @@ interface GenerateRun {
   /** Prompt tokens a context shift keeps (see GenerateOptions.contextShift); -1: no shift. */
   shiftKeep: number;
   logprobs: boolean;
+  draft: NativeDraftOptions | undefined;
   stop: StopStrings;
   /** The text of each special token the output shows. */
   shown: ReadonlyMap<number, string>;
@@ -171,6 +182,8 @@ export interface SessionModel {
   stepped(): void;
   /** A Session for a native session made from this one (fork). */
   adoptSession(handle: NativeSessionHandle): Session;
+  /** The drafts a run asks for (its `draft` option; undefined: the model's), undefined for none; throws as resolveDraft. */
+  draftFor(option: DraftOption | undefined): NativeDraftOptions | undefined;
 }
 
 const EVALUATE_OPTIONS = optionKeys<EvaluateOptions>()({ logits: true });
@@ -182,6 +195,7 @@ const GENERATE_OPTIONS = [
     signal: true,
     showSpecialTokens: true,
     contextShift: true,
+    draft: true,
   }),
 ];
 const CHAT_OPTIONS = [
@@ -317,6 +331,7 @@ export class Session {
       throw new BloomeryError("INVALID_ARGUMENT", "signal must be an AbortSignal");
     }
     const stop = new StopStrings(options.stop);
+    const draft = this.#model.draftFor(options.draft);
     const tokenizer = this.#model.tokenizer;
     const shown = new Map<number, string>();
     for (const token of options.showSpecialTokens ?? []) {
@@ -373,6 +388,7 @@ export class Session {
       maxTokens,
       shiftKeep,
       logprobs,
+      draft,
       stop,
       shown,
       signal,
@@ -479,7 +495,7 @@ export class Session {
 
   /** The chunks of one generation; settles its result however it ends. */
   async *#stream(handle: NativeSessionHandle, run: GenerateRun): AsyncGenerator<GenerateChunk, void, undefined> {
-    const { prompt, sampler, maxTokens, shiftKeep, stop, shown, signal } = run;
+    const { prompt, sampler, maxTokens, shiftKeep, draft, stop, shown, signal } = run;
     const decoder = this.#model.tokenizer.createDecoder();
     const tokens: number[] = [];
     const logprobs: TokenLogprobs[] | undefined = run.logprobs ? [] : undefined;
@@ -491,6 +507,8 @@ export class Session {
       decodeTokens: 0,
       decodeMs: 0,
       discardedTokens: 0,
+      draftTokens: 0,
+      draftAccepted: 0,
     };
     let text = "";
     let stopReason: StopReason | undefined;
@@ -519,6 +537,7 @@ export class Session {
               this.#model.stepped();
             },
             keep,
+            draft,
           ),
         );
         cancel = (kept) => callNative((a) => a.generationCancel(generation, kept));

@@ -58,7 +58,8 @@ function pack() {
   // The lifecycle scripts run first, on their own, so that what they print (tsup colours its
   // output where CI sets FORCE_COLOR) never mixes with the JSON npm pack writes to stdout.
   say("npm run build:ts and prepack (packs prebuilds/), then npm pack");
-  for (const script of ["build:ts", "prepack"]) execFileSync("npm", ["run", script], { cwd: root, stdio: ["ignore", "inherit", "inherit"] });
+  for (const script of ["build:ts", "prepack"])
+    execFileSync("npm", ["run", script], { cwd: root, stdio: ["ignore", "inherit", "inherit"] });
   const out = execFileSync("npm", ["pack", "--ignore-scripts", "--pack-destination", work, "--json"], {
     cwd: root,
     encoding: "utf8",

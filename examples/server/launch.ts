@@ -80,6 +80,7 @@ export async function launchSettings(options: ServeOptions, modelPath: string, g
     ...(options.threads !== undefined ? { threads: options.threads } : {}),
     ...(contextSize !== undefined ? { contextSize } : {}),
     ...(options.chatTemplate !== undefined ? { chatTemplate: options.chatTemplate } : {}),
+    ...drafts(options),
   };
   const config: ServerConfig = {
     modelPath,
@@ -137,4 +138,20 @@ function slotContext(options: ServeOptions, trained: number, warnings: string[])
       `each slot gets ${trained}`,
   );
   return trained;
+}
+
+/** loadModel's draft options from -md, --spec-type, --draft-max, --draft-min and --draft-p-min. */
+function drafts(options: ServeOptions): Pick<LoadModelOptions, "draft" | "draftModel"> {
+  const type = options.specType ?? (options.draftModel !== undefined ? "draft-simple" : "none");
+  const draftModel = options.draftModel !== undefined ? { draftModel: options.draftModel } : {};
+  if (type === "none") return { draft: false, ...draftModel };
+  return {
+    draft: {
+      source: type === "draft-simple" ? "model" : "ngram",
+      ...(options.draftMax !== undefined ? { max: options.draftMax } : {}),
+      ...(options.draftMin !== undefined ? { min: options.draftMin } : {}),
+      ...(options.draftPMin !== undefined ? { pMin: options.draftPMin } : {}),
+    },
+    ...draftModel,
+  };
 }

@@ -6,6 +6,11 @@ import { REASONING_FORMATS, type ReasoningFormat } from "./context.js";
 import { DRAIN_SECONDS } from "./drain.js";
 import { POOLINGS, type Pooling } from "../../src/index.js";
 
+/** --spec-type's draft sources bloomery runs (llama.cpp's names). */
+const SPEC_TYPES = ["none", "draft-simple", "ngram-simple"] as const;
+/** engine::kDefaultDraftMax. */
+const DEFAULT_DRAFT_MAX = 16;
+
 export interface ServeOptions {
   model?: string;
   /** -hf: `user/model[:quant]` on the Hugging Face hub, downloaded into the cache and served. */
@@ -88,6 +93,14 @@ export interface ServeOptions {
   pooling?: Pooling;
   /** --reranking: serve the rerank endpoints (and embeddings, pooled by rank unless --pooling says otherwise). */
   reranking: boolean;
+  /** -md: the draft model's file. */
+  draftModel?: string;
+  /** --spec-type: the draft source; undefined: draft-simple with -md, none without. */
+  specType?: "none" | "draft-simple" | "ngram-simple";
+  /** --draft-max, --draft-min, --draft-p-min: loadModel's draft settings. */
+  draftMax?: number;
+  draftMin?: number;
+  draftPMin?: number;
   /** --residency: loadModel's residency; undefined: its default (adaptive). */
   residency?: "adaptive" | "static";
   temperature: number;
@@ -345,20 +358,51 @@ export const FLAGS: readonly Flag[] = [
       "file has a cls.output head; implies --embedding --pooling rank)",
     apply: (o, v) => (o.reranking = v as boolean),
   },
-  refused(
-    ["-md", "--model-draft", "--spec-draft-model"],
+  {
+    names: ["-md", "--model-draft", "--spec-draft-model"],
+    env: "LLAMA_ARG_SPEC_DRAFT_MODEL",
+    kind: "string",
+    help: "a draft model for speculative decoding (same vocabulary as -m; run on the CPU)",
+    apply: (o, v) => (o.draftModel = v as string),
+  },
+  {
+    names: ["--spec-type"],
+    env: "LLAMA_ARG_SPEC_TYPE",
+    kind: "string",
+    help:
+      "speculative decoding's draft source: none, draft-simple (the -md model; the default with -md) or " +
+      "ngram-simple (the tokens that followed the context's last n-gram earlier in it); others are refused",
+    apply: (o, v, name) => (o.specType = readChoice(v as string, name, SPEC_TYPES)),
+  },
+  {
+    names: ["--draft", "--draft-n", "--draft-max", "--spec-draft-n-max"],
+    env: "LLAMA_ARG_SPEC_DRAFT_N_MAX",
+    kind: "integer",
+    help: `the most tokens drafted for one pass (default ${DEFAULT_DRAFT_MAX}, at most 64); bloomery drafts fewer where more do not pay`,
+    apply: (o, v, name) => (o.draftMax = atMost(atLeast(v as number, 0, name), 64, name)),
+  },
+  {
+    names: ["--draft-min", "--draft-n-min", "--spec-draft-n-min"],
+    env: "LLAMA_ARG_SPEC_DRAFT_N_MIN",
+    kind: "integer",
+    help: "a shorter draft is not verified (default 0)",
+    apply: (o, v, name) => (o.draftMin = atLeast(v as number, 0, name)),
+  },
+  {
+    names: ["--draft-p-min", "--spec-draft-p-min"],
+    env: "LLAMA_ARG_SPEC_DRAFT_P_MIN",
+    kind: "number",
+    help: "the draft model's draft ends before a token it gives less probability than this (default 0)",
+    apply: (o, v, name) => (o.draftPMin = atMost(atLeast(v as number, 0, name), 1, name)),
+  },
+  noEffect(
+    ["-ngld", "--spec-draft-ngl", "--gpu-layers-draft", "--n-gpu-layers-draft"],
     "string",
-    "bloomery drafts with the model's own multi-token-prediction head (no draft model)",
-  ),
-  refused(
-    ["--spec-type"],
-    "string",
-    "bloomery drafts with the model's own multi-token-prediction head (no other speculative type)",
-  ),
-  refused(
-    ["--draft", "--draft-n", "--draft-max", "--spec-draft-n-max", "--draft-min", "--draft-n-min", "--spec-draft-n-min"],
-    "integer",
-    "bloomery sizes the drafts of the model's multi-token-prediction head itself",
+    "draft model layers on the GPU: only 0 is taken, with no effect (bloomery runs the draft model on the CPU)",
+    "LLAMA_ARG_N_GPU_LAYERS_DRAFT",
+    (value, name) => {
+      if (value !== "0") throw new UsageError(`${name} ${value}: bloomery runs the draft model on the CPU (${name} 0)`);
+    },
   ),
   refused(["--spec-synth-len", "--spec-synth-rates"], "string", "bloomery has no synthetic draft for tests"),
   refused(
@@ -612,8 +656,33 @@ export function parseServeOptions(argv: readonly string[], env: NodeJS.ProcessEn
   if (options.parallel < 1) throw new UsageError("--parallel must be at least 1");
   if (options.port < 0 || options.port > 65535) throw new UsageError("--port must be between 0 and 65535");
   if (options.timeoutSeconds < 0) throw new UsageError("--timeout must be at least 0");
+  checkDrafts(options);
   if (options.chatTemplate !== undefined) options.chatTemplate = namedTemplate(options.chatTemplate, options.jinja);
   return options;
+}
+
+/** Refuses draft settings that nothing would use, and --spec-type draft-simple without -md. */
+function checkDrafts(o: ServeOptions): void {
+  const source = o.specType ?? (o.draftModel !== undefined ? "draft-simple" : "none");
+  if (source === "draft-simple" && o.draftModel === undefined) {
+    throw new UsageError("--spec-type draft-simple needs a draft model (-md)");
+  }
+  if (source === "none") {
+    const set = (
+      [
+        ["--draft-max", o.draftMax],
+        ["--draft-min", o.draftMin],
+        ["--draft-p-min", o.draftPMin],
+      ] as const
+    ).find(([, value]) => value !== undefined);
+    if (set) throw new UsageError(`${set[0]} needs a draft source: -md or --spec-type ngram-simple`);
+  }
+  if (o.draftPMin !== undefined && source !== "draft-simple") {
+    throw new UsageError("--draft-p-min applies to a draft model's drafts (-md) only");
+  }
+  if (o.draftMin !== undefined && o.draftMin > (o.draftMax ?? DEFAULT_DRAFT_MAX)) {
+    throw new UsageError("--draft-min must be at most --draft-max");
+  }
 }
 
 function convert(flag: Flag, value: string | undefined, name: string): string | number | boolean {
@@ -673,6 +742,11 @@ function readChoice<T extends string>(text: string, name: string, choices: reado
   const choice = choices.find((c) => c === text);
   if (!choice) throw new UsageError(`${name} must be one of ${choices.join(", ")}, not ${JSON.stringify(text)}`);
   return choice;
+}
+
+function atMost(value: number, most: number, name: string): number {
+  if (value > most) throw new UsageError(`${name} must be at most ${most}, not ${value}`);
+  return value;
 }
 
 function atLeast(value: number, least: number, name: string): number {

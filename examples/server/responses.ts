@@ -21,7 +21,8 @@ export function finishReason(reason: StopReason): "stop" | "length" {
 
 /** llama-server's `timings` object. */
 export function llamaTimings(result: GenerateResult): Record<string, number> {
-  const { promptTokens, cachedPromptTokens, promptMs, decodeTokens, decodeMs } = result.timings;
+  const { promptTokens, cachedPromptTokens, promptMs, decodeTokens, decodeMs, draftTokens, draftAccepted } =
+    result.timings;
   const predicted = result.tokens.length;
   // The first generated token is drawn with the prompt's pass; the rest take one pass each.
   return {
@@ -34,6 +35,8 @@ export function llamaTimings(result: GenerateResult): Record<string, number> {
     predicted_ms: decodeMs,
     predicted_per_token_ms: decodeTokens ? decodeMs / decodeTokens : 0,
     predicted_per_second: decodeMs ? (decodeTokens * 1000) / decodeMs : 0,
+    // As llama-server: only for a run that drafted.
+    ...(draftTokens > 0 ? { draft_n: draftTokens, draft_n_accepted: draftAccepted } : {}),
   };
 }
 

@@ -32,6 +32,8 @@ Napi::Object timings_object(Napi::Env env, const engine::GenerationTimings& t) {
   o.Set("decodeTokens", double(t.decode_tokens));
   o.Set("decodeMs", t.decode_ms);
   o.Set("discardedTokens", double(t.discarded_tokens));
+  o.Set("draftTokens", double(t.draft_tokens));
+  o.Set("draftAccepted", double(t.draft_accepted));
   return o;
 }
 
@@ -51,12 +53,56 @@ Napi::Object logprobs_object(Napi::Env env, const engine::DrawLogprobs& draw) {
   return o;
 }
 
-// sessionGenerate(session, prompt: Int32Array, sampler, maxTokens: number, listener, shiftKeep?: number)
+// A non-negative integer field of the draft options; `fallback` when absent.
+int32_t draft_integer(Napi::Object o, const char* name, int32_t fallback) {
+  const Napi::Value v = o.Get(name);
+  if (v.IsUndefined()) return fallback;
+  const double d = v.IsNumber() ? v.As<Napi::Number>().DoubleValue() : -1;
+  if (!(d >= 0 && d <= 2147483647.0) || d != static_cast<double>(static_cast<int32_t>(d))) {
+    throw to_js_error(o.Env(), "INVALID_ARGUMENT", std::string("draft.") + name + " must be a non-negative integer");
+  }
+  return static_cast<int32_t>(d);
+}
+
+// { source: "ngram" | "model", max?, min?, pMin?, adaptive?, ngramMax?, ngramMin? } (engine::DraftOptions; the
+// ranges are checked by Scheduler::generate); undefined: no drafts.
+engine::DraftOptions draft_options(Napi::Value value) {
+  engine::DraftOptions d;
+  if (value.IsUndefined()) return d;
+  if (!value.IsObject()) throw to_js_error(value.Env(), "INVALID_ARGUMENT", "draft must be an object");
+  const Napi::Object o = value.As<Napi::Object>();
+  const Napi::Value source = o.Get("source");
+  const std::string name = source.IsString() ? source.As<Napi::String>().Utf8Value() : "";
+  if (name == "ngram") {
+    d.source = engine::DraftSource::kNgram;
+  } else if (name == "model") {
+    d.source = engine::DraftSource::kModel;
+  } else {
+    throw to_js_error(value.Env(), "INVALID_ARGUMENT", "draft.source must be \"ngram\" or \"model\"");
+  }
+  d.max = draft_integer(o, "max", d.max);
+  d.min = draft_integer(o, "min", d.min);
+  d.ngram_max = draft_integer(o, "ngramMax", d.ngram_max);
+  d.ngram_min = draft_integer(o, "ngramMin", d.ngram_min);
+  const Napi::Value p_min = o.Get("pMin");
+  if (!p_min.IsUndefined()) {
+    if (!p_min.IsNumber()) throw to_js_error(value.Env(), "INVALID_ARGUMENT", "draft.pMin must be a number");
+    d.p_min = p_min.As<Napi::Number>().FloatValue();
+  }
+  const Napi::Value adaptive = o.Get("adaptive");
+  if (!adaptive.IsUndefined()) {
+    if (!adaptive.IsBoolean()) throw to_js_error(value.Env(), "INVALID_ARGUMENT", "draft.adaptive must be a boolean");
+    d.adaptive = adaptive.As<Napi::Boolean>().Value();
+  }
+  return d;
+}
+
+// sessionGenerate(session, prompt: Int32Array, sampler, maxTokens: number, listener, shiftKeep?: number, draft?)
 // -> generation handle. The prompt replaces the session's context (what the context or the prompt-state
 // cache holds of it is kept: Scheduler::generate). shiftKeep (default -1: no shift): a full context
 // is shifted, keeping its first shiftKeep tokens (GenerationLimits). listener({ token, logprobs?, timings }) for each
 // token (logprobs when the sampler was made with them), then listener({ end, timings, error? }) once: end is "eos",
-// "maxTokens", "contextFull" or "abort".
+// "maxTokens", "contextFull" or "abort". draft: see draft_options.
 Napi::Value session_generate(const Napi::CallbackInfo& info) {
   return guarded(info, [&]() -> Napi::Value {
     Napi::Env env = info.Env();
@@ -83,6 +129,7 @@ Napi::Value session_generate(const Napi::CallbackInfo& info) {
       }
       limits.shift_keep = info[5].As<Napi::Number>().Int64Value();
     }
+    const engine::DraftOptions draft = draft_options(info.Length() > 6 ? info[6] : env.Undefined());
     auto js = std::make_shared<JsThread>(env, "bloomery.generate", info[4].As<Napi::Function>());
 
     engine::RequestEvents events;
@@ -110,7 +157,7 @@ Napi::Value session_generate(const Napi::CallbackInfo& info) {
     std::shared_ptr<engine::Request> request;
     try {
       request = scheduler.generate(session, std::vector<int32_t>(prompt.Data(), prompt.Data() + prompt.ElementLength()),
-                                   std::move(sampler), limits, std::move(events));
+                                   std::move(sampler), limits, std::move(events), draft);
     } catch (...) {
       js->close();
       throw;

@@ -253,9 +253,9 @@ class LoadListener {
 };
 
 // loadModel(path, { threads?, contextSize?, parallel?, gpu?: { device?, budget?, experts? }, cacheRam?, mmap?,
-// mlock?, disk?: { experts, arenaBytes } }, onProgress?(step, done, total)) -> Promise<model handle>;
-// onProgress hears "read", "upload" and "map" steps (engine::LoadStep), then ("done", 0, 0).
-// With mmap (the default), the weights the CPU reads are faulted into RAM before it resolves.
+// mlock?, disk?: { experts, arenaBytes }, draftModel?: path }, onProgress?(step, done, total)) -> Promise<model
+// handle>; onProgress hears "read", "upload" and "map" steps (engine::LoadStep), then ("done", 0, 0). With mmap (the
+// default), the weights the CPU reads are faulted into RAM before it resolves.
 Napi::Value load_model(const Napi::CallbackInfo& info) {
   return guarded(info, [&]() -> Napi::Value {
     if (info.Length() < 1 || !info[0].IsString()) {
@@ -288,6 +288,11 @@ Napi::Value load_model(const Napi::CallbackInfo& info) {
         options.adaptive_residency = mode == "adaptive";
       }
       if (o.Get("disk").IsObject()) options.disk = disk_options(o.Get("disk").As<Napi::Object>());
+      const Napi::Value draft_model = o.Get("draftModel");
+      if (!draft_model.IsUndefined()) {
+        if (!draft_model.IsString()) throw to_js_error(info.Env(), "INVALID_ARGUMENT", "draftModel must be a path");
+        options.draft_model = draft_model.As<Napi::String>().Utf8Value();
+      }
     }
     options.fault_in_weights = map.mmap;
     std::shared_ptr<LoadListener> listener;
@@ -400,6 +405,10 @@ Napi::Value model_stats(const Napi::CallbackInfo& info) {
     o.Set("promptSeconds", s.prompt_seconds);
     o.Set("decodeSeconds", s.decode_seconds);
     o.Set("passes", double(s.passes));
+    o.Set("decodePasses", double(s.decode_passes));
+    o.Set("draftTokens", double(s.draft_tokens));
+    o.Set("draftAccepted", double(s.draft_accepted));
+    o.Set("draftPasses", double(s.draft_passes));
     o.Set("rows", double(s.rows));
     o.Set("sequenceRows", double(s.sequence_rows));
     o.Set("active", double(s.active));

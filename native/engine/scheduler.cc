@@ -43,6 +43,7 @@ class Request {
   std::shared_ptr<Sampler> sampler;  // set: a generation
   GenerationLimits limits;
   RequestEvents events;
+  DraftOptions draft;
 
   bool admitted = false;
   // Also read by execute() without the mutex, to leave a request cancelled meanwhile out of its pass.
@@ -59,6 +60,10 @@ class Request {
   std::vector<float> logits;  // an evaluation's logits so far
   model::Pooling pooling = model::Pooling::kNone;  // rows kEmbeddings: how its hidden states are pooled
   std::vector<float> hidden;                       // rows kEmbeddings: its rows' hidden states so far, then pooled
+  std::vector<int32_t> drawn;  // the tokens delivered, the pending one last: the context's end, for ngram drafts
+  DraftAcceptance acceptance;
+  int64_t passes_without_draft = 0;            // since the last draft: every kProbeEvery, one is tried
+  std::unique_ptr<DraftSequence> draft_model;  // the draft model's keys and values of this generation
   GenerationTimings timings;
   Clock::time_point started, first_token;
 
@@ -69,13 +74,17 @@ class Request {
 struct Scheduler::Pass {
   struct Part {
     std::shared_ptr<Request> request;
-    std::vector<int32_t> tokens;
+    std::vector<int32_t> tokens;  // a decode part: the generated token fed back, then the drafts
     int64_t first_position = 0;
-    bool decode = false;  // a generated token fed back
+    bool decode = false;      // a generated token fed back
+    int32_t model_draft = 0;  // the draft model is to draft this many tokens in execute()
   };
   std::vector<Part> parts;
   std::exception_ptr error;
-  double seconds = 0;
+  double seconds = 0;         // the whole pass, drafting included
+  double target_seconds = 0;  // the model's pass alone
+  double draft_seconds = 0;   // the draft model's passes
+  int32_t draft_steps = 0;    // how many: the most tokens it drafted for one part
 };
 
 // What a step tells the requests' owners, sent once the lock is released. Each event holds
@@ -166,15 +175,26 @@ std::shared_ptr<Request> Scheduler::embed(std::shared_ptr<Session> session, std:
 
 std::shared_ptr<Request> Scheduler::generate(std::shared_ptr<Session> session, std::vector<int32_t> prompt,
                                              std::shared_ptr<Sampler> sampler, GenerationLimits limits,
-                                             RequestEvents events) {
+                                             RequestEvents events, const DraftOptions& draft) {
   if (!sampler) throw Error("INVALID_ARGUMENT", "generate needs a sampler");
   if (limits.max_tokens < 0) throw Error("INVALID_ARGUMENT", "maxTokens must be a non-negative integer");
+  validate(draft);
+  if (draft.source == DraftSource::kModel && !runtime_.draft_model()) {
+    throw Error("DRAFT_UNSUPPORTED", "model drafts need a draft model (loadModel's draftModel option)");
+  }
+  // A rejected draft is rolled back by moving the position back: recurrent states cannot be.
+  if (draft.source != DraftSource::kNone && session->recurrent()) {
+    throw Error("DRAFT_UNSUPPORTED", runtime_.model().params.architecture +
+                                         " has recurrent layers, whose state a rejected draft cannot be rolled back "
+                                         "from: generate without draft");
+  }
   auto request = std::make_shared<Request>();
   request->session = std::move(session);
   request->input = std::move(prompt);
   request->sampler = std::move(sampler);
   request->limits = limits;
   request->events = std::move(events);
+  request->draft = draft;
   return submit(std::move(request));
 }
 
@@ -372,10 +392,26 @@ int64_t next_checkpoint(int64_t end, int64_t from) {
 
 void Scheduler::plan(Pass& pass) {
   int64_t budget = runtime_.step_tokens();
+  int64_t decoding = 0;
+  for (const auto& r : active_) decoding += r->pending >= 0 ? 1 : 0;
+  budget -= decoding;
   for (const auto& r : active_) {
     if (r->pending < 0) continue;
-    pass.parts.push_back({r, {r->pending}, r->session->position_, true});
-    --budget;
+    Pass::Part part{r, {r->pending}, r->session->position_, true};
+    const int32_t width = draft_width(*r, decoding - 1, budget);
+    if (width > 0 && r->draft.source == DraftSource::kNgram) {
+      std::vector<int32_t> context = r->input;
+      context.insert(context.end(), r->drawn.begin(), r->drawn.end());
+      const std::vector<int32_t> drafted = ngram_draft(context, width, r->draft.ngram_max, r->draft.ngram_min);
+      if (static_cast<int32_t>(drafted.size()) >= std::max(r->draft.min, 1)) {
+        part.tokens.insert(part.tokens.end(), drafted.begin(), drafted.end());
+      }
+    } else if (width > 0 && r->draft.source == DraftSource::kModel) {
+      part.model_draft = width;
+    }
+    // A draft the model drafts is as wide as asked at most: its rows are counted now.
+    budget -= std::max<int64_t>(static_cast<int64_t>(part.tokens.size()) - 1, part.model_draft);
+    pass.parts.push_back(std::move(part));
   }
   for (const auto& r : active_) {
     if (budget <= 0) break;
@@ -393,6 +429,54 @@ void Scheduler::plan(Pass& pass) {
   }
 }
 
+// How many tokens to draft for a generation's next pass: what pays (best_draft_width) or, not
+// adaptive, draft.max; never more rows than the context holds, tokens than are left to deliver,
+// or rows than the step's budget.
+int32_t Scheduler::draft_width(const Request& r, int64_t other_rows, int64_t budget) const {
+  if (r.draft.source == DraftSource::kNone) return 0;
+  const int64_t position = r.session->position_;
+  const int64_t limit = std::min(
+      {int64_t{r.draft.max}, runtime_.context_size() - position - 1, r.limits.max_tokens - r.generated - 1, budget});
+  if (limit < std::max(r.draft.min, 1)) return 0;
+  if (!r.draft.adaptive) return static_cast<int32_t>(limit);
+  const double per_token = r.draft.source == DraftSource::kModel ? draft_token_seconds_ : 0.0;
+  int32_t width = best_draft_width(costs_, per_token, r.acceptance.rate(), other_rows, static_cast<int32_t>(limit));
+  // Drafts that did not pay are tried again now and then (acceptance changes with the text), and
+  // now and then one more than pays, so that the next width's cost is measured afresh.
+  constexpr int64_t kProbeEvery = 16, kWidenEvery = 8;
+  if (width == 0 && r.passes_without_draft >= kProbeEvery) width = 1;
+  if (width > 0 && r.generated % kWidenEvery == 0) width = static_cast<int32_t>(std::min<int64_t>(width + 1, limit));
+  return width < r.draft.min ? 0 : width;
+}
+
+// The draft model's drafts of the pass's parts that asked for them, in one pass per token for all of them.
+void Scheduler::draft(Pass& pass) {
+  std::vector<DraftJob> jobs;
+  std::vector<std::vector<int32_t>> context, drafted;
+  std::vector<Pass::Part*> parts;
+  for (Pass::Part& part : pass.parts) {
+    if (part.model_draft <= 0) continue;
+    Request& r = *part.request;
+    if (!r.draft_model) r.draft_model = runtime_.draft_model()->new_sequence(runtime_.context_size());
+    parts.push_back(&part);
+  }
+  if (parts.empty()) return;
+  context.resize(parts.size());
+  drafted.resize(parts.size());
+  for (size_t i = 0; i < parts.size(); ++i) {
+    Request& r = *parts[i]->request;
+    context[i] = r.input;
+    context[i].insert(context[i].end(), r.drawn.begin(), r.drawn.end());
+    jobs.push_back({r.draft_model.get(), context[i], parts[i]->model_draft, r.draft.p_min, &drafted[i]});
+  }
+  runtime_.draft_model()->propose(jobs, runtime_.step_tokens(), runtime_.pool_);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    pass.draft_steps = std::max(pass.draft_steps, static_cast<int32_t>(drafted[i].size()));
+    if (static_cast<int32_t>(drafted[i].size()) < std::max(parts[i]->request->draft.min, 1)) continue;
+    parts[i]->tokens.insert(parts[i]->tokens.end(), drafted[i].begin(), drafted[i].end());
+  }
+}
+
 void Scheduler::execute(Pass& pass) {
   const Clock::time_point started = Clock::now();
   try {
@@ -403,13 +487,21 @@ void Scheduler::execute(Pass& pass) {
     if (pass.parts.empty()) return;
     // A mapped file that shrank would raise SIGBUS in the pass: refuse while that is still an error.
     runtime_.model().file.check_unchanged();
+    const Clock::time_point drafting = Clock::now();
+    draft(pass);
+    const Clock::time_point target = Clock::now();
+    pass.draft_seconds = std::chrono::duration<double>(target - drafting).count();
+    // A generation's decode part returns a row of logits per token: the drafts are drawn at each.
+    const auto logit_rows = [](const Pass::Part& part) {
+      if (part.decode) return part.tokens.size() > 1 ? LogitRows::kAll : LogitRows::kLast;
+      return part.request->generating() ? LogitRows::kLast : part.request->rows;
+    };
     if (runtime_.gpu_) {
       std::vector<GpuSequenceRows> batch;
       batch.reserve(pass.parts.size());
       for (const Pass::Part& part : pass.parts) {
         const Request& r = *part.request;
-        batch.push_back(
-            {r.session->gpu_.get(), part.tokens, part.first_position, r.generating() ? LogitRows::kLast : r.rows});
+        batch.push_back({r.session->gpu_.get(), part.tokens, part.first_position, logit_rows(part)});
       }
       gpu_forward(*runtime_.gpu_, batch, logits_);
     } else {
@@ -418,11 +510,11 @@ void Scheduler::execute(Pass& pass) {
       for (const Pass::Part& part : pass.parts) {
         const Request& r = *part.request;
         r.session->begin_pass();
-        batch.push_back(
-            {part.tokens, part.first_position, &r.session->cache_, r.generating() ? LogitRows::kLast : r.rows});
+        batch.push_back({part.tokens, part.first_position, &r.session->cache_, logit_rows(part)});
       }
       forward(runtime_.model(), batch, logits_, scratch_, runtime_.pool_, runtime_.arena_.get());
     }
+    pass.target_seconds = std::chrono::duration<double>(Clock::now() - target).count();
     keep_hidden_states(pass);
     const bool prompt =
         std::any_of(pass.parts.begin(), pass.parts.end(), [](const Pass::Part& p) { return !p.decode; });
@@ -450,30 +542,78 @@ void Scheduler::keep_hidden_states(Pass& pass) {
   }
 }
 
+namespace {
+
+// Draws a generation's tokens from its part's rows of logits (`logits`: one row of the vocabulary
+// per decode token, one for a prompt's last chunk). The sampler's history: the whole prompt once
+// it is in, then each token fed back (a kept draft is the token drawn before it), which also moves
+// its grammar on. Stops after the first token that differs from the draft after it, the
+// end-of-sequence token, or as many tokens as max_tokens leaves. Only the sampler is touched: it
+// runs on the drawing thread for a constrained sampler.
+DrawnRows draw_rows(Request& r, std::span<const int32_t> tokens, bool decode, std::span<const float> logits,
+                    int32_t eos) {
+  DrawnRows out;
+  const size_t rows = decode ? tokens.size() : 1;
+  const size_t vocab = logits.size() / rows;
+  for (size_t row = 0; row < rows; ++row) {
+    try {
+      if (decode) {
+        r.sampler->accept(tokens[row]);
+      } else {
+        r.sampler->accept_prompt(r.input);
+      }
+      const int32_t token = r.sampler->sample(logits.subspan(row * vocab, vocab));
+      out.tokens.push_back(token);
+      out.logprobs.push_back(r.sampler->last_logprobs());
+      if (token == eos) break;
+      const bool kept = row + 1 < rows && token == tokens[row + 1];
+      if (!kept || r.generated + static_cast<int64_t>(out.tokens.size()) >= r.limits.max_tokens) break;
+    } catch (...) {
+      out.error = std::current_exception();
+      break;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 void Scheduler::commit(Pass& pass, Outbox& out) {
   if (pass.parts.empty()) return;  // every part was cancelled before the pass began
   const model::HyperParams& p = runtime_.model().params;
   bool prompt_rows = false, decode_rows = false;
+  int64_t rows = 0;
   for (const Pass::Part& part : pass.parts) {
     const auto n = static_cast<int64_t>(part.tokens.size());
-    (part.decode ? stats_.decode_tokens : stats_.prompt_tokens) += n;
+    if (!part.decode) stats_.prompt_tokens += n;
     (part.decode ? decode_rows : prompt_rows) = true;
-    stats_.rows += n;
+    rows += n;
   }
+  stats_.rows += rows;
   ++stats_.passes;
   stats_.sequence_rows += static_cast<int64_t>(pass.parts.size());
   if (prompt_rows) stats_.prompt_seconds += pass.seconds;
   if (decode_rows) stats_.decode_seconds += pass.seconds;
+  if (decode_rows) ++stats_.decode_passes;
+  if (!pass.error) {
+    costs_.record(rows, pass.target_seconds);
+    // A draft model's pass per drafted token (catching up with a prompt counts in too: it is rare).
+    if (pass.draft_steps > 0) {
+      const double step = pass.draft_seconds / pass.draft_steps;
+      draft_token_seconds_ =
+          draft_token_seconds_ == 0 ? step : draft_token_seconds_ + (step - draft_token_seconds_) / 8;
+    }
+  }
 
   size_t logit_row = 0;
   for (const Pass::Part& part : pass.parts) {
     Request& r = *part.request;
     const auto n = static_cast<int64_t>(part.tokens.size());
-    const bool all_rows = !r.generating() && r.rows == LogitRows::kAll;
+    const bool all_rows = part.decode || (!r.generating() && r.rows == LogitRows::kAll);
     const bool embedding = r.rows == LogitRows::kEmbeddings;
-    const size_t rows = embedding ? 0 : all_rows ? static_cast<size_t>(n) : 1;
+    const size_t logit_rows = embedding ? 0 : all_rows ? static_cast<size_t>(n) : 1;
     const float* logits = logits_.data() + logit_row * static_cast<size_t>(p.vocab);
-    logit_row += rows;
+    logit_row += logit_rows;
     if (r.cancelled) continue;  // ended at the next step; cancel() has set the position
     if (pass.error) {
       Session& session = *r.session;
@@ -487,7 +627,7 @@ void Scheduler::commit(Pass& pass, Outbox& out) {
       const auto end = static_cast<int64_t>(r.input.size()), at = static_cast<int64_t>(r.evaluated);
       if (next_checkpoint(end, at - 1) == at) r.session->store_in_cache();
     }
-    if (all_rows) r.logits.insert(r.logits.end(), logits, logits + rows * p.vocab);
+    if (!r.generating() && all_rows) r.logits.insert(r.logits.end(), logits, logits + logit_rows * p.vocab);
     if (r.evaluated < r.input.size()) continue;  // more of the prompt next step
 
     if (!r.generating()) {
@@ -498,50 +638,26 @@ void Scheduler::commit(Pass& pass, Outbox& out) {
       finish(part.request, std::move(done), out);
       continue;
     }
-    const int32_t fed = part.decode ? part.tokens.front() : -1;
     r.pending = -1;
     if (r.sampler->constrained()) {
-      draw_elsewhere(part.request, fed, logits);
+      draw_elsewhere(part.request, part.tokens, part.decode, logits);
     } else {
-      draw_inline(part.request, fed, logits, out);
+      const size_t rows = part.decode ? part.tokens.size() : 1;
+      DrawnRows drawn = draw_rows(r, part.tokens, part.decode, std::span(logits, rows * p.vocab), p.eos_token);
+      deliver(part.request, part.tokens, part.decode, std::move(drawn), out);
     }
   }
 }
 
-namespace {
-
-// Draws a generation's next token from its row of logits. The sampler's history: the whole
-// prompt once it is in (`fed` -1), then each token fed back (`fed`), which also moves its grammar on.
-int32_t draw(Request& r, int32_t fed, std::span<const float> logits) {
-  if (fed >= 0) {
-    r.sampler->accept(fed);
-  } else {
-    r.sampler->accept_prompt(r.input);
-  }
-  return r.sampler->sample(logits);
-}
-
-}  // namespace
-
-void Scheduler::draw_inline(const std::shared_ptr<Request>& request, int32_t fed, const float* logits, Outbox& out) {
-  const auto vocab = static_cast<size_t>(runtime_.model().params.vocab);
-  int32_t token = -1;
-  try {
-    token = draw(*request, fed, std::span<const float>(logits, vocab));
-  } catch (...) {
-    finish(request, failed(std::current_exception()), out);
-    return;
-  }
-  deliver(request, token, out);
-}
-
-void Scheduler::draw_elsewhere(const std::shared_ptr<Request>& request, int32_t fed, const float* logits) {
+void Scheduler::draw_elsewhere(const std::shared_ptr<Request>& request, std::span<const int32_t> tokens, bool decode,
+                               const float* logits) {
   const auto vocab = static_cast<size_t>(runtime_.model().params.vocab);
   request->drawing = true;
   Draw job;
   job.request = request;
-  job.logits.assign(logits, logits + vocab);
-  job.fed = fed;
+  job.tokens.assign(tokens.begin(), tokens.end());
+  job.decode = decode;
+  job.logits.assign(logits, logits + (decode ? tokens.size() : 1) * vocab);
   draws_.push_back(std::move(job));
   if (!drawer_.joinable()) drawer_ = std::thread([this] { run_draws(); });
   draw_wake_.notify_one();
@@ -550,6 +666,7 @@ void Scheduler::draw_elsewhere(const std::shared_ptr<Request>& request, int32_t 
 // The drawing thread: one draw at a time, without the lock, each handed back whole (the request
 // with it) for the scheduler thread to deliver.
 void Scheduler::run_draws() {
+  const int32_t eos = runtime_.model().params.eos_token;
   std::unique_lock lock(mutex_);
   for (;;) {
     draw_wake_.wait(lock, [&] { return stopping_ || !draws_.empty(); });
@@ -558,13 +675,7 @@ void Scheduler::run_draws() {
     draws_.pop_front();
     lock.unlock();
     // A request cancelled meanwhile is retired by the scheduler thread: its draw is skipped.
-    if (!job.request->cancelled) {
-      try {
-        job.token = draw(*job.request, job.fed, job.logits);
-      } catch (...) {
-        job.error = std::current_exception();
-      }
-    }
+    if (!job.request->cancelled) job.drawn = draw_rows(*job.request, job.tokens, job.decode, job.logits, eos);
     lock.lock();
     drawn_.push_back(std::move(job));
     wake_.notify_all();
@@ -577,55 +688,85 @@ void Scheduler::collect_draws(Outbox& out) {
   for (Draw& job : done) {
     job.request->drawing = false;
     if (job.request->cancelled) continue;  // retire_cancelled ended it
-    if (job.error) {
-      finish(job.request, failed(job.error), out);
-    } else {
-      deliver(job.request, job.token, out);
-    }
+    deliver(job.request, job.tokens, job.decode, std::move(job.drawn), out);
   }
 }
 
-void Scheduler::deliver(const std::shared_ptr<Request>& request, int32_t token, Outbox& out) {
+void Scheduler::deliver(const std::shared_ptr<Request>& request, std::span<const int32_t> tokens, bool decode,
+                        DrawnRows drawn, Outbox& out) {
   Request& r = *request;
   const model::HyperParams& p = runtime_.model().params;
+  // A decode part is the token fed back at `first`, then the drafts: row i's logits follow tokens[i].
+  const size_t rows = decode ? tokens.size() : 1;
+  const int64_t first = r.session->position_ - static_cast<int64_t>(tokens.size());
+  // Keeps the first `kept` drafts; the rest are rolled back: the next pass writes over their keys and values.
+  const auto settle = [&](size_t kept) {
+    if (!decode) return;
+    r.session->position_ = first + 1 + static_cast<int64_t>(kept);
+    stats_.decode_tokens += 1 + static_cast<int64_t>(kept);
+    const auto drafted = static_cast<int64_t>(rows - 1);
+    if (drafted == 0) {
+      ++r.passes_without_draft;
+      return;
+    }
+    r.passes_without_draft = 0;
+    r.acceptance.record(drafted, static_cast<int64_t>(kept));
+    ++stats_.draft_passes;
+    stats_.draft_tokens += drafted;
+    stats_.draft_accepted += static_cast<int64_t>(kept);
+    r.timings.draft_tokens += drafted;
+    r.timings.draft_accepted += static_cast<int64_t>(kept);
+  };
   const Clock::time_point now = Clock::now();
-  if (r.generated == 0) {
-    r.first_token = now;
-    r.timings.prompt_tokens = static_cast<int64_t>(r.input.size()) - r.timings.cached_prompt_tokens;
-    r.timings.prompt_ms = ms_between(r.started, now);
-  } else {
-    r.timings.decode_tokens = r.generated;
-    r.timings.decode_ms = ms_between(r.first_token, now);
-  }
-  if (token == p.eos_token) {
-    finish(request, ended(StopReason::kEos, r.timings), out);
-    return;
-  }
-  ++r.generated;
-  out.events.push_back([request, drawn = DrawnToken{token, r.sampler->last_logprobs()}, timings = r.timings] {
-    if (request->events.on_token) request->events.on_token(drawn, timings);
-  });
-  if (r.generated >= r.limits.max_tokens) {
-    finish(request, ended(StopReason::kMaxTokens, r.timings), out);
-    return;
-  }
-  const bool shifts = r.limits.shift_keep >= 0;
-  // llama-server shifts once the context holds context - 1 tokens; without a shift it is full
-  // when the next token has no place.
-  if (r.session->position_ + 1 > runtime_.context_size() - (shifts ? 1 : 0)) {
-    if (!shifts) {
-      finish(request, ended(StopReason::kContextFull, r.timings), out);
+  for (size_t row = 0; row < drawn.tokens.size(); ++row) {
+    const int32_t token = drawn.tokens[row];
+    if (r.generated == 0) {
+      r.first_token = now;
+      r.timings.prompt_tokens = static_cast<int64_t>(r.input.size()) - r.timings.cached_prompt_tokens;
+      r.timings.prompt_ms = ms_between(r.started, now);
+    } else {
+      r.timings.decode_tokens = r.generated;
+      r.timings.decode_ms = ms_between(r.first_token, now);
+    }
+    if (token == p.eos_token) {
+      settle(row);
+      finish(request, ended(StopReason::kEos, r.timings), out);
       return;
     }
-    try {
-      r.discarded += r.session->shift_context(r.limits.shift_keep);
-      r.timings.discarded_tokens = r.discarded;
-    } catch (...) {
-      finish(request, failed(std::current_exception()), out);
+    ++r.generated;
+    r.drawn.push_back(token);
+    out.events.push_back([request, d = DrawnToken{token, drawn.logprobs[row]}, timings = r.timings] {
+      if (request->events.on_token) request->events.on_token(d, timings);
+    });
+    const bool kept = row + 1 < rows && token == tokens[row + 1];
+    if (kept && r.generated < r.limits.max_tokens) continue;
+    settle(kept ? row + 1 : row);
+    if (r.generated >= r.limits.max_tokens) {
+      finish(request, ended(StopReason::kMaxTokens, r.timings), out);
       return;
     }
+    const bool shifts = r.limits.shift_keep >= 0;
+    // llama-server shifts once the context holds context - 1 tokens; without a shift it is full
+    // when the next token has no place.
+    if (r.session->position_ + 1 > runtime_.context_size() - (shifts ? 1 : 0)) {
+      if (!shifts) {
+        finish(request, ended(StopReason::kContextFull, r.timings), out);
+        return;
+      }
+      try {
+        r.discarded += r.session->shift_context(r.limits.shift_keep);
+        r.timings.discarded_tokens = r.discarded;
+      } catch (...) {
+        finish(request, failed(std::current_exception()), out);
+        return;
+      }
+    }
+    r.pending = token;
+    return;
   }
-  r.pending = token;
+  // Every token drawn was a kept draft, and the draw after them failed.
+  settle(drawn.tokens.size());
+  finish(request, failed(drawn.error), out);
 }
 
 void Scheduler::finish(std::shared_ptr<Request> request, RequestEnd end, Outbox& out) {

@@ -16,10 +16,12 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <thread>
 #include <vector>
 
+#include "engine/draft.h"
 #include "engine/forward.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
@@ -46,6 +48,8 @@ struct GenerationTimings {
   int64_t decode_tokens = 0;         // generated tokens fed back and evaluated
   double decode_ms = 0;              // from the first token to the latest
   int64_t discarded_tokens = 0;      // tokens a context shift dropped (GenerationLimits::shift_keep)
+  int64_t draft_tokens = 0;          // tokens drafted and verified (engine/draft.h)
+  int64_t draft_accepted = 0;        // of them, the tokens the sampler drew too: each is a token without a pass
 };
 
 // What bounds a generation besides its sampler.
@@ -80,16 +84,28 @@ struct RequestEvents {
 
 class Request;
 
+// What a generation drew from its part's rows: a token per row up to the first that differs from
+// the draft after it (or the end-of-sequence token, or as many as max_tokens leaves).
+struct DrawnRows {
+  std::vector<int32_t> tokens;
+  std::vector<std::optional<DrawLogprobs>> logprobs;  // each token's
+  std::exception_ptr error;                           // set: the draw after the last token failed
+};
+
 struct SchedulerStats {
   int64_t prompt_tokens = 0;  // rows of submitted tokens (prompts, evaluations) run
-  int64_t decode_tokens = 0;  // rows of generated tokens fed back
+  int64_t decode_tokens = 0;  // rows of generated tokens fed back and kept (rejected drafts not counted)
   double prompt_seconds = 0;  // wall time of the passes that had prompt rows
   double decode_seconds = 0;  // wall time of the passes that had decode rows (a mixed pass counts for both)
   int64_t passes = 0;
-  int64_t rows = 0;           // rows over all passes
-  int64_t sequence_rows = 0;  // sequences over all passes: sequence_rows / passes is the mean batch width
-  int64_t active = 0;         // requests running now
-  int64_t waiting = 0;        // requests waiting for a place
+  int64_t decode_passes = 0;   // passes that had decode rows: decode_tokens / decode_passes is the tokens per pass
+  int64_t draft_tokens = 0;    // tokens drafted and verified
+  int64_t draft_accepted = 0;  // of them, the tokens kept
+  int64_t draft_passes = 0;    // generations' passes that verified drafts (one per generation and pass)
+  int64_t rows = 0;            // rows over all passes
+  int64_t sequence_rows = 0;   // sequences over all passes: sequence_rows / passes is the mean batch width
+  int64_t active = 0;          // requests running now
+  int64_t waiting = 0;         // requests waiting for a place
 };
 
 class Scheduler : public std::enable_shared_from_this<Scheduler> {
@@ -120,9 +136,12 @@ class Scheduler : public std::enable_shared_from_this<Scheduler> {
   // evaluate(). A prompt longer than the context ends with CONTEXT_TOO_LONG, and a max_tokens of 0
   // with kMaxTokens, the context untouched. A
   // generation that ends by itself (eos, max_tokens, a full context) stores the session's state
-  // in the prompt-state cache before on_end.
+  // in the prompt-state cache before on_end. With `draft`, each pass also verifies the tokens
+  // its source drafts (engine/draft.h); the tokens drawn are the same as without. Throws
+  // DRAFT_UNSUPPORTED for model drafts without a draft model, and draft settings out of range.
   std::shared_ptr<Request> generate(std::shared_ptr<Session> session, std::vector<int32_t> prompt,
-                                    std::shared_ptr<Sampler> sampler, GenerationLimits limits, RequestEvents events);
+                                    std::shared_ptr<Sampler> sampler, GenerationLimits limits, RequestEvents events,
+                                    const DraftOptions& draft = {});
 
   // Ends the request at once: it leaves the next pass, its owner gets on_end(kCancelled), and
   // the session keeps the prompt and the first `kept_tokens - 1` generated tokens (the tokens
@@ -154,14 +173,19 @@ class Scheduler : public std::enable_shared_from_this<Scheduler> {
   void retire_cancelled(Outbox& out);
   void admit(Outbox& out);
   void plan(Pass& pass);
+  int32_t draft_width(const Request& r, int64_t other_rows, int64_t budget) const;
+  void draft(Pass& pass);
   void execute(Pass& pass);
   void keep_hidden_states(Pass& pass);
   void commit(Pass& pass, Outbox& out);
-  void draw_inline(const std::shared_ptr<Request>& request, int32_t fed, const float* logits, Outbox& out);
-  void draw_elsewhere(const std::shared_ptr<Request>& request, int32_t fed, const float* logits);
+  void draw_elsewhere(const std::shared_ptr<Request>& request, std::span<const int32_t> tokens, bool decode,
+                      const float* logits);
   void run_draws();
   void collect_draws(Outbox& out);
-  void deliver(const std::shared_ptr<Request>& request, int32_t token, Outbox& out);
+  // Delivers the tokens a generation drew from its part's rows (one per decode token, one for a
+  // prompt's last chunk), keeping the drafts up to the first draw that differs.
+  void deliver(const std::shared_ptr<Request>& request, std::span<const int32_t> tokens, bool decode, DrawnRows drawn,
+               Outbox& out);
   void finish(std::shared_ptr<Request> request, RequestEnd end, Outbox& out);
   void cancel_locked(Request& request, int64_t kept_tokens);
 
@@ -171,16 +195,20 @@ class Scheduler : public std::enable_shared_from_this<Scheduler> {
   std::deque<std::shared_ptr<Request>> waiting_;
   std::vector<std::shared_ptr<Request>> active_;
   SchedulerStats stats_;
+  // Only the scheduler thread reads and writes these: the cost of the model's passes by rows, and
+  // the seconds the draft model takes per drafted token.
+  PassCosts costs_;
+  double draft_token_seconds_ = 0;
   bool stopping_ = false;
   std::thread thread_;
   // Grammar-constrained draws run on a thread of their own, so that one request's grammar never
   // holds up the passes of the others (its request waits out of the passes meanwhile).
   struct Draw {
     std::shared_ptr<Request> request;
-    std::vector<float> logits;  // its row of the pass, copied: the next pass reuses logits_
-    int32_t fed = -1;           // the drawn token the pass fed back, or -1 where it ended the prompt
-    int32_t token = -1;         // the drawn token, or
-    std::exception_ptr error;   // why none was
+    std::vector<int32_t> tokens;  // its part's: the token fed back, then the drafts (a prompt chunk: not read)
+    bool decode = false;          // a decode part (else the prompt's last chunk)
+    std::vector<float> logits;    // its rows of the pass, copied: the next pass reuses logits_
+    DrawnRows drawn;
   };
   std::deque<Draw> draws_;             // for the drawing thread, in order
   std::vector<Draw> drawn_;            // done, for the scheduler thread to deliver

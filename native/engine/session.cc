@@ -90,6 +90,9 @@ Runtime::Runtime(std::unique_ptr<model::Model> model, const RuntimeOptions& opti
                                            "'s linear-attention (Gated DeltaNet) layers do not run on the GPU yet: "
                                            "load the model with gpu: false");
   }
+  if (!options.draft_model.empty()) {
+    draft_model_ = std::make_unique<DraftModel>(model::load_model(options.draft_model), *model_);
+  }
   if (options.gpu) gpu_ = upload_model(*model_, *options.gpu, context_size_, pool_, arena_.get(), options.progress);
   if (options.fault_in_weights) {
     fault_in(cpu_read_weights(*model_, options.gpu.has_value(),

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cpu/thread_pool.h"
+#include "engine/draft.h"
 #include "engine/forward.h"
 #include "engine/gpu_forward.h"
 #include "engine/kv_cache.h"
@@ -56,7 +57,8 @@ struct RuntimeOptions {
   DiskTierOptions disk;
   // Read the mapped weights the CPU uses into RAM before the first pass (load_progress.h fault_in).
   bool fault_in_weights = false;
-  LoadProgress progress;  // told of the weights uploaded and faulted in; may be empty
+  LoadProgress progress;    // told of the weights uploaded and faulted in; may be empty
+  std::string draft_model;  // set: the file of a draft model for DraftSource::kModel (engine/draft.h), on the CPU
 };
 
 // The context size a runtime uses for `requested` (0: the model's trained context, at most
@@ -67,7 +69,8 @@ class Runtime {
  public:
   // Throws CONTEXT_TOO_LONG when options.context_size exceeds the model's trained context,
   // INVALID_ARGUMENT for more threads than logical cores, a parallel of 0 or a step smaller than parallel, or disk
-  // experts that do not fit the model or are also on the GPU, and ExpertArena's errors.
+  // experts that do not fit the model or are also on the GPU, ExpertArena's errors, and the draft
+  // model's (load_model's, DraftModel's).
   Runtime(std::unique_ptr<model::Model> model, const RuntimeOptions& options);
   ~Runtime();
 
@@ -85,6 +88,8 @@ class Runtime {
   Scheduler& scheduler() { return *scheduler_; }
   // Routing counts, tier hits and expert moves (engine/residency.h).
   Residency& residency() { return *residency_; }
+  // The draft model of RuntimeOptions::draft_model; null without one.
+  DraftModel* draft_model() const { return draft_model_.get(); }
 
  private:
   friend class Session;
@@ -99,6 +104,7 @@ class Runtime {
   std::mutex compute_;
   std::unique_ptr<ExpertArena> arena_;  // before gpu_, whose host experts read it
   std::shared_ptr<GpuModel> gpu_;
+  std::unique_ptr<DraftModel> draft_model_;
   std::unique_ptr<Residency> residency_;
   PromptCache prompt_cache_;
   std::once_flag fingerprint_once_;

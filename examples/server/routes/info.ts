@@ -70,6 +70,7 @@ export function registerInfo(app: FastifyInstance, context: ServerContext): void
       throw new HttpError(501, "This server does not support metrics endpoint. Start it with `--metrics`");
     }
     const { metrics: m, busy } = context.slots;
+    const draft = context.model.stats();
     const rate = (tokens: number, seconds: number) => (seconds > 0 ? tokens / seconds : 0);
     const lines: [string, "counter" | "gauge", string, number][] = [
       ["prompt_tokens_total", "counter", "Number of prompt tokens processed.", m.promptTokens],
@@ -84,10 +85,19 @@ export function registerInfo(app: FastifyInstance, context: ServerContext): void
       ["tokens_predicted_seconds_total", "counter", "Predict process time", m.predictedSeconds],
       ["n_decode_total", "counter", "Total number of llama_decode() calls", m.decodes],
       ["n_tokens_max", "counter", "Largest context, in tokens, a request used.", m.tokensMax],
-      // bloomery drafts with the model's own MTP head inside the engine, which does not count drafts per request.
-      ["spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens proposed (not counted).", 0],
-      ["spec_decode_num_accepted_tokens_total", "counter", "Number of draft tokens accepted (not counted).", 0],
-      ["spec_decode_num_drafts_total", "counter", "Number of drafts made (not counted).", 0],
+      ["spec_decode_num_draft_tokens_total", "counter", "Speculative: Total draft tokens generated", draft.draftTokens],
+      [
+        "spec_decode_num_accepted_tokens_total",
+        "counter",
+        "Speculative: Total draft tokens accepted by the target model",
+        draft.draftAccepted,
+      ],
+      [
+        "spec_decode_num_drafts_total",
+        "counter",
+        "Speculative: Total speculative decoding verification steps",
+        draft.draftPasses,
+      ],
       [
         "n_busy_slots_per_decode",
         "gauge",

@@ -1,0 +1,111 @@
+// Speculative decoding on the default model, on the CPU: decode with drafts against decode
+// without, in the same process, with the same tokens.
+//
+//   node bench/draft.mjs [--threads N --tokens 256 --rounds 5]
+//
+// Plain ESM over the built package (dist/ and the addon). Each case generates greedily from its
+// prompt with drafts off and on, alternating for `rounds` rounds; each keeps its best decode rate
+// (generated tokens after the first over the time from the first to the last), so a load spike
+// from another process costs a round, not the ratio. Every run's tokens must equal the run's
+// without drafts. Prints the rates, the ratios (drafts / none) and the drafts kept, and writes
+// them to bench/results/<date>-draft.json.
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { parseArgs } from "node:util";
+import { loadModel } from "../dist/index.js";
+import { writeDraftModel } from "./draft-model.mjs";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+const MODEL = join(root, "models/bloomery-tiny-moe-Q8_0.gguf");
+const { values } = parseArgs({
+  options: {
+    threads: { type: "string", default: "2" },
+    tokens: { type: "string", default: "256" },
+    rounds: { type: "string", default: "5" },
+  },
+});
+const threads = Number(values.threads);
+const maxTokens = Number(values.tokens);
+const rounds = Number(values.rounds);
+
+const CODE = [
+  "function add(a, b) {",
+  "  return a + b;",
+  "}",
+  "function subtract(a, b) {",
+  "  return a - b;",
+  "}",
+  "function multiply(a, b) {",
+  "  return a * b;",
+  "}",
+].join("\n");
+const chat = (content) => `<|im_start|>user\n${content}<|im_end|>\n<|im_start|>assistant\n`;
+const CASES = [
+  {
+    name: "ngram, code edit",
+    draft: "ngram",
+    prompt: `${CODE}\n\nThe same code with each name in capitals:\n\n${CODE.replaceAll("add", "ADD")}\n`,
+  },
+  { name: "ngram, repetitive", draft: "ngram", prompt: "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16," },
+  { name: "model, chat", draft: "model", prompt: chat('What does "whisper" mean?') },
+  { name: "model, text", draft: "model", prompt: "A river is" },
+];
+
+const dir = mkdtempSync(join(tmpdir(), "bloomery-bench-draft-"));
+const model = await loadModel(MODEL, {
+  threads,
+  draft: false,
+  draftModel: await writeDraftModel(MODEL, join(dir, "draft.gguf")),
+});
+
+async function decode(prompt, draft) {
+  const session = model.createSession();
+  const r = await session.generate(prompt, { maxTokens, draft }).result;
+  session.dispose();
+  const rate = r.tokens.length > 1 && r.timings.decodeMs > 0 ? ((r.tokens.length - 1) * 1000) / r.timings.decodeMs : 0;
+  return { tokens: r.tokens, rate, drafted: r.timings.draftTokens, kept: r.timings.draftAccepted };
+}
+
+const results = [];
+for (const c of CASES) {
+  const best = { none: 0, drafts: 0 };
+  let reference,
+    kept = 0,
+    drafted = 0;
+  for (let round = 0; round < rounds; round++) {
+    const none = await decode(c.prompt, false);
+    const drafts = await decode(c.prompt, c.draft);
+    reference ??= none.tokens;
+    for (const run of [none, drafts]) {
+      if (run.tokens.join() !== reference.join()) throw new Error(`${c.name}: a run's tokens differ from the first's`);
+    }
+    best.none = Math.max(best.none, none.rate);
+    best.drafts = Math.max(best.drafts, drafts.rate);
+    drafted += drafts.drafted;
+    kept += drafts.kept;
+  }
+  const result = {
+    case: c.name,
+    tokens: reference.length,
+    noneTokensPerSecond: Math.round(best.none),
+    draftTokensPerSecond: Math.round(best.drafts),
+    ratio: Number((best.drafts / best.none).toFixed(2)),
+    drafted: drafted / rounds,
+    kept: kept / rounds,
+  };
+  results.push(result);
+  console.log(
+    `${c.name.padEnd(20)} ${String(result.tokens).padStart(4)} tokens  none ${result.noneTokensPerSecond} tok/s  ` +
+      `drafts ${result.draftTokensPerSecond} tok/s  ratio ${result.ratio}  drafted ${result.drafted} kept ${result.kept} per run`,
+  );
+}
+model.dispose();
+rmSync(dir, { recursive: true, force: true });
+const stamp = new Date().toISOString().slice(0, 16).replace(":", "");
+mkdirSync(join(root, "bench/results"), { recursive: true });
+writeFileSync(
+  join(root, `bench/results/${stamp}-draft.json`),
+  `${JSON.stringify({ threads, maxTokens, rounds, results }, null, 2)}\n`,
+);

@@ -1,0 +1,72 @@
+// bloomery-serve with llama-server's speculative-decoding flags (issue 20): a draft model (-md) and
+// --draft-max through the openai client give, streamed, the text of a run without drafts, and the
+// response's timings and /metrics count the drafts as llama-server does.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import OpenAI from "openai";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { loadModel } from "../src/index.js";
+import { DEFAULT_MODEL, writeDraftModel } from "./draft-helpers.js";
+import { getUrl, greedyChat, postJson, spawnServe, type ServeProcess } from "./server-helpers.js";
+
+const dir = mkdtempSync(join(tmpdir(), "bloomery-server-draft-"));
+const QUESTIONS = ["What is a river?", 'What does "whisper" mean?'];
+let server: ServeProcess;
+let url: string;
+let expected: string[];
+
+beforeAll(async () => {
+  const model = await loadModel(DEFAULT_MODEL, { threads: 2 });
+  expected = [];
+  for (const question of QUESTIONS) expected.push(await greedyChat(model, question, 64));
+  model.dispose();
+  server = spawnServe([
+    "-m",
+    DEFAULT_MODEL,
+    "-md",
+    await writeDraftModel(dir),
+    "--draft-max",
+    "4",
+    "-t",
+    "2",
+    "--port",
+    "0",
+    "--metrics",
+  ]);
+  url = await server.loaded();
+}, 60_000);
+
+afterAll(async () => {
+  await server?.kill();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+describe("bloomery-serve -md --draft-max", () => {
+  it("streams the text of a run without drafts, and counts the drafts", async () => {
+    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: "unused", maxRetries: 0 });
+    for (const [i, question] of QUESTIONS.entries()) {
+      const stream = await client.chat.completions.create({
+        model: "tiny",
+        messages: [{ role: "user", content: question }],
+        temperature: 0,
+        max_tokens: 64,
+        stream: true,
+      });
+      let text = "";
+      for await (const chunk of stream) text += chunk.choices[0]?.delta.content ?? "";
+      expect(text).toBe(expected[i]);
+    }
+    // The native endpoint's timings: draft_n and draft_n_accepted, as llama-server reports them when it drafted.
+    const completion = await (
+      await postJson(`${url}/completion`, { prompt: "A river is", n_predict: 48, temperature: 0 })
+    ).json();
+    expect(completion.timings.draft_n).toBeGreaterThan(0);
+    expect(completion.timings.draft_n_accepted).toBeLessThanOrEqual(completion.timings.draft_n);
+    const metrics = await (await getUrl(`${url}/metrics`)).text();
+    const counter = (name: string) => Number(new RegExp(`^llamacpp:${name} (\\S+)$`, "m").exec(metrics)?.[1]);
+    expect(counter("spec_decode_num_draft_tokens_total")).toBeGreaterThanOrEqual(completion.timings.draft_n);
+    expect(counter("spec_decode_num_drafts_total")).toBeGreaterThan(0);
+    expect(counter("spec_decode_num_accepted_tokens_total")).toBeGreaterThan(0);
+  });
+});
