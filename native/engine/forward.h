@@ -30,9 +30,10 @@ namespace bloomery::engine {
 // Buffers reused from one pass to the next.
 struct ForwardScratch {
   std::vector<float> residual, normed, q, k, v, attention, projected, gate, up, activated, router_logits;
-  std::vector<float> q_low, head_in, head_out, shared;  // MLA's low-rank queries and per-head products; shared experts
-  std::vector<std::vector<float>> rope_angles;          // per row
-  std::vector<int64_t> logit_rows;                      // the rows whose logits the pass returns
+  std::vector<float> q_low, head_in, head_out, shared;   // MLA's low-rank queries and per-head products; shared experts
+  std::vector<std::vector<float>> rope_angles;           // per row
+  std::vector<std::vector<float>> windowed_rope_angles;  // per row, where windowed layers rotate otherwise
+  std::vector<int64_t> logit_rows;                       // the rows whose logits the pass returns
   cpu::MatmulInput input;
   cpu::Routing routing;
   cpu::MoeScratch moe;
