@@ -11,4 +11,15 @@ export default tseslint.config(
       "@typescript-eslint/no-unused-vars": ["error", { argsIgnorePattern: "^_" }],
     },
   },
+  {
+    // bloomery-serve's web page runs in the browser.
+    files: ["examples/server/webui/**/*.js"],
+    languageOptions: {
+      globals: Object.fromEntries(
+        ["document", "localStorage", "fetch", "performance", "setTimeout", "TextDecoderStream", "AbortController"].map(
+          (name) => [name, "readonly"],
+        ),
+      ),
+    },
+  },
 );

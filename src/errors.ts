@@ -51,6 +51,26 @@ export type BloomeryErrorCode =
   | "DISPOSED"
   | "SESSION_BUSY"
   | "ABORTED"
+  /** downloadModel: a reference that is not `user/repo[:quant]`, or a URL without a file name. */
+  | "HUB_BAD_REPO"
+  /** downloadModel: the hub (or URL) could not be reached, or answered with an HTTP error. */
+  | "HUB_REQUEST"
+  /** downloadModel: the file listing is not the hub's: not JSON, too large, or a file with a bad path, size or checksum. */
+  | "HUB_BAD_LISTING"
+  /** downloadModel: the repo has no file for the quant or name asked for, several, or not every part of a split model. */
+  | "HUB_NO_FILE"
+  /** downloadModel: the download is longer than the listing says, or says so in its Content-Length. */
+  | "HUB_DOWNLOAD_SIZE"
+  /** downloadModel: the download broke off before its end: call again to resume it. */
+  | "HUB_DOWNLOAD_BROKEN"
+  /** downloadModel: the downloaded bytes do not match the listing's checksum (the partial file is removed). */
+  | "HUB_CHECKSUM"
+  /** downloadModel: the cache folder's disk has less room than the files need. */
+  | "HUB_NO_SPACE"
+  /** downloadModel: the cache folder could not be read or written. */
+  | "HUB_CACHE"
+  /** downloadModel offline, and the cache does not hold the model. */
+  | "HUB_OFFLINE"
   | "INTERNAL";
 
 /** An error with a stable, machine-readable `code`, and `details` that name what was wrong. */

@@ -13,6 +13,7 @@ export {
   type GgmlTypeInfo,
 } from "./system.js";
 export { readGgufInfo, writeGguf } from "./gguf.js";
+export { downloadModel, type DownloadModelOptions, type DownloadProgress } from "./download.js";
 export type * from "./gguf/types.js";
 export {
   loadModel,

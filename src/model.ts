@@ -5,6 +5,7 @@
 import { totalmem } from "node:os";
 import { EventEmitter } from "eventemitter3";
 import { BloomeryError } from "./errors.js";
+import { downloadModel, isModelReference, type DownloadModelOptions } from "./download.js";
 import {
   callNative,
   callNativeAsync,
@@ -121,6 +122,11 @@ export interface LoadModelOptions {
    * in flight finishes in the background and is freed).
    */
   signal?: AbortSignal;
+  /**
+   * When loadModel is given a `user/repo[:quant]` reference or a URL instead of a file: how {@link downloadModel}
+   * gets it (token, endpoint, cache folder, `onProgress` of the download, ...). Its `signal` is loadModel's.
+   */
+  download?: Omit<DownloadModelOptions, "signal">;
 }
 
 /**
@@ -228,7 +234,7 @@ export interface ResidencyStats {
 
 /** What a loaded model is. */
 export interface ModelInfo {
-  /** `general.architecture`: qwen3moe, qwen3, qwen2 or llama. */
+  /** `general.architecture`: qwen3moe, glm4moe, deepseek2, gpt-oss, qwen35moe, qwen3next, qwen35, qwen3, qwen2 or llama. */
   architecture: string;
   layers: number;
   embeddingLength: number;
@@ -610,6 +616,7 @@ const LOAD_MODEL_OPTIONS = optionKeys<LoadModelOptions>()({
   mlock: true,
   onProgress: true,
   signal: true,
+  download: true,
 });
 const GPU_OPTIONS = optionKeys<GpuOptions>()({ device: true, budget: true });
 const TOKENIZE_OPTIONS = optionKeys<TokenizeOptions>()({ special: true, addSpecial: true });
@@ -737,7 +744,8 @@ function resolveGpu(gpu: LoadModelOptions["gpu"]): NativeLoadOptions["gpu"] {
 }
 
 /**
- * Loads a GGUF model (qwen3moe, qwen3, qwen2 or llama) for inference on the CPU, or with `gpu`
+ * Loads a GGUF model (qwen3moe, qwen3, qwen2 or llama) from a file, or from the hub (`user/repo[:quant]`) or a URL
+ * through {@link downloadModel} (its cache, its errors; `download` holds its options), for inference on the CPU, or with `gpu`
  * set on a GPU (every CPU weight type: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K,
  * Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4, and the 1- to 3-bit IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS,
  * IQ2_S, IQ3_XXS, IQ3_S, TQ1_0, TQ2_0): wholly when it fits, else with the routed experts the
@@ -755,13 +763,21 @@ function resolveGpu(gpu: LoadModelOptions["gpu"]): NativeLoadOptions["gpu"] {
  * GGUF reader's codes; ABORTED when `signal` aborts first. docs/hardening.md lists what is checked.
  * Passes of a model whose mapped file changed on disk later fail with MODEL_FILE_CHANGED.
  */
-export async function loadModel(path: string, options: LoadModelOptions = {}): Promise<Model> {
-  checkPath(path, "loadModel()");
+export async function loadModel(pathOrReference: string, options: LoadModelOptions = {}): Promise<Model> {
+  checkPath(pathOrReference, "loadModel()");
   checkOptions(options, LOAD_MODEL_OPTIONS, "loadModel()");
   const { signal, onProgress } = options;
   if (signal !== undefined && !isAbortSignal(signal)) {
     throw new BloomeryError("INVALID_ARGUMENT", "signal must be an AbortSignal");
   }
+  if (options.download !== undefined && !isModelReference(pathOrReference)) {
+    throw new BloomeryError("INVALID_ARGUMENT", "download options apply to a user/repo[:quant] reference or a URL", {
+      path: pathOrReference,
+    });
+  }
+  const path = isModelReference(pathOrReference)
+    ? await downloadModel(pathOrReference, { ...options.download, ...(signal ? { signal } : {}) })
+    : pathOrReference;
   if (onProgress !== undefined && typeof onProgress !== "function") {
     throw new BloomeryError("INVALID_ARGUMENT", "onProgress must be a function");
   }

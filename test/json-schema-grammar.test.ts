@@ -75,6 +75,10 @@ describe("jsonSchemaToGrammar", () => {
     expect(jsonSchemaToGrammar({ enum: [1, 12, 123] })).toContain('root ::= ("1" root-enum) space');
     expect(jsonSchemaToGrammar({ enum: [1, 12, 123] })).toContain('root-enum ::= "" | "2" root-enum-1');
     expect(jsonSchemaToGrammar({ enum: ["😀a", "😀b"] })).toContain('root ::= ("\\"😀" root-enum) space');
+    // 😀 and 😁 share their first UTF-16 unit: the branch is between whole code points.
+    expect(jsonSchemaToGrammar({ enum: ["😀", "😁"] })).toContain('root-enum ::= "😀\\"" | "😁\\""');
+    const long = "é".repeat(5000) + "😀".repeat(5000);
+    expect(jsonSchemaToGrammar({ enum: [long, "x"] })).toContain(`root-enum ::= "x\\"" | "${long}\\""`);
   });
 
   it("refuses a schema past its limits, naming the limit", () => {

@@ -28,7 +28,7 @@ copyFileSync(defaultModelPath(), otherModel);
 /** What cli.ts starts the server with for this command line, as if on a machine with one GPU. */
 async function settings(argv: string[], env: NodeJS.ProcessEnv = {}) {
   const options = parseServeOptions(argv, env);
-  const source = modelSource(options, {}, defaultModelPath);
+  const source = modelSource(options, defaultModelPath);
   const launch = await launchSettings(options, "path" in source ? source.path : defaultModelPath(), 1);
   return { help: options.help, source, launch };
 }
@@ -84,7 +84,8 @@ const SAMPLES: Record<
   "-cb": "no effect",
   "--swa-full": "no effect",
   "--no-context-shift": "no effect",
-  "--no-ui": "no effect",
+  "--ui": { base: ["--no-ui"], args: ["--ui"] },
+  "--no-ui": { args: ["--no-webui"] },
   "--offline": { base: ["-hf", "org/model"], args: ["--offline"] },
   "-rea": { args: ["-rea", "off"] },
   "-v": { args: ["-v"] },

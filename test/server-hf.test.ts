@@ -1,17 +1,16 @@
-// bloomery-serve's -hf against a loopback stand-in for the Hugging Face hub: the tree API, resumable
+// bloomery-serve's -hf (the SDK's downloadModel) against a loopback stand-in for the Hugging Face hub: the tree API, resumable
 // downloads with HTTP Range, checksum checks, the cache, and quant picking; and against a hostile one
 // (issue 17, finding 6) whose listing and downloads lie.
-import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statfsSync, writeFileSync } from "node:fs";
-import { createServer, type IncomingHttpHeaders, type Server, type ServerResponse } from "node:http";
-import type { AddressInfo } from "node:net";
+import type { ServerResponse } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { fetchHubModel, HubError, MAX_FILE_BYTES, type HubRequest } from "../examples/server/hf.js";
+import { MAX_FILE_BYTES } from "../src/download/hub.js";
 import { parseServeOptions, UsageError } from "../examples/server/options.js";
-import { readGgufInfo } from "../src/index.js";
+import { BloomeryError, downloadModel, readGgufInfo, type DownloadModelOptions } from "../src/index.js";
 import { writeSyntheticModel } from "../tools/synth/synth.js";
+import { sha256, StandInHub } from "./hub-standin.js";
 import { exitWithin, spawnServe } from "./server-helpers.js";
 
 const REPO = "test-org/tiny-moe";
@@ -19,105 +18,48 @@ const dir = mkdtempSync(join(tmpdir(), "bloomery-hf-"));
 let model: Buffer;
 let other: Buffer;
 
-/** The stand-in hub: serves `files` by path, records every request, and can misbehave on purpose. */
-const hub = {
-  files: new Map<string, Buffer>(),
-  requests: [] as { url: string; headers: IncomingHttpHeaders }[],
-  /** Answer a Range request with the whole file (200), as a server without resume does. */
-  ignoreRange: false,
-  /** Flip one byte of every download. */
-  corrupt: false,
-  /** A hostile hub's answer, instead of the real one, to the requests it takes (returns true). */
-  hostile: undefined as ((url: URL, res: ServerResponse) => boolean) | undefined,
-  server: undefined as Server | undefined,
-  endpoint: "",
-};
-
-function sha256(bytes: Buffer): string {
-  return createHash("sha256").update(bytes).digest("hex");
-}
-
-function tree(): unknown[] {
-  return [
-    { type: "file", path: "README.md", size: 5, oid: "0".repeat(40) },
-    ...[...hub.files].map(([path, bytes]) => ({
-      type: "file",
-      path,
-      size: bytes.length,
-      oid: "1".repeat(40),
-      lfs: { oid: sha256(bytes), size: bytes.length, pointerSize: 134 },
-    })),
-  ];
-}
+const hub = new StandInHub(REPO);
 
 beforeAll(async () => {
   await writeSyntheticModel(join(dir, "a.gguf"), { preset: "tiny-qwen3moe", weightType: "Q8_0" });
   await writeSyntheticModel(join(dir, "b.gguf"), { preset: "tiny-qwen3moe", weightType: "Q8_0", seed: 2 });
   model = readFileSync(join(dir, "a.gguf"));
   other = readFileSync(join(dir, "b.gguf"));
-  hub.server = createServer((req, res) => {
-    hub.requests.push({ url: req.url!, headers: req.headers });
-    const url = new URL(req.url!, "http://hub");
-    if (hub.hostile?.(url, res)) return;
-    if (url.pathname === `/api/models/${REPO}/tree/main`) {
-      res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(tree()));
-      return;
-    }
-    const prefix = `/${REPO}/resolve/main/`;
-    const bytes = url.pathname.startsWith(prefix)
-      ? hub.files.get(decodeURIComponent(url.pathname.slice(prefix.length)))
-      : undefined;
-    if (!bytes) {
-      res.writeHead(404).end("not found");
-      return;
-    }
-    const body = Buffer.from(bytes);
-    if (hub.corrupt) body[body.length >> 1]! ^= 0xff;
-    const range = /^bytes=(\d+)-$/.exec(req.headers.range ?? "");
-    if (range && !hub.ignoreRange) {
-      const start = Number(range[1]);
-      res
-        .writeHead(206, { "content-range": `bytes ${start}-${body.length - 1}/${body.length}` })
-        .end(body.subarray(start));
-    } else res.writeHead(200).end(body);
-  });
-  await new Promise<void>((resolve) => hub.server!.listen(0, "127.0.0.1", resolve));
-  hub.endpoint = `http://127.0.0.1:${(hub.server.address() as AddressInfo).port}`;
+  await hub.start();
 });
 
 afterAll(async () => {
-  await new Promise((resolve) => hub.server?.close(resolve));
+  await hub.stop();
   rmSync(dir, { recursive: true, force: true });
 });
 
 let cacheDir: string;
 beforeEach(() => {
-  hub.files = new Map([
-    ["tiny-moe-Q4_K_M.gguf", model],
-    ["tiny-moe-Q8_0.gguf", other],
-  ]);
-  hub.requests = [];
-  hub.ignoreRange = false;
-  hub.corrupt = false;
-  hub.hostile = undefined;
+  hub.reset(
+    new Map([
+      ["tiny-moe-Q4_K_M.gguf", model],
+      ["tiny-moe-Q8_0.gguf", other],
+    ]),
+  );
   cacheDir = mkdtempSync(join(dir, "cache-"));
 });
 
-function request(repo: string, extra: Partial<HubRequest> = {}): HubRequest {
-  return { repo, endpoint: hub.endpoint, cacheDir, ...extra };
+/** -hf's download: the SDK's downloadModel, from the stand-in hub into this test's cache. */
+function fetchHubModel(reference: string, extra: DownloadModelOptions = {}): Promise<string> {
+  return downloadModel(reference, { endpoint: hub.endpoint, cacheDir, ...extra });
 }
 
-const downloads = () => hub.requests.filter((r) => r.url.includes("/resolve/"));
+const downloads = () => hub.downloads();
 
 describe("-hf downloads", () => {
   it("picks the file by quant (Q4_K_M by default, any case), downloads it and sends the token", async () => {
-    const path = await fetchHubModel(request(REPO, { token: "secret" }));
+    const path = await fetchHubModel(REPO, { token: "secret" });
     expect(path).toBe(join(cacheDir, "test-org_tiny-moe", "tiny-moe-Q4_K_M.gguf"));
     expect(readFileSync(path).equals(model)).toBe(true);
     expect((await readGgufInfo(path)).summary.architecture).toBe("qwen3moe");
     expect(hub.requests.map((r) => r.headers.authorization)).toEqual(["Bearer secret", "Bearer secret"]);
 
-    const q8 = await fetchHubModel(request(`${REPO}:q8_0`));
+    const q8 = await fetchHubModel(`${REPO}:q8_0`);
     expect(readFileSync(q8).equals(other)).toBe(true);
     expect(existsSync(`${q8}.partial`)).toBe(false);
   });
@@ -127,7 +69,7 @@ describe("-hf downloads", () => {
     mkdirSync(join(cacheDir, "test-org_tiny-moe"));
     const have = model.length >> 1;
     writeFileSync(`${target}.partial`, model.subarray(0, have));
-    const path = await fetchHubModel(request(REPO));
+    const path = await fetchHubModel(REPO);
     expect(downloads().map((r) => r.headers.range)).toEqual([`bytes=${have}-`]);
     expect(readFileSync(path).equals(model)).toBe(true);
   });
@@ -137,61 +79,59 @@ describe("-hf downloads", () => {
     mkdirSync(join(cacheDir, "test-org_tiny-moe"));
     writeFileSync(`${target}.partial`, Buffer.alloc(100, 0xaa));
     hub.ignoreRange = true;
-    const path = await fetchHubModel(request(REPO));
+    const path = await fetchHubModel(REPO);
     expect(downloads().map((r) => r.headers.range)).toEqual(["bytes=100-"]);
     expect(readFileSync(path).equals(model)).toBe(true);
   });
 
   it("refuses a download whose checksum does not match and leaves no file", async () => {
     hub.corrupt = true;
-    await expect(fetchHubModel(request(REPO))).rejects.toThrow(
-      /tiny-moe-Q4_K_M\.gguf: the download does not match.*sha256/,
-    );
+    await expect(fetchHubModel(REPO)).rejects.toThrow(/tiny-moe-Q4_K_M\.gguf: the download does not match.*sha256/);
     const target = join(cacheDir, "test-org_tiny-moe", "tiny-moe-Q4_K_M.gguf");
     expect(existsSync(target)).toBe(false);
     expect(existsSync(`${target}.partial`)).toBe(false);
   });
 
   it("reuses the cached file without a request", async () => {
-    const first = await fetchHubModel(request(REPO));
+    const first = await fetchHubModel(REPO);
     hub.requests = [];
-    expect(await fetchHubModel(request(REPO))).toBe(first);
+    expect(await fetchHubModel(REPO)).toBe(first);
     expect(hub.requests).toEqual([]);
   });
 
   it("downloads every part of a split model and answers the first", async () => {
     hub.files.set("Q6_K/tiny-moe-Q6_K-00002-of-00002.gguf", other);
     hub.files.set("Q6_K/tiny-moe-Q6_K-00001-of-00002.gguf", model);
-    const path = await fetchHubModel(request(`${REPO}:Q6_K`));
+    const path = await fetchHubModel(`${REPO}:Q6_K`);
     expect(path).toBe(join(cacheDir, "test-org_tiny-moe", "Q6_K", "tiny-moe-Q6_K-00001-of-00002.gguf"));
     expect(readFileSync(path).equals(model)).toBe(true);
     expect(readFileSync(path.replace("00001-of", "00002-of")).equals(other)).toBe(true);
   });
 
   it("serves the file --hf-file names", async () => {
-    const path = await fetchHubModel(request(REPO, { file: "tiny-moe-Q8_0.gguf" }));
+    const path = await fetchHubModel(REPO, { file: "tiny-moe-Q8_0.gguf" });
     expect(readFileSync(path).equals(other)).toBe(true);
-    await expect(fetchHubModel(request(REPO, { file: "nope.gguf" }))).rejects.toThrow(
+    await expect(fetchHubModel(REPO, { file: "nope.gguf" })).rejects.toThrow(
       /test-org\/tiny-moe has no file nope\.gguf; its GGUF files: tiny-moe-Q4_K_M\.gguf, tiny-moe-Q8_0\.gguf/,
     );
   });
 
   it("refuses an unknown or ambiguous quant by name, listing the files", async () => {
-    await expect(fetchHubModel(request(`${REPO}:Q2_K`))).rejects.toThrow(
+    await expect(fetchHubModel(`${REPO}:Q2_K`)).rejects.toThrow(
       /test-org\/tiny-moe has no GGUF file for quant Q2_K; its GGUF files: tiny-moe-Q4_K_M\.gguf, tiny-moe-Q8_0\.gguf/,
     );
     hub.files.set("tiny-moe-Q4_K_S.gguf", other);
-    await expect(fetchHubModel(request(`${REPO}:Q4_K`))).rejects.toThrow(
+    await expect(fetchHubModel(`${REPO}:Q4_K`)).rejects.toThrow(
       /quant Q4_K is ambiguous, it names tiny-moe-Q4_K_M\.gguf, tiny-moe-Q4_K_S\.gguf/,
     );
     expect(downloads()).toEqual([]);
   });
 
   it("names the repo and the HTTP status of a failed request", async () => {
-    const error = await fetchHubModel(request("test-org/missing")).catch((e: unknown) => e);
-    expect(error).toBeInstanceOf(HubError);
+    const error = await fetchHubModel("test-org/missing").catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(BloomeryError);
     expect((error as Error).message).toMatch(/^test-org\/missing: listing its files answered HTTP 404/);
-    await expect(fetchHubModel(request("not-a-repo"))).rejects.toThrow(/--hf must be <user>\/<model>\[:quant\]/);
+    await expect(fetchHubModel("not-a-repo")).rejects.toThrow(/a model on the hub is <user>\/<model>\[:quant\]/);
   });
 });
 
@@ -264,8 +204,8 @@ describe("a hostile HF_ENDPOINT (finding 6)", () => {
     let floodSent: Promise<number> | undefined;
     hostile(listing({}), (res) => (floodSent = flood(res, 200 * MB, () => res.writeHead(200))));
     const started = performance.now();
-    const error = await fetchHubModel(request(REPO)).catch((e: unknown) => e);
-    expect(error).toBeInstanceOf(HubError);
+    const error = await fetchHubModel(REPO).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(BloomeryError);
     expect(error).toMatchObject({
       code: "HUB_DOWNLOAD_SIZE",
       message: expect.stringMatching(/tiny-moe-Q4_K_M\.gguf: the download ran past the 1000 bytes the listing gives/),
@@ -281,7 +221,7 @@ describe("a hostile HF_ENDPOINT (finding 6)", () => {
 
   it("refuses a download whose Content-Length disagrees with the listing before writing it", async () => {
     hostile(listing({}), (res) => res.writeHead(200, { "content-length": String(2000) }).end(Buffer.alloc(2000)));
-    await expect(fetchHubModel(request(REPO))).rejects.toMatchObject({
+    await expect(fetchHubModel(REPO)).rejects.toMatchObject({
       code: "HUB_DOWNLOAD_SIZE",
       message: expect.stringMatching(/the download is 2000 bytes, where the listing says 1000/),
     });
@@ -294,14 +234,14 @@ describe("a hostile HF_ENDPOINT (finding 6)", () => {
       res.write(Buffer.alloc(400));
       setTimeout(() => res.destroy(), 50);
     });
-    await expect(fetchHubModel(request(REPO))).rejects.toMatchObject({
+    await expect(fetchHubModel(REPO)).rejects.toMatchObject({
       code: "HUB_DOWNLOAD_BROKEN",
       message: expect.stringMatching(/broke off .*run again to resume it/),
     });
     expect(readFileSync(`${target()}.partial`).length).toBe(400);
     // The next run resumes it from the real hub's bytes: the listing's checksum decides.
     hostile(listing({}), (res) => res.writeHead(206, { "content-range": "bytes 400-999/1000" }).end(Buffer.alloc(600)));
-    const path = await fetchHubModel(request(REPO));
+    const path = await fetchHubModel(REPO);
     expect(readFileSync(path).equals(Buffer.alloc(1000))).toBe(true);
   });
 
@@ -329,8 +269,8 @@ describe("a hostile HF_ENDPOINT (finding 6)", () => {
 
   it.each(BAD_LISTINGS)("refuses a listing with $case by name, downloading nothing", async ({ body, says }) => {
     hostile(body);
-    const error = await fetchHubModel(request(REPO)).catch((e: unknown) => e);
-    expect(error).toBeInstanceOf(HubError);
+    const error = await fetchHubModel(REPO).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(BloomeryError);
     expect(error).toMatchObject({ code: "HUB_BAD_LISTING", message: expect.stringMatching(says) });
     expect(downloads()).toEqual([]);
   });
@@ -338,7 +278,7 @@ describe("a hostile HF_ENDPOINT (finding 6)", () => {
   it("stops reading a listing past 32 MiB", async () => {
     let floodSent: Promise<number> | undefined;
     hostile((res) => (floodSent = flood(res, 200 * MB, () => res.writeHead(200))));
-    await expect(fetchHubModel(request(REPO))).rejects.toMatchObject({
+    await expect(fetchHubModel(REPO)).rejects.toMatchObject({
       code: "HUB_BAD_LISTING",
       message: expect.stringMatching(/is larger than 33554432 bytes/),
     });
@@ -349,7 +289,7 @@ describe("a hostile HF_ENDPOINT (finding 6)", () => {
     const folder = join(cacheDir, "test-org_tiny-moe");
     mkdirSync(folder);
     writeFileSync(join(folder, ".manifest-Q4_K_M.json"), JSON.stringify({ files: [{ path: "../x", size: -1 }] }));
-    const path = await fetchHubModel(request(REPO));
+    const path = await fetchHubModel(REPO);
     expect(readFileSync(path).equals(model)).toBe(true);
   });
 
@@ -366,7 +306,7 @@ describe("a hostile HF_ENDPOINT (finding 6)", () => {
       lfs: { oid: "0".repeat(64) },
     }));
     hostile(JSON.stringify(entries));
-    await expect(fetchHubModel(request(REPO))).rejects.toMatchObject({
+    await expect(fetchHubModel(REPO)).rejects.toMatchObject({
       code: "HUB_NO_SPACE",
       message: expect.stringMatching(new RegExp(`the download needs ${parts * MAX_FILE_BYTES} bytes and the disk`)),
     });

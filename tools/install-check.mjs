@@ -69,6 +69,10 @@ function pack() {
   for (const f of prebuilds) say(`  ${f.path}: ${mb(f.size)}`);
   if (!prebuilds.some((f) => f.path.startsWith("prebuilds/linux-x64/"))) fail("the tarball has no prebuilds/linux-x64");
   if (info.files.some((f) => f.path.startsWith("native/tests/"))) fail("the tarball ships native/tests");
+  for (const page of ["index.html", "app.js", "plots.js", "style.css"]) {
+    if (!info.files.some((f) => f.path === `examples/server/webui/${page}`))
+      fail(`the tarball lacks the web page's ${page}`);
+  }
   say(`tarball ${info.filename}: ${mb(info.size)} packed, ${mb(info.unpackedSize)} unpacked`);
   return join(work, info.filename);
 }

@@ -17,6 +17,7 @@ import { registerAnthropic } from "./routes/anthropic.js";
 import { registerOpenAiResponses } from "./routes/openai-responses.js";
 import { registerUnsupported } from "./routes/unsupported.js";
 import { registerSlots } from "./routes/slots.js";
+import { registerWebui, WEBUI_PATHS } from "./routes/webui.js";
 import { shuttingDown } from "./slots.js";
 
 export interface AppOptions {
@@ -29,6 +30,8 @@ export interface AppOptions {
    * timeout; default 600); a slower one is answered 408 and disconnected. 0: no limit.
    */
   timeoutSeconds?: number;
+  /** Serve the web page at / (default true; --no-ui / --no-webui turn it off, as llama-server's). */
+  webui?: boolean;
 }
 
 /** Endpoints that answer without an API key, as llama-server's. */
@@ -46,6 +49,7 @@ export function createApp(config: ServerConfig, options: AppOptions = {}): Serve
   if (config.apiKeys.some((key) => key.trim() === "")) throw new Error("an API key is empty");
   const context = new ServerContext(config);
   const requestTimeout = (options.timeoutSeconds ?? 600) * 1000;
+  const webui = options.webui ?? true;
   const app = Fastify({
     bodyLimit: options.bodyLimit ?? 8 * 1024 * 1024,
     logger: options.logger ?? false,
@@ -76,10 +80,13 @@ export function createApp(config: ServerConfig, options: AppOptions = {}): Serve
       throw shuttingDown("it takes no new requests");
     }
     const path = request.url.split("?")[0]!;
-    if (config.apiKeys.length > 0 && !PUBLIC_PATHS.has(path) && !hasKey(request, config.apiKeys)) {
+    // The page's files are public and load while the model does, as llama-server's.
+    const page = webui && WEBUI_PATHS.has(path);
+    if (config.apiKeys.length > 0 && !PUBLIC_PATHS.has(path) && !page && !hasKey(request, config.apiKeys)) {
       throw new HttpError(401, "Invalid API Key");
     }
-    if (!context.loaded && path !== "/health" && path !== "/v1/health") throw new HttpError(503, "Loading model");
+    if (!context.loaded && path !== "/health" && path !== "/v1/health" && !page)
+      throw new HttpError(503, "Loading model");
   });
 
   app.setErrorHandler((error, request, reply) => sendError(reply, error, request));
@@ -94,6 +101,7 @@ export function createApp(config: ServerConfig, options: AppOptions = {}): Serve
   registerOpenAiResponses(app, context);
   registerUnsupported(app);
   registerSlots(app, context);
+  if (webui) registerWebui(app, context);
   return { app, context, shutdown: (deadlineMs) => drain(app, context, requests, deadlineMs) };
 }
 

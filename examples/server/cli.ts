@@ -2,11 +2,10 @@
 //   bloomery-serve [-m model.gguf] [--host H] [--port P] [-c N] [-np N] [--api-key K] ... (--help lists all)
 // It listens at once (GET /health answers 503 until the model is loaded), then serves.
 import { basename } from "node:path";
-import { BloomeryError, loadModel } from "../../src/index.js";
+import { BloomeryError, downloadModel, loadModel, type DownloadModelOptions } from "../../src/index.js";
 import { defaultModelPath } from "../../tools/default-model.js";
 import { createApp } from "./app.js";
 import { DRAIN_SECONDS } from "./drain.js";
-import { fetchHubModel, HubError, type HubRequest } from "./hf.js";
 import { launchSettings, modelSource } from "./launch.js";
 import { parseServeOptions, usage, UsageError } from "./options.js";
 import { megabytes, ProgressLine } from "./progress.js";
@@ -23,7 +22,7 @@ async function main(): Promise<void> {
     process.stdout.write(usage());
     return;
   }
-  const source = modelSource(options, process.env, defaultModelPath);
+  const source = modelSource(options, defaultModelPath);
   const modelPath = "path" in source ? source.path : await download(source.hub);
   // Flags are checked against the file before listening, so a bad one fails at once.
   const launch = await launchSettings(options, modelPath);
@@ -72,18 +71,23 @@ async function main(): Promise<void> {
 }
 
 /** -hf: the model's files from the hub (or the cache), each download with a progress line. */
-async function download(hub: HubRequest): Promise<string> {
+async function download(hub: { reference: string; options: DownloadModelOptions }): Promise<string> {
   let line: { file: string; progress: ProgressLine } | undefined;
   try {
-    return await fetchHubModel({
-      ...hub,
-      log,
-      onProgress: (file, received, size) => {
+    return await downloadModel(hub.reference, {
+      ...hub.options,
+      onProgress: ({ file, bytes, totalBytes }) => {
         if (line?.file !== file) {
           line?.progress.end();
+          log(
+            `downloading ${hub.reference}: ${file} (${totalBytes} bytes${bytes > 0 ? `, resuming at ${bytes}` : ""})`,
+          );
           line = { file, progress: new ProgressLine(process.stderr, `bloomery-serve: downloading ${basename(file)}`) };
         }
-        line.progress.update(size > 0 ? received / size : 1, `${megabytes(received)} of ${megabytes(size)}`);
+        line.progress.update(
+          totalBytes > 0 ? bytes / totalBytes : 1,
+          `${megabytes(bytes)} of ${megabytes(totalBytes)}`,
+        );
       },
     });
   } finally {
@@ -108,7 +112,7 @@ main().catch((error: unknown) => {
   // What fails once a shutdown began (the load it aborts, an --ask it refuses) is the drain's to end.
   if (stop.signal.aborted) return;
   if (error instanceof UsageError) console.error(`bloomery-serve: ${error.message}\n\n${usage()}`);
-  else if (error instanceof HubError || error instanceof BloomeryError) log(`${error.code}: ${error.message}`);
+  else if (error instanceof BloomeryError) log(`${error.code}: ${error.message}`);
   else console.error(error);
   process.exit(1);
 });

@@ -2,10 +2,9 @@
 // loadModel's options, the app's settings, where to listen, the slots and the questions of --ask. cli.ts passes
 // them on as they are, so a test of these values is a test of what runs: each flag reaches what it controls.
 import { totalmem } from "node:os";
-import { readGgufInfo, type LoadModelOptions } from "../../src/index.js";
+import { readGgufInfo, type DownloadModelOptions, type LoadModelOptions } from "../../src/index.js";
 import type { AppOptions } from "./app.js";
 import type { ServerConfig } from "./context.js";
-import { hubLocation, type HubRequest } from "./hf.js";
 import { UsageError, type ServeOptions } from "./options.js";
 import { placement } from "./placement.js";
 
@@ -24,20 +23,23 @@ export interface Launch {
   warnings: string[];
 }
 
-/** The model to serve: a file, or a Hugging Face repo to download it from first (-hf). */
+/**
+ * The model to serve: a file, or a Hugging Face repo to download it from first (-hf), through the SDK's
+ * downloadModel (which reads HF_ENDPOINT and LLAMA_CACHE, as llama-server does).
+ */
 export function modelSource(
   options: ServeOptions,
-  env: NodeJS.ProcessEnv,
   defaultModel: () => string,
-): { path: string } | { hub: Omit<HubRequest, "log"> } {
+): { path: string } | { hub: { reference: string; options: DownloadModelOptions } } {
   if (options.hfRepo === undefined) return { path: options.model ?? defaultModel() };
   return {
     hub: {
-      repo: options.hfRepo,
-      ...(options.hfFile !== undefined ? { file: options.hfFile } : {}),
-      ...(options.hfToken !== undefined ? { token: options.hfToken } : {}),
-      ...(options.offline ? { offline: true } : {}),
-      ...hubLocation(env),
+      reference: options.hfRepo,
+      options: {
+        ...(options.hfFile !== undefined ? { file: options.hfFile } : {}),
+        ...(options.hfToken !== undefined ? { token: options.hfToken } : {}),
+        ...(options.offline ? { offline: true } : {}),
+      },
     },
   };
 }
@@ -95,7 +97,7 @@ export async function launchSettings(options: ServeOptions, modelPath: string, g
   return {
     load,
     config,
-    app: { timeoutSeconds: options.timeoutSeconds },
+    app: { timeoutSeconds: options.timeoutSeconds, webui: options.webui },
     listen: { host: options.host, port: options.port },
     slots: options.parallel,
     ask: options.ask,

@@ -44,6 +44,8 @@ export interface ServeOptions {
   verbose: boolean;
   /** --offline: a -hf model must be in the cache already; nothing is downloaded. */
   offline: boolean;
+  /** --ui / --no-ui (and --webui / --no-webui): serve the web page at / (default true). */
+  webui: boolean;
   /** --cors-origins: the origins allowed to call (comma-separated; "localhost" means any local address). */
   corsOrigins?: string[];
 
@@ -286,12 +288,19 @@ export const FLAGS: readonly Flag[] = [
       "Access-Control-Allow-Origin (default: every origin)",
     apply: (o, v, name) => (o.corsOrigins = readList(v as string, name)),
   },
-  noEffect(
-    ["--no-ui", "--no-webui"],
-    "flag",
-    "accepted for llama-server's command lines, no effect: bloomery-serve has no web page yet (/ answers 404)",
-    "LLAMA_ARG_NO_UI",
-  ),
+  {
+    names: ["--ui", "--webui"],
+    env: "LLAMA_ARG_UI",
+    kind: "flag",
+    help: "serve the web page at / (default): a chat, and a live view of where the model's experts run",
+    apply: (o, v) => (o.webui = v as boolean),
+  },
+  {
+    names: ["--no-ui", "--no-webui"],
+    kind: "flag",
+    help: "serve no web page (/ answers 404)",
+    apply: (o, v) => (o.webui = !(v as boolean)),
+  },
   refused(
     ["--context-shift"],
     "flag",
@@ -330,7 +339,7 @@ export const FLAGS: readonly Flag[] = [
   refused(["--media-path"], "string", "bloomery-serve does not take images or audio"),
   refused(["--mmproj", "--mmproj-url"], "string", "bloomery-serve does not take images or audio"),
   refused(["--tools"], "string", "bloomery-serve runs no tools of its own: the client runs them"),
-  refused(["--ui-mcp-proxy", "--webui-mcp-proxy"], "flag", "bloomery-serve has no web page, nor its MCP proxy"),
+  refused(["--ui-mcp-proxy", "--webui-mcp-proxy"], "flag", "bloomery-serve's web page has no MCP proxy"),
   refused(
     ["-bs", "--backend-sampling"],
     "flag",
@@ -518,6 +527,7 @@ export function parseServeOptions(argv: readonly string[], env: NodeJS.ProcessEn
     reasoning: "auto",
     verbose: false,
     offline: false,
+    webui: true,
     cpuMoe: false,
     overrideTensors: [],
     slots: true,

@@ -25,4 +25,13 @@ void rms_norm(const float* x, int64_t rows, int64_t n, int64_t in_stride, const 
   }
 }
 
+void l2_norm(float* x, int64_t rows, int64_t n, int64_t stride, float eps) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = x + r * stride;
+    // ggml takes sqrtf of the double sum: rounded to float first.
+    const float scale = 1.0f / std::fmax(std::sqrt(static_cast<float>(sum_of_squares_scalar(row, n))), eps);
+    for (int64_t i = 0; i < n; ++i) row[i] *= scale;
+  }
+}
+
 }  // namespace bloomery::cpu

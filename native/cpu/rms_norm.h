@@ -12,6 +12,10 @@ namespace bloomery::cpu {
 void rms_norm(const float* x, int64_t rows, int64_t n, int64_t in_stride, const float* weight, float eps, float* out,
               int64_t out_stride);
 
+// L2 normalization (ggml_l2_norm): each of `rows` rows of `n` floats (`stride` apart) scaled in
+// place by 1 / max(|x|, eps), the squares summed in double as rms_norm's.
+void l2_norm(float* x, int64_t rows, int64_t n, int64_t stride, float eps);
+
 // The sum of x[i]^2 (each square rounded to float) in double: the one reduction of a row,
 // per tier (the scalar loop, and AVX-512).
 double sum_of_squares_scalar(const float* x, int64_t n);

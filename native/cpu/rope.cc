@@ -16,6 +16,16 @@ float yarn_corr_dim(const RopeParams& p, float rotations) {
          (2.0f * std::log(p.freq_base));
 }
 
+// Whether pair `pair` of an interleaved multi-axis rope takes its angle from the fourth axis
+// (position 0 for text): ggml's mrope cache, imrope branch.
+bool fourth_axis(const std::array<int32_t, 4>& sections, int64_t pair) {
+  const int64_t sum = sections[0] + sections[1] + sections[2] + sections[3];
+  if (sum == 0) return false;
+  const int64_t sector = pair % sum;
+  const int64_t axis = sector % 3;
+  return sector >= 3 * sections[static_cast<size_t>(axis)];
+}
+
 }  // namespace
 
 RopeConstants rope_constants(const RopeParams& params) {
@@ -36,7 +46,7 @@ void rope_angles(const RopeParams& params, int64_t position, std::vector<float>&
   float theta_base = static_cast<float>(position);
   for (int64_t i = 0; i < params.dims; i += 2) {
     const float factor = params.freq_factors ? params.freq_factors[i / 2] : 1.0f;
-    const float extrapolated = theta_base / factor;
+    const float extrapolated = (fourth_axis(params.sections, i / 2) ? 0.0f : theta_base) / factor;
     float theta = params.freq_scale * extrapolated;
     if (params.ext_factor != 0.0f) {
       const float y = (static_cast<float>(i / 2) - k.ramp_low) / std::max(0.001f, k.ramp_high - k.ramp_low);

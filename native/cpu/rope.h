@@ -8,6 +8,7 @@
 // extrapolated ramp) and its magnitude factor fma(0.1, log(1 / freq_scale), 1).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -28,6 +29,11 @@ struct RopeParams {
   float beta_fast = 32.0f;
   float beta_slow = 1.0f;
   int64_t original_context = 0;
+  // Interleaved multi-axis rope (Qwen3.5's imrope) at text positions: pair i's angle is the
+  // position's where i % (the sections' sum) falls in a section of the first three axes (each
+  // cycles through them: i % 3), and 0 (no rotation) in the fourth, as ggml_rope_multi gives a
+  // text token positions [p, p, p, 0]. All zero: plain rope.
+  std::array<int32_t, 4> sections{};
 };
 
 // What the angles of every position share: ggml's theta_scale, YaRN's ramp between two

@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include "cpu/attention.h"
+#include "cpu/causal_conv.h"
+#include "cpu/delta_rule.h"
 #include "cpu/rms_norm.h"
 #include "cpu/rope.h"
 #include "cpu/swiglu.h"
@@ -25,6 +27,8 @@ void add_bias(float* rows, int64_t n, int64_t width, const float* bias) {
 void add_into(float* residual, const float* delta, int64_t count) {
   for (int64_t i = 0; i < count; ++i) residual[i] += delta[i];
 }
+
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 // Rotates the `heads` heads of each of n rows (`row_width` floats apart), `stride` floats apart.
 void rotate(const cpu::RopeParams& rope, const std::vector<std::vector<float>>& angles, float* rows, int64_t n,
@@ -95,7 +99,19 @@ void gqa_attention(const HyperParams& p, const model::AttentionWeights& a, int64
   const int64_t q_width = p.heads * p.head_dim;
   const int64_t k_width = w.kv_heads * p.head_dim, v_width = w.kv_heads * p.value_dim;
   s.input.reset(s.normed.data(), n, p.embedding);
-  cpu::matmul(w.q, s.input, s.q.data(), pool);
+  if (w.output_gate) {
+    // Each head's query, then its gate: split into s.q and s.attn_gate.
+    s.q_gated.resize(static_cast<size_t>(n * 2 * q_width));
+    s.attn_gate.resize(static_cast<size_t>(n * q_width));
+    cpu::matmul(w.q, s.input, s.q_gated.data(), pool);
+    for (int64_t i = 0; i < n * p.heads; ++i) {
+      const float* head = s.q_gated.data() + i * 2 * p.head_dim;
+      std::copy_n(head, p.head_dim, s.q.data() + i * p.head_dim);
+      std::copy_n(head + p.head_dim, p.head_dim, s.attn_gate.data() + i * p.head_dim);
+    }
+  } else {
+    cpu::matmul(w.q, s.input, s.q.data(), pool);
+  }
   cpu::matmul(w.k, s.input, s.k.data(), pool);
   cpu::matmul(w.v, s.input, s.v.data(), pool);
   add_bias(s.q.data(), n, q_width, w.q_bias);
@@ -124,6 +140,91 @@ void gqa_attention(const HyperParams& p, const model::AttentionWeights& a, int64
   shape.window = a.windowed ? p.sliding_window : 0;
   shape.sinks = a.sinks;
   attend(batch, layer, shape, s.k.data(), s.v.data(), s, pool);
+  if (w.output_gate) {
+    for (int64_t i = 0; i < n * q_width; ++i) s.attention[i] *= sigmoid(s.attn_gate[i]);
+  }
+}
+
+// Gated DeltaNet: the input projections (the convolution's [q, k, v] channels, the output gate
+// z, beta and alpha), then per sequence the causal convolution with SiLU, L2-normed queries and
+// keys, and the gated delta rule over its recurrent states; each head's output RMS-normed and
+// gated by silu(z), into s.attention (attn_output's input).
+void delta_net_attention(const HyperParams& p, const model::AttentionWeights& a, int64_t layer, int64_t n,
+                         std::span<const SequenceRows> batch, ForwardScratch& s, cpu::ThreadPool& pool) {
+  const model::DeltaNetWeights& w = a.delta_net;
+  const model::DeltaNetParams& d = p.delta_net;
+  const int64_t channels = d.channels(), value_width = d.value_width(), group = d.v_heads / d.k_heads;
+  s.mixed.resize(static_cast<size_t>(n * channels));
+  s.z.resize(static_cast<size_t>(n * value_width));
+  s.beta.resize(static_cast<size_t>(n * d.v_heads));
+  s.decay.resize(static_cast<size_t>(n * d.v_heads));
+  s.input.reset(s.normed.data(), n, p.embedding);
+  if (!w.qkvz.empty()) {
+    // Per key head [q, k, its group's values, their z]: gathered into [q..., k..., v...] and z.
+    const int64_t per_head = 2 * d.head_dim + 2 * group * d.head_dim;
+    s.grouped.resize(static_cast<size_t>(n * d.k_heads * per_head));
+    cpu::matmul(w.qkvz, s.input, s.grouped.data(), pool);
+    for (int64_t i = 0; i < n; ++i) {
+      float* row = s.mixed.data() + i * channels;
+      for (int64_t h = 0; h < d.k_heads; ++h) {
+        const float* part = s.grouped.data() + (i * d.k_heads + h) * per_head;
+        const int64_t values = group * d.head_dim;
+        std::copy_n(part, d.head_dim, row + h * d.head_dim);
+        std::copy_n(part + d.head_dim, d.head_dim, row + d.key_width() + h * d.head_dim);
+        std::copy_n(part + 2 * d.head_dim, values, row + 2 * d.key_width() + h * values);
+        std::copy_n(part + 2 * d.head_dim + values, values, s.z.data() + i * value_width + h * values);
+      }
+    }
+  } else {
+    cpu::matmul(w.qkv, s.input, s.mixed.data(), pool);
+    cpu::matmul(w.z, s.input, s.z.data(), pool);
+  }
+  if (!w.beta_alpha.empty()) {
+    // Per key head [its group's betas, their alphas].
+    s.grouped.resize(static_cast<size_t>(n * 2 * d.v_heads));
+    cpu::matmul(w.beta_alpha, s.input, s.grouped.data(), pool);
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t h = 0; h < d.k_heads; ++h) {
+        const float* part = s.grouped.data() + i * 2 * d.v_heads + h * 2 * group;
+        std::copy_n(part, group, s.beta.data() + i * d.v_heads + h * group);
+        std::copy_n(part + group, group, s.decay.data() + i * d.v_heads + h * group);
+      }
+    }
+  } else {
+    cpu::matmul(w.beta, s.input, s.beta.data(), pool);
+    cpu::matmul(w.alpha, s.input, s.decay.data(), pool);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t h = 0; h < d.v_heads; ++h) {
+      float& b = s.beta[i * d.v_heads + h];
+      b = sigmoid(b);
+      // g = softplus(alpha + dt_bias) * a, ggml's softplus (linear above 20).
+      float& g = s.decay[i * d.v_heads + h];
+      const float x = g + w.dt_bias[h];
+      g = (x > 20.0f ? x : std::log(1.0f + std::exp(x))) * w.a[h];
+    }
+  }
+  const cpu::DeltaRuleShape shape{d.k_heads, d.v_heads, d.head_dim, d.grouped_heads};
+  int64_t row = 0;
+  for (const SequenceRows& part : batch) {
+    const auto rows = static_cast<int64_t>(part.tokens.size());
+    float* state = part.cache->recurrent(layer);
+    if (part.first_position == 0) std::fill_n(state, d.state_floats(), 0.0f);
+    float* mixed = s.mixed.data() + row * channels;
+    cpu::causal_conv_silu(mixed, rows, channels, channels, d.conv_kernel, w.conv, state);
+    // A token's q heads, then its k heads, are L2-normed each.
+    for (int64_t t = 0; t < rows; ++t) {
+      cpu::l2_norm(mixed + t * channels, 2 * d.k_heads, d.head_dim, d.head_dim, p.rms_epsilon);
+    }
+    float* out = s.attention.data() + row * value_width;
+    cpu::gated_delta_rule(shape, rows, mixed, mixed + d.key_width(), channels, mixed + 2 * d.key_width(), channels,
+                          s.decay.data() + row * d.v_heads, s.beta.data() + row * d.v_heads, state + d.conv_floats(),
+                          out, value_width, pool);
+    row += rows;
+  }
+  cpu::rms_norm(s.attention.data(), n * d.v_heads, d.head_dim, d.head_dim, w.norm, p.rms_epsilon, s.attention.data(),
+                d.head_dim);
+  cpu::swiglu(s.z.data(), s.attention.data(), n * value_width, s.attention.data());
 }
 
 // Multi-head latent attention with the up-projections absorbed: each head's query becomes
@@ -179,6 +280,9 @@ void attention_block(const model::Model& model, int64_t layer, int64_t n, std::s
     case model::AttentionKind::kMla:
       mla_attention(p, a, layer, n, batch, s, pool);
       break;
+    case model::AttentionKind::kDeltaNet:
+      delta_net_attention(p, a, layer, n, batch, s, pool);
+      break;
   }
   s.input.reset(s.attention.data(), n, a.output.cols);
   cpu::matmul(a.output, s.input, s.projected.data(), pool);
@@ -227,6 +331,15 @@ void ffn_block(const model::Model& model, int64_t layer, int64_t n, ExpertArena*
     if (!f.dense.empty()) {
       s.shared.resize(static_cast<size_t>(n * p.embedding));
       swiglu_ffn(f.dense, n, s.shared.data(), s, pool);
+      if (!f.shared_gate.empty()) {
+        s.shared_gate.resize(static_cast<size_t>(n));
+        s.input.reset(s.normed.data(), n, p.embedding);
+        cpu::matmul(f.shared_gate, s.input, s.shared_gate.data(), pool);
+        for (int64_t i = 0; i < n; ++i) {
+          const float gate = sigmoid(s.shared_gate[i]);
+          for (int64_t j = 0; j < p.embedding; ++j) s.shared[i * p.embedding + j] *= gate;
+        }
+      }
       add_into(s.projected.data(), s.shared.data(), n * p.embedding);
     }
   } else {
@@ -241,7 +354,8 @@ void size_scratch(const HyperParams& p, int64_t n, ForwardScratch& s) {
   const int64_t q_width =
       p.mla.kv_lora_rank > 0 ? p.heads * (p.mla.kv_lora_rank + p.mla.rope_dim) : p.heads * p.head_dim;
   const int64_t attended =
-      p.mla.kv_lora_rank > 0 ? p.heads * std::max(p.mla.kv_lora_rank, p.mla.value_dim) : p.heads * p.value_dim;
+      std::max(p.mla.kv_lora_rank > 0 ? p.heads * std::max(p.mla.kv_lora_rank, p.mla.value_dim) : p.heads * p.value_dim,
+               p.delta_net.value_width());
   s.residual.resize(rows(p.embedding));
   s.normed.resize(rows(p.embedding));
   s.q.resize(rows(q_width));

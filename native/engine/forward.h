@@ -30,10 +30,14 @@ namespace bloomery::engine {
 // Buffers reused from one pass to the next.
 struct ForwardScratch {
   std::vector<float> residual, normed, q, k, v, attention, projected, gate, up, activated, router_logits;
-  std::vector<float> q_low, head_in, head_out, shared;   // MLA's low-rank queries and per-head products; shared experts
-  std::vector<std::vector<float>> rope_angles;           // per row
+  std::vector<float> q_low, head_in, head_out, shared;  // MLA's low-rank queries and per-head products; shared experts
+  std::vector<float> q_gated, attn_gate,
+      shared_gate;  // gated attention's [query, gate] heads, the gates; the shared experts' gate
+  std::vector<float> mixed, z, beta, decay,
+      grouped;                                  // Gated DeltaNet's convolved channels, output gates, betas, decays
+  std::vector<std::vector<float>> rope_angles;  // per row
   std::vector<std::vector<float>> windowed_rope_angles;  // per row, where windowed layers rotate otherwise
-  std::vector<int64_t> logit_rows;                       // the rows whose logits the pass returns
+  std::vector<int64_t> logit_rows;              // the rows whose logits the pass returns
   cpu::MatmulInput input;
   cpu::Routing routing;
   cpu::MoeScratch moe;
@@ -45,7 +49,8 @@ struct ForwardScratch {
 enum class LogitRows : uint8_t { kLast, kAll };
 
 // One sequence's rows in a pass: `tokens` at positions [first_position, first_position +
-// tokens.size()), whose keys and values go to `cache`.
+// tokens.size()), whose keys and values go to `cache` (and whose linear layers' recurrent
+// states there are those after first_position - 1; a pass from position 0 begins them anew).
 struct SequenceRows {
   std::span<const int32_t> tokens;
   int64_t first_position = 0;

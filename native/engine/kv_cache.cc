@@ -20,17 +20,33 @@ std::vector<uint8_t> windowed_layers(const model::Model& model) {
   return windowed;
 }
 
+std::vector<uint8_t> linear_layers(const model::Model& model) {
+  std::vector<uint8_t> linear;
+  for (const model::LayerWeights& layer : model.layers) {
+    linear.push_back(layer.attention.kind == model::AttentionKind::kDeltaNet ? 1 : 0);
+  }
+  return linear;
+}
+
 }  // namespace
 
 KvCache::KvCache(const model::Model& model, int64_t capacity)
-    : KvCache(model.params, windowed_layers(model), capacity) {}
+    : KvCache(model.params, windowed_layers(model), linear_layers(model), capacity) {}
 
 KvCache::KvCache(const model::HyperParams& params, std::span<const uint8_t> windowed, int64_t capacity)
+    : KvCache(params, windowed, {}, capacity) {}
+
+KvCache::KvCache(const model::HyperParams& params, std::span<const uint8_t> windowed, std::span<const uint8_t> linear,
+                 int64_t capacity)
     : params_(params), capacity_(capacity), row_(model::cache_row(params)) {
   layers_.resize(static_cast<size_t>(params_.layers));
   for (int64_t l = 0; l < params_.layers; ++l) {
     Layer& layer = layers_[l];
     layer.windowed = !windowed.empty() && windowed[l] != 0;
+    if (!linear.empty() && linear[l] != 0) {
+      layer.recurrent.resize(static_cast<size_t>(params_.delta_net.state_floats()));
+      continue;
+    }
     const int64_t rows = layer.windowed ? model::window_cells(params_, capacity_) : capacity_;
     layer.keys.resize(static_cast<size_t>(rows * row_.keys));
     layer.values.resize(static_cast<size_t>(rows * row_.values));
@@ -61,9 +77,13 @@ void KvCache::store(int64_t layer, int64_t first, int64_t n, const float* keys, 
   to_f16(values, n * row_.values, l.values.data() + (first - l.first) * row_.values);
 }
 
-void KvCache::copy_out(int64_t n, uint16_t* keys, uint16_t* values) const {
+void KvCache::copy_out(int64_t n, uint16_t* keys, uint16_t* values, float* recurrent) const {
   const int64_t window_from = window_first();
   for (const Layer& l : layers_) {
+    if (!l.recurrent.empty()) {
+      recurrent = std::copy(l.recurrent.begin(), l.recurrent.end(), recurrent);
+      continue;
+    }
     const int64_t from = l.windowed ? window_from : 0;
     const int64_t rows = n - from;
     std::copy_n(l.keys.data() + (from - l.first) * row_.keys, rows * row_.keys, keys);
@@ -77,7 +97,13 @@ void KvCache::copy_in(int64_t n, const SessionState& state) {
   const int64_t packed = static_cast<int64_t>(state.tokens.size());
   const uint16_t* keys = state.keys.data();
   const uint16_t* values = state.values.data();
+  const float* recurrent = state.recurrent.data();
   for (Layer& l : layers_) {
+    if (!l.recurrent.empty()) {
+      std::copy_n(recurrent, l.recurrent.size(), l.recurrent.data());
+      recurrent += l.recurrent.size();
+      continue;
+    }
     l.first = l.windowed ? state.window_first : 0;
     const int64_t rows = n - l.first, held = packed - l.first;
     std::copy_n(keys, rows * row_.keys, l.keys.data());

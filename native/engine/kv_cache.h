@@ -3,7 +3,8 @@
 // A layer of full attention holds positions [0, capacity); a windowed layer holds only its
 // last positions (model::window_cells rows): when a store would overflow it, the rows the
 // window still needs move to the front, starting at a multiple of model::kWindowAlign, and
-// first_cached says which position its first row holds.
+// first_cached says which position its first row holds. A layer of linear attention holds no
+// rows but the sequence's recurrent state after its last position (model::DeltaNetParams).
 #pragma once
 
 #include <cstdint>
@@ -17,14 +18,22 @@ namespace bloomery::engine {
 class KvCache {
  public:
   KvCache(const model::Model& model, int64_t capacity);
-  // `windowed`: per layer, 1 for a sliding-window layer (empty: none).
+  // `windowed`: per layer, 1 for a sliding-window layer (empty: none); `linear`: 1 for a layer of
+  // linear attention (empty: none).
   KvCache(const model::HyperParams& params, std::span<const uint8_t> windowed, int64_t capacity);
+  KvCache(const model::HyperParams& params, std::span<const uint8_t> windowed, std::span<const uint8_t> linear,
+          int64_t capacity);
 
   int64_t capacity() const { return capacity_; }
   const model::CacheRow& row() const { return row_; }
 
   uint16_t* keys(int64_t layer) { return layers_[layer].keys.data(); }
   uint16_t* values(int64_t layer) { return layers_[layer].values.data(); }
+  // A layer of linear attention's recurrent state (DeltaNetParams::state_floats: the
+  // convolution's, then the rule's); null for other layers.
+  float* recurrent(int64_t layer) {
+    return layers_[layer].recurrent.empty() ? nullptr : layers_[layer].recurrent.data();
+  }
   // The position of the layer's first row (0 but for windowed layers).
   int64_t first_cached(int64_t layer) const { return layers_[layer].first; }
   // The first position every windowed layer still holds (0 without windowed layers): a context
@@ -37,9 +46,12 @@ class KvCache {
   void store(int64_t layer, int64_t first, int64_t n, const float* keys, const float* values);
 
   // Copies the rows of positions [0, n) of every layer (of a windowed layer: [window_first(), n))
-  // to `keys` and `values`, layer after layer as a SessionState holds them.
-  void copy_out(int64_t n, uint16_t* keys, uint16_t* values) const;
-  // Loads the first n positions of `state` (model::window_floor(n) >= state.window_first).
+  // to `keys` and `values`, layer after layer as a SessionState holds them, and the recurrent
+  // states to `recurrent` (they are the states after the cache's last position, which the caller
+  // knows to be n).
+  void copy_out(int64_t n, uint16_t* keys, uint16_t* values, float* recurrent) const;
+  // Loads the first n positions of `state` (model::window_floor(n) >= state.window_first), and its
+  // recurrent states (those after its last token: with linear layers, n is its token count).
   void copy_in(int64_t n, const struct SessionState& state);
 
  private:
@@ -47,6 +59,7 @@ class KvCache {
     bool windowed = false;
     int64_t first = 0;  // the position of row 0
     std::vector<uint16_t> keys, values;
+    std::vector<float> recurrent;  // linear attention's state
   };
   const model::HyperParams& params_;
   int64_t capacity_;

@@ -17,11 +17,12 @@ bool PromptCache::store(std::shared_ptr<const SessionState> state) {
   for (auto it = entries_.begin(); it != entries_.end();) {
     const std::span<const int32_t> held = (*it)->tokens;
     const int64_t shared = common_prefix(held, tokens);
-    if (shared == static_cast<int64_t>(tokens.size())) {
+    const bool same = held.size() == tokens.size() && shared == static_cast<int64_t>(tokens.size());
+    if (same || (!whole_states_ && shared == static_cast<int64_t>(tokens.size()))) {
       entries_.splice(entries_.begin(), entries_, it);
       return true;
     }
-    if (shared == static_cast<int64_t>(held.size())) {
+    if (!whole_states_ && shared == static_cast<int64_t>(held.size())) {
       bytes_ -= (*it)->bytes();
       it = entries_.erase(it);
     } else {
@@ -54,6 +55,7 @@ PromptCache::Match PromptCache::find(std::span<const int32_t> tokens) {
   int64_t best_length = 0;
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {
     const int64_t shared = common_prefix((*it)->tokens, tokens);
+    if (whole_states_ && shared != static_cast<int64_t>((*it)->tokens.size())) continue;
     if (shared > best_length) {
       best = it;
       best_length = shared;

@@ -16,7 +16,11 @@ namespace bloomery::engine {
 
 class PromptCache {
  public:
-  explicit PromptCache(uint64_t capacity) : capacity_(capacity) {}
+  // `whole_states`: the states cannot be cut back (a model with recurrent layers): an entry
+  // serves a prompt only if the prompt begins with all of its tokens, and shorter entries are
+  // kept beside longer ones (they are the checkpoints of prefixes).
+  explicit PromptCache(uint64_t capacity, bool whole_states = false)
+      : capacity_(capacity), whole_states_(whole_states) {}
 
   struct Match {
     std::shared_ptr<const SessionState> state;  // null when nothing shares a token with the prompt
@@ -25,15 +29,17 @@ class PromptCache {
 
   // Takes `state` as the most recently used entry, unless it is larger than the whole cache
   // (then returns false). An entry whose tokens begin the new state's is dropped (the new one
-  // holds it too); a state whose tokens begin an entry's only refreshes that entry. Then the
-  // least recently used entries go until the rest fits.
+  // holds it too); a state whose tokens begin an entry's only refreshes that entry (with
+  // whole_states, both only for the same tokens). Then the least recently used entries go until
+  // the rest fits.
   bool store(std::shared_ptr<const SessionState> state);
 
   // Whether an entry's tokens begin with `tokens` (then it counts as used): such a state
   // needs no storing.
   bool holds(std::span<const int32_t> tokens);
 
-  // The entry sharing the longest prefix with `tokens` (marked as used), or an empty match.
+  // The entry sharing the longest prefix with `tokens` (with whole_states: the longest entry whose
+  // tokens all begin `tokens`), marked as used, or an empty match.
   Match find(std::span<const int32_t> tokens);
 
   uint64_t capacity() const { return capacity_; }
@@ -42,6 +48,7 @@ class PromptCache {
 
  private:
   const uint64_t capacity_;
+  const bool whole_states_;
   mutable std::mutex mutex_;
   std::list<std::shared_ptr<const SessionState>> entries_;  // most recently used first
   uint64_t bytes_ = 0;

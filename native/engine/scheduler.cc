@@ -287,6 +287,14 @@ void Scheduler::admit(Outbox& out) {
     it = waiting_.erase(it);
     r.admitted = true;
     r.started = Clock::now();
+    if (!r.generating()) {
+      try {
+        session.catch_up();
+      } catch (...) {
+        finish(request, failed(std::current_exception()), out);
+        continue;
+      }
+    }
     r.base = r.generating() ? 0 : session.position_.load();
     r.start_position = r.base;
     if (!r.generating() && !session.can_continue_at(r.base)) {
@@ -330,6 +338,18 @@ void Scheduler::admit(Outbox& out) {
   }
 }
 
+namespace {
+
+// The first checkpoint after position `from` of a prompt of `end` tokens: end - kCheckpointSpacing
+// * 2^i for the largest i that leaves one after `from`, else the end.
+int64_t next_checkpoint(int64_t end, int64_t from) {
+  int64_t next = end;
+  for (int64_t gap = kCheckpointSpacing; end - gap > from; gap *= 2) next = end - gap;
+  return next;
+}
+
+}  // namespace
+
 void Scheduler::plan(Pass& pass) {
   int64_t budget = runtime_.step_tokens();
   for (const auto& r : active_) {
@@ -341,7 +361,12 @@ void Scheduler::plan(Pass& pass) {
     if (budget <= 0) break;
     const auto remaining = static_cast<int64_t>(r->input.size() - r->evaluated);
     if (remaining == 0) continue;
-    const int64_t take = std::min(remaining, budget);
+    int64_t take = std::min(remaining, budget);
+    // With recurrent layers, a prompt's passes end on its checkpoints (stored in commit).
+    if (r->generating() && r->session->recurrent()) {
+      const auto at = static_cast<int64_t>(r->evaluated);
+      take = std::min(take, next_checkpoint(static_cast<int64_t>(r->input.size()), at) - at);
+    }
     const auto first = r->input.begin() + static_cast<ptrdiff_t>(r->evaluated);
     pass.parts.push_back({r, std::vector<int32_t>(first, first + take), r->session->position_, false});
     budget -= take;
@@ -372,6 +397,7 @@ void Scheduler::execute(Pass& pass) {
       batch.reserve(pass.parts.size());
       for (const Pass::Part& part : pass.parts) {
         const Request& r = *part.request;
+        r.session->begin_pass();
         batch.push_back(
             {part.tokens, part.first_position, &r.session->cache_, r.generating() ? LogitRows::kLast : r.rows});
       }
@@ -419,6 +445,10 @@ void Scheduler::commit(Pass& pass, Outbox& out) {
     }
     r.session->position_ = part.first_position + n;
     if (!part.decode) r.evaluated += static_cast<size_t>(n);
+    if (!part.decode && r.generating() && r.session->recurrent()) {
+      const auto end = static_cast<int64_t>(r.input.size()), at = static_cast<int64_t>(r.evaluated);
+      if (next_checkpoint(end, at - 1) == at) r.session->store_in_cache();
+    }
     if (all_rows) r.logits.insert(r.logits.end(), logits, logits + rows * p.vocab);
     if (r.evaluated < r.input.size()) continue;  // more of the prompt next step
 

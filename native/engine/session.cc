@@ -77,13 +77,18 @@ Runtime::Runtime(std::unique_ptr<model::Model> model, const RuntimeOptions& opti
       parallel_(options.parallel),
       step_tokens_(options.step_tokens),
       pool_(checked_threads(options.threads)),
-      prompt_cache_(options.cache_ram) {
+      prompt_cache_(options.cache_ram, model::has_recurrent_layers(*model_)) {
   if (parallel_ < 1) throw Error("INVALID_ARGUMENT", "parallel must be a positive integer");
   if (step_tokens_ < parallel_) {
     throw Error("INVALID_ARGUMENT", "a step of " + std::to_string(step_tokens_) + " tokens cannot hold " +
                                         std::to_string(parallel_) + " parallel sequences");
   }
   arena_ = disk_tier(*model_, options);
+  if (options.gpu && model::has_recurrent_layers(*model_)) {
+    throw Error("UNSUPPORTED_FEATURE", model_->params.architecture +
+                                           "'s linear-attention (Gated DeltaNet) layers do not run on the GPU yet: "
+                                           "load the model with gpu: false");
+  }
   if (options.gpu) gpu_ = upload_model(*model_, *options.gpu, context_size_, pool_, arena_.get(), options.progress);
   if (options.fault_in_weights) {
     fault_in(cpu_read_weights(*model_, options.gpu.has_value(),
@@ -107,7 +112,9 @@ uint64_t Runtime::fingerprint() {
 Runtime::~Runtime() { scheduler_->stop(); }
 
 Session::Session(std::shared_ptr<Runtime> runtime)
-    : runtime_(std::move(runtime)), cache_(runtime_->model(), runtime_->on_gpu() ? 0 : runtime_->context_size()) {
+    : runtime_(std::move(runtime)),
+      cache_(runtime_->model(), runtime_->on_gpu() ? 0 : runtime_->context_size()),
+      recurrent_(model::has_recurrent_layers(runtime_->model())) {
   if (runtime_->on_gpu()) gpu_ = create_gpu_sequence(*runtime_->gpu_, runtime_->context_size());
 }
 
@@ -121,17 +128,22 @@ PromptReuse Session::prepare_prompt(std::span<const int32_t> tokens) {
   const auto usable = [&](int64_t n, int64_t window_first) {
     return model::window_floor(p, n) >= window_first ? n : 0;
   };
-  const int64_t own = usable(std::min(common_prefix(current_history(), tokens), limit), held_window_first());
+  // A recurrent state is a prefix only whole: the session's where the prompt begins with its
+  // tokens, a cached one where the prompt begins with all of its.
+  const int64_t own = recurrent_
+                          ? recurrent_prefix(tokens, limit)
+                          : usable(std::min(common_prefix(current_history(), tokens), limit), held_window_first());
   PromptCache& cache = runtime_->prompt_cache_;
   const PromptCache::Match match = cache.capacity() > 0 ? cache.find(tokens) : PromptCache::Match{};
-  const int64_t cached = match.state ? usable(std::min(match.length, limit), match.state->window_first) : 0;
+  int64_t cached = match.state ? usable(std::min(match.length, limit), match.state->window_first) : 0;
+  if (recurrent_ && cached != static_cast<int64_t>(match.state ? match.state->tokens.size() : 0)) cached = 0;
   if (cached > own) {
     store_locked();
     load(*match.state, cached);
     in_cache_ = true;
     return {cached, true};
   }
-  if (own < position_) {
+  if (own < position_ || (recurrent_ && own != position_)) {
     store_locked();
     history_.resize(static_cast<size_t>(own));
     position_ = own;
@@ -145,15 +157,20 @@ bool Session::store_in_cache() {
 }
 
 bool Session::store_locked() {
-  if (position_ == 0) return false;
+  // A recurrent state is stored where it is (its tokens are still in history_ when the context
+  // was cut back before them): it serves the prompts that begin with them.
+  const int64_t n = recurrent_ ? recurrent_position_.load() : position_.load();
+  if (n <= 0 || static_cast<int64_t>(history_.size()) < n) return false;
   if (in_cache_) return true;
   PromptCache& cache = runtime_->prompt_cache_;
-  if (cache.holds(current_history())) return in_cache_ = true;
-  if (session_state_bytes(state_shape(runtime_->model()), position_, held_window_first()) > cache.capacity()) {
+  // A cached state that a recurrent one begins cannot be cut back to it: only non-recurrent
+  // states count as held by a longer entry.
+  if (!recurrent_ && cache.holds(current_history())) return in_cache_ = true;
+  if (session_state_bytes(state_shape(runtime_->model()), n, held_window_first()) > cache.capacity()) {
     return false;
   }
   try {
-    in_cache_ = cache.store(snapshot(position_));
+    in_cache_ = cache.store(snapshot(n));
   } catch (const std::bad_alloc&) {
     return false;
   }
@@ -163,6 +180,7 @@ bool Session::store_locked() {
 std::shared_ptr<const SessionState> Session::save() {
   const uint64_t fingerprint = runtime_->fingerprint();
   std::lock_guard lock(runtime_->compute_);
+  catch_up_locked();
   std::shared_ptr<SessionState> state = snapshot(position_);
   state->model_fingerprint = fingerprint;
   return state;
@@ -198,7 +216,36 @@ const std::vector<int32_t>& Session::current_history() {
 void Session::record(int64_t first_position, std::span<const int32_t> tokens) {
   history_.resize(static_cast<size_t>(first_position));
   history_.insert(history_.end(), tokens.begin(), tokens.end());
+  recurrent_position_ = static_cast<int64_t>(history_.size());
   in_cache_ = false;
+}
+
+int64_t Session::recurrent_prefix(std::span<const int32_t> tokens, int64_t limit) const {
+  const int64_t at = recurrent_position_;
+  if (at <= 0 || at > limit || static_cast<int64_t>(history_.size()) < at) return 0;
+  return std::equal(history_.begin(), history_.begin() + at, tokens.begin()) ? at : 0;
+}
+
+void Session::catch_up() {
+  if (!recurrent_) return;
+  std::lock_guard lock(runtime_->compute_);
+  catch_up_locked();
+}
+
+void Session::catch_up_locked() {
+  if (!recurrent_ || recurrent_position_ == position_) return;
+  const int64_t n = position_;
+  const std::vector<int32_t> tokens(history_.begin(), history_.begin() + n);
+  recurrent_position_ = -1;
+  ForwardScratch scratch;
+  std::vector<float> logits;
+  for (int64_t done = 0; done < n; done += runtime_->step_tokens_) {
+    const int64_t take = std::min(runtime_->step_tokens_, n - done);
+    const SequenceRows rows{std::span(tokens).subspan(static_cast<size_t>(done), static_cast<size_t>(take)), done,
+                            &cache_, LogitRows::kLast};
+    forward(runtime_->model(), std::span(&rows, 1), logits, scratch, runtime_->pool_, runtime_->arena_.get());
+  }
+  recurrent_position_ = n;
 }
 
 int64_t Session::held_window_first() const { return gpu_ ? 0 : cache_.window_first(); }
@@ -214,14 +261,17 @@ std::shared_ptr<SessionState> Session::snapshot(int64_t n) {
   state->windowed_layers = shape.windowed_layers;
   state->row = shape.row;
   state->window_first = held_window_first();
+  state->linear_layers = shape.linear_layers;
+  state->recurrent_floats = shape.recurrent_floats;
   state->tokens.assign(history_.begin(), history_.begin() + n);
   const int64_t rows = state_rows(shape, n, state->window_first);
   state->keys.resize(static_cast<size_t>(rows * shape.row.keys));
   state->values.resize(static_cast<size_t>(rows * shape.row.values));
+  state->recurrent.resize(static_cast<size_t>(shape.linear_layers * shape.recurrent_floats));
   if (gpu_) {
     copy_kv_to_host(*runtime_->gpu_, *gpu_, n, n, state->keys.data(), state->values.data());
   } else {
-    cache_.copy_out(n, state->keys.data(), state->values.data());
+    cache_.copy_out(n, state->keys.data(), state->values.data(), state->recurrent.data());
   }
   return state;
 }
@@ -235,13 +285,15 @@ void Session::load(const SessionState& state, int64_t n) {
   }
   history_.assign(state.tokens.begin(), state.tokens.begin() + n);
   position_ = n;
+  recurrent_position_ = n;
 }
 
 void Session::check_restorable(const SessionState& state, uint64_t fingerprint) {
   const StateShape shape = state_shape(runtime_->model());
   if (state.model_fingerprint != fingerprint || state.layers != shape.layers ||
       state.windowed_layers != shape.windowed_layers || state.row.keys != shape.row.keys ||
-      state.row.values != shape.row.values) {
+      state.row.values != shape.row.values || state.linear_layers != shape.linear_layers ||
+      state.recurrent.size() != static_cast<size_t>(shape.linear_layers * shape.recurrent_floats)) {
     throw Error("STATE_MODEL_MISMATCH", "the session state was saved from another model (or another file of it)");
   }
   if (static_cast<int64_t>(state.tokens.size()) > runtime_->context_size()) {

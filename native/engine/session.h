@@ -32,6 +32,10 @@ inline constexpr uint32_t kDefaultParallel = 2;
 // Rows of one pass: decode tokens first, then prompt chunks up to this many rows, so a long
 // prompt delays the running streams by one bounded pass at a time.
 inline constexpr int64_t kDefaultStepTokens = 256;
+// With recurrent layers, a prompt's state is stored in the prompt-state cache at its end and at
+// the positions this many tokens, then twice, four times ... as many, before it (checkpoints: a
+// later prompt restores the nearest one inside the prefix it shares).
+inline constexpr int64_t kCheckpointSpacing = 512;
 
 // The disk tier: routed experts read from the model file into an arena of `arena_bytes` as
 // passes need them (expert_arena.h). Per layer, the experts it pages; none: no disk tier.
@@ -142,9 +146,18 @@ class Session {
   // when a generation starts, and evaluates tokens[first...] next.
   PromptReuse prepare_prompt(std::span<const int32_t> tokens);
 
-  // The state of the first n tokens (n = position_ where the model has windowed layers); the
-  // caller holds the runtime's compute lock.
+  // The state of the first n tokens (n = position_ where the model has windowed layers; with
+  // recurrent layers, n = recurrent_position_); the caller holds the runtime's compute lock.
   std::shared_ptr<SessionState> snapshot(int64_t n);
+  // With recurrent layers: brings their states to position_ when they are elsewhere (a stop, a
+  // cancel or a failed pass cut the context back), by evaluating the context again from its
+  // start. The caller holds the compute lock.
+  void catch_up_locked();
+  void catch_up();
+  bool recurrent() const { return recurrent_; }
+  // Where the recurrent states are usable as a prefix of `tokens` (at most `limit` long): their
+  // position when the prompt begins with the tokens before it, else 0.
+  int64_t recurrent_prefix(std::span<const int32_t> tokens, int64_t limit) const;
   // The first position the windowed layers' caches still hold (0: every position held).
   int64_t held_window_first() const;
   // Whether the context can go on from position n: its windowed layers still hold the window
@@ -159,6 +172,8 @@ class Session {
   // Records that the keys and values of `tokens` were written at first_position on (the
   // scheduler calls it inside a pass, under the compute lock).
   void record(int64_t first_position, std::span<const int32_t> tokens);
+  // Marks the recurrent states as being written by a pass (record() then says where they are).
+  void begin_pass() { recurrent_position_ = -1; }
 
   std::shared_ptr<Runtime> runtime_;
   KvCache cache_;  // empty when the model runs on the GPU
@@ -170,7 +185,12 @@ class Session {
   // Guarded by the runtime's compute lock. Tokens past position_ (left by a cancel or a reset,
   // which only move position_) are stale: current_history() drops them.
   std::vector<int32_t> history_;
-  bool in_cache_ = false;             // the prompt-state cache holds this state (or one it begins)
+  bool in_cache_ = false;  // the prompt-state cache holds this state (or one it begins)
+  // With recurrent layers: the position their states are after (history_ holds the tokens
+  // before it unless it exceeds position_ and history_ was cut); -1 when a pass failed midway.
+  // Written under the compute lock; read by the scheduler without it.
+  std::atomic<int64_t> recurrent_position_{0};
+  const bool recurrent_;              // the model has layers of linear attention
   const Request* running_ = nullptr;  // the request of this session that runs now (guarded by the scheduler's mutex)
 };
 

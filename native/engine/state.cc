@@ -18,14 +18,16 @@ namespace bloomery::engine {
 namespace {
 
 // The file: this header (little-endian, as the engine's hosts are), then tokens (int32),
-// keys and values (f16, layer after layer).
+// keys and values (f16, layer after layer), then the linear layers' recurrent states (f32).
 constexpr char kMagic[8] = {'B', 'L', 'M', 'Y', 'K', 'V', 'S', 'T'};
 constexpr uint32_t kVersion = 3;
 
 struct FileHeader {
   char magic[8];
   uint32_t version;
-  uint32_t reserved;  // 0
+  // Layers of linear attention, whose recurrent states follow the values (0 for other models,
+  // which is what version 3 files before them held here).
+  uint32_t linear_layers;
   uint64_t model_fingerprint;
   uint64_t layers;
   uint64_t key_width;    // f16 keys of a position in one layer
@@ -87,6 +89,7 @@ uint64_t state_checksum(FileHeader header, const SessionState& state) {
   h.add(state.tokens.data(), state.tokens.size() * sizeof(int32_t));
   h.add(state.keys.data(), state.keys.size() * sizeof(uint16_t));
   h.add(state.values.data(), state.values.size() * sizeof(uint16_t));
+  h.add(state.recurrent.data(), state.recurrent.size() * sizeof(float));
   return h.value();
 }
 
@@ -123,22 +126,29 @@ std::string kind_of(mode_t mode) {
 
 StateShape state_shape(const model::Model& model) {
   StateShape shape{model.params.layers, 0, model::cache_row(model.params)};
-  for (const model::LayerWeights& layer : model.layers) shape.windowed_layers += layer.attention.windowed ? 1 : 0;
+  for (const model::LayerWeights& layer : model.layers) {
+    shape.windowed_layers += layer.attention.windowed ? 1 : 0;
+    shape.linear_layers += layer.attention.kind == model::AttentionKind::kDeltaNet ? 1 : 0;
+  }
+  if (shape.linear_layers > 0) shape.recurrent_floats = model.params.delta_net.state_floats();
   return shape;
 }
 
 int64_t state_rows(const StateShape& shape, int64_t tokens, int64_t window_first) {
-  return (shape.layers - shape.windowed_layers) * tokens + shape.windowed_layers * (tokens - window_first);
+  return (shape.layers - shape.windowed_layers - shape.linear_layers) * tokens +
+         shape.windowed_layers * (tokens - window_first);
 }
 
 uint64_t session_state_bytes(const StateShape& shape, int64_t tokens, int64_t window_first) {
   return sizeof(SessionState) + static_cast<uint64_t>(tokens) * sizeof(int32_t) +
          static_cast<uint64_t>(state_rows(shape, tokens, window_first) * (shape.row.keys + shape.row.values)) *
-             sizeof(uint16_t);
+             sizeof(uint16_t) +
+         static_cast<uint64_t>(shape.linear_layers * shape.recurrent_floats) * sizeof(float);
 }
 
 uint64_t SessionState::bytes() const {
-  return session_state_bytes({layers, windowed_layers, row}, static_cast<int64_t>(tokens.size()), window_first);
+  return session_state_bytes({layers, windowed_layers, row, linear_layers, recurrent_floats},
+                             static_cast<int64_t>(tokens.size()), window_first);
 }
 
 uint64_t model_fingerprint(const model::Model& model) {
@@ -188,6 +198,7 @@ void write_state_file(const std::string& path, const SessionState& state) {
   header.version = kVersion;
   header.model_fingerprint = state.model_fingerprint;
   header.layers = static_cast<uint64_t>(state.layers);
+  header.linear_layers = static_cast<uint32_t>(state.linear_layers);
   header.key_width = static_cast<uint64_t>(state.row.keys);
   header.value_width = static_cast<uint64_t>(state.row.values);
   header.tokens = state.tokens.size();
@@ -208,6 +219,7 @@ void write_state_file(const std::string& path, const SessionState& state) {
   write(state.tokens.data(), state.tokens.size() * sizeof(int32_t));
   write(state.keys.data(), state.keys.size() * sizeof(uint16_t));
   write(state.values.data(), state.values.size() * sizeof(uint16_t));
+  write(state.recurrent.data(), state.recurrent.size() * sizeof(float));
   if (::close(fd.release()) != 0) fail_removing(std::strerror(errno));
   // rename replaces the directory entry, whatever it is now: a link there is not followed.
   if (::rename(temp.c_str(), path.c_str()) != 0) fail_removing(std::strerror(errno));
@@ -251,9 +263,9 @@ SessionState read_state_file(const std::string& path, const StateExpectation& ex
     throw Error("STATE_UNSUPPORTED_VERSION", path + " is a session state of version " + std::to_string(header.version) +
                                                  "; this bloomery reads version " + std::to_string(kVersion));
   }
-  if (header.reserved != 0) bad("its reserved field is not 0");
   const StateShape& shape = expected.shape;
   if (header.model_fingerprint != expected.model_fingerprint || header.layers != static_cast<uint64_t>(shape.layers) ||
+      header.linear_layers != static_cast<uint64_t>(shape.linear_layers) ||
       header.windowed_layers != static_cast<uint64_t>(shape.windowed_layers) ||
       header.key_width != static_cast<uint64_t>(shape.row.keys) ||
       header.value_width != static_cast<uint64_t>(shape.row.values)) {
@@ -273,13 +285,17 @@ SessionState read_state_file(const std::string& path, const StateExpectation& ex
       state_rows(shape, static_cast<int64_t>(header.tokens), static_cast<int64_t>(header.window_first)));
   const uint64_t keys = rows * header.key_width;
   const uint64_t values = rows * header.value_width;
-  const uint64_t payload = (keys + values) * sizeof(uint16_t) + header.tokens * sizeof(int32_t);
+  const auto recurrent = static_cast<uint64_t>(shape.linear_layers * shape.recurrent_floats);
+  const uint64_t payload =
+      (keys + values) * sizeof(uint16_t) + header.tokens * sizeof(int32_t) + recurrent * sizeof(float);
   if (size - sizeof header != payload) bad("its size does not match its header");
   SessionState state;
   state.model_fingerprint = header.model_fingerprint;
   state.layers = shape.layers;
   state.windowed_layers = shape.windowed_layers;
   state.row = shape.row;
+  state.linear_layers = shape.linear_layers;
+  state.recurrent_floats = shape.recurrent_floats;
   state.window_first = static_cast<int64_t>(header.window_first);
   state.tokens.resize(header.tokens);
   state.keys.resize(keys);
@@ -287,6 +303,8 @@ SessionState read_state_file(const std::string& path, const StateExpectation& ex
   read(state.tokens.data(), state.tokens.size() * sizeof(int32_t));
   read(state.keys.data(), keys * sizeof(uint16_t));
   read(state.values.data(), values * sizeof(uint16_t));
+  state.recurrent.resize(recurrent);
+  read(state.recurrent.data(), recurrent * sizeof(float));
   if (state_checksum(header, state) != header.checksum) bad("its checksum does not match its contents");
   for (size_t i = 0; i < state.tokens.size(); ++i) {
     if (state.tokens[i] < 0 || state.tokens[i] >= expected.vocab) {

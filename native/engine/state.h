@@ -23,17 +23,24 @@ struct SessionState {
   int64_t window_first = 0;
   // f16, layer after layer in the model's order, each layer's rows of row.keys (row.values).
   std::vector<uint16_t> keys, values;
+  // Layers of linear attention (no rows), and per such layer its recurrent state after the last
+  // token (recurrent_floats floats, layer after layer).
+  int64_t linear_layers = 0;
+  int64_t recurrent_floats = 0;
+  std::vector<float> recurrent;
 
   // Host memory the state holds.
   uint64_t bytes() const;
 };
 
-// The shape of a state's payload: how many layers it has, how many of them are windowed, and a
-// position's widths.
+// The shape of a state's payload: how many layers it has, how many of them are windowed, a
+// position's widths, and how many layers are of linear attention with how large a state.
 struct StateShape {
   int64_t layers = 0;
   int64_t windowed_layers = 0;
   model::CacheRow row;
+  int64_t linear_layers = 0;
+  int64_t recurrent_floats = 0;
 };
 StateShape state_shape(const model::Model& model);
 

@@ -383,6 +383,10 @@ void Binder::bind_gqa_attention(int64_t layer, const GqaOptions& options) {
   w.kv_heads = kv_heads;
   const std::string fused = layer_tensor(layer, "attn_qkv");
   if (model_.file.find_tensor(fused)) {
+    if (options.output_gate) {
+      throw Error("UNSUPPORTED_FEATURE",
+                  "tensor " + fused + " (fused Q, K and V of a gated attention layer) is not supported");
+    }
     // One matrix of Q's rows, then K's, then V's: each a view of its rows.
     const cpu::WeightMatrix qkv = matrix(fused, p.embedding, q_width + k_width + v_width);
     const auto rows = [&](int64_t first, int64_t count) {
@@ -401,7 +405,7 @@ void Binder::bind_gqa_attention(int64_t layer, const GqaOptions& options) {
       w.v_bias = bias + q_width + k_width;
     }
   } else {
-    w.q = matrix(layer_tensor(layer, "attn_q"), p.embedding, q_width);
+    w.q = matrix(layer_tensor(layer, "attn_q"), p.embedding, options.output_gate ? 2 * q_width : q_width);
     w.k = matrix(layer_tensor(layer, "attn_k"), p.embedding, k_width);
     w.v = matrix(layer_tensor(layer, "attn_v"), p.embedding, v_width);
     if (options.biases) {
@@ -421,6 +425,7 @@ void Binder::bind_gqa_attention(int64_t layer, const GqaOptions& options) {
     w.k_norm = vector(layer_tensor(layer, "attn_k_norm"), k_width);
     w.qk_norm_whole = true;
   }
+  w.output_gate = options.output_gate;
   a.output = matrix(layer_tensor(layer, "attn_output"), p.heads * p.value_dim, p.embedding);
   if (options.output_bias) a.output_bias = vector(layer_tensor(layer, "attn_output", "bias"), p.embedding);
   if (options.sinks) a.sinks = vector(layer_tensor(layer, "attn_sinks"), p.heads);
@@ -500,6 +505,94 @@ void Binder::bind_moe_ffn(int64_t layer, const MoeOptions& options, std::string_
     r.biases.down = matrix_of_floats(layer_tensor(layer, "ffn_down_exps", "bias"), p.embedding, p.experts);
   }
   if (options.shared_experts && p.shared_feed_forward > 0) f.dense = swiglu(layer, "_shexp", p.shared_feed_forward);
+  if (options.shared_gate) f.shared_gate = matrix(layer_tensor(layer, "ffn_gate_inp_shexp"), p.embedding, 1);
+}
+
+void Binder::read_delta_net_params(bool grouped_heads) {
+  DeltaNetParams& d = model_.params.delta_net;
+  d.conv_kernel = required_count("ssm.conv_kernel");
+  d.head_dim = required_count("ssm.state_size");
+  d.k_heads = required_count("ssm.group_count");
+  d.v_heads = required_count("ssm.time_step_rank");
+  d.grouped_heads = grouped_heads;
+  if (d.conv_kernel < 2) throw Error("MODEL_BAD_METADATA", key("ssm.conv_kernel") + " must be at least 2");
+  if (d.v_heads % d.k_heads != 0) {
+    throw Error("MODEL_BAD_METADATA", key("ssm.time_step_rank") + " = " + std::to_string(d.v_heads) +
+                                          " is not a multiple of " + key("ssm.group_count") + " = " +
+                                          std::to_string(d.k_heads));
+  }
+  const int64_t inner = required_count("ssm.inner_size");
+  if (inner != d.v_heads * d.head_dim) {
+    throw Error("UNSUPPORTED_FEATURE", key("ssm.inner_size") + " = " + std::to_string(inner) + " differs from " +
+                                           key("ssm.time_step_rank") + " x " + key("ssm.state_size") +
+                                           " (value heads of another width than the state's)");
+  }
+}
+
+void Binder::read_rope_sections() {
+  const std::string k = key("rope.dimension_sections");
+  const std::optional<std::vector<int64_t>> sections = model_.file.get_int_array(k);
+  if (!sections) throw Error("MODEL_BAD_METADATA", "the model has no " + k);
+  if (sections->size() < 3 || sections->size() > 4) {
+    throw Error("MODEL_BAD_METADATA", k + " has " + std::to_string(sections->size()) + " entries, expected 4");
+  }
+  cpu::RopeParams& rope = model_.params.rope;
+  int64_t sum = 0;
+  for (size_t i = 0; i < sections->size(); ++i) {
+    const int64_t v = (*sections)[i];
+    if (v < 0 || v > rope.dims) throw Error("MODEL_BAD_METADATA", k + " has an entry out of range");
+    rope.sections[i] = static_cast<int32_t>(v);
+    sum += v;
+  }
+  if (sum == 0 || sum > rope.dims / 2) {
+    throw Error("MODEL_BAD_METADATA", k + " sums to " + std::to_string(sum) + ", not within 1.." +
+                                          std::to_string(rope.dims / 2) + " (half of " + key("rope.dimension_count") +
+                                          ")");
+  }
+}
+
+std::vector<bool> Binder::linear_attention_layers() const {
+  const int64_t layers = model_.params.layers;
+  std::vector<bool> linear(static_cast<size_t>(layers));
+  const std::string recurrent_key = key("attention.recurrent_layers");
+  if (model_.file.find(recurrent_key)) {
+    const std::optional<std::vector<int64_t>> flags = model_.file.get_int_array(recurrent_key);
+    if (!flags || flags->size() < static_cast<size_t>(layers)) {
+      throw Error("MODEL_BAD_METADATA", recurrent_key + " is not an array of one flag per layer");
+    }
+    for (int64_t l = 0; l < layers; ++l) linear[l] = (*flags)[l] != 0;
+    return linear;
+  }
+  const int64_t interval = count_or("full_attention_interval", 4);
+  for (int64_t l = 0; l < layers; ++l) linear[l] = (l + 1) % interval != 0;
+  return linear;
+}
+
+void Binder::bind_delta_net(int64_t layer) {
+  const HyperParams& p = model_.params;
+  const DeltaNetParams& d = p.delta_net;
+  AttentionWeights& a = weights(layer).attention;
+  a.kind = AttentionKind::kDeltaNet;
+  a.norm = vector(layer_tensor(layer, "attn_norm"), p.embedding);
+  DeltaNetWeights& w = a.delta_net;
+  if (model_.file.find_tensor(layer_tensor(layer, "ssm_in"))) {
+    w.qkvz = matrix(layer_tensor(layer, "ssm_in"), p.embedding, d.channels() + d.value_width());
+    w.beta_alpha = matrix(layer_tensor(layer, "ssm_ba"), p.embedding, 2 * d.v_heads);
+  } else {
+    w.qkv = matrix(layer_tensor(layer, "attn_qkv"), p.embedding, d.channels());
+    w.z = matrix(layer_tensor(layer, "attn_gate"), p.embedding, d.value_width());
+    if (model_.file.find_tensor(layer_tensor(layer, "ssm_ba"))) {
+      w.beta_alpha = matrix(layer_tensor(layer, "ssm_ba"), p.embedding, 2 * d.v_heads);
+    } else {
+      w.beta = matrix(layer_tensor(layer, "ssm_beta"), p.embedding, d.v_heads);
+      w.alpha = matrix(layer_tensor(layer, "ssm_alpha"), p.embedding, d.v_heads);
+    }
+  }
+  w.conv = matrix_of_floats(layer_tensor(layer, "ssm_conv1d"), d.conv_kernel, d.channels());
+  w.dt_bias = vector(layer_tensor(layer, "ssm_dt", "bias"), d.v_heads);
+  w.a = vector("blk." + std::to_string(layer) + ".ssm_a", d.v_heads);
+  w.norm = vector(layer_tensor(layer, "ssm_norm"), d.head_dim);
+  a.output = matrix(layer_tensor(layer, "ssm_out"), d.value_width(), p.embedding);
 }
 
 }  // namespace bloomery::model

@@ -22,6 +22,7 @@ struct GqaOptions {
   bool output_bias = false;        // attn_output has a bias
   bool sinks = false;              // learned attention sinks (attn_sinks), one per query head
   bool optional_sinks = false;     // ... where the file has them for the layer (mimo2's windowed layers)
+  bool output_gate = false;        // attn_q's heads are [query, gate]: the output is gated by sigmoid(gate)
 };
 
 // How an MoE layer's FFN differs from routed experts alone.
@@ -30,6 +31,7 @@ struct MoeOptions {
   bool selection_bias = false;  // exp_probs_b: the router's bias for choosing experts
   bool router_bias = false;     // ffn_gate_inp.bias: added to the router's logits
   bool expert_biases = false;   // ffn_{gate,up,down}_exps.bias: per-expert biases of each product
+  bool shared_gate = false;     // ffn_gate_inp_shexp: the shared experts' output scaled by a sigmoid gate
 };
 
 class Binder {
@@ -69,6 +71,14 @@ class Binder {
   void read_router_options();
   // The MLA sizes (attention.q_lora_rank, kv_lora_rank, key_length_mla, value_length_mla).
   void read_mla_params();
+  // Gated DeltaNet's sizes (ssm.conv_kernel, inner_size, state_size, group_count,
+  // time_step_rank); `grouped_heads`: how value heads share key heads (DeltaNetParams).
+  void read_delta_net_params(bool grouped_heads);
+  // rope.dimension_sections: the interleaved multi-axis rope's four sections (cpu::RopeParams).
+  void read_rope_sections();
+  // Per layer, whether it is one of linear attention: attention.recurrent_layers where the file
+  // has it, else every layer but each full_attention_interval-th (default 4), as llama.cpp.
+  std::vector<bool> linear_attention_layers() const;
 
   // Token embedding, output norm and output matrix (tied to the embedding when absent); the
   // vocabulary's size (the tokenizer's tokens must match it) and its BOS/EOS ids.
@@ -76,6 +86,9 @@ class Binder {
   // A layer's attention norm (attn_norm) and its GQA or MLA block, with attn_output.
   void bind_gqa_attention(int64_t layer, const GqaOptions& options);
   void bind_mla_attention(int64_t layer);
+  // A layer's attention norm and its Gated DeltaNet block (ssm_*, attn_qkv and attn_gate, or
+  // Qwen3-Next's first files' ssm_in and ssm_ba), with ssm_out as the output.
+  void bind_delta_net(int64_t layer);
   // A layer's FFN norm (`norm`: ffn_norm, or the family's name for it) and a dense SwiGLU FFN
   // of feed_forward, or routed experts (and shared experts) of the MoE hyper-parameters.
   void bind_dense_ffn(int64_t layer, std::string_view norm = "ffn_norm");

@@ -17,9 +17,11 @@ struct Architecture {
 };
 
 constexpr Architecture kArchitectures[] = {
-    {"qwen3moe", bind_qwen3moe}, {"qwen3", bind_qwen3},           {"llama", bind_llama},
-    {"qwen2", bind_qwen2},       {"glm4moe", bind_glm4moe},       {"deepseek2", bind_deepseek2},
-    {"gpt-oss", bind_gpt_oss},   {"minimax-m2", bind_minimax_m2}, {"mimo2", bind_mimo2},
+    {"qwen3moe", bind_qwen3moe}, {"qwen3", bind_qwen3},         {"llama", bind_llama},
+    {"qwen2", bind_qwen2},       {"glm4moe", bind_glm4moe},     {"deepseek2", bind_deepseek2},
+    {"gpt-oss", bind_gpt_oss},   {"qwen3next", bind_qwen3next}, {"qwen35moe", bind_qwen35moe},
+    {"qwen35", bind_qwen35},
+    {"minimax-m2", bind_minimax_m2}, {"mimo2", bind_mimo2},
 };
 
 }  // namespace
@@ -40,7 +42,14 @@ int64_t window_floor(const HyperParams& params, int64_t n) {
 }
 
 int64_t cache_positions(const Model& model, int64_t layer, int64_t context) {
-  return model.layers[layer].attention.windowed ? window_cells(model.params, context) : context;
+  const AttentionWeights& a = model.layers[layer].attention;
+  if (a.kind == AttentionKind::kDeltaNet) return 0;
+  return a.windowed ? window_cells(model.params, context) : context;
+}
+
+bool has_recurrent_layers(const Model& model) {
+  return std::any_of(model.layers.begin(), model.layers.end(),
+                     [](const LayerWeights& l) { return l.attention.kind == AttentionKind::kDeltaNet; });
 }
 
 std::vector<std::string> supported_architectures() {

@@ -22,7 +22,9 @@ namespace bloomery::model {
 // kv_heads heads. kMla: multi-head latent attention (DeepSeek-V2/V3): the cache holds each
 // position's compressed latent (kv_lora_rank) and its rotary key (rope dims), one row for
 // every head; the key and value up-projections are absorbed into the query and the output.
-enum class AttentionKind : uint8_t { kGqa, kMla };
+// kDeltaNet: linear attention by the gated delta rule (Qwen3-Next, Qwen3.5): no KV rows, but
+// per sequence a short causal convolution's state and a recurrent state per value head.
+enum class AttentionKind : uint8_t { kGqa, kMla, kDeltaNet };
 
 // What a layer's FFN is. kDense: a SwiGLU FFN. kMoe: routed SwiGLU experts, plus shared
 // experts (a SwiGLU every row runs) when the model has them.
@@ -40,6 +42,25 @@ struct MlaParams {
   int64_t value_dim = 0;     // each head's value width after the value up-projection
 };
 
+// Gated DeltaNet's sizes (AttentionKind::kDeltaNet). Queries and keys have k_heads heads,
+// values v_heads (a multiple), all of head_dim; each value head keeps a head_dim x head_dim
+// state. The convolution runs over the concatenated [q, k, v] channels.
+struct DeltaNetParams {
+  int64_t conv_kernel = 0;  // taps of the causal convolution (its state keeps conv_kernel - 1 inputs)
+  int64_t k_heads = 0;
+  int64_t v_heads = 0;
+  int64_t head_dim = 0;
+  // Which key head a value head reads: h / (v_heads / k_heads) (Qwen3-Next's repeated heads), or
+  // h % k_heads (Qwen3.5's tiled ones).
+  bool grouped_heads = false;
+  int64_t key_width() const { return k_heads * head_dim; }
+  int64_t value_width() const { return v_heads * head_dim; }
+  int64_t channels() const { return 2 * key_width() + value_width(); }
+  // Floats of one layer's recurrent state of one sequence: the convolution's, then the rule's.
+  int64_t conv_floats() const { return (conv_kernel - 1) * channels(); }
+  int64_t state_floats() const { return conv_floats() + v_heads * head_dim * head_dim; }
+};
+
 struct HyperParams {
   std::string architecture;
   int64_t layers = 0;        // the layers a pass runs
@@ -54,6 +75,7 @@ struct HyperParams {
   float attention_scale = 0;  // what q.k is multiplied by before the softmax
   float value_scale = 1.0f;   // what attention's output (after attn_output) is multiplied by (mimo2)
   MlaParams mla;
+  DeltaNetParams delta_net;  // layers of AttentionKind::kDeltaNet
   int64_t feed_forward = 0;  // the dense FFN's width (layers of FfnKind::kDense)
   int64_t experts = 0;       // routed experts of each MoE layer; 0: no MoE layer
   int64_t experts_used = 0;
@@ -89,6 +111,22 @@ struct GqaWeights {
   const float* k_norm = nullptr;
   bool qk_norm_whole = false;  // the norms span each row's whole projection, all heads at once (MiniMax-M2)
   int64_t kv_heads = 0;        // this layer's KV heads (mimo2's windowed and full layers differ)
+  // Each head of q's output is [query, gate] (Qwen3-Next, Qwen3.5): the attention's output is
+  // multiplied by sigmoid(gate) before attn_output.
+  bool output_gate = false;
+};
+
+// Gated DeltaNet's weights. The input projections come as qkv (the convolution's channels)
+// and z (the output gate), or (Qwen3-Next's first files) as one qkvz with each key head's parts
+// together: [q, k, its values, their z] per key head. Beta and alpha come apart (Qwen3.5) or as
+// one beta_alpha (Qwen3-Next) of [its betas, its alphas] per key head. Empty: the other form.
+struct DeltaNetWeights {
+  cpu::WeightMatrix qkv, z, qkvz;
+  cpu::WeightMatrix beta, alpha, beta_alpha;
+  const float* conv = nullptr;     // [channels][conv_kernel]
+  const float* dt_bias = nullptr;  // per value head, added to alpha
+  const float* a = nullptr;        // per value head: -exp(A_log), the decay's rate
+  const float* norm = nullptr;     // head_dim: the RMS norm of each head's output
 };
 
 struct MlaWeights {
@@ -107,6 +145,7 @@ struct AttentionWeights {
   const float* norm = nullptr;
   GqaWeights gqa;
   MlaWeights mla;
+  DeltaNetWeights delta_net;
   // Learned attention sinks (gpt-oss), one logit per query head: a softmax entry with no value,
   // which takes its share of each head's weights. Null: none.
   const float* sinks = nullptr;
@@ -129,6 +168,8 @@ struct FfnWeights {
   const float* norm = nullptr;
   SwigluWeights dense;   // kDense: the FFN; kMoe: the shared experts (empty when the model has none)
   RoutedExperts routed;  // kMoe
+  // One row: the shared experts' output is scaled by sigmoid(shared_gate x) (Qwen3-Next, Qwen3.5).
+  cpu::WeightMatrix shared_gate;
 };
 
 struct LayerWeights {
@@ -181,8 +222,11 @@ int64_t window_cells(const HyperParams& params, int64_t context);
 // The first position a windowed layer must still hold for a sequence to go on from position
 // `n` (0 when every layer keeps every position): the aligned start of the window before n.
 int64_t window_floor(const HyperParams& params, int64_t n);
-// Positions layer `layer` keeps for a context of `context` (its KV cache's rows).
+// Positions layer `layer` keeps for a context of `context` (its KV cache's rows; 0 for a layer
+// of linear attention, which keeps a recurrent state instead).
 int64_t cache_positions(const Model& model, int64_t layer, int64_t context);
+// Whether any layer keeps a recurrent state (which cannot be cut back to an earlier position).
+bool has_recurrent_layers(const Model& model);
 
 // Opens a GGUF file and binds its weights. Throws Error with UNSUPPORTED_ARCH (an
 // architecture we do not serve), UNSUPPORTED_FEATURE (a feature of the file we do not serve,

@@ -122,7 +122,7 @@ TEST(kv_cache_copies_a_prefix_to_and_from_a_packed_state) {
     }
   }
   std::vector<uint16_t> keys(kLayers * 3 * kRow.keys), values(keys.size());
-  kv.copy_out(3, keys.data(), values.data());
+  kv.copy_out(3, keys.data(), values.data(), nullptr);
   for (int64_t layer = 0; layer < kLayers; ++layer) {
     for (int64_t i = 0; i < 3 * kRow.keys; ++i) {
       CHECK(keys[layer * 3 * kRow.keys + i] == state->keys[layer * 5 * kRow.keys + i]) << layer << " " << i;
@@ -269,7 +269,7 @@ TEST(kv_cache_windowed_layer_keeps_its_window_through_a_state) {
   CHECK(packed == 152 + 600) << packed;
   state.keys.resize(static_cast<size_t>(packed * kRow.keys));
   state.values.resize(state.keys.size());
-  kv.copy_out(600, state.keys.data(), state.values.data());
+  kv.copy_out(600, state.keys.data(), state.values.data(), nullptr);
   CHECK(position_of(state.keys[0]) == 448 && position_of(state.keys[151 * kRow.keys]) == 599);
   CHECK(position_of(state.keys[152 * kRow.keys]) == 0 && position_of(state.keys[751 * kRow.keys]) == 599);
 

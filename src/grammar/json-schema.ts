@@ -390,7 +390,7 @@ class Converter {
    * and written without recursion, in time linear in the texts' length.
    */
   #choice(texts: string[], name: string): string {
-    const words = [...new Set(texts)].map((text) => Array.from(text)).sort(compareWords);
+    const words = [...new Set(texts)].map(codePoints).sort(compareWords);
     const pending: { lo: number; hi: number; depth: number; rule: string | undefined }[] = [
       { lo: 0, hi: words.length, depth: 0, rule: undefined },
     ];
@@ -412,7 +412,7 @@ class Converter {
         const last = words[j - 1]!;
         let end = depth + 1;
         while (end < first.length && first[end] === last[end]) end++;
-        const run = gbnfLiteral(first.slice(depth, end).join(""));
+        const run = gbnfLiteral(textOf(first, depth, end));
         if (j - i === 1) {
           alternatives.push(run);
         } else {
@@ -486,8 +486,26 @@ function ruleName(text: string): string {
   return text.slice(0, 32).replace(/[^A-Za-z0-9_-]/g, "-") || "empty";
 }
 
+/** The code points of `text`, as numbers: sorting and splitting them is several times cheaper than one-character strings. */
+function codePoints(text: string): number[] {
+  const out: number[] = [];
+  for (let i = 0; i < text.length; i++) {
+    const code = text.codePointAt(i)!;
+    out.push(code);
+    if (code > 0xffff) i++;
+  }
+  return out;
+}
+
+/** The text of code points [from, to) of `points`, a slice at a time (an argument list has a length limit). */
+function textOf(points: number[], from: number, to: number): string {
+  let text = "";
+  for (let i = from; i < to; i += 4096) text += String.fromCodePoint(...points.slice(i, Math.min(to, i + 4096)));
+  return text;
+}
+
 /** Orders words (arrays of code points) so that those sharing a prefix lie together, a prefix first. */
-function compareWords(a: string[], b: string[]): number {
+function compareWords(a: number[], b: number[]): number {
   const n = Math.min(a.length, b.length);
   for (let i = 0; i < n; i++) {
     if (a[i] !== b[i]) return a[i]! < b[i]! ? -1 : 1;

@@ -15,7 +15,9 @@ export type SynthArchitecture =
   | "deepseek2"
   | "gpt-oss"
   | "minimax-m2"
-  | "mimo2";
+  | "mimo2"
+  | "qwen3next"
+  | "qwen35moe";
 
 /** The weight matrices whose type a preset fixes or the `weightType` option sets (norms and routers stay F32). */
 export type WeightRole =
@@ -39,7 +41,11 @@ export type WeightRole =
   | "attn_kv_a_mqa"
   | "attn_k_b"
   | "attn_v_b"
-  | "nextn_eh_proj";
+  | "nextn_eh_proj"
+  | "attn_qkv"
+  | "attn_gate"
+  | "ssm_out"
+  | "ssm_ba";
 
 /** Multi-head latent attention's sizes (deepseek2). */
 export interface SynthMla {
@@ -86,6 +92,19 @@ export interface SynthMimo {
   valueDim: number;
   /** attention.value_scale */
   valueScale: number;
+}
+
+/**
+ * Gated DeltaNet's sizes (qwen3next, qwen35moe): every layer but each `interval`-th is linear
+ * attention; queries and keys have kHeads heads, values vHeads, all of headDim.
+ */
+export interface SynthDeltaNet {
+  convKernel: number;
+  kHeads: number;
+  vHeads: number;
+  headDim: number;
+  /** full_attention_interval */
+  interval: number;
 }
 
 /** The router of an MoE preset beyond softmax top-k (DeepSeek-V3's and GLM-4.5's). */
@@ -145,6 +164,12 @@ export interface SynthPreset {
   gptOss?: SynthGptOss;
   /** MiMo-V2's attention (mimo2). */
   mimo?: SynthMimo;
+  /** The hybrid Qwens' linear-attention layers (qwen3next, qwen35moe). */
+  deltaNet?: SynthDeltaNet;
+  /** rope.dimension_sections (qwen35moe's interleaved multi-axis rope). */
+  ropeSections?: [number, number, number, number];
+  /** expert_shared_feed_forward_length: the shared expert's width (qwen3next, qwen35moe). */
+  sharedFeedForward?: number;
   /** Fixed type of every weight matrix; a preset without one takes the `weightType` option. */
   mix?: Partial<Record<WeightRole, string>>;
   /** Per layer, exceptions to `mix` for that layer's matrices. */
@@ -465,6 +490,49 @@ const GPT_OSS_SHAPES: Omit<SynthPreset, "name" | "description" | "layers" | "exp
   fileType: 38, // LLAMA_FTYPE_MOSTLY_MXFP4_MOE
 };
 
+/**
+ * tiny-qwen35moe: Qwen3.5/3.6 MoE's layout: three Gated DeltaNet layers (2 key heads tiled over 8
+ * value heads of 64, a 4-tap convolution) then one gated attention layer (per-head Q/K norms,
+ * output gate, 32 of 128 rotated by the interleaved multi-axis rope, whose sections [6, 5, 4, 0]
+ * leave one pair unrotated), and in every layer 8 experts (2 used) plus a sigmoid-gated shared one.
+ */
+const TINY_QWEN35MOE: SynthPreset = {
+  name: "tiny-qwen35moe",
+  description:
+    "qwen35moe, 4 layers (3 Gated DeltaNet, 1 gated attention), embedding 256, 4 heads of 128 (32 rotated), 8 experts (2 used) + 1 gated shared",
+  architecture: "qwen35moe",
+  vocab: "qwen",
+  layers: 4,
+  embedding: 256,
+  heads: 4,
+  headsKv: 2,
+  headDim: 128,
+  ropeDims: 32,
+  ropeSections: [6, 5, 4, 0],
+  deltaNet: { convKernel: 4, kHeads: 2, vHeads: 8, headDim: 64, interval: 4 },
+  feedForward: 512,
+  experts: 8,
+  expertsUsed: 2,
+  expertFeedForward: 256,
+  sharedFeedForward: 256,
+  contextLength: 4096,
+  ropeFreqBase: 1e7,
+  rmsEpsilon: 1e-6,
+  boundedScales: true,
+};
+
+/** The Q4_K_M-like mix with the hybrid Qwens' linear-attention and shared-expert matrices. */
+const HYBRID_QWEN_MIX: Partial<Record<WeightRole, string>> = {
+  ...Q4_K_M_MIX,
+  attn_qkv: "Q4_K",
+  attn_gate: "Q4_K",
+  ssm_out: "Q4_K",
+  ssm_ba: "Q8_0",
+  ffn_gate_shexp: "Q4_K",
+  ffn_up_shexp: "Q4_K",
+  ffn_down_shexp: "Q6_K",
+};
+
 export const PRESETS: Record<string, SynthPreset> = {
   "qwen3-30b-a3b": {
     name: "qwen3-30b-a3b",
@@ -563,6 +631,66 @@ export const PRESETS: Record<string, SynthPreset> = {
     rmsEpsilon: 1e-6,
     mix: Q3_K_M_MIX,
     fileType: 12, // LLAMA_FTYPE_MOSTLY_Q3_K_M
+  },
+  "qwen3.6-35b-a3b": {
+    name: "qwen3.6-35b-a3b",
+    description:
+      "Qwen3.6-35B-A3B shapes (qwen35moe), 40 layers (30 Gated DeltaNet), 256 experts (8 used) + 1 gated shared, Q4_K_M-like mix",
+    architecture: "qwen35moe",
+    vocab: "qwen",
+    vocabSize: 248_320,
+    layers: 40,
+    embedding: 2048,
+    heads: 16,
+    headsKv: 2,
+    headDim: 256,
+    ropeDims: 64,
+    ropeSections: [11, 11, 10, 0],
+    deltaNet: { convKernel: 4, kHeads: 16, vHeads: 32, headDim: 128, interval: 4 },
+    feedForward: 512,
+    experts: 256,
+    expertsUsed: 8,
+    expertFeedForward: 512,
+    sharedFeedForward: 512,
+    contextLength: 262_144,
+    ropeFreqBase: 1e7,
+    rmsEpsilon: 1e-6,
+    mix: HYBRID_QWEN_MIX,
+    fileType: 15, // LLAMA_FTYPE_MOSTLY_Q4_K_M
+  },
+  "qwen3-next-80b-a3b": {
+    name: "qwen3-next-80b-a3b",
+    description:
+      "Qwen3-Next-80B-A3B shapes (qwen3next), 48 layers (36 Gated DeltaNet), 512 experts (10 used) + 1 gated shared, Q4_K_M-like mix",
+    architecture: "qwen3next",
+    vocab: "qwen",
+    vocabSize: 151_936,
+    layers: 48,
+    embedding: 2048,
+    heads: 16,
+    headsKv: 2,
+    headDim: 256,
+    ropeDims: 64,
+    deltaNet: { convKernel: 4, kHeads: 16, vHeads: 32, headDim: 128, interval: 4 },
+    feedForward: 5120,
+    experts: 512,
+    expertsUsed: 10,
+    expertFeedForward: 512,
+    sharedFeedForward: 512,
+    contextLength: 262_144,
+    ropeFreqBase: 1e7,
+    rmsEpsilon: 1e-6,
+    mix: HYBRID_QWEN_MIX,
+    fileType: 15, // LLAMA_FTYPE_MOSTLY_Q4_K_M
+  },
+  "tiny-qwen35moe": TINY_QWEN35MOE,
+  "tiny-qwen3next": {
+    ...TINY_QWEN35MOE,
+    name: "tiny-qwen3next",
+    description:
+      "qwen3next, 4 layers (3 Gated DeltaNet with 2 key heads repeated over 8 value heads, 1 gated attention), embedding 256, 4 heads of 128 (32 rotated), 8 experts (2 used) + 1 gated shared",
+    architecture: "qwen3next",
+    ropeSections: undefined,
   },
   "tiny-qwen3moe": TINY_QWEN3MOE,
   "tiny-qwen3moe-fim": {

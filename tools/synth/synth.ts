@@ -92,6 +92,8 @@ const SINK_INIT: FloatInit = { center: 0.5, amplitude: 1 };
 // gpt-oss's expert gate and up biases: wide enough that the clamped SwiGLU's limit (7) clamps
 // about a fifth of the values, so that a clamp left out shows in the logits.
 const EXPERT_BIAS_INIT: FloatInit = { center: 0, amplitude: 9 };
+// Gated DeltaNet's A (-exp(A_log)): negative, so that every token's decay exp(g) is below one.
+const SSM_A_INIT: FloatInit = { center: -1, amplitude: 0.5 };
 
 /**
  * Router row scales of one layer: expert e gets (1 + rank(e))^-1/2, the ranks a seeded
@@ -205,6 +207,21 @@ function architectureMetadata(p: SynthPreset): [string, GgufValue, GgufMetadataT
     );
   }
   if (p.nextnLayers !== undefined) entries.push([`${a}.nextn_predict_layers`, p.nextnLayers, "u32"]);
+  if (p.deltaNet) {
+    const d = p.deltaNet;
+    entries.push(
+      [`${a}.ssm.conv_kernel`, d.convKernel, "u32"],
+      [`${a}.ssm.state_size`, d.headDim, "u32"],
+      [`${a}.ssm.group_count`, d.kHeads, "u32"],
+      [`${a}.ssm.time_step_rank`, d.vHeads, "u32"],
+      [`${a}.ssm.inner_size`, d.vHeads * d.headDim, "u32"],
+      [`${a}.full_attention_interval`, d.interval, "u32"],
+    );
+  }
+  if (p.ropeSections) entries.push([`${a}.rope.dimension_sections`, Int32Array.from(p.ropeSections), "array<i32>"]);
+  if (p.sharedFeedForward !== undefined) {
+    entries.push([`${a}.expert_shared_feed_forward_length`, p.sharedFeedForward, "u32"]);
+  }
   return entries;
 }
 
@@ -262,7 +279,34 @@ function planTensors(
   for (let l = 0; l < p.layers + (p.nextnLayers ?? 0); l++) {
     const blk = `blk.${l}`;
     norm(`${blk}.attn_norm.weight`, p.embedding);
-    if (p.mla) {
+    const d = p.deltaNet;
+    if (d && l < p.layers && (l + 1) % d.interval !== 0) {
+      const keyWidth = d.kHeads * d.headDim;
+      const valueWidth = d.vHeads * d.headDim;
+      const channels = 2 * keyWidth + valueWidth;
+      weight(`${blk}.attn_qkv.weight`, "attn_qkv", [p.embedding, channels], l);
+      weight(`${blk}.attn_gate.weight`, "attn_gate", [p.embedding, valueWidth], l);
+      add(`${blk}.ssm_conv1d.weight`, "F32", [d.convKernel, channels], BIAS_INIT);
+      add(`${blk}.ssm_dt.bias`, "F32", [d.vHeads], BIAS_INIT);
+      add(`${blk}.ssm_a`, "F32", [d.vHeads], SSM_A_INIT);
+      if (p.architecture === "qwen3next") {
+        weight(`${blk}.ssm_ba.weight`, "ssm_ba", [p.embedding, 2 * d.vHeads], l);
+      } else {
+        weight(`${blk}.ssm_beta.weight`, "ssm_ba", [p.embedding, d.vHeads], l);
+        weight(`${blk}.ssm_alpha.weight`, "ssm_ba", [p.embedding, d.vHeads], l);
+      }
+      norm(`${blk}.ssm_norm.weight`, d.headDim);
+      weight(`${blk}.ssm_out.weight`, "ssm_out", [valueWidth, p.embedding], l);
+    } else if (d) {
+      // Gated attention: each head of attn_q is [query, gate].
+      const kvWidth = p.headsKv * p.headDim;
+      weight(`${blk}.attn_q.weight`, "attn_q", [p.embedding, 2 * qWidth], l);
+      weight(`${blk}.attn_k.weight`, "attn_k", [p.embedding, kvWidth], l);
+      weight(`${blk}.attn_v.weight`, "attn_v", [p.embedding, kvWidth], l);
+      weight(`${blk}.attn_output.weight`, "attn_output", [qWidth, p.embedding], l);
+      norm(`${blk}.attn_q_norm.weight`, p.headDim);
+      norm(`${blk}.attn_k_norm.weight`, p.headDim);
+    } else if (p.mla) {
       const m = p.mla;
       const headWidth = m.nopeDim + m.ropeDim;
       if (m.qLoraRank > 0) {
@@ -284,7 +328,7 @@ function planTensors(
       const outWidth = p.heads * (p.mimo?.valueDim ?? p.headDim);
       if (p.mimo && l >= p.layers) {
         // MiMo's next-token-prediction layers have one fused Q/K/V matrix.
-        weight(`${blk}.attn_qkv.weight`, "attn_q", [p.embedding, qWidth + kWidth + vWidth], l);
+        weight(`${blk}.attn_qkv.weight`, "attn_qkv", [p.embedding, qWidth + kWidth + vWidth], l);
       } else {
         weight(`${blk}.attn_q.weight`, "attn_q", [p.embedding, qWidth], l);
         weight(`${blk}.attn_k.weight`, "attn_k", [p.embedding, kWidth], l);
@@ -313,7 +357,7 @@ function planTensors(
       }
     }
     // GLM and gpt-oss name the norm before the FFN after the attention it follows.
-    const postAttention = p.architecture === "glm4moe" || p.architecture === "gpt-oss";
+    const postAttention = p.architecture === "glm4moe" || p.architecture === "gpt-oss" || d !== undefined;
     norm(`${blk}.${postAttention ? "post_attention_norm" : "ffn_norm"}.weight`, p.embedding);
     // MiMo's next-token-prediction layers have a dense FFN.
     const nextnDense = p.mimo !== undefined && l >= p.layers;
@@ -334,11 +378,12 @@ function planTensors(
         add(`${blk}.ffn_up_exps.bias`, "F32", [p.expertFeedForward, p.experts], EXPERT_BIAS_INIT);
         add(`${blk}.ffn_down_exps.bias`, "F32", [p.embedding, p.experts], WEIGHT_INIT);
       }
-      if (p.sharedExperts) {
-        const shared = p.sharedExperts * p.expertFeedForward;
+      if (p.sharedExperts || p.sharedFeedForward) {
+        const shared = p.sharedFeedForward ?? p.sharedExperts! * p.expertFeedForward;
         weight(`${blk}.ffn_gate_shexp.weight`, "ffn_gate_shexp", [p.embedding, shared], l);
         weight(`${blk}.ffn_up_shexp.weight`, "ffn_up_shexp", [p.embedding, shared], l);
         weight(`${blk}.ffn_down_shexp.weight`, "ffn_down_shexp", [shared, p.embedding], l);
+        if (p.sharedFeedForward) add(`${blk}.ffn_gate_inp_shexp.weight`, "F32", [p.embedding], WEIGHT_INIT);
       }
     } else {
       weight(`${blk}.ffn_gate.weight`, "ffn_gate", [p.embedding, p.feedForward], l);

@@ -1,0 +1,149 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { loadModel, type Model } from "../src/index.js";
+import { writeSyntheticModel } from "../tools/synth/synth.js";
+
+// A session of a model with recurrent layers (tiny-qwen35moe: Gated DeltaNet beside attention)
+// carries its convolution and recurrent states with its KV cache: a fork, a saved state (memory
+// and file) and a cached prefix continue exactly as one evaluation of the whole sequence, and a
+// context cut back by a stop string continues from the state after its last kept token.
+const dir = mkdtempSync(join(tmpdir(), "bloomery-hybrid-state-"));
+const modelPath = join(dir, "tiny-qwen35moe.gguf");
+const models: Model[] = [];
+
+beforeAll(async () => {
+  await writeSyntheticModel(modelPath, { preset: "tiny-qwen35moe", weightType: "F32" });
+});
+
+afterAll(() => {
+  for (const m of models) m.dispose();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+async function open(options: Parameters<typeof loadModel>[1] = {}): Promise<Model> {
+  const model = await loadModel(modelPath, { gpu: false, threads: 2, contextSize: 1100, ...options });
+  models.push(model);
+  return model;
+}
+
+/** `n` tokens of the tiny vocabulary, the same for the same seed. */
+function tokens(n: number, seed: number): number[] {
+  let x = seed * 2654435761;
+  return Array.from({ length: n }, () => {
+    x = (Math.imul(x, 1103515245) + 12345) >>> 0;
+    return 10 + (x % 370);
+  });
+}
+
+/** The logits of the last `rows` positions of one evaluation of `sequence` by a fresh session. */
+async function wholeEvaluation(model: Model, sequence: number[], rows: number): Promise<Float32Array> {
+  const session = model.createSession();
+  const all = await session.evaluate(sequence, { logits: "all" });
+  session.dispose();
+  return all.slice(all.length - (rows * all.length) / sequence.length);
+}
+
+describe("a session with recurrent layers", () => {
+  it("forks, saves and restores (memory and file) mid-sequence to the logits of one whole evaluation", async () => {
+    const model = await open({ cacheRam: 0 });
+    const prompt = tokens(300, 1); // two passes of the default 256-row step
+    const next = tokens(3, 2);
+    const expected = await wholeEvaluation(model, [...prompt, ...next], next.length);
+
+    const original = model.createSession();
+    await original.evaluate(prompt);
+    const fork = await original.fork();
+    const saved = await original.save();
+    const file = join(dir, "mid.state");
+    await original.save(file);
+
+    expect(await original.evaluate(next, { logits: "all" })).toEqual(expected);
+    expect(await fork.evaluate(next, { logits: "all" })).toEqual(expected);
+    const fromMemory = model.createSession();
+    await fromMemory.restore(saved);
+    expect(await fromMemory.evaluate(next, { logits: "all" })).toEqual(expected);
+    const fromFile = model.createSession();
+    await fromFile.restore(file);
+    expect(await fromFile.evaluate(next, { logits: "all" })).toEqual(expected);
+  });
+
+  it("reuses a cached state whose tokens begin the prompt, and evaluates one that diverges inside it again", async () => {
+    const cached = await open({ cacheRam: "64MiB" });
+    const plain = await open({ cacheRam: 0 });
+    const first = cached.createSession();
+    await first.generate(tokens(280, 3), { maxTokens: 4 }).result;
+    const held = (await first.save()).tokens;
+
+    const extended = [...held, ...tokens(20, 4)];
+    const reuse = await cached.createSession().generate(extended, { maxTokens: 6 }).result;
+    expect(reuse.timings.cachedPromptTokens).toBe(held.length);
+    const fresh = await plain.createSession().generate(extended, { maxTokens: 6 }).result;
+    expect(reuse.tokens).toEqual(fresh.tokens);
+
+    // Diverging inside the cached state: its recurrent state is no prefix, so all is evaluated.
+    const diverging = [...held.slice(0, 200), ...tokens(30, 5)];
+    const again = await cached.createSession().generate(diverging, { maxTokens: 6 }).result;
+    expect(again.timings.cachedPromptTokens).toBe(0);
+    expect(again.tokens).toEqual((await plain.createSession().generate(diverging, { maxTokens: 6 }).result).tokens);
+  });
+
+  it("restores the nearest checkpoint inside a shared prefix that ends before, on or after one", async () => {
+    // A prompt of 1,200 tokens leaves checkpoints at 176 (1,200 - 1,024), 688 (1,200 - 512) and 1,200.
+    const cached = await open({ cacheRam: "256MiB", contextSize: 1300 });
+    const plain = await open({ cacheRam: 0, contextSize: 1300 });
+    const prompt = tokens(1200, 8);
+    await cached.createSession().generate(prompt, { maxTokens: 1 }).result;
+    for (const [shared, restored] of [
+      [687, 176],
+      [688, 688],
+      [700, 688],
+    ] as const) {
+      const next = [...prompt.slice(0, shared), ...tokens(40, 9 + shared)];
+      const reuse = await cached.createSession().generate(next, { maxTokens: 4 }).result;
+      expect(reuse.timings.cachedPromptTokens, `a prefix of ${shared}`).toBe(restored);
+      const fresh = await plain.createSession().generate(next, { maxTokens: 4 }).result;
+      expect(reuse.tokens, `a prefix of ${shared}`).toEqual(fresh.tokens);
+    }
+  });
+
+  it("runs sessions together in shared passes with the tokens each gives alone", async () => {
+    const model = await open({ cacheRam: 0, parallel: 2 });
+    const prompts = [tokens(300, 10), tokens(90, 11)];
+    const alone = [];
+    for (const prompt of prompts)
+      alone.push((await model.createSession().generate(prompt, { maxTokens: 10 }).result).tokens);
+    const before = model.stats().meanSequencesPerPass;
+    const together = await Promise.all(
+      prompts.map(async (prompt) => (await model.createSession().generate(prompt, { maxTokens: 10 }).result).tokens),
+    );
+    expect(together).toEqual(alone);
+    expect(model.stats().meanSequencesPerPass).toBeGreaterThan(before);
+  });
+
+  it("continues after a stop string from the state after the last kept token", async () => {
+    const model = await open({ cacheRam: 0 });
+    const prompt = tokens(120, 6);
+    const probe = await model.createSession().generate(prompt, { maxTokens: 12 }).result;
+    expect(probe.tokens.length).toBe(12);
+    // Stop on the text of a later generated token not found before it: the context keeps some of
+    // the generated tokens, fewer than ran.
+    const at = [5, 4, 6, 3, 7].find((k) => {
+      const text = model.detokenize(probe.tokens.slice(k, k + 1));
+      return text.length > 0 && !model.detokenize([...prompt, ...probe.tokens.slice(0, k)]).includes(text);
+    });
+    expect(at).toBeDefined();
+    const stop = model.detokenize(probe.tokens.slice(at!, at! + 1));
+
+    const session = model.createSession();
+    const stopped = await session.generate(prompt, { maxTokens: 12, stop: [stop] }).result;
+    expect(stopped.stopReason).toBe("stop");
+    const next = tokens(2, 7);
+    const logits = await session.evaluate(next, { logits: "all" });
+    const kept = (await session.save()).tokens.slice(0, -next.length);
+    expect(kept.length).toBeGreaterThan(prompt.length);
+    expect(kept.length).toBeLessThanOrEqual(prompt.length + at!);
+    expect(logits).toEqual(await wholeEvaluation(model, [...kept, ...next], next.length));
+  });
+});
