@@ -17,11 +17,10 @@ struct Architecture {
 };
 
 constexpr Architecture kArchitectures[] = {
-    {"qwen3moe", bind_qwen3moe}, {"qwen3", bind_qwen3},         {"llama", bind_llama},
-    {"qwen2", bind_qwen2},       {"glm4moe", bind_glm4moe},     {"deepseek2", bind_deepseek2},
-    {"gpt-oss", bind_gpt_oss},   {"qwen3next", bind_qwen3next}, {"qwen35moe", bind_qwen35moe},
-    {"qwen35", bind_qwen35},
-    {"minimax-m2", bind_minimax_m2}, {"mimo2", bind_mimo2},
+    {"qwen3moe", bind_qwen3moe}, {"qwen3", bind_qwen3},           {"llama", bind_llama},
+    {"qwen2", bind_qwen2},       {"glm4moe", bind_glm4moe},       {"deepseek2", bind_deepseek2},
+    {"gpt-oss", bind_gpt_oss},   {"qwen3next", bind_qwen3next},   {"qwen35moe", bind_qwen35moe},
+    {"qwen35", bind_qwen35},     {"minimax-m2", bind_minimax_m2}, {"mimo2", bind_mimo2},
 };
 
 }  // namespace
