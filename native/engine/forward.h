@@ -37,7 +37,7 @@ struct ForwardScratch {
       grouped;                                  // Gated DeltaNet's convolved channels, output gates, betas, decays
   std::vector<std::vector<float>> rope_angles;  // per row
   std::vector<std::vector<float>> windowed_rope_angles;  // per row, where windowed layers rotate otherwise
-  std::vector<int64_t> logit_rows;              // the rows whose logits the pass returns
+  std::vector<int64_t> logit_rows;                       // the rows whose logits the pass returns
   cpu::MatmulInput input;
   cpu::Routing routing;
   cpu::MoeScratch moe;
