@@ -1,4 +1,4 @@
-// Session.chat end to end in the DeepSeek-V3.1, GLM-4.5 and Kimi-K2 formats: tiny models whose
+// Session.chat end to end in the DeepSeek-V3.1, GLM-4.5, Kimi-K2 and MiniMax-M2 formats: tiny models whose
 // GGUF carries the family's tokenizer (its special tokens, typed as the converter types them) and
 // chat template. The model writes a tool call and a think block through public sampling options
 // (see forceText); the chat must show the control tokens they are written in, parse them while
@@ -8,6 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { BloomeryError, loadModel, type ChatTool, type Model, type ModelWarning } from "../src/index.js";
+import { promptOpensThinking } from "../src/chat/output.js";
 import { CHAT_FAMILIES, forceText, writeFamilyModel, type ChatFamily } from "./chat-helpers.js";
 
 /** The tiny model each family's chat runs on (the engine does not read the template). */
@@ -15,6 +16,7 @@ const PRESETS: Record<ChatFamily, string> = {
   "deepseek-v3.1": "tiny-deepseek2",
   "glm-4.5": "tiny-glm4moe",
   "kimi-k2": "tiny-deepseek2",
+  "minimax-m2": "tiny-minimax-m2",
   harmony: "tiny-gpt-oss",
 };
 
@@ -82,6 +84,16 @@ const CASES: FamilyCase[] = [
     id: /^functions\.get_weather:0$/,
     args: {},
   },
+  {
+    family: "minimax-m2",
+    callRest: "</invoke></minimax:tool_call>",
+    // The prompt opened the think block: the forced call closes it first.
+    raw: '</think>\n\n<minimax:tool_call>\n<invoke name="get_weather">\n</invoke></minimax:tool_call>',
+    id: /^call_\w{24}$/,
+    args: {},
+    // The template opens the think block in every prompt.
+    thinking: {},
+  },
 ];
 
 describe.each(CASES)("$family", ({ family, callRest, raw, id, args, thinking }) => {
@@ -111,7 +123,7 @@ describe.each(CASES)("$family", ({ family, callRest, raw, id, args, thinking }) 
     const session = model.createSession();
     const opens = model.applyChatTemplate([{ role: "user", content: "Hi" }], { templateKwargs: thinking });
     const text = `${thinking ? "" : "<think>"}x</think>y`;
-    expect(opens.endsWith("<think>")).toBe(thinking !== undefined);
+    expect(promptOpensThinking(opens)).toBe(thinking !== undefined);
     const run = session.chat([{ role: "user", content: "Hi" }], {
       templateKwargs: thinking,
       ...forceText(model, text),

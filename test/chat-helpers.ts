@@ -114,6 +114,22 @@ export const CHAT_FAMILIES = {
     addBos: false,
     template: "Kimi-K2-Thinking.jinja",
   },
+  "minimax-m2": {
+    pre: "minimax-m2",
+    special: [
+      ["]~!b[", control],
+      ["]~b]", control],
+      ["[e~[", control],
+      ["<think>", userDefined],
+      ["</think>", userDefined],
+      ["<minimax:tool_call>", control],
+      ["</minimax:tool_call>", control],
+    ],
+    bos: "]~!b[",
+    eos: "[e~[",
+    addBos: false,
+    template: "MiniMax-M2.jinja",
+  },
   harmony: {
     pre: "gpt-4o",
     special: [

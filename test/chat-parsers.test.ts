@@ -325,6 +325,53 @@ describe("Kimi-K2 tool calls", () => {
   });
 });
 
+describe("MiniMax-M2 tool calls", () => {
+  const options: ChatOutputOptions = { toolCallFormat: "minimax-m2", tools: [weather], startInReasoning: true };
+  const invoke = (name: string, params: [string, string][]) =>
+    `<invoke name="${name}">\n${params.map(([k, v]) => `<parameter name="${k}">${v}</parameter>\n`).join("")}</invoke>\n`;
+  const section = (...calls: string[]) => `<minimax:tool_call>\n${calls.join("")}</minimax:tool_call>`;
+
+  it("reads the reasoning the prompt opened, the answer, and a section of calls typed by the schema", () => {
+    const input =
+      "Two cities.\n</think>\n\nChecking." +
+      section(
+        invoke("get_weather", [
+          ["city", "Paris"],
+          ["days", "2"],
+        ]),
+        invoke("get_weather", [["city", "42"]]),
+      );
+    const message = parseEverySplit(input, options);
+    expect(message.reasoning).toBe("Two cities.");
+    expect(message.content).toBe("Checking.");
+    expect(message.toolCalls?.map(({ name, arguments: args }) => ({ name, args }))).toEqual([
+      { name: "get_weather", args: { city: "Paris", days: 2 } },
+      // The schema makes city a string: "42" stays text.
+      { name: "get_weather", args: { city: "42" } },
+    ]);
+  });
+
+  it("reads a call without parameters", () => {
+    const message = parseEverySplit("\n</think>\n\n" + section(invoke("empty_args", [])), options);
+    expect(message.toolCalls?.map(({ name, arguments: args }) => ({ name, args }))).toEqual([
+      { name: "empty_args", args: {} },
+    ]);
+  });
+
+  it("gives a malformed section back as text", () => {
+    for (const bad of [
+      section('<invoke name="f">\n<parameter name="a">1</parameter>\ntext</invoke>\n'),
+      section('<invoke name="f">\n<parameter name="a">1</parameter>\n'),
+      section("<invoke>\n</invoke>\n"),
+      section(invoke("f", []) + "text"),
+    ]) {
+      const message = parseEverySplit(`</think>Hi ${bad}`, options);
+      expect(message.toolCalls, bad).toBeUndefined();
+      expect(message.content).toBe(`Hi ${bad}`);
+    }
+  });
+});
+
 describe("forced calls", () => {
   it("the opening each format's prompt ends with, and the model's rest, read as the forced call", () => {
     const cases: [ToolCallFormat, string][] = [
@@ -335,6 +382,7 @@ describe("forced calls", () => {
       ["deepseek-v3.1", '{"city": "Rome"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>'],
       ["deepseek-r1", '{"city": "Rome"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>'],
       ["kimi-k2", '0<|tool_call_argument_begin|>{"city": "Rome"}<|tool_call_end|><|tool_calls_section_end|>'],
+      ["minimax-m2", '<parameter name="city">Rome</parameter>\n</invoke>\n</minimax:tool_call>'],
     ];
     for (const [format, rest] of cases) {
       for (const opensThinking of [false, true]) {

@@ -1,4 +1,4 @@
-// The DeepSeek-V3.1, GLM-4.5, Kimi-K2 and gpt-oss (harmony) formats through bloomery-serve and the
+// The DeepSeek-V3.1, GLM-4.5, Kimi-K2, MiniMax-M2 and gpt-oss (harmony) formats through bloomery-serve and the
 // official openai client, streamed and not: a tool call the engine writes in the family's tokens
 // (made to by the request's own logit_bias, presence_penalty and repeat_last_n, as in
 // test/server-tools.test.ts) comes back as OpenAI's tool_calls with the format's ids, and a think
@@ -16,6 +16,7 @@ const PRESETS: Record<ChatFamily, string> = {
   "deepseek-v3.1": "tiny-deepseek2",
   "glm-4.5": "tiny-glm4moe",
   "kimi-k2": "tiny-deepseek2",
+  "minimax-m2": "tiny-minimax-m2",
   harmony: "tiny-gpt-oss",
 };
 
@@ -64,6 +65,14 @@ const CASES: {
     callRest: "0<|tool_call_argument_begin|>{}<|tool_call_end|><|tool_calls_section_end|>",
     id: /^functions\.get_weather:0$/,
     args: "{}",
+  },
+  {
+    family: "minimax-m2",
+    callRest: "</invoke></minimax:tool_call>",
+    id: /^call_/,
+    args: "{}",
+    // The template opens the think block in every prompt.
+    thinking: {},
   },
   {
     family: "harmony",

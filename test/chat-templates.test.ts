@@ -203,6 +203,25 @@ const CASES: Case[] = [
     header: "<|im_assistant|>assistant<|im_middle|>",
     endOfTurn: "<|im_end|>",
   },
+
+  {
+    file: "MiniMax-M2.jinja",
+    format: "minimax-m2",
+    ids: ["call_1", "call_2"],
+    pieces: [
+      "]~b]system\nBe brief.",
+      '<tools>\n<tool>{"name": "get_weather"',
+      "]~b]user\nWeather in Paris and Oslo?[e~[\n]~b]ai\n",
+      '<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n<parameter name="days">2</parameter>\n</invoke>\n' +
+        '<invoke name="get_weather">\n<parameter name="city">Oslo</parameter>\n</invoke>\n</minimax:tool_call>[e~[\n',
+      "]~b]tool\n<response>Sunny</response>\n<response>Rain</response>[e~[\n",
+      "]~b]ai\nParis is sunny, Oslo rainy.[e~[\n]~b]user\nThanks[e~[\n",
+    ],
+    // The prompt opens the think block (see below), but past turns carry one only where they reasoned.
+    end: "]~b]user\nThanks[e~[\n]~b]ai\n<think>\n",
+    header: "]~b]ai\n",
+    endOfTurn: "[e~[",
+  },
 ];
 
 describe.each(CASES)("$file", ({ file, format, ids, pieces, end, header, endOfTurn, opensThinking, textOrCalls }) => {
@@ -256,6 +275,10 @@ describe("template thinking switches", () => {
     expect(on.endsWith("<｜Assistant｜><think>")).toBe(true);
     expect(promptOpensThinking(on)).toBe(true);
     expect(promptOpensThinking(off)).toBe(false);
+  });
+
+  it("MiniMax-M2 opens the think block in the prompt", () => {
+    expect(promptOpensThinking(render("MiniMax-M2.jinja", [{ role: "user", content: "Hi" }]))).toBe(true);
   });
 
   it("GLM-4.6 closes an empty think block when thinking is off; GLM-4.7 opens it when on", () => {

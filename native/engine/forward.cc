@@ -31,9 +31,23 @@ void add_into(float* residual, const float* delta, int64_t count) {
 float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 // Rotates the `heads` heads of each of n rows (`row_width` floats apart), `stride` floats apart.
-void rotate(const HyperParams& p, float* rows, int64_t n, int64_t row_width, int64_t heads, int64_t stride,
-            const ForwardScratch& s) {
-  for (int64_t i = 0; i < n; ++i) cpu::rope_apply(rows + i * row_width, heads, stride, p.rope, s.rope_angles[i]);
+void rotate(const cpu::RopeParams& rope, const std::vector<std::vector<float>>& angles, float* rows, int64_t n,
+            int64_t row_width, int64_t heads, int64_t stride) {
+  for (int64_t i = 0; i < n; ++i) cpu::rope_apply(rows + i * row_width, heads, stride, rope, angles[i]);
+}
+
+bool windowed_rope_differs(const HyperParams& p) {
+  return p.windowed_rope.freq_base != p.rope.freq_base || p.windowed_rope.freq_scale != p.rope.freq_scale;
+}
+
+// Moves n rows of `width` floats, packed, apart to `stride` floats (the KV cache's row, where
+// this layer has fewer KV heads than the widest), zeroing the rest of each row.
+void spread_rows(float* rows, int64_t n, int64_t width, int64_t stride) {
+  if (width == stride) return;
+  for (int64_t i = n - 1; i >= 0; --i) {
+    std::copy_backward(rows + i * width, rows + (i + 1) * width, rows + i * stride + width);
+    std::fill(rows + i * stride + width, rows + (i + 1) * stride, 0.0f);
+  }
 }
 
 // y[i][h] = matrices[h] x[i][h] for every head h of n rows: head h of row i read from
@@ -83,7 +97,7 @@ void gqa_attention(const HyperParams& p, const model::AttentionWeights& a, int64
                    std::span<const SequenceRows> batch, ForwardScratch& s, cpu::ThreadPool& pool) {
   const model::GqaWeights& w = a.gqa;
   const int64_t q_width = p.heads * p.head_dim;
-  const int64_t kv_width = p.kv_heads * p.head_dim;
+  const int64_t k_width = w.kv_heads * p.head_dim, v_width = w.kv_heads * p.value_dim;
   s.input.reset(s.normed.data(), n, p.embedding);
   if (w.output_gate) {
     // Each head's query, then its gate: split into s.q and s.attn_gate.
@@ -101,16 +115,28 @@ void gqa_attention(const HyperParams& p, const model::AttentionWeights& a, int64
   cpu::matmul(w.k, s.input, s.k.data(), pool);
   cpu::matmul(w.v, s.input, s.v.data(), pool);
   add_bias(s.q.data(), n, q_width, w.q_bias);
-  add_bias(s.k.data(), n, kv_width, w.k_bias);
-  add_bias(s.v.data(), n, kv_width, w.v_bias);
-  if (w.q_norm)
-    cpu::rms_norm(s.q.data(), n * p.heads, p.head_dim, p.head_dim, w.q_norm, p.rms_epsilon, s.q.data(), p.head_dim);
-  if (w.k_norm) {
-    cpu::rms_norm(s.k.data(), n * p.kv_heads, p.head_dim, p.head_dim, w.k_norm, p.rms_epsilon, s.k.data(), p.head_dim);
+  add_bias(s.k.data(), n, k_width, w.k_bias);
+  add_bias(s.v.data(), n, v_width, w.v_bias);
+  const int64_t q_norm_width = w.qk_norm_whole ? q_width : p.head_dim;
+  const int64_t k_norm_width = w.qk_norm_whole ? k_width : p.head_dim;
+  if (w.q_norm) {
+    cpu::rms_norm(s.q.data(), n * q_width / q_norm_width, q_norm_width, q_norm_width, w.q_norm, p.rms_epsilon,
+                  s.q.data(), q_norm_width);
   }
-  rotate(p, s.q.data(), n, q_width, p.heads, p.head_dim, s);
-  rotate(p, s.k.data(), n, kv_width, p.kv_heads, p.head_dim, s);
-  cpu::AttentionShape shape{p.heads, p.kv_heads, p.head_dim, p.head_dim, p.attention_scale};
+  if (w.k_norm) {
+    cpu::rms_norm(s.k.data(), n * k_width / k_norm_width, k_norm_width, k_norm_width, w.k_norm, p.rms_epsilon,
+                  s.k.data(), k_norm_width);
+  }
+  const bool own_rope = a.windowed && windowed_rope_differs(p);
+  const cpu::RopeParams& rope = own_rope ? p.windowed_rope : p.rope;
+  const auto& angles = own_rope ? s.windowed_rope_angles : s.rope_angles;
+  rotate(rope, angles, s.q.data(), n, q_width, p.heads, p.head_dim);
+  rotate(rope, angles, s.k.data(), n, k_width, w.kv_heads, p.head_dim);
+  const model::CacheRow cached = model::cache_row(p);
+  spread_rows(s.k.data(), n, k_width, cached.keys);
+  spread_rows(s.v.data(), n, v_width, cached.values);
+  cpu::AttentionShape shape{p.heads,           w.kv_heads,  p.head_dim,   p.value_dim,
+                            p.attention_scale, cached.keys, cached.values};
   shape.window = a.windowed ? p.sliding_window : 0;
   shape.sinks = a.sinks;
   attend(batch, layer, shape, s.k.data(), s.v.data(), s, pool);
@@ -261,6 +287,9 @@ void attention_block(const model::Model& model, int64_t layer, int64_t n, std::s
   s.input.reset(s.attention.data(), n, a.output.cols);
   cpu::matmul(a.output, s.input, s.projected.data(), pool);
   add_bias(s.projected.data(), n, p.embedding, a.output_bias);
+  if (p.value_scale != 1.0f) {
+    for (int64_t i = 0; i < n * p.embedding; ++i) s.projected[static_cast<size_t>(i)] *= p.value_scale;
+  }
   add_into(s.residual.data(), s.projected.data(), n * p.embedding);
 }
 
@@ -325,7 +354,7 @@ void size_scratch(const HyperParams& p, int64_t n, ForwardScratch& s) {
   const int64_t q_width =
       p.mla.kv_lora_rank > 0 ? p.heads * (p.mla.kv_lora_rank + p.mla.rope_dim) : p.heads * p.head_dim;
   const int64_t attended =
-      std::max(p.mla.kv_lora_rank > 0 ? p.heads * std::max(p.mla.kv_lora_rank, p.mla.value_dim) : p.heads * p.head_dim,
+      std::max(p.mla.kv_lora_rank > 0 ? p.heads * std::max(p.mla.kv_lora_rank, p.mla.value_dim) : p.heads * p.value_dim,
                p.delta_net.value_width());
   s.residual.resize(rows(p.embedding));
   s.normed.resize(rows(p.embedding));
@@ -337,6 +366,7 @@ void size_scratch(const HyperParams& p, int64_t n, ForwardScratch& s) {
   s.projected.resize(rows(std::max(p.embedding, p.heads * p.mla.value_dim)));
   s.router_logits.resize(rows(p.experts));
   s.rope_angles.resize(static_cast<size_t>(n));
+  s.windowed_rope_angles.resize(windowed_rope_differs(p) ? static_cast<size_t>(n) : 0);
 }
 
 }  // namespace
@@ -356,6 +386,8 @@ void forward(const model::Model& model, std::span<const SequenceRows> batch, std
     for (int64_t i = 0; i < rows; ++i, ++row) {
       cpu::dequantize_row(model.token_embedding, part.tokens[i], s.residual.data() + row * p.embedding);
       cpu::rope_angles(p.rope, part.first_position + i, s.rope_angles[row]);
+      if (windowed_rope_differs(p))
+        cpu::rope_angles(p.windowed_rope, part.first_position + i, s.windowed_rope_angles[row]);
       if (part.rows == LogitRows::kEmbeddings) {
         s.hidden_rows.push_back(row);
       } else if (part.rows == LogitRows::kAll || i == rows - 1) {

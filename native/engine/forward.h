@@ -36,8 +36,9 @@ struct ForwardScratch {
   std::vector<float> mixed, z, beta, decay,
       grouped;                                  // Gated DeltaNet's convolved channels, output gates, betas, decays
   std::vector<std::vector<float>> rope_angles;  // per row
-  std::vector<int64_t> logit_rows;              // the rows whose logits the pass returns
-  std::vector<int64_t> hidden_rows;             // the rows whose hidden states the pass returns
+  std::vector<std::vector<float>> windowed_rope_angles;  // per row, where windowed layers rotate otherwise
+  std::vector<int64_t> logit_rows;                       // the rows whose logits the pass returns
+  std::vector<int64_t> hidden_rows;                      // the rows whose hidden states the pass returns
   // The normed hidden states of every row of the kEmbeddings parts, part after part (embedding floats each).
   std::vector<float> hidden;
   cpu::MatmulInput input;

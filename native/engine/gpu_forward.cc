@@ -626,19 +626,30 @@ void check_shape(const model::HyperParams& p) {
 }
 
 // gpt-oss's blocks (sliding windows, sinks, output and expert biases, the clamped SwiGLU and
-// its router) run on the CPU only so far.
+// its router), MiniMax-M2's norms over whole Q/K projections and MiMo's attention (KV heads per
+// layer, value heads narrower than keys, a scaled output) run on the CPU only so far.
 void check_blocks(const model::Model& model) {
   const model::HyperParams& p = model.params;
   bool gpt_oss_blocks = p.sliding_window > 0 || p.activation.kind != cpu::ActivationKind::kSwiglu ||
                         p.router.gating == cpu::Gating::kSoftmaxSelected;
+  bool minimax_mimo_blocks = p.value_scale != 1.0f || (p.mla.kv_lora_rank == 0 && p.value_dim != p.head_dim);
   for (const model::LayerWeights& w : model.layers) {
     gpt_oss_blocks = gpt_oss_blocks || w.attention.sinks || w.attention.output_bias || w.ffn.routed.router_bias ||
                      w.ffn.routed.biases.gate || w.ffn.routed.biases.up || w.ffn.routed.biases.down;
+    minimax_mimo_blocks =
+        minimax_mimo_blocks || (w.attention.kind == model::AttentionKind::kGqa &&
+                                (w.attention.gqa.qk_norm_whole || w.attention.gqa.kv_heads != p.kv_heads));
   }
   if (gpt_oss_blocks) {
     throw Error("UNSUPPORTED_MODEL", p.architecture +
                                          ": sliding-window attention, attention sinks, biased experts and the clamped "
                                          "SwiGLU run on the CPU only; load it with gpu: false");
+  }
+  if (minimax_mimo_blocks) {
+    throw Error("UNSUPPORTED_MODEL", p.architecture +
+                                         ": Q/K norms over whole projections, per-layer KV head counts, value heads "
+                                         "narrower than key heads and a scaled attention output run on the CPU only; "
+                                         "load it with gpu: false");
   }
 }
 

@@ -13,6 +13,8 @@ void bind_qwen2(Binder& binder);
 void bind_glm4moe(Binder& binder);
 void bind_deepseek2(Binder& binder);
 void bind_gpt_oss(Binder& binder);
+void bind_minimax_m2(Binder& binder);
+void bind_mimo2(Binder& binder);
 void bind_qwen3next(Binder& binder);
 void bind_qwen35moe(Binder& binder);
 void bind_qwen35(Binder& binder);

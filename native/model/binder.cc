@@ -1,5 +1,6 @@
 #include "model/binder.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -204,11 +205,16 @@ void Binder::read_common_params(cpu::RopeStyle style) {
   p.embedding = required_count("embedding_length");
   p.context_length = required_count("context_length");
   p.heads = required_count("attention.head_count");
-  p.kv_heads = count_or("attention.head_count_kv", p.heads);
-  if (p.heads % p.kv_heads != 0) {
-    throw Error("MODEL_BAD_METADATA", key("attention.head_count") + " = " + std::to_string(p.heads) +
-                                          " is not a multiple of " + key("attention.head_count_kv") + " = " +
-                                          std::to_string(p.kv_heads));
+  kv_heads_ = per_layer_counts("attention.head_count_kv", blocks);
+  if (kv_heads_.empty()) kv_heads_.assign(static_cast<size_t>(blocks), p.heads);
+  p.kv_heads = 0;
+  for (const int64_t kv : kv_heads_) {
+    if (p.heads % kv != 0) {
+      throw Error("MODEL_BAD_METADATA", key("attention.head_count") + " = " + std::to_string(p.heads) +
+                                            " is not a multiple of " + key("attention.head_count_kv") + " = " +
+                                            std::to_string(kv));
+    }
+    p.kv_heads = std::max(p.kv_heads, kv);
   }
   if (!file.find(key("attention.key_length")) && p.embedding % p.heads != 0) {
     throw Error("MODEL_BAD_METADATA", key("embedding_length") + " = " + std::to_string(p.embedding) +
@@ -216,6 +222,7 @@ void Binder::read_common_params(cpu::RopeStyle style) {
                                           std::to_string(p.heads) + ", and there is no " + key("attention.key_length"));
   }
   p.head_dim = count_or("attention.key_length", p.embedding / p.heads);
+  p.value_dim = count_or("attention.value_length", p.head_dim);
   if (!file.find(key("attention.layer_norm_rms_epsilon"))) {
     throw Error("MODEL_BAD_METADATA", "the model has no " + key("attention.layer_norm_rms_epsilon"));
   }
@@ -247,7 +254,37 @@ void Binder::read_common_params(cpu::RopeStyle style) {
     rope.ext_factor = 1.0f;
   }
   rope.attn_factor = yarn_attn_factor(rope, 0.0f) * positive_float_or("rope.scaling.attn_factor", 1.0f);
+  p.windowed_rope = rope;
   p.attention_scale = 1.0f / std::sqrt(static_cast<float>(p.head_dim));
+}
+
+std::vector<int64_t> Binder::per_layer_counts(std::string_view suffix, int64_t layers) const {
+  const gguf::Value* value = model_.file.find(key(suffix));
+  if (!value) return {};
+  if (value->type != gguf::ValueType::Array)
+    return std::vector<int64_t>(static_cast<size_t>(layers), required_count(suffix));
+  std::vector<int64_t> counts = *model_.file.get_int_array(key(suffix));
+  if (static_cast<int64_t>(counts.size()) != layers) {
+    throw Error("MODEL_BAD_METADATA",
+                key(suffix) + " has " + std::to_string(counts.size()) + " entries, expected " + std::to_string(layers));
+  }
+  for (const int64_t n : counts) {
+    if (n < 1 || n > std::numeric_limits<int32_t>::max()) {
+      throw Error("MODEL_BAD_METADATA", key(suffix) + " holds " + std::to_string(n) + ", out of range");
+    }
+  }
+  return counts;
+}
+
+Gating Binder::required_gating_func() const {
+  if (!model_.file.find(key("expert_gating_func"))) {
+    throw Error("MODEL_BAD_METADATA", "the model has no " + key("expert_gating_func"));
+  }
+  const int64_t func = required_count("expert_gating_func");
+  if (func != kGatingSoftmax && func != kGatingSigmoid) {
+    throw Error("UNSUPPORTED_FEATURE", key("expert_gating_func") + " = " + std::to_string(func) + " is not supported");
+  }
+  return func == kGatingSigmoid ? Gating::kSigmoid : Gating::kSoftmax;
 }
 
 void Binder::read_moe_params(Gating gating, bool normalize) {
@@ -279,11 +316,7 @@ void Binder::read_moe_params(Gating gating, bool normalize) {
 
 void Binder::read_router_options() {
   RouterParams& r = model_.params.router;
-  const int64_t func = count_or("expert_gating_func", 0);
-  if (func != 0 && func != kGatingSoftmax && func != kGatingSigmoid) {
-    throw Error("UNSUPPORTED_FEATURE", key("expert_gating_func") + " = " + std::to_string(func) + " is not supported");
-  }
-  if (func != 0) r.gating = func == kGatingSigmoid ? Gating::kSigmoid : Gating::kSoftmax;
+  if (model_.file.find(key("expert_gating_func"))) r.gating = required_gating_func();
   r.normalize = bool_or("expert_weights_norm", r.normalize);
   const float scale = float_or("expert_weights_scale", 0.0f);
   if (scale != 0.0f) r.scale = scale;
@@ -358,15 +391,14 @@ void Binder::bind_gqa_attention(int64_t layer, const GqaOptions& options) {
     throw Error("MODEL_BAD_METADATA", key("rope.dimension_count") + " = " + std::to_string(p.rope.dims) +
                                           " does not fit a head of " + std::to_string(p.head_dim));
   }
-  if (count_or("attention.value_length", p.head_dim) != p.head_dim) {
-    throw Error("UNSUPPORTED_FEATURE", key("attention.value_length") + " differs from the key length");
-  }
+  const int64_t kv_heads = kv_heads_[static_cast<size_t>(layer)];
   const int64_t q_width = p.heads * p.head_dim;
-  const int64_t kv_width = p.kv_heads * p.head_dim;
+  const int64_t k_width = kv_heads * p.head_dim, v_width = kv_heads * p.value_dim;
   AttentionWeights& a = weights(layer).attention;
   a.kind = AttentionKind::kGqa;
   a.norm = vector(layer_tensor(layer, "attn_norm"), p.embedding);
   GqaWeights& w = a.gqa;
+  w.kv_heads = kv_heads;
   const std::string fused = layer_tensor(layer, "attn_qkv");
   if (model_.file.find_tensor(fused)) {
     if (options.output_gate) {
@@ -374,7 +406,7 @@ void Binder::bind_gqa_attention(int64_t layer, const GqaOptions& options) {
                   "tensor " + fused + " (fused Q, K and V of a gated attention layer) is not supported");
     }
     // One matrix of Q's rows, then K's, then V's: each a view of its rows.
-    const cpu::WeightMatrix qkv = matrix(fused, p.embedding, q_width + 2 * kv_width);
+    const cpu::WeightMatrix qkv = matrix(fused, p.embedding, q_width + k_width + v_width);
     const auto rows = [&](int64_t first, int64_t count) {
       cpu::WeightMatrix view = qkv;
       view.data = qkv.row(first);
@@ -382,22 +414,22 @@ void Binder::bind_gqa_attention(int64_t layer, const GqaOptions& options) {
       return view;
     };
     w.q = rows(0, q_width);
-    w.k = rows(q_width, kv_width);
-    w.v = rows(q_width + kv_width, kv_width);
+    w.k = rows(q_width, k_width);
+    w.v = rows(q_width + k_width, v_width);
     if (model_.file.find_tensor(layer_tensor(layer, "attn_qkv", "bias"))) {
-      const float* bias = vector(layer_tensor(layer, "attn_qkv", "bias"), q_width + 2 * kv_width);
+      const float* bias = vector(layer_tensor(layer, "attn_qkv", "bias"), q_width + k_width + v_width);
       w.q_bias = bias;
       w.k_bias = bias + q_width;
-      w.v_bias = bias + q_width + kv_width;
+      w.v_bias = bias + q_width + k_width;
     }
   } else {
     w.q = matrix(layer_tensor(layer, "attn_q"), p.embedding, options.output_gate ? 2 * q_width : q_width);
-    w.k = matrix(layer_tensor(layer, "attn_k"), p.embedding, kv_width);
-    w.v = matrix(layer_tensor(layer, "attn_v"), p.embedding, kv_width);
+    w.k = matrix(layer_tensor(layer, "attn_k"), p.embedding, k_width);
+    w.v = matrix(layer_tensor(layer, "attn_v"), p.embedding, v_width);
     if (options.biases) {
       w.q_bias = optional_vector(layer_tensor(layer, "attn_q", "bias"), q_width);
-      w.k_bias = optional_vector(layer_tensor(layer, "attn_k", "bias"), kv_width);
-      w.v_bias = optional_vector(layer_tensor(layer, "attn_v", "bias"), kv_width);
+      w.k_bias = optional_vector(layer_tensor(layer, "attn_k", "bias"), k_width);
+      w.v_bias = optional_vector(layer_tensor(layer, "attn_v", "bias"), v_width);
     }
   }
   if (options.qk_norms) {
@@ -406,11 +438,16 @@ void Binder::bind_gqa_attention(int64_t layer, const GqaOptions& options) {
   } else if (options.optional_qk_norms) {
     w.q_norm = optional_vector(layer_tensor(layer, "attn_q_norm"), p.head_dim);
     w.k_norm = optional_vector(layer_tensor(layer, "attn_k_norm"), p.head_dim);
+  } else if (options.whole_qk_norms) {
+    w.q_norm = vector(layer_tensor(layer, "attn_q_norm"), q_width);
+    w.k_norm = vector(layer_tensor(layer, "attn_k_norm"), k_width);
+    w.qk_norm_whole = true;
   }
   w.output_gate = options.output_gate;
-  a.output = matrix(layer_tensor(layer, "attn_output"), q_width, p.embedding);
+  a.output = matrix(layer_tensor(layer, "attn_output"), p.heads * p.value_dim, p.embedding);
   if (options.output_bias) a.output_bias = vector(layer_tensor(layer, "attn_output", "bias"), p.embedding);
   if (options.sinks) a.sinks = vector(layer_tensor(layer, "attn_sinks"), p.heads);
+  if (options.optional_sinks) a.sinks = optional_vector(layer_tensor(layer, "attn_sinks"), p.heads);
 }
 
 void Binder::bind_mla_attention(int64_t layer) {

@@ -18,8 +18,10 @@ struct GqaOptions {
   bool biases = false;             // Q, K and V have biases
   bool qk_norms = false;           // per-head RMS norms of queries and keys
   bool optional_qk_norms = false;  // ... where the file has them
+  bool whole_qk_norms = false;     // RMS norms of each row's whole query and key projections (MiniMax-M2)
   bool output_bias = false;        // attn_output has a bias
   bool sinks = false;              // learned attention sinks (attn_sinks), one per query head
+  bool optional_sinks = false;     // ... where the file has them for the layer (mimo2's windowed layers)
   bool output_gate = false;        // attn_q's heads are [query, gate]: the output is gated by sigmoid(gate)
 };
 
@@ -57,8 +59,16 @@ class Binder {
   void check_at_most(std::string_view key, int64_t value, std::string_view limit_key, int64_t limit) const;
 
   // The hyper-parameters every architecture we serve shares (layers, attention, norm, rope,
-  // special tokens). `head_dim` left at 0 reads attention.key_length.
+  // special tokens). `head_dim` left at 0 reads attention.key_length. attention.head_count_kv may
+  // be one count for every layer or an array of one per layer (the next-token-prediction layers
+  // included), as llama.cpp reads it.
   void read_common_params(cpu::RopeStyle style);
+  // `<arch>.<key>`: one count for every layer or an array of one per layer (`layers` entries);
+  // empty when absent. MODEL_BAD_METADATA naming the key for a wrong length or a count out of range.
+  std::vector<int64_t> per_layer_counts(std::string_view key, int64_t layers) const;
+  // expert_gating_func (softmax or sigmoid); MODEL_BAD_METADATA when absent, UNSUPPORTED_FEATURE
+  // naming another function.
+  Gating required_gating_func() const;
   // expert_count, expert_used_count, expert_feed_forward_length, the expert groups and
   // expert_shared_count; the router gates by `gating` and normalizes the chosen weights or not.
   void read_moe_params(Gating gating, bool normalize);
@@ -124,6 +134,7 @@ class Binder {
 
   Model& model_;
   std::string architecture_;
+  std::vector<int64_t> kv_heads_;                       // per layer of the file, next-token-prediction layers included
   mutable std::unordered_set<std::string_view> bound_;  // names of the tensors bound so far (by tensor())
 };
 

@@ -17,17 +17,17 @@ struct Architecture {
 };
 
 constexpr Architecture kArchitectures[] = {
-    {"qwen3moe", bind_qwen3moe}, {"qwen3", bind_qwen3},         {"llama", bind_llama},
-    {"qwen2", bind_qwen2},       {"glm4moe", bind_glm4moe},     {"deepseek2", bind_deepseek2},
-    {"gpt-oss", bind_gpt_oss},   {"qwen3next", bind_qwen3next}, {"qwen35moe", bind_qwen35moe},
-    {"qwen35", bind_qwen35},
+    {"qwen3moe", bind_qwen3moe}, {"qwen3", bind_qwen3},           {"llama", bind_llama},
+    {"qwen2", bind_qwen2},       {"glm4moe", bind_glm4moe},       {"deepseek2", bind_deepseek2},
+    {"gpt-oss", bind_gpt_oss},   {"qwen3next", bind_qwen3next},   {"qwen35moe", bind_qwen35moe},
+    {"qwen35", bind_qwen35},     {"minimax-m2", bind_minimax_m2}, {"mimo2", bind_mimo2},
 };
 
 }  // namespace
 
 CacheRow cache_row(const HyperParams& params) {
   if (params.mla.kv_lora_rank > 0) return {params.mla.kv_lora_rank + params.mla.rope_dim, 0};
-  return {params.kv_heads * params.head_dim, params.kv_heads * params.head_dim};
+  return {params.kv_heads * params.head_dim, params.kv_heads * params.value_dim};
 }
 
 static_assert(kWindowAlign == cpu::kWindowRowAlign);

@@ -74,9 +74,11 @@ struct HyperParams {
   int64_t vocab = 0;
   int64_t context_length = 0;  // the context the model was trained for
   int64_t heads = 0;
-  int64_t kv_heads = 0;
-  int64_t head_dim = 0;       // GQA's query, key and value heads; MLA: nope_dim + rope_dim
+  int64_t kv_heads = 0;       // GQA: the most KV heads any layer has (GqaWeights::kv_heads: each layer's)
+  int64_t head_dim = 0;       // GQA's query and key heads; MLA: nope_dim + rope_dim
+  int64_t value_dim = 0;      // GQA's value heads (attention.value_length; MiMo's are narrower than its keys)
   float attention_scale = 0;  // what q.k is multiplied by before the softmax
+  float value_scale = 1.0f;   // what attention's output (after attn_output) is multiplied by (mimo2)
   MlaParams mla;
   DeltaNetParams delta_net;  // layers of AttentionKind::kDeltaNet
   int64_t feed_forward = 0;  // the dense FFN's width (layers of FfnKind::kDense)
@@ -93,6 +95,9 @@ struct HyperParams {
   float rms_epsilon = 1e-6f;
   Pooling pooling = Pooling::kNone;  // the file's pooling type: what embeddings use unless asked otherwise
   cpu::RopeParams rope;              // freq_factors points into the mapping when the model has them
+  // The rotation of windowed layers: `rope` but where the family gives them a base of their own
+  // (mimo2's rope.freq_base_swa).
+  cpu::RopeParams windowed_rope;
   int32_t bos_token = -1;
   int32_t eos_token = -1;
 };
@@ -108,8 +113,10 @@ struct GqaWeights {
   const float* q_bias = nullptr;
   const float* k_bias = nullptr;
   const float* v_bias = nullptr;
-  const float* q_norm = nullptr;  // per-head RMS norms of queries and keys
+  const float* q_norm = nullptr;  // RMS norms of queries and keys, per head or (qk_norm_whole) per row
   const float* k_norm = nullptr;
+  bool qk_norm_whole = false;  // the norms span each row's whole projection, all heads at once (MiniMax-M2)
+  int64_t kv_heads = 0;        // this layer's KV heads (mimo2's windowed and full layers differ)
   // Each head of q's output is [query, gate] (Qwen3-Next, Qwen3.5): the attention's output is
   // multiplied by sigmoid(gate) before attn_output.
   bool output_gate = false;

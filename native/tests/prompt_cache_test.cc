@@ -111,6 +111,7 @@ TEST(kv_cache_copies_a_prefix_to_and_from_a_packed_state) {
   p.layers = kLayers;
   p.kv_heads = 2;
   p.head_dim = 2;
+  p.value_dim = 2;
   KvCache kv(p, {}, 8);
   const std::shared_ptr<SessionState> state = make_state({1, 2, 3, 4, 5}, 100);
   kv.copy_in(3, *state);  // the first 3 of 5 positions
@@ -242,6 +243,7 @@ TEST(kv_cache_windowed_layer_keeps_its_window_through_a_state) {
   p.layers = 2;
   p.kv_heads = 2;
   p.head_dim = 2;
+  p.value_dim = 2;
   p.sliding_window = 8;
   const std::vector<uint8_t> windowed{1, 0};
   KvCache kv(p, windowed, 1000);

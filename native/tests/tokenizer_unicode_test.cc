@@ -57,6 +57,7 @@ TEST(tokenizer_pre_tokenizer_names) {
   CHECK(pre_tokenizer_from_name("llama-bpe") == PreTokenizer::kLlama3);
   CHECK(pre_tokenizer_from_name("deepseek-v3") == PreTokenizer::kDeepseekV3);
   CHECK(pre_tokenizer_from_name("gpt-4o") == PreTokenizer::kGpt4o);
+  CHECK(pre_tokenizer_from_name("minimax-m2") == PreTokenizer::kGpt4o);
   CHECK(pre_tokenizer_from_name("default") == PreTokenizer::kDefault);
   CHECK(!pre_tokenizer_from_name("no-such-tokenizer"));
 }

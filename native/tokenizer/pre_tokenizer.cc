@@ -32,6 +32,7 @@ constexpr std::array kNames = {
     NameEntry{"deepseek-v3", PreTokenizer::kDeepseekV3},
     NameEntry{"gpt-4o", PreTokenizer::kGpt4o},
     NameEntry{"llama4", PreTokenizer::kGpt4o},
+    NameEntry{"minimax-m2", PreTokenizer::kGpt4o},
     NameEntry{"glm4", PreTokenizer::kChatGlm4},
     NameEntry{"chatglm-bpe", PreTokenizer::kChatGlm4},
     NameEntry{"kimi-k2", PreTokenizer::kKimiK2},

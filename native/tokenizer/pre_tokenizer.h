@@ -17,7 +17,7 @@ enum class PreTokenizer {
   kLlama3,      // "llama-bpe", "llama3", "llama-v3", ...
   kQwen2,       // "qwen2", "deepseek-r1-qwen", ...
   kDeepseekV3,  // "deepseek-v3"
-  kGpt4o,       // "gpt-4o" (also gpt-oss), "llama4"
+  kGpt4o,       // "gpt-4o" (also gpt-oss), "llama4", "minimax-m2"
   kChatGlm4,    // "glm4", "chatglm-bpe": llama3's split, merges always applied
   kKimiK2,      // "kimi-k2"
   // "deepseek-llm" (DeepSeek-LLM, DeepSeek-V2) and "deepseek-coder"

@@ -14,6 +14,7 @@ import {
 import { glmBody } from "./glm.js";
 import { HARMONY_CHANNEL, HARMONY_MARKERS, HarmonyOutputParser, harmonyCallPrefix } from "./harmony.js";
 import { parseHermesBody } from "./hermes.js";
+import { MINIMAX_SECTION, minimaxSection } from "./minimax.js";
 import { KIMI_ARGUMENTS_BEGIN, KIMI_CALL_BEGIN, KIMI_CALL_END, KIMI_SECTION, parseKimiSection } from "./kimi.js";
 import { randomToolCallId } from "./tool-call-values.js";
 import { Llama3ToolCallParser, PYTHON_TAG } from "./llama3.js";
@@ -30,6 +31,7 @@ import type { ChatDelta, ChatTool, OutputParser, ToolCall, ToolCallIds, ToolCall
  * (`<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>name<｜tool▁sep｜>{json}...`), `"deepseek-r1"` (DeepSeek-R1
  * and V3: `...function<｜tool▁sep｜>name` and a json code fence), `"kimi-k2"`
  * (`<|tool_calls_section_begin|><|tool_call_begin|>functions.name:0<|tool_call_argument_begin|>{json}...`),
+ * `"minimax-m2"` (`<minimax:tool_call><invoke name="name"><parameter name="p">v</parameter></invoke></minimax:tool_call>`),
  * `"harmony"` (gpt-oss: `<|channel|>commentary to=functions.name <|constrain|>json<|message|>{json}`, its
  * reasoning in the analysis channel and its answer in the final one, parsed whether tools are offered or not).
  */
@@ -41,6 +43,7 @@ export type ToolCallFormat =
   | "deepseek-v3.1"
   | "deepseek-r1"
   | "kimi-k2"
+  | "minimax-m2"
   | "harmony";
 
 /**
@@ -50,6 +53,7 @@ export type ToolCallFormat =
 export function detectToolCallFormat(template: string): ToolCallFormat {
   if (template.includes(HARMONY_CHANNEL)) return "harmony";
   if (template.includes(KIMI_SECTION.open) && template.includes(KIMI_CALL_BEGIN)) return "kimi-k2";
+  if (template.includes(MINIMAX_SECTION.open)) return "minimax-m2";
   if (template.includes(DEEPSEEK_SECTION.open)) return template.includes("```json") ? "deepseek-r1" : "deepseek-v3.1";
   if (template.includes("<function=") && template.includes("<parameter=")) return "qwen3-coder";
   if (template.includes("<tool_call>") && template.includes("<arg_key>")) return "glm-4.5";
@@ -101,6 +105,8 @@ export function formatMarkers(format: ToolCallFormat | undefined): string[] {
         KIMI_ARGUMENTS_BEGIN,
         KIMI_CALL_END,
       ];
+    case "minimax-m2":
+      return [...THINK_TAGS, MINIMAX_SECTION.open, MINIMAX_SECTION.close];
     case "harmony":
       return HARMONY_MARKERS;
     case undefined:
@@ -151,6 +157,8 @@ function toolCallParser(
       return new TaggedToolCallParser(parseDeepSeekR1Section, newId, DEEPSEEK_SECTION);
     case "kimi-k2":
       return new TaggedToolCallParser(parseKimiSection, newId, KIMI_SECTION);
+    case "minimax-m2":
+      return new TaggedToolCallParser(minimaxSection(tools), newId, MINIMAX_SECTION);
   }
 }
 
@@ -245,10 +253,10 @@ export type ForcedToolChoice = "required" | { name: string };
  */
 export function forcedCallPrefix(format: ToolCallFormat, choice: ForcedToolChoice, opensThinking: boolean): string {
   const name = typeof choice === "object" ? choice.name : undefined;
-  // Qwen3's templates leave a blank line after the think block; the others none.
+  // Qwen3's and MiniMax-M2's templates leave a blank line after the think block; the others none.
   const close = !opensThinking
     ? ""
-    : format === "hermes" || format === "qwen3-coder" || format === "llama3"
+    : format === "hermes" || format === "qwen3-coder" || format === "llama3" || format === "minimax-m2"
       ? "</think>\n\n"
       : "</think>";
   switch (format) {
@@ -266,6 +274,8 @@ export function forcedCallPrefix(format: ToolCallFormat, choice: ForcedToolChoic
       return `${close}${DEEPSEEK_SECTION.open}${DEEPSEEK_CALL_BEGIN}function${DEEPSEEK_SEP}${name === undefined ? "" : `${name}\n\`\`\`json\n`}`;
     case "kimi-k2":
       return `${close}${KIMI_SECTION.open}${KIMI_CALL_BEGIN}functions.${name === undefined ? "" : `${name}:`}`;
+    case "minimax-m2":
+      return `${close}${MINIMAX_SECTION.open}\n<invoke name="${name === undefined ? "" : `${name}">\n`}`;
     case "harmony":
       return harmonyCallPrefix(name);
   }

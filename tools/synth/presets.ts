@@ -14,6 +14,8 @@ export type SynthArchitecture =
   | "glm4moe"
   | "deepseek2"
   | "gpt-oss"
+  | "minimax-m2"
+  | "mimo2"
   | "qwen3next"
   | "qwen35moe";
 
@@ -71,6 +73,26 @@ export interface SynthGptOss {
   slidingWindow: number;
   /** attention.sliding_window_pattern (absent: llama.cpp's default 2, even layers windowed). */
   pattern?: number;
+}
+
+/**
+ * MiMo-V2's attention: windowed layers (with their own rope base, more KV heads and learned
+ * sinks) beside full ones, value heads narrower than the key heads, a scaled output. The
+ * next-token-prediction layers are windowed, with a fused attn_qkv and a dense FFN.
+ */
+export interface SynthMimo {
+  /** attention.sliding_window */
+  slidingWindow: number;
+  /** Per layer before the next-token-prediction ones, whether it is windowed (attention.sliding_window_pattern). */
+  windowed: boolean[];
+  /** rope.freq_base_swa */
+  ropeFreqBaseWindowed: number;
+  /** KV heads of the windowed layers (headsKv: of the full ones); attention.head_count_kv becomes an array. */
+  headsKvWindowed: number;
+  /** attention.value_length: each value head's width. */
+  valueDim: number;
+  /** attention.value_scale */
+  valueScale: number;
 }
 
 /**
@@ -153,6 +175,8 @@ export interface SynthPreset {
   yarn?: SynthYarn;
   /** gpt-oss's blocks (sliding windows, attention sinks, output and expert biases, router bias). */
   gptOss?: SynthGptOss;
+  /** MiMo-V2's attention (mimo2). */
+  mimo?: SynthMimo;
   /** The hybrid Qwens' linear-attention layers (qwen3next, qwen35moe). */
   deltaNet?: SynthDeltaNet;
   /** rope.dimension_sections (qwen35moe's interleaved multi-axis rope). */
@@ -396,6 +420,73 @@ const TINY_GPT_OSS: SynthPreset = {
   gptOss: { slidingWindow: 32 },
   contextLength: 4096,
   ropeFreqBase: 150_000,
+  rmsEpsilon: 1e-5,
+  boundedScales: true,
+};
+
+/**
+ * tiny-minimax-m2: MiniMax-M2's layout: partial rotary, RMS norms over each row's whole query
+ * and key projections, and in every layer experts chosen by sigmoid with a selection bias, their
+ * weights normalized.
+ */
+const TINY_MINIMAX_M2: SynthPreset = {
+  name: "tiny-minimax-m2",
+  description:
+    "minimax-m2, 3 layers, embedding 256, 4 heads / 2 KV heads of 128 (64 rotated), whole-projection Q/K norms, 8 experts (2 used), sigmoid",
+  architecture: "minimax-m2",
+  vocab: "qwen",
+  layers: 3,
+  embedding: 256,
+  heads: 4,
+  headsKv: 2,
+  headDim: 128,
+  ropeDims: 64,
+  feedForward: 256,
+  experts: 8,
+  expertsUsed: 2,
+  expertFeedForward: 256,
+  router: { gating: 2, normalize: true, scale: 1, selectionBias: true, groups: 1, groupsUsed: 1 },
+  contextLength: 4096,
+  ropeFreqBase: 5e6,
+  rmsEpsilon: 1e-6,
+  boundedScales: true,
+};
+
+/**
+ * tiny-mimo2: MiMo-V2-Flash's layout: a dense first layer, full layers with 1 KV head beside
+ * windowed ones (window 32, base 10,000, 2 KV heads, sinks), keys of 128 and values of 64 (64
+ * rotated), the output scaled by 0.707, sigmoid-routed experts with a selection bias, and a
+ * next-token-prediction layer after the last.
+ */
+const TINY_MIMO2: SynthPreset = {
+  name: "tiny-mimo2",
+  description:
+    "mimo2, 4 layers (the first dense; 1 and 2 windowed, window 32) + 1 MTP layer, embedding 256, 4 heads, keys 128 / values 64, 1 or 2 KV heads, 8 experts (2 used)",
+  architecture: "mimo2",
+  vocab: "qwen",
+  layers: 4,
+  embedding: 256,
+  heads: 4,
+  headsKv: 1,
+  headDim: 128,
+  ropeDims: 64,
+  feedForward: 512,
+  experts: 8,
+  expertsUsed: 2,
+  expertFeedForward: 256,
+  leadingDense: 1,
+  router: { gating: 2, normalize: true, scale: 1, selectionBias: true, groups: 1, groupsUsed: 1 },
+  nextnLayers: 1,
+  mimo: {
+    slidingWindow: 32,
+    windowed: [false, true, true, false],
+    ropeFreqBaseWindowed: 10_000,
+    headsKvWindowed: 2,
+    valueDim: 64,
+    valueScale: 0.707,
+  },
+  contextLength: 4096,
+  ropeFreqBase: 5e6,
   rmsEpsilon: 1e-5,
   boundedScales: true,
 };
@@ -661,6 +752,67 @@ export const PRESETS: Record<string, SynthPreset> = {
     fileType: 24, // LLAMA_FTYPE_MOSTLY_IQ1_S, as the UD-IQ1_S files say
   },
   "tiny-gpt-oss": TINY_GPT_OSS,
+  "tiny-minimax-m2": TINY_MINIMAX_M2,
+  "tiny-mimo2": TINY_MIMO2,
+  "minimax-m2": {
+    name: "minimax-m2",
+    description:
+      "MiniMax-M2's shapes (230B-A10B), 62 layers x 256 experts (8 used) of 1536, 48 heads / 8 KV heads of 128 (64 rotated), Q3_K_M-like mix, 109 GB",
+    architecture: "minimax-m2",
+    vocab: "qwen",
+    vocabSize: 200_064,
+    layers: 62,
+    embedding: 3072,
+    heads: 48,
+    headsKv: 8,
+    headDim: 128,
+    ropeDims: 64,
+    feedForward: 1536,
+    experts: 256,
+    expertsUsed: 8,
+    expertFeedForward: 1536,
+    router: { gating: 2, normalize: true, scale: 1, selectionBias: true, groups: 1, groupsUsed: 1 },
+    contextLength: 196_608,
+    ropeFreqBase: 5e6,
+    rmsEpsilon: 1e-6,
+    mix: Q3_K_M_MIX,
+    fileType: 12, // LLAMA_FTYPE_MOSTLY_Q3_K_M
+  },
+  "mimo-v2-flash": {
+    name: "mimo-v2-flash",
+    description:
+      "MiMo-V2-Flash's shapes (310B-A15B), 48 layers (the first dense; 39 windowed, window 128), 256 experts (8 used) of 2048, 64 heads, keys 192 / values 128, 4 or 8 KV heads, Q3_K_M-like mix, 147 GB",
+    architecture: "mimo2",
+    vocab: "qwen",
+    vocabSize: 152_576,
+    layers: 48,
+    embedding: 4096,
+    heads: 64,
+    headsKv: 4,
+    headDim: 192,
+    ropeDims: 64,
+    feedForward: 16_384,
+    experts: 256,
+    expertsUsed: 8,
+    expertFeedForward: 2048,
+    leadingDense: 1,
+    router: { gating: 2, normalize: true, scale: 1, selectionBias: true, groups: 1, groupsUsed: 1 },
+    // The released GGUFs hold the trunk only (no next-token-prediction layers).
+    mimo: {
+      slidingWindow: 128,
+      // Full attention on the first layer and on every sixth from the sixth on, windows elsewhere.
+      windowed: Array.from({ length: 48 }, (_, l) => l !== 0 && l % 6 !== 5),
+      ropeFreqBaseWindowed: 10_000,
+      headsKvWindowed: 8,
+      valueDim: 128,
+      valueScale: 0.707,
+    },
+    contextLength: 262_144,
+    ropeFreqBase: 5e6,
+    rmsEpsilon: 1e-5,
+    mix: Q3_K_M_MIX,
+    fileType: 12, // LLAMA_FTYPE_MOSTLY_Q3_K_M
+  },
   "gpt-oss-120b": {
     ...GPT_OSS_SHAPES,
     name: "gpt-oss-120b",

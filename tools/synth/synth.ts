@@ -152,7 +152,10 @@ function architectureMetadata(p: SynthPreset): [string, GgufValue, GgufMetadataT
   } else if (a !== "qwen2") {
     // Qwen3's heads are not embedding / heads wide: llama.cpp reads their width from these keys.
     // Qwen2's always are (llama.cpp sizes its attn_output by the embedding), and its files omit them.
-    entries.push([`${a}.attention.key_length`, p.headDim, "u32"], [`${a}.attention.value_length`, p.headDim, "u32"]);
+    entries.push(
+      [`${a}.attention.key_length`, p.headDim, "u32"],
+      [`${a}.attention.value_length`, p.mimo?.valueDim ?? p.headDim, "u32"],
+    );
     if (p.ropeDims !== undefined) entries.push([`${a}.rope.dimension_count`, p.ropeDims, "u32"]);
   }
   if (p.yarn) {
@@ -169,6 +172,21 @@ function architectureMetadata(p: SynthPreset): [string, GgufValue, GgufMetadataT
     entries.push([`${a}.attention.sliding_window`, p.gptOss.slidingWindow, "u32"]);
     if (p.gptOss.pattern !== undefined)
       entries.push([`${a}.attention.sliding_window_pattern`, p.gptOss.pattern, "u32"]);
+  }
+  if (p.mimo) {
+    const m = p.mimo;
+    // As llama.cpp reads them: KV heads for every layer of the file, windows for the layers a pass runs.
+    entries[entries.findIndex(([key]) => key === `${a}.attention.head_count_kv`)] = [
+      `${a}.attention.head_count_kv`,
+      Int32Array.from(kvHeadsPerLayer(p)),
+      "array<i32>",
+    ];
+    entries.push(
+      [`${a}.attention.sliding_window`, m.slidingWindow, "u32"],
+      [`${a}.attention.sliding_window_pattern`, Int32Array.from(m.windowed, (w) => (w ? 1 : 0)), "array<i32>"],
+      [`${a}.rope.freq_base_swa`, m.ropeFreqBaseWindowed, "f32"],
+      [`${a}.attention.value_scale`, m.valueScale, "f32"],
+    );
   }
   if (p.experts > 0) {
     entries.push(
@@ -215,6 +233,14 @@ function architectureMetadata(p: SynthPreset): [string, GgufValue, GgufMetadataT
   return entries;
 }
 
+/** mimo2's layers' KV heads: the windowed ones' (next-token-prediction layers among them) and the full ones'. */
+function kvHeadsPerLayer(p: SynthPreset): number[] {
+  const m = p.mimo!;
+  return Array.from({ length: p.layers + (p.nextnLayers ?? 0) }, (_, l) =>
+    l >= p.layers || m.windowed[l] ? m.headsKvWindowed : p.headsKv,
+  );
+}
+
 /**
  * The type a quantizer gives a matrix whose rows a type's blocks do not divide: llama.cpp's
  * fallback (llama-quant.cpp), as in real files of those shapes (MLA's per-head matrices).
@@ -257,7 +283,6 @@ function planTensors(
   const norm = (name: string, length: number) => add(name, "F32", [length], NORM_INIT);
 
   const qWidth = p.heads * p.headDim;
-  const kvWidth = p.headsKv * p.headDim;
   weight("token_embd.weight", "token_embd", [p.embedding, nVocab]);
   for (let l = 0; l < p.layers + (p.nextnLayers ?? 0); l++) {
     const blk = `blk.${l}`;
@@ -282,6 +307,7 @@ function planTensors(
       weight(`${blk}.ssm_out.weight`, "ssm_out", [valueWidth, p.embedding], l);
     } else if (d) {
       // Gated attention: each head of attn_q is [query, gate].
+      const kvWidth = p.headsKv * p.headDim;
       weight(`${blk}.attn_q.weight`, "attn_q", [p.embedding, 2 * qWidth], l);
       weight(`${blk}.attn_k.weight`, "attn_k", [p.embedding, kvWidth], l);
       weight(`${blk}.attn_v.weight`, "attn_v", [p.embedding, kvWidth], l);
@@ -304,28 +330,46 @@ function planTensors(
       weight(`${blk}.attn_v_b.weight`, "attn_v_b", [m.kvLoraRank, m.valueDim, p.heads], l);
       weight(`${blk}.attn_output.weight`, "attn_output", [p.heads * m.valueDim, p.embedding], l);
     } else {
-      weight(`${blk}.attn_q.weight`, "attn_q", [p.embedding, qWidth], l);
-      weight(`${blk}.attn_k.weight`, "attn_k", [p.embedding, kvWidth], l);
-      weight(`${blk}.attn_v.weight`, "attn_v", [p.embedding, kvWidth], l);
+      const kvHeads = p.mimo ? kvHeadsPerLayer(p)[l]! : p.headsKv;
+      const kWidth = kvHeads * p.headDim;
+      const vWidth = kvHeads * (p.mimo?.valueDim ?? p.headDim);
+      const outWidth = p.heads * (p.mimo?.valueDim ?? p.headDim);
+      if (p.mimo && l >= p.layers) {
+        // MiMo's next-token-prediction layers have one fused Q/K/V matrix.
+        weight(`${blk}.attn_qkv.weight`, "attn_qkv", [p.embedding, qWidth + kWidth + vWidth], l);
+      } else {
+        weight(`${blk}.attn_q.weight`, "attn_q", [p.embedding, qWidth], l);
+        weight(`${blk}.attn_k.weight`, "attn_k", [p.embedding, kWidth], l);
+        weight(`${blk}.attn_v.weight`, "attn_v", [p.embedding, vWidth], l);
+      }
       if (p.architecture === "qwen2" || p.qkvBias) {
         add(`${blk}.attn_q.bias`, "F32", [qWidth], BIAS_INIT);
-        add(`${blk}.attn_k.bias`, "F32", [kvWidth], BIAS_INIT);
-        add(`${blk}.attn_v.bias`, "F32", [kvWidth], BIAS_INIT);
+        add(`${blk}.attn_k.bias`, "F32", [kWidth], BIAS_INIT);
+        add(`${blk}.attn_v.bias`, "F32", [vWidth], BIAS_INIT);
       }
-      weight(`${blk}.attn_output.weight`, "attn_output", [qWidth, p.embedding], l);
+      weight(`${blk}.attn_output.weight`, "attn_output", [outWidth, p.embedding], l);
       if (p.gptOss) {
         add(`${blk}.attn_output.bias`, "F32", [p.embedding], WEIGHT_INIT);
         add(`${blk}.attn_sinks.weight`, "F32", [p.heads], SINK_INIT);
       }
+      // MiMo's windowed layers (the next-token-prediction ones among them) have sinks, its full ones none.
+      if (p.mimo && (l >= p.layers || p.mimo.windowed[l])) add(`${blk}.attn_sinks.weight`, "F32", [p.heads], SINK_INIT);
       if (p.architecture === "qwen3" || p.architecture === "qwen3moe") {
         norm(`${blk}.attn_q_norm.weight`, p.headDim);
         norm(`${blk}.attn_k_norm.weight`, p.headDim);
+      }
+      // MiniMax-M2 norms each row's whole query and key projections, all heads at once.
+      if (p.architecture === "minimax-m2") {
+        norm(`${blk}.attn_q_norm.weight`, qWidth);
+        norm(`${blk}.attn_k_norm.weight`, kWidth);
       }
     }
     // GLM and gpt-oss name the norm before the FFN after the attention it follows.
     const postAttention = p.architecture === "glm4moe" || p.architecture === "gpt-oss" || d !== undefined;
     norm(`${blk}.${postAttention ? "post_attention_norm" : "ffn_norm"}.weight`, p.embedding);
-    if (p.experts > 0 && l >= (p.leadingDense ?? 0)) {
+    // MiMo's next-token-prediction layers have a dense FFN.
+    const nextnDense = p.mimo !== undefined && l >= p.layers;
+    if (p.experts > 0 && l >= (p.leadingDense ?? 0) && !nextnDense) {
       const rowScale = routerScales(p.experts, seed, l);
       add(`${blk}.ffn_gate_inp.weight`, "F32", [p.embedding, p.experts], {
         ...WEIGHT_INIT,
