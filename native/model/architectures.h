@@ -19,4 +19,9 @@ void bind_qwen3next(Binder& binder);
 void bind_qwen35moe(Binder& binder);
 void bind_qwen35(Binder& binder);
 
+// The hybrid Qwens' (qwen3next, qwen35moe, qwen35) attention of layer `layer`: Gated DeltaNet
+// where `linear` (Binder::linear_attention_layers) says so, else attention with per-head Q/K
+// norms and an output gate (and MTP layers, past the last, bound as attention).
+void bind_hybrid_qwen_attention(Binder& binder, int64_t layer, const std::vector<bool>& linear);
+
 }  // namespace bloomery::model

@@ -17,11 +17,7 @@ void bind_qwen35moe(Binder& b) {
   b.bind_embeddings();
   const std::vector<bool> linear = b.linear_attention_layers();
   for (int64_t l = 0; l < p.layers + p.nextn_layers; ++l) {
-    if (l < p.layers && linear[l]) {
-      b.bind_delta_net(l);
-    } else {
-      b.bind_gqa_attention(l, {.qk_norms = true, .output_gate = true});
-    }
+    bind_hybrid_qwen_attention(b, l, linear);
     b.bind_moe_ffn(l, {.shared_experts = true, .shared_gate = true}, "post_attention_norm");
     if (l >= p.layers) b.bind_nextn(l);
   }
