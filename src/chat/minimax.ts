@@ -1,10 +1,10 @@
 /**
  * MiniMax-M2's tool calls, in XML: a section of invocations,
  * `<minimax:tool_call>` (`<invoke name="NAME">` (`<parameter name="P">VALUE</parameter>`)* `</invoke>`)+
- * `</minimax:tool_call>`, each value typed by the tool's schema (see {@link typedArgument}).
+ * `</minimax:tool_call>`, each value typed by the tool's schema (see {@link xmlCallArguments}).
  * @module
  */
-import { typedArgument } from "./tool-call-values.js";
+import { xmlCallArguments } from "./tool-call-values.js";
 import { sectionOfCalls, type BlockCall, type BlockTags, type ToolCallBlock } from "./tagged-tool-calls.js";
 import type { ChatTool } from "./types.js";
 
@@ -21,14 +21,7 @@ export function minimaxSection(tools: readonly ChatTool[]): ToolCallBlock {
     const match = NAMED.exec(body);
     if (!match) return undefined;
     const name = match[1]!;
-    const inner = match[2]!;
-    const args: Record<string, unknown> = {};
-    let rest = inner;
-    for (const [whole, key, raw] of inner.matchAll(PARAMETER)) {
-      rest = rest.replace(whole, "");
-      args[key!] = typedArgument(tools, name, key!, raw!);
-    }
-    // Anything but whitespace between the parameters means the invocation is not what it seems.
-    return rest.trim() ? undefined : { name, arguments: args };
+    const args = xmlCallArguments(tools, name, match[2]!, PARAMETER);
+    return args && { name, arguments: args };
   });
 }

@@ -81,3 +81,25 @@ export function typedArgument(tools: readonly ChatTool[], name: string, key: str
     return text;
   }
 }
+
+/**
+ * The arguments of an XML-style call whose body `inner` holds only `parameter` matches (a global
+ * regex capturing the key, then the raw value) and whitespace, each value cleaned by `clean` and
+ * typed by {@link typedArgument}; undefined when anything else stands between them (then the body
+ * is not what it seems).
+ */
+export function xmlCallArguments(
+  tools: readonly ChatTool[],
+  name: string,
+  inner: string,
+  parameter: RegExp,
+  clean: (raw: string) => string = (raw) => raw,
+): Record<string, unknown> | undefined {
+  const args: Record<string, unknown> = {};
+  let rest = inner;
+  for (const [whole, key, raw] of inner.matchAll(parameter)) {
+    rest = rest.replace(whole, "");
+    args[key!] = typedArgument(tools, name, key!, clean(raw!));
+  }
+  return rest.trim() ? undefined : args;
+}
