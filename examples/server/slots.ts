@@ -296,7 +296,15 @@ export class Slots {
       timings.promptMs += batch.timings.promptMs;
       report(at(end));
     }
-    return { ...timings, promptCacheHit: false, decodeTokens: 0, decodeMs: 0, discardedTokens: 0, draftTokens: 0, draftAccepted: 0 };
+    return {
+      ...timings,
+      promptCacheHit: false,
+      decodeTokens: 0,
+      decodeMs: 0,
+      discardedTokens: 0,
+      draftTokens: 0,
+      draftAccepted: 0,
+    };
   }
 
   /** Counts embedding or rerank inputs, which run outside the slots: prompt tokens and one decode per input. */
