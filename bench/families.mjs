@@ -1,6 +1,6 @@
 // Model-family benchmark (run on the GPU machine): one synthetic model of a family's full shapes
-// (bloomery-synth's glm-4.5-air, deepseek-v3-slice) in one placement, ours and ik_llama.cpp's
-// llama-bench on the same file in the same run, each figure with its ratio:
+// (bloomery-synth's glm-4.5-air, deepseek-v3-slice) in one or more placements, ours and
+// ik_llama.cpp's llama-bench on the same file on the same machine, each figure with its ratio:
 //   whole        the whole model on the GPU            (ik: -ngl 99)
 //   budget=24    a GPU budget of 24 GiB, the rest on the CPU (ik: the routed experts of as many
 //                whole layers as the same memory holds on the GPU, the others' with -ot on the CPU)
@@ -9,17 +9,28 @@
 // -b 4096 -ub 4096 (../shared/BASELINES.md: its fastest settings). Decode is greedy generate()
 // as a user streams it (first token to last) and the engine's own time for those passes (what
 // llama-bench's tg measures); prompts of 512 and 4,096 tokens. Writes JSON to $OUT (or the
-// working directory).
-//   node bench/families.mjs /root/glm.gguf whole
+// working directory), one file per placement.
+//   node bench/families.mjs /root/glm.gguf whole budget=24
+// A device call lasts at most 10 minutes, and ours can run while the peer's build finishes, so the
+// two halves can run apart: `--phase ours` keeps our figures in BENCH_STATE (default /root/families),
+// a later `--phase peer` (same model and placements) adds the peer's and the ratios.
 import { spawnSync } from "node:child_process";
-import { existsSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 import { join } from "node:path";
 import { getSystemInfo, loadModel, modelFootprint, planOffload, readGgufInfo } from "../dist/index.js";
 import { promptRate, secondsSince, streamedDecodeRate } from "./measure.mjs";
 
-const [path, placement = "whole"] = process.argv.slice(2);
-if (!path) throw new Error("usage: node bench/families.mjs <model.gguf> whole|budget=<GiB>|cpu-experts");
+const args = process.argv.slice(2);
+const phaseAt = args.indexOf("--phase");
+const PHASE = phaseAt >= 0 ? args.splice(phaseAt, 2)[1] : "both";
+const [path, ...placementArgs] = args;
+if (!path || !["ours", "peer", "both"].includes(PHASE))
+  throw new Error(
+    "usage: node bench/families.mjs <model.gguf> (whole|budget=<GiB>|cpu-experts)... [--phase ours|peer|both]",
+  );
+const PLACEMENTS = placementArgs.length > 0 ? placementArgs : ["whole"];
+const STATE = process.env.BENCH_STATE ?? "/root/families";
 const CONTEXT = 8192;
 const DECODE_STEPS = 128;
 const IK_BENCH = "/root/ikl/build/bin/llama-bench";
@@ -30,7 +41,7 @@ const summary = info.summary;
 const mla = info.metadata[`${summary.architecture}.attention.kv_lora_rank`] !== undefined;
 
 /** Our load options and ik's placement flags for `placement`. */
-async function placements() {
+async function placements(placement) {
   if (placement === "whole") return { ours: { gpu: "auto" }, ik: ["-ngl", "99"] };
   const footprint = await modelFootprint(path, { contextSize: CONTEXT });
   const layers = footprint.expertBytes.length;
@@ -104,33 +115,59 @@ function ikRun(args) {
   return { command: command.join(" "), figures };
 }
 
-const { ours: options, ik: ikArgs } = await placements();
-const result = {
-  command: `node bench/families.mjs ${path} ${placement}`,
-  date: new Date().toISOString(),
-  machine: getSystemInfo(),
-  model: { path, architecture: summary.architecture, layers: summary.layers, bytes: summary.tensorBytes },
-  placement,
-  ours: await ours(options),
-};
+const stateFile = (placement) => join(STATE, `${summary.architecture}-${placement}.json`);
+const results = [];
+for (const placement of PLACEMENTS) {
+  const { ours: options, ik: ikArgs } = await placements(placement);
+  if (PHASE === "peer") {
+    if (!existsSync(stateFile(placement))) throw new Error(`no --phase ours result at ${stateFile(placement)}`);
+    results.push({ result: JSON.parse(readFileSync(stateFile(placement), "utf8")), ikArgs });
+    continue;
+  }
+  const result = {
+    command: `node bench/families.mjs ${path} ${placement}`,
+    date: new Date().toISOString(),
+    machine: getSystemInfo(),
+    model: { path, architecture: summary.architecture, layers: summary.layers, bytes: summary.tensorBytes },
+    placement,
+    ours: await ours(options),
+  };
+  console.log(JSON.stringify(result, null, 2));
+  if (PHASE === "ours") {
+    mkdirSync(STATE, { recursive: true });
+    writeFileSync(stateFile(placement), JSON.stringify(result, null, 2));
+  }
+  results.push({ result, ikArgs });
+}
+if (PHASE === "ours") process.exit(0);
 // The peer's build (../shared/device/peer/build.sh) may still be running: wait for it a while.
 for (let waited = 0; !existsSync("/root/ikl/build.done") && existsSync("/root/ikl") && waited < 900; waited += 5) {
   await sleep(5000);
 }
-if (existsSync(IK_BENCH)) {
-  const short = ikRun([...ikArgs, "-p", "512", "-n", "128"]);
-  const long = ikRun([...ikArgs, "-p", "4096", "-n", "0", "-b", "4096", "-ub", "4096"]);
-  const peer = { decode: short.figures.tg128, prompt512: short.figures.pp512, prompt4096: long.figures.pp4096 };
-  result.peer = { name: "ik_llama.cpp llama-bench", runs: [short, long], figures: peer };
-  result.ratios = {
-    decode: result.ours.decodeTokensPerSecond / peer.decode,
-    decodeEngine: result.ours.decodeEngineTokensPerSecond / peer.decode,
-    prompt512: result.ours.prompt512TokensPerSecond / peer.prompt512,
-    prompt4096: result.ours.prompt4096TokensPerSecond / peer.prompt4096,
-  };
-} else {
-  result.peer = { error: `${IK_BENCH} not built (../shared/device/peer/build.sh)` };
+for (const { result, ikArgs } of results) {
+  if (existsSync(IK_BENCH)) {
+    const short = ikRun([...ikArgs, "-p", "512", "-n", "128"]);
+    const long = ikRun([...ikArgs, "-p", "4096", "-n", "0", "-b", "4096", "-ub", "4096"]);
+    const peer = { decode: short.figures.tg128, prompt512: short.figures.pp512, prompt4096: long.figures.pp4096 };
+    result.peer = {
+      name: "ik_llama.cpp llama-bench",
+      date: new Date().toISOString(),
+      runs: [short, long],
+      figures: peer,
+    };
+    result.ratios = {
+      decode: result.ours.decodeTokensPerSecond / peer.decode,
+      decodeEngine: result.ours.decodeEngineTokensPerSecond / peer.decode,
+      prompt512: result.ours.prompt512TokensPerSecond / peer.prompt512,
+      prompt4096: result.ours.prompt4096TokensPerSecond / peer.prompt4096,
+    };
+  } else {
+    result.peer = { error: `${IK_BENCH} not built (../shared/device/peer/build.sh)` };
+  }
+  console.log(
+    JSON.stringify({ placement: result.placement, peer: result.peer.figures, ratios: result.ratios }, null, 2),
+  );
+  const name = `families-${summary.architecture}-${result.placement}`.replace(/[^\w.-]/g, "-");
+  const out = join(process.env.OUT ?? ".", `${name}.json`);
+  writeFileSync(out, JSON.stringify(result, null, 2));
 }
-console.log(JSON.stringify(result, null, 2));
-const out = join(process.env.OUT ?? ".", `families-${summary.architecture}-${placement}.json`);
-writeFileSync(out, JSON.stringify(result, null, 2));
