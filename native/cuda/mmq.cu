@@ -126,6 +126,63 @@ struct Decoder<kTypeQ6_K> {
 };
 
 template <>
+struct Decoder<kTypeQ5_K> {
+  static constexpr int kGroup = 32;
+  static constexpr bool kMins = true;
+  // Q4_K's layout (above) with a fifth bit: that of weight l of sub-block j is bit j of qh[l].
+  // Piece p's 16 bytes of qs hold weights l = 16 (p % 2) .. of sub-block 4h + 2 (p / 2) in their
+  // low nibbles and of the next in their high ones; their fifth bits are qh[16 (p % 2) ..].
+  __device__ static void piece(const uint8_t* row, int step, int p, int, int* codes, float* scales, float* mins) {
+    const uint8_t* b = row + (step / 2) * sizeof(BlockQ5_K);
+    const int h = step % 2;
+    const int4 raw = *reinterpret_cast<const int4*>(b + offsetof(BlockQ5_K, qs) + 64 * h + 16 * p);
+    const int4 high = *reinterpret_cast<const int4*>(b + offsetof(BlockQ5_K, qh) + 16 * (p % 2));
+    const int j = 4 * h + 2 * (p / 2);
+    const auto fifth = [](int bits, int sub_block) { return ((bits >> sub_block) & 0x01010101) << 4; };
+    const int low = 8 * (2 * (p / 2)) + 4 * (p % 2);
+    store4(codes + low, (raw.x & 0x0f0f0f0f) | fifth(high.x, j), (raw.y & 0x0f0f0f0f) | fifth(high.y, j),
+           (raw.z & 0x0f0f0f0f) | fifth(high.z, j), (raw.w & 0x0f0f0f0f) | fifth(high.w, j));
+    store4(codes + low + 8, ((raw.x >> 4) & 0x0f0f0f0f) | fifth(high.x, j + 1),
+           ((raw.y >> 4) & 0x0f0f0f0f) | fifth(high.y, j + 1), ((raw.z >> 4) & 0x0f0f0f0f) | fifth(high.z, j + 1),
+           ((raw.w >> 4) & 0x0f0f0f0f) | fifth(high.w, j + 1));
+    const uint8_t* s = b + offsetof(BlockQ5_K, scales);
+    scales[p] = half_at(b + offsetof(BlockQ5_K, d)) * static_cast<float>(q4k_scale(s, 4 * h + p));
+    mins[p] = half_at(b + offsetof(BlockQ5_K, dmin)) * static_cast<float>(q4k_min(s, 4 * h + p));
+  }
+};
+
+template <>
+struct Decoder<kTypeQ3_K> {
+  static constexpr int kGroup = 16;
+  static constexpr bool kMins = false;
+  // Half h = step % 2 of super-block step / 2: element 128h + 32t + l has its two low bits at 2t
+  // in qs[32h + l] and its third (set: no -4) at 4h + t in hmask[l], and the scale of sub-block
+  // 8h + 2t + l / 16. Piece p takes l = 8p .. 8p + 7 of all four t, and the scales 2p, 2p + 1
+  // of the half (the codes are the matvec's, cuda/matvec.cu).
+  __device__ static void piece(const uint8_t* row, int step, int p, int, int* codes, float* scales, float*) {
+    const uint8_t* b = row + (step / 2) * sizeof(BlockQ3_K);
+    const int h = step % 2;
+    const uint8_t* qs = b + offsetof(BlockQ3_K, qs) + 32 * h + 8 * p;
+    const uint8_t* hmask = b + offsetof(BlockQ3_K, hmask) + 8 * p;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int low_bits = load_int_aligned2(qs + 4 * i);
+      const int high_bits = load_int_aligned2(hmask + 4 * i);
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        const int low = (low_bits >> (2 * t)) & 0x03030303;
+        const int high = ((high_bits >> (4 * h + t)) & 0x01010101) << 2;
+        codes[8 * t + 2 * p + i] = static_cast<int>(__vsub4(static_cast<unsigned>(low | high), 0x04040404u));
+      }
+    }
+    const float d = half_at(b + offsetof(BlockQ3_K, d));
+    const uint8_t* s = b + offsetof(BlockQ3_K, scales);
+    scales[2 * p] = d * static_cast<float>(q3k_scale(s, 8 * h + 2 * p));
+    scales[2 * p + 1] = d * static_cast<float>(q3k_scale(s, 8 * h + 2 * p + 1));
+  }
+};
+
+template <>
 struct Decoder<kTypeQ8_0> {
   static constexpr int kGroup = 32;
   static constexpr bool kMins = false;
@@ -348,6 +405,12 @@ void launch(uint32_t type, dim3 grid, const MmqArgs& a, StreamHandle stream) {
     case kTypeQ6_K:
       mmq_kernel<kTypeQ6_K, Gated><<<grid, kThreads, 0, s>>>(a);
       break;
+    case kTypeQ3_K:
+      mmq_kernel<kTypeQ3_K, Gated><<<grid, kThreads, 0, s>>>(a);
+      break;
+    case kTypeQ5_K:
+      mmq_kernel<kTypeQ5_K, Gated><<<grid, kThreads, 0, s>>>(a);
+      break;
     case kTypeQ8_0:
       mmq_kernel<kTypeQ8_0, Gated><<<grid, kThreads, 0, s>>>(a);
       break;
@@ -397,7 +460,8 @@ dim3 grouped_grid(const DeviceMatrix& w, const ExpertGroups& g) {
 }  // namespace
 
 bool mmq_serves(uint32_t type, int64_t n) {
-  return n >= kMmqMinRows && (type == kTypeQ4_K || type == kTypeQ6_K || type == kTypeQ8_0);
+  return n >= kMmqMinRows &&
+         (type == kTypeQ3_K || type == kTypeQ4_K || type == kTypeQ5_K || type == kTypeQ6_K || type == kTypeQ8_0);
 }
 
 void mmq(const DeviceMatrix& w, const ActivationBlock* x, int64_t n, float* y, bool accumulate, StreamHandle stream) {

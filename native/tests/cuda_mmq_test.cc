@@ -25,7 +25,8 @@ using namespace bloomery::tests::gpu;
 
 namespace {
 
-constexpr uint32_t kTileTypes[] = {quant::BlockQ8_0::kType, quant::BlockQ4_K::kType, quant::BlockQ6_K::kType};
+constexpr uint32_t kTileTypes[] = {quant::BlockQ8_0::kType, quant::BlockQ3_K::kType, quant::BlockQ4_K::kType,
+                                   quant::BlockQ5_K::kType, quant::BlockQ6_K::kType};
 
 cuda::DeviceBuffer quantized(const cuda::DeviceBuffer& x, int64_t n, int64_t cols, uint32_t type,
                              const cuda::Stream& stream) {
