@@ -2,7 +2,18 @@ import js from "@eslint/js";
 import tseslint from "typescript-eslint";
 
 export default tseslint.config(
-  { ignores: ["dist/**", "build/**", "docs/api/**", "node_modules/**", "prebuilds/**", ".device/**"] },
+  {
+    ignores: [
+      "dist/**",
+      "build/**",
+      "docs/api/**",
+      "node_modules/**",
+      "prebuilds/**",
+      ".device/**",
+      "build-arm64/**",
+      ".peer/**",
+    ],
+  },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

@@ -11,6 +11,7 @@
 #include "cpu/matmul.h"
 #include "cpu/moe.h"
 #include "cpu/rope.h"
+#include "cpu/softmax.h"
 #include "cpu/swiglu.h"
 #include "cpu/thread_pool.h"
 #include "quant/ggml_types.h"
@@ -199,4 +200,21 @@ TEST(cpu_moe_expert_subset_and_its_complement_add_up) {
     CHECK(std::fabs(a[i] + b[i] - all[i]) < 1e-4f * (1.0f + std::fabs(all[i])))
         << "element " << i << ": " << a[i] << " + " << b[i] << " vs " << all[i];
   }
+}
+
+// A sink takes its share of the row: the weights sum to 1 - e^(sink - max) / sum, as
+// ggml_soft_max_ext with sinks gives.
+TEST(cpu_softmax_sink_takes_its_share) {
+  std::vector<float> x{0.5f, -1.0f, 2.0f, 0.25f, 1.5f};
+  const float sink = 1.0f;
+  std::vector<float> got = x;
+  softmax(got.data(), static_cast<int64_t>(got.size()), SoftmaxTail::kPadded, &sink);
+  double sum = 0.0, total = std::exp(static_cast<double>(sink) - 2.0);
+  for (const float v : x) total += std::exp(static_cast<double>(v) - 2.0);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double want = std::exp(static_cast<double>(x[i]) - 2.0) / total;
+    CHECK(std::fabs(got[i] - want) <= 1e-6 * want) << i << ": " << got[i] << " vs " << want;
+    sum += got[i];
+  }
+  CHECK(std::fabs(sum - (1.0 - std::exp(static_cast<double>(sink) - 2.0) / total)) < 1e-6) << sum;
 }
