@@ -44,7 +44,10 @@ export interface SamplingOptions {
   /**
    * A GBNF grammar (llama.cpp's dialect, with a `root` rule) the generated text must follow:
    * tokens whose text it does not allow are never drawn, and the end-of-sequence token only
-   * where the text is a whole sentence of it. A bad grammar throws BloomeryError GRAMMAR_INVALID
+   * where the text is a whole sentence of it. As in llama.cpp, a token is also named whole, by id
+   * (`<[128010]>`) or by its text (`<|im_end|>`, which must be exactly one token of the
+   * vocabulary), or any token but one (`!<[128010]>`): that is how a grammar takes control
+   * tokens, which have no text to follow. A bad grammar throws BloomeryError GRAMMAR_INVALID
    * with its line and column. Not together with `jsonSchema`.
    */
   grammar?: string;
