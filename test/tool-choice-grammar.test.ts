@@ -185,16 +185,19 @@ describe(`${RUNS} forced calls on the default model (seeds from ${SEED}; BLOOMER
 // with each family's vocabulary and template (Qwen3-Coder's calls in the default model's vocabulary):
 // nothing but the grammar makes their answers calls.
 const FORMAT_RUNS = 12;
-const FORMATS: { label: string; family?: ChatFamily; preset?: string }[] = [
+// `trigger`: the first marker of a call, one token of the vocabulary, where "auto"'s lazy grammar takes over
+// (GLM's is a word, DeepSeek's and Kimi's control tokens; the default model spells Qwen3-Coder's in several
+// tokens, MiniMax-M2's template opens the think block, where a call is reasoning, and harmony has no lazy grammar).
+const FORMATS: { label: string; family?: ChatFamily; preset?: string; trigger?: string }[] = [
   { label: "qwen3-coder" },
-  { label: "glm-4.5", family: "glm-4.5", preset: "tiny-glm4moe" },
-  { label: "deepseek-v3.1", family: "deepseek-v3.1", preset: "tiny-deepseek2" },
-  { label: "kimi-k2", family: "kimi-k2", preset: "tiny-deepseek2" },
+  { label: "glm-4.5", family: "glm-4.5", preset: "tiny-glm4moe", trigger: "<tool_call>" },
+  { label: "deepseek-v3.1", family: "deepseek-v3.1", preset: "tiny-deepseek2", trigger: "<｜tool▁calls▁begin｜>" },
+  { label: "kimi-k2", family: "kimi-k2", preset: "tiny-deepseek2", trigger: "<|tool_calls_section_begin|>" },
   { label: "minimax-m2", family: "minimax-m2", preset: "tiny-minimax-m2" },
   { label: "harmony", family: "harmony", preset: "tiny-gpt-oss" },
 ];
 
-describe.each(FORMATS)(`${FORMAT_RUNS} forced calls in the $label format`, ({ label, family, preset }) => {
+describe.each(FORMATS)(`${FORMAT_RUNS} forced calls in the $label format`, ({ label, family, preset, trigger }) => {
   let model: Model;
   let dir: string | undefined;
   beforeAll(async () => {
@@ -231,6 +234,31 @@ describe.each(FORMATS)(`${FORMAT_RUNS} forced calls in the $label format`, ({ la
       expectValidCall(call, label_);
     }
   }, 120_000);
+
+  it.runIf(trigger)(
+    'toolChoice "auto": a call the model opens follows the grammar from its first marker on',
+    async () => {
+      const session = model.createSession();
+      const marker = Array.from(model.tokenize(trigger!, { special: true, addSpecial: false }));
+      expect(marker).toHaveLength(1);
+      for (let i = 0; i < FORMAT_RUNS; i++) {
+        const result = await session.chat([{ role: "user", content: "What is the weather in Paris?" }], {
+          tools: TOOLS,
+          ...(label === "qwen3-coder" && { toolCallFormat: "qwen3-coder" as const }),
+          // The model opens a call (it would not by itself); what follows is the grammar's.
+          logitBias: { [marker[0]!]: 30 },
+          temperature: 1,
+          seed: SEED + i,
+          maxTokens: 400,
+        }).result;
+        const label_ = `${label} auto run ${i} (seed ${SEED + i}): ${JSON.stringify(result.text)}`;
+        if (i < 2) console.log(label_);
+        expect(result.message.toolCalls, label_).toHaveLength(1);
+        expectValidCall(result.message.toolCalls![0]!, label_);
+      }
+    },
+    120_000,
+  );
 });
 
 // The default model never opens a tool call by itself, so "auto"'s lazy grammar is seen here through

@@ -81,6 +81,15 @@ Sampler::Sampler(SamplerParams params, std::shared_ptr<const tokenizer::Tokenize
   }
   for (const std::string& trigger : params_.grammar_triggers) {
     if (trigger.empty()) refuse("a grammar trigger must not be empty");
+    std::vector<uint32_t> ids;
+    try {
+      ids = tokenizer_->tokenize(trigger, false, true);
+    } catch (const Error&) {
+      // A word the vocabulary cannot spell is no token of it: it stays a word.
+    }
+    if (ids.size() == 1 && tokenizer_->piece(ids[0], false).empty()) {
+      trigger_tokens_.push_back(static_cast<int32_t>(ids[0]));
+    }
   }
 }
 
@@ -115,7 +124,15 @@ void Sampler::accept(int32_t token) {
       refuse("token " + std::to_string(token) + " is outside the vocabulary");
     }
     const std::string_view piece = tokenizer_->piece(static_cast<uint32_t>(token), false);
-    if (awaiting_trigger_) {
+    if (awaiting_trigger_ &&
+        std::find(trigger_tokens_.begin(), trigger_tokens_.end(), token) != trigger_tokens_.end()) {
+      awaiting_trigger_ = false;
+      trigger_tail_.clear();
+      if (!grammar_->allows_token(token, piece)) {
+        throw Error("GRAMMAR_INVALID", "the grammar does not begin with its trigger token " + std::to_string(token));
+      }
+      grammar_->advance_token(token, piece);
+    } else if (awaiting_trigger_) {
       watch_for_trigger(piece);
     } else {
       grammar_->advance_token(token, piece);

@@ -477,6 +477,27 @@ TEST(sampler_grammar_draws_control_tokens_its_terminals_name) {
   CHECK(free_text.sample(wants_call) != kCall);
 }
 
+TEST(sampler_lazy_grammar_triggered_by_a_control_token) {
+  // The trigger is a control token's text: the grammar holds from that token on, read as a token.
+  SamplerParams p = constrained("root ::= <|call|> \"ab\"", 0.0f);
+  p.grammar_triggers = {"<|call|>"};
+  Sampler sampler(p, tiny_tokenizer());
+  std::vector<float> logits(kTexts.size(), 0.0f);
+  logits[10] = 9.0f;  // the model wants "x" (then "ab"): free until the trigger
+  logits[5] = 1.0f;
+  CHECK(sampler.sample(logits) == 10);
+  sampler.accept(10);
+  sampler.accept(kCall);
+  CHECK(sampler.sample(logits) == 5);  // "ab", the best the grammar allows
+  sampler.accept(5);
+  CHECK(sampler.sample(logits) == 0);
+  // A grammar that does not begin with its trigger token is refused when the token comes.
+  SamplerParams wrong = constrained("root ::= \"ab\"", 0.0f);
+  wrong.grammar_triggers = {"<|call|>"};
+  Sampler refused(wrong, tiny_tokenizer());
+  CHECK(refusal_code([&] { refused.accept(kCall); }) == "GRAMMAR_INVALID");
+}
+
 TEST(sampler_lazy_grammar_holds_from_its_trigger_on) {
   // The model wants "x" and, after the trigger, never "}": free text until "ab" appears (across
   // two tokens, "a" then "ba"), then the grammar, which began at the trigger, takes over.

@@ -40,10 +40,10 @@ export interface ChatOptions extends GenerateOptions {
    * the tools' `parameters` schemas (their JSON Schema, as `jsonSchema` takes it; in the XML-style
    * formats, `"qwen3-coder"`, `"glm-4.5"` and `"minimax-m2"`, each argument's value as their
    * parsers type it), so the answer is always one call that parses, in every format but
-   * `"deepseek-r1"`, where only the opening is forced. In the `"hermes"` and `"llama3"` formats,
-   * with `"auto"` (and no `grammar` or `jsonSchema` of the caller's) the answer is free until it
-   * opens a call, which then follows the same grammar (a lazy grammar), and the answer ends with
-   * that call; in the other formats `"auto"` leaves the answer free.
+   * `"deepseek-r1"`, where only the opening is forced. With `"auto"` (and no `grammar` or
+   * `jsonSchema` of the caller's) the answer is free until it opens a call, which then follows the
+   * same grammar (a lazy grammar), and the answer ends with that call; in the `"harmony"` and
+   * `"deepseek-r1"` formats `"auto"` leaves the answer free.
    */
   toolChoice?: "auto" | "none" | "required" | { name: string };
   /**
@@ -184,7 +184,7 @@ export function runChat(
   // Harmony's channels carry the reasoning and the answer too: its parser reads every turn.
   const parsedFormat = format === "harmony" ? format : offered && format;
   const controls = controlTokensOf(model.tokenizer, formatMarkers(parsedFormat || undefined));
-  const lazy = offered && !forced && !own ? lazyCallGrammar(format, offered) : undefined;
+  const lazy = offered && !forced && !own ? lazyCallGrammar(format, offered, controls) : undefined;
   const callGrammar = forced
     ? forcedCallGrammar(format, offered!, forcedCallPrefix(format, forced, false), controls)
     : lazy?.grammar;

@@ -52,45 +52,53 @@ interface CallShape {
   xml?: XmlArgument;
   /** The text after the arguments, in parts: an XML-style call allows a line break between them. */
   after: readonly string[];
-  /** The text that begins every call, where `"auto"`'s lazy grammar takes over (its trigger); none: no lazy grammar. */
-  lazyOpening?: string;
+  /**
+   * `"auto"`'s lazy grammar: from `trigger` (the first marker of a call, a control token's text or
+   * a word) on, the call's `opening` then the rest; none: `"auto"` stays free.
+   */
+  lazy?: { opening: string; trigger: string };
 }
 
 const CALLS: Partial<Record<ToolCallFormat, CallShape>> = {
   hermes: {
     before: (name) => `<tool_call>\n{"name": ${JSON.stringify(name)}, "arguments": `,
     after: ["}\n</tool_call>"],
-    lazyOpening: "<tool_call>",
+    lazy: { opening: "<tool_call>", trigger: "<tool_call>" },
   },
   llama3: {
     before: (name) => `{"name": ${JSON.stringify(name)}, "parameters": `,
     after: ["}"],
-    lazyOpening: '{"name": ',
+    lazy: { opening: '{"name": ', trigger: '{"name": ' },
   },
   "qwen3-coder": {
     before: (name) => `${TOOL_CALL_TAGS.open}\n<function=${name}>\n`,
     xml: { keyOpen: "<parameter=", keyClose: ">", valueOpen: "", pad: "\n", close: "</parameter>" },
     after: ["</function>", TOOL_CALL_TAGS.close],
+    lazy: { opening: `${TOOL_CALL_TAGS.open}\n<function=`, trigger: TOOL_CALL_TAGS.open },
   },
   "glm-4.5": {
     before: (name) => `${TOOL_CALL_TAGS.open}${name}`,
     // GLM-4.5 and 4.6 put a line break after the name and after each tag, GLM-4.7 none.
     xml: { keyOpen: "<arg_key>", keyClose: "</arg_key>", valueOpen: "<arg_value>", pad: "", close: "</arg_value>" },
     after: [TOOL_CALL_TAGS.close],
+    lazy: { opening: TOOL_CALL_TAGS.open, trigger: TOOL_CALL_TAGS.open },
   },
   "deepseek-v3.1": {
     before: (name) => `${DEEPSEEK_SECTION.open}${DEEPSEEK_CALL_BEGIN}${name}${DEEPSEEK_SEP}`,
     after: [DEEPSEEK_CALL_END + DEEPSEEK_SECTION.close],
+    lazy: { opening: DEEPSEEK_SECTION.open + DEEPSEEK_CALL_BEGIN, trigger: DEEPSEEK_SECTION.open },
   },
   "kimi-k2": {
     before: (name) => `${KIMI_SECTION.open}${KIMI_CALL_BEGIN}functions.${name}:`,
     between: (spell) => `[0-9]{1,9} ${spell(KIMI_ARGUMENTS_BEGIN)}`,
     after: [KIMI_CALL_END + KIMI_SECTION.close],
+    lazy: { opening: `${KIMI_SECTION.open}${KIMI_CALL_BEGIN}functions.`, trigger: KIMI_SECTION.open },
   },
   "minimax-m2": {
     before: (name) => `${MINIMAX_SECTION.open}\n<invoke name="${name}">\n`,
     xml: { keyOpen: '<parameter name="', keyClose: '">', valueOpen: "", pad: "", close: "</parameter>" },
     after: ["</invoke>", MINIMAX_SECTION.close],
+    lazy: { opening: `${MINIMAX_SECTION.open}\n<invoke name="`, trigger: MINIMAX_SECTION.open },
   },
   harmony: {
     before: (name) => harmonyCallPrefix(name),
@@ -143,18 +151,21 @@ export function forcedCallGrammar(
 }
 
 /**
- * `"auto"`'s lazy grammar: a whole call, from its opening (the trigger) on; undefined for a format
- * without one (the trigger is text: where calls open with a control token, `"auto"` stays free).
+ * `"auto"`'s lazy grammar: a whole call, from its opening on, and the trigger from which it holds
+ * (a word, or the text of a control token of `controls`, which the sampler then reads as that
+ * token); undefined for a format without one (harmony, whose calls open in several ways, and
+ * DeepSeek-R1).
  */
 export function lazyCallGrammar(
   format: ToolCallFormat,
   tools: readonly ChatTool[],
+  controls: ControlTokens = new Map(),
 ): { grammar: string; trigger: string } | undefined {
-  const opening = CALLS[format]?.lazyOpening;
-  const rest = opening && forcedCallGrammar(format, tools, opening);
-  if (!opening || !rest) return undefined;
+  const lazy = CALLS[format]?.lazy;
+  const rest = lazy && forcedCallGrammar(format, tools, lazy.opening, controls);
+  if (!lazy || !rest) return undefined;
   const call = rest.slice("root ".length);
-  return { grammar: `root ::= ${gbnfLiteral(opening)} call\ncall ${call}`, trigger: opening };
+  return { grammar: `root ::= ${speller(controls)(lazy.opening)} call\ncall ${call}`, trigger: lazy.trigger };
 }
 
 /** Text as GBNF: literals, and a token terminal for each control-token marker in it. */
