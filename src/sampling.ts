@@ -62,8 +62,10 @@ export interface SamplingOptions {
    * Makes `grammar` (or `jsonSchema`) lazy, as llama-server's `grammar_lazy` with word triggers:
    * the text is free until one of these words appears in it, and from the first one found on the
    * grammar holds, reading the text from that word (so the grammar's sentences begin with a
-   * trigger). A token that completes a trigger with text the grammar refuses after it ends the
-   * generation with BloomeryError GRAMMAR_INVALID.
+   * trigger). A word that is the text of one control token (`<|tool_calls_section_begin|>`), which
+   * has no text in the output, is that token: the grammar holds from it on, and must begin with it
+   * (`<|tool_calls_section_begin|>` or `<[id]>`, see `grammar`). A token that completes a trigger
+   * with text the grammar refuses after it ends the generation with BloomeryError GRAMMAR_INVALID.
    */
   grammarTriggers?: readonly string[];
   /**
