@@ -182,14 +182,13 @@ describe(`${RUNS} forced calls on the default model (seeds from ${SEED}; BLOOMER
 
 // The formats whose calls are XML (Qwen3-Coder, GLM-4.5, MiniMax-M2) or whose markers are control tokens
 // (DeepSeek-V3.1, Kimi-K2, MiniMax-M2's section, harmony's <|call|>), on tiny models of random weights
-// with each family's vocabulary and template (Qwen3-Coder's calls in the default model's vocabulary):
-// nothing but the grammar makes their answers calls.
+// with each family's vocabulary and template: nothing but the grammar makes their answers calls.
 const FORMAT_RUNS = 12;
 // `trigger`: the first marker of a call, one token of the vocabulary, where "auto"'s lazy grammar takes over
-// (GLM's is a word, DeepSeek's and Kimi's control tokens; the default model spells Qwen3-Coder's in several
-// tokens, MiniMax-M2's template opens the think block, where a call is reasoning, and harmony has no lazy grammar).
-const FORMATS: { label: string; family?: ChatFamily; preset?: string; trigger?: string }[] = [
-  { label: "qwen3-coder" },
+// (Qwen3-Coder's and GLM's are words, DeepSeek's and Kimi's control tokens; MiniMax-M2's template opens the
+// think block, where a call is reasoning, and harmony has no lazy grammar).
+const FORMATS: { label: string; family: ChatFamily; preset: string; trigger?: string }[] = [
+  { label: "qwen3-coder", family: "qwen3-coder", preset: "tiny-qwen3moe", trigger: "<tool_call>" },
   { label: "glm-4.5", family: "glm-4.5", preset: "tiny-glm4moe", trigger: "<tool_call>" },
   { label: "deepseek-v3.1", family: "deepseek-v3.1", preset: "tiny-deepseek2", trigger: "<｜tool▁calls▁begin｜>" },
   { label: "kimi-k2", family: "kimi-k2", preset: "tiny-deepseek2", trigger: "<|tool_calls_section_begin|>" },
@@ -199,19 +198,14 @@ const FORMATS: { label: string; family?: ChatFamily; preset?: string; trigger?: 
 
 describe.each(FORMATS)(`${FORMAT_RUNS} forced calls in the $label format`, ({ label, family, preset, trigger }) => {
   let model: Model;
-  let dir: string | undefined;
+  const dir = mkdtempSync(join(tmpdir(), "bloomery-forced-"));
   beforeAll(async () => {
-    if (family) {
-      dir = mkdtempSync(join(tmpdir(), "bloomery-forced-"));
-      await writeFamilyModel(join(dir, "model.gguf"), family, preset!);
-    }
-    // The default model is trained on 1,024 tokens; MiniMax-M2's and harmony's prompts with two tools take more.
-    const contextSize = dir ? 2048 : 1024;
-    model = await loadModel(dir ? join(dir, "model.gguf") : MODEL, { gpu: false, threads: 2, contextSize });
+    await writeFamilyModel(join(dir, "model.gguf"), family, preset);
+    model = await loadModel(join(dir, "model.gguf"), { gpu: false, threads: 2 });
   });
   afterAll(() => {
     model?.dispose();
-    if (dir) rmSync(dir, { recursive: true, force: true });
+    rmSync(dir, { recursive: true, force: true });
   });
 
   it('toolChoice "required" (and named) always parses as a call of an offered tool', async () => {
@@ -221,7 +215,6 @@ describe.each(FORMATS)(`${FORMAT_RUNS} forced calls in the $label format`, ({ la
       const result = await session.chat([{ role: "user", content: "What is the weather in Paris?" }], {
         tools: TOOLS,
         toolChoice: choice,
-        ...(label === "qwen3-coder" && { toolCallFormat: "qwen3-coder" as const }),
         temperature: 1,
         seed: SEED + i,
         maxTokens: 400,
@@ -244,7 +237,6 @@ describe.each(FORMATS)(`${FORMAT_RUNS} forced calls in the $label format`, ({ la
       for (let i = 0; i < FORMAT_RUNS; i++) {
         const result = await session.chat([{ role: "user", content: "What is the weather in Paris?" }], {
           tools: TOOLS,
-          ...(label === "qwen3-coder" && { toolCallFormat: "qwen3-coder" as const }),
           // The model opens a call (it would not by itself); what follows is the grammar's.
           logitBias: { [marker[0]!]: 30 },
           temperature: 1,
