@@ -44,7 +44,10 @@ export interface SamplingOptions {
   /**
    * A GBNF grammar (llama.cpp's dialect, with a `root` rule) the generated text must follow:
    * tokens whose text it does not allow are never drawn, and the end-of-sequence token only
-   * where the text is a whole sentence of it. A bad grammar throws BloomeryError GRAMMAR_INVALID
+   * where the text is a whole sentence of it. As in llama.cpp, a token is also named whole, by id
+   * (`<[128010]>`) or by its text (`<|im_end|>`, which must be exactly one token of the
+   * vocabulary), or any token but one (`!<[128010]>`): that is how a grammar takes control
+   * tokens, which have no text to follow. A bad grammar throws BloomeryError GRAMMAR_INVALID
    * with its line and column. Not together with `jsonSchema`.
    */
   grammar?: string;
@@ -59,8 +62,10 @@ export interface SamplingOptions {
    * Makes `grammar` (or `jsonSchema`) lazy, as llama-server's `grammar_lazy` with word triggers:
    * the text is free until one of these words appears in it, and from the first one found on the
    * grammar holds, reading the text from that word (so the grammar's sentences begin with a
-   * trigger). A token that completes a trigger with text the grammar refuses after it ends the
-   * generation with BloomeryError GRAMMAR_INVALID.
+   * trigger). A word that is the text of one control token (`<|tool_calls_section_begin|>`), which
+   * has no text in the output, is that token: the grammar holds from it on, and must begin with it
+   * (`<|tool_calls_section_begin|>` or `<[id]>`, see `grammar`). A token that completes a trigger
+   * with text the grammar refuses after it ends the generation with BloomeryError GRAMMAR_INVALID.
    */
   grammarTriggers?: readonly string[];
   /**

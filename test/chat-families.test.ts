@@ -13,6 +13,7 @@ import { CHAT_FAMILIES, forceText, writeFamilyModel, type ChatFamily } from "./c
 
 /** The tiny model each family's chat runs on (the engine does not read the template). */
 const PRESETS: Record<ChatFamily, string> = {
+  "qwen3-coder": "tiny-qwen3moe",
   "deepseek-v3.1": "tiny-deepseek2",
   "glm-4.5": "tiny-glm4moe",
   "kimi-k2": "tiny-deepseek2",

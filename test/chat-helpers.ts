@@ -44,6 +44,22 @@ interface FamilyTokens {
  * control tokens (hidden from output unless shown), the rest user-defined.
  */
 export const CHAT_FAMILIES = {
+  "qwen3-coder": {
+    pre: "qwen2",
+    special: [
+      ["<|endoftext|>", control],
+      ["<|im_start|>", control],
+      ["<|im_end|>", control],
+      ["<tool_call>", userDefined],
+      ["</tool_call>", userDefined],
+      ["<think>", userDefined],
+      ["</think>", userDefined],
+    ],
+    bos: "<|endoftext|>",
+    eos: "<|im_end|>",
+    addBos: false,
+    template: "Qwen3-Coder.jinja",
+  },
   "deepseek-v3.1": {
     pre: "deepseek-v3",
     special: [

@@ -303,3 +303,46 @@ describe("bloomery-serve's --context-shift", () => {
     }
   });
 });
+
+describe("a shifted context's state", () => {
+  let model: Model;
+  beforeAll(async () => {
+    // No prompt-state cache: the continuations below reuse only the sessions' own states.
+    model = await loadModel(MODEL, { gpu: false, threads: THREADS, contextSize: CONTEXT, cacheRam: 0 });
+  });
+  afterAll(() => model?.dispose());
+
+  it("saved, restored (in memory and from a file) or forked, continues exactly as the shifted session does", async () => {
+    const banned = Object.fromEntries(model.info.endTokens.map((t) => [t, -Infinity]));
+    const original = model.createSession();
+    const prompt = proseTokens((prose) => model.tokenize(prose), 60);
+    const shifted = await original.generate(prompt, { maxTokens: 250, contextShift: { keep: 4 }, logitBias: banned })
+      .result;
+    expect(shifted.timings.discardedTokens).toBeGreaterThan(0);
+    const state = await original.save();
+    const file = join(dir, "shifted.state");
+    await original.save(file);
+    const restored = model.createSession();
+    await restored.restore(state);
+    const fromFile = model.createSession();
+    await fromFile.restore(file);
+    const forked = await original.fork();
+
+    // The prompt goes on from the saved context: its shifted rows (those after the kept tokens) are
+    // evaluated again, as the shifted session's own are, and the draws' log-probabilities are the same.
+    const next = [...state.tokens, ...model.tokenize(" And then", { addSpecial: false })];
+    const options = { maxTokens: 12, logprobs: 2, logitBias: banned };
+    const reference = await original.generate(next, options).result;
+    expect(reference.timings.cachedPromptTokens).toBeLessThan(state.tokens.length);
+    for (const [label, session] of [
+      ["restored", restored],
+      ["restored from a file", fromFile],
+      ["forked", forked],
+    ] as const) {
+      const continued = await session.generate(next, options).result;
+      expect(continued.timings.cachedPromptTokens, label).toBe(reference.timings.cachedPromptTokens);
+      expect(continued.tokens, label).toEqual(reference.tokens);
+      expect(continued.logprobs, label).toEqual(reference.logprobs);
+    }
+  });
+});

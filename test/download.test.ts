@@ -1,43 +1,26 @@
 // downloadModel (the SDK's, which bloomery-serve's -hf uses: server-hf.test.ts covers the hub's listing and a hostile
 // endpoint) against a loopback stand-in hub: progress events, an abort and the resume after it, a URL's sha256
 // (x-linked-etag), split models from a URL, and loadModel given a user/repo:quant reference.
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { beforeEach, describe, expect, it } from "vitest";
 import { BloomeryError, downloadModel, loadModel, type DownloadProgress } from "../src/index.js";
-import { writeSyntheticModel } from "../tools/synth/synth.js";
-import { StandInHub } from "./hub-standin.js";
+import { useStandInHub } from "./hub-standin.js";
 
 const REPO = "test-org/tiny-moe";
-const dir = mkdtempSync(join(tmpdir(), "bloomery-download-"));
-const hub = new StandInHub(REPO);
-let model: Buffer;
-let other: Buffer;
+const fixture = useStandInHub(REPO);
+const { hub } = fixture;
 let cacheDir: string;
-
-beforeAll(async () => {
-  await writeSyntheticModel(join(dir, "a.gguf"), { preset: "tiny-qwen3moe", weightType: "Q8_0" });
-  await writeSyntheticModel(join(dir, "b.gguf"), { preset: "tiny-qwen3moe", weightType: "Q8_0", seed: 2 });
-  model = readFileSync(join(dir, "a.gguf"));
-  other = readFileSync(join(dir, "b.gguf"));
-  await hub.start();
-});
-
-afterAll(async () => {
-  await hub.stop();
-  rmSync(dir, { recursive: true, force: true });
-});
 
 beforeEach(() => {
   hub.reset(
     new Map([
-      ["tiny-moe-Q4_K_M.gguf", model],
-      ["Q6_K/tiny-moe-Q6_K-00001-of-00002.gguf", model],
-      ["Q6_K/tiny-moe-Q6_K-00002-of-00002.gguf", other],
+      ["tiny-moe-Q4_K_M.gguf", fixture.model],
+      ["Q6_K/tiny-moe-Q6_K-00001-of-00002.gguf", fixture.model],
+      ["Q6_K/tiny-moe-Q6_K-00002-of-00002.gguf", fixture.other],
     ]),
   );
-  cacheDir = mkdtempSync(join(dir, "cache-"));
+  cacheDir = fixture.newCacheDir();
 });
 
 /** Every file under the cache folder, by its path inside it. */
@@ -55,10 +38,10 @@ describe("downloadModel", () => {
       cacheDir,
       onProgress: (p) => events.push({ ...p }),
     });
-    expect(readFileSync(path).equals(model)).toBe(true);
+    expect(readFileSync(path).equals(fixture.model)).toBe(true);
     for (const [part, bytes] of [
-      [1, model],
-      [2, other],
+      [1, fixture.model],
+      [2, fixture.other],
     ] as const) {
       const mine = events.filter((e) => e.part === part);
       expect(mine.length).toBeGreaterThan(1);
@@ -91,7 +74,7 @@ describe("downloadModel", () => {
     const path = await downloadModel(REPO, { endpoint: hub.endpoint, cacheDir, onProgress: (p) => events.push(p) });
     expect(hub.downloads().map((r) => r.headers.range)).toEqual([`bytes=${cut}-`]);
     expect(events[0]!.bytes).toBe(cut);
-    expect(readFileSync(path).equals(model)).toBe(true);
+    expect(readFileSync(path).equals(fixture.model)).toBe(true);
     expect(cached()).toEqual(["test-org_tiny-moe/.manifest-Q4_K_M.json", "test-org_tiny-moe/tiny-moe-Q4_K_M.gguf"]);
   });
 
@@ -109,14 +92,14 @@ describe("downloadModel", () => {
     hub.corrupt = false;
     const path = await downloadModel(`${hub.endpoint}/files/tiny-moe-Q4_K_M.gguf`, { cacheDir });
     expect(path).toBe(join(cacheDir, "tiny-moe-Q4_K_M.gguf"));
-    expect(readFileSync(path).equals(model)).toBe(true);
+    expect(readFileSync(path).equals(fixture.model)).toBe(true);
   });
 
   it("downloads every part of a split model from the URL of its first, then reads them from the cache", async () => {
     const url = `${hub.endpoint}/files/tiny-moe-Q6_K-00001-of-00002.gguf`;
     const path = await downloadModel(url, { cacheDir });
-    expect(readFileSync(path).equals(model)).toBe(true);
-    expect(readFileSync(path.replace("00001-of", "00002-of")).equals(other)).toBe(true);
+    expect(readFileSync(path).equals(fixture.model)).toBe(true);
+    expect(readFileSync(path.replace("00001-of", "00002-of")).equals(fixture.other)).toBe(true);
     expect(hub.downloads().map((r) => r.url)).toEqual([
       "/files/tiny-moe-Q6_K-00001-of-00002.gguf",
       "/files/tiny-moe-Q6_K-00002-of-00002.gguf",
@@ -158,7 +141,7 @@ describe("loadModel with a reference", () => {
     });
     try {
       expect(loaded.info.architecture).toBe("qwen3moe");
-      expect(events.at(-1)).toMatchObject({ bytes: model.length, totalBytes: model.length });
+      expect(events.at(-1)).toMatchObject({ bytes: fixture.model.length, totalBytes: fixture.model.length });
       expect(existsSync(join(cacheDir, "test-org_tiny-moe", "tiny-moe-Q4_K_M.gguf"))).toBe(true);
     } finally {
       loaded.dispose();

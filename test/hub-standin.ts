@@ -2,8 +2,13 @@
 // `resolve/main` downloads with HTTP Range, HEAD answers with the hub's x-linked-size / x-linked-etag, plain files
 // under /files/, and switches that make it misbehave on purpose.
 import { createHash } from "node:crypto";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer, type IncomingHttpHeaders, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll } from "vitest";
+import { writeSyntheticModel } from "../tools/synth/synth.js";
 
 export function sha256(bytes: Buffer): string {
   return createHash("sha256").update(bytes).digest("hex");
@@ -101,4 +106,50 @@ export class StandInHub {
     this.#server.closeAllConnections();
     await new Promise((resolve) => this.#server.close(resolve));
   }
+}
+
+/** A test file's stand-in hub and the two model files it serves. */
+export interface StandInHubFixture {
+  readonly hub: StandInHub;
+  /** A tiny model's bytes (set before the first test). */
+  readonly model: Buffer;
+  /** Another tiny model's bytes, of another seed (set before the first test). */
+  readonly other: Buffer;
+  /** A new empty folder for a test's cache, removed with the rest after the file's tests. */
+  newCacheDir(): string;
+}
+
+/**
+ * A stand-in hub of `repo` for the test file that calls this at its top level (it adds vitest's
+ * beforeAll / afterAll): before the tests it writes two tiny models (tiny-qwen3moe, Q8_0, seeds 1
+ * and 2) into a temporary folder and starts the hub; after them it stops the hub and removes the folder.
+ */
+export function useStandInHub(repo: string): StandInHubFixture {
+  const dir = mkdtempSync(join(tmpdir(), "bloomery-hub-"));
+  const hub = new StandInHub(repo);
+  let model: Buffer | undefined;
+  let other: Buffer | undefined;
+  beforeAll(async () => {
+    await writeSyntheticModel(join(dir, "a.gguf"), { preset: "tiny-qwen3moe", weightType: "Q8_0" });
+    await writeSyntheticModel(join(dir, "b.gguf"), { preset: "tiny-qwen3moe", weightType: "Q8_0", seed: 2 });
+    model = readFileSync(join(dir, "a.gguf"));
+    other = readFileSync(join(dir, "b.gguf"));
+    await hub.start();
+  });
+  afterAll(async () => {
+    await hub.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+  return {
+    hub,
+    get model() {
+      if (!model) throw new Error("the stand-in hub's models are written in beforeAll");
+      return model;
+    },
+    get other() {
+      if (!other) throw new Error("the stand-in hub's models are written in beforeAll");
+      return other;
+    },
+    newCacheDir: () => mkdtempSync(join(dir, "cache-")),
+  };
 }

@@ -1,47 +1,29 @@
 // bloomery-serve's -hf (the SDK's downloadModel) against a loopback stand-in for the Hugging Face hub: the tree API, resumable
 // downloads with HTTP Range, checksum checks, the cache, and quant picking; and against a hostile one
 // (issue 17, finding 6) whose listing and downloads lie.
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statfsSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, statfsSync, writeFileSync } from "node:fs";
 import type { ServerResponse } from "node:http";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { beforeEach, describe, expect, it } from "vitest";
 import { MAX_FILE_BYTES } from "../src/download/hub.js";
 import { parseServeOptions, UsageError } from "../examples/server/options.js";
 import { BloomeryError, downloadModel, readGgufInfo, type DownloadModelOptions } from "../src/index.js";
-import { writeSyntheticModel } from "../tools/synth/synth.js";
-import { sha256, StandInHub } from "./hub-standin.js";
+import { sha256, useStandInHub } from "./hub-standin.js";
 import { exitWithin, spawnServe } from "./server-helpers.js";
 
 const REPO = "test-org/tiny-moe";
-const dir = mkdtempSync(join(tmpdir(), "bloomery-hf-"));
-let model: Buffer;
-let other: Buffer;
-
-const hub = new StandInHub(REPO);
-
-beforeAll(async () => {
-  await writeSyntheticModel(join(dir, "a.gguf"), { preset: "tiny-qwen3moe", weightType: "Q8_0" });
-  await writeSyntheticModel(join(dir, "b.gguf"), { preset: "tiny-qwen3moe", weightType: "Q8_0", seed: 2 });
-  model = readFileSync(join(dir, "a.gguf"));
-  other = readFileSync(join(dir, "b.gguf"));
-  await hub.start();
-});
-
-afterAll(async () => {
-  await hub.stop();
-  rmSync(dir, { recursive: true, force: true });
-});
+const fixture = useStandInHub(REPO);
+const { hub } = fixture;
 
 let cacheDir: string;
 beforeEach(() => {
   hub.reset(
     new Map([
-      ["tiny-moe-Q4_K_M.gguf", model],
-      ["tiny-moe-Q8_0.gguf", other],
+      ["tiny-moe-Q4_K_M.gguf", fixture.model],
+      ["tiny-moe-Q8_0.gguf", fixture.other],
     ]),
   );
-  cacheDir = mkdtempSync(join(dir, "cache-"));
+  cacheDir = fixture.newCacheDir();
 });
 
 /** -hf's download: the SDK's downloadModel, from the stand-in hub into this test's cache. */
@@ -55,23 +37,23 @@ describe("-hf downloads", () => {
   it("picks the file by quant (Q4_K_M by default, any case), downloads it and sends the token", async () => {
     const path = await fetchHubModel(REPO, { token: "secret" });
     expect(path).toBe(join(cacheDir, "test-org_tiny-moe", "tiny-moe-Q4_K_M.gguf"));
-    expect(readFileSync(path).equals(model)).toBe(true);
+    expect(readFileSync(path).equals(fixture.model)).toBe(true);
     expect((await readGgufInfo(path)).summary.architecture).toBe("qwen3moe");
     expect(hub.requests.map((r) => r.headers.authorization)).toEqual(["Bearer secret", "Bearer secret"]);
 
     const q8 = await fetchHubModel(`${REPO}:q8_0`);
-    expect(readFileSync(q8).equals(other)).toBe(true);
+    expect(readFileSync(q8).equals(fixture.other)).toBe(true);
     expect(existsSync(`${q8}.partial`)).toBe(false);
   });
 
   it("resumes a partial download with a Range request", async () => {
     const target = join(cacheDir, "test-org_tiny-moe", "tiny-moe-Q4_K_M.gguf");
     mkdirSync(join(cacheDir, "test-org_tiny-moe"));
-    const have = model.length >> 1;
-    writeFileSync(`${target}.partial`, model.subarray(0, have));
+    const have = fixture.model.length >> 1;
+    writeFileSync(`${target}.partial`, fixture.model.subarray(0, have));
     const path = await fetchHubModel(REPO);
     expect(downloads().map((r) => r.headers.range)).toEqual([`bytes=${have}-`]);
-    expect(readFileSync(path).equals(model)).toBe(true);
+    expect(readFileSync(path).equals(fixture.model)).toBe(true);
   });
 
   it("starts over when the hub answers a Range request with the whole file", async () => {
@@ -81,7 +63,7 @@ describe("-hf downloads", () => {
     hub.ignoreRange = true;
     const path = await fetchHubModel(REPO);
     expect(downloads().map((r) => r.headers.range)).toEqual(["bytes=100-"]);
-    expect(readFileSync(path).equals(model)).toBe(true);
+    expect(readFileSync(path).equals(fixture.model)).toBe(true);
   });
 
   it("refuses a download whose checksum does not match and leaves no file", async () => {
@@ -100,17 +82,17 @@ describe("-hf downloads", () => {
   });
 
   it("downloads every part of a split model and answers the first", async () => {
-    hub.files.set("Q6_K/tiny-moe-Q6_K-00002-of-00002.gguf", other);
-    hub.files.set("Q6_K/tiny-moe-Q6_K-00001-of-00002.gguf", model);
+    hub.files.set("Q6_K/tiny-moe-Q6_K-00002-of-00002.gguf", fixture.other);
+    hub.files.set("Q6_K/tiny-moe-Q6_K-00001-of-00002.gguf", fixture.model);
     const path = await fetchHubModel(`${REPO}:Q6_K`);
     expect(path).toBe(join(cacheDir, "test-org_tiny-moe", "Q6_K", "tiny-moe-Q6_K-00001-of-00002.gguf"));
-    expect(readFileSync(path).equals(model)).toBe(true);
-    expect(readFileSync(path.replace("00001-of", "00002-of")).equals(other)).toBe(true);
+    expect(readFileSync(path).equals(fixture.model)).toBe(true);
+    expect(readFileSync(path.replace("00001-of", "00002-of")).equals(fixture.other)).toBe(true);
   });
 
   it("serves the file --hf-file names", async () => {
     const path = await fetchHubModel(REPO, { file: "tiny-moe-Q8_0.gguf" });
-    expect(readFileSync(path).equals(other)).toBe(true);
+    expect(readFileSync(path).equals(fixture.other)).toBe(true);
     await expect(fetchHubModel(REPO, { file: "nope.gguf" })).rejects.toThrow(
       /test-org\/tiny-moe has no file nope\.gguf; its GGUF files: tiny-moe-Q4_K_M\.gguf, tiny-moe-Q8_0\.gguf/,
     );
@@ -120,7 +102,7 @@ describe("-hf downloads", () => {
     await expect(fetchHubModel(`${REPO}:Q2_K`)).rejects.toThrow(
       /test-org\/tiny-moe has no GGUF file for quant Q2_K; its GGUF files: tiny-moe-Q4_K_M\.gguf, tiny-moe-Q8_0\.gguf/,
     );
-    hub.files.set("tiny-moe-Q4_K_S.gguf", other);
+    hub.files.set("tiny-moe-Q4_K_S.gguf", fixture.other);
     await expect(fetchHubModel(`${REPO}:Q4_K`)).rejects.toThrow(
       /quant Q4_K is ambiguous, it names tiny-moe-Q4_K_M\.gguf, tiny-moe-Q4_K_S\.gguf/,
     );
@@ -290,7 +272,7 @@ describe("a hostile HF_ENDPOINT (finding 6)", () => {
     mkdirSync(folder);
     writeFileSync(join(folder, ".manifest-Q4_K_M.json"), JSON.stringify({ files: [{ path: "../x", size: -1 }] }));
     const path = await fetchHubModel(REPO);
-    expect(readFileSync(path).equals(model)).toBe(true);
+    expect(readFileSync(path).equals(fixture.model)).toBe(true);
   });
 
   it("refuses a download the cache's disk has no room for", async () => {

@@ -15,7 +15,7 @@ import { runScenario } from "./sdk-child-run.js";
 
 const dir = mkdtempSync(join(tmpdir(), "bloomery-state-files-"));
 const path = join(dir, "tiny.gguf");
-const HEADER_BYTES = 80; // native/engine/state.cc FileHeader
+const HEADER_BYTES = 88; // native/engine/state.cc FileHeader
 let model: Model;
 
 beforeAll(async () => {

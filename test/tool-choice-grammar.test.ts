@@ -1,10 +1,14 @@
 // Forced tool calls (issue 26): with toolChoice "required" or a named function, the call's rest is
 // constrained by the tools' schemas (src/chat/tool-grammar.ts), so every answer of the default model
 // is a call that parses, through the SDK and through the server's tool_choice.
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { forcedCallGrammar } from "../src/chat/tool-grammar.js";
+import { excludingRules, forcedCallGrammar } from "../src/chat/tool-grammar.js";
 import { loadModel, type ChatTool, type Model } from "../src/index.js";
+import { writeFamilyModel, type ChatFamily } from "./chat-helpers.js";
 import { startServer, type TestServer } from "./server-helpers.js";
 
 const MODEL = "models/bloomery-tiny-moe-Q8_0.gguf";
@@ -20,7 +24,10 @@ const TOOLS: ChatTool[] = [
       description: "The weather in a city",
       parameters: {
         type: "object",
-        properties: { city: { enum: ["Paris", "Lima", "Oslo"] }, unit: { enum: ["c", "f"] } },
+        properties: {
+          city: { type: "string", enum: ["Paris", "Lima", "Oslo"] },
+          unit: { type: "string", enum: ["c", "f"] },
+        },
         required: ["city", "unit"],
         additionalProperties: false,
       },
@@ -30,6 +37,7 @@ const TOOLS: ChatTool[] = [
     type: "function",
     function: {
       name: "set_alarm",
+      description: "Sets an alarm",
       parameters: {
         type: "object",
         properties: { hour: { type: "integer" }, loud: { type: "boolean" } },
@@ -60,7 +68,77 @@ describe("the forced call's grammar", () => {
     expect(forcedCallGrammar("hermes", TOOLS, '<tool_call>\n{"name": "set_alarm", "arguments": ')).not.toContain(
       "t0-root",
     );
-    expect(forcedCallGrammar("glm-4.5", TOOLS, "<tool_call>")).toBeUndefined();
+    expect(forcedCallGrammar("deepseek-r1", TOOLS, "<｜tool▁calls▁begin｜>")).toBeUndefined();
+    // Markers that are control tokens are named by id; the others, and text around them, are literals.
+    const controls = new Map([
+      ["<｜tool▁sep｜>", 7],
+      ["<｜tool▁call▁end｜>", 8],
+      ["<｜tool▁calls▁end｜>", 9],
+    ]);
+    const deepseek = forcedCallGrammar(
+      "deepseek-v3.1",
+      TOOLS,
+      "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>",
+      controls,
+    )!;
+    expect(deepseek).toMatch(/^root ::= "get_weather" <\[7\]> t0-root <\[8\]> <\[9\]> \| "set_alarm" <\[7\]> t1-root /);
+    const glm = forcedCallGrammar("glm-4.5", TOOLS, "<tool_call>set_alarm")!;
+    expect(glm).toMatch(/^root ::= \(t1-p0 t1-p1\) "\\n"\? "<\/tool_call>"\n/);
+    expect(glm).toContain(
+      't1-p1 ::= "\\n"? "<arg_key>" "loud" "</arg_key>" "\\n"? "<arg_value>" t1-p1-root "</arg_value>"',
+    );
+  });
+});
+
+/**
+ * Whether the rules excludingRules writes (each alternative `""`, `"c" state` or `[^...] state`) take
+ * `text`: a walk of the automaton they spell.
+ */
+function excludingAccepts(rules: string, text: string): boolean {
+  const states = new Map<string, { chars: Map<string, string>; excluded: string; other: string }>();
+  for (const line of rules.trim().split("\n")) {
+    const [name, body] = line.split(" ::= ") as [string, string];
+    const chars = new Map<string, string>();
+    let excluded = "";
+    let other = "";
+    for (const alternative of body.split(" | ")) {
+      const literal = /^"(\\?.)" (\S+)$/.exec(alternative);
+      const negated = /^\[\^(.*)\] (\S+)$/.exec(alternative);
+      if (literal) chars.set(literal[1]!.replace(/^\\/, ""), literal[2]!);
+      else if (negated) [excluded, other] = [negated[1]!.replace(/\\(.)/g, "$1"), negated[2]!];
+    }
+    states.set(name, { chars, excluded, other });
+  }
+  let state = "text";
+  for (const c of text) {
+    const here = states.get(state)!;
+    const next = here.chars.get(c) ?? (here.excluded.includes(c) ? undefined : here.other);
+    if (next === undefined) return false;
+    state = next;
+  }
+  return true;
+}
+
+describe("the text of an XML-style argument", () => {
+  it("is any text without the value's closing tag, near misses included", () => {
+    const rules = excludingRules("text", "</parameter>");
+    for (const text of ["", "a < b", "</param", "<</paramete", "x</parameterx", "</</parameter_", "<p>x</p>"]) {
+      expect(excludingAccepts(rules, text), text).toBe(true);
+    }
+    for (const text of [
+      "</parameter>",
+      "a</parameter>b",
+      "<</parameter>",
+      "</para</parameter>",
+      "</parameter</parameter>",
+    ]) {
+      expect(excludingAccepts(rules, text), text).toBe(false);
+    }
+    // A word whose prefix recurs in it: after "aab" of "aaba", a following "a" completes it.
+    const aaba = excludingRules("text", "aaba");
+    expect(excludingAccepts(aaba, "aaab")).toBe(true);
+    expect(excludingAccepts(aaba, "aaaba")).toBe(false);
+    expect(excludingAccepts(aaba, "aabaaba".slice(0, 6))).toBe(false);
   });
 });
 
@@ -100,6 +178,79 @@ describe(`${RUNS} forced calls on the default model (seeds from ${SEED}; BLOOMER
     );
     expect(named).toBe(RUNS / 4);
   }, 120_000);
+});
+
+// The formats whose calls are XML (Qwen3-Coder, GLM-4.5, MiniMax-M2) or whose markers are control tokens
+// (DeepSeek-V3.1, Kimi-K2, MiniMax-M2's section, harmony's <|call|>), on tiny models of random weights
+// with each family's vocabulary and template: nothing but the grammar makes their answers calls.
+const FORMAT_RUNS = 12;
+// `trigger`: the first marker of a call, one token of the vocabulary, where "auto"'s lazy grammar takes over
+// (Qwen3-Coder's and GLM's are words, DeepSeek's and Kimi's control tokens; MiniMax-M2's template opens the
+// think block, where a call is reasoning, and harmony has no lazy grammar).
+const FORMATS: { label: string; family: ChatFamily; preset: string; trigger?: string }[] = [
+  { label: "qwen3-coder", family: "qwen3-coder", preset: "tiny-qwen3moe", trigger: "<tool_call>" },
+  { label: "glm-4.5", family: "glm-4.5", preset: "tiny-glm4moe", trigger: "<tool_call>" },
+  { label: "deepseek-v3.1", family: "deepseek-v3.1", preset: "tiny-deepseek2", trigger: "<｜tool▁calls▁begin｜>" },
+  { label: "kimi-k2", family: "kimi-k2", preset: "tiny-deepseek2", trigger: "<|tool_calls_section_begin|>" },
+  { label: "minimax-m2", family: "minimax-m2", preset: "tiny-minimax-m2" },
+  { label: "harmony", family: "harmony", preset: "tiny-gpt-oss" },
+];
+
+describe.each(FORMATS)(`${FORMAT_RUNS} forced calls in the $label format`, ({ label, family, preset, trigger }) => {
+  let model: Model;
+  const dir = mkdtempSync(join(tmpdir(), "bloomery-forced-"));
+  beforeAll(async () => {
+    await writeFamilyModel(join(dir, "model.gguf"), family, preset);
+    model = await loadModel(join(dir, "model.gguf"), { gpu: false, threads: 2 });
+  });
+  afterAll(() => {
+    model?.dispose();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('toolChoice "required" (and named) always parses as a call of an offered tool', async () => {
+    const session = model.createSession();
+    for (let i = 0; i < FORMAT_RUNS; i++) {
+      const choice = i % 3 === 2 ? { name: "get_weather" } : "required";
+      const result = await session.chat([{ role: "user", content: "What is the weather in Paris?" }], {
+        tools: TOOLS,
+        toolChoice: choice,
+        temperature: 1,
+        seed: SEED + i,
+        maxTokens: 400,
+      }).result;
+      const label_ = `${label} run ${i} (seed ${SEED + i}): ${JSON.stringify(result.text)}`;
+      if (i < 2) console.log(label_);
+      expect(result.message.toolCalls, label_).toHaveLength(1);
+      const call = result.message.toolCalls![0]!;
+      if (typeof choice === "object") expect(call.name, label_).toBe("get_weather");
+      expectValidCall(call, label_);
+    }
+  }, 120_000);
+
+  it.runIf(trigger)(
+    'toolChoice "auto": a call the model opens follows the grammar from its first marker on',
+    async () => {
+      const session = model.createSession();
+      const marker = Array.from(model.tokenize(trigger!, { special: true, addSpecial: false }));
+      expect(marker).toHaveLength(1);
+      for (let i = 0; i < FORMAT_RUNS; i++) {
+        const result = await session.chat([{ role: "user", content: "What is the weather in Paris?" }], {
+          tools: TOOLS,
+          // The model opens a call (it would not by itself); what follows is the grammar's.
+          logitBias: { [marker[0]!]: 30 },
+          temperature: 1,
+          seed: SEED + i,
+          maxTokens: 400,
+        }).result;
+        const label_ = `${label} auto run ${i} (seed ${SEED + i}): ${JSON.stringify(result.text)}`;
+        if (i < 2) console.log(label_);
+        expect(result.message.toolCalls, label_).toHaveLength(1);
+        expectValidCall(result.message.toolCalls![0]!, label_);
+      }
+    },
+    120_000,
+  );
 });
 
 // The default model never opens a tool call by itself, so "auto"'s lazy grammar is seen here through

@@ -52,7 +52,7 @@ struct RuleDraft {
 
 class Parser {
  public:
-  explicit Parser(std::string_view text) : text_(text) {}
+  Parser(std::string_view text, const tokenizer::Tokenizer* vocabulary) : text_(text), vocabulary_(vocabulary) {}
 
   Grammar parse() {
     if (text_.size() > kGrammarLimits.bytes) {
@@ -209,6 +209,9 @@ class Parser {
         pos_ = after;
         symbol = seq.size();
         seq.push_back({ElementKind::kRule, rule_id(name, at)});
+      } else if (c == '<' || (c == '!' && text_.substr(pos_, 2) == "!<")) {
+        symbol = seq.size();
+        seq.push_back(parse_token());
       } else if (c == '(') {
         ++pos_;
         skip_space(true);
@@ -308,6 +311,50 @@ class Parser {
       has_rest = true;
     }
     seq.push_back({ElementKind::kRule, rest});
+  }
+
+  // <[id]>, <text> (the text of exactly one token of the vocabulary, brackets included), or
+  // either after '!' (any one token but that one).
+  GrammarElement parse_token() {
+    const size_t at = pos_;
+    const bool negated = peek() == '!';
+    if (negated) ++pos_;
+    const size_t open = pos_;
+    ++pos_;
+    uint64_t id = 0;
+    if (!at_end() && peek() == '[') {
+      ++pos_;
+      const size_t digits = pos_;
+      while (!at_end() && peek() >= '0' && peek() <= '9') {
+        id = id * 10 + static_cast<uint64_t>(peek() - '0');
+        if (id > std::numeric_limits<int32_t>::max()) fail(at, "token id out of range");
+        ++pos_;
+      }
+      if (pos_ == digits || text_.substr(pos_, 2) != "]>") {
+        fail(at, "expected <[id]>: a token id in brackets");
+      }
+      pos_ += 2;
+      if (vocabulary_ && id >= vocabulary_->vocab().size()) {
+        fail(at, "token " + std::to_string(id) + " is outside the vocabulary of " +
+                     std::to_string(vocabulary_->vocab().size()) + " tokens");
+      }
+    } else {
+      while (!at_end() && peek() != '>' && peek() != '\n') ++pos_;
+      if (at_end() || peek() != '>') fail(at, "unterminated token: expected '>'");
+      ++pos_;
+      const std::string_view name = text_.substr(open, pos_ - open);
+      if (!vocabulary_)
+        fail(at, "the token " + std::string(name) + " is named by its text, which needs the model's vocabulary");
+      std::vector<uint32_t> ids;
+      try {
+        ids = vocabulary_->tokenize(name, false, true);
+      } catch (const Error&) {
+        // Text the vocabulary cannot spell is no token of it either.
+      }
+      if (ids.size() != 1) fail(at, std::string(name) + " is not one token of the vocabulary");
+      id = ids[0];
+    }
+    return {negated ? ElementKind::kTokenNot : ElementKind::kToken, static_cast<uint32_t>(id)};
   }
 
   CharClass parse_class() {
@@ -514,6 +561,7 @@ class Parser {
   }
 
   std::string_view text_;
+  const tokenizer::Tokenizer* vocabulary_;
   size_t pos_ = 0;
   std::vector<RuleDraft> rules_;
   std::unordered_map<std::string, uint32_t> ids_;
@@ -525,6 +573,8 @@ class Parser {
 
 }  // namespace
 
-Grammar parse_grammar(std::string_view text) { return Parser(text).parse(); }
+Grammar parse_grammar(std::string_view text, const tokenizer::Tokenizer* vocabulary) {
+  return Parser(text, vocabulary).parse();
+}
 
 }  // namespace bloomery::engine

@@ -7,7 +7,14 @@
 // Literals with escapes (\n \t \r \\ \" \[ \] \xHH \uHHHH \UHHHHHHHH), character classes with
 // ranges and negation ([^"\\]), `.` for any character, groups, alternation, and the repetitions
 // * + ? {m} {m,} {m,n}. Repetitions and groups become generated rules, so the matcher only knows
-// characters, rule references and alternatives.
+// characters, tokens, rule references and alternatives.
+//
+// A token of the vocabulary, read whole, by id or by its text (llama.cpp's token terminals):
+//
+//   call  ::= <[128010]> name <｜tool▁sep｜> args     # <[id]>, or <text> of exactly one token
+//   other ::= !<|im_end|>                            # any one token but that one
+//
+// This is how a grammar takes control tokens, whose text is empty in generated output.
 #pragma once
 
 #include <cstddef>
@@ -16,6 +23,8 @@
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "tokenizer/tokenizer.h"
 
 namespace bloomery::engine {
 
@@ -31,9 +40,11 @@ struct CharClass {
 };
 
 enum class ElementKind : uint8_t {
-  kChar,  // one code point from classes[index]
-  kRule,  // rule number `index`
-  kEnd,   // ends an alternative
+  kChar,      // one code point from classes[index]
+  kToken,     // the token whose id is `index`, whole
+  kTokenNot,  // any one token but the one whose id is `index`
+  kRule,      // rule number `index`
+  kEnd,       // ends an alternative
 };
 
 struct GrammarElement {
@@ -62,9 +73,11 @@ struct GrammarLimits {
 inline constexpr GrammarLimits kGrammarLimits{1u << 20, 256, 200'000, 10'000, 1'000'000};
 
 // Throws Error GRAMMAR_INVALID with the line and column of the first fault: bad syntax, an
-// undefined or twice-defined rule, a missing `root`, or left recursion (a rule that can reach
-// itself before reading a character, which no top-down matcher can walk); GRAMMAR_TOO_COMPLEX
-// naming the limit of kGrammarLimits that the grammar goes past.
-Grammar parse_grammar(std::string_view text);
+// undefined or twice-defined rule, a missing `root`, left recursion (a rule that can reach
+// itself before reading a character, which no top-down matcher can walk), or a token terminal
+// that names no token of `vocabulary` (an id outside it, a text that is not exactly one token;
+// without a vocabulary, ids are taken as they are and texts refused); GRAMMAR_TOO_COMPLEX naming
+// the limit of kGrammarLimits that the grammar goes past.
+Grammar parse_grammar(std::string_view text, const tokenizer::Tokenizer* vocabulary = nullptr);
 
 }  // namespace bloomery::engine

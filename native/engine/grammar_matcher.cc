@@ -93,7 +93,50 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar) : grammar
 }
 
 bool GrammarMatcher::top_reads(const Stack& stack, uint32_t low, uint32_t high) const {
-  return !stack.empty() && grammar_->classes[grammar_->elements[stack.back()].index].intersects(low, high);
+  if (stack.empty()) return false;
+  const GrammarElement& top = grammar_->elements[stack.back()];
+  return top.kind == ElementKind::kChar && grammar_->classes[top.index].intersects(low, high);
+}
+
+bool GrammarMatcher::top_takes(const Stack& stack, int32_t token) const {
+  if (stack.empty()) return false;
+  const GrammarElement& top = grammar_->elements[stack.back()];
+  const bool same = static_cast<int64_t>(top.index) == token;
+  return (top.kind == ElementKind::kToken && same) || (top.kind == ElementKind::kTokenNot && !same);
+}
+
+std::vector<GrammarMatcher::Stack> GrammarMatcher::after_token(int32_t token, Budget& budget) const {
+  std::vector<Stack> out;
+  if (!state_.partial.empty()) return out;
+  for (const Stack& stack : state_.stacks) {
+    budget.spend(1);
+    if (!top_takes(stack, token)) continue;
+    for (Stack& s : after_char(stack, budget)) out.push_back(std::move(s));
+  }
+  deduplicate(out);
+  return out;
+}
+
+bool GrammarMatcher::allows_token(int32_t token, std::string_view bytes) const {
+  Budget budget;
+  return !after_token(token, budget).empty() || allows(bytes, budget);
+}
+
+std::vector<bool> GrammarMatcher::allows_each(std::span<const int32_t> tokens,
+                                              std::span<const std::string_view> texts) const {
+  if (tokens.size() != texts.size()) throw Error("INVALID_ARGUMENT", "allows_each needs one text per token");
+  std::vector<bool> allowed = allows_each(texts);
+  if (!state_.partial.empty()) return allowed;
+  // Only the stacks at a token terminal look at the ids; a state has few of them.
+  Budget budget;
+  for (const Stack& stack : state_.stacks) {
+    if (stack.empty() || grammar_->elements[stack.back()].kind == ElementKind::kChar) continue;
+    budget.spend(tokens.size());
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      if (!allowed[i] && top_takes(stack, tokens[i])) allowed[i] = true;
+    }
+  }
+  return allowed;
 }
 
 bool GrammarMatcher::allows(std::string_view bytes) const {
@@ -169,7 +212,8 @@ std::vector<bool> GrammarMatcher::allows_each(std::span<const std::string_view> 
   budget.spend(texts.size());
   std::sort(wholes.begin(), wholes.end(), [](const First& a, const First& b) { return a.c.low < b.c.low; });
   for (const Stack& stack : state_.stacks) {
-    if (stack.empty()) continue;  // a finished parse reads nothing more
+    // A finished parse reads nothing more; one at a token terminal reads no text.
+    if (stack.empty() || g.elements[stack.back()].kind != ElementKind::kChar) continue;
     const CharClass& top = g.classes[g.elements[stack.back()].index];
     std::vector<Reading> next;
     for (const auto& [low, high] : covered(top)) {
@@ -190,7 +234,7 @@ std::vector<bool> GrammarMatcher::allows_each(std::span<const std::string_view> 
   while (!frames.empty()) {
     const Frame frame = std::move(frames.back());
     frames.pop_back();
-    if (frame.stack.empty()) continue;
+    if (frame.stack.empty() || g.elements[frame.stack.back()].kind != ElementKind::kChar) continue;
     const CharClass& top = g.classes[g.elements[frame.stack.back()].index];
     std::vector<Reading> next;
     for (const Reading& r : *frame.readings) {
@@ -210,6 +254,25 @@ void GrammarMatcher::advance(std::string_view bytes) {
   State next = state_;
   if (bytes.empty() || !read(next, bytes, budget)) {
     throw Error("INVALID_ARGUMENT", "the grammar does not allow the text \"" + std::string(bytes) + "\" here");
+  }
+  state_ = std::move(next);
+}
+
+void GrammarMatcher::advance_token(int32_t token, std::string_view bytes) {
+  Budget budget;
+  std::vector<Stack> taken = after_token(token, budget);
+  State next = state_;
+  const bool read_text = !bytes.empty() && read(next, bytes, budget);
+  if (taken.empty() && !read_text) {
+    throw Error("INVALID_ARGUMENT", "the grammar does not allow token " + std::to_string(token) + " here");
+  }
+  // A parse that read the text whole goes on beside those past the token terminal; one left inside
+  // an unfinished character cannot (the state holds one unfinished character for all its parses).
+  if (!taken.empty()) {
+    if (read_text && next.partial.empty()) taken.insert(taken.end(), next.stacks.begin(), next.stacks.end());
+    deduplicate(taken);
+    next.stacks = std::move(taken);
+    next.partial.clear();
   }
   state_ = std::move(next);
 }
@@ -267,7 +330,7 @@ std::vector<GrammarMatcher::Stack> GrammarMatcher::after_char(const Stack& stack
   return out;
 }
 
-// Enters rules at the top of `stack` until a character is on top (or nothing is left: a
+// Enters rules at the top of `stack` until a character or a token is on top (or nothing is left: a
 // finished parse), one stack per way of doing so. The grammar has no left recursion, so this
 // ends; the budget bounds how long it takes.
 void GrammarMatcher::expand(Stack stack, std::vector<Stack>& out, Budget& budget) const {
@@ -278,7 +341,7 @@ void GrammarMatcher::expand(Stack stack, std::vector<Stack>& out, Budget& budget
     Stack s = std::move(todo.back());
     todo.pop_back();
     budget.spend(kStackCost + s.size());
-    if (s.empty() || g.elements[s.back()].kind == ElementKind::kChar) {
+    if (s.empty() || g.elements[s.back()].kind != ElementKind::kRule) {
       out.push_back(std::move(s));
       continue;
     }

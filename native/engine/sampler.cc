@@ -74,13 +74,22 @@ Sampler::Sampler(SamplerParams params, std::shared_ptr<const tokenizer::Tokenize
   validate(params_);
   if (!params_.grammar.empty()) {
     if (!tokenizer_) refuse("a grammar needs the model's tokenizer, for the bytes of each token");
-    grammar_.emplace(std::make_shared<const Grammar>(parse_grammar(params_.grammar)));
+    grammar_.emplace(std::make_shared<const Grammar>(parse_grammar(params_.grammar, tokenizer_.get())));
     awaiting_trigger_ = !params_.grammar_triggers.empty();
   } else if (!params_.grammar_triggers.empty()) {
     refuse("grammar triggers need a grammar");
   }
   for (const std::string& trigger : params_.grammar_triggers) {
     if (trigger.empty()) refuse("a grammar trigger must not be empty");
+    std::vector<uint32_t> ids;
+    try {
+      ids = tokenizer_->tokenize(trigger, false, true);
+    } catch (const Error&) {
+      // A word the vocabulary cannot spell is no token of it: it stays a word.
+    }
+    if (ids.size() == 1 && tokenizer_->piece(ids[0], false).empty()) {
+      trigger_tokens_.push_back(static_cast<int32_t>(ids[0]));
+    }
   }
 }
 
@@ -115,10 +124,18 @@ void Sampler::accept(int32_t token) {
       refuse("token " + std::to_string(token) + " is outside the vocabulary");
     }
     const std::string_view piece = tokenizer_->piece(static_cast<uint32_t>(token), false);
-    if (awaiting_trigger_) {
+    if (awaiting_trigger_ &&
+        std::find(trigger_tokens_.begin(), trigger_tokens_.end(), token) != trigger_tokens_.end()) {
+      awaiting_trigger_ = false;
+      trigger_tail_.clear();
+      if (!grammar_->allows_token(token, piece)) {
+        throw Error("GRAMMAR_INVALID", "the grammar does not begin with its trigger token " + std::to_string(token));
+      }
+      grammar_->advance_token(token, piece);
+    } else if (awaiting_trigger_) {
       watch_for_trigger(piece);
     } else {
-      grammar_->advance(piece);
+      grammar_->advance_token(token, piece);
     }
   }
   history_.push_back(token);
@@ -129,22 +146,38 @@ bool Sampler::is_end_token(int32_t token) const {
   return token == v.eos || token == v.eot;
 }
 
-// The end of generation only where the grammar is complete; other tokens by their text (a
-// token without text, such as a control token or a row past the vocabulary, never: it would
-// let the grammar stall). The candidates are checked together: one step of the grammar serves all.
+// The end of generation only where the grammar is complete; other tokens of the vocabulary by
+// their text or, at a token terminal, by their id (a control token has no text: only a terminal
+// takes it); rows past the vocabulary never. The candidates are checked together: one step of the
+// grammar serves all.
 void Sampler::keep_grammar_candidates() {
   const size_t vocab = tokenizer_->vocab().size();
-  std::vector<std::string_view> texts;
-  texts.reserve(candidates_.size());
-  for (const Candidate& c : candidates_) {
-    const bool has_text = !is_end_token(c.token) && static_cast<size_t>(c.token) < vocab;
-    texts.push_back(has_text ? tokenizer_->piece(static_cast<uint32_t>(c.token), false) : std::string_view{});
-  }
-  const std::vector<bool> allowed = grammar_->allows_each(texts);
   const bool complete = grammar_->complete();
+  // The candidates the grammar judges (not end tokens, not past the vocabulary), by index into `of`.
+  std::vector<int32_t> tokens;
+  std::vector<std::string_view> texts;
+  const auto judged = [&](const auto& of, auto token_of) {
+    tokens.clear();
+    texts.clear();
+    std::vector<size_t> where;
+    for (size_t i = 0; i < of.size(); ++i) {
+      const int32_t token = token_of(of, i);
+      if (is_end_token(token) || token < 0 || static_cast<size_t>(token) >= vocab) continue;
+      where.push_back(i);
+      tokens.push_back(token);
+      texts.push_back(tokenizer_->piece(static_cast<uint32_t>(token), false));
+    }
+    return where;
+  };
+  const std::vector<size_t> where =
+      judged(candidates_, [](const std::vector<Candidate>& c, size_t i) { return c[i].token; });
+  const std::vector<bool> allowed = grammar_->allows_each(tokens, texts);
+  std::vector<bool> keep(candidates_.size(), false);
+  for (size_t i = 0; i < candidates_.size(); ++i) keep[i] = is_end_token(candidates_[i].token) && complete;
+  for (size_t k = 0; k < where.size(); ++k) keep[where[k]] = allowed[k];
   std::vector<Candidate> kept;
   for (size_t i = 0; i < candidates_.size(); ++i) {
-    if (is_end_token(candidates_[i].token) ? complete : allowed[i]) kept.push_back(candidates_[i]);
+    if (keep[i]) kept.push_back(candidates_[i]);
   }
   candidates_ = std::move(kept);
   if (!candidates_.empty()) {
@@ -155,21 +188,18 @@ void Sampler::keep_grammar_candidates() {
   }
   // The filters kept nothing the grammar allows: mask the vocabulary, then filter again.
   constexpr float kBanned = -std::numeric_limits<float>::infinity();
-  std::vector<int32_t> tokens;
-  texts.clear();
+  std::vector<size_t> open;  // the rows not banned yet
   for (size_t i = 0; i < adjusted_.size(); ++i) {
-    if (adjusted_[i] == kBanned) continue;
-    const auto token = static_cast<int32_t>(i);
-    if (i < vocab && !is_end_token(token)) {
-      tokens.push_back(token);
-      texts.push_back(tokenizer_->piece(static_cast<uint32_t>(i), false));
-    } else if (i >= vocab || !complete) {
-      adjusted_[i] = kBanned;
-    }
+    if (adjusted_[i] != kBanned) open.push_back(i);
   }
-  const std::vector<bool> each = grammar_->allows_each(texts);
-  for (size_t k = 0; k < tokens.size(); ++k) {
-    if (!each[k]) adjusted_[static_cast<size_t>(tokens[k])] = kBanned;
+  const std::vector<size_t> open_judged =
+      judged(open, [](const std::vector<size_t>& rows, size_t i) { return static_cast<int32_t>(rows[i]); });
+  const std::vector<bool> each = grammar_->allows_each(tokens, texts);
+  std::vector<bool> allow(open.size(), false);
+  for (size_t i = 0; i < open.size(); ++i) allow[i] = is_end_token(static_cast<int32_t>(open[i])) && complete;
+  for (size_t k = 0; k < open_judged.size(); ++k) allow[open_judged[k]] = each[k];
+  for (size_t i = 0; i < open.size(); ++i) {
+    if (!allow[i]) adjusted_[open[i]] = kBanned;
   }
   filter_candidates();
   if (candidates_.empty()) {

@@ -33,7 +33,9 @@ struct SamplerParams {
   std::string grammar;  // GBNF text (engine/grammar.h); empty: no constraint
   // Set: the grammar is lazy (llama-server's grammar_lazy with word triggers): generation is free
   // until its text contains one of these words, and from the first one found the grammar holds,
-  // reading the text from that word on (so the grammar's sentences start with a trigger).
+  // reading the text from that word on (so the grammar's sentences start with a trigger). A word
+  // that is the text of one control token (which has no text in output) is that token: the
+  // grammar holds from it on, read as a token (as llama-server turns such words into trigger tokens).
   std::vector<std::string> grammar_triggers;
   int32_t logprobs = -1;  // report each draw's log-probability and this many alternatives; -1: off
 };
@@ -135,6 +137,7 @@ class Sampler {
   // A lazy grammar waits for a trigger: the generated text's end that could still hold one.
   bool awaiting_trigger_ = false;
   std::string trigger_tail_;
+  std::vector<int32_t> trigger_tokens_;  // the control tokens of grammar_triggers
   std::optional<DrawLogprobs> last_logprobs_;
 };
 

@@ -152,7 +152,7 @@ PromptReuse Session::prepare_prompt(std::span<const int32_t> tokens) {
     history_.resize(static_cast<size_t>(own));
     position_ = own;
   }
-  fresh_ = INT64_MAX;
+  fresh_ = SessionState::kNoShift;
   return {own, false};
 }
 
@@ -269,6 +269,7 @@ std::shared_ptr<SessionState> Session::snapshot(int64_t n) {
   state->windowed_layers = shape.windowed_layers;
   state->row = shape.row;
   state->window_first = held_window_first();
+  state->shifted_from = fresh_ < n ? fresh_ : SessionState::kNoShift;
   state->linear_layers = shape.linear_layers;
   state->recurrent_floats = shape.recurrent_floats;
   state->tokens.assign(history_.begin(), history_.begin() + n);
@@ -294,7 +295,7 @@ void Session::load(const SessionState& state, int64_t n) {
   history_.assign(state.tokens.begin(), state.tokens.begin() + n);
   position_ = n;
   recurrent_position_ = n;
-  fresh_ = INT64_MAX;
+  fresh_ = state.shifted_from < n ? state.shifted_from : SessionState::kNoShift;
 }
 
 int64_t Session::shift_context(int64_t keep) {

@@ -132,7 +132,7 @@ class Session {
   // cache is an optimisation: when host memory runs short, the state is not cached.
   bool store_in_cache();
 
-  // A copy of the state: its tokens, keys and values.
+  // A copy of the state: its tokens, keys and values, and where its rows came through a context shift.
   std::shared_ptr<const SessionState> save();
   // Replaces the state by `state`. STATE_MODEL_MISMATCH when it was saved from another model,
   // CONTEXT_TOO_LONG when it does not fit the context; the session is unchanged after an error.
@@ -200,7 +200,7 @@ class Session {
   // which only move position_) are stale: current_history() drops them.
   std::vector<int32_t> history_;
   // Positions from which on the rows come from a context shift (guarded by the compute lock).
-  int64_t fresh_ = INT64_MAX;
+  int64_t fresh_ = SessionState::kNoShift;
   bool in_cache_ = false;  // the prompt-state cache holds this state (or one it begins)
   // With recurrent layers: the position their states are after (history_ holds the tokens
   // before it unless it exceeds position_ and history_ was cut); -1 when a pass failed midway.

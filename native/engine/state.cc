@@ -20,7 +20,7 @@ namespace {
 // The file: this header (little-endian, as the engine's hosts are), then tokens (int32),
 // keys and values (f16, layer after layer), then the linear layers' recurrent states (f32).
 constexpr char kMagic[8] = {'B', 'L', 'M', 'Y', 'K', 'V', 'S', 'T'};
-constexpr uint32_t kVersion = 3;
+constexpr uint32_t kVersion = 4;
 
 struct FileHeader {
   char magic[8];
@@ -35,7 +35,8 @@ struct FileHeader {
   uint64_t tokens;
   uint64_t windowed_layers;  // of `layers`, the sliding-window ones (rows from window_first on)
   uint64_t window_first;
-  uint64_t checksum;  // of this header (with checksum 0), then the tokens, keys and values
+  uint64_t shifted_from;  // SessionState::shifted_from, at most `tokens` (which stands for kNoShift)
+  uint64_t checksum;      // of this header (with checksum 0), then the tokens, keys and values
 };
 
 // Tensors up to this size enter the fingerprint whole; larger ones by kSamples samples of kSampleBytes.
@@ -204,6 +205,7 @@ void write_state_file(const std::string& path, const SessionState& state) {
   header.tokens = state.tokens.size();
   header.windowed_layers = static_cast<uint64_t>(state.windowed_layers);
   header.window_first = static_cast<uint64_t>(state.window_first);
+  header.shifted_from = static_cast<uint64_t>(std::min<int64_t>(state.shifted_from, state.tokens.size()));
   header.checksum = state_checksum(header, state);
   const auto write = [&](const void* data, size_t bytes) {
     const auto* p = static_cast<const uint8_t*>(data);
@@ -280,6 +282,10 @@ SessionState read_state_file(const std::string& path, const StateExpectation& ex
     bad("its window_first " + std::to_string(header.window_first) + " does not fit its " +
         std::to_string(header.tokens) + " tokens");
   }
+  if (header.shifted_from > header.tokens) {
+    bad("its shifted_from " + std::to_string(header.shifted_from) + " is past its " + std::to_string(header.tokens) +
+        " tokens");
+  }
   // The widths matched the session's: their products with the layers and tokens stay far from overflow.
   const auto rows = static_cast<uint64_t>(
       state_rows(shape, static_cast<int64_t>(header.tokens), static_cast<int64_t>(header.window_first)));
@@ -297,6 +303,8 @@ SessionState read_state_file(const std::string& path, const StateExpectation& ex
   state.linear_layers = shape.linear_layers;
   state.recurrent_floats = shape.recurrent_floats;
   state.window_first = static_cast<int64_t>(header.window_first);
+  state.shifted_from =
+      header.shifted_from < header.tokens ? static_cast<int64_t>(header.shifted_from) : SessionState::kNoShift;
   state.tokens.resize(header.tokens);
   state.keys.resize(keys);
   state.values.resize(values);

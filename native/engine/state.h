@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,11 @@ struct SessionState {
   // A windowed layer's rows are those of positions [window_first, tokens.size()) (what its
   // cache still held); a full layer's [0, tokens.size()). 0 without windowed layers.
   int64_t window_first = 0;
+  // The first position whose rows came through a context shift (engine/context_shift.h): they
+  // attended tokens the shift dropped, so they are not what evaluating the tokens afresh gives,
+  // and a prompt reuses the state only up to here. kNoShift: every row is fresh.
+  static constexpr int64_t kNoShift = std::numeric_limits<int64_t>::max();
+  int64_t shifted_from = kNoShift;
   // f16, layer after layer in the model's order, each layer's rows of row.keys (row.values).
   std::vector<uint16_t> keys, values;
   // Layers of linear attention (no rows), and per such layer its recurrent state after the last
@@ -80,7 +86,8 @@ struct StateExpectation {
 // anything: STATE_BAD_FILE (not a state file, a size that does not match the header,
 // truncated, a checksum that does not match, a token outside the vocabulary),
 // STATE_UNSUPPORTED_VERSION, STATE_MODEL_MISMATCH (another model's fingerprint or shape; a
-// window_first that is not a multiple of model::kWindowAlign or past the tokens is STATE_BAD_FILE),
+// window_first that is not a multiple of model::kWindowAlign or past the tokens, or a shifted_from past the
+// tokens, is STATE_BAD_FILE),
 // CONTEXT_TOO_LONG (more tokens than max_tokens); FILE_NOT_FOUND / FILE_READ.
 SessionState read_state_file(const std::string& path, const StateExpectation& expected);
 

@@ -58,6 +58,17 @@ std::string refusal(const std::string& gbnf) {
   return "";
 }
 
+// The code of the Error `work` throws, or "" when it throws none.
+template <typename Work>
+std::string refusal_code(Work work) {
+  try {
+    work();
+  } catch (const Error& e) {
+    return e.code();
+  }
+  return "";
+}
+
 bool mentions(const std::string& message, const std::string& part) { return message.find(part) != std::string::npos; }
 
 // The message of the GRAMMAR_TOO_COMPLEX error `work` throws, or "" when it throws none.
@@ -294,14 +305,17 @@ TEST(grammar_matching_has_a_budget) {
 namespace {
 
 // A small SentencePiece-style vocabulary: token i has text kTexts[i]; 0 is the end of sequence.
-const std::vector<std::string> kTexts = {"</s>", "{", "}", "a", "b", "ab", "ba", "\"", "<0xCE>", "<0xB1>", "x", "{}"};
+// 12 is a control token (no text in output).
+const std::vector<std::string> kTexts = {"</s>", "{",      "}",      "a", "b",  "ab",      "ba",
+                                         "\"",   "<0xCE>", "<0xB1>", "x", "{}", "<|call|>"};
+constexpr int32_t kCall = 12;
 
 std::shared_ptr<const tokenizer::Tokenizer> tiny_tokenizer() {
   tokenizer::Vocab v;
   v.kind = tokenizer::VocabKind::kSpm;
   v.text = kTexts;
   for (size_t i = 0; i < kTexts.size(); ++i) {
-    v.type.push_back(i == 0                         ? tokenizer::TokenType::kControl
+    v.type.push_back(i == 0 || i == kCall           ? tokenizer::TokenType::kControl
                      : kTexts[i].starts_with("<0x") ? tokenizer::TokenType::kByte
                                                     : tokenizer::TokenType::kNormal);
     v.score.push_back(0.0f);
@@ -391,6 +405,97 @@ TEST(sampler_grammar_lets_the_end_through_only_when_complete) {
   CHECK(alpha.sample(logits) == 9);
   alpha.accept(9);
   CHECK(alpha.sample(logits) == 0);
+}
+
+TEST(grammar_token_terminals_read_whole_tokens_by_id_or_text) {
+  // By id, without a vocabulary: a control token (no text) only where the grammar names it.
+  GrammarMatcher m = matcher("root ::= \"a\" <[12]> \"b\"");
+  CHECK(!m.allows_token(kCall, "") && m.allows_token(3, "a"));
+  m.advance_token(3, "a");
+  CHECK(m.allows_token(kCall, "") && !m.allows_token(4, "b") && !m.allows("b") && !m.complete());
+  const std::vector<int32_t> ids = {kCall, 4, 5, 3};
+  const std::vector<std::string_view> texts = {"", "b", "ab", "a"};
+  CHECK((m.allows_each(ids, texts) == std::vector<bool>{true, false, false, false}));
+  m.advance_token(kCall, "");
+  CHECK(m.allows_token(4, "b") && !m.allows_token(kCall, ""));
+  m.advance_token(4, "b");
+  CHECK(m.complete());
+  CHECK(refusal_code([&] { m.advance_token(kCall, ""); }) == "INVALID_ARGUMENT");
+
+  // !<[id]>: any one token but that one, whole, whatever its text; a text token is read whole.
+  GrammarMatcher other = matcher("root ::= !<[12]> \"}\"");
+  CHECK(other.allows_token(5, "ab") && other.allows_token(10, "x") && !other.allows_token(kCall, ""));
+  other.advance_token(5, "ab");
+  CHECK(!other.allows_token(3, "a") && other.allows_token(2, "}"));
+
+  // Between characters only: inside a character split over tokens, a token terminal waits.
+  GrammarMatcher split = matcher("root ::= \"\xce\xb1\"? <[12]>");
+  CHECK(split.allows_token(kCall, ""));
+  split.advance_token(8, "\xce");
+  CHECK(!split.allows_token(kCall, ""));
+  split.advance_token(9, "\xb1");
+  CHECK(split.allows_token(kCall, ""));
+
+  // By text, through the vocabulary: the one token whose text it is.
+  const auto vocabulary = tiny_tokenizer();
+  const Grammar named = parse_grammar("root ::= <|call|> | !<|call|>", vocabulary.get());
+  CHECK(named.elements[0].kind == ElementKind::kToken && named.elements[0].index == 12);
+  CHECK(named.elements[2].kind == ElementKind::kTokenNot && named.elements[2].index == 12);
+  const auto refused = [&](const std::string& gbnf, const tokenizer::Tokenizer* v) {
+    try {
+      parse_grammar(gbnf, v);
+    } catch (const Error& e) {
+      CHECK(e.code() == "GRAMMAR_INVALID") << e.code();
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(mentions(refused("root ::= <|call|>", nullptr), "needs the model's vocabulary"));
+  CHECK(mentions(refused("root ::= <abab>", vocabulary.get()), "<abab> is not one token of the vocabulary"));
+  CHECK(mentions(refused("root ::= <[13]>", vocabulary.get()), "token 13 is outside the vocabulary of 13 tokens"));
+  CHECK(mentions(refused("root ::= <[x]>", nullptr), "expected <[id]>"));
+  CHECK(mentions(refused("root ::= <|call", vocabulary.get()), "unterminated token"));
+  // Repeated like any symbol.
+  CHECK(refused("root ::= <[12]>{2} !<[0]>*", vocabulary.get()).empty());
+}
+
+TEST(sampler_grammar_draws_control_tokens_its_terminals_name) {
+  // The model wants to stop, then "x"; the grammar wants "a", the control token, then the end.
+  std::vector<float> logits(kTexts.size(), 0.0f);
+  logits[0] = 9.0f;
+  logits[10] = 5.0f;
+  Sampler sampler(constrained("root ::= \"a\" <|call|>", 0.0f), tiny_tokenizer());
+  CHECK(sampler.sample(logits) == 3);
+  sampler.accept(3);
+  CHECK(sampler.sample(logits) == kCall);
+  sampler.accept(kCall);
+  CHECK(sampler.sample(logits) == 0);
+  // Without a terminal that names it, a control token is never drawn (it has no text to read).
+  std::vector<float> wants_call(kTexts.size(), 0.0f);
+  wants_call[kCall] = 9.0f;
+  Sampler free_text(constrained("root ::= [a-z]+", 0.0f), tiny_tokenizer());
+  CHECK(free_text.sample(wants_call) != kCall);
+}
+
+TEST(sampler_lazy_grammar_triggered_by_a_control_token) {
+  // The trigger is a control token's text: the grammar holds from that token on, read as a token.
+  SamplerParams p = constrained("root ::= <|call|> \"ab\"", 0.0f);
+  p.grammar_triggers = {"<|call|>"};
+  Sampler sampler(p, tiny_tokenizer());
+  std::vector<float> logits(kTexts.size(), 0.0f);
+  logits[10] = 9.0f;  // the model wants "x" (then "ab"): free until the trigger
+  logits[5] = 1.0f;
+  CHECK(sampler.sample(logits) == 10);
+  sampler.accept(10);
+  sampler.accept(kCall);
+  CHECK(sampler.sample(logits) == 5);  // "ab", the best the grammar allows
+  sampler.accept(5);
+  CHECK(sampler.sample(logits) == 0);
+  // A grammar that does not begin with its trigger token is refused when the token comes.
+  SamplerParams wrong = constrained("root ::= \"ab\"", 0.0f);
+  wrong.grammar_triggers = {"<|call|>"};
+  Sampler refused(wrong, tiny_tokenizer());
+  CHECK(refusal_code([&] { refused.accept(kCall); }) == "GRAMMAR_INVALID");
 }
 
 TEST(sampler_lazy_grammar_holds_from_its_trigger_on) {

@@ -192,6 +192,14 @@ TEST(state_file_refuses_by_name) {
   patch(path, static_cast<std::streamoff>(size - 1), &flipped, 1);
   CHECK(refusal([&] { read_state_file(path, expected); }) == "STATE_BAD_FILE");
 
+  // Where a context shift began travels with the state (none: kNoShift).
+  SessionState shifted = *state;
+  shifted.shifted_from = 1;
+  write_state_file(path, shifted);
+  CHECK(read_state_file(path, expected).shifted_from == 1);
+  write_state_file(path, *state);
+  CHECK(read_state_file(path, expected).shifted_from == SessionState::kNoShift);
+
   write_state_file(path, *state);
   const uint32_t version = 99;
   patch(path, 8, &version, sizeof version);

@@ -18,7 +18,7 @@ export const HARMONY_END = "<|end|>";
 export const HARMONY_START = "<|start|>";
 export const HARMONY_CONSTRAIN = "<|constrain|>";
 const HARMONY_RETURN = "<|return|>";
-const HARMONY_CALL = "<|call|>";
+export const HARMONY_CALL = "<|call|>";
 
 /** The control tokens of the format, which a chat shows so that the parser can read them. */
 export const HARMONY_MARKERS = [

@@ -25,7 +25,7 @@ import {
   type ToolCallFormat,
 } from "./output.js";
 import type { ApplyChatTemplateOptions } from "./template.js";
-import { forcedCallGrammar, lazyCallGrammar } from "./tool-grammar.js";
+import { forcedCallGrammar, lazyCallGrammar, type ControlTokens } from "./tool-grammar.js";
 import type { ChatMessage, ChatTool, ToolCall } from "./types.js";
 
 /** Options of {@link Session.chat}: those of generate, and the chat's tools and template settings. */
@@ -36,12 +36,14 @@ export interface ChatOptions extends GenerateOptions {
    * `"auto"` (default): the model answers or calls tools as it likes. `"none"`: the tools are not
    * offered and the answer is text. `"required"`, or `{ name }`: the answer starts as a call (of the
    * named function): the prompt ends with the opening of a call in the model's format, so the
-   * model writes the rest (a forced call skips reasoning). In the `"hermes"` and `"llama3"` formats
-   * the rest is constrained by a grammar of the tools' `parameters` schemas (their JSON Schema, as
-   * `jsonSchema` takes it), so the answer is always one call that parses; in the other formats only
-   * the opening is forced. With `"auto"` (and no `grammar` or `jsonSchema` of the caller's) the
-   * answer is free until it opens a call, which then follows the same grammar (a lazy grammar),
-   * and the answer ends with that call.
+   * model writes the rest (a forced call skips reasoning). The rest is constrained by a grammar of
+   * the tools' `parameters` schemas (their JSON Schema, as `jsonSchema` takes it; in the XML-style
+   * formats, `"qwen3-coder"`, `"glm-4.5"` and `"minimax-m2"`, each argument's value as their
+   * parsers type it), so the answer is always one call that parses, in every format but
+   * `"deepseek-r1"`, where only the opening is forced. With `"auto"` (and no `grammar` or
+   * `jsonSchema` of the caller's) the answer is free until it opens a call, which then follows the
+   * same grammar (a lazy grammar), and the answer ends with that call; in the `"harmony"` and
+   * `"deepseek-r1"` formats `"auto"` leaves the answer free.
    */
   toolChoice?: "auto" | "none" | "required" | { name: string };
   /**
@@ -123,12 +125,12 @@ export interface ChatModel {
   render(messages: readonly ChatMessage[], options: ApplyChatTemplateOptions): Promise<string>;
 }
 
-/** The markers that are each one special token of the vocabulary: output hides them unless shown. */
-function specialTokensOf(tokenizer: Tokenizer, markers: readonly string[]): number[] {
-  const tokens: number[] = [];
+/** The markers that are each one control token of the vocabulary (output hides them unless shown), with their ids. */
+function controlTokensOf(tokenizer: Tokenizer, markers: readonly string[]): ControlTokens {
+  const tokens = new Map<string, number>();
   for (const marker of markers) {
     const ids = tokenizer.tokenize(marker, { special: true, addSpecial: false });
-    if (ids.length === 1 && tokenizer.detokenize(ids) === "") tokens.push(ids[0]!);
+    if (ids.length === 1 && tokenizer.detokenize(ids) === "") tokens.set(marker, ids[0]!);
   }
   return tokens;
 }
@@ -179,9 +181,12 @@ export function runChat(
   // from the first token, an "auto" one from its opening on (a lazy grammar). A grammar of the caller's
   // own leaves "auto" free.
   const own = generation.grammar !== undefined || generation.jsonSchema !== undefined;
-  const lazy = offered && !forced && !own ? lazyCallGrammar(format, offered) : undefined;
+  // Harmony's channels carry the reasoning and the answer too: its parser reads every turn.
+  const parsedFormat = format === "harmony" ? format : offered && format;
+  const controls = controlTokensOf(model.tokenizer, formatMarkers(parsedFormat || undefined));
+  const lazy = offered && !forced && !own ? lazyCallGrammar(format, offered, controls) : undefined;
   const callGrammar = forced
-    ? forcedCallGrammar(format, offered!, forcedCallPrefix(format, forced, false))
+    ? forcedCallGrammar(format, offered!, forcedCallPrefix(format, forced, false), controls)
     : lazy?.grammar;
   if (forced && callGrammar && own) {
     throw new BloomeryError(
@@ -190,8 +195,6 @@ export function runChat(
       { toolChoice },
     );
   }
-  // Harmony's channels carry the reasoning and the answer too: its parser reads every turn.
-  const parsedFormat = format === "harmony" ? format : offered && format;
   // The template renders in a worker; the generation waits for its prompt, and the parser for
   // what the prompt says of the output (an open think block, a forced call's opening).
   const renderOptions: ApplyChatTemplateOptions = { templateKwargs, tools: offered };
@@ -209,7 +212,7 @@ export function runChat(
     return { prompt: prompt + prefix, prefix, parser: new ChatOutputParser(parserOptions) };
   });
   setup.catch(() => {});
-  const shown = specialTokensOf(model.tokenizer, formatMarkers(parsedFormat || undefined));
+  const shown = [...controls.values()];
   const run = session.generate(
     setup.then((s) => s.prompt),
     {

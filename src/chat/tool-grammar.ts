@@ -1,77 +1,291 @@
 /**
  * The grammars of tool calls: what follows a call's opening up to its end (the rest of a tool's
- * name, and arguments that satisfy its `parameters` schema, through jsonSchemaToGrammar), so a call
- * always parses. A forced call (toolChoice `"required"` or a named function) follows it from the
- * first generated token, after the opening the prompt ends with (forcedCallPrefix); with `"auto"`
- * it is lazy, holding from the call's opening on (the trigger), as llama-server's lazy grammars do
- * (common/chat.cpp).
+ * name, and arguments that satisfy its `parameters` schema), so a call always parses. A forced call
+ * (toolChoice `"required"` or a named function) follows it from the first generated token, after
+ * the opening the prompt ends with (forcedCallPrefix); with `"auto"` it is lazy, holding from the
+ * call's opening on (the trigger), as llama-server's lazy grammars do (common/chat.cpp).
+ *
+ * A format's markers that are control tokens of the model's vocabulary (DeepSeek's and Kimi-K2's
+ * tool-call tokens, harmony's `<|call|>`, MiniMax-M2's section tags) have no text in the output
+ * the grammar reads: the grammar names them by id (token terminals, `<[id]>`).
  * @module
  */
 import { jsonSchemaToGrammar, gbnfLiteral } from "../grammar/json-schema.js";
+import { DEEPSEEK_CALL_BEGIN, DEEPSEEK_CALL_END, DEEPSEEK_SECTION, DEEPSEEK_SEP } from "./deepseek.js";
+import { HARMONY_CALL, harmonyCallPrefix } from "./harmony.js";
+import { KIMI_ARGUMENTS_BEGIN, KIMI_CALL_BEGIN, KIMI_CALL_END, KIMI_SECTION } from "./kimi.js";
+import { MINIMAX_SECTION } from "./minimax.js";
 import type { ToolCallFormat } from "./output.js";
+import { TOOL_CALL_TAGS } from "./tagged-tool-calls.js";
+import { isPlainObject, schemaAdmitsString } from "./tool-call-values.js";
 import type { ChatTool } from "./types.js";
 
-/** A call in a format whose arguments are one JSON object: the text before them and after them. */
-interface JsonCallShape {
-  before: (name: string) => string;
-  after: string;
-  /** The text that begins every call: `"auto"`'s trigger. */
-  opening: string;
+/** The control tokens of a format's markers, by their text (see {@link forcedCallGrammar}). */
+export type ControlTokens = ReadonlyMap<string, number>;
+
+/** Writes text into a grammar, its control-token markers as token terminals. */
+type Spell = (text: string) => string;
+
+/**
+ * How a format writes each argument of an XML-style call: `keyOpen` KEY `keyClose` `valueOpen`
+ * `pad` VALUE `pad` `close`, a line break allowed before each argument, before `valueOpen` and
+ * before the call's end.
+ */
+interface XmlArgument {
+  keyOpen: string;
+  keyClose: string;
+  valueOpen: string;
+  pad: string;
+  /** Ends the value: a string value's text never holds it. */
+  close: string;
 }
 
-/** The formats whose calls are constrained; the others keep only a forced call's opening. */
-const JSON_CALLS: Partial<Record<ToolCallFormat, JsonCallShape>> = {
+/** What XML-style calls allow between their parts. */
+const XML_SEPARATOR = '"\\n"?';
+
+/** A call: the text before its arguments, how they are written, the text after them. */
+interface CallShape {
+  before: (name: string) => string;
+  /** GBNF between `before` and the arguments (Kimi-K2's call index), given the marker speller. */
+  between?: (spell: Spell) => string;
+  /** Undefined: one JSON object; else one XML element per argument. */
+  xml?: XmlArgument;
+  /** The text after the arguments, in parts: an XML-style call allows a line break between them. */
+  after: readonly string[];
+  /**
+   * `"auto"`'s lazy grammar: from `trigger` (the first marker of a call, a control token's text or
+   * a word) on, the call's `opening` then the rest; none: `"auto"` stays free.
+   */
+  lazy?: { opening: string; trigger: string };
+}
+
+const CALLS: Partial<Record<ToolCallFormat, CallShape>> = {
   hermes: {
     before: (name) => `<tool_call>\n{"name": ${JSON.stringify(name)}, "arguments": `,
-    after: "}\n</tool_call>",
-    opening: "<tool_call>",
+    after: ["}\n</tool_call>"],
+    lazy: { opening: "<tool_call>", trigger: "<tool_call>" },
   },
   llama3: {
     before: (name) => `{"name": ${JSON.stringify(name)}, "parameters": `,
-    after: "}",
-    opening: '{"name": ',
+    after: ["}"],
+    lazy: { opening: '{"name": ', trigger: '{"name": ' },
+  },
+  "qwen3-coder": {
+    before: (name) => `${TOOL_CALL_TAGS.open}\n<function=${name}>\n`,
+    xml: { keyOpen: "<parameter=", keyClose: ">", valueOpen: "", pad: "\n", close: "</parameter>" },
+    after: ["</function>", TOOL_CALL_TAGS.close],
+    lazy: { opening: `${TOOL_CALL_TAGS.open}\n<function=`, trigger: TOOL_CALL_TAGS.open },
+  },
+  "glm-4.5": {
+    before: (name) => `${TOOL_CALL_TAGS.open}${name}`,
+    // GLM-4.5 and 4.6 put a line break after the name and after each tag, GLM-4.7 none.
+    xml: { keyOpen: "<arg_key>", keyClose: "</arg_key>", valueOpen: "<arg_value>", pad: "", close: "</arg_value>" },
+    after: [TOOL_CALL_TAGS.close],
+    lazy: { opening: TOOL_CALL_TAGS.open, trigger: TOOL_CALL_TAGS.open },
+  },
+  "deepseek-v3.1": {
+    before: (name) => `${DEEPSEEK_SECTION.open}${DEEPSEEK_CALL_BEGIN}${name}${DEEPSEEK_SEP}`,
+    after: [DEEPSEEK_CALL_END + DEEPSEEK_SECTION.close],
+    lazy: { opening: DEEPSEEK_SECTION.open + DEEPSEEK_CALL_BEGIN, trigger: DEEPSEEK_SECTION.open },
+  },
+  "kimi-k2": {
+    before: (name) => `${KIMI_SECTION.open}${KIMI_CALL_BEGIN}functions.${name}:`,
+    between: (spell) => `[0-9]{1,9} ${spell(KIMI_ARGUMENTS_BEGIN)}`,
+    after: [KIMI_CALL_END + KIMI_SECTION.close],
+    lazy: { opening: `${KIMI_SECTION.open}${KIMI_CALL_BEGIN}functions.`, trigger: KIMI_SECTION.open },
+  },
+  "minimax-m2": {
+    before: (name) => `${MINIMAX_SECTION.open}\n<invoke name="${name}">\n`,
+    xml: { keyOpen: '<parameter name="', keyClose: '">', valueOpen: "", pad: "", close: "</parameter>" },
+    after: ["</invoke>", MINIMAX_SECTION.close],
+    lazy: { opening: `${MINIMAX_SECTION.open}\n<invoke name="`, trigger: MINIMAX_SECTION.open },
+  },
+  harmony: {
+    before: (name) => harmonyCallPrefix(name),
+    after: [HARMONY_CALL],
   },
 };
 
 /**
  * The GBNF grammar of the rest of a forced call after `opening` (the forced prefix without a
- * closed think block), for the tools it may call; undefined for a format not constrained. Throws
- * JSON_SCHEMA_UNSUPPORTED / JSON_SCHEMA_TOO_COMPLEX for a tool's schema it cannot follow.
+ * closed think block), for the tools it may call; undefined for a format not constrained
+ * (DeepSeek-R1's). `controls` holds the format's markers that are control tokens of the model's
+ * vocabulary, with their ids. Throws JSON_SCHEMA_UNSUPPORTED / JSON_SCHEMA_TOO_COMPLEX for a tool's
+ * schema it cannot follow.
+ *
+ * XML-style arguments (Qwen3-Coder, GLM-4.5, MiniMax-M2) are the schema's properties in its order,
+ * the required ones always, each value as the parsers type it: one of the strings of a string
+ * `enum` or `const`, any text without the value's closing tag where the schema admits a string,
+ * else JSON of the property's schema; a schema without properties takes any arguments as text.
  */
 export function forcedCallGrammar(
   format: ToolCallFormat,
   tools: readonly ChatTool[],
   opening: string,
+  controls: ControlTokens = new Map(),
 ): string | undefined {
-  const shape = JSON_CALLS[format];
+  const shape = CALLS[format];
   if (!shape) return undefined;
+  const spell = speller(controls);
   const alternatives: string[] = [];
   const rules: string[] = [];
   tools.forEach((tool, i) => {
     const before = shape.before(tool.function.name);
     if (!before.startsWith(opening)) return;
     const prefix = `t${i}-`;
-    rules.push(prefixRules(jsonSchemaToGrammar(tool.function.parameters ?? { type: "object" }), prefix));
+    const schema = tool.function.parameters ?? { type: "object" };
+    const args = shape.xml ? xmlArguments(schema, shape.xml, prefix, spell) : jsonArguments(schema, prefix);
+    rules.push(args.rules);
     const head = before.slice(opening.length);
-    alternatives.push(`${head ? `${gbnfLiteral(head)} ` : ""}${prefix}root ${gbnfLiteral(shape.after)}`);
+    const parts = [
+      head && spell(head),
+      shape.between?.(spell),
+      args.root,
+      shape.xml && XML_SEPARATOR,
+      shape.after.map(spell).join(shape.xml ? ` ${XML_SEPARATOR} ` : " "),
+    ];
+    alternatives.push(parts.filter((part) => part).join(" "));
   });
   if (alternatives.length === 0) return undefined;
   return `root ::= ${alternatives.join(" | ")}\n${rules.join("")}`;
 }
 
 /**
- * `"auto"`'s lazy grammar: a whole call, from its opening (the trigger) on; undefined for a format
- * not constrained.
+ * `"auto"`'s lazy grammar: a whole call, from its opening on, and the trigger from which it holds
+ * (a word, or the text of a control token of `controls`, which the sampler then reads as that
+ * token); undefined for a format without one (harmony, whose calls open in several ways, and
+ * DeepSeek-R1).
  */
 export function lazyCallGrammar(
   format: ToolCallFormat,
   tools: readonly ChatTool[],
+  controls: ControlTokens = new Map(),
 ): { grammar: string; trigger: string } | undefined {
-  const shape = JSON_CALLS[format];
-  const rest = shape && forcedCallGrammar(format, tools, shape.opening);
-  if (!shape || !rest) return undefined;
+  const lazy = CALLS[format]?.lazy;
+  const rest = lazy && forcedCallGrammar(format, tools, lazy.opening, controls);
+  if (!lazy || !rest) return undefined;
   const call = rest.slice("root ".length);
-  return { grammar: `root ::= ${gbnfLiteral(shape.opening)} call\ncall ${call}`, trigger: shape.opening };
+  return { grammar: `root ::= ${speller(controls)(lazy.opening)} call\ncall ${call}`, trigger: lazy.trigger };
+}
+
+/** Text as GBNF: literals, and a token terminal for each control-token marker in it. */
+function speller(controls: ControlTokens): Spell {
+  const markers = [...controls.keys()].sort((a, b) => b.length - a.length);
+  return (text) => {
+    const parts: string[] = [];
+    let literal = "";
+    for (let i = 0; i < text.length; ) {
+      const marker = markers.find((m) => text.startsWith(m, i));
+      if (marker === undefined) {
+        literal += text[i];
+        i++;
+        continue;
+      }
+      if (literal) parts.push(gbnfLiteral(literal));
+      literal = "";
+      parts.push(`<[${controls.get(marker)}]>`);
+      i += marker.length;
+    }
+    if (literal) parts.push(gbnfLiteral(literal));
+    return parts.join(" ");
+  };
+}
+
+/** A JSON object of the schema: its root rule's name and its rules, prefixed. */
+function jsonArguments(schema: unknown, prefix: string): { root: string; rules: string } {
+  return { root: `${prefix}root`, rules: prefixRules(jsonSchemaToGrammar(schema), prefix) };
+}
+
+/** XML-style arguments of the schema (see forcedCallGrammar): the rule of all of them and the rules. */
+function xmlArguments(
+  schema: unknown,
+  xml: XmlArgument,
+  prefix: string,
+  spell: Spell,
+): { root: string; rules: string } {
+  const properties = isPlainObject(schema) && isPlainObject(schema.properties) ? schema.properties : {};
+  const required = new Set(isPlainObject(schema) && Array.isArray(schema.required) ? schema.required : []);
+  const text = `${prefix}text`;
+  const rules = [excludingRules(text, xml.close)];
+  const argument = (key: string, value: string) =>
+    [
+      XML_SEPARATOR,
+      spell(xml.keyOpen),
+      key,
+      spell(xml.keyClose),
+      xml.valueOpen && `${XML_SEPARATOR} ${spell(xml.valueOpen)}`,
+      xml.pad && gbnfLiteral(xml.pad),
+      value,
+      xml.pad && gbnfLiteral(xml.pad),
+      spell(xml.close),
+    ]
+      .filter((part) => part)
+      .join(" ");
+  const keys = Object.keys(properties);
+  if (keys.length === 0) {
+    rules.push(`${prefix}arg ::= ${argument(`[^<>\\n"=]+`, text)}\n`);
+    return { root: `${prefix}arg*`, rules: rules.join("") };
+  }
+  const sequence = keys.map((key, k) => {
+    const name = `${prefix}p${k}`;
+    rules.push(`${name} ::= ${argument(gbnfLiteral(key), xmlValue(properties[key], `${name}-`, text, rules))}\n`);
+    return required.has(key) ? name : `${name}?`;
+  });
+  return { root: `(${sequence.join(" ")})`, rules: rules.join("") };
+}
+
+/** The GBNF of one XML-style value (see forcedCallGrammar); its JSON rules, if any, go to `rules`. */
+function xmlValue(property: unknown, prefix: string, text: string, rules: string[]): string {
+  const strings = stringChoices(property);
+  if (strings) return `(${strings.map(gbnfLiteral).join(" | ")})`;
+  if (schemaAdmitsString(property)) return text;
+  rules.push(prefixRules(jsonSchemaToGrammar(property ?? {}), prefix));
+  return `${prefix}root`;
+}
+
+/** The strings a property's `enum` or `const` allows, when it allows only strings. */
+function stringChoices(property: unknown): string[] | undefined {
+  if (!isPlainObject(property)) return undefined;
+  if (typeof property.const === "string") return [property.const];
+  const values = property.enum;
+  if (Array.isArray(values) && values.length > 0 && values.every((v) => typeof v === "string")) return values;
+  return undefined;
+}
+
+/**
+ * Rules named `name` (and `name-k`) for any text that does not contain `word`: the states of
+ * matching `word` (how much of it the text's end holds), each taking the characters that keep it
+ * short of the whole word. Every state may end the text. @internal
+ */
+export function excludingRules(name: string, word: string): string {
+  const chars = [...word];
+  // next(k, c): how much of the word the text's end holds after c, when it held k.
+  const next = (k: number, c: string): number => {
+    const seen = chars.slice(0, k).join("") + c;
+    for (let n = Math.min(chars.length, k + 1); n > 0; n--) {
+      if (seen.endsWith(chars.slice(0, n).join(""))) return n;
+    }
+    return 0;
+  };
+  const state = (k: number) => (k === 0 ? name : `${name}-${k}`);
+  const distinct = [...new Set(chars)];
+  let out = "";
+  for (let k = 0; k < chars.length; k++) {
+    const alternatives = ['""'];
+    for (const c of distinct) {
+      const to = next(k, c);
+      if (to < chars.length) alternatives.push(`${gbnfLiteral(c)} ${state(to)}`);
+    }
+    alternatives.push(`[^${distinct.map(classChar).join("")}] ${name}`);
+    out += `${state(k)} ::= ${alternatives.join(" | ")}\n`;
+  }
+  return out;
+}
+
+/** A character inside a GBNF character class. */
+function classChar(c: string): string {
+  if ("[]\\^-".includes(c)) return `\\${c}`;
+  return c === "\n" ? "\\n" : c;
 }
 
 /** `grammar` with every rule name (definitions and references) prefixed, so grammars can be joined. */
