@@ -4,6 +4,8 @@
 #include <cmath>
 #include <vector>
 
+#include "cpu/swiglu.h"
+
 namespace bloomery::cpu {
 
 void causal_conv_silu(float* rows, int64_t n, int64_t stride, int64_t channels, int64_t kernel, const float* taps,
@@ -21,11 +23,13 @@ void causal_conv_silu(float* rows, int64_t n, int64_t stride, int64_t channels, 
       // into the sum as its x86 build compiles the loop.
       float sum = 0.0f;
       for (int64_t k = 0; k < kernel; ++k) sum = std::fma(window[static_cast<size_t>(k)], w[k], sum);
-      x = sum / (1.0f + std::exp(-sum));
+      x = sum;
       std::copy(window.begin() + 1, window.end(), window.begin());
     }
     std::copy_n(window.data(), held, s);
   }
+  // ggml's SiLU runs over each row of the convolution's output, with its tier's SIMD exp.
+  for (int64_t t = 0; t < n; ++t) vec_silu(rows + t * stride, channels, rows + t * stride);
 }
 
 }  // namespace bloomery::cpu

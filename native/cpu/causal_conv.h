@@ -8,9 +8,9 @@
 
 namespace bloomery::cpu {
 
-// Convolves n rows of `channels` inputs (rows `stride` floats apart) in place, each output then
-// passed through SiLU, and moves `state` ([channels][kernel - 1]) on past them. `taps` is
-// [channels][kernel].
+// Convolves n rows of `channels` inputs (rows `stride` floats apart) in place, each row of outputs
+// then passed through SiLU (cpu::vec_silu, as ggml_silu over the row), and moves `state` ([channels][kernel - 1]) on
+// past them. `taps` is [channels][kernel].
 void causal_conv_silu(float* rows, int64_t n, int64_t stride, int64_t channels, int64_t kernel, const float* taps,
                       float* state);
 
