@@ -1,13 +1,15 @@
 // The CPU ops against plain reference math: the thread pool covers every task once, matmul
 // over quantized weights matches dequantize-then-dot, RoPE rotates by the right angles in
 // both layouts, MoE routing picks and normalizes the top-k, and the grouped MoE matches
-// running each row's experts one by one.
+// running each row's experts one by one, and the gated delta rule's SIMD step rounds as its
+// one-element-at-a-time form.
 #include <atomic>
 #include <cmath>
 #include <random>
 #include <vector>
 
 #include "cpu/cpu_dispatch.h"
+#include "cpu/delta_rule.h"
 #include "cpu/matmul.h"
 #include "cpu/moe.h"
 #include "cpu/rope.h"
@@ -198,5 +200,32 @@ TEST(cpu_moe_expert_subset_and_its_complement_add_up) {
   for (size_t i = 0; i < all.size(); ++i) {
     CHECK(std::fabs(a[i] + b[i] - all[i]) < 1e-4f * (1.0f + std::fabs(all[i])))
         << "element " << i << ": " << a[i] << " + " << b[i] << " vs " << all[i];
+  }
+}
+
+// The token step of this host's tier (vectors of the state's rows) against its scalar form (one
+// element at a time, the host's float dot a row): the same floats, bit for bit, over several
+// tokens, for head sizes with and without a partial last vector.
+TEST(cpu_delta_rule_token_step_of_the_tier_is_the_scalar_one) {
+  const quant::SimdTier tier = host_simd_tier();
+  if (tier < quant::SimdTier::kAvx2) return;
+  const auto step = tier >= quant::SimdTier::kAvx512 ? delta_rule_token_avx512 : delta_rule_token_avx2;
+  std::mt19937 rng(7);
+  for (const int64_t dim : {int64_t{64}, int64_t{72}, int64_t{128}}) {
+    std::vector<float> simd = random_floats(static_cast<size_t>(dim * dim), rng, 0.5f), scalar = simd;
+    std::vector<float> out_simd(static_cast<size_t>(dim)), out_scalar(static_cast<size_t>(dim));
+    std::vector<float> delta(static_cast<size_t>(dim));
+    for (int t = 0; t < 5; ++t) {
+      const std::vector<float> q = random_floats(static_cast<size_t>(dim), rng);
+      const std::vector<float> k = random_floats(static_cast<size_t>(dim), rng);
+      const std::vector<float> v = random_floats(static_cast<size_t>(dim), rng);
+      const float decay = std::exp(-0.1f * static_cast<float>(t + 1)), beta = 0.3f + 0.1f * static_cast<float>(t);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
+      step(simd.data(), dim, {q.data(), k.data(), v.data(), decay, beta, scale, out_simd.data()}, delta.data());
+      delta_rule_token_scalar(scalar.data(), dim, {q.data(), k.data(), v.data(), decay, beta, scale, out_scalar.data()},
+                              delta.data());
+      CHECK(out_simd == out_scalar) << "head of " << dim << ", token " << t;
+      CHECK(simd == scalar) << "head of " << dim << ", token " << t;
+    }
   }
 }
