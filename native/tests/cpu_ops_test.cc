@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "cpu/causal_conv.h"
 #include "cpu/cpu_dispatch.h"
 #include "cpu/delta_rule.h"
 #include "cpu/matmul.h"
@@ -227,5 +228,42 @@ TEST(cpu_delta_rule_token_step_of_the_tier_is_the_scalar_one) {
       CHECK(out_simd == out_scalar) << "head of " << dim << ", token " << t;
       CHECK(simd == scalar) << "head of " << dim << ", token " << t;
     }
+  }
+}
+
+// The causal convolution: a token's outputs at this host's tier are its scalar form's bit for bit,
+// and rows convolved in one call are those convolved a few at a time (the state carried between
+// calls, calls shorter than the kernel included).
+TEST(cpu_causal_conv_tier_and_split_calls_agree) {
+  const quant::SimdTier tier = host_simd_tier();
+  std::mt19937 rng(8);
+  const int64_t kernel = 4, held = kernel - 1;
+  for (const int64_t channels : {int64_t{72}, int64_t{768}}) {
+    const std::vector<float> taps = random_floats(static_cast<size_t>(channels * kernel), rng);
+    if (tier >= quant::SimdTier::kAvx2) {
+      const auto step = tier >= quant::SimdTier::kAvx512 ? conv_token_avx512 : conv_token_avx2;
+      std::vector<std::vector<float>> rows;
+      std::vector<const float*> inputs;
+      for (int64_t k = 0; k < kernel; ++k) {
+        rows.push_back(random_floats(static_cast<size_t>(channels), rng));
+        inputs.push_back(rows.back().data());
+      }
+      std::vector<float> simd(static_cast<size_t>(channels)), scalar(simd.size());
+      step(inputs.data(), taps.data(), kernel, channels, simd.data());
+      conv_token_scalar(inputs.data(), taps.data(), kernel, channels, scalar.data());
+      CHECK(simd == scalar) << channels << " channels";
+    }
+    const int64_t n = 11;
+    const std::vector<float> x = random_floats(static_cast<size_t>(n * channels), rng);
+    const std::vector<float> start = random_floats(static_cast<size_t>(channels * held), rng);
+    std::vector<float> whole = x, state_whole = start;
+    causal_conv_silu(whole.data(), n, channels, channels, kernel, taps.data(), state_whole.data());
+    std::vector<float> split = x, state_split = start;
+    for (const auto& [first, count] : {std::pair<int64_t, int64_t>{0, 2}, {2, 1}, {3, 5}, {8, 3}}) {
+      causal_conv_silu(split.data() + first * channels, count, channels, channels, kernel, taps.data(),
+                       state_split.data());
+    }
+    CHECK(split == whole) << channels << " channels";
+    CHECK(state_split == state_whole) << channels << " channels";
   }
 }
