@@ -114,6 +114,9 @@ export interface GenerateTimings {
    * Prompt tokens not evaluated because the context held them already: the prefix the prompt
    * shares with the session's previous context, or with a state restored from the model's
    * prompt-state cache (see `promptCacheHit`). `cachedPromptTokens + promptTokens` is the prompt's length.
+   * A model with recurrent layers (Qwen3.5, Qwen3-Next) reuses a prefix only at a checkpoint: the
+   * session's whole state, or one kept 512·2^i tokens before the end of an earlier prompt or
+   * evaluation (by the session itself, or in the prompt-state cache).
    */
   cachedPromptTokens: number;
   /** Whether the cached prompt tokens were restored from the model's prompt-state cache. */

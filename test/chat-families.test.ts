@@ -1,4 +1,4 @@
-// Session.chat end to end in the DeepSeek-V3.1, GLM-4.5, Kimi-K2 and MiniMax-M2 formats: tiny models whose
+// Session.chat end to end in the DeepSeek-V3.1, GLM-4.5, Kimi-K2, MiniMax-M2 and Qwen3.5 formats: tiny models whose
 // GGUF carries the family's tokenizer (its special tokens, typed as the converter types them) and
 // chat template. The model writes a tool call and a think block through public sampling options
 // (see forceText); the chat must show the control tokens they are written in, parse them while
@@ -18,6 +18,7 @@ const PRESETS: Record<ChatFamily, string> = {
   "glm-4.5": "tiny-glm4moe",
   "kimi-k2": "tiny-deepseek2",
   "minimax-m2": "tiny-minimax-m2",
+  "qwen3.5": "tiny-qwen35moe",
   harmony: "tiny-gpt-oss",
 };
 
@@ -93,6 +94,16 @@ const CASES: FamilyCase[] = [
     id: /^call_\w{24}$/,
     args: {},
     // The template opens the think block in every prompt.
+    thinking: {},
+  },
+  {
+    family: "qwen3.5",
+    callRest: "</function></tool_call>",
+    // The prompt opened the think block: the forced call closes it as the template writes an empty one.
+    raw: "\n</think>\n\n<tool_call>\n<function=get_weather>\n</function></tool_call>",
+    id: /^call_\w{24}$/,
+    args: {},
+    // The template opens the think block unless enable_thinking is false.
     thinking: {},
   },
 ];

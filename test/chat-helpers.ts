@@ -146,6 +146,24 @@ export const CHAT_FAMILIES = {
     addBos: false,
     template: "MiniMax-M2.jinja",
   },
+  "qwen3.5": {
+    pre: "qwen35",
+    special: [
+      ["<|endoftext|>", control],
+      ["<|im_start|>", control],
+      ["<|im_end|>", control],
+      ["<tool_call>", userDefined],
+      ["</tool_call>", userDefined],
+      ["<tool_response>", userDefined],
+      ["</tool_response>", userDefined],
+      ["<think>", userDefined],
+      ["</think>", userDefined],
+    ],
+    bos: "<|endoftext|>",
+    eos: "<|im_end|>",
+    addBos: false,
+    template: "Qwen3.5-4B.jinja",
+  },
   harmony: {
     pre: "gpt-4o",
     special: [

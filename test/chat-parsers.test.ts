@@ -140,6 +140,23 @@ describe("Qwen3-Coder XML tool calls", () => {
     });
   });
 
+  it("reads Qwen3.5's reasoning, which the prompt opened, ended by </think> or by a call", () => {
+    const call = "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n</function>\n</tool_call>";
+    const expected = {
+      role: "assistant",
+      content: "",
+      reasoning: "I'm\nthinking",
+      toolCalls: [{ id: "call_0", name: "get_weather", arguments: { city: "Oslo" } }],
+    };
+    const reasoning = { ...options, startInReasoning: true };
+    expect(parseEverySplit(`I'm\nthinking\n</think>\n\n${call}`, reasoning)).toEqual(expected);
+    expect(parseEverySplit(`I'm\nthinking\n${call}`, reasoning)).toEqual(expected);
+    // A value's own trailing newline is kept: only the one before the close tag is layout.
+    const code =
+      "<tool_call>\n<function=get_weather>\n<parameter=city>\n  x\n\n</parameter>\n</function>\n</tool_call>";
+    expect(parseEverySplit(code, options).toolCalls?.[0]?.arguments).toEqual({ city: "  x\n" });
+  });
+
   it("keeps a string parameter that looks like JSON a string, and refuses stray text in a call", () => {
     const call = "<tool_call><function=get_weather><parameter=city>42</parameter></function></tool_call>";
     expect(parseEverySplit(call, options).toolCalls?.[0]?.arguments).toEqual({ city: "42" });

@@ -1,4 +1,4 @@
-// The DeepSeek-V3.1, GLM-4.5, Kimi-K2, MiniMax-M2 and gpt-oss (harmony) formats through bloomery-serve and the
+// The DeepSeek-V3.1, GLM-4.5, Kimi-K2, MiniMax-M2, Qwen3.5 and gpt-oss (harmony) formats through bloomery-serve and the
 // official openai client, streamed and not: a tool call the engine writes in the family's tokens
 // (made to by the request's own logit_bias, presence_penalty and repeat_last_n, as in
 // test/server-tools.test.ts) comes back as OpenAI's tool_calls with the format's ids, and a think
@@ -18,6 +18,7 @@ const PRESETS: Record<ChatFamily, string> = {
   "glm-4.5": "tiny-glm4moe",
   "kimi-k2": "tiny-deepseek2",
   "minimax-m2": "tiny-minimax-m2",
+  "qwen3.5": "tiny-qwen35moe",
   harmony: "tiny-gpt-oss",
 };
 
@@ -73,6 +74,14 @@ const CASES: {
     id: /^call_/,
     args: "{}",
     // The template opens the think block in every prompt.
+    thinking: {},
+  },
+  {
+    family: "qwen3.5",
+    callRest: "</function></tool_call>",
+    id: /^call_/,
+    args: "{}",
+    // The template opens the think block unless enable_thinking is false.
     thinking: {},
   },
   {

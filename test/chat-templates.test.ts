@@ -1,4 +1,4 @@
-// The DeepSeek, GLM and Kimi chat templates (test/chat-templates/, as the models ship them)
+// The DeepSeek, GLM, Kimi, MiniMax and Qwen3.5 chat templates (test/chat-templates/, as the models ship them)
 // rendered through @huggingface/jinja: tools, tool calls, tool results and reasoning land where
 // llama.cpp's chat tests expect them, the format is read from the template, and the assistant
 // turns a template renders read back, through that format's parser, as the messages they came from.
@@ -222,6 +222,23 @@ const CASES: Case[] = [
     header: "]~b]ai\n",
     endOfTurn: "[e~[",
   },
+  {
+    file: "Qwen3.5-4B.jinja",
+    format: "qwen3-coder",
+    ids: ["call_1", "call_2"],
+    pieces: [
+      '<|im_start|>system\n# Tools\n\nYou have access to the following functions:\n\n<tools>\n{"type": "function", "function": {"name": "get_weather"',
+      "</IMPORTANT>\n\nBe brief.<|im_end|>\n<|im_start|>user\nWeather in Paris and Oslo?<|im_end|>\n",
+      // Reasoning before the last user message is dropped.
+      "<|im_start|>assistant\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>" +
+        "\n<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n</function>\n</tool_call><|im_end|>\n",
+      "<|im_start|>user\n<tool_response>\nSunny\n</tool_response>\n<tool_response>\nRain\n</tool_response><|im_end|>\n",
+      "<|im_start|>assistant\nParis is sunny, Oslo rainy.<|im_end|>\n<|im_start|>user\nThanks<|im_end|>\n",
+    ],
+    end: "<|im_start|>user\nThanks<|im_end|>\n<|im_start|>assistant\n<think>\n",
+    header: "<|im_start|>assistant\n",
+    endOfTurn: "<|im_end|>",
+  },
 ];
 
 describe.each(CASES)("$file", ({ file, format, ids, pieces, end, header, endOfTurn, opensThinking, textOrCalls }) => {
@@ -279,6 +296,14 @@ describe("template thinking switches", () => {
 
   it("MiniMax-M2 opens the think block in the prompt", () => {
     expect(promptOpensThinking(render("MiniMax-M2.jinja", [{ role: "user", content: "Hi" }]))).toBe(true);
+  });
+
+  it("Qwen3.5 opens the think block unless enable_thinking is false, and then closes it empty", () => {
+    const messages: ChatMessage[] = [{ role: "user", content: "Hi" }];
+    expect(promptOpensThinking(render("Qwen3.5-4B.jinja", messages))).toBe(true);
+    const off = render("Qwen3.5-4B.jinja", messages, { enable_thinking: false });
+    expect(off.endsWith("<|im_start|>assistant\n<think>\n\n</think>\n\n")).toBe(true);
+    expect(promptOpensThinking(off)).toBe(false);
   });
 
   it("GLM-4.6 closes an empty think block when thinking is off; GLM-4.7 opens it when on", () => {

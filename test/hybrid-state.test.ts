@@ -7,7 +7,8 @@ import { writeSyntheticModel } from "../tools/synth/synth.js";
 
 // A session of a model with recurrent layers (tiny-qwen35moe: Gated DeltaNet beside attention)
 // carries its convolution and recurrent states with its KV cache: a fork, a saved state (memory
-// and file) and a cached prefix continue exactly as one evaluation of the whole sequence, and a
+// and file), a cached prefix and a checkpoint of the session's own (kept with the prompt-state cache
+// off, and by evaluations too) continue exactly as one evaluation of the whole sequence, and a
 // context cut back by a stop string continues from the state after its last kept token.
 const dir = mkdtempSync(join(tmpdir(), "bloomery-hybrid-state-"));
 const modelPath = join(dir, "tiny-qwen35moe.gguf");
@@ -106,6 +107,60 @@ describe("a session with recurrent layers", () => {
       const fresh = await plain.createSession().generate(next, { maxTokens: 4 }).result;
       expect(reuse.tokens, `a prefix of ${shared}`).toEqual(fresh.tokens);
     }
+  });
+
+  it("restores its own nearest checkpoint, with the prompt-state cache off, for a prompt that diverges inside its context", async () => {
+    // A prompt of 1,200 tokens leaves checkpoints at 176, 688 and 1,200; none is inside 100.
+    const model = await open({ cacheRam: 0, contextSize: 1300 });
+    const prompt = tokens(1200, 8);
+    for (const [shared, restored] of [
+      [687, 176],
+      [688, 688],
+      [700, 688],
+      [100, 0],
+    ] as const) {
+      const session = model.createSession();
+      await session.generate(prompt, { maxTokens: 1 }).result;
+      const next = [...prompt.slice(0, shared), ...tokens(40, 9 + shared)];
+      const reuse = await session.generate(next, { maxTokens: 4 }).result;
+      expect(reuse.timings.cachedPromptTokens, `a prefix of ${shared}`).toBe(restored);
+      const fresh = model.createSession();
+      expect(reuse.tokens, `a prefix of ${shared}`).toEqual(
+        (await fresh.generate(next, { maxTokens: 4 }).result).tokens,
+      );
+      const after = tokens(2, 30);
+      expect(await session.evaluate(after, { logits: "all" }), `a prefix of ${shared}`).toEqual(
+        await fresh.evaluate(after, { logits: "all" }),
+      );
+      session.dispose();
+      fresh.dispose();
+    }
+  });
+
+  it("keeps checkpoints of evaluations too, for its own next prompt and, through the cache, for others", async () => {
+    // Evaluated after 100 tokens, 1,100 more end at 1,200: checkpoints at 176, 688 and 1,200.
+    const prompt = tokens(1200, 12);
+    const next = [...prompt.slice(0, 700), ...tokens(40, 13)];
+    const after = tokens(2, 14);
+    const plain = await open({ cacheRam: 0, contextSize: 1300 });
+    const fresh = plain.createSession();
+    const expected = (await fresh.generate(next, { maxTokens: 4 }).result).tokens;
+    const expectedAfter = await fresh.evaluate(after, { logits: "all" });
+    const session = plain.createSession();
+    await session.evaluate(prompt.slice(0, 100));
+    await session.evaluate(prompt.slice(100));
+    const own = await session.generate(next, { maxTokens: 4 }).result;
+    expect(own.timings.cachedPromptTokens).toBe(688);
+    expect(own.tokens).toEqual(expected);
+    expect(await session.evaluate(after, { logits: "all" })).toEqual(expectedAfter);
+
+    const cached = await open({ cacheRam: "256MiB", contextSize: 1300 });
+    await cached.createSession().evaluate(prompt);
+    const other = cached.createSession();
+    const reuse = await other.generate(next, { maxTokens: 4 }).result;
+    expect(reuse.timings.cachedPromptTokens).toBe(688);
+    expect(reuse.tokens).toEqual(expected);
+    expect(await other.evaluate(after, { logits: "all" })).toEqual(expectedAfter);
   });
 
   it("runs sessions together in shared passes with the tokens each gives alone", async () => {

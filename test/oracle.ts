@@ -1,6 +1,7 @@
 // Comparing next-token distributions with llama.cpp (node-llama-cpp's CPU build): the oracle of
 // DESIGN.md's correctness section, shared by the oracle tests (test/oracle-cpu.test.ts on the
-// synthetic fixtures, test/default-model.test.ts on the shipped model).
+// synthetic fixtures, test/oracle-hybrid.test.ts on the hybrid Qwens', test/default-model.test.ts
+// on the shipped model), and the runner of the fixture suites (describeOracle).
 //
 // Two bars. agreementBar (test/distributions.mjs) holds everywhere: top-1 >= 99 % and mean
 // KL(llama.cpp || ours) <= 1e-3, or twice the misses and KL by which llama.cpp's own batched and
@@ -10,10 +11,15 @@
 // distributions must equal llama.cpp's up to the float rounding of its probabilities. That second bar is what catches a rounding that differs:
 // on a small trained model one ulp of difference grows within a few positions into a KL as large
 // as llama.cpp's own batched-vs-one-by-one floor, which the first bar lets pass.
-import type { Llama, Token } from "node-llama-cpp";
-import { expect } from "vitest";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { getLlama, LlamaLogLevel, type Llama, type Token } from "node-llama-cpp";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { getSystemInfo, loadModel } from "../src/index.js";
+import { writeSyntheticModel } from "../tools/synth/synth.js";
 import { agreementBar, sameTop } from "./distributions.mjs";
+import { idTokens, proseTokens } from "./oracle-inputs.js";
 
 /** Mean KL, per position, under which two distributions count as the same: float rounding of probabilities gives 1e-15 to 3e-15. */
 const SAME_KL = 1e-13;
@@ -191,4 +197,86 @@ export function expectAgreement(label: string, reference: Distributions, ours: D
       expect(result.meanKl, `${label}, ${path}: KL with llama.cpp's arithmetic`).toBeLessThanOrEqual(SAME_KL);
     }
   }
+}
+
+/** A synthetic fixture: a preset of tools/synth and its weight type (undefined: the preset's own mix). */
+export type OracleCase = [preset: string, weightType: string | undefined];
+
+export interface OracleSuite {
+  /** Positions of the arbitrary ids and of the plain text each case runs. */
+  positions: number;
+  /** Positions of the long context of plain text each long case runs. */
+  longPositions: number;
+  cases: OracleCase[];
+  longCases: OracleCase[];
+  /** Whether the distributions must also be llama.cpp's own where its arithmetic is ours (sameArithmetic); else agreementBar alone. */
+  exactWhereSameArithmetic: boolean;
+}
+
+/** Threads of both engines: tiny models only spin with more (and CI has two cores). */
+const SUITE_THREADS = 1;
+
+/**
+ * The fixture suites' runner: for each case, our one-by-one and batched distributions against
+ * llama.cpp's (expectAgreement) on arbitrary ids and on plain text, and for each long case on a
+ * long context of plain text; our batched and one-by-one distributions the same arithmetic.
+ */
+export function describeOracle(title: string, suite: OracleSuite): void {
+  describe(title, () => {
+    const dir = mkdtempSync(join(tmpdir(), "bloomery-oracle-"));
+    let llama: Llama;
+    let exact = false;
+
+    beforeAll(async () => {
+      llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });
+      if (suite.exactWhereSameArithmetic) {
+        exact = sameArithmetic(llama);
+        console.log(`llama.cpp's CPU variant: ${llamaCppTier(llama)}; exact checks ${exact ? "on" : "off"}`);
+      }
+    });
+
+    afterAll(async () => {
+      await llama?.dispose();
+      rmSync(dir, { recursive: true, force: true });
+    });
+
+    /** The fixture's file, its vocabulary size and BOS, and the first `textTokens` tokens of the prose in its vocabulary. */
+    async function fixture([preset, weightType]: OracleCase, textTokens: number) {
+      const path = join(dir, `${preset}-${weightType ?? "mix"}.gguf`);
+      const plan = await writeSyntheticModel(path, weightType === undefined ? { preset } : { preset, weightType });
+      const model = await loadModel(path, { gpu: false, threads: SUITE_THREADS, contextSize: 256 });
+      try {
+        const text = proseTokens((prose) => model.tokenize(prose), textTokens);
+        return { path, vocabSize: plan.vocab.tokens.length, bos: plan.vocab.bos, text };
+      } finally {
+        model.dispose();
+      }
+    }
+
+    async function check(label: string, path: string, tokens: number[], vocabSize: number) {
+      const options = { threads: SUITE_THREADS, contextSize: contextFor(tokens.length) };
+      const ours = await ourDistributions(path, tokens, options);
+      expect(ours.vocab).toBe(vocabSize);
+      const reference = await llamaCppDistributions(llama, path, tokens, vocabSize, options);
+      expectAgreement(label, reference, ours, exact);
+      const batchedVsOneByOne = compare(ours.oneByOne, ours.batched);
+      expect(batchedVsOneByOne.top1).toBe(1);
+      expect(batchedVsOneByOne.meanKl).toBeLessThanOrEqual(1e-6);
+    }
+
+    const caseLabel = ([preset, weightType]: OracleCase) => `${preset} ${weightType ?? "mix"}`;
+    for (const c of suite.cases) {
+      it(`${caseLabel(c)}: arbitrary ids and plain text`, async () => {
+        const { path, vocabSize, bos, text } = await fixture(c, suite.positions);
+        await check(`${caseLabel(c)} ids`, path, idTokens(bos, vocabSize, suite.positions), vocabSize);
+        await check(`${caseLabel(c)} text`, path, text, vocabSize);
+      });
+    }
+    for (const c of suite.longCases) {
+      it(`${caseLabel(c)}: a long context of plain text`, async () => {
+        const { path, vocabSize, text } = await fixture(c, suite.longPositions);
+        await check(`${caseLabel(c)} long`, path, text, vocabSize);
+      });
+    }
+  });
 }

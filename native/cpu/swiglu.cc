@@ -20,6 +20,19 @@ void swiglu_scalar(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
+void vec_silu(const float* x, int64_t n, float* out) {
+  static const auto kernel = [] {
+    const quant::SimdTier tier = host_simd_tier();
+    if (tier >= quant::SimdTier::kAvx512) return vec_silu_avx512;
+    return tier >= quant::SimdTier::kAvx2 ? vec_silu_avx2 : vec_silu_scalar;
+  }();
+  kernel(x, n, out);
+}
+
+void vec_silu_scalar(const float* x, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = x[i] / (1.0f + std::exp(-x[i]));
+}
+
 }  // namespace bloomery::cpu
 
 namespace bloomery::cpu {

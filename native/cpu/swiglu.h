@@ -22,6 +22,18 @@ inline constexpr void (*swiglu_avx2)(const float*, const float*, int64_t, float*
 inline constexpr void (*swiglu_avx512)(const float*, const float*, int64_t, float*) = nullptr;
 #endif
 
+// SiLU alone, out = silu(x) (in place allowed), as ggml_vec_silu_f32 computes it: swiglu's blocks
+// and last partial block without the product (Gated DeltaNet's convolution output).
+void vec_silu(const float* x, int64_t n, float* out);
+void vec_silu_scalar(const float* x, int64_t n, float* out);
+#if BLOOMERY_X86_SIMD
+void vec_silu_avx2(const float* x, int64_t n, float* out);
+void vec_silu_avx512(const float* x, int64_t n, float* out);
+#else
+inline constexpr void (*vec_silu_avx2)(const float*, int64_t, float*) = nullptr;
+inline constexpr void (*vec_silu_avx512)(const float*, int64_t, float*) = nullptr;
+#endif
+
 // gpt-oss's clamped SwiGLU (ggml_swiglu_oai): g = min(gate, limit), u = clamp(up, -limit,
 // limit), out = g / (1 + e^(alpha * -g)) * (u + 1), one element at a time with std::exp as
 // ggml's CPU backend computes it (it has no SIMD form).

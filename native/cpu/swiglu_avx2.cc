@@ -11,4 +11,10 @@ BLOOMERY_CPU_AVX2 void swiglu_avx2(const float* gate, const float* up, int64_t n
   swiglu_scalar(gate + i, up + i, n - i, out + i);
 }
 
+BLOOMERY_CPU_AVX2 void vec_silu_avx2(const float* x, int64_t n, float* out) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, silu_avx2(_mm256_loadu_ps(x + i)));
+  vec_silu_scalar(x + i, n - i, out + i);
+}
+
 }  // namespace bloomery::cpu

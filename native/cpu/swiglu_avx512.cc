@@ -16,4 +16,10 @@ BLOOMERY_CPU_AVX512 void swiglu_avx512(const float* gate, const float* up, int64
   swiglu_scalar(gate + i, up + i, n - i, out + i);
 }
 
+BLOOMERY_CPU_AVX512 void vec_silu_avx512(const float* x, int64_t n, float* out) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, silu_avx512(_mm512_loadu_ps(x + i)));
+  vec_silu_scalar(x + i, n - i, out + i);
+}
+
 }  // namespace bloomery::cpu

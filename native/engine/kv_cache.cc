@@ -94,6 +94,23 @@ void KvCache::copy_out(int64_t n, uint16_t* keys, uint16_t* values, float* recur
   }
 }
 
+int64_t KvCache::recurrent_floats() const {
+  int64_t n = 0;
+  for (const Layer& l : layers_) n += static_cast<int64_t>(l.recurrent.size());
+  return n;
+}
+
+void KvCache::copy_recurrent_out(float* recurrent) const {
+  for (const Layer& l : layers_) recurrent = std::copy(l.recurrent.begin(), l.recurrent.end(), recurrent);
+}
+
+void KvCache::copy_recurrent_in(const float* recurrent) {
+  for (Layer& l : layers_) {
+    std::copy_n(recurrent, l.recurrent.size(), l.recurrent.data());
+    recurrent += l.recurrent.size();
+  }
+}
+
 void KvCache::copy_in(int64_t n, const SessionState& state) {
   const int64_t packed = static_cast<int64_t>(state.tokens.size());
   const uint16_t* keys = state.keys.data();

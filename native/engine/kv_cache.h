@@ -54,6 +54,12 @@ class KvCache {
   // recurrent states (those after its last token: with linear layers, n is its token count).
   void copy_in(int64_t n, const struct SessionState& state);
 
+  // The recurrent states alone (every linear layer's, in layer order, as copy_out writes them):
+  // a session's checkpoints, whose positions' rows the cache still holds.
+  int64_t recurrent_floats() const;
+  void copy_recurrent_out(float* recurrent) const;
+  void copy_recurrent_in(const float* recurrent);
+
   // Drops positions [span.keep, span.keep + span.discard) of the n held and moves the later
   // rows down, their keys rotated again (engine/context_shift.h). Not for windowed layers.
   void shift(int64_t n, const struct ShiftSpan& span);

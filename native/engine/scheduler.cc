@@ -380,8 +380,8 @@ void Scheduler::admit(Outbox& out) {
 
 namespace {
 
-// The first checkpoint after position `from` of a prompt of `end` tokens: end - kCheckpointSpacing
-// * 2^i for the largest i that leaves one after `from`, else the end.
+// The first checkpoint after position `from` of a prompt or an evaluation that ends at position
+// `end`: end - kCheckpointSpacing * 2^i for the largest i that leaves one after `from`, else the end.
 int64_t next_checkpoint(int64_t end, int64_t from) {
   int64_t next = end;
   for (int64_t gap = kCheckpointSpacing; end - gap > from; gap *= 2) next = end - gap;
@@ -418,10 +418,11 @@ void Scheduler::plan(Pass& pass) {
     const auto remaining = static_cast<int64_t>(r->input.size() - r->evaluated);
     if (remaining == 0) continue;
     int64_t take = std::min(remaining, budget);
-    // With recurrent layers, a prompt's passes end on its checkpoints (stored in commit).
-    if (r->generating() && r->session->recurrent()) {
-      const auto at = static_cast<int64_t>(r->evaluated);
-      take = std::min(take, next_checkpoint(static_cast<int64_t>(r->input.size()), at) - at);
+    // With recurrent layers, the passes of a prompt or an evaluation end on its checkpoints
+    // (kept in commit).
+    if (r->session->recurrent()) {
+      const int64_t at = r->base + static_cast<int64_t>(r->evaluated);
+      take = std::min(take, next_checkpoint(r->base + static_cast<int64_t>(r->input.size()), at) - at);
     }
     const auto first = r->input.begin() + static_cast<ptrdiff_t>(r->evaluated);
     pass.parts.push_back({r, std::vector<int32_t>(first, first + take), r->session->position_, false});
@@ -509,7 +510,7 @@ void Scheduler::execute(Pass& pass) {
       batch.reserve(pass.parts.size());
       for (const Pass::Part& part : pass.parts) {
         const Request& r = *part.request;
-        r.session->begin_pass();
+        r.session->begin_pass(part.first_position);
         batch.push_back({part.tokens, part.first_position, &r.session->cache_, logit_rows(part)});
       }
       forward(runtime_.model(), batch, logits_, scratch_, runtime_.pool_, runtime_.arena_.get());
@@ -623,9 +624,10 @@ void Scheduler::commit(Pass& pass, Outbox& out) {
     }
     r.session->position_ = part.first_position + n;
     if (!part.decode) r.evaluated += static_cast<size_t>(n);
-    if (!part.decode && r.generating() && r.session->recurrent()) {
-      const auto end = static_cast<int64_t>(r.input.size()), at = static_cast<int64_t>(r.evaluated);
-      if (next_checkpoint(end, at - 1) == at) r.session->store_in_cache();
+    if (!part.decode && r.session->recurrent()) {
+      const int64_t end = r.base + static_cast<int64_t>(r.input.size());
+      const int64_t at = r.base + static_cast<int64_t>(r.evaluated);
+      if (next_checkpoint(end, at - 1) == at) r.session->checkpoint();
     }
     if (!r.generating() && all_rows) r.logits.insert(r.logits.end(), logits, logits + logit_rows * p.vocab);
     if (r.evaluated < r.input.size()) continue;  // more of the prompt next step

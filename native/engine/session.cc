@@ -133,9 +133,11 @@ PromptReuse Session::prepare_prompt(std::span<const int32_t> tokens) {
     return model::window_floor(p, n) >= window_first ? n : 0;
   };
   // A recurrent state is a prefix only whole: the session's where the prompt begins with its
-  // tokens, a cached one where the prompt begins with all of its.
+  // tokens, else its nearest checkpoint inside the prefix the prompt shares, a cached one where the
+  // prompt begins with all of its.
+  const int64_t at_checkpoint = recurrent_ ? nearest_checkpoint(std::min(common_prefix(history_, tokens), limit)) : 0;
   const int64_t own =
-      recurrent_ ? recurrent_prefix(tokens, limit)
+      recurrent_ ? std::max(recurrent_prefix(tokens, limit), at_checkpoint)
                  : usable(std::min({common_prefix(current_history(), tokens), limit, fresh_}), held_window_first());
   PromptCache& cache = runtime_->prompt_cache_;
   const PromptCache::Match match = cache.capacity() > 0 ? cache.find(tokens) : PromptCache::Match{};
@@ -147,7 +149,10 @@ PromptReuse Session::prepare_prompt(std::span<const int32_t> tokens) {
     in_cache_ = true;
     return {cached, true};
   }
-  if (own < position_ || (recurrent_ && own != position_)) {
+  if (recurrent_ && own != recurrent_position_) {
+    store_locked();
+    restore_checkpoint(own);
+  } else if (own < position_ || (recurrent_ && own != position_)) {
     store_locked();
     history_.resize(static_cast<size_t>(own));
     position_ = own;
@@ -159,6 +164,44 @@ PromptReuse Session::prepare_prompt(std::span<const int32_t> tokens) {
 bool Session::store_in_cache() {
   std::lock_guard lock(runtime_->compute_);
   return store_locked();
+}
+
+void Session::checkpoint() {
+  std::lock_guard lock(runtime_->compute_);
+  const int64_t at = recurrent_position_;
+  if (!recurrent_ || at <= 0) return;
+  // A pass ends past the checkpoints it leaves (begin_pass): `at` is the last.
+  if (checkpoints_.size() == kSessionCheckpoints) checkpoints_.erase(checkpoints_.begin());
+  Checkpoint& kept = checkpoints_.emplace_back(Checkpoint{at, {}});
+  kept.recurrent.resize(static_cast<size_t>(cache_.recurrent_floats()));
+  cache_.copy_recurrent_out(kept.recurrent.data());
+  store_locked();
+}
+
+int64_t Session::nearest_checkpoint(int64_t n) const {
+  for (auto c = checkpoints_.rbegin(); c != checkpoints_.rend(); ++c) {
+    if (c->position <= n && c->position <= static_cast<int64_t>(history_.size())) return c->position;
+  }
+  return 0;
+}
+
+void Session::restore_checkpoint(int64_t n) {
+  const auto kept =
+      std::find_if(checkpoints_.begin(), checkpoints_.end(), [n](const Checkpoint& c) { return c.position == n; });
+  if (kept != checkpoints_.end()) {
+    cache_.copy_recurrent_in(kept->recurrent.data());
+  } else {
+    // No checkpoint: the states start afresh (n is 0; a pass from position 0 overwrites them).
+    n = 0;
+  }
+  history_.resize(static_cast<size_t>(n));
+  position_ = n;
+  recurrent_position_ = n;
+}
+
+void Session::begin_pass(int64_t first_position) {
+  recurrent_position_ = -1;
+  std::erase_if(checkpoints_, [first_position](const Checkpoint& c) { return c.position > first_position; });
 }
 
 bool Session::store_locked() {
@@ -244,10 +287,14 @@ void Session::catch_up_locked() {
   if (!recurrent_ || recurrent_position_ == position_) return;
   const int64_t n = position_;
   const std::vector<int32_t> tokens(history_.begin(), history_.begin() + n);
-  recurrent_position_ = -1;
+  const int64_t from = nearest_checkpoint(n);
+  restore_checkpoint(from);
+  history_.assign(tokens.begin(), tokens.end());
+  position_ = n;
+  begin_pass(from);
   ForwardScratch scratch;
   std::vector<float> logits;
-  for (int64_t done = 0; done < n; done += runtime_->step_tokens_) {
+  for (int64_t done = from; done < n; done += runtime_->step_tokens_) {
     const int64_t take = std::min(runtime_->step_tokens_, n - done);
     const SequenceRows rows{std::span(tokens).subspan(static_cast<size_t>(done), static_cast<size_t>(take)), done,
                             &cache_, LogitRows::kLast};
@@ -295,6 +342,7 @@ void Session::load(const SessionState& state, int64_t n) {
   history_.assign(state.tokens.begin(), state.tokens.begin() + n);
   position_ = n;
   recurrent_position_ = n;
+  checkpoints_.clear();
   fresh_ = state.shifted_from < n ? state.shifted_from : SessionState::kNoShift;
 }
 

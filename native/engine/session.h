@@ -38,6 +38,9 @@ inline constexpr int64_t kDefaultStepTokens = 256;
 // the positions this many tokens, then twice, four times ... as many, before it (checkpoints: a
 // later prompt restores the nearest one inside the prefix it shares).
 inline constexpr int64_t kCheckpointSpacing = 512;
+// A session keeps the recurrent states of its own last checkpoints, this many at most (the oldest
+// out first): those of one prompt of up to 64 times kCheckpointSpacing tokens, or of a few turns.
+inline constexpr size_t kSessionCheckpoints = 8;
 
 // The disk tier: routed experts read from the model file into an arena of `arena_bytes` as
 // passes need them (expert_arena.h). Per layer, the experts it pages; none: no disk tier.
@@ -131,6 +134,10 @@ class Session {
   // is empty, or it is larger than the whole cache. Returns whether the cache holds it. The
   // cache is an optimisation: when host memory runs short, the state is not cached.
   bool store_in_cache();
+  // With recurrent layers, at a checkpoint of a prompt or an evaluation (the scheduler ends
+  // passes there): keeps the recurrent states as one of the session's own checkpoints, and stores
+  // the state in the prompt-state cache (store_in_cache).
+  void checkpoint();
 
   // A copy of the state: its tokens, keys and values, and where its rows came through a context shift.
   std::shared_ptr<const SessionState> save();
@@ -158,13 +165,17 @@ class Session {
   std::shared_ptr<SessionState> snapshot(int64_t n);
   // With recurrent layers: brings their states to position_ when they are elsewhere (a stop, a
   // cancel or a failed pass cut the context back), by evaluating the context again from its
-  // start. The caller holds the compute lock.
+  // nearest checkpoint (or its start). The caller holds the compute lock.
   void catch_up_locked();
   void catch_up();
   bool recurrent() const { return recurrent_; }
   // Where the recurrent states are usable as a prefix of `tokens` (at most `limit` long): their
   // position when the prompt begins with the tokens before it, else 0.
   int64_t recurrent_prefix(std::span<const int32_t> tokens, int64_t limit) const;
+  // The position of the session's last checkpoint at most `n` (whose tokens history_ holds), or 0.
+  int64_t nearest_checkpoint(int64_t n) const;
+  // Makes the context the first `n` tokens from the checkpoint at n (nearest_checkpoint's).
+  void restore_checkpoint(int64_t n);
   // The first position the windowed layers' caches still hold (0: every position held).
   int64_t held_window_first() const;
   // Whether the context can go on from position n: its windowed layers still hold the window
@@ -179,8 +190,9 @@ class Session {
   // Records that the keys and values of `tokens` were written at first_position on (the
   // scheduler calls it inside a pass, under the compute lock).
   void record(int64_t first_position, std::span<const int32_t> tokens);
-  // Marks the recurrent states as being written by a pass (record() then says where they are).
-  void begin_pass() { recurrent_position_ = -1; }
+  // Marks the recurrent states as being written by a pass from first_position on (record() then
+  // says where they are); the checkpoints past first_position no longer hold.
+  void begin_pass(int64_t first_position);
   // Shifts the full context as llama-server's --context-shift does (engine/context_shift.h),
   // keeping its first `keep` tokens; returns the tokens discarded. Takes the compute lock.
   // UNSUPPORTED_MODEL for a model with sliding-window or recurrent layers.
@@ -206,6 +218,15 @@ class Session {
   // before it unless it exceeds position_ and history_ was cut); -1 when a pass failed midway.
   // Written under the compute lock; read by the scheduler without it.
   std::atomic<int64_t> recurrent_position_{0};
+  // With recurrent layers: the states after the first `position` tokens of history_, kept where
+  // passes ended on checkpoints; the KV rows before each are still the cache's, since a pass from
+  // an earlier position drops the later ones (begin_pass), as does a restore. Guarded by the
+  // compute lock; in position order.
+  struct Checkpoint {
+    int64_t position;
+    std::vector<float> recurrent;
+  };
+  std::vector<Checkpoint> checkpoints_;
   const bool recurrent_;              // the model has layers of linear attention
   const Request* running_ = nullptr;  // the request of this session that runs now (guarded by the scheduler's mutex)
 };

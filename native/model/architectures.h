@@ -24,4 +24,13 @@ void bind_qwen35(Binder& binder);
 // norms and an output gate (and MTP layers, past the last, bound as attention).
 void bind_hybrid_qwen_attention(Binder& binder, int64_t layer, const std::vector<bool>& linear);
 
+// Where Qwen3.5 MoE's files depart from Qwen3-Next's description (qwen3next.cc), which both bind.
+struct HybridQwenMoeOptions {
+  // The interleaved multi-axis rope of rope.dimension_sections (Binder::read_rope_sections).
+  bool rope_sections = false;
+  // Gated DeltaNet's value heads repeat their key heads in groups, else tile them (DeltaNetParams).
+  bool grouped_delta_heads = true;
+};
+void bind_hybrid_qwen_moe(Binder& binder, const HybridQwenMoeOptions& options);
+
 }  // namespace bloomery::model

@@ -7,20 +7,6 @@
 
 namespace bloomery::model {
 
-void bind_qwen35moe(Binder& b) {
-  b.read_common_params(cpu::RopeStyle::kNeox);
-  b.read_rope_sections();
-  b.read_moe_params(Gating::kSoftmax, true);
-  b.read_delta_net_params(false);
-  HyperParams& p = b.params();
-  p.shared_feed_forward = b.count_or("expert_shared_feed_forward_length", b.required_count("feed_forward_length"));
-  b.bind_embeddings();
-  const std::vector<bool> linear = b.linear_attention_layers();
-  for (int64_t l = 0; l < p.layers + p.nextn_layers; ++l) {
-    bind_hybrid_qwen_attention(b, l, linear);
-    b.bind_moe_ffn(l, {.shared_experts = true, .shared_gate = true}, "post_attention_norm");
-    if (l >= p.layers) b.bind_nextn(l);
-  }
-}
+void bind_qwen35moe(Binder& b) { bind_hybrid_qwen_moe(b, {.rope_sections = true, .grouped_delta_heads = false}); }
 
 }  // namespace bloomery::model

@@ -16,10 +16,11 @@ void bind_hybrid_qwen_attention(Binder& b, int64_t layer, const std::vector<bool
   }
 }
 
-void bind_qwen3next(Binder& b) {
+void bind_hybrid_qwen_moe(Binder& b, const HybridQwenMoeOptions& options) {
   b.read_common_params(cpu::RopeStyle::kNeox);
+  if (options.rope_sections) b.read_rope_sections();
   b.read_moe_params(Gating::kSoftmax, true);
-  b.read_delta_net_params(true);
+  b.read_delta_net_params(options.grouped_delta_heads);
   HyperParams& p = b.params();
   p.shared_feed_forward = b.count_or("expert_shared_feed_forward_length", b.required_count("feed_forward_length"));
   b.bind_embeddings();
@@ -30,5 +31,7 @@ void bind_qwen3next(Binder& b) {
     if (l >= p.layers) b.bind_nextn(l);
   }
 }
+
+void bind_qwen3next(Binder& b) { bind_hybrid_qwen_moe(b, {.rope_sections = false, .grouped_delta_heads = true}); }
 
 }  // namespace bloomery::model

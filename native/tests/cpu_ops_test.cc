@@ -1,13 +1,16 @@
 // The CPU ops against plain reference math: the thread pool covers every task once, matmul
 // over quantized weights matches dequantize-then-dot, RoPE rotates by the right angles in
 // both layouts, MoE routing picks and normalizes the top-k, and the grouped MoE matches
-// running each row's experts one by one.
+// running each row's experts one by one, and the gated delta rule's SIMD step rounds as its
+// one-element-at-a-time form.
 #include <atomic>
 #include <cmath>
 #include <random>
 #include <vector>
 
+#include "cpu/causal_conv.h"
 #include "cpu/cpu_dispatch.h"
+#include "cpu/delta_rule.h"
 #include "cpu/matmul.h"
 #include "cpu/moe.h"
 #include "cpu/rope.h"
@@ -217,4 +220,67 @@ TEST(cpu_softmax_sink_takes_its_share) {
     sum += got[i];
   }
   CHECK(std::fabs(sum - (1.0 - std::exp(static_cast<double>(sink) - 2.0) / total)) < 1e-6) << sum;
+
+// The token step of this host's tier (vectors of the state's rows) against its scalar form (one
+// element at a time, the host's float dot a row): the same floats, bit for bit, over several
+// tokens, for head sizes with and without a partial last vector.
+TEST(cpu_delta_rule_token_step_of_the_tier_is_the_scalar_one) {
+  const quant::SimdTier tier = host_simd_tier();
+  if (tier < quant::SimdTier::kAvx2) return;
+  const auto step = tier >= quant::SimdTier::kAvx512 ? delta_rule_token_avx512 : delta_rule_token_avx2;
+  std::mt19937 rng(7);
+  for (const int64_t dim : {int64_t{64}, int64_t{72}, int64_t{128}}) {
+    std::vector<float> simd = random_floats(static_cast<size_t>(dim * dim), rng, 0.5f), scalar = simd;
+    std::vector<float> out_simd(static_cast<size_t>(dim)), out_scalar(static_cast<size_t>(dim));
+    std::vector<float> delta(static_cast<size_t>(dim));
+    for (int t = 0; t < 5; ++t) {
+      const std::vector<float> q = random_floats(static_cast<size_t>(dim), rng);
+      const std::vector<float> k = random_floats(static_cast<size_t>(dim), rng);
+      const std::vector<float> v = random_floats(static_cast<size_t>(dim), rng);
+      const float decay = std::exp(-0.1f * static_cast<float>(t + 1)), beta = 0.3f + 0.1f * static_cast<float>(t);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
+      step(simd.data(), dim, {q.data(), k.data(), v.data(), decay, beta, scale, out_simd.data()}, delta.data());
+      delta_rule_token_scalar(scalar.data(), dim, {q.data(), k.data(), v.data(), decay, beta, scale, out_scalar.data()},
+                              delta.data());
+      CHECK(out_simd == out_scalar) << "head of " << dim << ", token " << t;
+      CHECK(simd == scalar) << "head of " << dim << ", token " << t;
+    }
+  }
+}
+
+// The causal convolution: a token's outputs at this host's tier are its scalar form's bit for bit,
+// and rows convolved in one call are those convolved a few at a time (the state carried between
+// calls, calls shorter than the kernel included).
+TEST(cpu_causal_conv_tier_and_split_calls_agree) {
+  const quant::SimdTier tier = host_simd_tier();
+  std::mt19937 rng(8);
+  const int64_t kernel = 4, held = kernel - 1;
+  for (const int64_t channels : {int64_t{72}, int64_t{768}}) {
+    const std::vector<float> taps = random_floats(static_cast<size_t>(channels * kernel), rng);
+    if (tier >= quant::SimdTier::kAvx2) {
+      const auto step = tier >= quant::SimdTier::kAvx512 ? conv_token_avx512 : conv_token_avx2;
+      std::vector<std::vector<float>> rows;
+      std::vector<const float*> inputs;
+      for (int64_t k = 0; k < kernel; ++k) {
+        rows.push_back(random_floats(static_cast<size_t>(channels), rng));
+        inputs.push_back(rows.back().data());
+      }
+      std::vector<float> simd(static_cast<size_t>(channels)), scalar(simd.size());
+      step(inputs.data(), taps.data(), kernel, channels, simd.data());
+      conv_token_scalar(inputs.data(), taps.data(), kernel, channels, scalar.data());
+      CHECK(simd == scalar) << channels << " channels";
+    }
+    const int64_t n = 11;
+    const std::vector<float> x = random_floats(static_cast<size_t>(n * channels), rng);
+    const std::vector<float> start = random_floats(static_cast<size_t>(channels * held), rng);
+    std::vector<float> whole = x, state_whole = start;
+    causal_conv_silu(whole.data(), n, channels, channels, kernel, taps.data(), state_whole.data());
+    std::vector<float> split = x, state_split = start;
+    for (const auto& [first, count] : {std::pair<int64_t, int64_t>{0, 2}, {2, 1}, {3, 5}, {8, 3}}) {
+      causal_conv_silu(split.data() + first * channels, count, channels, channels, kernel, taps.data(),
+                       state_split.data());
+    }
+    CHECK(split == whole) << channels << " channels";
+    CHECK(state_split == state_whole) << channels << " channels";
+  }
 }

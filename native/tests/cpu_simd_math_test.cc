@@ -34,6 +34,7 @@ BLOOMERY_CPU_AVX2 void exp_of_8(const float* x, float* y) { _mm256_storeu_ps(y, 
 using ExpFn = void (*)(const float*, float*);
 using SoftmaxFn = void (*)(float*, int64_t, SoftmaxTail, const float*);
 using SwigluFn = void (*)(const float*, const float*, int64_t, float*);
+using SiluFn = void (*)(const float*, int64_t, float*);
 
 // A SIMD tier's kernels, with the lanes of its vectors.
 struct Tier {
@@ -42,15 +43,16 @@ struct Tier {
   ExpFn exp;
   SoftmaxFn softmax;
   SwigluFn swiglu;
+  SiluFn silu;
 };
 
 std::vector<Tier> tiers_of_this_host() {
   std::vector<Tier> out;
   if (host_simd_tier() >= quant::SimdTier::kAvx2) {
-    out.push_back({quant::SimdTier::kAvx2, 8, exp_of_8, softmax_avx2, swiglu_avx2});
+    out.push_back({quant::SimdTier::kAvx2, 8, exp_of_8, softmax_avx2, swiglu_avx2, vec_silu_avx2});
   }
   if (host_simd_tier() >= quant::SimdTier::kAvx512) {
-    out.push_back({quant::SimdTier::kAvx512, 16, exp_of_16, softmax_avx512, swiglu_avx512});
+    out.push_back({quant::SimdTier::kAvx512, 16, exp_of_16, softmax_avx512, swiglu_avx512, vec_silu_avx512});
   }
   return out;
 }
@@ -106,6 +108,23 @@ TEST(cpu_simd_softmax_and_swiglu_match_scalar) {
       for (int64_t i = 0; i < n; ++i) {
         CHECK(std::fabs(got[i] - want[i]) <= 5e-7f * std::fabs(want[i]) + 1e-12f) << t.lanes << " lanes, " << n;
       }
+    }
+  }
+}
+
+// SiLU alone is SwiGLU's arithmetic without the product, block for block and in the last partial
+// block (ggml_vec_silu_f32 and ggml_vec_swiglu_f32 share ggml_v_silu): silu(x) = swiglu(x, 1) exactly.
+TEST(cpu_simd_silu_is_swiglu_times_one) {
+  std::mt19937 rng(6);
+  std::uniform_real_distribution<float> uniform(-12.0f, 12.0f);
+  for (const Tier& t : tiers_of_this_host()) {
+    for (const int64_t n : {int64_t{1}, int64_t{16}, int64_t{37}, int64_t{513}}) {
+      std::vector<float> x(static_cast<size_t>(n)), ones(static_cast<size_t>(n), 1.0f);
+      for (float& v : x) v = uniform(rng);
+      std::vector<float> want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
+      t.swiglu(x.data(), ones.data(), n, want.data());
+      t.silu(x.data(), n, got.data());
+      CHECK(got == want) << t.lanes << " lanes, " << n;
     }
   }
 }

@@ -43,6 +43,9 @@ TEST(tokenizer_pre_tokenizer_splits) {
   using V = std::vector<std::string>;
   CHECK((words(PreTokenizer::kLlama3, "Hello world's 12345") == V{"Hello", " world", "'s", " ", "123", "45"}));
   CHECK((words(PreTokenizer::kQwen2, "x 123") == V{"x", " ", "1", "2", "3"}));
+  // A combining acute accent (U+0301): a punctuation piece of its own to qwen2, a letter to qwen35.
+  CHECK((words(PreTokenizer::kQwen2, "cafe\u0301!") == V{"cafe", "\u0301!"}));
+  CHECK((words(PreTokenizer::kQwen35, "cafe\u0301!") == V{"cafe\u0301", "!"}));
   CHECK((words(PreTokenizer::kLlama3, "a  \n\n b") == V{"a", "  \n\n", " b"}));
   CHECK((words(PreTokenizer::kLlama3, "a   b") == V{"a", "  ", " b"})) << "the last space joins the word";
   CHECK((words(PreTokenizer::kGpt4o, "HELLOWorld's") == V{"HELLOWorld's"}));
@@ -54,6 +57,7 @@ TEST(tokenizer_pre_tokenizer_splits) {
 
 TEST(tokenizer_pre_tokenizer_names) {
   CHECK(pre_tokenizer_from_name("qwen2") == PreTokenizer::kQwen2);
+  CHECK(pre_tokenizer_from_name("qwen35") == PreTokenizer::kQwen35);
   CHECK(pre_tokenizer_from_name("llama-bpe") == PreTokenizer::kLlama3);
   CHECK(pre_tokenizer_from_name("deepseek-v3") == PreTokenizer::kDeepseekV3);
   CHECK(pre_tokenizer_from_name("gpt-4o") == PreTokenizer::kGpt4o);

@@ -39,6 +39,8 @@ size_t match_gpt2(const Segment& s, size_t pos);
 size_t match_llama3(const Segment& s, size_t pos);
 // The same with \p{N} (one digit per piece): Qwen2 and Qwen3.
 size_t match_qwen2(const Segment& s, size_t pos);
+// Qwen2's with combining marks in letter runs, [\p{L}\p{M}]+, and out of punctuation runs: Qwen3.5.
+size_t match_qwen35(const Segment& s, size_t pos);
 // o200k (GPT-4o, gpt-oss): case-aware letter runs with optional contractions, \p{N}{1,3},
 // punctuation runs with trailing [\r\n/]*, then the whitespace rules of llama3.
 size_t match_gpt4o(const Segment& s, size_t pos);

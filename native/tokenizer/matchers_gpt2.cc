@@ -1,4 +1,4 @@
-// The GPT-2 family of splitters: GPT-2 itself, and llama3/qwen2 that add case-insensitive
+// The GPT-2 family of splitters: GPT-2 itself, and llama3/qwen2/qwen35 that add case-insensitive
 // contractions, a non-letter prefix to letter runs, capped digit runs and newline rules.
 #include "tokenizer/matchers.h"
 
@@ -27,16 +27,21 @@ size_t whitespace_run(const Segment& s, size_t pos) {
   return pos + n;
 }
 
-size_t match_llama_family(const Segment& s, size_t pos, size_t max_digits) {
+// `marks`: letter runs take combining marks (\p{M}) too, and punctuation runs stop at them (Qwen3.5).
+size_t match_llama_family(const Segment& s, size_t pos, size_t max_digits, bool marks) {
   const uint32_t c = s.at(pos);
   const CharClass cls = s.cls(pos);
+  auto word = [&](size_t i) {
+    const CharClass k = s.cls(i);
+    return k.letter || (marks && k.mark);
+  };
 
   if (size_t e = contraction(s, pos, true); e != pos) return e;
 
-  // [^\r\n\p{L}\p{N}]?\p{L}+
-  if (!(c == '\r' || c == '\n' || cls.number) && (cls.letter || s.cls(pos + 1).letter)) {
+  // [^\r\n\p{L}\p{N}]?\p{L}+ (or [\p{L}\p{M}]+)
+  if (!(c == '\r' || c == '\n' || cls.number) && (word(pos) || word(pos + 1))) {
     size_t e = pos + 1;
-    while (s.cls(e).letter) ++e;
+    while (word(e)) ++e;
     return e;
   }
 
@@ -46,11 +51,12 @@ size_t match_llama_family(const Segment& s, size_t pos, size_t max_digits) {
     return e;
   }
 
-  // ' '?[^\s\p{L}\p{N}]+[\r\n]*
+  // ' '?[^\s\p{L}\p{N}]+[\r\n]* (or [^\s\p{L}\p{M}\p{N}]+)
+  auto other = [&](size_t i) { return s.other(i) && !(marks && s.cls(i).mark); };
   const size_t body = c == ' ' ? pos + 1 : pos;
-  if (s.other(body)) {
+  if (other(body)) {
     size_t e = body;
-    while (s.other(e)) ++e;
+    while (other(e)) ++e;
     while (s.at(e) == '\r' || s.at(e) == '\n') ++e;
     return e;
   }
@@ -82,8 +88,10 @@ size_t match_gpt2(const Segment& s, size_t pos) {
   return pos + 1;
 }
 
-size_t match_llama3(const Segment& s, size_t pos) { return match_llama_family(s, pos, 3); }
+size_t match_llama3(const Segment& s, size_t pos) { return match_llama_family(s, pos, 3, false); }
 
-size_t match_qwen2(const Segment& s, size_t pos) { return match_llama_family(s, pos, 1); }
+size_t match_qwen2(const Segment& s, size_t pos) { return match_llama_family(s, pos, 1, false); }
+
+size_t match_qwen35(const Segment& s, size_t pos) { return match_llama_family(s, pos, 1, true); }
 
 }  // namespace bloomery::tokenizer

@@ -29,6 +29,7 @@ constexpr std::array kNames = {
     NameEntry{"qwen2", PreTokenizer::kQwen2},
     NameEntry{"deepseek-r1-qwen", PreTokenizer::kQwen2},
     NameEntry{"megrez", PreTokenizer::kQwen2},
+    NameEntry{"qwen35", PreTokenizer::kQwen35},
     NameEntry{"deepseek-v3", PreTokenizer::kDeepseekV3},
     NameEntry{"gpt-4o", PreTokenizer::kGpt4o},
     NameEntry{"llama4", PreTokenizer::kGpt4o},
@@ -73,6 +74,7 @@ std::span<const Matcher> steps(PreTokenizer pre) {
   static constexpr Matcher kGpt2[] = {match_gpt2};
   static constexpr Matcher kLlama3[] = {match_llama3};
   static constexpr Matcher kQwen2[] = {match_qwen2};
+  static constexpr Matcher kQwen35[] = {match_qwen35};
   static constexpr Matcher kDeepseekV3[] = {match_numbers_upto3, match_cjk_kana, match_deepseek_v3};
   static constexpr Matcher kGpt4o[] = {match_gpt4o};
   static constexpr Matcher kKimiK2[] = {match_kimi_k2};
@@ -92,6 +94,8 @@ std::span<const Matcher> steps(PreTokenizer pre) {
       return kLlama3;
     case PreTokenizer::kQwen2:
       return kQwen2;
+    case PreTokenizer::kQwen35:
+      return kQwen35;
     case PreTokenizer::kDeepseekV3:
       return kDeepseekV3;
     case PreTokenizer::kGpt4o:

@@ -16,6 +16,7 @@ enum class PreTokenizer {
   kGpt2,        // "gpt-2" and its aliases
   kLlama3,      // "llama-bpe", "llama3", "llama-v3", ...
   kQwen2,       // "qwen2", "deepseek-r1-qwen", ...
+  kQwen35,      // "qwen35": qwen2's with combining marks in letter runs
   kDeepseekV3,  // "deepseek-v3"
   kGpt4o,       // "gpt-4o" (also gpt-oss), "llama4", "minimax-m2"
   kChatGlm4,    // "glm4", "chatglm-bpe": llama3's split, merges always applied

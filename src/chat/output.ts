@@ -25,7 +25,7 @@ import type { ChatDelta, ChatTool, OutputParser, ToolCall, ToolCallIds, ToolCall
 
 /**
  * How a model writes tool calls: `"hermes"` (Qwen3, Qwen2.5, Hermes: `<tool_call>{json}</tool_call>`),
- * `"qwen3-coder"` (`<tool_call><function=name><parameter=p>...`), `"llama3"` (a
+ * `"qwen3-coder"` (Qwen3-Coder, and Qwen3.5 / 3.6, which reason first: `<tool_call><function=name><parameter=p>...`), `"llama3"` (a
  * `{"name", "parameters"}` JSON answer, or after `<|python_tag|>`), `"glm-4.5"` (GLM-4.5 to 4.7:
  * `<tool_call>name<arg_key>k</arg_key><arg_value>v</arg_value>...`), `"deepseek-v3.1"`
  * (`<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>name<｜tool▁sep｜>{json}...`), `"deepseek-r1"` (DeepSeek-R1
@@ -163,6 +163,17 @@ function toolCallParser(
 }
 
 /**
+ * Where a format's calls may begin inside a think block the model left open, ending the reasoning
+ * there, as llama.cpp reads them: Kimi-K2's sections, and Qwen3.5's `<tool_call>` (llama.cpp's
+ * thinking end tags of the Qwen3-Coder format when the template reasons).
+ */
+function reasoningHandoffs(format: ToolCallFormat | undefined): string[] {
+  if (format === "kimi-k2") return [KIMI_SECTION.open];
+  if (format === "qwen3-coder") return [TOOL_CALL_TAGS.open];
+  return [];
+}
+
+/**
  * Reasoning first, then tool calls in what is left: the whole of a chat's output parsing (harmony's
  * messages by their own parser).
  */
@@ -182,8 +193,7 @@ export class ChatOutputParser implements OutputParser {
     if (options.parseReasoning ?? true) {
       this.#reasoning = new ReasoningParser({
         startInside: options.startInReasoning ?? false,
-        // Kimi-K2 may open its tool calls inside an unclosed think block, as llama.cpp reads it.
-        endsBefore: options.toolCallFormat === "kimi-k2" ? [KIMI_SECTION.open] : [],
+        endsBefore: reasoningHandoffs(options.toolCallFormat),
       });
     }
     if (options.toolCallFormat) {
@@ -253,12 +263,16 @@ export type ForcedToolChoice = "required" | { name: string };
  */
 export function forcedCallPrefix(format: ToolCallFormat, choice: ForcedToolChoice, opensThinking: boolean): string {
   const name = typeof choice === "object" ? choice.name : undefined;
-  // Qwen3's and MiniMax-M2's templates leave a blank line after the think block; the others none.
+  // Qwen3's and MiniMax-M2's templates leave a blank line after the think block, Qwen3.5's (the
+  // Qwen3-Coder format's that reasons) writes an empty block as `<think>\n\n</think>\n\n`; the
+  // others no blank line.
   const close = !opensThinking
     ? ""
-    : format === "hermes" || format === "qwen3-coder" || format === "llama3" || format === "minimax-m2"
-      ? "</think>\n\n"
-      : "</think>";
+    : format === "qwen3-coder"
+      ? "\n</think>\n\n"
+      : format === "hermes" || format === "llama3" || format === "minimax-m2"
+        ? "</think>\n\n"
+        : "</think>";
   switch (format) {
     case "hermes":
       return `${close}<tool_call>\n{"name": ${name === undefined ? '"' : `${JSON.stringify(name)}, "arguments": `}`;

@@ -235,7 +235,7 @@ const TINY_MIX: Partial<Record<WeightRole, string>> = {
 };
 const TINY_MIX_GAP: Partial<Record<WeightRole, string>> = { ffn_up_exps: "IQ4_XS" };
 
-/** tiny-qwen3: the dense oracle fixture, whose shapes the embedding and reranker fixtures share. */
+/** tiny-qwen3: the dense oracle fixture, whose shapes the embedding, reranker, qwen2 and llama fixtures share. */
 const TINY_QWEN3: SynthPreset = {
   name: "tiny-qwen3",
   description: "dense qwen3 with q/k norms, 2 layers, embedding 256, 4 heads of 128, FFN 768",
@@ -858,44 +858,24 @@ export const PRESETS: Record<string, SynthPreset> = {
     pooled: { pooling: 4, addEos: false, rankLabels: ["yes", "no"], rankTemplate: QWEN3_RERANK_TEMPLATE },
   },
   "tiny-qwen2": {
+    ...TINY_QWEN3,
     name: "tiny-qwen2",
     description:
       "qwen2 with Q/K/V biases and a tied output, 2 layers, embedding 256, 4 heads of 64 (2 KV heads), FFN 768",
     architecture: "qwen2",
-    vocab: "qwen",
-    layers: 2,
-    embedding: 256,
-    heads: 4,
-    headsKv: 2,
     headDim: 64,
-    feedForward: 768,
-    experts: 0,
-    expertsUsed: 0,
-    expertFeedForward: 0,
-    contextLength: 4096,
-    ropeFreqBase: 1e6,
-    rmsEpsilon: 1e-6,
     tiedOutput: true,
-    boundedScales: true,
   },
   "tiny-llama": {
+    ...TINY_QWEN3,
     name: "tiny-llama",
     description: "llama 3 style, 2 layers, embedding 256, 4 heads of 64 (2 KV heads), FFN 768",
     architecture: "llama",
     vocab: "llama",
-    layers: 2,
-    embedding: 256,
-    heads: 4,
-    headsKv: 2,
     headDim: 64,
-    feedForward: 768,
-    experts: 0,
-    expertsUsed: 0,
-    expertFeedForward: 0,
     contextLength: 8192,
     ropeFreqBase: 500_000,
     rmsEpsilon: 1e-5,
-    boundedScales: true,
   },
 };
 
