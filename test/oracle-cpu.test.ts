@@ -40,9 +40,15 @@ const FAMILY_TYPES = ["F32", "F16", "Q8_0", "Q4_0", "Q4_K", "Q6_K", "IQ4_XS"];
 // The 1- to 3-bit types on the MoE preset (routed experts, dense attention, the embedding table and
 // the output matrix all of the type).
 const LOW_BIT_TYPES = ["IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "TQ1_0", "TQ2_0"];
+// DeepSeek sparse attention (deepseek32: an indexer on every layer, neox; glm-dsa: indexers on
+// some layers, the others attending their choice, normal rope): every context here is longer than
+// the indexer's top-k (16, 24), so each later query attends a chosen subset of its positions.
+const SPARSE_PRESETS = ["tiny-deepseek32", "tiny-glm-dsa"];
+const SPARSE_TYPES = ["F16", "Q8_0", "Q4_K"];
 const CASES: [preset: string, weightType: string | undefined][] = [
   ...PRESETS.flatMap((preset) => [...TYPES, ...MORE_TYPES].map((type): [string, string] => [preset, type])),
   ...FAMILY_PRESETS.flatMap((preset) => FAMILY_TYPES.map((type): [string, string] => [preset, type])),
+  ...SPARSE_PRESETS.flatMap((preset) => SPARSE_TYPES.map((type): [string, string] => [preset, type])),
   ...LOW_BIT_TYPES.map((type): [string, string] => ["tiny-qwen3moe", type]),
   ["tiny-gpt-oss", "MXFP4"],
   ["tiny-gpt-oss-mxfp4", undefined],
@@ -50,7 +56,7 @@ const CASES: [preset: string, weightType: string | undefined][] = [
 // Fixed mixes: UD-style low-bit routed experts with K-quant attention and shared experts.
 const MIX_PRESETS = ["tiny-glm4moe-ud"];
 const LONG_CASES: [preset: string, weightType: string | undefined][] = [
-  ...[...PRESETS, ...FAMILY_PRESETS].flatMap((preset) =>
+  ...[...PRESETS, ...FAMILY_PRESETS, ...SPARSE_PRESETS].flatMap((preset) =>
     ["F16", "Q8_0"].map((type): [string, string | undefined] => [preset, type]),
   ),
   ["tiny-gpt-oss-mxfp4", undefined],

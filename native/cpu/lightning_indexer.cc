@@ -1,0 +1,73 @@
+#include "cpu/lightning_indexer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "cpu/cpu_dispatch.h"
+#include "quant/float_formats.h"
+
+namespace bloomery::cpu {
+
+namespace {
+
+constexpr uint32_t kF32 = 0;  // ggml's type id of F32
+
+}  // namespace
+
+std::vector<float> hadamard_matrix(int64_t dim) {
+  std::vector<float> h(static_cast<size_t>(dim * dim));
+  h[0] = 1.0f / std::sqrt(static_cast<float>(dim));
+  for (int64_t s = 1; s < dim; s *= 2) {
+    for (int64_t i = 0; i < s; ++i) {
+      for (int64_t j = 0; j < s; ++j) {
+        const float v = h[i * dim + j];
+        h[(i + s) * dim + j] = v;
+        h[i * dim + j + s] = v;
+        h[(i + s) * dim + j + s] = -v;
+      }
+    }
+  }
+  return h;
+}
+
+void select_positions(const float* q, const float* weights, int64_t n, int64_t first_position, const uint16_t* keys,
+                      const IndexerShape& shape, int32_t* selected, ThreadPool& pool) {
+  const quant::VecDotFn dot = host_quant_kernels(kF32).vec_dot;
+  const int64_t d = shape.head_dim, k = shape.top_k;
+  pool.parallel_for(static_cast<size_t>(n), 1, [&](size_t begin, size_t end) {
+    thread_local std::vector<float> key, scores;
+    thread_local std::vector<int32_t> order;
+    key.resize(static_cast<size_t>(d));
+    for (auto i = static_cast<int64_t>(begin); i < static_cast<int64_t>(end); ++i) {
+      const int64_t seen = first_position + i + 1;
+      int32_t* out = selected + i * k;
+      if (seen <= k) {
+        std::iota(out, out + seen, 0);
+        std::fill(out + seen, out + k, -1);
+        continue;
+      }
+      const float* qi = q + i * shape.heads * d;
+      const float* wi = weights + i * shape.heads;
+      scores.resize(static_cast<size_t>(seen));
+      for (int64_t p = 0; p < seen; ++p) {
+        const uint16_t* kp = keys + p * shape.key_stride;
+        for (int64_t j = 0; j < d; ++j) key[j] = quant::fp16_to_fp32(kp[j]);
+        float score = 0.0f;
+        for (int64_t h = 0; h < shape.heads; ++h) {
+          const float qk = dot(qi + h * d, key.data(), d);
+          // ggml's x86 build fuses the product into the sum.
+          score = std::fma(std::max(qk, 0.0f), wi[h], score);
+        }
+        scores[p] = score;
+      }
+      order.resize(static_cast<size_t>(seen));
+      std::iota(order.begin(), order.end(), 0);
+      std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                        [&](int32_t a, int32_t b) { return scores[a] > scores[b]; });
+      std::copy_n(order.begin(), k, out);
+    }
+  });
+}
+
+}  // namespace bloomery::cpu
