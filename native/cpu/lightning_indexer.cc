@@ -32,25 +32,25 @@ std::vector<float> hadamard_matrix(int64_t dim) {
 }
 
 void select_positions(const float* q, const float* weights, int64_t n, int64_t first_position, const uint16_t* keys,
-                      const IndexerShape& shape, int32_t* selected, ThreadPool& pool) {
+                      const IndexerShape& shape, int32_t* selected, std::vector<float>& scores, ThreadPool& pool) {
   const quant::VecDotFn dot = host_quant_kernels(kF32).vec_dot;
-  const int64_t d = shape.head_dim, k = shape.top_k;
-  pool.parallel_for(static_cast<size_t>(n), 1, [&](size_t begin, size_t end) {
-    thread_local std::vector<float> key, scores;
-    thread_local std::vector<int32_t> order;
+  const int64_t d = shape.head_dim, k = shape.top_k, positions = first_position + n;
+  // The scores of every (token, position) it sees, in tasks of one token and a block of
+  // positions, so a decode step's one token spreads over the threads too.
+  constexpr int64_t kBlock = 256;
+  const int64_t blocks = (positions + kBlock - 1) / kBlock;
+  scores.resize(static_cast<size_t>(n * positions));
+  float* all = scores.data();
+  pool.parallel_for(static_cast<size_t>(n * blocks), 1, [&](size_t begin, size_t end) {
+    thread_local std::vector<float> key;
     key.resize(static_cast<size_t>(d));
-    for (auto i = static_cast<int64_t>(begin); i < static_cast<int64_t>(end); ++i) {
+    for (size_t task = begin; task < end; ++task) {
+      const int64_t i = static_cast<int64_t>(task) / blocks, block = static_cast<int64_t>(task) % blocks;
       const int64_t seen = first_position + i + 1;
-      int32_t* out = selected + i * k;
-      if (seen <= k) {
-        std::iota(out, out + seen, 0);
-        std::fill(out + seen, out + k, -1);
-        continue;
-      }
+      if (seen <= k) continue;
       const float* qi = q + i * shape.heads * d;
       const float* wi = weights + i * shape.heads;
-      scores.resize(static_cast<size_t>(seen));
-      for (int64_t p = 0; p < seen; ++p) {
+      for (int64_t p = block * kBlock; p < std::min(seen, (block + 1) * kBlock); ++p) {
         const uint16_t* kp = keys + p * shape.key_stride;
         for (int64_t j = 0; j < d; ++j) key[j] = quant::fp16_to_fp32(kp[j]);
         float score = 0.0f;
@@ -59,12 +59,25 @@ void select_positions(const float* q, const float* weights, int64_t n, int64_t f
           // ggml's x86 build fuses the product into the sum.
           score = std::fma(std::max(qk, 0.0f), wi[h], score);
         }
-        scores[p] = score;
+        all[i * positions + p] = score;
       }
+    }
+  });
+  pool.parallel_for(static_cast<size_t>(n), 1, [&](size_t begin, size_t end) {
+    thread_local std::vector<int32_t> order;
+    for (auto i = static_cast<int64_t>(begin); i < static_cast<int64_t>(end); ++i) {
+      const int64_t seen = first_position + i + 1;
+      int32_t* out = selected + i * k;
+      if (seen <= k) {
+        std::iota(out, out + seen, 0);
+        std::fill(out + seen, out + k, -1);
+        continue;
+      }
+      const float* row = all + i * positions;
       order.resize(static_cast<size_t>(seen));
       std::iota(order.begin(), order.end(), 0);
       std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                        [&](int32_t a, int32_t b) { return scores[a] > scores[b]; });
+                        [row](int32_t a, int32_t b) { return row[a] > row[b]; });
       std::copy_n(order.begin(), k, out);
     }
   });

@@ -28,8 +28,8 @@ std::vector<float> hadamard_matrix(int64_t dim);
 // q: n rows of heads * head_dim floats (token i at position first_position + i), weights: n rows
 // of heads floats, keys: f16 rows for positions [0, first_position + n). Writes, for each token,
 // top_k positions it attends to selected[i * top_k ...], unordered, -1 past the last where it
-// sees fewer than top_k.
+// sees fewer than top_k. `scores`: a buffer for every token's scores, kept between calls.
 void select_positions(const float* q, const float* weights, int64_t n, int64_t first_position, const uint16_t* keys,
-                      const IndexerShape& shape, int32_t* selected, ThreadPool& pool);
+                      const IndexerShape& shape, int32_t* selected, std::vector<float>& scores, ThreadPool& pool);
 
 }  // namespace bloomery::cpu

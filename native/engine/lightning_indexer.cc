@@ -73,7 +73,7 @@ void select_positions(const model::HyperParams& p, const SequenceRows& part, int
   const cpu::IndexerShape shape{x.heads, x.head_dim, x.top_k, part.cache->row().keys};
   cpu::select_positions(s.indexer_q.data() + row * x.heads * x.head_dim, s.indexer_weights.data() + row * x.heads, n,
                         part.first_position, part.cache->keys(layer) + model::indexer_key_offset(p), shape,
-                        s.selected.data() + row * x.top_k, pool);
+                        s.selected.data() + row * x.top_k, s.indexer_scores, pool);
 }
 
 }  // namespace bloomery::engine

@@ -33,18 +33,23 @@ TEST(lightning_indexer_hadamard_is_orthonormal) {
   }
 }
 
-TEST(lightning_indexer_selects_the_best_scored_positions) {
+namespace {
+
+// A prompt of n tokens after `first` cached ones: the first see fewer positions than top_k when
+// `first` is small; with `first` past 256 the scores span several blocks of positions.
+void check_selection(int64_t first, int64_t n) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  const int64_t heads = 4, d = 64, top_k = 8, stride = 80, first = 5, n = 20, positions = first + n;
+  const int64_t heads = 4, d = 64, top_k = 8, stride = 80, positions = first + n;
   std::vector<float> q(static_cast<size_t>(n * heads * d)), w(static_cast<size_t>(n * heads));
   std::vector<uint16_t> keys(static_cast<size_t>(positions * stride));
   for (float& v : q) v = uniform(rng);
   for (float& v : w) v = uniform(rng);
   for (uint16_t& v : keys) v = quant::fp32_to_fp16(uniform(rng));
   std::vector<int32_t> selected(static_cast<size_t>(n * top_k));
+  std::vector<float> scores;
   ThreadPool pool(2);
-  select_positions(q.data(), w.data(), n, first, keys.data(), {heads, d, top_k, stride}, selected.data(), pool);
+  select_positions(q.data(), w.data(), n, first, keys.data(), {heads, d, top_k, stride}, selected.data(), scores, pool);
   for (int64_t i = 0; i < n; ++i) {
     const int64_t seen = first + i + 1;
     std::vector<std::pair<double, int32_t>> scored;
@@ -71,6 +76,14 @@ TEST(lightning_indexer_selects_the_best_scored_positions) {
     }
     CHECK(got == expected) << "token " << i << ": the selection differs from the top " << top_k << " scores";
   }
+}
+
+}  // namespace
+
+TEST(lightning_indexer_selects_the_best_scored_positions) {
+  check_selection(5, 20);
+  check_selection(300, 3);
+  check_selection(600, 1);
 }
 
 TEST(attention_over_a_selection_equals_attention_over_those_positions) {
