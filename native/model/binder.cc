@@ -498,8 +498,11 @@ void Binder::bind_sparse_mla_attention(int64_t layer, bool own_indexer) {
   const IndexerParams& x = p.indexer;
   AttentionWeights& a = weights(layer).attention;
   a.kind = AttentionKind::kSparseMla;
-  if (!own_indexer) return;
-  IndexerWeights& w = a.indexer;
+  // A layer that reuses another's choice may still carry indexer tensors (llama.cpp loads them
+  // where present and leaves them unused): checked, then left out of its weights.
+  if (!own_indexer && !model_.file.find_tensor(layer_tensor(layer, "indexer.attn_q_b"))) return;
+  IndexerWeights bound;
+  IndexerWeights& w = own_indexer ? a.indexer : bound;
   w.q = matrix(layer_tensor(layer, "indexer.attn_q_b"), p.mla.q_lora_rank, x.heads * x.head_dim);
   w.k = matrix(layer_tensor(layer, "indexer.attn_k"), p.embedding, x.head_dim);
   w.k_norm = vector(layer_tensor(layer, "indexer.k_norm"), x.head_dim);

@@ -96,7 +96,8 @@ class Binder {
   void bind_gqa_attention(int64_t layer, const GqaOptions& options);
   void bind_mla_attention(int64_t layer);
   // A layer's MLA block over the positions a lightning indexer selects (indexer.*): its own
-  // indexer where `own_indexer`, else the selection of the last layer with one.
+  // indexer where `own_indexer`, else the selection of the last layer with one (its indexer
+  // tensors, where the file has them, checked and unused).
   void bind_sparse_mla_attention(int64_t layer, bool own_indexer);
   // A layer's attention norm and its Gated DeltaNet block (ssm_*, attn_qkv and attn_gate, or
   // Qwen3-Next's first files' ssm_in and ssm_ba), with ssm_out as the output.
