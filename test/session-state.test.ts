@@ -295,6 +295,15 @@ describe("sparse attention's cache (deepseek32: the indexer's keys beside the la
     expect(run.tokens).toEqual((await cold.createSession().generate(next, { maxTokens: 1 }).result).tokens);
   });
 
+  it("gives each of several sessions in one pass its own selection", async () => {
+    const model = await open(sparsePath, { cacheRam: 0, parallel: 3 });
+    const prompts = [tokens(70, 4), tokens(45, 5), tokens(90, 6)];
+    const alone: Float32Array[] = [];
+    for (const prompt of prompts) alone.push(await model.createSession().evaluate(prompt));
+    const together = await Promise.all(prompts.map((prompt) => model.createSession().evaluate(prompt)));
+    expect(together).toEqual(alone);
+  });
+
   it("refuses a context shift by name (its cached indexer keys are not shifted)", async () => {
     const model = await open(sparsePath, { contextSize: 64 });
     const error = await refusal(
