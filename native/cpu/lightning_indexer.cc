@@ -31,8 +31,11 @@ std::vector<float> hadamard_matrix(int64_t dim) {
   return h;
 }
 
-void select_positions(const float* q, const float* weights, int64_t n, int64_t first_position, const uint16_t* keys,
-                      const IndexerShape& shape, int32_t* selected, std::vector<float>& scores, ThreadPool& pool) {
+namespace {
+
+// select_positions for a group of tokens, whose scores `scores` holds at once.
+void select_group(const float* q, const float* weights, int64_t n, int64_t first_position, const uint16_t* keys,
+                  const IndexerShape& shape, int32_t* selected, std::vector<float>& scores, ThreadPool& pool) {
   const quant::VecDotFn dot = host_quant_kernels(kF32).vec_dot;
   const int64_t d = shape.head_dim, k = shape.top_k, positions = first_position + n;
   // The scores of every (token, position) it sees, in tasks of one token and a block of
@@ -81,6 +84,18 @@ void select_positions(const float* q, const float* weights, int64_t n, int64_t f
       std::copy_n(order.begin(), k, out);
     }
   });
+}
+
+}  // namespace
+
+void select_positions(const float* q, const float* weights, int64_t n, int64_t first_position, const uint16_t* keys,
+                      const IndexerShape& shape, int32_t* selected, std::vector<float>& scores, ThreadPool& pool) {
+  // At most this many tokens' scores at once: a long prompt's would hold tokens x context floats.
+  constexpr int64_t kTokenGroup = 64;
+  for (int64_t t = 0; t < n; t += kTokenGroup) {
+    select_group(q + t * shape.heads * shape.head_dim, weights + t * shape.heads, std::min(kTokenGroup, n - t),
+                 first_position + t, keys, shape, selected + t * shape.top_k, scores, pool);
+  }
 }
 
 }  // namespace bloomery::cpu
