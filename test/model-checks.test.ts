@@ -29,6 +29,7 @@ const dir = mkdtempSync(join(tmpdir(), "bloomery-model-checks-"));
 let moe: RawGguf; // tiny-qwen3moe, Q8_0
 let qwen2: RawGguf; // tiny-qwen2, Q8_0: no key_length
 let mimo: RawGguf; // tiny-mimo2, Q8_0: per-layer KV heads and windows
+let glmDsa: RawGguf; // tiny-glm-dsa, Q8_0: indexers on layers 0 and 3 only
 let n = 0;
 
 beforeAll(async () => {
@@ -38,6 +39,8 @@ beforeAll(async () => {
   moe = parseGguf(readFileSync(join(dir, "moe.gguf")));
   qwen2 = parseGguf(readFileSync(join(dir, "qwen2.gguf")));
   mimo = parseGguf(readFileSync(join(dir, "mimo.gguf")));
+  await writeSyntheticModel(join(dir, "glm-dsa.gguf"), { preset: "tiny-glm-dsa", weightType: "Q8_0" });
+  glmDsa = parseGguf(readFileSync(join(dir, "glm-dsa.gguf")));
 });
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -57,7 +60,10 @@ const Q4_0 = 2;
 const F16 = 1;
 
 it("the fixtures themselves load and generate", async () => {
-  for (const base of [moe, qwen2, mimo]) {
+  // glm-dsa with layer 3 marked shared though it carries its indexer: llama.cpp loads such tensors
+  // and leaves them unused, and so do we.
+  const sharedWithTensors = variant(glmDsa, (g) => setArrayInt(g, "glm-dsa.attention.indexer.types", 3, 0n));
+  for (const base of [moe, qwen2, mimo, glmDsa, parseGguf(readFileSync(sharedWithTensors))]) {
     const model = await load(variant(base, () => {}));
     expect(model.info.warnings).toEqual([]);
     expect((await model.createSession().generate("The river", { maxTokens: 3 }).result).tokens).toHaveLength(3);
@@ -143,6 +149,35 @@ describe("metadata checked against the rest of the file", () => {
       load(variant(mimo, (g) => setArrayInt(g, "mimo2.attention.head_count_kv", 1, 3n))),
       "MODEL_BAD_METADATA",
       /head_count = 4 is not a multiple of mimo2\.attention\.head_count_kv = 3/,
+    );
+  });
+
+  it("glm-dsa's indexer types (one 0 or 1 per layer, the first 1, each 1 with its tensors) and the indexer's width", async () => {
+    const types = "glm-dsa.attention.indexer.types";
+    await expectCode(
+      load(variant(glmDsa, (g) => cutArray(g, types, 4))),
+      "MODEL_BAD_METADATA",
+      /indexer\.types must hold one 0 or 1 per layer \(5\)/,
+    );
+    await expectCode(
+      load(variant(glmDsa, (g) => setArrayInt(g, types, 1, 2n))),
+      "MODEL_BAD_METADATA",
+      /indexer\.types holds 2, not 0 or 1/,
+    );
+    await expectCode(
+      load(variant(glmDsa, (g) => setArrayInt(g, types, 0, 0n))),
+      "MODEL_BAD_METADATA",
+      /the first layer has no indexer of its own/,
+    );
+    await expectCode(
+      load(variant(glmDsa, (g) => setArrayInt(g, types, 1, 1n))),
+      "MODEL_MISSING_TENSOR",
+      /blk\.1\.indexer\./,
+    );
+    await expectCode(
+      load(variant(glmDsa, (g) => setInt(g, "glm-dsa.attention.indexer.key_length", U32, 48n))),
+      "UNSUPPORTED_FEATURE",
+      /indexer\.key_length = 48: the indexer's Hadamard rotation needs a power of two/,
     );
   });
 

@@ -20,6 +20,11 @@ const FAMILY_TYPES = ["F32", "F16", "Q8_0", "Q4_0", "Q4_K", "Q6_K", "IQ4_XS"];
 // The 1- to 3-bit types on the MoE preset (routed experts, dense attention, the embedding table and
 // the output matrix all of the type).
 const LOW_BIT_TYPES = ["IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "TQ1_0", "TQ2_0"];
+// DeepSeek sparse attention (deepseek32: an indexer on every layer, neox; glm-dsa: indexers on
+// some layers, the others attending their choice, normal rope): every context here is longer than
+// the indexer's top-k (16, 24), so each later query attends a chosen subset of its positions.
+const SPARSE_PRESETS = ["tiny-deepseek32", "tiny-glm-dsa"];
+const SPARSE_TYPES = ["F16", "Q8_0", "Q4_K"];
 
 describeOracle("CPU engine vs llama.cpp", {
   positions: 128,
@@ -27,6 +32,7 @@ describeOracle("CPU engine vs llama.cpp", {
   cases: [
     ...PRESETS.flatMap((preset) => [...TYPES, ...MORE_TYPES].map((type): OracleCase => [preset, type])),
     ...FAMILY_PRESETS.flatMap((preset) => FAMILY_TYPES.map((type): OracleCase => [preset, type])),
+    ...SPARSE_PRESETS.flatMap((preset) => SPARSE_TYPES.map((type): OracleCase => [preset, type])),
     ...LOW_BIT_TYPES.map((type): OracleCase => ["tiny-qwen3moe", type]),
     ["tiny-gpt-oss", "MXFP4"],
     ["tiny-gpt-oss-mxfp4", undefined],
@@ -34,7 +40,9 @@ describeOracle("CPU engine vs llama.cpp", {
     ["tiny-glm4moe-ud", undefined],
   ],
   longCases: [
-    ...[...PRESETS, ...FAMILY_PRESETS].flatMap((preset) => ["F16", "Q8_0"].map((type): OracleCase => [preset, type])),
+    ...[...PRESETS, ...FAMILY_PRESETS, ...SPARSE_PRESETS].flatMap((preset) =>
+      ["F16", "Q8_0"].map((type): OracleCase => [preset, type]),
+    ),
     ["tiny-gpt-oss-mxfp4", undefined],
   ],
   exactWhereSameArithmetic: true,

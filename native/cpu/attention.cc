@@ -14,10 +14,25 @@ namespace {
 
 // Per-thread buffers, kept between calls so a decode step allocates nothing.
 struct AttentionBuffers {
-  std::vector<float> queries, scores;
+  std::vector<float> queries, scores, kept;
   std::vector<const float*> query_rows, weight_rows;
   std::vector<float*> score_rows, out_rows;
 };
+
+// Masks every score of a row but those of the selected positions (row[0] is position `start`).
+void keep_selected(float* row, int64_t start, int64_t seen, const int32_t* selected, int64_t count,
+                   std::vector<float>& kept) {
+  kept.resize(static_cast<size_t>(count));
+  for (int64_t j = 0; j < count; ++j) {
+    const int64_t at = selected[j] - start;
+    if (selected[j] >= 0 && at < seen) kept[j] = row[at];
+  }
+  std::fill_n(row, seen, -std::numeric_limits<float>::infinity());
+  for (int64_t j = 0; j < count; ++j) {
+    const int64_t at = selected[j] - start;
+    if (selected[j] >= 0 && at < seen) row[at] = kept[j];
+  }
+}
 
 }  // namespace
 
@@ -82,6 +97,11 @@ void causal_attention(const float* q, int64_t n, int64_t first_position, const u
           // Masked as llama.cpp masks them: -inf, whose e^x is an exact 0.
           const int64_t hidden = std::clamp<int64_t>(position - shape.window + 1 - start, 0, seen);
           std::fill_n(b.score_rows[i], hidden, -std::numeric_limits<float>::infinity());
+        }
+        if (shape.selected) {
+          const int64_t token = first_token + i / group;
+          keep_selected(b.score_rows[i], start, seen, shape.selected + token * shape.selected_count,
+                        shape.selected_count, b.kept);
         }
         const float* sink = shape.sinks ? shape.sinks + kv_head * group + i % group : nullptr;
         softmax(b.score_rows[i], seen, SoftmaxTail::kPadded, sink);

@@ -36,6 +36,11 @@ struct AttentionShape {
   const float* sinks = nullptr;
   // The position of the first cached row (a windowed layer keeps only its last positions).
   int64_t first_cached = 0;
+  // Sparse attention (a lightning indexer's choice): token i attends only the positions
+  // selected[i * selected_count ...] (-1: none) among those it sees, the others masked as
+  // llama.cpp masks them (-inf). Null: every position.
+  const int32_t* selected = nullptr;
+  int64_t selected_count = 0;
 };
 
 // q: n rows of heads * key_dim floats, token i at position first_position + i.

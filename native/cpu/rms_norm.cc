@@ -25,6 +25,26 @@ void rms_norm(const float* x, int64_t rows, int64_t n, int64_t in_stride, const 
   }
 }
 
+void layer_norm(float* x, int64_t rows, int64_t n, int64_t stride, const float* weight, const float* bias, float eps) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = x + r * stride;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) sum += row[i];
+    const float mean = static_cast<float>(sum) / static_cast<float>(n);
+    double squares = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      row[i] -= mean;
+      squares += row[i] * row[i];
+    }
+    const float scale = 1.0f / std::sqrt(static_cast<float>(squares / static_cast<double>(n)) + eps);
+    // Separate ops in ggml: each product rounds before the bias is added.
+    for (int64_t i = 0; i < n; ++i) {
+      const float scaled = row[i] * scale;
+      row[i] = static_cast<float>(static_cast<double>(scaled) * weight[i]) + bias[i];
+    }
+  }
+}
+
 void l2_norm(float* x, int64_t rows, int64_t n, int64_t stride, float eps) {
   for (int64_t r = 0; r < rows; ++r) {
     float* row = x + r * stride;

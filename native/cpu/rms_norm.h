@@ -16,6 +16,11 @@ void rms_norm(const float* x, int64_t rows, int64_t n, int64_t in_stride, const 
 // place by 1 / max(|x|, eps), the squares summed in double as rms_norm's.
 void l2_norm(float* x, int64_t rows, int64_t n, int64_t stride, float eps);
 
+// Layer normalization (ggml_norm, then the weight and the bias as separate ops): each of `rows`
+// rows of `n` floats (`stride` apart), in place: its mean (summed in double) subtracted, scaled
+// by 1/sqrt(variance + eps) (the squares summed in double), times `weight`, plus `bias`.
+void layer_norm(float* x, int64_t rows, int64_t n, int64_t stride, const float* weight, const float* bias, float eps);
+
 // The sum of x[i]^2 (each square rounded to float) in double: the one reduction of a row,
 // per tier (the scalar loop, and AVX-512).
 double sum_of_squares_scalar(const float* x, int64_t n);

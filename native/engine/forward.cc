@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "cpu/attention.h"
 #include "cpu/causal_conv.h"
@@ -10,6 +11,7 @@
 #include "cpu/rope.h"
 #include "cpu/swiglu.h"
 #include "engine/cpu_experts.h"
+#include "engine/lightning_indexer.h"
 
 namespace bloomery::engine {
 
@@ -71,8 +73,11 @@ void per_head(const cpu::ExpertMatrices& matrices, const float* x, int64_t n, in
 // Runs attention of each sequence's rows over its cache (after storing their keys and values),
 // into s.attention. A windowed layer's cache holds a slice of rows beyond its window, so its
 // rows are stored and attended a slice at a time.
+// `select`, where given, runs on each part's rows once they are stored, before they attend
+// (a lightning indexer choosing their positions: shape.selected's rows).
 void attend(std::span<const SequenceRows> batch, int64_t layer, const cpu::AttentionShape& shape, const float* keys,
-            const float* values, ForwardScratch& s, cpu::ThreadPool& pool) {
+            const float* values, ForwardScratch& s, cpu::ThreadPool& pool,
+            const std::function<void(const SequenceRows&, int64_t row, int64_t n)>& select = {}) {
   const model::CacheRow& cached = batch.front().cache->row();
   const int64_t q_width = shape.heads * shape.key_dim, out_width = shape.heads * shape.value_dim;
   int64_t row = 0;
@@ -84,8 +89,10 @@ void attend(std::span<const SequenceRows> batch, int64_t layer, const cpu::Atten
       part.cache->store(layer, first, n, keys + row * cached.keys, values + row * cached.values);
       const uint16_t* k = part.cache->keys(layer);
       const uint16_t* v = cached.values > 0 ? part.cache->values(layer) : k;
+      if (select) select(part, row, n);
       cpu::AttentionShape held = shape;
       held.first_cached = part.cache->first_cached(layer);
+      if (shape.selected) held.selected = shape.selected + row * shape.selected_count;
       cpu::causal_attention(s.q.data() + row * q_width, n, first, k, v, held, s.attention.data() + row * out_width,
                             pool);
       row += n;
@@ -229,13 +236,15 @@ void delta_net_attention(const HyperParams& p, const model::AttentionWeights& a,
 
 // Multi-head latent attention with the up-projections absorbed: each head's query becomes
 // [k_b^T q_nope, rope(q_rope)], attending a cache of [norm(latent), rope(k_rope)] rows in which
-// the values are the latents; each head's output is then v_b times its attended latent.
+// the values are the latents; each head's output is then v_b times its attended latent. Sparse
+// (kSparseMla): each row attends only the positions a lightning indexer selected, this layer's
+// own or, for a layer without one, the last layer's with one.
 void mla_attention(const HyperParams& p, const model::AttentionWeights& a, int64_t layer, int64_t n,
                    std::span<const SequenceRows> batch, ForwardScratch& s, cpu::ThreadPool& pool) {
   const model::MlaWeights& w = a.mla;
   const model::MlaParams& m = p.mla;
   const int64_t head = m.nope_dim + m.rope_dim, q_width = p.heads * head;
-  const int64_t key = m.kv_lora_rank + m.rope_dim;
+  const int64_t key = m.kv_lora_rank + m.rope_dim, row = model::cache_row(p).keys;
   const int64_t absorbed_width = p.heads * key;
   s.input.reset(s.normed.data(), n, p.embedding);
   if (!w.q_a.empty()) {
@@ -249,20 +258,35 @@ void mla_attention(const HyperParams& p, const model::AttentionWeights& a, int64
     cpu::matmul(w.q, s.input, s.v.data(), pool);
     cpu::matmul(w.kv_a, s.input, s.k.data(), pool);
   }
-  // s.v holds the raw queries, s.k each row's [latent, k_rope]: the latent normed in place.
-  cpu::rms_norm(s.k.data(), n, m.kv_lora_rank, key, w.kv_a_norm, p.rms_epsilon, s.k.data(), key);
+  // s.v holds the raw queries, s.k each row's [latent, k_rope] (apart to the cache's row, where
+  // the indexer's key follows them): the latent normed in place.
+  spread_rows(s.k.data(), n, key, row);
+  cpu::rms_norm(s.k.data(), n, m.kv_lora_rank, row, w.kv_a_norm, p.rms_epsilon, s.k.data(), row);
   for (int64_t i = 0; i < n; ++i) {
-    cpu::rope_apply(s.k.data() + i * key + m.kv_lora_rank, 1, m.rope_dim, p.rope, s.rope_angles[i]);
+    cpu::rope_apply(s.k.data() + i * row + m.kv_lora_rank, 1, m.rope_dim, p.rope, s.rope_angles[i]);
     cpu::rope_apply(s.v.data() + i * q_width + m.nope_dim, p.heads, m.rope_dim, p.rope, s.rope_angles[i], head);
     for (int64_t h = 0; h < p.heads; ++h) {
       std::copy_n(s.v.data() + i * q_width + h * head + m.nope_dim, m.rope_dim,
                   s.q.data() + i * absorbed_width + h * key + m.kv_lora_rank);
     }
   }
+  const bool sparse = a.kind == model::AttentionKind::kSparseMla;
+  if (sparse && a.indexer.own()) indexer_rows(p, a.indexer, n, s, pool);
   per_head(w.k_b, s.v.data(), n, q_width, head, s.q.data(), absorbed_width, key, s, pool);
   // per_head wrote each head's absorbed query over its first kv_lora_rank floats only.
-  const cpu::AttentionShape shape{p.heads, 1, key, m.kv_lora_rank, p.attention_scale, key, key};
-  attend(batch, layer, shape, s.k.data(), nullptr, s, pool);
+  cpu::AttentionShape shape{p.heads, 1, key, m.kv_lora_rank, p.attention_scale, row, row};
+  if (sparse) {
+    shape.selected = s.selected.data();
+    shape.selected_count = p.indexer.top_k;
+  }
+  const auto select = [&](const SequenceRows& part, int64_t first_row, int64_t rows) {
+    select_positions(p, part, layer, first_row, rows, s, pool);
+  };
+  if (sparse && a.indexer.own()) {
+    attend(batch, layer, shape, s.k.data(), nullptr, s, pool, select);
+  } else {
+    attend(batch, layer, shape, s.k.data(), nullptr, s, pool);
+  }
   per_head(w.v_b, s.attention.data(), n, p.heads * m.kv_lora_rank, m.kv_lora_rank, s.projected.data(),
            p.heads * m.value_dim, m.value_dim, s, pool);
   std::copy_n(s.projected.data(), n * p.heads * m.value_dim, s.attention.data());
@@ -278,6 +302,7 @@ void attention_block(const model::Model& model, int64_t layer, int64_t n, std::s
       gqa_attention(p, a, layer, n, batch, s, pool);
       break;
     case model::AttentionKind::kMla:
+    case model::AttentionKind::kSparseMla:
       mla_attention(p, a, layer, n, batch, s, pool);
       break;
     case model::AttentionKind::kDeltaNet:
@@ -365,6 +390,7 @@ void size_scratch(const HyperParams& p, int64_t n, ForwardScratch& s) {
   s.attention.resize(rows(attended));
   s.projected.resize(rows(std::max(p.embedding, p.heads * p.mla.value_dim)));
   s.router_logits.resize(rows(p.experts));
+  s.selected.resize(rows(p.indexer.top_k));
   s.rope_angles.resize(static_cast<size_t>(n));
   s.windowed_rope_angles.resize(windowed_rope_differs(p) ? static_cast<size_t>(n) : 0);
 }

@@ -34,8 +34,12 @@ struct ForwardScratch {
   std::vector<float> q_gated, attn_gate,
       shared_gate;  // gated attention's [query, gate] heads, the gates; the shared experts' gate
   std::vector<float> mixed, z, beta, decay,
-      grouped;                                  // Gated DeltaNet's convolved channels, output gates, betas, decays
-  std::vector<std::vector<float>> rope_angles;  // per row
+      grouped;  // Gated DeltaNet's convolved channels, output gates, betas, decays
+  // The lightning indexer's queries, head weights and keys of each row, its scores, its Hadamard
+  // matrix, and per row the positions it attends (top_k each), kept for the layers that reuse them.
+  std::vector<float> indexer_q, indexer_weights, indexer_k, indexer_scores, hadamard;
+  std::vector<int32_t> selected;
+  std::vector<std::vector<float>> rope_angles;           // per row
   std::vector<std::vector<float>> windowed_rope_angles;  // per row, where windowed layers rotate otherwise
   std::vector<int64_t> logit_rows;                       // the rows whose logits the pass returns
   std::vector<int64_t> hidden_rows;                      // the rows whose hidden states the pass returns

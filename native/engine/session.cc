@@ -90,6 +90,11 @@ Runtime::Runtime(std::unique_ptr<model::Model> model, const RuntimeOptions& opti
                                            "'s linear-attention (Gated DeltaNet) layers do not run on the GPU yet: "
                                            "load the model with gpu: false");
   }
+  if (options.gpu && model::has_sparse_attention(*model_)) {
+    throw Error("UNSUPPORTED_FEATURE", model_->params.architecture +
+                                           "'s DeepSeek sparse attention (its lightning indexer) does not run on the "
+                                           "GPU yet: load the model with gpu: false");
+  }
   if (!options.draft_model.empty()) {
     draft_model_ = std::make_unique<DraftModel>(model::load_model(options.draft_model), *model_);
   }
@@ -357,6 +362,10 @@ int64_t Session::shift_context(int64_t keep) {
       throw Error("UNSUPPORTED_MODEL", "contextShift: " + model.params.architecture +
                                            " has sliding-window layers, whose context bloomery does not shift");
     }
+  }
+  if (model::has_sparse_attention(model)) {
+    throw Error("UNSUPPORTED_MODEL", "contextShift: " + model.params.architecture +
+                                         " has a lightning indexer, whose cached keys bloomery does not shift");
   }
   std::lock_guard lock(runtime_->compute_);
   const int64_t n = position_;

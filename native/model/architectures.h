@@ -12,6 +12,8 @@ void bind_llama(Binder& binder);
 void bind_qwen2(Binder& binder);
 void bind_glm4moe(Binder& binder);
 void bind_deepseek2(Binder& binder);
+void bind_deepseek32(Binder& binder);
+void bind_glm_dsa(Binder& binder);
 void bind_gpt_oss(Binder& binder);
 void bind_minimax_m2(Binder& binder);
 void bind_mimo2(Binder& binder);

@@ -353,6 +353,26 @@ void Binder::read_mla_params() {
   p.attention_scale = mscale * mscale / std::sqrt(static_cast<float>(key_length));
 }
 
+void Binder::read_indexer_params(cpu::RopeStyle rope_style, float norm_epsilon) {
+  HyperParams& p = model_.params;
+  IndexerParams& x = p.indexer;
+  x.heads = required_count("attention.indexer.head_count");
+  x.head_dim = required_count("attention.indexer.key_length");
+  x.top_k = required_count("attention.indexer.top_k");
+  x.rope_style = rope_style;
+  x.norm_epsilon = norm_epsilon;
+  if (p.mla.q_lora_rank == 0) {
+    throw Error("MODEL_BAD_METADATA",
+                "the lightning indexer reads the low-rank query: " + key("attention.q_lora_rank") + " is missing");
+  }
+  check_at_most("rope.dimension_count", p.mla.rope_dim, "attention.indexer.key_length", x.head_dim);
+  // llama.cpp multiplies by one Hadamard matrix as wide as the head: a power of two from 64 up.
+  if (x.head_dim < 64 || (x.head_dim & (x.head_dim - 1)) != 0) {
+    throw Error("UNSUPPORTED_FEATURE", key("attention.indexer.key_length") + " = " + std::to_string(x.head_dim) +
+                                           ": the indexer's Hadamard rotation needs a power of two from 64 up");
+  }
+}
+
 void Binder::bind_embeddings() {
   HyperParams& p = model_.params;
   const gguf::Tensor* embedding = model_.file.find_tensor("token_embd.weight");
@@ -470,6 +490,24 @@ void Binder::bind_mla_attention(int64_t layer) {
   w.k_b = stacked(layer_tensor(layer, "attn_k_b"), m.nope_dim, m.kv_lora_rank, p.heads);
   w.v_b = stacked(layer_tensor(layer, "attn_v_b"), m.kv_lora_rank, m.value_dim, p.heads);
   a.output = matrix(layer_tensor(layer, "attn_output"), p.heads * m.value_dim, p.embedding);
+}
+
+void Binder::bind_sparse_mla_attention(int64_t layer, bool own_indexer) {
+  bind_mla_attention(layer);
+  const HyperParams& p = model_.params;
+  const IndexerParams& x = p.indexer;
+  AttentionWeights& a = weights(layer).attention;
+  a.kind = AttentionKind::kSparseMla;
+  // A layer that reuses another's choice may still carry indexer tensors (llama.cpp loads them
+  // where present and leaves them unused): checked, then left out of its weights.
+  if (!own_indexer && !model_.file.find_tensor(layer_tensor(layer, "indexer.attn_q_b"))) return;
+  IndexerWeights bound;
+  IndexerWeights& w = own_indexer ? a.indexer : bound;
+  w.q = matrix(layer_tensor(layer, "indexer.attn_q_b"), p.mla.q_lora_rank, x.heads * x.head_dim);
+  w.k = matrix(layer_tensor(layer, "indexer.attn_k"), p.embedding, x.head_dim);
+  w.k_norm = vector(layer_tensor(layer, "indexer.k_norm"), x.head_dim);
+  w.k_norm_bias = vector(layer_tensor(layer, "indexer.k_norm", "bias"), x.head_dim);
+  w.head_weights = matrix(layer_tensor(layer, "indexer.proj"), p.embedding, x.heads);
 }
 
 void Binder::bind_nextn(int64_t layer) {

@@ -77,6 +77,9 @@ class Binder {
   void read_router_options();
   // The MLA sizes (attention.q_lora_rank, kv_lora_rank, key_length_mla, value_length_mla).
   void read_mla_params();
+  // The lightning indexer's sizes (attention.indexer.head_count, key_length, top_k): its queries
+  // and keys rotate in `rope_style`, its keys' layer norm has `norm_epsilon`. MLA's first.
+  void read_indexer_params(cpu::RopeStyle rope_style, float norm_epsilon);
   // Gated DeltaNet's sizes (ssm.conv_kernel, inner_size, state_size, group_count,
   // time_step_rank); `grouped_heads`: how value heads share key heads (DeltaNetParams).
   void read_delta_net_params(bool grouped_heads);
@@ -92,6 +95,10 @@ class Binder {
   // A layer's attention norm (attn_norm) and its GQA or MLA block, with attn_output.
   void bind_gqa_attention(int64_t layer, const GqaOptions& options);
   void bind_mla_attention(int64_t layer);
+  // A layer's MLA block over the positions a lightning indexer selects (indexer.*): its own
+  // indexer where `own_indexer`, else the selection of the last layer with one (its indexer
+  // tensors, where the file has them, checked and unused).
+  void bind_sparse_mla_attention(int64_t layer, bool own_indexer);
   // A layer's attention norm and its Gated DeltaNet block (ssm_*, attn_qkv and attn_gate, or
   // Qwen3-Next's first files' ssm_in and ssm_ba), with ssm_out as the output.
   void bind_delta_net(int64_t layer);

@@ -17,18 +17,21 @@ struct Architecture {
 };
 
 constexpr Architecture kArchitectures[] = {
-    {"qwen3moe", bind_qwen3moe}, {"qwen3", bind_qwen3},           {"llama", bind_llama},
-    {"qwen2", bind_qwen2},       {"glm4moe", bind_glm4moe},       {"deepseek2", bind_deepseek2},
-    {"gpt-oss", bind_gpt_oss},   {"qwen3next", bind_qwen3next},   {"qwen35moe", bind_qwen35moe},
-    {"qwen35", bind_qwen35},     {"minimax-m2", bind_minimax_m2}, {"mimo2", bind_mimo2},
+    {"qwen3moe", bind_qwen3moe},     {"qwen3", bind_qwen3},           {"llama", bind_llama},
+    {"qwen2", bind_qwen2},           {"glm4moe", bind_glm4moe},       {"deepseek2", bind_deepseek2},
+    {"gpt-oss", bind_gpt_oss},       {"qwen3next", bind_qwen3next},   {"qwen35moe", bind_qwen35moe},
+    {"qwen35", bind_qwen35},         {"minimax-m2", bind_minimax_m2}, {"mimo2", bind_mimo2},
+    {"deepseek32", bind_deepseek32}, {"glm-dsa", bind_glm_dsa},
 };
 
 }  // namespace
 
 CacheRow cache_row(const HyperParams& params) {
-  if (params.mla.kv_lora_rank > 0) return {params.mla.kv_lora_rank + params.mla.rope_dim, 0};
+  if (params.mla.kv_lora_rank > 0) return {indexer_key_offset(params) + params.indexer.head_dim, 0};
   return {params.kv_heads * params.head_dim, params.kv_heads * params.value_dim};
 }
+
+int64_t indexer_key_offset(const HyperParams& params) { return params.mla.kv_lora_rank + params.mla.rope_dim; }
 
 static_assert(kWindowAlign == cpu::kWindowRowAlign);
 
@@ -49,6 +52,11 @@ int64_t cache_positions(const Model& model, int64_t layer, int64_t context) {
 bool has_recurrent_layers(const Model& model) {
   return std::any_of(model.layers.begin(), model.layers.end(),
                      [](const LayerWeights& l) { return l.attention.kind == AttentionKind::kDeltaNet; });
+}
+
+bool has_sparse_attention(const Model& model) {
+  return std::any_of(model.layers.begin(), model.layers.end(),
+                     [](const LayerWeights& l) { return l.attention.kind == AttentionKind::kSparseMla; });
 }
 
 std::vector<std::string> supported_architectures() {

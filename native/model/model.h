@@ -24,7 +24,10 @@ namespace bloomery::model {
 // every head; the key and value up-projections are absorbed into the query and the output.
 // kDeltaNet: linear attention by the gated delta rule (Qwen3-Next, Qwen3.5): no KV rows, but
 // per sequence a short causal convolution's state and a recurrent state per value head.
-enum class AttentionKind : uint8_t { kGqa, kMla, kDeltaNet };
+// kSparseMla: DeepSeek sparse attention (DeepSeek-V3.2, GLM-5): MLA over only the positions a
+// lightning indexer selects for each query (IndexerParams), the indexer's keys cached beside
+// the latent.
+enum class AttentionKind : uint8_t { kGqa, kMla, kDeltaNet, kSparseMla };
 
 // What a layer's FFN is. kDense: a SwiGLU FFN. kMoe: routed SwiGLU experts, plus shared
 // experts (a SwiGLU every row runs) when the model has them.
@@ -45,6 +48,18 @@ struct MlaParams {
   int64_t nope_dim = 0;      // the part of each query and key head without rotation
   int64_t rope_dim = 0;      // the rotated part (= rope.dims)
   int64_t value_dim = 0;     // each head's value width after the value up-projection
+};
+
+// The lightning indexer's sizes (AttentionKind::kSparseMla): `heads` query heads of `head_dim`
+// score each cached position against one key of `head_dim` per position; a query attends the
+// `top_k` best-scored positions it sees. Queries and keys rotate their first rope.dims elements
+// in `rope_style` and are multiplied by the Hadamard matrix of head_dim before scoring.
+struct IndexerParams {
+  int64_t heads = 0;
+  int64_t head_dim = 0;
+  int64_t top_k = 0;
+  cpu::RopeStyle rope_style = cpu::RopeStyle::kNeox;
+  float norm_epsilon = 0;  // of the keys' layer norm
 };
 
 // Gated DeltaNet's sizes (AttentionKind::kDeltaNet). Queries and keys have k_heads heads,
@@ -80,6 +95,7 @@ struct HyperParams {
   float attention_scale = 0;  // what q.k is multiplied by before the softmax
   float value_scale = 1.0f;   // what attention's output (after attn_output) is multiplied by (mimo2)
   MlaParams mla;
+  IndexerParams indexer;     // layers of AttentionKind::kSparseMla
   DeltaNetParams delta_net;  // layers of AttentionKind::kDeltaNet
   int64_t feed_forward = 0;  // the dense FFN's width (layers of FfnKind::kDense)
   int64_t experts = 0;       // routed experts of each MoE layer; 0: no MoE layer
@@ -145,12 +161,24 @@ struct MlaWeights {
   cpu::ExpertMatrices v_b;  // per head: kv_lora_rank -> value_dim
 };
 
+// A lightning indexer's weights (AttentionKind::kSparseMla). A layer without its own (`q` empty:
+// GLM-5's shared layers) attends the positions the last layer with one selected.
+struct IndexerWeights {
+  cpu::WeightMatrix q;            // q_lora_rank -> heads * head_dim, from MLA's normed low-rank query
+  cpu::WeightMatrix k;            // embedding -> head_dim
+  const float* k_norm = nullptr;  // the key's layer norm: weight and bias
+  const float* k_norm_bias = nullptr;
+  cpu::WeightMatrix head_weights;  // embedding -> heads: each head's weight in a position's score
+  bool own() const { return !q.empty(); }
+};
+
 struct AttentionWeights {
   AttentionKind kind = AttentionKind::kGqa;
   bool windowed = false;  // attends the last HyperParams::sliding_window positions only
   const float* norm = nullptr;
   GqaWeights gqa;
   MlaWeights mla;
+  IndexerWeights indexer;  // kSparseMla
   DeltaNetWeights delta_net;
   // Learned attention sinks (gpt-oss), one logit per query head: a softmax entry with no value,
   // which takes its share of each head's weights. Null: none.
@@ -222,12 +250,15 @@ struct Model {
 
 // What one position of one layer keeps in the KV cache, in f16 elements. A layer of MLA caches
 // its latent and rotary key as the key row and no value row: its values are the key row's
-// first kv_lora_rank elements.
+// first kv_lora_rank elements. A model with a lightning indexer keeps its key after them
+// (indexer_key_offset), so the cache, session states and the footprint hold it with the row.
 struct CacheRow {
   int64_t keys = 0;
   int64_t values = 0;
 };
 CacheRow cache_row(const HyperParams& params);
+// Where in a key row the lightning indexer's key lies: after MLA's latent and rotary key.
+int64_t indexer_key_offset(const HyperParams& params);
 
 // Windowed layers keep positions from a multiple of this on: their attention rows then start
 // where llama.cpp's SIMD blocks do, so a windowed row rounds as llama.cpp's masked full row.
@@ -245,6 +276,8 @@ int64_t window_floor(const HyperParams& params, int64_t n);
 int64_t cache_positions(const Model& model, int64_t layer, int64_t context);
 // Whether any layer keeps a recurrent state (which cannot be cut back to an earlier position).
 bool has_recurrent_layers(const Model& model);
+// Whether any layer attends positions a lightning indexer selects (AttentionKind::kSparseMla).
+bool has_sparse_attention(const Model& model);
 
 // Opens a GGUF file and binds its weights. Throws Error with UNSUPPORTED_ARCH (an
 // architecture we do not serve), UNSUPPORTED_FEATURE (a feature of the file we do not serve,

@@ -13,6 +13,8 @@ export type SynthArchitecture =
   | "llama"
   | "glm4moe"
   | "deepseek2"
+  | "deepseek32"
+  | "glm-dsa"
   | "gpt-oss"
   | "minimax-m2"
   | "mimo2"
@@ -41,6 +43,7 @@ export type WeightRole =
   | "attn_kv_a_mqa"
   | "attn_k_b"
   | "attn_v_b"
+  | "indexer"
   | "nextn_eh_proj"
   | "attn_qkv"
   | "attn_gate"
@@ -108,6 +111,18 @@ export interface SynthDeltaNet {
   interval: number;
 }
 
+/**
+ * DeepSeek sparse attention's lightning indexer (deepseek32, glm-dsa): `heads` query heads and one
+ * key of `headDim` per position; each query attends its `topK` best-scored positions.
+ */
+export interface SynthIndexer {
+  heads: number;
+  headDim: number;
+  topK: number;
+  /** glm-dsa's attention.indexer.types: per layer 1 (an indexer of its own) or 0 (the last one's choice). */
+  types?: number[];
+}
+
 /** The router of an MoE preset beyond softmax top-k (DeepSeek-V3's and GLM-4.5's). */
 export interface SynthRouter {
   /** llama.cpp's expert_gating_func: 1 softmax, 2 sigmoid. */
@@ -172,6 +187,8 @@ export interface SynthPreset {
   nextnLayers?: number;
   /** deepseek2's attention; headDim is then nopeDim + ropeDim. */
   mla?: SynthMla;
+  /** DeepSeek sparse attention (deepseek32, glm-dsa), over `mla`. */
+  indexer?: SynthIndexer;
   yarn?: SynthYarn;
   /** gpt-oss's blocks (sliding windows, attention sinks, output and expert biases, router bias). */
   gptOss?: SynthGptOss;
@@ -372,6 +389,53 @@ const TINY_DEEPSEEK2: SynthPreset = {
   contextLength: 2048,
   ropeFreqBase: 10_000,
   rmsEpsilon: 1e-6,
+  boundedScales: true,
+};
+
+/**
+ * tiny-deepseek32: tiny-deepseek2's blocks with DeepSeek-V3.2's sparse attention: every layer's
+ * lightning indexer (8 heads of 64, neox rope) picks the 16 positions its MLA attends, so any
+ * context past 16 tokens attends a subset.
+ */
+const TINY_DEEPSEEK32: SynthPreset = {
+  ...TINY_DEEPSEEK2,
+  name: "tiny-deepseek32",
+  description:
+    "deepseek32 (MLA with DeepSeek sparse attention: an indexer of 8 heads of 64 choosing 16 positions), tiny-deepseek2's other blocks",
+  architecture: "deepseek32",
+  vocab: "deepseek",
+  indexer: { heads: 8, headDim: 64, topK: 16 },
+};
+
+/**
+ * tiny-glm-dsa: GLM-5's layout: MLA with DeepSeek sparse attention where layers 0 and 3 have an
+ * indexer of their own (normal rope) and layers 1, 2 and 4 attend what the last one chose, a
+ * leading dense layer, sigmoid routing with a selection bias, a shared expert, an MTP layer.
+ */
+const TINY_GLM_DSA: SynthPreset = {
+  name: "tiny-glm-dsa",
+  description:
+    "glm-dsa (MLA with sparse attention: indexers of 8 heads of 64 choosing 24 positions on layers 0 and 3, shared by the others), 5 layers (the first dense) + 1 MTP layer, 16 experts (4 used) + 1 shared",
+  architecture: "glm-dsa",
+  vocab: "glm",
+  layers: 5,
+  embedding: 256,
+  heads: 4,
+  headsKv: 1,
+  headDim: 96,
+  mla: { qLoraRank: 128, kvLoraRank: 128, nopeDim: 64, ropeDim: 32, valueDim: 64 },
+  indexer: { heads: 8, headDim: 64, topK: 24, types: [1, 0, 0, 1, 0] },
+  feedForward: 512,
+  experts: 16,
+  expertsUsed: 4,
+  expertFeedForward: 256,
+  leadingDense: 1,
+  sharedExperts: 1,
+  router: { gating: 2, normalize: true, scale: 1.5, selectionBias: true, groups: 1, groupsUsed: 1 },
+  nextnLayers: 1,
+  contextLength: 4096,
+  ropeFreqBase: 1e6,
+  rmsEpsilon: 1e-5,
   boundedScales: true,
 };
 
@@ -742,6 +806,8 @@ export const PRESETS: Record<string, SynthPreset> = {
 
   "tiny-glm4moe": TINY_GLM4MOE,
   "tiny-deepseek2": TINY_DEEPSEEK2,
+  "tiny-deepseek32": TINY_DEEPSEEK32,
+  "tiny-glm-dsa": TINY_GLM_DSA,
   "tiny-glm4moe-ud": {
     ...TINY_GLM4MOE,
     name: "tiny-glm4moe-ud",

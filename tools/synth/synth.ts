@@ -158,6 +158,16 @@ function architectureMetadata(p: SynthPreset): [string, GgufValue, GgufMetadataT
     );
     if (p.ropeDims !== undefined) entries.push([`${a}.rope.dimension_count`, p.ropeDims, "u32"]);
   }
+  if (p.indexer) {
+    entries.push(
+      [`${a}.attention.indexer.head_count`, p.indexer.heads, "u32"],
+      [`${a}.attention.indexer.key_length`, p.indexer.headDim, "u32"],
+      [`${a}.attention.indexer.top_k`, p.indexer.topK, "u32"],
+    );
+    if (p.indexer.types) {
+      entries.push([`${a}.attention.indexer.types`, Int32Array.from(p.indexer.types), "array<i32>"]);
+    }
+  }
   if (p.yarn) {
     entries.push(
       [`${a}.rope.scaling.type`, "yarn", "string"],
@@ -329,6 +339,15 @@ function planTensors(
       weight(`${blk}.attn_k_b.weight`, "attn_k_b", [m.nopeDim, m.kvLoraRank, p.heads], l);
       weight(`${blk}.attn_v_b.weight`, "attn_v_b", [m.kvLoraRank, m.valueDim, p.heads], l);
       weight(`${blk}.attn_output.weight`, "attn_output", [p.heads * m.valueDim, p.embedding], l);
+      const x = p.indexer;
+      // deepseek32's layers all have an indexer, MTP layers too; glm-dsa's where its types say.
+      if (x && (l < p.layers ? (x.types?.[l] ?? 1) === 1 : !x.types)) {
+        norm(`${blk}.indexer.k_norm.weight`, x.headDim);
+        add(`${blk}.indexer.k_norm.bias`, "F32", [x.headDim], BIAS_INIT);
+        weight(`${blk}.indexer.proj.weight`, "indexer", [p.embedding, x.heads], l);
+        weight(`${blk}.indexer.attn_k.weight`, "indexer", [p.embedding, x.headDim], l);
+        weight(`${blk}.indexer.attn_q_b.weight`, "indexer", [m.qLoraRank, x.heads * x.headDim], l);
+      }
     } else {
       const kvHeads = p.mimo ? kvHeadsPerLayer(p)[l]! : p.headsKv;
       const kWidth = kvHeads * p.headDim;

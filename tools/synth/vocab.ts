@@ -15,7 +15,7 @@ import type { GgufMetadataType, GgufValue } from "../../src/gguf/types.js";
 export const TokenType = { normal: 1, unknown: 2, control: 3, userDefined: 4, unused: 5, byte: 6 } as const;
 
 /** A tokenizer family: its pre-tokenizer, special tokens and chat template. */
-export type VocabFamily = "qwen" | "qwen-coder" | "llama";
+export type VocabFamily = "qwen" | "qwen-coder" | "llama" | "deepseek" | "glm";
 
 /** A built vocabulary. */
 export interface SyntheticVocab {
@@ -68,6 +68,22 @@ const LLAMA_TEMPLATE = `{{- bos_token -}}
 {%- if add_generation_prompt -%}
 {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' -}}
 {%- endif -%}`;
+
+// DeepSeek-V3's turns (its BOS first, no system turn markers beyond the text).
+const DEEPSEEK_TEMPLATE = `{{- bos_token -}}
+{%- for message in messages -%}
+{%- if message['role'] == 'user' -%}{{- '<｜User｜>' + message['content'] -}}
+{%- elif message['role'] == 'assistant' -%}{{- '<｜Assistant｜>' + message['content'] + '<｜end▁of▁sentence｜>' -}}
+{%- else -%}{{- message['content'] -}}{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{- '<｜Assistant｜>' -}}{%- endif -%}`;
+
+// GLM-4.5's and GLM-5's turns after [gMASK]<sop>.
+const GLM_TEMPLATE = `[gMASK]<sop>
+{%- for message in messages -%}
+{{- '<|' + message['role'] + '|>\n' + message['content'] -}}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{- '<|assistant|>' -}}{%- endif -%}`;
 
 interface FamilySpec {
   pre: string;
@@ -144,6 +160,40 @@ const FAMILIES: Record<VocabFamily, FamilySpec> = {
     eos: "<|eot_id|>",
     addBos: true,
     chatTemplate: LLAMA_TEMPLATE,
+  },
+  // DeepSeek-V3's and V3.2's (pre-tokenizer deepseek-v3).
+  deepseek: {
+    pre: "deepseek-v3",
+    special: [
+      ["<｜begin▁of▁sentence｜>", TokenType.control],
+      ["<｜end▁of▁sentence｜>", TokenType.control],
+      ["<｜User｜>", TokenType.userDefined],
+      ["<｜Assistant｜>", TokenType.userDefined],
+      ["<think>", TokenType.userDefined],
+      ["</think>", TokenType.userDefined],
+    ],
+    bos: "<｜begin▁of▁sentence｜>",
+    eos: "<｜end▁of▁sentence｜>",
+    addBos: true,
+    chatTemplate: DEEPSEEK_TEMPLATE,
+  },
+  // GLM-4.5's and GLM-5's (pre-tokenizer glm4, which llama.cpp gives no BOS).
+  glm: {
+    pre: "glm4",
+    special: [
+      ["<|endoftext|>", TokenType.control],
+      ["[gMASK]", TokenType.control],
+      ["<sop>", TokenType.control],
+      ["<|system|>", TokenType.control],
+      ["<|user|>", TokenType.control],
+      ["<|assistant|>", TokenType.control],
+      ["<think>", TokenType.userDefined],
+      ["</think>", TokenType.userDefined],
+    ],
+    bos: "[gMASK]",
+    eos: "<|endoftext|>",
+    addBos: false,
+    chatTemplate: GLM_TEMPLATE,
   },
 };
 
