@@ -297,3 +297,44 @@ describe("the settings built from the flags, run (finding 10)", () => {
     }
   });
 });
+
+describe("/apply-template renders as the chat endpoints do (llama-server's oaicompat_chat_params_parse)", () => {
+  // Shows the variables llama-server gives every template, and opens a think block as DeepSeek-R1's template does.
+  const template =
+    "{{ enable_thinking }}|{{ date_string }}|{{ functions }}|{% for m in messages %}{{ m.content }}{% endfor %}" +
+    "{% if add_generation_prompt %}<think>\n{% endif %}";
+  let model: Model;
+  beforeAll(async () => {
+    model = await loadModel(defaultModelPath(), { gpu: false, threads: 1, contextSize: 256, chatTemplate: template });
+  });
+  afterAll(() => model?.dispose());
+
+  const render = async (argv: string[], payload: Record<string, unknown>) => {
+    const { launch } = await settings(["-ngl", "0", ...argv]);
+    const server = createApp(launch.config, launch.app);
+    server.context.serve(new Slots(model, 1));
+    try {
+      const applied = await server.app.inject({ method: "POST", url: "/apply-template", payload });
+      expect(applied.statusCode).toBe(200);
+      return (applied.json() as { prompt: string }).prompt;
+    } finally {
+      await server.app.close();
+    }
+  };
+
+  it("gives enable_thinking (true unless --reasoning off, which also closes the opened think block) and the date", async () => {
+    const messages = [{ role: "user", content: "What is today?" }];
+    const today = new Date();
+    const date = `${String(today.getDate()).padStart(2, "0")} ${today.toLocaleString("en-US", { month: "short" })}`;
+    const auto = await render([], { messages });
+    expect(auto).toMatch(new RegExp(`^true\\|${date} \\d{4}\\|\\[\\]\\|What is today\\?<think>\\n$`));
+    expect(await render(["--reasoning", "on"], { messages })).toBe(auto);
+    expect(await render(["--reasoning", "off"], { messages })).toMatch(/^false\|.*<think>\n<\/think>$/s);
+    // A request's chat_template_kwargs come over the server's setting, and a final assistant message is a prefill.
+    const prefilled = await render(["--reasoning", "off"], {
+      messages: [...messages, { role: "assistant", content: "It is" }],
+      chat_template_kwargs: { enable_thinking: true },
+    });
+    expect(prefilled).toMatch(/^true\|.*What is today\?<think>\nIt is$/s);
+  });
+});

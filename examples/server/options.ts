@@ -44,7 +44,7 @@ export interface ServeOptions {
   batchSize: number;
   /** --no-jinja: requests with tools are refused, as llama-server refuses them without --jinja. */
   jinja: boolean;
-  /** --reasoning: on/off sets the templates' enable_thinking for every chat; auto leaves it to the template. */
+  /** --reasoning: the templates' enable_thinking, false with off, true with on or auto (as llama-server's). */
   reasoning: "on" | "off" | "auto";
   /** -v: responses carry llama-server's `__verbose` object (the prompt as the model saw it). */
   verbose: boolean;
@@ -301,8 +301,8 @@ export const FLAGS: readonly Flag[] = [
     env: "LLAMA_ARG_REASONING",
     kind: "string",
     help:
-      "on or off: sets the chat templates' enable_thinking for every chat (off also closes a think block a " +
-      "template opens); auto (default): the template's own default",
+      "off: the chat templates' enable_thinking is false for every chat (and a think block a template opens is " +
+      "closed); on or auto (default): it is true, as llama-server sets it for a template that can think",
     apply: (o, v, name) => (o.reasoning = readChoice(v as string, name, ["on", "off", "auto"] as const)),
   },
   {
