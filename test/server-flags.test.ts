@@ -338,3 +338,31 @@ describe("/apply-template renders as the chat endpoints do (llama-server's oaico
     expect(prefilled).toMatch(/^true\|.*What is today\?<think>\nIt is$/s);
   });
 });
+
+describe("-n is the n_predict of requests that set none (llama-server's n_predict_max)", () => {
+  let model: Model;
+  beforeAll(async () => {
+    model = await loadModel(defaultModelPath(), { gpu: false, threads: 1, contextSize: 256 });
+  });
+  afterAll(() => model?.dispose());
+
+  it("gives a request without n_predict -n tokens, and one with n_predict its own, more or fewer", async () => {
+    const { launch } = await settings(["-ngl", "0", "-n", "6"]);
+    const server = createApp(launch.config, launch.app);
+    server.context.serve(new Slots(model, 1));
+    const predicted = async (fields: Record<string, unknown>) => {
+      const payload = { prompt: "Once upon a time", temperature: 0, ignore_eos: true, ...fields };
+      const response = await server.app.inject({ method: "POST", url: "/completion", payload });
+      expect(response.statusCode).toBe(200);
+      return (response.json() as { tokens_predicted: number }).tokens_predicted;
+    };
+    try {
+      expect(await predicted({})).toBe(6);
+      expect(await predicted({ n_predict: -1 })).toBe(6);
+      expect(await predicted({ n_predict: 9 })).toBe(9);
+      expect(await predicted({ n_predict: 3 })).toBe(3);
+    } finally {
+      await server.app.close();
+    }
+  });
+});

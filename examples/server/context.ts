@@ -15,7 +15,7 @@ export interface ServerConfig {
   tags?: string[];
   /** -s/--seed: the seed of requests that set none (undefined: a fresh one each request). */
   seed?: number;
-  /** -n/--n-predict: the most tokens a request generates (undefined: until the context is full). */
+  /** -n/--n-predict: the most tokens a request that sets none generates (undefined: until the context is full). */
   nPredict?: number;
   /** -b/--batch-size: prompt tokens between two progress reports of return_progress (default 2048). */
   batchSize?: number;

@@ -232,7 +232,7 @@ export const FLAGS: readonly Flag[] = [
     names: ["-n", "--n-predict", "--predict"],
     env: "LLAMA_ARG_N_PREDICT",
     kind: "integer",
-    help: "the most tokens a request generates; a request asking for more gets this many (default -1: until the context is full)",
+    help: "the most tokens a request that sets no n_predict/max_tokens generates (default -1: until the context is full)",
     apply: (o, v, name) => (o.nPredict = atLeast(v as number, -1, name) < 0 ? undefined : (v as number)),
   },
   {

@@ -129,11 +129,12 @@ export class RunClock {
   }
 }
 
-/** The most tokens a request generates: what it asks, at most the server's -n. */
-export function cappedMaxTokens(context: ServerContext, requested: number | undefined): number | undefined {
-  const server = context.config.nPredict;
-  if (server === undefined) return requested;
-  return requested === undefined ? server : Math.min(requested, server);
+/**
+ * The most tokens a request generates: what it asks, else the server's -n (llama-server's n_predict_max: the request's
+ * n_predict where it sets one, the server's where it does not or sets -1).
+ */
+export function requestMaxTokens(context: ServerContext, requested: number | undefined): number | undefined {
+  return requested ?? context.config.nPredict;
 }
 
 /** ignore_eos as llama-server applies it: a logit bias of -infinity on every token that ends a generation. */
@@ -175,7 +176,7 @@ async function serveCompletion(
   pendingPrompts.catch(() => undefined);
   const stream = f.boolean("stream") ?? false;
   const returnTokens = f.boolean("return_tokens") ?? false;
-  const maxTokens = cappedMaxTokens(context, readMaxTokens(f, ["n_predict", "max_tokens"]));
+  const maxTokens = requestMaxTokens(context, readMaxTokens(f, ["n_predict", "max_tokens"]));
   const stop = f.strings("stop");
   const ignoreEos = f.boolean("ignore_eos") ?? false;
   const sampling = withIgnoreEos(model, readSampling(f, samplingDefaults(context)), ignoreEos);
