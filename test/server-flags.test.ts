@@ -110,7 +110,7 @@ const SAMPLES: Record<
   "--mmproj": { refused: ["--mmproj", "mmproj.gguf"] },
   "--tools": { refused: ["--tools", "all"] },
   "--ui-mcp-proxy": { refused: ["--ui-mcp-proxy"] },
-  "-bs": { refused: ["-bs"] },
+  "-bs": "no effect",
   "--metrics": { args: ["--metrics"] },
   "--temp": { args: ["--temp", "0.5"] },
   "-h": { args: ["--help"] },

@@ -414,10 +414,11 @@ export const FLAGS: readonly Flag[] = [
   refused(["--mmproj", "--mmproj-url"], "string", "bloomery-serve does not take images or audio"),
   refused(["--tools"], "string", "bloomery-serve runs no tools of its own: the client runs them"),
   refused(["--ui-mcp-proxy", "--webui-mcp-proxy"], "flag", "bloomery-serve's web page has no MCP proxy"),
-  refused(
+  noEffect(
     ["-bs", "--backend-sampling"],
     "flag",
-    "bloomery samples in its engine always, the same way: there is no other sampler to switch to",
+    "accepted for llama-server's command lines, no effect: llama-server's second sampler draws what its first " +
+      "does, and bloomery has one, in its engine",
   ),
   {
     names: ["--chat-template"],

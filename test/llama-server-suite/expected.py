@@ -4,10 +4,11 @@ SKIPPED: tests the harness skips, naming the reason. A key is a pytest node id; 
 parametrization (or every test) it starts. Each reason is one of the REASONS below, so that README.md's table and
 this file say the same thing.
 
-WRITES_ON: tests whose expectation is that the model writes until n_predict, as llama.cpp's TinyStories models do,
-where bloomery's default model (a chat model) ends a plain-text prompt with an end-of-turn token within a few tokens:
-the harness runs them on the synthetic tiny-qwen3moe-8k (the default model's architecture, random weights, a vocabulary
-of 8192 tokens of which one ends a text), which writes on, every flag and assertion as written.
+WRITES_ON: tests that expect of the model what llama.cpp's small TinyStories models do and bloomery's default model
+(a chat model, more certain of its words) does not: writing until n_predict, where the default model ends a
+plain-text prompt with an end-of-turn token within a few tokens, or a next token so uncertain that ten tokens pass the
+sampler's filters. The harness runs them on the synthetic tiny-qwen3moe-8k (the default model's architecture, random
+weights, a vocabulary of 8192 tokens of which one ends a text), which does both, every flag and assertion as written.
 
 TEXT_OF_LLAMA_CPP_MODELS: tests whose only expectation bloomery cannot meet is the text llama.cpp's test model
 writes (a regex over the generated text): they run with that match relaxed and every other assertion as written,
@@ -42,15 +43,14 @@ ROUTER = (
     "llama-server's router mode (no model at start, models loaded, reloaded and proxied per request, "
     "--tools): bloomery-serve serves one model"
 )
+MCP_PROXY = (
+    "--ui-mcp-proxy and its /cors-proxy (llama.cpp's web UI reaching MCP servers through the server): refused by name; "
+    "bloomery-serve's page has no MCP client"
+)
 SPLIT_GGUF = (
     "downloads llama.cpp's split test model from the Hugging Face hub, which CI cannot reach (bloomery reads split "
     "GGUFs: test/gguf-read-write.test.ts)"
 )
-POST_SAMPLING_PROBS = (
-    "post_sampling_probs: probabilities after the sampler's filters; bloomery's sampler runs in the engine and "
-    "reports the model's distribution only, so the field is refused by name"
-)
-BACKEND_SAMPLING = "--backend-sampling (llama.cpp's GPU sampler chain): refused by name; bloomery samples in its engine"
 LLAMA_VOCABULARY = (
     "an expectation of llama.cpp's test model's vocabulary (token counts or ids of its Llama 2 tokenizer, e.g. BOS "
     "is id 1 and reads <s>): bloomery's models tokenize the same texts into other counts (its default model's 8192 "
@@ -74,10 +74,8 @@ SKIPPED = {
     "unit/test_security.py::test_access_static_assets_without_api_key": WEB_UI_BUILD,
     "unit/test_stream.py::*": ROUTER,
     "unit/test_security.py::test_cors_origins_defaults_to_localhost_with_tools_enabled": ROUTER,
-    "unit/test_security.py::test_cors_proxy_only_forwards_explicit_proxy_headers": ROUTER,
+    "unit/test_security.py::test_cors_proxy_only_forwards_explicit_proxy_headers": MCP_PROXY,
     "unit/test_basic.py::test_load_split_model": SPLIT_GGUF,
-    "unit/test_completion.py::test_n_probs_post_sampling": POST_SAMPLING_PROBS,
-    "unit/test_completion.py::test_n_probs_post_backend_sampling": BACKEND_SAMPLING,
     "unit/test_chat_completion.py::test_chat_template": LLAMA_VOCABULARY,
     "unit/test_tokenize.py::test_tokenize_with_bos": LLAMA_VOCABULARY,
     "unit/test_chat_completion.py::test_chat_completion[*": LLAMA_VOCABULARY,
@@ -108,6 +106,8 @@ WRITES_ON = [
     "unit/test_completion.py::test_completion_unified*",
     "unit/test_ctx_shift.py::test_ctx_shift_disabled_stream",
     "unit/test_completion.py::test_completion_parallel_slots*",
+    "unit/test_completion.py::test_n_probs_post_sampling",
+    "unit/test_completion.py::test_n_probs_post_backend_sampling",
 ]
 
 TEXT_OF_LLAMA_CPP_MODELS = {
