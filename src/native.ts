@@ -111,6 +111,8 @@ export interface NativeSamplerOptions {
   grammarTriggers?: string[];
   /** How many alternatives each generated token's logprobs report; left out: logprobs off. */
   logprobs?: number;
+  /** true: the logprobs are those of the draw's own distribution (SamplingOptions.logprobsAfterSampling). */
+  logprobsAfterSampling?: boolean;
 }
 
 /** A drawn token's log-probabilities: it and the most likely ones, log-softmax of the raw logits. */

@@ -75,6 +75,13 @@ export interface SamplingOptions {
    * and temperature. Left out: not reported.
    */
   logprobs?: number;
+  /**
+   * With `logprobs`: report instead the probabilities the draw chose by (as llama-server's
+   * `post_sampling_probs`): after logit bias, penalties, top-k, top-p, min-p, grammar and
+   * temperature, the alternatives being the tokens those kept (at most `logprobs` of them; a
+   * dropped token's probability is 0). Default false.
+   */
+  logprobsAfterSampling?: boolean;
 }
 
 /** Every key of {@link SamplingOptions} (the compiler checks the list is whole). @internal */
@@ -93,6 +100,7 @@ export const SAMPLING_OPTIONS = optionKeys<SamplingOptions>()({
   jsonSchema: true,
   grammarTriggers: true,
   logprobs: true,
+  logprobsAfterSampling: true,
 });
 
 const NUMERIC_OPTIONS = [
@@ -167,6 +175,17 @@ export function nativeSamplerOptions(options: SamplingOptions, vocabSize: number
       });
     }
     out.logprobs = options.logprobs;
+  }
+  if (options.logprobsAfterSampling !== undefined) {
+    if (typeof options.logprobsAfterSampling !== "boolean") {
+      throw new BloomeryError("INVALID_ARGUMENT", "logprobsAfterSampling must be a boolean", {
+        logprobsAfterSampling: options.logprobsAfterSampling,
+      });
+    }
+    if (options.logprobsAfterSampling && out.logprobs === undefined) {
+      throw new BloomeryError("INVALID_ARGUMENT", "logprobsAfterSampling needs logprobs");
+    }
+    out.logprobsAfterSampling = options.logprobsAfterSampling;
   }
   return out;
 }

@@ -69,4 +69,29 @@ describe("bloomery-serve -md --draft-max", () => {
     expect(counter("spec_decode_num_drafts_total")).toBeGreaterThan(0);
     expect(counter("spec_decode_num_accepted_tokens_total")).toBeGreaterThan(0);
   });
+
+  it("takes llama-server's per-request speculative.n_max, n_min and p_min over the flags", async () => {
+    const run = async (fields: Record<string, unknown>) => {
+      const response = await postJson(`${url}/completion`, {
+        prompt: "A river is",
+        n_predict: 32,
+        temperature: 0,
+        ...fields,
+      });
+      expect(response.status).toBe(200);
+      return (await response.json()) as { content: string; timings: { draft_n?: number } };
+    };
+    const flags = await run({});
+    expect(flags.timings.draft_n).toBeGreaterThan(0);
+    // No drafts at all with n_max 0; the tokens stay those of a run without drafts.
+    const none = await run({ "speculative.n_max": 0 });
+    expect(none.timings.draft_n ?? 0).toBe(0);
+    expect(none.content).toBe(flags.content);
+    // A draft model's probability floor of 1 ends every draft before its first token.
+    const floor = await run({ "speculative.p_min": 1, "speculative.n_min": 0 });
+    expect(floor.timings.draft_n ?? 0).toBe(0);
+    const refused = await postJson(`${url}/completion`, { prompt: "A", "speculative.n_min": 8 });
+    expect(refused.status).toBe(400);
+    expect(((await refused.json()) as { error: { message: string } }).error.message).toMatch(/min/);
+  });
 });

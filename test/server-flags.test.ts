@@ -110,7 +110,7 @@ const SAMPLES: Record<
   "--mmproj": { refused: ["--mmproj", "mmproj.gguf"] },
   "--tools": { refused: ["--tools", "all"] },
   "--ui-mcp-proxy": { refused: ["--ui-mcp-proxy"] },
-  "-bs": { refused: ["-bs"] },
+  "-bs": "no effect",
   "--metrics": { args: ["--metrics"] },
   "--temp": { args: ["--temp", "0.5"] },
   "-h": { args: ["--help"] },
@@ -294,6 +294,75 @@ describe("the settings built from the flags, run (finding 10)", () => {
       for (const flag of FLAGS) expect(help.stdout()).toContain(flag.names.join(", "));
     } finally {
       await help.kill();
+    }
+  });
+});
+
+describe("/apply-template renders as the chat endpoints do (llama-server's oaicompat_chat_params_parse)", () => {
+  // Shows the variables llama-server gives every template, and opens a think block as DeepSeek-R1's template does.
+  const template =
+    "{{ enable_thinking }}|{{ date_string }}|{{ functions }}|{% for m in messages %}{{ m.content }}{% endfor %}" +
+    "{% if add_generation_prompt %}<think>\n{% endif %}";
+  let model: Model;
+  beforeAll(async () => {
+    model = await loadModel(defaultModelPath(), { gpu: false, threads: 1, contextSize: 256, chatTemplate: template });
+  });
+  afterAll(() => model?.dispose());
+
+  const render = async (argv: string[], payload: Record<string, unknown>) => {
+    const { launch } = await settings(["-ngl", "0", ...argv]);
+    const server = createApp(launch.config, launch.app);
+    server.context.serve(new Slots(model, 1));
+    try {
+      const applied = await server.app.inject({ method: "POST", url: "/apply-template", payload });
+      expect(applied.statusCode).toBe(200);
+      return (applied.json() as { prompt: string }).prompt;
+    } finally {
+      await server.app.close();
+    }
+  };
+
+  it("gives enable_thinking (true unless --reasoning off, which also closes the opened think block) and the date", async () => {
+    const messages = [{ role: "user", content: "What is today?" }];
+    const today = new Date();
+    const date = `${String(today.getDate()).padStart(2, "0")} ${today.toLocaleString("en-US", { month: "short" })}`;
+    const auto = await render([], { messages });
+    expect(auto).toMatch(new RegExp(`^true\\|${date} \\d{4}\\|\\[\\]\\|What is today\\?<think>\\n$`));
+    expect(await render(["--reasoning", "on"], { messages })).toBe(auto);
+    expect(await render(["--reasoning", "off"], { messages })).toMatch(/^false\|.*<think>\n<\/think>$/s);
+    // A request's chat_template_kwargs come over the server's setting, and a final assistant message is a prefill.
+    const prefilled = await render(["--reasoning", "off"], {
+      messages: [...messages, { role: "assistant", content: "It is" }],
+      chat_template_kwargs: { enable_thinking: true },
+    });
+    expect(prefilled).toMatch(/^true\|.*What is today\?<think>\nIt is$/s);
+  });
+});
+
+describe("-n is the n_predict of requests that set none (llama-server's n_predict_max)", () => {
+  let model: Model;
+  beforeAll(async () => {
+    model = await loadModel(defaultModelPath(), { gpu: false, threads: 1, contextSize: 256 });
+  });
+  afterAll(() => model?.dispose());
+
+  it("gives a request without n_predict -n tokens, and one with n_predict its own, more or fewer", async () => {
+    const { launch } = await settings(["-ngl", "0", "-n", "6"]);
+    const server = createApp(launch.config, launch.app);
+    server.context.serve(new Slots(model, 1));
+    const predicted = async (fields: Record<string, unknown>) => {
+      const payload = { prompt: "Once upon a time", temperature: 0, ignore_eos: true, ...fields };
+      const response = await server.app.inject({ method: "POST", url: "/completion", payload });
+      expect(response.statusCode).toBe(200);
+      return (response.json() as { tokens_predicted: number }).tokens_predicted;
+    };
+    try {
+      expect(await predicted({})).toBe(6);
+      expect(await predicted({ n_predict: -1 })).toBe(6);
+      expect(await predicted({ n_predict: 9 })).toBe(9);
+      expect(await predicted({ n_predict: 3 })).toBe(3);
+    } finally {
+      await server.app.close();
     }
   });
 });

@@ -27,6 +27,32 @@ function events(text: string): unknown[] {
 }
 
 describe("llama.cpp-native endpoints", () => {
+  it("reports n_probs as the model's log-probabilities, or with post_sampling_probs the draw's own", async () => {
+    const body = { prompt: "Once upon a time", n_predict: 4, temperature: 1.5, top_k: 3, seed: 7, n_probs: 5 };
+    type Entry = { id: number; prob?: number; logprob?: number; top_probs?: Entry[]; top_logprobs?: Entry[] };
+    const probabilities = async (fields: Record<string, unknown>) => {
+      const response = await postJson(`${server.url}/completion`, { ...body, ...fields });
+      expect(response.status).toBe(200);
+      return ((await response.json()) as { completion_probabilities: Entry[] }).completion_probabilities;
+    };
+    const raw = await probabilities({});
+    const sampled = await probabilities({ post_sampling_probs: true });
+    expect(sampled.map((e) => e.id)).toEqual(raw.map((e) => e.id));
+    for (const [i, entry] of sampled.entries()) {
+      // The raw distribution's top 5 over the whole vocabulary; the draw's, top_k 3's tokens only, summing to 1.
+      expect(raw[i]!.top_logprobs).toHaveLength(5);
+      expect(entry.logprob).toBeUndefined();
+      const top = entry.top_probs!;
+      expect(top.length).toBeLessThanOrEqual(3);
+      expect(top.map((t) => t.id)).toEqual(raw[i]!.top_logprobs!.slice(0, top.length).map((t) => t.id));
+      expect(top.reduce((sum, t) => sum + t.prob!, 0)).toBeCloseTo(1, 5);
+      expect(top.find((t) => t.id === entry.id)?.prob).toBeCloseTo(entry.prob!, 6);
+      // Temperature 1.5 flattens the kept tokens: the most likely one's share falls below its raw share among them.
+      const rawTop = raw[i]!.top_logprobs!.slice(0, top.length).map((t) => Math.exp(t.logprob!));
+      if (top.length > 1) expect(top[0]!.prob!).toBeLessThan(rawTop[0]! / rawTop.reduce((a, b) => a + b, 0));
+    }
+  });
+
   it("answers /health and /props", async () => {
     expect(await (await getUrl(`${server.url}/health`)).json()).toEqual({ status: "ok" });
     const props = await (await getUrl(`${server.url}/props`)).json();

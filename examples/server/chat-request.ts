@@ -27,8 +27,9 @@ function today(): { date_string: string; datetime: string } {
 
 /**
  * The template variables of a chat: llama.cpp's extra context (today's `date_string` and `datetime`, the tools as
- * `functions` JSON, as the Llama 3.x and FireFunction templates read them), --reasoning's enable_thinking, then the
- * server's --chat-template-kwargs and the request's own.
+ * `functions` JSON, as the Llama 3.x and FireFunction templates read them), enable_thinking (false with --reasoning
+ * off, else true: llama-server sets it for every template, true under "auto" where the template can think, and
+ * only such a template reads it), then the server's --chat-template-kwargs and the request's own.
  */
 export function chatKwargs(
   context: ServerContext,
@@ -39,7 +40,7 @@ export function chatKwargs(
   return {
     ...today(),
     functions: JSON.stringify(tools ?? [], null, 2),
-    ...(reasoning === "on" || reasoning === "off" ? { enable_thinking: reasoning === "on" } : {}),
+    enable_thinking: reasoning !== "off",
     ...context.templateKwargs(request),
   };
 }
@@ -79,9 +80,28 @@ export function readChatShape(f: Fields, messages: ChatMessage[]): ChatShape {
 }
 
 /**
- * The prompt of `messages` in `shape`, rendered and tokenized on worker threads; with --reasoning off, a think
- * block the template leaves open is closed (as llama.cpp closes DeepSeek-R1's and QwQ's).
+ * The prompt text of a chat in `shape`, rendered on a worker thread, as llama-server renders it for every chat
+ * endpoint and /apply-template: where enable_thinking is false (--reasoning off, or the request's
+ * chat_template_kwargs), a think block the template leaves open is closed (as llama.cpp closes DeepSeek-R1's and
+ * QwQ's); a prefill's text ends it.
  */
+export async function renderChatText(
+  context: ServerContext,
+  shape: ChatShape,
+  tools: ToolOptions["tools"],
+  templateKwargs: Record<string, unknown>,
+): Promise<string> {
+  let text = await context.model.applyChatTemplateAsync(shape.shown, {
+    templateKwargs,
+    ...(tools ? { tools } : {}),
+    addGenerationPrompt: shape.addGenerationPrompt,
+  });
+  if (templateKwargs.enable_thinking === false) text = closeOpenThinking(text);
+  if (shape.prefill !== undefined) text += shape.prefill;
+  return text;
+}
+
+/** The prompt of `messages` in `shape` (renderChatText's), tokenized on a worker thread. */
 export async function renderChat(
   context: ServerContext,
   messages: ChatMessage[],
@@ -89,17 +109,10 @@ export async function renderChat(
   tools: ToolOptions["tools"],
   templateKwargs: Record<string, unknown>,
 ): Promise<ChatPrompt> {
-  const model = context.model;
-  let text = await model.applyChatTemplateAsync(shape.shown, {
-    templateKwargs,
-    ...(tools ? { tools } : {}),
-    addGenerationPrompt: shape.addGenerationPrompt,
-  });
-  if (context.config.reasoning === "off") text = closeOpenThinking(text);
-  if (shape.prefill !== undefined) text += shape.prefill;
+  const text = await renderChatText(context, shape, tools, templateKwargs);
   return {
     messages,
-    prompt: await promptTokens(model, text),
+    prompt: await promptTokens(context.model, text),
     text,
     templateKwargs,
     ...(shape.prefill !== undefined ? { prefill: shape.prefill } : {}),

@@ -1,6 +1,6 @@
 // What every route shares: the server's settings and, once the model is loaded, its slots.
 import { basename } from "node:path";
-import type { Model, Pooling } from "../../src/index.js";
+import type { DraftSettings, Model, Pooling } from "../../src/index.js";
 import { HttpError } from "./errors.js";
 import type { Slots } from "./slots.js";
 
@@ -15,13 +15,13 @@ export interface ServerConfig {
   tags?: string[];
   /** -s/--seed: the seed of requests that set none (undefined: a fresh one each request). */
   seed?: number;
-  /** -n/--n-predict: the most tokens a request generates (undefined: until the context is full). */
+  /** -n/--n-predict: the most tokens a request that sets none generates (undefined: until the context is full). */
   nPredict?: number;
   /** -b/--batch-size: prompt tokens between two progress reports of return_progress (default 2048). */
   batchSize?: number;
   /** false with --no-jinja: requests with tools are refused, as llama-server refuses them. */
   jinja?: boolean;
-  /** --reasoning: "on"/"off" set the templates' enable_thinking for every chat; "auto" leaves it to the template. */
+  /** --reasoning: the templates' enable_thinking, false with "off", true with "on" or "auto" (as llama-server's). */
   reasoning?: "on" | "off" | "auto";
   /** -v/--verbose: every response carries the `__verbose` object. */
   verbose?: boolean;
@@ -47,6 +47,8 @@ export interface ServerConfig {
   embedding?: boolean;
   /** --pooling: the pooling of embeddings (undefined: rank with --reranking, else the file's). */
   pooling?: Pooling;
+  /** -md, --spec-type, --draft-*: the drafts every request runs with (undefined: none), as loadModel's `draft`. */
+  draft?: DraftSettings;
   /** --reranking: serve /rerank and its aliases. */
   reranking?: boolean;
 }

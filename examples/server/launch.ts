@@ -2,7 +2,7 @@
 // loadModel's options, the app's settings, where to listen, the slots and the questions of --ask. cli.ts passes
 // them on as they are, so a test of these values is a test of what runs: each flag reaches what it controls.
 import { totalmem } from "node:os";
-import { readGgufInfo, type DownloadModelOptions, type LoadModelOptions } from "../../src/index.js";
+import { readGgufInfo, type DownloadModelOptions, type DraftSettings, type LoadModelOptions } from "../../src/index.js";
 import type { AppOptions } from "./app.js";
 import type { ServerConfig } from "./context.js";
 import { UsageError, type ServeOptions } from "./options.js";
@@ -65,6 +65,7 @@ export async function launchSettings(options: ServeOptions, modelPath: string, g
     { layers, ...(contextSize !== undefined ? { contextSize } : {}) },
     gpus,
   );
+  const draft = drafts(options);
   const load: LoadModelOptions = {
     gpu: where.gpu,
     ...(where.hostRam !== undefined ? { hostRam: where.hostRam } : {}),
@@ -80,10 +81,11 @@ export async function launchSettings(options: ServeOptions, modelPath: string, g
     ...(options.threads !== undefined ? { threads: options.threads } : {}),
     ...(contextSize !== undefined ? { contextSize } : {}),
     ...(options.chatTemplate !== undefined ? { chatTemplate: options.chatTemplate } : {}),
-    ...drafts(options),
+    ...draft,
   };
   const config: ServerConfig = {
     modelPath,
+    ...(draft.draft ? { draft: draft.draft } : {}),
     // llama-server keeps the names in a sorted set and answers with the first.
     ...(options.aliases.length > 0 ? { alias: [...options.aliases].sort()[0]!, aliases: options.aliases } : {}),
     tags: options.tags,
@@ -141,7 +143,7 @@ function slotContext(options: ServeOptions, trained: number, warnings: string[])
 }
 
 /** loadModel's draft options from -md, --spec-type, --draft-max, --draft-min and --draft-p-min. */
-function drafts(options: ServeOptions): Pick<LoadModelOptions, "draft" | "draftModel"> {
+function drafts(options: ServeOptions): { draft: DraftSettings | false; draftModel?: string } {
   const type = options.specType ?? (options.draftModel !== undefined ? "draft-simple" : "none");
   const draftModel = options.draftModel !== undefined ? { draftModel: options.draftModel } : {};
   if (type === "none") return { draft: false, ...draftModel };

@@ -44,7 +44,7 @@ export interface ServeOptions {
   batchSize: number;
   /** --no-jinja: requests with tools are refused, as llama-server refuses them without --jinja. */
   jinja: boolean;
-  /** --reasoning: on/off sets the templates' enable_thinking for every chat; auto leaves it to the template. */
+  /** --reasoning: the templates' enable_thinking, false with off, true with on or auto (as llama-server's). */
   reasoning: "on" | "off" | "auto";
   /** -v: responses carry llama-server's `__verbose` object (the prompt as the model saw it). */
   verbose: boolean;
@@ -232,7 +232,7 @@ export const FLAGS: readonly Flag[] = [
     names: ["-n", "--n-predict", "--predict"],
     env: "LLAMA_ARG_N_PREDICT",
     kind: "integer",
-    help: "the most tokens a request generates; a request asking for more gets this many (default -1: until the context is full)",
+    help: "the most tokens a request that sets no n_predict/max_tokens generates (default -1: until the context is full)",
     apply: (o, v, name) => (o.nPredict = atLeast(v as number, -1, name) < 0 ? undefined : (v as number)),
   },
   {
@@ -301,8 +301,8 @@ export const FLAGS: readonly Flag[] = [
     env: "LLAMA_ARG_REASONING",
     kind: "string",
     help:
-      "on or off: sets the chat templates' enable_thinking for every chat (off also closes a think block a " +
-      "template opens); auto (default): the template's own default",
+      "off: the chat templates' enable_thinking is false for every chat (and a think block a template opens is " +
+      "closed); on or auto (default): it is true, as llama-server sets it for a template that can think",
     apply: (o, v, name) => (o.reasoning = readChoice(v as string, name, ["on", "off", "auto"] as const)),
   },
   {
@@ -414,10 +414,11 @@ export const FLAGS: readonly Flag[] = [
   refused(["--mmproj", "--mmproj-url"], "string", "bloomery-serve does not take images or audio"),
   refused(["--tools"], "string", "bloomery-serve runs no tools of its own: the client runs them"),
   refused(["--ui-mcp-proxy", "--webui-mcp-proxy"], "flag", "bloomery-serve's web page has no MCP proxy"),
-  refused(
+  noEffect(
     ["-bs", "--backend-sampling"],
     "flag",
-    "bloomery samples in its engine always, the same way: there is no other sampler to switch to",
+    "accepted for llama-server's command lines, no effect: llama-server's second sampler draws what its first " +
+      "does, and bloomery has one, in its engine",
   ),
   {
     names: ["--chat-template"],

@@ -2,7 +2,7 @@
 // options. Names and defaults are llama-server's: temperature 0.8 unless the server's --temp says
 // otherwise (the SDK itself defaults to greedy), top_k 40, top_p 0.95, min_p 0.05, a fresh seed.
 // Constrained output (grammar, json_schema, response_format) and OpenAI's logprobs live here too.
-import type { GenerateOptions, Model, TokenLogprob, TokenLogprobs } from "../../src/index.js";
+import type { DraftSettings, GenerateOptions, Model, TokenLogprob, TokenLogprobs } from "../../src/index.js";
 import type { ServerContext } from "./context.js";
 import { Fields, isObject } from "./fields.js";
 
@@ -24,6 +24,7 @@ export const SAMPLING_FIELDS = [
   "grammar",
   "json_schema",
   "response_format",
+  "speculative",
 ] as const;
 
 export type SamplingField = (typeof SAMPLING_FIELDS)[number];
@@ -35,6 +36,8 @@ export interface SamplingDefaults {
   seed?: number;
   /** --context-shift: requests shift a full context, keeping their n_keep. */
   contextShift?: boolean;
+  /** The server's drafts (-md, --spec-type, --draft-*), which a request's `speculative.*` fields tune; none: undefined. */
+  draft?: DraftSettings;
   /** Tokenizes a `logit_bias` key that is text (llama-server biases each of its tokens); without it text is refused. */
   tokenize?: (text: string) => number[];
 }
@@ -47,6 +50,7 @@ export function samplingDefaults(context: ServerContext): SamplingDefaults {
     vocabSize: model.info.vocabSize,
     ...(context.config.seed !== undefined ? { seed: context.config.seed } : {}),
     ...(context.config.contextShift ? { contextShift: true } : {}),
+    ...(context.config.draft ? { draft: context.config.draft } : {}),
     tokenize: (text) => Array.from(model.tokenize(text, { special: false, addSpecial: false })),
   };
 }
@@ -83,11 +87,46 @@ export function readSampling(
     }
     out.jsonSchema ??= format;
   }
+  if (use.has("speculative")) out.draft = readSpeculative(f, defaults.draft);
   if (out.grammar !== undefined && out.jsonSchema !== undefined) {
     throw f.bad("grammar", "cannot be used together with a JSON schema (json_schema or response_format)");
   }
   for (const key of Object.keys(out) as (keyof RequestSampling)[]) if (out[key] === undefined) delete out[key];
   return out;
+}
+
+/**
+ * llama-server's per-request draft settings, `speculative.n_max`, `speculative.n_min` and `speculative.p_min`, over the
+ * server's (--draft-max, --draft-min, --draft-p-min). They tune drafts, so a server that drafts nothing refuses them,
+ * and p_min, a draft model's threshold, is refused for n-gram drafts, as --draft-p-min is.
+ */
+function readSpeculative(f: Fields, server: DraftSettings | undefined): DraftSettings | undefined {
+  const max = f.integer("speculative.n_max", { min: 0 });
+  const min = f.integer("speculative.n_min", { min: 0 });
+  const pMin = f.number("speculative.p_min", { min: 0, max: 1 });
+  const given = (
+    [
+      ["n_max", max],
+      ["n_min", min],
+      ["p_min", pMin],
+    ] as const
+  ).find(([, value]) => value !== undefined);
+  if (!given) return undefined;
+  if (!server) {
+    throw f.bad(
+      `speculative.${given[0]}`,
+      "tunes drafts: the server drafts nothing (start it with -md or --spec-type)",
+    );
+  }
+  if (pMin !== undefined && server.source !== "model") {
+    throw f.bad("speculative.p_min", "applies to a draft model's drafts (-md) only");
+  }
+  return {
+    ...server,
+    ...(max !== undefined ? { max } : {}),
+    ...(min !== undefined ? { min } : {}),
+    ...(pMin !== undefined ? { pMin } : {}),
+  };
 }
 
 function readSchema(f: Fields, name: string, value: unknown): Record<string, unknown> | undefined {

@@ -109,6 +109,12 @@ SamplerArguments read_sampler_arguments(const Napi::CallbackInfo& info) {
   params.seed = read_seed(o);
   params.logit_bias = read_bias(o);
   read_int(o, "logprobs", params.logprobs);
+  const Napi::Value after = o.Get("logprobsAfterSampling");
+  if (!after.IsUndefined()) {
+    if (!after.IsBoolean())
+      throw to_js_error(info.Env(), "INVALID_ARGUMENT", "logprobsAfterSampling must be a boolean");
+    params.logprobs_after_sampling = after.As<Napi::Boolean>().Value();
+  }
   const Napi::Value grammar = o.Get("grammar");
   if (!grammar.IsUndefined()) {
     if (!grammar.IsString()) throw to_js_error(info.Env(), "INVALID_ARGUMENT", "grammar must be a string");
@@ -140,7 +146,8 @@ Napi::Value sampler_handle(Napi::Env env, std::shared_ptr<engine::Sampler> sampl
 }
 
 // createSampler({ temperature?, topK?, topP?, minP?, repeatPenalty?, repeatLastN?, presencePenalty?,
-// frequencyPenalty?, seed?, biasTokens?, biasValues?, grammar?, grammarTriggers?, logprobs? }, tokenizer?) -> sampler
+// frequencyPenalty?, seed?, biasTokens?, biasValues?, grammar?, grammarTriggers?, logprobs?, logprobsAfterSampling? },
+// tokenizer?) -> sampler
 // handle. A grammar needs the model's NativeTokenizer. With logprobs, each token a generation
 // delivers carries its log-probabilities (generation.cc).
 Napi::Value create_sampler(const Napi::CallbackInfo& info) {

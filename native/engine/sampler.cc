@@ -409,6 +409,10 @@ int32_t Sampler::sample(std::span<const float> logits) {
 
 void Sampler::record_logprobs(std::span<const float> logits, int32_t drawn) {
   if (params_.logprobs < 0) return;
+  if (params_.logprobs_after_sampling) {
+    record_sampled_logprobs(drawn);
+    return;
+  }
   double max = -std::numeric_limits<double>::infinity();
   for (float l : logits) max = std::max(max, static_cast<double>(l));
   double total = 0.0;
@@ -427,6 +431,23 @@ void Sampler::record_logprobs(std::span<const float> logits, int32_t drawn) {
   });
   DrawLogprobs out{{drawn, logprob(drawn)}, {}};
   for (size_t i = 0; i < n; ++i) out.top.push_back({order[i], logprob(order[i])});
+  last_logprobs_ = std::move(out);
+}
+
+// The draw's own distribution, candidates_ as sample() chose from them: the drawn token's
+// probability and the most likely kept tokens (a token the filters dropped had probability 0).
+void Sampler::record_sampled_logprobs(int32_t drawn) {
+  std::vector<Candidate> kept = candidates_;
+  std::sort(kept.begin(), kept.end(), [](const Candidate& a, const Candidate& b) {
+    return a.probability > b.probability || (a.probability == b.probability && a.token < b.token);
+  });
+  const auto logprob = [](float probability) { return static_cast<float>(std::log(static_cast<double>(probability))); };
+  DrawLogprobs out{{drawn, -std::numeric_limits<float>::infinity()}, {}};
+  for (const Candidate& c : kept) {
+    if (c.token == drawn) out.drawn.logprob = logprob(c.probability);
+  }
+  const size_t n = std::min(static_cast<size_t>(params_.logprobs), kept.size());
+  for (size_t i = 0; i < n; ++i) out.top.push_back({kept[i].token, logprob(kept[i].probability)});
   last_logprobs_ = std::move(out);
 }
 

@@ -38,6 +38,9 @@ struct SamplerParams {
   // grammar holds from it on, read as a token (as llama-server turns such words into trigger tokens).
   std::vector<std::string> grammar_triggers;
   int32_t logprobs = -1;  // report each draw's log-probability and this many alternatives; -1: off
+  // With logprobs: report the probabilities the draw chose by (after bias, penalties, filters, grammar and
+  // temperature: llama-server's post_sampling_probs), the alternatives among the tokens the filters kept.
+  bool logprobs_after_sampling = false;
 };
 
 // Throws Error INVALID_ARGUMENT naming the first setting out of range (by its TypeScript name).
@@ -69,7 +72,8 @@ struct TokenLogprob {
 };
 
 // A draw's log-probabilities as llama-server reports them by default: the log-softmax of the
-// model's logits as they came, before bias, penalties, filters, grammar and temperature.
+// model's logits as they came, before bias, penalties, filters, grammar and temperature (or, with
+// SamplerParams::logprobs_after_sampling, the logs of the probabilities the draw chose by).
 struct DrawLogprobs {
   TokenLogprob drawn;
   std::vector<TokenLogprob> top;  // the most likely tokens, most likely first
@@ -115,6 +119,7 @@ class Sampler {
   // A lazy grammar reads a generated token's text: watches for a trigger, then starts there.
   void watch_for_trigger(std::string_view piece);
   void record_logprobs(std::span<const float> logits, int32_t drawn);
+  void record_sampled_logprobs(int32_t drawn);
   // changes_ = the logits bias and penalties change, with their new values, by token.
   void find_changes(std::span<const float> logits);
   // adjusted_ = the logits with changes_ written over them.

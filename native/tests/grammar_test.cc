@@ -584,3 +584,26 @@ TEST(sampler_logprobs_are_the_raw_log_softmax) {
   off.sample(logits);
   CHECK(!off.last_logprobs().has_value());
 }
+
+TEST(sampler_logprobs_after_sampling_report_the_draws_own_distribution) {
+  // min_p 0.3 keeps tokens 1 and 2 (e^2 >= 0.3 e^3 > e^1), temperature 0.5 doubles their logits: the draw's
+  // probabilities are e^6 and e^4 over their sum, and tokens 0 and 3 are not among the alternatives.
+  const std::vector<float> logits{1.0f, 3.0f, 2.0f, 0.0f};
+  SamplerParams p;
+  p.temperature = 0.5f;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.3f;
+  p.logprobs = 3;
+  p.logprobs_after_sampling = true;
+  Sampler sampler(p);
+  const int32_t drawn = sampler.sample(logits);
+  const std::optional<DrawLogprobs>& lp = sampler.last_logprobs();
+  CHECK(lp.has_value());
+  const double total = std::exp(6.0) + std::exp(4.0);
+  CHECK(lp->top.size() == 2) << lp->top.size();
+  CHECK(lp->top[0].token == 1 && std::fabs(lp->top[0].logprob - (6.0 - std::log(total))) < 1e-5);
+  CHECK(lp->top[1].token == 2 && std::fabs(lp->top[1].logprob - (4.0 - std::log(total))) < 1e-5);
+  CHECK(lp->drawn.token == drawn && (drawn == 1 || drawn == 2));
+  CHECK(lp->drawn.logprob == lp->top[drawn == 1 ? 0 : 1].logprob);
+}

@@ -14,7 +14,7 @@ import os
 import pytest
 
 import utils
-from expected import SKIPPED, TEXT_OF_LLAMA_CPP_MODELS
+from expected import SKIPPED, TEXT_OF_LLAMA_CPP_MODELS, WRITES_ON
 
 MODELS = json.loads(os.environ["BLOOMERY_SUITE_MODELS"])
 
@@ -23,7 +23,9 @@ MODELS = json.loads(os.environ["BLOOMERY_SUITE_MODELS"])
 # tokens: a synthetic MoE with Qwen2.5-Coder's. The embedding preset (BERT bge-small) runs a synthetic
 # Qwen3-Embedding-like model (last-token pooling, EOS added to each input), the reranking one (jina-reranker) a
 # synthetic Qwen3-Reranker-like model (a cls.output head, rank pooling, a rerank template). The vision preset runs
-# the default model: bloomery-serve refuses images by name.
+# the default model: bloomery-serve refuses images by name. The tests of expected.py's WRITES_ON, which need a model
+# that writes until n_predict, run on tiny-qwen3moe-8k (random weights, 8192 tokens of which one ends a text) in
+# place of the default model.
 PRESET_MODELS = {
     "tinyllama2": "default",
     "stories15m_moe": "default",
@@ -33,6 +35,9 @@ PRESET_MODELS = {
     "jina_reranker_tiny": "reranker",
     "tinygemma3": "default",
 }
+
+# The model that stands for the default one in the tests of expected.py's WRITES_ON (set while such a test runs).
+_default_stand_in = None
 
 # Files the suite downloads besides its presets' models: the speculative tests' draft model.
 DOWNLOADS = {
@@ -45,7 +50,7 @@ def _on_our_model(make, model):
         server = make()
         server.model_hf_repo = None
         server.model_hf_file = None
-        server.model_file = MODELS[model]
+        server.model_file = MODELS[_default_stand_in if model == "default" and _default_stand_in else model]
         return server
 
     return staticmethod(make_server)
@@ -88,6 +93,21 @@ def pytest_collection_modifyitems(session, config, items):
         text = _listed(TEXT_OF_LLAMA_CPP_MODELS, item.nodeid)
         if text is not None:
             item.add_marker(pytest.mark.bloomery_text(text))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    # The suite's fixtures make each test's server: they run inside this hook.
+    global _default_stand_in
+    _default_stand_in = "writes_on" if _listed({key: True for key in WRITES_ON}, item.nodeid) else None
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item):
+    global _default_stand_in
+    yield
+    _default_stand_in = None
 
 
 @pytest.hookimpl(hookwrapper=True)

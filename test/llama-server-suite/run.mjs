@@ -91,6 +91,8 @@ function writeModels() {
     infill: synthetic("tiny-qwen3moe-fim"),
     embedding: synthetic("tiny-qwen3-embedding"),
     reranker: synthetic("tiny-qwen3-reranker"),
+    // A model that writes until n_predict, as TinyStories does (expected.py's WRITES_ON).
+    writes_on: synthetic("tiny-qwen3moe-8k"),
   };
 }
 

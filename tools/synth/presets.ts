@@ -158,6 +158,8 @@ export interface SynthPreset {
   vocab: VocabFamily;
   /** Pad the vocabulary to this many tokens (the real model's count); otherwise it is what buildVocab makes. */
   vocabSize?: number;
+  /** Pad with tokens that write text (buildVocab's `padWithText`) rather than unused ones. */
+  vocabPadText?: boolean;
   layers: number;
   embedding: number;
   heads: number;
@@ -797,6 +799,15 @@ export const PRESETS: Record<string, SynthPreset> = {
     ropeSections: undefined,
   },
   "tiny-qwen3moe": TINY_QWEN3MOE,
+  "tiny-qwen3moe-8k": {
+    ...TINY_QWEN3MOE,
+    name: "tiny-qwen3moe-8k",
+    description:
+      "tiny-qwen3moe with its vocabulary padded to 8192 tokens that write text: random weights then draw an end " +
+      "token about once in 8192, a model that writes until its limit (as llama-server's suite expects of TinyStories)",
+    vocabSize: 8192,
+    vocabPadText: true,
+  },
   "tiny-qwen3moe-fim": {
     ...TINY_QWEN3MOE,
     name: "tiny-qwen3moe-fim",

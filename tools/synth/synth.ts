@@ -462,7 +462,10 @@ export function planSyntheticModel(
     return type;
   };
 
-  const vocab = buildVocab(preset.vocab, preset.vocabSize === undefined ? {} : { size: preset.vocabSize });
+  const vocab = buildVocab(
+    preset.vocab,
+    preset.vocabSize === undefined ? {} : { size: preset.vocabSize, padWithText: preset.vocabPadText === true },
+  );
   const tensors = planTensors(preset, vocab.tokens.length, typeOf, seed);
 
   const fileType = preset.mix ? preset.fileType : FILE_TYPE[weightType];

@@ -5,7 +5,7 @@
  * Layout: ids 0-255 are the 256 byte symbols (GPT-2's byte-to-unicode mapping, in byte
  * order), then the tokens of the merges learned from {@link TRAINING_TEXT}, then the family's
  * special tokens, then (when a size is asked for) `[PAD<id>]` tokens of type "unused", as
- * llama.cpp's converter pads real vocabularies.
+ * llama.cpp's converter pads real vocabularies (or, asked, `tok<id>` tokens that write text).
  * @module
  */
 import { BloomeryError } from "../../src/errors.js";
@@ -38,6 +38,8 @@ export interface VocabOptions {
   merges?: number;
   /** Pad the vocabulary with unused tokens to exactly this size. */
   size?: number;
+  /** Pad with normal tokens spelled `tok<id>` instead, so that every token a model draws writes text. */
+  padWithText?: boolean;
 }
 
 /** The text the merges are learned from: English prose and a little code, written for this tool. */
@@ -283,8 +285,8 @@ export function buildVocab(family: VocabFamily, options: VocabOptions = {}): Syn
       });
     }
     while (tokens.length < options.size) {
-      tokens.push(`[PAD${tokens.length}]`);
-      types.push(TokenType.unused);
+      tokens.push(options.padWithText ? `tok${tokens.length}` : `[PAD${tokens.length}]`);
+      types.push(options.padWithText ? TokenType.normal : TokenType.unused);
     }
   }
   return {

@@ -23,13 +23,20 @@ const STOP_TYPES: Record<StopReason, string> = {
 /** llama-server's seed when none was set: LLAMA_DEFAULT_SEED, a fresh seed each request. */
 const DEFAULT_SEED = 0xffffffff;
 
-/** llama-server's `completion_probabilities` entries: a token, its log-probability and the most likely ones. */
-export function llamaProbabilities(model: Model, entries: readonly TokenLogprobs[]) {
+/**
+ * llama-server's `completion_probabilities` entries: a token, its log-probability and the most likely ones; with
+ * post_sampling_probs (logprobs of the draw's own distribution) the probabilities themselves, as `prob` and
+ * `top_probs`.
+ */
+export function llamaProbabilities(model: Model, entries: readonly TokenLogprobs[], postSampling = false) {
   const describe = (t: TokenLogprob) => {
     const token = model.detokenize([t.token], { special: true });
-    return { id: t.token, token, bytes: Array.from(Buffer.from(token, "utf8")), logprob: t.logprob };
+    const bytes = Array.from(Buffer.from(token, "utf8"));
+    return postSampling
+      ? { id: t.token, token, bytes, prob: Math.exp(t.logprob) }
+      : { id: t.token, token, bytes, logprob: t.logprob };
   };
-  return entries.map((e) => ({ ...describe(e), top_logprobs: e.top.map(describe) }));
+  return entries.map((e) => ({ ...describe(e), [postSampling ? "top_probs" : "top_logprobs"]: e.top.map(describe) }));
 }
 
 /** The request's sampling as llama-server's `generation_settings` reports it (its defaults where it set none). */
@@ -129,11 +136,12 @@ export class RunClock {
   }
 }
 
-/** The most tokens a request generates: what it asks, at most the server's -n. */
-export function cappedMaxTokens(context: ServerContext, requested: number | undefined): number | undefined {
-  const server = context.config.nPredict;
-  if (server === undefined) return requested;
-  return requested === undefined ? server : Math.min(requested, server);
+/**
+ * The most tokens a request generates: what it asks, else the server's -n (llama-server's n_predict_max: the request's
+ * n_predict where it sets one, the server's where it does not or sets -1).
+ */
+export function requestMaxTokens(context: ServerContext, requested: number | undefined): number | undefined {
+  return requested ?? context.config.nPredict;
 }
 
 /** ignore_eos as llama-server applies it: a logit bias of -infinity on every token that ends a generation. */
@@ -175,13 +183,13 @@ async function serveCompletion(
   pendingPrompts.catch(() => undefined);
   const stream = f.boolean("stream") ?? false;
   const returnTokens = f.boolean("return_tokens") ?? false;
-  const maxTokens = cappedMaxTokens(context, readMaxTokens(f, ["n_predict", "max_tokens"]));
+  const maxTokens = requestMaxTokens(context, readMaxTokens(f, ["n_predict", "max_tokens"]));
   const stop = f.strings("stop");
   const ignoreEos = f.boolean("ignore_eos") ?? false;
   const sampling = withIgnoreEos(model, readSampling(f, samplingDefaults(context)), ignoreEos);
   const nProbs = f.integer("n_probs", { min: 0, max: model.info.vocabSize }) ?? 0;
-  // Probabilities after the sampler's filters would need the sampler's own distribution, which it does not report.
-  f.unsupported("post_sampling_probs", (v) => v === false);
+  // The probabilities the draw chose by (after the sampler's filters and temperature) rather than the model's.
+  const postSampling = f.boolean("post_sampling_probs") ?? false;
   // bloomery samples in its engine always: llama-server's choice between its samplers changes nothing here.
   f.boolean("backend_sampling");
   const responseFields = f.strings("response_fields") ?? [];
@@ -196,7 +204,8 @@ async function serveCompletion(
   const prompts = await pendingPrompts;
   const promptTexts = prompts.map((prompt) => model.detokenize(prompt, { special: true }));
 
-  const options = { ...sampling, maxTokens, stop, ...(nProbs > 0 ? { logprobs: nProbs } : {}) };
+  const logprobs = nProbs > 0 ? { logprobs: nProbs, ...(postSampling ? { logprobsAfterSampling: true } : {}) } : {};
+  const options = { ...sampling, maxTokens, stop, ...logprobs };
   const settings = generationSettings(sampling, { maxTokens, stop, stream, nProbs, ignoreEos });
   const signal = clientSignal(reply);
   const final = (index: number, result: SlotRun, content: string) => {
@@ -219,7 +228,8 @@ async function serveCompletion(
       tokens_cached: result.timings.cachedPromptTokens + result.timings.promptTokens + result.tokens.length,
       timings: llamaTimings(result),
     };
-    if (!stream && result.logprobs) body.completion_probabilities = llamaProbabilities(model, result.logprobs);
+    if (!stream && result.logprobs)
+      body.completion_probabilities = llamaProbabilities(model, result.logprobs, postSampling);
     const picked = responseFields.length > 0 ? pickFields(body, responseFields) : body;
     return verbose ? { ...picked, __verbose: body } : picked;
   };
@@ -269,7 +279,7 @@ async function serveCompletion(
               content: piece.text,
               tokens: piece.tokens,
               ...(piece.logprobs?.length
-                ? { completion_probabilities: llamaProbabilities(model, piece.logprobs) }
+                ? { completion_probabilities: llamaProbabilities(model, piece.logprobs, postSampling) }
                 : {}),
             }),
           );

@@ -14,7 +14,7 @@ import { openAiLogprobs, readLogprobs, readMaxTokens, readSampling, samplingDefa
 import type { PromptProgress, ServeOptions, SlotChat } from "../slots.js";
 import { clientSignal, SseStream, streamReply } from "../sse.js";
 import { readOpenAiTools, type ToolOptions } from "../tools.js";
-import { cappedMaxTokens, RunClock } from "./llama-native.js";
+import { requestMaxTokens, RunClock } from "./llama-native.js";
 import { readOpenAiCommon } from "./openai-completions.js";
 
 /** A tool call as OpenAI's message carries it: arguments as JSON text. */
@@ -96,7 +96,7 @@ export function readChatRequest(
     options: {
       ...sampling,
       ...toolOptions,
-      maxTokens: cappedMaxTokens(context, maxTokens),
+      maxTokens: requestMaxTokens(context, maxTokens),
       stop,
       templateKwargs,
       parseReasoning: reasoningFormat !== "none",

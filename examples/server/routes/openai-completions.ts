@@ -7,7 +7,7 @@ import { Fields } from "../fields.js";
 import { finishReason, llamaTimings, promptTokens, responseId, SYSTEM_FINGERPRINT, unixSeconds } from "../responses.js";
 import { openAiLogprobs, readLogprobs, readMaxTokens, readSampling, samplingDefaults } from "../sampling.js";
 import { clientSignal, SseStream, streamReply } from "../sse.js";
-import { cappedMaxTokens } from "./llama-native.js";
+import { requestMaxTokens } from "./llama-native.js";
 
 /** The fields every OpenAI-style generation takes besides its prompt and sampling. */
 export function readOpenAiCommon(f: Fields): { stream: boolean; includeUsage: boolean; idSlot: number; n: number } {
@@ -49,7 +49,7 @@ export function registerOpenAiCompletions(app: FastifyInstance, context: ServerC
     const f = new Fields(request.body);
     const prompt = await readPrompt(f, model.info.vocabSize, (text) => promptTokens(model, text));
     const { stream, includeUsage, idSlot, n } = readOpenAiCommon(f);
-    const maxTokens = cappedMaxTokens(context, readMaxTokens(f, ["max_tokens", "n_predict"]));
+    const maxTokens = requestMaxTokens(context, readMaxTokens(f, ["max_tokens", "n_predict"]));
     const stop = f.strings("stop");
     const sampling = readSampling(f, samplingDefaults(context));
     const logprobs = readLogprobs(f, "completions");

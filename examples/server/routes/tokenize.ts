@@ -4,6 +4,7 @@
 import { setImmediate as yieldToEventLoop } from "node:timers/promises";
 import type { FastifyInstance } from "fastify";
 import type { Model } from "../../../src/index.js";
+import { chatKwargs, checkJinja, readChatShape, renderChatText } from "../chat-request.js";
 import type { ServerContext } from "../context.js";
 import { Fields } from "../fields.js";
 import { openAiMessages } from "../messages.js";
@@ -31,21 +32,18 @@ export function registerTokenize(app: FastifyInstance, context: ServerContext): 
     return { content: context.model.detokenize(tokens) };
   });
 
+  // llama-server answers the prompt its chat endpoints would run: the same template variables, reasoning edits
+  // and prefill as POST /v1/chat/completions.
   app.post("/apply-template", async (request) => {
     const f = new Fields(request.body);
     const messages = openAiMessages(f.raw("messages"));
-    const templateKwargs = context.templateKwargs(f.object("chat_template_kwargs"));
-    const addGenerationPrompt = f.boolean("add_generation_prompt");
     const { tools, toolChoice } = readOpenAiTools(f);
-    f.finish();
     const offered = toolChoice === "none" ? undefined : tools;
-    return {
-      prompt: await context.model.applyChatTemplateAsync(messages, {
-        templateKwargs,
-        addGenerationPrompt,
-        tools: offered,
-      }),
-    };
+    checkJinja(context, offered);
+    const templateKwargs = chatKwargs(context, offered, f.object("chat_template_kwargs"));
+    const shape = readChatShape(f, messages);
+    f.finish();
+    return { prompt: await renderChatText(context, shape, offered, templateKwargs) };
   });
 }
 
