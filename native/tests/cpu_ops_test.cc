@@ -220,6 +220,7 @@ TEST(cpu_softmax_sink_takes_its_share) {
     sum += got[i];
   }
   CHECK(std::fabs(sum - (1.0 - std::exp(static_cast<double>(sink) - 2.0) / total)) < 1e-6) << sum;
+}
 
 // The token step of this host's tier (vectors of the state's rows) against its scalar form (one
 // element at a time, the host's float dot a row): the same floats, bit for bit, over several
