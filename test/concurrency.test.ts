@@ -28,10 +28,8 @@ const TEMPLATE =
 // The timings need the cores to themselves: inside npm test other test files run beside this one
 // (a /health took 176 ms there while the heavy request ran), so it runs only when asked,
 // BLOOMERY_CONCURRENCY=required, alone: `BLOOMERY_CONCURRENCY=required npx vitest run
-// test/concurrency.test.ts`. It waits up to two minutes for the load to fall below the cores, then
-// runs, and fails rather than skips if it does not. It is not yet a CI step: alone on this 2-core
-// machine it still fails (issue 17's note): /health took 169 ms beside 8 MB of spaces to
-// /tokenize, and the 11 ms short request took 24-35 ms beside the grammar and schema.
+// test/concurrency.test.ts`, CI's step after npm test (.ci/run). It waits up to two minutes for the
+// load to fall below the cores, then runs, and fails rather than skips if it does not.
 const required = process.env.BLOOMERY_CONCURRENCY === "required";
 const cores = availableParallelism();
 const currentLoad = () => (loadavg() as [number])[0];

@@ -10,6 +10,7 @@
 #include "addon/async.h"
 #include "addon/bindings.h"
 #include "addon/errors.h"
+#include "base/low_priority.h"
 
 namespace bloomery::addon {
 
@@ -79,14 +80,17 @@ class TokenizerWrap : public Napi::ObjectWrap<TokenizerWrap> {
   }
 
   // tokenizeAsync(text, addSpecial, parseSpecial) -> Promise<Uint32Array>: the same on a worker
-  // thread (the text is copied first: a long text must not hold the JS thread while it tokenizes).
+  // thread (the text is copied first: a long text must not hold the JS thread while it tokenizes),
+  // at low priority (8 MB of text is seconds of a core that the engine's threads may need).
   Napi::Value tokenize_async(const Napi::CallbackInfo& info) {
     return guarded(info, [&]() -> Napi::Value {
       if (info.Length() < 1 || !info[0].IsString()) throw invalid(info.Env(), "tokenize(text): text must be a string");
       return run_async(
           info.Env(),
           [tokenizer = tokenizer_, text = info[0].As<Napi::String>().Utf8Value(), add_special = flag(info, 1),
-           parse_special = flag(info, 2)] { return tokenizer->tokenize(text, add_special, parse_special); },
+           parse_special = flag(info, 2)] {
+            return at_low_priority([&] { return tokenizer->tokenize(text, add_special, parse_special); });
+          },
           [](Napi::Env env, const std::vector<uint32_t>& ids) -> Napi::Value { return to_js(env, ids); });
     });
   }
