@@ -6,18 +6,16 @@
  * One worker, started on the first schema, converts them in turn; it holds the process open only
  * while a schema is being converted. Its code is json-schema-worker.ts, built as
  * dist/json-schema-worker.cjs beside the library; run from source (the tests), it is that .ts
- * file, which the tests' module loader compiles (test/ts-loader.mjs).
+ * file, which the tests' module hooks compile (test/child-loader.mjs, in the flags it inherits).
  * @module
  */
 import { Worker } from "node:worker_threads";
 import { BloomeryError, type BloomeryErrorCode } from "../errors.js";
 import type { SchemaAnswer, SchemaJob } from "./json-schema-worker.js";
 
+const FROM_SOURCE = import.meta.url.endsWith(".ts");
 /** The worker's file: beside this module's source, or beside the built library. */
-const WORKER_FILE = new URL(
-  import.meta.url.endsWith(".ts") ? "./json-schema-worker.ts" : "./json-schema-worker.cjs",
-  import.meta.url,
-);
+const WORKER_FILE = new URL(FROM_SOURCE ? "./json-schema-worker.ts" : "./json-schema-worker.cjs", import.meta.url);
 
 interface Job {
   resolve(grammar: string): void;
@@ -54,11 +52,12 @@ export function jsonSchemaToGrammarAsync(schema: unknown): Promise<string> {
 
 function ensureWorker(): Worker {
   if (worker) return worker;
-  const thread = new Worker(WORKER_FILE);
+  // The built worker takes none of the process's flags (an application's loaders are not its
+  // business); from source it needs the module hooks they register.
+  const thread = new Worker(WORKER_FILE, FROM_SOURCE ? {} : { execArgv: [] });
   thread.on("message", (answer: SchemaAnswer) => {
     const job = jobs.get(answer.id);
     jobs.delete(answer.id);
-    // Idle, it does not keep the process alive.
     if (jobs.size === 0) thread.unref();
     if ("grammar" in answer) job?.resolve(answer.grammar);
     else
@@ -77,6 +76,9 @@ function ensureWorker(): Worker {
     }
     jobs.clear();
   });
+  // Idle, it does not keep the process alive: each schema holds it open until its answer. (After
+  // the listeners: a 'message' listener refs the worker's port again.)
+  thread.unref();
   worker = thread;
   return thread;
 }
