@@ -16,6 +16,15 @@ export default defineConfig([
     outDir: "dist",
   },
   {
+    // The JSON schema worker's thread (src/grammar/json-schema-async.ts), a file of its own beside
+    // the library, which starts it.
+    entry: { "json-schema-worker": "src/grammar/json-schema-worker.ts" },
+    format: ["cjs"],
+    sourcemap: true,
+    target: "node20",
+    outDir: "dist",
+  },
+  {
     entry: {
       "synth-cli": "tools/synth/cli.ts",
       "inspect-cli": "tools/inspect/cli.ts",

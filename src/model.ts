@@ -511,15 +511,20 @@ export class Model extends EventEmitter<ModelEvents> {
    * The tokens of `text`. Special-token text (e.g. `<|im_start|>`) becomes its token only
    * with `special: true`; `addSpecial: true` adds the BOS/EOS tokens the model asks for. It runs
    * on this thread: for long texts (a megabyte takes a fraction of a second) use {@link tokenizeAsync}.
+   * `text` may be given as its UTF-8 bytes (a Uint8Array; bytes that are not UTF-8 are refused).
    */
-  tokenize(text: string, options: TokenizeOptions = {}): Uint32Array {
+  tokenize(text: string | Uint8Array, options: TokenizeOptions = {}): Uint32Array {
     this.#live();
     checkOptions(options, TOKENIZE_OPTIONS, "tokenize()");
     return this.#tokenizer.tokenize(text, options);
   }
 
-  /** {@link tokenize} on a worker thread, so this thread goes on meanwhile (short texts are tokenized at once). */
-  async tokenizeAsync(text: string, options: TokenizeOptions = {}): Promise<Uint32Array> {
+  /**
+   * {@link tokenize} on a worker thread, so this thread goes on meanwhile (short texts are tokenized at once).
+   * UTF-8 bytes (a Uint8Array) are read there as they are, not copied - a long text then never needs to be a
+   * string on this thread (a server passing a request's bytes on): leave them unchanged until the promise settles.
+   */
+  async tokenizeAsync(text: string | Uint8Array, options: TokenizeOptions = {}): Promise<Uint32Array> {
     this.#live();
     return this.#tokenizer.tokenizeAsync(text, options);
   }

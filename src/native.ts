@@ -232,9 +232,10 @@ export interface RawTokenizerInfo {
 
 /** native/addon/tokenizer.cc: a GGUF file's tokenizer. */
 export interface NativeTokenizer {
-  tokenize(text: string, addSpecial: boolean, parseSpecial: boolean): Uint32Array;
-  /** The same on a worker thread. */
-  tokenizeAsync(text: string, addSpecial: boolean, parseSpecial: boolean): Promise<Uint32Array>;
+  /** `text`: a string, or its UTF-8 bytes (checked by the caller: the addon reads them as they are). */
+  tokenize(text: string | Uint8Array, addSpecial: boolean, parseSpecial: boolean): Uint32Array;
+  /** The same on a worker thread; UTF-8 bytes are read there, and must not change until it settles. */
+  tokenizeAsync(text: string | Uint8Array, addSpecial: boolean, parseSpecial: boolean): Promise<Uint32Array>;
   detokenize(tokens: Uint32Array, special: boolean): string;
   info(): RawTokenizerInfo;
 }

@@ -4,7 +4,6 @@
  * @module
  */
 import { BloomeryError } from "./errors.js";
-import { jsonSchemaToGrammar } from "./grammar/json-schema.js";
 import type { NativeSamplerOptions } from "./native.js";
 import { optionKeys } from "./validate.js";
 
@@ -54,8 +53,11 @@ export interface SamplingOptions {
   /**
    * A JSON Schema the generated text must satisfy: it is turned into a grammar (see
    * `grammar`), so the text parses as JSON and validates against the schema. `{}` allows any
-   * JSON value, `{ type: "object" }` any object. Keywords the conversion cannot honour
-   * (`pattern`, `format`, `minimum`, ...) throw BloomeryError JSON_SCHEMA_UNSUPPORTED naming them.
+   * JSON value, `{ type: "object" }` any object. The conversion runs on a worker thread (see
+   * `jsonSchemaToGrammar` for what it supports); keywords it cannot honour (`pattern`, `format`,
+   * `minimum`, ...) end the generation before its first chunk with BloomeryError
+   * JSON_SCHEMA_UNSUPPORTED naming them, a schema past `JSON_SCHEMA_LIMITS` with
+   * JSON_SCHEMA_TOO_COMPLEX.
    */
   jsonSchema?: Readonly<Record<string, unknown>> | boolean;
   /**
@@ -157,13 +159,12 @@ export function nativeSamplerOptions(options: SamplingOptions, vocabSize: number
     if (typeof options.grammar !== "string") throw new BloomeryError("INVALID_ARGUMENT", "grammar must be a string");
     out.grammar = options.grammar;
   }
-  if (options.jsonSchema !== undefined) out.grammar = jsonSchemaToGrammar(options.jsonSchema);
   if (options.grammarTriggers !== undefined) {
     const triggers: unknown = options.grammarTriggers;
     if (!Array.isArray(triggers) || triggers.some((t) => typeof t !== "string" || t.length === 0)) {
       throw new BloomeryError("INVALID_ARGUMENT", "grammarTriggers must be an array of non-empty strings");
     }
-    if (out.grammar === undefined) {
+    if (out.grammar === undefined && options.jsonSchema === undefined) {
       throw new BloomeryError("INVALID_ARGUMENT", "grammarTriggers need a grammar or a jsonSchema");
     }
     out.grammarTriggers = [...(triggers as string[])];

@@ -11,6 +11,7 @@ import {
   type NativeSessionHandle,
   type NativeStateHandle,
 } from "./native.js";
+import { jsonSchemaToGrammarAsync } from "./grammar/json-schema-async.js";
 import { nativeSamplerOptions, SAMPLING_OPTIONS, StopStrings, type SamplingOptions } from "./sampling.js";
 import { checkOptions, checkPath, optionKeys, tokenIds } from "./validate.js";
 import { iterableWithResult } from "./run-iterable.js";
@@ -313,13 +314,14 @@ export class Session {
    *
    * The prompt may also be a promise of text (a prompt still being made, such as a rendered chat
    * template): the generation starts once it settles, and its rejection ends the generation with
-   * that error. A long prompt is tokenized, and a grammar parsed, on worker threads, so neither
-   * holds this thread.
+   * that error. A long prompt is tokenized, a JSON schema converted and a grammar parsed, on worker
+   * threads, so none of them holds this thread.
    *
    * Throws BloomeryError INVALID_ARGUMENT naming the option that is out of range or unknown, or the prompt token
    * that is not a token id of the vocabulary; SESSION_BUSY while another generation of the session is under way. A
-   * grammar that does not parse (GRAMMAR_INVALID) or goes past a limit (GRAMMAR_TOO_COMPLEX) ends the generation
-   * with that error before its first chunk.
+   * grammar that does not parse (GRAMMAR_INVALID) or goes past a limit (GRAMMAR_TOO_COMPLEX), and a JSON schema
+   * the conversion refuses (JSON_SCHEMA_UNSUPPORTED, JSON_SCHEMA_TOO_COMPLEX), end the generation with that error
+   * before its first chunk.
    */
   generate(prompt: string | ArrayLike<number> | PromiseLike<string>, options: GenerateOptions = {}): GenerateIterable {
     const handle = this.#idle("generate()");
@@ -346,12 +348,18 @@ export class Session {
       shown.set(token, tokenizer.detokenize([token], { special: true }));
     }
     const samplerOptions = nativeSamplerOptions(options, tokenizer.info.size);
+    const grammar =
+      options.jsonSchema === undefined ? samplerOptions.grammar : jsonSchemaToGrammarAsync(options.jsonSchema);
     const sampler =
-      samplerOptions.grammar === undefined
+      grammar === undefined
         ? Promise.resolve(callNative((a) => a.createSampler(samplerOptions, tokenizer.nativeTokenizer)))
-        : callNative((a) => a.createSamplerAsync(samplerOptions, tokenizer.nativeTokenizer)).catch((error: unknown) => {
-            throw fromNativeError(error);
-          });
+        : Promise.resolve(grammar)
+            .then((text) =>
+              callNative((a) => a.createSamplerAsync({ ...samplerOptions, grammar: text }, tokenizer.nativeTokenizer)),
+            )
+            .catch((error: unknown) => {
+              throw fromNativeError(error);
+            });
     // Token ids fit an Int32Array as they are: the tokenizer's array is read as one, not copied.
     const text = async (t: string) => {
       const ids = await tokenizer.tokenizeAsync(t, { special: true, addSpecial: true });

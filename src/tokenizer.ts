@@ -4,6 +4,7 @@
  * @internal
  * @module
  */
+import { isUtf8 } from "node:buffer";
 import { BloomeryError } from "./errors.js";
 import {
   callNative,
@@ -77,19 +78,22 @@ export class Tokenizer {
     return this.#native;
   }
 
-  /** The token ids of `text`, computed on this thread. */
-  tokenize(text: string, options: TokenizeOptions = {}): Uint32Array {
-    if (typeof text !== "string") throw new BloomeryError("INVALID_ARGUMENT", "tokenize(text): text must be a string");
+  /** The token ids of `text` (a string, or its UTF-8 bytes), computed on this thread. */
+  tokenize(text: string | Uint8Array, options: TokenizeOptions = {}): Uint32Array {
+    checkText(text);
     return callNative(() => this.#native.tokenize(text, options.addSpecial ?? true, options.special ?? false));
   }
 
   /**
-   * The token ids of `text`, computed on a worker thread of the addon when the text is long
-   * (a short one costs less than the trip, and is tokenized at once).
+   * The token ids of `text` (a string, or its UTF-8 bytes), computed on a worker thread of the
+   * addon when the text is long (a short one costs less than the trip, and is tokenized at once).
+   * Bytes are read there as they are, not copied: leave them unchanged until the promise settles.
    */
-  async tokenizeAsync(text: string, options: TokenizeOptions = {}): Promise<Uint32Array> {
-    if (typeof text !== "string") throw new BloomeryError("INVALID_ARGUMENT", "tokenize(text): text must be a string");
-    if (text.length <= SYNC_TOKENIZE_CHARS) return this.tokenize(text, options);
+  async tokenizeAsync(text: string | Uint8Array, options: TokenizeOptions = {}): Promise<Uint32Array> {
+    checkText(text);
+    if ((typeof text === "string" ? text.length : text.byteLength) <= SYNC_TOKENIZE_CHARS) {
+      return this.tokenize(text, options);
+    }
     const addSpecial = options.addSpecial ?? true;
     const special = options.special ?? false;
     return callNativeAsync(() => this.#native.tokenizeAsync(text, addSpecial, special));
@@ -114,6 +118,19 @@ export class Tokenizer {
 /** Reads the tokenizer of a GGUF file (a vocabulary-only file is enough). */
 export function openTokenizer(path: string): Tokenizer {
   return new Tokenizer(callNative((addon) => new addon.NativeTokenizer(path)));
+}
+
+/** Refuses a text that is neither a string nor UTF-8 bytes (the tokenizer reads bytes as UTF-8). */
+function checkText(text: unknown): asserts text is string | Uint8Array {
+  if (typeof text === "string") return;
+  if (!(text instanceof Uint8Array)) {
+    throw new BloomeryError(
+      "INVALID_ARGUMENT",
+      "tokenize(text): text must be a string or its UTF-8 bytes (a Uint8Array)",
+    );
+  }
+  if (!isUtf8(text))
+    throw new BloomeryError("INVALID_ARGUMENT", "tokenize(text): the bytes of text are not valid UTF-8");
 }
 
 function toIds(tokens: ArrayLike<number>): Uint32Array {

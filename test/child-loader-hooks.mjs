@@ -2,7 +2,6 @@
 // files are transpiled (types stripped, one file at a time, with vite's transformWithOxc) as they load.
 import { existsSync, readFileSync } from "node:fs";
 import { fileURLToPath, URL } from "node:url";
-import { transformWithOxc } from "vite";
 
 export async function resolve(specifier, context, next) {
   if (specifier.startsWith(".") && specifier.endsWith(".js") && context.parentURL?.startsWith("file:")) {
@@ -15,6 +14,8 @@ export async function resolve(specifier, context, next) {
 export async function load(url, context, next) {
   if (!url.startsWith("file:") || !url.endsWith(".ts")) return next(url, context);
   const fileName = fileURLToPath(url);
+  // Loaded on the first .ts file only: every vitest process registers these hooks, most never use them.
+  const { transformWithOxc } = await import("vite");
   const { code } = await transformWithOxc(readFileSync(fileName, "utf8"), fileName, { sourcemap: false });
   return { format: "module", source: code, shortCircuit: true };
 }

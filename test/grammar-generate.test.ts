@@ -92,12 +92,27 @@ describe("jsonSchema", () => {
     });
   }
 
-  it("refuses a keyword it cannot honour, by name, before generating", () => {
+  it("refuses a keyword it cannot honour, by name, before its first chunk", async () => {
     const session = model.createSession();
     const pattern = { type: "string", pattern: "^[a-z]+$" };
-    expect(() => session.generate(prompt, { jsonSchema: pattern })).toThrow(
-      expect.objectContaining({ code: "JSON_SCHEMA_UNSUPPORTED", message: expect.stringContaining('"pattern"') }),
-    );
+    const run = session.generate(prompt, { jsonSchema: pattern });
+    const chunks: unknown[] = [];
+    const error = await (async () => {
+      for await (const chunk of run) chunks.push(chunk);
+    })().catch((e: unknown) => e);
+    expect(chunks).toEqual([]);
+    await expect(run.result).rejects.toBe(error);
+    expect(error).toBeInstanceOf(BloomeryError);
+    expect(error).toMatchObject({ code: "JSON_SCHEMA_UNSUPPORTED", message: expect.stringContaining('"pattern"') });
+    expect(session.position).toBe(0);
+  });
+
+  it("refuses a schema that is not plain data (it converts on a worker thread)", async () => {
+    const run = model.createSession().generate(prompt, { jsonSchema: { enum: ["a", () => "b"] } });
+    await expect(run.result).rejects.toMatchObject({
+      code: "INVALID_ARGUMENT",
+      message: expect.stringContaining("plain data"),
+    });
   });
 });
 

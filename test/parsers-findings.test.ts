@@ -109,6 +109,23 @@ console.log(JSON.stringify(out));
     expect((out.hugeEnum as { ms: number }).ms).toBeLessThan(2000);
   }, 150_000);
 
+  it("a schema that is not plain data is refused, and the worker that converts schemas lets the process exit (SDK)", async () => {
+    const run = await runModule(
+      `
+import { loadModel } from "./dist/index.js";
+const model = await loadModel(${JSON.stringify(MODEL)}, { gpu: false, threads: 1 });
+const out = await model.createSession().generate("x", { maxTokens: 2, jsonSchema: { enum: ["a", () => "b"] } }).result.then(
+  () => ({}),
+  (error) => ({ code: error.code, message: error.message }),
+);
+model.dispose();
+console.log(JSON.stringify(out));
+`,
+      60_000,
+    );
+    expect(report(run)).toMatchObject({ code: "INVALID_ARGUMENT", message: expect.stringContaining("plain data") });
+  }, 90_000);
+
   it("a template looping 10^8 times (in constant memory) is stopped at its deadline: sync, async and in a chat (SDK)", async () => {
     const run = await runModule(
       `

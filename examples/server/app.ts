@@ -2,6 +2,7 @@
 // them), the API key check, llama-server's error shapes, the routes of each API family, and the drain
 // that shuts it down.
 import { timingSafeEqual } from "node:crypto";
+import type { Readable } from "node:stream";
 import Fastify, { type FastifyInstance, type FastifyRequest } from "fastify";
 import { BodyParser } from "./body.js";
 import { HttpError, sendError } from "./errors.js";
@@ -51,8 +52,9 @@ export function createApp(config: ServerConfig, options: AppOptions = {}): Serve
   const context = new ServerContext(config);
   const requestTimeout = (options.timeoutSeconds ?? 600) * 1000;
   const webui = options.webui ?? true;
+  const bodyLimit = options.bodyLimit ?? 8 * 1024 * 1024;
   const app = Fastify({
-    bodyLimit: options.bodyLimit ?? 8 * 1024 * 1024,
+    bodyLimit,
     logger: options.logger ?? false,
     // A shutdown answers new requests itself, in llama-server's error shape.
     return503OnClosing: false,
@@ -68,8 +70,8 @@ export function createApp(config: ServerConfig, options: AppOptions = {}): Serve
   // Bodies are JSON whatever their content type (curl -d sends form-urlencoded), and must be
   // valid UTF-8: a replacement character silently standing in for bad bytes would change the prompt.
   app.removeAllContentTypeParsers();
-  const bodies = new BodyParser();
-  app.addContentTypeParser("*", { parseAs: "buffer" }, (_request: FastifyRequest, body: Buffer) => bodies.parse(body));
+  const bodies = new BodyParser(bodyLimit);
+  app.addContentTypeParser("*", (request: FastifyRequest, payload: Readable) => bodies.parse(request, payload));
   app.addHook("onClose", () => bodies.close());
 
   const requests = new OpenRequests();

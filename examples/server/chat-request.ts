@@ -17,11 +17,17 @@ export interface ChatPrompt {
   templateKwargs?: Record<string, unknown>;
 }
 
+/**
+ * The months as strftime's %b writes them in llama.cpp's C locale. (toLocaleString's first call
+ * loads ICU's calendar data: 20 ms of the event loop, in the first chat after the start.)
+ */
+const MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+
 /** "%d %b %Y" and "%b %d %Y" of today, as llama.cpp gives templates their date. */
 function today(): { date_string: string; datetime: string } {
   const now = new Date();
   const day = String(now.getDate()).padStart(2, "0");
-  const month = now.toLocaleString("en-US", { month: "short" });
+  const month = MONTHS[now.getMonth()]!;
   return { date_string: `${day} ${month} ${now.getFullYear()}`, datetime: `${month} ${day} ${now.getFullYear()}` };
 }
 

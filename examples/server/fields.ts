@@ -1,6 +1,7 @@
 // Reading a JSON request body field by field. Every field a route reads is marked as known; any
 // other field is refused by name, so nothing a client asks for is silently ignored. A field sent
 // as null counts as absent, as OpenAI's API treats it.
+import { textBytes } from "./body.js";
 import { badField, HttpError } from "./errors.js";
 
 export type JsonObject = Record<string, unknown>;
@@ -46,6 +47,15 @@ export class Fields {
     const value = this.raw(name);
     if (value !== undefined && typeof value !== "string") throw this.bad(name, "must be a string");
     return value;
+  }
+
+  /**
+   * A string field, as its UTF-8 bytes when the body parser holds it so (a long string of a large
+   * body, see body.ts), for a consumer that takes text as UTF-8: the string is then never made.
+   */
+  text(name: string): string | Uint8Array | undefined {
+    this.#known.add(name);
+    return textBytes(this.#body, name) ?? this.string(name);
   }
 
   boolean(name: string): boolean | undefined {

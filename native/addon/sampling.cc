@@ -9,6 +9,7 @@
 #include "addon/async.h"
 #include "addon/bindings.h"
 #include "addon/errors.h"
+#include "base/low_priority.h"
 #include "engine/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -159,14 +160,16 @@ Napi::Value create_sampler(const Napi::CallbackInfo& info) {
 
 // createSamplerAsync(options, tokenizer?) -> Promise<sampler handle>: the settings are checked
 // at once (INVALID_ARGUMENT is thrown, not a rejection), the grammar is parsed on a worker thread
-// (up to a megabyte of it: kGrammarLimits), whose GRAMMAR_* errors reject the promise.
+// at low priority (up to a megabyte of it: kGrammarLimits), whose GRAMMAR_* errors reject the promise.
 Napi::Value create_sampler_async(const Napi::CallbackInfo& info) {
   return guarded(info, [&]() -> Napi::Value {
     SamplerArguments a = read_sampler_arguments(info);
     engine::validate(a.params);
     return run_async(
         info.Env(),
-        [a = std::move(a)]() mutable { return std::make_shared<engine::Sampler>(std::move(a.params), a.tokenizer); },
+        [a = std::move(a)]() mutable {
+          return at_low_priority([&] { return std::make_shared<engine::Sampler>(std::move(a.params), a.tokenizer); });
+        },
         [](Napi::Env env, const std::shared_ptr<engine::Sampler>& sampler) { return sampler_handle(env, sampler); });
   });
 }

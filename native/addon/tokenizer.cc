@@ -5,11 +5,13 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "addon/async.h"
 #include "addon/bindings.h"
 #include "addon/errors.h"
+#include "base/low_priority.h"
 
 namespace bloomery::addon {
 
@@ -35,6 +37,18 @@ Napi::Uint32Array to_js(Napi::Env env, const std::vector<uint32_t>& ids) {
   Napi::Uint32Array a = Napi::Uint32Array::New(env, ids.size());
   std::copy(ids.begin(), ids.end(), a.Data());
   return a;
+}
+
+// The ids as a Uint32Array over their own memory, moved out of `ids`: a long text's ids are
+// megabytes that a copy would write on the JS thread.
+Napi::Uint32Array to_js_moved(Napi::Env env, std::vector<uint32_t>& ids) {
+  if (ids.empty()) return Napi::Uint32Array::New(env, 0);
+  auto owned = std::make_unique<std::vector<uint32_t>>(std::move(ids));
+  Napi::ArrayBuffer memory = Napi::ArrayBuffer::New(
+      env, owned->data(), owned->size() * sizeof(uint32_t),
+      [](Napi::Env, void*, std::vector<uint32_t>* held) { delete held; }, owned.get());
+  const size_t count = owned.release()->size();
+  return Napi::Uint32Array::New(env, count, memory, 0);
 }
 
 Napi::String utf8(Napi::Env env, const std::string& bytes) {
@@ -69,26 +83,66 @@ class TokenizerWrap : public Napi::ObjectWrap<TokenizerWrap> {
   std::shared_ptr<const Tokenizer> shared() const { return tokenizer_; }
 
  private:
-  // tokenize(text, addSpecial, parseSpecial) -> Uint32Array
+  // tokenize(text, addSpecial, parseSpecial) -> Uint32Array; text is a string or its UTF-8 bytes
+  // (a Uint8Array, which the SDK has checked is UTF-8).
   Napi::Value tokenize(const Napi::CallbackInfo& info) {
     return guarded(info, [&]() -> Napi::Value {
-      if (info.Length() < 1 || !info[0].IsString()) throw invalid(info.Env(), "tokenize(text): text must be a string");
-      const std::string text = info[0].As<Napi::String>().Utf8Value();
+      if (const std::optional<Napi::Uint8Array> bytes = utf8_bytes(info)) {
+        return to_js(info.Env(), tokenizer_->tokenize(view(*bytes), flag(info, 1), flag(info, 2)));
+      }
+      const std::string text = text_arg(info).Utf8Value();
       return to_js(info.Env(), tokenizer_->tokenize(text, flag(info, 1), flag(info, 2)));
     });
   }
 
   // tokenizeAsync(text, addSpecial, parseSpecial) -> Promise<Uint32Array>: the same on a worker
-  // thread (the text is copied first: a long text must not hold the JS thread while it tokenizes).
+  // thread, at low priority (8 MB of text is seconds of a core that the engine's threads may need).
+  // A string is copied first (a long text must not hold the JS thread while it tokenizes); UTF-8
+  // bytes are read where they are, held by a reference until the promise settles: a multi-megabyte
+  // copy on the JS thread is what the bytes are for. The ids come back in their own memory, not copied.
   Napi::Value tokenize_async(const Napi::CallbackInfo& info) {
     return guarded(info, [&]() -> Napi::Value {
-      if (info.Length() < 1 || !info[0].IsString()) throw invalid(info.Env(), "tokenize(text): text must be a string");
+      const bool add_special = flag(info, 1);
+      const bool parse_special = flag(info, 2);
+      auto convert = [](Napi::Env env, std::vector<uint32_t>& ids) -> Napi::Value { return to_js_moved(env, ids); };
+      if (const std::optional<Napi::Uint8Array> bytes = utf8_bytes(info)) {
+        return run_async(
+            info.Env(),
+            [tokenizer = tokenizer_, text = view(*bytes),
+             held = std::make_shared<Napi::Reference<Napi::Uint8Array>>(Napi::Persistent(*bytes)), add_special,
+             parse_special] {
+              return at_low_priority([&] { return tokenizer->tokenize(text, add_special, parse_special); });
+            },
+            convert);
+      }
       return run_async(
           info.Env(),
-          [tokenizer = tokenizer_, text = info[0].As<Napi::String>().Utf8Value(), add_special = flag(info, 1),
-           parse_special = flag(info, 2)] { return tokenizer->tokenize(text, add_special, parse_special); },
-          [](Napi::Env env, const std::vector<uint32_t>& ids) -> Napi::Value { return to_js(env, ids); });
+          [tokenizer = tokenizer_, text = text_arg(info).Utf8Value(), add_special, parse_special] {
+            return at_low_priority([&] { return tokenizer->tokenize(text, add_special, parse_special); });
+          },
+          convert);
     });
+  }
+
+  // The first argument when it is UTF-8 bytes (a Uint8Array).
+  static std::optional<Napi::Uint8Array> utf8_bytes(const Napi::CallbackInfo& info) {
+    if (info.Length() < 1 || !info[0].IsTypedArray() ||
+        info[0].As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array) {
+      return std::nullopt;
+    }
+    return info[0].As<Napi::Uint8Array>();
+  }
+
+  static std::string_view view(const Napi::Uint8Array& bytes) {
+    return {reinterpret_cast<const char*>(bytes.Data()), bytes.ByteLength()};
+  }
+
+  // The first argument when it is a string; refused by name when it is neither a string nor UTF-8 bytes.
+  static Napi::String text_arg(const Napi::CallbackInfo& info) {
+    if (info.Length() < 1 || !info[0].IsString()) {
+      throw invalid(info.Env(), "tokenize(text): text must be a string or its UTF-8 bytes (a Uint8Array)");
+    }
+    return info[0].As<Napi::String>();
   }
 
   // detokenize(tokens, special) -> string (invalid UTF-8 shows as U+FFFD)

@@ -1,6 +1,7 @@
 // POST /tokenize, /detokenize and /apply-template, with llama-server's fields. The work runs off
 // the event loop (tokenizing and rendering on worker threads, pieces a slice at a time), so a
 // long text does not hold up the other requests.
+import { Readable } from "node:stream";
 import { setImmediate as yieldToEventLoop } from "node:timers/promises";
 import type { FastifyInstance } from "fastify";
 import type { Model } from "../../../src/index.js";
@@ -13,16 +14,18 @@ import { readOpenAiTools } from "../tools.js";
 export function registerTokenize(app: FastifyInstance, context: ServerContext): void {
   app.post("/tokenize", async (request, reply) => {
     const f = new Fields(request.body);
-    const content = f.string("content") ?? "";
+    // A long content stays the body's UTF-8 bytes (see body.ts): it is never a string here.
+    const content = f.text("content") ?? "";
     const addSpecial = f.boolean("add_special") ?? false;
     const parseSpecial = f.boolean("parse_special") ?? true;
     const withPieces = f.boolean("with_pieces") ?? false;
     f.finish();
     const model = context.model;
     const tokens = await model.tokenizeAsync(content, { special: parseSpecial, addSpecial });
-    // Written as JSON here, a slice at a time for the pieces: a long text's response is large.
-    const json = withPieces ? await piecesJson(model, tokens) : await idsJson(tokens);
-    return reply.type("application/json").send(json);
+    // Written as JSON here, a slice at a time, each sent as it is written: a long text's response
+    // is megabytes, which one string (and its UTF-8 for the socket) would write in one turn.
+    const json = withPieces ? piecesJson(model, tokens) : idsJson(tokens);
+    return reply.type("application/json").send(Readable.from(json, { objectMode: false }));
   });
 
   app.post("/detokenize", async (request) => {
@@ -54,27 +57,30 @@ const PIECES_PER_TURN = 4096;
 const IDS_PER_TURN = 65536;
 
 /** `{"tokens":[id, ...]}`, written a slice of tokens at a time. */
-async function idsJson(tokens: Uint32Array): Promise<string> {
-  const slices: string[] = [];
-  for (let start = 0; start < tokens.length; start += IDS_PER_TURN) {
-    if (start > 0) await yieldToEventLoop();
-    slices.push(tokens.subarray(start, start + IDS_PER_TURN).join(","));
-  }
-  return `{"tokens":[${slices.join(",")}]}`;
+async function* idsJson(tokens: Uint32Array): AsyncGenerator<Buffer> {
+  yield* jsonSlices(tokens, IDS_PER_TURN, (slice) => slice.join(","));
 }
 
 /** `{"tokens":[{"id","piece"}, ...]}`, written a slice of tokens at a time. */
-async function piecesJson(model: Model, tokens: Uint32Array): Promise<string> {
-  const slices: string[] = [];
-  for (let start = 0; start < tokens.length; start += PIECES_PER_TURN) {
+async function* piecesJson(model: Model, tokens: Uint32Array): AsyncGenerator<Buffer> {
+  yield* jsonSlices(tokens, PIECES_PER_TURN, (slice) => {
+    const pieces = Array.from(slice, (id) => ({ id, piece: model.detokenize([id], { special: true }) }));
+    return JSON.stringify(pieces).slice(1, -1);
+  });
+}
+
+/** `{"tokens":[...]}` of the tokens' slices as `write` writes them, a slice a turn. */
+async function* jsonSlices(
+  tokens: Uint32Array,
+  perTurn: number,
+  write: (slice: Uint32Array) => string,
+): AsyncGenerator<Buffer> {
+  yield Buffer.from('{"tokens":[');
+  for (let start = 0; start < tokens.length; start += perTurn) {
     if (start > 0) await yieldToEventLoop();
-    const slice = Array.from(tokens.subarray(start, start + PIECES_PER_TURN), (id) => ({
-      id,
-      piece: model.detokenize([id], { special: true }),
-    }));
-    slices.push(JSON.stringify(slice).slice(1, -1));
+    yield Buffer.from((start > 0 ? "," : "") + write(tokens.subarray(start, start + perTurn)));
   }
-  return `{"tokens":[${slices.join(",")}]}`;
+  yield Buffer.from("]}");
 }
 
 /** An array of token ids of the model's vocabulary. */
