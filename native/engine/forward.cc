@@ -372,16 +372,23 @@ void size_scratch(const HyperParams& p, int64_t n, ForwardScratch& s) {
   s.windowed_rope_angles.resize(windowed_rope_differs(p) ? static_cast<size_t>(n) : 0);
 }
 
+// Whether the hidden states kept for the model's MTP layer are normed (NextnLayer::normed_hidden).
+bool mtp_hidden_normed(const model::Model& model) {
+  return model.nextn_layers.empty() || model.nextn_layers.front().normed_hidden;
+}
+
 // Per row: its token's embedding (of `embedding`) into `into`, its rotation angles; and which rows
-// return logits and hidden states (s.logit_rows, s.hidden_rows). Returns the rows.
-int64_t begin_rows(const HyperParams& p, const cpu::WeightMatrix& embedding, std::span<const SequenceRows> batch,
+// return logits and hidden states (s.logit_rows, s.hidden_rows, s.hidden_normed). Returns the rows.
+int64_t begin_rows(const model::Model& model, const cpu::WeightMatrix& embedding, std::span<const SequenceRows> batch,
                    std::vector<float>& into, ForwardScratch& s) {
+  const HyperParams& p = model.params;
   int64_t n = 0;
   for (const SequenceRows& part : batch) n += static_cast<int64_t>(part.tokens.size());
   size_scratch(p, n, s);
   into.resize(static_cast<size_t>(n * p.embedding));
   s.logit_rows.clear();
   s.hidden_rows.clear();
+  s.hidden_normed.clear();
   int64_t row = 0;
   for (const SequenceRows& part : batch) {
     const int64_t rows = static_cast<int64_t>(part.tokens.size());
@@ -390,7 +397,10 @@ int64_t begin_rows(const HyperParams& p, const cpu::WeightMatrix& embedding, std
       cpu::rope_angles(p.rope, part.first_position + i, s.rope_angles[row]);
       if (windowed_rope_differs(p))
         cpu::rope_angles(p.windowed_rope, part.first_position + i, s.windowed_rope_angles[row]);
-      if (part.rows == LogitRows::kEmbeddings || part.keep_hidden) s.hidden_rows.push_back(row);
+      if (part.rows == LogitRows::kEmbeddings || part.keep_hidden) {
+        s.hidden_rows.push_back(row);
+        s.hidden_normed.push_back(part.rows == LogitRows::kEmbeddings || mtp_hidden_normed(model) ? 1 : 0);
+      }
       if (part.rows == LogitRows::kAll || (part.rows == LogitRows::kLast && i == rows - 1)) {
         s.logit_rows.push_back(row);
       }
@@ -399,15 +409,20 @@ int64_t begin_rows(const HyperParams& p, const cpu::WeightMatrix& embedding, std
   return n;
 }
 
-// The head: s.hidden_rows of s.residual normed by `norm` into s.hidden, and the logits of
-// s.logit_rows (normed, then times `output`).
+// The head: s.hidden_rows of s.residual into s.hidden (normed by `norm` where s.hidden_normed
+// says), and the logits of s.logit_rows (normed, then times `output`).
 void head(const model::Model& model, const float* norm, const cpu::WeightMatrix& output, std::vector<float>& logits,
           ForwardScratch& s, cpu::ThreadPool& pool) {
   const HyperParams& p = model.params;
   s.hidden.resize(s.hidden_rows.size() * static_cast<size_t>(p.embedding));
   for (size_t i = 0; i < s.hidden_rows.size(); ++i) {
-    cpu::rms_norm(s.residual.data() + s.hidden_rows[i] * p.embedding, 1, p.embedding, p.embedding, norm, p.rms_epsilon,
-                  s.hidden.data() + i * p.embedding, p.embedding);
+    const float* row = s.residual.data() + s.hidden_rows[i] * p.embedding;
+    if (s.hidden_normed[i]) {
+      cpu::rms_norm(row, 1, p.embedding, p.embedding, norm, p.rms_epsilon, s.hidden.data() + i * p.embedding,
+                    p.embedding);
+    } else {
+      std::copy_n(row, p.embedding, s.hidden.data() + i * p.embedding);
+    }
   }
   // The norm gathers the rows that return logits, so the output product reads only those.
   const auto out_rows = static_cast<int64_t>(s.logit_rows.size());
@@ -428,7 +443,7 @@ void head(const model::Model& model, const float* norm, const cpu::WeightMatrix&
 void forward(const model::Model& model, std::span<const SequenceRows> batch, std::vector<float>& logits,
              ForwardScratch& s, cpu::ThreadPool& pool, ExpertArena* arena) {
   const HyperParams& p = model.params;
-  const int64_t n = begin_rows(p, model.token_embedding, batch, s.residual, s);
+  const int64_t n = begin_rows(model, model.token_embedding, batch, s.residual, s);
   s.routed.assign(static_cast<size_t>(p.layers * p.experts), 0);
   for (int64_t l = 0; l < p.layers; ++l) {
     attention_block(p, model.layers[l].attention, l, n, batch, s, pool);
@@ -442,7 +457,7 @@ void forward_nextn(const model::Model& model, std::span<const SequenceRows> batc
   const HyperParams& p = model.params;
   const model::NextnLayer& m = model.nextn_layers.front();
   const cpu::WeightMatrix& embedding = m.embed_tokens.empty() ? model.token_embedding : m.embed_tokens;
-  const int64_t n = begin_rows(p, embedding, batch, s.concat, s);
+  const int64_t n = begin_rows(model, embedding, batch, s.concat, s);
   // Each row's [enorm(embedding), hnorm(hidden)], projected to the embedding by eh_proj.
   s.concat.resize(static_cast<size_t>(n * 2 * p.embedding));
   for (int64_t i = n - 1; i >= 0; --i) {

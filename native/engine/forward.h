@@ -40,9 +40,11 @@ struct ForwardScratch {
   std::vector<std::vector<float>> windowed_rope_angles;  // per row, where windowed layers rotate otherwise
   std::vector<int64_t> logit_rows;                       // the rows whose logits the pass returns
   std::vector<int64_t> hidden_rows;                      // the rows whose hidden states the pass returns
-  // The normed hidden states of every row of the kEmbeddings and keep_hidden parts, part after part
-  // (embedding floats each).
+  // The hidden states of every row of the kEmbeddings and keep_hidden parts, part after part
+  // (embedding floats each): after the output norm, but a keep_hidden part's before it where the
+  // model's MTP layer takes them so (model::NextnLayer::normed_hidden).
   std::vector<float> hidden;
+  std::vector<uint8_t> hidden_normed;  // per row of hidden_rows: it is normed
   cpu::MatmulInput input;
   cpu::Routing routing;
   cpu::MoeScratch moe;
@@ -63,8 +65,8 @@ struct SequenceRows {
   int64_t first_position = 0;
   KvCache* cache = nullptr;
   LogitRows rows = LogitRows::kLast;
-  // Also each row's hidden state after the output norm, in scratch.hidden (what the model's
-  // next-token-prediction layer takes with the next token: engine/mtp_draft.h).
+  // Also each row's hidden state as the model's next-token-prediction layer takes it with the next
+  // token (engine/mtp_draft.h), in scratch.hidden.
   bool keep_hidden = false;
 };
 
@@ -78,12 +80,13 @@ void forward(const model::Model& model, std::span<const SequenceRows> batch, std
 
 // The model's first next-token-prediction layer (model.nextn_layers, llama.cpp's nextn) over a
 // batch, as llama.cpp's MTP graphs run it: each row's token embedding (the layer's own, or the
-// model's) and `hidden` row (embedding floats per row of the batch: the hidden state, after the
-// output norm, of the position before), each RMS-normed, concatenated and projected by eh_proj;
-// then the layer's attention and FFN blocks, their keys and values in layer 0 of each part's cache
-// (a cache of the nextn layer: KvCache::nextn); then the head (the layer's shared head norm and
-// output, else the model's). Returns logits as forward() does, and the head-normed rows of
-// keep_hidden parts in scratch.hidden (what the layer takes for the next drafted token).
+// model's) and `hidden` row (embedding floats per row of the batch: the hidden state of the
+// position before, after the output norm or before it as NextnLayer::normed_hidden says), each
+// RMS-normed, concatenated and projected by eh_proj; then the layer's attention and FFN blocks,
+// their keys and values in layer 0 of each part's cache (a cache of the nextn layer:
+// KvCache::nextn); then the head (the layer's shared head norm and output, else the model's).
+// Returns logits as forward() does, and the rows of keep_hidden parts in scratch.hidden (head-normed
+// or not as normed_hidden says: what the layer takes for the next drafted token).
 void forward_nextn(const model::Model& model, std::span<const SequenceRows> batch, std::span<const float> hidden,
                    std::vector<float>& logits, ForwardScratch& scratch, cpu::ThreadPool& pool);
 
