@@ -12,9 +12,14 @@ import { checkOptions, optionKeys } from "./validate.js";
  * Where drafts come from: `"ngram"`, the tokens that followed the latest earlier occurrence of
  * the context's last few tokens (no extra model: strong when the output quotes or edits the
  * prompt, as code edits do); `"model"`, a small draft model with the same vocabulary
- * (loadModel's `draftModel`), drafting greedily.
+ * (loadModel's `draftModel`), drafting greedily; `"mtp"`, the model's own next-token-prediction
+ * layer (GLM-4.5+, DeepSeek-V3 and MiMo-V2 files carry one: `nextn_predict_layers`), chained for
+ * several tokens, as llama.cpp's draft-mtp runs it (on the CPU; refused with DRAFT_UNSUPPORTED for
+ * a file without one, a model with recurrent layers, or a model on the GPU). An `"mtp"` generation
+ * reuses only the prefix of its prompt that the session's MTP layer holds too (not a prefix from
+ * the prompt-state cache or a restored state): the rest is evaluated again.
  */
-export type DraftSource = "ngram" | "model";
+export type DraftSource = "ngram" | "model" | "mtp";
 
 /** Drafts in detail. */
 export interface DraftSettings {
@@ -24,8 +29,8 @@ export interface DraftSettings {
   /** A draft shorter than this is not verified (default 0; llama-server's `--draft-min`). */
   min?: number;
   /**
-   * `"model"` drafts: the draft ends before a token the draft model gives less probability than this (default 0;
-   * llama-server's `--draft-p-min`).
+   * `"model"` and `"mtp"` drafts: the draft ends before a token the drafter gives less probability than this
+   * (default 0; llama-server's `--draft-p-min`).
    */
   pMin?: number;
   /**
@@ -43,21 +48,12 @@ export interface DraftSettings {
 /**
  * The `draft` option of {@link loadModel} (the default of every run) and of one generation or chat:
  * `false` or `"off"`: no drafts; `"auto"` (loadModel's default): `"model"` when loadModel was given a
- * `draftModel`, else none; a {@link DraftSource} or {@link DraftSettings}. `"mtp"` (a model's own
- * next-token-prediction layers) is refused (DRAFT_UNSUPPORTED): bloomery does not run them yet.
+ * `draftModel`, else none; a {@link DraftSource} or {@link DraftSettings}.
  */
-export type DraftOption = false | "off" | "auto" | "mtp" | DraftSource | DraftSettings;
+export type DraftOption = false | "off" | "auto" | DraftSource | DraftSettings;
 
-/** What the addon takes: engine::DraftOptions. @internal */
-export interface NativeDraftOptions {
-  source: DraftSource;
-  max?: number;
-  min?: number;
-  pMin?: number;
-  adaptive?: boolean;
-  ngramMax?: number;
-  ngramMin?: number;
-}
+/** What the addon takes (engine::DraftOptions): the settings, checked. @internal */
+export type NativeDraftOptions = DraftSettings;
 
 /** engine::kMaxDraft and kDefaultDraftMax. */
 const MAX_DRAFT = 64;
@@ -75,21 +71,14 @@ const SETTINGS = optionKeys<DraftSettings>()({
 
 /**
  * The drafts `option` asks for, undefined for none; `hasDraftModel`: loadModel was given one.
- * Throws INVALID_ARGUMENT for an option it does not know, DRAFT_UNSUPPORTED for `"mtp"` and for
- * `"model"` without a draft model. @internal
+ * Throws INVALID_ARGUMENT for an option it does not know, DRAFT_UNSUPPORTED for `"model"` without a
+ * draft model (the engine refuses `"mtp"` where the model cannot run it). @internal
  */
 export function resolveDraft(option: unknown, hasDraftModel: boolean): NativeDraftOptions | undefined {
   if (option === undefined || option === "auto") return hasDraftModel ? { source: "model" } : undefined;
   if (option === false || option === "off") return undefined;
-  if (option === "mtp") {
-    throw new BloomeryError(
-      "DRAFT_UNSUPPORTED",
-      'draft "mtp": bloomery does not run a model\'s next-token-prediction layers yet; use "ngram" or "model"',
-      { draft: option },
-    );
-  }
   const settings: DraftSettings | undefined =
-    option === "ngram" || option === "model"
+    option === "ngram" || option === "model" || option === "mtp"
       ? { source: option }
       : typeof option === "object" && option !== null && !Array.isArray(option)
         ? (option as DraftSettings)
@@ -97,13 +86,15 @@ export function resolveDraft(option: unknown, hasDraftModel: boolean): NativeDra
   if (!settings) {
     throw new BloomeryError(
       "INVALID_ARGUMENT",
-      'draft must be false, "off", "auto", "ngram", "model" or { source, max?, min?, pMin?, adaptive? }',
+      'draft must be false, "off", "auto", "ngram", "model", "mtp" or { source, max?, min?, pMin?, adaptive? }',
       { draft: option },
     );
   }
   checkOptions(settings, SETTINGS, "draft");
-  if (settings.source !== "ngram" && settings.source !== "model") {
-    throw new BloomeryError("INVALID_ARGUMENT", 'draft.source must be "ngram" or "model"', { source: settings.source });
+  if (settings.source !== "ngram" && settings.source !== "model" && settings.source !== "mtp") {
+    throw new BloomeryError("INVALID_ARGUMENT", 'draft.source must be "ngram", "model" or "mtp"', {
+      source: settings.source,
+    });
   }
   if (settings.source === "model" && !hasDraftModel) {
     throw new BloomeryError("DRAFT_UNSUPPORTED", "model drafts need a draft model: loadModel's draftModel option");

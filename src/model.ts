@@ -958,8 +958,8 @@ export async function loadModel(pathOrReference: string, options: LoadModelOptio
     checkPath(options.draftModel, "loadModel()'s draftModel");
     nativeOptions.draftModel = options.draftModel;
   }
-  // Refused now rather than at the first run.
-  resolveDraft(options.draft, options.draftModel !== undefined);
+  // Refused now rather than at the first run (MTP drafts where the model cannot run them by the engine, at load).
+  if (resolveDraft(options.draft, options.draftModel !== undefined)?.source === "mtp") nativeOptions.mtpDrafts = true;
   const plan = gpu ? await gpuPlan(path, gpu, options) : await cpuPlan(path, options);
   if (gpu) nativeOptions.gpu = plan ? { ...gpu, experts: plan.layers.map((layer) => layer.gpu) } : gpu;
   if (plan && plan.arena.slots > 0) {

@@ -147,6 +147,8 @@ export interface NativeLoadOptions {
   disk?: { experts: number[][]; arenaBytes: number };
   /** The file of a draft model (engine::DraftModel). */
   draftModel?: string;
+  /** Runs draft with the model's MTP layer by default: refused at load where it cannot (engine::check_mtp_drafts). */
+  mtpDrafts?: boolean;
 }
 
 /** The functions the addon exports (native/addon). */
@@ -185,6 +187,10 @@ export interface NativeAddon {
   sessionReset(session: NativeSessionHandle): void;
   sessionPosition(session: NativeSessionHandle): number;
   disposeSession(session: NativeSessionHandle): void;
+  /** The MTP layer's logits at `token` appended to the session's context, from its MTP rows (tests). */
+  sessionMtpLogits(session: NativeSessionHandle, token: number): Float32Array;
+  /** The MTP layer's logits after `tokens`, evaluated afresh in one pass each (tests: engine::mtp_reference_logits). */
+  modelMtpReferenceLogits(model: NativeModelHandle, tokens: Int32Array): Float32Array;
   createSampler(options: NativeSamplerOptions, tokenizer?: NativeTokenizer): NativeSamplerHandle;
   /** The same with the grammar parsed on a worker thread; the settings are checked at once (thrown). */
   createSamplerAsync(options: NativeSamplerOptions, tokenizer?: NativeTokenizer): Promise<NativeSamplerHandle>;

@@ -149,7 +149,7 @@ function drafts(options: ServeOptions): { draft: DraftSettings | false; draftMod
   if (type === "none") return { draft: false, ...draftModel };
   return {
     draft: {
-      source: type === "draft-simple" ? "model" : "ngram",
+      source: type === "draft-simple" ? "model" : type === "draft-mtp" ? "mtp" : "ngram",
       ...(options.draftMax !== undefined ? { max: options.draftMax } : {}),
       ...(options.draftMin !== undefined ? { min: options.draftMin } : {}),
       ...(options.draftPMin !== undefined ? { pMin: options.draftPMin } : {}),

@@ -7,7 +7,7 @@ import { DRAIN_SECONDS } from "./drain.js";
 import { POOLINGS, type Pooling } from "../../src/index.js";
 
 /** --spec-type's draft sources bloomery runs (llama.cpp's names). */
-const SPEC_TYPES = ["none", "draft-simple", "ngram-simple"] as const;
+const SPEC_TYPES = ["none", "draft-simple", "ngram-simple", "draft-mtp"] as const;
 /** engine::kDefaultDraftMax. */
 const DEFAULT_DRAFT_MAX = 16;
 
@@ -370,8 +370,9 @@ export const FLAGS: readonly Flag[] = [
     env: "LLAMA_ARG_SPEC_TYPE",
     kind: "string",
     help:
-      "speculative decoding's draft source: none, draft-simple (the -md model; the default with -md) or " +
-      "ngram-simple (the tokens that followed the context's last n-gram earlier in it); others are refused",
+      "speculative decoding's draft source: none, draft-simple (the -md model; the default with -md), " +
+      "ngram-simple (the tokens that followed the context's last n-gram earlier in it) or draft-mtp (the " +
+      "model's own next-token-prediction layer); others are refused",
     apply: (o, v, name) => (o.specType = readChoice(v as string, name, SPEC_TYPES)),
   },
   {
@@ -676,10 +677,10 @@ function checkDrafts(o: ServeOptions): void {
         ["--draft-p-min", o.draftPMin],
       ] as const
     ).find(([, value]) => value !== undefined);
-    if (set) throw new UsageError(`${set[0]} needs a draft source: -md or --spec-type ngram-simple`);
+    if (set) throw new UsageError(`${set[0]} needs a draft source: -md or --spec-type ngram-simple|draft-mtp`);
   }
-  if (o.draftPMin !== undefined && source !== "draft-simple") {
-    throw new UsageError("--draft-p-min applies to a draft model's drafts (-md) only");
+  if (o.draftPMin !== undefined && source !== "draft-simple" && source !== "draft-mtp") {
+    throw new UsageError("--draft-p-min applies to a draft model's (-md) and MTP drafts only");
   }
   if (o.draftMin !== undefined && o.draftMin > (o.draftMax ?? DEFAULT_DRAFT_MAX)) {
     throw new UsageError("--draft-min must be at most --draft-max");

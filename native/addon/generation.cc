@@ -64,7 +64,7 @@ int32_t draft_integer(Napi::Object o, const char* name, int32_t fallback) {
   return static_cast<int32_t>(d);
 }
 
-// { source: "ngram" | "model", max?, min?, pMin?, adaptive?, ngramMax?, ngramMin? } (engine::DraftOptions; the
+// { source: "ngram" | "model" | "mtp", max?, min?, pMin?, adaptive?, ngramMax?, ngramMin? } (engine::DraftOptions; the
 // ranges are checked by Scheduler::generate); undefined: no drafts.
 engine::DraftOptions draft_options(Napi::Value value) {
   engine::DraftOptions d;
@@ -77,8 +77,10 @@ engine::DraftOptions draft_options(Napi::Value value) {
     d.source = engine::DraftSource::kNgram;
   } else if (name == "model") {
     d.source = engine::DraftSource::kModel;
+  } else if (name == "mtp") {
+    d.source = engine::DraftSource::kMtp;
   } else {
-    throw to_js_error(value.Env(), "INVALID_ARGUMENT", "draft.source must be \"ngram\" or \"model\"");
+    throw to_js_error(value.Env(), "INVALID_ARGUMENT", "draft.source must be \"ngram\", \"model\" or \"mtp\"");
   }
   d.max = draft_integer(o, "max", d.max);
   d.min = draft_integer(o, "min", d.min);

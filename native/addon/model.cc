@@ -293,6 +293,7 @@ Napi::Value load_model(const Napi::CallbackInfo& info) {
         if (!draft_model.IsString()) throw to_js_error(info.Env(), "INVALID_ARGUMENT", "draftModel must be a path");
         options.draft_model = draft_model.As<Napi::String>().Utf8Value();
       }
+      options.mtp_drafts = o.Get("mtpDrafts").ToBoolean().Value();
     }
     options.fault_in_weights = map.mmap;
     std::shared_ptr<LoadListener> listener;
@@ -565,6 +566,35 @@ Napi::Value session_position(const Napi::CallbackInfo& info) {
   });
 }
 
+Napi::Float32Array float_array(Napi::Env env, const std::vector<float>& values) {
+  Napi::Float32Array out = Napi::Float32Array::New(env, values.size());
+  std::copy(values.begin(), values.end(), out.Data());
+  return out;
+}
+
+// sessionMtpLogits(session, token) -> Float32Array: engine::Session::mtp_logits (tests).
+Napi::Value session_mtp_logits(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    std::shared_ptr<engine::Session> session = live(unwrap<SessionHandle>(info, 0, kSessionTag, "session"), info.Env());
+    if (info.Length() < 2 || !info[1].IsNumber())
+      throw to_js_error(info.Env(), "INVALID_ARGUMENT", "token must be a number");
+    return float_array(info.Env(), session->mtp_logits(info[1].As<Napi::Number>().Int32Value()));
+  });
+}
+
+// modelMtpReferenceLogits(model, tokens: Int32Array) -> Float32Array: engine::mtp_reference_logits (tests).
+Napi::Value model_mtp_reference_logits(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    engine::Runtime& runtime = live(unwrap<ModelHandle>(info, 0, kModelTag, "model"), info.Env());
+    if (info.Length() < 2 || !info[1].IsTypedArray() ||
+        info[1].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array) {
+      throw to_js_error(info.Env(), "INVALID_ARGUMENT", "tokens must be an Int32Array");
+    }
+    const Napi::Int32Array tokens = info[1].As<Napi::Int32Array>();
+    return float_array(info.Env(), runtime.mtp_reference_logits(std::span(tokens.Data(), tokens.ElementLength())));
+  });
+}
+
 Napi::Value dispose_session(const Napi::CallbackInfo& info) {
   return guarded(info, [&]() -> Napi::Value {
     SessionHandle& handle = unwrap<SessionHandle>(info, 0, kSessionTag, "session");
@@ -600,6 +630,9 @@ void register_model(Napi::Env env, Napi::Object exports) {
   exports.Set("sessionReset", Napi::Function::New(env, session_reset, "sessionReset"));
   exports.Set("sessionPosition", Napi::Function::New(env, session_position, "sessionPosition"));
   exports.Set("disposeSession", Napi::Function::New(env, dispose_session, "disposeSession"));
+  exports.Set("sessionMtpLogits", Napi::Function::New(env, session_mtp_logits, "sessionMtpLogits"));
+  exports.Set("modelMtpReferenceLogits",
+              Napi::Function::New(env, model_mtp_reference_logits, "modelMtpReferenceLogits"));
 }
 
 }  // namespace bloomery::addon

@@ -13,7 +13,11 @@ namespace bloomery::cpu {
 
 BLOOMERY_CPU_AVX512 void softmax_avx512(float* x, int64_t n, SoftmaxTail tail, const float* sink) {
   __m512 max = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  for (int64_t i = 0; i < n; i += 16) max = _mm512_mask_max_ps(max, tail_mask(i, n), _mm512_loadu_ps(x + i), max);
+  // The last block's load is masked too: a row may end just before memory that is not mapped.
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tail_mask(i, n);
+    max = _mm512_mask_max_ps(max, m, _mm512_maskz_loadu_ps(m, x + i), max);
+  }
   float row_max = _mm512_reduce_max_ps(max);
   if (sink) row_max = *sink > row_max ? *sink : row_max;
   const __m512 row_max16 = _mm512_set1_ps(row_max);

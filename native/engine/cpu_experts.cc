@@ -13,10 +13,9 @@ constexpr int64_t kReadAheadExperts = 8;
 
 }  // namespace
 
-void run_cpu_experts(const model::Model& model, int64_t layer, const float* x, int64_t n, const cpu::Routing& routing,
-                     std::span<const uint8_t> run_expert, ExpertArena* arena, float* out, cpu::MoeScratch& s,
-                     cpu::ThreadPool& pool) {
-  const model::LayerWeights& w = model.layers[layer];
+void run_cpu_experts(const model::Model& model, const model::LayerWeights& w, int64_t layer, const float* x, int64_t n,
+                     const cpu::Routing& routing, std::span<const uint8_t> run_expert, ExpertArena* arena, float* out,
+                     cpu::MoeScratch& s, cpu::ThreadPool& pool) {
   const model::RoutedExperts& r = w.ffn.routed;
   const cpu::ExpertActivation& activation = model.params.activation;
   if (!arena || !arena->pages_layer(layer)) {

@@ -16,6 +16,8 @@ std::string_view draft_source_name(DraftSource source) {
       return "ngram";
     case DraftSource::kModel:
       return "model";
+    case DraftSource::kMtp:
+      return "mtp";
   }
   return "none";
 }
@@ -64,6 +66,16 @@ std::vector<int32_t> ngram_draft(std::span<const int32_t> context, int32_t width
     extended.insert(extended.end(), more.begin(), more.end());
   }
   return {extended.begin() + static_cast<ptrdiff_t>(drafted_from), extended.end()};
+}
+
+int32_t confident_draft_token(std::span<const float> logits, float p_min) {
+  const auto best = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  if (p_min > 0) {
+    double sum = 0;
+    for (const float logit : logits) sum += std::exp(double(logit) - double(logits[best]));
+    if (1.0 / sum < p_min) return -1;
+  }
+  return best;
 }
 
 void PassCosts::record(int64_t rows, double seconds) {
@@ -214,15 +226,11 @@ void DraftModel::propose(std::span<DraftJob> jobs, int64_t step_tokens, cpu::Thr
       job.sequence->tokens.insert(job.sequence->tokens.end(), rows[i].begin(), rows[i].end());
       if (at.next < job.context.size()) at.next += rows[i].size();
       if (at.next < job.context.size()) continue;
-      const float* logits = logits_.data() + b * static_cast<size_t>(vocab);
-      const auto best = static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
-      if (job.p_min > 0) {
-        double sum = 0;
-        for (int64_t t = 0; t < vocab; ++t) sum += std::exp(double(logits[t]) - double(logits[best]));
-        if (1.0 / sum < job.p_min) {
-          at.done = true;
-          continue;
-        }
+      const int32_t best =
+          confident_draft_token(std::span(logits_.data() + b * static_cast<size_t>(vocab), vocab), job.p_min);
+      if (best < 0) {
+        at.done = true;
+        continue;
       }
       job.drafted->push_back(best);
       // Nothing follows the end of the generation.

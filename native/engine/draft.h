@@ -29,8 +29,10 @@ enum class DraftSource : uint8_t {
   kNone,
   kNgram,  // self-speculation: the tokens that followed the latest earlier occurrence of the context's last n-gram
   kModel,  // a small draft model with the target's vocabulary, drafting greedily
+  kMtp,    // the model's own next-token-prediction layer, chained (engine/mtp_draft.h)
 };
-// "none", "ngram", "model": the names src/ uses.
+inline constexpr size_t kDraftSources = 4;
+// "none", "ngram", "model", "mtp": the names src/ uses.
 std::string_view draft_source_name(DraftSource source);
 
 inline constexpr int32_t kDefaultDraftMax = 16;
@@ -41,7 +43,7 @@ struct DraftOptions {
   DraftSource source = DraftSource::kNone;
   int32_t max = kDefaultDraftMax;  // the most tokens drafted for one pass
   int32_t min = 0;                 // a proposal shorter than this is not verified (llama.cpp's --draft-min)
-  float p_min = 0.0f;              // a model draft ends before a token the draft model gives less probability
+  float p_min = 0.0f;              // a model or MTP draft ends before a token its drafter gives less probability
   bool adaptive = true;            // the width follows measured cost and acceptance (DraftWidth); false: always max
   int32_t ngram_max = 4;           // the longest n-gram the ngram source looks up
   int32_t ngram_min = 2;           // the shortest
@@ -54,6 +56,9 @@ void validate(const DraftOptions& options);
 // (n from ngram_max down to ngram_min, the longest that occurs), and after them what the same
 // lookup finds for the context with them, at most `width` tokens in all.
 std::vector<int32_t> ngram_draft(std::span<const int32_t> context, int32_t width, int32_t ngram_max, int32_t ngram_min);
+
+// A drafter's greedy token from its logits: the most likely, or -1 when its probability is below p_min.
+int32_t confident_draft_token(std::span<const float> logits, float p_min);
 
 // Seconds of a forward pass by its rows: measured (a moving average per row count),
 // interpolated linearly between widths measured, and beyond the widest measured 5% more per row

@@ -292,10 +292,9 @@ void mla_attention(const HyperParams& p, const model::AttentionWeights& a, int64
   std::copy_n(s.projected.data(), n * p.heads * m.value_dim, s.attention.data());
 }
 
-void attention_block(const model::Model& model, int64_t layer, int64_t n, std::span<const SequenceRows> batch,
-                     ForwardScratch& s, cpu::ThreadPool& pool) {
-  const HyperParams& p = model.params;
-  const model::AttentionWeights& a = model.layers[layer].attention;
+// `a` over the n rows of s.residual, keeping its keys and values in layer `layer` of each part's cache.
+void attention_block(const HyperParams& p, const model::AttentionWeights& a, int64_t layer, int64_t n,
+                     std::span<const SequenceRows> batch, ForwardScratch& s, cpu::ThreadPool& pool) {
   cpu::rms_norm(s.residual.data(), n, p.embedding, p.embedding, a.norm, p.rms_epsilon, s.normed.data(), p.embedding);
   switch (a.kind) {
     case model::AttentionKind::kGqa:
@@ -332,27 +331,31 @@ void swiglu_ffn(const model::SwigluWeights& w, int64_t n, float* out, ForwardScr
   cpu::matmul(w.down, s.input, out, pool);
 }
 
-void routed_experts(const model::Model& model, int64_t layer, int64_t n, ExpertArena* arena, ForwardScratch& s,
-                    cpu::ThreadPool& pool) {
+// The routed experts of `w`, the file's layer `layer`: a layer a pass runs counts its routing in
+// s.routed (a next-token-prediction layer's is not counted).
+void routed_experts(const model::Model& model, const model::LayerWeights& w, int64_t layer, int64_t n,
+                    ExpertArena* arena, ForwardScratch& s, cpu::ThreadPool& pool) {
   const HyperParams& p = model.params;
-  const model::RoutedExperts& r = model.layers[layer].ffn.routed;
+  const model::RoutedExperts& r = w.ffn.routed;
   s.input.reset(s.normed.data(), n, p.embedding);
   cpu::matmul(r.router, s.input, s.router_logits.data(), pool);
   add_bias(s.router_logits.data(), n, p.experts, r.router_bias);
   cpu::route(s.router_logits.data(), n, p.experts, p.experts_used, p.router, r.selection_bias, s.routing);
-  for (const int32_t e : s.routing.experts) ++s.routed[static_cast<size_t>(layer * p.experts + e)];
-  run_cpu_experts(model, layer, s.normed.data(), n, s.routing, {}, arena, s.projected.data(), s.moe, pool);
+  if (layer < p.layers) {
+    for (const int32_t e : s.routing.experts) ++s.routed[static_cast<size_t>(layer * p.experts + e)];
+  }
+  run_cpu_experts(model, w, layer, s.normed.data(), n, s.routing, {}, arena, s.projected.data(), s.moe, pool);
 }
 
 // The FFN: the routed experts and the dense (or shared) SwiGLU, added to the residual in
 // llama.cpp's order (the routed sum plus the shared output, then the residual).
-void ffn_block(const model::Model& model, int64_t layer, int64_t n, ExpertArena* arena, ForwardScratch& s,
-               cpu::ThreadPool& pool) {
+void ffn_block(const model::Model& model, const model::LayerWeights& w, int64_t layer, int64_t n, ExpertArena* arena,
+               ForwardScratch& s, cpu::ThreadPool& pool) {
   const HyperParams& p = model.params;
-  const model::FfnWeights& f = model.layers[layer].ffn;
+  const model::FfnWeights& f = w.ffn;
   cpu::rms_norm(s.residual.data(), n, p.embedding, p.embedding, f.norm, p.rms_epsilon, s.normed.data(), p.embedding);
   if (f.kind == model::FfnKind::kMoe) {
-    routed_experts(model, layer, n, arena, s, pool);
+    routed_experts(model, w, layer, n, arena, s, pool);
     if (!f.dense.empty()) {
       s.shared.resize(static_cast<size_t>(n * p.embedding));
       swiglu_ffn(f.dense, n, s.shared.data(), s, pool);
@@ -395,54 +398,107 @@ void size_scratch(const HyperParams& p, int64_t n, ForwardScratch& s) {
   s.windowed_rope_angles.resize(windowed_rope_differs(p) ? static_cast<size_t>(n) : 0);
 }
 
+// Whether the hidden states kept for the model's MTP layer are normed (NextnLayer::normed_hidden).
+bool mtp_hidden_normed(const model::Model& model) {
+  return model.nextn_layers.empty() || model.nextn_layers.front().normed_hidden;
+}
+
+// Per row: its token's embedding (of `embedding`) into `into`, its rotation angles; and which rows
+// return logits and hidden states (s.logit_rows, s.hidden_rows, s.hidden_normed). Returns the rows.
+int64_t begin_rows(const model::Model& model, const cpu::WeightMatrix& embedding, std::span<const SequenceRows> batch,
+                   std::vector<float>& into, ForwardScratch& s) {
+  const HyperParams& p = model.params;
+  int64_t n = 0;
+  for (const SequenceRows& part : batch) n += static_cast<int64_t>(part.tokens.size());
+  size_scratch(p, n, s);
+  into.resize(static_cast<size_t>(n * p.embedding));
+  s.logit_rows.clear();
+  s.hidden_rows.clear();
+  s.hidden_normed.clear();
+  int64_t row = 0;
+  for (const SequenceRows& part : batch) {
+    const int64_t rows = static_cast<int64_t>(part.tokens.size());
+    for (int64_t i = 0; i < rows; ++i, ++row) {
+      cpu::dequantize_row(embedding, part.tokens[i], into.data() + row * p.embedding);
+      cpu::rope_angles(p.rope, part.first_position + i, s.rope_angles[row]);
+      if (windowed_rope_differs(p))
+        cpu::rope_angles(p.windowed_rope, part.first_position + i, s.windowed_rope_angles[row]);
+      if (part.rows == LogitRows::kEmbeddings || part.keep_hidden) {
+        s.hidden_rows.push_back(row);
+        s.hidden_normed.push_back(part.rows == LogitRows::kEmbeddings || mtp_hidden_normed(model) ? 1 : 0);
+      }
+      if (part.rows == LogitRows::kAll || (part.rows == LogitRows::kLast && i == rows - 1)) {
+        s.logit_rows.push_back(row);
+      }
+    }
+  }
+  return n;
+}
+
+// The head: s.hidden_rows of s.residual into s.hidden (normed by `norm` where s.hidden_normed
+// says), and the logits of s.logit_rows (normed, then times `output`).
+void head(const model::Model& model, const float* norm, const cpu::WeightMatrix& output, std::vector<float>& logits,
+          ForwardScratch& s, cpu::ThreadPool& pool) {
+  const HyperParams& p = model.params;
+  s.hidden.resize(s.hidden_rows.size() * static_cast<size_t>(p.embedding));
+  for (size_t i = 0; i < s.hidden_rows.size(); ++i) {
+    const float* row = s.residual.data() + s.hidden_rows[i] * p.embedding;
+    if (s.hidden_normed[i]) {
+      cpu::rms_norm(row, 1, p.embedding, p.embedding, norm, p.rms_epsilon, s.hidden.data() + i * p.embedding,
+                    p.embedding);
+    } else {
+      std::copy_n(row, p.embedding, s.hidden.data() + i * p.embedding);
+    }
+  }
+  // The norm gathers the rows that return logits, so the output product reads only those.
+  const auto out_rows = static_cast<int64_t>(s.logit_rows.size());
+  for (int64_t i = 0; i < out_rows; ++i) {
+    cpu::rms_norm(s.residual.data() + s.logit_rows[i] * p.embedding, 1, p.embedding, p.embedding, norm, p.rms_epsilon,
+                  s.normed.data() + i * p.embedding, p.embedding);
+  }
+  logits.resize(static_cast<size_t>(out_rows * p.vocab));
+  if (out_rows == 0) return;
+  s.input.reset(s.normed.data(), out_rows, p.embedding);
+  cpu::WeightMatrix product = output;
+  product.stored_plain_by_llama = output.data == model.token_embedding.data;  // tied: the embedding
+  cpu::matmul(product, s.input, logits.data(), pool);
+}
+
 }  // namespace
 
 void forward(const model::Model& model, std::span<const SequenceRows> batch, std::vector<float>& logits,
              ForwardScratch& s, cpu::ThreadPool& pool, ExpertArena* arena) {
   const HyperParams& p = model.params;
-  int64_t n = 0;
-  for (const SequenceRows& part : batch) n += static_cast<int64_t>(part.tokens.size());
-  size_scratch(p, n, s);
+  const int64_t n = begin_rows(model, model.token_embedding, batch, s.residual, s);
   s.routed.assign(static_cast<size_t>(p.layers * p.experts), 0);
-  s.logit_rows.clear();
-  s.hidden_rows.clear();
-  int64_t row = 0;
-  for (const SequenceRows& part : batch) {
-    const int64_t rows = static_cast<int64_t>(part.tokens.size());
-    for (int64_t i = 0; i < rows; ++i, ++row) {
-      cpu::dequantize_row(model.token_embedding, part.tokens[i], s.residual.data() + row * p.embedding);
-      cpu::rope_angles(p.rope, part.first_position + i, s.rope_angles[row]);
-      if (windowed_rope_differs(p))
-        cpu::rope_angles(p.windowed_rope, part.first_position + i, s.windowed_rope_angles[row]);
-      if (part.rows == LogitRows::kEmbeddings) {
-        s.hidden_rows.push_back(row);
-      } else if (part.rows == LogitRows::kAll || i == rows - 1) {
-        s.logit_rows.push_back(row);
-      }
-    }
-  }
   for (int64_t l = 0; l < p.layers; ++l) {
-    attention_block(model, l, n, batch, s, pool);
-    ffn_block(model, l, n, arena, s, pool);
+    attention_block(p, model.layers[l].attention, l, n, batch, s, pool);
+    ffn_block(model, model.layers[l], l, n, arena, s, pool);
   }
+  head(model, model.output_norm, model.output, logits, s, pool);
+}
 
-  s.hidden.resize(s.hidden_rows.size() * static_cast<size_t>(p.embedding));
-  for (size_t i = 0; i < s.hidden_rows.size(); ++i) {
-    cpu::rms_norm(s.residual.data() + s.hidden_rows[i] * p.embedding, 1, p.embedding, p.embedding, model.output_norm,
-                  p.rms_epsilon, s.hidden.data() + i * p.embedding, p.embedding);
+void forward_nextn(const model::Model& model, std::span<const SequenceRows> batch, std::span<const float> hidden,
+                   std::vector<float>& logits, ForwardScratch& s, cpu::ThreadPool& pool) {
+  const HyperParams& p = model.params;
+  const model::NextnLayer& m = model.nextn_layers.front();
+  const cpu::WeightMatrix& embedding = m.embed_tokens.empty() ? model.token_embedding : m.embed_tokens;
+  const int64_t n = begin_rows(model, embedding, batch, s.concat, s);
+  // Each row's [enorm(embedding), hnorm(hidden)], projected to the embedding by eh_proj.
+  s.concat.resize(static_cast<size_t>(n * 2 * p.embedding));
+  for (int64_t i = n - 1; i >= 0; --i) {
+    float* row = s.concat.data() + i * 2 * p.embedding;
+    cpu::rms_norm(s.concat.data() + i * p.embedding, 1, p.embedding, p.embedding, m.enorm, p.rms_epsilon, row,
+                  p.embedding);
+    cpu::rms_norm(hidden.data() + i * p.embedding, 1, p.embedding, p.embedding, m.hnorm, p.rms_epsilon,
+                  row + p.embedding, p.embedding);
   }
-  // The output norm gathers the rows that return logits, so the output product reads only those.
-  const auto out_rows = static_cast<int64_t>(s.logit_rows.size());
-  for (int64_t i = 0; i < out_rows; ++i) {
-    cpu::rms_norm(s.residual.data() + s.logit_rows[i] * p.embedding, 1, p.embedding, p.embedding, model.output_norm,
-                  p.rms_epsilon, s.normed.data() + i * p.embedding, p.embedding);
-  }
-  logits.resize(static_cast<size_t>(out_rows * p.vocab));
-  if (out_rows == 0) return;
-  s.input.reset(s.normed.data(), out_rows, p.embedding);
-  cpu::WeightMatrix output = model.output;
-  output.stored_plain_by_llama = model.output.data == model.token_embedding.data;  // tied: the embedding
-  cpu::matmul(output, s.input, logits.data(), pool);
+  s.input.reset(s.concat.data(), n, 2 * p.embedding);
+  cpu::matmul(m.eh_proj, s.input, s.residual.data(), pool);
+  attention_block(p, m.blocks.attention, 0, n, batch, s, pool);
+  ffn_block(model, m.blocks, p.layers, n, nullptr, s, pool);
+  head(model, m.shared_head_norm ? m.shared_head_norm : model.output_norm,
+       m.shared_head.empty() ? model.output : m.shared_head, logits, s, pool);
 }
 
 }  // namespace bloomery::engine

@@ -100,8 +100,8 @@ void HostExperts::serve(int64_t layer, int64_t n, const cuda::Stream& stream) {
   routing_.used = used_;
   routing_.experts.assign(chosen_.host<int32_t>(), chosen_.host<int32_t>() + total);
   routing_.weights.assign(weights_.host<float>(), weights_.host<float>() + total);
-  run_cpu_experts(model_, layer, rows_.host<float>(), n, routing_, on_host_[layer], arena_, sums_.host<float>(),
-                  scratch_, pool_);
+  run_cpu_experts(model_, model_.layers[layer], layer, rows_.host<float>(), n, routing_, on_host_[layer], arena_,
+                  sums_.host<float>(), scratch_, pool_);
   {
     const double computed = since(computing);
     std::lock_guard lock(stats_mutex_);

@@ -39,9 +39,18 @@ KvCache::KvCache(const model::HyperParams& params, std::span<const uint8_t> wind
 
 KvCache::KvCache(const model::HyperParams& params, std::span<const uint8_t> windowed, std::span<const uint8_t> linear,
                  int64_t capacity)
+    : KvCache(params, params.layers, windowed, linear, capacity) {}
+
+KvCache KvCache::nextn(const model::Model& model, int64_t capacity) {
+  const uint8_t windowed = model.nextn_layers.front().blocks.attention.windowed ? 1 : 0;
+  return KvCache(model.params, 1, std::span(&windowed, 1), {}, capacity);
+}
+
+KvCache::KvCache(const model::HyperParams& params, int64_t layers, std::span<const uint8_t> windowed,
+                 std::span<const uint8_t> linear, int64_t capacity)
     : params_(params), capacity_(capacity), row_(model::cache_row(params)) {
-  layers_.resize(static_cast<size_t>(params_.layers));
-  for (int64_t l = 0; l < params_.layers; ++l) {
+  layers_.resize(static_cast<size_t>(layers));
+  for (int64_t l = 0; l < layers; ++l) {
     Layer& layer = layers_[l];
     layer.windowed = !windowed.empty() && windowed[l] != 0;
     if (!linear.empty() && linear[l] != 0) {

@@ -23,6 +23,9 @@ class KvCache {
   KvCache(const model::HyperParams& params, std::span<const uint8_t> windowed, int64_t capacity);
   KvCache(const model::HyperParams& params, std::span<const uint8_t> windowed, std::span<const uint8_t> linear,
           int64_t capacity);
+  // The keys and values of the model's first next-token-prediction layer, as its layer 0
+  // (forward_nextn).
+  static KvCache nextn(const model::Model& model, int64_t capacity);
 
   int64_t capacity() const { return capacity_; }
   const model::CacheRow& row() const { return row_; }
@@ -71,6 +74,10 @@ class KvCache {
     std::vector<uint16_t> keys, values;
     std::vector<float> recurrent;  // linear attention's state
   };
+  // `layers` layers (of the pass, or the nextn layer).
+  KvCache(const model::HyperParams& params, int64_t layers, std::span<const uint8_t> windowed,
+          std::span<const uint8_t> linear, int64_t capacity);
+
   const model::HyperParams& params_;
   int64_t capacity_;
   model::CacheRow row_;

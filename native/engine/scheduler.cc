@@ -6,6 +6,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "engine/mtp_draft.h"
 #include "engine/pooling.h"
 
 namespace bloomery::engine {
@@ -68,6 +69,8 @@ class Request {
   Clock::time_point started, first_token;
 
   bool generating() const { return sampler != nullptr; }
+  // Its passes keep their rows' hidden states for the session's MTP layer (engine/mtp_draft.h).
+  bool drafts_mtp() const { return generating() && draft.source == DraftSource::kMtp; }
 };
 
 // The parts of one step's pass, in pass order.
@@ -76,15 +79,17 @@ struct Scheduler::Pass {
     std::shared_ptr<Request> request;
     std::vector<int32_t> tokens;  // a decode part: the generated token fed back, then the drafts
     int64_t first_position = 0;
-    bool decode = false;      // a generated token fed back
-    int32_t model_draft = 0;  // the draft model is to draft this many tokens in execute()
+    bool decode = false;     // a generated token fed back
+    int32_t late_draft = 0;  // the draft model or the MTP layer is to draft this many tokens in execute()
   };
   std::vector<Part> parts;
   std::exception_ptr error;
   double seconds = 0;         // the whole pass, drafting included
   double target_seconds = 0;  // the model's pass alone
-  double draft_seconds = 0;   // the draft model's passes
-  int32_t draft_steps = 0;    // how many: the most tokens it drafted for one part
+  // Per source drafted in execute() (the draft model, the MTP layer): its passes' time, and how
+  // many: the most tokens it drafted for one part.
+  std::array<double, kDraftSources> draft_seconds{};
+  std::array<int32_t, kDraftSources> draft_steps{};
 };
 
 // What a step tells the requests' owners, sent once the lock is released. Each event holds
@@ -182,6 +187,7 @@ std::shared_ptr<Request> Scheduler::generate(std::shared_ptr<Session> session, s
   if (draft.source == DraftSource::kModel && !runtime_.draft_model()) {
     throw Error("DRAFT_UNSUPPORTED", "model drafts need a draft model (loadModel's draftModel option)");
   }
+  if (draft.source == DraftSource::kMtp) check_mtp_drafts(runtime_.model(), runtime_.on_gpu());
   // A rejected draft is rolled back by moving the position back: recurrent states cannot be.
   if (draft.source != DraftSource::kNone && session->recurrent()) {
     throw Error("DRAFT_UNSUPPORTED", runtime_.model().params.architecture +
@@ -363,7 +369,14 @@ void Scheduler::admit(Outbox& out) {
     }
     if (r.generating()) {
       try {
-        const PromptReuse reuse = session.prepare_prompt(r.input);
+        // An MTP-drafting generation reuses only the prefix whose MTP rows the session holds too
+        // (the target's hidden states of the rest are gone: it is evaluated again).
+        int64_t reusable = INT64_MAX;
+        if (r.draft.source == DraftSource::kMtp) {
+          if (!session.mtp_) session.mtp_ = runtime_.mtp_drafter()->new_sequence(context);
+          reusable = session.mtp_->reusable(r.input);
+        }
+        const PromptReuse reuse = session.prepare_prompt(r.input, reusable);
         r.start_position = reuse.first;
         r.evaluated = static_cast<size_t>(reuse.first);
         r.timings.cached_prompt_tokens = reuse.first;
@@ -406,11 +419,11 @@ void Scheduler::plan(Pass& pass) {
       if (static_cast<int32_t>(drafted.size()) >= std::max(r->draft.min, 1)) {
         part.tokens.insert(part.tokens.end(), drafted.begin(), drafted.end());
       }
-    } else if (width > 0 && r->draft.source == DraftSource::kModel) {
-      part.model_draft = width;
+    } else if (width > 0) {
+      part.late_draft = width;
     }
-    // A draft the model drafts is as wide as asked at most: its rows are counted now.
-    budget -= std::max<int64_t>(static_cast<int64_t>(part.tokens.size()) - 1, part.model_draft);
+    // A draft drafted in execute() is as wide as asked at most: its rows are counted now.
+    budget -= std::max<int64_t>(static_cast<int64_t>(part.tokens.size()) - 1, part.late_draft);
     pass.parts.push_back(std::move(part));
   }
   for (const auto& r : active_) {
@@ -440,7 +453,7 @@ int32_t Scheduler::draft_width(const Request& r, int64_t other_rows, int64_t bud
       {int64_t{r.draft.max}, runtime_.context_size() - position - 1, r.limits.max_tokens - r.generated - 1, budget});
   if (limit < std::max(r.draft.min, 1)) return 0;
   if (!r.draft.adaptive) return static_cast<int32_t>(limit);
-  const double per_token = r.draft.source == DraftSource::kModel ? draft_token_seconds_ : 0.0;
+  const double per_token = draft_token_seconds_[static_cast<size_t>(r.draft.source)];
   int32_t width = best_draft_width(costs_, per_token, r.acceptance.rate(), other_rows, static_cast<int32_t>(limit));
   // Drafts that did not pay are tried again now and then (acceptance changes with the text), and
   // now and then one more than pays, so that the next width's cost is measured afresh.
@@ -450,31 +463,52 @@ int32_t Scheduler::draft_width(const Request& r, int64_t other_rows, int64_t bud
   return width < r.draft.min ? 0 : width;
 }
 
-// The draft model's drafts of the pass's parts that asked for them, in one pass per token for all of them.
+namespace {
+
+// The target's context of a generation: its prompt and the tokens delivered, the pending one last.
+std::vector<int32_t> generation_context(const Request& r) {
+  std::vector<int32_t> context = r.input;
+  context.insert(context.end(), r.drawn.begin(), r.drawn.end());
+  return context;
+}
+
+}  // namespace
+
+// The drafts of the pass's parts that asked for them in execute(): the draft model's, then the
+// MTP layer's, each in one pass per token for all of their parts.
 void Scheduler::draft(Pass& pass) {
-  std::vector<DraftJob> jobs;
-  std::vector<std::vector<int32_t>> context, drafted;
-  std::vector<Pass::Part*> parts;
-  for (Pass::Part& part : pass.parts) {
-    if (part.model_draft <= 0) continue;
-    Request& r = *part.request;
-    if (!r.draft_model) r.draft_model = runtime_.draft_model()->new_sequence(runtime_.context_size());
-    parts.push_back(&part);
-  }
-  if (parts.empty()) return;
-  context.resize(parts.size());
-  drafted.resize(parts.size());
-  for (size_t i = 0; i < parts.size(); ++i) {
-    Request& r = *parts[i]->request;
-    context[i] = r.input;
-    context[i].insert(context[i].end(), r.drawn.begin(), r.drawn.end());
-    jobs.push_back({r.draft_model.get(), context[i], parts[i]->model_draft, r.draft.p_min, &drafted[i]});
-  }
-  runtime_.draft_model()->propose(jobs, runtime_.step_tokens(), runtime_.pool_);
-  for (size_t i = 0; i < parts.size(); ++i) {
-    pass.draft_steps = std::max(pass.draft_steps, static_cast<int32_t>(drafted[i].size()));
-    if (static_cast<int32_t>(drafted[i].size()) < std::max(parts[i]->request->draft.min, 1)) continue;
-    parts[i]->tokens.insert(parts[i]->tokens.end(), drafted[i].begin(), drafted[i].end());
+  for (const DraftSource source : {DraftSource::kModel, DraftSource::kMtp}) {
+    std::vector<Pass::Part*> parts;
+    for (Pass::Part& part : pass.parts) {
+      if (part.late_draft > 0 && part.request->draft.source == source) parts.push_back(&part);
+    }
+    if (parts.empty()) continue;
+    const Clock::time_point started = Clock::now();
+    std::vector<std::vector<int32_t>> context(parts.size()), drafted(parts.size());
+    for (size_t i = 0; i < parts.size(); ++i) context[i] = generation_context(*parts[i]->request);
+    if (source == DraftSource::kModel) {
+      std::vector<DraftJob> jobs;
+      for (size_t i = 0; i < parts.size(); ++i) {
+        Request& r = *parts[i]->request;
+        if (!r.draft_model) r.draft_model = runtime_.draft_model()->new_sequence(runtime_.context_size());
+        jobs.push_back({r.draft_model.get(), context[i], parts[i]->late_draft, r.draft.p_min, &drafted[i]});
+      }
+      runtime_.draft_model()->propose(jobs, runtime_.step_tokens(), runtime_.pool_);
+    } else {
+      std::vector<MtpJob> jobs;
+      for (size_t i = 0; i < parts.size(); ++i) {
+        Request& r = *parts[i]->request;
+        jobs.push_back({r.session->mtp_.get(), context[i], parts[i]->late_draft, r.draft.p_min, &drafted[i]});
+      }
+      runtime_.mtp_drafter()->propose(jobs, runtime_.step_tokens(), runtime_.pool_);
+    }
+    const auto at = static_cast<size_t>(source);
+    pass.draft_seconds[at] = std::chrono::duration<double>(Clock::now() - started).count();
+    for (size_t i = 0; i < parts.size(); ++i) {
+      pass.draft_steps[at] = std::max(pass.draft_steps[at], static_cast<int32_t>(drafted[i].size()));
+      if (static_cast<int32_t>(drafted[i].size()) < std::max(parts[i]->request->draft.min, 1)) continue;
+      parts[i]->tokens.insert(parts[i]->tokens.end(), drafted[i].begin(), drafted[i].end());
+    }
   }
 }
 
@@ -488,10 +522,8 @@ void Scheduler::execute(Pass& pass) {
     if (pass.parts.empty()) return;
     // A mapped file that shrank would raise SIGBUS in the pass: refuse while that is still an error.
     runtime_.model().file.check_unchanged();
-    const Clock::time_point drafting = Clock::now();
     draft(pass);
     const Clock::time_point target = Clock::now();
-    pass.draft_seconds = std::chrono::duration<double>(target - drafting).count();
     // A generation's decode part returns a row of logits per token: the drafts are drawn at each.
     const auto logit_rows = [](const Pass::Part& part) {
       if (part.decode) return part.tokens.size() > 1 ? LogitRows::kAll : LogitRows::kLast;
@@ -511,7 +543,7 @@ void Scheduler::execute(Pass& pass) {
       for (const Pass::Part& part : pass.parts) {
         const Request& r = *part.request;
         r.session->begin_pass(part.first_position);
-        batch.push_back({part.tokens, part.first_position, &r.session->cache_, logit_rows(part)});
+        batch.push_back({part.tokens, part.first_position, &r.session->cache_, logit_rows(part), r.drafts_mtp()});
       }
       forward(runtime_.model(), batch, logits_, scratch_, runtime_.pool_, runtime_.arena_.get());
     }
@@ -527,18 +559,25 @@ void Scheduler::execute(Pass& pass) {
   pass.seconds = std::chrono::duration<double>(Clock::now() - started).count();
 }
 
-// Appends each embedding part's hidden states to its request and pools them once its last
-// token ran (on this thread, under the compute lock: the head of a reranker runs on the pool).
+// Hands each part's hidden states on (scratch_.hidden holds them part after part): an embedding
+// part's to its request, pooled once its last token ran (on this thread, under the compute lock:
+// the head of a reranker runs on the pool); an MTP-drafting generation's to its session's MTP
+// state, for the rows of the positions after them.
 void Scheduler::keep_hidden_states(Pass& pass) {
   const int64_t width = runtime_.model().params.embedding;
   size_t row = 0;
   for (const Pass::Part& part : pass.parts) {
     Request& r = *part.request;
-    if (r.rows != LogitRows::kEmbeddings) continue;
+    const bool embedding = r.rows == LogitRows::kEmbeddings;
+    if (!embedding && !r.drafts_mtp()) continue;
     const size_t n = part.tokens.size();
     const float* first = scratch_.hidden.data() + row * static_cast<size_t>(width);
-    r.hidden.insert(r.hidden.end(), first, first + n * static_cast<size_t>(width));
     row += n;
+    if (!embedding) {
+      r.session->mtp_->keep_hidden(part.first_position, first, static_cast<int64_t>(n));
+      continue;
+    }
+    r.hidden.insert(r.hidden.end(), first, first + n * static_cast<size_t>(width));
     if (r.evaluated + n == r.input.size()) r.hidden = pool(runtime_.model(), r.pooling, r.hidden, runtime_.pool_);
   }
 }
@@ -598,11 +637,12 @@ void Scheduler::commit(Pass& pass, Outbox& out) {
   if (decode_rows) ++stats_.decode_passes;
   if (!pass.error) {
     costs_.record(rows, pass.target_seconds);
-    // A draft model's pass per drafted token (catching up with a prompt counts in too: it is rare).
-    if (pass.draft_steps > 0) {
-      const double step = pass.draft_seconds / pass.draft_steps;
-      draft_token_seconds_ =
-          draft_token_seconds_ == 0 ? step : draft_token_seconds_ + (step - draft_token_seconds_) / 8;
+    // A drafter's pass per drafted token (catching up with a prompt counts in too: it is rare).
+    for (size_t source = 0; source < kDraftSources; ++source) {
+      if (pass.draft_steps[source] == 0) continue;
+      const double step = pass.draft_seconds[source] / pass.draft_steps[source];
+      double& mean = draft_token_seconds_[source];
+      mean = mean == 0 ? step : mean + (step - mean) / 8;
     }
   }
 

@@ -7,6 +7,7 @@
 // is one gpu_forward pass over the same parts.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -138,7 +139,8 @@ class Scheduler : public std::enable_shared_from_this<Scheduler> {
   // generation that ends by itself (eos, max_tokens, a full context) stores the session's state
   // in the prompt-state cache before on_end. With `draft`, each pass also verifies the tokens
   // its source drafts (engine/draft.h); the tokens drawn are the same as without. Throws
-  // DRAFT_UNSUPPORTED for model drafts without a draft model, and draft settings out of range.
+  // DRAFT_UNSUPPORTED for model drafts without a draft model, for MTP drafts as
+  // check_mtp_drafts, and INVALID_ARGUMENT for draft settings out of range.
   std::shared_ptr<Request> generate(std::shared_ptr<Session> session, std::vector<int32_t> prompt,
                                     std::shared_ptr<Sampler> sampler, GenerationLimits limits, RequestEvents events,
                                     const DraftOptions& draft = {});
@@ -196,9 +198,9 @@ class Scheduler : public std::enable_shared_from_this<Scheduler> {
   std::vector<std::shared_ptr<Request>> active_;
   SchedulerStats stats_;
   // Only the scheduler thread reads and writes these: the cost of the model's passes by rows, and
-  // the seconds the draft model takes per drafted token.
+  // per source the seconds it takes per drafted token (0: none, or not measured yet).
   PassCosts costs_;
-  double draft_token_seconds_ = 0;
+  std::array<double, kDraftSources> draft_token_seconds_{};
   bool stopping_ = false;
   std::thread thread_;
   // Grammar-constrained draws run on a thread of their own, so that one request's grammar never

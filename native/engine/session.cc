@@ -98,6 +98,8 @@ Runtime::Runtime(std::unique_ptr<model::Model> model, const RuntimeOptions& opti
   if (!options.draft_model.empty()) {
     draft_model_ = std::make_unique<DraftModel>(model::load_model(options.draft_model), *model_);
   }
+  if (options.mtp_drafts) check_mtp_drafts(*model_, options.gpu.has_value());
+  if (!model_->nextn_layers.empty()) mtp_drafter_ = std::make_unique<MtpDrafter>(*model_);
   if (options.gpu) gpu_ = upload_model(*model_, *options.gpu, context_size_, pool_, arena_.get(), options.progress);
   if (options.fault_in_weights) {
     fault_in(cpu_read_weights(*model_, options.gpu.has_value(),
@@ -111,6 +113,15 @@ Runtime::Runtime(std::unique_ptr<model::Model> model, const RuntimeOptions& opti
   residency_ = std::make_unique<Residency>(model_->params.layers, model_->params.experts, gpu_.get(),
                                            options.adaptive_residency, arena_.get());
   scheduler_ = Scheduler::start(*this);
+}
+
+std::vector<float> Runtime::mtp_reference_logits(std::span<const int32_t> tokens) {
+  check_mtp_drafts(*model_, on_gpu());
+  if (tokens.empty() || static_cast<int64_t>(tokens.size()) > context_size_) {
+    throw Error("INVALID_ARGUMENT", "the MTP reference takes from 1 to contextSize tokens");
+  }
+  std::lock_guard lock(compute_);
+  return engine::mtp_reference_logits(*model_, tokens, pool_);
 }
 
 uint64_t Runtime::fingerprint() {
@@ -127,10 +138,10 @@ Session::Session(std::shared_ptr<Runtime> runtime)
   if (runtime_->on_gpu()) gpu_ = create_gpu_sequence(*runtime_->gpu_, runtime_->context_size());
 }
 
-PromptReuse Session::prepare_prompt(std::span<const int32_t> tokens) {
+PromptReuse Session::prepare_prompt(std::span<const int32_t> tokens, int64_t reusable) {
   std::lock_guard lock(runtime_->compute_);
   if (tokens.empty()) return {};
-  const int64_t limit = static_cast<int64_t>(tokens.size()) - 1;
+  const int64_t limit = std::min(static_cast<int64_t>(tokens.size()) - 1, reusable);
   // A prefix whose window windowed layers no longer hold is no prefix: those positions are
   // evaluated again (from the start, as llama.cpp's iSWA cache does).
   const model::HyperParams& p = runtime_->model().params;
@@ -262,6 +273,23 @@ std::shared_ptr<Session> Session::fork() {
   auto copy = std::make_shared<Session>(runtime_);
   copy->restore(*state);
   return copy;
+}
+
+std::vector<float> Session::mtp_logits(int32_t next) {
+  const model::Model& model = runtime_->model();
+  check_mtp_drafts(model, runtime_->on_gpu());
+  if (next < 0 || next >= model.params.vocab || position_ + 1 >= runtime_->context_size()) {
+    throw Error("INVALID_ARGUMENT", "mtp_logits takes a token of the vocabulary that fits the context");
+  }
+  std::lock_guard lock(runtime_->compute_);
+  if (!mtp_) mtp_ = runtime_->mtp_drafter()->new_sequence(runtime_->context_size());
+  std::vector<int32_t> context = current_history();
+  context.push_back(next);
+  std::vector<int32_t> drafted;
+  std::vector<float> logits;
+  MtpJob job{mtp_.get(), context, 1, 0.0f, &drafted, &logits};
+  runtime_->mtp_drafter()->propose(std::span(&job, 1), runtime_->step_tokens(), runtime_->pool_);
+  return logits;
 }
 
 const std::vector<int32_t>& Session::current_history() {

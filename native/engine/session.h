@@ -19,6 +19,7 @@
 #include "engine/gpu_forward.h"
 #include "engine/kv_cache.h"
 #include "engine/load_progress.h"
+#include "engine/mtp_draft.h"
 #include "engine/prompt_cache.h"
 #include "engine/residency.h"
 #include "engine/state.h"
@@ -62,6 +63,7 @@ struct RuntimeOptions {
   bool fault_in_weights = false;
   LoadProgress progress;    // told of the weights uploaded and faulted in; may be empty
   std::string draft_model;  // set: the file of a draft model for DraftSource::kModel (engine/draft.h), on the CPU
+  bool mtp_drafts = false;  // runs draft with the model's MTP layer by default: check_mtp_drafts at load
 };
 
 // The context size a runtime uses for `requested` (0: the model's trained context, at most
@@ -72,8 +74,8 @@ class Runtime {
  public:
   // Throws CONTEXT_TOO_LONG when options.context_size exceeds the model's trained context,
   // INVALID_ARGUMENT for more threads than logical cores, a parallel of 0 or a step smaller than parallel, or disk
-  // experts that do not fit the model or are also on the GPU, ExpertArena's errors, and the draft
-  // model's (load_model's, DraftModel's).
+  // experts that do not fit the model or are also on the GPU, ExpertArena's errors, the draft
+  // model's (load_model's, DraftModel's), and check_mtp_drafts's with options.mtp_drafts.
   Runtime(std::unique_ptr<model::Model> model, const RuntimeOptions& options);
   ~Runtime();
 
@@ -93,6 +95,10 @@ class Runtime {
   Residency& residency() { return *residency_; }
   // The draft model of RuntimeOptions::draft_model; null without one.
   DraftModel* draft_model() const { return draft_model_.get(); }
+  // The drafter of the model's next-token-prediction layer; null for a model without one.
+  MtpDrafter* mtp_drafter() const { return mtp_drafter_.get(); }
+  // mtp_reference_logits of `tokens` (at most the context); DRAFT_UNSUPPORTED as check_mtp_drafts.
+  std::vector<float> mtp_reference_logits(std::span<const int32_t> tokens);
 
  private:
   friend class Session;
@@ -108,6 +114,7 @@ class Runtime {
   std::unique_ptr<ExpertArena> arena_;  // before gpu_, whose host experts read it
   std::shared_ptr<GpuModel> gpu_;
   std::unique_ptr<DraftModel> draft_model_;
+  std::unique_ptr<MtpDrafter> mtp_drafter_;
   std::unique_ptr<Residency> residency_;
   PromptCache prompt_cache_;
   std::once_flag fingerprint_once_;
@@ -150,15 +157,21 @@ class Session {
   // A new session of the same model with a copy of this one's state.
   std::shared_ptr<Session> fork();
 
+  // The logits of the model's MTP layer at the token `next` appended to the context (what an MTP
+  // draft after it would begin with), from the rows the session's MTP state holds, given what it
+  // lacks; while no request of the session runs. DRAFT_UNSUPPORTED as check_mtp_drafts.
+  std::vector<float> mtp_logits(int32_t next);
+
  private:
   friend class Scheduler;
 
-  // Makes the context the longest computed prefix of `tokens`: the session's own (cut to the
-  // prefix it shares with them) or, when longer, a state of the model's prompt-state cache.
+  // Makes the context the longest computed prefix of `tokens`, at most `reusable` tokens long: the
+  // session's own (cut to the prefix it shares with them) or, when longer, a state of the model's
+  // prompt-state cache.
   // The last token is always left to evaluate, so that its logits come from a pass. Before
   // cutting its own state, the session stores it in the cache. Scheduler::admit calls it
   // when a generation starts, and evaluates tokens[first...] next.
-  PromptReuse prepare_prompt(std::span<const int32_t> tokens);
+  PromptReuse prepare_prompt(std::span<const int32_t> tokens, int64_t reusable = INT64_MAX);
 
   // The state of the first n tokens (n = position_ where the model has windowed layers; with
   // recurrent layers, n = recurrent_position_); the caller holds the runtime's compute lock.
@@ -227,7 +240,9 @@ class Session {
     std::vector<float> recurrent;
   };
   std::vector<Checkpoint> checkpoints_;
-  const bool recurrent_;              // the model has layers of linear attention
+  const bool recurrent_;  // the model has layers of linear attention
+  // The MTP layer's state, from the first generation that drafts with it (only the scheduler thread uses it).
+  std::unique_ptr<MtpSequence> mtp_;
   const Request* running_ = nullptr;  // the request of this session that runs now (guarded by the scheduler's mutex)
 };
 

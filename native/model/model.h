@@ -222,6 +222,9 @@ struct NextnLayer {
   cpu::WeightMatrix embed_tokens;           // empty: the model's token embedding
   cpu::WeightMatrix shared_head;            // empty: the model's output matrix
   const float* shared_head_norm = nullptr;  // null: the model's output norm
+  // The hidden states it takes (the model's) and passes on to the next drafted token (its own) are
+  // after the output norm and its head norm (GLM, DeepSeek); false: before them (mimo2).
+  bool normed_hidden = true;
 };
 
 // A reranker's classification head (Pooling::kRank): one row of the sequence's hidden states,

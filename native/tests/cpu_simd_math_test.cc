@@ -5,6 +5,9 @@
 #include "base/arch.h"
 #if BLOOMERY_X86_SIMD
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -151,6 +154,31 @@ TEST(cpu_simd_softmax_padded_tail_is_the_row_with_masked_entries) {
     }
     CHECK(scalar_tails_differ > 0) << t.lanes << " lanes: the tails never differed, so the test shows nothing";
   }
+}
+
+// A row's kernels read none of the memory after it: rows that end right before a page that is not
+// mapped (an attention's last score row, at the end of its buffer) give the row's result.
+TEST(cpu_simd_softmax_reads_nothing_past_the_row) {
+  const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  void* pages = mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  CHECK(pages != MAP_FAILED);
+  CHECK(mprotect(static_cast<char*>(pages) + page, page, PROT_NONE) == 0);
+  float* end = reinterpret_cast<float*>(static_cast<char*>(pages) + page);
+  std::mt19937 rng(8);
+  std::uniform_real_distribution<float> uniform(-8.0f, 8.0f);
+  for (const Tier& t : tiers_of_this_host()) {
+    for (int64_t n = 1; n <= 2 * t.lanes + 1; ++n) {
+      for (const SoftmaxTail tail : {SoftmaxTail::kPadded, SoftmaxTail::kScalar}) {
+        float* row = end - n;
+        for (int64_t i = 0; i < n; ++i) row[i] = uniform(rng);
+        std::vector<float> want(row, end);
+        t.softmax(want.data(), n, tail, nullptr);
+        t.softmax(row, n, tail, nullptr);
+        CHECK(std::memcmp(row, want.data(), static_cast<size_t>(n) * sizeof(float)) == 0) << t.lanes << " lanes, " << n;
+      }
+    }
+  }
+  munmap(pages, 2 * page);
 }
 
 TEST(cpu_sum_of_squares_avx512_matches_scalar) {

@@ -790,6 +790,13 @@ export const PRESETS: Record<string, SynthPreset> = {
     fileType: 15, // LLAMA_FTYPE_MOSTLY_Q4_K_M
   },
   "tiny-qwen35moe": TINY_QWEN35MOE,
+  "tiny-qwen35moe-mtp": {
+    ...TINY_QWEN35MOE,
+    name: "tiny-qwen35moe-mtp",
+    description:
+      "tiny-qwen35moe with a next-token-prediction layer after the last (MTP drafts refuse its recurrent layers)",
+    nextnLayers: 1,
+  },
   "tiny-qwen3next": {
     ...TINY_QWEN35MOE,
     name: "tiny-qwen3next",
