@@ -109,7 +109,7 @@ describe.each(PRESETS)("the MTP layer's logits on %s", (preset) => {
 
   it("from a session's rows, built as drafts come and roll back, equal an evaluation afresh", async () => {
     const model = await loadModel(paths[preset]!, { threads: 1, contextSize: 64, gpu: false });
-    const prompts = PROMPTS.map((p) => model.tokenize(p));
+    const prompts = PROMPTS.map((p) => Array.from(model.tokenize(p)));
     model.dispose();
     for (const [i, prompt] of prompts.entries()) {
       const session = callNative((a) => a.createSession(handle));

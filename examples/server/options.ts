@@ -96,7 +96,7 @@ export interface ServeOptions {
   /** -md: the draft model's file. */
   draftModel?: string;
   /** --spec-type: the draft source; undefined: draft-simple with -md, none without. */
-  specType?: "none" | "draft-simple" | "ngram-simple";
+  specType?: (typeof SPEC_TYPES)[number];
   /** --draft-max, --draft-min, --draft-p-min: loadModel's draft settings. */
   draftMax?: number;
   draftMin?: number;
