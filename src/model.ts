@@ -1017,6 +1017,13 @@ export async function loadModel(pathOrReference: string, options: LoadModelOptio
     loading.then((late) => callNative((a) => a.disposeModel(late))).catch(() => {});
     throw new BloomeryError("ABORTED", "loading was aborted", { path });
   }
+  // The load's last reports reach onProgress after the native load is done (they queue behind it
+  // on the event loop); one that aborts still comes before loadModel resolves, so it refuses.
+  if (signal?.aborted) {
+    progress.close();
+    callNative((a) => a.disposeModel(handle));
+    throw new BloomeryError("ABORTED", "loading was aborted", { path });
+  }
   let model: Model;
   try {
     model = new Model(handle, openTokenizer(path), facts, plan, {
