@@ -510,6 +510,21 @@ void Binder::bind_sparse_mla_attention(int64_t layer, bool own_indexer) {
   w.head_weights = matrix(layer_tensor(layer, "indexer.proj"), p.embedding, x.heads);
 }
 
+int64_t Binder::read_leading_dense() {
+  const int64_t dense = count_or("leading_dense_block_count", 0);
+  check_at_most("leading_dense_block_count", dense, "block_count", model_.params.layers);
+  return dense;
+}
+
+void Binder::bind_shared_moe_ffn(int64_t layer, int64_t leading_dense, std::string_view norm) {
+  if (layer < leading_dense) {
+    bind_dense_ffn(layer, norm);
+  } else {
+    bind_moe_ffn(layer, {.shared_experts = true, .selection_bias = true}, norm);
+  }
+  if (layer >= model_.params.layers) bind_nextn(layer);
+}
+
 void Binder::bind_nextn(int64_t layer) {
   const HyperParams& p = model_.params;
   NextnLayer& n = model_.nextn_layers[layer - p.layers];

@@ -113,6 +113,13 @@ class Binder {
 
   // A next-token-prediction layer's own tensors (nextn.*), beside its blocks.
   void bind_nextn(int64_t layer);
+  // The DeepSeek and GLM families' leading dense layers (leading_dense_block_count, at most
+  // block_count; 0 when absent).
+  int64_t read_leading_dense();
+  // Their FFN of `layer`: dense for the first `leading_dense` layers, after them routed experts
+  // with shared experts and the selection bias; a next-token-prediction layer (past the trunk)
+  // binds its head too.
+  void bind_shared_moe_ffn(int64_t layer, int64_t leading_dense, std::string_view norm = "ffn_norm");
 
   // MODEL_UNEXPECTED_TENSOR naming a tensor of the file that nothing bound (a block_count
   // smaller than the file's layers, or a tensor the architecture does not use), as llama.cpp.

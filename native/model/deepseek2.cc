@@ -13,8 +13,7 @@ void bind_deepseek2(Binder& b) {
   b.read_moe_params(Gating::kSoftmax, false);
   b.read_router_options();
   HyperParams& p = b.params();
-  const int64_t dense = b.count_or("leading_dense_block_count", 0);
-  b.check_at_most("leading_dense_block_count", dense, "block_count", p.layers);
+  const int64_t dense = b.read_leading_dense();
   b.bind_embeddings();
   // GLM-4.7-Flash files name no gating function, and llama.cpp knows them by shape.
   if (!b.model().file.find("deepseek2.expert_gating_func") && (p.layers == 47 || p.layers == 48) && p.vocab == 154880) {
@@ -22,12 +21,7 @@ void bind_deepseek2(Binder& b) {
   }
   for (int64_t l = 0; l < p.layers + p.nextn_layers; ++l) {
     b.bind_mla_attention(l);
-    if (l < dense) {
-      b.bind_dense_ffn(l);
-    } else {
-      b.bind_moe_ffn(l, {.shared_experts = true, .selection_bias = true});
-    }
-    if (l >= p.layers) b.bind_nextn(l);
+    b.bind_shared_moe_ffn(l, dense);
   }
 }
 

@@ -14,17 +14,11 @@ void bind_deepseek32(Binder& b) {
   b.read_moe_params(b.required_gating_func(), false);
   b.read_router_options();
   HyperParams& p = b.params();
-  const int64_t dense = b.count_or("leading_dense_block_count", 0);
-  b.check_at_most("leading_dense_block_count", dense, "block_count", p.layers);
+  const int64_t dense = b.read_leading_dense();
   b.bind_embeddings();
   for (int64_t l = 0; l < p.layers + p.nextn_layers; ++l) {
     b.bind_sparse_mla_attention(l, true);
-    if (l < dense) {
-      b.bind_dense_ffn(l);
-    } else {
-      b.bind_moe_ffn(l, {.shared_experts = true, .selection_bias = true});
-    }
-    if (l >= p.layers) b.bind_nextn(l);
+    b.bind_shared_moe_ffn(l, dense);
   }
 }
 

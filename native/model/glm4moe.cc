@@ -16,17 +16,11 @@ void bind_glm4moe(Binder& b) {
     throw Error("UNSUPPORTED_FEATURE", "glm4moe.rope.dimension_sections (multimodal rope) is not supported");
   }
   HyperParams& p = b.params();
-  const int64_t dense = b.count_or("leading_dense_block_count", 0);
-  b.check_at_most("leading_dense_block_count", dense, "block_count", p.layers);
+  const int64_t dense = b.read_leading_dense();
   b.bind_embeddings();
   for (int64_t l = 0; l < p.layers + p.nextn_layers; ++l) {
     b.bind_gqa_attention(l, {.biases = true, .optional_qk_norms = true});
-    if (l < dense) {
-      b.bind_dense_ffn(l, "post_attention_norm");
-    } else {
-      b.bind_moe_ffn(l, {.shared_experts = true, .selection_bias = true}, "post_attention_norm");
-    }
-    if (l >= p.layers) b.bind_nextn(l);
+    b.bind_shared_moe_ffn(l, dense, "post_attention_norm");
   }
 }
 

@@ -50,8 +50,7 @@ void bind_glm_dsa(Binder& b) {
   b.read_moe_params(Gating::kSigmoid, false);
   b.read_router_options();
   HyperParams& p = b.params();
-  const int64_t dense = b.count_or("leading_dense_block_count", 0);
-  b.check_at_most("leading_dense_block_count", dense, "block_count", p.layers);
+  const int64_t dense = b.read_leading_dense();
   b.bind_embeddings();
   const std::vector<bool> own = indexer_layers(b);
   for (int64_t l = 0; l < p.layers + p.nextn_layers; ++l) {
@@ -59,12 +58,7 @@ void bind_glm_dsa(Binder& b) {
     const bool indexed = l < p.layers ? own[static_cast<size_t>(l)]
                                       : b.model().file.find_tensor(layer_tensor(l, "indexer.attn_q_b")) != nullptr;
     b.bind_sparse_mla_attention(l, indexed);
-    if (l < dense) {
-      b.bind_dense_ffn(l);
-    } else {
-      b.bind_moe_ffn(l, {.shared_experts = true, .selection_bias = true});
-    }
-    if (l >= p.layers) b.bind_nextn(l);
+    b.bind_shared_moe_ffn(l, dense);
   }
 }
 
