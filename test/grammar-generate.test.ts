@@ -21,6 +21,18 @@ async function generate(options: GenerateOptions) {
   return model.createSession().generate(prompt, { maxTokens: 600, ...options }).result;
 }
 
+/** The error a run ends with, which must come before any chunk and be its result's rejection too. */
+async function refusedBeforeFirstChunk(run: ReturnType<ReturnType<Model["createSession"]>["generate"]>) {
+  const chunks: unknown[] = [];
+  const error = await (async () => {
+    for await (const chunk of run) chunks.push(chunk);
+  })().catch((e: unknown) => e);
+  expect(chunks).toEqual([]);
+  await expect(run.result).rejects.toBe(error);
+  expect(error).toBeInstanceOf(BloomeryError);
+  return error;
+}
+
 const SAMPLED = [
   { temperature: 0 },
   { temperature: 1, seed: 1 },
@@ -96,13 +108,7 @@ describe("jsonSchema", () => {
     const session = model.createSession();
     const pattern = { type: "string", pattern: "^[a-z]+$" };
     const run = session.generate(prompt, { jsonSchema: pattern });
-    const chunks: unknown[] = [];
-    const error = await (async () => {
-      for await (const chunk of run) chunks.push(chunk);
-    })().catch((e: unknown) => e);
-    expect(chunks).toEqual([]);
-    await expect(run.result).rejects.toBe(error);
-    expect(error).toBeInstanceOf(BloomeryError);
+    const error = await refusedBeforeFirstChunk(run);
     expect(error).toMatchObject({ code: "JSON_SCHEMA_UNSUPPORTED", message: expect.stringContaining('"pattern"') });
     expect(session.position).toBe(0);
   });
@@ -139,13 +145,7 @@ describe("grammar", () => {
     const session = model.createSession();
     // The grammar parses on a worker thread: its refusal ends the generation.
     const run = session.generate(prompt, { grammar: 'root ::= "a"\nitem ::= "b" | (' });
-    const chunks: unknown[] = [];
-    const error = await (async () => {
-      for await (const chunk of run) chunks.push(chunk);
-    })().catch((e: unknown) => e);
-    expect(chunks).toEqual([]);
-    await expect(run.result).rejects.toBe(error);
-    expect(error).toBeInstanceOf(BloomeryError);
+    const error = await refusedBeforeFirstChunk(run);
     expect((error as BloomeryError).code).toBe("GRAMMAR_INVALID");
     expect((error as BloomeryError).message).toMatch(/line 2, column 17: expected '\)'/);
     expect(() => session.generate(prompt, { grammar: "root ::= x", jsonSchema: {} })).toThrow(
