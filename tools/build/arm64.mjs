@@ -9,7 +9,7 @@
 // binding.gyp builds it, in a folder of its own (build-arm64/, links to the sources), so the x64
 // build in build/ stays as it is.
 import { spawnSync } from "node:child_process";
-import { copyFileSync, cpSync, existsSync, mkdirSync, readdirSync, rmSync, symlinkSync } from "node:fs";
+import { copyFileSync, cpSync, existsSync, mkdirSync, readdirSync, renameSync, rmSync, symlinkSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { nodeGyp } from "./node-gyp.mjs";
@@ -110,8 +110,8 @@ function nodeSysroot() {
   cpSync(arm64Sysroot, staging, { recursive: true, verbatimSymlinks: true });
   for (const deb of readdirSync(debs).filter((f) => f.endsWith(".deb"))) run("dpkg", ["-x", join(debs, deb), staging]);
   rmSync(sysroot, { recursive: true, force: true });
-  cpSync(staging, sysroot, { recursive: true, verbatimSymlinks: true });
-  rmSync(staging, { recursive: true, force: true });
+  // Complete only once whole: a sysroot with its node is taken as ready.
+  renameSync(staging, sysroot);
   return { sysroot, node };
 }
 
