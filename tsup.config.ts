@@ -16,9 +16,9 @@ export default defineConfig([
     outDir: "dist",
   },
   {
-    // The JSON schema worker's thread (src/grammar/json-schema-async.ts), a file of its own beside
-    // the library, which starts it.
-    entry: { "json-schema-worker": "src/grammar/json-schema-worker.ts" },
+    // The grammar worker's thread (src/grammar/grammar-async.ts), a file of its own beside the
+    // library, which starts it.
+    entry: { "grammar-worker": "src/grammar/grammar-worker.ts" },
     format: ["cjs"],
     sourcemap: true,
     target: "node20",

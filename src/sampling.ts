@@ -5,7 +5,7 @@
  */
 import { BloomeryError } from "./errors.js";
 import type { NativeSamplerOptions } from "./native.js";
-import { optionKeys } from "./validate.js";
+import { isPromiseLike, optionKeys } from "./validate.js";
 
 /**
  * How the next token is chosen. The stages run in llama.cpp's default order: `logitBias`, the
@@ -48,8 +48,12 @@ export interface SamplingOptions {
    * vocabulary), or any token but one (`!<[128010]>`): that is how a grammar takes control
    * tokens, which have no text to follow. A bad grammar throws BloomeryError GRAMMAR_INVALID
    * with its line and column. Not together with `jsonSchema`.
+   *
+   * Or a promise of one (a grammar the application builds elsewhere, on a worker thread): the
+   * generation starts once it settles, and ends before its first chunk with the promise's
+   * rejection, or INVALID_ARGUMENT if it settles to anything but a string.
    */
-  grammar?: string;
+  grammar?: string | PromiseLike<string>;
   /**
    * A JSON Schema the generated text must satisfy: it is turned into a grammar (see
    * `grammar`), so the text parses as JSON and validates against the schema. `{}` allows any
@@ -155,16 +159,16 @@ export function nativeSamplerOptions(options: SamplingOptions, vocabSize: number
   if (options.grammar !== undefined && options.jsonSchema !== undefined) {
     throw new BloomeryError("INVALID_ARGUMENT", "grammar and jsonSchema cannot be used together");
   }
-  if (options.grammar !== undefined) {
-    if (typeof options.grammar !== "string") throw new BloomeryError("INVALID_ARGUMENT", "grammar must be a string");
-    out.grammar = options.grammar;
+  // The grammar itself (text, or a promise of it) is the session's to parse, off this thread.
+  if (options.grammar !== undefined && typeof options.grammar !== "string" && !isPromiseLike(options.grammar)) {
+    throw new BloomeryError("INVALID_ARGUMENT", "grammar must be a string or a promise of one");
   }
   if (options.grammarTriggers !== undefined) {
     const triggers: unknown = options.grammarTriggers;
     if (!Array.isArray(triggers) || triggers.some((t) => typeof t !== "string" || t.length === 0)) {
       throw new BloomeryError("INVALID_ARGUMENT", "grammarTriggers must be an array of non-empty strings");
     }
-    if (out.grammar === undefined && options.jsonSchema === undefined) {
+    if (options.grammar === undefined && options.jsonSchema === undefined) {
       throw new BloomeryError("INVALID_ARGUMENT", "grammarTriggers need a grammar or a jsonSchema");
     }
     out.grammarTriggers = [...(triggers as string[])];

@@ -11,9 +11,9 @@ import {
   type NativeSessionHandle,
   type NativeStateHandle,
 } from "./native.js";
-import { jsonSchemaToGrammarAsync } from "./grammar/json-schema-async.js";
+import { jsonSchemaToGrammarAsync } from "./grammar/grammar-async.js";
 import { nativeSamplerOptions, SAMPLING_OPTIONS, StopStrings, type SamplingOptions } from "./sampling.js";
-import { checkOptions, checkPath, optionKeys, tokenIds } from "./validate.js";
+import { checkOptions, checkPath, isPromiseLike, optionKeys, tokenIds } from "./validate.js";
 import { iterableWithResult } from "./run-iterable.js";
 import type { Tokenizer } from "./tokenizer.js";
 import type { ChatMessage } from "./chat/types.js";
@@ -348,15 +348,21 @@ export class Session {
       shown.set(token, tokenizer.detokenize([token], { special: true }));
     }
     const samplerOptions = nativeSamplerOptions(options, tokenizer.info.size);
-    const grammar =
-      options.jsonSchema === undefined ? samplerOptions.grammar : jsonSchemaToGrammarAsync(options.jsonSchema);
+    const grammar = options.jsonSchema === undefined ? options.grammar : jsonSchemaToGrammarAsync(options.jsonSchema);
     const sampler =
       grammar === undefined
         ? Promise.resolve(callNative((a) => a.createSampler(samplerOptions, tokenizer.nativeTokenizer)))
         : Promise.resolve(grammar)
-            .then((text) =>
-              callNative((a) => a.createSamplerAsync({ ...samplerOptions, grammar: text }, tokenizer.nativeTokenizer)),
-            )
+            .then((text: unknown) => {
+              if (typeof text !== "string") {
+                throw new BloomeryError("INVALID_ARGUMENT", "grammar's promise must settle to a string", {
+                  grammar: typeof text,
+                });
+              }
+              return callNative((a) =>
+                a.createSamplerAsync({ ...samplerOptions, grammar: text }, tokenizer.nativeTokenizer),
+              );
+            })
             .catch((error: unknown) => {
               throw fromNativeError(error);
             });
@@ -719,8 +725,4 @@ export function isAbortSignal(value: unknown): value is AbortSignal {
   return (
     typeof s === "object" && s !== null && typeof s.aborted === "boolean" && typeof s.addEventListener === "function"
   );
-}
-
-function isPromiseLike(value: unknown): value is PromiseLike<unknown> {
-  return typeof value === "object" && value !== null && typeof (value as PromiseLike<unknown>).then === "function";
 }

@@ -66,3 +66,8 @@ export function tokenIds(tokens: unknown, vocabSize: number, what: string): Int3
   }
   return out;
 }
+
+/** Duck-typed, as `await` reads a value: anything with a `then` method. */
+export function isPromiseLike(value: unknown): value is PromiseLike<unknown> {
+  return typeof value === "object" && value !== null && typeof (value as PromiseLike<unknown>).then === "function";
+}

@@ -33,9 +33,9 @@ const TEMPLATE =
 // runs, and fails rather than skips if it does not. (8 MB to /tokenize used to reach the event loop
 // as three fresh 8 MB copies, ~30 ms each on a VM whose page faults cost 15 us: examples/server/body.ts
 // now keeps them off it.) The heavy request is sent by a child process: fetch writing 8 MB from
-// this one held its event loop long enough to fail the timings on the client's side. Not yet a CI
-// step: on a shared 2-core VM, /tokenize's case still failed 3 runs in 14 (short request 59-68 ms
-// against 15-20 alone) while the server's CPU profile showed no event-loop block over 12 ms.
+// this one held its event loop long enough to fail the timings on the client's side. The short
+// request's time beside the heavy one is the median of three, as its quiet time is: one request of
+// ~12 ms failed the bar 1 run in 3 on scheduler jitter alone (27 against 24 ms).
 const required = process.env.BLOOMERY_CONCURRENCY === "required";
 const cores = availableParallelism();
 const currentLoad = () => (loadavg() as [number])[0];
@@ -108,21 +108,29 @@ async function shortRequest(): Promise<number> {
   return performance.now() - started;
 }
 
-/** A grammar of about `bytes` bytes: one long alternation of words (each a parse to follow). */
-function bigGrammar(bytes: number): string {
+/**
+ * A grammar of about `bytes` bytes that the server accepts and must work at: an alternation of
+ * `alternatives` words (each step follows every one of them) and then a sequence of words to the
+ * size. (An alternation of 1 MB alone is refused at its first step, past the grammar's work limit:
+ * it would measure a refusal, not the heaviest grammar allowed.)
+ */
+function bigGrammar(bytes: number, alternatives: number): string {
   const words: string[] = [];
   for (let i = 0, length = 0; length < bytes; i++) {
     const word = `"w${i.toString(36)}"`;
     words.push(word);
-    length += word.length + 3;
+    length += word.length + (i < alternatives ? 3 : 1);
   }
-  return `root ::= (${words.join(" | ")})`;
+  return `root ::= (${words.slice(0, alternatives).join(" | ")}) ${words.slice(alternatives).join(" ")}`;
 }
 
-/** An enum at JSON_SCHEMA_LIMITS.enumValues, of values long enough to near its grammar's size limit. */
-function bigEnum(): Record<string, unknown> {
+/**
+ * An enum at JSON_SCHEMA_LIMITS.enumValues, of values long enough to near its grammar's size limit
+ * (`room`: the characters the rest of the grammar takes).
+ */
+function bigEnum(room = 0): Record<string, unknown> {
   const count = JSON_SCHEMA_LIMITS.enumValues;
-  const length = Math.floor(JSON_SCHEMA_LIMITS.grammarChars / count) - 8;
+  const length = Math.floor((JSON_SCHEMA_LIMITS.grammarChars - room) / count) - 8;
   return { enum: Array.from({ length: count }, (_, i) => `${i.toString(36)}`.padEnd(length, "v")) };
 }
 
@@ -131,18 +139,26 @@ function bigEnum(): Record<string, unknown> {
  * the server's one-time costs on that path (a worker thread's start, V8's first compile of the code) are the
  * process's, not the heavy request's.
  */
-const HEAVY: Record<string, { heavy: () => [string, unknown]; light: [string, unknown] }> = {
+const HEAVY: Record<string, { heavy: () => [string, unknown]; light: [string, unknown]; status: number }> = {
   "the largest body of spaces to /tokenize": {
     heavy: () => ["/tokenize", { content: " ".repeat(BODY_LIMIT - 32) }],
     light: ["/tokenize", { content: " ".repeat(100_000) }],
+    status: 200,
   },
   "a grammar at its size limit": {
-    heavy: () => ["/completion", { prompt: "x", n_predict: 4, grammar: bigGrammar(1_000_000) }],
-    light: ["/completion", { prompt: "x", n_predict: 4, grammar: bigGrammar(1_000) }],
+    heavy: () => ["/completion", { prompt: "x", n_predict: 4, grammar: bigGrammar(1_000_000, 10_000) }],
+    light: ["/completion", { prompt: "x", n_predict: 4, grammar: bigGrammar(1_000, 10) }],
+    status: 200,
   },
   "a JSON schema at its limits": {
     heavy: () => ["/v1/chat/completions", schemaChat(bigEnum())],
     light: ["/v1/chat/completions", schemaChat({ enum: ["yes", "no"] })],
+    status: 200,
+  },
+  "a forced call of a tool whose schema is at its limits": {
+    heavy: () => ["/v1/chat/completions", toolChat(bigEnum(2_000))],
+    light: ["/v1/chat/completions", toolChat({ enum: ["yes", "no"] })],
+    status: 200,
   },
   "a chat template that runs to its deadline": {
     heavy: () => [
@@ -150,8 +166,21 @@ const HEAVY: Record<string, { heavy: () => [string, unknown]; light: [string, un
       { messages: [{ role: "user", content: "hi" }], max_tokens: 4, chat_template_kwargs: { loop_forever: true } },
     ],
     light: ["/v1/chat/completions", { messages: [{ role: "user", content: "hi" }], max_tokens: 4 }],
+    // Refused when the render's deadline passes: the heaviest a template can be is the deadline.
+    status: 400,
   },
 };
+
+/** A chat that must call a tool whose one argument follows `schema`. */
+function toolChat(schema: Record<string, unknown>): Record<string, unknown> {
+  const parameters = { type: "object", properties: { choice: schema }, required: ["choice"] };
+  return {
+    messages: [{ role: "user", content: "Pick one." }],
+    max_tokens: 4,
+    tools: [{ type: "function", function: { name: "pick", parameters } }],
+    tool_choice: "required",
+  };
+}
 
 /** A chat whose answer follows `schema`. */
 function schemaChat(schema: Record<string, unknown>): Record<string, unknown> {
@@ -172,7 +201,7 @@ describe.skipIf(!headroom)("while one client sends the heaviest request", () => 
     process.stderr.write(`concurrency: a short request takes ${quiet.toFixed(0)} ms alone\n`);
   });
 
-  for (const [what, { heavy: make, light }] of Object.entries(HEAVY)) {
+  for (const [what, { heavy: make, light, status: expected }] of Object.entries(HEAVY)) {
     it(`${what}: /health answers within 100 ms and a short request within twice its quiet time`, async () => {
       const warm = await postJson(`${server.url}${light[0]}`, light[1]);
       expect(warm.status).toBe(200);
@@ -200,15 +229,20 @@ describe.skipIf(!headroom)("while one client sends the heaviest request", () => 
           await new Promise((resolve) => setTimeout(resolve, 20));
         }
       })();
-      const short = await shortRequest();
+      // Up to three short requests while the heavy one runs, their median: one request of ~15 ms
+      // is within the jitter of a shared VM's scheduler, three are not.
+      const shorts: number[] = [];
+      do shorts.push(await shortRequest());
+      while (!done && shorts.length < 3);
+      const short = shorts.sort((a, b) => a - b)[shorts.length >> 1]!;
       const status = await finished;
       await polling;
       const worstHealth = Math.max(...healthLatencies);
       process.stderr.write(
-        `concurrency: ${what}: ${status}, short request ${short.toFixed(0)} ms, ` +
+        `concurrency: ${what}: ${status}, short request ${short.toFixed(0)} ms (of ${shorts.length}), ` +
           `/health worst ${worstHealth.toFixed(0)} ms of ${healthLatencies.length}\n`,
       );
-      expect(status).toBeLessThan(500);
+      expect(status).toBe(expected);
       expect(healthLatencies.length).toBeGreaterThan(0);
       expect(worstHealth).toBeLessThan(100);
       expect(short).toBeLessThan(2 * quiet);

@@ -153,6 +153,23 @@ describe("grammar", () => {
     );
     expect(session.position).toBe(0);
   });
+
+  it("takes a promise of a grammar: the generation follows it once it settles, or ends with its refusal", async () => {
+    const grammar = 'root ::= "later, " [a-z]{3,6} "."';
+    const later = new Promise<string>((resolve) => setTimeout(() => resolve(grammar), 50));
+    const run = await generate({ grammar: later, temperature: 0 });
+    expect(run.text).toMatch(/^later, [a-z]{3,6}\.$/);
+    const session = model.createSession();
+    const refused = new BloomeryError("JSON_SCHEMA_UNSUPPORTED", "built elsewhere, and refused there");
+    expect(await refusedBeforeFirstChunk(session.generate(prompt, { grammar: Promise.reject(refused) }))).toBe(refused);
+    const notText = Promise.resolve(42) as unknown as Promise<string>;
+    const error = await refusedBeforeFirstChunk(session.generate(prompt, { grammar: notText }));
+    expect((error as BloomeryError).code).toBe("INVALID_ARGUMENT");
+    expect(() => session.generate(prompt, { grammar: 42 as unknown as string })).toThrow(
+      expect.objectContaining({ code: "INVALID_ARGUMENT" }),
+    );
+    expect(session.position).toBe(0);
+  });
 });
 
 describe("beside other sessions", () => {

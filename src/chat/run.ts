@@ -25,7 +25,8 @@ import {
   type ToolCallFormat,
 } from "./output.js";
 import type { ApplyChatTemplateOptions } from "./template.js";
-import { forcedCallGrammar, lazyCallGrammar, type ControlTokens } from "./tool-grammar.js";
+import { toolCallGrammarAsync } from "../grammar/grammar-async.js";
+import { constrainsCalls, lazyCallTrigger, type ControlTokens } from "./tool-grammar.js";
 import type { ChatMessage, ChatTool, ToolCall } from "./types.js";
 
 /** Options of {@link Session.chat}: those of generate, and the chat's tools and template settings. */
@@ -184,17 +185,25 @@ export function runChat(
   // Harmony's channels carry the reasoning and the answer too: its parser reads every turn.
   const parsedFormat = format === "harmony" ? format : offered && format;
   const controls = controlTokensOf(model.tokenizer, formatMarkers(parsedFormat || undefined));
-  const lazy = offered && !forced && !own ? lazyCallGrammar(format, offered, controls) : undefined;
-  const callGrammar = forced
-    ? forcedCallGrammar(format, offered!, forcedCallPrefix(format, forced, false), controls)
-    : lazy?.grammar;
-  if (forced && callGrammar && own) {
+  // The grammars are built on the worker thread that converts JSON schemas: tools' schemas at
+  // JSON_SCHEMA_LIMITS take it as long as a jsonSchema's.
+  const constrained = forced !== undefined && constrainsCalls(format);
+  if (constrained && own) {
     throw new BloomeryError(
       "INVALID_ARGUMENT",
       "a forced tool call is constrained by its tools' schemas: grammar and jsonSchema cannot be used with it",
       { toolChoice },
     );
   }
+  const lazyTrigger = offered && !forced && !own ? lazyCallTrigger(format) : undefined;
+  const toolCall = { format, tools: offered!, controls: [...controls] };
+  const callGrammar = constrained
+    ? toolCallGrammarAsync({ ...toolCall, opening: forcedCallPrefix(format, forced, false) })
+    : lazyTrigger !== undefined
+      ? toolCallGrammarAsync(toolCall)
+      : undefined;
+  // Awaited by the generation; if it never starts (a bad option), no unhandled rejection is left.
+  callGrammar?.catch(() => {});
   // The template renders in a worker; the generation waits for its prompt, and the parser for
   // what the prompt says of the output (an open think block, a forced call's opening).
   const renderOptions: ApplyChatTemplateOptions = { templateKwargs, tools: offered };
@@ -217,8 +226,8 @@ export function runChat(
     setup.then((s) => s.prompt),
     {
       ...generation,
-      ...(callGrammar && { grammar: callGrammar }),
-      ...(lazy && { grammarTriggers: [lazy.trigger] }),
+      ...(callGrammar && { grammar: callGrammar as Promise<string> }),
+      ...(lazyTrigger !== undefined && { grammarTriggers: [lazyTrigger] }),
       showSpecialTokens: [...(generation.showSpecialTokens ?? []), ...shown],
     },
   );

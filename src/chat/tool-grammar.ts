@@ -150,6 +150,16 @@ export function forcedCallGrammar(
   return `root ::= ${alternatives.join(" | ")}\n${rules.join("")}`;
 }
 
+/** Whether forcedCallGrammar constrains the format's calls (every format's but DeepSeek-R1's). */
+export function constrainsCalls(format: ToolCallFormat): boolean {
+  return CALLS[format] !== undefined;
+}
+
+/** The trigger of the format's lazy grammar (see lazyCallGrammar); undefined: `"auto"` stays free. */
+export function lazyCallTrigger(format: ToolCallFormat): string | undefined {
+  return CALLS[format]?.lazy?.trigger;
+}
+
 /**
  * `"auto"`'s lazy grammar: a whole call, from its opening on, and the trigger from which it holds
  * (a word, or the text of a control token of `controls`, which the sampler then reads as that
