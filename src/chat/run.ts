@@ -196,11 +196,15 @@ export function runChat(
     );
   }
   const lazyTrigger = offered && !forced && !own ? lazyCallTrigger(format) : undefined;
-  const toolCall = { format, tools: offered!, controls: [...controls] };
-  const callGrammar = constrained
-    ? toolCallGrammarAsync({ ...toolCall, opening: forcedCallPrefix(format, forced, false) })
-    : lazyTrigger !== undefined
-      ? toolCallGrammarAsync(toolCall)
+  // Both need tools offered: a forced call, and a lazy trigger.
+  const callGrammar =
+    constrained || lazyTrigger !== undefined
+      ? toolCallGrammarAsync({
+          format,
+          tools: offered!,
+          ...(constrained && { opening: forcedCallPrefix(format, forced, false) }),
+          controls: [...controls],
+        })
       : undefined;
   // Awaited by the generation; if it never starts (a bad option), no unhandled rejection is left.
   callGrammar?.catch(() => {});
@@ -226,7 +230,7 @@ export function runChat(
     setup.then((s) => s.prompt),
     {
       ...generation,
-      ...(callGrammar && { grammar: callGrammar as Promise<string> }),
+      ...(callGrammar && { grammar: callGrammar }),
       ...(lazyTrigger !== undefined && { grammarTriggers: [lazyTrigger] }),
       showSpecialTokens: [...(generation.showSpecialTokens ?? []), ...shown],
     },

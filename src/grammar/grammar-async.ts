@@ -19,7 +19,7 @@ const FROM_SOURCE = import.meta.url.endsWith(".ts");
 const WORKER_FILE = new URL(FROM_SOURCE ? "./grammar-worker.ts" : "./grammar-worker.cjs", import.meta.url);
 
 interface Job {
-  resolve(grammar: string | undefined): void;
+  resolve(grammar: string): void;
   reject(error: unknown): void;
 }
 
@@ -33,21 +33,21 @@ let nextId = 0;
  * not plain data (a function, a symbol). @internal
  */
 export function jsonSchemaToGrammarAsync(schema: unknown): Promise<string> {
-  return post((id) => ({ id, schema }), "jsonSchema") as Promise<string>;
+  return post((id) => ({ id, schema }), "jsonSchema");
 }
 
 /**
- * A tool call's grammar (see ToolCallJob), built on the worker thread: undefined for a format that
- * constrains no call. Rejects with the errors of the tools' schemas, and INVALID_ARGUMENT for
- * tools that are not plain data. @internal
+ * A tool call's grammar (see ToolCallJob), built on the worker thread, for a format that constrains
+ * calls. Rejects with the errors of the tools' schemas, and INVALID_ARGUMENT for tools that are not
+ * plain data. @internal
  */
-export function toolCallGrammarAsync(job: ToolCallJob): Promise<string | undefined> {
+export function toolCallGrammarAsync(job: ToolCallJob): Promise<string> {
   return post((id) => ({ id, toolCall: job }), "tools");
 }
 
-function post(job: (id: number) => GrammarJob, what: string): Promise<string | undefined> {
+function post(job: (id: number) => GrammarJob, what: string): Promise<string> {
   const id = nextId++;
-  return new Promise<string | undefined>((resolve, reject) => {
+  return new Promise<string>((resolve, reject) => {
     const thread = ensureWorker();
     try {
       thread.postMessage(job(id));

@@ -33,18 +33,22 @@ export interface ToolCallJob {
 /** A job: what to build, and its id, which the answer carries back. @internal */
 export type GrammarJob = { id: number } & ({ schema: unknown } | { toolCall: ToolCallJob });
 
-/** An answer: the grammar (none: the format constrains no call), or the error the build threw. @internal */
+/** An answer: the grammar, or the error the build threw. @internal */
 export type GrammarAnswer =
-  | { id: number; grammar: string | undefined }
+  | { id: number; grammar: string }
   | { id: number; error: { code: string; message: string; details: Record<string, unknown> } };
 
-function build(job: GrammarJob): string | undefined {
+function build(job: GrammarJob): string {
   if ("schema" in job) return jsonSchemaToGrammar(job.schema);
   const { format, tools, opening, controls } = job.toolCall;
   const markers = new Map(controls);
-  return opening === undefined
-    ? lazyCallGrammar(format, tools, markers)?.grammar
-    : forcedCallGrammar(format, tools, opening, markers);
+  const grammar =
+    opening === undefined
+      ? lazyCallGrammar(format, tools, markers)?.grammar
+      : forcedCallGrammar(format, tools, opening, markers);
+  // The chat asks only for the grammars of formats that constrain calls (constrainsCalls, lazyCallTrigger).
+  if (grammar === undefined) throw new Error(`the ${format} format constrains no call of these tools`);
+  return grammar;
 }
 
 parentPort!.on("message", (job: GrammarJob) => {
