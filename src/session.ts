@@ -353,16 +353,10 @@ export class Session {
       grammar === undefined
         ? Promise.resolve(callNative((a) => a.createSampler(samplerOptions, tokenizer.nativeTokenizer)))
         : Promise.resolve(grammar)
-            .then((text: unknown) => {
-              if (typeof text !== "string") {
-                throw new BloomeryError("INVALID_ARGUMENT", "grammar's promise must settle to a string", {
-                  grammar: typeof text,
-                });
-              }
-              return callNative((a) =>
-                a.createSamplerAsync({ ...samplerOptions, grammar: text }, tokenizer.nativeTokenizer),
-              );
-            })
+            // The addon refuses a grammar that is not a string (a promise that settled to one) by name.
+            .then((text) =>
+              callNative((a) => a.createSamplerAsync({ ...samplerOptions, grammar: text }, tokenizer.nativeTokenizer)),
+            )
             .catch((error: unknown) => {
               throw fromNativeError(error);
             });
