@@ -5,12 +5,14 @@
 // mma.sync (int8 x int8 -> int32 per block of 32 values, or of 16 where a type scales per
 // 16), then adds each block's integer sum times its weight and activation scales in f32.
 // The integer sums are those of the matvec kernels (same codes, same blocks); only the order
-// of the f32 additions differs. The same kernel serves dense matrices (tiles of consecutive
+// of the f32 additions differs. Every type with integer dots has a decoder: the K-quants
+// with layouts that a step reads in wide loads have their own, the others go through the
+// matvec's 16-weight units (cuda/unit_decode.cuh). The same kernel serves dense matrices (tiles of consecutive
 // rows) and expert stacks (tiles of the rows routed to one expert, from moe.cu's grouping).
 #include <cstddef>
 
 #include "base/error.h"
-#include "cuda/common.cuh"
+#include "cuda/unit_decode.cuh"
 
 namespace bloomery::cuda {
 
@@ -30,19 +32,20 @@ constexpr int kRowFragments = kWarpRows / 16, kTokenFragments = kWarpTokens / 8;
 static_assert(kTileTokens == 2 * kWarpTokens && kTileRows == 2 * kWarpRows, "2 x 2 warps cover the tile");
 
 // One step of a weight tile: 128 int8 codes per row, worth scale * code - min, with a scale
-// per group of 32 or 16 codes (per 32, four are used) and, for types with mins, a min per 32.
+// and, for types with mins, a min per group of 32 or 16 codes (per 32, four of each are used).
 struct alignas(16) WeightTile {
   int codes[kTileRows][kStride];
   float scales[kTileRows][2 * kStepBlocks];
-  float mins[kTileRows][kStepBlocks];
+  float mins[kTileRows][2 * kStepBlocks];
 };
 
-// One step of an activation tile: the codes, the scale and the scaled code sum (d times the
-// sum of the codes, for mins) of each block of 32.
+// One step of an activation tile: the codes and the scale of each block of 32 and, for the
+// mins, its scaled code sum (d times the sum of its codes) and that of each of its halves.
 struct alignas(16) ActivationTile {
   int codes[kTileTokens][kStride];
   float d[kTileTokens][kStepBlocks];
-  float scaled_sums[kTileTokens][kStepBlocks];
+  float sums[kTileTokens][kStepBlocks];
+  float half_sums[kTileTokens][2 * kStepBlocks];
 };
 
 __device__ __forceinline__ void store4(int* to, int a, int b, int c, int d) {
@@ -53,23 +56,42 @@ __device__ __forceinline__ void store4(int* to, int a, int b, int c, int d) {
 // 1.5 * 2^23 + i, since int-to-float conversions issue at a fraction of the rate of float adds.
 __device__ __forceinline__ float exact_float(int i) { return __int_as_float(0x4B400000 + i) - 12582912.0f; }
 
-__device__ __forceinline__ float half_at(const uint8_t* p) {
-  return half_bits_to_float(*reinterpret_cast<const uint16_t*>(p));
-}
-
-__device__ __forceinline__ int q4k_scale(const uint8_t* s, int j) {
-  return j < 4 ? s[j] & 63 : (s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4);
-}
-__device__ __forceinline__ int q4k_min(const uint8_t* s, int j) {
-  return j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-}
-
 // A weight type's decoder: `piece` (0..3) of step `step` of a row writes its share of the
 // row's 32 code ints (block b of 32 values at ints 8b..8b+7), scales and mins. kGroup says how
-// many codes share a scale (scales[q] covers codes 16q.. for 16, 32q.. for 32). A new type
-// adds a specialization.
+// many codes share a scale and a min (scales[q] covers codes 16q.. for 16, 32q.. for 32).
+//
+// This one serves every type through its units: piece p takes block 4 step + p, units
+// 8 step + 2p and 8 step + 2p + 1. Types of 32-weight blocks have a scale per 32; the others
+// are taken per 16, the finest any of them scales by. Past the row's `blocks` (a width not a
+// multiple of 128), zeros.
 template <uint32_t Type>
-struct Decoder;
+struct Decoder {
+  static constexpr bool kBlocksOf32 = !has_super_blocks(Type) && !is_low_bit_type(Type);
+  static constexpr int kGroup = kBlocksOf32 ? 32 : 16;
+  static constexpr bool kMins = has_block_offsets(Type) || has_code_mins(Type);
+  __device__ static void piece(const uint8_t* row, int step, int p, int blocks, int* codes, float* scales,
+                               float* mins) {
+    const int block = kStepBlocks * step + p;
+    Unit first{}, second{};
+    if (block < blocks) {
+      first = decode_unit<Type>(row, 2 * block);
+      second = decode_unit<Type>(row, 2 * block + 1);
+    }
+    store4(codes + 8 * p, first.q[0], first.q[1], first.q[2], first.q[3]);
+    store4(codes + 8 * p + 4, second.q[0], second.q[1], second.q[2], second.q[3]);
+    if constexpr (kGroup == 32) {
+      scales[p] = first.scale;
+      if constexpr (kMins) mins[p] = first.min;
+    } else {
+      scales[2 * p] = first.scale;
+      scales[2 * p + 1] = second.scale;
+      if constexpr (kMins) {
+        mins[2 * p] = first.min;
+        mins[2 * p + 1] = second.min;
+      }
+    }
+  }
+};
 
 template <>
 struct Decoder<kTypeQ4_K> {
@@ -88,8 +110,8 @@ struct Decoder<kTypeQ4_K> {
            (raw.w >> 4) & 0x0f0f0f0f);
     const uint8_t* s = b + offsetof(BlockQ4_K, scales);
     const int j = 4 * h + p;
-    scales[p] = half_at(b + offsetof(BlockQ4_K, d)) * static_cast<float>(q4k_scale(s, j));
-    mins[p] = half_at(b + offsetof(BlockQ4_K, dmin)) * static_cast<float>(q4k_min(s, j));
+    scales[p] = half_at(b + offsetof(BlockQ4_K, d)) * static_cast<float>(k4_scale(s, j));
+    mins[p] = half_at(b + offsetof(BlockQ4_K, dmin)) * static_cast<float>(k4_min(s, j));
   }
 };
 
@@ -146,8 +168,8 @@ struct Decoder<kTypeQ5_K> {
            ((raw.y >> 4) & 0x0f0f0f0f) | fifth(high.y, j + 1), ((raw.z >> 4) & 0x0f0f0f0f) | fifth(high.z, j + 1),
            ((raw.w >> 4) & 0x0f0f0f0f) | fifth(high.w, j + 1));
     const uint8_t* s = b + offsetof(BlockQ5_K, scales);
-    scales[p] = half_at(b + offsetof(BlockQ5_K, d)) * static_cast<float>(q4k_scale(s, 4 * h + p));
-    mins[p] = half_at(b + offsetof(BlockQ5_K, dmin)) * static_cast<float>(q4k_min(s, 4 * h + p));
+    scales[p] = half_at(b + offsetof(BlockQ5_K, d)) * static_cast<float>(k4_scale(s, 4 * h + p));
+    mins[p] = half_at(b + offsetof(BlockQ5_K, dmin)) * static_cast<float>(k4_min(s, 4 * h + p));
   }
 };
 
@@ -179,27 +201,6 @@ struct Decoder<kTypeQ3_K> {
     const uint8_t* s = b + offsetof(BlockQ3_K, scales);
     scales[2 * p] = d * static_cast<float>(q3k_scale(s, 8 * h + 2 * p));
     scales[2 * p + 1] = d * static_cast<float>(q3k_scale(s, 8 * h + 2 * p + 1));
-  }
-};
-
-template <>
-struct Decoder<kTypeQ8_0> {
-  static constexpr int kGroup = 32;
-  static constexpr bool kMins = false;
-  // Block 4 step + p; past the row's `blocks` (a width not a multiple of 128), zeros.
-  __device__ static void piece(const uint8_t* row, int step, int p, int blocks, int* codes, float* scales, float*) {
-    const int block = kStepBlocks * step + p;
-    int q[8] = {};
-    float d = 0.0f;
-    if (block < blocks) {
-      const uint8_t* b = row + block * sizeof(BlockQ8_0);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) q[i] = load_int_aligned2(b + offsetof(BlockQ8_0, qs) + 4 * i);
-      d = half_at(b + offsetof(BlockQ8_0, d));
-    }
-    store4(codes + 8 * p, q[0], q[1], q[2], q[3]);
-    store4(codes + 8 * p + 4, q[4], q[5], q[6], q[7]);
-    scales[p] = d;
   }
 };
 
@@ -249,28 +250,46 @@ __device__ __forceinline__ void load_weights(WeightTile& tile, const uint8_t* w,
   }
 }
 
-// Copies step `step` of the tile's activation rows, with each block's scaled code sum.
+// Copies step `step` of the tile's activation rows, with the scaled code sums Type's mins take:
+// per 32 or per 16 as it groups them; Q8_1's stored sum (and its half-precision scale) for the
+// types with block offsets.
+template <uint32_t Type>
 __device__ __forceinline__ void load_activations(ActivationTile& tile, const ActivationBlock* const* rows,
                                                  const MmqArgs& a, int step) {
+  using D = Decoder<Type>;
   for (int u = threadIdx.x; u < kTileTokens * kStepBlocks; u += kThreads) {
     const int t = u / kStepBlocks, b = u % kStepBlocks;
     const int block = kStepBlocks * step + b;
     int q[8] = {};
-    float d = 0.0f;
+    float d = 0.0f, stored_sum = 0.0f;
     if (block < a.x_blocks) {
       const ActivationBlock& x = rows[t][block];
       const int* qs = reinterpret_cast<const int*>(x.qs);
 #pragma unroll
       for (int i = 0; i < 8; ++i) q[i] = qs[i];
-      d = x.d;
+      if constexpr (has_block_offsets(Type)) {
+        d = half_bits_to_float(static_cast<uint16_t>(x.d_and_sum));
+        stored_sum = half_bits_to_float(static_cast<uint16_t>(x.d_and_sum >> 16));
+      } else {
+        d = x.d;
+      }
     }
-    int sum = 0;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) sum = __dp4a(0x01010101, q[i], sum);
     store4(tile.codes[t] + 8 * b, q[0], q[1], q[2], q[3]);
     store4(tile.codes[t] + 8 * b + 4, q[4], q[5], q[6], q[7]);
     tile.d[t][b] = d;
-    tile.scaled_sums[t][b] = d * static_cast<float>(sum);
+    if constexpr (has_block_offsets(Type)) {
+      tile.sums[t][b] = stored_sum;
+    } else if constexpr (D::kMins) {
+      int halves[2] = {};
+#pragma unroll
+      for (int i = 0; i < 8; ++i) halves[i / 4] = __dp4a(0x01010101, q[i], halves[i / 4]);
+      if constexpr (D::kGroup == 32) {
+        tile.sums[t][b] = d * static_cast<float>(halves[0] + halves[1]);
+      } else {
+        tile.half_sums[t][2 * b] = d * static_cast<float>(halves[0]);
+        tile.half_sums[t][2 * b + 1] = d * static_cast<float>(halves[1]);
+      }
+    }
   }
 }
 
@@ -310,10 +329,10 @@ __device__ __forceinline__ void multiply_step(const WeightTile& w, const Activat
           for (int e = 0; e < 4; ++e) {
             const int r = r_out + 8 * (e / 2);
             acc[m][n][e] += xd[e % 2] * (w.scales[r][b] * exact_float(sum[e]));
-            if constexpr (D::kMins) acc[m][n][e] -= w.mins[r][b] * x.scaled_sums[t_out + e % 2][b];
+            if constexpr (D::kMins) acc[m][n][e] -= w.mins[r][b] * x.sums[t_out + e % 2][b];
           }
         } else {
-          static_assert(D::kGroup == 16 && !D::kMins);
+          static_assert(D::kGroup == 16);
           int low[4] = {}, high[4] = {};
           mma_k16(low, a[m][0], a[m][1], b0);
           mma_k16(high, a[m][2], a[m][3], b1);
@@ -323,6 +342,10 @@ __device__ __forceinline__ void multiply_step(const WeightTile& w, const Activat
             const float value =
                 w.scales[r][2 * b] * exact_float(low[e]) + w.scales[r][2 * b + 1] * exact_float(high[e]);
             acc[m][n][e] += xd[e % 2] * value;
+            if constexpr (D::kMins) {
+              const float* sums = x.half_sums[t_out + e % 2];
+              acc[m][n][e] -= w.mins[r][2 * b] * sums[2 * b] + w.mins[r][2 * b + 1] * sums[2 * b + 1];
+            }
           }
         }
       }
@@ -367,7 +390,7 @@ __global__ void __launch_bounds__(kThreads) mmq_kernel(MmqArgs a) {
   for (int step = 0; step < a.steps; ++step) {
     load_weights<Type>(weights[0], a.w + offset, a, first_row, step);
     if constexpr (Gated) load_weights<Type>(weights[1], a.w_up + offset, a, first_row, step);
-    load_activations(activations, x_rows, a, step);
+    load_activations<Type>(activations, x_rows, a, step);
     __syncthreads();
     if (busy) {
       multiply_step<Type>(weights[0], activations, row0, token0, acc);
@@ -397,26 +420,10 @@ __global__ void __launch_bounds__(kThreads) mmq_kernel(MmqArgs a) {
 
 template <bool Gated>
 void launch(uint32_t type, dim3 grid, const MmqArgs& a, StreamHandle stream) {
-  const auto s = static_cast<cudaStream_t>(stream);
-  switch (type) {
-    case kTypeQ4_K:
-      mmq_kernel<kTypeQ4_K, Gated><<<grid, kThreads, 0, s>>>(a);
-      break;
-    case kTypeQ6_K:
-      mmq_kernel<kTypeQ6_K, Gated><<<grid, kThreads, 0, s>>>(a);
-      break;
-    case kTypeQ3_K:
-      mmq_kernel<kTypeQ3_K, Gated><<<grid, kThreads, 0, s>>>(a);
-      break;
-    case kTypeQ5_K:
-      mmq_kernel<kTypeQ5_K, Gated><<<grid, kThreads, 0, s>>>(a);
-      break;
-    case kTypeQ8_0:
-      mmq_kernel<kTypeQ8_0, Gated><<<grid, kThreads, 0, s>>>(a);
-      break;
-    default:
-      throw Error("UNSUPPORTED_QUANT", "no GPU matrix-matrix kernel for ggml type " + std::to_string(type));
-  }
+  const bool served = with_type(QuantizedTypes{}, type, [&](auto t) {
+    mmq_kernel<decltype(t)::value, Gated><<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+  });
+  if (!served) throw Error("UNSUPPORTED_QUANT", "no GPU matrix-matrix kernel for ggml type " + std::to_string(type));
 }
 
 MmqArgs dense_args(const DeviceMatrix& w, const ActivationBlock* x, int64_t n, float* y, bool accumulate) {
@@ -460,8 +467,7 @@ dim3 grouped_grid(const DeviceMatrix& w, const ExpertGroups& g) {
 }  // namespace
 
 bool mmq_serves(uint32_t type, int64_t n) {
-  return n >= kMmqMinRows &&
-         (type == kTypeQ3_K || type == kTypeQ4_K || type == kTypeQ5_K || type == kTypeQ6_K || type == kTypeQ8_0);
+  return n >= kMmqMinRows && with_type(QuantizedTypes{}, type, [](auto) {});
 }
 
 void mmq(const DeviceMatrix& w, const ActivationBlock* x, int64_t n, float* y, bool accumulate, StreamHandle stream) {

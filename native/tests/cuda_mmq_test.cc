@@ -1,6 +1,7 @@
 // The tiled matrix-matrix products (cuda/mmq.cu) against the CPU's dots and the matvec
-// kernels on random data, for every type they serve: dense products of 1 to 150 rows (partial
-// tiles of rows and of weight rows, a Q8_0 width that ends inside a step), accumulation, the
+// kernels on random data, for every quantized type: dense products of 1 to 150 rows (partial
+// tiles of rows and of weight rows, for types of 32-weight blocks a width that ends inside a
+// step), accumulation, the
 // gated SwiGLU product, and the expert products over a grouping with uneven loads (an expert
 // with no rows, one with one, one with two tiles' worth) and experts left in host memory; and
 // that the tiles outpace the matvec on prompt batches of the benchmark model's shapes (the
@@ -24,9 +25,6 @@ using namespace bloomery;
 using namespace bloomery::tests::gpu;
 
 namespace {
-
-constexpr uint32_t kTileTypes[] = {quant::BlockQ8_0::kType, quant::BlockQ3_K::kType, quant::BlockQ4_K::kType,
-                                   quant::BlockQ5_K::kType, quant::BlockQ6_K::kType};
 
 cuda::DeviceBuffer quantized(const cuda::DeviceBuffer& x, int64_t n, int64_t cols, uint32_t type,
                              const cuda::Stream& stream) {
@@ -92,7 +90,7 @@ double milliseconds(const cuda::Stream& stream, Launch launch) {
 
 TEST(cuda_mmq_threshold) {
   CHECK(!cuda::mmq_serves(quant::BlockQ4_K::kType, cuda::kMmqMinRows - 1));
-  for (const uint32_t type : kTileTypes) CHECK(cuda::mmq_serves(type, cuda::kMmqMinRows)) << "type " << type;
+  for (const uint32_t type : kQuantizedTypes) CHECK(cuda::mmq_serves(type, cuda::kMmqMinRows)) << "type " << type;
   CHECK(!cuda::mmq_serves(0, 512)) << "F32 weights take the float matvec";
 }
 
@@ -101,8 +99,9 @@ TEST(cuda_mmq_matches_cpu_and_matvec) {
   std::mt19937 rng(31);
   const int64_t rows = 67;
   const cuda::Stream stream;
-  for (const uint32_t type : kTileTypes) {
-    const int64_t cols = type == quant::BlockQ8_0::kType ? 800 : 768;  // 800: the last step holds one block
+  for (const uint32_t type : kQuantizedTypes) {
+    // 800: the last step holds one block of 32.
+    const int64_t cols = quant::ggml_type(type)->block_elements == 32 ? 800 : 768;
     const auto w = random_matrix(type, rows, cols, rng);
     const auto dw = upload(w);
     const cuda::DeviceMatrix m = device_matrix(type, dw, rows, cols);
@@ -142,7 +141,7 @@ TEST(cuda_gated_mmq_matches_cpu_and_matvec) {
   const int64_t rows = 45, cols = 512, n = 70;
   const size_t out = static_cast<size_t>(n * rows);
   const cuda::Stream stream;
-  for (const uint32_t type : kTileTypes) {
+  for (const uint32_t type : kQuantizedTypes) {
     const auto gate = random_matrix(type, rows, cols, rng), up = random_matrix(type, rows, cols, rng);
     const auto dg = upload(gate), du = upload(up);
     const cuda::DeviceMatrix mg = device_matrix(type, dg, rows, cols), mu = device_matrix(type, du, rows, cols);
@@ -175,7 +174,7 @@ TEST(cuda_expert_mmq_matches_cpu_and_matvec) {
   std::vector<int32_t> all_resident(kExperts);
   for (int64_t e = 0; e < kExperts; ++e) all_resident[e] = static_cast<int32_t>(e);
   const std::vector<int32_t> some_on_host = {2, -1, 0, 3, 1, -1, 4, -1};
-  for (const uint32_t type : kTileTypes) {
+  for (const uint32_t type : kQuantizedTypes) {
     std::vector<std::vector<uint8_t>> gates, ups, downs;
     for (int64_t e = 0; e < kExperts; ++e) {
       gates.push_back(random_matrix(type, ff, width, rng));
@@ -270,10 +269,14 @@ TEST(cuda_mmq_outpaces_matvec_on_prompt_batches) {
   if (!device_ready("cuda_mmq_outpaces_matvec_on_prompt_batches")) return;
   std::mt19937 rng(43);
   const cuda::Stream stream;
-  // Dense: attn_q's shape in the 30B benchmark model (Q4_K), and the output projection's as Q6_K and Q8_0.
+  // Dense: attn_q's shape in the 30B benchmark model (Q4_K), the output projection's as Q6_K,
+  // Q8_0 and IQ2_XXS (decoded through units), and a GLM-4.5-Air expert's down projection as
+  // Q5_0 (its rows of 1,408 fit no 256-weight block).
   for (const auto& [type, rows, cols] : {std::tuple{quant::BlockQ4_K::kType, int64_t{4096}, int64_t{2048}},
                                          std::tuple{quant::BlockQ6_K::kType, int64_t{2048}, int64_t{4096}},
-                                         std::tuple{quant::BlockQ8_0::kType, int64_t{2048}, int64_t{4096}}}) {
+                                         std::tuple{quant::BlockQ8_0::kType, int64_t{2048}, int64_t{4096}},
+                                         std::tuple{quant::BlockIQ2_XXS::kType, int64_t{2048}, int64_t{4096}},
+                                         std::tuple{quant::BlockQ5_0::kType, int64_t{4096}, int64_t{1408}}}) {
     const auto dw = upload(random_matrix(type, rows, cols, rng));
     const cuda::DeviceMatrix m = device_matrix(type, dw, rows, cols);
     for (const int64_t n : {32, 64, 128, 512}) {
