@@ -160,6 +160,10 @@ bool Event::done() const {
   return true;
 }
 
+void Event::synchronize() const {
+  check(cudaEventSynchronize(static_cast<cudaEvent_t>(event_)), "cudaEventSynchronize");
+}
+
 float Event::elapsed_ms(const Event& start) const {
   float ms = 0;
   check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start.event_), static_cast<cudaEvent_t>(event_)),

@@ -117,6 +117,8 @@ class Event {
   void wait_in(StreamHandle stream) const;
   // True once the work before the record is done (or nothing was recorded).
   bool done() const;
+  // The host waits until the work before the record is done.
+  void synchronize() const;
   // Milliseconds from `start` to this event, both timed and done.
   float elapsed_ms(const Event& start) const;
 

@@ -65,41 +65,45 @@ size_t largest(const model::Model& model, const std::vector<bool>& streamed,
 
 size_t expert_bytes(const cpu::ExpertMatrices& m) { return static_cast<size_t>(m.first.rows) * m.first.row_bytes; }
 
-// Most copies a stack's gather may take. Residency scatters the GPU's experts over a layer,
-// cutting the host's experts into short runs; past this many copies, each costing the host
-// microseconds to queue, copying the whole stack from the host (resident experts included)
-// costs less than the PCIe bytes it saves.
+// Where a stack's gather takes an expert from: nowhere (the stack lacks it), the host's file
+// pages, or the GPU's slot pool.
+enum class Source : uint8_t { kNone, kHost, kPool };
+
+// Most copies a stack's gather takes before it copies the whole stack from the host instead,
+// where at least half of it comes from there anyway. Residency scatters the GPU's experts over
+// a layer, cutting the host's experts into short runs, and each copy costs the host
+// microseconds to queue.
 constexpr int kMaxGatherCopies = 16;
 
-// Copies a stack's experts into `stack` in expert order: runs of host experts (adjacent in
-// the file) and runs of resident ones in consecutive slots each go as one copy, or the whole
-// stack from the host when that would take more than kMaxGatherCopies. Returns the bytes
-// copied from the host.
-size_t gather(const cpu::ExpertMatrices& host, const cuda::DeviceMatrix& pool, const std::vector<int32_t>& slots,
-              uint8_t* stack, cuda::StreamHandle stream) {
-  const size_t bytes = expert_bytes(host);
-  const auto experts = static_cast<int64_t>(slots.size());
-  const auto run_end = [&](int64_t first) {
-    const bool on_host = slots[first] < 0;
-    int64_t end = first + 1;
-    while (end < experts && (slots[end] < 0) == on_host && (on_host || slots[end] == slots[end - 1] + 1)) ++end;
-    return end;
-  };
-  int runs = 0;
-  for (int64_t first = 0; first < experts; first = run_end(first)) ++runs;
-  if (runs > kMaxGatherCopies) {
-    cuda::copy_async(stack, host.expert(0).data, static_cast<size_t>(experts) * bytes, stream);
-    return static_cast<size_t>(experts) * bytes;
+// The end of the run of experts from `first` that one copy takes: host experts (adjacent in
+// the file) or pool ones in consecutive slots; a run of experts taken from nowhere copies nothing.
+int64_t run_end(const std::vector<Source>& sources, const std::vector<int32_t>& slots, int64_t first) {
+  const auto experts = static_cast<int64_t>(sources.size());
+  int64_t end = first + 1;
+  while (end < experts && sources[end] == sources[first] &&
+         (sources[first] != Source::kPool || slots[end] == slots[end - 1] + 1)) {
+    ++end;
   }
+  return end;
+}
+
+// Copies a stack's experts into `stack` in expert order, each from its source, a run per copy.
+// Returns the bytes copied from the host.
+size_t gather(const cpu::ExpertMatrices& host, const cuda::DeviceMatrix& pool, const std::vector<int32_t>& slots,
+              const std::vector<Source>& sources, uint8_t* stack, cuda::StreamHandle stream) {
+  const size_t bytes = expert_bytes(host);
+  const auto experts = static_cast<int64_t>(sources.size());
   size_t from_host = 0;
   for (int64_t first = 0; first < experts;) {
-    const bool on_host = slots[first] < 0;
-    const int64_t end = run_end(first);
+    const int64_t end = run_end(sources, slots, first);
     const size_t run = static_cast<size_t>(end - first) * bytes;
-    const void* source = on_host ? static_cast<const void*>(host.expert(first).data)
-                                 : static_cast<const void*>(pool.data + static_cast<size_t>(slots[first]) * bytes);
-    cuda::copy_async(stack + static_cast<size_t>(first) * bytes, source, run, stream);
-    from_host += on_host ? run : 0;
+    if (sources[first] == Source::kHost) {
+      cuda::copy_async(stack + static_cast<size_t>(first) * bytes, host.expert(first).data, run, stream);
+      from_host += run;
+    } else if (sources[first] == Source::kPool) {
+      cuda::copy_async(stack + static_cast<size_t>(first) * bytes,
+                       pool.data + static_cast<size_t>(slots[first]) * bytes, run, stream);
+    }
     first = end;
   }
   return from_host;
@@ -117,7 +121,12 @@ uint64_t ExpertStream::staging_bytes(const model::Model& model, const std::vecto
 
 ExpertStream::ExpertStream(const model::Model& model, const std::vector<std::vector<int32_t>>& slot_tables,
                            std::vector<ExpertStacks> pools, std::vector<bool> streamed)
-    : model_(model), slot_tables_(slot_tables), pools_(std::move(pools)), streamed_(std::move(streamed)) {
+    : model_(model),
+      slot_tables_(slot_tables),
+      pools_(std::move(pools)),
+      streamed_(std::move(streamed)),
+      predicted_(slot_tables.size(), std::vector<uint8_t>(static_cast<size_t>(model.params.experts), 1)),
+      counts_seen_(slot_tables.size() * static_cast<size_t>(model.params.experts), 0) {
   const uint8_t* first = nullptr;
   const uint8_t* end = nullptr;
   for (size_t l = 0; l < model.layers.size(); ++l) {
@@ -152,13 +161,29 @@ void ExpertStream::harvest_timing(Stage& stage) {
   stage.timed_bytes = 0;
 }
 
+bool ExpertStream::has_host_experts(int64_t layer) const {
+  const std::vector<int32_t>& slots = slot_tables_[layer];
+  return streams(layer) && std::any_of(slots.begin(), slots.end(), [](int32_t s) { return s < 0; });
+}
+
 uint64_t ExpertStream::host_bytes(int64_t layer) const {
   if (!streams(layer)) return 0;
   const model::LayerWeights& w = model_.layers[layer];
   const uint64_t expert =
       expert_bytes(w.ffn.routed.gate) + expert_bytes(w.ffn.routed.up) + expert_bytes(w.ffn.routed.down);
+  const HostCounts c = host_counts(layer);
+  return expert * static_cast<uint64_t>(copies_partly(c) ? c.predicted : c.on_host);
+}
+
+ExpertStream::HostCounts ExpertStream::host_counts(int64_t layer) const {
   const std::vector<int32_t>& slots = slot_tables_[layer];
-  return expert * static_cast<uint64_t>(std::count_if(slots.begin(), slots.end(), [](int32_t s) { return s < 0; }));
+  const std::vector<uint8_t>& predicted = predicted_[layer];
+  HostCounts c;
+  for (size_t e = 0; e < slots.size(); ++e) {
+    c.on_host += slots[e] < 0 ? 1 : 0;
+    c.predicted += slots[e] < 0 && predicted[e] ? 1 : 0;
+  }
+  return c;
 }
 
 double ExpertStream::copy_layer_seconds() {
@@ -166,16 +191,15 @@ double ExpertStream::copy_layer_seconds() {
   uint64_t bytes = 0;
   int64_t layers = 0;
   for (int64_t l = 0; l < static_cast<int64_t>(slot_tables_.size()); ++l) {
-    const uint64_t host = host_bytes(l);
-    bytes += host;
-    layers += host > 0 ? 1 : 0;
+    bytes += host_bytes(l);
+    layers += has_host_experts(l) ? 1 : 0;
   }
   return layers > 0 ? seconds_per_byte_ * static_cast<double>(bytes) / static_cast<double>(layers) : 0;
 }
 
 int64_t ExpertStream::next_host_layer(int64_t after) const {
   for (auto l = after + 1; l < static_cast<int64_t>(slot_tables_.size()); ++l) {
-    if (host_bytes(l) > 0) return l;
+    if (has_host_experts(l)) return l;
   }
   return -1;
 }
@@ -189,9 +213,25 @@ void ExpertStream::queue_copy(int64_t layer, Stage& stage) {
   const model::LayerWeights& w = model_.layers[layer];
   const ExpertStacks& pool = pools_[layer];
   const std::vector<int32_t>& slots = slot_tables_[layer];
-  const size_t from_host = gather(w.ffn.routed.gate, pool.gate, slots, stage.gate.as<uint8_t>(), stream) +
-                           gather(w.ffn.routed.up, pool.up, slots, stage.up.as<uint8_t>(), stream) +
-                           gather(w.ffn.routed.down, pool.down, slots, stage.down.as<uint8_t>(), stream);
+  const auto experts = static_cast<int64_t>(slots.size());
+  const bool partial = predicting_ && copies_partly(host_counts(layer));
+  std::vector<Source> sources(slots.size());
+  int64_t from_host_count = 0;
+  for (int64_t e = 0; e < experts; ++e) {
+    const bool wanted = !partial || predicted_[layer][e];
+    sources[e] = slots[e] >= 0 ? Source::kPool : wanted ? Source::kHost : Source::kNone;
+    from_host_count += sources[e] == Source::kHost ? 1 : 0;
+  }
+  int runs = 0;
+  for (int64_t first = 0; first < experts; first = run_end(sources, slots, first)) ++runs;
+  if (runs > kMaxGatherCopies && 2 * from_host_count >= experts)
+    std::fill(sources.begin(), sources.end(), Source::kHost);
+  stage.layer = layer;
+  stage.held.resize(sources.size());
+  for (size_t e = 0; e < sources.size(); ++e) stage.held[e] = sources[e] != Source::kNone ? 1 : 0;
+  const size_t from_host = gather(w.ffn.routed.gate, pool.gate, slots, sources, stage.gate.as<uint8_t>(), stream) +
+                           gather(w.ffn.routed.up, pool.up, slots, sources, stage.up.as<uint8_t>(), stream) +
+                           gather(w.ffn.routed.down, pool.down, slots, sources, stage.down.as<uint8_t>(), stream);
   if (timed) {
     stage.copy_end.record(stream);
     stage.timed_bytes = from_host;
@@ -199,7 +239,19 @@ void ExpertStream::queue_copy(int64_t layer, Stage& stage) {
   stage.copied.record(stream);
 }
 
-void ExpertStream::begin_pass() {
+void ExpertStream::observe_call(const uint32_t* counts, bool streamed) {
+  const size_t experts = static_cast<size_t>(model_.params.experts);
+  for (size_t l = 0; l < predicted_.size(); ++l) {
+    for (size_t e = 0; e < experts; ++e) {
+      const size_t i = l * experts + e;
+      if (streamed) predicted_[l][e] = counts[i] != counts_seen_[i] ? 1 : 0;
+      counts_seen_[i] = counts[i];
+    }
+  }
+}
+
+void ExpertStream::begin_pass(bool predicted) {
+  predicting_ = predicted;
   streamed_layers_ = 0;
   const int64_t first = next_host_layer(-1);
   if (first >= 0) queue_copy(first, stages_[0]);
@@ -219,6 +271,42 @@ ExpertStacks ExpertStream::queue_layer(int64_t layer, cuda::StreamHandle stream)
   }
   stacks.slot_of_expert = identity_.as<int32_t>();
   return stacks;
+}
+
+bool ExpertStream::layer_incomplete() const {
+  const Stage& stage = stages_[streamed_layers_ % 2];
+  return std::find(stage.held.begin(), stage.held.end(), 0) != stage.held.end();
+}
+
+void ExpertStream::complete_layer(const cuda::ExpertGroups& groups, cuda::StreamHandle stream) {
+  Stage& stage = stages_[streamed_layers_ % 2];
+  const size_t ints = 1 + 3 * static_cast<size_t>(groups.max_chunks);
+  if (readback_ints_ < ints) {
+    readback_ = cuda::PinnedBuffer(ints * sizeof(int32_t), "the router's grouping (prompt streaming)");
+    readback_ints_ = ints;
+  }
+  int32_t* back = readback_.host<int32_t>();
+  cuda::copy_to_host(back, groups.chunk_count, sizeof(int32_t), stream);
+  cuda::copy_to_host(back + 1, groups.chunks, (ints - 1) * sizeof(int32_t), stream);
+  stage.routed.record(stream);
+  stage.routed.synchronize();
+  // The stack's slots are expert ids (queue_layer's identity table).
+  std::vector<Source> missing(stage.held.size(), Source::kNone);
+  bool any = false;
+  for (int32_t c = 0; c < back[0]; ++c) {
+    const auto expert = static_cast<size_t>(back[1 + 3 * c]);
+    if (stage.held[expert]) continue;
+    missing[expert] = Source::kHost;
+    stage.held[expert] = 1;
+    any = true;
+  }
+  if (!any) return;
+  const model::LayerWeights& w = model_.layers[stage.layer];
+  const ExpertStacks& pool = pools_[stage.layer];
+  const std::vector<int32_t>& slots = slot_tables_[stage.layer];
+  gather(w.ffn.routed.gate, pool.gate, slots, missing, stage.gate.as<uint8_t>(), stream);
+  gather(w.ffn.routed.up, pool.up, slots, missing, stage.up.as<uint8_t>(), stream);
+  gather(w.ffn.routed.down, pool.down, slots, missing, stage.down.as<uint8_t>(), stream);
 }
 
 void ExpertStream::layer_done(cuda::StreamHandle stream) {

@@ -5,6 +5,12 @@
 // copy stream fills the next host layer's stack while the compute stream runs this one's,
 // so the PCIe copies hide behind the GPU's work.
 //
+// A layer's copy cannot wait for its router (it runs a layer ahead), so where the last
+// streamed call routed rows to fewer than half of a layer's host experts (routing that favours
+// a few), it copies only those; then the pass reads the router's choices back before the
+// layer's expert kernels and copies the chosen experts the stage lacks (the host waits for the
+// GPU there, once per such layer). Otherwise (a model that spreads its rows) it copies them all.
+//
 // Which passes stream is chosen by measured cost (see StreamCosts): the copy stream's own
 // timing of its copies against the CPU's measured expert time per row.
 #pragma once
@@ -79,6 +85,11 @@ class ExpertStream {
   // Whether streamed passes copy layer `layer`'s host experts (the others' rows go to the CPU).
   bool streams(int64_t layer) const { return streamed_[static_cast<size_t>(layer)]; }
 
+  // After each forward call, the routing counts (per layer and expert, cumulative: the
+  // GpuModel's host copy): a call with a streamed pass sets, per layer, the experts whose
+  // counts grew as the ones the next streamed passes predict.
+  void observe_call(const uint32_t* counts, bool streamed);
+
   // One layer's measured copy time (the average streamed host layer's bytes at the measured
   // rate); 0 before the first streamed pass.
   double copy_layer_seconds();
@@ -87,18 +98,39 @@ class ExpertStream {
   // `stream` wait for layer `layer`'s copies, queues the next host layer's into the other
   // stack, and returns this layer's stack (slots = expert ids); layer_done, after the
   // layer's expert kernels are queued, frees its stack for the copy after next.
-  void begin_pass();
+  // `predicted`: the pass may copy only the predicted host experts and complete each stack
+  // after its router (not in a pass whose host experts the CPU serves between the GPU's
+  // layers: the host would wait for a GPU that waits for it); otherwise it copies them all.
+  void begin_pass(bool predicted);
   ExpertStacks queue_layer(int64_t layer, cuda::StreamHandle stream);
+  // Whether the current layer's stack may lack an expert the router chose: then, after the
+  // router and before the expert kernels, complete_layer reads the grouping back (the host
+  // waits for `stream`) and copies, on `stream`, the chosen host experts the stack lacks.
+  bool layer_incomplete() const;
+  void complete_layer(const cuda::ExpertGroups& groups, cuda::StreamHandle stream);
   void layer_done(cuda::StreamHandle stream);
 
  private:
   struct Stage {
     cuda::DeviceBuffer gate, up, down;
-    cuda::Event copied, used, copy_start{true}, copy_end{true};
+    cuda::Event copied, used, copy_start{true}, copy_end{true}, routed;
     uint64_t timed_bytes = 0;  // of the copy between copy_start and copy_end, not yet read
+    int64_t layer = -1;
+    std::vector<uint8_t> held;  // per expert of `layer`: whether the stack holds it
   };
 
-  // The bytes a streamed pass copies from the host for layer `layer` (0 for a layer not streamed).
+  // A layer's host experts, and how many of them the last streamed call routed rows to.
+  struct HostCounts {
+    int64_t on_host = 0;
+    int64_t predicted = 0;
+  };
+  HostCounts host_counts(int64_t layer) const;
+  // Whether a predicting pass copies only a layer's predicted host experts ahead: fewer than half.
+  static bool copies_partly(const HostCounts& c) { return 2 * c.predicted < c.on_host; }
+  // Whether streamed passes copy some of layer `layer`'s experts from the host.
+  bool has_host_experts(int64_t layer) const;
+  // The bytes a predicting streamed pass copies ahead from the host for layer `layer` (0 for a
+  // layer not streamed).
   uint64_t host_bytes(int64_t layer) const;
   int64_t next_host_layer(int64_t after) const;
   void queue_copy(int64_t layer, Stage& stage);
@@ -114,6 +146,12 @@ class ExpertStream {
   cuda::DeviceBuffer identity_;
   int64_t streamed_layers_ = 0;  // of this pass: stage streamed_layers_ % 2 is the current one
   double seconds_per_byte_ = 0;  // copies' measured rate, exponentially averaged; 0 = none yet
+  bool predicting_ = false;      // of this pass: see begin_pass
+  // Per layer and expert: whether the last streamed call routed rows to it (all at first).
+  std::vector<std::vector<uint8_t>> predicted_;
+  std::vector<uint32_t> counts_seen_;  // the counts observe_call last saw
+  cuda::PinnedBuffer readback_;        // complete_layer's copy of the grouping
+  size_t readback_ints_ = 0;
 };
 
 }  // namespace bloomery::engine

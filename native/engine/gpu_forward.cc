@@ -1035,6 +1035,7 @@ struct Pass {
                             groups.tokens_per_chunk, ws.chosen.as<int32_t>(), f(ws.routing_weights), counts,
                             ws.order.as<int32_t>(), ws.chunks.as<int32_t>(), ws.chunk_count.as<int32_t>(), stream);
     }
+    if (streamed_layer && m.expert_stream->layer_incomplete()) m.expert_stream->complete_layer(groups, stream);
     if (hybrid) host->queue_publish(layer, n, f(ws.normed), ws.chosen.as<int32_t>(), f(ws.routing_weights), stream);
     // A layer without GPU experts (all in host memory, as where the GPU's kernels cannot serve
     // its expert stacks: see GpuKernelGap) has no GPU half.
@@ -1095,7 +1096,7 @@ struct Pass {
   // work.logits.
   void begin() const {
     if (hybrid()) m.host_experts->queue_begin_pass(stream);
-    if (streamed) m.expert_stream->begin_pass();
+    if (streamed) m.expert_stream->begin_pass(!hybrid());
     if (m.params.mla.kv_lora_rank > 0) {
       const Workspace& ws = m.work;
       const cuda::ExpertGroups g = latent_groups();
@@ -1435,6 +1436,7 @@ void gpu_forward(GpuModel& model, std::span<const GpuSequenceRows> batch, std::v
   const cuda::StreamHandle stream = model.stream.handle();
   HostExperts* host = model.host_experts.get();
   int64_t returned = 0;
+  bool any_streamed = false;
   for (size_t i = 0; i < passes.size(); ++i) {
     const int64_t first = static_cast<int64_t>(i) * kMaxBatch;
     const int64_t n = std::min(kMaxBatch, total - first);
@@ -1447,6 +1449,7 @@ void gpu_forward(GpuModel& model, std::span<const GpuSequenceRows> batch, std::v
     // Whether the CPU runs some of this pass's host experts (a streamed pass copies the others to the GPU).
     const bool hands_rows = pass.hybrid();
     if (streamed) host->count_streamed_pass();
+    any_streamed = any_streamed || streamed;
     if (decode && passes.size() == 1 && !streamed) {
       replay_decode_step(model, pass);
       if (hands_rows) {
@@ -1469,6 +1472,7 @@ void gpu_forward(GpuModel& model, std::span<const GpuSequenceRows> batch, std::v
                        static_cast<size_t>(p.layers * p.experts) * sizeof(uint32_t), stream);
   }
   model.stream.synchronize();
+  if (model.expert_stream) model.expert_stream->observe_call(model.routed_host.host<uint32_t>(), any_streamed);
   if (model.host_experts) {
     model.host_experts->add_pass_time(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
