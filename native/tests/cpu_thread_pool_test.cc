@@ -138,3 +138,22 @@ TEST(cpu_thread_pool_loop_returns_after_its_workers_finish) {
   }
   CHECK(met > 0) << "the worker took part in no loop: nothing was tested";
 }
+
+TEST(cpu_thread_pool_runs_small_loops_on_the_caller_and_hands_out_large_ones) {
+  CHECK(grain_for_bytes(kMinHandoutBytes) == 1);
+  CHECK(grain_for_bytes(4 * kMinHandoutBytes) == 1);
+  CHECK(grain_for_bytes(kMinHandoutBytes / 4) == 4);
+  CHECK(grain_for_bytes(0) == kMinHandoutBytes) << "a task of no bytes still gets a finite grain";
+  // A loop of fewer bytes in all than one hand-out never wakes a worker.
+  ThreadPool pool(4);
+  const size_t task_bytes = 1024;
+  const size_t tasks = kMinHandoutBytes / task_bytes;
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<size_t> elsewhere{0}, ran{0};
+  pool.parallel_for(tasks, grain_for_bytes(task_bytes), [&](size_t begin, size_t end) {
+    if (std::this_thread::get_id() != caller) elsewhere.fetch_add(end - begin);
+    ran.fetch_add(end - begin);
+  });
+  CHECK(ran.load() == tasks);
+  CHECK(elsewhere.load() == 0) << elsewhere.load() << " tasks ran on workers";
+}
