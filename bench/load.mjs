@@ -5,11 +5,12 @@
 // of its default). Goal: bloomery >= 0.8x, and no slower than
 // node-llama-cpp loaded.
 //
-//   npm run bench:load [-- --tokens 128 --rounds 3 --busy N --model FILE --timeout 120 --llama-threads N]
+//   npm run bench:load [-- --tokens 128 --seconds 20 --rounds 3 --busy N --model FILE --timeout 120 --llama-threads N]
 //
-// Each measurement runs in its own child process; quiet and loaded alternate for `rounds` rounds
-// and each keeps its median, so one spike of other load costs a round, not the figure. Writes
-// bench/results/<date>-load.json.
+// Each measurement runs in its own child process and decodes `tokens` tokens or for `seconds`,
+// whichever ends first (an engine that crawls still gets its rate); quiet and loaded alternate for
+// `rounds` rounds and each keeps its median, so one spike of other load costs a round, not the
+// figure. Writes bench/results/<date>-load.json.
 import { execFileSync, spawn } from "node:child_process";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
@@ -24,6 +25,7 @@ const { values } = parseArgs({
     child: { type: "string" },
     model: { type: "string" },
     tokens: { type: "string", default: "128" },
+    seconds: { type: "string", default: "20" },
     rounds: { type: "string", default: "3" },
     busy: { type: "string" },
     timeout: { type: "string", default: "120" },
@@ -31,6 +33,7 @@ const { values } = parseArgs({
   },
 });
 const tokens = Number(values.tokens);
+const seconds = Number(values.seconds);
 const rounds = Number(values.rounds);
 const busyCount = Number(values.busy ?? availableParallelism());
 const timeoutSeconds = Number(values.timeout);
@@ -45,30 +48,40 @@ async function benchOurs(modelPath) {
   const model = await loadModel(modelPath, { gpu: false });
   const session = model.createSession();
   await streamedDecodeRate(model, session, 8);
-  const rate = await streamedDecodeRate(model, session, tokens);
+  const rate = await streamedDecodeRate(model, session, tokens, {
+    signal: globalThis.AbortSignal.timeout(seconds * 1000),
+  });
   const threads = model.info.threads;
   model.dispose();
   return { tokensPerSecond: rate, threads };
 }
 
 async function benchLlamaCpp(modelPath) {
-  const { getLlama, LlamaLogLevel } = await import("node-llama-cpp");
+  const { getLlama, LlamaLogLevel, TokenBias } = await import("node-llama-cpp");
   const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error });
   const model = await llama.loadModel({ modelPath });
   const threadOption = values["llama-threads"] ? { threads: Number(values["llama-threads"]) } : {};
-  const context = await model.createContext({ contextSize: 512, ...threadOption });
+  // Room for the prompt, the warm-up and the measured tokens.
+  const context = await model.createContext({ contextSize: tokens + 128, ...threadOption });
   const sequence = context.getSequence();
   const prompt = model.tokenize("Once upon a time, by a river that ran through a quiet valley, there lived");
   const decode = async (steps) => {
-    // A greedy generator: each token it yields is one single-token forward pass.
-    const generator = sequence.evaluate(prompt, { temperature: 0 });
+    // A greedy generator: each token it yields is one single-token forward pass; never the end
+    // of text, as for bloomery (streamedDecodeRate's logitBias), so both decode `steps` tokens.
+    const tokenBias = TokenBias.for(model);
+    for (const token of [model.tokens.eos, model.tokens.eot].filter((t) => t != null)) tokenBias.set(token, "never");
+    const generator = sequence.evaluate(prompt, { temperature: 0, tokenBias });
     await generator.next();
     const start = process.hrtime.bigint();
-    for (let i = 0; i < steps; i++) await generator.next();
-    const seconds = Number(process.hrtime.bigint() - start) / 1e9;
+    const deadline = start + BigInt(seconds * 1e9);
+    let done = 0;
+    // The generator may also end on its own (on this tiny model it does after ~160 tokens, for
+    // no reason it gives): the rate is then that of the tokens it decoded.
+    while (done < steps && process.hrtime.bigint() < deadline && !(await generator.next()).done) done++;
+    const elapsed = Number(process.hrtime.bigint() - start) / 1e9;
     await generator.return();
     await sequence.clearHistory();
-    return steps / seconds;
+    return done / elapsed;
   };
   await decode(8);
   const rate = await decode(tokens);
@@ -81,7 +94,10 @@ async function benchLlamaCpp(modelPath) {
 
 /** One measurement in a child process; a child that runs past --timeout seconds counts as 0 tok/s (it stalled). */
 function runChild(engine, modelPath) {
-  const args = [fileURLToPath(import.meta.url), "--child", engine, "--model", modelPath, "--tokens", String(tokens)];
+  const args = [
+    fileURLToPath(import.meta.url),
+    ...["--child", engine, "--model", modelPath, "--tokens", String(tokens), "--seconds", String(seconds)],
+  ];
   if (values["llama-threads"]) args.push("--llama-threads", values["llama-threads"]);
   try {
     const out = execFileSync(process.execPath, args, {
@@ -151,7 +167,7 @@ async function main() {
     date,
     machine: getSystemInfo(),
     model: modelPath,
-    settings: { tokens, rounds, busy: busyCount },
+    settings: { tokens, seconds, rounds, busy: busyCount, llamaThreads: values["llama-threads"] ?? null },
     results,
   };
   const dir = join(root, "bench/results");
