@@ -76,7 +76,7 @@ void matmul(const WeightMatrix& w, const QuantizedRows& x, int64_t n, float* y, 
   float* const* out = out_rows.data();
   const size_t blocks = static_cast<size_t>((w.rows + kRowsPerTask - 1) / kRowsPerTask);
   const size_t task_bytes = static_cast<size_t>(kRowsPerTask) * w.row_bytes * static_cast<size_t>(n);
-  pool.parallel_for(blocks, grain_for_bytes(task_bytes), [&](size_t begin, size_t end) {
+  pool.parallel_for(blocks, pool.grain(blocks, task_bytes), [&](size_t begin, size_t end) {
     for (size_t b = begin; b < end; ++b) {
       const int64_t first = static_cast<int64_t>(b) * kRowsPerTask;
       dot_rows(w, first, std::min(w.rows, first + kRowsPerTask), activations, out, n);

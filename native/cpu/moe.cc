@@ -227,7 +227,7 @@ void moe_run_experts(std::span<const int32_t> experts, std::span<const ExpertSli
   const auto average_rows = static_cast<size_t>(std::max<int64_t>(1, begin[gate.count] / std::ssize(experts)));
   const size_t task_bytes =
       static_cast<size_t>(kRowsPerTask) * (gate.first.row_bytes + up.first.row_bytes) * average_rows;
-  pool.parallel_for(tasks, grain_for_bytes(task_bytes), [&](size_t first_task, size_t end_task) {
+  pool.parallel_for(tasks, pool.grain(tasks, task_bytes), [&](size_t first_task, size_t end_task) {
     for (size_t t = first_task; t < end_task; ++t) {
       if (t < first_down_task) {
         const int64_t first = static_cast<int64_t>(t % hidden_blocks) * kRowsPerTask;

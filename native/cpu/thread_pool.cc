@@ -184,6 +184,13 @@ void ThreadPool::sample_core_share() {
   }
 }
 
+size_t ThreadPool::grain(size_t tasks, size_t task_bytes) const {
+  if (tasks * task_bytes < kMinParallelBytes) return std::max<size_t>(tasks, 1);
+  const size_t by_bytes = kMinHandoutBytes / std::max<size_t>(task_bytes, 1);
+  const size_t balanced = tasks / (2 * static_cast<size_t>(active()));
+  return std::max<size_t>(1, std::min(by_bytes, balanced));
+}
+
 void ThreadPool::parallel_for(size_t tasks, size_t grain, const std::function<void(size_t, size_t)>& body) {
   if (tasks == 0) return;
   grain_ = std::max<size_t>(1, grain);

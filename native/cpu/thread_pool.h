@@ -27,15 +27,6 @@ namespace bloomery::cpu {
 // CPU affinity and its cgroup's CPU quota counted), at least one.
 uint32_t default_thread_count();
 
-// Tasks per hand-out for a loop whose tasks each stream about `task_bytes` (weights times the
-// rows they are dotted with): at least kMinHandoutBytes a hand-out, since waking a worker for
-// less work costs more than the work (a small model's decode step ran at 1,200 tok/s on two
-// threads and 1,750 on one). A loop of fewer bytes in all runs on the caller alone.
-inline constexpr size_t kMinHandoutBytes = size_t{256} << 10;
-inline size_t grain_for_bytes(size_t task_bytes) {
-  return task_bytes >= kMinHandoutBytes ? 1 : kMinHandoutBytes / (task_bytes > 0 ? task_bytes : 1);
-}
-
 // How many of a pool's threads take part in loops, from how long they waited for a core.
 // Pure, so its rule is tested on its own: `observe` takes one sample period's share of the
 // threads' runnable time spent waiting (0: always running when runnable; 0.5: half of it
@@ -77,6 +68,16 @@ class ThreadPool {
   uint32_t size() const { return threads_; }
   // Threads the next loop uses (see CoreShare).
   uint32_t active() const { return active_.load(std::memory_order_relaxed); }
+
+  // The grain for parallel_for over `tasks` tasks that each stream about `task_bytes`
+  // (weights times the rows they are dotted with). A loop of less than kMinParallelBytes in all
+  // is one hand-out: the caller runs it alone, since waking workers costs more than such work. A
+  // larger one is handed out kMinHandoutBytes at a time, but in at least two hand-outs per active
+  // thread, so that the threads still balance. (A small model's decode step ran at 1,200 tok/s
+  // on two threads with a task per hand-out, and at 1,900 so.)
+  size_t grain(size_t tasks, size_t task_bytes) const;
+  static constexpr size_t kMinParallelBytes = size_t{256} << 10;
+  static constexpr size_t kMinHandoutBytes = size_t{256} << 10;
 
   // Calls body(begin, end) over disjoint ranges covering [0, tasks), `grain` tasks at a
   // time, on the active threads of the pool; returns when all tasks are done. Not reentrant.

@@ -140,20 +140,21 @@ TEST(cpu_thread_pool_loop_returns_after_its_workers_finish) {
 }
 
 TEST(cpu_thread_pool_runs_small_loops_on_the_caller_and_hands_out_large_ones) {
-  CHECK(grain_for_bytes(kMinHandoutBytes) == 1);
-  CHECK(grain_for_bytes(4 * kMinHandoutBytes) == 1);
-  CHECK(grain_for_bytes(kMinHandoutBytes / 4) == 4);
-  CHECK(grain_for_bytes(0) == kMinHandoutBytes) << "a task of no bytes still gets a finite grain";
-  // A loop of fewer bytes in all than one hand-out never wakes a worker.
+  // Within its first sample period every thread of the pool is active.
   ThreadPool pool(4);
-  const size_t task_bytes = 1024;
-  const size_t tasks = kMinHandoutBytes / task_bytes;
+  const size_t small = ThreadPool::kMinParallelBytes / 64;
+  CHECK(pool.grain(63, small) == 63) << "a loop of less than kMinParallelBytes is one hand-out";
+  CHECK(pool.grain(64 * 1024, small) == ThreadPool::kMinHandoutBytes / small) << "hand-outs of kMinHandoutBytes";
+  CHECK(pool.grain(64, small) == 8) << "two hand-outs per active thread, though smaller";
+  CHECK(pool.grain(64, ThreadPool::kMinHandoutBytes) == 1) << "tasks of a hand-out's bytes go one at a time";
+  CHECK(pool.grain(1000, 0) == 1000);
+  // The small loop never wakes a worker.
   const std::thread::id caller = std::this_thread::get_id();
   std::atomic<size_t> elsewhere{0}, ran{0};
-  pool.parallel_for(tasks, grain_for_bytes(task_bytes), [&](size_t begin, size_t end) {
+  pool.parallel_for(63, pool.grain(63, small), [&](size_t begin, size_t end) {
     if (std::this_thread::get_id() != caller) elsewhere.fetch_add(end - begin);
     ran.fetch_add(end - begin);
   });
-  CHECK(ran.load() == tasks);
-  CHECK(elsewhere.load() == 0) << elsewhere.load() << " tasks ran on workers";
+  CHECK(ran.load() == 63);
+  CHECK(elsewhere.load() == 0) << elsewhere.load() << " tasks of a small loop ran on workers";
 }
