@@ -82,6 +82,28 @@ export const CHAT_FAMILIES = {
     addBos: false,
     template: "deepseek-ai-DeepSeek-V3.1.jinja",
   },
+  "deepseek-r1": {
+    pre: "deepseek-v3",
+    special: [
+      ["<｜begin▁of▁sentence｜>", control],
+      ["<｜end▁of▁sentence｜>", control],
+      ["<｜User｜>", control],
+      ["<｜Assistant｜>", control],
+      ["<think>", userDefined],
+      ["</think>", userDefined],
+      ["<｜tool▁calls▁begin｜>", control],
+      ["<｜tool▁calls▁end｜>", control],
+      ["<｜tool▁call▁begin｜>", control],
+      ["<｜tool▁call▁end｜>", control],
+      ["<｜tool▁sep｜>", control],
+      ["<｜tool▁output▁begin｜>", control],
+      ["<｜tool▁output▁end｜>", control],
+    ],
+    bos: "<｜begin▁of▁sentence｜>",
+    eos: "<｜end▁of▁sentence｜>",
+    addBos: false,
+    template: "llama-cpp-deepseek-r1.jinja",
+  },
   "glm-4.5": {
     pre: "glm4",
     special: [

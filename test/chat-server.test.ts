@@ -15,6 +15,7 @@ import { startServer, type TestServer } from "./server-helpers.js";
 const PRESETS: Record<ChatFamily, string> = {
   "qwen3-coder": "tiny-qwen3moe",
   "deepseek-v3.1": "tiny-deepseek2",
+  "deepseek-r1": "tiny-deepseek2",
   "glm-4.5": "tiny-glm4moe",
   "kimi-k2": "tiny-deepseek2",
   "minimax-m2": "tiny-minimax-m2",

@@ -68,7 +68,6 @@ describe("the forced call's grammar", () => {
     expect(forcedCallGrammar("hermes", TOOLS, '<tool_call>\n{"name": "set_alarm", "arguments": ')).not.toContain(
       "t0-root",
     );
-    expect(forcedCallGrammar("deepseek-r1", TOOLS, "<｜tool▁calls▁begin｜>")).toBeUndefined();
     // Markers that are control tokens are named by id; the others, and text around them, are literals.
     const controls = new Map([
       ["<｜tool▁sep｜>", 7],
@@ -82,6 +81,16 @@ describe("the forced call's grammar", () => {
       controls,
     )!;
     expect(deepseek).toMatch(/^root ::= "get_weather" <\[7\]> t0-root <\[8\]> <\[9\]> \| "set_alarm" <\[7\]> t1-root /);
+    // DeepSeek-R1: the name, then the arguments in a json code fence.
+    const r1 = forcedCallGrammar(
+      "deepseek-r1",
+      TOOLS,
+      "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>",
+      controls,
+    )!;
+    expect(r1).toMatch(
+      /^root ::= "get_weather\\n```json\\n" t0-root "\\n```" <\[8\]> <\[9\]> \| "set_alarm\\n```json\\n" t1-root /,
+    );
     const glm = forcedCallGrammar("glm-4.5", TOOLS, "<tool_call>set_alarm")!;
     expect(glm).toMatch(/^root ::= \(t1-p0 t1-p1\) "\\n"\? "<\/tool_call>"\n/);
     expect(glm).toContain(
@@ -185,12 +194,13 @@ describe(`${RUNS} forced calls on the default model (seeds from ${SEED}; BLOOMER
 // with each family's vocabulary and template: nothing but the grammar makes their answers calls.
 const FORMAT_RUNS = 12;
 // `trigger`: the first marker of a call, one token of the vocabulary, where "auto"'s lazy grammar takes over
-// (Qwen3-Coder's and GLM's are words, DeepSeek's and Kimi's control tokens; MiniMax-M2's template opens the
-// think block, where a call is reasoning, and harmony has no lazy grammar).
+// (Qwen3-Coder's and GLM's are words, DeepSeek's and Kimi's control tokens; MiniMax-M2's and DeepSeek-R1's
+// templates open the think block, where a call is reasoning, and harmony has no lazy grammar).
 const FORMATS: { label: string; family: ChatFamily; preset: string; trigger?: string }[] = [
   { label: "qwen3-coder", family: "qwen3-coder", preset: "tiny-qwen3moe", trigger: "<tool_call>" },
   { label: "glm-4.5", family: "glm-4.5", preset: "tiny-glm4moe", trigger: "<tool_call>" },
   { label: "deepseek-v3.1", family: "deepseek-v3.1", preset: "tiny-deepseek2", trigger: "<｜tool▁calls▁begin｜>" },
+  { label: "deepseek-r1", family: "deepseek-r1", preset: "tiny-deepseek2" },
   { label: "kimi-k2", family: "kimi-k2", preset: "tiny-deepseek2", trigger: "<|tool_calls_section_begin|>" },
   { label: "minimax-m2", family: "minimax-m2", preset: "tiny-minimax-m2" },
   { label: "harmony", family: "harmony", preset: "tiny-gpt-oss" },

@@ -26,7 +26,7 @@ import {
 } from "./output.js";
 import type { ApplyChatTemplateOptions } from "./template.js";
 import { toolCallGrammarAsync } from "../grammar/grammar-async.js";
-import { constrainsCalls, lazyCallTrigger, type ControlTokens } from "./tool-grammar.js";
+import { lazyCallTrigger, type ControlTokens } from "./tool-grammar.js";
 import type { ChatMessage, ChatTool, ToolCall } from "./types.js";
 
 /** Options of {@link Session.chat}: those of generate, and the chat's tools and template settings. */
@@ -40,11 +40,10 @@ export interface ChatOptions extends GenerateOptions {
    * model writes the rest (a forced call skips reasoning). The rest is constrained by a grammar of
    * the tools' `parameters` schemas (their JSON Schema, as `jsonSchema` takes it; in the XML-style
    * formats, `"qwen3-coder"`, `"glm-4.5"` and `"minimax-m2"`, each argument's value as their
-   * parsers type it), so the answer is always one call that parses, in every format but
-   * `"deepseek-r1"`, where only the opening is forced. With `"auto"` (and no `grammar` or
-   * `jsonSchema` of the caller's) the answer is free until it opens a call, which then follows the
-   * same grammar (a lazy grammar), and the answer ends with that call; in the `"harmony"` and
-   * `"deepseek-r1"` formats `"auto"` leaves the answer free.
+   * parsers type it), so the answer is always one call that parses. With `"auto"` (and no
+   * `grammar` or `jsonSchema` of the caller's) the answer is free until it opens a call, which then
+   * follows the same grammar (a lazy grammar), and the answer ends with that call; in the
+   * `"harmony"` format `"auto"` leaves the answer free.
    */
   toolChoice?: "auto" | "none" | "required" | { name: string };
   /**
@@ -187,8 +186,7 @@ export function runChat(
   const controls = controlTokensOf(model.tokenizer, formatMarkers(parsedFormat || undefined));
   // The grammars are built on the worker thread that converts JSON schemas: tools' schemas at
   // JSON_SCHEMA_LIMITS take it as long as a jsonSchema's.
-  const constrained = forced !== undefined && constrainsCalls(format);
-  if (constrained && own) {
+  if (forced !== undefined && own) {
     throw new BloomeryError(
       "INVALID_ARGUMENT",
       "a forced tool call is constrained by its tools' schemas: grammar and jsonSchema cannot be used with it",
@@ -198,11 +196,11 @@ export function runChat(
   const lazyTrigger = offered && !forced && !own ? lazyCallTrigger(format) : undefined;
   // Both need tools offered: a forced call, and a lazy trigger.
   const callGrammar =
-    constrained || lazyTrigger !== undefined
+    forced !== undefined || lazyTrigger !== undefined
       ? toolCallGrammarAsync({
           format,
           tools: offered!,
-          ...(constrained && { opening: forcedCallPrefix(format, forced, false) }),
+          ...(forced !== undefined && { opening: forcedCallPrefix(format, forced, false) }),
           controls: [...controls],
         })
       : undefined;

@@ -59,7 +59,7 @@ interface CallShape {
   lazy?: { opening: string; trigger: string };
 }
 
-const CALLS: Partial<Record<ToolCallFormat, CallShape>> = {
+const CALLS: Record<ToolCallFormat, CallShape> = {
   hermes: {
     before: (name) => `<tool_call>\n{"name": ${JSON.stringify(name)}, "arguments": `,
     after: ["}\n</tool_call>"],
@@ -88,6 +88,14 @@ const CALLS: Partial<Record<ToolCallFormat, CallShape>> = {
     after: [DEEPSEEK_CALL_END + DEEPSEEK_SECTION.close],
     lazy: { opening: DEEPSEEK_SECTION.open + DEEPSEEK_CALL_BEGIN, trigger: DEEPSEEK_SECTION.open },
   },
+  "deepseek-r1": {
+    before: (name) => `${DEEPSEEK_SECTION.open}${DEEPSEEK_CALL_BEGIN}function${DEEPSEEK_SEP}${name}\n\`\`\`json\n`,
+    after: [`\n\`\`\`${DEEPSEEK_CALL_END}${DEEPSEEK_SECTION.close}`],
+    lazy: {
+      opening: `${DEEPSEEK_SECTION.open}${DEEPSEEK_CALL_BEGIN}function${DEEPSEEK_SEP}`,
+      trigger: DEEPSEEK_SECTION.open,
+    },
+  },
   "kimi-k2": {
     before: (name) => `${KIMI_SECTION.open}${KIMI_CALL_BEGIN}functions.${name}:`,
     between: (spell) => `[0-9]{1,9} ${spell(KIMI_ARGUMENTS_BEGIN)}`,
@@ -108,9 +116,9 @@ const CALLS: Partial<Record<ToolCallFormat, CallShape>> = {
 
 /**
  * The GBNF grammar of the rest of a forced call after `opening` (the forced prefix without a
- * closed think block), for the tools it may call; undefined for a format not constrained
- * (DeepSeek-R1's). `controls` holds the format's markers that are control tokens of the model's
- * vocabulary, with their ids. Throws JSON_SCHEMA_UNSUPPORTED / JSON_SCHEMA_TOO_COMPLEX for a tool's
+ * closed think block), for the tools it may call; undefined when no tool's call starts so.
+ * `controls` holds the format's markers that are control tokens of the model's vocabulary, with
+ * their ids. Throws JSON_SCHEMA_UNSUPPORTED / JSON_SCHEMA_TOO_COMPLEX for a tool's
  * schema it cannot follow.
  *
  * XML-style arguments (Qwen3-Coder, GLM-4.5, MiniMax-M2) are the schema's properties in its order,
@@ -125,7 +133,6 @@ export function forcedCallGrammar(
   controls: ControlTokens = new Map(),
 ): string | undefined {
   const shape = CALLS[format];
-  if (!shape) return undefined;
   const spell = speller(controls);
   const alternatives: string[] = [];
   const rules: string[] = [];
@@ -150,28 +157,22 @@ export function forcedCallGrammar(
   return `root ::= ${alternatives.join(" | ")}\n${rules.join("")}`;
 }
 
-/** Whether forcedCallGrammar constrains the format's calls (every format's but DeepSeek-R1's). */
-export function constrainsCalls(format: ToolCallFormat): boolean {
-  return CALLS[format] !== undefined;
-}
-
 /** The trigger of the format's lazy grammar (see lazyCallGrammar); undefined: `"auto"` stays free. */
 export function lazyCallTrigger(format: ToolCallFormat): string | undefined {
-  return CALLS[format]?.lazy?.trigger;
+  return CALLS[format].lazy?.trigger;
 }
 
 /**
  * `"auto"`'s lazy grammar: a whole call, from its opening on, and the trigger from which it holds
  * (a word, or the text of a control token of `controls`, which the sampler then reads as that
- * token); undefined for a format without one (harmony, whose calls open in several ways, and
- * DeepSeek-R1).
+ * token); undefined for a format without one (harmony, whose calls open in several ways).
  */
 export function lazyCallGrammar(
   format: ToolCallFormat,
   tools: readonly ChatTool[],
   controls: ControlTokens = new Map(),
 ): { grammar: string; trigger: string } | undefined {
-  const lazy = CALLS[format]?.lazy;
+  const lazy = CALLS[format].lazy;
   const rest = lazy && forcedCallGrammar(format, tools, lazy.opening, controls);
   if (!lazy || !rest) return undefined;
   const call = rest.slice("root ".length);

@@ -46,7 +46,8 @@ function build(job: GrammarJob): string {
     opening === undefined
       ? lazyCallGrammar(format, tools, markers)?.grammar
       : forcedCallGrammar(format, tools, opening, markers);
-  // The chat asks only for the grammars of formats that constrain calls (constrainsCalls, lazyCallTrigger).
+  // The chat asks for a forced call's grammar with its own opening, and for a lazy one only where
+  // the format has a trigger (lazyCallTrigger).
   if (grammar === undefined) throw new Error(`the ${format} format constrains no call of these tools`);
   return grammar;
 }
