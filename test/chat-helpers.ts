@@ -38,6 +38,30 @@ interface FamilyTokens {
   template: string;
 }
 
+/** DeepSeek-V3.1's tokenizer and template; DeepSeek-R1 has the same tokens and its own template. */
+const DEEPSEEK_V31: FamilyTokens = {
+  pre: "deepseek-v3",
+  special: [
+    ["<｜begin▁of▁sentence｜>", control],
+    ["<｜end▁of▁sentence｜>", control],
+    ["<｜User｜>", control],
+    ["<｜Assistant｜>", control],
+    ["<think>", userDefined],
+    ["</think>", userDefined],
+    ["<｜tool▁calls▁begin｜>", control],
+    ["<｜tool▁calls▁end｜>", control],
+    ["<｜tool▁call▁begin｜>", control],
+    ["<｜tool▁call▁end｜>", control],
+    ["<｜tool▁sep｜>", control],
+    ["<｜tool▁output▁begin｜>", control],
+    ["<｜tool▁output▁end｜>", control],
+  ],
+  bos: "<｜begin▁of▁sentence｜>",
+  eos: "<｜end▁of▁sentence｜>",
+  addBos: false,
+  template: "deepseek-ai-DeepSeek-V3.1.jinja",
+};
+
 /**
  * The families whose chats the tests run. Token types as llama.cpp's converter writes them: added
  * tokens that look special (`<|...|>`, `<｜...｜>`) or are special in the model's tokenizer are
@@ -60,50 +84,8 @@ export const CHAT_FAMILIES = {
     addBos: false,
     template: "Qwen3-Coder.jinja",
   },
-  "deepseek-v3.1": {
-    pre: "deepseek-v3",
-    special: [
-      ["<｜begin▁of▁sentence｜>", control],
-      ["<｜end▁of▁sentence｜>", control],
-      ["<｜User｜>", control],
-      ["<｜Assistant｜>", control],
-      ["<think>", userDefined],
-      ["</think>", userDefined],
-      ["<｜tool▁calls▁begin｜>", control],
-      ["<｜tool▁calls▁end｜>", control],
-      ["<｜tool▁call▁begin｜>", control],
-      ["<｜tool▁call▁end｜>", control],
-      ["<｜tool▁sep｜>", control],
-      ["<｜tool▁output▁begin｜>", control],
-      ["<｜tool▁output▁end｜>", control],
-    ],
-    bos: "<｜begin▁of▁sentence｜>",
-    eos: "<｜end▁of▁sentence｜>",
-    addBos: false,
-    template: "deepseek-ai-DeepSeek-V3.1.jinja",
-  },
-  "deepseek-r1": {
-    pre: "deepseek-v3",
-    special: [
-      ["<｜begin▁of▁sentence｜>", control],
-      ["<｜end▁of▁sentence｜>", control],
-      ["<｜User｜>", control],
-      ["<｜Assistant｜>", control],
-      ["<think>", userDefined],
-      ["</think>", userDefined],
-      ["<｜tool▁calls▁begin｜>", control],
-      ["<｜tool▁calls▁end｜>", control],
-      ["<｜tool▁call▁begin｜>", control],
-      ["<｜tool▁call▁end｜>", control],
-      ["<｜tool▁sep｜>", control],
-      ["<｜tool▁output▁begin｜>", control],
-      ["<｜tool▁output▁end｜>", control],
-    ],
-    bos: "<｜begin▁of▁sentence｜>",
-    eos: "<｜end▁of▁sentence｜>",
-    addBos: false,
-    template: "llama-cpp-deepseek-r1.jinja",
-  },
+  "deepseek-v3.1": DEEPSEEK_V31,
+  "deepseek-r1": { ...DEEPSEEK_V31, template: "llama-cpp-deepseek-r1.jinja" },
   "glm-4.5": {
     pre: "glm4",
     special: [
