@@ -66,8 +66,7 @@ __device__ __forceinline__ float exact_float(int i) { return __int_as_float(0x4B
 // multiple of 128), zeros.
 template <uint32_t Type>
 struct Decoder {
-  static constexpr bool kBlocksOf32 = !has_super_blocks(Type) && !is_low_bit_type(Type);
-  static constexpr int kGroup = kBlocksOf32 ? 32 : 16;
+  static constexpr int kGroup = has_blocks_of_32(Type) ? 32 : 16;
   static constexpr bool kMins = has_block_offsets(Type) || has_code_mins(Type);
   __device__ static void piece(const uint8_t* row, int step, int p, int blocks, int* codes, float* scales,
                                float* mins) {

@@ -207,14 +207,17 @@ __device__ __forceinline__ Unit decode_unit_low_bit(const uint8_t* row, int unit
   return u;
 }
 
+// The types of 32-weight blocks, one scale (and min) each: decode_unit_32's.
+constexpr bool has_blocks_of_32(uint32_t type) { return !is_low_bit_type(type) && !has_super_blocks(type); }
+
 template <uint32_t Type>
 __device__ __forceinline__ Unit decode_unit(const uint8_t* row, int unit) {
-  if constexpr (is_low_bit_type(Type)) {
-    return decode_unit_low_bit<Type>(row, unit);
-  } else if constexpr (has_super_blocks(Type)) {
-    return decode_unit_256<Type>(row, unit);
-  } else {
+  if constexpr (has_blocks_of_32(Type)) {
     return decode_unit_32<Type>(row, unit);
+  } else if constexpr (is_low_bit_type(Type)) {
+    return decode_unit_low_bit<Type>(row, unit);
+  } else {
+    return decode_unit_256<Type>(row, unit);
   }
 }
 

@@ -109,6 +109,15 @@ size_t gather(const cpu::ExpertMatrices& host, const cuda::DeviceMatrix& pool, c
   return from_host;
 }
 
+// A layer's three stacks (gate, up, down) gathered alike into `gate`, `up` and `down`.
+size_t gather_all(const model::RoutedExperts& host, const ExpertStacks& pool, const std::vector<int32_t>& slots,
+                  const std::vector<Source>& sources, uint8_t* gate, uint8_t* up, uint8_t* down,
+                  cuda::StreamHandle stream) {
+  return gather(host.gate, pool.gate, slots, sources, gate, stream) +
+         gather(host.up, pool.up, slots, sources, up, stream) +
+         gather(host.down, pool.down, slots, sources, down, stream);
+}
+
 }  // namespace
 
 uint64_t ExpertStream::staging_bytes(const model::Model& model, const std::vector<bool>& streamed) {
@@ -229,9 +238,8 @@ void ExpertStream::queue_copy(int64_t layer, Stage& stage) {
   stage.layer = layer;
   stage.held.resize(sources.size());
   for (size_t e = 0; e < sources.size(); ++e) stage.held[e] = sources[e] != Source::kNone ? 1 : 0;
-  const size_t from_host = gather(w.ffn.routed.gate, pool.gate, slots, sources, stage.gate.as<uint8_t>(), stream) +
-                           gather(w.ffn.routed.up, pool.up, slots, sources, stage.up.as<uint8_t>(), stream) +
-                           gather(w.ffn.routed.down, pool.down, slots, sources, stage.down.as<uint8_t>(), stream);
+  const size_t from_host = gather_all(w.ffn.routed, pool, slots, sources, stage.gate.as<uint8_t>(),
+                                      stage.up.as<uint8_t>(), stage.down.as<uint8_t>(), stream);
   if (timed) {
     stage.copy_end.record(stream);
     stage.timed_bytes = from_host;
@@ -301,12 +309,8 @@ void ExpertStream::complete_layer(const cuda::ExpertGroups& groups, cuda::Stream
     any = true;
   }
   if (!any) return;
-  const model::LayerWeights& w = model_.layers[stage.layer];
-  const ExpertStacks& pool = pools_[stage.layer];
-  const std::vector<int32_t>& slots = slot_tables_[stage.layer];
-  gather(w.ffn.routed.gate, pool.gate, slots, missing, stage.gate.as<uint8_t>(), stream);
-  gather(w.ffn.routed.up, pool.up, slots, missing, stage.up.as<uint8_t>(), stream);
-  gather(w.ffn.routed.down, pool.down, slots, missing, stage.down.as<uint8_t>(), stream);
+  gather_all(model_.layers[stage.layer].ffn.routed, pools_[stage.layer], slot_tables_[stage.layer], missing,
+             stage.gate.as<uint8_t>(), stage.up.as<uint8_t>(), stage.down.as<uint8_t>(), stream);
 }
 
 void ExpertStream::layer_done(cuda::StreamHandle stream) {
