@@ -65,11 +65,11 @@ async function benchLlamaCpp(modelPath) {
   const context = await model.createContext({ contextSize: tokens + 128, ...threadOption });
   const sequence = context.getSequence();
   const prompt = model.tokenize("Once upon a time, by a river that ran through a quiet valley, there lived");
+  // Never the end of text, as for bloomery (streamedDecodeRate's logitBias).
+  const tokenBias = TokenBias.for(model);
+  for (const token of [model.tokens.eos, model.tokens.eot].filter((t) => t != null)) tokenBias.set(token, "never");
   const decode = async (steps) => {
-    // A greedy generator: each token it yields is one single-token forward pass; never the end
-    // of text, as for bloomery (streamedDecodeRate's logitBias), so both decode `steps` tokens.
-    const tokenBias = TokenBias.for(model);
-    for (const token of [model.tokens.eos, model.tokens.eot].filter((t) => t != null)) tokenBias.set(token, "never");
+    // A greedy generator: each token it yields is one single-token forward pass.
     const generator = sequence.evaluate(prompt, { temperature: 0, tokenBias });
     await generator.next();
     const start = process.hrtime.bigint();
