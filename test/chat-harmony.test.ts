@@ -72,6 +72,14 @@ describe("harmony output", () => {
         toolCalls: [{ id: "call_new", name: "get_weather", arguments: { city: "Rome" } }],
       });
     }
+    // The turn's first message, right after the prompt's `<|start|>assistant`, with the recipient in the role's header.
+    expect(parseEverySplit(' to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Rome"}')).toEqual({
+      role: "assistant",
+      content: "",
+      toolCalls: [{ id: "call_new", name: "get_weather", arguments: { city: "Rome" } }],
+    });
+    // Text that only starts like it is answer text.
+    expect(parseEverySplit(" to be sure")).toEqual({ role: "assistant", content: " to be sure" });
   });
 
   it("shows a preamble (commentary to no one) as answer text, and text before any header", () => {

@@ -6,7 +6,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { excludingRules, forcedCallGrammar } from "../src/chat/tool-grammar.js";
+import { HARMONY_MARKERS } from "../src/chat/harmony.js";
+import { ChatOutputParser } from "../src/chat/output.js";
+import { excludingRules, forcedCallGrammar, lazyCallGrammar, lazyCallTrigger } from "../src/chat/tool-grammar.js";
 import { loadModel, type ChatTool, type Model } from "../src/index.js";
 import { writeFamilyModel, type ChatFamily } from "./chat-helpers.js";
 import { startServer, type TestServer } from "./server-helpers.js";
@@ -195,7 +197,8 @@ describe(`${RUNS} forced calls on the default model (seeds from ${SEED}; BLOOMER
 const FORMAT_RUNS = 12;
 // `trigger`: the first marker of a call, one token of the vocabulary, where "auto"'s lazy grammar takes over
 // (Qwen3-Coder's and GLM's are words, DeepSeek's and Kimi's control tokens; MiniMax-M2's and DeepSeek-R1's
-// templates open the think block, where a call is reasoning, and harmony has no lazy grammar).
+// templates open the think block, where a call is reasoning; harmony's trigger is several tokens, which a
+// logit bias cannot make the model write: its lazy grammar is checked below).
 const FORMATS: { label: string; family: ChatFamily; preset: string; trigger?: string }[] = [
   { label: "qwen3-coder", family: "qwen3-coder", preset: "tiny-qwen3moe", trigger: "<tool_call>" },
   { label: "glm-4.5", family: "glm-4.5", preset: "tiny-glm4moe", trigger: "<tool_call>" },
@@ -261,6 +264,58 @@ describe.each(FORMATS)(`${FORMAT_RUNS} forced calls in the $label format`, ({ la
     },
     120_000,
   );
+});
+
+// Harmony's calls open in two ways (the recipient in the role's header or the channel's), so its lazy
+// grammar holds from the recipient's `to=functions.` on. Whatever that grammar lets the model write
+// (sampled freely, so both ways and the optional parts come up) must parse as one call of an offered
+// tool with valid arguments: the grammar is run here from the first token, where "auto" starts it
+// at the trigger.
+describe("harmony's lazy grammar (toolChoice auto)", () => {
+  let model: Model;
+  const dir = mkdtempSync(join(tmpdir(), "bloomery-harmony-lazy-"));
+  beforeAll(async () => {
+    await writeFamilyModel(join(dir, "model.gguf"), "harmony", "tiny-gpt-oss");
+    model = await loadModel(join(dir, "model.gguf"), { gpu: false, threads: 2 });
+  });
+  afterAll(() => {
+    model?.dispose();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("holds from the recipient on, and everything it admits parses as a call", async () => {
+    expect(lazyCallTrigger("harmony")).toBe("to=functions.");
+    const controls = new Map(
+      HARMONY_MARKERS.map((marker) => [marker, model.tokenize(marker, { special: true, addSpecial: false })[0]!]),
+    );
+    const lazy = lazyCallGrammar("harmony", TOOLS, controls)!;
+    expect(lazy.trigger).toBe("to=functions.");
+    expect(lazy.grammar).toMatch(/^root ::= "to=functions\." call\n/);
+    const session = model.createSession();
+    const headers = new Set<string>();
+    for (let i = 0; i < FORMAT_RUNS; i++) {
+      const result = await session.generate("<|start|>user<|message|>What is the weather?<|end|><|start|>assistant", {
+        grammar: lazy.grammar,
+        showSpecialTokens: [...controls.values()],
+        temperature: 1,
+        seed: SEED + i,
+        maxTokens: 400,
+      }).result;
+      const label = `harmony lazy run ${i} (seed ${SEED + i}): ${JSON.stringify(result.text)}`;
+      headers.add(result.text.slice(0, result.text.indexOf("<|message|>")).replace(/functions\.\w+/, "functions.NAME"));
+      // What the model wrote before the trigger, free: the role's header (a channel after the name)
+      // or the channel's.
+      const roleHeader = /^to=functions\.\w+<\|channel\|>/.test(result.text);
+      const parser = new ChatOutputParser({ toolCallFormat: "harmony", tools: TOOLS });
+      const first = parser.push(`${roleHeader ? " " : "<|channel|>commentary "}${result.text}`);
+      const calls = [...first.toolCalls, ...parser.finish().toolCalls];
+      expect(calls, label).toHaveLength(1);
+      expectValidCall(calls[0]!, label);
+    }
+    console.log(`harmony lazy headers: ${JSON.stringify([...headers])}`);
+    // The runs took more than one of the header's ways.
+    expect(headers.size).toBeGreaterThan(1);
+  }, 120_000);
 });
 
 // The default model never opens a tool call by itself, so "auto"'s lazy grammar is seen here through

@@ -31,6 +31,9 @@ export const HARMONY_MARKERS = [
   HARMONY_CALL,
 ];
 
+// How the turn's first message opens when its recipient is in the role's header.
+const ROLE_RECIPIENT = " to=";
+
 // What ends a message's body: the next message, or the turn.
 const BODY_ENDS = [HARMONY_END, HARMONY_START, HARMONY_RETURN, HARMONY_CALL];
 
@@ -77,7 +80,9 @@ export class HarmonyOutputParser implements OutputParser {
     for (;;) {
       if (this.#state === "header") {
         if (this.#first) {
-          const opening = [HARMONY_CHANNEL, HARMONY_START];
+          // The turn's first header follows the prompt's `<|start|>assistant`: its channel, or
+          // a recipient in the role's header (` to=functions.NAME<|channel|>...`).
+          const opening = [HARMONY_CHANNEL, HARMONY_START, ROLE_RECIPIENT];
           // Nothing yet, or what may yet become a header's opening: wait for more.
           if (opening.some((marker) => marker.startsWith(this.#held))) return out;
           this.#first = false;

@@ -12,7 +12,7 @@
  */
 import { jsonSchemaToGrammar, gbnfLiteral } from "../grammar/json-schema.js";
 import { DEEPSEEK_CALL_BEGIN, DEEPSEEK_CALL_END, DEEPSEEK_SECTION, DEEPSEEK_SEP } from "./deepseek.js";
-import { HARMONY_CALL, harmonyCallPrefix } from "./harmony.js";
+import { HARMONY_CALL, HARMONY_CHANNEL, HARMONY_CONSTRAIN, HARMONY_MESSAGE, harmonyCallPrefix } from "./harmony.js";
 import { KIMI_ARGUMENTS_BEGIN, KIMI_CALL_BEGIN, KIMI_CALL_END, KIMI_SECTION } from "./kimi.js";
 import { MINIMAX_SECTION } from "./minimax.js";
 import type { ToolCallFormat } from "./output.js";
@@ -54,9 +54,11 @@ interface CallShape {
   after: readonly string[];
   /**
    * `"auto"`'s lazy grammar: from `trigger` (the first marker of a call, a control token's text or
-   * a word) on, the call's `opening` then the rest; none: `"auto"` stays free.
+   * a word) on, the call's `opening` then the rest; none: `"auto"` stays free. `head`: the GBNF
+   * of what follows the opening up to the arguments, where a format's calls open in several ways
+   * (else the rest of `before`).
    */
-  lazy?: { opening: string; trigger: string };
+  lazy?: { opening: string; trigger: string; head?: (name: string, spell: Spell) => string };
 }
 
 const CALLS: Record<ToolCallFormat, CallShape> = {
@@ -111,6 +113,17 @@ const CALLS: Record<ToolCallFormat, CallShape> = {
   harmony: {
     before: (name) => harmonyCallPrefix(name),
     after: [HARMONY_CALL],
+    // The recipient in the channel's header (`<|channel|>commentary to=functions.NAME
+    // <|constrain|>json<|message|>`) or in the role's (` to=functions.NAME<|channel|>commentary
+    // json<|message|>`), as llama.cpp's gpt-oss grammar takes them: from the recipient on. Nothing
+    // joins the name's end but a marker or a space (the parser reads the name up to either).
+    lazy: {
+      opening: "to=functions.",
+      trigger: "to=functions.",
+      head: (name, spell) =>
+        `${gbnfLiteral(name)} (${spell(HARMONY_CHANNEL)} ("commentary" | "analysis"))? ` +
+        `(" " ${spell(HARMONY_CONSTRAIN)}? "json" | ${spell(HARMONY_CONSTRAIN)} "json")? ${spell(HARMONY_MESSAGE)}`,
+    },
   },
 };
 
@@ -132,20 +145,35 @@ export function forcedCallGrammar(
   opening: string,
   controls: ControlTokens = new Map(),
 ): string | undefined {
-  const shape = CALLS[format];
   const spell = speller(controls);
+  return callsGrammar(format, tools, spell, (name) => {
+    const before = CALLS[format].before(name);
+    return before.startsWith(opening) ? spell(before.slice(opening.length)) : undefined;
+  });
+}
+
+/**
+ * The GBNF of a call of any of `tools` from where `headOf` starts: its head (GBNF; undefined: the
+ * tool's call cannot start there), the arguments, the end.
+ */
+function callsGrammar(
+  format: ToolCallFormat,
+  tools: readonly ChatTool[],
+  spell: Spell,
+  headOf: (name: string) => string | undefined,
+): string | undefined {
+  const shape = CALLS[format];
   const alternatives: string[] = [];
   const rules: string[] = [];
   tools.forEach((tool, i) => {
-    const before = shape.before(tool.function.name);
-    if (!before.startsWith(opening)) return;
+    const head = headOf(tool.function.name);
+    if (head === undefined) return;
     const prefix = `t${i}-`;
     const schema = tool.function.parameters ?? { type: "object" };
     const args = shape.xml ? xmlArguments(schema, shape.xml, prefix, spell) : jsonArguments(schema, prefix);
     rules.push(args.rules);
-    const head = before.slice(opening.length);
     const parts = [
-      head && spell(head),
+      head,
       shape.between?.(spell),
       args.root,
       shape.xml && XML_SEPARATOR,
@@ -165,7 +193,7 @@ export function lazyCallTrigger(format: ToolCallFormat): string | undefined {
 /**
  * `"auto"`'s lazy grammar: a whole call, from its opening on, and the trigger from which it holds
  * (a word, or the text of a control token of `controls`, which the sampler then reads as that
- * token); undefined for a format without one (harmony, whose calls open in several ways).
+ * token); undefined for a format without one.
  */
 export function lazyCallGrammar(
   format: ToolCallFormat,
@@ -173,10 +201,15 @@ export function lazyCallGrammar(
   controls: ControlTokens = new Map(),
 ): { grammar: string; trigger: string } | undefined {
   const lazy = CALLS[format].lazy;
-  const rest = lazy && forcedCallGrammar(format, tools, lazy.opening, controls);
-  if (!lazy || !rest) return undefined;
+  if (!lazy) return undefined;
+  const spell = speller(controls);
+  const head = lazy.head;
+  const rest = head
+    ? callsGrammar(format, tools, spell, (name) => head(name, spell))
+    : forcedCallGrammar(format, tools, lazy.opening, controls);
+  if (!rest) return undefined;
   const call = rest.slice("root ".length);
-  return { grammar: `root ::= ${speller(controls)(lazy.opening)} call\ncall ${call}`, trigger: lazy.trigger };
+  return { grammar: `root ::= ${spell(lazy.opening)} call\ncall ${call}`, trigger: lazy.trigger };
 }
 
 /** Text as GBNF: literals, and a token terminal for each control-token marker in it. */
