@@ -2,8 +2,9 @@
 // heaviest request an endpoint allows (a body of spaces as large as the server takes to
 // /tokenize, a grammar and a JSON schema at their limits, a chat template that runs to its
 // deadline), /health answers within 100 ms and a short request on the other slot completes
-// within twice its quiet time. (8 MB of spaces held the event loop for 13 s; a 100,000-value
-// enum held the other slot for 41 s.)
+// within twice its quiet time, scaled by cores / (cores - 1) for the core the heavy request's
+// worker holds. (8 MB of spaces held the event loop for 13 s; a 100,000-value enum held the other
+// slot for 41 s.)
 //
 // The model runs one thread, so that on two cores (CI's) the heavy request's worker thread has the
 // other: the timings then measure isolation, not a machine short of cores. Where the machine is
@@ -245,7 +246,11 @@ describe.skipIf(!headroom)("while one client sends the heaviest request", () => 
       expect(status).toBe(expected);
       expect(healthLatencies.length).toBeGreaterThan(0);
       expect(worstHealth).toBeLessThan(100);
-      expect(short).toBeLessThan(2 * quiet);
+      // The heavy request's worker holds a core meanwhile, so the short request, the event loop, this
+      // client and its /health polls share the others: 8 MB to /tokenize made the short one 2.1x
+      // slower on CI's 2 cores in two runs (25 against 12 ms) with /health at 15 ms, nothing
+      // blocked. A blocked event loop or slot holds it for the heavy request's seconds.
+      expect(short).toBeLessThan(2 * (cores / (cores - 1)) * quiet);
     }, 120_000);
   }
 });
