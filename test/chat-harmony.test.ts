@@ -78,7 +78,7 @@ describe("harmony output", () => {
       content: "",
       toolCalls: [{ id: "call_new", name: "get_weather", arguments: { city: "Rome" } }],
     });
-    // Text that only starts like it is answer text.
+    // Text that only begins like a recipient is answer text.
     expect(parseEverySplit(" to be sure")).toEqual({ role: "assistant", content: " to be sure" });
   });
 

@@ -146,10 +146,15 @@ export function forcedCallGrammar(
   controls: ControlTokens = new Map(),
 ): string | undefined {
   const spell = speller(controls);
-  return callsGrammar(format, tools, spell, (name) => {
+  return callsGrammar(format, tools, spell, restOfBefore(format, opening, spell));
+}
+
+/** A call's head after `opening`: the rest of its `before`, or undefined when it does not start so. */
+function restOfBefore(format: ToolCallFormat, opening: string, spell: Spell): (name: string) => string | undefined {
+  return (name) => {
     const before = CALLS[format].before(name);
     return before.startsWith(opening) ? spell(before.slice(opening.length)) : undefined;
-  });
+  };
 }
 
 /**
@@ -204,9 +209,8 @@ export function lazyCallGrammar(
   if (!lazy) return undefined;
   const spell = speller(controls);
   const head = lazy.head;
-  const rest = head
-    ? callsGrammar(format, tools, spell, (name) => head(name, spell))
-    : forcedCallGrammar(format, tools, lazy.opening, controls);
+  const headOf = head ? (name: string) => head(name, spell) : restOfBefore(format, lazy.opening, spell);
+  const rest = callsGrammar(format, tools, spell, headOf);
   if (!rest) return undefined;
   const call = rest.slice("root ".length);
   return { grammar: `root ::= ${spell(lazy.opening)} call\ncall ${call}`, trigger: lazy.trigger };
