@@ -169,7 +169,9 @@ async function main() {
     decode: ours.decodeTokensPerSecond / llamaCpp.decodeTokensPerSecond,
   };
   const fmt = (x) => x.toFixed(2).padStart(9);
-  console.log(`${PRESET}, ${settings.threads} threads, P = ${settings.prompt}, ${settings.decode} decode steps`);
+  console.log(
+    `${values.model ?? PRESET}, ${settings.threads} threads, P = ${settings.prompt}, ${settings.decode} decode steps`,
+  );
   console.log(`            ${"bloomery".padStart(9)} ${"llama.cpp".padStart(9)}     ratio`);
   console.log(
     `prompt t/s  ${fmt(ours.promptTokensPerSecond)} ${fmt(llamaCpp.promptTokensPerSecond)} ${fmt(ratios.prompt)}x`,
@@ -183,7 +185,7 @@ async function main() {
     command: `node bench/cpu.mjs ${process.argv.slice(2).join(" ")}`.trim(),
     date,
     machine: getSystemInfo(),
-    model: { preset: PRESET, path: modelPath },
+    model: { preset: values.model ? undefined : PRESET, path: modelPath },
     settings,
     bloomery: ours,
     llamaCpp,

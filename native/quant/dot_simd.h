@@ -55,6 +55,16 @@ BLOOMERY_X86_DOT(vec_dot_q5_k_q8_k_avx512);
 BLOOMERY_X86_DOT(vec_dot_q6_k_q8_k_avx512);
 BLOOMERY_X86_DOT(vec_dot_mxfp4_q8_0_avx512);
 BLOOMERY_X86_DOT(vec_dot_iq4_xs_q8_k_avx512);
+// dot_iq_rows_avx512.cc: the 1- to 3-bit types' several-row dots.
+BLOOMERY_X86_DOT_ROWS(vec_dot_rows_iq2_xxs_q8_k_avx512);
+BLOOMERY_X86_DOT_ROWS(vec_dot_rows_iq2_xs_q8_k_avx512);
+BLOOMERY_X86_DOT_ROWS(vec_dot_rows_iq2_s_q8_k_avx512);
+BLOOMERY_X86_DOT_ROWS(vec_dot_rows_iq3_xxs_q8_k_avx512);
+BLOOMERY_X86_DOT_ROWS(vec_dot_rows_iq3_s_q8_k_avx512);
+BLOOMERY_X86_DOT_ROWS(vec_dot_rows_iq1_s_q8_k_avx512);
+BLOOMERY_X86_DOT_ROWS(vec_dot_rows_iq1_m_q8_k_avx512);
+BLOOMERY_X86_DOT_ROWS(vec_dot_rows_tq1_0_q8_k_avx512);
+BLOOMERY_X86_DOT_ROWS(vec_dot_rows_tq2_0_q8_k_avx512);
 
 // In the order of llama.cpp's repacked products (kernels.h, vec_dot_repacked).
 BLOOMERY_X86_DOT(vec_dot_q4_0_q8_0_repacked_avx2);

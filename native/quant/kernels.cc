@@ -23,7 +23,7 @@ struct KernelRow {
   VecDotFn dot_scalar;
   VecDotFn dot_avx2;
   VecDotFn dot_avx512;
-  VecDotRowsFn dot_rows_avx512 = nullptr;  // paired with dot_avx512: the same arithmetic
+  VecDotRowsFn dot_rows_avx512 = nullptr;  // the AVX-512 tier's single-row dot's arithmetic (AVX2's where it has none)
   VecDotFn dot_avx512_bf16 = nullptr;      // in place of dot_avx512 where the CPU has AVX-512 BF16
   // The repacked order (QuantKernels::vec_dot_repacked) where llama.cpp repacks the type on AVX2
   // hosts and up, and on AVX-512 hosts.
@@ -60,21 +60,30 @@ constexpr KernelRow kRows[] = {
      vec_dot_q5_k_q8_k_avx512},
     {14, kQ8_K, dequantize_row_q6_k, quantize_row_q8_k, vec_dot_q6_k_q8_k, vec_dot_q6_k_q8_k_avx2,
      vec_dot_q6_k_q8_k_avx512, vec_dot_rows_q6_k_q8_k_avx512},
-    {16, kQ8_K, dequantize_row_iq2_xxs, quantize_row_q8_k, vec_dot_iq2_xxs_q8_k, vec_dot_iq2_xxs_q8_k_avx2, nullptr},
-    {17, kQ8_K, dequantize_row_iq2_xs, quantize_row_q8_k, vec_dot_iq2_xs_q8_k, vec_dot_iq2_xs_q8_k_avx2, nullptr},
-    {18, kQ8_K, dequantize_row_iq3_xxs, quantize_row_q8_k, vec_dot_iq3_xxs_q8_k, vec_dot_iq3_xxs_q8_k_avx2, nullptr},
-    {19, kQ8_K, dequantize_row_iq1_s, quantize_row_q8_k, vec_dot_iq1_s_q8_k, vec_dot_iq1_s_q8_k_avx2, nullptr},
+    {16, kQ8_K, dequantize_row_iq2_xxs, quantize_row_q8_k, vec_dot_iq2_xxs_q8_k, vec_dot_iq2_xxs_q8_k_avx2, nullptr,
+     vec_dot_rows_iq2_xxs_q8_k_avx512},
+    {17, kQ8_K, dequantize_row_iq2_xs, quantize_row_q8_k, vec_dot_iq2_xs_q8_k, vec_dot_iq2_xs_q8_k_avx2, nullptr,
+     vec_dot_rows_iq2_xs_q8_k_avx512},
+    {18, kQ8_K, dequantize_row_iq3_xxs, quantize_row_q8_k, vec_dot_iq3_xxs_q8_k, vec_dot_iq3_xxs_q8_k_avx2, nullptr,
+     vec_dot_rows_iq3_xxs_q8_k_avx512},
+    {19, kQ8_K, dequantize_row_iq1_s, quantize_row_q8_k, vec_dot_iq1_s_q8_k, vec_dot_iq1_s_q8_k_avx2, nullptr,
+     vec_dot_rows_iq1_s_q8_k_avx512},
     {20, kQ8_0, dequantize_row_iq4_nl, quantize_row_q8_0, vec_dot_iq4_nl_q8_0, vec_dot_iq4_nl_q8_0_avx2, nullptr,
      nullptr, nullptr, vec_dot_iq4_nl_q8_0_repacked_avx2, vec_dot_iq4_nl_q8_0_repacked_avx2},
-    {21, kQ8_K, dequantize_row_iq3_s, quantize_row_q8_k, vec_dot_iq3_s_q8_k, vec_dot_iq3_s_q8_k_avx2, nullptr},
-    {22, kQ8_K, dequantize_row_iq2_s, quantize_row_q8_k, vec_dot_iq2_s_q8_k, vec_dot_iq2_s_q8_k_avx2, nullptr},
+    {21, kQ8_K, dequantize_row_iq3_s, quantize_row_q8_k, vec_dot_iq3_s_q8_k, vec_dot_iq3_s_q8_k_avx2, nullptr,
+     vec_dot_rows_iq3_s_q8_k_avx512},
+    {22, kQ8_K, dequantize_row_iq2_s, quantize_row_q8_k, vec_dot_iq2_s_q8_k, vec_dot_iq2_s_q8_k_avx2, nullptr,
+     vec_dot_rows_iq2_s_q8_k_avx512},
     {23, kQ8_K, dequantize_row_iq4_xs, quantize_row_q8_k, vec_dot_iq4_xs_q8_k, vec_dot_iq4_xs_q8_k_avx2,
      vec_dot_iq4_xs_q8_k_avx512},
-    {29, kQ8_K, dequantize_row_iq1_m, quantize_row_q8_k, vec_dot_iq1_m_q8_k, vec_dot_iq1_m_q8_k_avx2, nullptr},
+    {29, kQ8_K, dequantize_row_iq1_m, quantize_row_q8_k, vec_dot_iq1_m_q8_k, vec_dot_iq1_m_q8_k_avx2, nullptr,
+     vec_dot_rows_iq1_m_q8_k_avx512},
     {30, kBF16, dequantize_row_bf16, quantize_row_bf16, vec_dot_bf16_bf16, vec_dot_bf16_bf16_avx2,
      vec_dot_bf16_bf16_avx512, nullptr, vec_dot_bf16_bf16_avx512_bf16},
-    {34, kQ8_K, dequantize_row_tq1_0, quantize_row_q8_k, vec_dot_tq1_0_q8_k, vec_dot_tq1_0_q8_k_avx2, nullptr},
-    {35, kQ8_K, dequantize_row_tq2_0, quantize_row_q8_k, vec_dot_tq2_0_q8_k, vec_dot_tq2_0_q8_k_avx2, nullptr},
+    {34, kQ8_K, dequantize_row_tq1_0, quantize_row_q8_k, vec_dot_tq1_0_q8_k, vec_dot_tq1_0_q8_k_avx2, nullptr,
+     vec_dot_rows_tq1_0_q8_k_avx512},
+    {35, kQ8_K, dequantize_row_tq2_0, quantize_row_q8_k, vec_dot_tq2_0_q8_k, vec_dot_tq2_0_q8_k_avx2, nullptr,
+     vec_dot_rows_tq2_0_q8_k_avx512},
     {39, kQ8_0, dequantize_row_mxfp4, quantize_row_q8_0, vec_dot_mxfp4_q8_0, vec_dot_mxfp4_q8_0_avx2,
      vec_dot_mxfp4_q8_0_avx512, nullptr, nullptr, vec_dot_mxfp4_q8_0_repacked_avx2, vec_dot_mxfp4_q8_0_repacked_avx2},
 };
@@ -87,9 +96,8 @@ QuantKernels resolve(const KernelRow& row, SimdTier tier, bool avx512_bf16) {
       row.type, row.activation_type, row.dequantize_row, row.quantize_activations, row.dot_scalar, SimdTier::kScalar,
       nullptr};
   if (tier >= SimdTier::kAvx2 && row.dot_avx2) k.vec_dot = row.dot_avx2, k.vec_dot_tier = SimdTier::kAvx2;
-  if (tier >= SimdTier::kAvx512 && row.dot_avx512) {
-    k.vec_dot = row.dot_avx512, k.vec_dot_tier = SimdTier::kAvx512, k.vec_dot_rows = row.dot_rows_avx512;
-  }
+  if (tier >= SimdTier::kAvx512 && row.dot_avx512) k.vec_dot = row.dot_avx512, k.vec_dot_tier = SimdTier::kAvx512;
+  if (tier >= SimdTier::kAvx512) k.vec_dot_rows = row.dot_rows_avx512;
   if (tier >= SimdTier::kAvx512 && avx512_bf16 && row.dot_avx512_bf16) k.vec_dot = row.dot_avx512_bf16;
   if (tier == SimdTier::kAvx2) k.vec_dot_repacked = row.repacked_avx2;
   if (tier >= SimdTier::kAvx512)

@@ -23,6 +23,11 @@ namespace {
 
 using Bytes = std::vector<uint8_t>;
 
+// The types whose f16 scale d leads the block: IQ4_XS and the codebook types.
+bool is_leading_d(uint32_t type) {
+  return type == 23 || type == 16 || type == 17 || type == 18 || type == 19 || type == 21 || type == 22;
+}
+
 // Random blocks with every f16 field (d, dmin) set to a small normal value, so no block is
 // inf or NaN; `rows` rows of `n` elements.
 Bytes random_rows(uint32_t type, int64_t n, int64_t rows, std::mt19937& rng) {
@@ -34,7 +39,9 @@ Bytes random_rows(uint32_t type, int64_t n, int64_t rows, std::mt19937& rng) {
   const std::vector<size_t> f16_fields = type == 12 || type == 13 ? std::vector<size_t>{0, 2}
                                          : type == 11             ? std::vector<size_t>{offsetof(BlockQ3_K, d)}
                                          : type == 14             ? std::vector<size_t>{offsetof(BlockQ6_K, d)}
-                                         : type == 23             ? std::vector<size_t>{0}
+                                         : is_leading_d(type)     ? std::vector<size_t>{0}
+                                         : type == 34             ? std::vector<size_t>{offsetof(BlockTQ1_0, d)}
+                                         : type == 35             ? std::vector<size_t>{offsetof(BlockTQ2_0, d)}
                                                                   : std::vector<size_t>{};
   for (size_t block = 0; block < out.size() / block_bytes; ++block) {
     for (const size_t at : f16_fields) std::memcpy(out.data() + block * block_bytes + at, &half, 2);
@@ -91,7 +98,8 @@ TEST(quant_multi_row_dots_match_single_row_dots_bit_for_bit) {
   if (cpu::host_simd_tier() < SimdTier::kAvx512) return;
   std::mt19937 rng(7);
   const int64_t n = 1024;
-  for (const uint32_t type : {11u, 12u, 14u}) {
+  // Q3_K, Q4_K, Q6_K, and the 1- to 3-bit types.
+  for (const uint32_t type : {11u, 12u, 14u, 16u, 17u, 18u, 19u, 21u, 22u, 29u, 34u, 35u}) {
     const QuantKernels& k = quant_kernels(type, SimdTier::kAvx512);
     CHECK(k.vec_dot_rows != nullptr) << type;
     if (!k.vec_dot_rows) continue;
@@ -122,7 +130,8 @@ TEST(quant_avx512_quantized_dots_equal_the_avx2_dots_bit_for_bit) {
     const QuantKernels& avx512 = quant_kernels(type, SimdTier::kAvx512);
     // The float formats (dotted against themselves) follow ggml's AVX-512 float dots, which differ
     // from its AVX2 ones.
-    if (avx512.vec_dot_tier != SimdTier::kAvx512 || avx512.activation_type == type) continue;
+    // The 1- to 3-bit types have AVX-512 several-row dots beside their AVX2 single-row ones.
+    if ((avx512.vec_dot_tier != SimdTier::kAvx512 && !avx512.vec_dot_rows) || avx512.activation_type == type) continue;
     ++checked;
     check_same_bits(type, avx2.vec_dot, avx512.vec_dot, avx512.vec_dot_rows, avx512, rng);
     // The repacked order too, where llama.cpp repacks the type on both tiers.
@@ -130,7 +139,8 @@ TEST(quant_avx512_quantized_dots_equal_the_avx2_dots_bit_for_bit) {
       check_same_bits(type, avx2.vec_dot_repacked, avx512.vec_dot_repacked, avx512.vec_dot_rows_repacked, avx512, rng);
     }
   }
-  CHECK(checked >= 6) << "the AVX-512 quantized kernels: Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, MXFP4";
+  CHECK(checked >= 15) << "the AVX-512 quantized kernels: Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, MXFP4, and the nine 1- to "
+                          "3-bit types";
 }
 
 // Queries of width d against `count` random f16 rows, through `k` and through the scalar tier.

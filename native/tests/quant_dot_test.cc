@@ -332,7 +332,7 @@ TEST(quant_dot_throughput) {
   const SimdTier host = cpu::host_simd_tier();
   std::mt19937 rng(5);
   const int64_t n = 4096, rows = 512;
-  for (uint32_t type : {12u, 14u, 8u}) {
+  for (uint32_t type : {12u, 14u, 8u, 16u}) {
     std::vector<Bytes> w;
     for (int64_t r = 0; r < rows; ++r) w.push_back(random_weights(type, n, rng));
     for (SimdTier tier : {SimdTier::kScalar, SimdTier::kAvx2, SimdTier::kAvx512}) {

@@ -236,6 +236,17 @@ const Q4_K_M_MIX: Partial<Record<WeightRole, string>> = {
 };
 
 /**
+ * The benchmark model's shapes at a UD-IQ2_XXS-like mix (issue 25's rows): every routed expert
+ * IQ2_XXS, attention and the embedding as the Q4_K_M mix has them.
+ */
+const IQ2_XXS_EXPERTS_MIX: Partial<Record<WeightRole, string>> = {
+  ...Q4_K_M_MIX,
+  ffn_gate_exps: "IQ2_XXS",
+  ffn_up_exps: "IQ2_XXS",
+  ffn_down_exps: "IQ2_XXS",
+};
+
+/**
  * A tiny mix of the 32-element, 256-element and codebook formats, with layer 1's ffn_gate_exps and
  * ffn_up_exps of different types (the GPU's fused expert kernel needs one: that layer's experts stay
  * on the CPU, the other layers' may sit on or stream to the GPU): the GPU tests' fixture for
@@ -639,27 +650,37 @@ const HYBRID_QWEN_MIX: Partial<Record<WeightRole, string>> = {
   ffn_down_shexp: "Q6_K",
 };
 
+/** BASELINES.md's benchmark model. */
+const QWEN3_30B_A3B: SynthPreset = {
+  name: "qwen3-30b-a3b",
+  description: "Qwen3-30B-A3B shapes, Q4_K_M-like mix, 48 layers x 128 experts (8 used), 19.8 GB",
+  architecture: "qwen3moe",
+  vocab: "qwen",
+  vocabSize: 151_936,
+  layers: 48,
+  embedding: 2048,
+  heads: 32,
+  headsKv: 4,
+  headDim: 128,
+  feedForward: 6144,
+  experts: 128,
+  expertsUsed: 8,
+  expertFeedForward: 768,
+  contextLength: 40_960,
+  ropeFreqBase: 1e6,
+  rmsEpsilon: 1e-6,
+  mix: Q4_K_M_MIX,
+  fileType: 15, // LLAMA_FTYPE_MOSTLY_Q4_K_M
+};
+
 export const PRESETS: Record<string, SynthPreset> = {
-  "qwen3-30b-a3b": {
-    name: "qwen3-30b-a3b",
-    description: "Qwen3-30B-A3B shapes, Q4_K_M-like mix, 48 layers x 128 experts (8 used), 19.8 GB",
-    architecture: "qwen3moe",
-    vocab: "qwen",
-    vocabSize: 151_936,
-    layers: 48,
-    embedding: 2048,
-    heads: 32,
-    headsKv: 4,
-    headDim: 128,
-    feedForward: 6144,
-    experts: 128,
-    expertsUsed: 8,
-    expertFeedForward: 768,
-    contextLength: 40_960,
-    ropeFreqBase: 1e6,
-    rmsEpsilon: 1e-6,
-    mix: Q4_K_M_MIX,
-    fileType: 15, // LLAMA_FTYPE_MOSTLY_Q4_K_M
+  "qwen3-30b-a3b": QWEN3_30B_A3B,
+  "qwen3-30b-a3b-iq2xxs": {
+    ...QWEN3_30B_A3B,
+    name: "qwen3-30b-a3b-iq2xxs",
+    description: "Qwen3-30B-A3B shapes, IQ2_XXS routed experts (a UD-IQ2_XXS-like mix), 8.5 GB",
+    mix: IQ2_XXS_EXPERTS_MIX,
+    fileType: 19, // LLAMA_FTYPE_MOSTLY_IQ2_XXS
   },
   "qwen3moe-2b": {
     name: "qwen3moe-2b",

@@ -1,0 +1,194 @@
+// The AVX-512 tier's several-row dots (vec_dot_rows, prompts) of the 1- to 3-bit types: a block's
+// eight runs decoded once (iq_runs_avx2.h) for all the rows, then per row the AVX2 kernels' lanes
+// and float steps, so each row gets the single-row dot's bits while the codebook lookups, sign
+// tables and digit unpacking, most of a single-row dot's work, are paid once per block (CPU
+// prompts of an IQ2_XXS model 2.0x faster on the H200's host). One row (a decode step) takes the
+// AVX2 dot, which decodes each run where it is used: 45-49 tok/s against 37-43 through the stored
+// runs, and a 512-bit form of it (two runs a step, signs as a byte mask) measured no faster
+// (42 tok/s) on that host, slower on Zen 4; so the single-row dot stays the AVX2 one on this tier.
+#include <immintrin.h>
+
+#include <cmath>
+
+#include "quant/blocks.h"
+#include "quant/dot_simd.h"
+#include "quant/iq_runs_avx2.h"
+#include "quant/reduce_avx2.h"
+
+#define BLOOMERY_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+
+namespace bloomery::quant {
+
+namespace {
+
+using namespace iq_runs;
+
+BLOOMERY_AVX512 inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
+
+template <typename Block>
+BLOOMERY_AVX512 inline const Block& block_of(const void* const* rows, int r, int64_t i) {
+  return static_cast<const Block*>(rows[r])[i];
+}
+
+template <typename Block>
+BLOOMERY_AVX512 inline void grid_dot_rows(const void* w, const void* const* a, int rows, int64_t n, float factor,
+                                          float* out) {
+  const auto* x = static_cast<const Block*>(w);
+  __m256 acc[kDotRows];
+  for (int r = 0; r < rows; ++r) acc[r] = _mm256_setzero_ps();
+  GridRun runs[8];
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    for (int k = 0; k < 8; ++k) runs[k] = decode_run(x[i], k);
+    const float dx = half_to_float(x[i].d);
+    for (int r = 0; r < rows; ++r) {
+      const BlockQ8_K& y = block_of<BlockQ8_K>(a, r, i);
+      __m256i sum = _mm256_setzero_si256();
+      for (int k = 0; k < 8; ++k) sum = _mm256_add_epi32(sum, run_lanes(runs[k], y.qs + 32 * k));
+      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dx * y.d), _mm256_cvtepi32_ps(sum), acc[r]);
+    }
+  }
+  for (int r = 0; r < rows; ++r) out[r] = factor * sum_of_8(acc[r]);
+}
+
+template <typename Block>
+BLOOMERY_AVX512 inline void ternary_dot_rows(const void* w, const void* const* a, int rows, int64_t n, float* out) {
+  const auto* x = static_cast<const Block*>(w);
+  __m256 acc[kDotRows];
+  for (int r = 0; r < rows; ++r) acc[r] = _mm256_setzero_ps();
+  __m256i codes[8];
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    for (int k = 0; k < 8; ++k) codes[k] = run_codes(x[i], k);
+    const float dx = half_to_float(x[i].d);
+    for (int r = 0; r < rows; ++r) {
+      const BlockQ8_K& y = block_of<BlockQ8_K>(a, r, i);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ternary_lanes(codes, y)), _mm256_set1_ps(y.d * dx), acc[r]);
+    }
+  }
+  for (int r = 0; r < rows; ++r) out[r] = sum_of_8(acc[r]);
+}
+
+}  // namespace
+
+BLOOMERY_AVX512 void vec_dot_rows_iq2_xxs_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n,
+                                                      float* out) {
+  if (rows == 1) {
+    out[0] = vec_dot_iq2_xxs_q8_k_avx2(w, a[0], n);
+    return;
+  }
+  grid_dot_rows<BlockIQ2_XXS>(w, a, rows, n, 0.125f, out);
+}
+
+BLOOMERY_AVX512 void vec_dot_rows_iq2_xs_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n,
+                                                     float* out) {
+  if (rows == 1) {
+    out[0] = vec_dot_iq2_xs_q8_k_avx2(w, a[0], n);
+    return;
+  }
+  grid_dot_rows<BlockIQ2_XS>(w, a, rows, n, 0.125f, out);
+}
+
+BLOOMERY_AVX512 void vec_dot_rows_iq2_s_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n,
+                                                    float* out) {
+  if (rows == 1) {
+    out[0] = vec_dot_iq2_s_q8_k_avx2(w, a[0], n);
+    return;
+  }
+  grid_dot_rows<BlockIQ2_S>(w, a, rows, n, 0.125f, out);
+}
+
+BLOOMERY_AVX512 void vec_dot_rows_iq3_xxs_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n,
+                                                      float* out) {
+  if (rows == 1) {
+    out[0] = vec_dot_iq3_xxs_q8_k_avx2(w, a[0], n);
+    return;
+  }
+  grid_dot_rows<BlockIQ3_XXS>(w, a, rows, n, 0.25f, out);
+}
+
+BLOOMERY_AVX512 void vec_dot_rows_iq3_s_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n,
+                                                    float* out) {
+  if (rows == 1) {
+    out[0] = vec_dot_iq3_s_q8_k_avx2(w, a[0], n);
+    return;
+  }
+  grid_dot_rows<BlockIQ3_S>(w, a, rows, n, 1.0f, out);
+}
+
+BLOOMERY_AVX512 void vec_dot_rows_iq1_s_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n,
+                                                    float* out) {
+  if (rows == 1) {
+    out[0] = vec_dot_iq1_s_q8_k_avx2(w, a[0], n);
+    return;
+  }
+  const auto* x = static_cast<const BlockIQ1_S*>(w);
+  __m256 acc[kDotRows];
+  float acc_deltas[kDotRows];
+  for (int r = 0; r < rows; ++r) acc[r] = _mm256_setzero_ps(), acc_deltas[r] = 0;
+  Iq1Run runs[8];
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    for (int k = 0; k < 8; ++k) runs[k] = decode_run(x[i], k);
+    const float dx = half_to_float(x[i].d);
+    for (int r = 0; r < rows; ++r) {
+      const BlockQ8_K& y = block_of<BlockQ8_K>(a, r, i);
+      __m256i sum = _mm256_setzero_si256();
+      int deltas = 0;
+      for (int k = 0; k < 8; ++k) {
+        sum = _mm256_add_epi32(sum, iq1_lanes(runs[k], load256(y.qs + 32 * k)));
+        deltas += (y.bsums[2 * k] + y.bsums[2 * k + 1]) * runs[k].delta_scale;
+      }
+      const float d = y.d * dx;
+      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sum), acc[r]);
+      acc_deltas[r] = std::fma(d, static_cast<float>(deltas), acc_deltas[r]);
+    }
+  }
+  for (int r = 0; r < rows; ++r) out[r] = sum_of_8(acc[r]) + kIq1Delta * acc_deltas[r];
+}
+
+BLOOMERY_AVX512 void vec_dot_rows_iq1_m_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n,
+                                                    float* out) {
+  if (rows == 1) {
+    out[0] = vec_dot_iq1_m_q8_k_avx2(w, a[0], n);
+    return;
+  }
+  const auto* x = static_cast<const BlockIQ1_M*>(w);
+  __m256 acc[kDotRows], acc_deltas[kDotRows];
+  for (int r = 0; r < rows; ++r) acc[r] = _mm256_setzero_ps(), acc_deltas[r] = _mm256_setzero_ps();
+  Iq1Run runs[8];
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    for (int k = 0; k < 8; ++k) runs[k] = decode_run(x[i], k);
+    const float dx = half_to_float(iq1m_block_scale(x[i]));
+    for (int r = 0; r < rows; ++r) {
+      const BlockQ8_K& y = block_of<BlockQ8_K>(a, r, i);
+      __m256i sum = _mm256_setzero_si256(), sum_deltas = _mm256_setzero_si256();
+      for (int k = 0; k < 8; ++k) {
+        const __m256i yq = load256(y.qs + 32 * k);
+        sum = _mm256_add_epi32(sum, iq1_lanes(runs[k], yq));
+        sum_deltas = _mm256_add_epi32(sum_deltas, iq1m_delta_lanes(runs[k], yq));
+      }
+      const __m256 d = _mm256_set1_ps(y.d * dx);
+      acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sum), acc[r]);
+      acc_deltas[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sum_deltas), acc_deltas[r]);
+    }
+  }
+  for (int r = 0; r < rows; ++r) out[r] = std::fma(kIq1Delta, sum_of_8(acc_deltas[r]), sum_of_8(acc[r]));
+}
+
+BLOOMERY_AVX512 void vec_dot_rows_tq1_0_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n,
+                                                    float* out) {
+  if (rows == 1) {
+    out[0] = vec_dot_tq1_0_q8_k_avx2(w, a[0], n);
+    return;
+  }
+  ternary_dot_rows<BlockTQ1_0>(w, a, rows, n, out);
+}
+
+BLOOMERY_AVX512 void vec_dot_rows_tq2_0_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n,
+                                                    float* out) {
+  if (rows == 1) {
+    out[0] = vec_dot_tq2_0_q8_k_avx2(w, a[0], n);
+    return;
+  }
+  ternary_dot_rows<BlockTQ2_0>(w, a, rows, n, out);
+}
+
+}  // namespace bloomery::quant

@@ -1,0 +1,193 @@
+// The 1- to 3-bit types' 32-element runs decoded for the byte products of llama.cpp's x86 dots,
+// and those products: shared by the single-row AVX2 dots (dot_iq_avx2.cc) and the AVX-512 tier's
+// several-row dots (dot_iq_rows_avx512.cc), which decode a block once for all their rows. Both
+// take the same integer lanes through the same float steps, so they agree bit for bit.
+// Include only from SIMD-tier code.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "quant/blocks.h"
+#include "quant/iq_codes.h"
+
+#define BLOOMERY_IQ_RUNS __attribute__((target("avx2,fma,f16c")))
+
+namespace bloomery::quant::iq_runs {
+
+BLOOMERY_IQ_RUNS inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+inline uint32_t load_u32(const void* p) {
+  uint32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+BLOOMERY_IQ_RUNS inline __m256i grid64(uint64_t e0, uint64_t e1, uint64_t e2, uint64_t e3) {
+  return _mm256_set_epi64x(static_cast<int64_t>(e3), static_cast<int64_t>(e2), static_cast<int64_t>(e1),
+                           static_cast<int64_t>(e0));
+}
+
+// int16 `lo` in the eight int16 of elements 0..15 of a run, `hi` in those of 16..31.
+BLOOMERY_IQ_RUNS inline __m256i half_scales(int lo, int hi) {
+  return _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(hi)), _mm_set1_epi16(static_cast<int16_t>(lo)));
+}
+
+// +1 / -1 bytes of four groups of 8 that store seven sign bits each (iq_even_signs).
+BLOOMERY_IQ_RUNS inline __m256i even_sign_bytes(uint32_t g0, uint32_t g1, uint32_t g2, uint32_t g3) {
+  return grid64(kIqEvenSignBytes[g0], kIqEvenSignBytes[g1], kIqEvenSignBytes[g2], kIqEvenSignBytes[g3]);
+}
+
+// +1 / -1 bytes of 32 sign bits (bit k: element k negative), for the types that store all eight.
+BLOOMERY_IQ_RUNS inline __m256i sign_bit_bytes(uint32_t bits) {
+  const __m256i byte_of_bit = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+  const __m256i bit_in_byte = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201));
+  const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)), byte_of_bit);
+  const __m256i negative = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit_in_byte), bit_in_byte);
+  return _mm256_or_si256(negative, _mm256_set1_epi8(1));
+}
+
+// A run of a codebook type: unsigned magnitudes, the +1 / -1 signs they put on y, and the scales.
+struct GridRun {
+  __m256i q, signs, scales;
+};
+
+// The run's int32 lanes: lane l sums elements 4l..4l + 3, each int16 pair times its 16 elements' scale.
+BLOOMERY_IQ_RUNS inline __m256i run_lanes(const GridRun& run, const int8_t* y) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(run.q, _mm256_sign_epi8(load256(y), run.signs)), run.scales);
+}
+
+BLOOMERY_IQ_RUNS inline GridRun decode_run(const BlockIQ2_XXS& x, int r) {
+  const uint32_t grid = load_u32(x.qs + 4 * r), aux = load_u32(x.qs + 4 * r + 2);
+  const int scale = 2 * static_cast<int>(aux >> 28) + 1;
+  return {grid64(kIq2xxsGrid[grid & 0xff], kIq2xxsGrid[(grid >> 8) & 0xff], kIq2xxsGrid[(grid >> 16) & 0xff],
+                 kIq2xxsGrid[grid >> 24]),
+          even_sign_bytes(aux & 127, (aux >> 7) & 127, (aux >> 14) & 127, (aux >> 21) & 127),
+          half_scales(scale, scale)};
+}
+
+BLOOMERY_IQ_RUNS inline GridRun decode_run(const BlockIQ2_XS& x, int r) {
+  const uint16_t* g = x.qs + 4 * r;
+  return {grid64(kIq2xsGrid[g[0] & 511], kIq2xsGrid[g[1] & 511], kIq2xsGrid[g[2] & 511], kIq2xsGrid[g[3] & 511]),
+          even_sign_bytes(g[0] >> 9, g[1] >> 9, g[2] >> 9, g[3] >> 9),
+          half_scales(2 * (x.scales[r] & 0x0f) + 1, 2 * (x.scales[r] >> 4) + 1)};
+}
+
+BLOOMERY_IQ_RUNS inline GridRun decode_run(const BlockIQ2_S& x, int r) {
+  const uint8_t* g = x.qs + 4 * r;
+  const int h = x.qh[r];
+  return {grid64(kIq2sGrid[g[0] | ((h << 8) & 0x300)], kIq2sGrid[g[1] | ((h << 6) & 0x300)],
+                 kIq2sGrid[g[2] | ((h << 4) & 0x300)], kIq2sGrid[g[3] | ((h << 2) & 0x300)]),
+          sign_bit_bytes(load_u32(x.qs + kQKK / 8 + 4 * r)),
+          half_scales(2 * (x.scales[r] & 0x0f) + 1, 2 * (x.scales[r] >> 4) + 1)};
+}
+
+BLOOMERY_IQ_RUNS inline GridRun decode_run(const BlockIQ3_XXS& x, int r) {
+  const uint8_t* g = x.qs + 8 * r;
+  const uint32_t aux = load_u32(x.qs + kQKK / 4 + 4 * r);
+  const int scale = 2 * static_cast<int>(aux >> 28) + 1;
+  return {_mm256_set_epi32(static_cast<int>(kIq3xxsGrid[g[7]]), static_cast<int>(kIq3xxsGrid[g[6]]),
+                           static_cast<int>(kIq3xxsGrid[g[5]]), static_cast<int>(kIq3xxsGrid[g[4]]),
+                           static_cast<int>(kIq3xxsGrid[g[3]]), static_cast<int>(kIq3xxsGrid[g[2]]),
+                           static_cast<int>(kIq3xxsGrid[g[1]]), static_cast<int>(kIq3xxsGrid[g[0]])),
+          even_sign_bytes(aux & 127, (aux >> 7) & 127, (aux >> 14) & 127, (aux >> 21) & 127),
+          half_scales(scale, scale)};
+}
+
+BLOOMERY_IQ_RUNS inline GridRun decode_run(const BlockIQ3_S& x, int r) {
+  const uint8_t* g = x.qs + 8 * r;
+  const int h = x.qh[r];
+  auto entry = [&](int k) { return static_cast<int>(kIq3sGrid[g[k] | ((h << (8 - k)) & 256)]); };
+  const int scale = 2 * ((x.scales[r / 2] >> (4 * (r % 2))) & 0x0f) + 1;
+  return {_mm256_set_epi32(entry(7), entry(6), entry(5), entry(4), entry(3), entry(2), entry(1), entry(0)),
+          sign_bit_bytes(load_u32(x.signs + 4 * r)), half_scales(scale, scale)};
+}
+
+// A run of IQ1_S or IQ1_M: the grid's -1 / 0 / 1 values as magnitudes and as the signs they put on
+// y, the scales, and the delta: IQ1_S's sign times scale for the run's sum of y, IQ1_M's +1 / -1
+// bytes per group of 8.
+struct Iq1Run {
+  __m256i magnitude, q, scales;
+  __m256i delta_signs;  // IQ1_M
+  int delta_scale;      // IQ1_S
+};
+
+BLOOMERY_IQ_RUNS inline __m256i iq1_lanes(const Iq1Run& run, __m256i y) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(run.magnitude, _mm256_sign_epi8(y, run.q)), run.scales);
+}
+
+// IQ1_M's delta lanes: the signed sums of y's pairs, times the scales.
+BLOOMERY_IQ_RUNS inline __m256i iq1m_delta_lanes(const Iq1Run& run, __m256i y) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), _mm256_sign_epi8(y, run.delta_signs)), run.scales);
+}
+
+BLOOMERY_IQ_RUNS inline Iq1Run decode_run(const BlockIQ1_S& x, int r) {
+  uint16_t qh;
+  std::memcpy(&qh, x.qh + r, sizeof qh);
+  const uint8_t* g = x.qs + 4 * r;
+  const __m256i q = grid64(kIq1sGrid[g[0] | ((qh << 8) & 0x700)], kIq1sGrid[g[1] | ((qh << 5) & 0x700)],
+                           kIq1sGrid[g[2] | ((qh << 2) & 0x700)], kIq1sGrid[g[3] | ((qh >> 1) & 0x700)]);
+  const int scale = 2 * ((qh >> 12) & 7) + 1;
+  return {_mm256_sign_epi8(q, q), q, _mm256_set1_epi16(static_cast<int16_t>(scale)), _mm256_setzero_si256(),
+          (qh & 0x8000 ? -1 : 1) * scale};
+}
+
+BLOOMERY_IQ_RUNS inline Iq1Run decode_run(const BlockIQ1_M& x, int r) {
+  uint16_t sc[4];
+  std::memcpy(sc, x.scales, sizeof sc);
+  const uint8_t* g = x.qs + 4 * r;
+  const uint8_t h0 = x.qh[2 * r], h1 = x.qh[2 * r + 1];
+  const __m256i q = grid64(kIq1sGrid[g[0] | ((h0 << 8) & 0x700)], kIq1sGrid[g[1] | ((h0 << 4) & 0x700)],
+                           kIq1sGrid[g[2] | ((h1 << 8) & 0x700)], kIq1sGrid[g[3] | ((h1 << 4) & 0x700)]);
+  auto sign = [](bool negative) {
+    return negative ? static_cast<int64_t>(-1) : static_cast<int64_t>(0x0101010101010101);
+  };
+  const int lo = 2 * ((sc[r / 2] >> (6 * (r % 2))) & 7) + 1, hi = 2 * ((sc[r / 2] >> (6 * (r % 2) + 3)) & 7) + 1;
+  return {_mm256_sign_epi8(q, q), q, half_scales(lo, hi),
+          _mm256_set_epi64x(sign(h1 & 0x80), sign(h1 & 0x08), sign(h0 & 0x80), sign(h0 & 0x08)), 0};
+}
+
+// The ternary types' codes 0..2 (for -1..1) of run r (elements 32r..32r + 31) of a block.
+
+// The codes of TQ1_0's 32 bytes of five digits, digit n: bytes * 3^n (mod 256), times 3, >> 8.
+BLOOMERY_IQ_RUNS inline __m256i trits(__m256i bytes, int n) {
+  static constexpr int16_t kPow3[5] = {1, 3, 9, 27, 81};
+  const __m256i mask = _mm256_set1_epi16(0xff), pow = _mm256_set1_epi16(kPow3[n]), three = _mm256_set1_epi16(3 << 8);
+  const __m256i even = _mm256_and_si256(_mm256_mullo_epi16(_mm256_and_si256(bytes, mask), pow), mask);
+  const __m256i odd = _mm256_and_si256(_mm256_mullo_epi16(_mm256_srli_epi16(bytes, 8), pow), mask);
+  return _mm256_or_si256(_mm256_mulhi_epu16(even, three), _mm256_slli_epi16(_mm256_mulhi_epu16(odd, three), 8));
+}
+
+BLOOMERY_IQ_RUNS inline __m256i run_codes(const BlockTQ1_0& x, int r) {
+  if (r < 5) return trits(load256(x.qs), r);  // elements 32r..32r + 31: digit r of bytes 0..31
+  // Elements 160..239: digits of bytes 32..47, two digits a run; 240..255: digit k / 4 of qh[k % 4].
+  const __m128i tail = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.qs + 32));
+  const __m256i both = _mm256_set_m128i(tail, tail);
+  if (r < 7) {
+    const int n0 = 2 * (r - 5);
+    return _mm256_blend_epi32(trits(both, n0), trits(both, n0 + 1), 0xf0);
+  }
+  const __m128i qh = _mm_set1_epi32(static_cast<int>(load_u32(x.qh)));
+  const __m256i qh2 = _mm256_set_m128i(qh, qh);
+  auto digit = [&](int n) BLOOMERY_IQ_RUNS { return _mm256_castsi256_si128(trits(qh2, n)); };
+  const __m128i last =
+      _mm_unpacklo_epi64(_mm_unpacklo_epi32(digit(0), digit(1)), _mm_unpacklo_epi32(digit(2), digit(3)));
+  return _mm256_set_m128i(last, _mm256_extracti128_si256(trits(both, 4), 1));
+}
+
+BLOOMERY_IQ_RUNS inline __m256i run_codes(const BlockTQ2_0& x, int r) {
+  const __m256i q = load256(x.qs + 32 * (r / 4));
+  return _mm256_and_si256(_mm256_srli_epi16(q, 2 * (r % 4)), _mm256_set1_epi8(3));
+}
+
+// A ternary block's int32 lanes from its eight runs' codes: the codes times y summed in int16
+// over the block (exact: at most 8 x 512 plus Q8_K's sums), less Q8_K's per-16 sums in int16 lane
+// k, so int32 lane m takes the sum of y over elements 32m..32m + 31.
+BLOOMERY_IQ_RUNS inline __m256i ternary_lanes(const __m256i* codes, const BlockQ8_K& y) {
+  __m256i sum = _mm256_setzero_si256();
+  for (int r = 0; r < 8; ++r) sum = _mm256_add_epi16(sum, _mm256_maddubs_epi16(codes[r], load256(y.qs + 32 * r)));
+  return _mm256_madd_epi16(_mm256_sub_epi16(sum, load256(y.bsums)), _mm256_set1_epi16(1));
+}
+
+}  // namespace bloomery::quant::iq_runs
