@@ -33,8 +33,12 @@ BLOOMERY_AVX512 inline const Block& block_of(const void* const* rows, int r, int
 }
 
 template <typename Block>
-BLOOMERY_AVX512 inline void grid_dot_rows(const void* w, const void* const* a, int rows, int64_t n, float factor,
-                                          float* out) {
+BLOOMERY_AVX512 inline void grid_dot_rows(VecDotFn single, const void* w, const void* const* a, int rows, int64_t n,
+                                          float factor, float* out) {
+  if (rows == 1) {
+    out[0] = single(w, a[0], n);
+    return;
+  }
   const auto* x = static_cast<const Block*>(w);
   __m256 acc[kDotRows];
   for (int r = 0; r < rows; ++r) acc[r] = _mm256_setzero_ps();
@@ -53,7 +57,12 @@ BLOOMERY_AVX512 inline void grid_dot_rows(const void* w, const void* const* a, i
 }
 
 template <typename Block>
-BLOOMERY_AVX512 inline void ternary_dot_rows(const void* w, const void* const* a, int rows, int64_t n, float* out) {
+BLOOMERY_AVX512 inline void ternary_dot_rows(VecDotFn single, const void* w, const void* const* a, int rows, int64_t n,
+                                             float* out) {
+  if (rows == 1) {
+    out[0] = single(w, a[0], n);
+    return;
+  }
   const auto* x = static_cast<const Block*>(w);
   __m256 acc[kDotRows];
   for (int r = 0; r < rows; ++r) acc[r] = _mm256_setzero_ps();
@@ -73,47 +82,27 @@ BLOOMERY_AVX512 inline void ternary_dot_rows(const void* w, const void* const* a
 
 BLOOMERY_AVX512 void vec_dot_rows_iq2_xxs_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n,
                                                       float* out) {
-  if (rows == 1) {
-    out[0] = vec_dot_iq2_xxs_q8_k_avx2(w, a[0], n);
-    return;
-  }
-  grid_dot_rows<BlockIQ2_XXS>(w, a, rows, n, 0.125f, out);
+  grid_dot_rows<BlockIQ2_XXS>(vec_dot_iq2_xxs_q8_k_avx2, w, a, rows, n, 0.125f, out);
 }
 
 BLOOMERY_AVX512 void vec_dot_rows_iq2_xs_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n,
                                                      float* out) {
-  if (rows == 1) {
-    out[0] = vec_dot_iq2_xs_q8_k_avx2(w, a[0], n);
-    return;
-  }
-  grid_dot_rows<BlockIQ2_XS>(w, a, rows, n, 0.125f, out);
+  grid_dot_rows<BlockIQ2_XS>(vec_dot_iq2_xs_q8_k_avx2, w, a, rows, n, 0.125f, out);
 }
 
 BLOOMERY_AVX512 void vec_dot_rows_iq2_s_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n,
                                                     float* out) {
-  if (rows == 1) {
-    out[0] = vec_dot_iq2_s_q8_k_avx2(w, a[0], n);
-    return;
-  }
-  grid_dot_rows<BlockIQ2_S>(w, a, rows, n, 0.125f, out);
+  grid_dot_rows<BlockIQ2_S>(vec_dot_iq2_s_q8_k_avx2, w, a, rows, n, 0.125f, out);
 }
 
 BLOOMERY_AVX512 void vec_dot_rows_iq3_xxs_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n,
                                                       float* out) {
-  if (rows == 1) {
-    out[0] = vec_dot_iq3_xxs_q8_k_avx2(w, a[0], n);
-    return;
-  }
-  grid_dot_rows<BlockIQ3_XXS>(w, a, rows, n, 0.25f, out);
+  grid_dot_rows<BlockIQ3_XXS>(vec_dot_iq3_xxs_q8_k_avx2, w, a, rows, n, 0.25f, out);
 }
 
 BLOOMERY_AVX512 void vec_dot_rows_iq3_s_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n,
                                                     float* out) {
-  if (rows == 1) {
-    out[0] = vec_dot_iq3_s_q8_k_avx2(w, a[0], n);
-    return;
-  }
-  grid_dot_rows<BlockIQ3_S>(w, a, rows, n, 1.0f, out);
+  grid_dot_rows<BlockIQ3_S>(vec_dot_iq3_s_q8_k_avx2, w, a, rows, n, 1.0f, out);
 }
 
 BLOOMERY_AVX512 void vec_dot_rows_iq1_s_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n,
@@ -177,20 +166,12 @@ BLOOMERY_AVX512 void vec_dot_rows_iq1_m_q8_k_avx512(const void* w, const void* c
 
 BLOOMERY_AVX512 void vec_dot_rows_tq1_0_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n,
                                                     float* out) {
-  if (rows == 1) {
-    out[0] = vec_dot_tq1_0_q8_k_avx2(w, a[0], n);
-    return;
-  }
-  ternary_dot_rows<BlockTQ1_0>(w, a, rows, n, out);
+  ternary_dot_rows<BlockTQ1_0>(vec_dot_tq1_0_q8_k_avx2, w, a, rows, n, out);
 }
 
 BLOOMERY_AVX512 void vec_dot_rows_tq2_0_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n,
                                                     float* out) {
-  if (rows == 1) {
-    out[0] = vec_dot_tq2_0_q8_k_avx2(w, a[0], n);
-    return;
-  }
-  ternary_dot_rows<BlockTQ2_0>(w, a, rows, n, out);
+  ternary_dot_rows<BlockTQ2_0>(vec_dot_tq2_0_q8_k_avx2, w, a, rows, n, out);
 }
 
 }  // namespace bloomery::quant

@@ -683,26 +683,17 @@ export const PRESETS: Record<string, SynthPreset> = {
     fileType: 19, // LLAMA_FTYPE_MOSTLY_IQ2_XXS
   },
   "qwen3moe-2b": {
+    ...QWEN3_30B_A3B,
     name: "qwen3moe-2b",
     description:
       "qwen3moe for the CPU benchmark: 24 layers x 32 experts (4 used), embedding 1536, the big preset's mix, 2 GB",
-    architecture: "qwen3moe",
-    vocab: "qwen",
     vocabSize: 32_768,
     layers: 24,
     embedding: 1536,
     heads: 16,
-    headsKv: 4,
-    headDim: 128,
     feedForward: 4608,
     experts: 32,
     expertsUsed: 4,
-    expertFeedForward: 768,
-    contextLength: 40_960,
-    ropeFreqBase: 1e6,
-    rmsEpsilon: 1e-6,
-    mix: Q4_K_M_MIX,
-    fileType: 15, // LLAMA_FTYPE_MOSTLY_Q4_K_M
   },
   "glm-4.5-air": {
     name: "glm-4.5-air",
