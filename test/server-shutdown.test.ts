@@ -112,16 +112,18 @@ describe("the drain (in process)", () => {
   });
 
   it("stops running generations at the deadline with a 503 or an error event, refuses the waiting, closes every connection", async () => {
-    // Context shift on: both generations run until the drain stops them. Running until the context was full, one
-    // sometimes ended under the full suite's load before the drain began, and the waiting request took its slot.
+    // Context shift on and a bound far past the context: both generations run until the drain stops them. Bounded
+    // by the context (the server's default), one sometimes ended under the full suite's load before the drain
+    // began (CI: a stream that completed; a waiting request that took the freed slot).
     server = await startServer({ parallel: 2, config: { contextShift: true } });
     const { url, context } = server;
     const port = Number(new URL(url).port);
-    const streamed = streamChat(url, longChat(true));
+    const endless = (stream: boolean) => ({ ...longChat(stream), max_tokens: 10_000_000 });
+    const streamed = streamChat(url, endless(true));
     await streamed.started;
-    const plain = postJson(`${url}/v1/chat/completions`, longChat(false));
+    const plain = postJson(`${url}/v1/chat/completions`, endless(false));
     await until(() => context.slots.busy === 2, "both slots to run");
-    const waiting = postJson(`${url}/v1/chat/completions`, longChat(true));
+    const waiting = postJson(`${url}/v1/chat/completions`, endless(true));
     await until(() => context.slots.waiting === 1, "a request to wait for a slot");
     const trickle = rawClient(port, TRICKLE);
     const slowHead = rawClient(port, SLOW_HEAD);
