@@ -3,10 +3,9 @@
 // and float steps, so each row gets the single-row dot's bits while the codebook lookups, sign
 // tables and digit unpacking, most of a single-row dot's work, are paid once per block (CPU
 // prompts of an IQ2_XXS model 2.0x faster on the H200's host). One row (a decode step) takes the
-// AVX2 dot, which decodes each run where it is used: 45-49 tok/s against 37-43 through the stored
-// runs, and a 512-bit form of it (two runs a step, signs as a byte mask) measured no faster
-// (42 tok/s) on that host, slower on Zen 4; so the single-row dot stays the AVX2 one on this tier.
-// The rows stay 256-bit too: two runs a step in 512 bits (sign masks, dpwssd) measured 2% slower on
+// single-row dot, which decodes each run where it is used: 45-49 tok/s against 37-43 through the
+// stored runs (for IQ2_XXS, IQ2_XS and IQ3_XXS that is this tier's own, dot_iq_avx512.cc).
+// The rows stay 256-bit: two runs a step in 512 bits (sign masks, dpwssd) measured 2% slower on
 // that host's prompts, and codes pre-scaled to int16 (one dpwssd a run) 12% slower (82 vs 93 tok/s).
 #include <immintrin.h>
 
@@ -82,12 +81,12 @@ BLOOMERY_AVX512 inline void ternary_dot_rows(VecDotFn single, const void* w, con
 
 BLOOMERY_AVX512 void vec_dot_rows_iq2_xxs_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n,
                                                       float* out) {
-  grid_dot_rows<BlockIQ2_XXS>(vec_dot_iq2_xxs_q8_k_avx2, w, a, rows, n, 0.125f, out);
+  grid_dot_rows<BlockIQ2_XXS>(vec_dot_iq2_xxs_q8_k_avx512, w, a, rows, n, 0.125f, out);
 }
 
 BLOOMERY_AVX512 void vec_dot_rows_iq2_xs_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n,
                                                      float* out) {
-  grid_dot_rows<BlockIQ2_XS>(vec_dot_iq2_xs_q8_k_avx2, w, a, rows, n, 0.125f, out);
+  grid_dot_rows<BlockIQ2_XS>(vec_dot_iq2_xs_q8_k_avx512, w, a, rows, n, 0.125f, out);
 }
 
 BLOOMERY_AVX512 void vec_dot_rows_iq2_s_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n,
@@ -97,7 +96,7 @@ BLOOMERY_AVX512 void vec_dot_rows_iq2_s_q8_k_avx512(const void* w, const void* c
 
 BLOOMERY_AVX512 void vec_dot_rows_iq3_xxs_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n,
                                                       float* out) {
-  grid_dot_rows<BlockIQ3_XXS>(vec_dot_iq3_xxs_q8_k_avx2, w, a, rows, n, 0.25f, out);
+  grid_dot_rows<BlockIQ3_XXS>(vec_dot_iq3_xxs_q8_k_avx512, w, a, rows, n, 0.25f, out);
 }
 
 BLOOMERY_AVX512 void vec_dot_rows_iq3_s_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n,

@@ -34,9 +34,11 @@ BLOOMERY_IQ_RUNS inline __m256i half_scales(int lo, int hi) {
   return _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(hi)), _mm_set1_epi16(static_cast<int16_t>(lo)));
 }
 
-// +1 / -1 bytes of four groups of 8 that store seven sign bits each (iq_even_signs).
-BLOOMERY_IQ_RUNS inline __m256i even_sign_bytes(uint32_t g0, uint32_t g1, uint32_t g2, uint32_t g3) {
-  return grid64(kIqEvenSignBytes[g0], kIqEvenSignBytes[g1], kIqEvenSignBytes[g2], kIqEvenSignBytes[g3]);
+// +1 / -1 bytes of four groups of 8 that store seven sign bits each (iq_even_signs), from the
+// groups' 4 x 7 stored bits (run_sign_fields).
+BLOOMERY_IQ_RUNS inline __m256i even_sign_bytes(uint32_t fields) {
+  return grid64(kIqEvenSignBytes[fields & 127], kIqEvenSignBytes[(fields >> 7) & 127],
+                kIqEvenSignBytes[(fields >> 14) & 127], kIqEvenSignBytes[(fields >> 21) & 127]);
 }
 
 // +1 / -1 bytes of 32 sign bits (bit k: element k negative), for the types that store all eight.
@@ -58,20 +60,90 @@ BLOOMERY_IQ_RUNS inline __m256i run_lanes(const GridRun& run, const int8_t* y) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(run.q, _mm256_sign_epi8(load256(y), run.signs)), run.scales);
 }
 
+// The types that store seven of each group's eight signs (IQ2_XXS, IQ2_XS, IQ3_XXS), in parts the
+// AVX-512 tier's single-row dots (dot_iq_avx512.cc) take too: run r's grid magnitudes, its 4 x 7
+// stored sign bits (group k's in bits 7k..7k + 6), and its scales as words of scale_words(x):
+// words[lo_scale_word(x, r)] for elements 0..15, words[hi_scale_word(x, r)] for 16..31.
+BLOOMERY_IQ_RUNS inline __m256i run_grid(const BlockIQ2_XXS& x, int r) {
+  const auto* g = reinterpret_cast<const uint8_t*>(x.qs + 4 * r);
+  return grid64(kIq2xxsGrid[g[0]], kIq2xxsGrid[g[1]], kIq2xxsGrid[g[2]], kIq2xxsGrid[g[3]]);
+}
+
+inline uint32_t run_sign_fields(const BlockIQ2_XXS& x, int r) { return load_u32(x.qs + 4 * r + 2) & 0x0fffffff; }
+
+// IQ2_XXS's scale of run r is the top nibble of uint32 2r + 1 of qs: the words are qs's uint32s.
+inline int lo_scale_word(const BlockIQ2_XXS&, int r) { return 2 * r + 1; }
+inline int hi_scale_word(const BlockIQ2_XXS& x, int r) { return lo_scale_word(x, r); }
+
+BLOOMERY_IQ_RUNS inline void scale_words(const BlockIQ2_XXS& x, uint32_t* words) {
+  for (int half = 0; half < 2; ++half) {
+    const __m256i top = _mm256_srli_epi32(load256(x.qs + 16 * half), 28);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(words) + half,
+                        _mm256_or_si256(_mm256_slli_epi32(top, 1), _mm256_set1_epi32(1)));
+  }
+}
+
+BLOOMERY_IQ_RUNS inline __m256i run_grid(const BlockIQ2_XS& x, int r) {
+  const uint16_t* g = x.qs + 4 * r;
+  return grid64(kIq2xsGrid[g[0] & 511], kIq2xsGrid[g[1] & 511], kIq2xsGrid[g[2] & 511], kIq2xsGrid[g[3] & 511]);
+}
+
+inline uint32_t run_sign_fields(const BlockIQ2_XS& x, int r) {
+  const uint16_t* g = x.qs + 4 * r;
+  return uint32_t{g[0]} >> 9 | (uint32_t{g[1]} >> 9) << 7 | (uint32_t{g[2]} >> 9) << 14 | (uint32_t{g[3]} >> 9) << 21;
+}
+
+// IQ2_XS's words: run r's low-nibble scale at r, its high-nibble one at 8 + r.
+inline int lo_scale_word(const BlockIQ2_XS&, int r) { return r; }
+inline int hi_scale_word(const BlockIQ2_XS&, int r) { return 8 + r; }
+
+BLOOMERY_IQ_RUNS inline void scale_words(const BlockIQ2_XS& x, uint32_t* words) {
+  const __m256i bytes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x.scales)));
+  const __m256i one = _mm256_set1_epi32(1), nibble = _mm256_set1_epi32(15);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(words),
+                      _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(bytes, nibble), 1), one));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(words) + 1,
+                      _mm256_or_si256(_mm256_slli_epi32(_mm256_srli_epi32(bytes, 4), 1), one));
+}
+
+BLOOMERY_IQ_RUNS inline __m256i run_grid(const BlockIQ3_XXS& x, int r) {
+  const uint8_t* g = x.qs + 8 * r;
+  return _mm256_set_epi32(static_cast<int>(kIq3xxsGrid[g[7]]), static_cast<int>(kIq3xxsGrid[g[6]]),
+                          static_cast<int>(kIq3xxsGrid[g[5]]), static_cast<int>(kIq3xxsGrid[g[4]]),
+                          static_cast<int>(kIq3xxsGrid[g[3]]), static_cast<int>(kIq3xxsGrid[g[2]]),
+                          static_cast<int>(kIq3xxsGrid[g[1]]), static_cast<int>(kIq3xxsGrid[g[0]]));
+}
+
+inline uint32_t run_sign_fields(const BlockIQ3_XXS& x, int r) { return load_u32(x.qs + kQKK / 4 + 4 * r) & 0x0fffffff; }
+
+// IQ3_XXS's scale of run r is the top nibble of the uint32 after the grid indices, r: the words.
+inline int lo_scale_word(const BlockIQ3_XXS&, int r) { return r; }
+inline int hi_scale_word(const BlockIQ3_XXS& x, int r) { return lo_scale_word(x, r); }
+
+BLOOMERY_IQ_RUNS inline void scale_words(const BlockIQ3_XXS& x, uint32_t* words) {
+  const __m256i top = _mm256_srli_epi32(load256(x.qs + kQKK / 4), 28);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(words),
+                      _mm256_or_si256(_mm256_slli_epi32(top, 1), _mm256_set1_epi32(1)));
+}
+
+// The AVX2 form of a run of these types: its scales from the same nibbles, one at a time.
+template <typename Block>
+BLOOMERY_IQ_RUNS inline GridRun even_signs_run(const Block& x, int r, int lo, int hi) {
+  return {run_grid(x, r), even_sign_bytes(run_sign_fields(x, r)), half_scales(lo, hi)};
+}
+
 BLOOMERY_IQ_RUNS inline GridRun decode_run(const BlockIQ2_XXS& x, int r) {
-  const uint32_t grid = load_u32(x.qs + 4 * r), aux = load_u32(x.qs + 4 * r + 2);
-  const int scale = 2 * static_cast<int>(aux >> 28) + 1;
-  return {grid64(kIq2xxsGrid[grid & 0xff], kIq2xxsGrid[(grid >> 8) & 0xff], kIq2xxsGrid[(grid >> 16) & 0xff],
-                 kIq2xxsGrid[grid >> 24]),
-          even_sign_bytes(aux & 127, (aux >> 7) & 127, (aux >> 14) & 127, (aux >> 21) & 127),
-          half_scales(scale, scale)};
+  const int scale = 2 * static_cast<int>(load_u32(x.qs + 4 * r + 2) >> 28) + 1;
+  return even_signs_run(x, r, scale, scale);
 }
 
 BLOOMERY_IQ_RUNS inline GridRun decode_run(const BlockIQ2_XS& x, int r) {
-  const uint16_t* g = x.qs + 4 * r;
-  return {grid64(kIq2xsGrid[g[0] & 511], kIq2xsGrid[g[1] & 511], kIq2xsGrid[g[2] & 511], kIq2xsGrid[g[3] & 511]),
-          even_sign_bytes(g[0] >> 9, g[1] >> 9, g[2] >> 9, g[3] >> 9),
-          half_scales(2 * (x.scales[r] & 0x0f) + 1, 2 * (x.scales[r] >> 4) + 1)};
+  return even_signs_run(x, r, 2 * (x.scales[r] & 0x0f) + 1, 2 * (x.scales[r] >> 4) + 1);
+}
+
+BLOOMERY_IQ_RUNS inline GridRun decode_run(const BlockIQ3_XXS& x, int r) {
+  const int scale = 2 * static_cast<int>(load_u32(x.qs + kQKK / 4 + 4 * r) >> 28) + 1;
+  return even_signs_run(x, r, scale, scale);
 }
 
 BLOOMERY_IQ_RUNS inline GridRun decode_run(const BlockIQ2_S& x, int r) {
@@ -81,18 +153,6 @@ BLOOMERY_IQ_RUNS inline GridRun decode_run(const BlockIQ2_S& x, int r) {
                  kIq2sGrid[g[2] | ((h << 4) & 0x300)], kIq2sGrid[g[3] | ((h << 2) & 0x300)]),
           sign_bit_bytes(load_u32(x.qs + kQKK / 8 + 4 * r)),
           half_scales(2 * (x.scales[r] & 0x0f) + 1, 2 * (x.scales[r] >> 4) + 1)};
-}
-
-BLOOMERY_IQ_RUNS inline GridRun decode_run(const BlockIQ3_XXS& x, int r) {
-  const uint8_t* g = x.qs + 8 * r;
-  const uint32_t aux = load_u32(x.qs + kQKK / 4 + 4 * r);
-  const int scale = 2 * static_cast<int>(aux >> 28) + 1;
-  return {_mm256_set_epi32(static_cast<int>(kIq3xxsGrid[g[7]]), static_cast<int>(kIq3xxsGrid[g[6]]),
-                           static_cast<int>(kIq3xxsGrid[g[5]]), static_cast<int>(kIq3xxsGrid[g[4]]),
-                           static_cast<int>(kIq3xxsGrid[g[3]]), static_cast<int>(kIq3xxsGrid[g[2]]),
-                           static_cast<int>(kIq3xxsGrid[g[1]]), static_cast<int>(kIq3xxsGrid[g[0]])),
-          even_sign_bytes(aux & 127, (aux >> 7) & 127, (aux >> 14) & 127, (aux >> 21) & 127),
-          half_scales(scale, scale)};
 }
 
 BLOOMERY_IQ_RUNS inline GridRun decode_run(const BlockIQ3_S& x, int r) {
