@@ -14,9 +14,10 @@
 #include "quant/blocks.h"
 #include "quant/dot_simd.h"
 #include "quant/iq_runs_avx2.h"
+#include "quant/iq_runs_avx512.h"
 #include "quant/reduce_avx2.h"
 
-#define BLOOMERY_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+#define BLOOMERY_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,bmi2,fma,f16c")))
 
 namespace bloomery::quant {
 
@@ -55,6 +56,33 @@ BLOOMERY_AVX512 inline void grid_dot_rows(VecDotFn single, const void* w, const 
   for (int r = 0; r < rows; ++r) out[r] = factor * sum_of_8(acc[r]);
 }
 
+// The types that store seven of each group's eight signs, through their masked runs.
+template <typename Block>
+BLOOMERY_AVX512 inline void even_signs_dot_rows(VecDotFn single, const void* w, const void* const* a, int rows,
+                                                int64_t n, float factor, float* out) {
+  if (rows == 1) {
+    out[0] = single(w, a[0], n);
+    return;
+  }
+  const auto* x = static_cast<const Block*>(w);
+  __m256 acc[kDotRows];
+  for (int r = 0; r < rows; ++r) acc[r] = _mm256_setzero_ps();
+  MaskedRun runs[8];
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    alignas(32) uint32_t words[16];
+    scale_words(x[i], words);
+    for (int k = 0; k < 8; k += 2) decode_run_pair(x[i], k, words, runs + k);
+    const float dx = half_to_float(x[i].d);
+    for (int r = 0; r < rows; ++r) {
+      const BlockQ8_K& y = block_of<BlockQ8_K>(a, r, i);
+      __m256i sum = _mm256_setzero_si256();
+      for (int k = 0; k < 8; ++k) sum = add_run_lanes(sum, runs[k], y.qs + 32 * k);
+      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dx * y.d), _mm256_cvtepi32_ps(sum), acc[r]);
+    }
+  }
+  for (int r = 0; r < rows; ++r) out[r] = factor * sum_of_8(acc[r]);
+}
+
 template <typename Block>
 BLOOMERY_AVX512 inline void ternary_dot_rows(VecDotFn single, const void* w, const void* const* a, int rows, int64_t n,
                                              float* out) {
@@ -81,12 +109,12 @@ BLOOMERY_AVX512 inline void ternary_dot_rows(VecDotFn single, const void* w, con
 
 BLOOMERY_AVX512 void vec_dot_rows_iq2_xxs_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n,
                                                       float* out) {
-  grid_dot_rows<BlockIQ2_XXS>(vec_dot_iq2_xxs_q8_k_avx512, w, a, rows, n, 0.125f, out);
+  even_signs_dot_rows<BlockIQ2_XXS>(vec_dot_iq2_xxs_q8_k_avx512, w, a, rows, n, 0.125f, out);
 }
 
 BLOOMERY_AVX512 void vec_dot_rows_iq2_xs_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n,
                                                      float* out) {
-  grid_dot_rows<BlockIQ2_XS>(vec_dot_iq2_xs_q8_k_avx512, w, a, rows, n, 0.125f, out);
+  even_signs_dot_rows<BlockIQ2_XS>(vec_dot_iq2_xs_q8_k_avx512, w, a, rows, n, 0.125f, out);
 }
 
 BLOOMERY_AVX512 void vec_dot_rows_iq2_s_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n,
@@ -96,7 +124,7 @@ BLOOMERY_AVX512 void vec_dot_rows_iq2_s_q8_k_avx512(const void* w, const void* c
 
 BLOOMERY_AVX512 void vec_dot_rows_iq3_xxs_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n,
                                                       float* out) {
-  grid_dot_rows<BlockIQ3_XXS>(vec_dot_iq3_xxs_q8_k_avx512, w, a, rows, n, 0.25f, out);
+  even_signs_dot_rows<BlockIQ3_XXS>(vec_dot_iq3_xxs_q8_k_avx512, w, a, rows, n, 0.25f, out);
 }
 
 BLOOMERY_AVX512 void vec_dot_rows_iq3_s_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n,
