@@ -1,5 +1,5 @@
-// The AVX-512 tier's single-row dots (vec_dot, decode) of the types that store seven of each group's
-// eight signs: IQ2_XXS, IQ2_XS, IQ3_XXS, through iq_runs_avx512.h's runs. The AVX2 dots' bits from a
+// The AVX-512 tier's single-row dots (vec_dot, decode) of the codebook types with signs (IQ2_XXS,
+// IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S), through iq_runs_avx512.h's runs. The AVX2 dots' bits from a
 // third fewer instructions, which is what bounds these dots: with every routed expert of an IQ2_XXS
 // model on the H200 host's CPU, 16 threads streamed 27 GB/s through this dot, 19-20 through the AVX2
 // one and 18-24 through ik_llama.cpp's kernel.
@@ -19,7 +19,7 @@ namespace {
 using namespace iq_runs;
 
 template <typename Block>
-BLOOMERY_AVX512 inline float even_signs_dot(const void* w, const void* a, int64_t n, float factor) {
+BLOOMERY_AVX512 inline float masked_runs_dot(const void* w, const void* a, int64_t n, float factor) {
   const auto* x = static_cast<const Block*>(w);
   const auto* y = static_cast<const BlockQ8_K*>(a);
   __m256 acc = _mm256_setzero_ps();
@@ -41,15 +41,23 @@ BLOOMERY_AVX512 inline float even_signs_dot(const void* w, const void* a, int64_
 }  // namespace
 
 BLOOMERY_AVX512 float vec_dot_iq2_xxs_q8_k_avx512(const void* w, const void* a, int64_t n) {
-  return even_signs_dot<BlockIQ2_XXS>(w, a, n, 0.125f);
+  return masked_runs_dot<BlockIQ2_XXS>(w, a, n, 0.125f);
 }
 
 BLOOMERY_AVX512 float vec_dot_iq2_xs_q8_k_avx512(const void* w, const void* a, int64_t n) {
-  return even_signs_dot<BlockIQ2_XS>(w, a, n, 0.125f);
+  return masked_runs_dot<BlockIQ2_XS>(w, a, n, 0.125f);
+}
+
+BLOOMERY_AVX512 float vec_dot_iq2_s_q8_k_avx512(const void* w, const void* a, int64_t n) {
+  return masked_runs_dot<BlockIQ2_S>(w, a, n, 0.125f);
 }
 
 BLOOMERY_AVX512 float vec_dot_iq3_xxs_q8_k_avx512(const void* w, const void* a, int64_t n) {
-  return even_signs_dot<BlockIQ3_XXS>(w, a, n, 0.25f);
+  return masked_runs_dot<BlockIQ3_XXS>(w, a, n, 0.25f);
+}
+
+BLOOMERY_AVX512 float vec_dot_iq3_s_q8_k_avx512(const void* w, const void* a, int64_t n) {
+  return masked_runs_dot<BlockIQ3_S>(w, a, n, 1.0f);
 }
 
 }  // namespace bloomery::quant

@@ -1,12 +1,12 @@
 // The AVX-512 tier's several-row dots (vec_dot_rows, prompts) of the 1- to 3-bit types: a block's
-// eight runs decoded once (iq_runs_avx2.h) for all the rows, then per row the AVX2 kernels' lanes
-// and float steps, so each row gets the single-row dot's bits while the codebook lookups, sign
-// tables and digit unpacking, most of a single-row dot's work, are paid once per block (CPU
+// eight runs decoded once for all the rows (the codebook types with signs in iq_runs_avx512.h's
+// masked form, IQ1_S, IQ1_M and the ternary types in iq_runs_avx2.h's), then per row the
+// single-row dot's lanes and float steps, so each row gets its bits while the codebook lookups, sign
+// decoding and digit unpacking, most of a single-row dot's work, are paid once per block (CPU
 // prompts of an IQ2_XXS model 2.0x faster on the H200's host). One row (a decode step) takes the
 // single-row dot, which decodes each run where it is used: 45-49 tok/s against 37-43 through the
-// stored runs (for IQ2_XXS, IQ2_XS and IQ3_XXS that is this tier's own, dot_iq_avx512.cc).
-// The rows stay 256-bit: two runs a step in 512 bits (sign masks, dpwssd) measured 2% slower on
-// that host's prompts, and codes pre-scaled to int16 (one dpwssd a run) 12% slower (82 vs 93 tok/s).
+// stored runs. The rows stay 256-bit: two runs a step in 512 bits (sign masks, dpwssd) measured 2%
+// slower on that host's prompts, and codes pre-scaled to int16 (one dpwssd a run) 12% slower.
 #include <immintrin.h>
 
 #include <cmath>
@@ -32,34 +32,10 @@ BLOOMERY_AVX512 inline const Block& block_of(const void* const* rows, int r, int
   return static_cast<const Block*>(rows[r])[i];
 }
 
+// The codebook types with signs, through their masked runs.
 template <typename Block>
-BLOOMERY_AVX512 inline void grid_dot_rows(VecDotFn single, const void* w, const void* const* a, int rows, int64_t n,
-                                          float factor, float* out) {
-  if (rows == 1) {
-    out[0] = single(w, a[0], n);
-    return;
-  }
-  const auto* x = static_cast<const Block*>(w);
-  __m256 acc[kDotRows];
-  for (int r = 0; r < rows; ++r) acc[r] = _mm256_setzero_ps();
-  GridRun runs[8];
-  for (int64_t i = 0; i < n / kQKK; ++i) {
-    for (int k = 0; k < 8; ++k) runs[k] = decode_run(x[i], k);
-    const float dx = half_to_float(x[i].d);
-    for (int r = 0; r < rows; ++r) {
-      const BlockQ8_K& y = block_of<BlockQ8_K>(a, r, i);
-      __m256i sum = _mm256_setzero_si256();
-      for (int k = 0; k < 8; ++k) sum = _mm256_add_epi32(sum, run_lanes(runs[k], y.qs + 32 * k));
-      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dx * y.d), _mm256_cvtepi32_ps(sum), acc[r]);
-    }
-  }
-  for (int r = 0; r < rows; ++r) out[r] = factor * sum_of_8(acc[r]);
-}
-
-// The types that store seven of each group's eight signs, through their masked runs.
-template <typename Block>
-BLOOMERY_AVX512 inline void even_signs_dot_rows(VecDotFn single, const void* w, const void* const* a, int rows,
-                                                int64_t n, float factor, float* out) {
+BLOOMERY_AVX512 inline void masked_runs_dot_rows(VecDotFn single, const void* w, const void* const* a, int rows,
+                                                 int64_t n, float factor, float* out) {
   if (rows == 1) {
     out[0] = single(w, a[0], n);
     return;
@@ -109,27 +85,27 @@ BLOOMERY_AVX512 inline void ternary_dot_rows(VecDotFn single, const void* w, con
 
 BLOOMERY_AVX512 void vec_dot_rows_iq2_xxs_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n,
                                                       float* out) {
-  even_signs_dot_rows<BlockIQ2_XXS>(vec_dot_iq2_xxs_q8_k_avx512, w, a, rows, n, 0.125f, out);
+  masked_runs_dot_rows<BlockIQ2_XXS>(vec_dot_iq2_xxs_q8_k_avx512, w, a, rows, n, 0.125f, out);
 }
 
 BLOOMERY_AVX512 void vec_dot_rows_iq2_xs_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n,
                                                      float* out) {
-  even_signs_dot_rows<BlockIQ2_XS>(vec_dot_iq2_xs_q8_k_avx512, w, a, rows, n, 0.125f, out);
+  masked_runs_dot_rows<BlockIQ2_XS>(vec_dot_iq2_xs_q8_k_avx512, w, a, rows, n, 0.125f, out);
 }
 
 BLOOMERY_AVX512 void vec_dot_rows_iq2_s_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n,
                                                     float* out) {
-  grid_dot_rows<BlockIQ2_S>(vec_dot_iq2_s_q8_k_avx2, w, a, rows, n, 0.125f, out);
+  masked_runs_dot_rows<BlockIQ2_S>(vec_dot_iq2_s_q8_k_avx512, w, a, rows, n, 0.125f, out);
 }
 
 BLOOMERY_AVX512 void vec_dot_rows_iq3_xxs_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n,
                                                       float* out) {
-  even_signs_dot_rows<BlockIQ3_XXS>(vec_dot_iq3_xxs_q8_k_avx512, w, a, rows, n, 0.25f, out);
+  masked_runs_dot_rows<BlockIQ3_XXS>(vec_dot_iq3_xxs_q8_k_avx512, w, a, rows, n, 0.25f, out);
 }
 
 BLOOMERY_AVX512 void vec_dot_rows_iq3_s_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n,
                                                     float* out) {
-  grid_dot_rows<BlockIQ3_S>(vec_dot_iq3_s_q8_k_avx2, w, a, rows, n, 1.0f, out);
+  masked_runs_dot_rows<BlockIQ3_S>(vec_dot_iq3_s_q8_k_avx512, w, a, rows, n, 1.0f, out);
 }
 
 BLOOMERY_AVX512 void vec_dot_rows_iq1_s_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n,

@@ -55,10 +55,12 @@ BLOOMERY_X86_DOT(vec_dot_q5_k_q8_k_avx512);
 BLOOMERY_X86_DOT(vec_dot_q6_k_q8_k_avx512);
 BLOOMERY_X86_DOT(vec_dot_mxfp4_q8_0_avx512);
 BLOOMERY_X86_DOT(vec_dot_iq4_xs_q8_k_avx512);
-// dot_iq_avx512.cc: the types that store seven of each group's eight signs.
+// dot_iq_avx512.cc: the codebook types with signs.
 BLOOMERY_X86_DOT(vec_dot_iq2_xxs_q8_k_avx512);
 BLOOMERY_X86_DOT(vec_dot_iq2_xs_q8_k_avx512);
+BLOOMERY_X86_DOT(vec_dot_iq2_s_q8_k_avx512);
 BLOOMERY_X86_DOT(vec_dot_iq3_xxs_q8_k_avx512);
+BLOOMERY_X86_DOT(vec_dot_iq3_s_q8_k_avx512);
 // dot_iq_rows_avx512.cc: the 1- to 3-bit types' several-row dots.
 BLOOMERY_X86_DOT_ROWS(vec_dot_rows_iq2_xxs_q8_k_avx512);
 BLOOMERY_X86_DOT_ROWS(vec_dot_rows_iq2_xs_q8_k_avx512);

@@ -60,6 +60,17 @@ BLOOMERY_IQ_RUNS inline __m256i run_lanes(const GridRun& run, const int8_t* y) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(run.q, _mm256_sign_epi8(load256(y), run.signs)), run.scales);
 }
 
+// Eight bytes of two 4-bit scales each (low nibble first) as words: 2s + 1 of byte r's low nibble
+// at r, of its high nibble at 8 + r.
+BLOOMERY_IQ_RUNS inline void nibble_scale_words(const uint8_t* scales, uint32_t* words) {
+  const __m256i bytes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales)));
+  const __m256i one = _mm256_set1_epi32(1), nibble = _mm256_set1_epi32(15);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(words),
+                      _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(bytes, nibble), 1), one));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(words) + 1,
+                      _mm256_or_si256(_mm256_slli_epi32(_mm256_srli_epi32(bytes, 4), 1), one));
+}
+
 // The types that store seven of each group's eight signs (IQ2_XXS, IQ2_XS, IQ3_XXS), in parts the
 // AVX-512 tier's single-row dots (dot_iq_avx512.cc) take too: run r's grid magnitudes, its 4 x 7
 // stored sign bits (group k's in bits 7k..7k + 6), and its scales as words of scale_words(x):
@@ -88,23 +99,20 @@ BLOOMERY_IQ_RUNS inline __m256i run_grid(const BlockIQ2_XS& x, int r) {
   return grid64(kIq2xsGrid[g[0] & 511], kIq2xsGrid[g[1] & 511], kIq2xsGrid[g[2] & 511], kIq2xsGrid[g[3] & 511]);
 }
 
+// The top seven bits of the run's four uint16, read as one uint64 (four 16-bit reads measured half as
+// fast: GCC spilled one and reloaded it wider, which stalls store forwarding).
 inline uint32_t run_sign_fields(const BlockIQ2_XS& x, int r) {
-  const uint16_t* g = x.qs + 4 * r;
-  return uint32_t{g[0]} >> 9 | (uint32_t{g[1]} >> 9) << 7 | (uint32_t{g[2]} >> 9) << 14 | (uint32_t{g[3]} >> 9) << 21;
+  uint64_t g;
+  std::memcpy(&g, x.qs + 4 * r, sizeof g);
+  return static_cast<uint32_t>(((g >> 9) & 0x7f) | ((g >> 18) & 0x3f80) | ((g >> 27) & 0x1fc000) |
+                               ((g >> 36) & 0xfe00000));
 }
 
 // IQ2_XS's words: run r's low-nibble scale at r, its high-nibble one at 8 + r.
 inline int lo_scale_word(const BlockIQ2_XS&, int r) { return r; }
 inline int hi_scale_word(const BlockIQ2_XS&, int r) { return 8 + r; }
 
-BLOOMERY_IQ_RUNS inline void scale_words(const BlockIQ2_XS& x, uint32_t* words) {
-  const __m256i bytes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x.scales)));
-  const __m256i one = _mm256_set1_epi32(1), nibble = _mm256_set1_epi32(15);
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(words),
-                      _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(bytes, nibble), 1), one));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(words) + 1,
-                      _mm256_or_si256(_mm256_slli_epi32(_mm256_srli_epi32(bytes, 4), 1), one));
-}
+BLOOMERY_IQ_RUNS inline void scale_words(const BlockIQ2_XS& x, uint32_t* words) { nibble_scale_words(x.scales, words); }
 
 BLOOMERY_IQ_RUNS inline __m256i run_grid(const BlockIQ3_XXS& x, int r) {
   const uint8_t* g = x.qs + 8 * r;
@@ -146,22 +154,54 @@ BLOOMERY_IQ_RUNS inline GridRun decode_run(const BlockIQ3_XXS& x, int r) {
   return even_signs_run(x, r, scale, scale);
 }
 
-BLOOMERY_IQ_RUNS inline GridRun decode_run(const BlockIQ2_S& x, int r) {
+// The types that store every sign as a bit (IQ2_S, IQ3_S), in the same parts but the signs:
+// run r's 32 sign bits are the uint32 at run_sign_bits(x, r), and the runs' are consecutive.
+BLOOMERY_IQ_RUNS inline __m256i run_grid(const BlockIQ2_S& x, int r) {
   const uint8_t* g = x.qs + 4 * r;
   const int h = x.qh[r];
-  return {grid64(kIq2sGrid[g[0] | ((h << 8) & 0x300)], kIq2sGrid[g[1] | ((h << 6) & 0x300)],
-                 kIq2sGrid[g[2] | ((h << 4) & 0x300)], kIq2sGrid[g[3] | ((h << 2) & 0x300)]),
-          sign_bit_bytes(load_u32(x.qs + kQKK / 8 + 4 * r)),
+  return grid64(kIq2sGrid[g[0] | ((h << 8) & 0x300)], kIq2sGrid[g[1] | ((h << 6) & 0x300)],
+                kIq2sGrid[g[2] | ((h << 4) & 0x300)], kIq2sGrid[g[3] | ((h << 2) & 0x300)]);
+}
+
+inline const uint8_t* run_sign_bits(const BlockIQ2_S& x, int r) { return x.qs + kQKK / 8 + 4 * r; }
+
+// IQ2_S's scales are IQ2_XS's.
+inline int lo_scale_word(const BlockIQ2_S&, int r) { return r; }
+inline int hi_scale_word(const BlockIQ2_S&, int r) { return 8 + r; }
+
+BLOOMERY_IQ_RUNS inline void scale_words(const BlockIQ2_S& x, uint32_t* words) { nibble_scale_words(x.scales, words); }
+
+BLOOMERY_IQ_RUNS inline __m256i run_grid(const BlockIQ3_S& x, int r) {
+  const uint8_t* g = x.qs + 8 * r;
+  const int h = x.qh[r];
+  auto entry = [&](int k) { return static_cast<int>(kIq3sGrid[g[k] | ((h << (8 - k)) & 256)]); };
+  return _mm256_set_epi32(entry(7), entry(6), entry(5), entry(4), entry(3), entry(2), entry(1), entry(0));
+}
+
+inline const uint8_t* run_sign_bits(const BlockIQ3_S& x, int r) { return x.signs + 4 * r; }
+
+// IQ3_S's run r has the low nibble of scales[r / 2] for even r, the high one for odd: words 0..3
+// are the low nibbles of the four bytes, 4..7 the high ones.
+inline int lo_scale_word(const BlockIQ3_S&, int r) { return 4 * (r % 2) + r / 2; }
+inline int hi_scale_word(const BlockIQ3_S& x, int r) { return lo_scale_word(x, r); }
+
+BLOOMERY_IQ_RUNS inline void scale_words(const BlockIQ3_S& x, uint32_t* words) {
+  const __m128i bytes = _mm_cvtepu8_epi32(_mm_cvtsi32_si128(static_cast<int>(load_u32(x.scales))));
+  const __m128i one = _mm_set1_epi32(1);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(words),
+                   _mm_or_si128(_mm_slli_epi32(_mm_and_si128(bytes, _mm_set1_epi32(15)), 1), one));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(words) + 1,
+                   _mm_or_si128(_mm_slli_epi32(_mm_srli_epi32(bytes, 4), 1), one));
+}
+
+BLOOMERY_IQ_RUNS inline GridRun decode_run(const BlockIQ2_S& x, int r) {
+  return {run_grid(x, r), sign_bit_bytes(load_u32(run_sign_bits(x, r))),
           half_scales(2 * (x.scales[r] & 0x0f) + 1, 2 * (x.scales[r] >> 4) + 1)};
 }
 
 BLOOMERY_IQ_RUNS inline GridRun decode_run(const BlockIQ3_S& x, int r) {
-  const uint8_t* g = x.qs + 8 * r;
-  const int h = x.qh[r];
-  auto entry = [&](int k) { return static_cast<int>(kIq3sGrid[g[k] | ((h << (8 - k)) & 256)]); };
   const int scale = 2 * ((x.scales[r / 2] >> (4 * (r % 2))) & 0x0f) + 1;
-  return {_mm256_set_epi32(entry(7), entry(6), entry(5), entry(4), entry(3), entry(2), entry(1), entry(0)),
-          sign_bit_bytes(load_u32(x.signs + 4 * r)), half_scales(scale, scale)};
+  return {run_grid(x, r), sign_bit_bytes(load_u32(run_sign_bits(x, r))), half_scales(scale, scale)};
 }
 
 // A run of IQ1_S or IQ1_M: the grid's -1 / 0 / 1 values as magnitudes and as the signs they put on

@@ -1,14 +1,17 @@
-// The AVX-512 tier's form of a 32-element run of the types that store seven of each group's eight
-// signs (IQ2_XXS, IQ2_XS, IQ3_XXS), shared by its single-row dots (dot_iq_avx512.cc) and several-row
-// dots (dot_iq_rows_avx512.cc). The AVX2 form's integer lanes (iq_runs_avx2.h), so the same bits,
-// from fewer instructions: the signs negate y under a 32-bit mask instead of four table lookups and
-// three inserts (two runs' 4 x 7 stored bits spread to bytes by one pdep, each byte's parity folded
-// into its top bit), and VNNI does the products: dpbusd sums each lane's four, and dpwssd multiplies
+// The AVX-512 tier's form of a 32-element run of the codebook types with signs (IQ2_XXS, IQ2_XS,
+// IQ2_S, IQ3_XXS, IQ3_S), shared by its single-row dots (dot_iq_avx512.cc) and several-row dots
+// (dot_iq_rows_avx512.cc). The AVX2 form's integer lanes (iq_runs_avx2.h), so the same bits, from
+// fewer instructions: the signs negate y under a 32-bit mask (for the types that store seven of each
+// group's eight signs, two runs' 4 x 7 stored bits spread to bytes by one pdep and each byte's parity
+// folded into its top bit, instead of four table lookups and three inserts a run; the others' sign
+// bits are the mask), and VNNI does the products: dpbusd sums each lane's four, and dpwssd multiplies
 // the lane by its scale (the lane fits in int16, at most 4 x 62 x 128, and the scale word's high
 // half is zero, so the product is exact). Include only from AVX-512-tier code.
 #pragma once
 
 #include <immintrin.h>
+
+#include <cstring>
 
 #include "quant/blocks.h"
 #include "quant/iq_runs_avx2.h"
@@ -34,10 +37,31 @@ struct MaskedRun {
   __mmask32 negative;  // the elements whose sign is minus
 };
 
+// Runs r and r + 1's sign masks, the first in the low 32 bits.
+template <typename Block>
+BLOOMERY_IQ_RUNS_AVX512 inline __mmask64 run_pair_signs(const Block& x, int r) {
+  return two_sign_masks(run_sign_fields(x, r), run_sign_fields(x, r + 1));
+}
+
+// The types that store every sign as a bit: the two runs' 64 bits.
+BLOOMERY_IQ_RUNS_AVX512 inline __mmask64 stored_sign_mask(const uint8_t* bits) {
+  uint64_t mask;
+  std::memcpy(&mask, bits, sizeof mask);
+  return _cvtu64_mask64(mask);
+}
+
+BLOOMERY_IQ_RUNS_AVX512 inline __mmask64 run_pair_signs(const BlockIQ2_S& x, int r) {
+  return stored_sign_mask(run_sign_bits(x, r));
+}
+
+BLOOMERY_IQ_RUNS_AVX512 inline __mmask64 run_pair_signs(const BlockIQ3_S& x, int r) {
+  return stored_sign_mask(run_sign_bits(x, r));
+}
+
 // Runs r and r + 1 of block x, whose scale_words are `words`.
 template <typename Block>
 BLOOMERY_IQ_RUNS_AVX512 inline void decode_run_pair(const Block& x, int r, const uint32_t* words, MaskedRun* out) {
-  const __mmask64 signs = two_sign_masks(run_sign_fields(x, r), run_sign_fields(x, r + 1));
+  const __mmask64 signs = run_pair_signs(x, r);
   for (int k = 0; k < 2; ++k) {
     const int lo = lo_scale_word(x, r + k), hi = hi_scale_word(x, r + k);
     const __m256i scale = lo == hi ? _mm256_set1_epi32(static_cast<int>(words[lo]))
