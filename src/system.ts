@@ -12,6 +12,7 @@ export interface CpuFeatures {
   fma: boolean;
   f16c: boolean;
   avxVnni: boolean;
+  bmi2: boolean;
   avx512f: boolean;
   avx512bw: boolean;
   avx512vl: boolean;

@@ -21,6 +21,7 @@ describe("getSystemInfo", () => {
     expect(f.avx512vnni).toBe(procFlags.has("avx512_vnni"));
     expect(f.avx512bf16).toBe(procFlags.has("avx512_bf16"));
     expect(f.avxVnni).toBe(procFlags.has("avx_vnni"));
+    expect(f.bmi2).toBe(procFlags.has("bmi2"));
     expect(f.amxTile).toBe(procFlags.has("amx_tile"));
     expect(f.amxInt8).toBe(procFlags.has("amx_int8"));
   });
@@ -28,7 +29,7 @@ describe("getSystemInfo", () => {
   it("picks the widest CPU kernels the features allow", () => {
     const f = info.cpu.features;
     const avx2 = f.avx2 && f.fma && f.f16c;
-    const avx512 = avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni;
+    const avx512 = avx2 && f.bmi2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni;
     expect(info.cpu.simdTier).toBe(avx512 ? "avx512" : avx2 ? "avx2" : "scalar");
   });
 

@@ -25,6 +25,7 @@ Napi::Value get_system_info(const Napi::CallbackInfo& info) {
     f.Set("fma", cf.fma);
     f.Set("f16c", cf.f16c);
     f.Set("avxVnni", cf.avx_vnni);
+    f.Set("bmi2", cf.bmi2);
     f.Set("avx512f", cf.avx512f);
     f.Set("avx512bw", cf.avx512bw);
     f.Set("avx512vl", cf.avx512vl);

@@ -9,7 +9,7 @@ namespace bloomery::cpu {
 
 quant::SimdTier simd_tier_for(const CpuFeatures& f) {
   const bool avx2 = f.avx2 && f.fma && f.f16c;
-  if (avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni) return quant::SimdTier::kAvx512;
+  if (avx2 && f.bmi2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni) return quant::SimdTier::kAvx512;
   if (avx2) return quant::SimdTier::kAvx2;
   return quant::SimdTier::kScalar;
 }

@@ -114,6 +114,7 @@ CpuFeatures detect_cpu_features() {
   f.f16c = ymm && bit(l1.ecx, 29);
   f.avx2 = ymm && bit(l7.ebx, 5);
   f.avx_vnni = ymm && bit(l7s1.eax, 4);
+  f.bmi2 = bit(l7.ebx, 8);
   f.avx512f = zmm && bit(l7.ebx, 16);
   f.avx512bw = zmm && bit(l7.ebx, 30);
   f.avx512vl = zmm && bit(l7.ebx, 31);

@@ -13,6 +13,7 @@ struct CpuFeatures {
   bool fma = false;
   bool f16c = false;
   bool avx_vnni = false;
+  bool bmi2 = false;  // pdep, which the AVX-512 tier's i-quant dots use
   bool avx512f = false;
   bool avx512bw = false;
   bool avx512vl = false;

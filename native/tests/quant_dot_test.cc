@@ -265,6 +265,8 @@ TEST(quant_kernel_table_records_tiers) {
   f.avx512f = f.avx512bw = f.avx512vl = true;
   CHECK(cpu::simd_tier_for(f) == SimdTier::kAvx2) << "the AVX-512 tier needs VNNI";
   f.avx512vnni = true;
+  CHECK(cpu::simd_tier_for(f) == SimdTier::kAvx2) << "the AVX-512 tier needs BMI2";
+  f.bmi2 = true;
   CHECK(cpu::simd_tier_for(f) == SimdTier::kAvx512);
 
   CHECK(cpu::capped_tier(SimdTier::kAvx512, nullptr) == SimdTier::kAvx512);
