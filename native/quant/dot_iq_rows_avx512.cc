@@ -1,6 +1,6 @@
 // The AVX-512 tier's several-row dots (vec_dot_rows, prompts) of the 1- to 3-bit types: a block's
-// eight runs decoded once for all the rows (the codebook types with signs in iq_runs_avx512.h's
-// masked form, IQ1_S, IQ1_M and the ternary types in iq_runs_avx2.h's), then per row the
+// eight runs decoded once for all the rows (the codebook types in iq_runs_avx512.h's form, the
+// ternary types in iq_runs_avx2.h's), then per row the
 // single-row dot's lanes and float steps, so each row gets its bits while the codebook lookups, sign
 // decoding and digit unpacking, most of a single-row dot's work, are paid once per block (CPU
 // prompts of an IQ2_XXS model 2.0x faster on the H200's host). One row (a decode step) takes the
@@ -111,28 +111,25 @@ BLOOMERY_AVX512 void vec_dot_rows_iq3_s_q8_k_avx512(const void* w, const void* c
 BLOOMERY_AVX512 void vec_dot_rows_iq1_s_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n,
                                                     float* out) {
   if (rows == 1) {
-    out[0] = vec_dot_iq1_s_q8_k_avx2(w, a[0], n);
+    out[0] = vec_dot_iq1_s_q8_k_avx512(w, a[0], n);
     return;
   }
   const auto* x = static_cast<const BlockIQ1_S*>(w);
   __m256 acc[kDotRows];
   float acc_deltas[kDotRows];
   for (int r = 0; r < rows; ++r) acc[r] = _mm256_setzero_ps(), acc_deltas[r] = 0;
-  Iq1Run runs[8];
+  __m256i grids[8];
   for (int64_t i = 0; i < n / kQKK; ++i) {
-    for (int k = 0; k < 8; ++k) runs[k] = decode_run(x[i], k);
+    const Iq1sBlock block = iq1s_block(x[i]);
+    for (int k = 0; k < 8; ++k) grids[k] = run_grid(x[i], k);
     const float dx = half_to_float(x[i].d);
     for (int r = 0; r < rows; ++r) {
       const BlockQ8_K& y = block_of<BlockQ8_K>(a, r, i);
       __m256i sum = _mm256_setzero_si256();
-      int deltas = 0;
-      for (int k = 0; k < 8; ++k) {
-        sum = _mm256_add_epi32(sum, iq1_lanes(runs[k], load256(y.qs + 32 * k)));
-        deltas += (y.bsums[2 * k] + y.bsums[2 * k + 1]) * runs[k].delta_scale;
-      }
+      for (int k = 0; k < 8; ++k) sum = add_iq1s_lanes(sum, block, k, grids[k], y.qs + 32 * k);
       const float d = y.d * dx;
       acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sum), acc[r]);
-      acc_deltas[r] = std::fma(d, static_cast<float>(deltas), acc_deltas[r]);
+      acc_deltas[r] = std::fma(d, static_cast<float>(iq1s_deltas(block, y)), acc_deltas[r]);
     }
   }
   for (int r = 0; r < rows; ++r) out[r] = sum_of_8(acc[r]) + kIq1Delta * acc_deltas[r];
@@ -141,24 +138,20 @@ BLOOMERY_AVX512 void vec_dot_rows_iq1_s_q8_k_avx512(const void* w, const void* c
 BLOOMERY_AVX512 void vec_dot_rows_iq1_m_q8_k_avx512(const void* w, const void* const* a, int rows, int64_t n,
                                                     float* out) {
   if (rows == 1) {
-    out[0] = vec_dot_iq1_m_q8_k_avx2(w, a[0], n);
+    out[0] = vec_dot_iq1_m_q8_k_avx512(w, a[0], n);
     return;
   }
   const auto* x = static_cast<const BlockIQ1_M*>(w);
   __m256 acc[kDotRows], acc_deltas[kDotRows];
   for (int r = 0; r < rows; ++r) acc[r] = _mm256_setzero_ps(), acc_deltas[r] = _mm256_setzero_ps();
-  Iq1Run runs[8];
+  Iq1mRun runs[8];
   for (int64_t i = 0; i < n / kQKK; ++i) {
-    for (int k = 0; k < 8; ++k) runs[k] = decode_run(x[i], k);
+    for (int k = 0; k < 8; ++k) runs[k] = iq1m_run(x[i], k);
     const float dx = half_to_float(iq1m_block_scale(x[i]));
     for (int r = 0; r < rows; ++r) {
       const BlockQ8_K& y = block_of<BlockQ8_K>(a, r, i);
       __m256i sum = _mm256_setzero_si256(), sum_deltas = _mm256_setzero_si256();
-      for (int k = 0; k < 8; ++k) {
-        const __m256i yq = load256(y.qs + 32 * k);
-        sum = _mm256_add_epi32(sum, iq1_lanes(runs[k], yq));
-        sum_deltas = _mm256_add_epi32(sum_deltas, iq1m_delta_lanes(runs[k], yq));
-      }
+      for (int k = 0; k < 8; ++k) add_iq1m_lanes(sum, sum_deltas, runs[k], y.qs + 32 * k);
       const __m256 d = _mm256_set1_ps(y.d * dx);
       acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sum), acc[r]);
       acc_deltas[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sum_deltas), acc_deltas[r]);

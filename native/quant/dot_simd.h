@@ -61,6 +61,8 @@ BLOOMERY_X86_DOT(vec_dot_iq2_xs_q8_k_avx512);
 BLOOMERY_X86_DOT(vec_dot_iq2_s_q8_k_avx512);
 BLOOMERY_X86_DOT(vec_dot_iq3_xxs_q8_k_avx512);
 BLOOMERY_X86_DOT(vec_dot_iq3_s_q8_k_avx512);
+BLOOMERY_X86_DOT(vec_dot_iq1_s_q8_k_avx512);
+BLOOMERY_X86_DOT(vec_dot_iq1_m_q8_k_avx512);
 // dot_iq_rows_avx512.cc: the 1- to 3-bit types' several-row dots.
 BLOOMERY_X86_DOT_ROWS(vec_dot_rows_iq2_xxs_q8_k_avx512);
 BLOOMERY_X86_DOT_ROWS(vec_dot_rows_iq2_xs_q8_k_avx512);

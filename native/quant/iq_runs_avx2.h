@@ -222,29 +222,46 @@ BLOOMERY_IQ_RUNS inline __m256i iq1m_delta_lanes(const Iq1Run& run, __m256i y) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), _mm256_sign_epi8(y, run.delta_signs)), run.scales);
 }
 
-BLOOMERY_IQ_RUNS inline Iq1Run decode_run(const BlockIQ1_S& x, int r) {
+// IQ1_S's run r: its grid's -1 / 0 / 1 bytes (11-bit indices: a byte of qs, three bits of qh[r]).
+BLOOMERY_IQ_RUNS inline __m256i run_grid(const BlockIQ1_S& x, int r) {
   uint16_t qh;
   std::memcpy(&qh, x.qh + r, sizeof qh);
   const uint8_t* g = x.qs + 4 * r;
-  const __m256i q = grid64(kIq1sGrid[g[0] | ((qh << 8) & 0x700)], kIq1sGrid[g[1] | ((qh << 5) & 0x700)],
-                           kIq1sGrid[g[2] | ((qh << 2) & 0x700)], kIq1sGrid[g[3] | ((qh >> 1) & 0x700)]);
+  return grid64(kIq1sGrid[g[0] | ((qh << 8) & 0x700)], kIq1sGrid[g[1] | ((qh << 5) & 0x700)],
+                kIq1sGrid[g[2] | ((qh << 2) & 0x700)], kIq1sGrid[g[3] | ((qh >> 1) & 0x700)]);
+}
+
+BLOOMERY_IQ_RUNS inline Iq1Run decode_run(const BlockIQ1_S& x, int r) {
+  uint16_t qh;
+  std::memcpy(&qh, x.qh + r, sizeof qh);
+  const __m256i q = run_grid(x, r);
   const int scale = 2 * ((qh >> 12) & 7) + 1;
   return {_mm256_sign_epi8(q, q), q, _mm256_set1_epi16(static_cast<int16_t>(scale)), _mm256_setzero_si256(),
           (qh & 0x8000 ? -1 : 1) * scale};
 }
 
-BLOOMERY_IQ_RUNS inline Iq1Run decode_run(const BlockIQ1_M& x, int r) {
-  uint16_t sc[4];
-  std::memcpy(sc, x.scales, sizeof sc);
+// IQ1_M's run r: its grid's -1 / 0 / 1 bytes (11-bit indices: a byte of qs, three bits of a qh byte).
+BLOOMERY_IQ_RUNS inline __m256i run_grid(const BlockIQ1_M& x, int r) {
   const uint8_t* g = x.qs + 4 * r;
   const uint8_t h0 = x.qh[2 * r], h1 = x.qh[2 * r + 1];
-  const __m256i q = grid64(kIq1sGrid[g[0] | ((h0 << 8) & 0x700)], kIq1sGrid[g[1] | ((h0 << 4) & 0x700)],
-                           kIq1sGrid[g[2] | ((h1 << 8) & 0x700)], kIq1sGrid[g[3] | ((h1 << 4) & 0x700)]);
+  return grid64(kIq1sGrid[g[0] | ((h0 << 8) & 0x700)], kIq1sGrid[g[1] | ((h0 << 4) & 0x700)],
+                kIq1sGrid[g[2] | ((h1 << 8) & 0x700)], kIq1sGrid[g[3] | ((h1 << 4) & 0x700)]);
+}
+
+// IQ1_M's scale of elements 0..15 (hi: 16..31) of run r: three bits of the packed scales, as 2s + 1.
+inline int iq1m_scale(const BlockIQ1_M& x, int r, bool hi) {
+  uint16_t sc;
+  std::memcpy(&sc, x.scales + 2 * (r / 2), sizeof sc);
+  return 2 * ((sc >> (6 * (r % 2) + (hi ? 3 : 0))) & 7) + 1;
+}
+
+BLOOMERY_IQ_RUNS inline Iq1Run decode_run(const BlockIQ1_M& x, int r) {
+  const uint8_t h0 = x.qh[2 * r], h1 = x.qh[2 * r + 1];
+  const __m256i q = run_grid(x, r);
   auto sign = [](bool negative) {
     return negative ? static_cast<int64_t>(-1) : static_cast<int64_t>(0x0101010101010101);
   };
-  const int lo = 2 * ((sc[r / 2] >> (6 * (r % 2))) & 7) + 1, hi = 2 * ((sc[r / 2] >> (6 * (r % 2) + 3)) & 7) + 1;
-  return {_mm256_sign_epi8(q, q), q, half_scales(lo, hi),
+  return {_mm256_sign_epi8(q, q), q, half_scales(iq1m_scale(x, r, false), iq1m_scale(x, r, true)),
           _mm256_set_epi64x(sign(h1 & 0x80), sign(h1 & 0x08), sign(h0 & 0x80), sign(h0 & 0x08)), 0};
 }
 
