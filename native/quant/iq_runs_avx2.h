@@ -204,17 +204,18 @@ BLOOMERY_IQ_RUNS inline GridRun decode_run(const BlockIQ3_S& x, int r) {
   return {run_grid(x, r), sign_bit_bytes(load_u32(run_sign_bits(x, r))), half_scales(scale, scale)};
 }
 
-// A run of IQ1_S or IQ1_M: the grid's -1 / 0 / 1 values as magnitudes and as the signs they put on
-// y, the scales, and the delta: IQ1_S's sign times scale for the run's sum of y, IQ1_M's +1 / -1
+// A run of IQ1_S or IQ1_M: the grid's -1 / 0 / 1 values (the signs they put on y), the scales, and
+// the delta: IQ1_S's sign times scale for the run's sum of y, IQ1_M's +1 / -1
 // bytes per group of 8.
 struct Iq1Run {
-  __m256i magnitude, q, scales;
+  __m256i q, scales;
   __m256i delta_signs;  // IQ1_M
   int delta_scale;      // IQ1_S
 };
 
 BLOOMERY_IQ_RUNS inline __m256i iq1_lanes(const Iq1Run& run, __m256i y) {
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(run.magnitude, _mm256_sign_epi8(y, run.q)), run.scales);
+  // sign(y, q) is 0 where q is: the grid's magnitudes are the ones maddubs multiplies it by.
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), _mm256_sign_epi8(y, run.q)), run.scales);
 }
 
 // IQ1_M's delta lanes: the signed sums of y's pairs, times the scales.
@@ -236,8 +237,7 @@ BLOOMERY_IQ_RUNS inline Iq1Run decode_run(const BlockIQ1_S& x, int r) {
   std::memcpy(&qh, x.qh + r, sizeof qh);
   const __m256i q = run_grid(x, r);
   const int scale = 2 * ((qh >> 12) & 7) + 1;
-  return {_mm256_sign_epi8(q, q), q, _mm256_set1_epi16(static_cast<int16_t>(scale)), _mm256_setzero_si256(),
-          (qh & 0x8000 ? -1 : 1) * scale};
+  return {q, _mm256_set1_epi16(static_cast<int16_t>(scale)), _mm256_setzero_si256(), (qh & 0x8000 ? -1 : 1) * scale};
 }
 
 // IQ1_M's run r: its grid's -1 / 0 / 1 bytes (11-bit indices: a byte of qs, three bits of a qh byte).
@@ -261,7 +261,7 @@ BLOOMERY_IQ_RUNS inline Iq1Run decode_run(const BlockIQ1_M& x, int r) {
   auto sign = [](bool negative) {
     return negative ? static_cast<int64_t>(-1) : static_cast<int64_t>(0x0101010101010101);
   };
-  return {_mm256_sign_epi8(q, q), q, half_scales(iq1m_scale(x, r, false), iq1m_scale(x, r, true)),
+  return {q, half_scales(iq1m_scale(x, r, false), iq1m_scale(x, r, true)),
           _mm256_set_epi64x(sign(h1 & 0x80), sign(h1 & 0x08), sign(h0 & 0x80), sign(h0 & 0x08)), 0};
 }
 
