@@ -33,8 +33,12 @@ BLOOMERY_AVX2 inline float grid_dot(const void* w, const void* a, int64_t n, flo
   __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / kQKK; ++i) {
     const float d = half_to_float(x[i].d) * y[i].d;
+    alignas(32) uint32_t words[16];
+    scale_words(x[i], words);
     __m256i sum = _mm256_setzero_si256();
-    for (int r = 0; r < 8; ++r) sum = _mm256_add_epi32(sum, run_lanes(decode_run(x[i], r), y[i].qs + 32 * r));
+    // Unrolled, each run reads its scale word at a constant offset (rolled, IQ3_XXS ran 6 % slower).
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; ++r) sum = _mm256_add_epi32(sum, run_lanes(decode_run(x[i], r, words), y[i].qs + 32 * r));
     acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sum), acc);
   }
   return factor * sum_of_8(acc);

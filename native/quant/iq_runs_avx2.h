@@ -71,8 +71,8 @@ BLOOMERY_IQ_RUNS inline void nibble_scale_words(const uint8_t* scales, uint32_t*
                       _mm256_or_si256(_mm256_slli_epi32(_mm256_srli_epi32(bytes, 4), 1), one));
 }
 
-// The types that store seven of each group's eight signs (IQ2_XXS, IQ2_XS, IQ3_XXS), in parts the
-// AVX-512 tier's single-row dots (dot_iq_avx512.cc) take too: run r's grid magnitudes, its 4 x 7
+// The types that store seven of each group's eight signs (IQ2_XXS, IQ2_XS, IQ3_XXS), in parts both
+// tiers take (decode_run below, iq_runs_avx512.h): run r's grid magnitudes, its 4 x 7
 // stored sign bits (group k's in bits 7k..7k + 6), and its scales as words of scale_words(x):
 // words[lo_scale_word(x, r)] for elements 0..15, words[hi_scale_word(x, r)] for 16..31.
 BLOOMERY_IQ_RUNS inline __m256i run_grid(const BlockIQ2_XXS& x, int r) {
@@ -134,26 +134,6 @@ BLOOMERY_IQ_RUNS inline void scale_words(const BlockIQ3_XXS& x, uint32_t* words)
                       _mm256_or_si256(_mm256_slli_epi32(top, 1), _mm256_set1_epi32(1)));
 }
 
-// The AVX2 form of a run of these types: its scales from the same nibbles, one at a time.
-template <typename Block>
-BLOOMERY_IQ_RUNS inline GridRun even_signs_run(const Block& x, int r, int lo, int hi) {
-  return {run_grid(x, r), even_sign_bytes(run_sign_fields(x, r)), half_scales(lo, hi)};
-}
-
-BLOOMERY_IQ_RUNS inline GridRun decode_run(const BlockIQ2_XXS& x, int r) {
-  const int scale = 2 * static_cast<int>(load_u32(x.qs + 4 * r + 2) >> 28) + 1;
-  return even_signs_run(x, r, scale, scale);
-}
-
-BLOOMERY_IQ_RUNS inline GridRun decode_run(const BlockIQ2_XS& x, int r) {
-  return even_signs_run(x, r, 2 * (x.scales[r] & 0x0f) + 1, 2 * (x.scales[r] >> 4) + 1);
-}
-
-BLOOMERY_IQ_RUNS inline GridRun decode_run(const BlockIQ3_XXS& x, int r) {
-  const int scale = 2 * static_cast<int>(load_u32(x.qs + kQKK / 4 + 4 * r) >> 28) + 1;
-  return even_signs_run(x, r, scale, scale);
-}
-
 // The types that store every sign as a bit (IQ2_S, IQ3_S), in the same parts but the signs:
 // run r's 32 sign bits are the uint32 at run_sign_bits(x, r), and the runs' are consecutive.
 BLOOMERY_IQ_RUNS inline __m256i run_grid(const BlockIQ2_S& x, int r) {
@@ -194,14 +174,27 @@ BLOOMERY_IQ_RUNS inline void scale_words(const BlockIQ3_S& x, uint32_t* words) {
                    _mm_or_si128(_mm_slli_epi32(_mm_srli_epi32(bytes, 4), 1), one));
 }
 
-BLOOMERY_IQ_RUNS inline GridRun decode_run(const BlockIQ2_S& x, int r) {
-  return {run_grid(x, r), sign_bit_bytes(load_u32(run_sign_bits(x, r))),
-          half_scales(2 * (x.scales[r] & 0x0f) + 1, 2 * (x.scales[r] >> 4) + 1)};
+// A run's +1 / -1 sign bytes: from its seven stored bits per group of 8, or its 32 sign bits.
+template <typename Block>
+BLOOMERY_IQ_RUNS inline __m256i run_sign_bytes(const Block& x, int r) {
+  return even_sign_bytes(run_sign_fields(x, r));
 }
 
-BLOOMERY_IQ_RUNS inline GridRun decode_run(const BlockIQ3_S& x, int r) {
-  const int scale = 2 * ((x.scales[r / 2] >> (4 * (r % 2))) & 0x0f) + 1;
-  return {run_grid(x, r), sign_bit_bytes(load_u32(run_sign_bits(x, r))), half_scales(scale, scale)};
+BLOOMERY_IQ_RUNS inline __m256i run_sign_bytes(const BlockIQ2_S& x, int r) {
+  return sign_bit_bytes(load_u32(run_sign_bits(x, r)));
+}
+
+BLOOMERY_IQ_RUNS inline __m256i run_sign_bytes(const BlockIQ3_S& x, int r) {
+  return sign_bit_bytes(load_u32(run_sign_bits(x, r)));
+}
+
+// The AVX2 form of run r of a codebook type with signs, whose block's scale_words are `words`.
+template <typename Block>
+BLOOMERY_IQ_RUNS inline GridRun decode_run(const Block& x, int r, const uint32_t* words) {
+  const int lo = lo_scale_word(x, r), hi = hi_scale_word(x, r);
+  const __m256i scales = lo == hi ? _mm256_set1_epi16(static_cast<int16_t>(words[lo]))
+                                  : half_scales(static_cast<int>(words[lo]), static_cast<int>(words[hi]));
+  return {run_grid(x, r), run_sign_bytes(x, r), scales};
 }
 
 // A run of IQ1_S or IQ1_M: the grid's -1 / 0 / 1 values (the signs they put on y), the scales, and
