@@ -542,8 +542,9 @@ export class Model extends EventEmitter<ModelEvents> {
    * file's) and normalized (`options.normalize`). The inputs run as separate sequences through the model's
    * scheduler, `info.parallel` of them in one forward pass; none touches a session's context. Throws
    * BloomeryError INVALID_ARGUMENT for a bad option or an input without tokens, CONTEXT_TOO_LONG for an input
-   * longer than `info.contextSize`, NOT_A_RERANKER for pooling `"rank"` on a model without a reranker head,
-   * UNSUPPORTED_FEATURE on a model that runs on the GPU (embeddings run on the CPU only).
+   * longer than `info.contextSize`, NOT_A_RERANKER for pooling `"rank"` on a model without a reranker head. On a
+   * model on the GPU the hidden states come from the GPU's passes (hybrid ones too); the pooling and a
+   * reranker's head run on the CPU.
    */
   async embed(inputs: readonly EmbedInput[], options: EmbedOptions = {}): Promise<Embedding[]> {
     this.#live();

@@ -179,8 +179,8 @@ describe("every flag reaches what it controls (finding 10)", () => {
       /--slot-save-path \S+missing: ENOENT/,
     );
     expect(() => parseServeOptions(["--slot-save-path", otherModel])).toThrow(/is not a folder/);
-    // Embeddings run on the CPU; --pooling pools embeddings; --rerank needs a reranker head.
-    await expect(settings(["--embedding"])).rejects.toThrow(/--embedding: .* on the CPU only: add -ngl 0/);
+    // --embedding serves wherever the model runs; --pooling pools embeddings; --rerank needs a reranker head.
+    expect((await settings(["--embedding"])).launch.config.embedding).toBe(true);
     await expect(settings(["-ngl", "0", "--pooling", "mean"])).rejects.toThrow(/--pooling: .* need --embedding/);
     await expect(settings(["-ngl", "0", "--rerank"])).rejects.toThrow(/--reranking: the model has no reranker head/);
     expect(() => parseServeOptions(["--pooling", "max"])).toThrow(

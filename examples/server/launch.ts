@@ -108,9 +108,6 @@ export async function launchSettings(options: ServeOptions, modelPath: string, g
     ...(options.pooling !== undefined ? { pooling: options.pooling } : {}),
     reranking: options.reranking,
   };
-  if (config.embedding && where.gpu !== false) {
-    throw new UsageError("--embedding: bloomery computes embeddings on the CPU only: add -ngl 0");
-  }
   return {
     load,
     config,

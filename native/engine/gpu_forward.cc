@@ -136,10 +136,12 @@ class WeightPlan {
 }  // namespace
 
 // The pass's buffers, sized for kMaxBatch rows; `logits` holds one row at first and grows to
-// the most rows of logits a pass has returned.
+// the most rows of logits a pass has returned, `embeddings` (the normed hidden states of
+// kEmbeddings rows) is empty until a pass returns some and grows likewise.
 struct Workspace {
   DeviceBuffer residual, normed, q, k, v, attention, gate, up, hidden, expert_out, router_logits, routing_weights;
-  DeviceBuffer chosen, order, chunks, chunk_count, tokens, positions, activations, logits, attention_scratch;
+  DeviceBuffer chosen, order, chunks, chunk_count, tokens, positions, activations, logits, embeddings;
+  DeviceBuffer attention_scratch;
   DeviceBuffer route_ticket;  // cuda::route_decode's counter, zero between launches
   // Multi-head latent attention (empty for other models): the per-head products run as routed
   // experts do, each (token, head) slot routed to its head's matrix by a fixed routing
@@ -662,20 +664,31 @@ struct PassLayout {
     GpuSequence* sequence;
     int64_t first_row, rows;
   };
-  struct Run {  // rows [first_row, first_row + rows) return logits
+  struct Run {  // rows [first_row, first_row + rows)
     int64_t first_row, rows;
   };
   std::vector<Segment> segments;
-  std::vector<Run> outputs;
+  std::vector<Run> outputs;  // the rows that return logits
   int64_t output_rows = 0;
+  std::vector<Run> hidden;  // the rows that return their normed hidden states (kEmbeddings)
+  int64_t hidden_rows = 0;
 
   void add_output(int64_t first_row, int64_t rows) {
-    if (!outputs.empty() && outputs.back().first_row + outputs.back().rows == first_row) {
-      outputs.back().rows += rows;
-    } else {
-      outputs.push_back({first_row, rows});
-    }
+    add(outputs, first_row, rows);
     output_rows += rows;
+  }
+  void add_hidden(int64_t first_row, int64_t rows) {
+    add(hidden, first_row, rows);
+    hidden_rows += rows;
+  }
+
+ private:
+  static void add(std::vector<Run>& runs, int64_t first_row, int64_t rows) {
+    if (!runs.empty() && runs.back().first_row + runs.back().rows == first_row) {
+      runs.back().rows += rows;
+    } else {
+      runs.push_back({first_row, rows});
+    }
   }
 };
 
@@ -1119,6 +1132,7 @@ struct Pass {
     const model::HyperParams& p = m.params;
     const Workspace& ws = m.work;
     cuda::check_launch("the GPU forward pass");
+    if (layout.hidden_rows > 0) normed_hidden_states();
     if (layout.output_rows == 0) return;
     const PassLayout::Run& only = layout.outputs.front();
     if (layout.outputs.size() == 1 && only.first_row + only.rows == n) {
@@ -1135,25 +1149,38 @@ struct Pass {
   void output_runs() const {
     const model::HyperParams& p = m.params;
     const Workspace& ws = m.work;
-    if (pending.expert_out) {
-      cuda::combine_experts(pending.expert_out, pending.weights, pending.chosen, pending.slot_of_expert, n,
-                            pending.used, p.embedding, f(ws.residual), stream);
-      pending = {};
-    }
+    add_pending_experts();
+    normed_runs(layout.outputs, f(ws.normed));
+    Input normed(*this, f(ws.normed), layout.output_rows, p.embedding);
+    mul(m.output, normed, layout.output_rows, f(ws.logits), false);
+  }
+  // The kEmbeddings rows' hidden states after the output norm, gathered in row order into
+  // ws.embeddings (what pooling takes, as forward() returns them).
+  void normed_hidden_states() const {
+    add_pending_experts();
+    normed_runs(layout.hidden, f(m.work.embeddings));
+  }
+  void add_pending_experts() const {
+    if (!pending.expert_out) return;
+    cuda::combine_experts(pending.expert_out, pending.weights, pending.chosen, pending.slot_of_expert, n, pending.used,
+                          m.params.embedding, f(m.work.residual), stream);
+    pending = {};
+  }
+  // Each run of rows of the residual stream through the output norm, gathered into `out`.
+  void normed_runs(const std::vector<PassLayout::Run>& runs, float* out) const {
+    const model::HyperParams& p = m.params;
     int64_t gathered = 0;
-    for (const PassLayout::Run& run : layout.outputs) {
+    for (const PassLayout::Run& run : runs) {
       cuda::RmsNorm args;
-      args.x = f(ws.residual) + run.first_row * p.embedding;
+      args.x = f(m.work.residual) + run.first_row * p.embedding;
       args.rows = run.rows;
       args.width = p.embedding;
       args.weight = m.output_norm;
       args.eps = p.rms_epsilon;
-      args.out = f(ws.normed) + gathered * p.embedding;
+      args.out = out + gathered * p.embedding;
       cuda::rms_norm(args, stream);
       gathered += run.rows;
     }
-    Input normed(*this, f(ws.normed), layout.output_rows, p.embedding);
-    mul(m.output, normed, layout.output_rows, f(ws.logits), false);
   }
 };
 
@@ -1201,7 +1228,9 @@ PassLayout pass_layout(std::span<const GpuSequenceRows> batch, const std::vector
     const int64_t begin = std::max(first_row[i], first), end = std::min(first_row[i + 1], first + n);
     if (begin >= end) continue;
     layout.segments.push_back({batch[i].sequence, begin - first, end - begin});
-    if (batch[i].rows == LogitRows::kAll) {
+    if (batch[i].rows == LogitRows::kEmbeddings) {
+      layout.add_hidden(begin - first, end - begin);
+    } else if (batch[i].rows == LogitRows::kAll) {
       layout.add_output(begin - first, end - begin);
     } else if (end == first_row[i + 1]) {
       layout.add_output(end - 1 - first, 1);
@@ -1393,7 +1422,8 @@ std::shared_ptr<GpuSequence> create_gpu_sequence(GpuModel& model, int64_t contex
   return s;
 }
 
-void gpu_forward(GpuModel& model, std::span<const GpuSequenceRows> batch, std::vector<float>& logits) {
+void gpu_forward(GpuModel& model, std::span<const GpuSequenceRows> batch, std::vector<float>& logits,
+                 std::vector<float>& hidden) {
   const auto started = std::chrono::steady_clock::now();
   cuda::use_device(model.device);
   const model::HyperParams& p = model.params;
@@ -1410,22 +1440,32 @@ void gpu_forward(GpuModel& model, std::span<const GpuSequenceRows> batch, std::v
   }
   const auto total = static_cast<int64_t>(tokens.size());
   std::vector<PassLayout> passes;
-  int64_t widest = 0, output_rows = 0;
+  int64_t widest = 0, output_rows = 0, widest_hidden = 0, hidden_rows = 0;
   for (int64_t first = 0; first < total; first += kMaxBatch) {
     passes.push_back(pass_layout(batch, first_row, first, std::min(kMaxBatch, total - first)));
     widest = std::max(widest, passes.back().output_rows);
     output_rows += passes.back().output_rows;
+    widest_hidden = std::max(widest_hidden, passes.back().hidden_rows);
+    hidden_rows += passes.back().hidden_rows;
   }
   logits.resize(static_cast<size_t>(output_rows * p.vocab));
+  hidden.resize(static_cast<size_t>(hidden_rows * p.embedding));
   const size_t logit_bytes = static_cast<size_t>(widest * p.vocab) * sizeof(float);
-  if (model.work.logits.bytes() < logit_bytes) {
+  const size_t hidden_bytes = static_cast<size_t>(widest_hidden * p.embedding) * sizeof(float);
+  if (model.work.logits.bytes() < logit_bytes || model.work.embeddings.bytes() < hidden_bytes) {
     // Freeing device memory waits for hybrid passes to end (see hybrid_passes). The decode
-    // graphs wrote to the old buffer.
+    // graphs wrote to the old buffers.
     const std::lock_guard exclusive(hybrid_passes());
     model.free_retired();
     model.decode_graphs.clear();
-    model.work.logits = DeviceBuffer();
-    model.work.logits = DeviceBuffer(logit_bytes, "logits of a pass");
+    if (model.work.logits.bytes() < logit_bytes) {
+      model.work.logits = DeviceBuffer();
+      model.work.logits = DeviceBuffer(logit_bytes, "logits of a pass");
+    }
+    if (model.work.embeddings.bytes() < hidden_bytes) {
+      model.work.embeddings = DeviceBuffer();
+      model.work.embeddings = DeviceBuffer(hidden_bytes, "hidden states of a pass's embedding rows");
+    }
   } else {
     std::unique_lock exclusive(hybrid_passes(), std::try_to_lock);
     if (exclusive.owns_lock()) model.free_retired();
@@ -1435,7 +1475,7 @@ void gpu_forward(GpuModel& model, std::span<const GpuSequenceRows> batch, std::v
   Workspace& ws = model.work;
   const cuda::StreamHandle stream = model.stream.handle();
   HostExperts* host = model.host_experts.get();
-  int64_t returned = 0;
+  int64_t returned = 0, returned_hidden = 0;
   bool any_streamed = false;
   for (size_t i = 0; i < passes.size(); ++i) {
     const int64_t first = static_cast<int64_t>(i) * kMaxBatch;
@@ -1450,7 +1490,9 @@ void gpu_forward(GpuModel& model, std::span<const GpuSequenceRows> batch, std::v
     const bool hands_rows = pass.hybrid();
     if (streamed) host->count_streamed_pass();
     any_streamed = any_streamed || streamed;
-    if (decode && passes.size() == 1 && !streamed) {
+    // A pass that returns hidden states is never a graph's: the graphs kept are told apart by
+    // their caches alone, and their steps return logits.
+    if (decode && passes.size() == 1 && !streamed && passes[i].hidden_rows == 0) {
       replay_decode_step(model, pass);
       if (hands_rows) {
         host->start_pass();  // after the launch, so a failed one leaves the steps aligned
@@ -1466,6 +1508,11 @@ void gpu_forward(GpuModel& model, std::span<const GpuSequenceRows> batch, std::v
       cuda::copy_to_host(logits.data() + returned * p.vocab, ws.logits.data(), rows * p.vocab * sizeof(float), stream);
     }
     returned += rows;
+    if (passes[i].hidden_rows > 0) {
+      cuda::copy_to_host(hidden.data() + returned_hidden * p.embedding, ws.embeddings.data(),
+                         passes[i].hidden_rows * p.embedding * sizeof(float), stream);
+      returned_hidden += passes[i].hidden_rows;
+    }
   }
   if (p.experts > 0) {
     cuda::copy_to_host(model.routed_host.host<uint32_t>(), model.routed.data(),
@@ -1561,7 +1608,7 @@ std::shared_ptr<GpuModel> upload_model(const model::Model&, const GpuOptions&, i
   refuse();
 }
 std::shared_ptr<GpuSequence> create_gpu_sequence(GpuModel&, int64_t) { refuse(); }
-void gpu_forward(GpuModel&, std::span<const GpuSequenceRows>, std::vector<float>&) { refuse(); }
+void gpu_forward(GpuModel&, std::span<const GpuSequenceRows>, std::vector<float>&, std::vector<float>&) { refuse(); }
 OffloadStats offload_stats(GpuModel&) { refuse(); }
 bool gpu_can_move_experts(GpuModel&) { refuse(); }
 void take_routed_calls(GpuModel&, std::vector<uint32_t>&) { refuse(); }

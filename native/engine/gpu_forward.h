@@ -110,8 +110,11 @@ struct GpuSequenceRows {
 };
 
 // forward() on the GPU: the same contract (the caller checks tokens, positions and that no
-// sequence appears twice), the logits sequence after sequence.
-void gpu_forward(GpuModel& model, std::span<const GpuSequenceRows> batch, std::vector<float>& logits);
+// sequence appears twice), the logits sequence after sequence, and in `hidden` the hidden states
+// after the output norm of every row of the kEmbeddings parts, part after part (forward()'s
+// scratch.hidden).
+void gpu_forward(GpuModel& model, std::span<const GpuSequenceRows> batch, std::vector<float>& logits,
+                 std::vector<float>& hidden);
 
 // Where a hybrid model's time went since load (all zero when every expert is on the GPU).
 OffloadStats offload_stats(GpuModel& model);

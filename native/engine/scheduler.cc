@@ -165,9 +165,6 @@ std::shared_ptr<Request> Scheduler::evaluate(std::shared_ptr<Session> session, s
 
 std::shared_ptr<Request> Scheduler::embed(std::shared_ptr<Session> session, std::vector<int32_t> tokens,
                                           model::Pooling pooling, RequestEvents events) {
-  if (runtime_.gpu_) {
-    throw Error("UNSUPPORTED_FEATURE", "embeddings run on the CPU only: load the model without a GPU (gpu: false)");
-  }
   check_pooling(runtime_.model(), pooling);
   auto request = std::make_shared<Request>();
   request->session = std::move(session);
@@ -536,7 +533,7 @@ void Scheduler::execute(Pass& pass) {
         const Request& r = *part.request;
         batch.push_back({r.session->gpu_.get(), part.tokens, part.first_position, logit_rows(part)});
       }
-      gpu_forward(*runtime_.gpu_, batch, logits_);
+      gpu_forward(*runtime_.gpu_, batch, logits_, scratch_.hidden);
     } else {
       std::vector<SequenceRows> batch;
       batch.reserve(pass.parts.size());
