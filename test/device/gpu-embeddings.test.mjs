@@ -87,23 +87,40 @@ for (const [preset, type] of [
   });
 }
 
-test("tiny-qwen3-reranker: GPU scores are the CPU's", { skip }, async () => {
-  const path = fixture("tiny-qwen3-reranker", "Q8_0");
-  const cpu = await loadModel(path, { gpu: false, contextSize: CONTEXT });
-  const gpu = await loadModel(path, { gpu: "auto", contextSize: CONTEXT });
-  try {
-    const documents = ["A lighthouse stands on the island.", "Trains leave hourly.", "Le phare est blanc.", "x"];
-    const want = await cpu.rank("Which island has a lighthouse?", documents);
-    const got = await gpu.rank("Which island has a lighthouse?", documents);
-    for (const [i, w] of want.entries()) {
-      assert.equal(got[i].index, w.index);
-      assert.ok(
-        Math.abs(got[i].score - w.score) <= 1e-3 * Math.max(1, Math.abs(w.score)),
-        `document ${i}: GPU score ${got[i].score} vs CPU ${w.score}`,
-      );
+// A score is the rank head's projection of one hidden vector. With F16 weights both sides compute
+// nearly the same sums, so scores agree to 1e-3. With Q8_0 weights each side rounds activations to
+// int8 codes, and a code that rounds the other way on one side carries on through the later layers
+// (gpu-vs-cpu.test.mjs: the same noise parts the CPU's own scalar and SIMD orders); the vectors stay
+// within the cosine bar above, and the scores within 1e-2 (of 1 or the score, the larger).
+for (const [type, bar] of [
+  ["F16", 1e-3],
+  ["Q8_0", 1e-2],
+]) {
+  test(`tiny-qwen3-reranker ${type}: GPU scores are the CPU's`, { skip }, async () => {
+    const path = fixture("tiny-qwen3-reranker", type);
+    const cpu = await loadModel(path, { gpu: false, contextSize: CONTEXT });
+    const gpu = await loadModel(path, { gpu: "auto", contextSize: CONTEXT });
+    try {
+      const documents = [
+        "A lighthouse stands on the island.",
+        "Trains leave hourly.",
+        "Le phare est blanc.",
+        "x",
+        "The island's lighthouse was built in 1870 and guides ships past the reef.",
+        "Bread rises faster in a warm kitchen.",
+      ];
+      const want = await cpu.rank("Which island has a lighthouse?", documents);
+      const got = await gpu.rank("Which island has a lighthouse?", documents);
+      for (const [i, w] of want.entries()) {
+        assert.equal(got[i].index, w.index);
+        assert.ok(
+          Math.abs(got[i].score - w.score) <= bar * Math.max(1, Math.abs(w.score)),
+          `document ${i}: GPU score ${got[i].score} vs CPU ${w.score}`,
+        );
+      }
+    } finally {
+      gpu.dispose();
+      cpu.dispose();
     }
-  } finally {
-    gpu.dispose();
-    cpu.dispose();
-  }
-});
+  });
+}
