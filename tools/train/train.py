@@ -47,6 +47,7 @@ def parse_args():
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--warmup", type=int, default=200)
     p.add_argument("--limit-docs", type=int, default=0, help="use only this many training documents (smoke runs)")
+    p.add_argument("--max-seconds", type=float, default=0, help="end training after this long (0: run every step)")
     return p.parse_args()
 
 
@@ -98,9 +99,11 @@ def canonical_weights(model, cfg):
     hidden, ffn = cfg.hidden_size, cfg.moe_intermediate_size
     for name, t in model.state_dict().items():
         t = t.detach().float().cpu()
+        # transformers 5 stores [experts, out, in]; a shape that also reads as [experts, in, out] (a hidden
+        # width of twice the expert's) is taken as the former.
         if name.endswith("mlp.experts.gate_up_proj"):
             prefix = name[: -len("gate_up_proj")]
-            if t.shape[1:] == (hidden, 2 * ffn):
+            if t.shape[1:] != (2 * ffn, hidden) and t.shape[1:] == (hidden, 2 * ffn):
                 t = t.transpose(1, 2)
             assert t.shape[1:] == (2 * ffn, hidden), (name, t.shape)
             for e in range(t.shape[0]):
@@ -108,7 +111,7 @@ def canonical_weights(model, cfg):
                 out[f"{prefix}{e}.up_proj.weight"] = t[e, ffn:].contiguous()
         elif name.endswith("mlp.experts.down_proj"):
             prefix = name[: -len("down_proj")]
-            if t.shape[1:] == (ffn, hidden):
+            if t.shape[1:] != (hidden, ffn) and t.shape[1:] == (ffn, hidden):
                 t = t.transpose(1, 2)
             assert t.shape[1:] == (hidden, ffn), (name, t.shape)
             for e in range(t.shape[0]):
@@ -266,8 +269,12 @@ def main():
     span = args.context + 1
     train_started = time.time()
     for step in range(args.steps):
+        # The cosine decay follows the steps, or the clock where --max-seconds ends training sooner.
+        progress = step / args.steps
+        if args.max_seconds > 0:
+            progress = max(progress, (time.time() - train_started) / args.max_seconds)
         lr = args.lr * min(1.0, (step + 1) / args.warmup)
-        lr *= 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / args.steps))
+        lr *= 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
         for g in opt.param_groups:
             g["lr"] = lr
         starts = torch.randint(0, len(train_ids) - span, (args.batch,), generator=gen)
@@ -280,9 +287,13 @@ def main():
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        if step % 100 == 0 or step == args.steps - 1:
-            elapsed = time.time() - train_started
+        elapsed = time.time() - train_started
+        out_of_time = args.max_seconds > 0 and elapsed >= args.max_seconds
+        if step % 100 == 0 or step == args.steps - 1 or out_of_time:
             print(f"step {step} loss {lm_loss.item():.3f} aux {out.aux_loss.item():.3f} lr {lr:.2e} {elapsed:.0f}s", flush=True)
+        if out_of_time:
+            break
+    steps_run = step + 1
     train_seconds = time.time() - train_started
 
     nll, count = evaluate(model, heldout_ids, args.context, args.batch)
@@ -292,8 +303,8 @@ def main():
         "heldout_bits_per_byte": nll / math.log(2) / heldout_bytes * (count / len(heldout_ids)),
         "train_tokens": len(train_ids),
         "train_seconds": round(train_seconds),
-        "steps": args.steps,
-        "tokens_seen": args.steps * args.batch * args.context,
+        "steps": steps_run,
+        "tokens_seen": steps_run * args.batch * args.context,
         "args": vars(args),
     }
     print(json.dumps(report, indent=1))
