@@ -9,17 +9,30 @@
 // (../shared/BASELINES.md: 52.0 tok/s with the experts of 8 of 48 layers on the card, ~17 % of
 // them, so less expert memory than this budget's 25 %; no 25 % figure was measured).
 // Writes JSON to $OUT (or the working directory).
-//   node bench/residency.mjs /root/q.gguf
+// --routing <trace.json.gz>: the passes take their routing from a recorded trace (bench/traces/,
+// bench/routing-trace.mjs; the model's benchmark-only REPLAY_ROUTING door, uniform gating), so the
+// file's experts move as the trace's model's did; --share <fraction>: the GPU holds that share of
+// the routed experts (default 0.25).
+//   node bench/residency.mjs /root/q.gguf [--routing bench/traces/<trace>.json.gz] [--share 0.125]
 import { writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import { getSystemInfo, loadModel, modelFootprint } from "../dist/index.js";
 import { argmax, secondsSince } from "./measure.mjs";
+import { readTrace } from "./routing-trace.mjs";
 
-const path = process.argv[2] ?? "/root/q.gguf";
+const args = process.argv.slice(2);
+const option = (name) => {
+  const at = args.indexOf(name);
+  return at >= 0 ? args.splice(at, 2)[1] : undefined;
+};
+const routing = option("--routing");
+const GPU_SHARE = Number(option("--share") ?? "0.25");
+const path = args[0] ?? "/root/q.gguf";
 const CONTEXT = 4096;
 const PROMPT = 512;
 const DECODE_STEPS = 256;
-const GPU_SHARE = 0.25;
+const REPLAY_ROUTING = Symbol.for("bloomery.bench.replayRouting");
+const trace = routing ? readTrace(routing) : undefined;
 const PEER = {
   name: "ik_llama.cpp (experts of 40 of 48 layers on the CPU, ~17 % of experts on the card)",
   decode: 52.0,
@@ -61,6 +74,15 @@ function lruHitRate(trace, plan) {
 async function measure(residency, budget) {
   const model = await loadModel(path, { gpu: { budget }, contextSize: CONTEXT, residency });
   const vocab = model.info.vocabSize;
+  if (trace) {
+    const { experts, expertsUsed } = model.info;
+    if (trace.model.experts !== experts || trace.model.expertsUsed !== expertsUsed) {
+      throw new Error(
+        `${routing} routes ${trace.model.expertsUsed} of ${trace.model.experts} experts, the model ${expertsUsed} of ${experts}`,
+      );
+    }
+    model[REPLAY_ROUTING]({ layers: Int32Array.from(trace.model.moeLayers), ids: Int32Array.from(trace.choices) });
+  }
   const session = model.createSession();
   let moved = 0;
   model.on("residency", (event) => (moved += event.moves.length));
@@ -115,7 +137,10 @@ console.log(
 );
 
 const result = {
-  command: `node bench/residency.mjs ${path}`,
+  command: `node bench/residency.mjs ${process.argv.slice(2).join(" ")}`,
+  routing: trace
+    ? { trace: basename(routing), model: trace.model, statistics: trace.statistics }
+    : "the file's routers",
   date: new Date().toISOString(),
   machine: getSystemInfo(),
   model: { path, preset: "qwen3-30b-a3b synthetic", contextSize: CONTEXT },

@@ -47,6 +47,9 @@ import {
 import { resolveDraft, type DraftOption } from "./draft.js";
 import type { GgufWarning } from "./gguf/types.js";
 
+/** The benchmark-only door of {@link Model} (routing replayed from a trace): a registered symbol, in no typings. */
+const REPLAY_ROUTING = Symbol.for("bloomery.bench.replayRouting");
+
 /** Where {@link loadModel} puts the model on a GPU: the device index (default 0) and the device memory it may use. */
 export interface GpuOptions {
   device?: number;
@@ -677,6 +680,18 @@ export class Model extends EventEmitter<ModelEvents> {
         steps: callNative((a) => a.modelRoutingTrace(this.#live(), false)),
       }),
     };
+  }
+
+  /**
+   * Benchmarks only, not part of the API (reached through the registered symbol REPLAY_ROUTING, as
+   * `bench/residency.mjs --routing` does): from the next pass on, each MoE layer takes its experts from a recorded
+   * routing trace instead of its router, one trace step a token in order (wrapping at the end), each weighted
+   * uniformly; null gives the routers back. `layers`: the trace's MoE layers; `ids`: steps x layers x expertsUsed.
+   * So a random-weight benchmark file moves the experts a trained model's routing would (issue 28).
+   */
+  [REPLAY_ROUTING](trace: { layers: Int32Array; ids: Int32Array } | null): void {
+    const handle = this.#live();
+    callNative((a) => a.modelReplayRouting(handle, trace ? trace.layers : null, trace?.ids));
   }
 
   /**

@@ -180,6 +180,8 @@ export interface NativeAddon {
   modelTakeMoves(model: NativeModelHandle): Int32Array;
   /** Starts (on) or stops keeping each step's routed calls; returns those kept so far. */
   modelRoutingTrace(model: NativeModelHandle, on: boolean): Uint32Array[];
+  /** Benchmarks only (src/model.ts REPLAY_ROUTING): each MoE layer's experts from `ids`; null: the routers again. */
+  modelReplayRouting(model: NativeModelHandle, layers: Int32Array | null, ids?: Int32Array): void;
   createSession(model: NativeModelHandle): NativeSessionHandle;
   sessionEvaluate(session: NativeSessionHandle, tokens: Int32Array, allLogits: boolean): Promise<Float32Array>;
   /** Appends `tokens` and resolves to their hidden states pooled by `pooling` (native/engine/pooling.h). */

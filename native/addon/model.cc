@@ -476,6 +476,33 @@ Napi::Value model_routing_trace(const Napi::CallbackInfo& info) {
   });
 }
 
+// modelReplayRouting(model, layers: Int32Array, ids: Int32Array) | (model, null): benchmarks only
+// (src/model.ts REPLAY_ROUTING): the passes take each MoE layer's experts from the trace `ids` (steps x
+// layers.length x expertsUsed) instead of the routers; null goes back to the routers.
+Napi::Value model_replay_routing(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    engine::Runtime& runtime = live(unwrap<ModelHandle>(info, 0, kModelTag, "model"), info.Env());
+    if (info.Length() > 1 && info[1].IsNull()) {
+      runtime.replay_routing(nullptr);
+      return info.Env().Undefined();
+    }
+    if (info.Length() < 3 || !info[1].IsTypedArray() ||
+        info[1].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array || !info[2].IsTypedArray() ||
+        info[2].As<Napi::TypedArray>().TypedArrayType() != napi_int32_array) {
+      throw to_js_error(info.Env(), "INVALID_ARGUMENT", "modelReplayRouting takes layers and ids as Int32Arrays");
+    }
+    const Napi::Int32Array layers = info[1].As<Napi::Int32Array>();
+    const Napi::Int32Array ids = info[2].As<Napi::Int32Array>();
+    const model::Model& m = runtime.model();
+    std::vector<bool> moe(static_cast<size_t>(m.params.layers));
+    for (size_t l = 0; l < moe.size(); ++l) moe[l] = m.layers[l].ffn.kind == model::FfnKind::kMoe;
+    runtime.replay_routing(std::make_unique<engine::RoutingReplay>(
+        std::span<const int32_t>(layers.Data(), layers.ElementLength()), m.params.experts_used,
+        std::span<const int32_t>(ids.Data(), ids.ElementLength()), moe, m.params.experts));
+    return info.Env().Undefined();
+  });
+}
+
 // Settles `deferred` with the request's floats (RequestEnd::logits) once it ends, or its error.
 engine::RequestEvents resolve_with_floats(std::shared_ptr<Napi::Promise::Deferred> deferred,
                                           std::shared_ptr<JsThread> js) {
@@ -624,6 +651,7 @@ void register_model(Napi::Env env, Napi::Object exports) {
   exports.Set("modelRoutingCounts", Napi::Function::New(env, model_routing_counts, "modelRoutingCounts"));
   exports.Set("modelTakeMoves", Napi::Function::New(env, model_take_moves, "modelTakeMoves"));
   exports.Set("modelRoutingTrace", Napi::Function::New(env, model_routing_trace, "modelRoutingTrace"));
+  exports.Set("modelReplayRouting", Napi::Function::New(env, model_replay_routing, "modelReplayRouting"));
   exports.Set("createSession", Napi::Function::New(env, create_session, "createSession"));
   exports.Set("sessionEvaluate", Napi::Function::New(env, session_evaluate, "sessionEvaluate"));
   exports.Set("sessionEmbed", Napi::Function::New(env, session_embed, "sessionEmbed"));

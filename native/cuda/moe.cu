@@ -185,6 +185,10 @@ __device__ void route_row(const float* l, int row, int experts, int used, const 
   if (r.normalize) my_weight = __fdiv_rn(my_weight, fmaxf(static_cast<float>(chosen_sum), kMinWeightSum));
   if (r.scale != 1.0f) my_weight = __fmul_rn(my_weight, r.scale);
   const bool chooses = lane < used;
+  if (r.replay && chooses) {
+    my_expert = __ldg(r.replay + row * used + lane);
+    my_weight = __fdiv_rn(r.scale, static_cast<float>(used));
+  }
   if (chooses) {
     chosen[row * used + lane] = my_expert;
     weights[row * used + lane] = my_weight;

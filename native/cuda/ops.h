@@ -148,6 +148,9 @@ struct RouterSpec {
   // over all experts), after router_bias (one per expert, or null) is added to the logits.
   bool softmax_selected = false;
   const float* router_bias = nullptr;
+  // Benchmarks (engine/routing_replay.h): each row's experts as given here ([row][used]), each weighted
+  // scale / used, instead of the router's choice.
+  const int32_t* replay = nullptr;
 };
 // The `used` best experts of each row (in order) and their weights.
 void route_top_k(const float* logits, int64_t n, int64_t experts, int64_t used, const RouterSpec& router,

@@ -341,6 +341,12 @@ void routed_experts(const model::Model& model, const model::LayerWeights& w, int
   cpu::matmul(r.router, s.input, s.router_logits.data(), pool);
   add_bias(s.router_logits.data(), n, p.experts, r.router_bias);
   cpu::route(s.router_logits.data(), n, p.experts, p.experts_used, p.router, r.selection_bias, s.routing);
+  if (!s.replayed_routing.empty() && layer < p.layers) {
+    // Uniform gating, as cuda/moe.cu's route_row replays.
+    const int32_t* replayed = s.replayed_routing.data() + layer * n * p.experts_used;
+    std::copy_n(replayed, n * p.experts_used, s.routing.experts.begin());
+    std::fill_n(s.routing.weights.begin(), n * p.experts_used, p.router.scale / static_cast<float>(p.experts_used));
+  }
   if (layer < p.layers) {
     for (const int32_t e : s.routing.experts) ++s.routed[static_cast<size_t>(layer * p.experts + e)];
   }

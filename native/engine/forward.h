@@ -54,6 +54,9 @@ struct ForwardScratch {
   cpu::MoeScratch moe;
   // Rows the last pass routed to each (layer, expert), layer after layer: the routing counts' input.
   std::vector<uint32_t> routed;
+  // Benchmarks (engine/routing_replay.h): the pass's routing taken from a trace, [layer][row][used]
+  // over the model's layers, set by the caller before forward(); empty: the routers choose.
+  std::vector<int32_t> replayed_routing;
 };
 
 // What a sequence's part of a pass returns: the logits of its last row or of each row, or

@@ -143,6 +143,9 @@ struct Workspace {
   DeviceBuffer chosen, order, chunks, chunk_count, tokens, positions, activations, logits, embeddings;
   DeviceBuffer attention_scratch;
   DeviceBuffer route_ticket;  // cuda::route_decode's counter, zero between launches
+  // A pass's routing taken from a trace (engine/routing_replay.h): [layer][row][used], allocated
+  // on the first such pass.
+  DeviceBuffer replayed_routing;
   // Multi-head latent attention (empty for other models): the per-head products run as routed
   // experts do, each (token, head) slot routed to its head's matrix by a fixed routing
   // (latent_heads[token * heads + h] = h, latent_slots[h] = h) grouped once per pass.
@@ -189,8 +192,9 @@ class GpuModel : public GpuWeights {
   cuda::Stream stream;
   Workspace work;
   // Most recently used first, at most kDecodeGraphs. Captured with the workspace's addresses:
-  // dropped when `work.logits` grows.
+  // dropped when `work.logits` grows, and when routing starts or stops being replayed.
   std::list<DecodeGraph> decode_graphs;
+  bool replaying_routing = false;  // the passes take their routing from work.replayed_routing
 
   // Sequences released while a hybrid pass runs anywhere (see hybrid_passes), freed later.
   std::mutex retired_mutex;
@@ -1031,12 +1035,15 @@ struct Pass {
     groups.tokens_per_chunk = tiled ? cuda::kMmqTileTokens : cuda::tokens_per_expert_chunk(n);
     groups.max_chunks = cuda::max_expert_chunks(n, p.experts, p.experts_used, groups.tokens_per_chunk);
     uint32_t* counts = m.routed.as<uint32_t>() + layer * p.experts;
-    const cuda::RouterSpec router{p.router.gating == model::Gating::kSigmoid,
-                                  p.router.normalize,
-                                  p.router.scale,
-                                  static_cast<int>(p.router.groups),
-                                  static_cast<int>(p.router.groups_used),
-                                  w.selection_bias};
+    cuda::RouterSpec router{p.router.gating == model::Gating::kSigmoid,
+                            p.router.normalize,
+                            p.router.scale,
+                            static_cast<int>(p.router.groups),
+                            static_cast<int>(p.router.groups_used),
+                            w.selection_bias};
+    if (m.replaying_routing) {
+      router.replay = ws.replayed_routing.as<int32_t>() + layer * n * p.experts_used;
+    }
     if (n == 1 && groups.tokens_per_chunk == 1 && cuda::is_float_type(w.router.type)) {
       cuda::route_decode(w.router, x.for_type(w.router.type).floats, p.experts, p.experts_used, router,
                          experts.slot_of_expert, f(ws.router_logits), ws.chosen.as<int32_t>(), f(ws.routing_weights),
@@ -1423,7 +1430,7 @@ std::shared_ptr<GpuSequence> create_gpu_sequence(GpuModel& model, int64_t contex
 }
 
 void gpu_forward(GpuModel& model, std::span<const GpuSequenceRows> batch, std::vector<float>& logits,
-                 std::vector<float>& hidden) {
+                 std::vector<float>& hidden, std::span<const int32_t> replayed) {
   const auto started = std::chrono::steady_clock::now();
   cuda::use_device(model.device);
   const model::HyperParams& p = model.params;
@@ -1452,6 +1459,17 @@ void gpu_forward(GpuModel& model, std::span<const GpuSequenceRows> batch, std::v
   hidden.resize(static_cast<size_t>(hidden_rows * p.embedding));
   const size_t logit_bytes = static_cast<size_t>(widest * p.vocab) * sizeof(float);
   const size_t hidden_bytes = static_cast<size_t>(widest_hidden * p.embedding) * sizeof(float);
+  const bool replay = !replayed.empty();
+  const size_t replay_bytes = static_cast<size_t>(p.layers * kMaxBatch * p.experts_used) * sizeof(int32_t);
+  if (replay != model.replaying_routing) {
+    // The decode graphs' router launches were captured with the other routing.
+    const std::lock_guard exclusive(hybrid_passes());
+    model.decode_graphs.clear();
+    if (replay && model.work.replayed_routing.bytes() < replay_bytes) {
+      model.work.replayed_routing = DeviceBuffer(replay_bytes, "routing replayed from a trace");
+    }
+    model.replaying_routing = replay;
+  }
   if (model.work.logits.bytes() < logit_bytes || model.work.embeddings.bytes() < hidden_bytes) {
     // Freeing device memory waits for hybrid passes to end (see hybrid_passes). The decode
     // graphs wrote to the old buffers.
@@ -1477,11 +1495,22 @@ void gpu_forward(GpuModel& model, std::span<const GpuSequenceRows> batch, std::v
   HostExperts* host = model.host_experts.get();
   int64_t returned = 0, returned_hidden = 0;
   bool any_streamed = false;
+  std::vector<int32_t> pass_routing;
   for (size_t i = 0; i < passes.size(); ++i) {
     const int64_t first = static_cast<int64_t>(i) * kMaxBatch;
     const int64_t n = std::min(kMaxBatch, total - first);
     cuda::copy_to_device(ws.tokens.data(), tokens.data() + first, n * sizeof(int32_t), stream);
     cuda::copy_to_device(ws.positions.data(), positions.data() + first, n * sizeof(int32_t), stream);
+    if (replay) {
+      // The pass's rows of `replayed` ([layer][row][used] over all rows), as [layer][row][used] over its own.
+      const int64_t used = p.experts_used;
+      pass_routing.resize(static_cast<size_t>(p.layers * n * used));
+      for (int64_t l = 0; l < p.layers; ++l) {
+        std::copy_n(replayed.data() + (l * total + first) * used, n * used, pass_routing.data() + l * n * used);
+      }
+      cuda::copy_to_device(ws.replayed_routing.data(), pass_routing.data(), pass_routing.size() * sizeof(int32_t),
+                           stream);
+    }
     const bool streamed =
         n > 1 && model.expert_stream &&
         StreamChoice::stream(n, model.expert_stream->copy_layer_seconds(), model.host_experts->cpu_layer_seconds(n));
@@ -1608,7 +1637,10 @@ std::shared_ptr<GpuModel> upload_model(const model::Model&, const GpuOptions&, i
   refuse();
 }
 std::shared_ptr<GpuSequence> create_gpu_sequence(GpuModel&, int64_t) { refuse(); }
-void gpu_forward(GpuModel&, std::span<const GpuSequenceRows>, std::vector<float>&, std::vector<float>&) { refuse(); }
+void gpu_forward(GpuModel&, std::span<const GpuSequenceRows>, std::vector<float>&, std::vector<float>&,
+                 std::span<const int32_t>) {
+  refuse();
+}
 OffloadStats offload_stats(GpuModel&) { refuse(); }
 bool gpu_can_move_experts(GpuModel&) { refuse(); }
 void take_routed_calls(GpuModel&, std::vector<uint32_t>&) { refuse(); }

@@ -112,9 +112,9 @@ struct GpuSequenceRows {
 // forward() on the GPU: the same contract (the caller checks tokens, positions and that no
 // sequence appears twice), the logits sequence after sequence, and in `hidden` the hidden states
 // after the output norm of every row of the kEmbeddings parts, part after part (forward()'s
-// scratch.hidden).
+// scratch.hidden). `replayed`: forward()'s scratch.replayed_routing (benchmarks; empty: the routers choose).
 void gpu_forward(GpuModel& model, std::span<const GpuSequenceRows> batch, std::vector<float>& logits,
-                 std::vector<float>& hidden);
+                 std::vector<float>& hidden, std::span<const int32_t> replayed = {});
 
 // Where a hybrid model's time went since load (all zero when every expert is on the GPU).
 OffloadStats offload_stats(GpuModel& model);

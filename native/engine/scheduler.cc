@@ -526,6 +526,12 @@ void Scheduler::execute(Pass& pass) {
       if (part.decode) return part.tokens.size() > 1 ? LogitRows::kAll : LogitRows::kLast;
       return part.request->generating() ? LogitRows::kLast : part.request->rows;
     };
+    scratch_.replayed_routing.clear();
+    if (runtime_.routing_replay_) {
+      int64_t rows = 0;
+      for (const Pass::Part& part : pass.parts) rows += static_cast<int64_t>(part.tokens.size());
+      runtime_.routing_replay_->next(rows, runtime_.model().params.layers, scratch_.replayed_routing);
+    }
     if (runtime_.gpu_) {
       std::vector<GpuSequenceRows> batch;
       batch.reserve(pass.parts.size());
@@ -533,7 +539,7 @@ void Scheduler::execute(Pass& pass) {
         const Request& r = *part.request;
         batch.push_back({r.session->gpu_.get(), part.tokens, part.first_position, logit_rows(part)});
       }
-      gpu_forward(*runtime_.gpu_, batch, logits_, scratch_.hidden);
+      gpu_forward(*runtime_.gpu_, batch, logits_, scratch_.hidden, scratch_.replayed_routing);
     } else {
       std::vector<SequenceRows> batch;
       batch.reserve(pass.parts.size());

@@ -124,6 +124,11 @@ std::vector<float> Runtime::mtp_reference_logits(std::span<const int32_t> tokens
   return engine::mtp_reference_logits(*model_, tokens, pool_);
 }
 
+void Runtime::replay_routing(std::unique_ptr<RoutingReplay> replay) {
+  std::lock_guard lock(compute_);
+  routing_replay_ = std::move(replay);
+}
+
 uint64_t Runtime::fingerprint() {
   std::call_once(fingerprint_once_, [this] { fingerprint_ = model_fingerprint(*model_); });
   return fingerprint_;

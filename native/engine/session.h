@@ -22,6 +22,7 @@
 #include "engine/mtp_draft.h"
 #include "engine/prompt_cache.h"
 #include "engine/residency.h"
+#include "engine/routing_replay.h"
 #include "engine/state.h"
 #include "model/model.h"
 
@@ -99,6 +100,9 @@ class Runtime {
   MtpDrafter* mtp_drafter() const { return mtp_drafter_.get(); }
   // mtp_reference_logits of `tokens` (at most the context); DRAFT_UNSUPPORTED as check_mtp_drafts.
   std::vector<float> mtp_reference_logits(std::span<const int32_t> tokens);
+  // Benchmarks: the passes from now on take their routing from `replay` (engine/routing_replay.h),
+  // or from the routers again with null. Waits for the pass in flight.
+  void replay_routing(std::unique_ptr<RoutingReplay> replay);
 
  private:
   friend class Session;
@@ -116,6 +120,7 @@ class Runtime {
   std::unique_ptr<DraftModel> draft_model_;
   std::unique_ptr<MtpDrafter> mtp_drafter_;
   std::unique_ptr<Residency> residency_;
+  std::unique_ptr<RoutingReplay> routing_replay_;  // under compute_
   PromptCache prompt_cache_;
   std::once_flag fingerprint_once_;
   uint64_t fingerprint_ = 0;
