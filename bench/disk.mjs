@@ -8,13 +8,26 @@
 // simulated on the same routing trace (model.traceRouting(), from load on).
 // Each run stops decoding after DECODE_SECONDS, so the whole benchmark stays near 4 minutes.
 // Writes JSON to $OUT (or the working directory).
+// --routing <trace.json.gz>: the passes route as a recorded trace did (bench/residency.mjs says
+// why); --host-shares 0.25,0.5: arenas holding those shares of the routed experts' bytes instead
+// of 4, 8 and 16 GiB.
 //   node dist/synth-cli.js qwen3-30b-a3b /root/q.gguf && node bench/disk.mjs /root/q.gguf
+//   node bench/disk.mjs /root/q.gguf --routing bench/traces/<trace>.json.gz --host-shares 0.25,0.5
 import { writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import { getSystemInfo, loadModel, modelFootprint, planOffload } from "../dist/index.js";
 import { argmax, secondsSince, spreadTokens } from "./measure.mjs";
+import { readTrace, replayTrace } from "./routing-trace.mjs";
 
-const path = process.argv[2] ?? "/root/q.gguf";
+const args = process.argv.slice(2);
+const option = (name) => {
+  const at = args.indexOf(name);
+  return at >= 0 ? args.splice(at, 2)[1] : undefined;
+};
+const routing = option("--routing");
+const hostShares = option("--host-shares")?.split(",").map(Number);
+const trace = routing ? readTrace(routing) : undefined;
+const path = args[0] ?? "/root/q.gguf";
 const CONTEXT = 4096;
 const ARENAS_GIB = [4, 8, 16];
 const WARMUP_STEPS = 8;
@@ -70,12 +83,13 @@ function lruArenaHits(steps, experts, plan, slots, cache) {
 }
 
 async function measure(hostRamGib, footprint) {
-  const hostRam = hostRamGib * GIB;
+  const hostRam = Math.floor(hostRamGib * GIB);
   const dense = footprint.denseBytes + footprint.kvBytes + footprint.workspaceBytes;
   const plan = planOffload(footprint, { gpu: dense, hostRam });
   const loadStart = process.hrtime.bigint();
   const model = await loadModel(path, { gpu: "auto", contextSize: CONTEXT, hostRam, plan });
   const loadSeconds = secondsSince(loadStart);
+  if (trace) replayTrace(model, trace);
   const vocab = model.info.vocabSize;
   const { experts } = model.info;
   const trace = model.traceRouting();
@@ -170,10 +184,19 @@ async function measure(hostRamGib, footprint) {
 
 const footprint = await modelFootprint(path, { contextSize: CONTEXT });
 const runs = {};
-for (const gib of ARENAS_GIB) runs[`hostRam-${gib}gib`] = await measure(gib, footprint);
+const expertGib = (footprint.expertBytes.reduce((a, b) => a + b, 0) * footprint.experts) / GIB;
+if (hostShares) {
+  for (const share of hostShares) {
+    if (!(share > 0 && share < 1)) throw new Error(`--host-shares takes fractions between 0 and 1, not ${share}`);
+    runs[`hostRam-${share}-of-experts`] = await measure(share * expertGib, footprint);
+  }
+} else {
+  for (const gib of ARENAS_GIB) runs[`hostRam-${gib}gib`] = await measure(gib, footprint);
+}
 
 const result = {
-  command: `node bench/disk.mjs ${path}`,
+  command: `node bench/disk.mjs ${process.argv.slice(2).join(" ")}`,
+  routing: trace ? { trace: basename(routing), model: trace.model } : "the file's routers",
   date: new Date().toISOString(),
   machine: getSystemInfo(),
   model: { path, preset: "qwen3-30b-a3b synthetic", contextSize: CONTEXT },

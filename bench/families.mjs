@@ -14,12 +14,11 @@
 // A device call lasts at most 10 minutes, and ours can run while the peer's build finishes, so the
 // two halves can run apart: `--phase ours` keeps our figures in BENCH_STATE (default /root/families),
 // a later `--phase peer` (same model and placements) adds the peer's and the ratios.
-import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
-import { setTimeout as sleep } from "node:timers/promises";
 import { join } from "node:path";
 import { getSystemInfo, loadModel, modelFootprint, planOffload, readGgufInfo } from "../dist/index.js";
 import { promptRate, secondsSince, streamedDecodeRate } from "./measure.mjs";
+import { IK_BENCH, ikLayerSplit, ikRun, peerBuilt } from "./peer.mjs";
 
 const args = process.argv.slice(2);
 const phaseAt = args.indexOf("--phase");
@@ -33,7 +32,6 @@ const PLACEMENTS = placementArgs.length > 0 ? placementArgs : ["whole"];
 const STATE = process.env.BENCH_STATE ?? "/root/families";
 const CONTEXT = 8192;
 const DECODE_STEPS = 128;
-const IK_BENCH = "/root/ikl/build/bin/llama-bench";
 const GIB = 2 ** 30;
 
 const info = await readGgufInfo(path);
@@ -45,7 +43,6 @@ async function placements(placement) {
   if (placement === "whole") return { ours: { gpu: "auto" }, ik: ["-ngl", "99"] };
   const footprint = await modelFootprint(path, { contextSize: CONTEXT });
   const layers = footprint.expertBytes.length;
-  const routed = footprint.expertBytes.map((bytes, l) => ({ bytes, l })).filter((x) => x.bytes > 0);
   if (placement === "cpu-experts") {
     const plan = planOffload(footprint, { gpu: 1e15, hostRam: 1e15 });
     for (const layer of plan.layers) {
@@ -58,19 +55,9 @@ async function placements(placement) {
   const budget = Number(/^budget=(\d+(\.\d+)?)$/.exec(placement)?.[1]) * GIB;
   if (!(budget > 0)) throw new Error(`unknown placement ${placement}`);
   // ik with the same memory: the dense part and cache, then whole layers' experts from the first on.
-  let left = budget - footprint.denseBytes - footprint.kvBytes - footprint.workspaceBytes;
-  const onGpu = new Set();
-  for (const { bytes, l } of routed) {
-    if (bytes * footprint.experts > left) break;
-    left -= bytes * footprint.experts;
-    onGpu.add(l);
-  }
-  const cpuLayers = routed.filter((x) => !onGpu.has(x.l)).map((x) => x.l);
-  console.log(`ik: experts of ${onGpu.size} of ${routed.length} MoE layers on the GPU (${layers} layers)`);
-  return {
-    ours: { gpu: { budget } },
-    ik: ["-ngl", "99", "-ot", `blk\\.(${cpuLayers.join("|")})\\.ffn_(gate|up|down)_exps=CPU`],
-  };
+  const split = ikLayerSplit(footprint, budget);
+  console.log(`ik: experts of ${split.gpuLayers} of ${split.moeLayers} MoE layers on the GPU (${layers} layers)`);
+  return { ours: { gpu: { budget } }, ik: split.args };
 }
 
 async function ours(options) {
@@ -100,21 +87,6 @@ async function ours(options) {
   };
 }
 
-/** llama-bench's t/s for each test of one run (`pp512`, `tg128`, ...), from its markdown table. */
-function ikRun(args) {
-  const command = [IK_BENCH, "-m", path, "-fa", "1", "-fmoe", "1", "-t", "16", ...(mla ? ["-mla", "3"] : []), ...args];
-  const run = spawnSync(command[0], [...command.slice(1), "-o", "md"], { encoding: "utf8", timeout: 900_000 });
-  const figures = {};
-  for (const line of (run.stdout ?? "").split("\n")) {
-    const cells = line.split("|").map((c) => c.trim());
-    const test = cells.at(-3);
-    const rate = /^([\d.]+) ± ([\d.]+)$/.exec(cells.at(-2) ?? "");
-    if (test && rate) figures[test] = Number(rate[1]);
-  }
-  if (Object.keys(figures).length === 0) figures.error = (run.stderr || run.stdout || String(run.error)).slice(-2000);
-  return { command: command.join(" "), figures };
-}
-
 const stateFile = (placement) => join(STATE, `${summary.architecture}-${placement}.json`);
 const results = [];
 for (const placement of PLACEMENTS) {
@@ -141,13 +113,11 @@ for (const placement of PLACEMENTS) {
 }
 if (PHASE === "ours") process.exit(0);
 // The peer's build (../shared/device/peer/build.sh) may still be running: wait for it a while.
-for (let waited = 0; !existsSync("/root/ikl/build.done") && existsSync("/root/ikl") && waited < 900; waited += 5) {
-  await sleep(5000);
-}
+const built = await peerBuilt();
 for (const { result, ikArgs } of results) {
-  if (existsSync(IK_BENCH)) {
-    const short = ikRun([...ikArgs, "-p", "512", "-n", "128"]);
-    const long = ikRun([...ikArgs, "-p", "4096", "-n", "0", "-b", "4096", "-ub", "4096"]);
+  if (built) {
+    const short = ikRun(path, [...ikArgs, "-p", "512", "-n", "128"], { mla });
+    const long = ikRun(path, [...ikArgs, "-p", "4096", "-n", "0", "-b", "4096", "-ub", "4096"], { mla });
     const peer = { decode: short.figures.tg128, prompt512: short.figures.pp512, prompt4096: long.figures.pp4096 };
     result.peer = {
       name: "ik_llama.cpp llama-bench",

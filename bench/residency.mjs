@@ -1,24 +1,25 @@
-// Adaptive residency benchmark (run on the GPU machine): qwen3-30b-a3b synthetic (its routers
-// make some experts popular) with a GPU budget that holds 25 % of the routed experts, the rest
-// run by the CPU from host RAM. In one run: residency "static" (the planner's placement) and
-// "adaptive" (hot host experts swapped into the GPU slots of cold ones between steps), each
-// after a 512-token prompt with 256 greedy decode steps: decode tok/s, the GPU hit rate (share
-// of routed expert calls the GPU served) during decode, and the hit rate an LRU cache of the
-// same slots per layer, starting from the same placement, reaches on the same routing trace
-// (recorded with model.traceRouting()). The peer: ik_llama.cpp with a static layer split
-// (../shared/BASELINES.md: 52.0 tok/s with the experts of 8 of 48 layers on the card, ~17 % of
-// them, so less expert memory than this budget's 25 %; no 25 % figure was measured).
-// Writes JSON to $OUT (or the working directory).
-// --routing <trace.json.gz>: the passes take their routing from a recorded trace (bench/traces/,
+// Adaptive residency benchmark (run on the GPU machine): qwen3-30b-a3b synthetic with a GPU budget
+// that holds a share of the routed experts (--shares, default 0.25), the rest run by the CPU from
+// host RAM. In one run, for each share: residency "static" (the planner's placement) and "adaptive"
+// (hot host experts swapped into the GPU slots of cold ones between steps), each after a 512-token
+// prompt with 256 greedy decode steps: decode tok/s, the GPU hit rate (share of routed expert calls
+// the GPU served) during decode, and the hit rate an LRU cache of the same slots per layer, starting
+// from the same placement, reaches on the same routing trace (recorded with model.traceRouting(),
+// simulated: no LRU policy runs); and the peer, ik_llama.cpp's llama-bench (bench/peer.mjs), with the
+// same GPU memory: the experts of as many whole layers as it holds on the GPU, the others' with -ot
+// on the CPU (its decode reads every token's experts wherever they sit, so its cost does not follow
+// which experts are called; it runs the file's own routing).
+// --routing <trace.json.gz>: our passes take their routing from a recorded trace (bench/traces/,
 // bench/routing-trace.mjs; the model's benchmark-only REPLAY_ROUTING door, uniform gating), so the
-// file's experts move as the trace's model's did; --share <fraction>: the GPU holds that share of
-// the routed experts (default 0.25).
-//   node bench/residency.mjs /root/q.gguf [--routing bench/traces/<trace>.json.gz] [--share 0.125]
+// file's experts move as the trace's model's did (the file's own routers send ~97 % of calls to a
+// quarter of the experts). Writes JSON to $OUT (or the working directory).
+//   node bench/residency.mjs /root/q.gguf [--routing bench/traces/<trace>.json.gz] [--shares 0.125,0.25,0.5]
 import { writeFileSync } from "node:fs";
 import { basename, join } from "node:path";
 import { getSystemInfo, loadModel, modelFootprint } from "../dist/index.js";
 import { argmax, secondsSince } from "./measure.mjs";
-import { readTrace } from "./routing-trace.mjs";
+import { ikLayerSplit, ikRun, peerBuilt } from "./peer.mjs";
+import { readTrace, replayTrace } from "./routing-trace.mjs";
 
 const args = process.argv.slice(2);
 const option = (name) => {
@@ -26,18 +27,12 @@ const option = (name) => {
   return at >= 0 ? args.splice(at, 2)[1] : undefined;
 };
 const routing = option("--routing");
-const GPU_SHARE = Number(option("--share") ?? "0.25");
+const SHARES = (option("--shares") ?? "0.25").split(",").map(Number);
 const path = args[0] ?? "/root/q.gguf";
 const CONTEXT = 4096;
 const PROMPT = 512;
 const DECODE_STEPS = 256;
-const REPLAY_ROUTING = Symbol.for("bloomery.bench.replayRouting");
 const trace = routing ? readTrace(routing) : undefined;
-const PEER = {
-  name: "ik_llama.cpp (experts of 40 of 48 layers on the CPU, ~17 % of experts on the card)",
-  decode: 52.0,
-};
-
 // Per layer an LRU of the plan's GPU slot count, holding the plan's GPU experts first; each
 // step's calls hit when their expert is cached at the step's start, then the step's experts
 // (in id order) become the most recent.
@@ -74,15 +69,7 @@ function lruHitRate(trace, plan) {
 async function measure(residency, budget) {
   const model = await loadModel(path, { gpu: { budget }, contextSize: CONTEXT, residency });
   const vocab = model.info.vocabSize;
-  if (trace) {
-    const { experts, expertsUsed } = model.info;
-    if (trace.model.experts !== experts || trace.model.expertsUsed !== expertsUsed) {
-      throw new Error(
-        `${routing} routes ${trace.model.expertsUsed} of ${trace.model.experts} experts, the model ${expertsUsed} of ${experts}`,
-      );
-    }
-    model[REPLAY_ROUTING]({ layers: Int32Array.from(trace.model.moeLayers), ids: Int32Array.from(trace.choices) });
-  }
+  if (trace) replayTrace(model, trace);
   const session = model.createSession();
   let moved = 0;
   model.on("residency", (event) => (moved += event.moves.length));
@@ -121,36 +108,42 @@ async function measure(residency, budget) {
 const footprint = await modelFootprint(path, { contextSize: CONTEXT });
 const fixed = footprint.denseBytes + footprint.kvBytes + footprint.workspaceBytes + footprint.streamBytes;
 const perRound = footprint.expertBytes.reduce((a, b) => a + b, 0);
-const budget = fixed + Math.ceil(GPU_SHARE * footprint.experts) * perRound;
-const runs = { static: await measure("static", budget), adaptive: await measure("adaptive", budget) };
-const ratios = {
-  adaptiveVsStatic: runs.adaptive.decodeTokensPerSecond / runs.static.decodeTokensPerSecond,
-  adaptiveVsPeer: runs.adaptive.decodeTokensPerSecond / PEER.decode,
-  staticVsPeer: runs.static.decodeTokensPerSecond / PEER.decode,
-};
-console.log(
-  `decode: adaptive ${runs.adaptive.decodeTokensPerSecond.toFixed(1)} tok/s, static ` +
-    `${runs.static.decodeTokensPerSecond.toFixed(1)} (${ratios.adaptiveVsStatic.toFixed(2)}x); ` +
-    `${ratios.adaptiveVsPeer.toFixed(2)}x ${PEER.name}; GPU hit rate in decode ` +
-    `${runs.adaptive.decodeGpuHitRate.toFixed(3)} (adaptive) vs ${runs.static.decodeGpuHitRate.toFixed(3)} (static) ` +
-    `vs ${runs.adaptive.lruDecodeHitRate.toFixed(3)} (LRU of the same slots, same trace)`,
-);
+const built = await peerBuilt();
+const rows = [];
+for (const share of SHARES) {
+  if (!(share > 0 && share < 1)) throw new Error(`--shares takes fractions between 0 and 1, not ${share}`);
+  const budget = fixed + Math.ceil(share * footprint.experts) * perRound;
+  const runs = { static: await measure("static", budget), adaptive: await measure("adaptive", budget) };
+  const split = ikLayerSplit(footprint, budget);
+  const peer = built
+    ? { ...ikRun(path, [...split.args, "-p", "0", "-n", "128", "-r", "2"]), gpuLayers: split.gpuLayers }
+    : { error: "ik_llama.cpp's llama-bench is not built (../shared/device/peer/build.sh)" };
+  const peerDecode = peer.figures?.tg128;
+  const ratios = {
+    adaptiveVsStatic: runs.adaptive.decodeTokensPerSecond / runs.static.decodeTokensPerSecond,
+    adaptiveVsPeer: peerDecode ? runs.adaptive.decodeTokensPerSecond / peerDecode : null,
+    staticVsPeer: peerDecode ? runs.static.decodeTokensPerSecond / peerDecode : null,
+  };
+  console.log(
+    `share ${share}: decode adaptive ${runs.adaptive.decodeTokensPerSecond.toFixed(1)} tok/s, static ` +
+      `${runs.static.decodeTokensPerSecond.toFixed(1)} (${ratios.adaptiveVsStatic.toFixed(2)}x), ik ${peerDecode} ` +
+      `(experts of ${split.gpuLayers} of ${split.moeLayers} layers on the GPU); GPU hit rate in decode ` +
+      `${runs.adaptive.decodeGpuHitRate.toFixed(3)} (adaptive) vs ${runs.static.decodeGpuHitRate.toFixed(3)} (static) ` +
+      `vs ${runs.adaptive.lruDecodeHitRate.toFixed(3)} (LRU of the same slots, same trace)`,
+  );
+  rows.push({ share, gpuBudget: budget, runs, peer, ratios });
+}
 
+const statistics = trace && { ...trace.statistics, perLayer: undefined };
 const result = {
   command: `node bench/residency.mjs ${process.argv.slice(2).join(" ")}`,
-  routing: trace
-    ? { trace: basename(routing), model: trace.model, statistics: trace.statistics }
-    : "the file's routers",
+  routing: trace ? { trace: basename(routing), model: trace.model, statistics } : "the file's routers",
   date: new Date().toISOString(),
   machine: getSystemInfo(),
   model: { path, preset: "qwen3-30b-a3b synthetic", contextSize: CONTEXT },
-  gpuBudget: budget,
-  gpuShareOfExperts: GPU_SHARE,
   prompt: PROMPT,
   decodeSteps: DECODE_STEPS,
-  peer: PEER,
-  runs,
-  ratios,
+  rows,
 };
 const out = join(process.env.OUT ?? ".", "residency-bench.json");
 writeFileSync(out, JSON.stringify(result, null, 2));

@@ -43,3 +43,4 @@ export function writeTrace(path: string, file: TraceFile): void;
 export function readTrace(path: string): TraceFile;
 export function routingStatistics(file: Pick<TraceFile, "model" | "steps" | "choices">): RoutingStatistics;
 export function uniformChoices(model: TraceModel, steps: number, seed?: number): Uint8Array | Uint16Array;
+export function replayTrace(model: import("../src/index.js").Model, file: TraceFile): void;

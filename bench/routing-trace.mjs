@@ -17,6 +17,23 @@ import { readFileSync, writeFileSync } from "node:fs";
 
 export const TRACE_FORMAT = "bloomery-routing-trace/1";
 
+/** The benchmark-only door of a Model (src/model.ts REPLAY_ROUTING): routing replayed from a trace. */
+const REPLAY_ROUTING = Symbol.for("bloomery.bench.replayRouting");
+
+/**
+ * Makes `model`'s passes route each token as the trace's next step did (docs/DESIGN.md: measuring residency on
+ * real routing); throws when the trace routes another number of experts.
+ */
+export function replayTrace(model, file) {
+  const { experts, expertsUsed } = model.info;
+  if (file.model.experts !== experts || file.model.expertsUsed !== expertsUsed) {
+    throw new Error(
+      `the trace routes ${file.model.expertsUsed} of ${file.model.experts} experts, the model ${expertsUsed} of ${experts}`,
+    );
+  }
+  model[REPLAY_ROUTING]({ layers: Int32Array.from(file.model.moeLayers), ids: Int32Array.from(file.choices) });
+}
+
 /**
  * The choices of model.traceRouting().stop()'s steps: each step must hold one token (every MoE
  * layer's counts are 0 or 1 and sum to expertsUsed; dense layers count nothing).

@@ -6,7 +6,14 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { loadModel } from "../src/index.js";
-import { choicesOf, readTrace, routingStatistics, uniformChoices, writeTrace } from "../bench/routing-trace.mjs";
+import {
+  choicesOf,
+  readTrace,
+  replayTrace,
+  routingStatistics,
+  uniformChoices,
+  writeTrace,
+} from "../bench/routing-trace.mjs";
 const DEFAULT_MODEL = "models/bloomery-tiny-moe-Q8_0.gguf";
 
 const model = { layers: 3, experts: 64, expertsUsed: 4, moeLayers: [1, 2] };
@@ -74,6 +81,21 @@ describe("routing traces", () => {
         choices,
       });
       expect(stats.perLayer).toHaveLength(m.info.layers);
+      // The trace replays on its own model, and is refused by one of another expert count.
+      const file = {
+        format: "bloomery-routing-trace/1",
+        model: { layers: m.info.layers, experts: m.info.experts, expertsUsed: m.info.expertsUsed, moeLayers },
+        segments: [{ kind: "prompt" as const, steps: recorded.steps.length }],
+        steps: recorded.steps.length,
+        choices,
+      };
+      replayTrace(m, file);
+      const replayed = m.traceRouting();
+      await session.evaluate([1]);
+      expect([...replayed.stop().steps[0]!]).toEqual([...recorded.steps[0]!]);
+      expect(() => replayTrace(m, { ...file, model: { ...file.model, experts: m.info.experts * 2 } })).toThrow(
+        /routes \d+ of \d+ experts/,
+      );
     } finally {
       m.dispose();
     }
