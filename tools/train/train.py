@@ -47,6 +47,7 @@ def parse_args():
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--warmup", type=int, default=200)
     p.add_argument("--limit-docs", type=int, default=0, help="use only this many training documents (smoke runs)")
+    p.add_argument("--aux-loss", type=float, default=0.01, help="the router's load-balancing loss coefficient")
     p.add_argument("--max-seconds", type=float, default=0, help="end training after this long (0: run every step)")
     return p.parse_args()
 
@@ -248,7 +249,7 @@ def main():
         tie_word_embeddings=False,
         attention_bias=False,
         output_router_logits=True,
-        router_aux_loss_coef=0.01,
+        router_aux_loss_coef=args.aux_loss,
         bos_token_id=tok.token_to_id("<|endoftext|>"),
         eos_token_id=tok.token_to_id("<|im_end|>"),
     )
