@@ -14,7 +14,7 @@ import os
 import pytest
 
 import utils
-from expected import SKIPPED, TEXT_OF_LLAMA_CPP_MODELS, WRITES_ON
+from expected import SKIPPED, TEXT_OF_LLAMA_CPP_MODELS, VOCABULARY_COUNTS, WRITES_ON
 
 MODELS = json.loads(os.environ["BLOOMERY_SUITE_MODELS"])
 
@@ -71,6 +71,7 @@ def pytest_configure(config):
     # load_all() starts every preset once to download its model; bloomery's are local files.
     utils.ServerPreset.load_all = staticmethod(lambda: None)
     config.addinivalue_line("markers", "bloomery_text: the text llama.cpp's model writes (expected.py)")
+    config.addinivalue_line("markers", "bloomery_counts: token counts of llama.cpp's vocabulary (expected.py)")
 
 
 def _listed(table, nodeid):
@@ -91,6 +92,10 @@ def pytest_collection_modifyitems(session, config, items):
             item.add_marker(pytest.mark.skip(reason=reason))
             continue
         text = _listed(TEXT_OF_LLAMA_CPP_MODELS, item.nodeid)
+        counts = _listed(VOCABULARY_COUNTS, item.nodeid)
+        if counts is not None:
+            item.add_marker(pytest.mark.bloomery_counts(*counts))
+            text = text or "TinyStories text"
         if text is not None:
             item.add_marker(pytest.mark.bloomery_text(text))
 
@@ -99,7 +104,8 @@ def pytest_collection_modifyitems(session, config, items):
 def pytest_runtest_setup(item):
     # The suite's fixtures make each test's server: they run inside this hook.
     global _default_stand_in
-    _default_stand_in = "writes_on" if _listed({key: True for key in WRITES_ON}, item.nodeid) else None
+    writes_on = _listed({key: True for key in WRITES_ON}, item.nodeid) or _listed(VOCABULARY_COUNTS, item.nodeid)
+    _default_stand_in = "writes_on" if writes_on else None
     yield
 
 
@@ -110,8 +116,34 @@ def pytest_runtest_teardown(item):
     _default_stand_in = None
 
 
+class TokenCount:
+    """A token count of llama.cpp's test vocabulary, as a test's parameter: equal to any count the server reports (a
+    non-negative integer), each comparison noted, so the structure is checked and the count is reported."""
+
+    def __init__(self, name, expected, notes):
+        self.name, self.expected, self.notes = name, expected, notes
+
+    def __eq__(self, other):
+        if other != self.expected:
+            self.notes.append(f"{self.name} {self.expected} (ours {other!r})")
+        return isinstance(other, int) and not isinstance(other, bool) and other >= 0
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    __hash__ = None
+
+    def __repr__(self):
+        return f"<{self.name}: a token count; llama.cpp's vocabulary gives {self.expected}>"
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
+    counts = item.get_closest_marker("bloomery_counts")
+    if counts is not None:
+        notes = item._bloomery_count_notes = []
+        for name in counts.args:
+            item.funcargs[name] = TokenCount(name, item.funcargs[name], notes)
     marker = item.get_closest_marker("bloomery_text")
     if marker is None:
         yield
@@ -140,7 +172,12 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     misses = getattr(item, "_bloomery_text_misses", None)
-    if report.when == "call" and report.passed and misses:
-        marker = item.get_closest_marker("bloomery_text")
+    counts = getattr(item, "_bloomery_count_notes", None)
+    if report.when == "call" and report.passed and (misses or counts):
+        reasons = []
+        if counts:
+            reasons.append(f"token counts of llama.cpp's vocabulary: {', '.join(dict.fromkeys(counts))}")
+        if misses:
+            reasons.append(f"{item.get_closest_marker('bloomery_text').args[0]}, text expected: {misses[0]}")
         report.outcome = "skipped"
-        report.wasxfail = f"{marker.args[0]}; every other assertion passed; text expected: {misses[0]}"
+        report.wasxfail = f"{'; '.join(reasons)}; every other assertion passed"
