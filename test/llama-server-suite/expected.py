@@ -85,7 +85,6 @@ SKIPPED = {
     "unit/test_chat_completion.py::test_chat_template": LLAMA_VOCABULARY,
     "unit/test_tokenize.py::test_tokenize_with_bos": LLAMA_VOCABULARY,
     "unit/test_chat_completion.py::test_chat_completion_cached_tokens": LLAMA_VOCABULARY,
-    "unit/test_chat_completion.py::test_return_progress[64-4-False]": LLAMA_VOCABULARY,
     "unit/test_completion.py::test_completion_response_fields[I believe the meaning of life is-32-response_fields1]": (
         LLAMA_VOCABULARY
     ),
@@ -98,7 +97,6 @@ SKIPPED = {
     "unit/test_speculative.py::test_synth_ignores_target_tokens": SYNTHETIC_ACCEPTANCE,
     "unit/test_speculative.py::test_slot_ctx_not_exceeded": LLAMA_VOCABULARY,
     "unit/test_speculative.py::test_with_ctx_shift": LLAMA_VOCABULARY,
-    "unit/test_ctx_shift.py::test_ctx_shift_disabled_short_prompt[-1-248-True]": LLAMA_VOCABULARY,
     "unit/test_ctx_shift.py::test_ctx_shift_disabled_long_prompt": LLAMA_VOCABULARY,
     "unit/test_slot_save.py::test_slot_save_restore": LLAMA_VOCABULARY,
     "unit/test_slot_save.py::test_slot_erase": LLAMA_VOCABULARY,
@@ -128,4 +126,8 @@ VOCABULARY_COUNTS = {
     "unit/test_chat_completion.py::test_chat_completion_stream[*": ["n_prompt"],
     "unit/test_completion.py::test_completion[*": ["n_prompt"],
     "unit/test_completion.py::test_completion_stream[*": ["n_prompt"],
+    # The batches of a 256-token prompt of "This is a test" * 10 in llama.cpp's tokens.
+    "unit/test_chat_completion.py::test_return_progress[64-4-False]": ["batch_count"],
+    # The tokens written after an 8-token prompt in a 256-token slot.
+    "unit/test_ctx_shift.py::test_ctx_shift_disabled_short_prompt[-1-248-True]": ["n_token_output"],
 }
