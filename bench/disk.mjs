@@ -16,14 +16,11 @@
 import { writeFileSync } from "node:fs";
 import { basename, join } from "node:path";
 import { getSystemInfo, loadModel, modelFootprint, planOffload } from "../dist/index.js";
-import { argmax, secondsSince, spreadTokens } from "./measure.mjs";
+import { argmax, secondsSince, spreadTokens, takeOption } from "./measure.mjs";
 import { readTrace, replayTrace } from "./routing-trace.mjs";
 
 const args = process.argv.slice(2);
-const option = (name) => {
-  const at = args.indexOf(name);
-  return at >= 0 ? args.splice(at, 2)[1] : undefined;
-};
+const option = (name) => takeOption(args, name);
 const routing = option("--routing");
 const hostShares = option("--host-shares")?.split(",").map(Number);
 const trace = routing ? readTrace(routing) : undefined;

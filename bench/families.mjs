@@ -17,12 +17,11 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { getSystemInfo, loadModel, modelFootprint, planOffload, readGgufInfo } from "../dist/index.js";
-import { promptRate, secondsSince, streamedDecodeRate } from "./measure.mjs";
+import { promptRate, secondsSince, streamedDecodeRate, takeOption } from "./measure.mjs";
 import { IK_BENCH, ikLayerSplit, ikRun, peerBuilt } from "./peer.mjs";
 
 const args = process.argv.slice(2);
-const phaseAt = args.indexOf("--phase");
-const PHASE = phaseAt >= 0 ? args.splice(phaseAt, 2)[1] : "both";
+const PHASE = takeOption(args, "--phase", "both");
 const [path, ...placementArgs] = args;
 if (!path || !["ours", "peer", "both"].includes(PHASE))
   throw new Error(

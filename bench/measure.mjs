@@ -1,6 +1,12 @@
 // What the benchmarks share: timing, the synthetic prompts of the GPU benches, greedy picks,
 // decode as generate() streams it, and keeping the best round of each stream count.
 
+/** The value after `--name` in `args` (removed from it with its flag), or `fallback` where it is absent. */
+export function takeOption(args, name, fallback) {
+  const at = args.indexOf(name);
+  return at >= 0 ? args.splice(at, 2)[1] : fallback;
+}
+
 /** Seconds since `start` (a process.hrtime.bigint()). */
 export const secondsSince = (start) => Number(process.hrtime.bigint() - start) / 1e9;
 

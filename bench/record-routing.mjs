@@ -9,13 +9,11 @@ import { readFileSync } from "node:fs";
 import { basename } from "node:path";
 import { gunzipSync } from "node:zlib";
 import { loadModel } from "../dist/index.js";
+import { takeOption } from "./measure.mjs";
 import { TRACE_FORMAT, choicesOf, routingStatistics, writeTrace } from "./routing-trace.mjs";
 
 const args = process.argv.slice(2);
-const option = (name, fallback) => {
-  const at = args.indexOf(name);
-  return at >= 0 ? args.splice(at, 2)[1] : fallback;
-};
+const option = (name, fallback) => takeOption(args, name, fallback);
 const flag = (name) => {
   const at = args.indexOf(name);
   return at >= 0 && args.splice(at, 1).length > 0;

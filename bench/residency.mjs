@@ -17,15 +17,12 @@
 import { writeFileSync } from "node:fs";
 import { basename, join } from "node:path";
 import { getSystemInfo, loadModel, modelFootprint } from "../dist/index.js";
-import { argmax, secondsSince } from "./measure.mjs";
+import { argmax, secondsSince, takeOption } from "./measure.mjs";
 import { ikLayerSplit, ikRun, peerBuilt } from "./peer.mjs";
 import { readTrace, replayTrace } from "./routing-trace.mjs";
 
 const args = process.argv.slice(2);
-const option = (name) => {
-  const at = args.indexOf(name);
-  return at >= 0 ? args.splice(at, 2)[1] : undefined;
-};
+const option = (name) => takeOption(args, name);
 const routing = option("--routing");
 const SHARES = (option("--shares") ?? "0.25").split(",").map(Number);
 const path = args[0] ?? "/root/q.gguf";

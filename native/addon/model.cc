@@ -493,12 +493,9 @@ Napi::Value model_replay_routing(const Napi::CallbackInfo& info) {
     }
     const Napi::Int32Array layers = info[1].As<Napi::Int32Array>();
     const Napi::Int32Array ids = info[2].As<Napi::Int32Array>();
-    const model::Model& m = runtime.model();
-    std::vector<bool> moe(static_cast<size_t>(m.params.layers));
-    for (size_t l = 0; l < moe.size(); ++l) moe[l] = m.layers[l].ffn.kind == model::FfnKind::kMoe;
     runtime.replay_routing(std::make_unique<engine::RoutingReplay>(
-        std::span<const int32_t>(layers.Data(), layers.ElementLength()), m.params.experts_used,
-        std::span<const int32_t>(ids.Data(), ids.ElementLength()), moe, m.params.experts));
+        runtime.model(), std::span<const int32_t>(layers.Data(), layers.ElementLength()),
+        std::span<const int32_t>(ids.Data(), ids.ElementLength())));
     return info.Env().Undefined();
   });
 }

@@ -7,11 +7,12 @@
 
 namespace bloomery::engine {
 
-RoutingReplay::RoutingReplay(std::span<const int32_t> moe_layers, int64_t used, std::span<const int32_t> ids,
-                             const std::vector<bool>& moe, int64_t experts)
-    : layers_(moe_layers.begin(), moe_layers.end()), used_(used), ids_(ids.begin(), ids.end()) {
+RoutingReplay::RoutingReplay(const model::Model& model, std::span<const int32_t> moe_layers,
+                             std::span<const int32_t> ids)
+    : layers_(moe_layers.begin(), moe_layers.end()), used_(model.params.experts_used), ids_(ids.begin(), ids.end()) {
+  const int64_t experts = model.params.experts;
   for (const int32_t l : layers_) {
-    if (l < 0 || static_cast<size_t>(l) >= moe.size() || !moe[static_cast<size_t>(l)]) {
+    if (l < 0 || l >= model.params.layers || model.layers[static_cast<size_t>(l)].ffn.kind != model::FfnKind::kMoe) {
       throw Error("INVALID_ARGUMENT", "the routing trace names layer " + std::to_string(l) +
                                           ", which is not one of the model's MoE layers");
     }
@@ -40,12 +41,8 @@ RoutingReplay::RoutingReplay(std::span<const int32_t> moe_layers, int64_t used, 
 
 void RoutingReplay::next(int64_t rows, int64_t layers, std::vector<int32_t>& out) {
   out.resize(static_cast<size_t>(layers * rows * used_));
-  int64_t first;
-  {
-    const std::lock_guard lock(cursor_mutex_);
-    first = cursor_;
-    cursor_ = (cursor_ + rows) % steps_;
-  }
+  const int64_t first = cursor_;
+  cursor_ = (cursor_ + rows) % steps_;
   const auto moe = static_cast<int64_t>(layers_.size());
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t step = (first + r) % steps_;

@@ -1,9 +1,10 @@
 #pragma once
 
 #include <cstdint>
-#include <mutex>
 #include <span>
 #include <vector>
+
+#include "model/model.h"
 
 namespace bloomery::engine {
 
@@ -15,14 +16,14 @@ namespace bloomery::engine {
 // modelReplayRouting, which src/ exposes only behind Model's registered symbol REPLAY_ROUTING.
 class RoutingReplay {
  public:
-  // `ids`: steps x moe_layers.size() x used expert ids. Throws INVALID_ARGUMENT for a layer that
-  // is not one of the model's MoE layers (`moe` says which are), a `used` other than the model's,
-  // an id outside [0, experts), a step choosing an expert twice, or no steps.
-  RoutingReplay(std::span<const int32_t> moe_layers, int64_t used, std::span<const int32_t> ids,
-                const std::vector<bool>& moe, int64_t experts);
+  // `ids`: steps x moe_layers.size() x the model's experts used, expert ids. Throws INVALID_ARGUMENT
+  // for a layer that is not one of the model's MoE layers, an id outside [0, experts), a step
+  // choosing an expert twice, or no steps.
+  RoutingReplay(const model::Model& model, std::span<const int32_t> moe_layers, std::span<const int32_t> ids);
 
   // The next `rows` steps' choices as [layer][row][used] over all `layers` of the model (a dense
-  // layer's entries are left alone), into `out`, resized to layers * rows * used.
+  // layer's entries are left alone), into `out`, resized to layers * rows * used. Called by the
+  // scheduler's passes, under the runtime's compute lock (as Runtime::replay_routing is).
   void next(int64_t rows, int64_t layers, std::vector<int32_t>& out);
 
   int64_t steps() const { return steps_; }
@@ -32,7 +33,6 @@ class RoutingReplay {
   int64_t used_;
   int64_t steps_;
   std::vector<int32_t> ids_;
-  std::mutex cursor_mutex_;
   int64_t cursor_ = 0;
 };
 
