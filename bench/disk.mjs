@@ -89,7 +89,7 @@ async function measure(hostRamGib, footprint) {
   if (trace) replayTrace(model, trace);
   const vocab = model.info.vocabSize;
   const { experts } = model.info;
-  const trace = model.traceRouting();
+  const recording = model.traceRouting();
   const session = model.createSession();
 
   const beforePrompt = model.stats().disk;
@@ -113,7 +113,7 @@ async function measure(hostRamGib, footprint) {
   const decode = steps / secondsSince(decodeStart);
   const decodeDisk = delta(model.stats().disk, beforeDecode);
   const decodeResidency = delta(model.stats().residency, residencyBeforeDecode);
-  const { steps: traced } = trace.stop();
+  const { steps: traced } = recording.stop();
   const live = model.plan;
   const offload = model.stats().offload;
   model.dispose();

@@ -70,7 +70,7 @@ async function measure(residency, budget) {
   const session = model.createSession();
   let moved = 0;
   model.on("residency", (event) => (moved += event.moves.length));
-  const trace = model.traceRouting();
+  const recording = model.traceRouting();
   const promptStart = process.hrtime.bigint();
   let logits = await session.evaluate(Array.from({ length: PROMPT }, (_, i) => (i * 7919 + 11) % vocab));
   const promptSeconds = secondsSince(promptStart);
@@ -79,7 +79,7 @@ async function measure(residency, budget) {
   for (let i = 0; i < DECODE_STEPS; ++i) logits = await session.evaluate([argmax(logits)]);
   const decode = DECODE_STEPS / secondsSince(decodeStart);
   const after = model.stats().residency;
-  const recorded = trace.stop();
+  const recorded = recording.stop();
   const decodeTrace = { ...recorded, steps: recorded.steps.slice(recorded.steps.length - DECODE_STEPS) };
   const plan = model.plan;
   model.dispose();
