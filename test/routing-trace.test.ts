@@ -1,7 +1,7 @@
 // Routing traces (bench/routing-trace.mjs): the choices of one-token steps, the file round trip,
 // and the statistics the residency benchmarks compare routings by, on routings whose figures are
 // known: uniform, one fixed set of experts, and the default model's own (recorded here).
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
@@ -99,5 +99,32 @@ describe("routing traces", () => {
     } finally {
       m.dispose();
     }
+  });
+
+  it("keeps bench/traces' files true to their statistics, and the donor between uniform and degenerate", () => {
+    const files = readdirSync("bench/traces").filter((f) => f.endsWith(".json.gz"));
+    const readme = readFileSync("bench/traces/README.md", "utf8");
+    const stats = new Map<string, ReturnType<typeof routingStatistics>>();
+    for (const name of files) {
+      const file = readTrace(join("bench/traces", name));
+      expect(file.segments.reduce((n, s) => n + s.steps, 0)).toBe(file.steps);
+      const computed = routingStatistics(file);
+      const saved = file.statistics!;
+      expect(saved.topQuarterShare.mean).toBeCloseTo(computed.topQuarterShare.mean, 12);
+      expect(saved.entropy.mean).toBeCloseTo(computed.entropy.mean, 12);
+      expect(saved.reuse.nextStep).toBeCloseTo(computed.reuse.nextStep, 12);
+      expect(readme).toContain(`\`${name}\``);
+      expect(readme).toContain(computed.topQuarterShare.mean.toFixed(3));
+      stats.set(name, computed);
+    }
+    // Issue 28: the trained donor's routing spreads more than the random-weight file's and less than uniform.
+    const donor = stats.get("routing-donor-48x128-routing.json.gz")!;
+    const synthetic = stats.get("qwen3-30b-a3b-synthetic-routing.json.gz")!;
+    const donorFile = readTrace("bench/traces/routing-donor-48x128-routing.json.gz");
+    const uniform = routingStatistics({ ...donorFile, choices: uniformChoices(donorFile.model, donorFile.steps, 5) });
+    expect(donor.topQuarterShare.mean).toBeGreaterThan(uniform.topQuarterShare.mean + 0.1);
+    expect(donor.topQuarterShare.mean).toBeLessThan(synthetic.topQuarterShare.mean - 0.1);
+    expect(donor.entropy.mean).toBeLessThan(uniform.entropy.mean);
+    expect(donor.entropy.mean).toBeGreaterThan(synthetic.entropy.mean);
   });
 });
