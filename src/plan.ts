@@ -129,7 +129,7 @@ export interface OffloadPlan {
 }
 
 /**
- * How often a model's router picked each routed expert, counts that decay by half every 128 steps
+ * How often a model's router picked each routed expert, counts that decay by half every 32 steps
  * (a step: one forward pass of the scheduler): {@link Model.routingProfile} exports it, and
  * {@link planOffload} takes it (`{ profile }`) to seat the hottest experts on the GPU from the start.
  * Plain data: save it as JSON.

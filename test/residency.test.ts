@@ -9,7 +9,7 @@ import { uniformChoices } from "../bench/routing-trace.mjs";
 // Routing counts on the CPU engine: every routed call counts for the host tier, counts decay
 // by the engine's factor each step and gain the step's calls, a trace replays to the same
 // counts, and a profile seats the hottest experts in a plan.
-const DECAY = 0.9946;
+const DECAY = 0.9786;
 const dir = mkdtempSync(join(tmpdir(), "bloomery-residency-"));
 const modelPath = join(dir, "tiny-qwen3moe.gguf");
 

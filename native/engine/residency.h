@@ -13,9 +13,13 @@
 
 namespace bloomery::engine {
 
-// Each step multiplies every count by this before adding the step's calls: a half-life of 128
-// steps, long enough to rank experts by popularity, short enough to follow a change of topic.
-inline constexpr double kRoutingDecay = 0.9946;  // 2^(-1/128)
+// Each step multiplies every count by this before adding the step's calls: a half-life of 32
+// steps. On a trained model's routing (bench/traces/, the routing donor's and the default
+// model's), half-lives of 16 and 32 ranked best of 4-256, for the GPU's slots and for the disk
+// tier's arena alike, and 32 moves fewer experts between the GPU and host: a longer memory keeps a prompt's favourites
+// (a prompt's rows add tens of calls an expert) long after decode has moved on, so the arena fell behind plain LRU for
+// the first tens of steps.
+inline constexpr double kRoutingDecay = 0.9786;  // 2^(-1/32)
 
 // Routed expert calls (one row routed to one expert), by the tier that served them.
 struct TierHits {

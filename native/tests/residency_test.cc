@@ -28,7 +28,7 @@ TEST(routing_counts_decay_then_add) {
   CHECK(std::abs(counts.count(0, 1) - 2) < 1e-12) << counts.count(0, 1);
   CHECK(std::abs(counts.count(0, 2) - (kRoutingDecay + 1)) < 1e-12) << counts.count(0, 2);
   CHECK(counts.steps() == 2);
-  CHECK(std::abs(std::pow(kRoutingDecay, 128) - 0.5) < 1e-3) << "half-life of 128 steps";
+  CHECK(std::abs(std::pow(kRoutingDecay, 32) - 0.5) < 1e-3) << "half-life of 32 steps";
 }
 
 TEST(routing_counts_split_hits_by_tier) {
