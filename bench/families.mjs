@@ -16,8 +16,8 @@
 // a later `--phase peer` (same model and placements) adds the peer's and the ratios.
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { getSystemInfo, loadModel, modelFootprint, planOffload, readGgufInfo } from "../dist/index.js";
-import { promptRate, secondsSince, streamedDecodeRate, takeOption } from "./measure.mjs";
+import { getSystemInfo, loadModel, modelFootprint, readGgufInfo } from "../dist/index.js";
+import { cpuExpertsPlan, promptRate, secondsSince, streamedDecodeRate, takeOption } from "./measure.mjs";
 import { IK_BENCH, ikLayerSplit, ikRun, peerBuilt } from "./peer.mjs";
 
 const args = process.argv.slice(2);
@@ -43,13 +43,7 @@ async function placements(placement) {
   const footprint = await modelFootprint(path, { contextSize: CONTEXT });
   const layers = footprint.expertBytes.length;
   if (placement === "cpu-experts") {
-    const plan = planOffload(footprint, { gpu: 1e15, hostRam: 1e15 });
-    for (const layer of plan.layers) {
-      layer.host = [...layer.gpu, ...layer.host].sort((a, b) => a - b);
-      layer.gpu = [];
-      layer.reason = "benchmark: every routed expert on the CPU";
-    }
-    return { ours: { gpu: "auto", plan }, ik: ["-ngl", "99", "-ot", "exps=CPU"] };
+    return { ours: { gpu: "auto", plan: cpuExpertsPlan(footprint) }, ik: ["-ngl", "99", "-ot", "exps=CPU"] };
   }
   const budget = Number(/^budget=(\d+(\.\d+)?)$/.exec(placement)?.[1]) * GIB;
   if (!(budget > 0)) throw new Error(`unknown placement ${placement}`);

@@ -1,0 +1,158 @@
+// The server against the SDK (issue 19): decode tok/s as a client streaming bloomery-serve's /completion sees it,
+// against generate() streamed in this process on the same file with the same placement, in one run. Per prompt
+// depth (--depths, prompts of that many spread tokens), rounds alternate SDK and server; each side keeps its best
+// round. Both decode greedily with the end of text banned (the server: ignore_eos), one stream, one slot
+// (`-np 1 -c <context>` against `parallel: 1, contextSize: <context>`), default threads; the server's own
+// `timings.predicted_per_second` is kept beside the client's rate, so what the HTTP and SSE side costs shows apart
+// from the engine's. Placements: cpu (`-ngl 0` / gpu: false), whole (`-ngl 99` / gpu: "auto"), cpu-experts
+// (`--cpu-moe` / every routed expert in a plan's host list); --threads N is `-t N` / threads: N on both sides.
+// Writes JSON to $OUT (or the working directory).
+//   node bench/serve.mjs <model.gguf> [--placement cpu|whole|cpu-experts] [--tokens 128] [--rounds 3]
+//        [--depths 64,5600] [--threads N] [--port 8177]
+import { spawn } from "node:child_process";
+import { writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import { fileURLToPath } from "node:url";
+import { TextDecoder } from "node:util";
+import { getSystemInfo, loadModel, modelFootprint } from "../dist/index.js";
+import { cpuExpertsPlan, spreadTokens, streamRate, takeOption } from "./measure.mjs";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+const args = process.argv.slice(2);
+const placement = takeOption(args, "--placement", "cpu");
+const TOKENS = Number(takeOption(args, "--tokens", "128"));
+const ROUNDS = Number(takeOption(args, "--rounds", "3"));
+const DEPTHS = takeOption(args, "--depths", "64").split(",").map(Number);
+const PORT = Number(takeOption(args, "--port", "8177"));
+const THREADS = takeOption(args, "--threads");
+const path = args[0];
+if (!path) throw new Error("usage: node bench/serve.mjs <model.gguf> [--placement cpu|whole|cpu-experts] [options]");
+const CONTEXT = Math.max(...DEPTHS) + TOKENS + 64;
+
+async function sides() {
+  if (placement === "cpu") return { sdk: { gpu: false }, server: ["-ngl", "0"] };
+  if (placement === "whole") return { sdk: { gpu: "auto" }, server: ["-ngl", "99"] };
+  if (placement === "cpu-experts") {
+    const plan = cpuExpertsPlan(await modelFootprint(path, { contextSize: CONTEXT }));
+    return { sdk: { gpu: "auto", plan }, server: ["-ngl", "99", "--cpu-moe"] };
+  }
+  throw new Error(`--placement ${placement}: cpu, whole or cpu-experts`);
+}
+
+/** Starts bloomery-serve with `flags` and waits until its model is loaded; its log lines go to `log`. */
+async function startServer(flags, log) {
+  const server = spawn(
+    process.execPath,
+    [join(root, "dist/serve-cli.js"), "-m", path, "--port", String(PORT), "-np", "1", "-c", String(CONTEXT), ...flags],
+    { stdio: ["ignore", "ignore", "pipe"] },
+  );
+  server.stderr.on("data", (data) =>
+    log.push(
+      ...String(data)
+        .split("\n")
+        .filter((l) => l.trim()),
+    ),
+  );
+  const exited = new Promise((_, reject) =>
+    server.on("exit", (code) => reject(new Error(`bloomery-serve exited (${code}):\n${log.slice(-5).join("\n")}`))),
+  );
+  for (;;) {
+    const health = await Promise.race([
+      fetch(`http://127.0.0.1:${PORT}/health`).then(
+        (r) => r.status,
+        () => 0,
+      ),
+      exited,
+    ]);
+    if (health === 200) return server;
+    await sleep(500);
+  }
+}
+
+/** The token chunks of a streamed /completion, and its last event's timings in `out`. */
+async function* completionChunks(prompt, out) {
+  const response = await fetch(`http://127.0.0.1:${PORT}/completion`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({
+      prompt,
+      n_predict: TOKENS + 1,
+      temperature: 0,
+      ignore_eos: true,
+      cache_prompt: false,
+      stream: true,
+      return_tokens: true,
+    }),
+  });
+  if (!response.ok) throw new Error(`/completion: ${response.status} ${await response.text()}`);
+  const decoder = new TextDecoder();
+  let buffered = "";
+  for await (const bytes of response.body) {
+    buffered += decoder.decode(bytes, { stream: true });
+    for (let end; (end = buffered.indexOf("\n\n")) >= 0; buffered = buffered.slice(end + 2)) {
+      const event = buffered.slice(0, end);
+      if (!event.startsWith("data: ")) continue;
+      const data = JSON.parse(event.slice(6));
+      if (data.stop) out.timings = data.timings;
+      if (data.tokens?.length) yield { tokens: data.tokens };
+    }
+  }
+}
+
+const placed = await sides();
+const sdk = { ...placed.sdk, ...(THREADS ? { threads: Number(THREADS) } : {}) };
+const serverFlags = [...placed.server, ...(THREADS ? ["-t", THREADS] : [])];
+const model = await loadModel(path, { ...sdk, contextSize: CONTEXT, parallel: 1 });
+const vocab = model.info.vocabSize;
+const session = model.createSession();
+const banEnd = Object.fromEntries(model.info.endTokens.map((token) => [token, -Infinity]));
+const log = [];
+const server = await startServer(serverFlags, log);
+const props = await (await fetch(`http://127.0.0.1:${PORT}/props`)).json();
+const rows = [];
+try {
+  if (props.total_slots !== 1 || props.default_generation_settings?.n_ctx !== CONTEXT) {
+    throw new Error(`the server runs ${props.total_slots} slots of ${props.default_generation_settings?.n_ctx} tokens`);
+  }
+  for (const depth of DEPTHS) {
+    const prompt = spreadTokens(depth, vocab);
+    const row = { depth, sdk: [], server: [], serverEngine: [] };
+    for (let round = 0; round < ROUNDS; ++round) {
+      session.reset();
+      row.sdk.push(await streamRate(session.generate(prompt, { maxTokens: TOKENS + 1, logitBias: banEnd })));
+      const out = {};
+      row.server.push(await streamRate(completionChunks(prompt, out)));
+      row.serverEngine.push(out.timings?.predicted_per_second ?? null);
+    }
+    const best = (xs) => Math.max(...xs.filter((x) => x !== null));
+    row.ratio = best(row.server) / best(row.sdk);
+    console.log(
+      `depth ${depth}: server ${best(row.server).toFixed(1)} tok/s (its engine ${best(row.serverEngine).toFixed(1)}), ` +
+        `SDK ${best(row.sdk).toFixed(1)}: ${row.ratio.toFixed(3)}x`,
+    );
+    rows.push(row);
+  }
+} finally {
+  server.kill("SIGTERM");
+  model.dispose();
+}
+
+const result = {
+  command: `node bench/serve.mjs ${process.argv.slice(2).join(" ")}`,
+  date: new Date().toISOString(),
+  machine: getSystemInfo(),
+  model: path,
+  placement,
+  threads: model.info.threads,
+  server: {
+    flags: ["-np", "1", "-c", String(CONTEXT), ...serverFlags],
+    log: log.filter((l) => /listening|loaded/.test(l)),
+  },
+  tokens: TOKENS,
+  rounds: ROUNDS,
+  rows,
+};
+const file = join(process.env.OUT ?? ".", "serve-bench.json");
+writeFileSync(file, JSON.stringify(result, null, 2));
+console.log(`wrote ${file}`);
