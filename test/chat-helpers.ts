@@ -86,6 +86,13 @@ export const CHAT_FAMILIES = {
   },
   "deepseek-v3.1": DEEPSEEK_V31,
   "deepseek-r1": { ...DEEPSEEK_V31, template: "llama-cpp-deepseek-r1.jinja" },
+  // DeepSeek-V3.2 writes its calls in DSML around the token `｜DSML｜` (a control token here: the harder
+  // case, whose text the chat must show and a grammar must name by id).
+  "deepseek-v3.2": {
+    ...DEEPSEEK_V31,
+    special: [...DEEPSEEK_V31.special, ["｜DSML｜", control]],
+    template: "deepseek-ai-DeepSeek-V3.2.jinja",
+  },
   "glm-4.5": {
     pre: "glm4",
     special: [

@@ -389,6 +389,79 @@ describe("MiniMax-M2 tool calls", () => {
   });
 });
 
+describe("DSML tool calls (DeepSeek-V3.2, DeepSeek-V4)", () => {
+  const param = (key: string, value: string, isString: boolean) =>
+    `<｜DSML｜parameter name="${key}" string="${isString}">${value}</｜DSML｜parameter>\n`;
+  const invoke = (name: string, ...params: string[]) =>
+    `<｜DSML｜invoke name="${name}">\n${params.join("")}</｜DSML｜invoke>\n`;
+  const section = (block: string, ...calls: string[]) => `<｜DSML｜${block}>\n${calls.join("")}</｜DSML｜${block}>`;
+  const calls = (message: AssistantMessage) => message.toolCalls?.map(({ name, arguments: args }) => ({ name, args }));
+
+  it("reads the reasoning, the answer before the calls, and each value as its string attribute types it", () => {
+    for (const [format, block] of [
+      ["deepseek-v3.2", "function_calls"],
+      ["deepseek-v4", "tool_calls"],
+    ] as const) {
+      const input =
+        "Thinking about it</think>Let me call the function.\n\n" +
+        section(
+          block,
+          invoke("get_weather", param("city", "Paris", true), param("days", "2", false)),
+          // The call states its types: "42" as a string stays text, JSON values are parsed.
+          invoke(
+            "get_weather",
+            param("city", "42", true),
+            param("units", '{"scale": "C", "round": [1, -14.5]}', false),
+          ),
+          invoke("toggle", param("enabled", "true", false), param("ref", "-14", false), param("note", "3.14", true)),
+        );
+      const message = parseEverySplit(input, { toolCallFormat: format, tools: [weather], startInReasoning: true });
+      expect(message.reasoning, format).toBe("Thinking about it");
+      expect(message.content, format).toBe("Let me call the function.");
+      expect(calls(message), format).toEqual([
+        { name: "get_weather", args: { city: "Paris", days: 2 } },
+        { name: "get_weather", args: { city: "42", units: { scale: "C", round: [1, -14.5] } } },
+        { name: "toggle", args: { enabled: true, ref: -14, note: "3.14" } },
+      ]);
+    }
+  });
+
+  it("ends the reasoning where a section of calls opens inside the think block", () => {
+    const input = "Let me check" + section("function_calls", invoke("get_weather", param("city", "Tokyo", true)));
+    const message = parseEverySplit(input, {
+      toolCallFormat: "deepseek-v3.2",
+      tools: [weather],
+      startInReasoning: true,
+    });
+    expect(message.reasoning).toBe("Let me check");
+    expect(message.content).toBe("");
+    expect(calls(message)).toEqual([{ name: "get_weather", args: { city: "Tokyo" } }]);
+  });
+
+  it("gives a malformed section, or the other version's section, back as text", () => {
+    for (const bad of [
+      section("function_calls", invoke("f", param("a", "1", false)) + "text"),
+      section(
+        "function_calls",
+        '<｜DSML｜invoke name="f">\n<｜DSML｜parameter name="a">1</｜DSML｜parameter>\n</｜DSML｜invoke>\n',
+      ),
+      section("function_calls", '<｜DSML｜invoke name="f">\n' + param("a", "1", false)),
+    ]) {
+      const message = parseEverySplit(`</think>Hi ${bad}`, {
+        toolCallFormat: "deepseek-v3.2",
+        tools: [weather],
+        startInReasoning: true,
+      });
+      expect(message.toolCalls, bad).toBeUndefined();
+      expect(message.content).toBe(`Hi ${bad}`);
+    }
+    const v4 = section("tool_calls", invoke("get_weather", param("city", "Rome", true)));
+    const read = parseEverySplit(v4, { toolCallFormat: "deepseek-v3.2", tools: [weather] });
+    expect(read.toolCalls).toBeUndefined();
+    expect(read.content).toBe(v4);
+  });
+});
+
 describe("forced calls", () => {
   it("the opening each format's prompt ends with, and the model's rest, read as the forced call", () => {
     const cases: [ToolCallFormat, string][] = [
@@ -400,6 +473,14 @@ describe("forced calls", () => {
       ["deepseek-r1", '{"city": "Rome"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>'],
       ["kimi-k2", '0<|tool_call_argument_begin|>{"city": "Rome"}<|tool_call_end|><|tool_calls_section_end|>'],
       ["minimax-m2", '<parameter name="city">Rome</parameter>\n</invoke>\n</minimax:tool_call>'],
+      [
+        "deepseek-v3.2",
+        '<｜DSML｜parameter name="city" string="true">Rome</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>',
+      ],
+      [
+        "deepseek-v4",
+        '<｜DSML｜parameter name="city" string="true">Rome</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>',
+      ],
     ];
     for (const [format, rest] of cases) {
       for (const opensThinking of [false, true]) {

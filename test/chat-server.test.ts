@@ -12,7 +12,7 @@ import { writeFamilyModel, type ChatFamily } from "./chat-helpers.js";
 import { startServer, type TestServer } from "./server-helpers.js";
 
 /** The tiny model each family's server runs (the engine does not read the template). */
-const PRESETS: Record<ChatFamily, string> = {
+const PRESETS: Partial<Record<ChatFamily, string>> = {
   "qwen3-coder": "tiny-qwen3moe",
   "deepseek-v3.1": "tiny-deepseek2",
   "deepseek-r1": "tiny-deepseek2",
@@ -104,7 +104,7 @@ describe.each(CASES)("$family", ({ family, callRest, id, args, thinking, answers
 
   beforeAll(async () => {
     const modelPath = join(dir, `${family}.gguf`);
-    await writeFamilyModel(modelPath, family, PRESETS[family]);
+    await writeFamilyModel(modelPath, family, PRESETS[family]!);
     server = await startServer({ modelPath });
     openai = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "none", maxRetries: 0 });
   });

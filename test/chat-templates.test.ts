@@ -1,4 +1,4 @@
-// The DeepSeek, GLM, Kimi, MiniMax and Qwen3.5 chat templates (test/chat-templates/, as the models ship them)
+// The DeepSeek (V3.1, R1, V3.2, V4), GLM, Kimi, MiniMax and Qwen3.5 chat templates (test/chat-templates/, as the models ship them)
 // rendered through @huggingface/jinja: tools, tool calls, tool results and reasoning land where
 // llama.cpp's chat tests expect them, the format is read from the template, and the assistant
 // turns a template renders read back, through that format's parser, as the messages they came from.
@@ -121,6 +121,46 @@ const CASES: Case[] = [
     header: "<｜Assistant｜>",
     textOrCalls: true,
     endOfTurn: "<｜end▁of▁sentence｜>",
+  },
+  {
+    file: "deepseek-ai-DeepSeek-V3.2.jinja",
+    format: "deepseek-v3.2",
+    ids: ["call_a", "call_b"],
+    pieces: [
+      "<BOS>Be brief.\n\n## Tools\n\n",
+      '<functions>\n{"name": "get_weather"',
+      "<｜User｜>Weather in Paris and Oslo?<｜Assistant｜></think>\n\n<｜DSML｜function_calls>\n" +
+        '<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>\n' +
+        '<｜DSML｜parameter name="days" string="false">2</｜DSML｜parameter>\n</｜DSML｜invoke>\n' +
+        '<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="city" string="true">Oslo</｜DSML｜parameter>\n' +
+        "</｜DSML｜invoke>\n</｜DSML｜function_calls><｜end▁of▁sentence｜>",
+      "<function_results>\n<result>Sunny</result>\n<result>Rain</result>\n</function_results>",
+      "</think>Paris is sunny, Oslo rainy.<｜end▁of▁sentence｜><｜User｜>Thanks",
+    ],
+    end: "<｜User｜>Thanks<｜Assistant｜><think></think>",
+    header: "<｜Assistant｜>",
+    endOfTurn: "<｜end▁of▁sentence｜>",
+    opensThinking: true,
+  },
+  {
+    file: "deepseek-ai-DeepSeek-V4.jinja",
+    format: "deepseek-v4",
+    ids: ["call_a", "call_b"],
+    pieces: [
+      "<BOS>Be brief.\n\n## Tools\n\n",
+      '### Available Tool Schemas\n\n{"name": "get_weather"',
+      "<｜User｜>Weather in Paris and Oslo?<｜Assistant｜></think>\n\n<｜DSML｜tool_calls>\n" +
+        '<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>\n' +
+        '<｜DSML｜parameter name="days" string="false">2</｜DSML｜parameter>\n</｜DSML｜invoke>\n',
+      "</｜DSML｜tool_calls><｜end▁of▁sentence｜>",
+      // Tool results are the user's turn.
+      "<｜User｜><tool_result>Sunny</tool_result>\n\n<tool_result>Rain</tool_result><｜Assistant｜>",
+      "</think>Paris is sunny, Oslo rainy.<｜end▁of▁sentence｜><｜User｜>Thanks",
+    ],
+    end: "<｜User｜>Thanks<｜Assistant｜></think>",
+    header: "<｜Assistant｜>",
+    endOfTurn: "<｜end▁of▁sentence｜>",
+    opensThinking: true,
   },
   {
     file: "GLM-4.6.jinja",
@@ -284,6 +324,19 @@ describe.each(CASES)("$file", ({ file, format, ids, pieces, end, header, endOfTu
   });
 });
 
+describe("DeepSeek-V4's tool results", () => {
+  it("are read in the order of the calls they answer, whatever order they came in", () => {
+    const [ask, call, paris, oslo, ...rest] = conversation(["call_a", "call_b"]).slice(1);
+    const inOrder = render("deepseek-ai-DeepSeek-V4.jinja", [ask!, call!, paris!, oslo!, ...rest]);
+    expect(inOrder).toContain("<｜User｜><tool_result>Sunny</tool_result>\n\n<tool_result>Rain</tool_result>");
+    expect(render("deepseek-ai-DeepSeek-V4.jinja", [ask!, call!, oslo!, paris!, ...rest])).toBe(inOrder);
+    // DeepSeek-V3.2 keeps the order it is given, as its template and llama.cpp do.
+    expect(render("deepseek-ai-DeepSeek-V3.2.jinja", [ask!, call!, oslo!, paris!, ...rest])).toContain(
+      "<result>Rain</result>\n<result>Sunny</result>",
+    );
+  });
+});
+
 describe("template thinking switches", () => {
   it("DeepSeek-V3.1 opens the think block when thinking is on, and closes it otherwise", () => {
     const messages: ChatMessage[] = [{ role: "user", content: "Hi" }];
@@ -292,6 +345,21 @@ describe("template thinking switches", () => {
     expect(on.endsWith("<｜Assistant｜><think>")).toBe(true);
     expect(promptOpensThinking(on)).toBe(true);
     expect(promptOpensThinking(off)).toBe(false);
+  });
+
+  it("DeepSeek-V3.2 and V4 open the think block when thinking is on; off, V3.2 closes an empty one and V4 writes </think>", () => {
+    const messages: ChatMessage[] = [{ role: "user", content: "Hi" }];
+    for (const [file, off] of [
+      ["deepseek-ai-DeepSeek-V3.2.jinja", "<｜Assistant｜><think></think>"],
+      ["deepseek-ai-DeepSeek-V4.jinja", "<｜Assistant｜></think>"],
+    ] as const) {
+      const on = render(file, messages, { thinking: true });
+      expect(on.endsWith("<｜Assistant｜><think>"), file).toBe(true);
+      expect(promptOpensThinking(on)).toBe(true);
+      const closed = render(file, messages, { enable_thinking: false });
+      expect(closed.endsWith(off), file).toBe(true);
+      expect(promptOpensThinking(closed)).toBe(false);
+    }
   });
 
   it("MiniMax-M2 opens the think block in the prompt", () => {

@@ -206,6 +206,7 @@ const FORMATS: { label: string; family: ChatFamily; preset: string; trigger?: st
   { label: "deepseek-r1", family: "deepseek-r1", preset: "tiny-deepseek2" },
   { label: "kimi-k2", family: "kimi-k2", preset: "tiny-deepseek2", trigger: "<|tool_calls_section_begin|>" },
   { label: "minimax-m2", family: "minimax-m2", preset: "tiny-minimax-m2" },
+  { label: "deepseek-v3.2", family: "deepseek-v3.2", preset: "tiny-deepseek2" },
   { label: "harmony", family: "harmony", preset: "tiny-gpt-oss" },
 ];
 

@@ -11,6 +11,7 @@ import {
   parseDeepSeekR1Section,
   parseDeepSeekV31Section,
 } from "./deepseek.js";
+import { DSML, DSML_INVOKE_BEGIN, DSML_SECTIONS, dsmlSection } from "./dsml.js";
 import { glmBody } from "./glm.js";
 import { HARMONY_CHANNEL, HARMONY_MARKERS, HarmonyOutputParser, harmonyCallPrefix } from "./harmony.js";
 import { parseHermesBody } from "./hermes.js";
@@ -32,6 +33,8 @@ import type { ChatDelta, ChatTool, OutputParser, ToolCall, ToolCallIds, ToolCall
  * and V3: `...function<｜tool▁sep｜>name` and a json code fence), `"kimi-k2"`
  * (`<|tool_calls_section_begin|><|tool_call_begin|>functions.name:0<|tool_call_argument_begin|>{json}...`),
  * `"minimax-m2"` (`<minimax:tool_call><invoke name="name"><parameter name="p">v</parameter></invoke></minimax:tool_call>`),
+ * `"deepseek-v3.2"` and `"deepseek-v4"` (DSML: `<｜DSML｜function_calls>` / `<｜DSML｜tool_calls>`, then
+ * `<｜DSML｜invoke name="name"><｜DSML｜parameter name="p" string="true|false">v</｜DSML｜parameter>...`),
  * `"harmony"` (gpt-oss: `<|channel|>commentary to=functions.name <|constrain|>json<|message|>{json}`, its
  * reasoning in the analysis channel and its answer in the final one, parsed whether tools are offered or not).
  */
@@ -44,6 +47,8 @@ export type ToolCallFormat =
   | "deepseek-r1"
   | "kimi-k2"
   | "minimax-m2"
+  | "deepseek-v3.2"
+  | "deepseek-v4"
   | "harmony";
 
 /**
@@ -54,6 +59,8 @@ export function detectToolCallFormat(template: string): ToolCallFormat {
   if (template.includes(HARMONY_CHANNEL)) return "harmony";
   if (template.includes(KIMI_SECTION.open) && template.includes(KIMI_CALL_BEGIN)) return "kimi-k2";
   if (template.includes(MINIMAX_SECTION.open)) return "minimax-m2";
+  // DeepSeek-V4 names its section `tool_calls`, V3.2 `function_calls` (llama.cpp tells them apart so too).
+  if (template.includes(DSML)) return template.includes("function_calls") ? "deepseek-v3.2" : "deepseek-v4";
   if (template.includes(DEEPSEEK_SECTION.open)) return template.includes("```json") ? "deepseek-r1" : "deepseek-v3.1";
   if (template.includes("<function=") && template.includes("<parameter=")) return "qwen3-coder";
   if (template.includes("<tool_call>") && template.includes("<arg_key>")) return "glm-4.5";
@@ -107,6 +114,9 @@ export function formatMarkers(format: ToolCallFormat | undefined): string[] {
       ];
     case "minimax-m2":
       return [...THINK_TAGS, MINIMAX_SECTION.open, MINIMAX_SECTION.close];
+    case "deepseek-v3.2":
+    case "deepseek-v4":
+      return [...THINK_TAGS, DSML];
     case "harmony":
       return HARMONY_MARKERS;
     case undefined:
@@ -159,16 +169,20 @@ function toolCallParser(
       return new TaggedToolCallParser(parseKimiSection, newId, KIMI_SECTION);
     case "minimax-m2":
       return new TaggedToolCallParser(minimaxSection(tools), newId, MINIMAX_SECTION);
+    case "deepseek-v3.2":
+    case "deepseek-v4":
+      return new TaggedToolCallParser(dsmlSection(tools), newId, DSML_SECTIONS[format]);
   }
 }
 
 /**
  * Where a format's calls may begin inside a think block the model left open, ending the reasoning
- * there, as llama.cpp reads them: Kimi-K2's sections, and Qwen3.5's `<tool_call>` (llama.cpp's
+ * there, as llama.cpp reads them: Kimi-K2's and DSML's sections, and Qwen3.5's `<tool_call>` (llama.cpp's
  * thinking end tags of the Qwen3-Coder format when the template reasons).
  */
 function reasoningHandoffs(format: ToolCallFormat | undefined): string[] {
   if (format === "kimi-k2") return [KIMI_SECTION.open];
+  if (format === "deepseek-v3.2" || format === "deepseek-v4") return [DSML_SECTIONS[format].open];
   if (format === "qwen3-coder") return [TOOL_CALL_TAGS.open];
   return [];
 }
@@ -290,6 +304,9 @@ export function forcedCallPrefix(format: ToolCallFormat, choice: ForcedToolChoic
       return `${close}${KIMI_SECTION.open}${KIMI_CALL_BEGIN}functions.${name === undefined ? "" : `${name}:`}`;
     case "minimax-m2":
       return `${close}${MINIMAX_SECTION.open}\n<invoke name="${name === undefined ? "" : `${name}">\n`}`;
+    case "deepseek-v3.2":
+    case "deepseek-v4":
+      return `${close}${DSML_SECTIONS[format].open}\n${DSML_INVOKE_BEGIN}${name === undefined ? "" : `${name}">\n`}`;
     case "harmony":
       return harmonyCallPrefix(name);
   }

@@ -39,8 +39,8 @@ export interface ChatOptions extends GenerateOptions {
    * named function): the prompt ends with the opening of a call in the model's format, so the
    * model writes the rest (a forced call skips reasoning). The rest is constrained by a grammar of
    * the tools' `parameters` schemas (their JSON Schema, as `jsonSchema` takes it; in the XML-style
-   * formats, `"qwen3-coder"`, `"glm-4.5"` and `"minimax-m2"`, each argument's value as their
-   * parsers type it), so the answer is always one call that parses. With `"auto"` (and no
+   * formats, `"qwen3-coder"`, `"glm-4.5"`, `"minimax-m2"`, `"deepseek-v3.2"` and `"deepseek-v4"`, each
+   * argument's value as their parsers type it), so the answer is always one call that parses. With `"auto"` (and no
    * `grammar` or `jsonSchema` of the caller's) the answer is free until it opens a call, which then
    * follows the same grammar (a lazy grammar), and the answer ends with that call; in the
    * `"harmony"` format `"auto"` leaves the answer free.

@@ -74,19 +74,15 @@ export function schemaAdmitsString(schema: unknown): boolean {
 export function typedArgument(tools: readonly ChatTool[], name: string, key: string, text: string): unknown {
   const schema = tools.find((tool) => tool.function.name === name)?.function.parameters;
   const property = isPlainObject(schema?.properties) ? schema.properties[key] : undefined;
-  if (schemaAdmitsString(property)) return text;
-  try {
-    return JSON.parse(text);
-  } catch {
-    return text;
-  }
+  return statedArgument(schemaAdmitsString(property), text);
 }
 
 /**
  * The arguments of an XML-style call whose body `inner` holds only `parameter` matches (a global
- * regex capturing the key, then the raw value) and whitespace, each value cleaned by `clean` and
- * typed by {@link typedArgument}; undefined when anything else stands between them (then the body
- * is not what it seems).
+ * regex capturing the key and the raw value, or the key, a type and the raw value) and whitespace,
+ * each value cleaned by `clean` and typed: by the type the call states where it states one (DSML's
+ * `string="true"` the text as is, `"false"` its JSON value), else by {@link typedArgument}; undefined
+ * when anything else stands between them (then the body is not what it seems).
  */
 export function xmlCallArguments(
   tools: readonly ChatTool[],
@@ -97,9 +93,23 @@ export function xmlCallArguments(
 ): Record<string, unknown> | undefined {
   const args: Record<string, unknown> = {};
   let rest = inner;
-  for (const [whole, key, raw] of inner.matchAll(parameter)) {
+  for (const match of inner.matchAll(parameter)) {
+    const [whole, key] = match;
+    const stated = match.length > 3 ? match[2] : undefined;
+    const text = clean(match[match.length - 1]!);
     rest = rest.replace(whole, "");
-    args[key!] = typedArgument(tools, name, key!, clean(raw!));
+    args[key!] =
+      stated === undefined ? typedArgument(tools, name, key!, text) : statedArgument(stated === "true", text);
   }
   return rest.trim() ? undefined : args;
+}
+
+/** A value whose call states its type: a string as is, else its JSON value (the text itself when it is not JSON). */
+function statedArgument(isString: boolean, text: string): unknown {
+  if (isString) return text;
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
 }

@@ -12,6 +12,7 @@
  */
 import { jsonSchemaToGrammar, gbnfLiteral } from "../grammar/json-schema.js";
 import { DEEPSEEK_CALL_BEGIN, DEEPSEEK_CALL_END, DEEPSEEK_SECTION, DEEPSEEK_SEP } from "./deepseek.js";
+import { DSML_INVOKE_BEGIN, DSML_INVOKE_END, DSML_PARAMETER_BEGIN, DSML_PARAMETER_END, DSML_SECTIONS } from "./dsml.js";
 import { HARMONY_CALL, HARMONY_CHANNEL, HARMONY_CONSTRAIN, HARMONY_MESSAGE, harmonyCallPrefix } from "./harmony.js";
 import { KIMI_ARGUMENTS_BEGIN, KIMI_CALL_BEGIN, KIMI_CALL_END, KIMI_SECTION } from "./kimi.js";
 import { MINIMAX_SECTION } from "./minimax.js";
@@ -33,7 +34,8 @@ type Spell = (text: string) => string;
  */
 interface XmlArgument {
   keyOpen: string;
-  keyClose: string;
+  /** After the key: one text, or one for a string value and one for a JSON value (DSML states the type). */
+  keyClose: string | { string: string; json: string };
   valueOpen: string;
   pad: string;
   /** Ends the value: a string value's text never holds it. */
@@ -59,6 +61,23 @@ interface CallShape {
    * (else the rest of `before`).
    */
   lazy?: { opening: string; trigger: string; head?: (name: string, spell: Spell) => string };
+}
+
+/** A DSML call (DeepSeek-V3.2, V4): its section, the invocation, parameters that state their type. */
+function dsmlCall(format: keyof typeof DSML_SECTIONS): CallShape {
+  const section = DSML_SECTIONS[format];
+  return {
+    before: (name) => `${section.open}\n${DSML_INVOKE_BEGIN}${name}">\n`,
+    xml: {
+      keyOpen: DSML_PARAMETER_BEGIN,
+      keyClose: { string: '" string="true">', json: '" string="false">' },
+      valueOpen: "",
+      pad: "",
+      close: DSML_PARAMETER_END,
+    },
+    after: [DSML_INVOKE_END, section.close],
+    lazy: { opening: `${section.open}\n${DSML_INVOKE_BEGIN}`, trigger: section.open },
+  };
 }
 
 const CALLS: Record<ToolCallFormat, CallShape> = {
@@ -110,6 +129,8 @@ const CALLS: Record<ToolCallFormat, CallShape> = {
     after: ["</invoke>", MINIMAX_SECTION.close],
     lazy: { opening: `${MINIMAX_SECTION.open}\n<invoke name="`, trigger: MINIMAX_SECTION.open },
   },
+  "deepseek-v3.2": dsmlCall("deepseek-v3.2"),
+  "deepseek-v4": dsmlCall("deepseek-v4"),
   harmony: {
     before: (name) => harmonyCallPrefix(name),
     after: [HARMONY_CALL],
@@ -134,7 +155,7 @@ const CALLS: Record<ToolCallFormat, CallShape> = {
  * their ids. Throws JSON_SCHEMA_UNSUPPORTED / JSON_SCHEMA_TOO_COMPLEX for a tool's
  * schema it cannot follow.
  *
- * XML-style arguments (Qwen3-Coder, GLM-4.5, MiniMax-M2) are the schema's properties in its order,
+ * XML-style arguments (Qwen3-Coder, GLM-4.5, MiniMax-M2, DSML) are the schema's properties in its order,
  * the required ones always, each value as the parsers type it: one of the strings of a string
  * `enum` or `const`, any text without the value's closing tag where the schema admits a string,
  * else JSON of the property's schema; a schema without properties takes any arguments as text.
@@ -255,15 +276,15 @@ function xmlArguments(
   const required = new Set(isPlainObject(schema) && Array.isArray(schema.required) ? schema.required : []);
   const text = `${prefix}text`;
   const rules = [excludingRules(text, xml.close)];
-  const argument = (key: string, value: string) =>
+  const argument = (key: string, value: XmlValue) =>
     [
       XML_SEPARATOR,
       spell(xml.keyOpen),
       key,
-      spell(xml.keyClose),
+      spell(typeof xml.keyClose === "string" ? xml.keyClose : xml.keyClose[value.isString ? "string" : "json"]),
       xml.valueOpen && `${XML_SEPARATOR} ${spell(xml.valueOpen)}`,
       xml.pad && gbnfLiteral(xml.pad),
-      value,
+      value.gbnf,
       xml.pad && gbnfLiteral(xml.pad),
       spell(xml.close),
     ]
@@ -271,7 +292,7 @@ function xmlArguments(
       .join(" ");
   const keys = Object.keys(properties);
   if (keys.length === 0) {
-    rules.push(`${prefix}arg ::= ${argument(`[^<>\\n"=]+`, text)}\n`);
+    rules.push(`${prefix}arg ::= ${argument(`[^<>\\n"=]+`, { gbnf: text, isString: true })}\n`);
     return { root: `${prefix}arg*`, rules: rules.join("") };
   }
   const sequence = keys.map((key, k) => {
@@ -282,13 +303,19 @@ function xmlArguments(
   return { root: `(${sequence.join(" ")})`, rules: rules.join("") };
 }
 
+/** One XML-style value's GBNF, and whether the parsers read it as a string (else as JSON). */
+interface XmlValue {
+  gbnf: string;
+  isString: boolean;
+}
+
 /** The GBNF of one XML-style value (see forcedCallGrammar); its JSON rules, if any, go to `rules`. */
-function xmlValue(property: unknown, prefix: string, text: string, rules: string[]): string {
+function xmlValue(property: unknown, prefix: string, text: string, rules: string[]): XmlValue {
   const strings = stringChoices(property);
-  if (strings) return `(${strings.map(gbnfLiteral).join(" | ")})`;
-  if (schemaAdmitsString(property)) return text;
+  if (strings) return { gbnf: `(${strings.map(gbnfLiteral).join(" | ")})`, isString: true };
+  if (schemaAdmitsString(property)) return { gbnf: text, isString: true };
   rules.push(prefixRules(jsonSchemaToGrammar(property ?? {}), prefix));
-  return `${prefix}root`;
+  return { gbnf: `${prefix}root`, isString: false };
 }
 
 /** The strings a property's `enum` or `const` allows, when it allows only strings. */
