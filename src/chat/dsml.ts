@@ -6,8 +6,7 @@
  * takes the text as it is, `string="false"` JSON (numbers, booleans, arrays, objects).
  * @module
  */
-import { xmlCallArguments } from "./tool-call-values.js";
-import { sectionOfCalls, type BlockCall, type BlockTags, type ToolCallBlock } from "./tagged-tool-calls.js";
+import { invocationSection, type BlockTags, type ToolCallBlock } from "./tagged-tool-calls.js";
 import type { ChatMessage, ChatTool } from "./types.js";
 
 export const DSML = "｜DSML｜";
@@ -23,18 +22,11 @@ export const DSML_INVOKE_END = `</${DSML}invoke>`;
 export const DSML_PARAMETER_BEGIN = `<${DSML}parameter name="`;
 export const DSML_PARAMETER_END = `</${DSML}parameter>`;
 
-const NAMED = /^([^"<>\s]+)">([\s\S]*)$/;
 const PARAMETER = /<｜DSML｜parameter name="([^"<>]+)" string="(true|false)">([\s\S]*?)<\/｜DSML｜parameter>/g;
 
 /** The section parser for `tools`. */
 export function dsmlSection(tools: readonly ChatTool[]): ToolCallBlock {
-  return sectionOfCalls(DSML_INVOKE_BEGIN, DSML_INVOKE_END, (body): BlockCall | undefined => {
-    const match = NAMED.exec(body);
-    if (!match) return undefined;
-    const name = match[1]!;
-    const args = xmlCallArguments(tools, name, match[2]!, PARAMETER);
-    return args && { name, arguments: args };
-  });
+  return invocationSection(DSML_INVOKE_BEGIN, DSML_INVOKE_END, PARAMETER, tools);
 }
 
 /**

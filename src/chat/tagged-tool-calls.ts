@@ -1,12 +1,14 @@
 /**
  * Tool calls written as tagged blocks in the answer, `OPEN BODY CLOSE`: Qwen3's, Hermes',
  * Qwen3-Coder's and GLM's `<tool_call>...</tool_call>` (one call each), DeepSeek's and Kimi-K2's
- * sections of calls between their section tokens. The body's syntax is the format's (see
- * hermes.ts, qwen3-coder.ts, glm.ts, deepseek.ts, kimi.ts).
+ * sections of calls between their section tokens, MiniMax-M2's and DSML's sections of invocations.
+ * The body's syntax is the format's (see hermes.ts, qwen3-coder.ts, glm.ts, deepseek.ts, kimi.ts,
+ * minimax.ts, dsml.ts).
  * @module
  */
 import { partialTagLength, trailingSpaceLength } from "./holdback.js";
-import type { ToolCall, ToolCallDelta, ToolCallIds, ToolCallParser } from "./types.js";
+import { xmlCallArguments } from "./tool-call-values.js";
+import type { ChatTool, ToolCall, ToolCallDelta, ToolCallIds, ToolCallParser } from "./types.js";
 
 /** A call's name and arguments from a block's body, or undefined when the body is malformed. */
 export type ToolCallBody = (body: string) => Omit<ToolCall, "id"> | undefined;
@@ -132,3 +134,26 @@ export function sectionOfCalls(
     return calls.length > 0 ? calls : undefined;
   };
 }
+
+/**
+ * The block reader of sections of named invocations (MiniMax-M2's, DSML's): `INVOKE_BEGIN` NAME `">`
+ * then its parameters (`parameter`, a global regex as {@link xmlCallArguments} takes it) up to `INVOKE_END`, each
+ * call's values typed for `tools`.
+ */
+export function invocationSection(
+  invokeBegin: string,
+  invokeEnd: string,
+  parameter: RegExp,
+  tools: readonly ChatTool[],
+): ToolCallBlock {
+  return sectionOfCalls(invokeBegin, invokeEnd, (body): BlockCall | undefined => {
+    const match = NAMED_INVOCATION.exec(body);
+    if (!match) return undefined;
+    const name = match[1]!;
+    const args = xmlCallArguments(tools, name, match[2]!, parameter);
+    return args && { name, arguments: args };
+  });
+}
+
+/** The rest of an invocation's opening: its name, `">`, then its body. */
+const NAMED_INVOCATION = /^([^"<>\s]+)">([\s\S]*)$/;
