@@ -6,7 +6,7 @@
  * call's opening on (the trigger), as llama-server's lazy grammars do (common/chat.cpp).
  *
  * A format's markers that are control tokens of the model's vocabulary (DeepSeek's and Kimi-K2's
- * tool-call tokens, harmony's `<|call|>`, MiniMax-M2's section tags) have no text in the output
+ * tool-call tokens, harmony's `<|call|>`, MiniMax-M2's section tags, DSML's `｜DSML｜`) have no text in the output
  * the grammar reads: the grammar names them by id (token terminals, `<[id]>`).
  * @module
  */
