@@ -13,7 +13,9 @@
 // bench/routing-trace.mjs; the model's benchmark-only REPLAY_ROUTING door, uniform gating), so the
 // file's experts move as the trace's model's did (the file's own routers send ~97 % of calls to a
 // quarter of the experts). Writes JSON to $OUT (or the working directory).
+// --decode-steps N (default 256): longer decode, for a steadier rate (256 steps are a few seconds).
 //   node bench/residency.mjs /root/q.gguf [--routing bench/traces/<trace>.json.gz] [--shares 0.125,0.25,0.5]
+//        [--decode-steps 1024]
 import { writeFileSync } from "node:fs";
 import { basename, join } from "node:path";
 import { getSystemInfo, loadModel, modelFootprint } from "../dist/index.js";
@@ -25,10 +27,13 @@ const args = process.argv.slice(2);
 const option = (name) => takeOption(args, name);
 const routing = option("--routing");
 const SHARES = (option("--shares") ?? "0.25").split(",").map(Number);
+const DECODE_STEPS = Number(option("--decode-steps") ?? "256");
 const path = args[0] ?? "/root/q.gguf";
 const CONTEXT = 4096;
 const PROMPT = 512;
-const DECODE_STEPS = 256;
+if (!(Number.isInteger(DECODE_STEPS) && DECODE_STEPS > 0 && PROMPT + DECODE_STEPS <= CONTEXT)) {
+  throw new Error(`--decode-steps takes a positive integer up to ${CONTEXT - PROMPT}`);
+}
 const trace = routing ? readTrace(routing) : undefined;
 // Per layer an LRU of the plan's GPU slot count, holding the plan's GPU experts first; each
 // step's calls hit when their expert is cached at the step's start, then the step's experts
