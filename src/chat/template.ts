@@ -6,7 +6,7 @@
 import { Template } from "@huggingface/jinja";
 import { BloomeryError } from "../errors.js";
 import { resultsInCallOrder } from "./dsml.js";
-import { detectToolCallFormat } from "./output.js";
+import { detectToolCallFormat, type ToolCallFormat } from "./output.js";
 import { renderAsync, renderSync, type RenderRequest } from "./render-worker.js";
 import { adaptTemplate } from "./template-compat.js";
 import type { ChatMessage, ChatTool } from "./types.js";
@@ -64,14 +64,14 @@ export class ChatTemplate {
   readonly adaptations: readonly string[];
   /** The source the workers render: `source` with those rewrites. */
   readonly #rendered: string;
-  /** DeepSeek-V4's template, which reads tool results in call order (resultsInCallOrder). */
-  readonly #v4: boolean;
+  /** The tool-call format the template teaches: harmony's and DeepSeek-V4's read messages their own way. */
+  readonly #format: ToolCallFormat;
 
   constructor(readonly source: string) {
     const adapted = adaptTemplate(source);
     this.adaptations = adapted.changes;
     this.#rendered = adapted.source;
-    this.#v4 = detectToolCallFormat(source) === "deepseek-v4";
+    this.#format = detectToolCallFormat(source);
     try {
       new Template(adapted.source);
     } catch (error) {
@@ -107,8 +107,9 @@ export class ChatTemplate {
       context: {
         ...options.templateKwargs,
         ...tools,
-        messages: (this.#v4 ? resultsInCallOrder(messages) : messages).map((message) =>
-          templateMessage(message, this.source.includes("<|channel|>")),
+        // DeepSeek-V4 reads tool results in call order (resultsInCallOrder).
+        messages: (this.#format === "deepseek-v4" ? resultsInCallOrder(messages) : messages).map((message) =>
+          templateMessage(message, this.#format === "harmony"),
         ),
         add_generation_prompt: options.addGenerationPrompt ?? true,
         bos_token: tokens.bosToken,

@@ -12,7 +12,14 @@
  */
 import { jsonSchemaToGrammar, gbnfLiteral } from "../grammar/json-schema.js";
 import { DEEPSEEK_CALL_BEGIN, DEEPSEEK_CALL_END, DEEPSEEK_SECTION, DEEPSEEK_SEP } from "./deepseek.js";
-import { DSML_INVOKE_BEGIN, DSML_INVOKE_END, DSML_PARAMETER_BEGIN, DSML_PARAMETER_END, DSML_SECTIONS } from "./dsml.js";
+import {
+  DSML_INVOKE_BEGIN,
+  DSML_INVOKE_END,
+  DSML_PARAMETER_BEGIN,
+  DSML_PARAMETER_END,
+  DSML_SECTIONS,
+  type DsmlFormat,
+} from "./dsml.js";
 import { HARMONY_CALL, HARMONY_CHANNEL, HARMONY_CONSTRAIN, HARMONY_MESSAGE, harmonyCallPrefix } from "./harmony.js";
 import { KIMI_ARGUMENTS_BEGIN, KIMI_CALL_BEGIN, KIMI_CALL_END, KIMI_SECTION } from "./kimi.js";
 import { MINIMAX_SECTION } from "./minimax.js";
@@ -64,7 +71,7 @@ interface CallShape {
 }
 
 /** A DSML call (DeepSeek-V3.2, V4): its section, the invocation, parameters that state their type. */
-function dsmlCall(format: keyof typeof DSML_SECTIONS): CallShape {
+function dsmlCall(format: DsmlFormat): CallShape {
   const section = DSML_SECTIONS[format];
   return {
     before: (name) => `${section.open}\n${DSML_INVOKE_BEGIN}${name}">\n`,
