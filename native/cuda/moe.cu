@@ -2,6 +2,8 @@
 // a softmax over the chosen), the routed slots grouped by
 // expert (so each expert's weights are read once per chunk of rows), and the weighted sum
 // of the experts' outputs back into the residual stream.
+#include <algorithm>
+
 #include "base/error.h"
 #include "cuda/expert_sum.cuh"
 #include "cuda/float_dot.cuh"
@@ -315,8 +317,15 @@ __global__ void combine_kernel(ExpertSum e, int width, float* residual) {
   }
 }
 
-__global__ void set_slot_kernel(int32_t* slot_of_expert, int32_t expert, int32_t slot) {
-  slot_of_expert[expert] = slot;
+// Writes per launch, passed by value (about 1 KB of kernel parameters).
+constexpr int kSlotWritesPerLaunch = 64;
+struct SlotWriteBatch {
+  SlotWrite writes[kSlotWritesPerLaunch];
+  int count;
+};
+
+__global__ void set_slots_kernel(SlotWriteBatch batch) {
+  for (int i = 0; i < batch.count; ++i) batch.writes[i].slot_of_expert[batch.writes[i].expert] = batch.writes[i].slot;
 }
 
 void check_routing(int64_t experts, int64_t used, const RouterSpec& router) {
@@ -346,8 +355,13 @@ void launch_top_k(const float* logits, int64_t n, int64_t experts, int64_t used,
 
 }  // namespace
 
-void set_expert_slot(int32_t* slot_of_expert, int32_t expert, int32_t slot, StreamHandle stream) {
-  set_slot_kernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(slot_of_expert, expert, slot);
+void set_expert_slots(std::span<const SlotWrite> writes, StreamHandle stream) {
+  for (size_t first = 0; first < writes.size(); first += kSlotWritesPerLaunch) {
+    SlotWriteBatch batch;
+    batch.count = static_cast<int>(std::min<size_t>(kSlotWritesPerLaunch, writes.size() - first));
+    std::copy_n(writes.begin() + static_cast<std::ptrdiff_t>(first), batch.count, batch.writes);
+    set_slots_kernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(batch);
+  }
 }
 
 void route_top_k(const float* logits, int64_t n, int64_t experts, int64_t used, const RouterSpec& router,

@@ -155,8 +155,15 @@ struct RouterSpec {
 // The `used` best experts of each row (in order) and their weights.
 void route_top_k(const float* logits, int64_t n, int64_t experts, int64_t used, const RouterSpec& router,
                  int32_t* chosen, float* weights, StreamHandle stream);
-// slot_of_expert[expert] = slot, in stream order: how adaptive residency retires and seats experts.
-void set_expert_slot(int32_t* slot_of_expert, int32_t expert, int32_t slot, StreamHandle stream);
+// One rewrite of a layer's expert->slot table: slot_of_expert[expert] = slot.
+struct SlotWrite {
+  int32_t* slot_of_expert;
+  int32_t expert;
+  int32_t slot;
+};
+// The writes in order, in stream order: how adaptive residency retires and seats experts. A step's
+// writes take one launch (a few for hundreds), not one each.
+void set_expert_slots(std::span<const SlotWrite> writes, StreamHandle stream);
 // Tokens per chunk the matvec kernels take for a pass of n rows (the tiled products take
 // kMmqTileTokens), and the most chunks a grouping of n rows in chunks of `tokens_per_chunk` makes.
 int tokens_per_expert_chunk(int64_t n);

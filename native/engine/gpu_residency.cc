@@ -29,15 +29,24 @@ GpuResidency::GpuResidency(const model::Model& model, std::vector<SlotPools> poo
 }
 
 void GpuResidency::begin(std::span<const Swap> swaps, cuda::StreamHandle compute) {
+  writes_.clear();
   for (const Swap& s : swaps) {
     if (slot_tables_[s.layer][s.evicted] >= 0) {
-      cuda::set_expert_slot(pools_[s.layer].slot_of_expert, s.evicted, -1, compute);
+      writes_.push_back({pools_[s.layer].slot_of_expert, s.evicted, -1});
       slot_tables_[s.layer][s.evicted] = -1;
       host_.set_on_host(s.layer, s.evicted, true);
     }
-    std::erase_if(in_flight_, [&](const Copy& c) { return c.swap.layer == s.layer && c.swap.slot == s.slot; });
+    for (auto c = in_flight_.begin(); c != in_flight_.end();) {
+      if (c->swap.layer == s.layer && c->swap.slot == s.slot) {
+        spare_events_.push_back(std::move(c->landed));
+        c = in_flight_.erase(c);
+      } else {
+        ++c;
+      }
+    }
     slot_experts_[s.layer][s.slot] = s.seated;
   }
+  cuda::set_expert_slots(writes_, compute);
   retired_.record(compute);
   retired_.wait_in(copies_.handle());
   for (const Swap& s : swaps) {
@@ -49,21 +58,34 @@ void GpuResidency::begin(std::span<const Swap> swaps, cuda::StreamHandle compute
       cuda::copy_async(pool + static_cast<size_t>(s.slot) * bytes, stack->expert(s.seated).data, bytes,
                        copies_.handle());
     }
-    Copy copy{s, std::make_unique<cuda::Event>()};
+    Copy copy{s, take_event()};
     copy.landed->record(copies_.handle());
     in_flight_.push_back(std::move(copy));
   }
 }
 
 void GpuResidency::seat_copied(cuda::StreamHandle compute) {
-  std::erase_if(in_flight_, [&](const Copy& c) {
-    if (!c.landed->done()) return false;
-    const Swap& s = c.swap;
-    cuda::set_expert_slot(pools_[s.layer].slot_of_expert, s.seated, s.slot, compute);
+  writes_.clear();
+  for (auto c = in_flight_.begin(); c != in_flight_.end();) {
+    if (!c->landed->done()) {
+      ++c;
+      continue;
+    }
+    const Swap& s = c->swap;
+    writes_.push_back({pools_[s.layer].slot_of_expert, s.seated, s.slot});
     slot_tables_[s.layer][s.seated] = s.slot;
     host_.set_on_host(s.layer, s.seated, false);
-    return true;
-  });
+    spare_events_.push_back(std::move(c->landed));
+    c = in_flight_.erase(c);
+  }
+  cuda::set_expert_slots(writes_, compute);
+}
+
+std::unique_ptr<cuda::Event> GpuResidency::take_event() {
+  if (spare_events_.empty()) return std::make_unique<cuda::Event>();
+  std::unique_ptr<cuda::Event> event = std::move(spare_events_.back());
+  spare_events_.pop_back();
+  return event;
 }
 
 }  // namespace bloomery::engine

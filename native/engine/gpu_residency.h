@@ -19,6 +19,7 @@
 #include <span>
 #include <vector>
 
+#include "cuda/ops.h"
 #include "cuda/runtime.h"
 #include "engine/host_experts.h"
 #include "engine/residency.h"
@@ -53,6 +54,9 @@ class GpuResidency {
     Swap swap;
     std::unique_ptr<cuda::Event> landed;
   };
+  // A landed copy's event, reused: a decode step begins several copies.
+  std::unique_ptr<cuda::Event> take_event();
+
   const model::Model& model_;
   std::vector<SlotPools> pools_;
   std::vector<std::vector<int32_t>>& slot_tables_;
@@ -61,6 +65,8 @@ class GpuResidency {
   cuda::Stream copies_;
   cuda::Event retired_;
   std::vector<Copy> in_flight_;
+  std::vector<std::unique_ptr<cuda::Event>> spare_events_;
+  std::vector<cuda::SlotWrite> writes_;  // one call's table writes, launched together
 };
 
 }  // namespace bloomery::engine

@@ -2,7 +2,10 @@
 // (pairing, margin, cap, ties, determinism) on hand-made counts.
 #include "engine/residency.h"
 
+#include <algorithm>
 #include <cmath>
+#include <random>
+#include <tuple>
 #include <vector>
 
 #include "tests/check.h"
@@ -18,7 +21,71 @@ RoutingCounts counted(int64_t layers, int64_t experts, const std::vector<uint32_
   return counts;
 }
 
+// The policy by its definition, every layer ranked whole: the oracle for choose_swaps, which
+// ranks only as many experts per layer as the cap can take.
+std::vector<Swap> swaps_by_definition(const RoutingCounts& counts, const std::vector<std::vector<int32_t>>& slots,
+                                      const SwapLimits& limits) {
+  std::vector<std::tuple<double, int64_t, Swap>> all;  // gain, rank, swap
+  for (int32_t l = 0; l < counts.layers(); ++l) {
+    std::vector<int32_t> host, gpu;
+    for (int32_t e = 0; e < counts.experts(); ++e) {
+      if (std::find(slots[l].begin(), slots[l].end(), e) == slots[l].end()) host.push_back(e);
+    }
+    for (int32_t s = 0; s < static_cast<int32_t>(slots[l].size()); ++s) gpu.push_back(s);
+    const auto c = [&](int32_t e) { return counts.count(l, e); };
+    std::sort(host.begin(), host.end(), [&](int32_t a, int32_t b) { return c(a) > c(b) || (c(a) == c(b) && a < b); });
+    std::sort(gpu.begin(), gpu.end(), [&](int32_t a, int32_t b) {
+      const int32_t ea = slots[l][a], eb = slots[l][b];
+      return c(ea) < c(eb) || (c(ea) == c(eb) && ea < eb);
+    });
+    for (size_t i = 0; i < std::min(host.size(), gpu.size()); ++i) {
+      const double gain = c(host[i]) - c(slots[l][gpu[i]]);
+      if (gain <= limits.margin) break;
+      all.emplace_back(gain, static_cast<int64_t>(i), Swap{l, gpu[i], slots[l][gpu[i]], host[i]});
+    }
+  }
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
+    if (std::get<0>(a) != std::get<0>(b)) return std::get<0>(a) > std::get<0>(b);
+    if (std::get<2>(a).layer != std::get<2>(b).layer) return std::get<2>(a).layer < std::get<2>(b).layer;
+    return std::get<1>(a) < std::get<1>(b);
+  });
+  std::vector<Swap> swaps;
+  for (const auto& [gain, rank, swap] : all) {
+    if (static_cast<int64_t>(swaps.size()) < limits.max_swaps) swaps.push_back(swap);
+  }
+  return swaps;
+}
+
 }  // namespace
+
+TEST(swaps_match_the_policy_ranked_whole) {
+  // Skewed random routing over 200 steps, the slots following the swaps: caps of 1, 3 and no cap.
+  for (const int64_t cap : {int64_t{1}, int64_t{3}, int64_t{1} << 20}) {
+    std::mt19937 rng(7);
+    RoutingCounts counts(6, 24);
+    std::vector<std::vector<int32_t>> slots(6, {0, 1, 2, 3, 4, 5});
+    size_t swaps_seen = 0;
+    for (int step = 0; step < 200; ++step) {
+      std::vector<uint32_t> calls(6 * 24, 0);
+      for (int64_t l = 0; l < 6; ++l) {
+        for (int k = 0; k < 4; ++k) calls[l * 24 + (rng() % 2 ? rng() % 6 + 8 : rng() % 24)] += 1;
+      }
+      counts.add_step(calls, {});
+      const std::vector<Swap> got = choose_swaps(counts, slots, {1.0, cap});
+      const std::vector<Swap> want = swaps_by_definition(counts, slots, {1.0, cap});
+      CHECK(got.size() == want.size()) << "step " << step << ": " << got.size() << " vs " << want.size();
+      if (got.size() != want.size()) return;
+      for (size_t i = 0; i < got.size(); ++i) {
+        CHECK(got[i].layer == want[i].layer && got[i].slot == want[i].slot && got[i].seated == want[i].seated &&
+              got[i].evicted == want[i].evicted)
+            << "step " << step << " swap " << i;
+        slots[got[i].layer][got[i].slot] = got[i].seated;
+      }
+      swaps_seen += got.size();
+    }
+    CHECK(swaps_seen > 20) << "the history moves experts: " << swaps_seen;
+  }
+}
 
 TEST(routing_counts_decay_then_add) {
   RoutingCounts counts(1, 3);
