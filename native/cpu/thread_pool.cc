@@ -208,11 +208,11 @@ void ThreadPool::parallel_for(size_t tasks, size_t grain, const std::function<vo
   generation_.notify_all();
   run_chunks();
   // Every task is handed out: close the loop to workers not in it yet, and wait for those in it.
-  // The caller spins first, as idle workers do: those still in the loop finish their last hand-out
-  // within microseconds, and a caller asleep in the kernel wakes well after them, which in a
-  // hybrid step delays the GPU waiting for this layer's sum.
+  // Where set_caller_spins says so, the caller spins first: those still in the loop finish their
+  // last hand-out within microseconds.
   uint64_t state = loop_.fetch_or(kClosed, std::memory_order_acq_rel) | kClosed;
-  if ((state & kJoinedMask) != 0 && spin_.load(std::memory_order_relaxed)) {
+  if ((state & kJoinedMask) != 0 && caller_spins_.load(std::memory_order_relaxed) &&
+      spin_.load(std::memory_order_relaxed)) {
     const auto sleep_at = std::chrono::steady_clock::now() + kSpinBeforeSleep;
     for (int spin = 1; (state & kJoinedMask) != 0; ++spin) {
       cpu_relax();

@@ -79,6 +79,14 @@ class ThreadPool {
   static constexpr size_t kMinParallelBytes = size_t{256} << 10;
   static constexpr size_t kMinHandoutBytes = size_t{256} << 10;
 
+  // Whether the caller of a loop spins for its last workers (as idle workers spin for the next
+  // loop, and not while the cores are contended) before it sleeps. For a pool a GPU waits on (a
+  // hybrid model's host experts): a caller asleep in the kernel wakes tens of microseconds after
+  // them, and the GPU with it. Off by default: with as many pool threads as cores, a spinning
+  // caller also keeps the core that the program's other threads (an event loop queuing the next
+  // request) need; two sessions on two cores then shared fewer passes.
+  void set_caller_spins(bool spins) { caller_spins_.store(spins, std::memory_order_relaxed); }
+
   // Calls body(begin, end) over disjoint ranges covering [0, tasks), `grain` tasks at a
   // time, on the active threads of the pool; returns when all tasks are done. Not reentrant.
   void parallel_for(size_t tasks, size_t grain, const std::function<void(size_t begin, size_t end)>& body);
@@ -105,6 +113,7 @@ class ThreadPool {
   std::atomic<uint32_t> generation_{0};
   std::atomic<uint32_t> active_;  // threads taking part, the caller counted
   std::atomic<bool> spin_{true};  // whether idle workers spin before sleeping
+  std::atomic<bool> caller_spins_{false};
   std::atomic<bool> stopping_{false};
 
   CoreShare share_;

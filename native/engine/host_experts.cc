@@ -53,7 +53,11 @@ HostExperts::HostExperts(const model::Model& model, std::vector<std::vector<uint
   std::memset(ready_.host<uint32_t>(), 0, static_cast<size_t>(layers) * sizeof(uint32_t));
   std::memset(done_.host<uint32_t>(), 0, static_cast<size_t>(layers) * sizeof(uint32_t));
   counters_ = cuda::DeviceBuffer(2 * sizeof(uint64_t), "hybrid step counters");
+  // The GPU waits for each layer's loop to end: the thread serving it does not sleep on its workers.
+  pool_.set_caller_spins(true);
 }
+
+HostExperts::~HostExperts() { pool_.set_caller_spins(false); }
 
 void HostExperts::queue_begin_pass(cuda::StreamHandle stream) { cuda::begin_handoff_step(step_of(counters_), stream); }
 

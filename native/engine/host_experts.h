@@ -41,6 +41,9 @@ class HostExperts {
   // those `arena` pages (the disk tier; null: none), from its slots. Buffers hold `max_rows` rows.
   HostExperts(const model::Model& model, std::vector<std::vector<uint8_t>> on_host, int64_t max_rows,
               cpu::ThreadPool& pool, ExpertArena* arena);
+  ~HostExperts();
+  HostExperts(const HostExperts&) = delete;
+  HostExperts& operator=(const HostExperts&) = delete;
 
   // Whether layer l has experts in host memory (the others need no handoff).
   bool has_host_experts(int64_t layer) const { return layer_active_[layer]; }

@@ -87,22 +87,27 @@ TEST(cpu_thread_pool_uses_fewer_threads_while_the_cpus_are_busy) {
 TEST(cpu_thread_pool_runs_each_task_once_over_many_short_loops) {
   // Within the pool's first sample period, so every thread takes part: tasks of ~20 us, so that
   // a loop that ended before the workers in it did would be seen with their tasks unfinished.
-  ThreadPool pool(4);
-  std::vector<std::atomic<int>> seen(9);
-  for (int loop = 0; loop < 300; ++loop) {
-    const size_t tasks = 1 + static_cast<size_t>(loop) % seen.size();
-    pool.parallel_for(tasks, 1, [&](size_t begin, size_t end) {
-      for (size_t i = begin; i < end; ++i) {
-        const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
-        while (std::chrono::steady_clock::now() < until) {
+  // With the caller sleeping on its last workers at once, and spinning first.
+  for (const bool caller_spins : {false, true}) {
+    ThreadPool pool(4);
+    pool.set_caller_spins(caller_spins);
+    std::vector<std::atomic<int>> seen(9);
+    for (int loop = 0; loop < 300; ++loop) {
+      const size_t tasks = 1 + static_cast<size_t>(loop) % seen.size();
+      pool.parallel_for(tasks, 1, [&](size_t begin, size_t end) {
+        for (size_t i = begin; i < end; ++i) {
+          const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
+          while (std::chrono::steady_clock::now() < until) {
+          }
+          seen[i].fetch_add(1, std::memory_order_relaxed);
         }
-        seen[i].fetch_add(1, std::memory_order_relaxed);
-      }
-    });
-    for (size_t i = 0; i < tasks; ++i) {
-      if (seen[i].exchange(0) != 1) {
-        CHECK(false) << "loop " << loop << " task " << i << " did not run exactly once";
-        return;
+      });
+      for (size_t i = 0; i < tasks; ++i) {
+        if (seen[i].exchange(0) != 1) {
+          CHECK(false) << "caller spins " << caller_spins << ", loop " << loop << " task " << i
+                       << " did not run exactly once";
+          return;
+        }
       }
     }
   }
@@ -114,29 +119,34 @@ TEST(cpu_thread_pool_loop_returns_after_its_workers_finish) {
   // The first loop has both threads (the pool has not sampled the CPUs yet); later ones may run
   // on the caller alone while other programs keep the CPUs busy, so the test counts the loops a
   // worker took part in and needs one.
-  ThreadPool pool(2);
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the worker waits for loops
-  const std::thread::id caller = std::this_thread::get_id();
-  int met = 0;
-  for (int loop = 0; loop < 5; ++loop) {
-    std::atomic<int> started{0};
-    std::atomic<int> finished{0};
-    // Tasks are counted, not calls: while other programs keep the CPUs busy the pool may run
-    // both on the caller in one call.
-    pool.parallel_for(2, 1, [&](size_t begin, size_t end) {
-      started.fetch_add(static_cast<int>(end - begin));
-      const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
-      while (started.load() < 2 && std::chrono::steady_clock::now() < give_up) {
-      }
-      if (std::this_thread::get_id() != caller) {
-        ++met;
-        std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      }
-      finished.fetch_add(static_cast<int>(end - begin));
-    });
-    CHECK(finished.load() == 2) << "loop " << loop << " returned with " << finished.load() << " of 2 tasks done";
+  // The worker's 2 ms outlast a spinning caller's spin: it spins, then sleeps.
+  for (const bool caller_spins : {false, true}) {
+    ThreadPool pool(2);
+    pool.set_caller_spins(caller_spins);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the worker waits for loops
+    const std::thread::id caller = std::this_thread::get_id();
+    int met = 0;
+    for (int loop = 0; loop < 5; ++loop) {
+      std::atomic<int> started{0};
+      std::atomic<int> finished{0};
+      // Tasks are counted, not calls: while other programs keep the CPUs busy the pool may run
+      // both on the caller in one call.
+      pool.parallel_for(2, 1, [&](size_t begin, size_t end) {
+        started.fetch_add(static_cast<int>(end - begin));
+        const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+        while (started.load() < 2 && std::chrono::steady_clock::now() < give_up) {
+        }
+        if (std::this_thread::get_id() != caller) {
+          ++met;
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        }
+        finished.fetch_add(static_cast<int>(end - begin));
+      });
+      CHECK(finished.load() == 2) << "caller spins " << caller_spins << ", loop " << loop << " returned with "
+                                  << finished.load() << " of 2 tasks done";
+    }
+    CHECK(met > 0) << "the worker took part in no loop: nothing was tested";
   }
-  CHECK(met > 0) << "the worker took part in no loop: nothing was tested";
 }
 
 TEST(cpu_thread_pool_runs_small_loops_on_the_caller_and_hands_out_large_ones) {
