@@ -28,6 +28,17 @@ constexpr uint64_t kClosed = uint64_t{1} << 31;
 constexpr uint64_t kJoinedMask = kClosed - 1;
 uint64_t loop_word(uint32_t generation) { return uint64_t{generation} << 32; }
 
+// Spins until done() holds or kSpinBeforeSleep has passed (the caller then checks and sleeps): idle
+// workers so for the next loop, a caller (set_caller_spins) for its loop's last workers.
+template <typename Done>
+void spin_before_sleep(Done done) {
+  const auto sleep_at = std::chrono::steady_clock::now() + kSpinBeforeSleep;
+  for (int spin = 1; !done(); ++spin) {
+    cpu_relax();
+    if (spin % kSpinsPerClockRead == 0 && std::chrono::steady_clock::now() >= sleep_at) return;
+  }
+}
+
 // Adds a thread's time on a CPU and time runnable but waiting for one (ns), from the
 // schedstat file open at `fd`; false when it cannot be read (a kernel without schedstats).
 bool add_schedstat(int fd, uint64_t& run, uint64_t& wait) {
@@ -132,12 +143,7 @@ void ThreadPool::worker_loop(Worker& self, uint32_t index) {
     }
     uint32_t now = generation_.load(std::memory_order_acquire);
     if (now == seen && spin_.load(std::memory_order_relaxed)) {
-      const auto sleep_at = std::chrono::steady_clock::now() + kSpinBeforeSleep;
-      for (int spin = 1; now == seen; ++spin) {
-        cpu_relax();
-        if (spin % kSpinsPerClockRead == 0 && std::chrono::steady_clock::now() >= sleep_at) break;
-        now = generation_.load(std::memory_order_acquire);
-      }
+      spin_before_sleep([&] { return (now = generation_.load(std::memory_order_acquire)) != seen; });
     }
     if (now == seen) {
       generation_.wait(seen, std::memory_order_acquire);
@@ -213,12 +219,7 @@ void ThreadPool::parallel_for(size_t tasks, size_t grain, const std::function<vo
   uint64_t state = loop_.fetch_or(kClosed, std::memory_order_acq_rel) | kClosed;
   if ((state & kJoinedMask) != 0 && caller_spins_.load(std::memory_order_relaxed) &&
       spin_.load(std::memory_order_relaxed)) {
-    const auto sleep_at = std::chrono::steady_clock::now() + kSpinBeforeSleep;
-    for (int spin = 1; (state & kJoinedMask) != 0; ++spin) {
-      cpu_relax();
-      if (spin % kSpinsPerClockRead == 0 && std::chrono::steady_clock::now() >= sleep_at) break;
-      state = loop_.load(std::memory_order_acquire);
-    }
+    spin_before_sleep([&] { return ((state = loop_.load(std::memory_order_acquire)) & kJoinedMask) == 0; });
   }
   for (; (state & kJoinedMask) != 0; state = loop_.load(std::memory_order_acquire)) {
     loop_.wait(state, std::memory_order_acquire);

@@ -37,12 +37,7 @@ void GpuResidency::begin(std::span<const Swap> swaps, cuda::StreamHandle compute
       host_.set_on_host(s.layer, s.evicted, true);
     }
     for (auto c = in_flight_.begin(); c != in_flight_.end();) {
-      if (c->swap.layer == s.layer && c->swap.slot == s.slot) {
-        spare_events_.push_back(std::move(c->landed));
-        c = in_flight_.erase(c);
-      } else {
-        ++c;
-      }
+      c = c->swap.layer == s.layer && c->swap.slot == s.slot ? forget(c) : c + 1;
     }
     slot_experts_[s.layer][s.slot] = s.seated;
   }
@@ -75,10 +70,14 @@ void GpuResidency::seat_copied(cuda::StreamHandle compute) {
     writes_.push_back({pools_[s.layer].slot_of_expert, s.seated, s.slot});
     slot_tables_[s.layer][s.seated] = s.slot;
     host_.set_on_host(s.layer, s.seated, false);
-    spare_events_.push_back(std::move(c->landed));
-    c = in_flight_.erase(c);
+    c = forget(c);
   }
   cuda::set_expert_slots(writes_, compute);
+}
+
+std::vector<GpuResidency::Copy>::iterator GpuResidency::forget(std::vector<Copy>::iterator copy) {
+  spare_events_.push_back(std::move(copy->landed));
+  return in_flight_.erase(copy);
 }
 
 std::unique_ptr<cuda::Event> GpuResidency::take_event() {

@@ -54,7 +54,9 @@ class GpuResidency {
     Swap swap;
     std::unique_ptr<cuda::Event> landed;
   };
-  // A landed copy's event, reused: a decode step begins several copies.
+  // A copy no longer followed (landed and seated, or its slot taken again): its event goes to the
+  // spares, which take_event reuses, as a decode step begins several copies. Returns the next copy.
+  std::vector<Copy>::iterator forget(std::vector<Copy>::iterator copy);
   std::unique_ptr<cuda::Event> take_event();
 
   const model::Model& model_;

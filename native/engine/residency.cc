@@ -49,11 +49,11 @@ std::vector<Swap> choose_swaps(const RoutingCounts& counts, const std::vector<st
     }
     const auto count = [&](int32_t e) { return counts.count(l, e); };
     // Most layers have nothing to swap between two decode steps: skip them before ranking.
-    double hottest_host = -1, coldest_gpu = 0;
+    if (host.empty() || slots.empty()) continue;
+    double hottest_host = count(host[0]), coldest_gpu = count(slots[0]);
     for (const int32_t e : host) hottest_host = std::max(hottest_host, count(e));
-    for (size_t s = 0; s < slots.size(); ++s)
-      coldest_gpu = s == 0 ? count(slots[s]) : std::min(coldest_gpu, count(slots[s]));
-    if (host.empty() || slots.empty() || hottest_host - coldest_gpu <= limits.margin) continue;
+    for (const int32_t e : slots) coldest_gpu = std::min(coldest_gpu, count(e));
+    if (hottest_host - coldest_gpu <= limits.margin) continue;
     gpu_slots.resize(slots.size());
     for (size_t s = 0; s < slots.size(); ++s) gpu_slots[s] = static_cast<int32_t>(s);
     const auto ranked = static_cast<std::ptrdiff_t>(
