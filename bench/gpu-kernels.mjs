@@ -1,23 +1,43 @@
 // Per-kernel GPU times (run on the GPU machine): runs a 512-token prompt and three decode
 // steps of the whole model on the card under Nsight Compute (ncu), then sums each kernel's
-// time per pass, so the limits of bench/gpu.mjs's figures can be named. Writes JSON to $OUT.
-//   node bench/gpu-kernels.mjs /root/q.gguf
+// time per pass, so the limits of bench/gpu.mjs's figures can be named. With --streams N, N
+// sessions each evaluate their prompt, then take their decode steps together (one pass of N
+// rows a step, as parallel streams decode), so what grows with the streams can be named.
+// Writes JSON to $OUT.
+//   node bench/gpu-kernels.mjs /root/q.gguf [--streams 1]
 import { execFileSync } from "node:child_process";
 import { existsSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { parseArgs } from "node:util";
 import { getSystemInfo, loadModel } from "../dist/index.js";
 
-const path = process.argv[2] ?? "/root/q.gguf";
-const PROMPT = 512;
+const { values, positionals } = parseArgs({
+  allowPositionals: true,
+  options: { streams: { type: "string", default: "1" } },
+});
+const path = positionals[0] ?? "/root/q.gguf";
+const STREAMS = Number(values.streams);
+if (!Number.isInteger(STREAMS) || STREAMS < 1)
+  throw new Error(`--streams takes a positive integer, not ${values.streams}`);
+const PROMPT = 256; // eight streams' prompts fit one pass of the step budget (2,048 rows)
 const DECODE_STEPS = 3;
 
 async function workload() {
-  const model = await loadModel(path, { gpu: "auto", contextSize: 4096 });
+  const model = await loadModel(path, { gpu: "auto", contextSize: 4096, parallel: STREAMS });
   const vocab = model.info.vocabSize;
-  const session = model.createSession();
-  await session.evaluate(Array.from({ length: PROMPT }, (_, i) => (i * 7919 + 11) % vocab));
-  for (let i = 0; i < DECODE_STEPS; ++i) await session.evaluate([(i * 131 + 7) % vocab]);
+  const sessions = Array.from({ length: STREAMS }, () => model.createSession());
+  // Generations started together share their passes: the prompts' and then each decode step's.
+  const options = { maxTokens: DECODE_STEPS, logitBias: { [model.info.eosToken]: -Infinity } };
+  await Promise.all(
+    sessions.map(
+      (session, s) =>
+        session.generate(
+          Array.from({ length: PROMPT }, (_, i) => (i * 7919 + s * 104729 + 11) % vocab),
+          options,
+        ).result,
+    ),
+  );
   model.dispose();
 }
 
@@ -131,25 +151,29 @@ if (process.env.BLOOMERY_KERNELS_WORKLOAD) {
     "--cache-control",
     "none",
   ];
-  const csv = execFileSync(ncu, [...args, process.execPath, fileURLToPath(import.meta.url), path], {
-    env: { ...process.env, BLOOMERY_KERNELS_WORKLOAD: "1" },
-    maxBuffer: 1 << 30,
-    encoding: "utf8",
-  });
+  const csv = execFileSync(
+    ncu,
+    [...args, process.execPath, fileURLToPath(import.meta.url), path, "--streams", `${STREAMS}`],
+    {
+      env: { ...process.env, BLOOMERY_KERNELS_WORKLOAD: "1" },
+      maxBuffer: 1 << 30,
+      encoding: "utf8",
+    },
+  );
   const launches = parseCsv(csv);
   const passes = summarize(launches);
   const result = {
-    command: `node bench/gpu-kernels.mjs ${path}`,
+    command: `node bench/gpu-kernels.mjs ${path} --streams ${STREAMS}`,
     date: new Date().toISOString(),
     machine: getSystemInfo(),
-    model: { path, preset: "qwen3-30b-a3b synthetic", prompt: PROMPT, decodeSteps: DECODE_STEPS },
+    model: { path, preset: "qwen3-30b-a3b synthetic", prompt: PROMPT, decodeSteps: DECODE_STEPS, streams: STREAMS },
     note:
       "kernel times and DRAM bytes read under ncu (--cache-control none, --clock-control none), each kernel " +
-      "serialized: launch gaps excluded; the last pass (a decode step) also launch by launch",
+      "serialized: launch gaps excluded; the last pass (a decode step of every stream) also launch by launch",
     rawKernelName: launches[0]?.kernel,
     passes,
   };
-  const out = join(process.env.OUT ?? ".", "gpu-kernels.json");
+  const out = join(process.env.OUT ?? ".", STREAMS === 1 ? "gpu-kernels.json" : `gpu-kernels-${STREAMS}.json`);
   writeFileSync(out, JSON.stringify(result, null, 2));
   for (const [i, pass] of passes.entries()) {
     const top = Object.entries(pass.kernels)

@@ -1,6 +1,6 @@
-// GPU parallel-streams benchmark (run on the GPU machine): total decode tok/s of 1, 2 and 4
+// GPU parallel-streams benchmark (run on the GPU machine): total decode tok/s of 1, 2, 4 and 8
 // sessions generating at once, the whole model on the card, where every decode step is one
-// batched pass (one CUDA graph) over all the streams' rows. One model loaded with parallel 4;
+// batched pass (one CUDA graph) over all the streams' rows. One model loaded with parallel 8;
 // each session gets its own prompt of `prompt` tokens and generates `decode` greedy tokens
 // (end-of-sequence banned, so every stream runs to the end). The figure is the model's own
 // count: decode rows over the wall time of the passes that ran them (model.stats() before and
@@ -18,7 +18,7 @@ import { fastestRounds } from "./measure.mjs";
 // ik_llama.cpp's one-stream decode on the same machine and model (../shared/BASELINES.md); it
 // has no figure for several streams.
 const PEER = { name: "ik_llama.cpp (-ngl 99 -fa 1), one stream", decode: 238.9 };
-const STREAMS = [1, 2, 4];
+const STREAMS = [1, 2, 4, 8];
 
 const { values, positionals } = parseArgs({
   allowPositionals: true,

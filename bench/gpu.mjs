@@ -4,7 +4,9 @@
 // streams it (first token to last: the figure the ratio takes), the engine's own time for those
 // passes (model.stats(); what llama-bench's tg times), generate() with llama-server's default
 // sampling, and evaluate() of one token at a time with the logits copied to JavaScript and
-// argmax taken there. Writes JSON to $OUT (or the working directory).
+// argmax taken there. Then decode at depth: the engine's decode tok/s after prompts of 512 and
+// 16,384 tokens (a model loaded with a context that holds the deeper), and their ratio, which
+// says what attention over a long cache costs a step. Writes JSON to $OUT (or the working directory).
 //   node bench/gpu.mjs /root/q.gguf
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -14,6 +16,8 @@ import { argmax, promptRate, secondsSince, spreadTokens, streamedDecodeRate } fr
 const PEER = { name: "ik_llama.cpp (-ngl 99 -fa 1)", decode: 238.9, prompt512: 4342, prompt4096: 5215 };
 const path = process.argv[2] ?? "/root/q.gguf";
 const DECODE_STEPS = 256;
+const DEPTHS = [512, 16384];
+const DEPTH_STEPS = 128;
 
 const loadStart = process.hrtime.bigint();
 const model = await loadModel(path, { gpu: "auto", contextSize: 8192 });
@@ -45,6 +49,23 @@ const decodeEngine = (after.decodeTokens - before.decodeTokens) / (after.decodeS
 const decodeSampled = await streamedDecodeRate(model, session, DECODE_STEPS, { temperature: 0.8, seed: 1 });
 model.dispose();
 
+// The engine's decode tok/s (model.stats(): the passes' own time) of greedy tokens after `depth` prompt tokens.
+async function decodeAtDepth(deep, depth) {
+  const s = deep.createSession();
+  const start = deep.stats();
+  const ban = { [deep.info.eosToken]: -Infinity };
+  await s.generate(spreadTokens(depth, vocab), { maxTokens: DEPTH_STEPS, logitBias: ban }).result;
+  const end = deep.stats();
+  s.dispose();
+  return (end.decodeTokens - start.decodeTokens) / (end.decodeSeconds - start.decodeSeconds);
+}
+const deep = await loadModel(path, { gpu: "auto", contextSize: Math.max(...DEPTHS) + DEPTH_STEPS + 64 });
+await decodeAtDepth(deep, 64); // warm-up: the decode graph captured
+const atDepth = {};
+for (const depth of DEPTHS)
+  atDepth[depth] = Math.max(await decodeAtDepth(deep, depth), await decodeAtDepth(deep, depth));
+deep.dispose();
+
 const result = {
   command: `node bench/gpu.mjs ${path}`,
   date: new Date().toISOString(),
@@ -60,6 +81,8 @@ const result = {
     decodeContextStart: 65,
     prompt512TokensPerSecond: prompt512,
     prompt4096TokensPerSecond: prompt4096,
+    decodeAtDepth: atDepth,
+    decodeDeepOverShallow: atDepth[DEPTHS[1]] / atDepth[DEPTHS[0]],
   },
   peer: PEER,
   ratios: {
@@ -75,5 +98,7 @@ console.log(
   `decode ${decode.toFixed(1)} tok/s (${result.ratios.decode.toFixed(2)}x ik_llama.cpp; engine ` +
     `${decodeEngine.toFixed(1)}, sampled ${decodeSampled.toFixed(1)}, evaluate loop ${decodeEvaluate.toFixed(1)}), ` +
     `prompt 512: ${prompt512.toFixed(0)} (${result.ratios.prompt512.toFixed(2)}x), ` +
-    `4096: ${prompt4096.toFixed(0)} (${result.ratios.prompt4096.toFixed(2)}x); wrote ${out}`,
+    `4096: ${prompt4096.toFixed(0)} (${result.ratios.prompt4096.toFixed(2)}x); decode at depth ` +
+    `${DEPTHS.map((d) => `${d}: ${atDepth[d].toFixed(1)}`).join(", ")} ` +
+    `(${result.figures.decodeDeepOverShallow.toFixed(3)}x); wrote ${out}`,
 );

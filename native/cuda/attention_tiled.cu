@@ -5,7 +5,8 @@
 // kSegment. A batch of one row tile per KV head (a decode step, a few streams) gives each
 // segment its own block, so a long context fills the GPU; the grid covers the whole cache and
 // blocks past the row's length return at once, so one captured decode graph serves every step.
-// Larger batches give each block every segment of its tile.
+// Larger batches give each block every segment of its tile. A decode step of several sequences
+// (each one row tile, over its own cache) runs in one launch, a row tile per sequence.
 //
 // Rounding kept from the CPU path (cpu/attention.cc) where it costs little: the query rounded
 // to f16 (f16 products are exact in f32), each score the f32 product of its dot and the scale,
@@ -57,9 +58,15 @@ struct Params {
   int64_t kv_width;
   float scale;
   bool block_per_segment;  // else one block for all of a row tile's segments
-  float2* stats;           // [segment][n * heads]: each row's maximum score and its exps' sum in the segment
-  float* partial;          // [segment][n * heads][head_dim] with a block per segment, else unused
-  uint32_t* barriers;      // with a block per segment: two words per KV head (segment_barrier)
+  // With a row tile per sequence (sequences > 0): sequence s's token rows [first[s], first[s + 1]),
+  // over its cache (keys[s], values[s]); else row tiles of kRows packed rows over keys and values.
+  int sequences;
+  int first[kMaxKvSegments + 1];
+  const uint16_t* sequence_keys[kMaxKvSegments];
+  const uint16_t* sequence_values[kMaxKvSegments];
+  float2* stats;       // [segment][n * heads]: each row's maximum score and its exps' sum in the segment
+  float* partial;      // [segment][n * heads][head_dim] with a block per segment, else unused
+  uint32_t* barriers;  // with a block per segment: two words per KV head and row tile (segment_barrier)
   float* out;
 };
 
@@ -81,6 +88,23 @@ struct Shape {
   static_assert(kRows <= kTile, "the query tile is staged in a K/V tile's shared memory");
 };
 
+// A block's packed rows [first, end) and the cache they attend.
+struct RowTile {
+  int first;
+  int end;
+  const uint16_t* keys;
+  const uint16_t* values;
+};
+
+template <int D, int kWarps>
+__device__ RowTile row_tile(const Params& p) {
+  const int t = blockIdx.x;
+  if (p.sequences > 0)
+    return {p.first[t] * p.group, p.first[t + 1] * p.group, p.sequence_keys[t], p.sequence_values[t]};
+  const int first = t * Shape<D, kWarps>::kRows;
+  return {first, min(first + Shape<D, kWarps>::kRows, p.n * p.group), p.keys, p.values};
+}
+
 // The rows this lane holds in the mma fragments (lane / 4 and lane / 4 + 8 of its warp's 16):
 // their packed index and the last position each attends (-1 for padding rows past the batch).
 struct LaneRows {
@@ -88,12 +112,12 @@ struct LaneRows {
   int limit[2];
 };
 
-__device__ LaneRows lane_rows(const Params& p, int first_row) {
+__device__ LaneRows lane_rows(const Params& p, const RowTile& tile) {
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   LaneRows rows;
   for (int i = 0; i < 2; ++i) {
-    rows.row[i] = first_row + warp * kRowsPerWarp + lane / 4 + 8 * i;
-    rows.limit[i] = rows.row[i] < p.n * p.group ? p.positions[rows.row[i] / p.group] : -1;
+    rows.row[i] = tile.first + warp * kRowsPerWarp + lane / 4 + 8 * i;
+    rows.limit[i] = rows.row[i] < tile.end ? p.positions[rows.row[i] / p.group] : -1;
   }
   return rows;
 }
@@ -101,12 +125,12 @@ __device__ LaneRows lane_rows(const Params& p, int first_row) {
 // The block's segments: those holding positions of its tile's longest row, one of them with a
 // block per segment (none when the tile's rows end before it).
 template <int D, int kWarps>
-__device__ Segments block_segments(const Params& p, int first_row) {
+__device__ Segments block_segments(const Params& p, const RowTile& tile) {
   __shared__ int longest;
   if (threadIdx.x == 0) longest = 0;
   __syncthreads();
-  const int row = first_row + static_cast<int>(threadIdx.x);
-  if (threadIdx.x < Shape<D, kWarps>::kRows && row < p.n * p.group) atomicMax(&longest, p.positions[row / p.group] + 1);
+  const int row = tile.first + static_cast<int>(threadIdx.x);
+  if (threadIdx.x < Shape<D, kWarps>::kRows && row < tile.end) atomicMax(&longest, p.positions[row / p.group] + 1);
   __syncthreads();
   const int count = segments_of(longest);
   if (!p.block_per_segment) return {0, count, longest};
@@ -118,7 +142,7 @@ __device__ Segments block_segments(const Params& p, int first_row) {
 // thread's loads are issued before any is stored: a decode step's few blocks would otherwise
 // wait out one memory latency per load.
 template <int D, int kWarps>
-__device__ void load_queries(const Params& p, int kv_head, int first_row, uint16_t* stage,
+__device__ void load_queries(const Params& p, int kv_head, const RowTile& tile, uint16_t* stage,
                              uint32_t (&a)[Shape<D, kWarps>::kSteps][4]) {
   using S = Shape<D, kWarps>;
   constexpr int kLoads = S::kRows * D / 4 / S::kThreads;  // float4 loads per thread
@@ -126,9 +150,9 @@ __device__ void load_queries(const Params& p, int kv_head, int first_row, uint16
 #pragma unroll
   for (int j = 0; j < kLoads; ++j) {
     const int i = static_cast<int>(threadIdx.x) + j * S::kThreads;
-    const int row = first_row + i / (D / 4), c = i % (D / 4) * 4;
+    const int row = tile.first + i / (D / 4), c = i % (D / 4) * 4;
     v[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (row < p.n * p.group) {
+    if (row < tile.end) {
       const int64_t token = row / p.group, head = kv_head * p.group + row % p.group;
       v[j] = *reinterpret_cast<const float4*>(p.q + (token * p.heads + head) * D + c);
     }
@@ -316,15 +340,15 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_stats_ke
   __shared__ __align__(16) uint16_t tile[kTile * S::kStride];
   wait_for_previous_kernel();
   const int kv_head = blockIdx.y;
-  const int first_row = blockIdx.x * S::kRows;
-  const Segments segments = block_segments<D, kWarps>(p, first_row);
+  const RowTile rows_tile = row_tile<D, kWarps>(p);
+  const Segments segments = block_segments<D, kWarps>(p, rows_tile);
   if (segments.begin >= segments.end) return;
   const int end = min(segments.end * kSegment, segments.length);
   // Each K tile is queued while the one before is folded (the first while the queries load).
-  load_tile<D, kWarps>(p.keys, p.kv_width, kv_head, segments.begin * kSegment, segments.length, tile);
-  const LaneRows rows = lane_rows(p, first_row);
+  load_tile<D, kWarps>(rows_tile.keys, p.kv_width, kv_head, segments.begin * kSegment, segments.length, tile);
+  const LaneRows rows = lane_rows(p, rows_tile);
   uint32_t a[S::kSteps][4];
-  load_queries<D, kWarps>(p, kv_head, first_row, stage, a);
+  load_queries<D, kWarps>(p, kv_head, rows_tile, stage, a);
 
   for (int segment = segments.begin; segment < segments.end; ++segment) {
     float max[2] = {-INFINITY, -INFINITY};
@@ -335,7 +359,8 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_stats_ke
       float s[kTile / 8][4];
       tile_scores<D, kWarps>(a, tile, p.scale, s);
       __syncthreads();
-      if (first + kTile < end) load_tile<D, kWarps>(p.keys, p.kv_width, kv_head, first + kTile, segments.length, tile);
+      if (first + kTile < end)
+        load_tile<D, kWarps>(rows_tile.keys, p.kv_width, kv_head, first + kTile, segments.length, tile);
       fold_tile_statistics(s, first, rows, max, sum);
     }
     store_statistics(p, kv_head, rows, segment, max, sum);
@@ -351,17 +376,17 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_values_k
   __shared__ __align__(16) uint16_t values[kTile * S::kStride];
   wait_for_previous_kernel();
   const int kv_head = blockIdx.y;
-  const int first_row = blockIdx.x * S::kRows;
-  const Segments segments = block_segments<D, kWarps>(p, first_row);
+  const RowTile tile = row_tile<D, kWarps>(p);
+  const Segments segments = block_segments<D, kWarps>(p, tile);
   if (segments.begin >= segments.end) return;
   const int end = min(segments.end * kSegment, segments.length);
   // The first V tile loads while the queries are staged through `keys`, the first K tile while
   // the statistics are folded; each later tile while the one before is multiplied.
-  load_tile<D, kWarps>(p.values, p.kv_width, kv_head, segments.begin * kSegment, segments.length, values);
-  const LaneRows rows = lane_rows(p, first_row);
+  load_tile<D, kWarps>(tile.values, p.kv_width, kv_head, segments.begin * kSegment, segments.length, values);
+  const LaneRows rows = lane_rows(p, tile);
   uint32_t a[S::kSteps][4];
-  load_queries<D, kWarps>(p, kv_head, first_row, keys, a);
-  load_tile<D, kWarps>(p.keys, p.kv_width, kv_head, segments.begin * kSegment, segments.length, keys);
+  load_queries<D, kWarps>(p, kv_head, tile, keys, a);
+  load_tile<D, kWarps>(tile.keys, p.kv_width, kv_head, segments.begin * kSegment, segments.length, keys);
   float max[2], inverse[2];
   softmax_scale(p, kv_head, rows, max, inverse);
 
@@ -375,10 +400,10 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_values_k
       tile_scores<D, kWarps>(a, keys, p.scale, s);
       __syncthreads();
       const bool more = first + kTile < end;
-      if (more) load_tile<D, kWarps>(p.keys, p.kv_width, kv_head, first + kTile, segments.length, keys);
+      if (more) load_tile<D, kWarps>(tile.keys, p.kv_width, kv_head, first + kTile, segments.length, keys);
       add_tile_values<D, kWarps>(s, first, rows, max, inverse, values, o);
       __syncthreads();
-      if (more) load_tile<D, kWarps>(p.values, p.kv_width, kv_head, first + kTile, segments.length, values);
+      if (more) load_tile<D, kWarps>(tile.values, p.kv_width, kv_head, first + kTile, segments.length, values);
     }
 #pragma unroll
     for (int d = 0; d < D / 8; ++d) {
@@ -428,16 +453,16 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_decode_k
   __shared__ __align__(16) uint16_t values[kTile * S::kStride];
   wait_for_previous_kernel();
   const int kv_head = blockIdx.y;
-  const int first_row = blockIdx.x * S::kRows;
-  const Segments segments = block_segments<D, kWarps>(p, first_row);
+  const RowTile tile = row_tile<D, kWarps>(p);
+  const Segments segments = block_segments<D, kWarps>(p, tile);
   if (segments.begin >= segments.end) return;
   const int first = segments.begin * kSegment;
   // V loads while the queries are staged through `keys`, K once they are.
-  load_tile<D, kWarps>(p.values, p.kv_width, kv_head, first, segments.length, values);
-  const LaneRows rows = lane_rows(p, first_row);
+  load_tile<D, kWarps>(tile.values, p.kv_width, kv_head, first, segments.length, values);
+  const LaneRows rows = lane_rows(p, tile);
   uint32_t a[S::kSteps][4];
-  load_queries<D, kWarps>(p, kv_head, first_row, keys, a);
-  load_tile<D, kWarps>(p.keys, p.kv_width, kv_head, first, segments.length, keys);
+  load_queries<D, kWarps>(p, kv_head, tile, keys, a);
+  load_tile<D, kWarps>(tile.keys, p.kv_width, kv_head, first, segments.length, keys);
   wait_for_tiles();
   __syncthreads();
   float s[kTile / 8][4];
@@ -522,32 +547,86 @@ Plan plan_for(int64_t n, const AttentionShape& shape) {
 
 int64_t cache_segments(const AttentionShape& shape) { return (shape.cache_positions + kSegment - 1) / kSegment; }
 
-// The decode launch's barriers (segment_barrier: two words per KV head) lead the scratch, at the
-// same place for every batch, so that words another batch's statistics overwrote never serve as
-// a barrier: they start zeroed (as a DeviceBuffer does) and each barrier leaves them so.
+// The decode launch's barriers (segment_barrier: two words per KV head and row tile, a tile per
+// sequence at most) lead the scratch, at the same place for every batch, so that words another
+// batch's statistics overwrote never serve as a barrier: they start zeroed (as a DeviceBuffer
+// does) and each barrier leaves them so.
 size_t barrier_bytes(const AttentionShape& shape) {
-  return (static_cast<size_t>(2 * shape.kv_heads) * sizeof(uint32_t) + 255) / 256 * 256;
+  return (static_cast<size_t>(2 * shape.kv_heads * kMaxKvSegments) * sizeof(uint32_t) + 255) / 256 * 256;
 }
 
 size_t stats_bytes(int64_t n, const AttentionShape& shape) {
   return (static_cast<size_t>(cache_segments(shape)) * n * shape.heads * sizeof(float2) + 255) / 256 * 256;
 }
 
-size_t partial_bytes(int64_t n, const AttentionShape& shape, const Plan& plan) {
-  if (!plan.block_per_segment) return 0;
+size_t partial_bytes(int64_t n, const AttentionShape& shape, bool block_per_segment) {
+  if (!block_per_segment) return 0;
   return static_cast<size_t>(cache_segments(shape)) * n * shape.heads * shape.head_dim * sizeof(float);
 }
 
 template <int D, int kWarps>
-void launch(const Params& p, const Plan& plan, const AttentionShape& shape, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(plan.row_tiles), static_cast<unsigned>(shape.kv_heads),
-                  static_cast<unsigned>(plan.block_per_segment ? cache_segments(shape) : 1));
-  if (plan.block_per_segment) {
+void launch(const Params& p, const dim3& grid, bool block_per_segment, cudaStream_t stream) {
+  if (block_per_segment) {
     launch_early(attention_decode_kernel<D, kWarps>, grid, dim3(Shape<D, kWarps>::kThreads), 0, stream, p);
     return;
   }
   launch_early(attention_stats_kernel<D, kWarps>, grid, dim3(Shape<D, kWarps>::kThreads), 0, stream, p);
   launch_early(attention_values_kernel<D, kWarps>, grid, dim3(Shape<D, kWarps>::kThreads), 0, stream, p);
+}
+
+// Params for n rows (every scratch region sized for them), whatever the row tiles.
+Params params_for(const float* q, int64_t n, const int32_t* positions, const AttentionShape& shape, void* scratch,
+                  bool block_per_segment, float* out) {
+  Params p{};
+  p.q = q;
+  p.positions = positions;
+  p.n = static_cast<int>(n);
+  p.heads = static_cast<int>(shape.heads);
+  p.group = static_cast<int>(shape.heads / shape.kv_heads);
+  p.kv_width = shape.kv_heads * shape.head_dim;
+  p.scale = shape.scale;
+  p.block_per_segment = block_per_segment;
+  p.barriers = static_cast<uint32_t*>(scratch);
+  uint8_t* const statistics = static_cast<uint8_t*>(scratch) + barrier_bytes(shape);
+  p.stats = reinterpret_cast<float2*>(statistics);
+  p.partial = reinterpret_cast<float*>(statistics + stats_bytes(n, shape));
+  p.out = out;
+  return p;
+}
+
+void check_tiled(const AttentionShape& shape) {
+  if (!tiled_attention_supports(shape.head_dim)) {
+    throw Error("UNSUPPORTED_MODEL",
+                "tiled GPU attention needs head_dim 64 or 128, not " + std::to_string(shape.head_dim));
+  }
+  if (shape.cache_positions < 1) throw Error("INVALID_ARGUMENT", "tiled GPU attention needs the KV cache's size");
+}
+
+void launch_rows(const Params& p, const dim3& grid, bool wide, const AttentionShape& shape, cudaStream_t s) {
+  if (shape.head_dim == 64) {
+    wide ? launch<64, kWideWarps>(p, grid, p.block_per_segment, s) : launch<64, 1>(p, grid, p.block_per_segment, s);
+  } else {
+    wide ? launch<128, kWideWarps>(p, grid, p.block_per_segment, s) : launch<128, 1>(p, grid, p.block_per_segment, s);
+  }
+}
+
+// Adds up a block-per-segment launch's partial outputs of n rows into `out`, quantized too
+// where it can: returns whether it was.
+bool combine_segments(const Params& p, int64_t n, const AttentionShape& shape, const QuantizedRows& quantized,
+                      cudaStream_t s) {
+  constexpr int kCombineThreads = 256;
+  const int64_t rows = n * shape.heads;
+  const int64_t width = shape.heads * shape.head_dim;
+  if (quantized.blocks && width % kQuantizeValuesPerWarp == 0) {
+    launch_early(combine_and_quantize_kernel,
+                 dim3(ceil_div(rows * shape.head_dim / kQuantizeValuesPerLane, kCombineThreads)), dim3(kCombineThreads),
+                 0, s, p.partial, p.positions, rows, p.heads, static_cast<int>(shape.head_dim), static_cast<int>(width),
+                 activation_format(quantized.type), p.out, quantized.blocks);
+    return true;
+  }
+  launch_early(combine_segments_kernel, dim3(ceil_div(rows * shape.head_dim, kCombineThreads)), dim3(kCombineThreads),
+               0, s, p.partial, p.positions, rows, p.heads, static_cast<int>(shape.head_dim), p.out);
+  return false;
 }
 
 }  // namespace
@@ -558,57 +637,62 @@ size_t attention_scratch_bytes(const AttentionShape& shape, int64_t max_rows) {
   size_t bytes = 0;
   if (!tiled_attention_supports(shape.head_dim)) return bytes;
   for (int64_t n = 1; n <= max_rows; ++n) {
-    bytes = std::max(bytes, stats_bytes(n, shape) + partial_bytes(n, shape, plan_for(n, shape)));
+    bytes = std::max(bytes, stats_bytes(n, shape) + partial_bytes(n, shape, plan_for(n, shape).block_per_segment));
   }
+  const int64_t batched = std::min<int64_t>(max_rows, kMaxBatchedDecodeRows);
+  bytes = std::max(bytes, stats_bytes(batched, shape) + partial_bytes(batched, shape, true));
   return barrier_bytes(shape) + bytes;
 }
 
 bool tiled_causal_attention(const float* q, int64_t n, const int32_t* positions, const uint16_t* keys,
                             const uint16_t* values, const AttentionShape& shape, void* scratch, float* out,
                             const QuantizedRows& quantized, StreamHandle stream) {
-  if (!tiled_attention_supports(shape.head_dim)) {
-    throw Error("UNSUPPORTED_MODEL",
-                "tiled GPU attention needs head_dim 64 or 128, not " + std::to_string(shape.head_dim));
-  }
-  if (shape.cache_positions < 1) throw Error("INVALID_ARGUMENT", "tiled GPU attention needs the KV cache's size");
+  check_tiled(shape);
   const Plan plan = plan_for(n, shape);
-  Params p;
-  p.q = q;
-  p.positions = positions;
+  Params p = params_for(q, n, positions, shape, scratch, plan.block_per_segment, out);
   p.keys = keys;
   p.values = values;
-  p.n = static_cast<int>(n);
-  p.heads = static_cast<int>(shape.heads);
-  p.group = static_cast<int>(shape.heads / shape.kv_heads);
-  p.kv_width = shape.kv_heads * shape.head_dim;
-  p.scale = shape.scale;
-  p.block_per_segment = plan.block_per_segment;
-  p.barriers = static_cast<uint32_t*>(scratch);
-  uint8_t* const statistics = static_cast<uint8_t*>(scratch) + barrier_bytes(shape);
-  p.stats = reinterpret_cast<float2*>(statistics);
-  p.partial = reinterpret_cast<float*>(statistics + stats_bytes(n, shape));
-  p.out = out;
   const auto s = static_cast<cudaStream_t>(stream);
-  const bool wide = plan.warps == kWideWarps;
-  if (shape.head_dim == 64) {
-    wide ? launch<64, kWideWarps>(p, plan, shape, s) : launch<64, 1>(p, plan, shape, s);
-  } else {
-    wide ? launch<128, kWideWarps>(p, plan, shape, s) : launch<128, 1>(p, plan, shape, s);
+  const dim3 grid(static_cast<unsigned>(plan.row_tiles), static_cast<unsigned>(shape.kv_heads),
+                  static_cast<unsigned>(plan.block_per_segment ? cache_segments(shape) : 1));
+  launch_rows(p, grid, plan.warps == kWideWarps, shape, s);
+  return plan.block_per_segment && combine_segments(p, n, shape, quantized, s);
+}
+
+bool batched_attention_serves(const AttentionShape& shape, const KvSegments& sequences) {
+  if (!tiled_attention_supports(shape.head_dim) || shape.window != 0 || shape.sinks) return false;
+  if (sequences.count < 1 || sequences.count > kMaxKvSegments) return false;
+  if (sequences.first_row[sequences.count] - sequences.first_row[0] > kMaxBatchedDecodeRows) return false;
+  const int64_t group = shape.heads / shape.kv_heads;
+  for (int i = 0; i < sequences.count; ++i) {
+    const int64_t rows = sequences.first_row[i + 1] - sequences.first_row[i];
+    if (rows < 1 || rows * group > kRowsPerWarp) return false;
   }
-  if (!plan.block_per_segment) return false;
-  constexpr int kCombineThreads = 256;
-  const int64_t rows = n * shape.heads;
-  const int64_t width = shape.heads * shape.head_dim;
-  if (quantized.blocks && width % kQuantizeValuesPerWarp == 0) {
-    launch_early(combine_and_quantize_kernel,
-                 dim3(ceil_div(rows * shape.head_dim / kQuantizeValuesPerLane, kCombineThreads)), dim3(kCombineThreads),
-                 0, s, p.partial, positions, rows, p.heads, static_cast<int>(shape.head_dim), static_cast<int>(width),
-                 activation_format(quantized.type), out, quantized.blocks);
-    return true;
+  return true;
+}
+
+bool batched_causal_attention(const float* q, const int32_t* positions, const KvSegments& sequences,
+                              const AttentionShape& shape, void* scratch, float* out, const QuantizedRows& quantized,
+                              StreamHandle stream) {
+  check_tiled(shape);
+  if (!batched_attention_serves(shape, sequences)) {
+    throw Error("INVALID_ARGUMENT", "a batched decode attention takes 1 to " + std::to_string(kMaxKvSegments) +
+                                        " sequences of one row tile each, " + std::to_string(kMaxBatchedDecodeRows) +
+                                        " rows at most, without a window or sinks");
   }
-  launch_early(combine_segments_kernel, dim3(ceil_div(rows * shape.head_dim, kCombineThreads)), dim3(kCombineThreads),
-               0, s, p.partial, positions, rows, p.heads, static_cast<int>(shape.head_dim), out);
-  return false;
+  const int64_t n = sequences.first_row[sequences.count] - sequences.first_row[0];
+  Params p = params_for(q, n, positions, shape, scratch, true, out);
+  p.sequences = sequences.count;
+  for (int i = 0; i <= sequences.count; ++i) p.first[i] = sequences.first_row[i] - sequences.first_row[0];
+  for (int i = 0; i < sequences.count; ++i) {
+    p.sequence_keys[i] = sequences.keys[i];
+    p.sequence_values[i] = sequences.values[i];
+  }
+  const auto s = static_cast<cudaStream_t>(stream);
+  const dim3 grid(static_cast<unsigned>(sequences.count), static_cast<unsigned>(shape.kv_heads),
+                  static_cast<unsigned>(cache_segments(shape)));
+  launch_rows(p, grid, false, shape, s);
+  return combine_segments(p, n, shape, quantized, s);
 }
 
 }  // namespace bloomery::cuda

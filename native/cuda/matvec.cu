@@ -117,32 +117,13 @@ __device__ void quantize_row(const float* x, int cols, ActivationFormat format, 
   __syncthreads();
 }
 
+// Up to NT activation rows, from `first` on (`count` of them, the rest repeat the last and
+// write nothing), through weight row `row` of `part` (expert `expert`'s, grouped). Quantizes a
+// float activation row into `quantized` first where the launch gave one (NT 1 only).
 template <uint32_t Type, int NT, bool Gated, int kLanes>
-__global__ void __launch_bounds__(kWarpsPerBlock* kWarp) matvec_kernel(MatvecArgs a) {
-  extern __shared__ ActivationBlock quantized[];  // with x_floats: the block's activation row
-  constexpr int kRowsPerWarp = kWarp / kLanes;
+__device__ __forceinline__ void product_rows(const MatvecArgs& a, const MatvecPart& part, int row, int expert,
+                                             int first, int count, bool grouped, ActivationBlock* quantized) {
   const int lane = threadIdx.x % kLanes;  // within the row's lanes
-  MatvecPart part = a.parts[0];
-#pragma unroll
-  for (int p = 1; p < kMaxParts; ++p) {
-    if (p < a.part_count && static_cast<int>(blockIdx.x) >= a.parts[p].first_block) part = a.parts[p];
-  }
-  const int row =
-      ((static_cast<int>(blockIdx.x) - part.first_block) * kWarpsPerBlock + threadIdx.x / kWarp) * kRowsPerWarp +
-      static_cast<int>(threadIdx.x % kWarp) / kLanes;
-  const bool grouped = a.chunks != nullptr;
-  int expert = 0, first, count;
-  if (grouped) {
-    wait_for_previous_kernel();  // the chunks are the grouping's
-    const int c = blockIdx.y;
-    if (c >= *a.chunk_count) return;
-    expert = a.chunks[3 * c];
-    first = a.chunks[3 * c + 1];
-    count = a.chunks[3 * c + 2];
-  } else {
-    first = blockIdx.y * NT;
-    count = min(NT, a.n - first);
-  }
   // Lanes past the last row load that row again and write nothing: they may still have a
   // share in quantizing the activation row.
   const size_t offset =
@@ -177,7 +158,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp) matvec_kernel(MatvecArg
     out_rows[t] = slot;
   }
   if constexpr (NT == 1) {
-    if (a.x_floats) {
+    if (!a.x && a.x_floats) {
       const int cols = a.x_blocks * 32;
       quantize_row(a.x_floats + static_cast<int64_t>(out_rows[0] / a.x_row_divisor) * cols, cols, a.format, quantized);
     }
@@ -223,6 +204,50 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp) matvec_kernel(MatvecArg
       *out = part.accumulate ? *out + value : value;
     }
   }
+}
+
+// A block serves kWarpsPerBlock * (32 / kLanes) weight rows of one part, against a chunk of up
+// to NT activation rows: a dense batch's rows blockIdx.y * NT on, or the rows grouped to one
+// expert (chunk blockIdx.y). Grouped chunks of 8 rows (tokens_per_expert_chunk) that hold one or
+// two run as the product of one or two rows (in a decode step of a few streams most experts
+// have one row, a few two: 8 rows' dots for each would make the product compute-bound). A row's
+// sums are the same floats whatever NT: each row is dotted on its own, in the same order.
+template <uint32_t Type, int NT, bool Gated, int kLanes>
+__global__ void __launch_bounds__(kWarpsPerBlock* kWarp) matvec_kernel(MatvecArgs a) {
+  extern __shared__ ActivationBlock quantized[];  // with x_floats: the block's activation row
+  constexpr int kRowsPerWarp = kWarp / kLanes;
+  MatvecPart part = a.parts[0];
+#pragma unroll
+  for (int p = 1; p < kMaxParts; ++p) {
+    if (p < a.part_count && static_cast<int>(blockIdx.x) >= a.parts[p].first_block) part = a.parts[p];
+  }
+  const int row =
+      ((static_cast<int>(blockIdx.x) - part.first_block) * kWarpsPerBlock + threadIdx.x / kWarp) * kRowsPerWarp +
+      static_cast<int>(threadIdx.x % kWarp) / kLanes;
+  const bool grouped = a.chunks != nullptr;
+  int expert = 0, first, count;
+  if (grouped) {
+    wait_for_previous_kernel();  // the chunks are the grouping's
+    const int c = blockIdx.y;
+    if (c >= *a.chunk_count) return;
+    expert = a.chunks[3 * c];
+    first = a.chunks[3 * c + 1];
+    count = a.chunks[3 * c + 2];
+  } else {
+    first = blockIdx.y * NT;
+    count = min(NT, a.n - first);
+  }
+  if constexpr (NT == 8) {
+    if (grouped && count <= 2) {
+      if (count == 1) {
+        product_rows<Type, 1, Gated, kLanes>(a, part, row, expert, first, count, grouped, quantized);
+      } else {
+        product_rows<Type, 2, Gated, kLanes>(a, part, row, expert, first, count, grouped, quantized);
+      }
+      return;
+    }
+  }
+  product_rows<Type, NT, Gated, kLanes>(a, part, row, expert, first, count, grouped, quantized);
 }
 
 // F32, F16 and BF16 weights against float rows (routers, small dense matrices): a block per

@@ -218,53 +218,12 @@ __global__ void top_k_kernel(const float* logits, int n, int experts, int used, 
   route_row(logits + static_cast<int64_t>(row) * experts, row, experts, used, router, chosen, weights, counts, single);
 }
 
-struct RouteDecodeArgs {
-  const uint8_t* router;
-  size_t row_bytes;
-  int cols;
-  const float* x;
-  int experts;
-  int used;
-  RouterSpec spec;
-  float* logits;
-  int32_t* chosen;
-  float* weights;
-  uint32_t* counts;
-  SingleRowGroups single;
-  uint32_t* ticket;
-};
-
-// A block per expert computes its logit as float_matvec_kernel does (float_dot.cuh); each then
-// takes a ticket once its logit is visible, and the block that takes the last one routes the
-// row (route_row) and leaves the ticket zero for the next launch. A launch less per layer than
-// the router's product followed by top_k_kernel, with the same floats.
-template <uint32_t Type>
-__global__ void __launch_bounds__(kFloatThreads) route_decode_kernel(RouteDecodeArgs a) {
-  const float* xs[1] = {a.x};
-  const float logit = float_row_dots<Type, 1>(a.router + blockIdx.x * a.row_bytes, a.cols, xs);
-  __shared__ bool last;
-  if (threadIdx.x == 0) {
-    a.logits[blockIdx.x] = logit;
-    __threadfence();
-    last = atomicAdd(a.ticket, 1u) == gridDim.x - 1;
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  if (threadIdx.x < kWarp) {
-    route_row(a.logits, 0, a.experts, a.used, a.spec, a.chosen, a.weights, a.counts, a.single);
-  }
-  if (threadIdx.x == 0) *a.ticket = 0;
-}
-
-// One block: counts per expert, offsets, the chunk table, then each slot's place in `order`.
-// Experts whose slot is -1 (in host memory) get no chunk: the CPU runs them. Chunks name the
-// expert's slot, which is where the expert kernels read its weights.
+// Groups the `pairs` routed slots of GPU-resident experts by expert (see group_by_expert), in
+// one block: `shared` holds 4 * experts ints. The first warp lays the chunks out, each lane a
+// run of experts (a scan across the lanes), so the block does not wait on one thread's loop.
 // The order within an expert varies from run to run; each slot's result does not depend on it.
-__global__ void group_kernel(const int32_t* chosen, int pairs, int experts, const int32_t* slot_of_expert,
-                             int tokens_per_chunk, int32_t* order, int32_t* chunks, int32_t* chunk_count) {
-  wait_for_previous_kernel();
-  extern __shared__ int shared[];
+__device__ void group_slots(const int32_t* chosen, int pairs, int experts, const int32_t* slot_of_expert,
+                            int tokens_per_chunk, int32_t* order, int32_t* chunks, int32_t* chunk_count, int* shared) {
   int* counts = shared;
   int* offsets = shared + experts;
   int* chunk_offsets = shared + 2 * experts;
@@ -278,15 +237,34 @@ __global__ void group_kernel(const int32_t* chosen, int pairs, int experts, cons
     if (slot_of_expert[chosen[i]] >= 0) atomicAdd(&counts[chosen[i]], 1);
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    int offset = 0, chunk = 0;
-    for (int e = 0; e < experts; ++e) {
-      offsets[e] = offset;
-      chunk_offsets[e] = chunk;
-      offset += counts[e];
+  if (threadIdx.x < kWarp) {
+    const int lane = threadIdx.x;
+    const int per_lane = (experts + kWarp - 1) / kWarp;
+    const int begin = min(experts, lane * per_lane), end = min(experts, begin + per_lane);
+    int slots = 0, chunk = 0;
+    for (int e = begin; e < end; ++e) {
+      slots += counts[e];
       chunk += (counts[e] + tokens_per_chunk - 1) / tokens_per_chunk;
     }
-    *chunk_count = chunk;
+    int slots_before = slots, chunks_before = chunk;  // inclusive sums over the lanes, then exclusive
+#pragma unroll
+    for (int offset = 1; offset < kWarp; offset *= 2) {
+      const int other_slots = __shfl_up_sync(0xffffffffu, slots_before, offset);
+      const int other_chunks = __shfl_up_sync(0xffffffffu, chunks_before, offset);
+      if (lane >= offset) {
+        slots_before += other_slots;
+        chunks_before += other_chunks;
+      }
+    }
+    if (lane == kWarp - 1) *chunk_count = chunks_before;
+    slots_before -= slots;
+    chunks_before -= chunk;
+    for (int e = begin; e < end; ++e) {
+      offsets[e] = slots_before;
+      chunk_offsets[e] = chunks_before;
+      slots_before += counts[e];
+      chunks_before += (counts[e] + tokens_per_chunk - 1) / tokens_per_chunk;
+    }
   }
   __syncthreads();
   for (int e = threadIdx.x; e < experts; e += blockDim.x) {
@@ -300,6 +278,73 @@ __global__ void group_kernel(const int32_t* chosen, int pairs, int experts, cons
     const int e = chosen[i];
     if (slot_of_expert[e] >= 0) order[offsets[e] + atomicAdd(&fill[e], 1)] = i;
   }
+}
+
+struct RouteDecodeArgs {
+  const uint8_t* router;
+  size_t row_bytes;
+  int cols;
+  const float* x;
+  int n;
+  int experts;
+  int used;
+  int tokens_per_chunk;
+  RouterSpec spec;
+  float* logits;
+  int32_t* chosen;
+  float* weights;
+  uint32_t* counts;
+  const int32_t* slot_of_expert;
+  int32_t* order;
+  int32_t* chunks;
+  int32_t* chunk_count;
+  uint32_t* ticket;
+};
+
+// A block per expert computes its logits of the n rows (up to NT) as float_matvec_kernel does
+// (float_dot.cuh); each then takes a ticket once its logits are visible, and the block that takes
+// the last one routes the rows, a warp per row (route_row), groups them (a single row of one
+// token per chunk as route_row groups it, else group_slots) and leaves the ticket zero for the
+// next launch. Two launches less per layer than the router's product, top_k_kernel and
+// group_kernel, with the same floats.
+template <uint32_t Type, int NT>
+__global__ void __launch_bounds__(kFloatThreads) route_decode_kernel(RouteDecodeArgs a) {
+  extern __shared__ int grouping[];  // group_slots' counters: 4 * experts ints
+  const float* xs[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) xs[t] = a.x + static_cast<int64_t>(min(t, a.n - 1)) * a.cols;
+  const float logit = float_row_dots<Type, NT>(a.router + blockIdx.x * a.row_bytes, a.cols, xs);
+  __shared__ bool last;
+  if (static_cast<int>(threadIdx.x) < a.n) {
+    a.logits[threadIdx.x * a.experts + blockIdx.x] = logit;
+    __threadfence();  // the logit, before the block's ticket
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(a.ticket, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const bool single = a.n == 1 && a.tokens_per_chunk == 1;
+  const SingleRowGroups groups =
+      single ? SingleRowGroups{a.slot_of_expert, a.order, a.chunks, a.chunk_count} : SingleRowGroups{};
+  for (int row = threadIdx.x / kWarp; row < a.n; row += kFloatThreads / kWarp) {
+    route_row(a.logits + static_cast<int64_t>(row) * a.experts, row, a.experts, a.used, a.spec, a.chosen, a.weights,
+              a.counts, groups);
+  }
+  if (!single) {
+    __syncthreads();  // the rows' choices, written above, are read back by the whole block
+    group_slots(a.chosen, a.n * a.used, a.experts, a.slot_of_expert, a.tokens_per_chunk, a.order, a.chunks,
+                a.chunk_count, grouping);
+  }
+  if (threadIdx.x == 0) *a.ticket = 0;
+}
+
+// One block of group_slots.
+__global__ void group_kernel(const int32_t* chosen, int pairs, int experts, const int32_t* slot_of_expert,
+                             int tokens_per_chunk, int32_t* order, int32_t* chunks, int32_t* chunk_count) {
+  wait_for_previous_kernel();
+  extern __shared__ int shared[];
+  group_slots(chosen, pairs, experts, slot_of_expert, tokens_per_chunk, order, chunks, chunk_count, shared);
 }
 
 // Each thread adds the expert sum (expert_sum.cuh) to kSumValues consecutive values of a row.
@@ -396,30 +441,57 @@ void group_by_expert(const int32_t* chosen, int64_t n, int64_t experts, int64_t 
                chunk_count);
 }
 
-void route_decode(const DeviceMatrix& router, const float* x, int64_t experts, int64_t used, const RouterSpec& spec,
-                  const int32_t* slot_of_expert, float* logits, int32_t* chosen, float* weights, uint32_t* counts,
-                  int32_t* order, int32_t* chunks, int32_t* chunk_count, uint32_t* ticket, StreamHandle stream) {
+void route_decode(const DeviceMatrix& router, const float* x, int64_t n, int64_t experts, int64_t used,
+                  const RouterSpec& spec, const int32_t* slot_of_expert, int tokens_per_chunk, float* logits,
+                  int32_t* chosen, float* weights, uint32_t* counts, int32_t* order, int32_t* chunks,
+                  int32_t* chunk_count, uint32_t* ticket, StreamHandle stream) {
   check_routing(experts, used, spec);
   if (router.rows != experts) {
     throw Error("INVALID_ARGUMENT",
                 "the router has " + std::to_string(router.rows) + " rows for " + std::to_string(experts) + " experts");
   }
+  if (n < 1 || n > kMaxRouteDecodeRows) {
+    throw Error("INVALID_ARGUMENT",
+                "route_decode routes 1 to " + std::to_string(kMaxRouteDecodeRows) + " rows, not " + std::to_string(n));
+  }
   const RouteDecodeArgs a{router.data,
                           router.row_bytes,
                           static_cast<int>(router.cols),
                           x,
+                          static_cast<int>(n),
                           static_cast<int>(experts),
                           static_cast<int>(used),
+                          tokens_per_chunk,
                           spec,
                           logits,
                           chosen,
                           weights,
                           counts,
-                          {slot_of_expert, order, chunks, chunk_count},
+                          slot_of_expert,
+                          order,
+                          chunks,
+                          chunk_count,
                           ticket};
+  const size_t shared = 4 * static_cast<size_t>(experts) * sizeof(int);
+  const auto s = static_cast<cudaStream_t>(stream);
+  const dim3 grid(static_cast<unsigned>(experts));
   const bool supported = with_type(FloatTypes{}, router.type, [&](auto t) {
-    launch_early(route_decode_kernel<decltype(t)::value>, dim3(static_cast<unsigned>(experts)), dim3(kFloatThreads), 0,
-                 static_cast<cudaStream_t>(stream), a);
+    constexpr uint32_t kType = decltype(t)::value;
+    switch (n) {
+      case 1:
+        launch_early(route_decode_kernel<kType, 1>, grid, dim3(kFloatThreads), shared, s, a);
+        break;
+      case 2:
+        launch_early(route_decode_kernel<kType, 2>, grid, dim3(kFloatThreads), shared, s, a);
+        break;
+      case 3:
+      case 4:
+        launch_early(route_decode_kernel<kType, 4>, grid, dim3(kFloatThreads), shared, s, a);
+        break;
+      default:
+        launch_early(route_decode_kernel<kType, 8>, grid, dim3(kFloatThreads), shared, s, a);
+        break;
+    }
   });
   if (!supported) {
     throw Error("UNSUPPORTED_QUANT", "route_decode takes a float router, not ggml type " + std::to_string(router.type));

@@ -181,12 +181,15 @@ void group_by_expert(const int32_t* chosen, int64_t n, int64_t experts, int64_t 
 void route_and_group(const float* logits, int64_t n, int64_t experts, int64_t used, const RouterSpec& router,
                      const int32_t* slot_of_expert, int tokens_per_chunk, int32_t* chosen, float* weights,
                      uint32_t* counts, int32_t* order, int32_t* chunks, int32_t* chunk_count, StreamHandle stream);
-// A decode step's router product (float weights: logits = router x, as matvec computes them) and
-// route_and_group of its one row (one token per chunk) in one launch: the last of the router's
-// blocks routes. `ticket`: a device counter, zero between launches (the launch leaves it zero).
-void route_decode(const DeviceMatrix& router, const float* x, int64_t experts, int64_t used, const RouterSpec& spec,
-                  const int32_t* slot_of_expert, float* logits, int32_t* chosen, float* weights, uint32_t* counts,
-                  int32_t* order, int32_t* chunks, int32_t* chunk_count, uint32_t* ticket, StreamHandle stream);
+// A decode step's router product (float weights: logits = router x, as matvec computes them, for
+// n <= kMaxRouteDecodeRows rows) and route_and_group of its rows in one launch: the last of the
+// router's blocks routes and groups. `ticket`: a device counter, zero between launches (the
+// launch leaves it zero).
+inline constexpr int64_t kMaxRouteDecodeRows = 8;
+void route_decode(const DeviceMatrix& router, const float* x, int64_t n, int64_t experts, int64_t used,
+                  const RouterSpec& spec, const int32_t* slot_of_expert, int tokens_per_chunk, float* logits,
+                  int32_t* chosen, float* weights, uint32_t* counts, int32_t* order, int32_t* chunks,
+                  int32_t* chunk_count, uint32_t* ticket, StreamHandle stream);
 // residual[i] += sum over k of weights[i, k] * expert_out[i * used + k], in k order, over the
 // GPU-resident experts (slot_of_expert[chosen[i, k]] >= 0). rms_norm can add the same sum
 // itself (RmsNorm::pending).
@@ -382,5 +385,17 @@ size_t attention_scratch_bytes(const AttentionShape& shape, int64_t max_rows);
 bool tiled_causal_attention(const float* q, int64_t n, const int32_t* positions, const uint16_t* keys,
                             const uint16_t* values, const AttentionShape& shape, void* scratch, float* out,
                             const QuantizedRows& quantized, StreamHandle stream);
+// A decode step of several sequences in one launch (and one launch adding up the cache's
+// segments): sequence i's rows [first_row[i], first_row[i + 1]) of q, positions and out attend
+// its own cache (keys[i], values[i]), a cache of up to shape.cache_positions. Each row's floats
+// are tiled_causal_attention's for that sequence alone. Served for up to kMaxBatchedDecodeRows
+// rows in all, each sequence's rows times the query heads per KV head within one 16-row tile,
+// without a window or sinks (batched_attention_serves); `scratch` as attention_scratch_bytes.
+// Returns whether `quantized` was written too.
+constexpr int64_t kMaxBatchedDecodeRows = kMaxKvSegments;
+bool batched_attention_serves(const AttentionShape& shape, const KvSegments& sequences);
+bool batched_causal_attention(const float* q, const int32_t* positions, const KvSegments& sequences,
+                              const AttentionShape& shape, void* scratch, float* out, const QuantizedRows& quantized,
+                              StreamHandle stream);
 
 }  // namespace bloomery::cuda

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <numeric>
 #include <shared_mutex>
+#include <span>
 #include <string>
 
 #include "cuda/device.h"
@@ -828,7 +829,8 @@ struct Pass {
   }
 
   // The sequences' rows in groups of at most kMaxKvSegments, each with its rows' caches of
-  // `layer`, as the launches that write the cache take them: fn(first_row, rows, segments).
+  // `layer`, as the launches that write the cache take them: fn(first_row, rows, segments, parts),
+  // `parts` the group's segments of the layout.
   template <typename Fn>
   void cache_groups(int64_t layer, Fn fn) const {
     for (size_t first = 0; first < layout.segments.size(); first += cuda::kMaxKvSegments) {
@@ -845,7 +847,7 @@ struct Pass {
       const PassLayout::Segment& last = layout.segments[first + count - 1];
       const int64_t rows = last.first_row + last.rows - first_row;
       cache.first_row[count] = static_cast<int>(rows);
-      fn(first_row, rows, cache);
+      fn(first_row, rows, cache, std::span(layout.segments).subspan(first, count));
     }
   }
 
@@ -878,7 +880,7 @@ struct Pass {
     heads.head_dim = p.head_dim;
     const cuda::RopeShape rope = rope_shape();
     // The heads and their place in the KV cache.
-    cache_groups(layer, [&](int64_t first_row, int64_t rows, const cuda::KvSegments& cache) {
+    cache_groups(layer, [&](int64_t first_row, int64_t rows, const cuda::KvSegments& cache, auto) {
       cuda::AttentionHeads group = heads;
       group.q += first_row * q_width;
       group.k += first_row * kv_width;
@@ -887,18 +889,32 @@ struct Pass {
       cuda::position_heads(group, rows, ws.positions.as<int32_t>() + first_row, rope, stream);
     });
     // Decode rows come back quantized for the output projection as well, when every sequence's do.
+    // A group of sequences whose rows fit one launch (a decode step of several streams) takes one.
     const bool quantizes = !cuda::is_float_type(w.output.type);
     bool quantized = quantizes;
-    for (const PassLayout::Segment& part : layout.segments) {
-      const GpuSequence& s = *part.sequence;
-      const uint16_t* keys = s.keys_of(layer);
-      const uint16_t* values = s.values_of(layer);
-      const int32_t* positions = ws.positions.as<int32_t>() + part.first_row;
-      const cuda::QuantizedRows rows{quantizes ? blocks() + part.first_row * (q_width / 32) : nullptr, w.output.type};
-      quantized &= cuda::causal_attention(f(ws.q) + part.first_row * q_width, part.rows, positions, keys, values,
-                                          attention_shape(p, s.capacity), ws.attention_scratch.data(),
-                                          f(ws.attention) + part.first_row * q_width, stream, rows);
-    }
+    const int32_t* positions = ws.positions.as<int32_t>();
+    const auto quantized_rows = [&](int64_t first_row) {
+      return cuda::QuantizedRows{quantizes ? blocks() + first_row * (q_width / 32) : nullptr, w.output.type};
+    };
+    cache_groups(layer, [&](int64_t first_row, int64_t, const cuda::KvSegments& cache,
+                            std::span<const PassLayout::Segment> parts) {
+      int64_t capacity = 0;
+      for (const PassLayout::Segment& part : parts) capacity = std::max(capacity, part.sequence->capacity);
+      const cuda::AttentionShape shape = attention_shape(p, capacity);
+      if (parts.size() > 1 && cuda::batched_attention_serves(shape, cache)) {
+        quantized &= cuda::batched_causal_attention(f(ws.q) + first_row * q_width, positions + first_row, cache, shape,
+                                                    ws.attention_scratch.data(), f(ws.attention) + first_row * q_width,
+                                                    quantized_rows(first_row), stream);
+        return;
+      }
+      for (const PassLayout::Segment& part : parts) {
+        const GpuSequence& s = *part.sequence;
+        quantized &= cuda::causal_attention(f(ws.q) + part.first_row * q_width, part.rows, positions + part.first_row,
+                                            s.keys_of(layer), s.values_of(layer), attention_shape(p, s.capacity),
+                                            ws.attention_scratch.data(), f(ws.attention) + part.first_row * q_width,
+                                            stream, quantized_rows(part.first_row));
+      }
+    });
     Input attended = quantized ? Input(*this, f(ws.attention), n, q_width, w.output.type)
                                : Input(*this, f(ws.attention), n, q_width);
     mul(w.output, attended, n, f(ws.residual), true);
@@ -955,7 +971,7 @@ struct Pass {
     }
     const cuda::RopeShape rope = rope_shape();
     const int32_t* positions = ws.positions.as<int32_t>();
-    cache_groups(layer, [&](int64_t first_row, int64_t rows, const cuda::KvSegments& cache) {
+    cache_groups(layer, [&](int64_t first_row, int64_t rows, const cuda::KvSegments& cache, auto) {
       cuda::store_latent(f(ws.k) + first_row * (mla.kv_lora_rank + mla.rope_dim), rows, mla.kv_lora_rank, w.kv_a_norm,
                          p.rms_epsilon, positions + first_row, rope, cache, stream);
     });
@@ -1044,11 +1060,11 @@ struct Pass {
     if (m.replaying_routing) {
       router.replay = ws.replayed_routing.as<int32_t>() + layer * n * p.experts_used;
     }
-    if (n == 1 && groups.tokens_per_chunk == 1 && cuda::is_float_type(w.router.type)) {
-      cuda::route_decode(w.router, x.for_type(w.router.type).floats, p.experts, p.experts_used, router,
-                         experts.slot_of_expert, f(ws.router_logits), ws.chosen.as<int32_t>(), f(ws.routing_weights),
-                         counts, ws.order.as<int32_t>(), ws.chunks.as<int32_t>(), ws.chunk_count.as<int32_t>(),
-                         ws.route_ticket.as<uint32_t>(), stream);
+    if (n <= cuda::kMaxRouteDecodeRows && cuda::is_float_type(w.router.type)) {
+      cuda::route_decode(w.router, x.for_type(w.router.type).floats, n, p.experts, p.experts_used, router,
+                         experts.slot_of_expert, groups.tokens_per_chunk, f(ws.router_logits), ws.chosen.as<int32_t>(),
+                         f(ws.routing_weights), counts, ws.order.as<int32_t>(), ws.chunks.as<int32_t>(),
+                         ws.chunk_count.as<int32_t>(), ws.route_ticket.as<uint32_t>(), stream);
     } else {
       mul(w.router, x, n, f(ws.router_logits), false);
       cuda::route_and_group(f(ws.router_logits), n, p.experts, p.experts_used, router, experts.slot_of_expert,

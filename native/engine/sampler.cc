@@ -250,18 +250,36 @@ void Sampler::apply_changes(std::span<const float> logits) {
 // changed may not win here either: then the full path decides).
 bool Sampler::greedy_without_copy(std::span<const float> logits) {
   constexpr float kNone = -std::numeric_limits<float>::infinity();
-  constexpr size_t kLanes = 16;  // independent maxima, so the loop vectorizes
+  constexpr size_t kLanes = 16;  // independent maxima, each with where it first occurs, so the loop vectorizes
   float lane_max[kLanes];
+  int32_t lane_at[kLanes];
   std::fill(lane_max, lane_max + kLanes, kNone);
+  std::fill(lane_at, lane_at + kLanes, -1);
   const size_t whole = logits.size() / kLanes * kLanes;
   for (size_t i = 0; i < whole; i += kLanes) {
-    for (size_t l = 0; l < kLanes; ++l) lane_max[l] = logits[i + l] > lane_max[l] ? logits[i + l] : lane_max[l];
+    for (size_t l = 0; l < kLanes; ++l) {
+      const bool above = logits[i + l] > lane_max[l];
+      lane_max[l] = above ? logits[i + l] : lane_max[l];
+      lane_at[l] = above ? static_cast<int32_t>(i + l) : lane_at[l];
+    }
   }
+  // The largest value, at the first place it occurs: each lane holds its first occurrence, so
+  // the lowest such place among the lanes that hold it.
   float best = kNone;
-  for (const float m : lane_max) best = m > best ? m : best;
-  for (size_t i = whole; i < logits.size(); ++i) best = logits[i] > best ? logits[i] : best;
+  int32_t winner = -1;
+  for (size_t l = 0; l < kLanes; ++l) {
+    if (lane_max[l] > best || (lane_max[l] == best && lane_at[l] < winner)) {
+      best = lane_max[l];
+      winner = lane_at[l];
+    }
+  }
+  for (size_t i = whole; i < logits.size(); ++i) {
+    if (logits[i] > best) {
+      best = logits[i];
+      winner = static_cast<int32_t>(i);
+    }
+  }
   if (best == kNone) return false;
-  const auto winner = static_cast<int32_t>(std::find(logits.begin(), logits.end(), best) - logits.begin());
   for (const auto& [token, logit] : changes_) {
     if (token == winner || logit > best || (logit == best && token < winner)) return false;
   }

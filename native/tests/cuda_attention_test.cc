@@ -5,9 +5,11 @@
 // 64 and 128; spread scores and sharp ones (large enough that exp overflows without the
 // maximum subtracted). Then that a row's floats do not depend on its batch, that decode rows
 // come back quantized when asked, and the kernels' times. Skips, saying why, where there is no CUDA device.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -237,6 +239,87 @@ TEST(cuda_tiled_attention_quantizes_decode_rows) {
       const auto a = download<uint8_t>(got, blocks * sizeof(cuda::ActivationBlock), stream);
       const auto b = download<uint8_t>(want, blocks * sizeof(cuda::ActivationBlock), stream);
       CHECK(a == b) << n << " rows, ggml type " << type << ": the blocks differ from quantize_activations'";
+    }
+  }
+}
+
+// A decode step of several sequences in one launch (batched_causal_attention) gives each row the
+// floats (and quantized blocks) of its sequence attended alone: up to 8 sequences of their own
+// caches and capacities, at depths on both sides of a segment's edge and deep into the cache,
+// some of two rows (a verify step), for head_dim 128 and 64, 8 and 4 query heads per KV head.
+// Run twice over, alternating two query sets, so a barrier or statistic left by the launch
+// before cannot pass. A sequence attending another's cache, or its rows another's positions, fails.
+TEST(cuda_batched_decode_attention_equals_each_sequence_alone) {
+  if (!device_ready("cuda_batched_decode_attention_equals_each_sequence_alone")) return;
+  std::mt19937 rng(67);
+  const cuda::Stream stream;
+  const uint32_t type = quant::BlockQ4_K::kType;
+  for (const int64_t d : {128, 64}) {
+    for (const int64_t group : {8, 4}) {
+      const int64_t kv_heads = 4, heads = kv_heads * group, q_width = heads * d;
+      // (depth of the first row, rows, capacity) per sequence.
+      const std::vector<std::tuple<int64_t, int64_t, int64_t>> sequences =
+          group == 8 ? std::vector<std::tuple<int64_t, int64_t, int64_t>>{{0, 1, 64},     {63, 1, 200},    {64, 2, 130},
+                                                                          {700, 1, 4096}, {3000, 1, 3001}, {5, 2, 512}}
+                     : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{1, 1, 64},      {100, 1, 128}, {64, 1, 65},
+                                                                          {2047, 1, 2048}, {9, 1, 4096},  {300, 1, 301},
+                                                                          {4000, 1, 4096}, {128, 1, 129}};
+      int64_t n = 0, capacity = 0;
+      for (const auto& [depth, rows, cap] : sequences) n += rows, capacity = std::max(capacity, cap);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+      std::vector<cuda::DeviceBuffer> keys, values;
+      std::vector<int32_t> positions;
+      cuda::KvSegments batch;
+      batch.count = static_cast<int>(sequences.size());
+      for (size_t i = 0; i < sequences.size(); ++i) {
+        const auto& [depth, rows, cap] = sequences[i];
+        keys.push_back(upload(random_cache(cap * kv_heads * d, rng)));
+        values.push_back(upload(random_cache(cap * kv_heads * d, rng)));
+        batch.keys[i] = keys.back().as<uint16_t>();
+        batch.values[i] = values.back().as<uint16_t>();
+        batch.first_row[i] = static_cast<int>(positions.size());
+        for (int64_t r = 0; r < rows; ++r) positions.push_back(static_cast<int32_t>(depth + r));
+      }
+      batch.first_row[batch.count] = static_cast<int>(n);
+      const cuda::AttentionShape shape{heads, kv_heads, d, scale, capacity};
+      CHECK(cuda::batched_attention_serves(shape, batch)) << "head_dim " << d << ", group " << group;
+      const auto dpos = upload(positions);
+      const size_t blocks = static_cast<size_t>(n * q_width / 32);
+      cuda::DeviceBuffer scratch(cuda::attention_scratch_bytes(shape, 64), "scratch");
+      cuda::DeviceBuffer out(static_cast<size_t>(n * q_width) * sizeof(float), "out");
+      cuda::DeviceBuffer quantized(blocks * sizeof(cuda::ActivationBlock), "quantized");
+      const cuda::DeviceBuffer queries[2] = {upload(random_floats(static_cast<size_t>(n * q_width), 3.0f, rng)),
+                                             upload(random_floats(static_cast<size_t>(n * q_width), 3.0f, rng))};
+      // Each query set's rows, sequence by sequence, attended alone.
+      std::vector<float> want[2];
+      std::vector<uint8_t> want_blocks[2];
+      for (int which = 0; which < 2; ++which) {
+        for (size_t i = 0; i < sequences.size(); ++i) {
+          const auto& [depth, rows, cap] = sequences[i];
+          const int64_t first = batch.first_row[i];
+          const cuda::AttentionShape own{heads, kv_heads, d, scale, cap};
+          cuda::DeviceBuffer alone_scratch(cuda::attention_scratch_bytes(own, 64), "scratch");
+          CHECK(cuda::causal_attention(queries[which].as<float>() + first * q_width, rows, dpos.as<int32_t>() + first,
+                                       batch.keys[i], batch.values[i], own, alone_scratch.data(),
+                                       out.as<float>() + first * q_width, stream.handle(),
+                                       {quantized.as<cuda::ActivationBlock>() + first * (q_width / 32), type}));
+        }
+        want[which] = download<float>(out, static_cast<size_t>(n * q_width), stream);
+        want_blocks[which] = download<uint8_t>(quantized, blocks * sizeof(cuda::ActivationBlock), stream);
+      }
+      for (int run = 0; run < 4; ++run) {
+        const int which = run % 2;
+        const bool wrote = cuda::batched_causal_attention(
+            queries[which].as<float>(), dpos.as<int32_t>(), batch, shape, scratch.data(), out.as<float>(),
+            {quantized.as<cuda::ActivationBlock>(), type}, stream.handle());
+        const auto got = download<float>(out, static_cast<size_t>(n * q_width), stream);
+        CHECK(wrote) << "head_dim " << d << ", group " << group << ": the rows were not quantized";
+        CHECK(mismatches(got, want[which]) == 0)
+            << "head_dim " << d << ", group " << group << ", run " << run << ": " << mismatches(got, want[which])
+            << " of " << got.size() << " outputs differ from the sequences attended alone";
+        CHECK(download<uint8_t>(quantized, blocks * sizeof(cuda::ActivationBlock), stream) == want_blocks[which])
+            << "head_dim " << d << ", group " << group << ", run " << run << ": the quantized rows differ";
+      }
     }
   }
 }

@@ -529,9 +529,11 @@ TEST(cuda_route_and_group_matches_cpu) {
 }
 
 // route_decode (a decode step's router product and routing in one launch, the last block
-// routing) against the router's matvec then route_and_group: the same logits, choices, weights,
-// counts and groups, bit for bit, for F32 and F16 routers and experts split between GPU and
-// host; launched again on the same ticket, the same once more (the launch leaves it zero).
+// routing and grouping) against the router's matvec then route_and_group: the same logits,
+// choices, weights and counts, bit for bit, for 1, 3 and 8 rows, F32 and F16 routers and experts
+// split between GPU and host; a single row's groups the same too (in k order), several rows'
+// each slot once in its expert's chunk (their order within an expert is free). Launched again
+// on the same ticket, the same once more (the launch leaves it zero).
 TEST(cuda_route_decode_equals_matvec_then_route_and_group) {
   if (!device_ready("cuda_route_decode_equals_matvec_then_route_and_group")) return;
   std::mt19937 rng(41);
@@ -546,44 +548,60 @@ TEST(cuda_route_decode_equals_matvec_then_route_and_group) {
     const auto w = random_matrix(type, experts, cols, rng);
     const auto dw = upload(w);
     const cuda::DeviceMatrix router = device_matrix(type, dw, experts, cols);
-    const auto x = upload(random_floats(static_cast<size_t>(cols), 2.0f, rng));
-    const auto run = [&](bool fused, const cuda::DeviceBuffer& ticket) {
-      cuda::DeviceBuffer logits(static_cast<size_t>(experts) * sizeof(float), "logits");
-      cuda::DeviceBuffer chosen(static_cast<size_t>(used) * sizeof(int32_t), "chosen");
-      cuda::DeviceBuffer weights(static_cast<size_t>(used) * sizeof(float), "weights");
-      const auto counts = upload(std::vector<uint32_t>(static_cast<size_t>(experts), 7u));
-      const DeviceGroups grouping(1, experts, used, 1);
-      if (fused) {
-        cuda::route_decode(router, x.as<float>(), experts, used, {.normalize = true}, slots.as<int32_t>(),
-                           logits.as<float>(), chosen.as<int32_t>(), weights.as<float>(), counts.as<uint32_t>(),
-                           grouping.order.as<int32_t>(), grouping.chunks.as<int32_t>(),
-                           grouping.chunk_count.as<int32_t>(), ticket.as<uint32_t>(), stream.handle());
-      } else {
-        cuda::matvec(router, {x.as<float>(), nullptr}, 1, logits.as<float>(), false, stream.handle());
-        cuda::route_and_group(logits.as<float>(), 1, experts, used, {.normalize = true}, slots.as<int32_t>(), 1,
-                              chosen.as<int32_t>(), weights.as<float>(), counts.as<uint32_t>(),
-                              grouping.order.as<int32_t>(), grouping.chunks.as<int32_t>(),
-                              grouping.chunk_count.as<int32_t>(), stream.handle());
+    for (const int64_t n : {int64_t{1}, int64_t{3}, cuda::kMaxRouteDecodeRows}) {
+      const auto x = upload(random_floats(static_cast<size_t>(n * cols), 2.0f, rng));
+      const int per_chunk = cuda::tokens_per_expert_chunk(n);
+      const auto run = [&](bool fused, const cuda::DeviceBuffer& ticket) {
+        cuda::DeviceBuffer logits(static_cast<size_t>(n * experts) * sizeof(float), "logits");
+        cuda::DeviceBuffer chosen(static_cast<size_t>(n * used) * sizeof(int32_t), "chosen");
+        cuda::DeviceBuffer weights(static_cast<size_t>(n * used) * sizeof(float), "weights");
+        const auto counts = upload(std::vector<uint32_t>(static_cast<size_t>(experts), 7u));
+        const DeviceGroups grouping(n, experts, used, per_chunk);
+        if (fused) {
+          cuda::route_decode(router, x.as<float>(), n, experts, used, {.normalize = true}, slots.as<int32_t>(),
+                             per_chunk, logits.as<float>(), chosen.as<int32_t>(), weights.as<float>(),
+                             counts.as<uint32_t>(), grouping.order.as<int32_t>(), grouping.chunks.as<int32_t>(),
+                             grouping.chunk_count.as<int32_t>(), ticket.as<uint32_t>(), stream.handle());
+        } else {
+          cuda::matvec(router, {x.as<float>(), nullptr}, n, logits.as<float>(), false, stream.handle());
+          cuda::route_and_group(logits.as<float>(), n, experts, used, {.normalize = true}, slots.as<int32_t>(),
+                                per_chunk, chosen.as<int32_t>(), weights.as<float>(), counts.as<uint32_t>(),
+                                grouping.order.as<int32_t>(), grouping.chunks.as<int32_t>(),
+                                grouping.chunk_count.as<int32_t>(), stream.handle());
+        }
+        const auto got_chosen = download<int32_t>(chosen, static_cast<size_t>(n * used), stream);
+        const int count = download<int32_t>(grouping.chunk_count, 1, stream)[0];
+        const bool consistent = groups_consistent(grouping.order, grouping.chunks, grouping.chunk_count, n, used,
+                                                  grouping.groups.max_chunks, per_chunk, got_chosen, split, stream);
+        return std::tuple{download<float>(logits, static_cast<size_t>(n * experts), stream),
+                          got_chosen,
+                          download<float>(weights, static_cast<size_t>(n * used), stream),
+                          download<uint32_t>(counts, static_cast<size_t>(experts), stream),
+                          download<int32_t>(grouping.chunks, static_cast<size_t>(3 * count), stream),
+                          download<int32_t>(grouping.order, static_cast<size_t>(n * used), stream),
+                          consistent};
+      };
+      const auto ticket = upload(std::vector<uint32_t>{0u});
+      const auto want = run(false, ticket);
+      for (int launch = 0; launch < 2; ++launch) {
+        const auto got = run(true, ticket);
+        const std::string what = "type " + std::to_string(type) + ", " + std::to_string(n) + " rows";
+        CHECK(mismatches(std::get<0>(got), std::get<0>(want)) == 0) << what << ": logits differ";
+        CHECK(std::get<1>(got) == std::get<1>(want)) << what << ": chosen experts differ";
+        CHECK(mismatches(std::get<2>(got), std::get<2>(want)) == 0) << what << ": weights differ";
+        CHECK(std::get<3>(got) == std::get<3>(want)) << what << ": routing counts differ";
+        CHECK(std::get<6>(got)) << what << ": the grouping misses, repeats or misfiles a slot";
+        if (n == 1) {
+          const size_t chunks = std::get<4>(want).size() / 3;
+          CHECK(std::get<4>(got) == std::get<4>(want) &&
+                std::vector(std::get<5>(got).begin(), std::get<5>(got).begin() + chunks) ==
+                    std::vector(std::get<5>(want).begin(), std::get<5>(want).begin() + chunks))
+              << what << ": groups differ";
+        } else {
+          CHECK(std::get<4>(got).size() == std::get<4>(want).size()) << what << ": chunk counts differ";
+        }
+        CHECK(download<uint32_t>(ticket, 1, stream)[0] == 0u) << what << ": the ticket is left nonzero";
       }
-      const int count = download<int32_t>(grouping.chunk_count, 1, stream)[0];
-      return std::tuple{download<float>(logits, static_cast<size_t>(experts), stream),
-                        download<int32_t>(chosen, static_cast<size_t>(used), stream),
-                        download<float>(weights, static_cast<size_t>(used), stream),
-                        download<uint32_t>(counts, static_cast<size_t>(experts), stream),
-                        download<int32_t>(grouping.chunks, static_cast<size_t>(3 * count), stream),
-                        download<int32_t>(grouping.order, static_cast<size_t>(count), stream)};
-    };
-    const auto ticket = upload(std::vector<uint32_t>{0u});
-    const auto want = run(false, ticket);
-    for (int launch = 0; launch < 2; ++launch) {
-      const auto got = run(true, ticket);
-      CHECK(mismatches(std::get<0>(got), std::get<0>(want)) == 0) << "type " << type << ": logits differ";
-      CHECK(std::get<1>(got) == std::get<1>(want)) << "type " << type << ": chosen experts differ";
-      CHECK(mismatches(std::get<2>(got), std::get<2>(want)) == 0) << "type " << type << ": weights differ";
-      CHECK(std::get<3>(got) == std::get<3>(want)) << "type " << type << ": routing counts differ";
-      CHECK(std::get<4>(got) == std::get<4>(want) && std::get<5>(got) == std::get<5>(want))
-          << "type " << type << ": groups differ";
-      CHECK(download<uint32_t>(ticket, 1, stream)[0] == 0u) << "type " << type << ": the ticket is left nonzero";
     }
   }
 }
