@@ -19,16 +19,22 @@ const DECODE_STEPS = 256;
 const DEPTHS = [512, 16384];
 const DEPTH_STEPS = 128;
 
+/** What the bench is doing, on stderr: a run of minutes says where it is. */
+const step = (what) => console.error(`gpu.mjs: ${what} (${new Date().toISOString()})`);
+
+step("loading");
 const loadStart = process.hrtime.bigint();
 const model = await loadModel(path, { gpu: "auto", contextSize: 8192 });
 const loadSeconds = secondsSince(loadStart);
 const vocab = model.info.vocabSize;
 const session = model.createSession();
 
+step("prompts of 512 and 4,096 tokens");
 await promptRate(session, 64, vocab); // warm-up: kernels loaded, first graph captured below
 const prompt512 = Math.max(await promptRate(session, 512, vocab), await promptRate(session, 512, vocab));
 const prompt4096 = await promptRate(session, 4096, vocab);
 
+step("decode through evaluate()");
 session.reset();
 let logits = await session.evaluate(spreadTokens(64, vocab));
 let token;
@@ -41,6 +47,7 @@ for (let i = 0; i < DECODE_STEPS; ++i) {
 }
 const decodeEvaluate = DECODE_STEPS / secondsSince(decodeStart);
 
+step("decode through generate()");
 const before = model.stats();
 const decode = await streamedDecodeRate(model, session, DECODE_STEPS);
 const after = model.stats();
@@ -59,11 +66,14 @@ async function decodeAtDepth(deep, depth) {
   s.dispose();
   return (end.decodeTokens - start.decodeTokens) / (end.decodeSeconds - start.decodeSeconds);
 }
+step("decode at depth");
 const deep = await loadModel(path, { gpu: "auto", contextSize: Math.max(...DEPTHS) + DEPTH_STEPS + 64 });
 await decodeAtDepth(deep, 64); // warm-up: the decode graph captured
 const atDepth = {};
-for (const depth of DEPTHS)
+for (const depth of DEPTHS) {
+  step(`decode after ${depth} tokens`);
   atDepth[depth] = Math.max(await decodeAtDepth(deep, depth), await decodeAtDepth(deep, depth));
+}
 deep.dispose();
 
 const result = {

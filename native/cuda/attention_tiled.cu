@@ -367,8 +367,9 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_stats_ke
   }
 }
 
-// Batches of more than one row tile (a block for all of a tile's segments); a decode step's
-// block per segment runs attention_decode_kernel instead.
+// Batches of more than one row tile (a block for all of a tile's segments), and decode steps whose
+// blocks do not all fit the GPU at once (a block per segment, each leaving its partial product):
+// other decode steps run attention_decode_kernel instead.
 template <int D, int kWarps>
 __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_values_kernel(Params p) {
   using S = Shape<D, kWarps>;
@@ -411,15 +412,17 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_values_k
       for (int e = 0; e < 4; ++e) total[d][e] = __fadd_rn(total[d][e], o[d][e]);
     }
   }
-  store_rows<D>(p, kv_head, rows, total, p.out);
+  // A block per segment leaves its segment's product (from zero, as above) for combine_segments.
+  const int64_t stride = static_cast<int64_t>(p.n) * p.heads;
+  store_rows<D>(p, kv_head, rows, total, p.block_per_segment ? p.partial + segments.begin * stride * D : p.out);
 }
 
 // Returns once `count` blocks (a KV head's segments in one launch) have called it, each after
 // its statistics are stored: the last to arrive resets the count and moves the generation on;
 // the others wait for the generation to move. Every block of the launch is running by the time
-// any waits here (a decode step's few hundred one-warp blocks fit the GPU at once, and
-// wait_for_previous_kernel starts no later kernel before all of them run), so none waits for a
-// block that cannot start.
+// any waits here (launch() takes this kernel only for grids whose waiting blocks fit the GPU at
+// once, fused_decode_fits, and wait_for_previous_kernel starts no later kernel before all of them
+// run), so none waits for a block that cannot start.
 __device__ void segment_barrier(uint32_t* barrier, int count) {
   __threadfence();  // this thread's statistics, before the block arrives
   __syncthreads();
@@ -564,9 +567,39 @@ size_t partial_bytes(int64_t n, const AttentionShape& shape, bool block_per_segm
   return static_cast<size_t>(cache_segments(shape)) * n * shape.heads * shape.head_dim * sizeof(float);
 }
 
+// Whether every block of `grid` can be resident at once, with room to spare, on the current
+// device: attention_decode_kernel's blocks wait for each other at segment_barrier, so a grid
+// larger than that (a long cache: a block per segment of every KV head and sequence) would wait
+// forever for blocks that cannot start. Half the device's capacity, as other kernels' blocks
+// (the previous launch's tail, another stream's) may hold the rest.
+template <int D, int kWarps>
+bool fused_decode_fits(const dim3& grid) {
+  struct Capacity {
+    int device = -1;
+    int64_t blocks = 0;
+  };
+  static thread_local Capacity capacity;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) device = -1;
+  if (device < 0 || capacity.device != device) {
+    int per_sm = 0, sms = 0;
+    const bool known = device >= 0 &&
+                       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attention_decode_kernel<D, kWarps>,
+                                                                     Shape<D, kWarps>::kThreads, 0) == cudaSuccess &&
+                       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess;
+    // Unknown: the two launches, which never wait for another block (the same floats).
+    if (!known) {
+      cudaGetLastError();
+      return false;
+    }
+    capacity = {device, static_cast<int64_t>(per_sm) * sms};
+  }
+  return static_cast<int64_t>(grid.x) * grid.y * grid.z * 2 <= capacity.blocks;
+}
+
 template <int D, int kWarps>
 void launch(const Params& p, const dim3& grid, bool block_per_segment, cudaStream_t stream) {
-  if (block_per_segment) {
+  if (block_per_segment && fused_decode_fits<D, kWarps>(grid)) {
     launch_early(attention_decode_kernel<D, kWarps>, grid, dim3(Shape<D, kWarps>::kThreads), 0, stream, p);
     return;
   }

@@ -208,6 +208,39 @@ TEST(cuda_tiled_attention_decode_blocks_wait_for_every_segment) {
   CHECK(differing == 0) << differing << " of 398 decode steps differ from their query set's first";
 }
 
+// A decode step over a long cache: a block per segment of every KV head is more blocks than the
+// GPU holds at once, so they cannot wait for each other (segment_barrier would wait forever for
+// blocks that never start); the step runs as two launches, each block leaving its segment's
+// product. It ends, and its row equals, bit for bit, the same row in a batch whose blocks run all
+// of their segments, and the exact kernel's within check_case's bound.
+TEST(cuda_tiled_attention_decode_over_a_long_cache) {
+  if (!device_ready("cuda_tiled_attention_decode_over_a_long_cache")) return;
+  std::mt19937 rng(71);
+  const cuda::Stream stream;
+  const int64_t kv_heads = 4, heads = 32, d = 128, length = 40960, rows = 40, q_width = heads * d;
+  const cuda::AttentionShape shape{heads, kv_heads, d, 1.0f / std::sqrt(static_cast<float>(d)), length};
+  const auto dk = upload(random_cache(length * kv_heads * d, rng)),
+             dv = upload(random_cache(length * kv_heads * d, rng));
+  const auto q = random_floats(static_cast<size_t>(rows * q_width), 3.0f, rng);
+  std::vector<int32_t> positions(static_cast<size_t>(rows));
+  for (int64_t i = 0; i < rows; ++i) positions[i] = static_cast<int32_t>(length - rows + i);
+  cuda::DeviceBuffer scratch(cuda::attention_scratch_bytes(shape, rows), "scratch");
+  const auto attend = [&](int64_t row, int64_t n) {
+    const auto dq = upload(std::vector<float>(q.begin() + row * q_width, q.begin() + (row + n) * q_width));
+    const auto dpos = upload(std::vector<int32_t>(positions.begin() + row, positions.begin() + row + n));
+    cuda::DeviceBuffer out(static_cast<size_t>(n * q_width) * sizeof(float), "out");
+    cuda::causal_attention(dq.as<float>(), n, dpos.as<int32_t>(), dk.as<uint16_t>(), dv.as<uint16_t>(), shape,
+                           scratch.data(), out.as<float>(), stream.handle());
+    return download<float>(out, static_cast<size_t>(n * q_width), stream);
+  };
+  const auto batch = attend(0, rows);
+  const auto last = attend(rows - 1, 1);
+  const std::vector<float> want(batch.end() - q_width, batch.end());
+  CHECK(mismatches(last, want) == 0) << "the last row decoded alone differs from the batch's in "
+                                     << mismatches(last, want) << " of " << want.size();
+  check_case({kv_heads, heads / kv_heads, d, length - 1, 1, 1.5f}, rng, stream);
+}
+
 // Decode rows (a block per segment) also come back quantized when asked, for K-quant weights
 // (Q8_K) and Q8_0's, exactly as quantize_activations quantizes the float output; a prompt batch
 // (all segments in one block) says it did not quantize.
@@ -255,8 +288,8 @@ TEST(cuda_batched_decode_attention_equals_each_sequence_alone) {
   const cuda::Stream stream;
   const uint32_t type = quant::BlockQ4_K::kType;
   for (const int64_t d : {128, 64}) {
-    for (const int64_t group : {8, 4}) {
-      const int64_t kv_heads = 4, heads = kv_heads * group, q_width = heads * d;
+    for (const int64_t group : {8, 4, 2}) {
+      const int64_t kv_heads = group == 2 ? 2 : 4, heads = kv_heads * group, q_width = heads * d;
       // (depth of the first row, rows, capacity) per sequence.
       const std::vector<std::tuple<int64_t, int64_t, int64_t>> sequences =
           group == 8 ? std::vector<std::tuple<int64_t, int64_t, int64_t>>{{0, 1, 64},     {63, 1, 200},    {64, 2, 130},
