@@ -2,9 +2,11 @@
 // steps of the whole model on the card under Nsight Compute (ncu), then sums each kernel's
 // time per pass, so the limits of bench/gpu.mjs's figures can be named. With --streams N, N
 // sessions each evaluate their prompt, then take their decode steps together (one pass of N
-// rows a step, as parallel streams decode), so what grows with the streams can be named.
+// rows a step, as parallel streams decode), so what grows with the streams can be named. With
+// --suffix N --depth D, one session evaluates a prompt of D tokens and then N more instead (the
+// last pass: a short prompt after a long context, as one served from the prompt-state cache).
 // Writes JSON to $OUT.
-//   node bench/gpu-kernels.mjs /root/q.gguf [--streams 1]
+//   node bench/gpu-kernels.mjs /root/q.gguf [--streams 1 | --suffix 100 --depth 3900]
 import { execFileSync } from "node:child_process";
 import { existsSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -14,8 +16,14 @@ import { getSystemInfo, loadModel } from "../dist/index.js";
 
 const { values, positionals } = parseArgs({
   allowPositionals: true,
-  options: { streams: { type: "string", default: "1" } },
+  options: {
+    streams: { type: "string", default: "1" },
+    suffix: { type: "string", default: "0" },
+    depth: { type: "string", default: "0" },
+  },
 });
+const SUFFIX = Number(values.suffix);
+const DEPTH = Number(values.depth);
 const path = positionals[0] ?? "/root/q.gguf";
 const STREAMS = Number(values.streams);
 if (!Number.isInteger(STREAMS) || STREAMS < 1)
@@ -24,8 +32,16 @@ const PROMPT = 256; // eight streams' prompts fit one pass of the step budget (2
 const DECODE_STEPS = 3;
 
 async function workload() {
-  const model = await loadModel(path, { gpu: "auto", contextSize: 4096, parallel: STREAMS });
+  const model = await loadModel(path, { gpu: "auto", contextSize: Math.max(4096, DEPTH + SUFFIX), parallel: STREAMS });
   const vocab = model.info.vocabSize;
+  if (SUFFIX > 0) {
+    const session = model.createSession();
+    const tokens = Array.from({ length: DEPTH + SUFFIX }, (_, i) => (i * 7919 + 11) % vocab);
+    await session.evaluate(tokens.slice(0, DEPTH));
+    await session.evaluate(tokens.slice(DEPTH));
+    model.dispose();
+    return;
+  }
   const sessions = Array.from({ length: STREAMS }, () => model.createSession());
   // Generations started together share their passes: the prompts' and then each decode step's.
   const options = { maxTokens: DECODE_STEPS, logitBias: { [model.info.eosToken]: -Infinity } };
@@ -153,7 +169,7 @@ if (process.env.BLOOMERY_KERNELS_WORKLOAD) {
   ];
   const csv = execFileSync(
     ncu,
-    [...args, process.execPath, fileURLToPath(import.meta.url), path, "--streams", `${STREAMS}`],
+    [...args, process.execPath, fileURLToPath(import.meta.url), path, ...process.argv.slice(3)],
     {
       env: { ...process.env, BLOOMERY_KERNELS_WORKLOAD: "1" },
       maxBuffer: 1 << 30,
@@ -163,17 +179,24 @@ if (process.env.BLOOMERY_KERNELS_WORKLOAD) {
   const launches = parseCsv(csv);
   const passes = summarize(launches);
   const result = {
-    command: `node bench/gpu-kernels.mjs ${path} --streams ${STREAMS}`,
+    command: `node bench/gpu-kernels.mjs ${process.argv.slice(2).join(" ")}`,
     date: new Date().toISOString(),
     machine: getSystemInfo(),
-    model: { path, preset: "qwen3-30b-a3b synthetic", prompt: PROMPT, decodeSteps: DECODE_STEPS, streams: STREAMS },
+    model: {
+      path,
+      preset: "qwen3-30b-a3b synthetic",
+      ...(SUFFIX > 0
+        ? { depth: DEPTH, suffix: SUFFIX }
+        : { prompt: PROMPT, decodeSteps: DECODE_STEPS, streams: STREAMS }),
+    },
     note:
       "kernel times and DRAM bytes read under ncu (--cache-control none, --clock-control none), each kernel " +
       "serialized: launch gaps excluded; the last pass (a decode step of every stream) also launch by launch",
     rawKernelName: launches[0]?.kernel,
     passes,
   };
-  const out = join(process.env.OUT ?? ".", STREAMS === 1 ? "gpu-kernels.json" : `gpu-kernels-${STREAMS}.json`);
+  const name = SUFFIX > 0 ? `suffix-${SUFFIX}-at-${DEPTH}` : STREAMS === 1 ? "" : `${STREAMS}`;
+  const out = join(process.env.OUT ?? ".", name ? `gpu-kernels-${name}.json` : "gpu-kernels.json");
   writeFileSync(out, JSON.stringify(result, null, 2));
   for (const [i, pass] of passes.entries()) {
     const top = Object.entries(pass.kernels)

@@ -210,6 +210,8 @@ export interface NativeAddon {
     /** A full context shifts, keeping this many tokens (-1: it ends the generation). */
     shiftKeep?: number,
     draft?: NativeDraftOptions,
+    /** false: the whole prompt is evaluated, nothing of it reused (default true). */
+    reusePrefix?: boolean,
   ): NativeGenerationHandle;
   /** Ends a generation at once; the session keeps the prompt and `keptTokens - 1` drawn tokens (none of it for 0). */
   generationCancel(generation: NativeGenerationHandle, keptTokens: number): void;

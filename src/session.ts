@@ -67,6 +67,15 @@ export interface GenerateOptions extends SamplingOptions {
    * of the run without drafts; `result.timings` counts the drafted and kept tokens.
    */
   draft?: DraftOption;
+  /**
+   * `false` evaluates the whole prompt, reusing nothing that the session's context or the model's
+   * prompt-state cache holds of it (llama-server's `cache_prompt: false`). A reused prefix gives
+   * what a whole evaluation gives up to float rounding only: the rows after it run in the
+   * kernels of a short evaluation rather than those of the whole prompt (on the GPU, a prompt of
+   * 64 tokens or more takes tiled products, a few tokens the mat-vecs), so a greedy run that must
+   * match another bit for bit turns reuse off. Default `true`.
+   */
+  reusePrefix?: boolean;
 }
 
 /** One step of {@link Session.generate}. */
@@ -162,6 +171,7 @@ interface GenerateRun {
   maxTokens: number;
   /** Prompt tokens a context shift keeps (see GenerateOptions.contextShift); -1: no shift. */
   shiftKeep: number;
+  reusePrefix: boolean;
   logprobs: boolean;
   draft: NativeDraftOptions | undefined;
   stop: StopStrings;
@@ -200,6 +210,7 @@ const GENERATE_OPTIONS = [
     showSpecialTokens: true,
     contextShift: true,
     draft: true,
+    reusePrefix: true,
   }),
 ];
 const CHAT_OPTIONS = [
@@ -331,6 +342,10 @@ export class Session {
       throw new BloomeryError("INVALID_ARGUMENT", "maxTokens must be a non-negative integer", { maxTokens });
     }
     const shiftKeep = contextShiftKeep(options.contextShift, this.#model.tokenizer.info.addBos);
+    const reusePrefix = options.reusePrefix ?? true;
+    if (typeof reusePrefix !== "boolean") {
+      throw new BloomeryError("INVALID_ARGUMENT", "reusePrefix must be a boolean", { reusePrefix });
+    }
     const signal = options.signal;
     if (signal !== undefined && !isAbortSignal(signal)) {
       throw new BloomeryError("INVALID_ARGUMENT", "signal must be an AbortSignal");
@@ -398,6 +413,7 @@ export class Session {
       sampler,
       maxTokens,
       shiftKeep,
+      reusePrefix,
       logprobs,
       draft,
       stop,
@@ -506,7 +522,7 @@ export class Session {
 
   /** The chunks of one generation; settles its result however it ends. */
   async *#stream(handle: NativeSessionHandle, run: GenerateRun): AsyncGenerator<GenerateChunk, void, undefined> {
-    const { prompt, sampler, maxTokens, shiftKeep, draft, stop, shown, signal } = run;
+    const { prompt, sampler, maxTokens, shiftKeep, reusePrefix, draft, stop, shown, signal } = run;
     const decoder = this.#model.tokenizer.createDecoder();
     const tokens: number[] = [];
     const logprobs: TokenLogprobs[] | undefined = run.logprobs ? [] : undefined;
@@ -549,6 +565,7 @@ export class Session {
             },
             keep,
             draft,
+            reusePrefix,
           ),
         );
         cancel = (kept) => callNative((a) => a.generationCancel(generation, kept));

@@ -55,6 +55,27 @@ describe("bloomery-serve /slots", () => {
     expect(again.timings.cache_n).toBeGreaterThan(0);
   });
 
+  it("evaluates the whole prompt when cache_prompt is false", async () => {
+    const prompt = "A heron stood in the shallows at the edge of the reeds";
+    await complete(prompt);
+    const reused = await complete(prompt);
+    expect(reused.timings.cache_n).toBeGreaterThan(0);
+    const response = await post("/completion", { prompt, n_predict: 8, temperature: 0, cache_prompt: false });
+    const whole = (await response.json()) as { content: string; timings: { cache_n: number; prompt_n: number } };
+    expect(whole.timings.cache_n).toBe(0);
+    expect(whole.timings.prompt_n).toBe(reused.timings.cache_n + reused.timings.prompt_n);
+    const chat = async (fields: Record<string, unknown> = {}) => {
+      const body = { messages: [{ role: "user", content: prompt }], max_tokens: 4, temperature: 0, ...fields };
+      const reply = (await (await post("/v1/chat/completions", body)).json()) as {
+        usage: { prompt_tokens_details: { cached_tokens: number } };
+      };
+      return reply.usage.prompt_tokens_details.cached_tokens;
+    };
+    await chat();
+    expect(await chat()).toBeGreaterThan(0);
+    expect(await chat({ cache_prompt: false })).toBe(0);
+  });
+
   it("neither follows a link in the save folder nor waits on a FIFO there", async () => {
     const outside = mkdtempSync(join(tmpdir(), "bloomery-slots-outside-"));
     try {

@@ -181,6 +181,27 @@ describe("generate and the prompt-state cache", () => {
     }
   });
 
+  it("evaluates the whole prompt with reusePrefix: false, its own context or the cache notwithstanding", async () => {
+    const model = await open(modelPath);
+    const shared = tokens(300, 40);
+    const first = [...shared, ...tokens(10, 41)];
+    const second = [...shared, ...tokens(10, 42)];
+    const holder = model.createSession();
+    await greedy(holder, first);
+    const whole = { reusePrefix: false };
+    const own = await greedy(holder, second, whole);
+    expect(own.timings).toMatchObject({ promptTokens: 310, cachedPromptTokens: 0, promptCacheHit: false });
+    const fresh = await greedy(model.createSession(), second, whole);
+    expect(fresh.timings).toMatchObject({ promptTokens: 310, cachedPromptTokens: 0, promptCacheHit: false });
+    expect(fresh.tokens).toEqual(own.tokens);
+    // The same prompt reused: from the cache in a new session, from its context in the holder.
+    const cached = await greedy(model.createSession(), second);
+    expect(cached.timings).toMatchObject({ cachedPromptTokens: 309, promptCacheHit: true });
+    expect(() => holder.generate(second, { reusePrefix: 0 as unknown as boolean })).toThrow(
+      expect.objectContaining({ code: "INVALID_ARGUMENT", message: "reusePrefix must be a boolean" }),
+    );
+  });
+
   it("evicts the least recently used state to stay within cacheRam", async () => {
     const a = tokens(200, 14);
     const b = tokens(200, 15);

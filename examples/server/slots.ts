@@ -80,6 +80,8 @@ export interface ServeOptions {
   progress?: { batchSize: number; report: (progress: PromptProgress) => void };
   /** Told the slot the request got, once it has one. */
   onSlot?: (id: number) => void;
+  /** llama-server's cache_prompt (default true): false evaluates the whole prompt (GenerateOptions.reusePrefix). */
+  reusePrefix?: boolean;
 }
 
 /** A run's timings with the prompt batches evaluated before it (see Slots.#prefill) counted in. */
@@ -180,7 +182,8 @@ export class Slots {
       prompt,
       serve,
       signal,
-      (session, maxTokens, runSignal) => session.generate(prompt, { maxTokens, ...options, signal: runSignal }),
+      (session, maxTokens, runSignal, reusePrefix) =>
+        session.generate(prompt, { maxTokens, ...options, reusePrefix, signal: runSignal }),
       (chunk) => {
         if (chunk.text || chunk.tokens.length > 0) onChunk(chunk);
       },
@@ -204,17 +207,17 @@ export class Slots {
       serve,
       signal,
       // As llama-server: the conversation is the prompt, whole (the route refused one longer than the context).
-      (session, maxTokens, runSignal) =>
-        session.chat(messages, { maxTokens, contextOverflow: "error", ...options, signal: runSignal }),
+      (session, maxTokens, runSignal, reusePrefix) =>
+        session.chat(messages, { maxTokens, contextOverflow: "error", ...options, reusePrefix, signal: runSignal }),
       onChunk,
     );
   }
 
   async #serve<C, R extends GenerateResult | ChatResult>(
     prompt: number[],
-    { idSlot = -1, progress, onSlot }: ServeOptions,
+    { idSlot = -1, progress, onSlot, reusePrefix = true }: ServeOptions,
     signal: AbortSignal,
-    start: (session: Session, maxTokens: number, signal: AbortSignal) => Run<C, R>,
+    start: (session: Session, maxTokens: number, signal: AbortSignal, reusePrefix: boolean) => Run<C, R>,
     onChunk: (chunk: C) => void,
   ): Promise<R & { slot: number }> {
     const contextSize = this.model.info.contextSize;
@@ -246,9 +249,10 @@ export class Slots {
     }
     try {
       // generate() replaces the slot's context by the request's prompt, keeping the prefix the two
-      // share (or a longer one from the model's prompt-state cache).
-      const prefill = progress ? await this.#prefill(slot, prompt, progress, ended.signal) : undefined;
-      const run = start(slot.session, contextSize, ended.signal);
+      // share (or a longer one from the model's prompt-state cache) unless reusePrefix is false; a
+      // prefill's batches are then the prompt evaluated whole, which the generation reuses.
+      const prefill = progress ? await this.#prefill(slot, prompt, progress, ended.signal, reusePrefix) : undefined;
+      const run = start(slot.session, contextSize, ended.signal, reusePrefix || prefill !== undefined);
       for await (const chunk of run) onChunk(chunk);
       let result = await run.result;
       if (this.#stop.signal.aborted && !signal.aborted)
@@ -276,10 +280,17 @@ export class Slots {
     prompt: number[],
     { batchSize, report }: NonNullable<ServeOptions["progress"]>,
     signal: AbortSignal,
+    reusePrefix: boolean,
   ): Promise<GenerateTimings> {
     const started = performance.now();
     let cache = 0;
-    while (cache < prompt.length - 1 && cache < slot.context.length && slot.context[cache] === prompt[cache]) cache++;
+    while (
+      reusePrefix &&
+      cache < prompt.length - 1 &&
+      cache < slot.context.length &&
+      slot.context[cache] === prompt[cache]
+    )
+      cache++;
     const timings = { promptTokens: 0, cachedPromptTokens: cache, promptMs: 0 };
     const at = (processed: number) => ({
       total: prompt.length,
@@ -290,8 +301,11 @@ export class Slots {
     });
     report(at(cache));
     for (let end = cache; end < prompt.length && !signal.aborted; ) {
+      // The first batch reuses what the request lets it; the others, the batches before them.
+      const reuse = reusePrefix || end > cache;
       end = Math.min(prompt.length, end + batchSize);
-      const batch = await slot.session.generate(prompt.slice(0, end), { maxTokens: 0, signal }).result;
+      const batch = await slot.session.generate(prompt.slice(0, end), { maxTokens: 0, signal, reusePrefix: reuse })
+        .result;
       timings.promptTokens += batch.timings.promptTokens;
       timings.promptMs += batch.timings.promptMs;
       report(at(end));

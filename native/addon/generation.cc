@@ -104,7 +104,8 @@ engine::DraftOptions draft_options(Napi::Value value) {
 // cache holds of it is kept: Scheduler::generate). shiftKeep (default -1: no shift): a full context
 // is shifted, keeping its first shiftKeep tokens (GenerationLimits). listener({ token, logprobs?, timings }) for each
 // token (logprobs when the sampler was made with them), then listener({ end, timings, error? }) once: end is "eos",
-// "maxTokens", "contextFull" or "abort". draft: see draft_options.
+// "maxTokens", "contextFull" or "abort". draft: see draft_options. reusePrefix (default true): false evaluates
+// the whole prompt (GenerationLimits::reuse_prefix).
 Napi::Value session_generate(const Napi::CallbackInfo& info) {
   return guarded(info, [&]() -> Napi::Value {
     Napi::Env env = info.Env();
@@ -132,6 +133,10 @@ Napi::Value session_generate(const Napi::CallbackInfo& info) {
       limits.shift_keep = info[5].As<Napi::Number>().Int64Value();
     }
     const engine::DraftOptions draft = draft_options(info.Length() > 6 ? info[6] : env.Undefined());
+    if (info.Length() > 7 && !info[7].IsUndefined()) {
+      if (!info[7].IsBoolean()) throw to_js_error(env, "INVALID_ARGUMENT", "reusePrefix must be a boolean");
+      limits.reuse_prefix = info[7].As<Napi::Boolean>().Value();
+    }
     auto js = std::make_shared<JsThread>(env, "bloomery.generate", info[4].As<Napi::Function>());
 
     engine::RequestEvents events;

@@ -1,6 +1,8 @@
 #include <cuda_runtime.h>
 #include <unistd.h>
 
+#include <iterator>
+#include <new>
 #include <utility>
 
 #include "base/error.h"
@@ -114,6 +116,59 @@ HostRegistration::HostRegistration(const void* data, size_t bytes, const std::st
 
 HostRegistration::~HostRegistration() {
   if (base_) cudaHostUnregister(base_);
+}
+
+PinnedPool::~PinnedPool() {
+  for (const auto& [bytes, block] : kept_) cudaFreeHost(block);
+}
+
+size_t PinnedPool::held() const {
+  const std::lock_guard lock(mutex_);
+  return kept_bytes_ + used_bytes_;
+}
+
+void* PinnedPool::do_allocate(size_t bytes, size_t alignment) {
+  // cudaHostAlloc's blocks are page-aligned.
+  if (alignment > 4096) throw std::bad_alloc();
+  bytes = bytes == 0 ? 1 : bytes;
+  const std::lock_guard lock(mutex_);
+  const auto fit = kept_.lower_bound(bytes);
+  if (fit != kept_.end() && fit->first <= bytes + bytes / 2) {
+    const auto [size, block] = *fit;
+    kept_.erase(fit);
+    kept_bytes_ -= size;
+    in_use_.emplace(block, size);
+    used_bytes_ += size;
+    return block;
+  }
+  void* block = nullptr;
+  if (cudaHostAlloc(&block, bytes, cudaHostAllocPortable) != cudaSuccess) {
+    cudaGetLastError();
+    throw std::bad_alloc();
+  }
+  in_use_.emplace(block, bytes);
+  used_bytes_ += bytes;
+  return block;
+}
+
+void PinnedPool::do_deallocate(void* block, size_t, size_t) {
+  const std::lock_guard lock(mutex_);
+  const auto held = in_use_.find(block);
+  const size_t size = held->second;
+  in_use_.erase(held);
+  used_bytes_ -= size;
+  kept_.emplace(size, block);
+  kept_bytes_ += size;
+  release_beyond_keep();
+}
+
+void PinnedPool::release_beyond_keep() {
+  while (kept_bytes_ > keep_) {
+    const auto largest = std::prev(kept_.end());
+    kept_bytes_ -= largest->first;
+    cudaFreeHost(largest->second);
+    kept_.erase(largest);
+  }
 }
 
 Stream::Stream() {

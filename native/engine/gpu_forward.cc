@@ -191,6 +191,9 @@ class GpuModel : public GpuWeights {
   std::vector<uint32_t> routed_taken;
   DeviceBuffer weights;
   cuda::Stream stream;
+  cuda::Stream restore_stream;  // restore_kv's copies, beside the passes
+  // The prompt-state cache's states of this model's sessions (state_memory).
+  std::unique_ptr<cuda::PinnedPool> state_pool;
   Workspace work;
   // Most recently used first, at most kDecodeGraphs. Captured with the workspace's addresses:
   // dropped when `work.logits` grows, and when routing starts or stops being replayed.
@@ -210,9 +213,24 @@ class GpuSequence {
   DeviceBuffer keys, values;  // per layer, `capacity` rows of model::cache_row's widths, f16
   int64_t capacity = 0;
   model::CacheRow row;
+  // A restore_kv whose copies may still run: per layer, the event after its rows' copies, and the
+  // host rows they read (null when none may run).
+  std::vector<std::unique_ptr<cuda::Event>> layer_restored;
+  std::shared_ptr<const void> restoring;
 
+  ~GpuSequence() { settle_restore(); }
   uint16_t* keys_of(int64_t layer) const { return keys.as<uint16_t>() + layer * capacity * row.keys; }
   uint16_t* values_of(int64_t layer) const { return values.as<uint16_t>() + layer * capacity * row.values; }
+  // The host waits for a restore's copies (the last layer's are queued last), then lets go of its rows.
+  void settle_restore() {
+    if (!restoring) return;
+    try {
+      layer_restored.back()->synchronize();
+    } catch (...) {
+      // A failed copy leaves rows no pass reads before another restore or evaluation rewrites them.
+    }
+    restoring.reset();
+  }
 };
 
 namespace {
@@ -665,6 +683,9 @@ void check_blocks(const model::Model& model) {
 // How a pass's rows lie in the workspace: each sequence's rows together, sequences in batch
 // order, and which rows' logits it returns.
 struct PassLayout {
+  int64_t first = 0, rows = 0;  // the batch's rows [first, first + rows)
+  // The parts' kernel family: the tiled products (parts of kMmqMinRows rows or more) or the mat-vecs.
+  bool tiled = false;
   struct Segment {
     GpuSequence* sequence;
     int64_t first_row, rows;
@@ -705,6 +726,11 @@ struct Pass {
   bool streamed = false;  // a hybrid pass that copies its host experts to the GPU (see ExpertStream)
 
   float* f(const DeviceBuffer& b) const { return b.as<float>(); }
+  // Whether a product over `rows` rows runs in tiles: over the pass's rows, as its parts' kernel
+  // family says (PassLayout::tiled); over fewer (the logits of a tiled pass's outputs), by their count.
+  bool tiles(uint32_t type, int64_t rows) const {
+    return layout.tiled && cuda::mmq_serves(type, rows == n ? cuda::kMmqMinRows : rows);
+  }
   ActivationBlock* blocks() const { return m.work.activations.as<ActivationBlock>(); }
 
   // The MoE sum of the last layer whose experts all ran here, left for the next norm to add
@@ -757,7 +783,7 @@ struct Pass {
   };
 
   void mul(const DeviceMatrix& w, Input& x, int64_t rows, float* y, bool accumulate) const {
-    if (cuda::mmq_serves(w.type, rows)) {
+    if (tiles(w.type, rows)) {
       cuda::mmq(w, x.for_type(w.type).blocks, rows, y, accumulate, stream);
     } else {
       cuda::matvec(w, x.for_type(w.type), rows, y, accumulate, stream);
@@ -771,7 +797,7 @@ struct Pass {
     std::vector<cuda::MatvecProduct> run;
     const auto queue = [&] {
       if (run.empty()) return;
-      if (cuda::mmq_serves(run.front().w->type, n)) {
+      if (tiles(run.front().w->type, n)) {
         for (const cuda::MatvecProduct& product : run) {
           cuda::mmq(*product.w, x.for_type(product.w->type).blocks, n, product.y, product.accumulate, stream);
         }
@@ -939,7 +965,7 @@ struct Pass {
     g.order = ws.latent_order.as<int32_t>();
     g.chunks = ws.latent_chunks.as<int32_t>();
     g.chunk_count = ws.latent_chunk_count.as<int32_t>();
-    const bool tiled = m.latent_tiles && n >= cuda::kMmqMinRows;
+    const bool tiled = m.latent_tiles && layout.tiled;
     g.tokens_per_chunk = tiled ? cuda::kMmqTileTokens : cuda::tokens_per_expert_chunk(n);
     g.max_chunks = cuda::max_expert_chunks(n, p.heads, p.heads, g.tokens_per_chunk);
     return g;
@@ -1004,7 +1030,7 @@ struct Pass {
     const int64_t width = w.gate.rows;
     if (cuda::gated_matvec_supports(w.gate, w.up)) {
       const ActivationBlock* blocks = x.quantized_for(w.gate.type);
-      if (cuda::mmq_serves(w.gate.type, n)) {
+      if (tiles(w.gate.type, n)) {
         cuda::gated_mmq(w.gate, w.up, blocks, n, f(ws.hidden), stream);
       } else {
         cuda::gated_matvec(w.gate, w.up, blocks, n, f(ws.hidden), stream);
@@ -1043,7 +1069,7 @@ struct Pass {
     ExpertStacks experts{w.expert_gate, w.expert_up, w.expert_down, w.expert_slots};
     if (streamed_layer) experts = m.expert_stream->queue_layer(layer, stream);
     // One grouping serves both products, so the tiles take the experts only where they serve both types.
-    const bool tiled = cuda::mmq_serves(experts.gate.type, n) && cuda::mmq_serves(experts.down.type, n);
+    const bool tiled = tiles(experts.gate.type, n) && tiles(experts.down.type, n);
     cuda::ExpertGroups groups;
     groups.order = ws.order.as<int32_t>();
     groups.chunks = ws.chunks.as<int32_t>();
@@ -1143,6 +1169,10 @@ struct Pass {
     cuda::embed(m.token_embedding, m.work.tokens.as<int32_t>(), n, f(m.work.residual), stream);
   }
   void layer(int64_t l) const {
+    // A sequence restored by restore_kv: its layer's rows may still be on their way.
+    for (const PassLayout::Segment& part : layout.segments) {
+      if (part.sequence->restoring) part.sequence->layer_restored[static_cast<size_t>(l)]->wait_in(stream);
+    }
     attention_block(m.layers[l].attention, l);
     ffn_block(m.layers[l].ffn, l);
   }
@@ -1243,10 +1273,45 @@ void run_hybrid(const Pass& pass, const cuda::Stream& stream) {
   }
 }
 
+struct PassRows {
+  int64_t first, n;
+  bool tiled;
+};
+
+// How a batch whose part i has rows [first_row[i], first_row[i + 1]) runs: in passes of at most
+// kMaxBatch rows, each of one kernel family: a part of kMmqMinRows rows or more takes the tiled
+// products, a shorter one the mat-vecs, whatever else the batch holds, and a part is cut only
+// where it is longer than a pass (from its own start). So a part's floats are what it gets
+// alone (the kernels' sums for a row do not depend on the rows beside it: cuda_batch_rows_test),
+// and a stream decodes its tokens whatever streams share its steps.
+std::vector<PassRows> pass_rows(const std::vector<int64_t>& first_row) {
+  std::vector<PassRows> passes;
+  for (size_t i = 0; i + 1 < first_row.size(); ++i) {
+    const int64_t rows = first_row[i + 1] - first_row[i];
+    const bool tiled = rows >= cuda::kMmqMinRows;
+    for (int64_t done = 0; done < rows;) {
+      const int64_t first = first_row[i] + done;
+      PassRows* open = passes.empty() ? nullptr : &passes.back();
+      if (open && (open->tiled != tiled || open->first + open->n != first || open->n == kMaxBatch ||
+                   (done == 0 && open->n + rows > kMaxBatch))) {
+        open = nullptr;
+      }
+      if (!open) open = &passes.emplace_back(PassRows{first, 0, tiled});
+      const int64_t take = std::min(rows - done, kMaxBatch - open->n);
+      open->n += take;
+      done += take;
+    }
+  }
+  return passes;
+}
+
 // The pass over rows [first, first + n) of a batch whose part i has rows [first_row[i], first_row[i + 1]).
 PassLayout pass_layout(std::span<const GpuSequenceRows> batch, const std::vector<int64_t>& first_row, int64_t first,
-                       int64_t n) {
+                       int64_t n, bool tiled) {
   PassLayout layout;
+  layout.first = first;
+  layout.rows = n;
+  layout.tiled = tiled;
   for (size_t i = 0; i < batch.size(); ++i) {
     const int64_t begin = std::max(first_row[i], first), end = std::min(first_row[i + 1], first + n);
     if (begin >= end) continue;
@@ -1452,20 +1517,18 @@ void gpu_forward(GpuModel& model, std::span<const GpuSequenceRows> batch, std::v
   const model::HyperParams& p = model.params;
   std::vector<int32_t> tokens, positions;
   std::vector<int64_t> first_row{0};
-  bool decode = true;  // every sequence one token
   for (const GpuSequenceRows& part : batch) {
     for (size_t i = 0; i < part.tokens.size(); ++i) {
       tokens.push_back(part.tokens[i]);
       positions.push_back(static_cast<int32_t>(part.first_position + static_cast<int64_t>(i)));
     }
     first_row.push_back(static_cast<int64_t>(tokens.size()));
-    decode = decode && part.tokens.size() == 1;
   }
   const auto total = static_cast<int64_t>(tokens.size());
   std::vector<PassLayout> passes;
   int64_t widest = 0, output_rows = 0, widest_hidden = 0, hidden_rows = 0;
-  for (int64_t first = 0; first < total; first += kMaxBatch) {
-    passes.push_back(pass_layout(batch, first_row, first, std::min(kMaxBatch, total - first)));
+  for (const auto& [first, n, tiled] : pass_rows(first_row)) {
+    passes.push_back(pass_layout(batch, first_row, first, n, tiled));
     widest = std::max(widest, passes.back().output_rows);
     output_rows += passes.back().output_rows;
     widest_hidden = std::max(widest_hidden, passes.back().hidden_rows);
@@ -1513,8 +1576,8 @@ void gpu_forward(GpuModel& model, std::span<const GpuSequenceRows> batch, std::v
   bool any_streamed = false;
   std::vector<int32_t> pass_routing;
   for (size_t i = 0; i < passes.size(); ++i) {
-    const int64_t first = static_cast<int64_t>(i) * kMaxBatch;
-    const int64_t n = std::min(kMaxBatch, total - first);
+    const int64_t first = passes[i].first;
+    const int64_t n = passes[i].rows;
     cuda::copy_to_device(ws.tokens.data(), tokens.data() + first, n * sizeof(int32_t), stream);
     cuda::copy_to_device(ws.positions.data(), positions.data() + first, n * sizeof(int32_t), stream);
     if (replay) {
@@ -1537,7 +1600,11 @@ void gpu_forward(GpuModel& model, std::span<const GpuSequenceRows> batch, std::v
     any_streamed = any_streamed || streamed;
     // A pass that returns hidden states is never a graph's: the graphs kept are told apart by
     // their caches alone, and their steps return logits.
-    if (decode && passes.size() == 1 && !streamed && passes[i].hidden_rows == 0) {
+    const bool decode = !passes[i].tiled && std::all_of(passes[i].segments.begin(), passes[i].segments.end(),
+                                                        [](const PassLayout::Segment& part) { return part.rows == 1; });
+    if (decode && !streamed && passes[i].hidden_rows == 0) {
+      // A graph's launches cannot wait for a restore's events (recorded outside its capture).
+      for (const GpuSequenceRows& part : batch) part.sequence->settle_restore();
       replay_decode_step(model, pass);
       if (hands_rows) {
         host->start_pass();  // after the launch, so a failed one leaves the steps aligned
@@ -1564,6 +1631,8 @@ void gpu_forward(GpuModel& model, std::span<const GpuSequenceRows> batch, std::v
                        static_cast<size_t>(p.layers * p.experts) * sizeof(uint32_t), stream);
   }
   model.stream.synchronize();
+  // Every layer of the passes waited for its restored rows: the copies are done.
+  for (const GpuSequenceRows& part : batch) part.sequence->restoring.reset();
   if (model.expert_stream) model.expert_stream->observe_call(model.routed_host.host<uint32_t>(), any_streamed);
   if (model.host_experts) {
     model.host_experts->add_pass_time(
@@ -1606,9 +1675,10 @@ void seat_copied_experts(GpuModel& model) {
   model.residency->seat_copied(model.stream.handle());
 }
 
-void copy_kv_to_host(GpuModel& model, const GpuSequence& sequence, int64_t n, int64_t packed, uint16_t* keys,
+void copy_kv_to_host(GpuModel& model, GpuSequence& sequence, int64_t n, int64_t packed, uint16_t* keys,
                      uint16_t* values) {
   cuda::use_device(model.device);
+  sequence.settle_restore();
   const model::CacheRow& row = sequence.row;
   for (int64_t layer = 0; layer < model.params.layers; ++layer) {
     cuda::copy_to_host(keys + layer * packed * row.keys, sequence.keys_of(layer),
@@ -1622,6 +1692,7 @@ void copy_kv_to_host(GpuModel& model, const GpuSequence& sequence, int64_t n, in
 void copy_kv_to_device(GpuModel& model, GpuSequence& sequence, int64_t n, int64_t packed, const uint16_t* keys,
                        const uint16_t* values) {
   cuda::use_device(model.device);
+  sequence.settle_restore();
   const model::CacheRow& row = sequence.row;
   for (int64_t layer = 0; layer < model.params.layers; ++layer) {
     cuda::copy_to_device(sequence.keys_of(layer), keys + layer * packed * row.keys,
@@ -1630,6 +1701,33 @@ void copy_kv_to_device(GpuModel& model, GpuSequence& sequence, int64_t n, int64_
                          static_cast<size_t>(n * row.values) * sizeof(uint16_t), model.stream.handle());
   }
   model.stream.synchronize();
+}
+
+void restore_kv(GpuModel& model, GpuSequence& sequence, int64_t n, int64_t packed, const uint16_t* keys,
+                const uint16_t* values, std::shared_ptr<const void> rows) {
+  cuda::use_device(model.device);
+  sequence.settle_restore();
+  const model::CacheRow& row = sequence.row;
+  const auto layers = static_cast<size_t>(model.params.layers);
+  while (sequence.layer_restored.size() < layers) sequence.layer_restored.push_back(std::make_unique<cuda::Event>());
+  const cuda::StreamHandle copies = model.restore_stream.handle();
+  // The copies rewrite rows the sequence's last pass may still read.
+  sequence.layer_restored.front()->record(model.stream.handle());
+  sequence.layer_restored.front()->wait_in(copies);
+  sequence.restoring = std::move(rows);
+  for (size_t layer = 0; layer < layers; ++layer) {
+    const auto l = static_cast<int64_t>(layer);
+    cuda::copy_async(sequence.keys_of(l), keys + l * packed * row.keys,
+                     static_cast<size_t>(n * row.keys) * sizeof(uint16_t), copies);
+    cuda::copy_async(sequence.values_of(l), values + l * packed * row.values,
+                     static_cast<size_t>(n * row.values) * sizeof(uint16_t), copies);
+    sequence.layer_restored[layer]->record(copies);
+  }
+}
+
+std::pmr::memory_resource& state_memory(GpuModel& model) {
+  if (!model.state_pool) model.state_pool = std::make_unique<cuda::PinnedPool>(kKeptStateMemory);
+  return *model.state_pool;
 }
 
 }  // namespace bloomery::engine
@@ -1664,8 +1762,13 @@ const std::vector<std::vector<int32_t>>& gpu_slot_tables(GpuModel&) { refuse(); 
 const std::vector<std::vector<int32_t>>& gpu_slot_experts(GpuModel&) { refuse(); }
 void begin_swaps(GpuModel&, std::span<const Swap>) { refuse(); }
 void seat_copied_experts(GpuModel&) { refuse(); }
-void copy_kv_to_host(GpuModel&, const GpuSequence&, int64_t, int64_t, uint16_t*, uint16_t*) { refuse(); }
+void copy_kv_to_host(GpuModel&, GpuSequence&, int64_t, int64_t, uint16_t*, uint16_t*) { refuse(); }
 void copy_kv_to_device(GpuModel&, GpuSequence&, int64_t, int64_t, const uint16_t*, const uint16_t*) { refuse(); }
+void restore_kv(GpuModel&, GpuSequence&, int64_t, int64_t, const uint16_t*, const uint16_t*,
+                std::shared_ptr<const void>) {
+  refuse();
+}
+std::pmr::memory_resource& state_memory(GpuModel&) { refuse(); }
 
 }  // namespace bloomery::engine
 

@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <memory_resource>
 #include <span>
 #include <string>
 #include <vector>
@@ -138,9 +139,22 @@ void seat_copied_experts(GpuModel& model);
 // Copies the keys and values of positions [0, n) to / from host memory, packed layer after
 // layer with `packed` rows per layer (n <= packed), as KvCache::copy_out does: how sessions
 // are saved and restored.
-void copy_kv_to_host(GpuModel& model, const GpuSequence& sequence, int64_t n, int64_t packed, uint16_t* keys,
+void copy_kv_to_host(GpuModel& model, GpuSequence& sequence, int64_t n, int64_t packed, uint16_t* keys,
                      uint16_t* values);
 void copy_kv_to_device(GpuModel& model, GpuSequence& sequence, int64_t n, int64_t packed, const uint16_t* keys,
                        const uint16_t* values);
+// copy_kv_to_device without the host waiting: the copies are queued layer by layer on a stream of
+// their own, and the sequence's next pass waits for each layer's rows only where that layer reads
+// them, so the copy runs behind the pass's first layers. The sequence holds `rows` (what owns
+// `keys` and `values`) until the copies are done. From page-locked memory (state_memory) the
+// copies run at the link's speed; from pageable memory each returns once its bytes are staged.
+void restore_kv(GpuModel& model, GpuSequence& sequence, int64_t n, int64_t packed, const uint16_t* keys,
+                const uint16_t* values, std::shared_ptr<const void> rows);
+
+// Page-locked host memory for the states the prompt-state cache keeps of the model's sessions
+// (cuda::PinnedPool, made on first use): copy_kv_to_host fills them and restore_kv reads them at
+// the link's speed. At most kKeptStateMemory bytes of freed states are kept page-locked for reuse.
+inline constexpr size_t kKeptStateMemory = size_t{1} << 30;
+std::pmr::memory_resource& state_memory(GpuModel& model);
 
 }  // namespace bloomery::engine

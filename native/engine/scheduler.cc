@@ -368,10 +368,10 @@ void Scheduler::admit(Outbox& out) {
       try {
         // An MTP-drafting generation reuses only the prefix whose MTP rows the session holds too
         // (the target's hidden states of the rest are gone: it is evaluated again).
-        int64_t reusable = INT64_MAX;
+        int64_t reusable = r.limits.reuse_prefix ? INT64_MAX : 0;
         if (r.draft.source == DraftSource::kMtp) {
           if (!session.mtp_) session.mtp_ = runtime_.mtp_drafter()->new_sequence(context);
-          reusable = session.mtp_->reusable(r.input);
+          reusable = std::min(reusable, session.mtp_->reusable(r.input));
         }
         const PromptReuse reuse = session.prepare_prompt(r.input, reusable);
         r.start_position = reuse.first;
@@ -423,20 +423,25 @@ void Scheduler::plan(Pass& pass) {
     budget -= std::max<int64_t>(static_cast<int64_t>(part.tokens.size()) - 1, part.late_draft);
     pass.parts.push_back(std::move(part));
   }
+  // A prompt (or an evaluation) runs in chunks of step_tokens from its start, whatever else runs:
+  // each chunk whole in one step, beside the decode rows, once the step has room for it. Its rows
+  // then meet the kernels they meet alone (gpu_forward picks them by a part's own rows), so a
+  // stream's tokens do not depend on the streams that share its steps.
+  int64_t room = runtime_.step_tokens();
   for (const auto& r : active_) {
-    if (budget <= 0) break;
     const auto remaining = static_cast<int64_t>(r->input.size() - r->evaluated);
     if (remaining == 0) continue;
-    int64_t take = std::min(remaining, budget);
+    int64_t take = std::min(remaining, runtime_.step_tokens());
     // With recurrent layers, the passes of a prompt or an evaluation end on its checkpoints
     // (kept in commit).
     if (r->session->recurrent()) {
       const int64_t at = r->base + static_cast<int64_t>(r->evaluated);
       take = std::min(take, next_checkpoint(r->base + static_cast<int64_t>(r->input.size()), at) - at);
     }
+    if (take > room) break;
     const auto first = r->input.begin() + static_cast<ptrdiff_t>(r->evaluated);
     pass.parts.push_back({r, std::vector<int32_t>(first, first + take), r->session->position_, false});
-    budget -= take;
+    room -= take;
   }
 }
 
@@ -649,6 +654,14 @@ void Scheduler::commit(Pass& pass, Outbox& out) {
     }
   }
 
+  // The unconstrained draws of the pass's finished parts run on the pool, one part per task (each
+  // touches only its own request's sampler), and are delivered in the parts' order after.
+  struct PendingDraw {
+    const Pass::Part* part;
+    std::span<const float> logits;
+    DrawnRows drawn;
+  };
+  std::vector<PendingDraw> draws;
   size_t logit_row = 0;
   for (const Pass::Part& part : pass.parts) {
     Request& r = *part.request;
@@ -688,10 +701,23 @@ void Scheduler::commit(Pass& pass, Outbox& out) {
       draw_elsewhere(part.request, part.tokens, part.decode, logits);
     } else {
       const size_t rows = part.decode ? part.tokens.size() : 1;
-      DrawnRows drawn = draw_rows(r, part.tokens, part.decode, std::span(logits, rows * p.vocab), p.eos_token);
-      deliver(part.request, part.tokens, part.decode, std::move(drawn), out);
+      draws.push_back({&part, std::span(logits, rows * p.vocab), {}});
     }
   }
+  const auto draw = [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      PendingDraw& d = draws[i];
+      d.drawn = draw_rows(*d.part->request, d.part->tokens, d.part->decode, d.logits, p.eos_token);
+    }
+  };
+  if (draws.size() > 1) {
+    // The pool is the passes' (as admit's prepare_prompt, the lock comes after mutex_).
+    std::lock_guard compute(runtime_.compute_);
+    runtime_.pool_.parallel_for(draws.size(), 1, draw);
+  } else {
+    draw(0, draws.size());
+  }
+  for (PendingDraw& d : draws) deliver(d.part->request, d.part->tokens, d.part->decode, std::move(d.drawn), out);
 }
 
 void Scheduler::draw_elsewhere(const std::shared_ptr<Request>& request, std::span<const int32_t> tokens, bool decode,

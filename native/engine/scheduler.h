@@ -60,6 +60,9 @@ struct GenerationLimits {
   // the next token is shifted (Session::shift_context) keeping its first shift_keep tokens, as
   // llama-server's --context-shift does (it shifts once the context holds context - 1 tokens).
   int64_t shift_keep = -1;
+  // False: the whole prompt is evaluated, nothing of it taken from the session's context or the
+  // prompt-state cache (llama-server's cache_prompt: false; see Session::prepare_prompt).
+  bool reuse_prefix = true;
 };
 
 struct RequestEnd {

@@ -166,7 +166,7 @@ PromptReuse Session::prepare_prompt(std::span<const int32_t> tokens, int64_t reu
   if (recurrent_ && cached != static_cast<int64_t>(match.state ? match.state->tokens.size() : 0)) cached = 0;
   if (cached > own) {
     store_locked();
-    load(*match.state, cached);
+    load(match.state, cached);
     in_cache_ = true;
     return {cached, true};
   }
@@ -242,9 +242,16 @@ bool Session::store_locked() {
     return false;
   }
   try {
-    in_cache_ = cache.store(snapshot(n));
+    in_cache_ = cache.store(snapshot(n, gpu_ ? &state_memory(*runtime_->gpu_) : std::pmr::get_default_resource()));
   } catch (const std::bad_alloc&) {
-    return false;
+    // Memory the host cannot page-lock holds the state in ordinary memory, which a restore
+    // copies from more slowly; memory there is none of leaves it out of the cache.
+    if (!gpu_) return false;
+    try {
+      in_cache_ = cache.store(snapshot(n));
+    } catch (const std::bad_alloc&) {
+      return false;
+    }
   }
   return in_cache_;
 }
@@ -347,9 +354,9 @@ bool Session::can_continue_at(int64_t n) const {
   return n == 0 || model::window_floor(runtime_->model().params, n) >= held_window_first();
 }
 
-std::shared_ptr<SessionState> Session::snapshot(int64_t n) {
+std::shared_ptr<SessionState> Session::snapshot(int64_t n, std::pmr::memory_resource* memory) {
   const StateShape shape = state_shape(runtime_->model());
-  auto state = std::make_shared<SessionState>();
+  auto state = std::make_shared<SessionState>(memory);
   state->layers = shape.layers;
   state->windowed_layers = shape.windowed_layers;
   state->row = shape.row;
@@ -370,6 +377,17 @@ std::shared_ptr<SessionState> Session::snapshot(int64_t n) {
   return state;
 }
 
+void Session::load(std::shared_ptr<const SessionState> state, int64_t n) {
+  if (!gpu_) {
+    load(*state, n);
+    return;
+  }
+  const SessionState& rows = *state;
+  restore_kv(*runtime_->gpu_, *gpu_, n, static_cast<int64_t>(rows.tokens.size()), rows.keys.data(), rows.values.data(),
+             std::move(state));
+  adopt(rows, n);
+}
+
 void Session::load(const SessionState& state, int64_t n) {
   const int64_t packed = static_cast<int64_t>(state.tokens.size());
   if (gpu_) {
@@ -377,6 +395,10 @@ void Session::load(const SessionState& state, int64_t n) {
   } else {
     cache_.copy_in(n, state);
   }
+  adopt(state, n);
+}
+
+void Session::adopt(const SessionState& state, int64_t n) {
   history_.assign(state.tokens.begin(), state.tokens.begin() + n);
   position_ = n;
   recurrent_position_ = n;

@@ -179,8 +179,10 @@ class Session {
   PromptReuse prepare_prompt(std::span<const int32_t> tokens, int64_t reusable = INT64_MAX);
 
   // The state of the first n tokens (n = position_ where the model has windowed layers; with
-  // recurrent layers, n = recurrent_position_); the caller holds the runtime's compute lock.
-  std::shared_ptr<SessionState> snapshot(int64_t n);
+  // recurrent layers, n = recurrent_position_), its keys and values in `memory`; the caller holds
+  // the runtime's compute lock.
+  std::shared_ptr<SessionState> snapshot(int64_t n,
+                                         std::pmr::memory_resource* memory = std::pmr::get_default_resource());
   // With recurrent layers: brings their states to position_ when they are elsewhere (a stop, a
   // cancel or a failed pass cut the context back), by evaluating the context again from its
   // nearest checkpoint (or its start). The caller holds the compute lock.
@@ -201,6 +203,11 @@ class Session {
   bool can_continue_at(int64_t n) const;
   // Loads the first n tokens of `state`; the caller holds the lock and has checked the state.
   void load(const SessionState& state, int64_t n);
+  // The same from a state the session may hold on to: on the GPU its rows are copied behind the
+  // next pass (restore_kv) rather than before anything else runs.
+  void load(std::shared_ptr<const SessionState> state, int64_t n);
+  // Takes the first n tokens of `state` as the context, its rows loaded.
+  void adopt(const SessionState& state, int64_t n);
   void check_restorable(const SessionState& state, uint64_t fingerprint);
   bool store_locked();
   // history_ cut to position_; the caller holds the compute lock.

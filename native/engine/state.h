@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <memory_resource>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,10 @@
 namespace bloomery::engine {
 
 struct SessionState {
+  SessionState() = default;
+  // Keys and values in `memory` (the prompt-state cache keeps a GPU model's states page-locked).
+  explicit SessionState(std::pmr::memory_resource* memory) : keys(memory), values(memory) {}
+
   uint64_t model_fingerprint = 0;  // set by Session::save; the prompt-state cache's states never leave their model
   int64_t layers = 0;
   int64_t windowed_layers = 0;  // of them, the layers of sliding-window attention
@@ -28,7 +33,7 @@ struct SessionState {
   static constexpr int64_t kNoShift = std::numeric_limits<int64_t>::max();
   int64_t shifted_from = kNoShift;
   // f16, layer after layer in the model's order, each layer's rows of row.keys (row.values).
-  std::vector<uint16_t> keys, values;
+  std::pmr::vector<uint16_t> keys, values;
   // Layers of linear attention (no rows), and per such layer its recurrent state after the last
   // token (recurrent_floats floats, layer after layer).
   int64_t linear_layers = 0;

@@ -196,9 +196,8 @@ async function serveCompletion(
   const timingsPerToken = f.boolean("timings_per_token") ?? false;
   const returnProgress = f.boolean("return_progress") ?? false;
   const verbose = (f.boolean("verbose") ?? false) || context.config.verbose === true;
-  // A prefix reused from the slot or the prompt-state cache gives the same text as evaluating the
-  // prompt in full, so cache_prompt only changes speed: bloomery always reuses.
-  f.boolean("cache_prompt");
+  // false: the whole prompt is evaluated (a reused prefix matches that up to float rounding only).
+  const reusePrefix = f.boolean("cache_prompt") ?? true;
   const idSlot = f.integer("id_slot") ?? -1;
   f.finish();
   const prompts = await pendingPrompts;
@@ -238,7 +237,7 @@ async function serveCompletion(
     const results = await Promise.all(
       prompts.map((prompt, index) =>
         context.slots
-          .run(prompt, options, signal, () => {}, { idSlot })
+          .run(prompt, options, signal, () => {}, { idSlot, reusePrefix })
           .then((result) => final(index, result, result.text)),
       ),
     );
@@ -286,6 +285,7 @@ async function serveCompletion(
         };
         const result = await context.slots.run(prompt, options, signal, onChunk, {
           idSlot,
+          reusePrefix,
           ...(progress ? { progress } : {}),
           onSlot: (id: number) => (slot = id),
         });

@@ -155,7 +155,7 @@ export function registerOpenAiChat(app: FastifyInstance, context: ServerContext)
     app.post(path, async (request, reply) => {
       const model = context.model;
       const f = new Fields(request.body);
-      const { stream, includeUsage, idSlot, n } = readOpenAiCommon(f);
+      const { stream, includeUsage, idSlot, reusePrefix, n } = readOpenAiCommon(f);
       const maxTokens = readMaxTokens(f, ["max_completion_tokens", "max_tokens", "n_predict"]);
       const read = readChatRequest(context, f, f.raw("messages"), maxTokens);
       const logprobs = readLogprobs(f, "chat");
@@ -181,7 +181,7 @@ export function registerOpenAiChat(app: FastifyInstance, context: ServerContext)
 
       if (!stream) {
         const results = await Promise.all(
-          Array.from({ length: n }, () => runChat(context, chat, options, signal, () => {}, { idSlot })),
+          Array.from({ length: n }, () => runChat(context, chat, options, signal, () => {}, { idSlot, reusePrefix })),
         );
         const choices = results.map((result, index) => {
           const { content, reasoning, toolCalls } = result.message;
@@ -255,7 +255,7 @@ export function registerOpenAiChat(app: FastifyInstance, context: ServerContext)
             );
             calls += piece.toolCalls?.length ?? 0;
           },
-          { idSlot, ...(progress ? { progress } : {}) },
+          { idSlot, reusePrefix, ...(progress ? { progress } : {}) },
         );
         if (signal.aborted) throw new Error("client gone");
         sendRole();

@@ -10,13 +10,18 @@ import { clientSignal, SseStream, streamReply } from "../sse.js";
 import { requestMaxTokens } from "./llama-native.js";
 
 /** The fields every OpenAI-style generation takes besides its prompt and sampling. */
-export function readOpenAiCommon(f: Fields): { stream: boolean; includeUsage: boolean; idSlot: number; n: number } {
+export function readOpenAiCommon(f: Fields): {
+  stream: boolean;
+  includeUsage: boolean;
+  idSlot: number;
+  reusePrefix: boolean;
+  n: number;
+} {
   // One model is served: any name is accepted, as llama-server does.
   f.string("model");
   f.string("user");
-  // A prefix reused from the slot or the prompt-state cache gives the same text as evaluating the
-  // prompt in full, so cache_prompt only changes speed: bloomery always reuses.
-  f.boolean("cache_prompt");
+  // false: the whole prompt is evaluated (a reused prefix matches that up to float rounding only).
+  const reusePrefix = f.boolean("cache_prompt") ?? true;
   const idSlot = f.integer("id_slot") ?? -1;
   const n = f.integer("n", { min: 1, max: 16 }) ?? 1;
   const stream = f.boolean("stream") ?? false;
@@ -27,7 +32,7 @@ export function readOpenAiCommon(f: Fields): { stream: boolean; includeUsage: bo
     includeUsage = o.boolean("include_usage") ?? false;
     o.finish();
   }
-  return { stream, includeUsage, idSlot, n };
+  return { stream, includeUsage, idSlot, reusePrefix, n };
 }
 
 /** `prompt` as text (tokenized by `text`), one text in an array, or token ids. */
@@ -48,7 +53,7 @@ export function registerOpenAiCompletions(app: FastifyInstance, context: ServerC
     const model = context.model;
     const f = new Fields(request.body);
     const prompt = await readPrompt(f, model.info.vocabSize, (text) => promptTokens(model, text));
-    const { stream, includeUsage, idSlot, n } = readOpenAiCommon(f);
+    const { stream, includeUsage, idSlot, reusePrefix, n } = readOpenAiCommon(f);
     const maxTokens = requestMaxTokens(context, readMaxTokens(f, ["max_tokens", "n_predict"]));
     const stop = f.strings("stop");
     const sampling = readSampling(f, samplingDefaults(context));
@@ -81,7 +86,7 @@ export function registerOpenAiCompletions(app: FastifyInstance, context: ServerC
     });
 
     if (!stream) {
-      const result = await context.slots.run(prompt, options, signal, () => {}, { idSlot });
+      const result = await context.slots.run(prompt, options, signal, () => {}, { idSlot, reusePrefix });
       return {
         ...head,
         choices: [choice(result.text, finishReason(result.stopReason), result.logprobs)],
@@ -99,7 +104,7 @@ export function registerOpenAiCompletions(app: FastifyInstance, context: ServerC
           if (piece.text || piece.logprobs?.length)
             sse.send({ ...head, choices: [choice(piece.text, null, piece.logprobs)] });
         },
-        { idSlot },
+        { idSlot, reusePrefix },
       );
       if (signal.aborted) throw new Error("client gone");
       sse.send({ ...head, choices: [choice("", finishReason(result.stopReason))], timings: llamaTimings(result) });
