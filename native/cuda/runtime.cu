@@ -122,11 +122,6 @@ PinnedPool::~PinnedPool() {
   for (const auto& [bytes, block] : kept_) cudaFreeHost(block);
 }
 
-size_t PinnedPool::held() const {
-  const std::lock_guard lock(mutex_);
-  return kept_bytes_ + used_bytes_;
-}
-
 void* PinnedPool::do_allocate(size_t bytes, size_t alignment) {
   // cudaHostAlloc's blocks are page-aligned.
   if (alignment > 4096) throw std::bad_alloc();
@@ -138,7 +133,6 @@ void* PinnedPool::do_allocate(size_t bytes, size_t alignment) {
     kept_.erase(fit);
     kept_bytes_ -= size;
     in_use_.emplace(block, size);
-    used_bytes_ += size;
     return block;
   }
   void* block = nullptr;
@@ -147,7 +141,6 @@ void* PinnedPool::do_allocate(size_t bytes, size_t alignment) {
     throw std::bad_alloc();
   }
   in_use_.emplace(block, bytes);
-  used_bytes_ += bytes;
   return block;
 }
 
@@ -156,7 +149,6 @@ void PinnedPool::do_deallocate(void* block, size_t, size_t) {
   const auto held = in_use_.find(block);
   const size_t size = held->second;
   in_use_.erase(held);
-  used_bytes_ -= size;
   kept_.emplace(size, block);
   kept_bytes_ += size;
   release_beyond_keep();

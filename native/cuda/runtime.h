@@ -104,8 +104,6 @@ class PinnedPool final : public std::pmr::memory_resource {
   PinnedPool& operator=(const PinnedPool&) = delete;
   // Every block allocated from it must have been returned.
   ~PinnedPool() override;
-  // Bytes of page-locked memory it holds: in use and kept.
-  size_t held() const;
 
  private:
   void* do_allocate(size_t bytes, size_t alignment) override;
@@ -114,10 +112,10 @@ class PinnedPool final : public std::pmr::memory_resource {
   void release_beyond_keep();
 
   const size_t keep_;
-  mutable std::mutex mutex_;
+  std::mutex mutex_;
   std::multimap<size_t, void*> kept_;         // free blocks by size
   std::unordered_map<void*, size_t> in_use_;  // each block handed out, by its size (at least what was asked)
-  size_t kept_bytes_ = 0, used_bytes_ = 0;
+  size_t kept_bytes_ = 0;
 };
 
 // An opaque cudaStream_t.
