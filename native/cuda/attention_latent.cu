@@ -246,10 +246,10 @@ __device__ void softmax_scale(const Params& p, int first_row, const BlockRows& r
                               float (&inverse)[2]) {
   const int64_t stride = static_cast<int64_t>(p.n) * p.heads;
   for (int i = 0; i < 2; ++i) {
-    max[i] = inverse[i] = 0.0f;
-    if (rows.limit[i] < 0) continue;
+    const bool inside = rows.limit[i] >= 0;
     const float2* stats = p.stats + first_row + static_cast<int>(threadIdx.x % kWarp) / 4 + 8 * i;
-    fold_segment_statistics(stats, stride, segments_of(rows.limit[i] + 1), max[i], inverse[i]);
+    fold_segment_statistics(stats, stride, inside ? segments_of(rows.limit[i] + 1) : 0, max[i], inverse[i]);
+    if (!inside) max[i] = inverse[i] = 0.0f;
   }
 }
 
@@ -332,17 +332,13 @@ __global__ void __launch_bounds__(kThreads) latent_values_kernel(Params p) {
   }
 }
 
-// Each output the sum of its row's segment products in segment order, from zero, as
-// latent_values_kernel adds them when one block runs all of a row's segments.
+// Each output the sum of its row's segment products (sum_segments).
 __global__ void latent_combine_kernel(const float* partial, const int32_t* positions, int64_t rows, int heads, int rank,
                                       float* out) {
   wait_for_previous_kernel();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= rows * rank) return;
-  const int count = segments_of(positions[i / rank / heads] + 1);
-  float sum = 0.0f;
-  for (int g = 0; g < count; ++g) sum = __fadd_rn(sum, partial[g * rows * rank + i]);
-  out[i] = sum;
+  out[i] = sum_segments(partial, rows * rank, segments_of(positions[i / rank / heads] + 1), i);
 }
 
 int64_t cache_segments(int64_t cache_positions) { return (cache_positions + kTile - 1) / kTile; }

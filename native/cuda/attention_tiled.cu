@@ -12,9 +12,9 @@
 // to f16 (f16 products are exact in f32), each score the f32 product of its dot and the scale,
 // and the probabilities normalized before they are rounded to f16, as the CPU rounds them. So
 // the normalization comes first: attention_stats_kernel computes each row's maximum score and
-// exp sum per segment, attention_values_kernel recomputes the same scores (the same
-// instructions, so the same floats), folds the segments' statistics, rounds
-// p = exp(s - max) * (1 / sum) to f16 and multiplies by V, adding the segments' products in
+// exp sum per segment and the last of a row tile's blocks folds them (fold_segment_statistics),
+// attention_values_kernel recomputes the same scores (the same instructions, so the same
+// floats), rounds p = exp(s - max) * (1 / sum) to f16 and multiplies by V, adding the segments' products in
 // order; with a block per segment, combine_segments_kernel adds them in the same order. One
 // Q.K product more than online-softmax flash attention, and no rescaled output. A decode step
 // (a block per segment, one tile each) runs both in one launch, attention_decode_kernel: its
@@ -65,6 +65,7 @@ struct Params {
   const uint16_t* sequence_keys[kMaxKvSegments];
   const uint16_t* sequence_values[kMaxKvSegments];
   float2* stats;       // [segment][n * heads]: each row's maximum score and its exps' sum in the segment
+  float2* folded;      // [n * heads]: each row's maximum over its segments and the inverse of its exp sum
   float* partial;      // [segment][n * heads][head_dim] with a block per segment, else unused
   uint32_t* barriers;  // with a block per segment: two words per KV head and row tile (segment_barrier)
   float* out;
@@ -276,11 +277,50 @@ __device__ __forceinline__ void softmax_scale(const Params& p, int kv_head, cons
                                               float (&inverse)[2]) {
   const int64_t stride = static_cast<int64_t>(p.n) * p.heads;
   for (int i = 0; i < 2; ++i) {
-    max[i] = inverse[i] = 0.0f;
-    if (rows.limit[i] < 0) continue;
-    fold_segment_statistics(p.stats + row_index(p, kv_head, rows.row[i]), stride, segments_of(rows.limit[i] + 1),
-                            max[i], inverse[i]);
+    const bool inside = rows.limit[i] >= 0;
+    fold_segment_statistics(p.stats + (inside ? row_index(p, kv_head, rows.row[i]) : 0), stride,
+                            inside ? segments_of(rows.limit[i] + 1) : 0, max[i], inverse[i]);
+    if (!inside) max[i] = inverse[i] = 0.0f;
   }
+}
+
+// Folds the lane's rows' segment statistics (softmax_scale) into p.folded, once for the values
+// launch: its blocks would otherwise each fold every segment of their rows.
+__device__ __forceinline__ void store_folded(const Params& p, int kv_head, const LaneRows& rows) {
+  float max[2], inverse[2];
+  softmax_scale(p, kv_head, rows, max, inverse);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if (threadIdx.x % 4 == 0 && rows.limit[i] >= 0)
+      p.folded[row_index(p, kv_head, rows.row[i])] = make_float2(max[i], inverse[i]);
+  }
+}
+
+// The lane's rows' folded statistics, as store_folded left them.
+__device__ __forceinline__ void load_folded(const Params& p, int kv_head, const LaneRows& rows, float (&max)[2],
+                                            float (&inverse)[2]) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const float2 f = rows.limit[i] >= 0 ? p.folded[row_index(p, kv_head, rows.row[i])] : make_float2(0.0f, 0.0f);
+    max[i] = f.x;
+    inverse[i] = f.y;
+  }
+}
+
+// Whether this block is the last of `count` (a KV head's segments in one launch) to get here,
+// each after its statistics are stored; the last leaves the count at zero for the next launch.
+// No block waits: the last only sees every other's statistics.
+__device__ bool last_segment_block(uint32_t* arrived, int count) {
+  __shared__ bool last;
+  __threadfence();  // this thread's statistics, before the block arrives
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(arrived, 1u) == static_cast<uint32_t>(count) - 1;
+    if (last) atomicExch(arrived, 0u);
+  }
+  __syncthreads();
+  __threadfence();
+  return last;
 }
 
 // o += P V for a tile: the probabilities p = exp(s - max) * inverse rounded to f16 as A
@@ -365,6 +405,14 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_stats_ke
     }
     store_statistics(p, kv_head, rows, segment, max, sum);
   }
+  // The last block of the row tile's (all of them, with a block for all its segments) folds them.
+  if (p.block_per_segment) {
+    if (!last_segment_block(p.barriers + 2 * (blockIdx.x * gridDim.y + kv_head), segments_of(segments.length))) return;
+  } else {
+    __threadfence();
+    __syncthreads();
+  }
+  store_folded(p, kv_head, rows);
 }
 
 // Batches of more than one row tile (a block for all of a tile's segments), and decode steps whose
@@ -389,7 +437,7 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_values_k
   load_queries<D, kWarps>(p, kv_head, tile, keys, a);
   load_tile<D, kWarps>(tile.keys, p.kv_width, kv_head, segments.begin * kSegment, segments.length, keys);
   float max[2], inverse[2];
-  softmax_scale(p, kv_head, rows, max, inverse);
+  load_folded(p, kv_head, rows, max, inverse);
 
   float total[D / 8][4] = {};  // the segments' products, added in segment order
   for (int segment = segments.begin; segment < segments.end; ++segment) {
@@ -491,45 +539,36 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_decode_k
   store_rows<D>(p, kv_head, rows, total, p.partial + segments.begin * stride * D);
 }
 
-// Each output the sum of its row's segment products in segment order, from zero, as
-// attention_values_kernel adds them when one block runs all of a row's segments.
+// Each output the sum of its row's segment products (sum_segments).
 __global__ void combine_segments_kernel(const float* partial, const int32_t* positions, int64_t rows, int heads,
                                         int head_dim, float* out) {
   wait_for_previous_kernel();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= rows * head_dim) return;
-  const int count = segments_of(positions[i / head_dim / heads] + 1);
-  float sum = 0.0f;
-  for (int g = 0; g < count; ++g) sum = __fadd_rn(sum, partial[g * rows * head_dim + i]);
-  out[i] = sum;
+  out[i] = sum_segments(partial, rows * head_dim, segments_of(positions[i / head_dim / heads] + 1), i);
 }
 
-// The same, a warp per 256 consecutive outputs of a token's row (`width` of them, a multiple
-// of 256), which it also quantizes into the row's `blocks` (quantize.cuh, as
-// quantize_activations would): the product that reads a decode step's attention then neither
-// waits for a quantize launch nor quantizes the row in each of its blocks.
-__global__ void combine_and_quantize_kernel(const float* partial, const int32_t* positions, int64_t rows, int heads,
-                                            int head_dim, int width, ActivationFormat format, float* out,
-                                            ActivationBlock* blocks) {
+// The same, a block of kQuantizeValuesPerWarp threads per as many consecutive outputs of a token's
+// row (`width` of them, a multiple of that), a thread per output; its first warp then quantizes
+// them into the row's `blocks` (quantize.cuh, as quantize_activations would): the product that
+// reads a decode step's attention then neither waits for a quantize launch nor quantizes the row
+// in each of its blocks.
+__global__ void __launch_bounds__(kQuantizeValuesPerWarp)
+    combine_and_quantize_kernel(const float* partial, const int32_t* positions, int64_t rows, int heads, int head_dim,
+                                int width, ActivationFormat format, float* out, ActivationBlock* blocks) {
+  __shared__ __align__(16) float sums[kQuantizeValuesPerWarp];
   wait_for_previous_kernel();
-  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
-  const int64_t first = warp * kQuantizeValuesPerWarp;
-  if (first >= rows * head_dim) return;
-  const int64_t mine = first + threadIdx.x % kWarp * kQuantizeValuesPerLane;
-  // The lane's 8 values (of one head's row) summed as above, each segment's 8 products loaded
-  // at once.
-  const int count = segments_of(positions[mine / head_dim / heads] + 1);
-  float v[kQuantizeValuesPerLane] = {};
-#pragma unroll 4
-  for (int g = 0; g < count; ++g) {
-    const float4* p = reinterpret_cast<const float4*>(partial + g * rows * head_dim + mine);
-    const float4 lo = p[0], hi = p[1];
-    const float part[kQuantizeValuesPerLane] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-#pragma unroll
-    for (int j = 0; j < kQuantizeValuesPerLane; ++j) v[j] = __fadd_rn(v[j], part[j]);
-  }
-  reinterpret_cast<float4*>(out + mine)[0] = make_float4(v[0], v[1], v[2], v[3]);
-  reinterpret_cast<float4*>(out + mine)[1] = make_float4(v[4], v[5], v[6], v[7]);
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kQuantizeValuesPerWarp;
+  const int64_t i = first + threadIdx.x;
+  sums[threadIdx.x] = sum_segments(partial, rows * head_dim, segments_of(positions[i / head_dim / heads] + 1), i);
+  __syncthreads();
+  if (threadIdx.x >= kWarp) return;
+  const float4 lo = reinterpret_cast<const float4*>(sums)[2 * threadIdx.x];
+  const float4 hi = reinterpret_cast<const float4*>(sums)[2 * threadIdx.x + 1];
+  const float v[kQuantizeValuesPerLane] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+  float4* mine = reinterpret_cast<float4*>(out + first + threadIdx.x * kQuantizeValuesPerLane);
+  mine[0] = lo;
+  mine[1] = hi;
   quantize_warp(v, format, static_cast<int>(first % width), width, blocks + first / width * (width / 32));
 }
 
@@ -551,15 +590,17 @@ Plan plan_for(int64_t n, const AttentionShape& shape) {
 int64_t cache_segments(const AttentionShape& shape) { return (shape.cache_positions + kSegment - 1) / kSegment; }
 
 // The decode launch's barriers (segment_barrier: two words per KV head and row tile, a tile per
-// sequence at most) lead the scratch, at the same place for every batch, so that words another
+// sequence at most; the statistics launch counts its blocks in the first, last_segment_block) lead
+// the scratch, at the same place for every batch, so that words another
 // batch's statistics overwrote never serve as a barrier: they start zeroed (as a DeviceBuffer
 // does) and each barrier leaves them so.
 size_t barrier_bytes(const AttentionShape& shape) {
   return (static_cast<size_t>(2 * shape.kv_heads * kMaxKvSegments) * sizeof(uint32_t) + 255) / 256 * 256;
 }
 
+// The segments' statistics, then each row's folded ones.
 size_t stats_bytes(int64_t n, const AttentionShape& shape) {
-  return (static_cast<size_t>(cache_segments(shape)) * n * shape.heads * sizeof(float2) + 255) / 256 * 256;
+  return (static_cast<size_t>(cache_segments(shape) + 1) * n * shape.heads * sizeof(float2) + 255) / 256 * 256;
 }
 
 size_t partial_bytes(int64_t n, const AttentionShape& shape, bool block_per_segment) {
@@ -622,6 +663,7 @@ Params params_for(const float* q, int64_t n, const int32_t* positions, const Att
   p.barriers = static_cast<uint32_t*>(scratch);
   uint8_t* const statistics = static_cast<uint8_t*>(scratch) + barrier_bytes(shape);
   p.stats = reinterpret_cast<float2*>(statistics);
+  p.folded = p.stats + cache_segments(shape) * n * shape.heads;
   p.partial = reinterpret_cast<float*>(statistics + stats_bytes(n, shape));
   p.out = out;
   return p;
@@ -651,10 +693,10 @@ bool combine_segments(const Params& p, int64_t n, const AttentionShape& shape, c
   const int64_t rows = n * shape.heads;
   const int64_t width = shape.heads * shape.head_dim;
   if (quantized.blocks && width % kQuantizeValuesPerWarp == 0) {
-    launch_early(combine_and_quantize_kernel,
-                 dim3(ceil_div(rows * shape.head_dim / kQuantizeValuesPerLane, kCombineThreads)), dim3(kCombineThreads),
-                 0, s, p.partial, p.positions, rows, p.heads, static_cast<int>(shape.head_dim), static_cast<int>(width),
-                 activation_format(quantized.type), p.out, quantized.blocks);
+    launch_early(combine_and_quantize_kernel, dim3(rows * shape.head_dim / kQuantizeValuesPerWarp),
+                 dim3(kQuantizeValuesPerWarp), 0, s, p.partial, p.positions, rows, p.heads,
+                 static_cast<int>(shape.head_dim), static_cast<int>(width), activation_format(quantized.type), p.out,
+                 quantized.blocks);
     return true;
   }
   launch_early(combine_segments_kernel, dim3(ceil_div(rows * shape.head_dim, kCombineThreads)), dim3(kCombineThreads),

@@ -1,6 +1,7 @@
 // What the tensor-core attention kernels (attention_tiled.cu, attention_latent.cu) share: f16
 // fragments loaded from shared memory with ldmatrix, the m16n8k16 f16 mma with f32 accumulators,
-// the quad reductions over an mma C fragment's row, and the fold of a row's segment statistics.
+// the quad reductions over an mma C fragment's row, the fold of a row's segment statistics and the
+// sum of its segments' products.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -49,23 +50,53 @@ __device__ __forceinline__ float quad_max(float v) {
 __device__ __forceinline__ void wait_for_tiles() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 // A row's maximum over the statistics of its `count` segments (each its maximum score and exp
-// sum, `stride` apart) and the inverse of its exp sum, as the CPU's softmax has them (its sum in
-// double, the inverse rounded to float). Read from L2 (__ldcg): other blocks of the same launch
-// may have written them.
+// sum, `stride` apart) and the inverse of its exp sum, folded by the quad of lanes that holds the
+// row in the mma fragments: lane q of the quad takes segments q, q + 4, ..., so a long cache costs
+// a quarter of the dependent loads. The maximum is exact in any order; the sum is in double, as
+// the CPU's softmax has it, each lane's in segment order and then the quad's as (0 + 1) + (2 + 3),
+// one order whichever kernel folds the row; the inverse is rounded to float. Read from L2
+// (__ldcg): other blocks of the same launch may have written them. Every lane of the warp calls
+// it (the quad shuffles), a row without segments with count 0.
 __device__ __forceinline__ void fold_segment_statistics(const float2* stats, int64_t stride, int count, float& max,
                                                         float& inverse) {
+  const int phase = static_cast<int>(threadIdx.x % 4);
   float row_max = -INFINITY;
 #pragma unroll 8
-  for (int g = 0; g < count; ++g) row_max = fmaxf(row_max, __ldcg(stats + g * stride).x);
+  for (int g = phase; g < count; g += 4) row_max = fmaxf(row_max, __ldcg(stats + g * stride).x);
+  row_max = quad_max(row_max);
   double row_sum = 0.0;
 #pragma unroll 8
-  for (int g = 0; g < count; ++g) {
+  for (int g = phase; g < count; g += 4) {
     const float2 st = __ldcg(stats + g * stride);
     row_sum =
         __dadd_rn(row_sum, __dmul_rn(static_cast<double>(st.y), static_cast<double>(expf(__fsub_rn(st.x, row_max)))));
   }
+  row_sum = __dadd_rn(row_sum, __shfl_xor_sync(0xffffffffu, row_sum, 1));
+  row_sum = __dadd_rn(row_sum, __shfl_xor_sync(0xffffffffu, row_sum, 2));
   max = row_max;
   inverse = static_cast<float>(1.0 / row_sum);
+}
+
+// Segments whose products a combine thread loads before it adds any of them: the sum is a chain
+// of adds in segment order, its loads are not, and a long cache would otherwise wait out one
+// memory latency every few segments.
+constexpr int kCombineLoads = 32;
+
+// Output i (of `stride` per segment) as the sum of its row's `count` segment products in segment
+// order, from zero, as a values kernel adds them when one block runs all of a row's segments
+// (attention_tiled.cu, attention_latent.cu).
+__device__ __forceinline__ float sum_segments(const float* partial, int64_t stride, int count, int64_t i) {
+  float sum = 0.0f;
+  int g = 0;
+  for (; g + kCombineLoads <= count; g += kCombineLoads) {
+    float part[kCombineLoads];
+#pragma unroll
+    for (int j = 0; j < kCombineLoads; ++j) part[j] = partial[(g + j) * stride + i];
+#pragma unroll
+    for (int j = 0; j < kCombineLoads; ++j) sum = __fadd_rn(sum, part[j]);
+  }
+  for (; g < count; ++g) sum = __fadd_rn(sum, partial[g * stride + i]);
+  return sum;
 }
 
 }  // namespace bloomery::cuda
