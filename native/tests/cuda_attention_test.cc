@@ -175,37 +175,42 @@ TEST(cuda_tiled_attention_rows_do_not_depend_on_the_batch) {
   }
 }
 
-// A decode step's blocks fold every segment's statistics only once all are stored
-// (segment_barrier): 128 segments of 4 KV heads (512 blocks) decode two query sets in turn,
-// 200 times each, and every result equals that query set's first, bit for bit. A block that read
-// the statistics early would find the other query set's, left by the launch before.
+// A decode step's blocks fold every segment's statistics only once all are stored: at 8,192
+// positions (128 segments of 4 KV heads, 512 blocks) the fused kernel's blocks meet at
+// segment_barrier; at 40,960 (2,560 blocks, more than the GPU holds at once) the last statistics
+// block of each KV head folds them for the values launch (last_segment_block). Two query sets
+// decode in turn, 200 times each, and every result equals that query set's first, bit for bit. A
+// block that read the statistics early would find the other query set's, left by the launch before.
 TEST(cuda_tiled_attention_decode_blocks_wait_for_every_segment) {
   if (!device_ready("cuda_tiled_attention_decode_blocks_wait_for_every_segment")) return;
   std::mt19937 rng(61);
   const cuda::Stream stream;
-  const int64_t kv_heads = 4, heads = 32, d = 128, length = 8192, q_width = heads * d;
-  const cuda::AttentionShape shape{heads, kv_heads, d, 1.0f / std::sqrt(static_cast<float>(d)), length};
-  const auto cache = random_cache(length * kv_heads * d, rng);
-  const auto dk = upload(cache), dv = upload(cache);
-  const auto dpos = upload(std::vector<int32_t>{static_cast<int32_t>(length - 1)});
-  const cuda::DeviceBuffer queries[2] = {upload(random_floats(static_cast<size_t>(q_width), 3.0f, rng)),
-                                         upload(random_floats(static_cast<size_t>(q_width), 3.0f, rng))};
-  cuda::DeviceBuffer scratch(cuda::attention_scratch_bytes(shape, 1), "scratch");
-  cuda::DeviceBuffer out(static_cast<size_t>(q_width) * sizeof(float), "out");
-  std::vector<float> first[2];
-  int differing = 0;
-  for (int run = 0; run < 400; ++run) {
-    const int which = run % 2;
-    cuda::causal_attention(queries[which].as<float>(), 1, dpos.as<int32_t>(), dk.as<uint16_t>(), dv.as<uint16_t>(),
-                           shape, scratch.data(), out.as<float>(), stream.handle());
-    const auto got = download<float>(out, static_cast<size_t>(q_width), stream);
-    if (run < 2) {
-      first[which] = got;
-    } else if (mismatches(got, first[which]) != 0) {
-      ++differing;
+  const int64_t kv_heads = 4, heads = 32, d = 128, q_width = heads * d;
+  for (const int64_t length : {8192, 40960}) {
+    const cuda::AttentionShape shape{heads, kv_heads, d, 1.0f / std::sqrt(static_cast<float>(d)), length};
+    const auto cache = random_cache(length * kv_heads * d, rng);
+    const auto dk = upload(cache), dv = upload(cache);
+    const auto dpos = upload(std::vector<int32_t>{static_cast<int32_t>(length - 1)});
+    const cuda::DeviceBuffer queries[2] = {upload(random_floats(static_cast<size_t>(q_width), 3.0f, rng)),
+                                           upload(random_floats(static_cast<size_t>(q_width), 3.0f, rng))};
+    cuda::DeviceBuffer scratch(cuda::attention_scratch_bytes(shape, 1), "scratch");
+    cuda::DeviceBuffer out(static_cast<size_t>(q_width) * sizeof(float), "out");
+    std::vector<float> first[2];
+    int differing = 0;
+    for (int run = 0; run < 400; ++run) {
+      const int which = run % 2;
+      cuda::causal_attention(queries[which].as<float>(), 1, dpos.as<int32_t>(), dk.as<uint16_t>(), dv.as<uint16_t>(),
+                             shape, scratch.data(), out.as<float>(), stream.handle());
+      const auto got = download<float>(out, static_cast<size_t>(q_width), stream);
+      if (run < 2) {
+        first[which] = got;
+      } else if (mismatches(got, first[which]) != 0) {
+        ++differing;
+      }
     }
+    CHECK(differing == 0) << "at " << length << " positions, " << differing
+                          << " of 398 decode steps differ from their query set's first";
   }
-  CHECK(differing == 0) << differing << " of 398 decode steps differ from their query set's first";
 }
 
 // A decode step over a long cache: a block per segment of every KV head is more blocks than the
