@@ -430,7 +430,7 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_values_k
   if (segments.begin >= segments.end) return;
   const int end = min(segments.end * kSegment, segments.length);
   // The first V tile loads while the queries are staged through `keys`, the first K tile while
-  // the statistics are folded; each later tile while the one before is multiplied.
+  // the folded statistics are read; each later tile while the one before is multiplied.
   load_tile<D, kWarps>(tile.values, p.kv_width, kv_head, segments.begin * kSegment, segments.length, values);
   const LaneRows rows = lane_rows(p, tile);
   uint32_t a[S::kSteps][4];
