@@ -154,7 +154,7 @@ void exact_causal_attention(const float* q, int64_t n, const int32_t* positions,
 bool causal_attention(const float* q, int64_t n, const int32_t* positions, const uint16_t* keys, const uint16_t* values,
                       const AttentionShape& shape, void* scratch, float* out, StreamHandle stream,
                       const QuantizedRows& quantized) {
-  if (tiled_attention_supports(shape.head_dim) && shape.window == 0 && !shape.sinks) {
+  if (tiled_attention_supports(shape.head_dim)) {
     return tiled_causal_attention(q, n, positions, keys, values, shape, scratch, out, quantized, stream);
   }
   exact_causal_attention(q, n, positions, keys, values, shape, out, stream);

@@ -248,7 +248,7 @@ __device__ void softmax_scale(const Params& p, int first_row, const BlockRows& r
   for (int i = 0; i < 2; ++i) {
     const bool inside = rows.limit[i] >= 0;
     const float2* stats = p.stats + first_row + static_cast<int>(threadIdx.x % kWarp) / 4 + 8 * i;
-    fold_segment_statistics(stats, stride, inside ? segments_of(rows.limit[i] + 1) : 0, max[i], inverse[i]);
+    fold_segment_statistics(stats, stride, inside ? segments_of(rows.limit[i] + 1) : 0, -INFINITY, max[i], inverse[i]);
     if (!inside) max[i] = inverse[i] = 0.0f;
   }
 }

@@ -27,9 +27,15 @@
 // else is in the batch (segments start at fixed positions, tiles at multiples of kTile in them,
 // and each mma row is a dot of its own), so a row's floats do not depend on the batch: a prompt
 // split into other passes, a decode step and a prompt row at the same position agree exactly.
+//
+// A sliding window (gpt-oss) masks the positions before each row's window as the causal mask
+// masks those after it; segments before every window of a block's rows are skipped (their
+// statistics stored as empty, their products as zeros: what computing them would give, so the
+// floats still do not depend on the batch). Learned sinks join the fold of a row's statistics.
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <climits>
 
 #include "base/error.h"
 #include "cuda/attention_tiles.cuh"
@@ -57,6 +63,8 @@ struct Params {
   int group;  // query heads per KV head
   int64_t kv_width;
   float scale;
+  int window;              // a row at position p attends (p - window, p] (0: every earlier position)
+  const float* sinks;      // per query head, or null
   bool block_per_segment;  // else one block for all of a row tile's segments
   // With a row tile per sequence (sequences > 0): sequence s's token rows [first[s], first[s + 1]),
   // over its cache (keys[s], values[s]); else row tiles of kRows packed rows over keys and values.
@@ -71,11 +79,13 @@ struct Params {
   float* out;
 };
 
-// The segments a block runs, [begin, end), and the positions its tile's longest row sees.
+// The segments a block runs, [begin, end), the positions its tile's longest row sees, and the
+// first segment any of its rows' windows reaches (0 without a window): those before it are empty.
 struct Segments {
   int begin;
   int end;
   int length;
+  int live;
 };
 
 __device__ __forceinline__ int segments_of(int length) { return (length + kSegment - 1) / kSegment; }
@@ -107,11 +117,22 @@ __device__ RowTile row_tile(const Params& p) {
 }
 
 // The rows this lane holds in the mma fragments (lane / 4 and lane / 4 + 8 of its warp's 16):
-// their packed index and the last position each attends (-1 for padding rows past the batch).
+// their packed index, the last position each attends (-1 for padding rows past the batch) and
+// the first (its window's start, else 0).
 struct LaneRows {
   int row[2];
   int limit[2];
+  int low[2];
 };
+
+// The first position a row whose last is `limit` attends.
+__device__ __forceinline__ int window_start(const Params& p, int limit) {
+  return p.window > 0 ? max(0, limit - p.window + 1) : 0;
+}
+
+__device__ __forceinline__ bool sees(const LaneRows& rows, int i, int position) {
+  return position <= rows.limit[i] && position >= rows.low[i];
+}
 
 __device__ LaneRows lane_rows(const Params& p, const RowTile& tile) {
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
@@ -119,6 +140,7 @@ __device__ LaneRows lane_rows(const Params& p, const RowTile& tile) {
   for (int i = 0; i < 2; ++i) {
     rows.row[i] = tile.first + warp * kRowsPerWarp + lane / 4 + 8 * i;
     rows.limit[i] = rows.row[i] < tile.end ? p.positions[rows.row[i] / p.group] : -1;
+    rows.low[i] = window_start(p, rows.limit[i]);
   }
   return rows;
 }
@@ -127,16 +149,21 @@ __device__ LaneRows lane_rows(const Params& p, const RowTile& tile) {
 // block per segment (none when the tile's rows end before it).
 template <int D, int kWarps>
 __device__ Segments block_segments(const Params& p, const RowTile& tile) {
-  __shared__ int longest;
-  if (threadIdx.x == 0) longest = 0;
+  __shared__ int longest, lowest;
+  if (threadIdx.x == 0) longest = 0, lowest = INT_MAX;
   __syncthreads();
   const int row = tile.first + static_cast<int>(threadIdx.x);
-  if (threadIdx.x < Shape<D, kWarps>::kRows && row < tile.end) atomicMax(&longest, p.positions[row / p.group] + 1);
+  if (threadIdx.x < Shape<D, kWarps>::kRows && row < tile.end) {
+    const int position = p.positions[row / p.group];
+    atomicMax(&longest, position + 1);
+    atomicMin(&lowest, window_start(p, position));
+  }
   __syncthreads();
   const int count = segments_of(longest);
-  if (!p.block_per_segment) return {0, count, longest};
+  const int live = lowest / kSegment;
+  if (!p.block_per_segment) return {0, count, longest, live};
   const int segment = static_cast<int>(blockIdx.z);
-  return {segment, min(segment + 1, count), longest};
+  return {segment, min(segment + 1, count), longest, live};
 }
 
 // The warp's query rows as mma A fragments, rounded to f16, staged through `stage`. Every
@@ -236,7 +263,7 @@ __device__ __forceinline__ void fold_tile_statistics(const float (&s)[kTile / 8]
     for (int t = 0; t < kTile / 8; ++t) {
 #pragma unroll
       for (int e = 2 * i; e < 2 * i + 2; ++e) {
-        if (score_position(first, t, e) <= rows.limit[i]) tile_max = fmaxf(tile_max, s[t][e]);
+        if (sees(rows, i, score_position(first, t, e))) tile_max = fmaxf(tile_max, s[t][e]);
       }
     }
     const float next = fmaxf(max[i], quad_max(tile_max));
@@ -246,8 +273,7 @@ __device__ __forceinline__ void fold_tile_statistics(const float (&s)[kTile / 8]
     for (int t = 0; t < kTile / 8; ++t) {
 #pragma unroll
       for (int e = 2 * i; e < 2 * i + 2; ++e) {
-        if (score_position(first, t, e) <= rows.limit[i])
-          tile_sum = __fadd_rn(tile_sum, expf(__fsub_rn(s[t][e], next)));
+        if (sees(rows, i, score_position(first, t, e))) tile_sum = __fadd_rn(tile_sum, expf(__fsub_rn(s[t][e], next)));
       }
     }
     // Explicitly rounded steps (no contraction into an FMA that one instantiation might do and
@@ -278,8 +304,9 @@ __device__ __forceinline__ void softmax_scale(const Params& p, int kv_head, cons
   const int64_t stride = static_cast<int64_t>(p.n) * p.heads;
   for (int i = 0; i < 2; ++i) {
     const bool inside = rows.limit[i] >= 0;
+    const float sink = inside && p.sinks ? p.sinks[kv_head * p.group + rows.row[i] % p.group] : -INFINITY;
     fold_segment_statistics(p.stats + (inside ? row_index(p, kv_head, rows.row[i]) : 0), stride,
-                            inside ? segments_of(rows.limit[i] + 1) : 0, max[i], inverse[i]);
+                            inside ? segments_of(rows.limit[i] + 1) : 0, sink, max[i], inverse[i]);
     if (!inside) max[i] = inverse[i] = 0.0f;
   }
 }
@@ -340,7 +367,7 @@ __device__ __forceinline__ void add_tile_values(const float (&s)[kTile / 8][4], 
     for (int e = 0; e < 4; ++e) {
       const int i = e / 2;
       pr[e] =
-          score_position(first, t, e) <= rows.limit[i] ? __fmul_rn(expf(__fsub_rn(s[t][e], max[i])), inverse[i]) : 0.0f;
+          sees(rows, i, score_position(first, t, e)) ? __fmul_rn(expf(__fsub_rn(s[t][e], max[i])), inverse[i]) : 0.0f;
     }
     probs[t / 2][t % 2 * 2] = pack_halves(pr[0], pr[1]);
     probs[t / 2][t % 2 * 2 + 1] = pack_halves(pr[2], pr[3]);
@@ -384,13 +411,20 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_stats_ke
   const Segments segments = block_segments<D, kWarps>(p, rows_tile);
   if (segments.begin >= segments.end) return;
   const int end = min(segments.end * kSegment, segments.length);
+  const int live = min(max(segments.begin, segments.live), segments.end);
   // Each K tile is queued while the one before is folded (the first while the queries load).
-  load_tile<D, kWarps>(rows_tile.keys, p.kv_width, kv_head, segments.begin * kSegment, segments.length, tile);
+  if (live < segments.end)
+    load_tile<D, kWarps>(rows_tile.keys, p.kv_width, kv_head, live * kSegment, segments.length, tile);
   const LaneRows rows = lane_rows(p, rows_tile);
   uint32_t a[S::kSteps][4];
   load_queries<D, kWarps>(p, kv_head, rows_tile, stage, a);
 
-  for (int segment = segments.begin; segment < segments.end; ++segment) {
+  for (int segment = segments.begin; segment < live; ++segment) {
+    float max[2] = {-INFINITY, -INFINITY};
+    double sum[2] = {0.0, 0.0};
+    store_statistics(p, kv_head, rows, segment, max, sum);
+  }
+  for (int segment = live; segment < segments.end; ++segment) {
     float max[2] = {-INFINITY, -INFINITY};
     double sum[2] = {0.0, 0.0};
     for (int first = segment * kSegment; first < min((segment + 1) * kSegment, end); first += kTile) {
@@ -429,18 +463,21 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_values_k
   const Segments segments = block_segments<D, kWarps>(p, tile);
   if (segments.begin >= segments.end) return;
   const int end = min(segments.end * kSegment, segments.length);
+  // Segments before `live` would add zeros.
+  const int live = min(max(segments.begin, segments.live), segments.end);
   // The first V tile loads while the queries are staged through `keys`, the first K tile while
   // the folded statistics are read; each later tile while the one before is multiplied.
-  load_tile<D, kWarps>(tile.values, p.kv_width, kv_head, segments.begin * kSegment, segments.length, values);
+  if (live < segments.end)
+    load_tile<D, kWarps>(tile.values, p.kv_width, kv_head, live * kSegment, segments.length, values);
   const LaneRows rows = lane_rows(p, tile);
   uint32_t a[S::kSteps][4];
   load_queries<D, kWarps>(p, kv_head, tile, keys, a);
-  load_tile<D, kWarps>(tile.keys, p.kv_width, kv_head, segments.begin * kSegment, segments.length, keys);
+  if (live < segments.end) load_tile<D, kWarps>(tile.keys, p.kv_width, kv_head, live * kSegment, segments.length, keys);
   float max[2], inverse[2];
   load_folded(p, kv_head, rows, max, inverse);
 
   float total[D / 8][4] = {};  // the segments' products, added in segment order
-  for (int segment = segments.begin; segment < segments.end; ++segment) {
+  for (int segment = live; segment < segments.end; ++segment) {
     float o[D / 8][4] = {};
     for (int first = segment * kSegment; first < min((segment + 1) * kSegment, end); first += kTile) {
       wait_for_tiles();
@@ -508,12 +545,14 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_decode_k
   const Segments segments = block_segments<D, kWarps>(p, tile);
   if (segments.begin >= segments.end) return;
   const int first = segments.begin * kSegment;
+  // A segment before every row's window: empty statistics and a zero product, nothing loaded.
+  const bool live = segments.begin >= segments.live;
   // V loads while the queries are staged through `keys`, K once they are.
-  load_tile<D, kWarps>(tile.values, p.kv_width, kv_head, first, segments.length, values);
+  if (live) load_tile<D, kWarps>(tile.values, p.kv_width, kv_head, first, segments.length, values);
   const LaneRows rows = lane_rows(p, tile);
   uint32_t a[S::kSteps][4];
   load_queries<D, kWarps>(p, kv_head, tile, keys, a);
-  load_tile<D, kWarps>(tile.keys, p.kv_width, kv_head, first, segments.length, keys);
+  if (live) load_tile<D, kWarps>(tile.keys, p.kv_width, kv_head, first, segments.length, keys);
   wait_for_tiles();
   __syncthreads();
   float s[kTile / 8][4];
@@ -521,14 +560,16 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_decode_k
   {
     float max[2] = {-INFINITY, -INFINITY};
     double sum[2] = {0.0, 0.0};
-    fold_tile_statistics(s, first, rows, max, sum);
+    if (live) fold_tile_statistics(s, first, rows, max, sum);
     store_statistics(p, kv_head, rows, segments.begin, max, sum);
   }
   segment_barrier(p.barriers + 2 * (blockIdx.x * gridDim.y + kv_head), segments_of(segments.length));
-  float max[2], inverse[2];
-  softmax_scale(p, kv_head, rows, max, inverse);
   float o[D / 8][4] = {};
-  add_tile_values<D, kWarps>(s, first, rows, max, inverse, values, o);
+  if (live) {
+    float max[2], inverse[2];
+    softmax_scale(p, kv_head, rows, max, inverse);
+    add_tile_values<D, kWarps>(s, first, rows, max, inverse, values, o);
+  }
   float total[D / 8][4];
 #pragma unroll
   for (int d = 0; d < D / 8; ++d) {
@@ -659,6 +700,8 @@ Params params_for(const float* q, int64_t n, const int32_t* positions, const Att
   p.group = static_cast<int>(shape.heads / shape.kv_heads);
   p.kv_width = shape.kv_heads * shape.head_dim;
   p.scale = shape.scale;
+  p.window = static_cast<int>(shape.window);
+  p.sinks = shape.sinks;
   p.block_per_segment = block_per_segment;
   p.barriers = static_cast<uint32_t*>(scratch);
   uint8_t* const statistics = static_cast<uint8_t*>(scratch) + barrier_bytes(shape);
@@ -735,7 +778,7 @@ bool tiled_causal_attention(const float* q, int64_t n, const int32_t* positions,
 }
 
 bool batched_attention_serves(const AttentionShape& shape, const KvSegments& sequences) {
-  if (!tiled_attention_supports(shape.head_dim) || shape.window != 0 || shape.sinks) return false;
+  if (!tiled_attention_supports(shape.head_dim)) return false;
   if (sequences.count < 1 || sequences.count > kMaxKvSegments) return false;
   if (sequences.first_row[sequences.count] - sequences.first_row[0] > kMaxBatchedDecodeRows) return false;
   const int64_t group = shape.heads / shape.kv_heads;
@@ -753,7 +796,7 @@ bool batched_causal_attention(const float* q, const int32_t* positions, const Kv
   if (!batched_attention_serves(shape, sequences)) {
     throw Error("INVALID_ARGUMENT", "a batched decode attention takes 1 to " + std::to_string(kMaxKvSegments) +
                                         " sequences of one row tile each, " + std::to_string(kMaxBatchedDecodeRows) +
-                                        " rows at most, without a window or sinks");
+                                        " rows at most");
   }
   const int64_t n = sequences.first_row[sequences.count] - sequences.first_row[0];
   Params p = params_for(q, n, positions, shape, scratch, true, out);

@@ -55,15 +55,17 @@ __device__ __forceinline__ void wait_for_tiles() { asm volatile("cp.async.wait_a
 // a quarter of the dependent loads. The maximum is exact in any order; the sum is in double, as
 // the CPU's softmax has it, each lane's in segment order and then the quad's as (0 + 1) + (2 + 3),
 // one order whichever kernel folds the row; the inverse is rounded to float. Read from L2
-// (__ldcg): other blocks of the same launch may have written them. Every lane of the warp calls
-// it (the quad shuffles), a row without segments with count 0.
-__device__ __forceinline__ void fold_segment_statistics(const float2* stats, int64_t stride, int count, float& max,
-                                                        float& inverse) {
+// (__ldcg): other blocks of the same launch may have written them. A learned sink (gpt-oss's, the
+// row's head's logit; -INFINITY: none) joins the maximum and adds its exp to the sum last, as
+// ggml_soft_max_ext's sinks. Every lane of the warp calls it (the quad shuffles), a row without
+// segments with count 0.
+__device__ __forceinline__ void fold_segment_statistics(const float2* stats, int64_t stride, int count, float sink,
+                                                        float& max, float& inverse) {
   const int phase = static_cast<int>(threadIdx.x % 4);
   float row_max = -INFINITY;
 #pragma unroll 8
   for (int g = phase; g < count; g += 4) row_max = fmaxf(row_max, __ldcg(stats + g * stride).x);
-  row_max = quad_max(row_max);
+  row_max = fmaxf(quad_max(row_max), sink);
   double row_sum = 0.0;
 #pragma unroll 8
   for (int g = phase; g < count; g += 4) {
@@ -73,6 +75,7 @@ __device__ __forceinline__ void fold_segment_statistics(const float2* stats, int
   }
   row_sum = __dadd_rn(row_sum, __shfl_xor_sync(0xffffffffu, row_sum, 1));
   row_sum = __dadd_rn(row_sum, __shfl_xor_sync(0xffffffffu, row_sum, 2));
+  if (sink != -INFINITY) row_sum = __dadd_rn(row_sum, static_cast<double>(expf(__fsub_rn(sink, row_max))));
   max = row_max;
   inverse = static_cast<float>(1.0 / row_sum);
 }

@@ -206,6 +206,29 @@ __device__ __forceinline__ float swiglu_value(float gate, float up) {
   return __fmul_rn(__fdiv_rn(gate, __fadd_rn(1.0f, exp_as_host(-gate))), up);
 }
 
+// A routed slot's gated value with ExpertEpilogue's biases and activation, for output `row` of
+// `rows`, rounded as the CPU's moe_run_experts (add_bias, then swiglu or clamped_swiglu, whose
+// exp is libm's).
+__device__ __forceinline__ float gated_expert_value(float gate, float up, const ExpertEpilogue& e, int slot, int row,
+                                                    int rows) {
+  if (e.gate_bias || e.up_bias) {
+    const int64_t at = static_cast<int64_t>(e.chosen[slot]) * rows + row;
+    if (e.gate_bias) gate = __fadd_rn(gate, e.gate_bias[at]);
+    if (e.up_bias) up = __fadd_rn(up, e.up_bias[at]);
+  }
+  if (!e.clamped) return swiglu_value(gate, up);
+  const float g = fminf(gate, e.limit);
+  const float u = fminf(fmaxf(up, -e.limit), e.limit);
+  return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, exp_as_libm(__fmul_rn(e.alpha, -g)))), __fadd_rn(u, 1.0f));
+}
+
+// A routed slot's down product with ExpertEpilogue's bias, for output `row` of `rows`.
+__device__ __forceinline__ float expert_output_value(float value, const ExpertEpilogue& e, int slot, int row,
+                                                     int rows) {
+  if (!e.down_bias) return value;
+  return __fadd_rn(value, e.down_bias[static_cast<int64_t>(e.chosen[slot]) * rows + row]);
+}
+
 __device__ __forceinline__ float round_to_half(float x) { return __half2float(__float2half_rn(x)); }
 __device__ __forceinline__ float round_to_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 

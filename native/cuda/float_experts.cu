@@ -20,6 +20,7 @@ struct FloatExpertArgs {
   int x_row_divisor;  // routed slot -> activation row
   float* y;
   ExpertGroups groups;
+  ExpertEpilogue epilogue;
 };
 
 template <uint32_t Type, int NT, bool Gated>
@@ -54,8 +55,12 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp) float_expert_kernel(Flo
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
     float value = warp_sum(acc[t]);
-    if constexpr (Gated) value = swiglu_value(value, warp_sum(acc_up[t]));
-    if (lane == t && t < count) a.y[static_cast<int64_t>(out_rows[t]) * a.rows + row] = value;
+    const float up = Gated ? warp_sum(acc_up[t]) : 0.0f;
+    if (lane == t && t < count) {
+      value = Gated ? gated_expert_value(value, up, a.epilogue, out_rows[t], row, a.rows)
+                    : expert_output_value(value, a.epilogue, out_rows[t], row, a.rows);
+      a.y[static_cast<int64_t>(out_rows[t]) * a.rows + row] = value;
+    }
   }
 }
 
@@ -82,7 +87,8 @@ void launch(uint32_t type, const FloatExpertArgs& a, cudaStream_t stream) {
   });
 }
 
-FloatExpertArgs args(const DeviceMatrix& w, const float* x, int64_t divisor, const ExpertGroups& groups, float* y) {
+FloatExpertArgs args(const DeviceMatrix& w, const float* x, int64_t divisor, const ExpertGroups& groups, float* y,
+                     const ExpertEpilogue& epilogue) {
   return {w.data,
           nullptr,
           w.row_bytes,
@@ -92,21 +98,23 @@ FloatExpertArgs args(const DeviceMatrix& w, const float* x, int64_t divisor, con
           x,
           static_cast<int>(divisor),
           y,
-          groups};
+          groups,
+          epilogue};
 }
 
 }  // namespace
 
 void float_expert_gated_matvec(const DeviceMatrix& gate, const DeviceMatrix& up, const float* x, int64_t used,
-                               const ExpertGroups& groups, float* hidden, StreamHandle stream) {
-  FloatExpertArgs a = args(gate, x, used, groups, hidden);
+                               const ExpertGroups& groups, float* hidden, StreamHandle stream,
+                               const ExpertEpilogue& epilogue) {
+  FloatExpertArgs a = args(gate, x, used, groups, hidden, epilogue);
   a.w_up = up.data;
   launch<true>(gate.type, a, static_cast<cudaStream_t>(stream));
 }
 
 void float_expert_matvec(const DeviceMatrix& down, const float* hidden, const ExpertGroups& groups, float* out,
-                         StreamHandle stream) {
-  launch<false>(down.type, args(down, hidden, 1, groups, out), static_cast<cudaStream_t>(stream));
+                         StreamHandle stream, const ExpertEpilogue& epilogue) {
+  launch<false>(down.type, args(down, hidden, 1, groups, out, epilogue), static_cast<cudaStream_t>(stream));
 }
 
 }  // namespace bloomery::cuda

@@ -98,6 +98,7 @@ struct MatvecArgs {
   const int32_t* order;     // grouped: see ExpertGroups
   const int32_t* chunks;
   const int32_t* chunk_count;
+  ExpertEpilogue epilogue;  // grouped: what the products add (nothing for dense ones)
 };
 
 // The activation row at x quantized into `blocks` (shared memory) by the block's warps, 256
@@ -198,8 +199,10 @@ __device__ __forceinline__ void product_rows(const MatvecArgs& a, const MatvecPa
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
     float value = lanes_sum<kLanes>(acc[t]);
-    if constexpr (Gated) value = swiglu_value(value, lanes_sum<kLanes>(acc_up[t]));
+    const float up = Gated ? lanes_sum<kLanes>(acc_up[t]) : 0.0f;
     if (lane == t && t < count) {
+      value = Gated ? gated_expert_value(value, up, a.epilogue, out_rows[t], row, part.rows)
+                    : expert_output_value(value, a.epilogue, out_rows[t], row, part.rows);
       float* out = part.y + static_cast<int64_t>(out_rows[t]) * part.rows + row;
       *out = part.accumulate ? *out + value : value;
     }
@@ -434,25 +437,29 @@ void gated_matvec(const DeviceMatrix& gate, const DeviceMatrix& up, const Activa
 }
 
 void expert_gated_matvec(const DeviceMatrix& gate, const DeviceMatrix& up, const MatvecInput& x, int64_t used,
-                         const ExpertGroups& groups, float* hidden, StreamHandle stream) {
+                         const ExpertGroups& groups, float* hidden, StreamHandle stream,
+                         const ExpertEpilogue& epilogue) {
   if (is_float_type(gate.type)) {
-    float_expert_gated_matvec(gate, up, x.floats, used, groups, hidden, stream);
+    float_expert_gated_matvec(gate, up, x.floats, used, groups, hidden, stream, epilogue);
     return;
   }
   MatvecArgs a = grouped_args(gate, x, used, groups, hidden);
   a.w_up = up.data;
+  a.epilogue = epilogue;
   const dim3 grid(row_blocks(gate.rows, gate.cols), static_cast<unsigned>(groups.max_chunks));
   launch_quantized<true>(gate.type, groups.tokens_per_chunk, grid, a, stream);
 }
 
 void expert_matvec(const DeviceMatrix& down, const MatvecInput& hidden, const ExpertGroups& groups, float* out,
-                   StreamHandle stream) {
+                   StreamHandle stream, const ExpertEpilogue& epilogue) {
   if (is_float_type(down.type)) {
-    float_expert_matvec(down, hidden.floats, groups, out, stream);
+    float_expert_matvec(down, hidden.floats, groups, out, stream, epilogue);
     return;
   }
+  MatvecArgs a = grouped_args(down, hidden, 1, groups, out);
+  a.epilogue = epilogue;
   const dim3 grid(row_blocks(down.rows, down.cols), static_cast<unsigned>(groups.max_chunks));
-  launch_quantized<false>(down.type, groups.tokens_per_chunk, grid, grouped_args(down, hidden, 1, groups, out), stream);
+  launch_quantized<false>(down.type, groups.tokens_per_chunk, grid, a, stream);
 }
 
 }  // namespace bloomery::cuda

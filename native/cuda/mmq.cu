@@ -235,6 +235,7 @@ struct MmqArgs {
   const int32_t* order;  // grouped: see ExpertGroups
   const int32_t* chunks;
   const int32_t* chunk_count;
+  ExpertEpilogue epilogue;  // grouped: what the products add (nothing for dense ones)
 };
 
 // Decodes step `step` of the tile's rows (rows past the matrix repeat its last row).
@@ -408,8 +409,9 @@ __global__ void __launch_bounds__(kThreads) mmq_kernel(MmqArgs a) {
         const int row = first_row + row0 + 16 * m + lane / 4 + 8 * (e / 2);
         const int t = token0 + 8 * n + 2 * (lane % 4) + e % 2;
         if (row >= a.rows || t >= count) continue;
-        float value = acc[m][n][e];
-        if constexpr (Gated) value = swiglu_value(value, acc_up[m][n][e]);
+        const float value =
+            Gated ? gated_expert_value(acc[m][n][e], acc_up[m][n][e], a.epilogue, out_rows[t], row, a.rows)
+                  : expert_output_value(acc[m][n][e], a.epilogue, out_rows[t], row, a.rows);
         float* out = a.y + static_cast<int64_t>(out_rows[t]) * a.rows + row;
         *out = a.accumulate ? *out + value : value;
       }
@@ -483,17 +485,20 @@ void gated_mmq(const DeviceMatrix& gate, const DeviceMatrix& up, const Activatio
 }
 
 void expert_gated_mmq(const DeviceMatrix& gate, const DeviceMatrix& up, const ActivationBlock* x, int64_t used,
-                      const ExpertGroups& groups, float* hidden, StreamHandle stream) {
+                      const ExpertGroups& groups, float* hidden, StreamHandle stream, const ExpertEpilogue& epilogue) {
   if (groups.max_chunks == 0) return;
   MmqArgs a = grouped_args(gate, x, used, groups, hidden);
   a.w_up = up.data;
+  a.epilogue = epilogue;
   launch<true>(gate.type, grouped_grid(gate, groups), a, stream);
 }
 
 void expert_mmq(const DeviceMatrix& down, const ActivationBlock* hidden, const ExpertGroups& groups, float* out,
-                StreamHandle stream) {
+                StreamHandle stream, const ExpertEpilogue& epilogue) {
   if (groups.max_chunks == 0) return;
-  launch<false>(down.type, grouped_grid(down, groups), grouped_args(down, hidden, 1, groups, out), stream);
+  MmqArgs a = grouped_args(down, hidden, 1, groups, out);
+  a.epilogue = epilogue;
+  launch<false>(down.type, grouped_grid(down, groups), a, stream);
 }
 
 }  // namespace bloomery::cuda

@@ -100,19 +100,37 @@ struct ExpertGroups {
   int tokens_per_chunk = 1;
 };
 
+// What a routed expert's products add to their dot products (gpt-oss's experts; the default adds
+// nothing): per-expert biases, each `rows` floats of the product's outputs expert after expert
+// (device memory, indexed by the slot's expert in `chosen`, so they stay put when residency moves
+// an expert to another slot), then gated products join gate and up by the clamped SwiGLU
+// (cpu::ActivationKind::kClampedSwiglu) instead of silu(gate) * up. As the CPU's moe_run_experts:
+// each bias added to its product, then the activation.
+struct ExpertEpilogue {
+  const int32_t* chosen = nullptr;  // routed slot -> expert (with any bias)
+  const float* gate_bias = nullptr;
+  const float* up_bias = nullptr;
+  const float* down_bias = nullptr;
+  bool clamped = false;
+  float alpha = 0.0f;
+  float limit = 0.0f;
+};
+
 // For each routed slot s: hidden[s] = silu(gate_e x[s / used]) * (up_e x[s / used]). gate and
 // up share a type (quantized: x's blocks; float: its float rows).
 void expert_gated_matvec(const DeviceMatrix& gate, const DeviceMatrix& up, const MatvecInput& x, int64_t used,
-                         const ExpertGroups& groups, float* hidden, StreamHandle stream);
+                         const ExpertGroups& groups, float* hidden, StreamHandle stream,
+                         const ExpertEpilogue& epilogue = {});
 // For each routed slot s: out[s] = down_e hidden[s].
 void expert_matvec(const DeviceMatrix& down, const MatvecInput& hidden, const ExpertGroups& groups, float* out,
-                   StreamHandle stream);
+                   StreamHandle stream, const ExpertEpilogue& epilogue = {});
 
 // --- float_experts.cu: the two above for stacks of a float type ---
 void float_expert_gated_matvec(const DeviceMatrix& gate, const DeviceMatrix& up, const float* x, int64_t used,
-                               const ExpertGroups& groups, float* hidden, StreamHandle stream);
+                               const ExpertGroups& groups, float* hidden, StreamHandle stream,
+                               const ExpertEpilogue& epilogue);
 void float_expert_matvec(const DeviceMatrix& down, const float* hidden, const ExpertGroups& groups, float* out,
-                         StreamHandle stream);
+                         StreamHandle stream, const ExpertEpilogue& epilogue);
 // --- mmq.cu: the same products for prompt batches, as tiles on the integer tensor cores ---
 // Batches from kMmqMinRows rows on take the tiled products (a tile's worth of rows: below it,
 // the tiles would run mostly empty and the matvec's many small blocks fill the GPU better).
@@ -127,9 +145,10 @@ void mmq(const DeviceMatrix& w, const ActivationBlock* x, int64_t n, float* y, b
 void gated_mmq(const DeviceMatrix& gate, const DeviceMatrix& up, const ActivationBlock* x, int64_t n, float* y,
                StreamHandle stream);
 void expert_gated_mmq(const DeviceMatrix& gate, const DeviceMatrix& up, const ActivationBlock* x, int64_t used,
-                      const ExpertGroups& groups, float* hidden, StreamHandle stream);
+                      const ExpertGroups& groups, float* hidden, StreamHandle stream,
+                      const ExpertEpilogue& epilogue = {});
 void expert_mmq(const DeviceMatrix& down, const ActivationBlock* hidden, const ExpertGroups& groups, float* out,
-                StreamHandle stream);
+                StreamHandle stream, const ExpertEpilogue& epilogue = {});
 
 // --- moe.cu ---
 // How the router turns a row's logits into its experts and their weights, as the CPU's
@@ -250,6 +269,11 @@ void rms_norm(const RmsNorm& norm, StreamHandle stream);
 // --- elementwise.cu ---
 // out = silu(gate) * up, elementwise over `count` floats.
 void swiglu(const float* gate, const float* up, int64_t count, float* out, StreamHandle stream);
+// residual[r] += (projected[r] + bias) * scale for `rows` rows of `width` floats (bias: `width`
+// floats, or null; scale 1: no product): an attention output's bias and value scale, rounded as
+// the CPU path's add_bias, scale and add_into (engine/forward.cc).
+void add_projection(const float* projected, int64_t rows, int64_t width, const float* bias, float scale,
+                    float* residual, StreamHandle stream);
 
 // --- rope.cu ---
 // The rotation, as cpu::RopeParams and cpu::RopeConstants give it (the host computes the
@@ -358,7 +382,7 @@ struct QuantizedRows {
 };
 // Causal attention of n query rows, row i attending to cache positions [0, positions[i]] (all
 // of them written; with a window, its last shape.window of them): the tiled kernels where they
-// serve the head_dim and the shape has neither a window nor sinks, else the exact kernel.
+// serve the head_dim, else the exact kernel.
 // `scratch`: attention_scratch_bytes(shape, rows) of device memory for any n <= rows. A row's
 // floats do not depend on the other rows of the batch. Returns whether `quantized` was written
 // too: a decode step's few rows are (the launch that adds up the cache's segments quantizes
@@ -389,8 +413,8 @@ bool tiled_causal_attention(const float* q, int64_t n, const int32_t* positions,
 // segments): sequence i's rows [first_row[i], first_row[i + 1]) of q, positions and out attend
 // its own cache (keys[i], values[i]), a cache of up to shape.cache_positions. Each row's floats
 // are tiled_causal_attention's for that sequence alone. Served for up to kMaxBatchedDecodeRows
-// rows in all, each sequence's rows times the query heads per KV head within one 16-row tile,
-// without a window or sinks (batched_attention_serves); `scratch` as attention_scratch_bytes.
+// rows in all, each sequence's rows times the query heads per KV head within one 16-row tile
+// (batched_attention_serves); `scratch` as attention_scratch_bytes.
 // Returns whether `quantized` was written too.
 constexpr int64_t kMaxBatchedDecodeRows = kMaxKvSegments;
 bool batched_attention_serves(const AttentionShape& shape, const KvSegments& sequences);

@@ -58,9 +58,13 @@ struct GpuAttention {
   const float* v_bias = nullptr;
   const float* q_norm = nullptr;
   const float* k_norm = nullptr;
+  bool qk_norm_whole = false;        // q_norm and k_norm span each row's whole projection (MiniMax-M2)
   DeviceMatrix q_a, kv_a, k_b, v_b;  // MLA's (k_b and v_b: a stack of one matrix per head)
   const float* q_a_norm = nullptr;
   const float* kv_a_norm = nullptr;
+  bool windowed = false;               // attends the last HyperParams::sliding_window positions only
+  const float* sinks = nullptr;        // one logit per query head (gpt-oss), or null
+  const float* output_bias = nullptr;  // added to the output product (gpt-oss), or null
 };
 
 struct GpuFfn {
@@ -68,9 +72,14 @@ struct GpuFfn {
   const float* norm = nullptr;
   DeviceMatrix gate, up, down;  // the dense FFN, or an MoE layer's shared experts (empty: none)
   DeviceMatrix router;
+  const float* router_bias = nullptr;  // added to the router's logits (gpt-oss), or null
   const float* selection_bias = nullptr;
   DeviceMatrix expert_gate, expert_up, expert_down;  // the routed experts: the layer's slot pool
   const int32_t* expert_slots = nullptr;             // expert -> slot in the pool, -1: in host memory
+  // Per-expert biases of the products (gpt-oss), by expert (not slot): all of the layer's experts.
+  const float* gate_bias = nullptr;
+  const float* up_bias = nullptr;
+  const float* down_bias = nullptr;
 };
 
 struct GpuLayer {
@@ -314,7 +323,8 @@ std::vector<std::pair<const char*, size_t>> workspace_sizes(const model::HyperPa
   const int64_t latent_a = std::max(mla.nope_dim, mla.value_dim), latent_b = mla.kv_lora_rank;
   const int64_t routed = b * p.experts_used;
   const int64_t dense = std::max(p.feed_forward, p.shared_feed_forward);  // the dense FFN's or the shared experts'
-  const int64_t hidden = std::max(b * dense, routed * p.expert_feed_forward);
+  // Also an attention output product, before add_projection adds its bias and scale.
+  const int64_t hidden = std::max({b * dense, routed * p.expert_feed_forward, b * p.embedding});
   const int64_t widest = std::max({b * p.embedding, b * attended, hidden, slots * std::max(latent_a, latent_b)});
   // The matvec's chunks are the smaller (kMmqTileTokens for the tiles), so they bound the count.
   const int64_t chunks =
@@ -473,14 +483,18 @@ void bind_weights(const model::Model& m, Uploader& up, GpuWeights& g) {
     da.q_bias = up.vector(a.gqa.q_bias, q_width);
     da.k_bias = up.vector(a.gqa.k_bias, kv_width);
     da.v_bias = up.vector(a.gqa.v_bias, kv_width);
-    da.q_norm = up.vector(a.gqa.q_norm, p.head_dim);
-    da.k_norm = up.vector(a.gqa.k_norm, p.head_dim);
+    da.qk_norm_whole = a.gqa.qk_norm_whole;
+    da.q_norm = up.vector(a.gqa.q_norm, a.gqa.qk_norm_whole ? q_width : p.head_dim);
+    da.k_norm = up.vector(a.gqa.k_norm, a.gqa.qk_norm_whole ? kv_width : p.head_dim);
     da.q_a = up.matrix(a.mla.q_a);
     da.q_a_norm = up.vector(a.mla.q_a_norm, p.mla.q_lora_rank);
     da.kv_a = up.matrix(a.mla.kv_a);
     da.kv_a_norm = up.vector(a.mla.kv_a_norm, p.mla.kv_lora_rank);
     da.k_b = up.matrix(a.mla.k_b.first, a.mla.k_b.count);
     da.v_b = up.matrix(a.mla.v_b.first, a.mla.v_b.count);
+    da.windowed = a.windowed;
+    da.sinks = up.vector(a.sinks, p.heads);
+    da.output_bias = up.vector(a.output_bias, p.embedding);
     const model::FfnWeights& f = m.layers[l].ffn;
     GpuFfn& df = g.layers[l].ffn;
     df.kind = f.kind;
@@ -490,7 +504,11 @@ void bind_weights(const model::Model& m, Uploader& up, GpuWeights& g) {
     df.down = up.matrix(f.dense.down);
     if (f.kind != model::FfnKind::kMoe) continue;
     df.router = up.matrix(f.routed.router);
+    df.router_bias = up.vector(f.routed.router_bias, p.experts);
     df.selection_bias = up.vector(f.routed.selection_bias, p.experts);
+    df.gate_bias = up.vector(f.routed.biases.gate, p.experts * p.expert_feed_forward);
+    df.up_bias = up.vector(f.routed.biases.up, p.experts * p.expert_feed_forward);
+    df.down_bias = up.vector(f.routed.biases.down, p.experts * p.embedding);
     df.expert_gate = up.experts(f.routed.gate, g.resident[l]);
     df.expert_up = up.experts(f.routed.up, g.resident[l]);
     df.expert_down = up.experts(f.routed.down, g.resident[l]);
@@ -650,31 +668,25 @@ void check_shape(const model::HyperParams& p) {
   }
 }
 
-// gpt-oss's blocks (sliding windows, sinks, output and expert biases, the clamped SwiGLU and
-// its router), MiniMax-M2's norms over whole Q/K projections and MiMo's attention (KV heads per
-// layer, value heads narrower than keys, a scaled output) run on the CPU only so far.
+// MiMo's attention (KV heads per layer, value heads narrower than keys, a scaled output) runs on
+// the CPU only so far; norms over whole Q/K projections run on the GPU where no bias precedes them
+// (MiniMax-M2's have none).
 void check_blocks(const model::Model& model) {
   const model::HyperParams& p = model.params;
-  bool gpt_oss_blocks = p.sliding_window > 0 || p.activation.kind != cpu::ActivationKind::kSwiglu ||
-                        p.router.gating == cpu::Gating::kSoftmaxSelected;
-  bool minimax_mimo_blocks = p.value_scale != 1.0f || (p.mla.kv_lora_rank == 0 && p.value_dim != p.head_dim);
+  bool mimo_blocks = p.value_scale != 1.0f || (p.mla.kv_lora_rank == 0 && p.value_dim != p.head_dim);
   for (const model::LayerWeights& w : model.layers) {
-    gpt_oss_blocks = gpt_oss_blocks || w.attention.sinks || w.attention.output_bias || w.ffn.routed.router_bias ||
-                     w.ffn.routed.biases.gate || w.ffn.routed.biases.up || w.ffn.routed.biases.down;
-    minimax_mimo_blocks =
-        minimax_mimo_blocks || (w.attention.kind == model::AttentionKind::kGqa &&
-                                (w.attention.gqa.qk_norm_whole || w.attention.gqa.kv_heads != p.kv_heads));
+    const model::GqaWeights& gqa = w.attention.gqa;
+    mimo_blocks = mimo_blocks || (w.attention.kind == model::AttentionKind::kGqa && gqa.kv_heads != p.kv_heads);
+    if (gqa.qk_norm_whole && (gqa.q_bias || gqa.k_bias)) {
+      throw Error("UNSUPPORTED_MODEL", p.architecture +
+                                           ": Q/K biases before norms over whole projections run on the CPU only; "
+                                           "load it with gpu: false");
+    }
   }
-  if (gpt_oss_blocks) {
+  if (mimo_blocks) {
     throw Error("UNSUPPORTED_MODEL", p.architecture +
-                                         ": sliding-window attention, attention sinks, biased experts and the clamped "
-                                         "SwiGLU run on the CPU only; load it with gpu: false");
-  }
-  if (minimax_mimo_blocks) {
-    throw Error("UNSUPPORTED_MODEL", p.architecture +
-                                         ": Q/K norms over whole projections, per-layer KV head counts, value heads "
-                                         "narrower than key heads and a scaled attention output run on the CPU only; "
-                                         "load it with gpu: false");
+                                         ": per-layer KV head counts, value heads narrower than key heads and a "
+                                         "scaled attention output run on the CPU only; load it with gpu: false");
   }
 }
 
@@ -840,12 +852,14 @@ struct Pass {
     return Input(*this, args.out, count, p.embedding, first.type);
   }
 
-  cuda::RopeShape rope_shape() const {
+  // The rotation of the model's layers, or of its windowed ones (HyperParams::windowed_rope).
+  cuda::RopeShape rope_shape(bool windowed = false) const {
     const model::HyperParams& p = m.params;
-    const cpu::RopeConstants k = cpu::rope_constants(p.rope);
-    return {p.rope.style == cpu::RopeStyle::kNeox,
-            p.rope.dims,
-            p.rope.freq_scale,
+    const cpu::RopeParams& rope = windowed ? p.windowed_rope : p.rope;
+    const cpu::RopeConstants k = cpu::rope_constants(rope);
+    return {rope.style == cpu::RopeStyle::kNeox,
+            rope.dims,
+            rope.freq_scale,
             m.freq_factors,
             p.rope.ext_factor,
             k.theta_scale,
@@ -898,13 +912,19 @@ struct Pass {
     heads.q_bias = w.q_bias;
     heads.k_bias = w.k_bias;
     heads.v_bias = w.v_bias;
-    heads.q_norm = w.q_norm;
-    heads.k_norm = w.k_norm;
+    if (w.qk_norm_whole) {
+      // Norms over whole rows (the projections have no biases: check_blocks), then per-head rotation.
+      whole_row_norm(f(ws.q), q_width, w.q_norm);
+      whole_row_norm(f(ws.k), kv_width, w.k_norm);
+    } else {
+      heads.q_norm = w.q_norm;
+      heads.k_norm = w.k_norm;
+    }
     heads.eps = p.rms_epsilon;
     heads.heads = p.heads;
     heads.kv_heads = p.kv_heads;
     heads.head_dim = p.head_dim;
-    const cuda::RopeShape rope = rope_shape();
+    const cuda::RopeShape rope = rope_shape(w.windowed);
     // The heads and their place in the KV cache.
     cache_groups(layer, [&](int64_t first_row, int64_t rows, const cuda::KvSegments& cache, auto) {
       cuda::AttentionHeads group = heads;
@@ -926,7 +946,7 @@ struct Pass {
                             std::span<const PassLayout::Segment> parts) {
       int64_t capacity = 0;
       for (const PassLayout::Segment& part : parts) capacity = std::max(capacity, part.sequence->capacity);
-      const cuda::AttentionShape shape = attention_shape(p, capacity);
+      const cuda::AttentionShape shape = layer_shape(w, capacity);
       if (parts.size() > 1 && cuda::batched_attention_serves(shape, cache)) {
         quantized &= cuda::batched_causal_attention(f(ws.q) + first_row * q_width, positions + first_row, cache, shape,
                                                     ws.attention_scratch.data(), f(ws.attention) + first_row * q_width,
@@ -936,14 +956,40 @@ struct Pass {
       for (const PassLayout::Segment& part : parts) {
         const GpuSequence& s = *part.sequence;
         quantized &= cuda::causal_attention(f(ws.q) + part.first_row * q_width, part.rows, positions + part.first_row,
-                                            s.keys_of(layer), s.values_of(layer), attention_shape(p, s.capacity),
+                                            s.keys_of(layer), s.values_of(layer), layer_shape(w, s.capacity),
                                             ws.attention_scratch.data(), f(ws.attention) + part.first_row * q_width,
                                             stream, quantized_rows(part.first_row));
       }
     });
     Input attended = quantized ? Input(*this, f(ws.attention), n, q_width, w.output.type)
                                : Input(*this, f(ws.attention), n, q_width);
-    mul(w.output, attended, n, f(ws.residual), true);
+    if (!w.output_bias) {
+      mul(w.output, attended, n, f(ws.residual), true);
+      return;
+    }
+    // The bias joins the product before the residual does, as on the CPU.
+    mul(w.output, attended, n, f(ws.hidden), false);
+    cuda::add_projection(f(ws.hidden), n, p.embedding, w.output_bias, 1.0f, f(ws.residual), stream);
+  }
+
+  // The pass's rows of `width` floats at x RMS-normed in place by `weight`.
+  void whole_row_norm(float* x, int64_t width, const float* weight) const {
+    cuda::RmsNorm args;
+    args.x = x;
+    args.rows = n;
+    args.width = width;
+    args.weight = weight;
+    args.eps = m.params.rms_epsilon;
+    args.out = x;
+    cuda::rms_norm(args, stream);
+  }
+
+  // Attention of layer `w` over caches of `capacity` positions: its window and sinks.
+  cuda::AttentionShape layer_shape(const GpuAttention& w, int64_t capacity) const {
+    cuda::AttentionShape shape = attention_shape(m.params, capacity);
+    shape.window = w.windowed ? m.params.sliding_window : 0;
+    shape.sinks = w.sinks;
+    return shape;
   }
 
   // The per-head products of multi-head latent attention (k_b, v_b: a matrix per head), run as
@@ -1082,7 +1128,9 @@ struct Pass {
                             p.router.scale,
                             static_cast<int>(p.router.groups),
                             static_cast<int>(p.router.groups_used),
-                            w.selection_bias};
+                            w.selection_bias,
+                            p.router.gating == model::Gating::kSoftmaxSelected,
+                            w.router_bias};
     if (m.replaying_routing) {
       router.replay = ws.replayed_routing.as<int32_t>() + layer * n * p.experts_used;
     }
@@ -1102,7 +1150,7 @@ struct Pass {
     // A layer without GPU experts (all in host memory, as where the GPU's kernels cannot serve
     // its expert stacks: see GpuKernelGap) has no GPU half.
     const bool gpu_half = experts.gate.count > 0;
-    if (gpu_half) gpu_experts(experts, tiled, groups, x);
+    if (gpu_half) gpu_experts(w, experts, tiled, groups, x);
     if (streamed_layer) m.expert_stream->layer_done(stream);
     const cuda::ExpertSum sum{f(ws.expert_out), f(ws.routing_weights), ws.chosen.as<int32_t>(), experts.slot_of_expert,
                               p.experts_used};
@@ -1120,20 +1168,31 @@ struct Pass {
 
   // The products of the routed rows' GPU experts (grouped by `groups`) into ws.expert_out: the
   // tiles where they serve both types, else the matvec (float stacks: float_experts.cu).
-  void gpu_experts(const ExpertStacks& experts, bool tiled, const cuda::ExpertGroups& groups, Input& x) const {
+  void gpu_experts(const GpuFfn& w, const ExpertStacks& experts, bool tiled, const cuda::ExpertGroups& groups,
+                   Input& x) const {
     const model::HyperParams& p = m.params;
     const Workspace& ws = m.work;
+    const cuda::ExpertEpilogue epilogue{ws.chosen.as<int32_t>(),
+                                        w.gate_bias,
+                                        w.up_bias,
+                                        w.down_bias,
+                                        p.activation.kind == cpu::ActivationKind::kClampedSwiglu,
+                                        p.activation.alpha,
+                                        p.activation.limit};
     const cuda::MatvecInput input = x.for_type(experts.gate.type);
     if (tiled) {
-      cuda::expert_gated_mmq(experts.gate, experts.up, input.blocks, p.experts_used, groups, f(ws.hidden), stream);
+      cuda::expert_gated_mmq(experts.gate, experts.up, input.blocks, p.experts_used, groups, f(ws.hidden), stream,
+                             epilogue);
     } else {
-      cuda::expert_gated_matvec(experts.gate, experts.up, input, p.experts_used, groups, f(ws.hidden), stream);
+      cuda::expert_gated_matvec(experts.gate, experts.up, input, p.experts_used, groups, f(ws.hidden), stream,
+                                epilogue);
     }
     Input hidden(*this, f(ws.hidden), n * p.experts_used, p.expert_feed_forward);
     if (tiled) {
-      cuda::expert_mmq(experts.down, hidden.for_type(experts.down.type).blocks, groups, f(ws.expert_out), stream);
+      cuda::expert_mmq(experts.down, hidden.for_type(experts.down.type).blocks, groups, f(ws.expert_out), stream,
+                       epilogue);
     } else {
-      cuda::expert_matvec(experts.down, hidden.for_type(experts.down.type), groups, f(ws.expert_out), stream);
+      cuda::expert_matvec(experts.down, hidden.for_type(experts.down.type), groups, f(ws.expert_out), stream, epilogue);
     }
   }
 

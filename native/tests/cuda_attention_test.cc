@@ -28,6 +28,8 @@ namespace {
 struct Case {
   int64_t kv_heads, group, head_dim, first, n;
   float query_amplitude;  // 1.5: scores of a few units; 60: scores past exp's float range, a nearly one-hot softmax
+  int64_t window = 0;     // gpt-oss's sliding window (0: none)
+  bool sinks = false;     // gpt-oss's learned sinks, one logit per head
 };
 
 constexpr float kValueAmplitude = 2.0f;
@@ -61,7 +63,11 @@ void check_case(const Case& c, std::mt19937& rng, const cuda::Stream& stream) {
   std::vector<int32_t> positions(static_cast<size_t>(c.n));
   for (int64_t i = 0; i < c.n; ++i) positions[i] = static_cast<int32_t>(c.first + i);
   // A cache longer than the rows reach, as a session's is: blocks of segments past them do nothing.
-  const cuda::AttentionShape shape{heads, c.kv_heads, d, 1.0f / std::sqrt(static_cast<float>(d)), length + 300};
+  cuda::AttentionShape shape{heads, c.kv_heads, d, 1.0f / std::sqrt(static_cast<float>(d)), length + 300};
+  // Sinks in the scores' range (some above every score, some below), as trained ones are.
+  const auto dsinks = upload(random_floats(static_cast<size_t>(heads), 3.0f, rng));
+  shape.window = c.window;
+  shape.sinks = c.sinks ? dsinks.as<float>() : nullptr;
   const auto dq = upload(q), dk = upload(keys), dv = upload(values), dpos = upload(positions);
   cuda::DeviceBuffer exact(q.size() * sizeof(float), "exact"), tiled(q.size() * sizeof(float), "tiled");
   cuda::DeviceBuffer scratch(cuda::attention_scratch_bytes(shape, c.n), "scratch");
@@ -90,7 +96,8 @@ void check_case(const Case& c, std::mt19937& rng, const cuda::Stream& stream) {
   const auto label = [&] {
     std::ostringstream s;
     s << "head_dim " << d << ", group " << c.group << ", kv_heads " << c.kv_heads << ", rows " << c.n
-      << " from position " << c.first << ", query amplitude " << c.query_amplitude;
+      << " from position " << c.first << ", query amplitude " << c.query_amplitude << ", window " << c.window
+      << (c.sinks ? ", sinks" : "");
     return s.str();
   };
   CHECK(largest <= bound) << label() << ": largest difference " << largest << " over the bound " << bound;
@@ -130,6 +137,35 @@ TEST(cuda_tiled_attention_prompt_matches_exact) {
   }
 }
 
+// gpt-oss's attention: sliding windows (the tiled kernels mask positions before a row's window and
+// skip segments before every window of a block's rows) and learned sinks (folded into each row's
+// statistics), for decode rows (a block per segment: the fused launch up to a few thousand
+// positions, the two launches at 40,960) and prompts from position 0 and from mid-cache, windows
+// shorter and longer than a segment, against the exact kernel.
+TEST(cuda_tiled_attention_window_and_sinks_match_exact) {
+  if (!device_ready("cuda_tiled_attention_window_and_sinks_match_exact")) return;
+  std::mt19937 rng(73);
+  const cuda::Stream stream;
+  for (const int64_t d : {64, 128}) {
+    for (const int64_t group : {1, 8}) {
+      for (const auto& [window, sinks] : {std::pair{int64_t{128}, true}, std::pair{int64_t{32}, true},
+                                          std::pair{int64_t{100}, false}, std::pair{int64_t{0}, true}}) {
+        for (const int64_t context : {1, 40, 129, 300, 5000}) {
+          for (const float amplitude : {1.5f, 60.0f}) {
+            check_case({4, group, d, context - 1, 1, amplitude, window, sinks}, rng, stream);
+          }
+        }
+        for (const int64_t first : {0, 777}) {
+          for (const int64_t n : {1, 17, 65, 300}) {
+            check_case({2, group, d, first, n, n % 2 == 1 ? 60.0f : 1.5f, window, sinks}, rng, stream);
+          }
+        }
+      }
+      check_case({4, group, d, 40959, 1, 1.5f, 128, true}, rng, stream);
+    }
+  }
+}
+
 // A row's floats do not depend on the rest of its batch (its sums run over the same positions
 // in the same order): rows of a long prompt pass equal, bit for bit, the same rows as decode
 // steps (a block per segment), as a short batch (one row tile, a block per segment) and as a
@@ -138,8 +174,12 @@ TEST(cuda_tiled_attention_rows_do_not_depend_on_the_batch) {
   if (!device_ready("cuda_tiled_attention_rows_do_not_depend_on_the_batch")) return;
   std::mt19937 rng(53);
   const cuda::Stream stream;
-  for (const int64_t d : {128, 64}) {
-    for (const int64_t group : {1, 8}) {
+  const auto sinks = upload(random_floats(16, 3.0f, rng));
+  for (const auto& [d, group, window] :
+       {std::tuple{int64_t{128}, int64_t{1}, int64_t{0}}, std::tuple{int64_t{128}, int64_t{8}, int64_t{0}},
+        std::tuple{int64_t{64}, int64_t{1}, int64_t{0}}, std::tuple{int64_t{64}, int64_t{8}, int64_t{0}},
+        std::tuple{int64_t{64}, int64_t{8}, int64_t{96}}}) {
+    {
       const int64_t kv_heads = 2, heads = kv_heads * group, first = 500, n = 300, length = first + n;
       const int64_t kv_width = kv_heads * d, q_width = heads * d;
       std::vector<uint16_t> keys(static_cast<size_t>(length * kv_width)), values(keys.size());
@@ -149,7 +189,11 @@ TEST(cuda_tiled_attention_rows_do_not_depend_on_the_batch) {
       const auto q = random_floats(static_cast<size_t>(n * q_width), 3.0f, rng);
       std::vector<int32_t> positions(static_cast<size_t>(n));
       for (int64_t i = 0; i < n; ++i) positions[i] = static_cast<int32_t>(first + i);
-      const cuda::AttentionShape shape{heads, kv_heads, d, 1.0f / std::sqrt(static_cast<float>(d)), length};
+      // gpt-oss's shape with a window: which segments a block skips depends on its batch, and the
+      // floats must not.
+      cuda::AttentionShape shape{heads, kv_heads, d, 1.0f / std::sqrt(static_cast<float>(d)), length};
+      shape.window = window;
+      shape.sinks = window > 0 ? sinks.as<float>() : nullptr;
       const auto dk = upload(keys), dv = upload(values);
       cuda::DeviceBuffer scratch(cuda::attention_scratch_bytes(shape, n), "scratch");
       const auto attend = [&](int64_t row, int64_t rows) {
@@ -168,8 +212,9 @@ TEST(cuda_tiled_attention_rows_do_not_depend_on_the_batch) {
         const auto got = attend(row, rows);
         const std::vector<float> want(whole.begin() + row * q_width, whole.begin() + (row + rows) * q_width);
         CHECK(mismatches(got, want) == 0)
-            << "head_dim " << d << ", group " << group << ": rows " << row << " to " << row + rows - 1
-            << " alone differ from the whole pass in " << mismatches(got, want) << " of " << want.size();
+            << "head_dim " << d << ", group " << group << ", window " << window << ": rows " << row << " to "
+            << row + rows - 1 << " alone differ from the whole pass in " << mismatches(got, want) << " of "
+            << want.size();
       }
     }
   }
@@ -292,74 +337,83 @@ TEST(cuda_batched_decode_attention_equals_each_sequence_alone) {
   std::mt19937 rng(67);
   const cuda::Stream stream;
   const uint32_t type = quant::BlockQ4_K::kType;
-  for (const int64_t d : {128, 64}) {
-    for (const int64_t group : {8, 4, 2}) {
-      const int64_t kv_heads = group == 2 ? 2 : 4, heads = kv_heads * group, q_width = heads * d;
-      // (depth of the first row, rows, capacity) per sequence.
-      const std::vector<std::tuple<int64_t, int64_t, int64_t>> sequences =
-          group == 8 ? std::vector<std::tuple<int64_t, int64_t, int64_t>>{{0, 1, 64},     {63, 1, 200},    {64, 2, 130},
-                                                                          {700, 1, 4096}, {3000, 1, 3001}, {5, 2, 512}}
-                     : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{1, 1, 64},      {100, 1, 128}, {64, 1, 65},
-                                                                          {2047, 1, 2048}, {9, 1, 4096},  {300, 1, 301},
-                                                                          {4000, 1, 4096}, {128, 1, 129}};
-      int64_t n = 0, capacity = 0;
-      for (const auto& [depth, rows, cap] : sequences) n += rows, capacity = std::max(capacity, cap);
-      const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-      std::vector<cuda::DeviceBuffer> keys, values;
-      std::vector<int32_t> positions;
-      cuda::KvSegments batch;
-      batch.count = static_cast<int>(sequences.size());
-      for (size_t i = 0; i < sequences.size(); ++i) {
-        const auto& [depth, rows, cap] = sequences[i];
-        keys.push_back(upload(random_cache(cap * kv_heads * d, rng)));
-        values.push_back(upload(random_cache(cap * kv_heads * d, rng)));
-        batch.keys[i] = keys.back().as<uint16_t>();
-        batch.values[i] = values.back().as<uint16_t>();
-        batch.first_row[i] = static_cast<int>(positions.size());
-        for (int64_t r = 0; r < rows; ++r) positions.push_back(static_cast<int32_t>(depth + r));
-      }
-      batch.first_row[batch.count] = static_cast<int>(n);
-      const cuda::AttentionShape shape{heads, kv_heads, d, scale, capacity};
-      CHECK(cuda::batched_attention_serves(shape, batch)) << "head_dim " << d << ", group " << group;
-      const auto dpos = upload(positions);
-      const size_t blocks = static_cast<size_t>(n * q_width / 32);
-      cuda::DeviceBuffer scratch(cuda::attention_scratch_bytes(shape, 64), "scratch");
-      cuda::DeviceBuffer out(static_cast<size_t>(n * q_width) * sizeof(float), "out");
-      cuda::DeviceBuffer quantized(blocks * sizeof(cuda::ActivationBlock), "quantized");
-      const cuda::DeviceBuffer queries[2] = {upload(random_floats(static_cast<size_t>(n * q_width), 3.0f, rng)),
-                                             upload(random_floats(static_cast<size_t>(n * q_width), 3.0f, rng))};
-      // Each query set's rows, sequence by sequence, attended alone.
-      std::vector<float> want[2];
-      std::vector<uint8_t> want_blocks[2];
-      for (int which = 0; which < 2; ++which) {
+  const auto sinks = upload(random_floats(32, 3.0f, rng));
+  // Without and with gpt-oss's window and sinks.
+  for (const int64_t window : {0, 96})
+    for (const int64_t d : {128, 64}) {
+      for (const int64_t group : {8, 4, 2}) {
+        const int64_t kv_heads = group == 2 ? 2 : 4, heads = kv_heads * group, q_width = heads * d;
+        // (depth of the first row, rows, capacity) per sequence.
+        const std::vector<std::tuple<int64_t, int64_t, int64_t>> sequences =
+            group == 8
+                ? std::vector<std::tuple<int64_t, int64_t, int64_t>>{{0, 1, 64},     {63, 1, 200},    {64, 2, 130},
+                                                                     {700, 1, 4096}, {3000, 1, 3001}, {5, 2, 512}}
+                : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{1, 1, 64},      {100, 1, 128}, {64, 1, 65},
+                                                                     {2047, 1, 2048}, {9, 1, 4096},  {300, 1, 301},
+                                                                     {4000, 1, 4096}, {128, 1, 129}};
+        int64_t n = 0, capacity = 0;
+        for (const auto& [depth, rows, cap] : sequences) n += rows, capacity = std::max(capacity, cap);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+        std::vector<cuda::DeviceBuffer> keys, values;
+        std::vector<int32_t> positions;
+        cuda::KvSegments batch;
+        batch.count = static_cast<int>(sequences.size());
         for (size_t i = 0; i < sequences.size(); ++i) {
           const auto& [depth, rows, cap] = sequences[i];
-          const int64_t first = batch.first_row[i];
-          const cuda::AttentionShape own{heads, kv_heads, d, scale, cap};
-          cuda::DeviceBuffer alone_scratch(cuda::attention_scratch_bytes(own, 64), "scratch");
-          CHECK(cuda::causal_attention(queries[which].as<float>() + first * q_width, rows, dpos.as<int32_t>() + first,
-                                       batch.keys[i], batch.values[i], own, alone_scratch.data(),
-                                       out.as<float>() + first * q_width, stream.handle(),
-                                       {quantized.as<cuda::ActivationBlock>() + first * (q_width / 32), type}));
+          keys.push_back(upload(random_cache(cap * kv_heads * d, rng)));
+          values.push_back(upload(random_cache(cap * kv_heads * d, rng)));
+          batch.keys[i] = keys.back().as<uint16_t>();
+          batch.values[i] = values.back().as<uint16_t>();
+          batch.first_row[i] = static_cast<int>(positions.size());
+          for (int64_t r = 0; r < rows; ++r) positions.push_back(static_cast<int32_t>(depth + r));
         }
-        want[which] = download<float>(out, static_cast<size_t>(n * q_width), stream);
-        want_blocks[which] = download<uint8_t>(quantized, blocks * sizeof(cuda::ActivationBlock), stream);
-      }
-      for (int run = 0; run < 4; ++run) {
-        const int which = run % 2;
-        const bool wrote = cuda::batched_causal_attention(
-            queries[which].as<float>(), dpos.as<int32_t>(), batch, shape, scratch.data(), out.as<float>(),
-            {quantized.as<cuda::ActivationBlock>(), type}, stream.handle());
-        const auto got = download<float>(out, static_cast<size_t>(n * q_width), stream);
-        CHECK(wrote) << "head_dim " << d << ", group " << group << ": the rows were not quantized";
-        CHECK(mismatches(got, want[which]) == 0)
-            << "head_dim " << d << ", group " << group << ", run " << run << ": " << mismatches(got, want[which])
-            << " of " << got.size() << " outputs differ from the sequences attended alone";
-        CHECK(download<uint8_t>(quantized, blocks * sizeof(cuda::ActivationBlock), stream) == want_blocks[which])
-            << "head_dim " << d << ", group " << group << ", run " << run << ": the quantized rows differ";
+        batch.first_row[batch.count] = static_cast<int>(n);
+        const auto with_window = [&](cuda::AttentionShape shape) {
+          shape.window = window;
+          shape.sinks = window > 0 ? sinks.as<float>() : nullptr;
+          return shape;
+        };
+        const cuda::AttentionShape shape = with_window({heads, kv_heads, d, scale, capacity});
+        CHECK(cuda::batched_attention_serves(shape, batch)) << "head_dim " << d << ", group " << group;
+        const auto dpos = upload(positions);
+        const size_t blocks = static_cast<size_t>(n * q_width / 32);
+        cuda::DeviceBuffer scratch(cuda::attention_scratch_bytes(shape, 64), "scratch");
+        cuda::DeviceBuffer out(static_cast<size_t>(n * q_width) * sizeof(float), "out");
+        cuda::DeviceBuffer quantized(blocks * sizeof(cuda::ActivationBlock), "quantized");
+        const cuda::DeviceBuffer queries[2] = {upload(random_floats(static_cast<size_t>(n * q_width), 3.0f, rng)),
+                                               upload(random_floats(static_cast<size_t>(n * q_width), 3.0f, rng))};
+        // Each query set's rows, sequence by sequence, attended alone.
+        std::vector<float> want[2];
+        std::vector<uint8_t> want_blocks[2];
+        for (int which = 0; which < 2; ++which) {
+          for (size_t i = 0; i < sequences.size(); ++i) {
+            const auto& [depth, rows, cap] = sequences[i];
+            const int64_t first = batch.first_row[i];
+            const cuda::AttentionShape own = with_window({heads, kv_heads, d, scale, cap});
+            cuda::DeviceBuffer alone_scratch(cuda::attention_scratch_bytes(own, 64), "scratch");
+            CHECK(cuda::causal_attention(queries[which].as<float>() + first * q_width, rows, dpos.as<int32_t>() + first,
+                                         batch.keys[i], batch.values[i], own, alone_scratch.data(),
+                                         out.as<float>() + first * q_width, stream.handle(),
+                                         {quantized.as<cuda::ActivationBlock>() + first * (q_width / 32), type}));
+          }
+          want[which] = download<float>(out, static_cast<size_t>(n * q_width), stream);
+          want_blocks[which] = download<uint8_t>(quantized, blocks * sizeof(cuda::ActivationBlock), stream);
+        }
+        for (int run = 0; run < 4; ++run) {
+          const int which = run % 2;
+          const bool wrote = cuda::batched_causal_attention(
+              queries[which].as<float>(), dpos.as<int32_t>(), batch, shape, scratch.data(), out.as<float>(),
+              {quantized.as<cuda::ActivationBlock>(), type}, stream.handle());
+          const auto got = download<float>(out, static_cast<size_t>(n * q_width), stream);
+          CHECK(wrote) << "head_dim " << d << ", group " << group << ": the rows were not quantized";
+          CHECK(mismatches(got, want[which]) == 0) << "head_dim " << d << ", group " << group << ", window " << window
+                                                   << ", run " << run << ": " << mismatches(got, want[which]) << " of "
+                                                   << got.size() << " outputs differ from the sequences attended alone";
+          CHECK(download<uint8_t>(quantized, blocks * sizeof(cuda::ActivationBlock), stream) == want_blocks[which])
+              << "head_dim " << d << ", group " << group << ", run " << run << ": the quantized rows differ";
+        }
       }
     }
-  }
 }
 
 // Not a check: the times of both kernels on the qwen3-30b-a3b shape (32 query heads, 4 KV

@@ -54,6 +54,7 @@ for (const [preset, type] of [
   ["tiny-qwen3moe", "Q8_0"],
   ["tiny-glm4moe", "Q4_K"],
   ["tiny-deepseek2", "Q8_0"],
+  ["tiny-gpt-oss", "Q8_0"],
 ]) {
   test(`${preset} ${type}: hybrid runs with the CPU's experts paged from disk`, { skip }, async () => {
     const path = fixture(preset, type);

@@ -113,6 +113,7 @@ for (const [preset, type] of [
   ["tiny-llama", "Q6_K"],
   ["tiny-glm4moe", "Q8_0"],
   ["tiny-deepseek2", "Q4_K"],
+  ["tiny-gpt-oss", "Q8_0"],
 ]) {
   test(`${preset} ${type}: sessions decoded together give their single-stream tokens`, { skip }, async () => {
     const model = await loadModel(fixture(preset, type), { gpu: "auto", parallel: STREAMS, contextSize: CONTEXT });
@@ -138,6 +139,7 @@ const LONG_RUNS = [
 for (const [preset, type] of [
   ["tiny-qwen3moe", "Q4_K"],
   ["tiny-qwen3", "Q4_K"],
+  ["tiny-gpt-oss", "Q4_K"],
 ]) {
   test(`${preset} ${type}: sessions joined by tiled prompts give their single-stream tokens`, { skip }, async () => {
     const model = await loadModel(fixture(preset, type), {

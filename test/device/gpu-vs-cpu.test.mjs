@@ -70,6 +70,14 @@ CASES.push(["tiny-glm4moe-ud", undefined]);
 for (const preset of ["tiny-glm4moe", "tiny-deepseek2"]) {
   for (const type of ["F16", "Q8_0", "Q4_K", "Q6_K", "Q5_0", "IQ4_XS", "MXFP4"]) CASES.push([preset, type]);
 }
+// gpt-oss's blocks (windows of 32 on every other layer, so 1,000 positions slide them far; sinks;
+// Q/K/V and output biases; YaRN; biased experts with the clamped SwiGLU; a softmax over the chosen
+// experts after the router's bias), at a float type, the tiled types and MXFP4, and as the real
+// files mix them (MXFP4 experts, BF16 attention, Q8_0 embeddings and output).
+for (const type of ["F16", "Q8_0", "Q4_K", "Q6_K", "MXFP4"]) CASES.push(["tiny-gpt-oss", type]);
+CASES.push(["tiny-gpt-oss-mxfp4", undefined]);
+// MiniMax-M2's Q/K norms over whole projections, partial rotary, sigmoid routing with a selection bias.
+for (const type of ["F16", "Q8_0", "Q4_K"]) CASES.push(["tiny-minimax-m2", type]);
 
 for (const [preset, type] of CASES) {
   const name = type ? `${preset} ${type}` : preset;
@@ -120,6 +128,14 @@ for (const [preset, type] of CASES) {
     }
   });
 }
+
+test("tiny-mimo2 (per-layer KV heads, narrower value heads) is refused on the GPU by name", { skip }, async () => {
+  await assert.rejects(loadModel(fixture("tiny-mimo2", "Q8_0"), { gpu: "auto" }), (error) => {
+    assert.equal(error.code, "UNSUPPORTED_MODEL");
+    assert.match(error.message, /mimo2: per-layer KV head counts/);
+    return true;
+  });
+});
 
 test("a GPU budget too small is refused by name", { skip }, async () => {
   const path = fixture("tiny-qwen3moe", "Q4_K");

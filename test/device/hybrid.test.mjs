@@ -82,8 +82,10 @@ for (const [preset, type] of [
   ["tiny-glm4moe", "Q4_K"],
   ["tiny-deepseek2", "Q4_K"],
   ["tiny-deepseek2", "Q8_0"],
+  ["tiny-gpt-oss", "Q8_0"],
+  ["tiny-gpt-oss-mxfp4", undefined],
 ]) {
-  test(`${preset} ${type}: hybrid runs give the all-GPU run's tokens`, { skip }, async () => {
+  test(`${preset} ${type ?? "(its mix)"}: hybrid runs give the all-GPU run's tokens`, { skip }, async () => {
     const path = fixture(preset, type);
     const reference = await loadModel(path, { gpu: "auto", contextSize: CONTEXT });
     try {
