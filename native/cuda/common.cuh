@@ -116,10 +116,19 @@ __device__ __forceinline__ int load_int_aligned2(const uint8_t* p) {
   return static_cast<int>(static_cast<uint32_t>(h[0]) | (static_cast<uint32_t>(h[1]) << 16));
 }
 
-// A 32-bit word from any address.
-__device__ __forceinline__ int load_int_unaligned(const uint8_t* p) {
-  return static_cast<int>(static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
-                          (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24));
+// The 16 bytes from any address as four words: five aligned word loads (four where p is aligned)
+// shifted into place, rather than sixteen byte loads (MXFP4's 17-byte blocks leave its codes at
+// every alignment).
+__device__ __forceinline__ void load_16_unaligned(const uint8_t* p, uint32_t (&words)[4]) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  const auto* aligned = reinterpret_cast<const uint32_t*>(address & ~uintptr_t{3});
+  const auto shift = static_cast<uint32_t>(address & 3) * 8;
+  uint32_t v[5];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) v[i] = aligned[i];
+  v[4] = shift != 0 ? aligned[4] : 0u;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) words[i] = __funnelshift_r(v[i], v[i + 1], shift);
 }
 
 // Entries 4w .. 4w+3 of a 16-entry int8 codebook (quant/blocks.h), one per byte.

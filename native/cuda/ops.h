@@ -150,6 +150,13 @@ void expert_gated_mmq(const DeviceMatrix& gate, const DeviceMatrix& up, const Ac
 void expert_mmq(const DeviceMatrix& down, const ActivationBlock* hidden, const ExpertGroups& groups, float* out,
                 StreamHandle stream, const ExpertEpilogue& epilogue = {});
 
+// --- float_mmq.cu: float weights for prompt batches, on the f16/bf16 tensor cores ---
+// Whether the float tiles serve `w`: F16 or BF16 rows of a multiple of 64 columns.
+bool float_mmq_serves(const DeviceMatrix& w);
+// y[i] (+)= w x[i] for n float rows, as matvec computes it for such weights (the activations
+// rounded to the weight type, exact products), its f32 sums in another order.
+void float_mmq(const DeviceMatrix& w, const float* x, int64_t n, float* y, bool accumulate, StreamHandle stream);
+
 // --- moe.cu ---
 // How the router turns a row's logits into its experts and their weights, as the CPU's
 // cpu::route does: softmax or sigmoid weights; `selection_bias` (device, one per expert, or null)

@@ -80,9 +80,10 @@ __device__ __forceinline__ Unit decode_unit_32(const uint8_t* row, int unit) {
     u.scale = half_at(b + offsetof(BlockIQ4_NL, d));
   } else if constexpr (Type == kTypeMXFP4) {
     const uint8_t* b = row + (unit / 2) * sizeof(BlockMXFP4);
+    uint32_t qs[4];
+    load_16_unaligned(b + offsetof(BlockMXFP4, qs), qs);
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
-      u.q[i] = mxfp4_values((load_int_unaligned(b + offsetof(BlockMXFP4, qs) + 4 * i) >> shift) & 0x0f0f0f0f);
+    for (int i = 0; i < 4; ++i) u.q[i] = mxfp4_values((qs[i] >> shift) & 0x0f0f0f0f);
     u.scale = e8m0_to_float_half(b[offsetof(BlockMXFP4, e)]);
   } else {
     static_assert(Type == kTypeQ8_0);

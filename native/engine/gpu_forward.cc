@@ -743,6 +743,10 @@ struct Pass {
   bool tiles(uint32_t type, int64_t rows) const {
     return layout.tiled && cuda::mmq_serves(type, rows == n ? cuda::kMmqMinRows : rows);
   }
+  // The same for float weights (cuda::float_mmq).
+  bool float_tiles(const DeviceMatrix& w, int64_t rows) const {
+    return layout.tiled && cuda::float_mmq_serves(w) && (rows == n || rows >= cuda::kMmqMinRows);
+  }
   ActivationBlock* blocks() const { return m.work.activations.as<ActivationBlock>(); }
 
   // The MoE sum of the last layer whose experts all ran here, left for the next norm to add
@@ -797,6 +801,8 @@ struct Pass {
   void mul(const DeviceMatrix& w, Input& x, int64_t rows, float* y, bool accumulate) const {
     if (tiles(w.type, rows)) {
       cuda::mmq(w, x.for_type(w.type).blocks, rows, y, accumulate, stream);
+    } else if (float_tiles(w, rows)) {
+      cuda::float_mmq(w, x.for_type(w.type).floats, rows, y, accumulate, stream);
     } else {
       cuda::matvec(w, x.for_type(w.type), rows, y, accumulate, stream);
     }
@@ -813,6 +819,9 @@ struct Pass {
         for (const cuda::MatvecProduct& product : run) {
           cuda::mmq(*product.w, x.for_type(product.w->type).blocks, n, product.y, product.accumulate, stream);
         }
+      } else if (Input::format_of(run.front().w->type) < 0 && layout.tiled) {
+        // Float weights: each product in the float tiles where they serve it.
+        for (const cuda::MatvecProduct& product : run) mul(*product.w, x, n, product.y, product.accumulate);
       } else {
         cuda::matvecs(run, x.for_type(run.front().w->type), n, stream);
       }

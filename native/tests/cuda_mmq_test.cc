@@ -135,6 +135,59 @@ TEST(cuda_mmq_matches_cpu_and_matvec) {
   }
 }
 
+// Float weights (F16, BF16: gpt-oss's attention) in the float tiles: the CPU's products (the
+// activations rounded to the weight type) and the float matvec's within float rounding, for
+// batches of one partial tile to several, accumulating too; and faster than the matvec at a
+// prompt's batch on gpt-oss's q projection.
+TEST(cuda_float_mmq_matches_cpu_and_matvec) {
+  if (!device_ready("cuda_float_mmq_matches_cpu_and_matvec")) return;
+  std::mt19937 rng(37);
+  const int64_t rows = 67, cols = 320;
+  const cuda::Stream stream;
+  for (const uint32_t type : {uint32_t{1}, uint32_t{30}}) {
+    const auto w = random_matrix(type, rows, cols, rng);
+    const auto dw = upload(w);
+    const cuda::DeviceMatrix m = device_matrix(type, dw, rows, cols);
+    CHECK(cuda::float_mmq_serves(m)) << "type " << type;
+    for (const int64_t n : {1, 64, 77, 150}) {
+      const auto x = random_floats(static_cast<size_t>(n * cols), 2.0f, rng);
+      const auto dx = upload(x);
+      const size_t out = static_cast<size_t>(n * rows);
+      cuda::DeviceBuffer y(out * sizeof(float), "y"), y_matvec(out * sizeof(float), "y matvec");
+      cuda::float_mmq(m, dx.as<float>(), n, y.as<float>(), false, stream.handle());
+      cuda::matvec(m, {dx.as<float>(), nullptr}, n, y_matvec.as<float>(), false, stream.handle());
+      const auto got = download<float>(y, out, stream);
+      const auto want = cpu_matvec(type, w, rows, cols, x, n);
+      const double error = relative_error(got, want);
+      const double to_matvec = relative_error(got, download<float>(y_matvec, out, stream));
+      std::printf("  float mmq type %u n %lld: relative error %.3g (CPU), %.3g (matvec)\n", type,
+                  static_cast<long long>(n), error, to_matvec);
+      CHECK(error < 2e-6) << "type " << type << " n " << n << ": relative error " << error << " to the CPU";
+      CHECK(to_matvec < 2e-6) << "type " << type << " n " << n << ": relative error " << to_matvec << " to the matvec";
+      const auto base = random_floats(out, 5.0f, rng);
+      const auto dy = upload(base);
+      cuda::float_mmq(m, dx.as<float>(), n, dy.as<float>(), true, stream.handle());
+      auto sum = base;
+      for (size_t i = 0; i < out; ++i) sum[i] += want[i];
+      const double accumulated = relative_error(download<float>(dy, out, stream), sum);
+      CHECK(accumulated < 2e-6) << "type " << type << " n " << n << ": accumulated, relative error " << accumulated;
+    }
+  }
+  const int64_t q_rows = 4096, q_cols = 2880, n = 512;
+  const auto dw = upload(random_matrix(30, q_rows, q_cols, rng));
+  const cuda::DeviceMatrix m = device_matrix(30, dw, q_rows, q_cols);
+  const auto dx = upload(random_floats(static_cast<size_t>(n * q_cols), 2.0f, rng));
+  cuda::DeviceBuffer y(static_cast<size_t>(n * q_rows) * sizeof(float), "y");
+  const double tiles =
+      milliseconds(stream, [&] { cuda::float_mmq(m, dx.as<float>(), n, y.as<float>(), false, stream.handle()); });
+  const double matvec = milliseconds(stream, [&] {
+    cuda::matvec(m, {dx.as<float>(), nullptr}, n, y.as<float>(), false, stream.handle());
+  });
+  std::printf("  BF16 %lld x %lld, n %lld: float mmq %.3f ms, matvec %.3f ms (%.2fx)\n", static_cast<long long>(q_rows),
+              static_cast<long long>(q_cols), static_cast<long long>(n), tiles, matvec, matvec / tiles);
+  CHECK(tiles < matvec) << "float mmq " << tiles << " ms, matvec " << matvec << " ms";
+}
+
 TEST(cuda_gated_mmq_matches_cpu_and_matvec) {
   if (!device_ready("cuda_gated_mmq_matches_cpu_and_matvec")) return;
   std::mt19937 rng(37);
