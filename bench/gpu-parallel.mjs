@@ -12,11 +12,12 @@ import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { performance } from "node:perf_hooks";
-import { getSystemInfo, loadModel } from "../dist/index.js";
+import { getSystemInfo, loadModel, readGgufInfo } from "../dist/index.js";
 import { fastestRounds } from "./measure.mjs";
 
-// ik_llama.cpp's one-stream decode on the same machine and model (../shared/BASELINES.md); it
-// has no figure for several streams.
+// ik_llama.cpp's one-stream decode on the same machine and the synthetic qwen3-30b-a3b
+// (../shared/BASELINES.md); it has no figure for several streams, nor for other files, whose runs
+// print no peer ratio (bench/families.mjs measures the peer on any file).
 const PEER = { name: "ik_llama.cpp (-ngl 99 -fa 1), one stream", decode: 238.9 };
 const STREAMS = [1, 2, 4, 8];
 
@@ -30,6 +31,8 @@ const { values, positionals } = parseArgs({
 });
 const path = positionals[0] ?? "/root/q.gguf";
 const settings = { prompt: Number(values.prompt), decode: Number(values.decode), rounds: Number(values.rounds) };
+const architecture = (await readGgufInfo(path)).summary.architecture;
+const peer = architecture === "qwen3moe" ? PEER : undefined;
 
 /** Stream `stream`'s prompt: deterministic tokens away from the special ones. */
 function promptTokens(stream, count, vocab) {
@@ -90,7 +93,7 @@ const result = {
   command: `node bench/gpu-parallel.mjs ${process.argv.slice(2).join(" ")}`.trim(),
   date: new Date().toISOString(),
   machine: getSystemInfo(),
-  model: { path, preset: "qwen3-30b-a3b synthetic", contextSize: settings.prompt + settings.decode + 16 },
+  model: { path, architecture, contextSize: settings.prompt + settings.decode + 16 },
   settings,
   figures: {
     loadSeconds,
@@ -100,9 +103,11 @@ const result = {
   rounds,
   ratios: {
     ...Object.fromEntries(best.map((r) => [`vsOneStream${r.streams}`, r.decodeTokensPerSecond / one])),
-    ...Object.fromEntries(best.map((r) => [`vsPeerOneStream${r.streams}`, r.decodeTokensPerSecond / PEER.decode])),
+    ...(peer
+      ? Object.fromEntries(best.map((r) => [`vsPeerOneStream${r.streams}`, r.decodeTokensPerSecond / peer.decode]))
+      : {}),
   },
-  peer: PEER,
+  peer,
 };
 const out = join(process.env.OUT ?? ".", "gpu-parallel-bench.json");
 writeFileSync(out, JSON.stringify(result, null, 2));
@@ -114,4 +119,8 @@ for (const r of best) {
       `${r.meanSequencesPerPass.toFixed(2).padStart(14)}  ${r.endToEndTokensPerSecond.toFixed(1).padStart(14)}`,
   );
 }
-console.log(`one stream: ${(one / PEER.decode).toFixed(2)}x ${PEER.name}'s ${PEER.decode}; wrote ${out}`);
+console.log(
+  peer
+    ? `one stream: ${(one / peer.decode).toFixed(2)}x ${peer.name}'s ${peer.decode}; wrote ${out}`
+    : `no peer figure for ${architecture} (bench/families.mjs measures one); wrote ${out}`,
+);
