@@ -31,7 +31,7 @@
               {
                 "rule_name": "nvcc",
                 "extension": "cu",
-                "inputs": ["<(RULE_INPUT_PATH)"],
+                "inputs": ["<(RULE_INPUT_PATH)", "<!@(node tools/build/cuda.mjs headers)"],
                 "outputs": ["<(INTERMEDIATE_DIR)/<(RULE_INPUT_ROOT).cu.o"],
                 "action": [
                   "<(cuda_home)/bin/nvcc",

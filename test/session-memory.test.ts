@@ -8,7 +8,7 @@ import { loadModel } from "../src/index.js";
 import { writeSyntheticModel } from "../tools/synth/synth.js";
 
 // Issue #4's memory criterion: 1,000 create / generate / dispose cycles leave the resident set
-// flat (within 5 % of what it is after a warm-up of 2,000 such cycles), with the prompt-state cache storing, restoring
+// flat (within 5 % of what it is after a warm-up of 3,000 such cycles), with the prompt-state cache storing, restoring
 // and evicting states all along (a cache that kept them all would grow by some 20 MB here).
 const dir = mkdtempSync(join(tmpdir(), "bloomery-memory-"));
 const modelPath = join(dir, "tiny-qwen3moe.gguf");
@@ -44,10 +44,12 @@ describe("memory", () => {
         if (i % 100 === 0) collectGarbage();
       };
       // The warm-up lasts until V8 has sized its heap for this rate of allocation and malloc's
-      // free lists have settled (the resident set levels off after some 1,500 to 2,000 cycles).
-      for (let i = 0; i < 2000; i++) await cycle(i);
+      // free lists have settled: the resident set still grows by 2-6 MB between cycles 2,000 and
+      // 3,000 (CI failed once at 5.6 %), then stays within 5 MB, falling as often as rising, to
+      // 10,000 (measured on 2026-12-04: 120.4, 122.8, 122.8, 122.8, 122.8, 119.9, 118.0 MiB ...).
+      for (let i = 0; i < 3000; i++) await cycle(i);
       const warm = residentBytes();
-      for (let i = 2000; i < 3000; i++) await cycle(i);
+      for (let i = 3000; i < 4000; i++) await cycle(i);
       const end = residentBytes();
       console.log(
         `RSS after the warm-up ${(warm / 2 ** 20).toFixed(1)} MiB, 1,000 cycles later ${(end / 2 ** 20).toFixed(1)} MiB`,

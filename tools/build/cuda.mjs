@@ -2,9 +2,10 @@
 //   node tools/build/cuda.mjs home     -> the CUDA toolkit root, or nothing for a CPU-only build
 //   node tools/build/cuda.mjs device-flags -> nvcc's -gencode flags and fatbin compression, one per line
 //   node tools/build/cuda.mjs sources  -> the .cu files under native/, one per line
+//   node tools/build/cuda.mjs headers  -> the headers they include (transitively), one per line
 // BLOOMERY_CUDA=0 forces a CPU-only build; BLOOMERY_CUDA_ARCHS="90" (or "80;90") narrows the
 // architectures; CUDA_PATH names a toolkit elsewhere than /usr/local/cuda.
-import { existsSync, readdirSync } from "node:fs";
+import { existsSync, readFileSync, readdirSync } from "node:fs";
 import { join, dirname, relative } from "node:path";
 import { fileURLToPath } from "node:url";
 import { execFileSync } from "node:child_process";
@@ -67,6 +68,26 @@ function cudaSources(root) {
   return out.sort();
 }
 
+/**
+ * The project headers the .cu files include, directly or through each other (`#include "..."`
+ * resolved under native/): every nvcc rule depends on them all, since gyp's rules track no header
+ * dependencies of their own and an edited .cuh would otherwise leave stale objects.
+ */
+export function cudaHeaders(root) {
+  const seen = new Set();
+  const pending = cudaSources(root);
+  while (pending.length > 0) {
+    const file = pending.pop();
+    for (const [, include] of readFileSync(join(root, file), "utf8").matchAll(/^#include "([^"]+)"/gm)) {
+      const header = join("native", include);
+      if (seen.has(header) || !existsSync(join(root, header))) continue;
+      seen.add(header);
+      pending.push(header);
+    }
+  }
+  return [...seen].sort();
+}
+
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
   const what = process.argv[2];
@@ -76,8 +97,9 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
     console.log(home ? deviceFlags(cudaArchs(), nvccRelease(home)).join("\n") : "");
   }
   else if (what === "sources") console.log(findCudaHome() ? cudaSources(root).join("\n") : "");
+  else if (what === "headers") console.log(findCudaHome() ? cudaHeaders(root).join("\n") : "");
   else {
-    console.error("usage: cuda.mjs home|device-flags|sources");
+    console.error("usage: cuda.mjs home|device-flags|sources|headers");
     process.exit(2);
   }
 }
