@@ -85,7 +85,8 @@ constexpr KernelRow kRows[] = {
     {35, kQ8_K, dequantize_row_tq2_0, quantize_row_q8_k, vec_dot_tq2_0_q8_k, vec_dot_tq2_0_q8_k_avx2, nullptr,
      vec_dot_rows_tq2_0_q8_k_avx512},
     {39, kQ8_0, dequantize_row_mxfp4, quantize_row_q8_0, vec_dot_mxfp4_q8_0, vec_dot_mxfp4_q8_0_avx2,
-     vec_dot_mxfp4_q8_0_avx512, nullptr, nullptr, vec_dot_mxfp4_q8_0_repacked_avx2, vec_dot_mxfp4_q8_0_repacked_avx2},
+     vec_dot_mxfp4_q8_0_avx512, nullptr, nullptr, vec_dot_mxfp4_q8_0_repacked_avx2, vec_dot_mxfp4_q8_0_repacked_avx2,
+     vec_dot_rows_mxfp4_q8_0_repacked_avx512},
 };
 constexpr size_t kRowCount = std::size(kRows);
 constexpr size_t kTierCount = 3;
