@@ -276,11 +276,10 @@ void rms_norm(const RmsNorm& norm, StreamHandle stream);
 // --- elementwise.cu ---
 // out = silu(gate) * up, elementwise over `count` floats.
 void swiglu(const float* gate, const float* up, int64_t count, float* out, StreamHandle stream);
-// residual[r] += (projected[r] + bias) * scale for `rows` rows of `width` floats (bias: `width`
-// floats, or null; scale 1: no product): an attention output's bias and value scale, rounded as
-// the CPU path's add_bias, scale and add_into (engine/forward.cc).
-void add_projection(const float* projected, int64_t rows, int64_t width, const float* bias, float scale,
-                    float* residual, StreamHandle stream);
+// residual[r] += projected[r] + bias for `rows` rows of `width` floats (bias: `width` floats): an
+// attention output's bias, rounded as the CPU path's add_bias, then add_into (engine/forward.cc).
+void add_projection(const float* projected, int64_t rows, int64_t width, const float* bias, float* residual,
+                    StreamHandle stream);
 
 // --- rope.cu ---
 // The rotation, as cpu::RopeParams and cpu::RopeConstants give it (the host computes the

@@ -323,7 +323,7 @@ std::vector<std::pair<const char*, size_t>> workspace_sizes(const model::HyperPa
   const int64_t latent_a = std::max(mla.nope_dim, mla.value_dim), latent_b = mla.kv_lora_rank;
   const int64_t routed = b * p.experts_used;
   const int64_t dense = std::max(p.feed_forward, p.shared_feed_forward);  // the dense FFN's or the shared experts'
-  // Also an attention output product, before add_projection adds its bias and scale.
+  // Also an attention output product, before add_projection adds its bias.
   const int64_t hidden = std::max({b * dense, routed * p.expert_feed_forward, b * p.embedding});
   const int64_t widest = std::max({b * p.embedding, b * attended, hidden, slots * std::max(latent_a, latent_b)});
   // The matvec's chunks are the smaller (kMmqTileTokens for the tiles), so they bound the count.
@@ -870,7 +870,7 @@ struct Pass {
             rope.dims,
             rope.freq_scale,
             m.freq_factors,
-            p.rope.ext_factor,
+            rope.ext_factor,
             k.theta_scale,
             k.ramp_low,
             k.ramp_high,
@@ -978,7 +978,7 @@ struct Pass {
     }
     // The bias joins the product before the residual does, as on the CPU.
     mul(w.output, attended, n, f(ws.hidden), false);
-    cuda::add_projection(f(ws.hidden), n, p.embedding, w.output_bias, 1.0f, f(ws.residual), stream);
+    cuda::add_projection(f(ws.hidden), n, p.embedding, w.output_bias, f(ws.residual), stream);
   }
 
   // The pass's rows of `width` floats at x RMS-normed in place by `weight`.

@@ -282,16 +282,9 @@ TEST(cuda_expert_matvec_matches_cpu) {
       cuda::DeviceBuffer h_blocks(static_cast<size_t>(n * used * ff / 32) * sizeof(cuda::ActivationBlock), "blocks");
       cuda::DeviceBuffer out(static_cast<size_t>(n * used * width) * sizeof(float), "out");
       // Float stacks read the float rows, quantized ones the rows' blocks.
-      const auto input = [&](uint32_t type, const cuda::DeviceBuffer& rows, int64_t count, int64_t cols,
-                             const cuda::DeviceBuffer& blocks) {
-        if (cuda::is_float_type(type)) return cuda::MatvecInput{rows.as<float>(), nullptr};
-        cuda::quantize_activations(rows.as<float>(), count, cols, type, blocks.as<cuda::ActivationBlock>(),
-                                   stream.handle());
-        return cuda::MatvecInput{nullptr, blocks.as<cuda::ActivationBlock>()};
-      };
-      cuda::expert_gated_matvec(mg, mu, input(up_type, dx, n, width, x_blocks), used, groups, hidden.as<float>(),
-                                stream.handle());
-      cuda::expert_matvec(md, input(down_type, hidden, n * used, ff, h_blocks), groups, out.as<float>(),
+      cuda::expert_gated_matvec(mg, mu, product_input(up_type, dx, n, width, x_blocks, stream), used, groups,
+                                hidden.as<float>(), stream.handle());
+      cuda::expert_matvec(md, product_input(down_type, hidden, n * used, ff, h_blocks, stream), groups, out.as<float>(),
                           stream.handle());
       const auto routed = download<int32_t>(chosen, static_cast<size_t>(n * used), stream);
       const auto got_hidden = download<float>(hidden, static_cast<size_t>(n * used * ff), stream);
@@ -376,25 +369,14 @@ TEST(cuda_expert_epilogue_matches_cpu) {
       cuda::DeviceBuffer hidden(static_cast<size_t>(n * used * ff) * sizeof(float), "hidden");
       cuda::DeviceBuffer h_blocks(static_cast<size_t>(n * used * ff / 32) * sizeof(cuda::ActivationBlock), "blocks");
       cuda::DeviceBuffer out(static_cast<size_t>(n * used * width) * sizeof(float), "out");
-      const bool floats = cuda::is_float_type(type);
-      if (!floats) {
-        cuda::quantize_activations(dx.as<float>(), n, width, type, x_blocks.as<cuda::ActivationBlock>(),
-                                   stream.handle());
-      }
-      const cuda::MatvecInput x_in{floats ? dx.as<float>() : nullptr,
-                                   floats ? nullptr : x_blocks.as<cuda::ActivationBlock>()};
+      const cuda::MatvecInput x_in = product_input(type, dx, n, width, x_blocks, stream);
       if (tiled) {
         cuda::expert_gated_mmq(mg, mu, x_in.blocks, used, grouping.groups, hidden.as<float>(), stream.handle(),
                                epilogue);
       } else {
         cuda::expert_gated_matvec(mg, mu, x_in, used, grouping.groups, hidden.as<float>(), stream.handle(), epilogue);
       }
-      if (!floats) {
-        cuda::quantize_activations(hidden.as<float>(), n * used, ff, type, h_blocks.as<cuda::ActivationBlock>(),
-                                   stream.handle());
-      }
-      const cuda::MatvecInput h_in{floats ? hidden.as<float>() : nullptr,
-                                   floats ? nullptr : h_blocks.as<cuda::ActivationBlock>()};
+      const cuda::MatvecInput h_in = product_input(type, hidden, n * used, ff, h_blocks, stream);
       if (tiled) {
         cuda::expert_mmq(md, h_in.blocks, grouping.groups, out.as<float>(), stream.handle(), epilogue);
       } else {

@@ -226,6 +226,15 @@ inline size_t mismatches(const std::vector<float>& a, const std::vector<float>& 
 
 // A grouping of the routed slots of up to n rows (route_and_group's or group_by_expert's order,
 // chunks and chunk count) in device buffers of its own, and the ExpertGroups naming them.
+// The input of a product of `type` from `count` float rows of `cols`: the rows themselves for
+// float weights, else the rows quantized into `blocks` for that type.
+inline cuda::MatvecInput product_input(uint32_t type, const cuda::DeviceBuffer& rows, int64_t count, int64_t cols,
+                                       const cuda::DeviceBuffer& blocks, const cuda::Stream& stream) {
+  if (cuda::is_float_type(type)) return {rows.as<float>(), nullptr};
+  cuda::quantize_activations(rows.as<float>(), count, cols, type, blocks.as<cuda::ActivationBlock>(), stream.handle());
+  return {nullptr, blocks.as<cuda::ActivationBlock>()};
+}
+
 struct DeviceGroups {
   DeviceGroups(int64_t n, int64_t experts, int64_t used, int tokens_per_chunk)
       : order(static_cast<size_t>(n * used) * sizeof(int32_t), "order"),
