@@ -73,9 +73,8 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ double sum_scratch[kThreads / kWarp];
   const int token = blockIdx.x;
   const int head = blockIdx.y;
-  const int head_dim = static_cast<int>(shape.head_dim);
+  const int head_dim = static_cast<int>(shape.head_dim), value_dim = static_cast<int>(shape.value_dim);
   const int kv_head = head / static_cast<int>(shape.heads / shape.kv_heads);
-  const int64_t kv_width = shape.kv_heads * shape.head_dim;
   const float* q_head = q + (static_cast<int64_t>(token) * shape.heads + head) * head_dim;
   for (int i = threadIdx.x; i < head_dim; i += kThreads) query[i] = round_to_half(q_head[i]);
   __syncthreads();
@@ -84,8 +83,8 @@ __global__ void __launch_bounds__(kThreads)
   const int first = shape.window > 0 ? max(0, length - static_cast<int>(shape.window)) : 0;
   const bool resident = length - first <= kTile;
   const uint16_t* k_head = keys + kv_head * head_dim;
-  const uint16_t* v_head = values + kv_head * head_dim;
-  const auto key = [&](int j) { return score(query, k_head + j * kv_width, head_dim, shape.scale); };
+  const uint16_t* v_head = values + kv_head * value_dim;
+  const auto key = [&](int j) { return score(query, k_head + j * shape.key_row, head_dim, shape.scale); };
 
   float local_max = -INFINITY;
   for (int j = first + threadIdx.x; j < length; j += kThreads) {
@@ -123,29 +122,42 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int r = 0; r < kPerThread; ++r) {
       const int d = threadIdx.x + r * kThreads;
-      if (d >= head_dim) continue;
-      const uint16_t* v = v_head + static_cast<int64_t>(begin) * kv_width + d;
+      if (d >= value_dim) continue;
+      const uint16_t* v = v_head + static_cast<int64_t>(begin) * shape.value_row + d;
       float sum_v = acc[r];
-      for (int j = 0; j < count; ++j) sum_v = __fadd_rn(sum_v, __fmul_rn(tile[j], half_bits_to_float(v[j * kv_width])));
+      for (int j = 0; j < count; ++j) {
+        sum_v = __fadd_rn(sum_v, __fmul_rn(tile[j], half_bits_to_float(v[j * shape.value_row])));
+      }
       acc[r] = sum_v;
     }
     __syncthreads();
   }
-  float* o = out + (static_cast<int64_t>(token) * shape.heads + head) * head_dim;
+  float* o = out + (static_cast<int64_t>(token) * shape.heads + head) * value_dim;
 #pragma unroll
   for (int r = 0; r < kPerThread; ++r) {
     const int d = threadIdx.x + r * kThreads;
-    if (d < head_dim) o[d] = acc[r];
+    if (d < value_dim) o[d] = acc[r];
   }
 }
 
 }  // namespace
 
+AttentionShape with_cache_rows(AttentionShape shape) {
+  if (shape.value_dim == 0) shape.value_dim = shape.head_dim;
+  if (shape.key_row == 0) shape.key_row = shape.kv_heads * shape.head_dim;
+  if (shape.value_row == 0) shape.value_row = shape.kv_heads * shape.value_dim;
+  return shape;
+}
+
 void exact_causal_attention(const float* q, int64_t n, const int32_t* positions, const uint16_t* keys,
-                            const uint16_t* values, const AttentionShape& shape, float* out, StreamHandle stream) {
-  if (shape.head_dim % kWarp != 0 || shape.head_dim > kMaxHeadDim) {
-    throw Error("UNSUPPORTED_MODEL",
-                "GPU attention needs head_dim a multiple of 32 up to 256, not " + std::to_string(shape.head_dim));
+                            const uint16_t* values, const AttentionShape& layer_shape, float* out,
+                            StreamHandle stream) {
+  const AttentionShape shape = with_cache_rows(layer_shape);
+  if (shape.head_dim % kWarp != 0 || shape.head_dim > kMaxHeadDim || shape.value_dim % kWarp != 0 ||
+      shape.value_dim > kMaxHeadDim) {
+    throw Error("UNSUPPORTED_MODEL", "GPU attention needs head widths that are multiples of 32 up to 256, not " +
+                                         std::to_string(shape.head_dim) + " (keys) and " +
+                                         std::to_string(shape.value_dim) + " (values)");
   }
   const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(shape.heads));
   attention_kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(q, positions, keys, values, shape, out);
@@ -154,7 +166,7 @@ void exact_causal_attention(const float* q, int64_t n, const int32_t* positions,
 bool causal_attention(const float* q, int64_t n, const int32_t* positions, const uint16_t* keys, const uint16_t* values,
                       const AttentionShape& shape, void* scratch, float* out, StreamHandle stream,
                       const QuantizedRows& quantized) {
-  if (tiled_attention_supports(shape.head_dim)) {
+  if (tiled_attention_serves(shape)) {
     return tiled_causal_attention(q, n, positions, keys, values, shape, scratch, out, quantized, stream);
   }
   exact_causal_attention(q, n, positions, keys, values, shape, out, stream);

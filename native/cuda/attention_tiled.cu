@@ -60,8 +60,8 @@ struct Params {
   const uint16_t* values;
   int n;
   int heads;
-  int group;  // query heads per KV head
-  int64_t kv_width;
+  int group;                   // query heads per KV head
+  int64_t key_row, value_row;  // the cache's row widths
   float scale;
   int window;              // a row at position p attends (p - window, p] (0: every earlier position)
   const float* sinks;      // per query head, or null
@@ -414,7 +414,7 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_stats_ke
   const int live = min(max(segments.begin, segments.live), segments.end);
   // Each K tile is queued while the one before is folded (the first while the queries load).
   if (live < segments.end)
-    load_tile<D, kWarps>(rows_tile.keys, p.kv_width, kv_head, live * kSegment, segments.length, tile);
+    load_tile<D, kWarps>(rows_tile.keys, p.key_row, kv_head, live * kSegment, segments.length, tile);
   const LaneRows rows = lane_rows(p, rows_tile);
   uint32_t a[S::kSteps][4];
   load_queries<D, kWarps>(p, kv_head, rows_tile, stage, a);
@@ -434,7 +434,7 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_stats_ke
       tile_scores<D, kWarps>(a, tile, p.scale, s);
       __syncthreads();
       if (first + kTile < end)
-        load_tile<D, kWarps>(rows_tile.keys, p.kv_width, kv_head, first + kTile, segments.length, tile);
+        load_tile<D, kWarps>(rows_tile.keys, p.key_row, kv_head, first + kTile, segments.length, tile);
       fold_tile_statistics(s, first, rows, max, sum);
     }
     store_statistics(p, kv_head, rows, segment, max, sum);
@@ -468,11 +468,11 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_values_k
   // The first V tile loads while the queries are staged through `keys`, the first K tile while
   // the folded statistics are read; each later tile while the one before is multiplied.
   if (live < segments.end)
-    load_tile<D, kWarps>(tile.values, p.kv_width, kv_head, live * kSegment, segments.length, values);
+    load_tile<D, kWarps>(tile.values, p.value_row, kv_head, live * kSegment, segments.length, values);
   const LaneRows rows = lane_rows(p, tile);
   uint32_t a[S::kSteps][4];
   load_queries<D, kWarps>(p, kv_head, tile, keys, a);
-  if (live < segments.end) load_tile<D, kWarps>(tile.keys, p.kv_width, kv_head, live * kSegment, segments.length, keys);
+  if (live < segments.end) load_tile<D, kWarps>(tile.keys, p.key_row, kv_head, live * kSegment, segments.length, keys);
   float max[2], inverse[2];
   load_folded(p, kv_head, rows, max, inverse);
 
@@ -486,10 +486,10 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_values_k
       tile_scores<D, kWarps>(a, keys, p.scale, s);
       __syncthreads();
       const bool more = first + kTile < end;
-      if (more) load_tile<D, kWarps>(tile.keys, p.kv_width, kv_head, first + kTile, segments.length, keys);
+      if (more) load_tile<D, kWarps>(tile.keys, p.key_row, kv_head, first + kTile, segments.length, keys);
       add_tile_values<D, kWarps>(s, first, rows, max, inverse, values, o);
       __syncthreads();
-      if (more) load_tile<D, kWarps>(tile.values, p.kv_width, kv_head, first + kTile, segments.length, values);
+      if (more) load_tile<D, kWarps>(tile.values, p.value_row, kv_head, first + kTile, segments.length, values);
     }
 #pragma unroll
     for (int d = 0; d < D / 8; ++d) {
@@ -548,11 +548,11 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_decode_k
   // A segment before every row's window: empty statistics and a zero product, nothing loaded.
   const bool live = segments.begin >= segments.live;
   // V loads while the queries are staged through `keys`, K once they are.
-  if (live) load_tile<D, kWarps>(tile.values, p.kv_width, kv_head, first, segments.length, values);
+  if (live) load_tile<D, kWarps>(tile.values, p.value_row, kv_head, first, segments.length, values);
   const LaneRows rows = lane_rows(p, tile);
   uint32_t a[S::kSteps][4];
   load_queries<D, kWarps>(p, kv_head, tile, keys, a);
-  if (live) load_tile<D, kWarps>(tile.keys, p.kv_width, kv_head, first, segments.length, keys);
+  if (live) load_tile<D, kWarps>(tile.keys, p.key_row, kv_head, first, segments.length, keys);
   wait_for_tiles();
   __syncthreads();
   float s[kTile / 8][4];
@@ -698,7 +698,9 @@ Params params_for(const float* q, int64_t n, const int32_t* positions, const Att
   p.n = static_cast<int>(n);
   p.heads = static_cast<int>(shape.heads);
   p.group = static_cast<int>(shape.heads / shape.kv_heads);
-  p.kv_width = shape.kv_heads * shape.head_dim;
+  const AttentionShape rows = with_cache_rows(shape);
+  p.key_row = rows.key_row;
+  p.value_row = rows.value_row;
   p.scale = shape.scale;
   p.window = static_cast<int>(shape.window);
   p.sinks = shape.sinks;
@@ -713,9 +715,10 @@ Params params_for(const float* q, int64_t n, const int32_t* positions, const Att
 }
 
 void check_tiled(const AttentionShape& shape) {
-  if (!tiled_attention_supports(shape.head_dim)) {
-    throw Error("UNSUPPORTED_MODEL",
-                "tiled GPU attention needs head_dim 64 or 128, not " + std::to_string(shape.head_dim));
+  if (!tiled_attention_serves(shape)) {
+    throw Error("UNSUPPORTED_MODEL", "tiled GPU attention needs key and value heads both 64 or both 128 wide, not " +
+                                         std::to_string(shape.head_dim) + " and " +
+                                         std::to_string(with_cache_rows(shape).value_dim));
   }
   if (shape.cache_positions < 1) throw Error("INVALID_ARGUMENT", "tiled GPU attention needs the KV cache's size");
 }
@@ -749,11 +752,13 @@ bool combine_segments(const Params& p, int64_t n, const AttentionShape& shape, c
 
 }  // namespace
 
-bool tiled_attention_supports(int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
+bool tiled_attention_serves(const AttentionShape& shape) {
+  return (shape.head_dim == 64 || shape.head_dim == 128) && with_cache_rows(shape).value_dim == shape.head_dim;
+}
 
 size_t attention_scratch_bytes(const AttentionShape& shape, int64_t max_rows) {
   size_t bytes = 0;
-  if (!tiled_attention_supports(shape.head_dim)) return bytes;
+  if (!tiled_attention_serves(shape)) return bytes;
   for (int64_t n = 1; n <= max_rows; ++n) {
     bytes = std::max(bytes, stats_bytes(n, shape) + partial_bytes(n, shape, plan_for(n, shape).block_per_segment));
   }
@@ -778,7 +783,7 @@ bool tiled_causal_attention(const float* q, int64_t n, const int32_t* positions,
 }
 
 bool batched_attention_serves(const AttentionShape& shape, const KvSegments& sequences) {
-  if (!tiled_attention_supports(shape.head_dim)) return false;
+  if (!tiled_attention_serves(shape)) return false;
   if (sequences.count < 1 || sequences.count > kMaxKvSegments) return false;
   if (sequences.first_row[sequences.count] - sequences.first_row[0] > kMaxBatchedDecodeRows) return false;
   const int64_t group = shape.heads / shape.kv_heads;

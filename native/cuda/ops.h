@@ -276,10 +276,11 @@ void rms_norm(const RmsNorm& norm, StreamHandle stream);
 // --- elementwise.cu ---
 // out = silu(gate) * up, elementwise over `count` floats.
 void swiglu(const float* gate, const float* up, int64_t count, float* out, StreamHandle stream);
-// residual[r] += projected[r] + bias for `rows` rows of `width` floats (bias: `width` floats): an
-// attention output's bias, rounded as the CPU path's add_bias, then add_into (engine/forward.cc).
-void add_projection(const float* projected, int64_t rows, int64_t width, const float* bias, float* residual,
-                    StreamHandle stream);
+// residual[r] += (projected[r] + bias) * scale for `rows` rows of `width` floats (bias: `width`
+// floats, or none): an attention output's bias and scale, rounded as the CPU path's add_bias, the
+// value scale's multiply, then add_into (engine/forward.cc).
+void add_projection(const float* projected, int64_t rows, int64_t width, const float* bias, float scale,
+                    float* residual, StreamHandle stream);
 
 // --- rope.cu ---
 // The rotation, as cpu::RopeParams and cpu::RopeConstants give it (the host computes the
@@ -296,7 +297,7 @@ struct RopeShape {
 };
 // Where position_heads also writes the k and v rows, as f16 (as llama.cpp keeps them): the rows
 // of segment s, [first_row[s], first_row[s + 1]), into one sequence's cache of the layer
-// (keys[s], values[s]: kv_heads * head_dim values per position), row i at positions[i].
+// (keys[s], values[s]: rows of AttentionHeads' key_row and value_row), row i at positions[i].
 constexpr int kMaxKvSegments = 8;
 struct KvSegments {
   int count = 0;  // 0: no cache writes
@@ -304,8 +305,8 @@ struct KvSegments {
   uint16_t* keys[kMaxKvSegments] = {};
   uint16_t* values[kMaxKvSegments] = {};
 };
-// A layer's q, k and v rows (n rows each; q of `heads`, k and v of `kv_heads` heads of
-// `head_dim`) made ready for attention in one launch, as the CPU path does it step by step
+// A layer's q, k and v rows (n rows each; q of `heads`, k of `kv_heads` heads of `head_dim`, v
+// of `kv_heads` heads of value_dim) made ready for attention in one launch, as the CPU path does it step by step
 // (engine/forward.cc): each plus its bias (when set), q and k heads RMS-normed by q_norm and
 // k_norm (when set; `head_dim` weights, epsilon `eps`), then rotated, row i sitting at
 // positions[i]. In place; with `cache`, k and v also go to the KV cache (the rows of at most
@@ -322,7 +323,10 @@ struct AttentionHeads {
   float eps = 0.0f;
   int64_t heads = 0;
   int64_t kv_heads = 0;
-  int64_t head_dim = 0;  // at most 256
+  int64_t head_dim = 0;   // at most 256
+  int64_t value_dim = 0;  // the v heads' width (0: head_dim)
+  // The cache's row widths, as AttentionShape's key_row and value_row (0: kv_heads times the head widths).
+  int64_t key_row = 0, value_row = 0;
   KvSegments cache;
 };
 void position_heads(const AttentionHeads& h, int64_t n, const int32_t* positions, const RopeShape& shape,
@@ -379,7 +383,15 @@ struct AttentionShape {
   int64_t window = 0;
   // Learned sinks (device memory, one logit per query head): a softmax entry with no value (null: none).
   const float* sinks = nullptr;
+  // Value heads narrower than the key heads (MiMo's; 0: head_dim), which the exact kernel serves.
+  int64_t value_dim = 0;
+  // The cache's row widths (a position's keys, its values) where they are wider than this layer's
+  // heads: MiMo's layers have KV head counts of their own in rows sized for the most (0: kv_heads
+  // times the head widths).
+  int64_t key_row = 0, value_row = 0;
 };
+// `shape` with value_dim, key_row and value_row set where they were left 0.
+AttentionShape with_cache_rows(AttentionShape shape);
 // Where attention may also write its output rows quantized for weights of `type`, as
 // quantize_activations would (blocks: one row's worth per output row).
 struct QuantizedRows {
@@ -406,7 +418,8 @@ void exact_causal_attention(const float* q, int64_t n, const int32_t* positions,
 // Tensor-core attention (f16 mma, f32 sums) for head_dim 64 and 128, the cache's positions
 // split over blocks when the batch is one row tile per KV head (a decode step). The CPU's f16
 // roundings (query, normalized probabilities), a different order of float sums.
-bool tiled_attention_supports(int64_t head_dim);
+// Whether they serve `shape`: key and value heads of one width, 64 or 128.
+bool tiled_attention_serves(const AttentionShape& shape);
 // Device memory the tiled kernels need for batches of up to `max_rows` rows over a cache of
 // shape.cache_positions: every row's softmax statistics per segment of the cache, a decode
 // step's partial outputs per segment, and the barriers of a decode step's blocks, which need

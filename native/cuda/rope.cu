@@ -25,38 +25,39 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
   const int lane = threadIdx.x % kWarp;
   const int64_t row = warp / per_row;
   int head = static_cast<int>(warp % per_row);
-  const auto head_dim = static_cast<int>(h.head_dim);
+  int width = static_cast<int>(h.head_dim);  // this head's
   float* x;
   const float* bias;
   const float* norm = nullptr;
   bool rotate = true;
   uint16_t* cache = nullptr;  // this head's f16 slot in the KV cache, if it goes there
-  const auto cache_slot = [&](uint16_t* const* tables) -> uint16_t* {
+  const auto cache_slot = [&](uint16_t* const* tables, int64_t row_width) -> uint16_t* {
     if (h.cache.count == 0) return nullptr;
     int s = 0;
     while (row >= h.cache.first_row[s + 1]) ++s;
-    return tables[s] + (static_cast<int64_t>(positions[row]) * h.kv_heads + head) * head_dim;
+    return tables[s] + static_cast<int64_t>(positions[row]) * row_width + head * width;
   };
   if (head < h.heads) {
-    x = h.q + (row * h.heads + head) * head_dim;
+    x = h.q + (row * h.heads + head) * width;
     bias = h.q_bias;
     norm = h.q_norm;
   } else if ((head -= static_cast<int>(h.heads)) < h.kv_heads) {
-    x = h.k + (row * h.kv_heads + head) * head_dim;
+    x = h.k + (row * h.kv_heads + head) * width;
     bias = h.k_bias;
     norm = h.k_norm;
-    cache = cache_slot(h.cache.keys);
+    cache = cache_slot(h.cache.keys, h.key_row);
   } else {
     head -= static_cast<int>(h.kv_heads);
-    x = h.v + (row * h.kv_heads + head) * head_dim;
+    width = static_cast<int>(h.value_dim);
+    x = h.v + (row * h.kv_heads + head) * width;
     bias = h.v_bias;
     rotate = false;
-    cache = cache_slot(h.cache.values);
+    cache = cache_slot(h.cache.values, h.value_row);
   }
-  if (bias) bias += static_cast<int64_t>(head) * head_dim;
+  if (bias) bias += static_cast<int64_t>(head) * width;
   float* values = staged[threadIdx.x / kWarp];
   double sum = 0.0;
-  for (int j = lane; j < head_dim; j += kWarp) {
+  for (int j = lane; j < width; j += kWarp) {
     float v = x[j];
     if (bias) v = __fadd_rn(v, bias[j]);
     values[j] = v;
@@ -66,9 +67,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
   if (norm) {
 #pragma unroll
     for (int offset = kWarp / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-    const auto mean = static_cast<float>(sum / static_cast<double>(head_dim));
+    const auto mean = static_cast<float>(sum / static_cast<double>(width));
     const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, h.eps)));
-    for (int j = lane; j < head_dim; j += kWarp) values[j] = __fmul_rn(__fmul_rn(values[j], scale), norm[j]);
+    for (int j = lane; j < width; j += kWarp) values[j] = __fmul_rn(__fmul_rn(values[j], scale), norm[j]);
   }
   __syncwarp();
   const int dims = rotate ? static_cast<int>(shape.dims) : 0;
@@ -76,14 +77,23 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
     x[j] = value;
     if (cache) cache[j] = __half_as_ushort(__float2half(value));
   };
-  for (int j = dims + lane; j < head_dim; j += kWarp) put(j, values[j]);
+  for (int j = dims + lane; j < width; j += kWarp) put(j, values[j]);
   if (rotate) rotate_pairs(shape, positions[row], values, put);
 }
 
 }  // namespace
 
-void position_heads(const AttentionHeads& h, int64_t n, const int32_t* positions, const RopeShape& shape,
+void position_heads(const AttentionHeads& heads, int64_t n, const int32_t* positions, const RopeShape& shape,
                     StreamHandle stream) {
+  AttentionHeads h = heads;
+  if (h.value_dim == 0) h.value_dim = h.head_dim;
+  if (h.key_row == 0) h.key_row = h.kv_heads * h.head_dim;
+  if (h.value_row == 0) h.value_row = h.kv_heads * h.value_dim;
+  if (h.value_dim > kMaxHeadDim || h.key_row < h.kv_heads * h.head_dim || h.value_row < h.kv_heads * h.value_dim) {
+    throw Error("UNSUPPORTED_MODEL", "GPU attention heads need value heads up to " + std::to_string(kMaxHeadDim) +
+                                         " wide, in cache rows that hold the layer's KV heads (value_dim " +
+                                         std::to_string(h.value_dim) + ")");
+  }
   if (h.head_dim > kMaxHeadDim || shape.dims > h.head_dim || shape.dims % 2 != 0) {
     throw Error("UNSUPPORTED_MODEL", "GPU rotary embedding needs head_dim up to " + std::to_string(kMaxHeadDim) +
                                          " and an even rotated width within it (head_dim " +

@@ -59,6 +59,7 @@ struct GpuAttention {
   const float* q_norm = nullptr;
   const float* k_norm = nullptr;
   bool qk_norm_whole = false;        // q_norm and k_norm span each row's whole projection (MiniMax-M2)
+  int64_t kv_heads = 0;              // GQA: this layer's (MiMo's differ by layer; the cache's rows hold the most)
   DeviceMatrix q_a, kv_a, k_b, v_b;  // MLA's (k_b and v_b: a stack of one matrix per head)
   const float* q_a_norm = nullptr;
   const float* kv_a_norm = nullptr;
@@ -300,7 +301,12 @@ namespace {
 
 // Attention over a sequence's KV cache of `context_size` positions.
 cuda::AttentionShape attention_shape(const model::HyperParams& p, int64_t context_size) {
-  return {p.heads, p.kv_heads, p.head_dim, p.attention_scale, context_size};
+  cuda::AttentionShape shape{p.heads, p.kv_heads, p.head_dim, p.attention_scale, context_size};
+  const model::CacheRow row = model::cache_row(p);
+  shape.value_dim = p.value_dim;
+  shape.key_row = row.keys;
+  shape.value_row = row.values;
+  return shape;
 }
 
 size_t kv_bytes(const model::HyperParams& p, int64_t context_size) {
@@ -316,10 +322,11 @@ std::vector<std::pair<const char*, size_t>> workspace_sizes(const model::HyperPa
   const model::MlaParams& mla = p.mla;
   const bool latent = mla.kv_lora_rank > 0;
   const int64_t q_width = p.heads * p.head_dim, kv_width = model::cache_row(p).keys;
+  const int64_t v_width = model::cache_row(p).values;
   // MLA: v holds the rotated queries, attention the attended latents, latent_b the absorbed
   // queries (and the normed low-rank ones), latent_a the unrotated queries and the heads' values.
   const int64_t slots = latent ? b * p.heads : 0;
-  const int64_t attended = std::max(q_width, p.heads * mla.kv_lora_rank);
+  const int64_t attended = std::max({q_width, p.heads * p.value_dim, p.heads * mla.kv_lora_rank});
   const int64_t latent_a = std::max(mla.nope_dim, mla.value_dim), latent_b = mla.kv_lora_rank;
   const int64_t routed = b * p.experts_used;
   const int64_t dense = std::max(p.feed_forward, p.shared_feed_forward);  // the dense FFN's or the shared experts'
@@ -338,7 +345,7 @@ std::vector<std::pair<const char*, size_t>> workspace_sizes(const model::HyperPa
           {"normed", floats(b * p.embedding)},
           {"q", floats(b * q_width)},
           {"k", floats(b * kv_width)},
-          {"v", floats(std::max(b * kv_width, slots * mla.rope_dim))},
+          {"v", floats(std::max({b * kv_width, b * v_width, slots * mla.rope_dim}))},
           {"attention", floats(b * attended)},
           {"gate", floats(b * dense)},
           {"up", floats(b * dense)},
@@ -465,7 +472,7 @@ class Uploader {
 
 void bind_weights(const model::Model& m, Uploader& up, GpuWeights& g) {
   const model::HyperParams& p = m.params;
-  const int64_t q_width = p.heads * p.head_dim, kv_width = p.kv_heads * p.head_dim;
+  const int64_t q_width = p.heads * p.head_dim;
   g.token_embedding = up.matrix(m.token_embedding);
   g.output = up.matrix(m.output);
   g.output_norm = up.vector(m.output_norm, p.embedding);
@@ -480,10 +487,12 @@ void bind_weights(const model::Model& m, Uploader& up, GpuWeights& g) {
     da.k = up.matrix(a.gqa.k);
     da.v = up.matrix(a.gqa.v);
     da.output = up.matrix(a.output);
+    const int64_t kv_width = a.gqa.kv_heads * p.head_dim;
     da.q_bias = up.vector(a.gqa.q_bias, q_width);
     da.k_bias = up.vector(a.gqa.k_bias, kv_width);
-    da.v_bias = up.vector(a.gqa.v_bias, kv_width);
+    da.v_bias = up.vector(a.gqa.v_bias, a.gqa.kv_heads * p.value_dim);
     da.qk_norm_whole = a.gqa.qk_norm_whole;
+    da.kv_heads = a.gqa.kv_heads;
     da.q_norm = up.vector(a.gqa.q_norm, a.gqa.qk_norm_whole ? q_width : p.head_dim);
     da.k_norm = up.vector(a.gqa.k_norm, a.gqa.qk_norm_whole ? kv_width : p.head_dim);
     da.q_a = up.matrix(a.mla.q_a);
@@ -660,33 +669,25 @@ void check_shape(const model::HyperParams& p) {
     }
     return;
   }
-  if (p.head_dim % 32 != 0 || p.head_dim > 256 || p.embedding % 32 != 0) {
+  if (p.head_dim % 32 != 0 || p.head_dim > 256 || p.value_dim % 32 != 0 || p.value_dim > 256 || p.embedding % 32 != 0) {
     throw Error("UNSUPPORTED_MODEL",
-                "the GPU path needs head_dim a multiple of 32 up to 256 and embedding a multiple "
+                "the GPU path needs key and value heads multiples of 32 up to 256 wide and embedding a multiple "
                 "of 32 (head_dim " +
-                    std::to_string(p.head_dim) + ", embedding " + std::to_string(p.embedding) + ")");
+                    std::to_string(p.head_dim) + ", value_dim " + std::to_string(p.value_dim) + ", embedding " +
+                    std::to_string(p.embedding) + ")");
   }
 }
 
-// MiMo's attention (KV heads per layer, value heads narrower than keys, a scaled output) runs on
-// the CPU only so far; norms over whole Q/K projections run on the GPU where no bias precedes them
-// (MiniMax-M2's have none).
+// Norms over whole Q/K projections run on the GPU where no bias precedes them (MiniMax-M2's have none).
 void check_blocks(const model::Model& model) {
   const model::HyperParams& p = model.params;
-  bool mimo_blocks = p.value_scale != 1.0f || (p.mla.kv_lora_rank == 0 && p.value_dim != p.head_dim);
   for (const model::LayerWeights& w : model.layers) {
     const model::GqaWeights& gqa = w.attention.gqa;
-    mimo_blocks = mimo_blocks || (w.attention.kind == model::AttentionKind::kGqa && gqa.kv_heads != p.kv_heads);
     if (gqa.qk_norm_whole && (gqa.q_bias || gqa.k_bias)) {
       throw Error("UNSUPPORTED_MODEL", p.architecture +
                                            ": Q/K biases before norms over whole projections run on the CPU only; "
                                            "load it with gpu: false");
     }
-  }
-  if (mimo_blocks) {
-    throw Error("UNSUPPORTED_MODEL", p.architecture +
-                                         ": per-layer KV head counts, value heads narrower than key heads and a "
-                                         "scaled attention output run on the CPU only; load it with gpu: false");
   }
 }
 
@@ -911,7 +912,9 @@ struct Pass {
   void gqa_attention_block(const GpuAttention& w, int64_t layer) const {
     const model::HyperParams& p = m.params;
     const Workspace& ws = m.work;
-    const int64_t q_width = p.heads * p.head_dim, kv_width = p.kv_heads * p.head_dim;
+    const int64_t q_width = p.heads * p.head_dim, kv_width = w.kv_heads * p.head_dim;
+    const int64_t v_width = w.kv_heads * p.value_dim, out_width = p.heads * p.value_dim;
+    const model::CacheRow row = model::cache_row(p);
     Input x = norm(f(ws.residual), n, w.norm, w.q);
     mul_all({{&w.q, f(ws.q), false}, {&w.k, f(ws.k), false}, {&w.v, f(ws.v), false}}, x);
     cuda::AttentionHeads heads;
@@ -931,15 +934,18 @@ struct Pass {
     }
     heads.eps = p.rms_epsilon;
     heads.heads = p.heads;
-    heads.kv_heads = p.kv_heads;
+    heads.kv_heads = w.kv_heads;
     heads.head_dim = p.head_dim;
+    heads.value_dim = p.value_dim;
+    heads.key_row = row.keys;
+    heads.value_row = row.values;
     const cuda::RopeShape rope = rope_shape(w.windowed);
     // The heads and their place in the KV cache.
     cache_groups(layer, [&](int64_t first_row, int64_t rows, const cuda::KvSegments& cache, auto) {
       cuda::AttentionHeads group = heads;
       group.q += first_row * q_width;
       group.k += first_row * kv_width;
-      group.v += first_row * kv_width;
+      group.v += first_row * v_width;
       group.cache = cache;
       cuda::position_heads(group, rows, ws.positions.as<int32_t>() + first_row, rope, stream);
     });
@@ -949,7 +955,7 @@ struct Pass {
     bool quantized = quantizes;
     const int32_t* positions = ws.positions.as<int32_t>();
     const auto quantized_rows = [&](int64_t first_row) {
-      return cuda::QuantizedRows{quantizes ? blocks() + first_row * (q_width / 32) : nullptr, w.output.type};
+      return cuda::QuantizedRows{quantizes ? blocks() + first_row * (out_width / 32) : nullptr, w.output.type};
     };
     cache_groups(layer, [&](int64_t first_row, int64_t, const cuda::KvSegments& cache,
                             std::span<const PassLayout::Segment> parts) {
@@ -957,28 +963,35 @@ struct Pass {
       for (const PassLayout::Segment& part : parts) capacity = std::max(capacity, part.sequence->capacity);
       const cuda::AttentionShape shape = layer_shape(w, capacity);
       if (parts.size() > 1 && cuda::batched_attention_serves(shape, cache)) {
-        quantized &= cuda::batched_causal_attention(f(ws.q) + first_row * q_width, positions + first_row, cache, shape,
-                                                    ws.attention_scratch.data(), f(ws.attention) + first_row * q_width,
-                                                    quantized_rows(first_row), stream);
+        quantized &= cuda::batched_causal_attention(
+            f(ws.q) + first_row * q_width, positions + first_row, cache, shape, ws.attention_scratch.data(),
+            f(ws.attention) + first_row * out_width, quantized_rows(first_row), stream);
         return;
       }
       for (const PassLayout::Segment& part : parts) {
         const GpuSequence& s = *part.sequence;
         quantized &= cuda::causal_attention(f(ws.q) + part.first_row * q_width, part.rows, positions + part.first_row,
                                             s.keys_of(layer), s.values_of(layer), layer_shape(w, s.capacity),
-                                            ws.attention_scratch.data(), f(ws.attention) + part.first_row * q_width,
+                                            ws.attention_scratch.data(), f(ws.attention) + part.first_row * out_width,
                                             stream, quantized_rows(part.first_row));
       }
     });
-    Input attended = quantized ? Input(*this, f(ws.attention), n, q_width, w.output.type)
-                               : Input(*this, f(ws.attention), n, q_width);
-    if (!w.output_bias) {
+    Input attended = quantized ? Input(*this, f(ws.attention), n, out_width, w.output.type)
+                               : Input(*this, f(ws.attention), n, out_width);
+    output_projection(w, attended);
+  }
+
+  // residual += the attention output's product, with its bias and the value scale (gpt-oss's,
+  // MiMo's) joining it before the residual does, as on the CPU.
+  void output_projection(const GpuAttention& w, Input& attended) const {
+    const model::HyperParams& p = m.params;
+    const Workspace& ws = m.work;
+    if (!w.output_bias && p.value_scale == 1.0f) {
       mul(w.output, attended, n, f(ws.residual), true);
       return;
     }
-    // The bias joins the product before the residual does, as on the CPU.
     mul(w.output, attended, n, f(ws.hidden), false);
-    cuda::add_projection(f(ws.hidden), n, p.embedding, w.output_bias, f(ws.residual), stream);
+    cuda::add_projection(f(ws.hidden), n, p.embedding, w.output_bias, p.value_scale, f(ws.residual), stream);
   }
 
   // The pass's rows of `width` floats at x RMS-normed in place by `weight`.
@@ -996,6 +1009,7 @@ struct Pass {
   // Attention of layer `w` over caches of `capacity` positions: its window and sinks.
   cuda::AttentionShape layer_shape(const GpuAttention& w, int64_t capacity) const {
     cuda::AttentionShape shape = attention_shape(m.params, capacity);
+    shape.kv_heads = w.kv_heads;
     shape.window = w.windowed ? m.params.sliding_window : 0;
     shape.sinks = w.sinks;
     return shape;
@@ -1076,7 +1090,7 @@ struct Pass {
     }
     per_head(w.v_b, f(ws.attention), f(ws.latent_a));
     Input values(*this, f(ws.latent_a), n, p.heads * mla.value_dim);
-    mul(w.output, values, n, f(ws.residual), true);
+    output_projection(w, values);
   }
 
   // residual += down(silu(gate x) * up x): the dense FFN, or an MoE layer's shared experts.

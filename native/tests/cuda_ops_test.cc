@@ -240,18 +240,21 @@ TEST(cuda_position_heads_matches_cpu) {
   for (const int64_t head_dim : {int64_t{128}, int64_t{64}, int64_t{256}}) {
     for (const bool with_bias : {false, true}) {
       for (const bool neox : {true, false}) {
+        // MiMo's layers: value heads half the keys' width, in cache rows holding one KV head more.
+        const bool mimo = head_dim == 128 && with_bias;
+        const int64_t value_dim = mimo ? head_dim / 2 : head_dim, row_heads = mimo ? kv_heads + 1 : kv_heads;
         const int64_t dims = neox ? head_dim : head_dim / 2;
         cpu::RopeParams params;
         params.style = neox ? cpu::RopeStyle::kNeox : cpu::RopeStyle::kNormal;
         params.dims = dims;
         params.freq_base = 1e6f;
-        const int64_t q_width = heads * head_dim, kv_width = kv_heads * head_dim;
+        const int64_t q_width = heads * head_dim, kv_width = kv_heads * head_dim, v_width = kv_heads * value_dim;
         const auto q = random_floats(static_cast<size_t>(n * q_width), 5.0f, rng);
         const auto k = random_floats(static_cast<size_t>(n * kv_width), 5.0f, rng);
-        const auto v = random_floats(static_cast<size_t>(n * kv_width), 5.0f, rng);
+        const auto v = random_floats(static_cast<size_t>(n * v_width), 5.0f, rng);
         const auto q_bias = random_floats(static_cast<size_t>(q_width), 1.0f, rng);
         const auto k_bias = random_floats(static_cast<size_t>(kv_width), 1.0f, rng);
-        const auto v_bias = random_floats(static_cast<size_t>(kv_width), 1.0f, rng);
+        const auto v_bias = random_floats(static_cast<size_t>(v_width), 1.0f, rng);
         const auto q_norm = random_floats(static_cast<size_t>(head_dim), 2.0f, rng);
         const auto k_norm = random_floats(static_cast<size_t>(head_dim), 2.0f, rng);
         auto want_q = q, want_k = k, want_v = v;
@@ -259,7 +262,7 @@ TEST(cuda_position_heads_matches_cpu) {
                            positions);
         cpu_position_heads(want_k, n, kv_heads, head_dim, with_bias ? k_bias.data() : nullptr, k_norm.data(), &params,
                            positions);
-        cpu_position_heads(want_v, n, kv_heads, head_dim, with_bias ? v_bias.data() : nullptr, nullptr, nullptr,
+        cpu_position_heads(want_v, n, kv_heads, value_dim, with_bias ? v_bias.data() : nullptr, nullptr, nullptr,
                            positions);
         const auto dq = upload(q), dk = upload(k), dv = upload(v), dqb = upload(q_bias), dkb = upload(k_bias),
                    dvb = upload(v_bias), dqn = upload(q_norm), dkn = upload(k_norm);
@@ -278,8 +281,11 @@ TEST(cuda_position_heads_matches_cpu) {
         h.heads = heads;
         h.kv_heads = kv_heads;
         h.head_dim = head_dim;
+        h.value_dim = value_dim;
+        h.key_row = row_heads * head_dim;
+        h.value_row = row_heads * value_dim;
         const cuda::RopeShape shape = rope_shape(params, nullptr);
-        const size_t cache_values = static_cast<size_t>((positions.back() + 1) * kv_width);
+        const size_t cache_values = static_cast<size_t>((positions.back() + 1) * row_heads * head_dim);
         const std::vector<uint16_t> empty(cache_values, 0);
         const cuda::DeviceBuffer caches[4] = {upload(empty), upload(empty), upload(empty), upload(empty)};
         h.cache.count = 2;
@@ -290,17 +296,19 @@ TEST(cuda_position_heads_matches_cpu) {
           h.cache.values[i] = caches[2 * i + 1].as<uint16_t>();
         }
         cuda::position_heads(h, n, dpos.as<int32_t>(), shape, stream.handle());
-        for (const auto& [buffer, first_cache, name] : {std::tuple{&dk, 0, "k"}, std::tuple{&dv, 1, "v"}}) {
-          const auto rows = download<float>(*buffer, static_cast<size_t>(n * kv_width), stream);
+        for (const auto& [buffer, first_cache, width, row, name] :
+             {std::tuple{&dk, 0, kv_width, h.key_row, "k"}, std::tuple{&dv, 1, v_width, h.value_row, "v"}}) {
+          const auto rows = download<float>(*buffer, static_cast<size_t>(n * width), stream);
           std::vector<uint16_t> want_caches[2] = {empty, empty};
           for (int64_t r = 0; r < n; ++r) {
-            for (int64_t j = 0; j < kv_width; ++j) {
-              want_caches[r == 0 ? 0 : 1][positions[r] * kv_width + j] = quant::fp32_to_fp16(rows[r * kv_width + j]);
+            for (int64_t j = 0; j < width; ++j) {
+              want_caches[r == 0 ? 0 : 1][positions[r] * row + j] = quant::fp32_to_fp16(rows[r * width + j]);
             }
           }
           for (int i = 0; i < 2; ++i) {
             CHECK(download<uint16_t>(caches[2 * i + first_cache], cache_values, stream) == want_caches[i])
-                << name << " cache of sequence " << i << ", head_dim " << head_dim << " bias " << with_bias;
+                << name << " cache of sequence " << i << ", head_dim " << head_dim << " value_dim " << value_dim
+                << " bias " << with_bias;
           }
         }
         for (const auto& [buffer, want, name] :
@@ -319,6 +327,8 @@ TEST(cuda_position_heads_matches_cpu) {
   }
 }
 
+// Also MiMo's shapes: value heads narrower than the keys, and a layer of fewer KV heads than the
+// cache's rows hold (the rows sized for the model's most).
 TEST(cuda_exact_attention_matches_cpu) {
   if (!device_ready("cuda_exact_attention_matches_cpu")) return;
   std::mt19937 rng(9);
@@ -326,46 +336,68 @@ TEST(cuda_exact_attention_matches_cpu) {
   cpu::ThreadPool pool(2);
   struct Case {
     int64_t heads, kv_heads, head_dim, first, n;
-    int64_t window = 0;  // gpt-oss's sliding window
-    bool sinks = false;  // and its sinks
+    int64_t window = 0;        // gpt-oss's sliding window
+    bool sinks = false;        // and its sinks
+    int64_t value_dim = 0;     // MiMo's narrower value heads (0: head_dim)
+    int64_t row_kv_heads = 0;  // the KV heads the cache's rows hold (0: kv_heads)
   };
   for (const Case c :
        {Case{4, 2, 64, 3, 5}, Case{8, 2, 128, 0, 17}, Case{4, 4, 256, 40, 2}, Case{2, 1, 64, 2100, 2},
         Case{8, 2, 64, 100, 40, 32, true}, Case{4, 2, 64, 0, 20, 8, false}, Case{4, 1, 128, 3000, 3, 128, true},
-        Case{4, 2, 64, 10, 6, 0, true}, Case{2, 1, 64, 2100, 2, 0, true}}) {
-    const int64_t kv_width = c.kv_heads * c.head_dim, q_width = c.heads * c.head_dim;
+        Case{4, 2, 64, 10, 6, 0, true}, Case{2, 1, 64, 2100, 2, 0, true}, Case{4, 1, 128, 0, 9, 0, false, 64, 2},
+        Case{4, 2, 128, 60, 7, 32, true, 64}, Case{8, 4, 192, 300, 3, 128, true, 128, 8}}) {
+    const int64_t value_dim = c.value_dim > 0 ? c.value_dim : c.head_dim;
+    const int64_t row_heads = c.row_kv_heads > 0 ? c.row_kv_heads : c.kv_heads;
+    const int64_t key_row = row_heads * c.head_dim, value_row = row_heads * value_dim;
+    const int64_t q_width = c.heads * c.head_dim, out_width = c.heads * value_dim;
     const int64_t length = c.first + c.n;
-    std::vector<uint16_t> keys(static_cast<size_t>(length * kv_width)), values(keys.size());
+    std::vector<uint16_t> keys(static_cast<size_t>(length * key_row)), values(static_cast<size_t>(length * value_row));
     // Scores of a few units, as the sharp attention of the fixtures gives.
     for (auto& k : keys) k = quant::fp32_to_fp16(std::uniform_real_distribution<float>(-1.5f, 1.5f)(rng));
     for (auto& v : values) v = quant::fp32_to_fp16(std::uniform_real_distribution<float>(-2.0f, 2.0f)(rng));
     const auto q = random_floats(static_cast<size_t>(c.n * q_width), 1.5f, rng);
     const auto sinks = random_floats(static_cast<size_t>(c.heads), 2.0f, rng);
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-    std::vector<float> want(q.size());
-    cpu::AttentionShape cpu_shape{c.heads, c.kv_heads, c.head_dim, c.head_dim, scale};
+    std::vector<float> want(static_cast<size_t>(c.n * out_width));
+    cpu::AttentionShape cpu_shape{c.heads, c.kv_heads, c.head_dim, value_dim, scale, key_row, value_row};
     cpu_shape.window = c.window;
     cpu_shape.sinks = c.sinks ? sinks.data() : nullptr;
     cpu::causal_attention(q.data(), c.n, c.first, keys.data(), values.data(), cpu_shape, want.data(), pool);
     std::vector<int32_t> positions(static_cast<size_t>(c.n));
     for (int64_t i = 0; i < c.n; ++i) positions[i] = static_cast<int32_t>(c.first + i);
     const auto dq = upload(q), dk = upload(keys), dv = upload(values), dpos = upload(positions), dsinks = upload(sinks);
-    cuda::DeviceBuffer out(q.size() * sizeof(float), "out");
+    cuda::DeviceBuffer out(want.size() * sizeof(float), "out");
     cuda::AttentionShape shape{c.heads, c.kv_heads, c.head_dim, scale, length};
     shape.window = c.window;
     shape.sinks = c.sinks ? dsinks.as<float>() : nullptr;
-    cuda::exact_causal_attention(dq.as<float>(), c.n, dpos.as<int32_t>(), dk.as<uint16_t>(), dv.as<uint16_t>(), shape,
-                                 out.as<float>(), stream.handle());
-    const auto got = download<float>(out, q.size(), stream);
+    shape.value_dim = value_dim;
+    shape.key_row = key_row;
+    shape.value_row = value_row;
+    // The dispatcher takes the exact kernel for narrower values too.
+    cuda::DeviceBuffer scratch(std::max<size_t>(cuda::attention_scratch_bytes(shape, c.n), 1), "scratch");
+    const auto attend = [&](bool dispatched) {
+      if (dispatched) {
+        cuda::causal_attention(dq.as<float>(), c.n, dpos.as<int32_t>(), dk.as<uint16_t>(), dv.as<uint16_t>(), shape,
+                               scratch.data(), out.as<float>(), stream.handle());
+      } else {
+        cuda::exact_causal_attention(dq.as<float>(), c.n, dpos.as<int32_t>(), dk.as<uint16_t>(), dv.as<uint16_t>(),
+                                     shape, out.as<float>(), stream.handle());
+      }
+      return download<float>(out, want.size(), stream);
+    };
     // The CPU sums its dots and outputs in ggml's SIMD order, the kernel in sequence: most values
     // part in their last bits (a probability's f16 rounding can move with them), on the H200 by
     // at most 6e-6 relative without a window or sinks, 5.6e-5 with a window of 32 and sinks (a
-    // few large weights, outputs shrunk by the sink); a wrong score, mask, window edge or sink
-    // moves them by 1e-2 and more.
-    CHECK(relative_error(got, want) < 1e-4)
-        << "heads " << c.heads << " head_dim " << c.head_dim << " length " << length << " window " << c.window
-        << " sinks " << c.sinks << ": " << mismatches(got, want) << " of " << want.size() << " differ, relative error "
-        << relative_error(got, want);
+    // few large weights, outputs shrunk by the sink); a wrong score, mask, window edge, sink or
+    // cache row moves them by 1e-2 and more.
+    for (const bool dispatched : {false, true}) {
+      if (dispatched && value_dim == c.head_dim) continue;
+      const auto got = attend(dispatched);
+      CHECK(relative_error(got, want) < 1e-4)
+          << "heads " << c.heads << " head_dim " << c.head_dim << " value_dim " << value_dim << " row heads "
+          << row_heads << " length " << length << " window " << c.window << " sinks " << c.sinks << ": "
+          << mismatches(got, want) << " of " << want.size() << " differ, relative error " << relative_error(got, want);
+    }
   }
 }
 

@@ -114,6 +114,7 @@ for (const [preset, type] of [
   ["tiny-glm4moe", "Q8_0"],
   ["tiny-deepseek2", "Q4_K"],
   ["tiny-gpt-oss", "Q8_0"],
+  ["tiny-mimo2", "Q4_K"],
 ]) {
   test(`${preset} ${type}: sessions decoded together give their single-stream tokens`, { skip }, async () => {
     const model = await loadModel(fixture(preset, type), { gpu: "auto", parallel: STREAMS, contextSize: CONTEXT });

@@ -52,6 +52,7 @@ for (const [preset, type] of [
   ["qwen3moe-2b", undefined],
   // Windowed layers: the GPU's cache keeps every position, so a state holds them all.
   ["tiny-gpt-oss", "Q8_0"],
+  ["tiny-mimo2", "Q8_0"],
 ]) {
   test(`${preset}: a GPU session restores a shared prefix from the prompt-state cache`, { skip }, async () => {
     const path = fixture(preset, type);

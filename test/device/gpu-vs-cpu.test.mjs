@@ -78,6 +78,9 @@ for (const type of ["F16", "Q8_0", "Q4_K", "Q6_K", "MXFP4"]) CASES.push(["tiny-g
 CASES.push(["tiny-gpt-oss-mxfp4", undefined]);
 // MiniMax-M2's Q/K norms over whole projections, partial rotary, sigmoid routing with a selection bias.
 for (const type of ["F16", "Q8_0", "Q4_K"]) CASES.push(["tiny-minimax-m2", type]);
+// MiMo-V2's: KV heads per layer (1 on full layers, 2 on windowed ones, in cache rows sized for 2),
+// value heads half the keys' width, the output scaled, windows with sinks rotating on a base of their own.
+for (const type of ["F16", "Q8_0", "Q4_K"]) CASES.push(["tiny-mimo2", type]);
 
 for (const [preset, type] of CASES) {
   const name = type ? `${preset} ${type}` : preset;
@@ -128,14 +131,6 @@ for (const [preset, type] of CASES) {
     }
   });
 }
-
-test("tiny-mimo2 (per-layer KV heads, narrower value heads) is refused on the GPU by name", { skip }, async () => {
-  await assert.rejects(loadModel(fixture("tiny-mimo2", "Q8_0"), { gpu: "auto" }), (error) => {
-    assert.equal(error.code, "UNSUPPORTED_MODEL");
-    assert.match(error.message, /mimo2: per-layer KV head counts/);
-    return true;
-  });
-});
 
 test("a GPU budget too small is refused by name", { skip }, async () => {
   const path = fixture("tiny-qwen3moe", "Q4_K");

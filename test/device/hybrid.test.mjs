@@ -84,6 +84,7 @@ for (const [preset, type] of [
   ["tiny-deepseek2", "Q8_0"],
   ["tiny-gpt-oss", "Q8_0"],
   ["tiny-gpt-oss-mxfp4", undefined],
+  ["tiny-mimo2", "Q8_0"],
 ]) {
   test(`${preset} ${type ?? "(its mix)"}: hybrid runs give the all-GPU run's tokens`, { skip }, async () => {
     const path = fixture(preset, type);
