@@ -43,8 +43,10 @@ export interface ModelFootprint {
   /** The forward pass's buffers. */
   workspaceBytes: number;
   /**
-   * Staging for prompts that copy host experts to the GPU: a ring of two layers' experts (one filled over
-   * PCIe while the other's layer computes); needed only when some experts are on the host.
+   * What prompts that copy host experts to the GPU cost beside {@link workspaceBytes}, needed only when some experts
+   * are on the host: staging, a ring of two layers' experts (one filled over PCIe while the other's layer computes),
+   * and, where that costs no more than the staging, a workspace for passes of 4,096 rows rather than 2,048 (each
+   * pass copies every host expert once, so a prompt of 4,096 tokens copies them once).
    */
   streamBytes: number;
   /** Device memory left free for the CUDA context, graphs and kernels. */

@@ -413,6 +413,27 @@ describe("modelFootprint", () => {
     },
   );
 
+  it.skipIf(!cuda)(
+    "counts passes of 4,096 rows in streaming's cost where the staging outweighs their workspace",
+    async () => {
+      // The staging ring: two of the largest layer's expert stacks, and an int per expert.
+      const staging = (f: ModelFootprint) => 2 * Math.max(...f.expertBytes) * f.experts + 4 * f.experts;
+      const big = join(dir, "qwen3-30b-a3b.gguf");
+      await writeSyntheticModel(big, { preset: "qwen3-30b-a3b", headerOnly: true });
+      const f = await modelFootprint(big, { contextSize: 8192 });
+      // Twice the rows: about twice the workspace (a pass's activations, logits aside), within the staging's size.
+      const growth = f.streamBytes - staging(f);
+      expect(growth).toBeGreaterThan(0.5 * f.workspaceBytes);
+      expect(growth).toBeLessThanOrEqual(Math.min(1.5 * f.workspaceBytes, staging(f)));
+      rmSync(big);
+      // A tiny model's experts copy in no time, and a larger workspace would outweigh them: 2,048 rows.
+      const tiny = join(dir, "tiny-qwen3moe.gguf");
+      await writeSyntheticModel(tiny, { preset: "tiny-qwen3moe", weightType: "Q4_K" });
+      const t = await modelFootprint(tiny, { contextSize: 64 });
+      expect(t.streamBytes).toBe(staging(t));
+    },
+  );
+
   it("is what loadModel plans with; a plan with GPU experts without gpu is refused", async () => {
     const path = join(dir, "tiny-qwen3moe.gguf");
     await writeSyntheticModel(path, { preset: "tiny-qwen3moe", weightType: "Q4_K" });

@@ -31,7 +31,6 @@ using cuda::ActivationBlock;
 using cuda::DeviceBuffer;
 using cuda::DeviceMatrix;
 
-constexpr int64_t kMaxBatch = kGpuPassRows;
 // Device memory left to the CUDA context, graphs and kernels' local memory.
 constexpr uint64_t kReserve = 512ull << 20;
 // Decode-step graphs kept at once: one per set of sequences recently decoded together.
@@ -146,7 +145,7 @@ class WeightPlan {
 
 }  // namespace
 
-// The pass's buffers, sized for kMaxBatch rows; `logits` holds one row at first and grows to
+// The pass's buffers, sized for the model's pass rows; `logits` holds one row at first and grows to
 // the most rows of logits a pass has returned, `embeddings` (the normed hidden states of
 // kEmbeddings rows) is empty until a pass returns some and grows likewise.
 struct Workspace {
@@ -187,7 +186,8 @@ class GpuModel : public GpuWeights {
  public:
   int device = 0;
   model::HyperParams params;
-  int64_t context_size = 0;  // the most positions a sequence's KV cache holds: what the workspace is sized for
+  int64_t context_size = 0;          // the most positions a sequence's KV cache holds: what the workspace is sized for
+  int64_t pass_rows = kGpuPassRows;  // the most rows of a pass (gpu_pass_rows)
   // Whether every layer's per-head latent products (k_b, v_b) have tiled kernels: one grouping
   // of a pass's (token, head) slots serves them all, so they take the tiles together or not at all.
   bool latent_tiles = false;
@@ -315,10 +315,11 @@ size_t kv_bytes(const model::HyperParams& p, int64_t context_size) {
 }
 
 // The workspace's buffers, in bytes, in Workspace's order (`logits` as first allocated).
-std::vector<std::pair<const char*, size_t>> workspace_sizes(const model::HyperParams& p, int64_t context_size) {
+std::vector<std::pair<const char*, size_t>> workspace_sizes(const model::HyperParams& p, int64_t context_size,
+                                                            int64_t pass_rows) {
   const auto floats = [](int64_t count) { return static_cast<size_t>(count) * sizeof(float); };
   const auto ints = [](int64_t count) { return static_cast<size_t>(count) * sizeof(int32_t); };
-  const int64_t b = kMaxBatch;
+  const int64_t b = pass_rows;
   const model::MlaParams& mla = p.mla;
   const bool latent = mla.kv_lora_rank > 0;
   const int64_t q_width = p.heads * p.head_dim, kv_width = model::cache_row(p).keys;
@@ -372,7 +373,7 @@ std::vector<std::pair<const char*, size_t>> workspace_sizes(const model::HyperPa
           {"latent_chunk_count", ints(1)}};
 }
 
-void allocate_workspace(const model::HyperParams& p, int64_t context_size, Workspace& w) {
+void allocate_workspace(const model::HyperParams& p, int64_t context_size, int64_t pass_rows, Workspace& w) {
   DeviceBuffer* buffers[] = {&w.residual,
                              &w.normed,
                              &w.q,
@@ -402,7 +403,7 @@ void allocate_workspace(const model::HyperParams& p, int64_t context_size, Works
                              &w.latent_order,
                              &w.latent_chunks,
                              &w.latent_chunk_count};
-  const auto sizes = workspace_sizes(p, context_size);
+  const auto sizes = workspace_sizes(p, context_size, pass_rows);
   for (size_t i = 0; i < sizes.size(); ++i) *buffers[i] = DeviceBuffer(sizes[i].second, sizes[i].first);
   if (p.mla.kv_lora_rank == 0) return;
   // The fixed routing of the per-head products: slot token * heads + h to head h, head h in slot h.
@@ -571,10 +572,20 @@ void set_residency(const model::HyperParams& p, std::vector<std::vector<int32_t>
   }
 }
 
-size_t workspace_bytes(const model::HyperParams& p, int64_t context_size) {
+size_t workspace_bytes(const model::HyperParams& p, int64_t context_size, int64_t pass_rows) {
   size_t bytes = 0;
-  for (const auto& [name, size] : workspace_sizes(p, context_size)) bytes += (size + 255) / 256 * 256;
+  for (const auto& [name, size] : workspace_sizes(p, context_size, pass_rows)) bytes += (size + 255) / 256 * 256;
   return bytes;
+}
+
+// The rows of a pass that streams host experts through `staging` bytes: kStreamedPassRows where
+// the workspace grows by no more than the staging takes (so at most doubling what streaming
+// costs in device memory), else kGpuPassRows: a small model's experts copy in no time, and its
+// workspace would outgrow them.
+int64_t streamed_pass_rows(const model::HyperParams& p, int64_t context_size, uint64_t staging) {
+  const size_t growth =
+      workspace_bytes(p, context_size, kStreamedPassRows) - workspace_bytes(p, context_size, kGpuPassRows);
+  return growth <= staging ? kStreamedPassRows : kGpuPassRows;
 }
 
 // Every tensor the GPU's kernels cannot serve, in the model's order.
@@ -1361,12 +1372,12 @@ struct PassRows {
 };
 
 // How a batch whose part i has rows [first_row[i], first_row[i + 1]) runs: in passes of at most
-// kMaxBatch rows, each of one kernel family: a part of kMmqMinRows rows or more takes the tiled
+// `max_rows` rows, each of one kernel family: a part of kMmqMinRows rows or more takes the tiled
 // products, a shorter one the mat-vecs, whatever else the batch holds, and a part is cut only
 // where it is longer than a pass (from its own start). So a part's floats are what it gets
 // alone (the kernels' sums for a row do not depend on the rows beside it: cuda_batch_rows_test),
 // and a stream decodes its tokens whatever streams share its steps.
-std::vector<PassRows> pass_rows(const std::vector<int64_t>& first_row) {
+std::vector<PassRows> pass_rows(const std::vector<int64_t>& first_row, int64_t max_rows) {
   std::vector<PassRows> passes;
   for (size_t i = 0; i + 1 < first_row.size(); ++i) {
     const int64_t rows = first_row[i + 1] - first_row[i];
@@ -1374,12 +1385,12 @@ std::vector<PassRows> pass_rows(const std::vector<int64_t>& first_row) {
     for (int64_t done = 0; done < rows;) {
       const int64_t first = first_row[i] + done;
       PassRows* open = passes.empty() ? nullptr : &passes.back();
-      if (open && (open->tiled != tiled || open->first + open->n != first || open->n == kMaxBatch ||
-                   (done == 0 && open->n + rows > kMaxBatch))) {
+      if (open && (open->tiled != tiled || open->first + open->n != first || open->n == max_rows ||
+                   (done == 0 && open->n + rows > max_rows))) {
         open = nullptr;
       }
       if (!open) open = &passes.emplace_back(PassRows{first, 0, tiled});
-      const int64_t take = std::min(rows - done, kMaxBatch - open->n);
+      const int64_t take = std::min(rows - done, max_rows - open->n);
       open->n += take;
       done += take;
     }
@@ -1439,6 +1450,8 @@ void replay_decode_step(GpuModel& model, const Pass& pass) {
 
 }  // namespace
 
+int64_t gpu_pass_rows(const GpuModel& model) { return model.pass_rows; }
+
 GpuFootprint gpu_footprint(const model::Model& model, int64_t context_size) {
   const model::HyperParams& p = model.params;
   GpuWeights none;
@@ -1454,9 +1467,13 @@ GpuFootprint gpu_footprint(const model::Model& model, int64_t context_size) {
     if (!w.ffn.routed.empty()) f.dense_bytes += 3 * 256;  // each of the layer's three pools may round up to 256 bytes
   }
   f.kv_bytes = kv_bytes(p, context_size);
-  f.workspace_bytes = workspace_bytes(p, context_size);
+  f.workspace_bytes = workspace_bytes(p, context_size, kGpuPassRows);
   f.kernel_gaps = kernel_gaps(model);
-  f.stream_bytes = ExpertStream::staging_bytes(model, streamable_layers(model, f.kernel_gaps));
+  const uint64_t staging = ExpertStream::staging_bytes(model, streamable_layers(model, f.kernel_gaps));
+  f.stream_bytes =
+      staging > 0
+          ? staging + workspace_bytes(p, context_size, streamed_pass_rows(p, context_size, staging)) - f.workspace_bytes
+          : 0;
   f.reserve_bytes = kReserve;
   return f;
 }
@@ -1502,13 +1519,14 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
   }
   Uploader planner(p);
   bind_weights(model, planner, *g);
-  const size_t workspace = workspace_bytes(p, context_size);
   const size_t weights = planner.bytes();
   const size_t kv = kv_bytes(p, context_size);
   const cuda::MemoryInfo memory = cuda::memory_info();
   const uint64_t usable = memory.free > kReserve ? memory.free - kReserve : 0;
   const uint64_t available = options.budget > 0 ? std::min<uint64_t>(options.budget, usable) : usable;
   const uint64_t staging = resident < all && !arena ? ExpertStream::staging_bytes(model, streamed) : 0;
+  g->pass_rows = staging > 0 ? streamed_pass_rows(p, context_size, staging) : kGpuPassRows;
+  const size_t workspace = workspace_bytes(p, context_size, g->pass_rows);
   const uint64_t needed = weights + workspace + kv + staging;
   if (needed > available) {
     const std::string limit = options.budget > 0 && options.budget < usable
@@ -1526,7 +1544,7 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
   planner.allocate(progress);
   bind_weights(model, planner, *g);
   g->weights = planner.take();
-  allocate_workspace(p, context_size, g->work);
+  allocate_workspace(p, context_size, g->pass_rows, g->work);
   if (p.experts > 0) {
     const std::vector<uint32_t> zeros(static_cast<size_t>(p.layers * p.experts), 0);
     const size_t bytes = zeros.size() * sizeof(uint32_t);
@@ -1543,7 +1561,7 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
       for (const int32_t slot : g->slot_tables[l]) mask.push_back(routed && slot < 0 ? 1 : 0);
       on_host.push_back(std::move(mask));
     }
-    g->host_experts = std::make_unique<HostExperts>(model, std::move(on_host), kMaxBatch, pool, arena);
+    g->host_experts = std::make_unique<HostExperts>(model, std::move(on_host), g->pass_rows, pool, arena);
     // Long prompts stream host experts from page-locked file pages, and residency copies from
     // those pages too: not with a disk tier (host experts live in its arena: prompts hand their
     // rows to the CPU, and residency keeps the plan's placement), nor where no layer streams (no
@@ -1609,7 +1627,7 @@ void gpu_forward(GpuModel& model, std::span<const GpuSequenceRows> batch, std::v
   const auto total = static_cast<int64_t>(tokens.size());
   std::vector<PassLayout> passes;
   int64_t widest = 0, output_rows = 0, widest_hidden = 0, hidden_rows = 0;
-  for (const auto& [first, n, tiled] : pass_rows(first_row)) {
+  for (const auto& [first, n, tiled] : pass_rows(first_row, model.pass_rows)) {
     passes.push_back(pass_layout(batch, first_row, first, n, tiled));
     widest = std::max(widest, passes.back().output_rows);
     output_rows += passes.back().output_rows;
@@ -1621,7 +1639,7 @@ void gpu_forward(GpuModel& model, std::span<const GpuSequenceRows> batch, std::v
   const size_t logit_bytes = static_cast<size_t>(widest * p.vocab) * sizeof(float);
   const size_t hidden_bytes = static_cast<size_t>(widest_hidden * p.embedding) * sizeof(float);
   const bool replay = !replayed.empty();
-  const size_t replay_bytes = static_cast<size_t>(p.layers * kMaxBatch * p.experts_used) * sizeof(int32_t);
+  const size_t replay_bytes = static_cast<size_t>(p.layers * model.pass_rows * p.experts_used) * sizeof(int32_t);
   if (replay != model.replaying_routing) {
     // The decode graphs' router launches were captured with the other routing.
     const std::lock_guard exclusive(hybrid_passes());
@@ -1828,6 +1846,7 @@ namespace {
 }  // namespace
 
 GpuFootprint gpu_footprint(const model::Model&, int64_t) { refuse(); }
+int64_t gpu_pass_rows(const GpuModel&) { refuse(); }
 std::shared_ptr<GpuModel> upload_model(const model::Model&, const GpuOptions&, int64_t, cpu::ThreadPool&, ExpertArena*,
                                        const LoadProgress&) {
   refuse();

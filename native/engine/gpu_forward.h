@@ -48,6 +48,12 @@ namespace bloomery::engine {
 // a step, the copies held prompts to ~750 tok/s on the H200), and the tiled products and
 // attention fill the GPU better; the cost is workspace memory (~0.4 GB for that model).
 inline constexpr int64_t kGpuPassRows = 2048;
+// Rows of a pass of a model whose long prompts copy host experts to the GPU, where the larger
+// workspace costs no more than the staging does: every pass copies every host expert, so a
+// prompt of 4,096 tokens (ik_llama.cpp's -ub 4096) copies them once, not twice (gpt-oss-120b's
+// 60 GB took 2.2 s over PCIe at 2,048 rows, the whole prompt's time). The larger workspace
+// counts in the footprint's stream_bytes, the price of streaming prompts.
+inline constexpr int64_t kStreamedPassRows = 4096;
 
 struct GpuOptions {
   int device = 0;
@@ -76,7 +82,9 @@ struct GpuFootprint {
   std::vector<uint64_t> expert_bytes;  // per layer: one routed expert's gate, up and down (0: a dense layer)
   uint64_t kv_bytes = 0;
   uint64_t workspace_bytes = 0;
-  uint64_t stream_bytes = 0;   // staging for prompts that copy host experts to the GPU (only with some on the host)
+  // Prompts that copy host experts to the GPU (only with some on the host): their staging, and
+  // the workspace's growth to kStreamedPassRows rows.
+  uint64_t stream_bytes = 0;
   uint64_t reserve_bytes = 0;  // left free for the CUDA context, graphs and kernels
   std::vector<GpuKernelGap> kernel_gaps;
 };
@@ -85,6 +93,11 @@ GpuFootprint gpu_footprint(const model::Model& model, int64_t context_size);
 
 class GpuModel;
 class GpuSequence;
+
+// Rows of one of `model`'s passes, and of one scheduler step: kStreamedPassRows where long
+// prompts copy host experts to the GPU (and the workspace it takes costs no more than the
+// staging), else kGpuPassRows.
+int64_t gpu_pass_rows(const GpuModel& model);
 
 // Uploads `model`'s dense weights and options.gpu_experts, and allocates the pass's workspace,
 // after checking that they and one sequence of `context_size` tokens fit. A hybrid model's

@@ -107,9 +107,9 @@ Runtime::Runtime(std::unique_ptr<model::Model> model, const RuntimeOptions& opti
                               options.disk.experts),
              options.progress);
   }
-  // A step fills a GPU pass (see kGpuPassRows); on the CPU it stays small, so other sessions'
+  // A step fills a GPU pass (gpu_pass_rows); on the CPU it stays small, so other sessions'
   // decode steps wait less behind a long prompt.
-  if (gpu_) step_tokens_ = std::max(step_tokens_, kGpuPassRows);
+  if (gpu_) step_tokens_ = std::max(step_tokens_, gpu_pass_rows(*gpu_));
   residency_ = std::make_unique<Residency>(model_->params.layers, model_->params.experts, gpu_.get(),
                                            options.adaptive_residency, arena_.get());
   scheduler_ = Scheduler::start(*this);

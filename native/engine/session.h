@@ -55,10 +55,11 @@ struct RuntimeOptions {
   uint32_t threads = 0;                  // 0: one per physical core; at most one per logical core
   int64_t context_size = 0;              // per sequence; 0: the model's trained context, at most kDefaultContextSize
   uint32_t parallel = kDefaultParallel;  // sequences that run together; more wait their turn
-  int64_t step_tokens = kDefaultStepTokens;  // rows of one step (at least `parallel`; on the GPU at least kGpuPassRows)
-  std::optional<GpuOptions> gpu;             // set: on the GPU, gpu->gpu_experts resident there (gpu_forward.h)
-  uint64_t cache_ram = 0;                    // bytes of host RAM for the prompt-state cache; 0: no cache
-  bool adaptive_residency = true;            // with experts split between GPU and host, move them as routing asks
+  int64_t step_tokens =
+      kDefaultStepTokens;          // rows of one step (at least `parallel`; on the GPU at least gpu_pass_rows)
+  std::optional<GpuOptions> gpu;   // set: on the GPU, gpu->gpu_experts resident there (gpu_forward.h)
+  uint64_t cache_ram = 0;          // bytes of host RAM for the prompt-state cache; 0: no cache
+  bool adaptive_residency = true;  // with experts split between GPU and host, move them as routing asks
   DiskTierOptions disk;
   // Read the mapped weights the CPU uses into RAM before the first pass (load_progress.h fault_in).
   bool fault_in_weights = false;
