@@ -42,8 +42,9 @@
 
 namespace bloomery::engine {
 
-// Rows of one GPU pass, and of one scheduler step of a model on the GPU: longer prompts run as
-// several passes, so the workspace stays bounded. Large, because a hybrid pass that streams its
+// Rows of one GPU pass, and of one scheduler step of a model on the GPU, unless its prompts
+// stream host experts (kStreamedPassRows): longer prompts run as several passes, so the
+// workspace stays bounded. Large, because a hybrid pass that streams its
 // host experts copies every one of them once per pass (17.5 GB for Qwen3-30B-A3B: at 256 rows
 // a step, the copies held prompts to ~750 tok/s on the H200), and the tiled products and
 // attention fill the GPU better; the cost is workspace memory (~0.4 GB for that model).
