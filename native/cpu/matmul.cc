@@ -39,6 +39,19 @@ void dot_rows(const WeightMatrix& w, int64_t first, int64_t last, const uint8_t*
   const bool repacked = w.repacked_by_llama();
   const quant::VecDotFn dot = repacked ? k.vec_dot_repacked : k.vec_dot;
   const quant::VecDotRowsFn dot_many = repacked ? k.vec_dot_rows_repacked : k.vec_dot_rows;
+  const quant::VecDotWeightRowsFn dot_weight_rows = repacked ? k.vec_dot_weight_rows_repacked : nullptr;
+  if (count == 1 && dot_weight_rows) {
+    // A decode step: eight weight rows at a time, the next eight prefetched while they compute.
+    constexpr int64_t kGroup = quant::kWeightRows;
+    int64_t o = first;
+    for (; o + kGroup <= last; o += kGroup) {
+      for (int64_t next = o + kGroup; next < std::min(last, o + 2 * kGroup); ++next)
+        prefetch_row(w.row(next), w.row_bytes);
+      dot_weight_rows(w.row(o), w.row_bytes, activations[0], w.cols, out[0] + o);
+    }
+    for (; o < last; ++o) out[0][o] = dot(w.row(o), activations[0], w.cols);
+    return;
+  }
   if (!dot_many) {
     for (int64_t r = 0; r < count; ++r) {
       for (int64_t o = first; o < last; ++o) out[r][o] = dot(w.row(o), activations[r], w.cols);

@@ -12,9 +12,12 @@ namespace bloomery::quant {
 #if BLOOMERY_X86_SIMD
 #define BLOOMERY_X86_DOT(name) float name(const void* w, const void* a, int64_t n)
 #define BLOOMERY_X86_DOT_ROWS(name) void name(const void* w, const void* const* a, int rows, int64_t n, float* out)
+#define BLOOMERY_X86_DOT_WEIGHT_ROWS(name) \
+  void name(const void* w, size_t row_bytes, const void* a, int64_t n, float* out)
 #else
 #define BLOOMERY_X86_DOT(name) inline constexpr VecDotFn name = nullptr
 #define BLOOMERY_X86_DOT_ROWS(name) inline constexpr VecDotRowsFn name = nullptr
+#define BLOOMERY_X86_DOT_WEIGHT_ROWS(name) inline constexpr VecDotWeightRowsFn name = nullptr
 #endif
 
 BLOOMERY_X86_DOT(vec_dot_f32_f32_avx2);
@@ -78,6 +81,7 @@ BLOOMERY_X86_DOT_ROWS(vec_dot_rows_tq2_0_q8_k_avx512);
 BLOOMERY_X86_DOT(vec_dot_q4_0_q8_0_repacked_avx2);
 BLOOMERY_X86_DOT(vec_dot_iq4_nl_q8_0_repacked_avx2);
 BLOOMERY_X86_DOT(vec_dot_mxfp4_q8_0_repacked_avx2);
+BLOOMERY_X86_DOT_WEIGHT_ROWS(vec_dot_weight_rows_mxfp4_q8_0_repacked_avx2);
 BLOOMERY_X86_DOT(vec_dot_q4_k_q8_k_repacked_avx2);
 BLOOMERY_X86_DOT(vec_dot_q2_k_q8_k_repacked_avx2);
 BLOOMERY_X86_DOT(vec_dot_q4_k_q8_k_repacked_avx512);

@@ -30,6 +30,7 @@ struct KernelRow {
   VecDotFn repacked_avx2 = nullptr;
   VecDotFn repacked_avx512 = nullptr;
   VecDotRowsFn repacked_rows_avx512 = nullptr;
+  VecDotWeightRowsFn repacked_weight_rows_avx2 = nullptr;  // AVX2 and up
 };
 
 constexpr uint32_t kF32 = 0, kF16 = 1, kQ8_0 = 8, kQ8_1 = 9, kQ8_K = 15, kBF16 = 30;
@@ -86,7 +87,7 @@ constexpr KernelRow kRows[] = {
      vec_dot_rows_tq2_0_q8_k_avx512},
     {39, kQ8_0, dequantize_row_mxfp4, quantize_row_q8_0, vec_dot_mxfp4_q8_0, vec_dot_mxfp4_q8_0_avx2,
      vec_dot_mxfp4_q8_0_avx512, nullptr, nullptr, vec_dot_mxfp4_q8_0_repacked_avx2, vec_dot_mxfp4_q8_0_repacked_avx2,
-     vec_dot_rows_mxfp4_q8_0_repacked_avx512},
+     vec_dot_rows_mxfp4_q8_0_repacked_avx512, vec_dot_weight_rows_mxfp4_q8_0_repacked_avx2},
 };
 constexpr size_t kRowCount = std::size(kRows);
 constexpr size_t kTierCount = 3;
@@ -101,6 +102,7 @@ QuantKernels resolve(const KernelRow& row, SimdTier tier, bool avx512_bf16) {
   if (tier >= SimdTier::kAvx512) k.vec_dot_rows = row.dot_rows_avx512;
   if (tier >= SimdTier::kAvx512 && avx512_bf16 && row.dot_avx512_bf16) k.vec_dot = row.dot_avx512_bf16;
   if (tier == SimdTier::kAvx2) k.vec_dot_repacked = row.repacked_avx2;
+  if (tier >= SimdTier::kAvx2) k.vec_dot_weight_rows_repacked = row.repacked_weight_rows_avx2;
   if (tier >= SimdTier::kAvx512)
     k.vec_dot_repacked = row.repacked_avx512, k.vec_dot_rows_repacked = row.repacked_rows_avx512;
   return k;

@@ -9,6 +9,7 @@
 // each with itself.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string_view>
@@ -32,6 +33,13 @@ constexpr int kDotRows = 8;
 // the weight row decoded once for all of them: prompts reuse each decoded weight block up to
 // kDotRows times.
 using VecDotRowsFn = void (*)(const void* weights, const void* const* activations, int rows, int64_t n, float* out);
+// Weight rows a several-weight-row dot takes.
+constexpr int kWeightRows = 8;
+// out[j] = vec_dot(weights + j * row_bytes, activations, n) for j < kWeightRows, bit for bit:
+// a decode step's one activation row against eight weight rows at once, each activation block
+// loaded once for all of them and their block sums scaled in one vector.
+using VecDotWeightRowsFn = void (*)(const void* weights, size_t row_bytes, const void* activations, int64_t n,
+                                    float* out);
 
 struct QuantKernels {
   uint32_t type;             // ggml id of the weight type
@@ -47,6 +55,7 @@ struct QuantKernels {
   // nullptr where llama.cpp does not repack the type at this tier (cpu/matmul.h says which weights).
   VecDotFn vec_dot_repacked = nullptr;
   VecDotRowsFn vec_dot_rows_repacked = nullptr;
+  VecDotWeightRowsFn vec_dot_weight_rows_repacked = nullptr;  // vec_dot_repacked's, eight weight rows at once
 };
 
 // The kernels of weight type `type` for a CPU of `tier`; `avx512_bf16`: the CPU has AVX-512 BF16

@@ -118,6 +118,41 @@ TEST(quant_multi_row_dots_match_single_row_dots_bit_for_bit) {
   }
 }
 
+// A decode step's several-weight-row dot against the single-row repacked dot, on rows whose
+// MXFP4 scales include the two E8M0 exponents below the normal range (0 and 1), at both tiers.
+TEST(quant_weight_row_dots_match_single_row_dots_bit_for_bit) {
+  if (cpu::host_simd_tier() < SimdTier::kAvx2) return;
+  std::mt19937 rng(11);
+  const int64_t n = 32 * 37;
+  int checked = 0;
+  for (const SimdTier tier : {SimdTier::kAvx2, SimdTier::kAvx512}) {
+    if (cpu::host_simd_tier() < tier) continue;
+    for (const uint32_t type : cpu_weight_types()) {
+      const QuantKernels& k = quant_kernels(type, tier);
+      if (!k.vec_dot_weight_rows_repacked) continue;
+      ++checked;
+      const size_t row_bytes = *ggml_row_bytes(*ggml_type(type), static_cast<uint64_t>(n));
+      for (int rep = 0; rep < 8; ++rep) {
+        Bytes w = random_rows(type, n, kWeightRows, rng);
+        if (type == 39) {
+          const size_t block_bytes = ggml_type(type)->block_bytes;
+          for (size_t block = rep; block < w.size() / block_bytes; block += 7) w[block * block_bytes] = block % 2;
+        }
+        const ActivationRows activations = random_activations(k, n, rng);
+        float got[kWeightRows];
+        k.vec_dot_weight_rows_repacked(w.data(), row_bytes, activations.rows[0], n, got);
+        for (int r = 0; r < kWeightRows; ++r) {
+          const float want = k.vec_dot_repacked(w.data() + r * row_bytes, activations.rows[0], n);
+          CHECK(std::memcmp(&got[r], &want, sizeof want) == 0)
+              << ggml_type(type)->name << " tier " << simd_tier_name(tier) << " rep " << rep << " row " << r
+              << std::setprecision(9) << ": " << got[r] << " vs " << want;
+        }
+      }
+    }
+  }
+  CHECK(checked >= 1) << "MXFP4 has a several-weight-row dot";
+}
+
 // llama.cpp's quantized dots on x86 are its AVX2 code on AVX-512 hosts too, so every AVX-512
 // quantized kernel keeps the AVX2 kernel's order: its single-row and multi-row dots give the
 // AVX2 dot's bits (the oracle tests hold the AVX2 kernels to llama.cpp's).
