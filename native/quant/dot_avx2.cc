@@ -451,22 +451,43 @@ BLOOMERY_AVX2 float vec_dot_mxfp4_q8_0_repacked_avx2(const void* w, const void* 
       [](const BlockMXFP4& x, const BlockQ8_0& y) { return e8m0_to_fp32_half(x.e) * half_to_float(y.d); });
 }
 
-// vec_dot_mxfp4_q8_0_repacked_avx2 for eight weight rows, as llama.cpp's repacked GEMV runs them:
-// each activation block loaded once, a register holding two rows' codes (row 2k's 16 bytes in its
-// low lane, row 2k + 1's in the high one) against the block's first and second halves, the
-// rows' exact block sums gathered into one vector by hadds (lanes: rows 0, 2, 4, 6, 1, 3, 5, 7)
-// and scaled in one FMA: each lane rounds as the single-row dot's scalar FMA.
-BLOOMERY_AVX2 void vec_dot_weight_rows_mxfp4_q8_0_repacked_avx2(const void* w, size_t row_bytes, const void* a,
-                                                                int64_t n, float* out) {
-  const auto* y = static_cast<const BlockQ8_0*>(a);
-  const BlockMXFP4* x[kWeightRows];
+namespace {
+
+// The eight rows' f16 scales d (Q4_0's, IQ4_NL's) as floats, in lane order (rows 0, 2, 4, 6, 1, 3, 5, 7).
+template <typename Block>
+BLOOMERY_AVX2 inline __m256 half_scales(const Block* const* x, int64_t i) {
+  return _mm256_cvtph_ps(_mm_setr_epi16(static_cast<int16_t>(x[0][i].d), static_cast<int16_t>(x[2][i].d),
+                                        static_cast<int16_t>(x[4][i].d), static_cast<int16_t>(x[6][i].d),
+                                        static_cast<int16_t>(x[1][i].d), static_cast<int16_t>(x[3][i].d),
+                                        static_cast<int16_t>(x[5][i].d), static_cast<int16_t>(x[7][i].d)));
+}
+
+// MXFP4's E8M0 scales as e8m0_to_fp32_half gives them, in lane order.
+BLOOMERY_AVX2 inline __m256 e8m0_half_scales(const BlockMXFP4* const* x, int64_t i) {
+  const __m256i e =
+      _mm256_setr_epi32(x[0][i].e, x[2][i].e, x[4][i].e, x[6][i].e, x[1][i].e, x[3][i].e, x[5][i].e, x[7][i].e);
+  const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+  const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+  return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, subnormal, _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e)));
+}
+
+// codebook_dot_repacked for eight weight rows, as llama.cpp's repacked GEMV runs them: each
+// activation block loaded once, a register holding two rows' codes (row 2k's 16 bytes in its low
+// lane, row 2k + 1's in the high one) against the block's first and second halves, the rows'
+// exact block sums gathered into one vector by hadds (lanes: rows 0, 2, 4, 6, 1, 3, 5, 7) and
+// scaled in one FMA, each lane rounding as the single-row dot's scalar FMA. `row_scales(x, i)`:
+// the rows' weight scales of block i, in lane order.
+template <typename Block, typename RowScales>
+BLOOMERY_AVX2 inline void codebook_dot_weight_rows(const void* w, size_t row_bytes, const BlockQ8_0* y, int64_t nb,
+                                                   const int8_t* values, RowScales row_scales, float* out) {
+  const Block* x[kWeightRows];
   for (int r = 0; r < kWeightRows; ++r) {
-    x[r] = reinterpret_cast<const BlockMXFP4*>(static_cast<const uint8_t*>(w) + static_cast<size_t>(r) * row_bytes);
+    x[r] = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(w) + static_cast<size_t>(r) * row_bytes);
   }
-  const __m256i table = codebook(kMxfp4Values);
+  const __m256i table = codebook(values);
   const __m256i low_nibbles = _mm256_set1_epi8(0x0f);
   __m256 acc = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n / kQK; ++i) {
+  for (int64_t i = 0; i < nb; ++i) {
     const __m256i codes = load256(y[i].qs);
     const __m256i first_half = _mm256_permute2x128_si256(codes, codes, 0x00);
     const __m256i second_half = _mm256_permute2x128_si256(codes, codes, 0x11);
@@ -480,18 +501,35 @@ BLOOMERY_AVX2 void vec_dot_weight_rows_mxfp4_q8_0_repacked_avx2(const void* w, s
     }
     const __m256i sums =
         _mm256_hadd_epi32(_mm256_hadd_epi32(pair_sums[0], pair_sums[1]), _mm256_hadd_epi32(pair_sums[2], pair_sums[3]));
-    // e8m0_to_fp32_half of each row's exponent, in the sums' lane order.
-    const __m256i e =
-        _mm256_setr_epi32(x[0][i].e, x[2][i].e, x[4][i].e, x[6][i].e, x[1][i].e, x[3][i].e, x[5][i].e, x[7][i].e);
-    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
-    const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
-    const __m256i bits = _mm256_blendv_epi8(normal, subnormal, _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e));
-    const __m256 scales = _mm256_mul_ps(_mm256_castsi256_ps(bits), _mm256_set1_ps(half_to_float(y[i].d)));
+    const __m256 scales = _mm256_mul_ps(row_scales(x, i), _mm256_set1_ps(half_to_float(y[i].d)));
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), scales, acc);
   }
   alignas(32) float lanes[kWeightRows];
   _mm256_store_ps(lanes, acc);
   for (int r = 0; r < kWeightRows; ++r) out[r] = lanes[r % 2 * 4 + r / 2];
+}
+
+// Q4_0's codes less 8, as a codebook.
+constexpr int8_t kQ4_0Values[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
+
+}  // namespace
+
+BLOOMERY_AVX2 void vec_dot_weight_rows_q4_0_q8_0_repacked_avx2(const void* w, size_t row_bytes, const void* a,
+                                                               int64_t n, float* out) {
+  codebook_dot_weight_rows<BlockQ4_0>(w, row_bytes, static_cast<const BlockQ8_0*>(a), n / kQK, kQ4_0Values,
+                                      half_scales<BlockQ4_0>, out);
+}
+
+BLOOMERY_AVX2 void vec_dot_weight_rows_iq4_nl_q8_0_repacked_avx2(const void* w, size_t row_bytes, const void* a,
+                                                                 int64_t n, float* out) {
+  codebook_dot_weight_rows<BlockIQ4_NL>(w, row_bytes, static_cast<const BlockQ8_0*>(a), n / kQK, kIq4nlValues,
+                                        half_scales<BlockIQ4_NL>, out);
+}
+
+BLOOMERY_AVX2 void vec_dot_weight_rows_mxfp4_q8_0_repacked_avx2(const void* w, size_t row_bytes, const void* a,
+                                                                int64_t n, float* out) {
+  codebook_dot_weight_rows<BlockMXFP4>(w, row_bytes, static_cast<const BlockQ8_0*>(a), n / kQK, kMxfp4Values,
+                                       e8m0_half_scales, out);
 }
 
 BLOOMERY_AVX2 float vec_dot_q4_k_q8_k_repacked_avx2(const void* w, const void* a, int64_t n) {

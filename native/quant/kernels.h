@@ -55,7 +55,8 @@ struct QuantKernels {
   // nullptr where llama.cpp does not repack the type at this tier (cpu/matmul.h says which weights).
   VecDotFn vec_dot_repacked = nullptr;
   VecDotRowsFn vec_dot_rows_repacked = nullptr;
-  VecDotWeightRowsFn vec_dot_weight_rows_repacked = nullptr;  // vec_dot_repacked's, eight weight rows at once
+  // vec_dot_repacked's, eight weight rows at once (Q4_0, IQ4_NL, MXFP4; nullptr for the others).
+  VecDotWeightRowsFn vec_dot_weight_rows_repacked = nullptr;
 };
 
 // The kernels of weight type `type` for a CPU of `tier`; `avx512_bf16`: the CPU has AVX-512 BF16
