@@ -142,13 +142,6 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-AttentionShape with_cache_rows(AttentionShape shape) {
-  if (shape.value_dim == 0) shape.value_dim = shape.head_dim;
-  if (shape.key_row == 0) shape.key_row = shape.kv_heads * shape.head_dim;
-  if (shape.value_row == 0) shape.value_row = shape.kv_heads * shape.value_dim;
-  return shape;
-}
-
 void exact_causal_attention(const float* q, int64_t n, const int32_t* positions, const uint16_t* keys,
                             const uint16_t* values, const AttentionShape& layer_shape, float* out,
                             StreamHandle stream) {

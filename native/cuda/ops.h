@@ -390,8 +390,15 @@ struct AttentionShape {
   // times the head widths).
   int64_t key_row = 0, value_row = 0;
 };
-// `shape` with value_dim, key_row and value_row set where they were left 0.
-AttentionShape with_cache_rows(AttentionShape shape);
+// `heads` (an AttentionShape or an AttentionHeads) with value_dim, key_row and value_row set
+// where they were left 0.
+template <typename Heads>
+Heads with_cache_rows(Heads heads) {
+  if (heads.value_dim == 0) heads.value_dim = heads.head_dim;
+  if (heads.key_row == 0) heads.key_row = heads.kv_heads * heads.head_dim;
+  if (heads.value_row == 0) heads.value_row = heads.kv_heads * heads.value_dim;
+  return heads;
+}
 // Where attention may also write its output rows quantized for weights of `type`, as
 // quantize_activations would (blocks: one row's worth per output row).
 struct QuantizedRows {

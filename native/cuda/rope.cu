@@ -85,10 +85,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
 
 void position_heads(const AttentionHeads& heads, int64_t n, const int32_t* positions, const RopeShape& shape,
                     StreamHandle stream) {
-  AttentionHeads h = heads;
-  if (h.value_dim == 0) h.value_dim = h.head_dim;
-  if (h.key_row == 0) h.key_row = h.kv_heads * h.head_dim;
-  if (h.value_row == 0) h.value_row = h.kv_heads * h.value_dim;
+  const AttentionHeads h = with_cache_rows(heads);
   if (h.value_dim > kMaxHeadDim || h.key_row < h.kv_heads * h.head_dim || h.value_row < h.kv_heads * h.value_dim) {
     throw Error("UNSUPPORTED_MODEL", "GPU attention heads need value heads up to " + std::to_string(kMaxHeadDim) +
                                          " wide, in cache rows that hold the layer's KV heads (value_dim " +
