@@ -41,13 +41,15 @@ void dot_rows(const WeightMatrix& w, int64_t first, int64_t last, const uint8_t*
   const quant::VecDotRowsFn dot_many = repacked ? k.vec_dot_rows_repacked : k.vec_dot_rows;
   const quant::VecDotWeightRowsFn dot_weight_rows = repacked ? k.vec_dot_weight_rows_repacked : nullptr;
   if (count == 1 && dot_weight_rows) {
-    // A decode step: eight weight rows at a time, the next eight prefetched while they compute.
+    // A decode step: eight weight rows at a time, the kernel prefetching the eight after them
+    // while they compute. Past this task's rows too (within the matrix): the thread's next task
+    // mostly takes them, and so its first rows come from cache as well.
     constexpr int64_t kGroup = quant::kWeightRows;
     int64_t o = first;
     for (; o + kGroup <= last; o += kGroup) {
-      for (int64_t next = o + kGroup; next < std::min(last, o + 2 * kGroup); ++next)
-        prefetch_row(w.row(next), w.row_bytes);
-      dot_weight_rows(w.row(o), w.row_bytes, activations[0], w.cols, out[0] + o);
+      const int64_t ahead = std::clamp<int64_t>(w.rows - (o + kGroup), 0, kGroup);
+      dot_weight_rows(w.row(o), w.row_bytes, activations[0], w.cols, out[0] + o,
+                      ahead > 0 ? w.row(o + kGroup) : nullptr, static_cast<size_t>(ahead) * w.row_bytes);
     }
     for (; o < last; ++o) out[0][o] = dot(w.row(o), activations[0], w.cols);
     return;

@@ -4,6 +4,7 @@
 // are summed once at the end.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -476,10 +477,15 @@ BLOOMERY_AVX2 inline __m256 e8m0_half_scales(const BlockMXFP4* const* x, int64_t
 // lane, row 2k + 1's in the high one) against the block's first and second halves, the rows'
 // exact block sums gathered into one vector by hadds (lanes: rows 0, 2, 4, 6, 1, 3, 5, 7) and
 // scaled in one FMA, each lane rounding as the single-row dot's scalar FMA. `row_scales(x, i)`:
-// the rows' weight scales of block i, in lane order.
+// the rows' weight scales of block i, in lane order. Prefetches `ahead` as VecDotWeightRowsFn says.
 template <typename Block, typename RowScales>
 BLOOMERY_AVX2 inline void codebook_dot_weight_rows(const void* w, size_t row_bytes, const BlockQ8_0* y, int64_t nb,
-                                                   const int8_t* values, RowScales row_scales, float* out) {
+                                                   const int8_t* values, RowScales row_scales, float* out,
+                                                   const void* ahead, size_t ahead_bytes) {
+  constexpr size_t kLine = 64;
+  const auto* next = static_cast<const char*>(ahead);
+  // Bytes of `ahead` per block, whole lines, so that the last block has asked for all of them.
+  const size_t ahead_per_block = (ahead_bytes / kLine + static_cast<size_t>(nb)) / static_cast<size_t>(nb) * kLine;
   const Block* x[kWeightRows];
   for (int r = 0; r < kWeightRows; ++r) {
     x[r] = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(w) + static_cast<size_t>(r) * row_bytes);
@@ -488,6 +494,10 @@ BLOOMERY_AVX2 inline void codebook_dot_weight_rows(const void* w, size_t row_byt
   const __m256i low_nibbles = _mm256_set1_epi8(0x0f);
   __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
+    for (size_t at = static_cast<size_t>(i) * ahead_per_block, end = std::min(ahead_bytes, at + ahead_per_block);
+         at < end; at += kLine) {
+      _mm_prefetch(next + at, _MM_HINT_T0);
+    }
     const __m256i codes = load256(y[i].qs);
     const __m256i first_half = _mm256_permute2x128_si256(codes, codes, 0x00);
     const __m256i second_half = _mm256_permute2x128_si256(codes, codes, 0x11);
@@ -515,21 +525,24 @@ constexpr int8_t kQ4_0Values[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 
 }  // namespace
 
 BLOOMERY_AVX2 void vec_dot_weight_rows_q4_0_q8_0_repacked_avx2(const void* w, size_t row_bytes, const void* a,
-                                                               int64_t n, float* out) {
+                                                               int64_t n, float* out, const void* ahead,
+                                                               size_t ahead_bytes) {
   codebook_dot_weight_rows<BlockQ4_0>(w, row_bytes, static_cast<const BlockQ8_0*>(a), n / kQK, kQ4_0Values,
-                                      half_scales<BlockQ4_0>, out);
+                                      half_scales<BlockQ4_0>, out, ahead, ahead_bytes);
 }
 
 BLOOMERY_AVX2 void vec_dot_weight_rows_iq4_nl_q8_0_repacked_avx2(const void* w, size_t row_bytes, const void* a,
-                                                                 int64_t n, float* out) {
+                                                                 int64_t n, float* out, const void* ahead,
+                                                                 size_t ahead_bytes) {
   codebook_dot_weight_rows<BlockIQ4_NL>(w, row_bytes, static_cast<const BlockQ8_0*>(a), n / kQK, kIq4nlValues,
-                                        half_scales<BlockIQ4_NL>, out);
+                                        half_scales<BlockIQ4_NL>, out, ahead, ahead_bytes);
 }
 
 BLOOMERY_AVX2 void vec_dot_weight_rows_mxfp4_q8_0_repacked_avx2(const void* w, size_t row_bytes, const void* a,
-                                                                int64_t n, float* out) {
+                                                                int64_t n, float* out, const void* ahead,
+                                                                size_t ahead_bytes) {
   codebook_dot_weight_rows<BlockMXFP4>(w, row_bytes, static_cast<const BlockQ8_0*>(a), n / kQK, kMxfp4Values,
-                                       e8m0_half_scales, out);
+                                       e8m0_half_scales, out, ahead, ahead_bytes);
 }
 
 BLOOMERY_AVX2 float vec_dot_q4_k_q8_k_repacked_avx2(const void* w, const void* a, int64_t n) {

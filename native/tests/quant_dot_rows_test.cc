@@ -141,7 +141,10 @@ TEST(quant_weight_row_dots_match_single_row_dots_bit_for_bit) {
         }
         const ActivationRows activations = random_activations(k, n, rng);
         float got[kWeightRows];
-        k.vec_dot_weight_rows_repacked(w.data(), row_bytes, activations.rows[0], n, got);
+        // Odd repetitions prefetch the rows themselves meanwhile (as if they came next): the same sums.
+        const bool prefetch = rep % 2 == 1;
+        k.vec_dot_weight_rows_repacked(w.data(), row_bytes, activations.rows[0], n, got, prefetch ? w.data() : nullptr,
+                                       prefetch ? w.size() : 0);
         for (int r = 0; r < kWeightRows; ++r) {
           const float want = k.vec_dot_repacked(w.data() + r * row_bytes, activations.rows[0], n);
           CHECK(std::memcmp(&got[r], &want, sizeof want) == 0)
