@@ -21,6 +21,9 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #define BLOOMERY_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+// BLOOMERY_AVX512's features and BF16 dots: a superset, so that its inline helpers inline there
+// (a helper whose target the caller lacks is called, not inlined: a call per 64-byte load).
+#define BLOOMERY_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,avx512bf16")))
 
 namespace bloomery::quant {
 
@@ -141,9 +144,7 @@ BLOOMERY_AVX512 float vec_dot_bf16_bf16_avx512(const void* w, const void* a, int
 
 // BF16 on hosts with AVX-512 BF16, as llama.cpp's variants for them: pairs of products through
 // dpbf16 (its own roundings) into two accumulators over 64-element steps, then as above.
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) float vec_dot_bf16_bf16_avx512_bf16(const void* w,
-                                                                                                    const void* a,
-                                                                                                    int64_t n) {
+BLOOMERY_AVX512_BF16 float vec_dot_bf16_bf16_avx512_bf16(const void* w, const void* a, int64_t n) {
   const auto* x = static_cast<const uint16_t*>(w);
   const auto* y = static_cast<const uint16_t*>(a);
   __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
