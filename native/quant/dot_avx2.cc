@@ -16,6 +16,8 @@
 #include "quant/reduce_avx2.h"
 
 #define BLOOMERY_AVX2 __attribute__((target("avx2,fma,f16c")))
+// AVX2 with AVX-512's VNNI byte dots on 256-bit registers (hosts of the AVX-512 tier).
+#define BLOOMERY_AVX2_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")))
 
 namespace bloomery::quant {
 
@@ -472,6 +474,49 @@ BLOOMERY_AVX2 inline __m256 e8m0_half_scales(const BlockMXFP4* const* x, int64_t
   return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, subnormal, _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e)));
 }
 
+// What the eight-weight-row dots share. Row r of the eight (row_bytes apart from w) as blocks:
+template <typename Block>
+BLOOMERY_AVX2 inline void weight_rows(const void* w, size_t row_bytes, const Block* (&x)[kWeightRows]) {
+  for (int r = 0; r < kWeightRows; ++r) {
+    x[r] = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(w) + static_cast<size_t>(r) * row_bytes);
+  }
+}
+
+// Prefetches `ahead` (VecDotWeightRowsFn) a few lines per block: block i's share.
+class AheadPrefetch {
+ public:
+  AheadPrefetch(const void* ahead, size_t bytes, int64_t blocks)
+      : next_(static_cast<const char*>(ahead)),
+        bytes_(bytes),
+        // Whole lines per block, so that the last block has asked for all of them.
+        per_block_((bytes / kLine + static_cast<size_t>(blocks)) / static_cast<size_t>(blocks) * kLine) {}
+  BLOOMERY_AVX2 void block(int64_t i) const {
+    for (size_t at = static_cast<size_t>(i) * per_block_, end = std::min(bytes_, at + per_block_); at < end;
+         at += kLine) {
+      _mm_prefetch(next_ + at, _MM_HINT_T0);
+    }
+  }
+
+ private:
+  static constexpr size_t kLine = 64;
+  const char* next_;
+  size_t bytes_;
+  size_t per_block_;
+};
+
+// Four pairs' int32 sums (lanes: row 2k's four | row 2k + 1's four) as the eight rows' block sums,
+// in lane order (rows 0, 2, 4, 6, 1, 3, 5, 7).
+BLOOMERY_AVX2 inline __m256i row_sums(const __m256i (&pair_sums)[kWeightRows / 2]) {
+  return _mm256_hadd_epi32(_mm256_hadd_epi32(pair_sums[0], pair_sums[1]),
+                           _mm256_hadd_epi32(pair_sums[2], pair_sums[3]));
+}
+
+BLOOMERY_AVX2 inline void store_rows(__m256 acc, float* out) {
+  alignas(32) float lanes[kWeightRows];
+  _mm256_store_ps(lanes, acc);
+  for (int r = 0; r < kWeightRows; ++r) out[r] = lanes[r % 2 * 4 + r / 2];
+}
+
 // codebook_dot_repacked for eight weight rows, as llama.cpp's repacked GEMV runs them: each
 // activation block loaded once, a register holding two rows' codes (row 2k's 16 bytes in its low
 // lane, row 2k + 1's in the high one) against the block's first and second halves, the rows'
@@ -482,22 +527,14 @@ template <typename Block, typename RowScales>
 BLOOMERY_AVX2 inline void codebook_dot_weight_rows(const void* w, size_t row_bytes, const BlockQ8_0* y, int64_t nb,
                                                    const int8_t* values, RowScales row_scales, float* out,
                                                    const void* ahead, size_t ahead_bytes) {
-  constexpr size_t kLine = 64;
-  const auto* next = static_cast<const char*>(ahead);
-  // Bytes of `ahead` per block, whole lines, so that the last block has asked for all of them.
-  const size_t ahead_per_block = (ahead_bytes / kLine + static_cast<size_t>(nb)) / static_cast<size_t>(nb) * kLine;
+  const AheadPrefetch prefetch(ahead, ahead_bytes, nb);
   const Block* x[kWeightRows];
-  for (int r = 0; r < kWeightRows; ++r) {
-    x[r] = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(w) + static_cast<size_t>(r) * row_bytes);
-  }
+  weight_rows(w, row_bytes, x);
   const __m256i table = codebook(values);
   const __m256i low_nibbles = _mm256_set1_epi8(0x0f);
   __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
-    for (size_t at = static_cast<size_t>(i) * ahead_per_block, end = std::min(ahead_bytes, at + ahead_per_block);
-         at < end; at += kLine) {
-      _mm_prefetch(next + at, _MM_HINT_T0);
-    }
+    prefetch.block(i);
     const __m256i codes = load256(y[i].qs);
     const __m256i first_half = _mm256_permute2x128_si256(codes, codes, 0x00);
     const __m256i second_half = _mm256_permute2x128_si256(codes, codes, 0x11);
@@ -509,14 +546,50 @@ BLOOMERY_AVX2 inline void codebook_dot_weight_rows(const void* w, size_t row_byt
       const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), low_nibbles));
       pair_sums[k] = _mm256_add_epi32(dot_i8(lo, first_half), dot_i8(hi, second_half));
     }
-    const __m256i sums =
-        _mm256_hadd_epi32(_mm256_hadd_epi32(pair_sums[0], pair_sums[1]), _mm256_hadd_epi32(pair_sums[2], pair_sums[3]));
     const __m256 scales = _mm256_mul_ps(row_scales(x, i), _mm256_set1_ps(half_to_float(y[i].d)));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), scales, acc);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(row_sums(pair_sums)), scales, acc);
   }
-  alignas(32) float lanes[kWeightRows];
-  _mm256_store_ps(lanes, acc);
-  for (int r = 0; r < kWeightRows; ++r) out[r] = lanes[r % 2 * 4 + r / 2];
+  store_rows(acc, out);
+}
+
+// The same dots through VNNI's unsigned-by-signed byte dots (vpdpbusd): the codebook's entries
+// plus `offset` (minus its least entry) are unsigned, so they meet the signed activations with
+// no sign moves, and each pair sum starts from -offset times the activations' four-byte sums in
+// its lanes. Exact integers either way: the same block sums, so the same floats.
+template <typename Block, typename RowScales>
+BLOOMERY_AVX2_VNNI inline void codebook_dot_weight_rows_vnni(const void* w, size_t row_bytes, const BlockQ8_0* y,
+                                                             int64_t nb, const int8_t* values, RowScales row_scales,
+                                                             float* out, const void* ahead, size_t ahead_bytes) {
+  const AheadPrefetch prefetch(ahead, ahead_bytes, nb);
+  const Block* x[kWeightRows];
+  weight_rows(w, row_bytes, x);
+  const int offset = -*std::min_element(values, values + 16);
+  alignas(16) uint8_t shifted[16];
+  for (int v = 0; v < 16; ++v) shifted[v] = static_cast<uint8_t>(values[v] + offset);
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(shifted)));
+  const __m256i offsets = _mm256_set1_epi8(static_cast<char>(offset));
+  const __m256i low_nibbles = _mm256_set1_epi8(0x0f);
+  const __m256i zero = _mm256_setzero_si256();
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    prefetch.block(i);
+    const __m256i codes = load256(y[i].qs);
+    const __m256i first_half = _mm256_permute2x128_si256(codes, codes, 0x00);
+    const __m256i second_half = _mm256_permute2x128_si256(codes, codes, 0x11);
+    const __m256i start = _mm256_sub_epi32(
+        zero, _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(zero, offsets, first_half), offsets, second_half));
+    __m256i pair_sums[kWeightRows / 2];
+    for (int k = 0; k < kWeightRows / 2; ++k) {
+      const __m256i q = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(x[2 * k + 1][i].qs),
+                                            reinterpret_cast<const __m128i*>(x[2 * k][i].qs));
+      const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(q, low_nibbles));
+      const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), low_nibbles));
+      pair_sums[k] = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(start, lo, first_half), hi, second_half);
+    }
+    const __m256 scales = _mm256_mul_ps(row_scales(x, i), _mm256_set1_ps(half_to_float(y[i].d)));
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(row_sums(pair_sums)), scales, acc);
+  }
+  store_rows(acc, out);
 }
 
 // Q4_0's codes less 8, as a codebook.
@@ -543,6 +616,27 @@ BLOOMERY_AVX2 void vec_dot_weight_rows_mxfp4_q8_0_repacked_avx2(const void* w, s
                                                                 size_t ahead_bytes) {
   codebook_dot_weight_rows<BlockMXFP4>(w, row_bytes, static_cast<const BlockQ8_0*>(a), n / kQK, kMxfp4Values,
                                        e8m0_half_scales, out, ahead, ahead_bytes);
+}
+
+BLOOMERY_AVX2_VNNI void vec_dot_weight_rows_q4_0_q8_0_repacked_vnni(const void* w, size_t row_bytes, const void* a,
+                                                                    int64_t n, float* out, const void* ahead,
+                                                                    size_t ahead_bytes) {
+  codebook_dot_weight_rows_vnni<BlockQ4_0>(w, row_bytes, static_cast<const BlockQ8_0*>(a), n / kQK, kQ4_0Values,
+                                           half_scales<BlockQ4_0>, out, ahead, ahead_bytes);
+}
+
+BLOOMERY_AVX2_VNNI void vec_dot_weight_rows_iq4_nl_q8_0_repacked_vnni(const void* w, size_t row_bytes, const void* a,
+                                                                      int64_t n, float* out, const void* ahead,
+                                                                      size_t ahead_bytes) {
+  codebook_dot_weight_rows_vnni<BlockIQ4_NL>(w, row_bytes, static_cast<const BlockQ8_0*>(a), n / kQK, kIq4nlValues,
+                                             half_scales<BlockIQ4_NL>, out, ahead, ahead_bytes);
+}
+
+BLOOMERY_AVX2_VNNI void vec_dot_weight_rows_mxfp4_q8_0_repacked_vnni(const void* w, size_t row_bytes, const void* a,
+                                                                     int64_t n, float* out, const void* ahead,
+                                                                     size_t ahead_bytes) {
+  codebook_dot_weight_rows_vnni<BlockMXFP4>(w, row_bytes, static_cast<const BlockQ8_0*>(a), n / kQK, kMxfp4Values,
+                                            e8m0_half_scales, out, ahead, ahead_bytes);
 }
 
 BLOOMERY_AVX2 float vec_dot_q4_k_q8_k_repacked_avx2(const void* w, const void* a, int64_t n) {

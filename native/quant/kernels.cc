@@ -30,7 +30,8 @@ struct KernelRow {
   VecDotFn repacked_avx2 = nullptr;
   VecDotFn repacked_avx512 = nullptr;
   VecDotRowsFn repacked_rows_avx512 = nullptr;
-  VecDotWeightRowsFn repacked_weight_rows_avx2 = nullptr;  // AVX2 and up
+  VecDotWeightRowsFn repacked_weight_rows_avx2 = nullptr;    // AVX2 and up
+  VecDotWeightRowsFn repacked_weight_rows_avx512 = nullptr;  // AVX-512 hosts: the same sums through VNNI
 };
 
 constexpr uint32_t kF32 = 0, kF16 = 1, kQ8_0 = 8, kQ8_1 = 9, kQ8_K = 15, kBF16 = 30;
@@ -46,7 +47,7 @@ constexpr KernelRow kRows[] = {
     {1, kF16, dequantize_row_f16, quantize_row_f16, vec_dot_f16_f16, vec_dot_f16_f16_avx2, vec_dot_f16_f16_avx512},
     {2, kQ8_0, dequantize_row_q4_0, quantize_row_q8_0, vec_dot_q4_0_q8_0, vec_dot_q4_0_q8_0_avx2, nullptr, nullptr,
      nullptr, vec_dot_q4_0_q8_0_repacked_avx2, vec_dot_q4_0_q8_0_repacked_avx2, nullptr,
-     vec_dot_weight_rows_q4_0_q8_0_repacked_avx2},
+     vec_dot_weight_rows_q4_0_q8_0_repacked_avx2, vec_dot_weight_rows_q4_0_q8_0_repacked_vnni},
     {3, kQ8_1, dequantize_row_q4_1, quantize_row_q8_1, vec_dot_q4_1_q8_1, vec_dot_q4_1_q8_1_avx2, nullptr},
     {6, kQ8_0, dequantize_row_q5_0, quantize_row_q8_0, vec_dot_q5_0_q8_0, vec_dot_q5_0_q8_0_avx2, nullptr},
     {7, kQ8_1, dequantize_row_q5_1, quantize_row_q8_1, vec_dot_q5_1_q8_1, vec_dot_q5_1_q8_1_avx2, nullptr},
@@ -72,7 +73,7 @@ constexpr KernelRow kRows[] = {
      vec_dot_iq1_s_q8_k_avx512, vec_dot_rows_iq1_s_q8_k_avx512},
     {20, kQ8_0, dequantize_row_iq4_nl, quantize_row_q8_0, vec_dot_iq4_nl_q8_0, vec_dot_iq4_nl_q8_0_avx2, nullptr,
      nullptr, nullptr, vec_dot_iq4_nl_q8_0_repacked_avx2, vec_dot_iq4_nl_q8_0_repacked_avx2, nullptr,
-     vec_dot_weight_rows_iq4_nl_q8_0_repacked_avx2},
+     vec_dot_weight_rows_iq4_nl_q8_0_repacked_avx2, vec_dot_weight_rows_iq4_nl_q8_0_repacked_vnni},
     {21, kQ8_K, dequantize_row_iq3_s, quantize_row_q8_k, vec_dot_iq3_s_q8_k, vec_dot_iq3_s_q8_k_avx2,
      vec_dot_iq3_s_q8_k_avx512, vec_dot_rows_iq3_s_q8_k_avx512},
     {22, kQ8_K, dequantize_row_iq2_s, quantize_row_q8_k, vec_dot_iq2_s_q8_k, vec_dot_iq2_s_q8_k_avx2,
@@ -89,7 +90,8 @@ constexpr KernelRow kRows[] = {
      vec_dot_rows_tq2_0_q8_k_avx512},
     {39, kQ8_0, dequantize_row_mxfp4, quantize_row_q8_0, vec_dot_mxfp4_q8_0, vec_dot_mxfp4_q8_0_avx2,
      vec_dot_mxfp4_q8_0_avx512, nullptr, nullptr, vec_dot_mxfp4_q8_0_repacked_avx2, vec_dot_mxfp4_q8_0_repacked_avx2,
-     vec_dot_rows_mxfp4_q8_0_repacked_avx512, vec_dot_weight_rows_mxfp4_q8_0_repacked_avx2},
+     vec_dot_rows_mxfp4_q8_0_repacked_avx512, vec_dot_weight_rows_mxfp4_q8_0_repacked_avx2,
+     vec_dot_weight_rows_mxfp4_q8_0_repacked_vnni},
 };
 constexpr size_t kRowCount = std::size(kRows);
 constexpr size_t kTierCount = 3;
@@ -105,6 +107,9 @@ QuantKernels resolve(const KernelRow& row, SimdTier tier, bool avx512_bf16) {
   if (tier >= SimdTier::kAvx512 && avx512_bf16 && row.dot_avx512_bf16) k.vec_dot = row.dot_avx512_bf16;
   if (tier == SimdTier::kAvx2) k.vec_dot_repacked = row.repacked_avx2;
   if (tier >= SimdTier::kAvx2) k.vec_dot_weight_rows_repacked = row.repacked_weight_rows_avx2;
+  if (tier >= SimdTier::kAvx512 && row.repacked_weight_rows_avx512) {
+    k.vec_dot_weight_rows_repacked = row.repacked_weight_rows_avx512;
+  }
   if (tier >= SimdTier::kAvx512)
     k.vec_dot_repacked = row.repacked_avx512, k.vec_dot_rows_repacked = row.repacked_rows_avx512;
   return k;
