@@ -40,19 +40,23 @@ void dot_rows(const WeightMatrix& w, int64_t first, int64_t last, const uint8_t*
   const quant::VecDotFn dot = repacked ? k.vec_dot_repacked : k.vec_dot;
   const quant::VecDotRowsFn dot_many = repacked ? k.vec_dot_rows_repacked : k.vec_dot_rows;
   const quant::VecDotWeightRowsFn dot_weight_rows = repacked ? k.vec_dot_weight_rows_repacked : nullptr;
-  if (count == 1 && dot_weight_rows) {
-    // A decode step: eight weight rows at a time, the kernel prefetching the eight after them
-    // while they compute. Past this task's rows too (within the matrix): the thread's next task
-    // mostly takes them, and so its first rows come from cache as well.
+  if (dot_weight_rows) {
+    // Eight weight rows at a time against up to kDotRows activation rows, each weight block
+    // decoded once for all of them. The first activation rows' pass prefetches the eight weight
+    // rows after them (the later passes find them in cache), past this task's rows too (within the
+    // matrix): the thread's next task mostly takes them, and so its first rows come from cache.
     constexpr int64_t kGroup = quant::kWeightRows;
-    int64_t o = first;
-    for (; o + kGroup <= last; o += kGroup) {
-      const int64_t ahead = std::clamp<int64_t>(w.rows - (o + kGroup), 0, kGroup);
-      dot_weight_rows(w.row(o), w.row_bytes, activations[0], w.cols, out[0] + o,
-                      ahead > 0 ? w.row(o + kGroup) : nullptr, static_cast<size_t>(ahead) * w.row_bytes);
+    float tile[quant::kDotRows * kGroup];
+    for (; first + kGroup <= last; first += kGroup) {
+      for (int64_t done = 0; done < count; done += quant::kDotRows) {
+        const int rows = static_cast<int>(std::min<int64_t>(quant::kDotRows, count - done));
+        const int64_t ahead = done == 0 ? std::clamp<int64_t>(w.rows - (first + kGroup), 0, kGroup) : 0;
+        dot_weight_rows(w.row(first), w.row_bytes, reinterpret_cast<const void* const*>(activations + done), rows,
+                        w.cols, tile, ahead > 0 ? w.row(first + kGroup) : nullptr,
+                        static_cast<size_t>(ahead) * w.row_bytes);
+        for (int r = 0; r < rows; ++r) std::copy_n(tile + r * kGroup, kGroup, out[done + r] + first);
+      }
     }
-    for (; o < last; ++o) out[0][o] = dot(w.row(o), activations[0], w.cols);
-    return;
   }
   if (!dot_many) {
     for (int64_t r = 0; r < count; ++r) {

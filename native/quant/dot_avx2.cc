@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "quant/blocks.h"
 #include "quant/dot_simd.h"
@@ -458,7 +459,7 @@ namespace {
 
 // The eight rows' f16 scales d (Q4_0's, IQ4_NL's) as floats, in lane order (rows 0, 2, 4, 6, 1, 3, 5, 7).
 template <typename Block>
-BLOOMERY_AVX2 inline __m256 half_scales(const Block* const* x, int64_t i) {
+BLOOMERY_AVX2 inline __m256 row_scales(const Block* const* x, int64_t i) {
   return _mm256_cvtph_ps(_mm_setr_epi16(static_cast<int16_t>(x[0][i].d), static_cast<int16_t>(x[2][i].d),
                                         static_cast<int16_t>(x[4][i].d), static_cast<int16_t>(x[6][i].d),
                                         static_cast<int16_t>(x[1][i].d), static_cast<int16_t>(x[3][i].d),
@@ -466,7 +467,7 @@ BLOOMERY_AVX2 inline __m256 half_scales(const Block* const* x, int64_t i) {
 }
 
 // MXFP4's E8M0 scales as e8m0_to_fp32_half gives them, in lane order.
-BLOOMERY_AVX2 inline __m256 e8m0_half_scales(const BlockMXFP4* const* x, int64_t i) {
+BLOOMERY_AVX2 inline __m256 row_scales(const BlockMXFP4* const* x, int64_t i) {
   const __m256i e =
       _mm256_setr_epi32(x[0][i].e, x[2][i].e, x[4][i].e, x[6][i].e, x[1][i].e, x[3][i].e, x[5][i].e, x[7][i].e);
   const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
@@ -517,49 +518,55 @@ BLOOMERY_AVX2 inline void store_rows(__m256 acc, float* out) {
   for (int r = 0; r < kWeightRows; ++r) out[r] = lanes[r % 2 * 4 + r / 2];
 }
 
-// codebook_dot_repacked for eight weight rows, as llama.cpp's repacked GEMV runs them: each
-// activation block loaded once, a register holding two rows' codes (row 2k's 16 bytes in its low
-// lane, row 2k + 1's in the high one) against the block's first and second halves, the rows'
-// exact block sums gathered into one vector by hadds (lanes: rows 0, 2, 4, 6, 1, 3, 5, 7) and
-// scaled in one FMA, each lane rounding as the single-row dot's scalar FMA. `row_scales(x, i)`:
-// the rows' weight scales of block i, in lane order. Prefetches `ahead` as VecDotWeightRowsFn says.
-template <typename Block, typename RowScales>
-BLOOMERY_AVX2 inline void codebook_dot_weight_rows(const void* w, size_t row_bytes, const BlockQ8_0* y, int64_t nb,
-                                                   const int8_t* values, RowScales row_scales, float* out,
-                                                   const void* ahead, size_t ahead_bytes) {
+// codebook_dot_repacked for eight weight rows against R activation rows, as llama.cpp's
+// repacked GEMV runs them: a register holding two weight rows' codes (row 2k's 16 bytes in its
+// low lane, row 2k + 1's in the high one), decoded once for all R, against each activation
+// block's first and second halves, the rows' exact block sums gathered into one vector by hadds
+// (lanes: rows 0, 2, 4, 6, 1, 3, 5, 7) and scaled in one FMA, each lane rounding as the
+// single-row dot's scalar FMA. Prefetches `ahead` as VecDotWeightRowsFn says.
+template <typename Block, int R>
+BLOOMERY_AVX2 void codebook_dot_weight_rows(const void* w, size_t row_bytes, const BlockQ8_0* const* y, int64_t nb,
+                                            const int8_t* values, float* out, const void* ahead, size_t ahead_bytes) {
   const AheadPrefetch prefetch(ahead, ahead_bytes, nb);
   const Block* x[kWeightRows];
   weight_rows(w, row_bytes, x);
   const __m256i table = codebook(values);
   const __m256i low_nibbles = _mm256_set1_epi8(0x0f);
-  __m256 acc = _mm256_setzero_ps();
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     prefetch.block(i);
-    const __m256i codes = load256(y[i].qs);
-    const __m256i first_half = _mm256_permute2x128_si256(codes, codes, 0x00);
-    const __m256i second_half = _mm256_permute2x128_si256(codes, codes, 0x11);
-    __m256i pair_sums[kWeightRows / 2];
+    __m256i lo[kWeightRows / 2], hi[kWeightRows / 2];
     for (int k = 0; k < kWeightRows / 2; ++k) {
       const __m256i q = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(x[2 * k + 1][i].qs),
                                             reinterpret_cast<const __m128i*>(x[2 * k][i].qs));
-      const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(q, low_nibbles));
-      const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), low_nibbles));
-      pair_sums[k] = _mm256_add_epi32(dot_i8(lo, first_half), dot_i8(hi, second_half));
+      lo[k] = _mm256_shuffle_epi8(table, _mm256_and_si256(q, low_nibbles));
+      hi[k] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), low_nibbles));
     }
-    const __m256 scales = _mm256_mul_ps(row_scales(x, i), _mm256_set1_ps(half_to_float(y[i].d)));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(row_sums(pair_sums)), scales, acc);
+    const __m256 scales = row_scales(x, i);
+    for (int r = 0; r < R; ++r) {
+      const __m256i codes = load256(y[r][i].qs);
+      const __m256i first_half = _mm256_permute2x128_si256(codes, codes, 0x00);
+      const __m256i second_half = _mm256_permute2x128_si256(codes, codes, 0x11);
+      __m256i pair_sums[kWeightRows / 2];
+      for (int k = 0; k < kWeightRows / 2; ++k) {
+        pair_sums[k] = _mm256_add_epi32(dot_i8(lo[k], first_half), dot_i8(hi[k], second_half));
+      }
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(row_sums(pair_sums)),
+                               _mm256_mul_ps(scales, _mm256_set1_ps(half_to_float(y[r][i].d))), acc[r]);
+    }
   }
-  store_rows(acc, out);
+  for (int r = 0; r < R; ++r) store_rows(acc[r], out + r * kWeightRows);
 }
 
 // The same dots through VNNI's unsigned-by-signed byte dots (vpdpbusd): the codebook's entries
 // plus `offset` (minus its least entry) are unsigned, so they meet the signed activations with
 // no sign moves, and each pair sum starts from -offset times the activations' four-byte sums in
 // its lanes. Exact integers either way: the same block sums, so the same floats.
-template <typename Block, typename RowScales>
-BLOOMERY_AVX2_VNNI inline void codebook_dot_weight_rows_vnni(const void* w, size_t row_bytes, const BlockQ8_0* y,
-                                                             int64_t nb, const int8_t* values, RowScales row_scales,
-                                                             float* out, const void* ahead, size_t ahead_bytes) {
+template <typename Block, int R>
+BLOOMERY_AVX2_VNNI void codebook_dot_weight_rows_vnni(const void* w, size_t row_bytes, const BlockQ8_0* const* y,
+                                                      int64_t nb, const int8_t* values, float* out, const void* ahead,
+                                                      size_t ahead_bytes) {
   const AheadPrefetch prefetch(ahead, ahead_bytes, nb);
   const Block* x[kWeightRows];
   weight_rows(w, row_bytes, x);
@@ -570,26 +577,53 @@ BLOOMERY_AVX2_VNNI inline void codebook_dot_weight_rows_vnni(const void* w, size
   const __m256i offsets = _mm256_set1_epi8(static_cast<char>(offset));
   const __m256i low_nibbles = _mm256_set1_epi8(0x0f);
   const __m256i zero = _mm256_setzero_si256();
-  __m256 acc = _mm256_setzero_ps();
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     prefetch.block(i);
-    const __m256i codes = load256(y[i].qs);
-    const __m256i first_half = _mm256_permute2x128_si256(codes, codes, 0x00);
-    const __m256i second_half = _mm256_permute2x128_si256(codes, codes, 0x11);
-    const __m256i start = _mm256_sub_epi32(
-        zero, _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(zero, offsets, first_half), offsets, second_half));
-    __m256i pair_sums[kWeightRows / 2];
+    __m256i lo[kWeightRows / 2], hi[kWeightRows / 2];
     for (int k = 0; k < kWeightRows / 2; ++k) {
       const __m256i q = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(x[2 * k + 1][i].qs),
                                             reinterpret_cast<const __m128i*>(x[2 * k][i].qs));
-      const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(q, low_nibbles));
-      const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), low_nibbles));
-      pair_sums[k] = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(start, lo, first_half), hi, second_half);
+      lo[k] = _mm256_shuffle_epi8(table, _mm256_and_si256(q, low_nibbles));
+      hi[k] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), low_nibbles));
     }
-    const __m256 scales = _mm256_mul_ps(row_scales(x, i), _mm256_set1_ps(half_to_float(y[i].d)));
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(row_sums(pair_sums)), scales, acc);
+    const __m256 scales = row_scales(x, i);
+    for (int r = 0; r < R; ++r) {
+      const __m256i codes = load256(y[r][i].qs);
+      const __m256i first_half = _mm256_permute2x128_si256(codes, codes, 0x00);
+      const __m256i second_half = _mm256_permute2x128_si256(codes, codes, 0x11);
+      const __m256i start = _mm256_sub_epi32(
+          zero, _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(zero, offsets, first_half), offsets, second_half));
+      __m256i pair_sums[kWeightRows / 2];
+      for (int k = 0; k < kWeightRows / 2; ++k) {
+        pair_sums[k] = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(start, lo[k], first_half), hi[k], second_half);
+      }
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(row_sums(pair_sums)),
+                               _mm256_mul_ps(scales, _mm256_set1_ps(half_to_float(y[r][i].d))), acc[r]);
+    }
   }
-  store_rows(acc, out);
+  for (int r = 0; r < R; ++r) store_rows(acc[r], out + r * kWeightRows);
+}
+
+// The kernel instantiated for `rows` activation rows (1 to kDotRows).
+template <typename Block, bool kVnni, int... R>
+BLOOMERY_AVX2 void weight_rows_for(int rows, std::integer_sequence<int, R...>, const void* w, size_t row_bytes,
+                                   const void* const* a, int64_t n, const int8_t* values, float* out, const void* ahead,
+                                   size_t ahead_bytes) {
+  using Kernel =
+      void (*)(const void*, size_t, const BlockQ8_0* const*, int64_t, const int8_t*, float*, const void*, size_t);
+  static constexpr Kernel kKernels[] = {
+      (kVnni ? codebook_dot_weight_rows_vnni<Block, R + 1> : codebook_dot_weight_rows<Block, R + 1>)...};
+  kKernels[rows - 1](w, row_bytes, reinterpret_cast<const BlockQ8_0* const*>(a), n / kQK, values, out, ahead,
+                     ahead_bytes);
+}
+
+template <typename Block, bool kVnni>
+BLOOMERY_AVX2 void weight_rows_for(int rows, const void* w, size_t row_bytes, const void* const* a, int64_t n,
+                                   const int8_t* values, float* out, const void* ahead, size_t ahead_bytes) {
+  weight_rows_for<Block, kVnni>(rows, std::make_integer_sequence<int, kDotRows>{}, w, row_bytes, a, n, values, out,
+                                ahead, ahead_bytes);
 }
 
 // Q4_0's codes less 8, as a codebook.
@@ -597,46 +631,34 @@ constexpr int8_t kQ4_0Values[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 
 
 }  // namespace
 
-BLOOMERY_AVX2 void vec_dot_weight_rows_q4_0_q8_0_repacked_avx2(const void* w, size_t row_bytes, const void* a,
-                                                               int64_t n, float* out, const void* ahead,
-                                                               size_t ahead_bytes) {
-  codebook_dot_weight_rows<BlockQ4_0>(w, row_bytes, static_cast<const BlockQ8_0*>(a), n / kQK, kQ4_0Values,
-                                      half_scales<BlockQ4_0>, out, ahead, ahead_bytes);
+void vec_dot_weight_rows_q4_0_q8_0_repacked_avx2(const void* w, size_t row_bytes, const void* const* a, int rows,
+                                                 int64_t n, float* out, const void* ahead, size_t ahead_bytes) {
+  weight_rows_for<BlockQ4_0, false>(rows, w, row_bytes, a, n, kQ4_0Values, out, ahead, ahead_bytes);
 }
 
-BLOOMERY_AVX2 void vec_dot_weight_rows_iq4_nl_q8_0_repacked_avx2(const void* w, size_t row_bytes, const void* a,
-                                                                 int64_t n, float* out, const void* ahead,
-                                                                 size_t ahead_bytes) {
-  codebook_dot_weight_rows<BlockIQ4_NL>(w, row_bytes, static_cast<const BlockQ8_0*>(a), n / kQK, kIq4nlValues,
-                                        half_scales<BlockIQ4_NL>, out, ahead, ahead_bytes);
+void vec_dot_weight_rows_iq4_nl_q8_0_repacked_avx2(const void* w, size_t row_bytes, const void* const* a, int rows,
+                                                   int64_t n, float* out, const void* ahead, size_t ahead_bytes) {
+  weight_rows_for<BlockIQ4_NL, false>(rows, w, row_bytes, a, n, kIq4nlValues, out, ahead, ahead_bytes);
 }
 
-BLOOMERY_AVX2 void vec_dot_weight_rows_mxfp4_q8_0_repacked_avx2(const void* w, size_t row_bytes, const void* a,
-                                                                int64_t n, float* out, const void* ahead,
-                                                                size_t ahead_bytes) {
-  codebook_dot_weight_rows<BlockMXFP4>(w, row_bytes, static_cast<const BlockQ8_0*>(a), n / kQK, kMxfp4Values,
-                                       e8m0_half_scales, out, ahead, ahead_bytes);
+void vec_dot_weight_rows_mxfp4_q8_0_repacked_avx2(const void* w, size_t row_bytes, const void* const* a, int rows,
+                                                  int64_t n, float* out, const void* ahead, size_t ahead_bytes) {
+  weight_rows_for<BlockMXFP4, false>(rows, w, row_bytes, a, n, kMxfp4Values, out, ahead, ahead_bytes);
 }
 
-BLOOMERY_AVX2_VNNI void vec_dot_weight_rows_q4_0_q8_0_repacked_vnni(const void* w, size_t row_bytes, const void* a,
-                                                                    int64_t n, float* out, const void* ahead,
-                                                                    size_t ahead_bytes) {
-  codebook_dot_weight_rows_vnni<BlockQ4_0>(w, row_bytes, static_cast<const BlockQ8_0*>(a), n / kQK, kQ4_0Values,
-                                           half_scales<BlockQ4_0>, out, ahead, ahead_bytes);
+void vec_dot_weight_rows_q4_0_q8_0_repacked_vnni(const void* w, size_t row_bytes, const void* const* a, int rows,
+                                                 int64_t n, float* out, const void* ahead, size_t ahead_bytes) {
+  weight_rows_for<BlockQ4_0, true>(rows, w, row_bytes, a, n, kQ4_0Values, out, ahead, ahead_bytes);
 }
 
-BLOOMERY_AVX2_VNNI void vec_dot_weight_rows_iq4_nl_q8_0_repacked_vnni(const void* w, size_t row_bytes, const void* a,
-                                                                      int64_t n, float* out, const void* ahead,
-                                                                      size_t ahead_bytes) {
-  codebook_dot_weight_rows_vnni<BlockIQ4_NL>(w, row_bytes, static_cast<const BlockQ8_0*>(a), n / kQK, kIq4nlValues,
-                                             half_scales<BlockIQ4_NL>, out, ahead, ahead_bytes);
+void vec_dot_weight_rows_iq4_nl_q8_0_repacked_vnni(const void* w, size_t row_bytes, const void* const* a, int rows,
+                                                   int64_t n, float* out, const void* ahead, size_t ahead_bytes) {
+  weight_rows_for<BlockIQ4_NL, true>(rows, w, row_bytes, a, n, kIq4nlValues, out, ahead, ahead_bytes);
 }
 
-BLOOMERY_AVX2_VNNI void vec_dot_weight_rows_mxfp4_q8_0_repacked_vnni(const void* w, size_t row_bytes, const void* a,
-                                                                     int64_t n, float* out, const void* ahead,
-                                                                     size_t ahead_bytes) {
-  codebook_dot_weight_rows_vnni<BlockMXFP4>(w, row_bytes, static_cast<const BlockQ8_0*>(a), n / kQK, kMxfp4Values,
-                                            e8m0_half_scales, out, ahead, ahead_bytes);
+void vec_dot_weight_rows_mxfp4_q8_0_repacked_vnni(const void* w, size_t row_bytes, const void* const* a, int rows,
+                                                  int64_t n, float* out, const void* ahead, size_t ahead_bytes) {
+  weight_rows_for<BlockMXFP4, true>(rows, w, row_bytes, a, n, kMxfp4Values, out, ahead, ahead_bytes);
 }
 
 BLOOMERY_AVX2 float vec_dot_q4_k_q8_k_repacked_avx2(const void* w, const void* a, int64_t n) {

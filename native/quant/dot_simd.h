@@ -12,8 +12,8 @@ namespace bloomery::quant {
 #if BLOOMERY_X86_SIMD
 #define BLOOMERY_X86_DOT(name) float name(const void* w, const void* a, int64_t n)
 #define BLOOMERY_X86_DOT_ROWS(name) void name(const void* w, const void* const* a, int rows, int64_t n, float* out)
-#define BLOOMERY_X86_DOT_WEIGHT_ROWS(name)                                                            \
-  void name(const void* w, size_t row_bytes, const void* a, int64_t n, float* out, const void* ahead, \
+#define BLOOMERY_X86_DOT_WEIGHT_ROWS(name)                                                                             \
+  void name(const void* w, size_t row_bytes, const void* const* a, int rows, int64_t n, float* out, const void* ahead, \
             size_t ahead_bytes)
 #else
 #define BLOOMERY_X86_DOT(name) inline constexpr VecDotFn name = nullptr
