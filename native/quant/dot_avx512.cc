@@ -297,29 +297,6 @@ BLOOMERY_AVX512 void vec_dot_rows_q4_k_q8_k_repacked_avx512(const void* w, const
   kTiles[rows - 1](&x, reinterpret_cast<const BlockQ8_K* const*>(a), n, out);
 }
 
-// MXFP4 in llama.cpp's repacked order (vec_dot_mxfp4_q8_0_repacked_avx2's bits: each block's
-// exact integer dot scaled in one FMA, block after block) against up to kDotRows activation rows,
-// each weight block decoded once for all of them: a prompt's rows share the decoding.
-BLOOMERY_AVX512 void vec_dot_rows_mxfp4_q8_0_repacked_avx512(const void* w, const void* const* a, int rows, int64_t n,
-                                                             float* out) {
-  const auto* x = static_cast<const BlockMXFP4*>(w);
-  const auto* const* y = reinterpret_cast<const BlockQ8_0* const*>(a);
-  const __m256i values = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Values)));
-  float acc[kDotRows] = {};
-  for (int64_t i = 0; i < n / kQK; ++i) {
-    const __m256i q = _mm256_shuffle_epi8(values, unpack_nibbles(x[i].qs));
-    const __m256i magnitude = _mm256_sign_epi8(q, q);
-    const float scale = e8m0_to_fp32_half(x[i].e);
-    for (int r = 0; r < rows; ++r) {
-      const __m256i lanes =
-          _mm256_dpbusd_epi32(_mm256_setzero_si256(), magnitude, _mm256_sign_epi8(load256(y[r][i].qs), q));
-      const int sum = sum_of_lanes(_mm_add_epi32(_mm256_castsi256_si128(lanes), _mm256_extracti128_si256(lanes, 1)));
-      acc[r] = std::fma(static_cast<float>(sum), scale * half_to_float(y[r][i].d), acc[r]);
-    }
-  }
-  for (int r = 0; r < rows; ++r) out[r] = acc[r];
-}
-
 BLOOMERY_AVX512 float vec_dot_q5_k_q8_k_avx512(const void* w, const void* a, int64_t n) {
   const auto* x = static_cast<const BlockQ5_K*>(w);
   const auto* y = static_cast<const BlockQ8_K*>(a);

@@ -92,7 +92,6 @@ BLOOMERY_X86_DOT(vec_dot_q4_k_q8_k_repacked_avx2);
 BLOOMERY_X86_DOT(vec_dot_q2_k_q8_k_repacked_avx2);
 BLOOMERY_X86_DOT(vec_dot_q4_k_q8_k_repacked_avx512);
 BLOOMERY_X86_DOT_ROWS(vec_dot_rows_q4_k_q8_k_repacked_avx512);
-BLOOMERY_X86_DOT_ROWS(vec_dot_rows_mxfp4_q8_0_repacked_avx512);
 
 // Multi-row dots (kernels.h's VecDotRowsFn), each bit-identical to its single-row dot above.
 BLOOMERY_X86_DOT_ROWS(vec_dot_rows_q3_k_q8_k_avx512);

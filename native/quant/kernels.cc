@@ -90,8 +90,7 @@ constexpr KernelRow kRows[] = {
      vec_dot_rows_tq2_0_q8_k_avx512},
     {39, kQ8_0, dequantize_row_mxfp4, quantize_row_q8_0, vec_dot_mxfp4_q8_0, vec_dot_mxfp4_q8_0_avx2,
      vec_dot_mxfp4_q8_0_avx512, nullptr, nullptr, vec_dot_mxfp4_q8_0_repacked_avx2, vec_dot_mxfp4_q8_0_repacked_avx2,
-     vec_dot_rows_mxfp4_q8_0_repacked_avx512, vec_dot_weight_rows_mxfp4_q8_0_repacked_avx2,
-     vec_dot_weight_rows_mxfp4_q8_0_repacked_vnni},
+     nullptr, vec_dot_weight_rows_mxfp4_q8_0_repacked_avx2, vec_dot_weight_rows_mxfp4_q8_0_repacked_vnni},
 };
 constexpr size_t kRowCount = std::size(kRows);
 constexpr size_t kTierCount = 3;
