@@ -512,6 +512,37 @@ BLOOMERY_AVX2 inline __m256i row_sums(const __m256i (&pair_sums)[kWeightRows / 2
                            _mm256_hadd_epi32(pair_sums[2], pair_sums[3]));
 }
 
+// Block i of the eight rows as four pairs' int8 values (a register: row 2k's 16 code bytes in the
+// low lane, row 2k + 1's in the high one): low nibbles (the block's first 16 weights) in lo, high
+// in hi, each through `table`.
+template <typename Block>
+BLOOMERY_AVX2 inline void pair_codes(const Block* const (&x)[kWeightRows], int64_t i, __m256i table,
+                                     __m256i (&lo)[kWeightRows / 2], __m256i (&hi)[kWeightRows / 2]) {
+  const __m256i low_nibbles = _mm256_set1_epi8(0x0f);
+  for (int k = 0; k < kWeightRows / 2; ++k) {
+    const __m256i q = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(x[2 * k + 1][i].qs),
+                                          reinterpret_cast<const __m128i*>(x[2 * k][i].qs));
+    lo[k] = _mm256_shuffle_epi8(table, _mm256_and_si256(q, low_nibbles));
+    hi[k] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), low_nibbles));
+  }
+}
+
+// An activation block's first and second 16 codes, each in both lanes.
+struct ActivationHalves {
+  BLOOMERY_AVX2 explicit ActivationHalves(const BlockQ8_0& y) {
+    const __m256i codes = load256(y.qs);
+    first = _mm256_permute2x128_si256(codes, codes, 0x00);
+    second = _mm256_permute2x128_si256(codes, codes, 0x11);
+  }
+  __m256i first, second;
+};
+
+// acc + the rows' block sums times their scales and the activation block's, each lane rounding
+// as the single-row dot's scalar FMA.
+BLOOMERY_AVX2 inline __m256 add_scaled(__m256 acc, __m256i sums, __m256 row_scales, const BlockQ8_0& y) {
+  return _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(row_scales, _mm256_set1_ps(half_to_float(y.d))), acc);
+}
+
 BLOOMERY_AVX2 inline void store_rows(__m256 acc, float* out) {
   alignas(32) float lanes[kWeightRows];
   _mm256_store_ps(lanes, acc);
@@ -531,29 +562,20 @@ BLOOMERY_AVX2 void codebook_dot_weight_rows(const void* w, size_t row_bytes, con
   const Block* x[kWeightRows];
   weight_rows(w, row_bytes, x);
   const __m256i table = codebook(values);
-  const __m256i low_nibbles = _mm256_set1_epi8(0x0f);
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     prefetch.block(i);
     __m256i lo[kWeightRows / 2], hi[kWeightRows / 2];
-    for (int k = 0; k < kWeightRows / 2; ++k) {
-      const __m256i q = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(x[2 * k + 1][i].qs),
-                                            reinterpret_cast<const __m128i*>(x[2 * k][i].qs));
-      lo[k] = _mm256_shuffle_epi8(table, _mm256_and_si256(q, low_nibbles));
-      hi[k] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), low_nibbles));
-    }
+    pair_codes(x, i, table, lo, hi);
     const __m256 scales = row_scales(x, i);
     for (int r = 0; r < R; ++r) {
-      const __m256i codes = load256(y[r][i].qs);
-      const __m256i first_half = _mm256_permute2x128_si256(codes, codes, 0x00);
-      const __m256i second_half = _mm256_permute2x128_si256(codes, codes, 0x11);
+      const ActivationHalves a(y[r][i]);
       __m256i pair_sums[kWeightRows / 2];
       for (int k = 0; k < kWeightRows / 2; ++k) {
-        pair_sums[k] = _mm256_add_epi32(dot_i8(lo[k], first_half), dot_i8(hi[k], second_half));
+        pair_sums[k] = _mm256_add_epi32(dot_i8(lo[k], a.first), dot_i8(hi[k], a.second));
       }
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(row_sums(pair_sums)),
-                               _mm256_mul_ps(scales, _mm256_set1_ps(half_to_float(y[r][i].d))), acc[r]);
+      acc[r] = add_scaled(acc[r], row_sums(pair_sums), scales, y[r][i]);
     }
   }
   for (int r = 0; r < R; ++r) store_rows(acc[r], out + r * kWeightRows);
@@ -575,32 +597,23 @@ BLOOMERY_AVX2_VNNI void codebook_dot_weight_rows_vnni(const void* w, size_t row_
   for (int v = 0; v < 16; ++v) shifted[v] = static_cast<uint8_t>(values[v] + offset);
   const __m256i table = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(shifted)));
   const __m256i offsets = _mm256_set1_epi8(static_cast<char>(offset));
-  const __m256i low_nibbles = _mm256_set1_epi8(0x0f);
   const __m256i zero = _mm256_setzero_si256();
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     prefetch.block(i);
     __m256i lo[kWeightRows / 2], hi[kWeightRows / 2];
-    for (int k = 0; k < kWeightRows / 2; ++k) {
-      const __m256i q = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(x[2 * k + 1][i].qs),
-                                            reinterpret_cast<const __m128i*>(x[2 * k][i].qs));
-      lo[k] = _mm256_shuffle_epi8(table, _mm256_and_si256(q, low_nibbles));
-      hi[k] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), low_nibbles));
-    }
+    pair_codes(x, i, table, lo, hi);
     const __m256 scales = row_scales(x, i);
     for (int r = 0; r < R; ++r) {
-      const __m256i codes = load256(y[r][i].qs);
-      const __m256i first_half = _mm256_permute2x128_si256(codes, codes, 0x00);
-      const __m256i second_half = _mm256_permute2x128_si256(codes, codes, 0x11);
-      const __m256i start = _mm256_sub_epi32(
-          zero, _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(zero, offsets, first_half), offsets, second_half));
+      const ActivationHalves a(y[r][i]);
+      const __m256i start =
+          _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(zero, offsets, a.first), offsets, a.second));
       __m256i pair_sums[kWeightRows / 2];
       for (int k = 0; k < kWeightRows / 2; ++k) {
-        pair_sums[k] = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(start, lo[k], first_half), hi[k], second_half);
+        pair_sums[k] = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(start, lo[k], a.first), hi[k], a.second);
       }
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(row_sums(pair_sums)),
-                               _mm256_mul_ps(scales, _mm256_set1_ps(half_to_float(y[r][i].d))), acc[r]);
+      acc[r] = add_scaled(acc[r], row_sums(pair_sums), scales, y[r][i]);
     }
   }
   for (int r = 0; r < R; ++r) store_rows(acc[r], out + r * kWeightRows);
