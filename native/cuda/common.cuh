@@ -151,6 +151,23 @@ __device__ __forceinline__ int codebook_lookup(uint32_t indices, uint32_t w0, ui
   return static_cast<int>(__byte_perm(low, high, half));
 }
 
+// The eight 4-bit indices of a word of 32-element block codes (byte k: the low nibble indexes
+// weight k, the high one weight k + 16) mapped through the codebook whose words are w0..w3:
+// weights k (.x) and k + 16 (.y) for the word's four k. A byte permute reads only the low three
+// bits of each selector nibble, so the indices select within each half of the table as they
+// are, and bit 3 then picks the half: half the work of four codebook_lookup calls.
+__device__ __forceinline__ int2 codebook_pairs(uint32_t indices, uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3) {
+  const uint32_t half = 0x32103210u | ((indices & 0x88888888u) >> 1);
+  uint32_t values[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const uint32_t selector = indices >> (16 * i);
+    values[i] = __byte_perm(__byte_perm(w0, w1, selector), __byte_perm(w2, w3, selector), half >> (16 * i));
+  }
+  return make_int2(static_cast<int>(__byte_perm(values[0], values[1], 0x6420)),
+                   static_cast<int>(__byte_perm(values[0], values[1], 0x7531)));
+}
+
 // IQ4_NL's and IQ4_XS's non-linear values, and MXFP4's doubled E2M1 values, of four indices.
 __device__ __forceinline__ int iq4nl_values(uint32_t indices) {
   constexpr uint32_t w0 = codebook_word(quant::kIq4nlValues, 0), w1 = codebook_word(quant::kIq4nlValues, 1);

@@ -9,6 +9,13 @@
 // three matrices of one type by the same input (a layer's q, k and v), each block serving one. The
 // same kernel serves dense matrices (rows of a batch in chunks of NT) and expert stacks
 // (chunks of rows routed to one expert, from moe.cu's grouping).
+//
+// MXFP4 rows take another path (staged_rows): its 17-byte blocks leave every lane's unit at a
+// different alignment, so that a lane's five word loads per unit (and the two lanes of each
+// block loading the same codes) kept a decode step's expert products at a fifth of the memory's
+// speed. There a warp copies its whole weight row (gate's and up's) into shared memory with
+// coalesced asynchronous word copies, every copy in flight at once, then each lane decodes whole
+// blocks from there.
 #include <vector>
 
 #include "base/error.h"
@@ -99,6 +106,8 @@ struct MatvecArgs {
   const int32_t* chunks;
   const int32_t* chunk_count;
   ExpertEpilogue epilogue;  // grouped: what the products add (nothing for dense ones)
+  int stage_offset;         // staged types: where the warps' stages start in shared memory
+  int stage_bytes;          // staged types: shared bytes that hold one staged weight row
 };
 
 // The activation row at x quantized into `blocks` (shared memory) by the block's warps, 256
@@ -118,12 +127,181 @@ __device__ void quantize_row(const float* x, int cols, ActivationFormat format, 
   __syncthreads();
 }
 
+// The activation rows of a block's chunk: up to NT from `first` on (`count` of them; the rest
+// repeat the last, so that inner loops have no branches, and their sums are dropped), and the
+// output row of each. With float input (NT 1 only), the block quantizes its row into `quantized`
+// first: every thread of the block takes part.
+template <int NT>
+struct RowInputs {
+  const ActivationBlock* xs[NT];
+  int out_rows[NT];
+
+  __device__ __forceinline__ RowInputs(const MatvecArgs& a, int first, int count, ActivationBlock* quantized) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const int p = first + min(t, count - 1);
+      const int slot = a.order ? a.order[p] : p;
+      xs[t] = a.x ? a.x + static_cast<int64_t>(slot / a.x_row_divisor) * a.x_blocks : quantized;
+      out_rows[t] = slot;
+    }
+    if constexpr (NT == 1) {
+      if (!a.x && a.x_floats) {
+        const int cols = a.x_blocks * 32;
+        quantize_row(a.x_floats + static_cast<int64_t>(out_rows[0] / a.x_row_divisor) * cols, cols, a.format,
+                     quantized);
+      }
+    }
+  }
+};
+
+// Sums each activation row's lane sums (and up's) over the row's kLanes lanes and writes them
+// through the epilogue, one lane per activation row.
+template <int NT, bool Gated, int kLanes>
+__device__ __forceinline__ void write_sums(const MatvecArgs& a, const MatvecPart& part, int row,
+                                           const RowInputs<NT>& in, int count, const float (&acc)[NT],
+                                           const float (&acc_up)[Gated ? NT : 1]) {
+  const int lane = threadIdx.x % kLanes;
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    float value = lanes_sum<kLanes>(acc[t]);
+    const float up = Gated ? lanes_sum<kLanes>(acc_up[t]) : 0.0f;
+    if (lane == t && t < count) {
+      value = Gated ? gated_expert_value(value, up, a.epilogue, in.out_rows[t], row, part.rows)
+                    : expert_output_value(value, a.epilogue, in.out_rows[t], row, part.rows);
+      float* out = part.y + static_cast<int64_t>(in.out_rows[t]) * part.rows + row;
+      *out = part.accumulate ? *out + value : value;
+    }
+  }
+}
+
+// Types whose products stage each warp's weight rows in shared memory (see the top of the file),
+// for rows of at most kStagedMaxCols weights: a block's stages and its quantized activation row
+// then fit the 48 KiB a launch gets without opting in.
+constexpr bool stages_rows(uint32_t type) { return type == kTypeMXFP4; }
+constexpr int64_t kStagedMaxCols = 8192;
+bool staged(uint32_t type, int64_t cols) { return stages_rows(type) && cols <= kStagedMaxCols; }
+
+// Shared bytes that hold a row of `cols` weights of a staged type, whatever its alignment: the
+// words that hold its first and last bytes are copied whole.
+int stage_bytes(int64_t cols) {
+  const int64_t bytes = cols / 32 * static_cast<int64_t>(sizeof(BlockMXFP4));
+  return static_cast<int>((4 * ((3 + bytes + 3) / 4) + 15) / 16 * 16);
+}
+
+__device__ __forceinline__ void copy_word_async(uint8_t* to, const uint32_t* from) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(to))),
+               "l"(from)
+               : "memory");
+#else
+  *reinterpret_cast<uint32_t*>(to) = *from;
+#endif
+}
+
+// Waits for the lane's copies, then for the warp's: every lane reads what others copied.
+__device__ __forceinline__ void wait_for_stage() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+  __syncwarp();
+}
+
+// Starts copying `bytes` bytes at `src` (any alignment) into `stage`, the warp's lanes a word
+// each in turn, all in flight at once; returns the offset in `stage` of src's first byte.
+__device__ __forceinline__ int stage_span(const uint8_t* src, int64_t bytes, uint8_t* stage) {
+  const auto address = reinterpret_cast<uintptr_t>(src);
+  const auto* words = reinterpret_cast<const uint32_t*>(address & ~uintptr_t{3});
+  const int head = static_cast<int>(address & 3);
+  const int count = static_cast<int>((head + bytes + 3) / 4);
+  for (int i = static_cast<int>(threadIdx.x % kWarp); i < count; i += kWarp) copy_word_async(stage + 4 * i, words + i);
+  return head;
+}
+
+// A whole 32-weight block as int8 codes (weights 0..15 in lo, 16..31 in hi) and its scale.
+struct Block32 {
+  int lo[4];
+  int hi[4];
+  float scale;
+};
+
+// The MXFP4 block at `at` (its scale byte, then its 16 code bytes), in shared memory.
+__device__ __forceinline__ Block32 staged_block(const uint8_t* at) {
+  constexpr uint32_t w0 = codebook_word(quant::kMxfp4Values, 0), w1 = codebook_word(quant::kMxfp4Values, 1);
+  constexpr uint32_t w2 = codebook_word(quant::kMxfp4Values, 2), w3 = codebook_word(quant::kMxfp4Values, 3);
+  Block32 b;
+  uint32_t qs[4];
+  load_16_unaligned(at + offsetof(BlockMXFP4, qs), qs);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int2 pair = codebook_pairs(qs[i], w0, w1, w2, w3);
+    b.lo[i] = pair.x;
+    b.hi[i] = pair.y;
+  }
+  b.scale = e8m0_to_float_half(at[offsetof(BlockMXFP4, e)]);
+  return b;
+}
+
+__device__ __forceinline__ float staged_block_dot(const Block32& w, const ActivationBlock& x) {
+  const int* q = reinterpret_cast<const int*>(x.qs);
+  int sum = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) sum = __dp4a(w.lo[i], q[i], sum);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) sum = __dp4a(w.hi[i], q[4 + i], sum);
+  return x.d * w.scale * static_cast<float>(sum);
+}
+
+// product_rows for a staged type: the warp stages weight row `row` of `part` (and up's), then each
+// lane dots blocks lane, lane + 32, ... with the NT activation rows. A row's sums do not depend
+// on NT either.
+template <uint32_t Type, int NT, bool Gated>
+__device__ __forceinline__ void staged_rows(const MatvecArgs& a, const MatvecPart& part, int row, int expert, int first,
+                                            int count, bool grouped, ActivationBlock* quantized) {
+  static_assert(Type == kTypeMXFP4);
+  const int lane = threadIdx.x % kWarp;
+  const bool active = row < part.rows;  // the warp's: a row per warp
+  const size_t offset = static_cast<size_t>(expert) * a.matrix_bytes + static_cast<size_t>(row) * a.row_bytes;
+  uint8_t* stage =
+      reinterpret_cast<uint8_t*>(quantized) + a.stage_offset + (threadIdx.x / kWarp) * (Gated ? 2 : 1) * a.stage_bytes;
+  const int blocks = a.x_blocks;
+  int head = 0, head_up = 0;
+  if (active) {
+    head = stage_span(part.w + offset, a.row_bytes, stage);
+    if constexpr (Gated) head_up = stage_span(a.w_up + offset, a.row_bytes, stage + a.stage_bytes);
+  }
+  // A dense matrix is no kernel's output: its row copies while the previous kernel ends.
+  if (!grouped) wait_for_previous_kernel();
+  const RowInputs<NT> in(a, first, count, quantized);
+  if (!active) return;
+  float acc[NT] = {};
+  float acc_up[Gated ? NT : 1] = {};
+  wait_for_stage();
+  for (int j = lane; j < blocks; j += kWarp) {
+    const Block32 w = staged_block(stage + head + j * static_cast<int>(sizeof(BlockMXFP4)));
+    Block32 up;
+    if constexpr (Gated) up = staged_block(stage + a.stage_bytes + head_up + j * static_cast<int>(sizeof(BlockMXFP4)));
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const ActivationBlock& x = in.xs[t][j];
+      acc[t] += staged_block_dot(w, x);
+      if constexpr (Gated) acc_up[t] += staged_block_dot(up, x);
+    }
+  }
+  write_sums<NT, Gated, kWarp>(a, part, row, in, count, acc, acc_up);
+}
+
 // Up to NT activation rows, from `first` on (`count` of them, the rest repeat the last and
 // write nothing), through weight row `row` of `part` (expert `expert`'s, grouped). Quantizes a
 // float activation row into `quantized` first where the launch gave one (NT 1 only).
 template <uint32_t Type, int NT, bool Gated, int kLanes>
 __device__ __forceinline__ void product_rows(const MatvecArgs& a, const MatvecPart& part, int row, int expert,
                                              int first, int count, bool grouped, ActivationBlock* quantized) {
+  if constexpr (stages_rows(Type) && kLanes == kWarp) {
+    if (a.stage_bytes > 0) {
+      staged_rows<Type, NT, Gated>(a, part, row, expert, first, count, grouped, quantized);
+      return;
+    }
+  }
   const int lane = threadIdx.x % kLanes;  // within the row's lanes
   // Lanes past the last row load that row again and write nothing: they may still have a
   // share in quantizing the activation row.
@@ -148,22 +326,7 @@ __device__ __forceinline__ void product_rows(const MatvecArgs& a, const MatvecPa
   // A dense matrix is no kernel's output: its first round loads while the previous kernel ends.
   if (!grouped) wait_for_previous_kernel();
 
-  // Rows past `count` repeat the last one so the inner loop has no branches; their sums are dropped.
-  const ActivationBlock* xs[NT];
-  int out_rows[NT];
-#pragma unroll
-  for (int t = 0; t < NT; ++t) {
-    const int p = first + min(t, count - 1);
-    const int slot = a.order ? a.order[p] : p;
-    xs[t] = a.x ? a.x + static_cast<int64_t>(slot / a.x_row_divisor) * a.x_blocks : quantized;
-    out_rows[t] = slot;
-  }
-  if constexpr (NT == 1) {
-    if (!a.x && a.x_floats) {
-      const int cols = a.x_blocks * 32;
-      quantize_row(a.x_floats + static_cast<int64_t>(out_rows[0] / a.x_row_divisor) * cols, cols, a.format, quantized);
-    }
-  }
+  const RowInputs<NT> in(a, first, count, quantized);
   if (row >= part.rows) return;
   // One activation row: a round's activations load with its weights, not after them.
   ActivationUnit x1[NT == 1 ? kUnitsInFlight : 1];
@@ -172,7 +335,7 @@ __device__ __forceinline__ void product_rows(const MatvecArgs& a, const MatvecPa
 #pragma unroll
       for (int b = 0; b < kUnitsInFlight; ++b) {
         const int unit = min(base + b * kLanes, a.units - 1);
-        x1[b] = activation_unit(xs[0][unit / 2], unit);
+        x1[b] = activation_unit(in.xs[0][unit / 2], unit);
       }
     }
   };
@@ -186,7 +349,7 @@ __device__ __forceinline__ void product_rows(const MatvecArgs& a, const MatvecPa
       if (unit >= a.units) break;
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
-        const ActivationUnit x = NT == 1 ? x1[b] : activation_unit(xs[t][unit / 2], unit);
+        const ActivationUnit x = NT == 1 ? x1[b] : activation_unit(in.xs[t][unit / 2], unit);
         acc[t] += dot_unit<Type>(u[b], x);
         if constexpr (Gated) acc_up[t] += dot_unit<Type>(v[b], x);
       }
@@ -196,17 +359,7 @@ __device__ __forceinline__ void product_rows(const MatvecArgs& a, const MatvecPa
     load_round(base);
     load_activations(base);
   }
-#pragma unroll
-  for (int t = 0; t < NT; ++t) {
-    float value = lanes_sum<kLanes>(acc[t]);
-    const float up = Gated ? lanes_sum<kLanes>(acc_up[t]) : 0.0f;
-    if (lane == t && t < count) {
-      value = Gated ? gated_expert_value(value, up, a.epilogue, out_rows[t], row, part.rows)
-                    : expert_output_value(value, a.epilogue, out_rows[t], row, part.rows);
-      float* out = part.y + static_cast<int64_t>(out_rows[t]) * part.rows + row;
-      *out = part.accumulate ? *out + value : value;
-    }
-  }
+  write_sums<NT, Gated, kLanes>(a, part, row, in, count, acc, acc_up);
 }
 
 // A block serves kWarpsPerBlock * (32 / kLanes) weight rows of one part, against a chunk of up
@@ -217,7 +370,8 @@ __device__ __forceinline__ void product_rows(const MatvecArgs& a, const MatvecPa
 // sums are the same floats whatever NT: each row is dotted on its own, in the same order.
 template <uint32_t Type, int NT, bool Gated, int kLanes>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarp) matvec_kernel(MatvecArgs a) {
-  extern __shared__ ActivationBlock quantized[];  // with x_floats: the block's activation row
+  // With x_floats: the block's activation row; then the warps' stages (staged types).
+  extern __shared__ __align__(16) ActivationBlock quantized[];
   constexpr int kRowsPerWarp = kWarp / kLanes;
   MatvecPart part = a.parts[0];
 #pragma unroll
@@ -276,23 +430,34 @@ int tokens_per_block(int64_t n) { return n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : 
 
 // Lanes per weight row: half a warp for rows of at most one round of half a warp's units. A
 // function of the row length only, so that a row's sums do not depend on the batch.
-int lanes_per_row(int units) { return units <= kWarp / 2 * kUnitsInFlight ? kWarp / 2 : kWarp; }
+// A staged row takes a whole warp.
+int lanes_per_row(uint32_t type, int64_t cols) {
+  return !staged(type, cols) && cols / kUnit <= kWarp / 2 * kUnitsInFlight ? kWarp / 2 : kWarp;
+}
 
-// Blocks serving `rows` weight rows of `cols` weights.
-unsigned row_blocks(int64_t rows, int64_t cols) {
-  return ceil_div(rows, kWarpsPerBlock * (kWarp / lanes_per_row(static_cast<int>(cols / kUnit))));
+// Blocks serving `rows` weight rows of `cols` weights of `type`.
+unsigned row_blocks(uint32_t type, int64_t rows, int64_t cols) {
+  return ceil_div(rows, kWarpsPerBlock * (kWarp / lanes_per_row(type, cols)));
 }
 
 template <int NT, bool Gated>
 void launch_quantized(uint32_t type, dim3 grid, const MatvecArgs& a, cudaStream_t stream) {
   constexpr int kThreads = kWarpsPerBlock * kWarp;
-  const size_t shared = a.x_floats ? static_cast<size_t>(a.x_blocks) * sizeof(ActivationBlock) : 0;
+  const int64_t cols = static_cast<int64_t>(a.x_blocks) * 32;
+  const size_t row_shared = a.x_floats ? static_cast<size_t>(a.x_blocks) * sizeof(ActivationBlock) : 0;
+  MatvecArgs args = a;
+  size_t shared = row_shared;
+  if (staged(type, cols)) {
+    args.stage_offset = static_cast<int>((row_shared + 15) / 16 * 16);
+    args.stage_bytes = stage_bytes(cols);
+    shared = args.stage_offset + static_cast<size_t>(kWarpsPerBlock) * (Gated ? 2 : 1) * args.stage_bytes;
+  }
   const bool supported = with_type(QuantizedTypes{}, type, [&](auto t) {
     constexpr uint32_t kType = decltype(t)::value;
-    if (lanes_per_row(a.units) == kWarp) {
-      launch_early(matvec_kernel<kType, NT, Gated, kWarp>, grid, dim3(kThreads), shared, stream, a);
+    if (lanes_per_row(type, cols) == kWarp) {
+      launch_early(matvec_kernel<kType, NT, Gated, kWarp>, grid, dim3(kThreads), shared, stream, args);
     } else {
-      launch_early(matvec_kernel<kType, NT, Gated, kWarp / 2>, grid, dim3(kThreads), shared, stream, a);
+      launch_early(matvec_kernel<kType, NT, Gated, kWarp / 2>, grid, dim3(kThreads), shared, stream, args);
     }
   });
   if (!supported) throw Error("UNSUPPORTED_QUANT", "no GPU matvec kernel for ggml type " + std::to_string(type));
@@ -395,7 +560,7 @@ void matvec(const DeviceMatrix& w, const MatvecInput& x, int64_t n, float* y, bo
     }
     return;
   }
-  const dim3 grid(row_blocks(w.rows, w.cols), ceil_div(n, nt));
+  const dim3 grid(row_blocks(w.type, w.rows, w.cols), ceil_div(n, nt));
   launch_quantized<false>(w.type, nt, grid, dense_args(w, x, n, y, accumulate), stream);
 }
 
@@ -410,13 +575,13 @@ void matvecs(std::span<const MatvecProduct> products, const MatvecInput& x, int6
       continue;
     }
     MatvecArgs a = dense_args(w, x, n, products[i].y, products[i].accumulate);
-    unsigned blocks = row_blocks(w.rows, w.cols);
+    unsigned blocks = row_blocks(w.type, w.rows, w.cols);
     for (size_t j = i + 1; j < products.size() && a.part_count < kMaxParts; ++j) {
       const DeviceMatrix& other = *products[j].w;
       if (queued[j] || other.type != w.type || other.cols != w.cols || other.row_bytes != w.row_bytes) continue;
       a.parts[a.part_count++] = {other.data, products[j].y, static_cast<int>(other.rows), static_cast<int>(blocks),
                                  products[j].accumulate};
-      blocks += row_blocks(other.rows, other.cols);
+      blocks += row_blocks(other.type, other.rows, other.cols);
       queued[j] = true;
     }
     launch_quantized<false>(w.type, nt, dim3(blocks, ceil_div(n, nt)), a, stream);
@@ -433,7 +598,7 @@ void gated_matvec(const DeviceMatrix& gate, const DeviceMatrix& up, const Activa
   const int nt = tokens_per_block(n);
   MatvecArgs a = dense_args(gate, {nullptr, x}, n, y, false);
   a.w_up = up.data;
-  launch_quantized<true>(gate.type, nt, dim3(row_blocks(gate.rows, gate.cols), ceil_div(n, nt)), a, stream);
+  launch_quantized<true>(gate.type, nt, dim3(row_blocks(gate.type, gate.rows, gate.cols), ceil_div(n, nt)), a, stream);
 }
 
 void expert_gated_matvec(const DeviceMatrix& gate, const DeviceMatrix& up, const MatvecInput& x, int64_t used,
@@ -446,7 +611,7 @@ void expert_gated_matvec(const DeviceMatrix& gate, const DeviceMatrix& up, const
   MatvecArgs a = grouped_args(gate, x, used, groups, hidden);
   a.w_up = up.data;
   a.epilogue = epilogue;
-  const dim3 grid(row_blocks(gate.rows, gate.cols), static_cast<unsigned>(groups.max_chunks));
+  const dim3 grid(row_blocks(gate.type, gate.rows, gate.cols), static_cast<unsigned>(groups.max_chunks));
   launch_quantized<true>(gate.type, groups.tokens_per_chunk, grid, a, stream);
 }
 
@@ -458,7 +623,7 @@ void expert_matvec(const DeviceMatrix& down, const MatvecInput& hidden, const Ex
   }
   MatvecArgs a = grouped_args(down, hidden, 1, groups, out);
   a.epilogue = epilogue;
-  const dim3 grid(row_blocks(down.rows, down.cols), static_cast<unsigned>(groups.max_chunks));
+  const dim3 grid(row_blocks(down.type, down.rows, down.cols), static_cast<unsigned>(groups.max_chunks));
   launch_quantized<false>(down.type, groups.tokens_per_chunk, grid, a, stream);
 }
 

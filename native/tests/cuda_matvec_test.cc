@@ -101,15 +101,17 @@ TEST(cuda_embed_matches_cpu_dequantize) {
 // per row) and of several with a partial last one (for the types of 32-value blocks, one of 25
 // blocks, which the kernels' warps of 256 values straddle when they quantize a row; for the
 // float types, one not a multiple of 4). A batch's first row sums exactly as that row alone
-// (what batched decoding relies on).
+// (what batched decoding relies on). MXFP4's rows of up to 8,192 weights are staged in shared
+// memory, rows of 25 blocks at odd addresses; 8,224 is also run for MXFP4, past that bound.
 TEST(cuda_matvec_matches_cpu_dot) {
   if (!device_ready("cuda_matvec_matches_cpu_dot")) return;
   std::mt19937 rng(13);
   const int64_t rows = 67;
   const cuda::Stream stream;
   for (const uint32_t type : kGpuTypes) {
-    for (const int64_t cols : {768, 4352, 800, 771}) {
+    for (const int64_t cols : {768, 4352, 800, 771, 8224}) {
       if (cols % quant::ggml_type(type)->block_elements != 0) continue;
+      if (cols == 8224 && type != quant::BlockMXFP4::kType) continue;
       const auto w = random_matrix(type, rows, cols, rng);
       const auto dw = upload(w);
       const cuda::DeviceMatrix m = device_matrix(type, dw, rows, cols);
