@@ -126,6 +126,71 @@ describe("a corrupted state file", () => {
   });
 });
 
+/** state.cc's checksum: a word hash fed the header (checksum 0), then each block of the payload in turn. */
+function stateChecksum(header: Buffer, blocks: Buffer[]): bigint {
+  const mask = (1n << 64n) - 1n;
+  let state = 0x2545f4914f6cdd1dn;
+  const mix = (word: bigint) => {
+    state ^= (word * 0x9e3779b97f4a7c15n) & mask;
+    state = ((((state << 31n) | (state >> 33n)) & mask) * 0xbf58476d1ce4e5b9n) & mask;
+  };
+  for (const block of [header, ...blocks]) {
+    let at = 0;
+    for (; at + 8 <= block.length; at += 8) mix(block.readBigUInt64LE(at));
+    const tail = block.length - at;
+    if (tail > 0) {
+      const rest = Buffer.alloc(8);
+      block.copy(rest, 0, at);
+      mix(rest.readBigUInt64LE(0) ^ (BigInt(tail) << 56n));
+    }
+  }
+  let h = state ^ (state >> 33n);
+  h = (h * 0xff51afd7ed558ccdn) & mask;
+  return h ^ (h >> 33n);
+}
+
+/** A state file of `tokens` tokens (ids 0) whose every layer holds every position, under `header`'s model. */
+function forgedState(header: Buffer, tokens: number): Buffer {
+  const head = Buffer.from(header.subarray(0, HEADER_BYTES));
+  const layers = Number(head.readBigUInt64LE(24));
+  const keyWidth = Number(head.readBigUInt64LE(32));
+  const valueWidth = Number(head.readBigUInt64LE(40));
+  head.writeBigUInt64LE(BigInt(tokens), 48); // tokens
+  head.writeBigUInt64LE(0n, 64); // window_first
+  head.writeBigUInt64LE(BigInt(tokens), 72); // shifted_from: none
+  head.writeBigUInt64LE(0n, 80); // checksum
+  const ids = Buffer.alloc(4 * tokens);
+  const keys = Buffer.alloc(2 * layers * tokens * keyWidth);
+  const values = Buffer.alloc(2 * layers * tokens * valueWidth);
+  head.writeBigUInt64LE(stateChecksum(head, [ids, keys, values]), 80);
+  return Buffer.concat([head, ids, keys, values]);
+}
+
+describe("a state whose sliding-window layers hold more positions than the session's", () => {
+  it("is refused by name (it overran the windowed layers' cache), and one that fits restores", async () => {
+    const ossPath = join(dir, "tiny-gpt-oss.gguf");
+    await writeSyntheticModel(ossPath, { preset: "tiny-gpt-oss", weightType: "Q8_0" });
+    // A context of 1,024: a windowed layer (window 32) holds 32 + 64 + 256 = 352 rows on the CPU.
+    const oss = await loadModel(ossPath, { threads: 1, contextSize: 1024, cacheRam: 0 });
+    try {
+      const session = oss.createSession();
+      await session.evaluate(Array.from({ length: 40 }, (_, i) => (i * 7919 + 13) % oss.info.vocabSize));
+      const saved = join(dir, "oss-saved.bin");
+      await session.save(saved);
+      const header = readFileSync(saved);
+      const file = join(dir, "oss-forged.bin");
+      writeFileSync(file, forgedState(header, 352));
+      await session.restore(file);
+      expect(session.position).toBe(352);
+      writeFileSync(file, forgedState(header, 400));
+      await expectCode(session.restore(file), "STATE_MODEL_MISMATCH", /sliding-window layers hold 400 positions/);
+      expect(session.position).toBe(352);
+    } finally {
+      oss.dispose();
+    }
+  });
+});
+
 describe("what is at a state file's path", () => {
   it("a link is neither written through (to an existing file or a dangling one) nor read through", async () => {
     const { file } = await savedSession();

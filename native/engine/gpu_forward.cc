@@ -175,11 +175,20 @@ struct GpuWeights {
   std::vector<GpuLayer> layers;
 };
 
-// The graph of decode steps of one set of sequences, and the KV caches it was captured with
-// (keys and values, sequence by sequence): its attention launches' parameters.
+// The KV caches a decode step's launches address, sequence by sequence: its keys, values and the
+// position its windowed layers' storage begins at.
+struct StepCaches {
+  const void* keys = nullptr;
+  const void* values = nullptr;
+  int64_t window_first = 0;
+  bool operator==(const StepCaches&) const = default;
+};
+
+// The graph of decode steps of one set of sequences, and the caches it was captured with: its
+// attention launches' parameters.
 struct DecodeGraph {
   cuda::Graph graph;
-  std::vector<const void*> caches;
+  std::vector<StepCaches> caches;
 };
 
 class GpuModel : public GpuWeights {
@@ -220,17 +229,31 @@ class GpuModel : public GpuWeights {
 
 class GpuSequence {
  public:
-  DeviceBuffer keys, values;  // per layer, `capacity` rows of model::cache_row's widths, f16
-  int64_t capacity = 0;
+  // Per layer, f16 rows of model::cache_row's widths: `capacity` rows of a layer of full
+  // attention; window_rows rows of a windowed layer, holding positions [window_first,
+  // window_first + window_rows) (see make_window_room).
+  DeviceBuffer keys, values;
+  int64_t capacity = 0;  // the positions a sequence may reach (its context)
   model::CacheRow row;
+  std::vector<uint8_t> windowed;     // per layer
+  std::vector<int64_t> rows_before;  // per layer, the rows of the layers before it
+  int64_t window_rows = 0;           // of each windowed layer (0: none)
+  int64_t window_first = 0;          // the position a windowed layer's first row holds
   // A restore_kv whose copies may still run: per layer, the event after its rows' copies, and the
   // host rows they read (null when none may run).
   std::vector<std::unique_ptr<cuda::Event>> layer_restored;
   std::shared_ptr<const void> restoring;
 
   ~GpuSequence() { settle_restore(); }
-  uint16_t* keys_of(int64_t layer) const { return keys.as<uint16_t>() + layer * capacity * row.keys; }
-  uint16_t* values_of(int64_t layer) const { return values.as<uint16_t>() + layer * capacity * row.values; }
+  // The layer's rows as the kernels address them: position p's at keys_of(layer) + p * row.keys.
+  // A windowed layer's address lies window_first rows before its storage (the kernels read no
+  // position before the window, which starts at or after window_first).
+  uint16_t* keys_of(int64_t layer) const { return address(keys, layer, row.keys); }
+  uint16_t* values_of(int64_t layer) const { return address(values, layer, row.values); }
+  // The layer's first stored row (position window_first of a windowed layer, else 0).
+  uint16_t* stored_keys(int64_t layer) const { return keys.as<uint16_t>() + rows_before[layer] * row.keys; }
+  uint16_t* stored_values(int64_t layer) const { return values.as<uint16_t>() + rows_before[layer] * row.values; }
+  int64_t first_stored(int64_t layer) const { return windowed[layer] ? window_first : 0; }
   // The host waits for a restore's copies (the last layer's are queued last), then lets go of its rows.
   void settle_restore() {
     if (!restoring) return;
@@ -240,6 +263,14 @@ class GpuSequence {
       // A failed copy leaves rows no pass reads before another restore or evaluation rewrites them.
     }
     restoring.reset();
+  }
+
+ private:
+  uint16_t* address(const DeviceBuffer& rows, int64_t layer, int64_t width) const {
+    // In unsigned arithmetic: the address may precede the allocation; no kernel reads there.
+    const int64_t element = (rows_before[layer] - first_stored(layer)) * width;
+    return reinterpret_cast<uint16_t*>(reinterpret_cast<uintptr_t>(rows.data()) +
+                                       static_cast<uintptr_t>(element) * sizeof(uint16_t));
   }
 };
 
@@ -309,9 +340,26 @@ cuda::AttentionShape attention_shape(const model::HyperParams& p, int64_t contex
   return shape;
 }
 
-size_t kv_bytes(const model::HyperParams& p, int64_t context_size) {
+// Rows of a windowed layer's cache for a context of `context` and passes of `pass_rows` rows:
+// the window, its alignment and a pass (which stores all its rows before any of them attends),
+// never more than the context. llama.cpp's iSWA cache holds the window and a batch likewise.
+int64_t window_rows(const model::HyperParams& p, int64_t context, int64_t pass_rows) {
+  return std::min(context, p.sliding_window + model::kWindowAlign + pass_rows);
+}
+
+std::vector<uint8_t> windowed_layers(const model::Model& model) {
+  std::vector<uint8_t> windowed;
+  for (const model::LayerWeights& layer : model.layers) windowed.push_back(layer.attention.windowed ? 1 : 0);
+  return windowed;
+}
+
+// A sequence's cache: `windowed` per layer.
+size_t kv_bytes(const model::HyperParams& p, std::span<const uint8_t> windowed, int64_t context_size,
+                int64_t pass_rows) {
   const model::CacheRow row = model::cache_row(p);
-  return static_cast<size_t>(p.layers * context_size * (row.keys + row.values)) * sizeof(uint16_t);
+  int64_t rows = 0;
+  for (const uint8_t w : windowed) rows += w ? window_rows(p, context_size, pass_rows) : context_size;
+  return static_cast<size_t>(rows * (row.keys + row.values)) * sizeof(uint16_t);
 }
 
 // The workspace's buffers, in bytes, in Workspace's order (`logits` as first allocated).
@@ -578,14 +626,21 @@ size_t workspace_bytes(const model::HyperParams& p, int64_t context_size, int64_
   return bytes;
 }
 
+// The growth of the workspace and of a sequence's windowed layers from passes of kGpuPassRows
+// rows to passes of `pass_rows`.
+size_t pass_growth(const model::HyperParams& p, std::span<const uint8_t> windowed, int64_t context_size,
+                   int64_t pass_rows) {
+  return workspace_bytes(p, context_size, pass_rows) - workspace_bytes(p, context_size, kGpuPassRows) +
+         kv_bytes(p, windowed, context_size, pass_rows) - kv_bytes(p, windowed, context_size, kGpuPassRows);
+}
+
 // The rows of a pass that streams host experts through `staging` bytes: kStreamedPassRows where
-// the workspace grows by no more than the staging takes (so at most doubling what streaming
-// costs in device memory), else kGpuPassRows: a small model's experts copy in no time, and its
-// workspace would outgrow them.
-int64_t streamed_pass_rows(const model::HyperParams& p, int64_t context_size, uint64_t staging) {
-  const size_t growth =
-      workspace_bytes(p, context_size, kStreamedPassRows) - workspace_bytes(p, context_size, kGpuPassRows);
-  return growth <= staging ? kStreamedPassRows : kGpuPassRows;
+// the workspace and a sequence's windows grow by no more than the staging takes (so at most
+// doubling what streaming costs in device memory), else kGpuPassRows: a small model's experts
+// copy in no time, and its workspace would outgrow them.
+int64_t streamed_pass_rows(const model::HyperParams& p, std::span<const uint8_t> windowed, int64_t context_size,
+                           uint64_t staging) {
+  return pass_growth(p, windowed, context_size, kStreamedPassRows) <= staging ? kStreamedPassRows : kGpuPassRows;
 }
 
 // Every tensor the GPU's kernels cannot serve, in the model's order.
@@ -1420,15 +1475,56 @@ PassLayout pass_layout(std::span<const GpuSequenceRows> batch, const std::vector
   return layout;
 }
 
+// Moves `kept` rows of `width` f16 elements down by `shift` rows within `rows`, on `stream`: in
+// pieces of at most `shift` rows, so that no copy's source and destination overlap.
+void move_rows_down(uint16_t* rows, int64_t shift, int64_t kept, int64_t width, cuda::StreamHandle stream) {
+  for (int64_t done = 0; done < kept; done += shift) {
+    const int64_t count = std::min(shift, kept - done);
+    cuda::copy_async(rows + done * width, rows + (done + shift) * width,
+                     static_cast<size_t>(count * width) * sizeof(uint16_t), stream);
+  }
+}
+
+// Before a pass stores `rows` rows of a sequence from `position` on: where its windowed layers'
+// storage cannot take them, each keeps only the positions the pass's rows can still see (from
+// model::window_floor(position) on), moved to its front; a context begun again (position 0) starts
+// it over. The copies run on `stream` ahead of the pass. Sessions continue only where the
+// windows still hold what they need (gpu_window_first), so the rows kept were all stored.
+void make_window_room(GpuModel& model, GpuSequence& s, int64_t position, int64_t rows, cuda::StreamHandle stream) {
+  if (s.window_rows == 0) return;
+  if (position == 0) {
+    s.window_first = 0;
+    return;
+  }
+  if (position + rows - s.window_first <= s.window_rows) return;
+  const int64_t from = model::window_floor(model.params, position);
+  if (from < s.window_first || position + rows - from > s.window_rows) {
+    throw Error("INVALID_ARGUMENT", "a pass of " + std::to_string(rows) + " rows at position " +
+                                        std::to_string(position) +
+                                        " needs positions the sliding-window layers dropped");
+  }
+  s.settle_restore();  // the copies below read rows a restore may still be writing
+  const int64_t shift = from - s.window_first, kept = position - from;
+  if (shift > 0 && kept > 0) {
+    for (size_t layer = 0; layer < s.windowed.size(); ++layer) {
+      if (!s.windowed[layer]) continue;
+      const auto l = static_cast<int64_t>(layer);
+      move_rows_down(s.stored_keys(l), shift, kept, s.row.keys, stream);
+      if (s.row.values > 0) move_rows_down(s.stored_values(l), shift, kept, s.row.values, stream);
+    }
+  }
+  s.window_first = from;
+}
+
 // Launches the graph of a decode step of the pass's sequences. A set of sequences not among
 // the graphs kept is captured: into a new graph while fewer than kDecodeGraphs are kept, else
 // into the least recently used one of the same count (updated in place: the same launches with
 // other caches), or of any count (instantiated anew).
 void replay_decode_step(GpuModel& model, const Pass& pass) {
-  std::vector<const void*> caches;
+  std::vector<StepCaches> caches;
   for (const PassLayout::Segment& part : pass.layout.segments) {
-    caches.push_back(part.sequence->keys.data());
-    caches.push_back(part.sequence->values.data());
+    const GpuSequence& s = *part.sequence;
+    caches.push_back({s.keys.data(), s.values.data(), s.window_first});
   }
   std::list<DecodeGraph>& graphs = model.decode_graphs;
   auto step = std::find_if(graphs.begin(), graphs.end(), [&](const DecodeGraph& g) { return g.caches == caches; });
@@ -1466,14 +1562,14 @@ GpuFootprint gpu_footprint(const model::Model& model, int64_t context_size) {
     f.expert_bytes.push_back(routed_expert_bytes(w));
     if (!w.ffn.routed.empty()) f.dense_bytes += 3 * 256;  // each of the layer's three pools may round up to 256 bytes
   }
-  f.kv_bytes = kv_bytes(p, context_size);
+  const std::vector<uint8_t> windowed = windowed_layers(model);
+  f.kv_bytes = kv_bytes(p, windowed, context_size, kGpuPassRows);
   f.workspace_bytes = workspace_bytes(p, context_size, kGpuPassRows);
   f.kernel_gaps = kernel_gaps(model);
   const uint64_t staging = ExpertStream::staging_bytes(model, streamable_layers(model, f.kernel_gaps));
-  f.stream_bytes =
-      staging > 0
-          ? staging + workspace_bytes(p, context_size, streamed_pass_rows(p, context_size, staging)) - f.workspace_bytes
-          : 0;
+  f.stream_bytes = staging > 0 ? staging + pass_growth(p, windowed, context_size,
+                                                       streamed_pass_rows(p, windowed, context_size, staging))
+                               : 0;
   f.reserve_bytes = kReserve;
   return f;
 }
@@ -1520,12 +1616,13 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
   Uploader planner(p);
   bind_weights(model, planner, *g);
   const size_t weights = planner.bytes();
-  const size_t kv = kv_bytes(p, context_size);
   const cuda::MemoryInfo memory = cuda::memory_info();
   const uint64_t usable = memory.free > kReserve ? memory.free - kReserve : 0;
   const uint64_t available = options.budget > 0 ? std::min<uint64_t>(options.budget, usable) : usable;
   const uint64_t staging = resident < all && !arena ? ExpertStream::staging_bytes(model, streamed) : 0;
-  g->pass_rows = staging > 0 ? streamed_pass_rows(p, context_size, staging) : kGpuPassRows;
+  const std::vector<uint8_t> windowed = windowed_layers(model);
+  g->pass_rows = staging > 0 ? streamed_pass_rows(p, windowed, context_size, staging) : kGpuPassRows;
+  const size_t kv = kv_bytes(p, windowed, context_size, g->pass_rows);
   const size_t workspace = workspace_bytes(p, context_size, g->pass_rows);
   const uint64_t needed = weights + workspace + kv + staging;
   if (needed > available) {
@@ -1593,7 +1690,9 @@ std::shared_ptr<GpuSequence> create_gpu_sequence(GpuModel& model, int64_t contex
                                         " positions is longer than the model's contextSize of " +
                                         std::to_string(model.context_size));
   }
-  const size_t bytes = kv_bytes(p, context_size);
+  std::vector<uint8_t> windowed;
+  for (const GpuLayer& layer : model.layers) windowed.push_back(layer.attention.windowed ? 1 : 0);
+  const size_t bytes = kv_bytes(p, windowed, context_size, model.pass_rows);
   const cuda::MemoryInfo memory = cuda::memory_info();
   if (bytes + kReserve > memory.free) {
     throw Error("INSUFFICIENT_MEMORY", "a session's KV cache needs " + gib(bytes) + " (contextSize " +
@@ -1604,9 +1703,15 @@ std::shared_ptr<GpuSequence> create_gpu_sequence(GpuModel& model, int64_t contex
   const std::lock_guard exclusive(hybrid_passes());  // after s: see upload_model
   s->capacity = context_size;
   s->row = model::cache_row(p);
-  const auto elements = [&](int64_t width) { return static_cast<size_t>(p.layers * context_size * width); };
-  s->keys = DeviceBuffer(elements(s->row.keys) * sizeof(uint16_t), "KV cache (keys)");
-  s->values = DeviceBuffer(elements(s->row.values) * sizeof(uint16_t), "KV cache (values)");
+  s->window_rows = p.sliding_window > 0 ? window_rows(p, context_size, model.pass_rows) : 0;
+  int64_t rows = 0;
+  for (const uint8_t w : windowed) {
+    s->rows_before.push_back(rows);
+    rows += w ? s->window_rows : context_size;
+  }
+  s->windowed = std::move(windowed);
+  s->keys = DeviceBuffer(static_cast<size_t>(rows * s->row.keys) * sizeof(uint16_t), "KV cache (keys)");
+  s->values = DeviceBuffer(static_cast<size_t>(rows * s->row.values) * sizeof(uint16_t), "KV cache (values)");
   return s;
 }
 
@@ -1678,6 +1783,10 @@ void gpu_forward(GpuModel& model, std::span<const GpuSequenceRows> batch, std::v
   for (size_t i = 0; i < passes.size(); ++i) {
     const int64_t first = passes[i].first;
     const int64_t n = passes[i].rows;
+    for (const PassLayout::Segment& part : passes[i].segments) {
+      make_window_room(model, *part.sequence, positions[static_cast<size_t>(first + part.first_row)], part.rows,
+                       stream);
+    }
     cuda::copy_to_device(ws.tokens.data(), tokens.data() + first, n * sizeof(int32_t), stream);
     cuda::copy_to_device(ws.positions.data(), positions.data() + first, n * sizeof(int32_t), stream);
     if (replay) {
@@ -1775,38 +1884,73 @@ void seat_copied_experts(GpuModel& model) {
   model.residency->seat_copied(model.stream.handle());
 }
 
-void copy_kv_to_host(GpuModel& model, GpuSequence& sequence, int64_t n, int64_t packed, uint16_t* keys,
+namespace {
+
+// fn(layer, its first row in a state's layout, the first position it holds there) for each layer
+// of a state of `packed` tokens whose windowed layers hold positions from window_first on.
+template <typename Fn>
+void state_layers(const GpuSequence& s, int64_t packed, int64_t window_first, Fn fn) {
+  int64_t at = 0;
+  for (size_t layer = 0; layer < s.windowed.size(); ++layer) {
+    const int64_t from = s.windowed[layer] ? window_first : 0;
+    fn(static_cast<int64_t>(layer), at, from);
+    at += packed - from;
+  }
+}
+
+// Takes a state's window_first as the sequence's, for loading its first n positions.
+void adopt_window(GpuSequence& s, int64_t n, int64_t window_first) {
+  if (s.window_rows > 0 && n - window_first > s.window_rows) {
+    throw Error("INVALID_ARGUMENT", "the state's sliding-window layers hold " + std::to_string(n - window_first) +
+                                        " positions; the GPU sequence's hold " + std::to_string(s.window_rows));
+  }
+  s.window_first = s.window_rows > 0 ? window_first : 0;
+}
+
+}  // namespace
+
+int64_t gpu_window_first(const GpuSequence& sequence) { return sequence.window_first; }
+int64_t gpu_window_rows(const GpuSequence& sequence) { return sequence.window_rows; }
+
+void copy_kv_to_host(GpuModel& model, GpuSequence& sequence, int64_t n, int64_t window_first, uint16_t* keys,
                      uint16_t* values) {
   cuda::use_device(model.device);
   sequence.settle_restore();
   const model::CacheRow& row = sequence.row;
-  for (int64_t layer = 0; layer < model.params.layers; ++layer) {
-    cuda::copy_to_host(keys + layer * packed * row.keys, sequence.keys_of(layer),
-                       static_cast<size_t>(n * row.keys) * sizeof(uint16_t), model.stream.handle());
-    cuda::copy_to_host(values + layer * packed * row.values, sequence.values_of(layer),
-                       static_cast<size_t>(n * row.values) * sizeof(uint16_t), model.stream.handle());
+  if (window_first < sequence.window_first) {
+    throw Error("INVALID_ARGUMENT", "the GPU sequence's sliding-window layers hold positions from " +
+                                        std::to_string(sequence.window_first) + " on, not " +
+                                        std::to_string(window_first));
   }
+  state_layers(sequence, n, window_first, [&](int64_t layer, int64_t at, int64_t from) {
+    cuda::copy_to_host(keys + at * row.keys, sequence.keys_of(layer) + from * row.keys,
+                       static_cast<size_t>((n - from) * row.keys) * sizeof(uint16_t), model.stream.handle());
+    cuda::copy_to_host(values + at * row.values, sequence.values_of(layer) + from * row.values,
+                       static_cast<size_t>((n - from) * row.values) * sizeof(uint16_t), model.stream.handle());
+  });
   model.stream.synchronize();
 }
 
-void copy_kv_to_device(GpuModel& model, GpuSequence& sequence, int64_t n, int64_t packed, const uint16_t* keys,
-                       const uint16_t* values) {
+void copy_kv_to_device(GpuModel& model, GpuSequence& sequence, int64_t n, int64_t packed, int64_t window_first,
+                       const uint16_t* keys, const uint16_t* values) {
   cuda::use_device(model.device);
   sequence.settle_restore();
+  adopt_window(sequence, n, window_first);
   const model::CacheRow& row = sequence.row;
-  for (int64_t layer = 0; layer < model.params.layers; ++layer) {
-    cuda::copy_to_device(sequence.keys_of(layer), keys + layer * packed * row.keys,
-                         static_cast<size_t>(n * row.keys) * sizeof(uint16_t), model.stream.handle());
-    cuda::copy_to_device(sequence.values_of(layer), values + layer * packed * row.values,
-                         static_cast<size_t>(n * row.values) * sizeof(uint16_t), model.stream.handle());
-  }
+  state_layers(sequence, packed, window_first, [&](int64_t layer, int64_t at, int64_t from) {
+    cuda::copy_to_device(sequence.keys_of(layer) + from * row.keys, keys + at * row.keys,
+                         static_cast<size_t>((n - from) * row.keys) * sizeof(uint16_t), model.stream.handle());
+    cuda::copy_to_device(sequence.values_of(layer) + from * row.values, values + at * row.values,
+                         static_cast<size_t>((n - from) * row.values) * sizeof(uint16_t), model.stream.handle());
+  });
   model.stream.synchronize();
 }
 
-void restore_kv(GpuModel& model, GpuSequence& sequence, int64_t n, int64_t packed, const uint16_t* keys,
-                const uint16_t* values, std::shared_ptr<const void> rows) {
+void restore_kv(GpuModel& model, GpuSequence& sequence, int64_t n, int64_t packed, int64_t window_first,
+                const uint16_t* keys, const uint16_t* values, std::shared_ptr<const void> rows) {
   cuda::use_device(model.device);
   sequence.settle_restore();
+  adopt_window(sequence, n, window_first);
   const model::CacheRow& row = sequence.row;
   const auto layers = static_cast<size_t>(model.params.layers);
   while (sequence.layer_restored.size() < layers) sequence.layer_restored.push_back(std::make_unique<cuda::Event>());
@@ -1815,14 +1959,13 @@ void restore_kv(GpuModel& model, GpuSequence& sequence, int64_t n, int64_t packe
   sequence.layer_restored.front()->record(model.stream.handle());
   sequence.layer_restored.front()->wait_in(copies);
   sequence.restoring = std::move(rows);
-  for (size_t layer = 0; layer < layers; ++layer) {
-    const auto l = static_cast<int64_t>(layer);
-    cuda::copy_async(sequence.keys_of(l), keys + l * packed * row.keys,
-                     static_cast<size_t>(n * row.keys) * sizeof(uint16_t), copies);
-    cuda::copy_async(sequence.values_of(l), values + l * packed * row.values,
-                     static_cast<size_t>(n * row.values) * sizeof(uint16_t), copies);
-    sequence.layer_restored[layer]->record(copies);
-  }
+  state_layers(sequence, packed, window_first, [&](int64_t layer, int64_t at, int64_t from) {
+    cuda::copy_async(sequence.keys_of(layer) + from * row.keys, keys + at * row.keys,
+                     static_cast<size_t>((n - from) * row.keys) * sizeof(uint16_t), copies);
+    cuda::copy_async(sequence.values_of(layer) + from * row.values, values + at * row.values,
+                     static_cast<size_t>((n - from) * row.values) * sizeof(uint16_t), copies);
+    sequence.layer_restored[static_cast<size_t>(layer)]->record(copies);
+  });
 }
 
 std::pmr::memory_resource& state_memory(GpuModel& model) {
@@ -1863,9 +2006,13 @@ const std::vector<std::vector<int32_t>>& gpu_slot_tables(GpuModel&) { refuse(); 
 const std::vector<std::vector<int32_t>>& gpu_slot_experts(GpuModel&) { refuse(); }
 void begin_swaps(GpuModel&, std::span<const Swap>) { refuse(); }
 void seat_copied_experts(GpuModel&) { refuse(); }
+int64_t gpu_window_first(const GpuSequence&) { refuse(); }
+int64_t gpu_window_rows(const GpuSequence&) { refuse(); }
 void copy_kv_to_host(GpuModel&, GpuSequence&, int64_t, int64_t, uint16_t*, uint16_t*) { refuse(); }
-void copy_kv_to_device(GpuModel&, GpuSequence&, int64_t, int64_t, const uint16_t*, const uint16_t*) { refuse(); }
-void restore_kv(GpuModel&, GpuSequence&, int64_t, int64_t, const uint16_t*, const uint16_t*,
+void copy_kv_to_device(GpuModel&, GpuSequence&, int64_t, int64_t, int64_t, const uint16_t*, const uint16_t*) {
+  refuse();
+}
+void restore_kv(GpuModel&, GpuSequence&, int64_t, int64_t, int64_t, const uint16_t*, const uint16_t*,
                 std::shared_ptr<const void>) {
   refuse();
 }

@@ -150,20 +150,30 @@ void begin_swaps(GpuModel& model, std::span<const Swap> swaps);
 // Points the tables at the experts whose copies have landed (never waits for one).
 void seat_copied_experts(GpuModel& model);
 
-// Copies the keys and values of positions [0, n) to / from host memory, packed layer after
-// layer with `packed` rows per layer (n <= packed), as KvCache::copy_out does: how sessions
-// are saved and restored.
-void copy_kv_to_host(GpuModel& model, GpuSequence& sequence, int64_t n, int64_t packed, uint16_t* keys,
+// Copies the keys and values of positions [0, n) to / from host memory, packed layer after layer
+// as a SessionState holds them (KvCache::copy_out): how sessions are saved and restored. A
+// windowed layer holds positions from window_first on there (of a sliding-window model), n - from
+// rows of the host's `packed` - from per layer. Copying out takes window_first at or after the
+// sequence's (gpu_window_first); copying in makes it the sequence's, and refuses
+// (INVALID_ARGUMENT) a state whose windowed layers hold more than the sequence's can.
+void copy_kv_to_host(GpuModel& model, GpuSequence& sequence, int64_t n, int64_t window_first, uint16_t* keys,
                      uint16_t* values);
-void copy_kv_to_device(GpuModel& model, GpuSequence& sequence, int64_t n, int64_t packed, const uint16_t* keys,
-                       const uint16_t* values);
+void copy_kv_to_device(GpuModel& model, GpuSequence& sequence, int64_t n, int64_t packed, int64_t window_first,
+                       const uint16_t* keys, const uint16_t* values);
 // copy_kv_to_device without the host waiting: the copies are queued layer by layer on a stream of
 // their own, and the sequence's next pass waits for each layer's rows only where that layer reads
 // them, so the copy runs behind the pass's first layers. The sequence holds `rows` (what owns
 // `keys` and `values`) until the copies are done. From page-locked memory (state_memory) the
 // copies run at the link's speed; from pageable memory each returns once its bytes are staged.
-void restore_kv(GpuModel& model, GpuSequence& sequence, int64_t n, int64_t packed, const uint16_t* keys,
-                const uint16_t* values, std::shared_ptr<const void> rows);
+void restore_kv(GpuModel& model, GpuSequence& sequence, int64_t n, int64_t packed, int64_t window_first,
+                const uint16_t* keys, const uint16_t* values, std::shared_ptr<const void> rows);
+// The first position the sequence's sliding-window layers hold (0 without them): a GPU sequence
+// keeps the window, its alignment and one pass's rows of each (llama.cpp's iSWA cache keeps the
+// window and a batch), so it can go on from position n only where model::window_floor(n) is at
+// least this, as a KvCache.
+int64_t gpu_window_first(const GpuSequence& sequence);
+// The rows each of the sequence's sliding-window layers holds (0 without them).
+int64_t gpu_window_rows(const GpuSequence& sequence);
 
 // Page-locked host memory for the states the prompt-state cache keeps of the model's sessions
 // (cuda::PinnedPool, made on first use): copy_kv_to_host fills them and restore_kv reads them at

@@ -348,7 +348,15 @@ void Session::catch_up_locked() {
   recurrent_position_ = n;
 }
 
-int64_t Session::held_window_first() const { return gpu_ ? 0 : cache_.window_first(); }
+int64_t Session::held_window_first() const { return gpu_ ? gpu_window_first(*gpu_) : cache_.window_first(); }
+
+int64_t Session::state_window_first(int64_t n) const {
+  const int64_t held = held_window_first();
+  if (!gpu_) return held;
+  // A GPU sequence's windows hold a pass's rows more than a KvCache's: a state keeps what a
+  // KvCache holds at most (model::window_cells), so that it restores on the CPU as well.
+  return std::max(held, model::window_floor(runtime_->model().params, n) - model::kWindowSlice);
+}
 
 bool Session::can_continue_at(int64_t n) const {
   return n == 0 || model::window_floor(runtime_->model().params, n) >= held_window_first();
@@ -360,7 +368,7 @@ std::shared_ptr<SessionState> Session::snapshot(int64_t n, std::pmr::memory_reso
   state->layers = shape.layers;
   state->windowed_layers = shape.windowed_layers;
   state->row = shape.row;
-  state->window_first = held_window_first();
+  state->window_first = state_window_first(n);
   state->shifted_from = fresh_ < n ? fresh_ : SessionState::kNoShift;
   state->linear_layers = shape.linear_layers;
   state->recurrent_floats = shape.recurrent_floats;
@@ -370,7 +378,7 @@ std::shared_ptr<SessionState> Session::snapshot(int64_t n, std::pmr::memory_reso
   state->values.resize(static_cast<size_t>(rows * shape.row.values));
   state->recurrent.resize(static_cast<size_t>(shape.linear_layers * shape.recurrent_floats));
   if (gpu_) {
-    copy_kv_to_host(*runtime_->gpu_, *gpu_, n, n, state->keys.data(), state->values.data());
+    copy_kv_to_host(*runtime_->gpu_, *gpu_, n, state->window_first, state->keys.data(), state->values.data());
   } else {
     cache_.copy_out(n, state->keys.data(), state->values.data(), state->recurrent.data());
   }
@@ -383,15 +391,15 @@ void Session::load(std::shared_ptr<const SessionState> state, int64_t n) {
     return;
   }
   const SessionState& rows = *state;
-  restore_kv(*runtime_->gpu_, *gpu_, n, static_cast<int64_t>(rows.tokens.size()), rows.keys.data(), rows.values.data(),
-             std::move(state));
+  restore_kv(*runtime_->gpu_, *gpu_, n, static_cast<int64_t>(rows.tokens.size()), rows.window_first, rows.keys.data(),
+             rows.values.data(), std::move(state));
   adopt(rows, n);
 }
 
 void Session::load(const SessionState& state, int64_t n) {
   const int64_t packed = static_cast<int64_t>(state.tokens.size());
   if (gpu_) {
-    copy_kv_to_device(*runtime_->gpu_, *gpu_, n, packed, state.keys.data(), state.values.data());
+    copy_kv_to_device(*runtime_->gpu_, *gpu_, n, packed, state.window_first, state.keys.data(), state.values.data());
   } else {
     cache_.copy_in(n, state);
   }
@@ -431,12 +439,12 @@ int64_t Session::shift_context(int64_t keep) {
     const StateShape shape = state_shape(model);
     std::vector<uint16_t> keys(static_cast<size_t>(n * shape.layers * shape.row.keys));
     std::vector<uint16_t> values(static_cast<size_t>(n * shape.layers * shape.row.values));
-    copy_kv_to_host(*runtime_->gpu_, *gpu_, n, n, keys.data(), values.data());
+    copy_kv_to_host(*runtime_->gpu_, *gpu_, n, 0, keys.data(), values.data());
     for (int64_t l = 0; l < shape.layers; ++l) {
       shift_layer_rows(model.params, n, span, keys.data() + l * n * shape.row.keys,
                        values.data() + l * n * shape.row.values);
     }
-    copy_kv_to_device(*runtime_->gpu_, *gpu_, n - span.discard, n, keys.data(), values.data());
+    copy_kv_to_device(*runtime_->gpu_, *gpu_, n - span.discard, n, 0, keys.data(), values.data());
   } else {
     cache_.shift(n, span);
   }
@@ -456,10 +464,19 @@ void Session::check_restorable(const SessionState& state, uint64_t fingerprint) 
       state.recurrent.size() != static_cast<size_t>(shape.linear_layers * shape.recurrent_floats)) {
     throw Error("STATE_MODEL_MISMATCH", "the session state was saved from another model (or another file of it)");
   }
-  if (static_cast<int64_t>(state.tokens.size()) > runtime_->context_size()) {
-    throw Error("CONTEXT_TOO_LONG", "the session state's " + std::to_string(state.tokens.size()) +
+  const auto tokens = static_cast<int64_t>(state.tokens.size());
+  if (tokens > runtime_->context_size()) {
+    throw Error("CONTEXT_TOO_LONG", "the session state's " + std::to_string(tokens) +
                                         " tokens do not fit the context of " +
                                         std::to_string(runtime_->context_size()) + " tokens");
+  }
+  // A windowed layer's rows of the state must fit what the session's windowed layers hold.
+  const int64_t window_rows =
+      gpu_ ? gpu_window_rows(*gpu_) : model::window_cells(runtime_->model().params, runtime_->context_size());
+  if (shape.windowed_layers > 0 && tokens - state.window_first > window_rows) {
+    throw Error("STATE_MODEL_MISMATCH", "the session state's sliding-window layers hold " +
+                                            std::to_string(tokens - state.window_first) +
+                                            " positions; this session's hold " + std::to_string(window_rows));
   }
 }
 

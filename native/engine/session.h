@@ -199,6 +199,8 @@ class Session {
   void restore_checkpoint(int64_t n);
   // The first position the windowed layers' caches still hold (0: every position held).
   int64_t held_window_first() const;
+  // The first position of the windowed layers a state of the first n tokens keeps.
+  int64_t state_window_first(int64_t n) const;
   // Whether the context can go on from position n: its windowed layers still hold the window
   // before n (always, without windowed layers).
   bool can_continue_at(int64_t n) const;
