@@ -1,5 +1,6 @@
 // What the GPU machine's tests share: whether a GPU is here, tiny fixtures written by
 // bloomery-synth into a private temporary folder, and comparing rows of logits.
+import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -80,6 +81,25 @@ export function compare(reference, candidate, vocab) {
     for (let i = 0; i < vocab; ++i) kl += Math.exp(p[i]) * (p[i] - q[i]);
   }
   return { top1: agree / rows, kl: kl / rows, widestMiss };
+}
+
+/** The logits of `input` decoded one token at a time in a session of `model`'s own, as one array of rows. */
+export async function decodeAll(model, input) {
+  const session = model.createSession();
+  const rows = [];
+  for (const t of input) rows.push(await session.evaluate([t]));
+  session.dispose();
+  const out = new Float32Array(rows.length * rows[0].length);
+  rows.forEach((r, i) => out.set(r, i * r.length));
+  return out;
+}
+
+/** Asserts that each named comparison (compare's { top1, kl }) meets `bar` (agreementBar's). */
+export function assertWithinBar(comparisons, bar) {
+  for (const [what, m] of Object.entries(comparisons)) {
+    assert.ok(m.top1 >= bar.top1, `${what}: top-1 agreement ${m.top1} (bar ${bar.top1})`);
+    assert.ok(m.kl <= bar.kl, `${what}: mean KL ${m.kl} (bar ${bar.kl})`);
+  }
 }
 
 /** `length` greedy tokens of `model` after `prompt`, in a session of their own. */
