@@ -2,9 +2,16 @@
 // into int16 pairs, which cannot saturate for these value ranges) and madd (int16 pairs
 // into int32, where the sub-block scales are applied); floats accumulate per lane and
 // are summed once at the end.
+// GCC 12's AVX-512 intrinsics start unmasked results from an undefined register, which it then
+// reports as uninitialized where they inline into the 512-bit kernels below.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <utility>
@@ -18,7 +25,8 @@
 
 #define BLOOMERY_AVX2 __attribute__((target("avx2,fma,f16c")))
 // AVX2 with AVX-512's VNNI byte dots on 256-bit registers (hosts of the AVX-512 tier).
-#define BLOOMERY_AVX2_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")))
+// AVX2 with AVX-512's byte shuffles and VNNI byte dots on 512-bit registers (hosts of the AVX-512 tier).
+#define BLOOMERY_AVX2_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 
 namespace bloomery::quant {
 
@@ -457,19 +465,26 @@ BLOOMERY_AVX2 float vec_dot_mxfp4_q8_0_repacked_avx2(const void* w, const void* 
 
 namespace {
 
-// The eight rows' f16 scales d (Q4_0's, IQ4_NL's) as floats, in lane order (rows 0, 2, 4, 6, 1, 3, 5, 7).
+// Which weight row each lane of an eight-row vector holds: the AVX2 kernel's pairs (a register
+// holds rows 2k and 2k + 1) sum into rows 0, 2, 4, 6, 1, 3, 5, 7; the 512-bit one's quads (rows
+// k, k + 4 of each quarter) into rows 0, 4, 1, 5, 2, 6, 3, 7.
+using RowOrder = std::array<int, kWeightRows>;
+inline constexpr RowOrder kPairOrder = {0, 2, 4, 6, 1, 3, 5, 7};
+inline constexpr RowOrder kQuadOrder = {0, 4, 1, 5, 2, 6, 3, 7};
+
+// The eight rows' f16 scales d (Q4_0's, IQ4_NL's) as floats, in `order`.
 template <typename Block>
-BLOOMERY_AVX2 inline __m256 row_scales(const Block* const* x, int64_t i) {
-  return _mm256_cvtph_ps(_mm_setr_epi16(static_cast<int16_t>(x[0][i].d), static_cast<int16_t>(x[2][i].d),
-                                        static_cast<int16_t>(x[4][i].d), static_cast<int16_t>(x[6][i].d),
-                                        static_cast<int16_t>(x[1][i].d), static_cast<int16_t>(x[3][i].d),
-                                        static_cast<int16_t>(x[5][i].d), static_cast<int16_t>(x[7][i].d)));
+BLOOMERY_AVX2 inline __m256 row_scales(const Block* const* x, int64_t i, const RowOrder& o) {
+  return _mm256_cvtph_ps(_mm_setr_epi16(static_cast<int16_t>(x[o[0]][i].d), static_cast<int16_t>(x[o[1]][i].d),
+                                        static_cast<int16_t>(x[o[2]][i].d), static_cast<int16_t>(x[o[3]][i].d),
+                                        static_cast<int16_t>(x[o[4]][i].d), static_cast<int16_t>(x[o[5]][i].d),
+                                        static_cast<int16_t>(x[o[6]][i].d), static_cast<int16_t>(x[o[7]][i].d)));
 }
 
-// MXFP4's E8M0 scales as e8m0_to_fp32_half gives them, in lane order.
-BLOOMERY_AVX2 inline __m256 row_scales(const BlockMXFP4* const* x, int64_t i) {
-  const __m256i e =
-      _mm256_setr_epi32(x[0][i].e, x[2][i].e, x[4][i].e, x[6][i].e, x[1][i].e, x[3][i].e, x[5][i].e, x[7][i].e);
+// MXFP4's E8M0 scales as e8m0_to_fp32_half gives them, in `order`.
+BLOOMERY_AVX2 inline __m256 row_scales(const BlockMXFP4* const* x, int64_t i, const RowOrder& o) {
+  const __m256i e = _mm256_setr_epi32(x[o[0]][i].e, x[o[1]][i].e, x[o[2]][i].e, x[o[3]][i].e, x[o[4]][i].e,
+                                      x[o[5]][i].e, x[o[6]][i].e, x[o[7]][i].e);
   const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
   const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
   return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, subnormal, _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e)));
@@ -543,10 +558,10 @@ BLOOMERY_AVX2 inline __m256 add_scaled(__m256 acc, __m256i sums, __m256 row_scal
   return _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(row_scales, _mm256_set1_ps(half_to_float(y.d))), acc);
 }
 
-BLOOMERY_AVX2 inline void store_rows(__m256 acc, float* out) {
+BLOOMERY_AVX2 inline void store_rows(__m256 acc, const RowOrder& order, float* out) {
   alignas(32) float lanes[kWeightRows];
   _mm256_store_ps(lanes, acc);
-  for (int r = 0; r < kWeightRows; ++r) out[r] = lanes[r % 2 * 4 + r / 2];
+  for (int l = 0; l < kWeightRows; ++l) out[order[l]] = lanes[l];
 }
 
 // codebook_dot_repacked for eight weight rows against R activation rows, as llama.cpp's
@@ -568,7 +583,7 @@ BLOOMERY_AVX2 void codebook_dot_weight_rows(const void* w, size_t row_bytes, con
     prefetch.block(i);
     __m256i lo[kWeightRows / 2], hi[kWeightRows / 2];
     pair_codes(x, i, table, lo, hi);
-    const __m256 scales = row_scales(x, i);
+    const __m256 scales = row_scales(x, i, kPairOrder);
     for (int r = 0; r < R; ++r) {
       const ActivationHalves a(y[r][i]);
       __m256i pair_sums[kWeightRows / 2];
@@ -578,13 +593,43 @@ BLOOMERY_AVX2 void codebook_dot_weight_rows(const void* w, size_t row_bytes, con
       acc[r] = add_scaled(acc[r], row_sums(pair_sums), scales, y[r][i]);
     }
   }
-  for (int r = 0; r < R; ++r) store_rows(acc[r], out + r * kWeightRows);
+  for (int r = 0; r < R; ++r) store_rows(acc[r], kPairOrder, out + r * kWeightRows);
 }
 
-// The same dots through VNNI's unsigned-by-signed byte dots (vpdpbusd): the codebook's entries
-// plus `offset` (minus its least entry) are unsigned, so they meet the signed activations with
-// no sign moves, and each pair sum starts from -offset times the activations' four-byte sums in
-// its lanes. Exact integers either way: the same block sums, so the same floats.
+// Block i of the eight rows as two quads' codes (a 512-bit register holding rows k, k + 1, k + 2,
+// k + 3 of block i, a row's 16 code bytes a quarter) through `table`: low nibbles (the block's
+// first 16 weights) in lo, high in hi.
+template <typename Block>
+BLOOMERY_AVX2_VNNI inline void quad_codes(const Block* const (&x)[kWeightRows], int64_t i, __m512i table,
+                                          __m512i (&lo)[2], __m512i (&hi)[2]) {
+  const __m512i low_nibbles = _mm512_set1_epi8(0x0f);
+  for (int k = 0; k < 2; ++k) {
+    const auto quarter = [&](int r) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[4 * k + r][i].qs)); };
+    __m512i q = _mm512_castsi128_si512(quarter(0));
+    q = _mm512_inserti32x4(q, quarter(1), 1);
+    q = _mm512_inserti32x4(q, quarter(2), 2);
+    q = _mm512_inserti32x4(q, quarter(3), 3);
+    lo[k] = _mm512_shuffle_epi8(table, _mm512_and_si512(q, low_nibbles));
+    hi[k] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(q, 4), low_nibbles));
+  }
+}
+
+// The quads' int32 sums (four lanes per row: quad 0's rows 0-3, quad 1's rows 4-7) as the eight
+// rows' block sums in kQuadOrder: interleaving the quads and adding halves twice leaves each
+// quarter [row k, row k + 4, ...], whose first two lanes a permutation gathers.
+BLOOMERY_AVX2_VNNI inline __m256i quad_sums(__m512i low_rows, __m512i high_rows) {
+  const __m512i halves =
+      _mm512_add_epi32(_mm512_unpacklo_epi32(low_rows, high_rows), _mm512_unpackhi_epi32(low_rows, high_rows));
+  const __m512i whole = _mm512_add_epi32(halves, _mm512_shuffle_epi32(halves, _MM_PERM_BADC));
+  const __m512i firsts = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 0, 0, 0, 0, 0, 0, 0, 0);
+  return _mm512_castsi512_si256(_mm512_permutexvar_epi32(firsts, whole));
+}
+
+// The same dots on 512-bit registers through VNNI's unsigned-by-signed byte dots (vpdpbusd): a
+// register holds four rows' codes, decoded once for all R; the codebook's entries plus `offset`
+// (minus its least entry) are unsigned, so they meet the signed activations with no sign moves,
+// and each row's sums start from -offset times the activations' four-byte sums. Exact integers
+// either way: the same block sums, so the same floats.
 template <typename Block, int R>
 BLOOMERY_AVX2_VNNI void codebook_dot_weight_rows_vnni(const void* w, size_t row_bytes, const BlockQ8_0* const* y,
                                                       int64_t nb, const int8_t* values, float* out, const void* ahead,
@@ -595,28 +640,28 @@ BLOOMERY_AVX2_VNNI void codebook_dot_weight_rows_vnni(const void* w, size_t row_
   const int offset = -*std::min_element(values, values + 16);
   alignas(16) uint8_t shifted[16];
   for (int v = 0; v < 16; ++v) shifted[v] = static_cast<uint8_t>(values[v] + offset);
-  const __m256i table = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(shifted)));
-  const __m256i offsets = _mm256_set1_epi8(static_cast<char>(offset));
-  const __m256i zero = _mm256_setzero_si256();
+  const __m512i table = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(shifted)));
+  const __m512i offsets = _mm512_set1_epi8(static_cast<char>(offset));
+  const __m512i zero = _mm512_setzero_si512();
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     prefetch.block(i);
-    __m256i lo[kWeightRows / 2], hi[kWeightRows / 2];
-    pair_codes(x, i, table, lo, hi);
-    const __m256 scales = row_scales(x, i);
+    __m512i lo[2], hi[2];
+    quad_codes(x, i, table, lo, hi);
+    const __m256 scales = row_scales(x, i, kQuadOrder);
     for (int r = 0; r < R; ++r) {
-      const ActivationHalves a(y[r][i]);
-      const __m256i start =
-          _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(zero, offsets, a.first), offsets, a.second));
-      __m256i pair_sums[kWeightRows / 2];
-      for (int k = 0; k < kWeightRows / 2; ++k) {
-        pair_sums[k] = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(start, lo[k], a.first), hi[k], a.second);
-      }
-      acc[r] = add_scaled(acc[r], row_sums(pair_sums), scales, y[r][i]);
+      const __m512i first = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y[r][i].qs)));
+      const __m512i second = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y[r][i].qs + 16)));
+      const __m512i start =
+          _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, offsets, first), offsets, second));
+      __m512i sums[2];
+      for (int k = 0; k < 2; ++k)
+        sums[k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(start, lo[k], first), hi[k], second);
+      acc[r] = add_scaled(acc[r], quad_sums(sums[0], sums[1]), scales, y[r][i]);
     }
   }
-  for (int r = 0; r < R; ++r) store_rows(acc[r], out + r * kWeightRows);
+  for (int r = 0; r < R; ++r) store_rows(acc[r], kQuadOrder, out + r * kWeightRows);
 }
 
 // The kernel instantiated for `rows` activation rows (1 to kDotRows).
