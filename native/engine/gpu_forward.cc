@@ -197,6 +197,7 @@ class GpuModel : public GpuWeights {
   model::HyperParams params;
   int64_t context_size = 0;          // the most positions a sequence's KV cache holds: what the workspace is sized for
   int64_t pass_rows = kGpuPassRows;  // the most rows of a pass (gpu_pass_rows)
+  std::vector<uint8_t> windowed;     // per layer, 1 for a sliding-window layer (model::windowed_layers)
   // Whether every layer's per-head latent products (k_b, v_b) have tiled kernels: one grouping
   // of a pass's (token, head) slots serves them all, so they take the tiles together or not at all.
   bool latent_tiles = false;
@@ -345,12 +346,6 @@ cuda::AttentionShape attention_shape(const model::HyperParams& p, int64_t contex
 // never more than the context. llama.cpp's iSWA cache holds the window and a batch likewise.
 int64_t window_rows(const model::HyperParams& p, int64_t context, int64_t pass_rows) {
   return std::min(context, p.sliding_window + model::kWindowAlign + pass_rows);
-}
-
-std::vector<uint8_t> windowed_layers(const model::Model& model) {
-  std::vector<uint8_t> windowed;
-  for (const model::LayerWeights& layer : model.layers) windowed.push_back(layer.attention.windowed ? 1 : 0);
-  return windowed;
 }
 
 // A sequence's cache: `windowed` per layer.
@@ -1562,7 +1557,7 @@ GpuFootprint gpu_footprint(const model::Model& model, int64_t context_size) {
     f.expert_bytes.push_back(routed_expert_bytes(w));
     if (!w.ffn.routed.empty()) f.dense_bytes += 3 * 256;  // each of the layer's three pools may round up to 256 bytes
   }
-  const std::vector<uint8_t> windowed = windowed_layers(model);
+  const std::vector<uint8_t> windowed = model::windowed_layers(model);
   f.kv_bytes = kv_bytes(p, windowed, context_size, kGpuPassRows);
   f.workspace_bytes = workspace_bytes(p, context_size, kGpuPassRows);
   f.kernel_gaps = kernel_gaps(model);
@@ -1620,9 +1615,9 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
   const uint64_t usable = memory.free > kReserve ? memory.free - kReserve : 0;
   const uint64_t available = options.budget > 0 ? std::min<uint64_t>(options.budget, usable) : usable;
   const uint64_t staging = resident < all && !arena ? ExpertStream::staging_bytes(model, streamed) : 0;
-  const std::vector<uint8_t> windowed = windowed_layers(model);
-  g->pass_rows = staging > 0 ? streamed_pass_rows(p, windowed, context_size, staging) : kGpuPassRows;
-  const size_t kv = kv_bytes(p, windowed, context_size, g->pass_rows);
+  g->windowed = model::windowed_layers(model);
+  g->pass_rows = staging > 0 ? streamed_pass_rows(p, g->windowed, context_size, staging) : kGpuPassRows;
+  const size_t kv = kv_bytes(p, g->windowed, context_size, g->pass_rows);
   const size_t workspace = workspace_bytes(p, context_size, g->pass_rows);
   const uint64_t needed = weights + workspace + kv + staging;
   if (needed > available) {
@@ -1690,9 +1685,7 @@ std::shared_ptr<GpuSequence> create_gpu_sequence(GpuModel& model, int64_t contex
                                         " positions is longer than the model's contextSize of " +
                                         std::to_string(model.context_size));
   }
-  std::vector<uint8_t> windowed;
-  for (const GpuLayer& layer : model.layers) windowed.push_back(layer.attention.windowed ? 1 : 0);
-  const size_t bytes = kv_bytes(p, windowed, context_size, model.pass_rows);
+  const size_t bytes = kv_bytes(p, model.windowed, context_size, model.pass_rows);
   const cuda::MemoryInfo memory = cuda::memory_info();
   if (bytes + kReserve > memory.free) {
     throw Error("INSUFFICIENT_MEMORY", "a session's KV cache needs " + gib(bytes) + " (contextSize " +
@@ -1705,11 +1698,11 @@ std::shared_ptr<GpuSequence> create_gpu_sequence(GpuModel& model, int64_t contex
   s->row = model::cache_row(p);
   s->window_rows = p.sliding_window > 0 ? window_rows(p, context_size, model.pass_rows) : 0;
   int64_t rows = 0;
-  for (const uint8_t w : windowed) {
+  for (const uint8_t w : model.windowed) {
     s->rows_before.push_back(rows);
     rows += w ? s->window_rows : context_size;
   }
-  s->windowed = std::move(windowed);
+  s->windowed = model.windowed;
   s->keys = DeviceBuffer(static_cast<size_t>(rows * s->row.keys) * sizeof(uint16_t), "KV cache (keys)");
   s->values = DeviceBuffer(static_cast<size_t>(rows * s->row.values) * sizeof(uint16_t), "KV cache (values)");
   return s;

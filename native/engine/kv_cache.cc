@@ -15,12 +15,6 @@ void to_f16(const float* from, int64_t count, uint16_t* to) {
   for (int64_t i = 0; i < count; ++i) to[i] = quant::fp32_to_fp16(from[i]);
 }
 
-std::vector<uint8_t> windowed_layers(const model::Model& model) {
-  std::vector<uint8_t> windowed;
-  for (const model::LayerWeights& layer : model.layers) windowed.push_back(layer.attention.windowed ? 1 : 0);
-  return windowed;
-}
-
 std::vector<uint8_t> linear_layers(const model::Model& model) {
   std::vector<uint8_t> linear;
   for (const model::LayerWeights& layer : model.layers) {
@@ -32,7 +26,7 @@ std::vector<uint8_t> linear_layers(const model::Model& model) {
 }  // namespace
 
 KvCache::KvCache(const model::Model& model, int64_t capacity)
-    : KvCache(model.params, windowed_layers(model), linear_layers(model), capacity) {}
+    : KvCache(model.params, model::windowed_layers(model), linear_layers(model), capacity) {}
 
 KvCache::KvCache(const model::HyperParams& params, std::span<const uint8_t> windowed, int64_t capacity)
     : KvCache(params, windowed, {}, capacity) {}

@@ -43,6 +43,12 @@ int64_t window_floor(const HyperParams& params, int64_t n) {
   return params.sliding_window > 0 ? cpu::aligned_window_start(n, params.sliding_window) : 0;
 }
 
+std::vector<uint8_t> windowed_layers(const Model& model) {
+  std::vector<uint8_t> windowed;
+  for (const LayerWeights& layer : model.layers) windowed.push_back(layer.attention.windowed ? 1 : 0);
+  return windowed;
+}
+
 int64_t cache_positions(const Model& model, int64_t layer, int64_t context) {
   const AttentionWeights& a = model.layers[layer].attention;
   if (a.kind == AttentionKind::kDeltaNet) return 0;

@@ -274,6 +274,8 @@ int64_t window_cells(const HyperParams& params, int64_t context);
 // The first position a windowed layer must still hold for a sequence to go on from position
 // `n` (0 when every layer keeps every position): the aligned start of the window before n.
 int64_t window_floor(const HyperParams& params, int64_t n);
+// Per layer of the pass, 1 for a sliding-window layer.
+std::vector<uint8_t> windowed_layers(const Model& model);
 // Positions layer `layer` keeps for a context of `context` (its KV cache's rows; 0 for a layer
 // of linear attention, which keeps a recurrent state instead).
 int64_t cache_positions(const Model& model, int64_t layer, int64_t context);
