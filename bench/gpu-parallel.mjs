@@ -5,20 +5,19 @@
 // (end-of-sequence banned, so every stream runs to the end). The figure is the model's own
 // count: decode rows over the wall time of the passes that ran them (model.stats() before and
 // after), so prompts are left out; each stream count keeps its best round. Writes JSON to $OUT
-// (or the working directory), like bench/gpu.mjs.
+// (or the working directory), like bench/gpu.mjs. With --peer, ik_llama.cpp's llama-batched-bench
+// (built by ../shared/device/peer/build.sh, which may still run beside ours) runs the same stream
+// counts, prompt and decode lengths on the same file after ours, and each count prints its ratio.
 //   node dist/synth-cli.js qwen3-30b-a3b /root/q.gguf   (once)
-//   node bench/gpu-parallel.mjs /root/q.gguf [--prompt 64 --decode 256 --rounds 2]
-import { writeFileSync } from "node:fs";
+//   node bench/gpu-parallel.mjs /root/q.gguf [--prompt 64 --decode 256 --rounds 2 --peer]
+import { existsSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { performance } from "node:perf_hooks";
 import { getSystemInfo, loadModel, readGgufInfo } from "../dist/index.js";
 import { fastestRounds } from "./measure.mjs";
+import { IK_BATCHED_BENCH, ikBatchedRun, peerBuilt } from "./peer.mjs";
 
-// ik_llama.cpp's one-stream decode on the same machine and the synthetic qwen3-30b-a3b
-// (../shared/BASELINES.md); it has no figure for several streams, nor for other files, whose runs
-// print no peer ratio (bench/families.mjs measures the peer on any file).
-const PEER = { name: "ik_llama.cpp (-ngl 99 -fa 1), one stream", decode: 238.9 };
 const STREAMS = [1, 2, 4, 8];
 
 const { values, positionals } = parseArgs({
@@ -27,12 +26,12 @@ const { values, positionals } = parseArgs({
     prompt: { type: "string", default: "64" },
     decode: { type: "string", default: "256" },
     rounds: { type: "string", default: "2" },
+    peer: { type: "boolean", default: false },
   },
 });
 const path = positionals[0] ?? "/root/q.gguf";
 const settings = { prompt: Number(values.prompt), decode: Number(values.decode), rounds: Number(values.rounds) };
 const architecture = (await readGgufInfo(path)).summary.architecture;
-const peer = architecture === "qwen3moe" ? PEER : undefined;
 
 /** Stream `stream`'s prompt: deterministic tokens away from the special ones. */
 function promptTokens(stream, count, vocab) {
@@ -89,6 +88,14 @@ model.dispose();
 
 const best = fastestRounds(rounds, STREAMS);
 const one = best[0].decodeTokensPerSecond;
+let peer;
+if (values.peer) {
+  if (!(await peerBuilt()) || !existsSync(IK_BATCHED_BENCH))
+    throw new Error(`--peer: ${IK_BATCHED_BENCH} is not built (../shared/device/peer/build.sh)`);
+  peer = { name: "ik_llama.cpp llama-batched-bench", ...ikBatchedRun(path, { ...settings, streams: STREAMS }) };
+  if (peer.figures.error) throw new Error(`--peer: ${peer.command} failed: ${peer.figures.error}`);
+}
+const peerRate = (streams) => peer?.figures[`decodeTokensPerSecond${streams}`];
 const result = {
   command: `node bench/gpu-parallel.mjs ${process.argv.slice(2).join(" ")}`.trim(),
   date: new Date().toISOString(),
@@ -104,23 +111,25 @@ const result = {
   ratios: {
     ...Object.fromEntries(best.map((r) => [`vsOneStream${r.streams}`, r.decodeTokensPerSecond / one])),
     ...(peer
-      ? Object.fromEntries(best.map((r) => [`vsPeerOneStream${r.streams}`, r.decodeTokensPerSecond / peer.decode]))
+      ? Object.fromEntries(best.map((r) => [`vsPeer${r.streams}`, r.decodeTokensPerSecond / peerRate(r.streams)]))
       : {}),
   },
   peer,
 };
 const out = join(process.env.OUT ?? ".", "gpu-parallel-bench.json");
 writeFileSync(out, JSON.stringify(result, null, 2));
-console.log("streams  decode t/s (total)  per stream  vs 1 stream  sequences/pass  end-to-end t/s");
+console.log(
+  "streams  decode t/s (total)  per stream  vs 1 stream  sequences/pass  end-to-end t/s" +
+    (peer ? "    peer t/s  vs peer" : ""),
+);
 for (const r of best) {
+  const versus = peer
+    ? `  ${peerRate(r.streams).toFixed(1).padStart(10)}  ${(r.decodeTokensPerSecond / peerRate(r.streams)).toFixed(2).padStart(6)}x`
+    : "";
   console.log(
     `${String(r.streams).padStart(7)}  ${r.decodeTokensPerSecond.toFixed(1).padStart(18)}  ` +
       `${r.perStreamTokensPerSecond.toFixed(1).padStart(10)}  ${(r.decodeTokensPerSecond / one).toFixed(2).padStart(10)}x  ` +
-      `${r.meanSequencesPerPass.toFixed(2).padStart(14)}  ${r.endToEndTokensPerSecond.toFixed(1).padStart(14)}`,
+      `${r.meanSequencesPerPass.toFixed(2).padStart(14)}  ${r.endToEndTokensPerSecond.toFixed(1).padStart(14)}${versus}`,
   );
 }
-console.log(
-  peer
-    ? `one stream: ${(one / peer.decode).toFixed(2)}x ${peer.name}'s ${peer.decode}; wrote ${out}`
-    : `no peer figure for ${architecture} (bench/families.mjs measures one); wrote ${out}`,
-);
+console.log(peer ? `peer: ${peer.command}; wrote ${out}` : `no peer (--peer runs ik_llama.cpp's); wrote ${out}`);

@@ -5,6 +5,7 @@ import { existsSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 
 export const IK_BENCH = "/root/ikl/build/bin/llama-bench";
+export const IK_BATCHED_BENCH = "/root/ikl/build/bin/llama-batched-bench";
 
 /** Waits (up to 15 minutes) for the peer's build, which may still run beside ours; whether llama-bench is there. */
 export async function peerBuilt() {
@@ -27,6 +28,27 @@ export function ikRun(path, args, { mla = false } = {}) {
     const test = cells.at(-3);
     const rate = /^([\d.]+) ± ([\d.]+)$/.exec(cells.at(-2) ?? "");
     if (test && rate) figures[test] = Number(rate[1]);
+  }
+  if (Object.keys(figures).length === 0) figures.error = (run.stderr || run.stdout || String(run.error)).slice(-2000);
+  return { command: command.join(" "), figures };
+}
+
+/**
+ * llama-batched-bench's total decode rate (S_TG t/s: all streams' generated tokens over the time of their
+ * passes) for each stream count, the whole model on the GPU with -fa 1 and fused MoE (its default): every
+ * stream gets its own prompt of `prompt` tokens, then `decode` tokens one pass per step for all of them.
+ */
+export function ikBatchedRun(path, { prompt, decode, streams }) {
+  const context = Math.max(...streams) * (prompt + decode);
+  const command = [IK_BATCHED_BENCH, "-m", path, "-fa", "1", "-ngl", "99", "-c", String(context)];
+  command.push("-npp", String(prompt), "-ntg", String(decode), "-npl", streams.join(","));
+  const run = spawnSync(command[0], command.slice(1), { encoding: "utf8", timeout: 900_000 });
+  const figures = {};
+  for (const line of `${run.stdout ?? ""}\n${run.stderr ?? ""}`.split("\n")) {
+    // | PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s |
+    const cells = line.split("|").map((c) => c.trim());
+    if (cells.length !== 12 || !/^\d+$/.test(cells[3])) continue;
+    figures[`decodeTokensPerSecond${cells[3]}`] = Number(cells[8]);
   }
   if (Object.keys(figures).length === 0) figures.error = (run.stderr || run.stdout || String(run.error)).slice(-2000);
   return { command: command.join(" "), figures };
