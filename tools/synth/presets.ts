@@ -673,6 +673,20 @@ const QWEN3_30B_A3B: SynthPreset = {
   fileType: 15, // LLAMA_FTYPE_MOSTLY_Q4_K_M
 };
 
+const QWEN3MOE_2B: SynthPreset = {
+  ...QWEN3_30B_A3B,
+  name: "qwen3moe-2b",
+  description:
+    "qwen3moe for the CPU benchmark: 24 layers x 32 experts (4 used), embedding 1536, the big preset's mix, 2 GB",
+  vocabSize: 32_768,
+  layers: 24,
+  embedding: 1536,
+  heads: 16,
+  feedForward: 4608,
+  experts: 32,
+  expertsUsed: 4,
+};
+
 export const PRESETS: Record<string, SynthPreset> = {
   "qwen3-30b-a3b": QWEN3_30B_A3B,
   "qwen3-30b-a3b-iq2xxs": {
@@ -682,18 +696,14 @@ export const PRESETS: Record<string, SynthPreset> = {
     mix: IQ2_XXS_EXPERTS_MIX,
     fileType: 19, // LLAMA_FTYPE_MOSTLY_IQ2_XXS
   },
-  "qwen3moe-2b": {
-    ...QWEN3_30B_A3B,
-    name: "qwen3moe-2b",
+  "qwen3moe-2b": QWEN3MOE_2B,
+  "qwen3moe-2b-q3km": {
+    ...QWEN3MOE_2B,
+    name: "qwen3moe-2b-q3km",
     description:
-      "qwen3moe for the CPU benchmark: 24 layers x 32 experts (4 used), embedding 1536, the big preset's mix, 2 GB",
-    vocabSize: 32_768,
-    layers: 24,
-    embedding: 1536,
-    heads: 16,
-    feedForward: 4608,
-    experts: 32,
-    expertsUsed: 4,
+      "qwen3moe-2b with the Q3_K_M-like mix of the DeepSeek and GLM presets (Q3_K gate and up experts, Q4_K down): their CPU experts' kernels on the CPU benchmark",
+    mix: Q3_K_M_MIX,
+    fileType: 12, // LLAMA_FTYPE_MOSTLY_Q3_K_M
   },
   "glm-4.5-air": {
     name: "glm-4.5-air",
