@@ -79,6 +79,7 @@ describe("parallel streams", () => {
       events.push(`end ${i}`);
       return tokens;
     };
+    const before = model.stats();
     // Session 0 ends first (fewer tokens); 2 then 3 wait for places, in that order.
     const running = Promise.all([consume(0, 16), consume(1, 48), consume(2, 48), consume(3, 48)]);
     // All four are submitted once the microtasks have run; at most two run, so two wait. (Seen from
@@ -87,13 +88,20 @@ describe("parallel streams", () => {
     await new Promise((resolve) => setImmediate(resolve));
     seenWaiting = Math.max(seenWaiting, model.stats().waitingSequences);
     const results = await running;
+    const after = model.stats();
     expect(results[0]).toEqual(expected[0]!.slice(0, 16));
     expect(results.slice(1)).toEqual(expected.slice(1));
     // Requests join at step boundaries: all but the first may wait through the first pass.
     expect(seenWaiting).toBeGreaterThanOrEqual(2);
+    // Sessions 0 and 1 start together and two sessions share nearly every pass (0 and 1, then 1 and
+    // 2, then 2 and 3): 160 generated tokens in about 97 passes. Counted by the engine, not from the
+    // chunks' order here: a loaded machine may hand this thread session 0's whole output in one chunk
+    // before session 1's first.
+    const passes = after.passes - before.passes;
+    const sequenceRows = after.meanSequencesPerPass * after.passes - before.meanSequencesPerPass * before.passes;
+    expect(sequenceRows / passes).toBeGreaterThan(1.4);
     const at = (event: string) => events.indexOf(event);
     expect(at("start 0")).toBeLessThan(at("end 0"));
-    expect(at("start 1")).toBeLessThan(at("end 0"));
     expect(at("start 2")).toBeGreaterThan(at("end 0"));
     expect(at("start 3")).toBeGreaterThan(at("start 2"));
     expect(at("start 3")).toBeGreaterThan(Math.min(at("end 1"), at("end 2")));
