@@ -6,8 +6,10 @@
 // count: decode rows over the wall time of the passes that ran them (model.stats() before and
 // after), so prompts are left out; each stream count keeps its best round. Writes JSON to $OUT
 // (or the working directory), like bench/gpu.mjs. With --peer, ik_llama.cpp's llama-batched-bench
-// (built by ../shared/device/peer/build.sh, which may still run beside ours) runs the same stream
-// counts, prompt and decode lengths on the same file after ours, and each count prints its ratio.
+// runs the same stream counts, prompt and decode lengths on the same file after ours, and each
+// count prints its ratio. ../shared/device/peer builds llama-bench alone: pack examples/batched-bench
+// too (and add_subdirectory(batched-bench) to examples/CMakeLists.txt), build the target
+// llama-batched-bench beside it; the build may still run beside ours, which waits for build.done.
 //   node dist/synth-cli.js qwen3-30b-a3b /root/q.gguf   (once)
 //   node bench/gpu-parallel.mjs /root/q.gguf [--prompt 64 --decode 256 --rounds 2 --peer]
 import { existsSync, writeFileSync } from "node:fs";
