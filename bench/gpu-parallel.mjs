@@ -92,8 +92,9 @@ const best = fastestRounds(rounds, STREAMS);
 const one = best[0].decodeTokensPerSecond;
 let peer;
 if (values.peer) {
-  if (!(await peerBuilt()) || !existsSync(IK_BATCHED_BENCH))
-    throw new Error(`--peer: ${IK_BATCHED_BENCH} is not built (../shared/device/peer/build.sh)`);
+  await peerBuilt();
+  if (!existsSync(IK_BATCHED_BENCH))
+    throw new Error(`--peer: ${IK_BATCHED_BENCH} is not built (see this file's header)`);
   peer = { name: "ik_llama.cpp llama-batched-bench", ...ikBatchedRun(path, { ...settings, streams: STREAMS }) };
   if (peer.figures.error) throw new Error(`--peer: ${peer.command} failed: ${peer.figures.error}`);
 }
@@ -126,7 +127,7 @@ console.log(
 );
 for (const r of best) {
   const versus = peer
-    ? `  ${peerRate(r.streams).toFixed(1).padStart(10)}  ${(r.decodeTokensPerSecond / peerRate(r.streams)).toFixed(2).padStart(6)}x`
+    ? `  ${peerRate(r.streams).toFixed(1).padStart(10)}  ${result.ratios[`vsPeer${r.streams}`].toFixed(2).padStart(6)}x`
     : "";
   console.log(
     `${String(r.streams).padStart(7)}  ${r.decodeTokensPerSecond.toFixed(1).padStart(18)}  ` +
