@@ -174,6 +174,11 @@ export interface FloatInit {
   /** Elements per row, and a scale per row (repeated if shorter than the row count). */
   rowLength?: number;
   rowScale?: Float32Array;
+  /**
+   * An I32 table of expert ids instead of floats (deepseek4's hash routing): each row (rowLength
+   * ids) holds distinct ids below `table`, drawn from the stream.
+   */
+  table?: number;
 }
 
 /** The types writeSyntheticModel can fill, quantized or float. */
@@ -233,6 +238,7 @@ export function tensorFiller(
   options: BlockFillOptions = {},
 ): (chunk: Uint8Array, byteOffset: number) => void {
   const scratch = new Scratch();
+  if (type === "I32") return tableFiller(key, float);
   const elementBytes = FLOAT_BYTES[type];
   if (elementBytes !== undefined) return floatFiller(type, elementBytes, key, float, scratch);
   const blockBytes = ggmlType(type).blockBytes;
@@ -242,6 +248,33 @@ export function tensorFiller(
     randomBytes(chunk, byteOffset, key, scratch);
     if (boundQ6KScales) boundQ6KSubBlockScales(chunk, byteOffset, blockBytes);
     patchFields(chunk, byteOffset, blockBytes, fields);
+  };
+}
+
+/** An I32 table (FloatInit.table): row r's ids a partial Fisher-Yates shuffle of [0, table) from the stream's words. */
+function tableFiller(key: number, init: FloatInit): (chunk: Uint8Array, byteOffset: number) => void {
+  const { table, rowLength } = init;
+  if (table === undefined || rowLength === undefined || rowLength > table) {
+    throw new BloomeryError("INTERNAL", "an I32 tensor needs a table of at least rowLength ids", { table, rowLength });
+  }
+  const words = new Uint32Array(rowLength);
+  const ids = Int32Array.from({ length: table }, (_, i) => i);
+  const row = new Int32Array(rowLength);
+  const rowBytes = new Uint8Array(row.buffer);
+  return (chunk, byteOffset) => {
+    const rowSize = rowLength * 4;
+    for (let r = Math.floor(byteOffset / rowSize); r * rowSize < byteOffset + chunk.length; r++) {
+      fillWords(words, key, r * rowLength);
+      for (let i = 0; i < table; i++) ids[i] = i;
+      for (let i = 0; i < rowLength; i++) {
+        const j = i + (words[i]! % (table - i));
+        [ids[i], ids[j]] = [ids[j]!, ids[i]!];
+        row[i] = ids[i]!;
+      }
+      const from = Math.max(0, byteOffset - r * rowSize);
+      const to = Math.min(rowSize, byteOffset + chunk.length - r * rowSize);
+      chunk.set(rowBytes.subarray(from, to), r * rowSize + from - byteOffset);
+    }
   };
 }
 

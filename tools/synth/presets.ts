@@ -19,7 +19,8 @@ export type SynthArchitecture =
   | "minimax-m2"
   | "mimo2"
   | "qwen3next"
-  | "qwen35moe";
+  | "qwen35moe"
+  | "deepseek4";
 
 /** The weight matrices whose type a preset fixes or the `weightType` option sets (norms and routers stay F32). */
 export type WeightRole =
@@ -123,10 +124,32 @@ export interface SynthIndexer {
   types?: number[];
 }
 
+/**
+ * DeepSeek-V4's blocks (deepseek4): attention of one shared key/value head over a sliding window of
+ * its raw rows plus rows compressed from blocks of `compressRatios[l]` positions (4: overlapping
+ * blocks scored by a lightning indexer, `indexer`; 128: every block; 0: the window alone), a
+ * low-rank query, a grouped low-rank output; `hyperConnections` residual streams mixed by
+ * Sinkhorn-normalized weights; the first `hashLayers` layers routed by a table of token ids; every
+ * expert's SwiGLU clamped at `swigluLimit`; router weights sqrt(softplus(logit)).
+ */
+export interface SynthDeepseek4 {
+  qLoraRank: number;
+  compressRatios: number[];
+  slidingWindow: number;
+  compressRopeFreqBase: number;
+  outputGroups: number;
+  outputRank: number;
+  hyperConnections: number;
+  sinkhornIterations: number;
+  hyperEpsilon: number;
+  hashLayers: number;
+  swigluLimit: number;
+}
+
 /** The router of an MoE preset beyond softmax top-k (DeepSeek-V3's and GLM-4.5's). */
 export interface SynthRouter {
-  /** llama.cpp's expert_gating_func: 1 softmax, 2 sigmoid. */
-  gating: 1 | 2;
+  /** llama.cpp's expert_gating_func: 1 softmax, 2 sigmoid, 4 sqrt(softplus) (deepseek4). */
+  gating: 1 | 2 | 4;
   /** expert_weights_norm */
   normalize: boolean;
   /** expert_weights_scale */
@@ -189,8 +212,10 @@ export interface SynthPreset {
   nextnLayers?: number;
   /** deepseek2's attention; headDim is then nopeDim + ropeDim. */
   mla?: SynthMla;
-  /** DeepSeek sparse attention (deepseek32, glm-dsa), over `mla`. */
+  /** DeepSeek sparse attention (deepseek32, glm-dsa), over `mla`; deepseek4's indexer. */
   indexer?: SynthIndexer;
+  /** DeepSeek-V4's blocks (deepseek4); headDim and ropeDims are its attention head's. */
+  deepseek4?: SynthDeepseek4;
   yarn?: SynthYarn;
   /** gpt-oss's blocks (sliding windows, attention sinks, output and expert biases, router bias). */
   gptOss?: SynthGptOss;
@@ -449,6 +474,51 @@ const TINY_GLM_DSA: SynthPreset = {
   contextLength: 4096,
   ropeFreqBase: 1e6,
   rmsEpsilon: 1e-5,
+  boundedScales: true,
+};
+
+/**
+ * tiny-deepseek4: DeepSeek-V4's layout at a few MB: 4 layers whose attention compresses blocks of
+ * 0 / 4 / 128 / 4 positions beside a window of 32 (the ratio-4 layers' indexer of 8 heads of 64
+ * choosing 8 blocks), heads of 128 (32 rotated), 4 hyper-connection streams, the first layer routed
+ * by token id, 16 experts (4 used) clamped at 0.75 plus a shared one.
+ */
+const TINY_DEEPSEEK4: SynthPreset = {
+  name: "tiny-deepseek4",
+  description:
+    "deepseek4 (compressed attention 0/4/128/4 with a window of 32, an indexer on the ratio-4 layers, 4 hyper-connection streams, a hash-routed first layer), embedding 256, 4 heads of 128, 16 experts (4 used) + 1 shared",
+  architecture: "deepseek4",
+  vocab: "deepseek",
+  layers: 4,
+  embedding: 256,
+  heads: 4,
+  headsKv: 1,
+  headDim: 128,
+  ropeDims: 32,
+  feedForward: 512,
+  experts: 16,
+  expertsUsed: 4,
+  expertFeedForward: 256,
+  sharedExperts: 1,
+  router: { gating: 4, normalize: true, scale: 1.5, selectionBias: true, groups: 1, groupsUsed: 1 },
+  indexer: { heads: 8, headDim: 64, topK: 8 },
+  deepseek4: {
+    qLoraRank: 128,
+    compressRatios: [0, 4, 128, 4],
+    slidingWindow: 32,
+    compressRopeFreqBase: 160_000,
+    outputGroups: 2,
+    outputRank: 64,
+    hyperConnections: 4,
+    sinkhornIterations: 20,
+    hyperEpsilon: 1e-6,
+    hashLayers: 1,
+    swigluLimit: 0.75,
+  },
+  yarn: { factor: 4, originalContext: 1024 },
+  contextLength: 4096,
+  ropeFreqBase: 10_000,
+  rmsEpsilon: 1e-6,
   boundedScales: true,
 };
 
@@ -848,6 +918,7 @@ export const PRESETS: Record<string, SynthPreset> = {
   "tiny-deepseek2": TINY_DEEPSEEK2,
   "tiny-deepseek32": TINY_DEEPSEEK32,
   "tiny-glm-dsa": TINY_GLM_DSA,
+  "tiny-deepseek4": TINY_DEEPSEEK4,
   "tiny-glm4moe-ud": {
     ...TINY_GLM4MOE,
     name: "tiny-glm4moe-ud",

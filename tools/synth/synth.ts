@@ -228,6 +228,24 @@ function architectureMetadata(p: SynthPreset): [string, GgufValue, GgufMetadataT
       [`${a}.full_attention_interval`, d.interval, "u32"],
     );
   }
+  if (p.deepseek4) {
+    const v = p.deepseek4;
+    const perLayer = (value: number) => Float32Array.from({ length: p.layers }, () => value);
+    entries.push(
+      [`${a}.attention.q_lora_rank`, v.qLoraRank, "u32"],
+      [`${a}.attention.sliding_window`, v.slidingWindow, "u32"],
+      [`${a}.attention.compress_ratios`, Int32Array.from(v.compressRatios), "array<i32>"],
+      [`${a}.attention.compress_rope_freq_base`, v.compressRopeFreqBase, "f32"],
+      [`${a}.attention.output_group_count`, v.outputGroups, "u32"],
+      [`${a}.attention.output_lora_rank`, v.outputRank, "u32"],
+      [`${a}.hyper_connection.count`, v.hyperConnections, "u32"],
+      [`${a}.hyper_connection.sinkhorn_iterations`, v.sinkhornIterations, "u32"],
+      [`${a}.hyper_connection.epsilon`, v.hyperEpsilon, "f32"],
+      [`${a}.hash_layer_count`, v.hashLayers, "u32"],
+      [`${a}.swiglu_clamp_exp`, perLayer(v.swigluLimit), "array<f32>"],
+      [`${a}.swiglu_clamp_shexp`, perLayer(v.swigluLimit), "array<f32>"],
+    );
+  }
   if (p.ropeSections) entries.push([`${a}.rope.dimension_sections`, Int32Array.from(p.ropeSections), "array<i32>"]);
   if (p.sharedFeedForward !== undefined) {
     entries.push([`${a}.expert_shared_feed_forward_length`, p.sharedFeedForward, "u32"]);
@@ -296,6 +314,10 @@ function planTensors(
   weight("token_embd.weight", "token_embd", [p.embedding, nVocab]);
   for (let l = 0; l < p.layers + (p.nextnLayers ?? 0); l++) {
     const blk = `blk.${l}`;
+    if (p.deepseek4) {
+      deepseek4Layer(p, l, nVocab, seed, add, weight, norm);
+      continue;
+    }
     norm(`${blk}.attn_norm.weight`, p.embedding);
     const d = p.deltaNet;
     if (d && l < p.layers && (l + 1) % d.interval !== 0) {
@@ -424,11 +446,94 @@ function planTensors(
       norm(`${blk}.nextn.shared_head_norm.weight`, p.embedding);
     }
   }
+  if (p.deepseek4) {
+    const hc = p.deepseek4.hyperConnections;
+    add("output_hc_fn.weight", "F32", [hc * p.embedding, hc], WEIGHT_INIT);
+    add("output_hc_base.weight", "F32", [hc], BIAS_INIT);
+    add("output_hc_scale.weight", "F32", [1], NORM_INIT);
+  }
   norm("output_norm.weight", p.embedding);
   if (!p.tiedOutput) weight("output.weight", "output", [p.embedding, nVocab]);
   const labels = p.pooled?.rankLabels;
   if (labels) weight("cls.output.weight", "cls_output", [p.embedding, labels.length]);
   return tensors;
+}
+
+/** Adds layer `l` of a deepseek4 preset (llama.cpp's names and shapes, src/models/deepseek4.cpp). */
+function deepseek4Layer(
+  p: SynthPreset,
+  l: number,
+  nVocab: number,
+  seed: number,
+  add: (name: string, type: string, shape: number[], init: FloatInit) => void,
+  weight: (name: string, role: WeightRole, shape: number[], layer?: number) => void,
+  norm: (name: string, length: number) => void,
+): void {
+  const v = p.deepseek4!;
+  const x = p.indexer!;
+  const blk = `blk.${l}`;
+  const head = p.headDim;
+  const hc = v.hyperConnections;
+  const mixes = (2 + hc) * hc;
+  norm(`${blk}.attn_norm.weight`, p.embedding);
+  add(`${blk}.attn_sinks.weight`, "F32", [p.heads], SINK_INIT);
+  weight(`${blk}.attn_q_a.weight`, "attn_q_a", [p.embedding, v.qLoraRank], l);
+  norm(`${blk}.attn_q_a_norm.weight`, v.qLoraRank);
+  weight(`${blk}.attn_q_b.weight`, "attn_q_b", [v.qLoraRank, p.heads * head], l);
+  weight(`${blk}.attn_kv.weight`, "attn_kv_a_mqa", [p.embedding, head], l);
+  norm(`${blk}.attn_kv_a_norm.weight`, head);
+  weight(
+    `${blk}.attn_output_a.weight`,
+    "attn_output",
+    [(p.heads * head) / v.outputGroups, v.outputRank * v.outputGroups],
+    l,
+  );
+  weight(`${blk}.attn_output_b.weight`, "attn_output", [v.outputGroups * v.outputRank, p.embedding], l);
+  for (const part of ["attn", "ffn"]) {
+    add(`${blk}.hc_${part}_fn.weight`, "F32", [hc * p.embedding, mixes], WEIGHT_INIT);
+    add(`${blk}.hc_${part}_base.weight`, "F32", [mixes], BIAS_INIT);
+    add(`${blk}.hc_${part}_scale.weight`, "F32", [3], NORM_INIT);
+  }
+  const ratio = v.compressRatios[l]!;
+  if (ratio !== 0) {
+    // Blocks of 4 overlap their predecessor: twice the width, the first half for the next block.
+    const width = (ratio === 4 ? 2 : 1) * head;
+    weight(`${blk}.attn_compressor_kv.weight`, "attn_kv_a_mqa", [p.embedding, width], l);
+    weight(`${blk}.attn_compressor_gate.weight`, "attn_kv_a_mqa", [p.embedding, width], l);
+    add(`${blk}.attn_compressor_ape.weight`, "F32", [width, ratio], BIAS_INIT);
+    norm(`${blk}.attn_compressor_norm.weight`, head);
+  }
+  if (ratio === 4) {
+    weight(`${blk}.indexer.proj.weight`, "indexer", [p.embedding, x.heads], l);
+    weight(`${blk}.indexer.attn_q_b.weight`, "indexer", [v.qLoraRank, x.heads * x.headDim], l);
+    weight(`${blk}.indexer_compressor_kv.weight`, "indexer", [p.embedding, 2 * x.headDim], l);
+    weight(`${blk}.indexer_compressor_gate.weight`, "indexer", [p.embedding, 2 * x.headDim], l);
+    add(`${blk}.indexer_compressor_ape.weight`, "F32", [2 * x.headDim, ratio], BIAS_INIT);
+    norm(`${blk}.indexer_compressor_norm.weight`, x.headDim);
+  }
+  add(`${blk}.ffn_gate_inp.weight`, "F32", [p.embedding, p.experts], {
+    ...WEIGHT_INIT,
+    rowLength: p.embedding,
+    rowScale: routerScales(p.experts, seed, l),
+  });
+  if (l < v.hashLayers) {
+    add(`${blk}.ffn_gate_tid2eid.weight`, "I32", [p.expertsUsed, nVocab], {
+      center: 0,
+      amplitude: 0,
+      rowLength: p.expertsUsed,
+      table: p.experts,
+    });
+  } else {
+    add(`${blk}.exp_probs_b.bias`, "F32", [p.experts], WEIGHT_INIT);
+  }
+  norm(`${blk}.ffn_norm.weight`, p.embedding);
+  weight(`${blk}.ffn_gate_exps.weight`, "ffn_gate_exps", [p.embedding, p.expertFeedForward, p.experts], l);
+  weight(`${blk}.ffn_up_exps.weight`, "ffn_up_exps", [p.embedding, p.expertFeedForward, p.experts], l);
+  weight(`${blk}.ffn_down_exps.weight`, "ffn_down_exps", [p.expertFeedForward, p.embedding, p.experts], l);
+  const shared = p.sharedExperts! * p.expertFeedForward;
+  weight(`${blk}.ffn_gate_shexp.weight`, "ffn_gate_shexp", [p.embedding, shared], l);
+  weight(`${blk}.ffn_up_shexp.weight`, "ffn_up_shexp", [p.embedding, shared], l);
+  weight(`${blk}.ffn_down_shexp.weight`, "ffn_down_shexp", [shared, p.embedding], l);
 }
 
 /** Plans a synthetic model: its vocabulary, metadata and tensors, without writing anything. */
