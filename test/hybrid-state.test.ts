@@ -2,20 +2,28 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { loadModel, type Model } from "../src/index.js";
+import { BloomeryError, loadModel, type Model } from "../src/index.js";
 import { writeSyntheticModel } from "../tools/synth/synth.js";
 
-// A session of a model with recurrent layers (tiny-qwen35moe: Gated DeltaNet beside attention)
-// carries its convolution and recurrent states with its KV cache: a fork, a saved state (memory
-// and file), a cached prefix and a checkpoint of the session's own (kept with the prompt-state cache
-// off, and by evaluations too) continue exactly as one evaluation of the whole sequence, and a
-// context cut back by a stop string continues from the state after its last kept token.
+// A session of a model with recurrent layers carries their states with its KV cache: a fork, a
+// saved state (memory and file), a cached prefix and a checkpoint of the session's own (kept with
+// the prompt-state cache off, and by evaluations too) continue exactly as one evaluation of the
+// whole sequence, and a context cut back by a stop string continues from the state after its last
+// kept token. Two families: tiny-qwen35moe (Gated DeltaNet's convolution and recurrent states
+// beside attention) and tiny-deepseek4 (DeepSeek-V4: each compressor's rows of the blocks it has
+// not compressed yet, beside compressed rows and windowed attention of 32 positions; the session's
+// own older checkpoints outlive the windows they need, so only the cache's copies restore them).
+const FAMILIES = [
+  { preset: "tiny-qwen35moe", windowed: false },
+  { preset: "tiny-deepseek4", windowed: true },
+];
 const dir = mkdtempSync(join(tmpdir(), "bloomery-hybrid-state-"));
-const modelPath = join(dir, "tiny-qwen35moe.gguf");
 const models: Model[] = [];
 
 beforeAll(async () => {
-  await writeSyntheticModel(modelPath, { preset: "tiny-qwen35moe", weightType: "F32" });
+  for (const { preset } of FAMILIES) {
+    await writeSyntheticModel(join(dir, `${preset}.gguf`), { preset, weightType: "F32" });
+  }
 });
 
 afterAll(() => {
@@ -23,8 +31,8 @@ afterAll(() => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-async function open(options: Parameters<typeof loadModel>[1] = {}): Promise<Model> {
-  const model = await loadModel(modelPath, { gpu: false, threads: 2, contextSize: 1100, ...options });
+async function open(preset: string, options: Parameters<typeof loadModel>[1] = {}): Promise<Model> {
+  const model = await loadModel(join(dir, `${preset}.gguf`), { gpu: false, threads: 2, contextSize: 1100, ...options });
   models.push(model);
   return model;
 }
@@ -46,9 +54,11 @@ async function wholeEvaluation(model: Model, sequence: number[], rows: number): 
   return all.slice(all.length - (rows * all.length) / sequence.length);
 }
 
-describe("a session with recurrent layers", () => {
+describe.each(FAMILIES)("a session with recurrent layers ($preset)", ({ preset, windowed }) => {
+  // What a session's own checkpoint at `at` restores: itself, or (where its window is gone) nothing.
+  const own = (at: number) => (windowed ? 0 : at);
   it("forks, saves and restores (memory and file) mid-sequence to the logits of one whole evaluation", async () => {
-    const model = await open({ cacheRam: 0 });
+    const model = await open(preset, { cacheRam: 0 });
     const prompt = tokens(300, 1); // two passes of the default 256-row step
     const next = tokens(3, 2);
     const expected = await wholeEvaluation(model, [...prompt, ...next], next.length);
@@ -71,8 +81,8 @@ describe("a session with recurrent layers", () => {
   });
 
   it("reuses a cached state whose tokens begin the prompt, and evaluates one that diverges inside it again", async () => {
-    const cached = await open({ cacheRam: "64MiB" });
-    const plain = await open({ cacheRam: 0 });
+    const cached = await open(preset, { cacheRam: "64MiB" });
+    const plain = await open(preset, { cacheRam: 0 });
     const first = cached.createSession();
     await first.generate(tokens(280, 3), { maxTokens: 4 }).result;
     const held = (await first.save()).tokens;
@@ -92,8 +102,8 @@ describe("a session with recurrent layers", () => {
 
   it("restores the nearest checkpoint inside a shared prefix that ends before, on or after one", async () => {
     // A prompt of 1,200 tokens leaves checkpoints at 176 (1,200 - 1,024), 688 (1,200 - 512) and 1,200.
-    const cached = await open({ cacheRam: "256MiB", contextSize: 1300 });
-    const plain = await open({ cacheRam: 0, contextSize: 1300 });
+    const cached = await open(preset, { cacheRam: "256MiB", contextSize: 1300 });
+    const plain = await open(preset, { cacheRam: 0, contextSize: 1300 });
     const prompt = tokens(1200, 8);
     await cached.createSession().generate(prompt, { maxTokens: 1 }).result;
     for (const [shared, restored] of [
@@ -111,12 +121,12 @@ describe("a session with recurrent layers", () => {
 
   it("restores its own nearest checkpoint, with the prompt-state cache off, for a prompt that diverges inside its context", async () => {
     // A prompt of 1,200 tokens leaves checkpoints at 176, 688 and 1,200; none is inside 100.
-    const model = await open({ cacheRam: 0, contextSize: 1300 });
+    const model = await open(preset, { cacheRam: 0, contextSize: 1300 });
     const prompt = tokens(1200, 8);
     for (const [shared, restored] of [
-      [687, 176],
-      [688, 688],
-      [700, 688],
+      [687, own(176)],
+      [688, own(688)],
+      [700, own(688)],
       [100, 0],
     ] as const) {
       const session = model.createSession();
@@ -142,19 +152,19 @@ describe("a session with recurrent layers", () => {
     const prompt = tokens(1200, 12);
     const next = [...prompt.slice(0, 700), ...tokens(40, 13)];
     const after = tokens(2, 14);
-    const plain = await open({ cacheRam: 0, contextSize: 1300 });
+    const plain = await open(preset, { cacheRam: 0, contextSize: 1300 });
     const fresh = plain.createSession();
     const expected = (await fresh.generate(next, { maxTokens: 4 }).result).tokens;
     const expectedAfter = await fresh.evaluate(after, { logits: "all" });
     const session = plain.createSession();
     await session.evaluate(prompt.slice(0, 100));
     await session.evaluate(prompt.slice(100));
-    const own = await session.generate(next, { maxTokens: 4 }).result;
-    expect(own.timings.cachedPromptTokens).toBe(688);
-    expect(own.tokens).toEqual(expected);
+    const mine = await session.generate(next, { maxTokens: 4 }).result;
+    expect(mine.timings.cachedPromptTokens).toBe(own(688));
+    expect(mine.tokens).toEqual(expected);
     expect(await session.evaluate(after, { logits: "all" })).toEqual(expectedAfter);
 
-    const cached = await open({ cacheRam: "256MiB", contextSize: 1300 });
+    const cached = await open(preset, { cacheRam: "256MiB", contextSize: 1300 });
     await cached.createSession().evaluate(prompt);
     const other = cached.createSession();
     const reuse = await other.generate(next, { maxTokens: 4 }).result;
@@ -164,7 +174,7 @@ describe("a session with recurrent layers", () => {
   });
 
   it("runs sessions together in shared passes with the tokens each gives alone", async () => {
-    const model = await open({ cacheRam: 0, parallel: 2 });
+    const model = await open(preset, { cacheRam: 0, parallel: 2 });
     const prompts = [tokens(300, 10), tokens(90, 11)];
     const alone = [];
     for (const prompt of prompts)
@@ -178,13 +188,13 @@ describe("a session with recurrent layers", () => {
   });
 
   it("continues after a stop string from the state after the last kept token", async () => {
-    const model = await open({ cacheRam: 0 });
+    const model = await open(preset, { cacheRam: 0 });
     const prompt = tokens(120, 6);
     const probe = await model.createSession().generate(prompt, { maxTokens: 12 }).result;
     expect(probe.tokens.length).toBe(12);
     // Stop on the text of a later generated token not found before it: the context keeps some of
     // the generated tokens, fewer than ran.
-    const at = [5, 4, 6, 3, 7].find((k) => {
+    const at = [5, 4, 6, 3, 7, 8, 9, 10, 2].find((k) => {
       const text = model.detokenize(probe.tokens.slice(k, k + 1));
       return text.length > 0 && !model.detokenize([...prompt, ...probe.tokens.slice(0, k)]).includes(text);
     });
@@ -200,5 +210,20 @@ describe("a session with recurrent layers", () => {
     expect(kept.length).toBeGreaterThan(prompt.length);
     expect(kept.length).toBeLessThanOrEqual(prompt.length + at!);
     expect(logits).toEqual(await wholeEvaluation(model, [...kept, ...next], next.length));
+  });
+});
+
+describe("DeepSeek-V4 on the GPU", () => {
+  it("is refused by name (its compressed attention and hyper-connections run on the CPU only)", async () => {
+    const error = await loadModel(join(dir, "tiny-deepseek4.gguf"), { gpu: "auto", contextSize: 64 }).then(
+      (model) => {
+        models.push(model);
+        return undefined;
+      },
+      (e: unknown) => e,
+    );
+    expect(error).toBeInstanceOf(BloomeryError);
+    expect((error as BloomeryError).code).toBe("UNSUPPORTED_FEATURE");
+    expect((error as BloomeryError).message).toContain("compressed attention");
   });
 });

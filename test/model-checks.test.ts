@@ -30,6 +30,7 @@ let moe: RawGguf; // tiny-qwen3moe, Q8_0
 let qwen2: RawGguf; // tiny-qwen2, Q8_0: no key_length
 let mimo: RawGguf; // tiny-mimo2, Q8_0: per-layer KV heads and windows
 let glmDsa: RawGguf; // tiny-glm-dsa, Q8_0: indexers on layers 0 and 3 only
+let deepseek4: RawGguf; // tiny-deepseek4, Q8_0: compress ratios 0/4/128/4, layer 0 hash-routed
 let n = 0;
 
 beforeAll(async () => {
@@ -41,6 +42,8 @@ beforeAll(async () => {
   mimo = parseGguf(readFileSync(join(dir, "mimo.gguf")));
   await writeSyntheticModel(join(dir, "glm-dsa.gguf"), { preset: "tiny-glm-dsa", weightType: "Q8_0" });
   glmDsa = parseGguf(readFileSync(join(dir, "glm-dsa.gguf")));
+  await writeSyntheticModel(join(dir, "deepseek4.gguf"), { preset: "tiny-deepseek4", weightType: "Q8_0" });
+  deepseek4 = parseGguf(readFileSync(join(dir, "deepseek4.gguf")));
 });
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -63,12 +66,46 @@ it("the fixtures themselves load and generate", async () => {
   // glm-dsa with layer 3 marked shared though it carries its indexer: llama.cpp loads such tensors
   // and leaves them unused, and so do we.
   const sharedWithTensors = variant(glmDsa, (g) => setArrayInt(g, "glm-dsa.attention.indexer.types", 3, 0n));
-  for (const base of [moe, qwen2, mimo, glmDsa, parseGguf(readFileSync(sharedWithTensors))]) {
+  for (const base of [moe, qwen2, mimo, glmDsa, deepseek4, parseGguf(readFileSync(sharedWithTensors))]) {
     const model = await load(variant(base, () => {}));
     expect(model.info.warnings).toEqual([]);
     expect((await model.createSession().generate("The river", { maxTokens: 3 }).result).tokens).toHaveLength(3);
     model.dispose();
   }
+});
+
+describe("DeepSeek-V4's own metadata and tables", () => {
+  it("a compression ratio llama.cpp does not serve", async () => {
+    await expectCode(
+      load(variant(deepseek4, (g) => setArrayInt(g, "deepseek4.attention.compress_ratios", 1, 3n))),
+      "UNSUPPORTED_FEATURE",
+      /deepseek4\.attention\.compress_ratios holds 3/,
+    );
+  });
+
+  it("hyper-connections of other than four streams", async () => {
+    await expectCode(
+      load(variant(deepseek4, (g) => setInt(g, "deepseek4.hyper_connection.count", U32, 2n))),
+      "UNSUPPORTED_FEATURE",
+      /deepseek4\.hyper_connection\.count = 2/,
+    );
+  });
+
+  it("a hash-routing table naming an expert the layer does not have", async () => {
+    const table = variant(deepseek4, (g) => {
+      const t = tensor(g, "blk.0.ffn_gate_tid2eid.weight");
+      g.data.writeInt32LE(16, Number(t.offset) + 4 * 77);
+    });
+    await expectCode(load(table), "MODEL_BAD_METADATA", /blk\.0\.ffn_gate_tid2eid\.weight holds 16 at 77/);
+  });
+
+  it("swiglu limits that differ between layers", async () => {
+    await expectCode(
+      load(variant(deepseek4, (g) => setF32Array(g, "deepseek4.swiglu_clamp_exp", [0.75, 0.5, 0.75, 0.75]))),
+      "UNSUPPORTED_FEATURE",
+      /deepseek4\.swiglu_clamp_exp differs between layers/,
+    );
+  });
 });
 
 describe("metadata checked against the rest of the file", () => {

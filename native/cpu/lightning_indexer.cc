@@ -37,7 +37,7 @@ namespace {
 void select_group(const float* q, const float* weights, int64_t n, int64_t first_position, const uint16_t* keys,
                   const IndexerShape& shape, int32_t* selected, std::vector<float>& scores, ThreadPool& pool) {
   const quant::VecDotFn dot = host_quant_kernels(kF32).vec_dot;
-  const int64_t d = shape.head_dim, k = shape.top_k, positions = first_position + n;
+  const int64_t d = shape.head_dim, k = shape.top_k, positions = (first_position + n) / shape.ratio;
   // The scores of every (token, position) it sees, in tasks of one token and a block of
   // positions, so a decode step's one token spreads over the threads too.
   constexpr int64_t kBlock = 256;
@@ -49,7 +49,7 @@ void select_group(const float* q, const float* weights, int64_t n, int64_t first
     key.resize(static_cast<size_t>(d));
     for (size_t task = begin; task < end; ++task) {
       const int64_t i = static_cast<int64_t>(task) / blocks, block = static_cast<int64_t>(task) % blocks;
-      const int64_t seen = first_position + i + 1;
+      const int64_t seen = (first_position + i + 1) / shape.ratio;
       if (seen <= k) continue;
       const float* qi = q + i * shape.heads * d;
       const float* wi = weights + i * shape.heads;
@@ -69,7 +69,7 @@ void select_group(const float* q, const float* weights, int64_t n, int64_t first
   pool.parallel_for(static_cast<size_t>(n), 1, [&](size_t begin, size_t end) {
     thread_local std::vector<int32_t> order;
     for (auto i = static_cast<int64_t>(begin); i < static_cast<int64_t>(end); ++i) {
-      const int64_t seen = first_position + i + 1;
+      const int64_t seen = (first_position + i + 1) / shape.ratio;
       int32_t* out = selected + i * k;
       if (seen <= k) {
         std::iota(out, out + seen, 0);

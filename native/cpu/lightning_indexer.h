@@ -19,6 +19,9 @@ struct IndexerShape {
   int64_t head_dim = 0;
   int64_t top_k = 0;
   int64_t key_stride = 0;  // f16 elements from one position's key to the next
+  // Positions per key: a token at position p sees keys [0, (p + 1) / ratio) (DeepSeek-V4's
+  // indexer scores compressed rows, one per block of `ratio` positions).
+  int64_t ratio = 1;
 };
 
 // The orthonormal Walsh-Hadamard matrix of `dim` (a power of two), as llama.cpp builds its
@@ -26,9 +29,9 @@ struct IndexerShape {
 std::vector<float> hadamard_matrix(int64_t dim);
 
 // q: n rows of heads * head_dim floats (token i at position first_position + i), weights: n rows
-// of heads floats, keys: f16 rows for positions [0, first_position + n). Writes, for each token,
-// top_k positions it attends to selected[i * top_k ...], unordered, -1 past the last where it
-// sees fewer than top_k. `scores`: a buffer for every token's scores, kept between calls.
+// of heads floats, keys: f16 rows for the keys the last token sees. Writes, for each token, top_k
+// keys it attends to selected[i * top_k ...], unordered, -1 past the last where it sees fewer
+// than top_k. `scores`: a buffer for every token's scores, kept between calls.
 void select_positions(const float* q, const float* weights, int64_t n, int64_t first_position, const uint16_t* keys,
                       const IndexerShape& shape, int32_t* selected, std::vector<float>& scores, ThreadPool& pool);
 

@@ -59,13 +59,13 @@ WeightMatrix at(const WeightMatrix& shape, const uint8_t* data) {
 }  // namespace
 
 void route(const float* logits, int64_t n, int64_t experts, int64_t used, const RouterParams& router,
-           const float* selection_bias, Routing& routing) {
+           const float* selection_bias, Routing& routing, const int32_t* chosen) {
   routing.used = used;
   routing.experts.resize(static_cast<size_t>(n * used));
   routing.weights.resize(static_cast<size_t>(n * used));
   std::vector<float> weights(static_cast<size_t>(experts)), selection(static_cast<size_t>(experts));
   std::vector<int32_t> order(static_cast<size_t>(experts));
-  std::vector<float> chosen(static_cast<size_t>(used));
+  std::vector<float> picked(static_cast<size_t>(used));
   const int64_t group_size = experts / router.groups;
   std::vector<float> group_scores(static_cast<size_t>(router.groups));
   std::vector<int32_t> groups(static_cast<size_t>(router.groups));
@@ -75,32 +75,39 @@ void route(const float* logits, int64_t n, int64_t experts, int64_t used, const 
       softmax(weights.data(), experts);
     } else if (router.gating == Gating::kSigmoid) {
       for (float& w : weights) w = 1.0f / (1.0f + std::exp(-w));
+    } else if (router.gating == Gating::kSqrtSoftplus) {
+      // ggml's softplus (linear above 20), then its square root.
+      for (float& w : weights) w = std::sqrt(w > 20.0f ? w : std::log(1.0f + std::exp(w)));
     }
-    for (int64_t e = 0; e < experts; ++e) selection[e] = weights[e] + (selection_bias ? selection_bias[e] : 0.0f);
-    if (router.groups > 1 && router.groups_used < router.groups) {
-      for (int64_t g = 0; g < router.groups; ++g) {
-        const float* first = selection.data() + g * group_size;
-        float best[2];
-        std::partial_sort_copy(first, first + group_size, best, best + 2, std::greater<float>());
-        group_scores[g] = best[0] + best[1];
+    if (chosen) {
+      std::copy_n(chosen + i * used, used, order.begin());
+    } else {
+      for (int64_t e = 0; e < experts; ++e) selection[e] = weights[e] + (selection_bias ? selection_bias[e] : 0.0f);
+      if (router.groups > 1 && router.groups_used < router.groups) {
+        for (int64_t g = 0; g < router.groups; ++g) {
+          const float* first = selection.data() + g * group_size;
+          float best[2];
+          std::partial_sort_copy(first, first + group_size, best, best + 2, std::greater<float>());
+          group_scores[g] = best[0] + best[1];
+        }
+        std::iota(groups.begin(), groups.end(), 0);
+        std::partial_sort(groups.begin(), groups.begin() + router.groups_used, groups.end(), [&](int32_t a, int32_t b) {
+          return group_scores[a] > group_scores[b] || (group_scores[a] == group_scores[b] && a < b);
+        });
+        for (int64_t g = router.groups_used; g < router.groups; ++g) {
+          std::fill_n(selection.begin() + groups[g] * group_size, group_size, -INFINITY);
+        }
       }
-      std::iota(groups.begin(), groups.end(), 0);
-      std::partial_sort(groups.begin(), groups.begin() + router.groups_used, groups.end(), [&](int32_t a, int32_t b) {
-        return group_scores[a] > group_scores[b] || (group_scores[a] == group_scores[b] && a < b);
+      std::iota(order.begin(), order.end(), 0);
+      // Ties go to the lower index, as on the GPU.
+      std::partial_sort(order.begin(), order.begin() + used, order.end(), [&](int32_t a, int32_t b) {
+        return selection[a] > selection[b] || (selection[a] == selection[b] && a < b);
       });
-      for (int64_t g = router.groups_used; g < router.groups; ++g) {
-        std::fill_n(selection.begin() + groups[g] * group_size, group_size, -INFINITY);
-      }
     }
-    std::iota(order.begin(), order.end(), 0);
-    // Ties go to the lower index, as on the GPU.
-    std::partial_sort(order.begin(), order.begin() + used, order.end(), [&](int32_t a, int32_t b) {
-      return selection[a] > selection[b] || (selection[a] == selection[b] && a < b);
-    });
     if (router.gating == Gating::kSoftmaxSelected) {
-      for (int64_t k = 0; k < used; ++k) chosen[k] = weights[order[k]];
-      softmax(chosen.data(), used);
-      for (int64_t k = 0; k < used; ++k) weights[order[k]] = chosen[k];
+      for (int64_t k = 0; k < used; ++k) picked[k] = weights[order[k]];
+      softmax(picked.data(), used);
+      for (int64_t k = 0; k < used; ++k) weights[order[k]] = picked[k];
     }
     double sum = 0.0;
     for (int64_t k = 0; k < used; ++k) sum += weights[order[k]];
@@ -192,6 +199,8 @@ void moe_run_experts(std::span<const int32_t> experts, std::span<const ExpertSli
       if (activation.kind == ActivationKind::kClampedSwiglu) {
         clamped_swiglu(s.gate_out[j] + first, s.up_out[j] + first, last - first, activation.alpha, activation.limit,
                        out);
+      } else if (activation.kind == ActivationKind::kLimitedSwiglu) {
+        limited_swiglu(s.gate_out[j] + first, s.up_out[j] + first, last - first, activation.limit, out);
       } else {
         swiglu(s.gate_out[j] + first, s.up_out[j] + first, last - first, out);
       }

@@ -49,12 +49,13 @@ struct Routing {
 
 // How a router turns its logits into each row's experts and their weights. kSoftmaxSelected
 // (gpt-oss): the top logits choose, then a softmax over the chosen ones weights them.
-enum class Gating : uint8_t { kSoftmax, kSigmoid, kSoftmaxSelected };
+enum class Gating : uint8_t { kSoftmax, kSigmoid, kSoftmaxSelected, kSqrtSoftplus };
 
 // What an expert makes of its gate and up rows. kSwiglu: silu(gate) * up. kClampedSwiglu
 // (gpt-oss's swiglu_oai): g = min(gate, limit), u = clamp(up, -limit, limit),
-// g * sigmoid(alpha g) * (u + 1).
-enum class ActivationKind : uint8_t { kSwiglu, kClampedSwiglu };
+// g * sigmoid(alpha g) * (u + 1). kLimitedSwiglu (DeepSeek-V4's swiglu_clamp): the same g and u,
+// silu(g) * u.
+enum class ActivationKind : uint8_t { kSwiglu, kClampedSwiglu, kLimitedSwiglu };
 struct ExpertActivation {
   ActivationKind kind = ActivationKind::kSwiglu;
   float alpha = 1.702f;
@@ -83,9 +84,10 @@ struct RouterParams {
 // over the row's logits gives the weights (kSoftmaxSelected: the logits themselves, the chosen
 // ones then softmaxed); `selection_bias` (one per expert, or null) is added
 // to them only to choose; then the group limit and the top `used`; the chosen weights (unbiased)
-// normalized and scaled as `router` says. Best first.
+// normalized and scaled as `router` says. Best first. `chosen` (n rows of `used` experts; null:
+// none) replaces the choice: hash routing's experts by token, weighted as the router would.
 void route(const float* logits, int64_t n, int64_t experts, int64_t used, const RouterParams& router,
-           const float* selection_bias, Routing& routing);
+           const float* selection_bias, Routing& routing, const int32_t* chosen = nullptr);
 
 // Buffers reused across calls, so a decode step allocates nothing.
 struct MoeScratch {

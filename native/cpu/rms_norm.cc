@@ -21,6 +21,10 @@ void rms_norm(const float* x, int64_t rows, int64_t n, int64_t in_stride, const 
     float* y = out + r * out_stride;
     const float mean = static_cast<float>(sum_of_squares(in, n) / static_cast<double>(n));
     const float scale = 1.0f / std::sqrt(mean + eps);
+    if (!weight) {
+      for (int64_t i = 0; i < n; ++i) y[i] = in[i] * scale;
+      continue;
+    }
     for (int64_t i = 0; i < n; ++i) y[i] = (in[i] * scale) * weight[i];
   }
 }

@@ -9,6 +9,7 @@
 namespace bloomery::cpu {
 
 // Normalizes `rows` rows of `n` floats (row strides `in_stride` and `out_stride`); `out` may be `x`.
+// A null `weight`: the normalized rows alone (ggml_rms_norm without the product).
 void rms_norm(const float* x, int64_t rows, int64_t n, int64_t in_stride, const float* weight, float eps, float* out,
               int64_t out_stride);
 

@@ -45,4 +45,12 @@ void clamped_swiglu(const float* gate, const float* up, int64_t n, float alpha, 
   }
 }
 
+void limited_swiglu(const float* gate, const float* up, int64_t n, float limit, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = std::min(gate[i], limit);
+    const float u = std::clamp(up[i], -limit, limit);
+    out[i] = g / (1.0f + std::exp(-g)) * u;
+  }
+}
+
 }  // namespace bloomery::cpu

@@ -39,4 +39,9 @@ inline constexpr void (*vec_silu_avx512)(const float*, int64_t, float*) = nullpt
 // ggml's CPU backend computes it (it has no SIMD form).
 void clamped_swiglu(const float* gate, const float* up, int64_t n, float alpha, float limit, float* out);
 
+// DeepSeek-V4's limited SwiGLU (ggml_swiglu_clamp): g = min(gate, limit), u = clamp(up, -limit,
+// limit), out = g / (1 + e^-g) * u, one element at a time with std::exp as ggml's CPU backend
+// computes it.
+void limited_swiglu(const float* gate, const float* up, int64_t n, float limit, float* out);
+
 }  // namespace bloomery::cpu

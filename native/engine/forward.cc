@@ -7,10 +7,13 @@
 #include "cpu/attention.h"
 #include "cpu/causal_conv.h"
 #include "cpu/delta_rule.h"
+#include "cpu/hyper_connections.h"
 #include "cpu/rms_norm.h"
 #include "cpu/rope.h"
 #include "cpu/swiglu.h"
+#include "engine/compressed_attention.h"
 #include "engine/cpu_experts.h"
+#include "engine/head_products.h"
 #include "engine/lightning_indexer.h"
 
 namespace bloomery::engine {
@@ -49,24 +52,6 @@ void spread_rows(float* rows, int64_t n, int64_t width, int64_t stride) {
   for (int64_t i = n - 1; i >= 0; --i) {
     std::copy_backward(rows + i * width, rows + (i + 1) * width, rows + i * stride + width);
     std::fill(rows + i * stride + width, rows + (i + 1) * stride, 0.0f);
-  }
-}
-
-// y[i][h] = matrices[h] x[i][h] for every head h of n rows: head h of row i read from
-// x + i * x_row + h * x_stride (matrices' cols floats) and written to y + i * y_row + h * y_stride
-// (rows floats). The heads' matrices differ, so each head's rows are gathered and multiplied alone.
-void per_head(const cpu::ExpertMatrices& matrices, const float* x, int64_t n, int64_t x_row, int64_t x_stride, float* y,
-              int64_t y_row, int64_t y_stride, ForwardScratch& s, cpu::ThreadPool& pool) {
-  const int64_t in = matrices.first.cols, out = matrices.first.rows;
-  s.head_in.resize(static_cast<size_t>(n * in));
-  s.head_out.resize(static_cast<size_t>(n * out));
-  for (int64_t h = 0; h < matrices.count; ++h) {
-    for (int64_t i = 0; i < n; ++i) std::copy_n(x + i * x_row + h * x_stride, in, s.head_in.data() + i * in);
-    s.input.reset(s.head_in.data(), n, in);
-    cpu::WeightMatrix head = matrices.expert(h);
-    head.stored_plain_by_llama = true;  // llama.cpp repacks 2D weights only, not these per-head stacks
-    cpu::matmul(head, s.input, s.head_out.data(), pool);
-    for (int64_t i = 0; i < n; ++i) std::copy_n(s.head_out.data() + i * out, out, y + i * y_row + h * y_stride);
   }
 }
 
@@ -292,10 +277,56 @@ void mla_attention(const HyperParams& p, const model::AttentionWeights& a, int64
   std::copy_n(s.projected.data(), n * p.heads * m.value_dim, s.attention.data());
 }
 
+cpu::HyperShape hyper_shape(const HyperParams& p) {
+  return {p.hyper.streams, p.embedding, p.hyper.sinkhorn_iterations, p.hyper.epsilon};
+}
+
+// The streams' mix weights of n rows (HyperConnectionParams): each row's streams RMS-normed as
+// one row, times the block's (or the head's) matrix, into s.hyper_mixes.
+void hyper_mixes(const HyperParams& p, const model::HyperConnectionWeights& h, int64_t n, ForwardScratch& s,
+                 cpu::ThreadPool& pool) {
+  const int64_t width = p.hyper.streams * p.embedding;
+  s.hyper_normed.resize(static_cast<size_t>(n * width));
+  s.hyper_mixes.resize(static_cast<size_t>(n * h.mix.rows));
+  cpu::rms_norm(s.residual.data(), n, width, width, nullptr, p.rms_epsilon, s.hyper_normed.data(), width);
+  s.input.reset(s.hyper_normed.data(), n, width);
+  cpu::matmul(h.mix, s.input, s.hyper_mixes.data(), pool);
+}
+
+// A block's input, normed by `norm` into s.normed: the residual's rows, or with hyper-connections
+// their streams' mix (the block's output and stream weights kept for block_output).
+void block_input(const HyperParams& p, const model::HyperConnectionWeights& h, const float* norm, int64_t n,
+                 ForwardScratch& s, cpu::ThreadPool& pool) {
+  if (p.hyper.streams == 0) {
+    cpu::rms_norm(s.residual.data(), n, p.embedding, p.embedding, norm, p.rms_epsilon, s.normed.data(), p.embedding);
+    return;
+  }
+  const int64_t streams = p.hyper.streams;
+  hyper_mixes(p, h, n, s, pool);
+  s.hyper_pre.resize(static_cast<size_t>(n * streams));
+  s.hyper_post.resize(static_cast<size_t>(n * streams));
+  s.hyper_comb.resize(static_cast<size_t>(n * streams * streams));
+  const cpu::HyperShape shape = hyper_shape(p);
+  cpu::hyper_weights(s.hyper_mixes.data(), n, h.scale, h.base, shape, s.hyper_pre.data(), s.hyper_post.data(),
+                     s.hyper_comb.data());
+  cpu::hyper_pre(s.residual.data(), s.hyper_pre.data(), n, shape, s.normed.data());
+  cpu::rms_norm(s.normed.data(), n, p.embedding, p.embedding, norm, p.rms_epsilon, s.normed.data(), p.embedding);
+}
+
+// The block's output (s.projected) into the residual: added, or with hyper-connections each stream
+// made of it and the streams' mix (block_input's weights).
+void block_output(const HyperParams& p, int64_t n, ForwardScratch& s) {
+  if (p.hyper.streams == 0) {
+    add_into(s.residual.data(), s.projected.data(), n * p.embedding);
+    return;
+  }
+  cpu::hyper_post(s.projected.data(), s.hyper_post.data(), s.hyper_comb.data(), n, hyper_shape(p), s.residual.data());
+}
+
 // `a` over the n rows of s.residual, keeping its keys and values in layer `layer` of each part's cache.
 void attention_block(const HyperParams& p, const model::AttentionWeights& a, int64_t layer, int64_t n,
                      std::span<const SequenceRows> batch, ForwardScratch& s, cpu::ThreadPool& pool) {
-  cpu::rms_norm(s.residual.data(), n, p.embedding, p.embedding, a.norm, p.rms_epsilon, s.normed.data(), p.embedding);
+  block_input(p, a.hyper, a.norm, n, s, pool);
   switch (a.kind) {
     case model::AttentionKind::kGqa:
       gqa_attention(p, a, layer, n, batch, s, pool);
@@ -307,6 +338,9 @@ void attention_block(const HyperParams& p, const model::AttentionWeights& a, int
     case model::AttentionKind::kDeltaNet:
       delta_net_attention(p, a, layer, n, batch, s, pool);
       break;
+    case model::AttentionKind::kCompressed:
+      compressed_attention(p, a, layer, n, batch, s, pool);
+      break;
   }
   s.input.reset(s.attention.data(), n, a.output.cols);
   cpu::matmul(a.output, s.input, s.projected.data(), pool);
@@ -314,11 +348,13 @@ void attention_block(const HyperParams& p, const model::AttentionWeights& a, int
   if (p.value_scale != 1.0f) {
     for (int64_t i = 0; i < n * p.embedding; ++i) s.projected[static_cast<size_t>(i)] *= p.value_scale;
   }
-  add_into(s.residual.data(), s.projected.data(), n * p.embedding);
+  block_output(p, n, s);
 }
 
-// out = down(silu(gate x) * up x) over the n rows of s.normed.
-void swiglu_ffn(const model::SwigluWeights& w, int64_t n, float* out, ForwardScratch& s, cpu::ThreadPool& pool) {
+// out = down(silu(gate x) * up x) over the n rows of s.normed (DeepSeek-V4's limited SwiGLU where
+// `activation` says).
+void swiglu_ffn(const model::SwigluWeights& w, const cpu::ExpertActivation& activation, int64_t n, float* out,
+                ForwardScratch& s, cpu::ThreadPool& pool) {
   const int64_t width = w.gate.rows;
   s.gate.resize(static_cast<size_t>(n * width));
   s.up.resize(static_cast<size_t>(n * width));
@@ -326,7 +362,11 @@ void swiglu_ffn(const model::SwigluWeights& w, int64_t n, float* out, ForwardScr
   s.input.reset(s.normed.data(), n, w.gate.cols);
   cpu::matmul(w.gate, s.input, s.gate.data(), pool);
   cpu::matmul(w.up, s.input, s.up.data(), pool);
-  cpu::swiglu(s.gate.data(), s.up.data(), n * width, s.activated.data());
+  if (activation.kind == cpu::ActivationKind::kLimitedSwiglu) {
+    cpu::limited_swiglu(s.gate.data(), s.up.data(), n * width, activation.limit, s.activated.data());
+  } else {
+    cpu::swiglu(s.gate.data(), s.up.data(), n * width, s.activated.data());
+  }
   s.input.reset(s.activated.data(), n, width);
   cpu::matmul(w.down, s.input, out, pool);
 }
@@ -334,13 +374,25 @@ void swiglu_ffn(const model::SwigluWeights& w, int64_t n, float* out, ForwardScr
 // The routed experts of `w`, the file's layer `layer`: a layer a pass runs counts its routing in
 // s.routed (a next-token-prediction layer's is not counted).
 void routed_experts(const model::Model& model, const model::LayerWeights& w, int64_t layer, int64_t n,
-                    ExpertArena* arena, ForwardScratch& s, cpu::ThreadPool& pool) {
+                    std::span<const SequenceRows> batch, ExpertArena* arena, ForwardScratch& s, cpu::ThreadPool& pool) {
   const HyperParams& p = model.params;
   const model::RoutedExperts& r = w.ffn.routed;
   s.input.reset(s.normed.data(), n, p.embedding);
   cpu::matmul(r.router, s.input, s.router_logits.data(), pool);
   add_bias(s.router_logits.data(), n, p.experts, r.router_bias);
-  cpu::route(s.router_logits.data(), n, p.experts, p.experts_used, p.router, r.selection_bias, s.routing);
+  const int32_t* chosen = nullptr;
+  if (r.token_experts) {
+    // Hash routing: each row's experts by its token.
+    s.token_routing.clear();
+    for (const SequenceRows& part : batch) {
+      for (const int32_t token : part.tokens) {
+        const int32_t* experts = r.token_experts + static_cast<int64_t>(token) * p.experts_used;
+        s.token_routing.insert(s.token_routing.end(), experts, experts + p.experts_used);
+      }
+    }
+    chosen = s.token_routing.data();
+  }
+  cpu::route(s.router_logits.data(), n, p.experts, p.experts_used, p.router, r.selection_bias, s.routing, chosen);
   if (!s.replayed_routing.empty() && layer < p.layers) {
     // Uniform gating, as cuda/moe.cu's route_row replays.
     const int32_t* replayed = s.replayed_routing.data() + layer * n * p.experts_used;
@@ -355,16 +407,16 @@ void routed_experts(const model::Model& model, const model::LayerWeights& w, int
 
 // The FFN: the routed experts and the dense (or shared) SwiGLU, added to the residual in
 // llama.cpp's order (the routed sum plus the shared output, then the residual).
-void ffn_block(const model::Model& model, const model::LayerWeights& w, int64_t layer, int64_t n, ExpertArena* arena,
-               ForwardScratch& s, cpu::ThreadPool& pool) {
+void ffn_block(const model::Model& model, const model::LayerWeights& w, int64_t layer, int64_t n,
+               std::span<const SequenceRows> batch, ExpertArena* arena, ForwardScratch& s, cpu::ThreadPool& pool) {
   const HyperParams& p = model.params;
   const model::FfnWeights& f = w.ffn;
-  cpu::rms_norm(s.residual.data(), n, p.embedding, p.embedding, f.norm, p.rms_epsilon, s.normed.data(), p.embedding);
+  block_input(p, f.hyper, f.norm, n, s, pool);
   if (f.kind == model::FfnKind::kMoe) {
-    routed_experts(model, w, layer, n, arena, s, pool);
+    routed_experts(model, w, layer, n, batch, arena, s, pool);
     if (!f.dense.empty()) {
       s.shared.resize(static_cast<size_t>(n * p.embedding));
-      swiglu_ffn(f.dense, n, s.shared.data(), s, pool);
+      swiglu_ffn(f.dense, p.shared_activation, n, s.shared.data(), s, pool);
       if (!f.shared_gate.empty()) {
         s.shared_gate.resize(static_cast<size_t>(n));
         s.input.reset(s.normed.data(), n, p.embedding);
@@ -377,9 +429,9 @@ void ffn_block(const model::Model& model, const model::LayerWeights& w, int64_t 
       add_into(s.projected.data(), s.shared.data(), n * p.embedding);
     }
   } else {
-    swiglu_ffn(f.dense, n, s.projected.data(), s, pool);
+    swiglu_ffn(f.dense, p.shared_activation, n, s.projected.data(), s, pool);
   }
-  add_into(s.residual.data(), s.projected.data(), n * p.embedding);
+  block_output(p, n, s);
 }
 
 void size_scratch(const HyperParams& p, int64_t n, ForwardScratch& s) {
@@ -393,15 +445,41 @@ void size_scratch(const HyperParams& p, int64_t n, ForwardScratch& s) {
   s.residual.resize(rows(p.embedding));
   s.normed.resize(rows(p.embedding));
   s.q.resize(rows(q_width));
-  s.q_low.resize(rows(p.mla.q_lora_rank));
+  s.q_low.resize(rows(std::max(p.mla.q_lora_rank, p.compressed.q_lora_rank)));
   s.k.resize(rows(cached.keys));
   s.v.resize(rows(std::max(cached.values, p.heads * p.head_dim)));
-  s.attention.resize(rows(attended));
+  s.attention.resize(rows(std::max(attended, p.compressed.output_groups * p.compressed.output_rank)));
   s.projected.resize(rows(std::max(p.embedding, p.heads * p.mla.value_dim)));
   s.router_logits.resize(rows(p.experts));
   s.selected.resize(rows(p.indexer.top_k));
   s.rope_angles.resize(static_cast<size_t>(n));
   s.windowed_rope_angles.resize(windowed_rope_differs(p) ? static_cast<size_t>(n) : 0);
+  s.compressed_rope_angles.resize(p.compressed.q_lora_rank > 0 ? static_cast<size_t>(n) : 0);
+}
+
+// Hyper-connections: each row's embedding becomes its `streams` streams (s.residual, n rows of
+// streams x embedding).
+void spread_streams(const HyperParams& p, int64_t n, ForwardScratch& s) {
+  const int64_t streams = p.hyper.streams, e = p.embedding;
+  s.residual.resize(static_cast<size_t>(n * streams * e));
+  for (int64_t i = n - 1; i >= 0; --i) {
+    for (int64_t h = streams - 1; h >= 0; --h) {
+      std::copy_n(s.residual.data() + i * e, e, s.residual.data() + (i * streams + h) * e);
+    }
+  }
+}
+
+// The head's mix of each row's streams (Model::output_hyper) into s.residual's first n rows of
+// the embedding, what the output norm reads.
+void join_streams(const model::Model& model, int64_t n, ForwardScratch& s, cpu::ThreadPool& pool) {
+  const HyperParams& p = model.params;
+  hyper_mixes(p, model.output_hyper, n, s, pool);
+  s.hyper_pre.resize(static_cast<size_t>(n * p.hyper.streams));
+  const cpu::HyperShape shape = hyper_shape(p);
+  cpu::hyper_head_weights(s.hyper_mixes.data(), n, model.output_hyper.scale, model.output_hyper.base, shape,
+                          s.hyper_pre.data());
+  cpu::hyper_pre(s.residual.data(), s.hyper_pre.data(), n, shape, s.hyper_normed.data());
+  std::copy_n(s.hyper_normed.data(), n * p.embedding, s.residual.data());
 }
 
 // Whether the hidden states kept for the model's MTP layer are normed (NextnLayer::normed_hidden).
@@ -429,6 +507,8 @@ int64_t begin_rows(const model::Model& model, const cpu::WeightMatrix& embedding
       cpu::rope_angles(p.rope, part.first_position + i, s.rope_angles[row]);
       if (windowed_rope_differs(p))
         cpu::rope_angles(p.windowed_rope, part.first_position + i, s.windowed_rope_angles[row]);
+      if (p.compressed.q_lora_rank > 0)
+        cpu::rope_angles(p.compressed.rope, part.first_position + i, s.compressed_rope_angles[row]);
       if (part.rows == LogitRows::kEmbeddings || part.keep_hidden) {
         s.hidden_rows.push_back(row);
         s.hidden_normed.push_back(part.rows == LogitRows::kEmbeddings || mtp_hidden_normed(model) ? 1 : 0);
@@ -476,11 +556,13 @@ void forward(const model::Model& model, std::span<const SequenceRows> batch, std
              ForwardScratch& s, cpu::ThreadPool& pool, ExpertArena* arena) {
   const HyperParams& p = model.params;
   const int64_t n = begin_rows(model, model.token_embedding, batch, s.residual, s);
+  if (p.hyper.streams > 0) spread_streams(p, n, s);
   s.routed.assign(static_cast<size_t>(p.layers * p.experts), 0);
   for (int64_t l = 0; l < p.layers; ++l) {
     attention_block(p, model.layers[l].attention, l, n, batch, s, pool);
-    ffn_block(model, model.layers[l], l, n, arena, s, pool);
+    ffn_block(model, model.layers[l], l, n, batch, arena, s, pool);
   }
+  if (p.hyper.streams > 0) join_streams(model, n, s, pool);
   head(model, model.output_norm, model.output, logits, s, pool);
 }
 
@@ -502,7 +584,7 @@ void forward_nextn(const model::Model& model, std::span<const SequenceRows> batc
   s.input.reset(s.concat.data(), n, 2 * p.embedding);
   cpu::matmul(m.eh_proj, s.input, s.residual.data(), pool);
   attention_block(p, m.blocks.attention, 0, n, batch, s, pool);
-  ffn_block(model, m.blocks, p.layers, n, nullptr, s, pool);
+  ffn_block(model, m.blocks, p.layers, n, batch, nullptr, s, pool);
   head(model, m.shared_head_norm ? m.shared_head_norm : model.output_norm,
        m.shared_head.empty() ? model.output : m.shared_head, logits, s, pool);
 }

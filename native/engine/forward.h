@@ -40,6 +40,17 @@ struct ForwardScratch {
   // matrix, and per row the positions it attends (top_k each), kept for the layers that reuse them.
   std::vector<float> indexer_q, indexer_weights, indexer_k, indexer_scores, hadamard;
   std::vector<int32_t> selected;
+  // DeepSeek-V4's attention (engine/compressed_attention.h): each row's position and angles of the
+  // compressed layers' rotation; the compressors' values and scores of each row (the attention's
+  // and the indexer's), a compressed row and the buffers that make it.
+  std::vector<int64_t> row_positions;
+  std::vector<int32_t> token_routing;  // hash routing's experts of each row
+  std::vector<std::vector<float>> compressed_rope_angles;
+  std::vector<float> compressor_kv, compressor_scores, indexer_kv, indexer_scores_in, compressed_row;
+  std::vector<float> compressor_entries, compressor_values, compressor_angles;
+  // Hyper-connections (cpu/hyper_connections.h): each row's normed streams, their mixes, the input
+  // and output weights and the streams' mix of the block.
+  std::vector<float> hyper_normed, hyper_mixes, hyper_pre, hyper_post, hyper_comb;
   std::vector<std::vector<float>> rope_angles;           // per row
   std::vector<std::vector<float>> windowed_rope_angles;  // per row, where windowed layers rotate otherwise
   std::vector<int64_t> logit_rows;                       // the rows whose logits the pass returns

@@ -51,6 +51,13 @@ KvCache::KvCache(const model::HyperParams& params, int64_t layers, std::span<con
       layer.recurrent.resize(static_cast<size_t>(params_.delta_net.state_floats()));
       continue;
     }
+    if (!params_.compressed.ratios.empty() && layers == params_.layers) {
+      const int64_t ratio = params_.compressed.ratios[static_cast<size_t>(l)];
+      layer.compressed_width = model::compressed_row_width(params_, l);
+      if (ratio > 0) layer.compressed.resize(static_cast<size_t>(capacity_ / ratio * layer.compressed_width));
+      layer.recurrent.resize(
+          static_cast<size_t>(params_.compressed.state_floats(ratio, params_.head_dim, params_.indexer.head_dim)));
+    }
     const int64_t rows = layer.windowed ? model::window_cells(params_, capacity_) : capacity_;
     layer.keys.resize(static_cast<size_t>(rows * row_.keys));
     layer.values.resize(static_cast<size_t>(rows * row_.values));
@@ -81,12 +88,22 @@ void KvCache::store(int64_t layer, int64_t first, int64_t n, const float* keys, 
   to_f16(values, n * row_.values, l.values.data() + (first - l.first) * row_.values);
 }
 
-void KvCache::copy_out(int64_t n, uint16_t* keys, uint16_t* values, float* recurrent) const {
+void KvCache::store_compressed(int64_t layer, int64_t block, int64_t offset, int64_t count, const float* row) {
+  Layer& l = layers_[layer];
+  to_f16(row, count, l.compressed.data() + block * l.compressed_width + offset);
+}
+
+void KvCache::copy_out(int64_t n, uint16_t* keys, uint16_t* values, float* recurrent, uint16_t* compressed) const {
   const int64_t window_from = window_first();
-  for (const Layer& l : layers_) {
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& l = layers_[i];
+    if (!l.compressed.empty()) {
+      const int64_t count = n / params_.compressed.ratios[i] * l.compressed_width;
+      compressed = std::copy_n(l.compressed.data(), count, compressed);
+    }
     if (!l.recurrent.empty()) {
       recurrent = std::copy(l.recurrent.begin(), l.recurrent.end(), recurrent);
-      continue;
+      if (l.keys.empty()) continue;
     }
     const int64_t from = l.windowed ? window_from : 0;
     const int64_t rows = n - from;
@@ -119,11 +136,18 @@ void KvCache::copy_in(int64_t n, const SessionState& state) {
   const uint16_t* keys = state.keys.data();
   const uint16_t* values = state.values.data();
   const float* recurrent = state.recurrent.data();
-  for (Layer& l : layers_) {
+  const uint16_t* compressed = state.compressed.data();
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    Layer& l = layers_[i];
+    if (!l.compressed.empty()) {
+      const int64_t ratio = params_.compressed.ratios[i];
+      std::copy_n(compressed, n / ratio * l.compressed_width, l.compressed.data());
+      compressed += packed / ratio * l.compressed_width;
+    }
     if (!l.recurrent.empty()) {
       std::copy_n(recurrent, l.recurrent.size(), l.recurrent.data());
       recurrent += l.recurrent.size();
-      continue;
+      if (l.keys.empty()) continue;
     }
     l.first = l.windowed ? state.window_first : 0;
     const int64_t rows = n - l.first, held = packed - l.first;

@@ -37,6 +37,13 @@ class KvCache {
   float* recurrent(int64_t layer) {
     return layers_[layer].recurrent.empty() ? nullptr : layers_[layer].recurrent.data();
   }
+  // A layer of compressed attention's compressed rows (model::compressed_row_width each, one per
+  // block of its ratio's positions from position 0 on); null for other layers.
+  const uint16_t* compressed(int64_t layer) const {
+    return layers_[layer].compressed.empty() ? nullptr : layers_[layer].compressed.data();
+  }
+  // Stores `count` floats at element `offset` of compressed row `block` of `layer`.
+  void store_compressed(int64_t layer, int64_t block, int64_t offset, int64_t count, const float* row);
   // The position of the layer's first row (0 but for windowed layers).
   int64_t first_cached(int64_t layer) const { return layers_[layer].first; }
   // The first position every windowed layer still holds (0 without windowed layers): a context
@@ -49,12 +56,13 @@ class KvCache {
   void store(int64_t layer, int64_t first, int64_t n, const float* keys, const float* values);
 
   // Copies the rows of positions [0, n) of every layer (of a windowed layer: [window_first(), n))
-  // to `keys` and `values`, layer after layer as a SessionState holds them, and the recurrent
-  // states to `recurrent` (they are the states after the cache's last position, which the caller
-  // knows to be n).
-  void copy_out(int64_t n, uint16_t* keys, uint16_t* values, float* recurrent) const;
-  // Loads the first n positions of `state` (model::window_floor(n) >= state.window_first), and its
-  // recurrent states (those after its last token: with linear layers, n is its token count).
+  // to `keys` and `values`, layer after layer as a SessionState holds them, the recurrent states
+  // to `recurrent` (they are the states after the cache's last position, which the caller knows
+  // to be n), and the compressed rows of the blocks before n to `compressed`.
+  void copy_out(int64_t n, uint16_t* keys, uint16_t* values, float* recurrent, uint16_t* compressed = nullptr) const;
+  // Loads the first n positions of `state` (model::window_floor(n) >= state.window_first), its
+  // compressed rows of the blocks before n, and its recurrent states (those after its last token:
+  // with recurrent layers, n is its token count).
   void copy_in(int64_t n, const struct SessionState& state);
 
   // The recurrent states alone (every linear layer's, in layer order, as copy_out writes them):
@@ -72,7 +80,9 @@ class KvCache {
     bool windowed = false;
     int64_t first = 0;  // the position of row 0
     std::vector<uint16_t> keys, values;
-    std::vector<float> recurrent;  // linear attention's state
+    std::vector<float> recurrent;      // linear attention's state, or a compressor's (CompressedParams)
+    std::vector<uint16_t> compressed;  // compressed attention's compressed rows
+    int64_t compressed_width = 0;
   };
   // `layers` layers (of the pass, or the nextn layer).
   KvCache(const model::HyperParams& params, int64_t layers, std::span<const uint8_t> windowed,

@@ -14,8 +14,8 @@ namespace {
 
 constexpr uint32_t kF32 = 0;  // ggml's type id of F32
 
-// Multiplies `count` vectors of `dim` floats, `stride` apart, by the Hadamard matrix, in place:
-// a product of F32 matrices, as llama.cpp's ggml_mul_mat by its rotation.
+}  // namespace
+
 void rotate_by_hadamard(float* x, int64_t count, int64_t dim, int64_t stride, ForwardScratch& s,
                         cpu::ThreadPool& pool) {
   if (static_cast<int64_t>(s.hadamard.size()) != dim * dim) s.hadamard = cpu::hadamard_matrix(dim);
@@ -28,8 +28,6 @@ void rotate_by_hadamard(float* x, int64_t count, int64_t dim, int64_t stride, Fo
   cpu::matmul(h, s.input, s.head_out.data(), pool);
   for (int64_t i = 0; i < count; ++i) std::copy_n(s.head_out.data() + i * dim, dim, x + i * stride);
 }
-
-}  // namespace
 
 void indexer_rows(const model::HyperParams& p, const model::IndexerWeights& w, int64_t n, ForwardScratch& s,
                   cpu::ThreadPool& pool) {

@@ -13,6 +13,10 @@
 
 namespace bloomery::engine {
 
+// Multiplies `count` vectors of `dim` floats, `stride` apart, by the Hadamard matrix, in place: a
+// product of F32 matrices, as llama.cpp's ggml_mul_mat by its rotation.
+void rotate_by_hadamard(float* x, int64_t count, int64_t dim, int64_t stride, ForwardScratch& s, cpu::ThreadPool& pool);
+
 // The n rows' indexer queries and head weights (into s.indexer_q, s.indexer_weights), and each
 // row's key into its key row of s.k (model::indexer_key_offset of model::cache_row(p).keys).
 // Reads s.q_low (normed), s.normed and s.rope_angles.

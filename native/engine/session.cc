@@ -85,6 +85,11 @@ Runtime::Runtime(std::unique_ptr<model::Model> model, const RuntimeOptions& opti
                                         std::to_string(parallel_) + " parallel sequences");
   }
   arena_ = disk_tier(*model_, options);
+  if (options.gpu && model::has_compressed_attention(*model_)) {
+    throw Error("UNSUPPORTED_FEATURE", model_->params.architecture +
+                                           "'s compressed attention and hyper-connections (DeepSeek-V4) do not run on "
+                                           "the GPU yet: load the model with gpu: false");
+  }
   if (options.gpu && model::has_recurrent_layers(*model_)) {
     throw Error("UNSUPPORTED_FEATURE", model_->params.architecture +
                                            "'s linear-attention (Gated DeltaNet) layers do not run on the GPU yet: "
@@ -200,8 +205,12 @@ void Session::checkpoint() {
 }
 
 int64_t Session::nearest_checkpoint(int64_t n) const {
+  // A checkpoint whose window the windowed layers no longer hold (DeepSeek-V4's, beside its
+  // compressors' states) is no place to go on from.
   for (auto c = checkpoints_.rbegin(); c != checkpoints_.rend(); ++c) {
-    if (c->position <= n && c->position <= static_cast<int64_t>(history_.size())) return c->position;
+    if (c->position <= n && c->position <= static_cast<int64_t>(history_.size()) && can_continue_at(c->position)) {
+      return c->position;
+    }
   }
   return 0;
 }
@@ -376,11 +385,12 @@ std::shared_ptr<SessionState> Session::snapshot(int64_t n, std::pmr::memory_reso
   const int64_t rows = state_rows(shape, n, state->window_first);
   state->keys.resize(static_cast<size_t>(rows * shape.row.keys));
   state->values.resize(static_cast<size_t>(rows * shape.row.values));
-  state->recurrent.resize(static_cast<size_t>(shape.linear_layers * shape.recurrent_floats));
+  state->recurrent.resize(static_cast<size_t>(shape.recurrent_floats));
+  state->compressed.resize(static_cast<size_t>(compressed_elements(shape, n)));
   if (gpu_) {
     copy_kv_to_host(*runtime_->gpu_, *gpu_, n, state->window_first, state->keys.data(), state->values.data());
   } else {
-    cache_.copy_out(n, state->keys.data(), state->values.data(), state->recurrent.data());
+    cache_.copy_out(n, state->keys.data(), state->values.data(), state->recurrent.data(), state->compressed.data());
   }
   return state;
 }
@@ -461,7 +471,9 @@ void Session::check_restorable(const SessionState& state, uint64_t fingerprint) 
   if (state.model_fingerprint != fingerprint || state.layers != shape.layers ||
       state.windowed_layers != shape.windowed_layers || state.row.keys != shape.row.keys ||
       state.row.values != shape.row.values || state.linear_layers != shape.linear_layers ||
-      state.recurrent.size() != static_cast<size_t>(shape.linear_layers * shape.recurrent_floats)) {
+      state.recurrent.size() != static_cast<size_t>(shape.recurrent_floats) ||
+      state.compressed.size() !=
+          static_cast<size_t>(compressed_elements(shape, static_cast<int64_t>(state.tokens.size())))) {
     throw Error("STATE_MODEL_MISMATCH", "the session state was saved from another model (or another file of it)");
   }
   const auto tokens = static_cast<int64_t>(state.tokens.size());

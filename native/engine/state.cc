@@ -18,7 +18,8 @@ namespace bloomery::engine {
 namespace {
 
 // The file: this header (little-endian, as the engine's hosts are), then tokens (int32),
-// keys and values (f16, layer after layer), then the linear layers' recurrent states (f32).
+// keys and values (f16, layer after layer), then the recurrent states (f32), then the compressed
+// rows (f16; none but for compressed attention, so files of other models are as version 4 wrote them).
 constexpr char kMagic[8] = {'B', 'L', 'M', 'Y', 'K', 'V', 'S', 'T'};
 constexpr uint32_t kVersion = 4;
 
@@ -91,6 +92,7 @@ uint64_t state_checksum(FileHeader header, const SessionState& state) {
   h.add(state.keys.data(), state.keys.size() * sizeof(uint16_t));
   h.add(state.values.data(), state.values.size() * sizeof(uint16_t));
   h.add(state.recurrent.data(), state.recurrent.size() * sizeof(float));
+  h.add(state.compressed.data(), state.compressed.size() * sizeof(uint16_t));
   return h.value();
 }
 
@@ -126,13 +128,29 @@ std::string kind_of(mode_t mode) {
 }  // namespace
 
 StateShape state_shape(const model::Model& model) {
-  StateShape shape{model.params.layers, 0, model::cache_row(model.params)};
-  for (const model::LayerWeights& layer : model.layers) {
-    shape.windowed_layers += layer.attention.windowed ? 1 : 0;
-    shape.linear_layers += layer.attention.kind == model::AttentionKind::kDeltaNet ? 1 : 0;
+  const model::HyperParams& p = model.params;
+  StateShape shape{p.layers, 0, model::cache_row(p)};
+  for (int64_t l = 0; l < p.layers; ++l) {
+    const model::AttentionWeights& a = model.layers[l].attention;
+    shape.windowed_layers += a.windowed ? 1 : 0;
+    if (a.kind == model::AttentionKind::kDeltaNet) {
+      ++shape.linear_layers;
+      shape.recurrent_floats += p.delta_net.state_floats();
+    }
+    const int64_t width = model::compressed_row_width(p, l);
+    if (width > 0) {
+      const int64_t ratio = p.compressed.ratios[static_cast<size_t>(l)];
+      shape.recurrent_floats += p.compressed.state_floats(ratio, p.head_dim, p.indexer.head_dim);
+      shape.compressed.push_back({ratio, width});
+    }
   }
-  if (shape.linear_layers > 0) shape.recurrent_floats = model.params.delta_net.state_floats();
   return shape;
+}
+
+int64_t compressed_elements(const StateShape& shape, int64_t tokens) {
+  int64_t n = 0;
+  for (const CompressedRows& c : shape.compressed) n += tokens / c.ratio * c.width;
+  return n;
 }
 
 int64_t state_rows(const StateShape& shape, int64_t tokens, int64_t window_first) {
@@ -144,12 +162,13 @@ uint64_t session_state_bytes(const StateShape& shape, int64_t tokens, int64_t wi
   return sizeof(SessionState) + static_cast<uint64_t>(tokens) * sizeof(int32_t) +
          static_cast<uint64_t>(state_rows(shape, tokens, window_first) * (shape.row.keys + shape.row.values)) *
              sizeof(uint16_t) +
-         static_cast<uint64_t>(shape.linear_layers * shape.recurrent_floats) * sizeof(float);
+         static_cast<uint64_t>(shape.recurrent_floats) * sizeof(float) +
+         static_cast<uint64_t>(compressed_elements(shape, tokens)) * sizeof(uint16_t);
 }
 
 uint64_t SessionState::bytes() const {
-  return session_state_bytes({layers, windowed_layers, row, linear_layers, recurrent_floats},
-                             static_cast<int64_t>(tokens.size()), window_first);
+  return sizeof(SessionState) + tokens.size() * sizeof(int32_t) +
+         (keys.size() + values.size() + compressed.size()) * sizeof(uint16_t) + recurrent.size() * sizeof(float);
 }
 
 uint64_t model_fingerprint(const model::Model& model) {
@@ -222,6 +241,7 @@ void write_state_file(const std::string& path, const SessionState& state) {
   write(state.keys.data(), state.keys.size() * sizeof(uint16_t));
   write(state.values.data(), state.values.size() * sizeof(uint16_t));
   write(state.recurrent.data(), state.recurrent.size() * sizeof(float));
+  write(state.compressed.data(), state.compressed.size() * sizeof(uint16_t));
   if (::close(fd.release()) != 0) fail_removing(std::strerror(errno));
   // rename replaces the directory entry, whatever it is now: a link there is not followed.
   if (::rename(temp.c_str(), path.c_str()) != 0) fail_removing(std::strerror(errno));
@@ -291,9 +311,10 @@ SessionState read_state_file(const std::string& path, const StateExpectation& ex
       state_rows(shape, static_cast<int64_t>(header.tokens), static_cast<int64_t>(header.window_first)));
   const uint64_t keys = rows * header.key_width;
   const uint64_t values = rows * header.value_width;
-  const auto recurrent = static_cast<uint64_t>(shape.linear_layers * shape.recurrent_floats);
+  const auto recurrent = static_cast<uint64_t>(shape.recurrent_floats);
+  const auto compressed = static_cast<uint64_t>(compressed_elements(shape, static_cast<int64_t>(header.tokens)));
   const uint64_t payload =
-      (keys + values) * sizeof(uint16_t) + header.tokens * sizeof(int32_t) + recurrent * sizeof(float);
+      (keys + values + compressed) * sizeof(uint16_t) + header.tokens * sizeof(int32_t) + recurrent * sizeof(float);
   if (size - sizeof header != payload) bad("its size does not match its header");
   SessionState state;
   state.model_fingerprint = header.model_fingerprint;
@@ -313,6 +334,8 @@ SessionState read_state_file(const std::string& path, const StateExpectation& ex
   read(state.values.data(), values * sizeof(uint16_t));
   state.recurrent.resize(recurrent);
   read(state.recurrent.data(), recurrent * sizeof(float));
+  state.compressed.resize(compressed);
+  read(state.compressed.data(), compressed * sizeof(uint16_t));
   if (state_checksum(header, state) != header.checksum) bad("its checksum does not match its contents");
   for (size_t i = 0; i < state.tokens.size(); ++i) {
     if (state.tokens[i] < 0 || state.tokens[i] >= expected.vocab) {

@@ -17,7 +17,7 @@ namespace bloomery::engine {
 struct SessionState {
   SessionState() = default;
   // Keys and values in `memory` (the prompt-state cache keeps a GPU model's states page-locked).
-  explicit SessionState(std::pmr::memory_resource* memory) : keys(memory), values(memory) {}
+  explicit SessionState(std::pmr::memory_resource* memory) : keys(memory), values(memory), compressed(memory) {}
 
   uint64_t model_fingerprint = 0;  // set by Session::save; the prompt-state cache's states never leave their model
   int64_t layers = 0;
@@ -34,26 +34,42 @@ struct SessionState {
   int64_t shifted_from = kNoShift;
   // f16, layer after layer in the model's order, each layer's rows of row.keys (row.values).
   std::pmr::vector<uint16_t> keys, values;
-  // Layers of linear attention (no rows), and per such layer its recurrent state after the last
-  // token (recurrent_floats floats, layer after layer).
+  // Layers of linear attention (no rows), and the recurrent states after the last token of every
+  // layer that keeps one (linear attention's, compressors'): recurrent_floats floats in all, layer
+  // after layer.
   int64_t linear_layers = 0;
   int64_t recurrent_floats = 0;
   std::vector<float> recurrent;
+  // Compressed attention's compressed rows (f16, layer after layer): of each such layer, the rows
+  // of the blocks its tokens completed (model::compressed_row_width each).
+  std::pmr::vector<uint16_t> compressed;
 
   // Host memory the state holds.
   uint64_t bytes() const;
 };
 
+// A layer of compressed attention's rows in a state: one of `width` f16 elements per block of
+// `ratio` positions.
+struct CompressedRows {
+  int64_t ratio = 0;
+  int64_t width = 0;
+};
+
 // The shape of a state's payload: how many layers it has, how many of them are windowed, a
-// position's widths, and how many layers are of linear attention with how large a state.
+// position's widths, how many layers are of linear attention, how large all recurrent states are
+// together, and the layers with compressed rows.
 struct StateShape {
   int64_t layers = 0;
   int64_t windowed_layers = 0;
   model::CacheRow row;
   int64_t linear_layers = 0;
   int64_t recurrent_floats = 0;
+  std::vector<CompressedRows> compressed;
 };
 StateShape state_shape(const model::Model& model);
+
+// f16 elements of the compressed rows of a state of `tokens` tokens over all its layers.
+int64_t compressed_elements(const StateShape& shape, int64_t tokens);
 
 // Rows of keys (values) of a state of `tokens` tokens over all its layers.
 int64_t state_rows(const StateShape& shape, int64_t tokens, int64_t window_first);

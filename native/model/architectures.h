@@ -20,6 +20,7 @@ void bind_mimo2(Binder& binder);
 void bind_qwen3next(Binder& binder);
 void bind_qwen35moe(Binder& binder);
 void bind_qwen35(Binder& binder);
+void bind_deepseek4(Binder& binder);
 
 // The hybrid Qwens' (qwen3next, qwen35moe, qwen35) attention of layer `layer`: Gated DeltaNet
 // where `linear` (Binder::linear_attention_layers) says so, else attention with per-head Q/K

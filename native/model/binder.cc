@@ -185,6 +185,22 @@ const float* Binder::matrix_of_floats(const std::string& name, int64_t cols, int
   return reinterpret_cast<const float*>(t.data);
 }
 
+const int32_t* Binder::id_table(const std::string& name, int64_t cols, int64_t rows, int64_t below) const {
+  constexpr uint32_t kI32 = 26;  // ggml's type id
+  const gguf::Tensor& t = tensor(name, {cols, rows});
+  if (t.type.id != kI32) {
+    throw Error("UNSUPPORTED_QUANT", "tensor " + name + " has type " + std::string(t.type.name) + ", expected I32");
+  }
+  const auto* ids = reinterpret_cast<const int32_t*>(t.data);
+  for (int64_t i = 0; i < cols * rows; ++i) {
+    if (ids[i] < 0 || ids[i] >= below) {
+      throw Error("MODEL_BAD_METADATA", "tensor " + name + " holds " + std::to_string(ids[i]) + " at " +
+                                            std::to_string(i) + ", not below " + std::to_string(below));
+    }
+  }
+  return ids;
+}
+
 const float* Binder::optional_vector(const std::string& name, int64_t length) const {
   return model_.file.find_tensor(name) ? vector(name, length) : nullptr;
 }

@@ -136,6 +136,9 @@ class Binder {
   const float* optional_vector(const std::string& name, int64_t length) const;
   // `rows` F32 rows of `cols` (per-expert biases).
   const float* matrix_of_floats(const std::string& name, int64_t cols, int64_t rows) const;
+  // `rows` I32 rows of `cols`, every entry in [0, below) (MODEL_BAD_METADATA naming the tensor
+  // otherwise): a table of ids the engine indexes with.
+  const int32_t* id_table(const std::string& name, int64_t cols, int64_t rows, int64_t below) const;
 
  private:
   const gguf::Tensor& tensor(const std::string& name, std::initializer_list<int64_t> shape) const;

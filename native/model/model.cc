@@ -21,14 +21,29 @@ constexpr Architecture kArchitectures[] = {
     {"qwen2", bind_qwen2},           {"glm4moe", bind_glm4moe},       {"deepseek2", bind_deepseek2},
     {"gpt-oss", bind_gpt_oss},       {"qwen3next", bind_qwen3next},   {"qwen35moe", bind_qwen35moe},
     {"qwen35", bind_qwen35},         {"minimax-m2", bind_minimax_m2}, {"mimo2", bind_mimo2},
-    {"deepseek32", bind_deepseek32}, {"glm-dsa", bind_glm_dsa},
+    {"deepseek32", bind_deepseek32}, {"glm-dsa", bind_glm_dsa},       {"deepseek4", bind_deepseek4},
 };
 
 }  // namespace
 
 CacheRow cache_row(const HyperParams& params) {
+  if (params.compressed.q_lora_rank > 0) return {params.head_dim, 0};
   if (params.mla.kv_lora_rank > 0) return {indexer_key_offset(params) + params.indexer.head_dim, 0};
   return {params.kv_heads * params.head_dim, params.kv_heads * params.value_dim};
+}
+
+int64_t CompressedParams::state_floats(int64_t ratio, int64_t head_dim, int64_t indexer_head_dim) {
+  if (ratio == 0) return 0;
+  // Overlapping blocks keep the block before the current one: 2 x ratio positions of rows twice
+  // as wide; each position's values and scores.
+  if (ratio == kOverlapRatio) return 2 * ratio * 2 * 2 * (head_dim + indexer_head_dim);
+  return ratio * 2 * head_dim;
+}
+
+int64_t compressed_row_width(const HyperParams& params, int64_t layer) {
+  const int64_t ratio = params.compressed.ratios.empty() ? 0 : params.compressed.ratios[layer];
+  if (ratio == 0) return 0;
+  return params.head_dim + (ratio == CompressedParams::kOverlapRatio ? params.indexer.head_dim : 0);
 }
 
 int64_t indexer_key_offset(const HyperParams& params) { return params.mla.kv_lora_rank + params.mla.rope_dim; }
@@ -56,8 +71,14 @@ int64_t cache_positions(const Model& model, int64_t layer, int64_t context) {
 }
 
 bool has_recurrent_layers(const Model& model) {
+  return std::any_of(model.layers.begin(), model.layers.end(), [](const LayerWeights& l) {
+    return l.attention.kind == AttentionKind::kDeltaNet || !l.attention.compressed.compressor.empty();
+  });
+}
+
+bool has_compressed_attention(const Model& model) {
   return std::any_of(model.layers.begin(), model.layers.end(),
-                     [](const LayerWeights& l) { return l.attention.kind == AttentionKind::kDeltaNet; });
+                     [](const LayerWeights& l) { return l.attention.kind == AttentionKind::kCompressed; });
 }
 
 bool has_sparse_attention(const Model& model) {

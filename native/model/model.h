@@ -27,7 +27,10 @@ namespace bloomery::model {
 // kSparseMla: DeepSeek sparse attention (DeepSeek-V3.2, GLM-5): MLA over only the positions a
 // lightning indexer selects for each query (IndexerParams), the indexer's keys cached beside
 // the latent.
-enum class AttentionKind : uint8_t { kGqa, kMla, kDeltaNet, kSparseMla };
+// kCompressed: DeepSeek-V4's attention (CompressedParams): one key/value head over the sliding
+// window's raw rows plus rows each compressed from a block of positions, chosen by a lightning
+// indexer where the blocks are short.
+enum class AttentionKind : uint8_t { kGqa, kMla, kDeltaNet, kSparseMla, kCompressed };
 
 // What a layer's FFN is. kDense: a SwiGLU FFN. kMoe: routed SwiGLU experts, plus shared
 // experts (a SwiGLU every row runs) when the model has them.
@@ -81,6 +84,42 @@ struct DeltaNetParams {
   int64_t state_floats() const { return conv_floats() + v_heads * head_dim * head_dim; }
 };
 
+// DeepSeek-V4's attention (AttentionKind::kCompressed). Queries come through a low-rank
+// projection (q_lora_rank, normed), then each head is RMS-normed without a weight; one key row of
+// head_dim per position is also the value row. Heads rotate their last rope.dims elements. A
+// layer's ratio says what it attends beside the last sliding_window positions' raw rows:
+// 0 nothing; kOverlapRatio (4) one row per block of 4 positions, compressed from that block and
+// the one before it, of which the layer's lightning indexer (IndexerParams) picks top_k per query;
+// any other ratio (128) one row per block, compressed from the block, every one the query sees.
+// A block's row is seen from the position that completes it on. The heads' outputs rotate back,
+// then each of output_groups groups of heads is projected to output_rank (attn_output_a) before
+// attn_output_b.
+struct CompressedParams {
+  static constexpr int64_t kOverlapRatio = 4;
+  int64_t q_lora_rank = 0;
+  int64_t output_groups = 0;
+  int64_t output_rank = 0;
+  std::vector<int64_t> ratios;  // per layer of the pass
+  // The rotation of layers with compressed rows, their compressed rows and their indexer: the
+  // file's compress_rope_freq_base with its YaRN (whose magnitude is undone: 1). Layers without
+  // compressed rows rotate by HyperParams::rope, without YaRN.
+  cpu::RopeParams rope;
+  // Per layer with compressed rows: floats of the state that compresses the next rows (the
+  // positions of the blocks not yet compressed: their rows' values and scores; the attention's
+  // compressor's first, state_floats(ratio, head_dim, 0) of them, then the indexer's).
+  static int64_t state_floats(int64_t ratio, int64_t head_dim, int64_t indexer_head_dim);
+};
+
+// Hyper-connections (DeepSeek-V4): the residual is `streams` copies of the embedding. Before a
+// block, weights from the normed copies (through the block's own small matrix) mix them into the
+// block's input; after it, each copy becomes the block's output times a weight plus a
+// Sinkhorn-normalized mix of the copies. The head mixes them once more. 0: a plain residual.
+struct HyperConnectionParams {
+  int64_t streams = 0;
+  int64_t sinkhorn_iterations = 0;
+  float epsilon = 0;
+};
+
 struct HyperParams {
   std::string architecture;
   int64_t layers = 0;        // the layers a pass runs
@@ -95,15 +134,18 @@ struct HyperParams {
   float attention_scale = 0;  // what q.k is multiplied by before the softmax
   float value_scale = 1.0f;   // what attention's output (after attn_output) is multiplied by (mimo2)
   MlaParams mla;
-  IndexerParams indexer;     // layers of AttentionKind::kSparseMla
-  DeltaNetParams delta_net;  // layers of AttentionKind::kDeltaNet
+  IndexerParams indexer;        // layers of AttentionKind::kSparseMla
+  DeltaNetParams delta_net;     // layers of AttentionKind::kDeltaNet
+  CompressedParams compressed;  // layers of AttentionKind::kCompressed
+  HyperConnectionParams hyper;
   int64_t feed_forward = 0;  // the dense FFN's width (layers of FfnKind::kDense)
   int64_t experts = 0;       // routed experts of each MoE layer; 0: no MoE layer
   int64_t experts_used = 0;
   int64_t expert_feed_forward = 0;  // one routed expert's width
   int64_t shared_feed_forward = 0;  // the shared experts' width together; 0: none
   RouterParams router;
-  cpu::ExpertActivation activation;  // of the routed experts (SwiGLU, or gpt-oss's clamped one)
+  cpu::ExpertActivation activation;         // of the routed experts (SwiGLU, or gpt-oss's clamped one)
+  cpu::ExpertActivation shared_activation;  // of the shared experts and dense FFNs (DeepSeek-V4 limits them)
   // Sliding-window attention: a windowed layer's token at position p attends positions
   // (p - sliding_window, p] only, and its cache keeps only what later tokens can still see
   // (window_cells). 0: no layer is windowed.
@@ -172,6 +214,40 @@ struct IndexerWeights {
   bool own() const { return !q.empty(); }
 };
 
+// A compressor (AttentionKind::kCompressed): each position's value and score rows (kv, gate: of
+// 2 x width for overlapping blocks, else width), the score's bias by place in its block
+// (position_bias: ratio rows of the rows' width), and the compressed rows' RMS norm.
+struct CompressorWeights {
+  cpu::WeightMatrix kv, gate;
+  const float* position_bias = nullptr;
+  const float* norm = nullptr;
+  bool empty() const { return kv.empty(); }
+};
+
+// DeepSeek-V4's attention's weights (AttentionKind::kCompressed).
+struct CompressedWeights {
+  cpu::WeightMatrix q_a;  // embedding -> q_lora_rank
+  const float* q_a_norm = nullptr;
+  cpu::WeightMatrix q_b;  // q_lora_rank -> heads * head_dim
+  cpu::WeightMatrix kv;   // embedding -> head_dim
+  const float* kv_norm = nullptr;
+  CompressorWeights compressor;          // empty for layers of ratio 0
+  CompressorWeights indexer_compressor;  // the indexer's keys (layers of kOverlapRatio)
+  cpu::WeightMatrix indexer_q;           // q_lora_rank -> indexer heads * head_dim
+  cpu::WeightMatrix indexer_weights;     // embedding -> indexer heads
+  cpu::ExpertMatrices output_a;          // per group: heads / groups * head_dim -> output_rank
+  cpu::WeightMatrix output_b;            // groups * output_rank -> embedding (AttentionWeights::output)
+};
+
+// A block's hyper-connection weights (HyperConnectionParams): `mix` maps the normed streams
+// (streams x embedding) to (2 + streams) x streams values: the input weights, the output weights
+// and the streams' mix, each scaled by its `scale` and offset by `base`.
+struct HyperConnectionWeights {
+  cpu::WeightMatrix mix;
+  const float* base = nullptr;
+  const float* scale = nullptr;
+};
+
 struct AttentionWeights {
   AttentionKind kind = AttentionKind::kGqa;
   bool windowed = false;  // attends the last HyperParams::sliding_window positions only
@@ -180,6 +256,8 @@ struct AttentionWeights {
   MlaWeights mla;
   IndexerWeights indexer;  // kSparseMla
   DeltaNetWeights delta_net;
+  CompressedWeights compressed;
+  HyperConnectionWeights hyper;  // the residual streams' mix around the block (HyperConnectionParams)
   // Learned attention sinks (gpt-oss), one logit per query head: a softmax entry with no value,
   // which takes its share of each head's weights. Null: none.
   const float* sinks = nullptr;
@@ -194,6 +272,9 @@ struct RoutedExperts {
   const float* selection_bias = nullptr;  // added to the weights to choose experts (not to weight them)
   cpu::ExpertMatrices gate, up, down;
   cpu::ExpertBiases biases;  // per-expert biases of gate, up and down (gpt-oss); null: none
+  // Hash routing (DeepSeek-V4's first layers): each token's experts by its id (experts_used per
+  // token), weighted by the gating function of the router's logits. Null: the router chooses.
+  const int32_t* token_experts = nullptr;
   bool empty() const { return gate.count == 0; }
 };
 
@@ -204,6 +285,7 @@ struct FfnWeights {
   RoutedExperts routed;  // kMoe
   // One row: the shared experts' output is scaled by sigmoid(shared_gate x) (Qwen3-Next, Qwen3.5).
   cpu::WeightMatrix shared_gate;
+  HyperConnectionWeights hyper;  // the residual streams' mix around the block (HyperConnectionParams)
 };
 
 struct LayerWeights {
@@ -248,6 +330,9 @@ struct Model {
   std::vector<NextnLayer> nextn_layers;  // the next-token-prediction layers after them (not run)
   const float* output_norm = nullptr;
   cpu::WeightMatrix output;  // token_embedding when the model ties them
+  // The hyper-connection streams' mix before the output norm (input weights only): `mix` maps the
+  // normed streams to `streams` values.
+  HyperConnectionWeights output_hyper;
   RankHead rank_head;
 };
 
@@ -260,6 +345,9 @@ struct CacheRow {
   int64_t values = 0;
 };
 CacheRow cache_row(const HyperParams& params);
+// A layer of AttentionKind::kCompressed: the f16 elements of one compressed row (the compressed
+// key, then for overlapping blocks the indexer's compressed key); 0 for other layers.
+int64_t compressed_row_width(const HyperParams& params, int64_t layer);
 // Where in a key row the lightning indexer's key lies: after MLA's latent and rotary key.
 int64_t indexer_key_offset(const HyperParams& params);
 
@@ -279,8 +367,11 @@ std::vector<uint8_t> windowed_layers(const Model& model);
 // Positions layer `layer` keeps for a context of `context` (its KV cache's rows; 0 for a layer
 // of linear attention, which keeps a recurrent state instead).
 int64_t cache_positions(const Model& model, int64_t layer, int64_t context);
-// Whether any layer keeps a recurrent state (which cannot be cut back to an earlier position).
+// Whether any layer keeps a recurrent state (which cannot be cut back to an earlier position):
+// linear attention's, or a compressor's (the rows of the blocks it has not compressed yet).
 bool has_recurrent_layers(const Model& model);
+// Whether any layer is of DeepSeek-V4's compressed attention (AttentionKind::kCompressed).
+bool has_compressed_attention(const Model& model);
 // Whether any layer attends positions a lightning indexer selects (AttentionKind::kSparseMla).
 bool has_sparse_attention(const Model& model);
 
