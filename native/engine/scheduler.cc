@@ -683,7 +683,9 @@ void Scheduler::commit(Pass& pass, Outbox& out) {
     if (!part.decode && r.session->recurrent()) {
       const int64_t end = r.base + static_cast<int64_t>(r.input.size());
       const int64_t at = r.base + static_cast<int64_t>(r.evaluated);
-      if (next_checkpoint(end, at - 1) == at) r.session->checkpoint();
+      // An evaluation's end stays the session's own checkpoint, as other models store no
+      // evaluation's end: a loop of one-token evaluations would copy its whole state every token.
+      if (next_checkpoint(end, at - 1) == at) r.session->checkpoint(at != end || r.generating());
     }
     if (!r.generating() && all_rows) r.logits.insert(r.logits.end(), logits, logits + logit_rows * p.vocab);
     if (r.evaluated < r.input.size()) continue;  // more of the prompt next step

@@ -192,7 +192,7 @@ bool Session::store_in_cache() {
   return store_locked();
 }
 
-void Session::checkpoint() {
+void Session::checkpoint(bool to_cache) {
   std::lock_guard lock(runtime_->compute_);
   const int64_t at = recurrent_position_;
   if (!recurrent_ || at <= 0) return;
@@ -201,7 +201,7 @@ void Session::checkpoint() {
   Checkpoint& kept = checkpoints_.emplace_back(Checkpoint{at, {}});
   kept.recurrent.resize(static_cast<size_t>(cache_.recurrent_floats()));
   cache_.copy_recurrent_out(kept.recurrent.data());
-  store_locked();
+  if (to_cache) store_locked();
 }
 
 int64_t Session::nearest_checkpoint(int64_t n) const {

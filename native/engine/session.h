@@ -36,9 +36,10 @@ inline constexpr uint32_t kDefaultParallel = 2;
 // Rows of one pass: decode tokens first, then prompt chunks up to this many rows, so a long
 // prompt delays the running streams by one bounded pass at a time.
 inline constexpr int64_t kDefaultStepTokens = 256;
-// With recurrent layers, a prompt's state is stored in the prompt-state cache at its end and at
-// the positions this many tokens, then twice, four times ... as many, before it (checkpoints: a
-// later prompt restores the nearest one inside the prefix it shares).
+// With recurrent layers, a prompt's state is stored in the prompt-state cache at the positions this
+// many tokens, then twice, four times ... as many, before its end, and at the end of a generation's
+// prompt (checkpoints: a later prompt restores the nearest one inside the prefix it shares); an
+// evaluation's end stays the session's own checkpoint.
 inline constexpr int64_t kCheckpointSpacing = 512;
 // A session keeps the recurrent states of its own last checkpoints, this many at most (the oldest
 // out first): those of one prompt of up to 64 times kCheckpointSpacing tokens, or of a few turns.
@@ -148,9 +149,9 @@ class Session {
   // cache is an optimisation: when host memory runs short, the state is not cached.
   bool store_in_cache();
   // With recurrent layers, at a checkpoint of a prompt or an evaluation (the scheduler ends
-  // passes there): keeps the recurrent states as one of the session's own checkpoints, and stores
-  // the state in the prompt-state cache (store_in_cache).
-  void checkpoint();
+  // passes there): keeps the recurrent states as one of the session's own checkpoints, and where
+  // `to_cache`, stores the state in the prompt-state cache (store_in_cache).
+  void checkpoint(bool to_cache);
 
   // A copy of the state: its tokens, keys and values, and where its rows came through a context shift.
   std::shared_ptr<const SessionState> save();
