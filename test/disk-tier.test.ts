@@ -168,4 +168,24 @@ describe("the disk tier on the CPU", () => {
       message: expect.stringMatching(/mmap: false .* pages 24 routed experts from disk/),
     });
   });
+
+  it("pages DeepSeek-V4's experts (hash-routed and routed layers) to the all-in-RAM logits and tokens, bit for bit", async () => {
+    const ds4 = join(dir, "tiny-deepseek4-Q4_K.gguf");
+    await writeSyntheticModel(ds4, { preset: "tiny-deepseek4", weightType: "Q4_K" });
+    const inRam = await loadModel(ds4, { threads: 2, contextSize: 256, cacheRam: 0 });
+    const experts = 16;
+    const slot = inRam.plan!.arena.slotBytes;
+    const paged = await loadModel(ds4, { threads: 2, contextSize: 256, cacheRam: 0, hostRam: experts * slot });
+    try {
+      expect(paged.plan!.bytes.host).toBe(0);
+      const expected = await run(inRam);
+      const got = await run(paged);
+      expectSameBits(expected.logits, got.logits);
+      expect(got.tokens).toEqual(expected.tokens);
+      expect(paged.stats().disk!.misses).toBeGreaterThan(0);
+    } finally {
+      paged.dispose();
+      inRam.dispose();
+    }
+  });
 });

@@ -213,6 +213,22 @@ describe.each(FAMILIES)("a session with recurrent layers ($preset)", ({ preset, 
   });
 });
 
+describe("DeepSeek-V4's next-token-prediction layer", () => {
+  it("loads with the file and refuses MTP drafts by name (its compressors' states cannot be rolled back)", async () => {
+    const model = await open("tiny-deepseek4", { cacheRam: 0 });
+    const error = await model
+      .createSession()
+      .generate(tokens(20, 3), { maxTokens: 4, draft: "mtp" })
+      .result.then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+    expect(error).toBeInstanceOf(BloomeryError);
+    expect((error as BloomeryError).code).toBe("DRAFT_UNSUPPORTED");
+    expect((error as BloomeryError).message).toContain("recurrent layers");
+  });
+});
+
 describe("DeepSeek-V4 on the GPU", () => {
   it("is refused by name (its compressed attention and hyper-connections run on the CPU only)", async () => {
     const error = await loadModel(join(dir, "tiny-deepseek4.gguf"), { gpu: "auto", contextSize: 64 }).then(

@@ -7,6 +7,7 @@
 
 #include "cpu/compressed_attention.h"
 #include "cpu/lightning_indexer.h"
+#include "cpu/matmul.h"
 #include "cpu/rms_norm.h"
 #include "cpu/rope.h"
 #include "cpu/softmax.h"
@@ -43,8 +44,12 @@ void compressor_rows(const Compressor& c, int64_t n, const std::vector<int64_t>&
   s.input.reset(s.normed.data(), n, c.weights->kv.cols);
   cpu::matmul(c.weights->kv, s.input, values.data(), pool);
   cpu::matmul(c.weights->gate, s.input, scores.data(), pool);
+  // The bias of each place in a block, as floats (llama.cpp's get_rows of the F16 table).
+  s.position_bias.resize(static_cast<size_t>(c.ratio * width));
+  for (int64_t r = 0; r < c.ratio; ++r)
+    cpu::dequantize_row(c.weights->position_bias, r, s.position_bias.data() + r * width);
   for (int64_t i = 0; i < n; ++i) {
-    const float* bias = c.weights->position_bias + (positions[i] % c.ratio) * width;
+    const float* bias = s.position_bias.data() + (positions[i] % c.ratio) * width;
     for (int64_t j = 0; j < width; ++j) scores[i * width + j] += bias[j];
   }
 }

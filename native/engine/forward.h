@@ -47,7 +47,7 @@ struct ForwardScratch {
   std::vector<int32_t> token_routing;  // hash routing's experts of each row
   std::vector<std::vector<float>> compressed_rope_angles;
   std::vector<float> compressor_kv, compressor_scores, indexer_kv, indexer_scores_in, compressed_row;
-  std::vector<float> compressor_entries, compressor_values, compressor_angles;
+  std::vector<float> compressor_entries, compressor_values, compressor_angles, position_bias;
   // Hyper-connections (cpu/hyper_connections.h): each row's normed streams, their mixes, the input
   // and output weights and the streams' mix of the block.
   std::vector<float> hyper_normed, hyper_mixes, hyper_pre, hyper_post, hyper_comb;

@@ -48,7 +48,7 @@ CompressorWeights compressor(Binder& b, int64_t layer, const std::string& name, 
   const int64_t rows = (ratio == CompressedParams::kOverlapRatio ? 2 : 1) * width;
   return {b.matrix(layer_tensor(layer, name + "_kv"), p.embedding, rows),
           b.matrix(layer_tensor(layer, name + "_gate"), p.embedding, rows),
-          b.matrix_of_floats(layer_tensor(layer, name + "_ape"), rows, ratio),
+          b.matrix(layer_tensor(layer, name + "_ape"), rows, ratio),
           b.vector(layer_tensor(layer, name + "_norm"), width)};
 }
 
@@ -60,11 +60,11 @@ HyperConnectionWeights hyper(Binder& b, int64_t layer, const std::string& block)
           b.vector(layer_tensor(layer, "hc_" + block + "_scale"), 3)};
 }
 
-void bind_layer(Binder& b, int64_t l, int64_t hash_layers) {
+// Layer `l` of the file into `w`: a layer of the pass, or a next-token-prediction layer after them.
+void bind_layer(Binder& b, int64_t l, LayerWeights& w, int64_t ratio, int64_t hash_layers) {
   const HyperParams& p = b.params();
   const CompressedParams& c = p.compressed;
   const int64_t d = p.head_dim, groups = c.output_groups;
-  LayerWeights& w = b.model().layers[l];
   AttentionWeights& a = w.attention;
   a.kind = AttentionKind::kCompressed;
   a.windowed = true;
@@ -81,7 +81,6 @@ void bind_layer(Binder& b, int64_t l, int64_t hash_layers) {
   output_a.rows = c.output_rank;
   q.output_a = {output_a, groups};
   a.output = b.matrix(layer_tensor(l, "attn_output_b"), groups * c.output_rank, p.embedding);
-  const int64_t ratio = c.ratios[static_cast<size_t>(l)];
   if (ratio != 0) q.compressor = compressor(b, l, "attn_compressor", d, ratio);
   if (ratio == CompressedParams::kOverlapRatio) {
     const IndexerParams& x = p.indexer;
@@ -116,10 +115,6 @@ void bind_deepseek4(Binder& b) {
   b.read_common_params(cpu::RopeStyle::kNormal);
   HyperParams& p = b.params();
   const gguf::GgufFile& file = b.model().file;
-  if (p.nextn_layers > 0) {
-    throw Error("UNSUPPORTED_FEATURE",
-                "deepseek4.nextn_predict_layers: DeepSeek-V4's next-token-prediction layers are not supported yet");
-  }
   if (p.kv_heads != 1 || p.value_dim != p.head_dim) {
     throw Error("MODEL_BAD_METADATA", "deepseek4 attends one key/value head whose values are its keys: " +
                                           std::string("attention.head_count_kv must be 1 and value_length key_length"));
@@ -140,8 +135,15 @@ void bind_deepseek4(Binder& b) {
                 "deepseek4.attention.output_group_count");
   }
   const std::optional<std::vector<int64_t>> ratios = file.get_int_array("deepseek4.attention.compress_ratios");
-  if (!ratios || static_cast<int64_t>(ratios->size()) < p.layers) {
+  if (!ratios || static_cast<int64_t>(ratios->size()) < p.layers + p.nextn_layers) {
     throw Error("MODEL_BAD_METADATA", "deepseek4.attention.compress_ratios must hold one ratio per layer");
+  }
+  // llama.cpp's next-token-prediction layers attend their window alone.
+  for (int64_t l = p.layers; l < p.layers + p.nextn_layers; ++l) {
+    if ((*ratios)[static_cast<size_t>(l)] != 0) {
+      throw Error("UNSUPPORTED_FEATURE", "deepseek4.attention.compress_ratios gives next-token-prediction layer " +
+                                             std::to_string(l) + " compressed rows; llama.cpp's run the window alone");
+    }
   }
   c.ratios.assign(ratios->begin(), ratios->begin() + p.layers);
   for (const int64_t ratio : c.ratios) {
@@ -196,7 +198,13 @@ void bind_deepseek4(Binder& b) {
   b.check_at_most("hash_layer_count", hash_layers, "block_count", p.layers);
 
   b.bind_embeddings();
-  for (int64_t l = 0; l < p.layers; ++l) bind_layer(b, l, hash_layers);
+  for (int64_t l = 0; l < p.layers; ++l) bind_layer(b, l, b.model().layers[l], c.ratios[l], hash_layers);
+  // The next-token-prediction layers: bound (their weights count), not run. MTP drafts refuse
+  // the model (engine/mtp_draft.h: its compressors' states cannot be rolled back).
+  for (int64_t l = p.layers; l < p.layers + p.nextn_layers; ++l) {
+    bind_layer(b, l, b.model().nextn_layers[l - p.layers].blocks, 0, hash_layers);
+    b.bind_nextn(l);
+  }
   b.model().output_hyper = {b.matrix("output_hc_fn.weight", p.hyper.streams * p.embedding, p.hyper.streams),
                             b.vector("output_hc_base.weight", p.hyper.streams), b.vector("output_hc_scale.weight", 1)};
 }

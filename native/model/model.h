@@ -216,10 +216,11 @@ struct IndexerWeights {
 
 // A compressor (AttentionKind::kCompressed): each position's value and score rows (kv, gate: of
 // 2 x width for overlapping blocks, else width), the score's bias by place in its block
-// (position_bias: ratio rows of the rows' width), and the compressed rows' RMS norm.
+// (position_bias: ratio rows of the rows' width, F16 in the released files), and the compressed
+// rows' RMS norm.
 struct CompressorWeights {
   cpu::WeightMatrix kv, gate;
-  const float* position_bias = nullptr;
+  cpu::WeightMatrix position_bias;
   const float* norm = nullptr;
   bool empty() const { return kv.empty(); }
 };

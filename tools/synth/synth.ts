@@ -230,7 +230,7 @@ function architectureMetadata(p: SynthPreset): [string, GgufValue, GgufMetadataT
   }
   if (p.deepseek4) {
     const v = p.deepseek4;
-    const perLayer = (value: number) => Float32Array.from({ length: p.layers }, () => value);
+    const perLayer = (value: number) => Float32Array.from({ length: p.layers + (p.nextnLayers ?? 0) }, () => value);
     entries.push(
       [`${a}.attention.q_lora_rank`, v.qLoraRank, "u32"],
       [`${a}.attention.sliding_window`, v.slidingWindow, "u32"],
@@ -448,7 +448,7 @@ function planTensors(
   }
   if (p.deepseek4) {
     const hc = p.deepseek4.hyperConnections;
-    add("output_hc_fn.weight", "F32", [hc * p.embedding, hc], WEIGHT_INIT);
+    add("output_hc_fn.weight", "F16", [hc * p.embedding, hc], WEIGHT_INIT);
     add("output_hc_base.weight", "F32", [hc], BIAS_INIT);
     add("output_hc_scale.weight", "F32", [1], NORM_INIT);
   }
@@ -489,8 +489,9 @@ function deepseek4Layer(
     l,
   );
   weight(`${blk}.attn_output_b.weight`, "attn_output", [v.outputGroups * v.outputRank, p.embedding], l);
+  // The hyper-connection matrices and the compressors' position biases are F16, as in the released files.
   for (const part of ["attn", "ffn"]) {
-    add(`${blk}.hc_${part}_fn.weight`, "F32", [hc * p.embedding, mixes], WEIGHT_INIT);
+    add(`${blk}.hc_${part}_fn.weight`, "F16", [hc * p.embedding, mixes], WEIGHT_INIT);
     add(`${blk}.hc_${part}_base.weight`, "F32", [mixes], BIAS_INIT);
     add(`${blk}.hc_${part}_scale.weight`, "F32", [3], NORM_INIT);
   }
@@ -500,7 +501,7 @@ function deepseek4Layer(
     const width = (ratio === 4 ? 2 : 1) * head;
     weight(`${blk}.attn_compressor_kv.weight`, "attn_kv_a_mqa", [p.embedding, width], l);
     weight(`${blk}.attn_compressor_gate.weight`, "attn_kv_a_mqa", [p.embedding, width], l);
-    add(`${blk}.attn_compressor_ape.weight`, "F32", [width, ratio], BIAS_INIT);
+    add(`${blk}.attn_compressor_ape.weight`, "F16", [width, ratio], BIAS_INIT);
     norm(`${blk}.attn_compressor_norm.weight`, head);
   }
   if (ratio === 4) {
@@ -508,7 +509,7 @@ function deepseek4Layer(
     weight(`${blk}.indexer.attn_q_b.weight`, "indexer", [v.qLoraRank, x.heads * x.headDim], l);
     weight(`${blk}.indexer_compressor_kv.weight`, "indexer", [p.embedding, 2 * x.headDim], l);
     weight(`${blk}.indexer_compressor_gate.weight`, "indexer", [p.embedding, 2 * x.headDim], l);
-    add(`${blk}.indexer_compressor_ape.weight`, "F32", [2 * x.headDim, ratio], BIAS_INIT);
+    add(`${blk}.indexer_compressor_ape.weight`, "F16", [2 * x.headDim, ratio], BIAS_INIT);
     norm(`${blk}.indexer_compressor_norm.weight`, x.headDim);
   }
   add(`${blk}.ffn_gate_inp.weight`, "F32", [p.embedding, p.experts], {
@@ -534,6 +535,12 @@ function deepseek4Layer(
   weight(`${blk}.ffn_gate_shexp.weight`, "ffn_gate_shexp", [p.embedding, shared], l);
   weight(`${blk}.ffn_up_shexp.weight`, "ffn_up_shexp", [p.embedding, shared], l);
   weight(`${blk}.ffn_down_shexp.weight`, "ffn_down_shexp", [shared, p.embedding], l);
+  if (l >= p.layers) {
+    weight(`${blk}.nextn.eh_proj.weight`, "nextn_eh_proj", [2 * p.embedding, p.embedding], l);
+    norm(`${blk}.nextn.enorm.weight`, p.embedding);
+    norm(`${blk}.nextn.hnorm.weight`, p.embedding);
+    norm(`${blk}.nextn.shared_head_norm.weight`, p.embedding);
+  }
 }
 
 /** Plans a synthetic model: its vocabulary, metadata and tensors, without writing anything. */
