@@ -134,6 +134,7 @@ export interface SynthIndexer {
  */
 export interface SynthDeepseek4 {
   qLoraRank: number;
+  /** attention.compress_ratios: one per layer, next-token-prediction layers included (0 for them). */
   compressRatios: number[];
   slidingWindow: number;
   compressRopeFreqBase: number;
@@ -481,12 +482,13 @@ const TINY_GLM_DSA: SynthPreset = {
  * tiny-deepseek4: DeepSeek-V4's layout at a few MB: 4 layers whose attention compresses blocks of
  * 0 / 4 / 128 / 4 positions beside a window of 32 (the ratio-4 layers' indexer of 8 heads of 64
  * choosing 8 blocks), heads of 128 (32 rotated), 4 hyper-connection streams, the first layer routed
- * by token id, 16 experts (4 used) clamped at 0.75 plus a shared one.
+ * by token id, 16 experts (4 used) clamped at 0.75 plus a shared one, and a next-token-prediction
+ * layer (its window alone), which llama.cpp and we load and do not run.
  */
 const TINY_DEEPSEEK4: SynthPreset = {
   name: "tiny-deepseek4",
   description:
-    "deepseek4 (compressed attention 0/4/128/4 with a window of 32, an indexer on the ratio-4 layers, 4 hyper-connection streams, a hash-routed first layer), embedding 256, 4 heads of 128, 16 experts (4 used) + 1 shared",
+    "deepseek4 (compressed attention 0/4/128/4 with a window of 32, an indexer on the ratio-4 layers, 4 hyper-connection streams, a hash-routed first layer) + 1 MTP layer, embedding 256, 4 heads of 128, 16 experts (4 used) + 1 shared",
   architecture: "deepseek4",
   vocab: "deepseek",
   layers: 4,
@@ -501,10 +503,11 @@ const TINY_DEEPSEEK4: SynthPreset = {
   expertFeedForward: 256,
   sharedExperts: 1,
   router: { gating: 4, normalize: true, scale: 1.5, selectionBias: true, groups: 1, groupsUsed: 1 },
+  nextnLayers: 1,
   indexer: { heads: 8, headDim: 64, topK: 8 },
   deepseek4: {
     qLoraRank: 128,
-    compressRatios: [0, 4, 128, 4],
+    compressRatios: [0, 4, 128, 4, 0],
     slidingWindow: 32,
     compressRopeFreqBase: 160_000,
     outputGroups: 2,
@@ -743,6 +746,54 @@ const QWEN3_30B_A3B: SynthPreset = {
   fileType: 15, // LLAMA_FTYPE_MOSTLY_Q4_K_M
 };
 
+/**
+ * DeepSeek-V4-Flash's exact per-layer shapes (43 layers, embedding 4096, 64 heads of 512 with 64
+ * rotated, a window of 128, layers 0 and 1 the window alone, then compressed blocks of 4 and 128 in
+ * turn, an indexer of 64 heads of 128 choosing 512, 256 experts (6 used) of 2048 + 1 shared, the
+ * first 3 layers hash-routed), 12 of its layers: each layer's bytes and work are the real file's,
+ * so per-layer figures scale to the 43 layers by the layer count (the embedding and output once).
+ */
+const DEEPSEEK_V4_FLASH_SLICE: SynthPreset = {
+  name: "deepseek-v4-flash-slice",
+  description:
+    "DeepSeek-V4-Flash's exact per-layer shapes, 12 of its 43 layers (ratios 0, 0, then 4 and 128 in turn), 256 experts (6 used) + 1 shared, a Q3_K_M-like mix, 38 GB",
+  architecture: "deepseek4",
+  vocab: "deepseek",
+  vocabSize: 129_280,
+  layers: 12,
+  embedding: 4096,
+  heads: 64,
+  headsKv: 1,
+  headDim: 512,
+  ropeDims: 64,
+  feedForward: 2048,
+  experts: 256,
+  expertsUsed: 6,
+  expertFeedForward: 2048,
+  sharedExperts: 1,
+  router: { gating: 4, normalize: true, scale: 1.5, selectionBias: true, groups: 1, groupsUsed: 1 },
+  indexer: { heads: 64, headDim: 128, topK: 512 },
+  deepseek4: {
+    qLoraRank: 1024,
+    compressRatios: [0, 0, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128],
+    slidingWindow: 128,
+    compressRopeFreqBase: 160_000,
+    outputGroups: 8,
+    outputRank: 1024,
+    hyperConnections: 4,
+    sinkhornIterations: 20,
+    hyperEpsilon: 1e-6,
+    hashLayers: 3,
+    swigluLimit: 10,
+  },
+  yarn: { factor: 16, originalContext: 65_536 },
+  contextLength: 1_048_576,
+  ropeFreqBase: 10_000,
+  rmsEpsilon: 1e-6,
+  mix: { ...Q3_K_M_MIX, indexer: "Q4_K" },
+  fileType: 12, // LLAMA_FTYPE_MOSTLY_Q3_K_M
+};
+
 const QWEN3MOE_2B: SynthPreset = {
   ...QWEN3_30B_A3B,
   name: "qwen3moe-2b",
@@ -829,6 +880,29 @@ export const PRESETS: Record<string, SynthPreset> = {
     rmsEpsilon: 1e-6,
     mix: Q3_K_M_MIX,
     fileType: 12, // LLAMA_FTYPE_MOSTLY_Q3_K_M
+  },
+  "deepseek-v4-flash-slice": DEEPSEEK_V4_FLASH_SLICE,
+  "deepseek4-cpu": {
+    ...DEEPSEEK_V4_FLASH_SLICE,
+    name: "deepseek4-cpu",
+    description:
+      "deepseek4 for the CPU benchmark: DeepSeek-V4-Flash's attention heads and compression (ratios 0, 0, then 4 and 128 in turn) on 8 layers of embedding 1024, 32 experts (4 used) of 768, the slice's mix, 0.4 GB",
+    vocabSize: 32_768,
+    layers: 8,
+    embedding: 1024,
+    heads: 16,
+    experts: 32,
+    expertsUsed: 4,
+    expertFeedForward: 768,
+    indexer: { heads: 16, headDim: 128, topK: 64 },
+    deepseek4: {
+      ...DEEPSEEK_V4_FLASH_SLICE.deepseek4!,
+      qLoraRank: 512,
+      compressRatios: [0, 0, 4, 128, 4, 128, 4, 128],
+      outputGroups: 4,
+      outputRank: 256,
+      hashLayers: 2,
+    },
   },
   "qwen3.6-35b-a3b": {
     name: "qwen3.6-35b-a3b",
