@@ -78,35 +78,41 @@ void hyper_head_weights(const float* mixes, int64_t n, const float* scale, const
   }
 }
 
-void hyper_pre(const float* residual, const float* pre, int64_t n, const HyperShape& shape, float* out) {
+void hyper_pre(const float* residual, const float* pre, int64_t n, const HyperShape& shape, float* out,
+               ThreadPool& pool) {
   const int64_t s = shape.streams, w = shape.width;
-  for (int64_t i = 0; i < n; ++i) {
-    const float* r = residual + i * s * w;
-    const float* p = pre + i * s;
-    for (int64_t j = 0; j < w; ++j) {
-      float sum = 0.0f;
-      for (int64_t h = 0; h < s; ++h) sum = std::fma(r[h * w + j], p[h], sum);
-      out[i * w + j] = sum;
+  pool.parallel_for(static_cast<size_t>(n), 1, [&](size_t begin, size_t end) {
+    for (auto i = static_cast<int64_t>(begin); i < static_cast<int64_t>(end); ++i) {
+      const float* r = residual + i * s * w;
+      const float* p = pre + i * s;
+      for (int64_t j = 0; j < w; ++j) {
+        float sum = 0.0f;
+        for (int64_t h = 0; h < s; ++h) sum = std::fma(r[h * w + j], p[h], sum);
+        out[i * w + j] = sum;
+      }
     }
-  }
+  });
 }
 
 void hyper_post(const float* x, const float* post, const float* comb, int64_t n, const HyperShape& shape,
-                float* residual) {
+                float* residual, ThreadPool& pool) {
   const int64_t s = shape.streams, w = shape.width;
-  std::vector<float> old(static_cast<size_t>(s * w));
-  for (int64_t i = 0; i < n; ++i) {
-    float* r = residual + i * s * w;
-    std::copy_n(r, s * w, old.data());
-    const float* c = comb + i * s * s;
-    for (int64_t dst = 0; dst < s; ++dst) {
-      for (int64_t j = 0; j < w; ++j) {
-        float sum = x[i * w + j] * post[i * s + dst];
-        for (int64_t src = 0; src < s; ++src) sum = std::fma(old[src * w + j], c[dst + s * src], sum);
-        r[dst * w + j] = sum;
+  pool.parallel_for(static_cast<size_t>(n), 1, [&](size_t begin, size_t end) {
+    thread_local std::vector<float> old;
+    old.resize(static_cast<size_t>(s * w));
+    for (auto i = static_cast<int64_t>(begin); i < static_cast<int64_t>(end); ++i) {
+      float* r = residual + i * s * w;
+      std::copy_n(r, s * w, old.data());
+      const float* c = comb + i * s * s;
+      for (int64_t dst = 0; dst < s; ++dst) {
+        for (int64_t j = 0; j < w; ++j) {
+          float sum = x[i * w + j] * post[i * s + dst];
+          for (int64_t src = 0; src < s; ++src) sum = std::fma(old[src * w + j], c[dst + s * src], sum);
+          r[dst * w + j] = sum;
+        }
       }
     }
-  }
+  });
 }
 
 }  // namespace bloomery::cpu

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "cpu/thread_pool.h"
+
 namespace bloomery::cpu {
 
 struct HyperShape {
@@ -29,11 +31,12 @@ void hyper_head_weights(const float* mixes, int64_t n, const float* scale, const
                         float* pre);
 
 // out[i] = sum over streams s of pre[i][s] * residual[i][s] (n rows of width).
-void hyper_pre(const float* residual, const float* pre, int64_t n, const HyperShape& shape, float* out);
+void hyper_pre(const float* residual, const float* pre, int64_t n, const HyperShape& shape, float* out,
+               ThreadPool& pool);
 
 // residual[i][dst] = x[i] * post[i][dst] + sum over src of residual[i][src] * comb[i][dst][src],
 // in place (n rows).
 void hyper_post(const float* x, const float* post, const float* comb, int64_t n, const HyperShape& shape,
-                float* residual);
+                float* residual, ThreadPool& pool);
 
 }  // namespace bloomery::cpu

@@ -309,18 +309,19 @@ void block_input(const HyperParams& p, const model::HyperConnectionWeights& h, c
   const cpu::HyperShape shape = hyper_shape(p);
   cpu::hyper_weights(s.hyper_mixes.data(), n, h.scale, h.base, shape, s.hyper_pre.data(), s.hyper_post.data(),
                      s.hyper_comb.data());
-  cpu::hyper_pre(s.residual.data(), s.hyper_pre.data(), n, shape, s.normed.data());
+  cpu::hyper_pre(s.residual.data(), s.hyper_pre.data(), n, shape, s.normed.data(), pool);
   cpu::rms_norm(s.normed.data(), n, p.embedding, p.embedding, norm, p.rms_epsilon, s.normed.data(), p.embedding);
 }
 
 // The block's output (s.projected) into the residual: added, or with hyper-connections each stream
 // made of it and the streams' mix (block_input's weights).
-void block_output(const HyperParams& p, int64_t n, ForwardScratch& s) {
+void block_output(const HyperParams& p, int64_t n, ForwardScratch& s, cpu::ThreadPool& pool) {
   if (p.hyper.streams == 0) {
     add_into(s.residual.data(), s.projected.data(), n * p.embedding);
     return;
   }
-  cpu::hyper_post(s.projected.data(), s.hyper_post.data(), s.hyper_comb.data(), n, hyper_shape(p), s.residual.data());
+  cpu::hyper_post(s.projected.data(), s.hyper_post.data(), s.hyper_comb.data(), n, hyper_shape(p), s.residual.data(),
+                  pool);
 }
 
 // `a` over the n rows of s.residual, keeping its keys and values in layer `layer` of each part's cache.
@@ -348,7 +349,7 @@ void attention_block(const HyperParams& p, const model::AttentionWeights& a, int
   if (p.value_scale != 1.0f) {
     for (int64_t i = 0; i < n * p.embedding; ++i) s.projected[static_cast<size_t>(i)] *= p.value_scale;
   }
-  block_output(p, n, s);
+  block_output(p, n, s, pool);
 }
 
 // out = down(silu(gate x) * up x) over the n rows of s.normed (DeepSeek-V4's limited SwiGLU where
@@ -431,7 +432,7 @@ void ffn_block(const model::Model& model, const model::LayerWeights& w, int64_t 
   } else {
     swiglu_ffn(f.dense, p.shared_activation, n, s.projected.data(), s, pool);
   }
-  block_output(p, n, s);
+  block_output(p, n, s, pool);
 }
 
 void size_scratch(const HyperParams& p, int64_t n, ForwardScratch& s) {
@@ -478,7 +479,7 @@ void join_streams(const model::Model& model, int64_t n, ForwardScratch& s, cpu::
   const cpu::HyperShape shape = hyper_shape(p);
   cpu::hyper_head_weights(s.hyper_mixes.data(), n, model.output_hyper.scale, model.output_hyper.base, shape,
                           s.hyper_pre.data());
-  cpu::hyper_pre(s.residual.data(), s.hyper_pre.data(), n, shape, s.hyper_normed.data());
+  cpu::hyper_pre(s.residual.data(), s.hyper_pre.data(), n, shape, s.hyper_normed.data(), pool);
   std::copy_n(s.hyper_normed.data(), n * p.embedding, s.residual.data());
 }
 
