@@ -8,8 +8,8 @@ import { writeSyntheticModel } from "../tools/synth/synth.js";
 // A session of a model with recurrent layers carries their states with its KV cache: a fork, a
 // saved state (memory and file), a cached prefix and a checkpoint of the session's own (kept with
 // the prompt-state cache off, and by evaluations too) continue exactly as one evaluation of the
-// whole sequence, and a context cut back by a stop string continues from the state after its last
-// kept token. Two families: tiny-qwen35moe (Gated DeltaNet's convolution and recurrent states
+// whole sequence, and a context cut back by a stop string, or by drafts a pass rejected, continues
+// from the state after its last kept token. Two families: tiny-qwen35moe (Gated DeltaNet's convolution and recurrent states
 // beside attention) and tiny-deepseek4 (DeepSeek-V4: each compressor's rows of the blocks it has
 // not compressed yet, beside compressed rows and windowed attention of 32 positions; the session's
 // own older checkpoints outlive the windows they need, so only the cache's copies restore them).
@@ -187,6 +187,37 @@ describe.each(FAMILIES)("a session with recurrent layers ($preset)", ({ preset, 
     expect(model.stats().meanSequencesPerPass).toBeGreaterThan(before);
   });
 
+  it("drafts (ngram) the tokens greedy decoding gives without, rolling rejected drafts back, alone and beside another session", async () => {
+    const model = await open(preset, { cacheRam: 0, parallel: 2 });
+    // A prompt that repeats itself, so that n-grams of the context draft.
+    const unit = tokens(12, 21);
+    const prompt = [...unit, ...unit, ...unit, ...unit];
+    const other = tokens(30, 22);
+    const greedy = { maxTokens: 160, temperature: 0 };
+    // Drafts from any one-token match, every step: many are rejected (tiny-deepseek4 keeps some too).
+    const ngram = { source: "ngram", max: 4, ngramMin: 1, adaptive: false } as const;
+    const plain = await model.createSession().generate(prompt, greedy).result;
+    const otherPlain = await model.createSession().generate(other, greedy).result;
+
+    const session = model.createSession();
+    const drafted = await session.generate(prompt, { ...greedy, draft: ngram }).result;
+    expect(drafted.tokens).toEqual(plain.tokens);
+    expect(drafted.timings.draftTokens).toBeGreaterThan(drafted.timings.draftAccepted);
+    // The context holds the kept tokens' state: what follows is one whole evaluation's.
+    const after = tokens(2, 23);
+    const held = (await session.save()).tokens;
+    expect(await session.evaluate(after, { logits: "all" })).toEqual(
+      await wholeEvaluation(model, [...held, ...after], after.length),
+    );
+
+    const [beside, alongside] = await Promise.all([
+      model.createSession().generate(prompt, { ...greedy, draft: ngram }).result,
+      model.createSession().generate(other, greedy).result,
+    ]);
+    expect(beside.tokens).toEqual(plain.tokens);
+    expect(alongside.tokens).toEqual(otherPlain.tokens);
+  });
+
   it("continues after a stop string from the state after the last kept token", async () => {
     const model = await open(preset, { cacheRam: 0 });
     const prompt = tokens(120, 6);
@@ -214,7 +245,7 @@ describe.each(FAMILIES)("a session with recurrent layers ($preset)", ({ preset, 
 });
 
 describe("DeepSeek-V4's next-token-prediction layer", () => {
-  it("loads with the file and refuses MTP drafts by name (its compressors' states cannot be rolled back)", async () => {
+  it("loads with the file and refuses MTP drafts by name (it does not run beside recurrent layers yet)", async () => {
     const model = await open("tiny-deepseek4", { cacheRam: 0 });
     const error = await model
       .createSession()
@@ -226,6 +257,16 @@ describe("DeepSeek-V4's next-token-prediction layer", () => {
     expect(error).toBeInstanceOf(BloomeryError);
     expect((error as BloomeryError).code).toBe("DRAFT_UNSUPPORTED");
     expect((error as BloomeryError).message).toContain("recurrent layers");
+  });
+});
+
+describe("a draft model with recurrent layers", () => {
+  it("is refused by name (its own states could not follow a rejected draft back)", async () => {
+    const path = join(dir, "tiny-qwen35moe.gguf");
+    await expect(loadModel(path, { gpu: false, contextSize: 64, draftModel: path })).rejects.toMatchObject({
+      code: "DRAFT_UNSUPPORTED",
+      message: expect.stringMatching(/draft model with recurrent layers/),
+    });
   });
 });
 

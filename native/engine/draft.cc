@@ -162,6 +162,10 @@ void check_same_vocabulary(const model::Model& draft, const model::Model& target
 
 DraftModel::DraftModel(std::unique_ptr<model::Model> model, const model::Model& target) : model_(std::move(model)) {
   check_same_vocabulary(*model_, target);
+  if (model::has_recurrent_layers(*model_)) {
+    throw Error("DRAFT_UNSUPPORTED", "a draft model with recurrent layers (" + model_->params.architecture +
+                                         ") cannot be rolled back to any position");
+  }
   for (const model::LayerWeights& layer : model_->layers) {
     if (layer.attention.windowed) {
       throw Error("DRAFT_UNSUPPORTED", "a draft model with sliding-window layers (" + model_->params.architecture +

@@ -18,8 +18,8 @@ void check_mtp_drafts(const model::Model& model, bool on_gpu) {
   }
   if (model::has_recurrent_layers(model)) {
     throw Error("DRAFT_UNSUPPORTED", "draft \"mtp\": " + arch +
-                                         " has recurrent layers, whose state a rejected draft cannot be rolled back "
-                                         "from: generate without draft");
+                                         " has recurrent layers, beside which its next-token-prediction layers do not "
+                                         "run yet: use \"ngram\" or \"model\"");
   }
   if (on_gpu) {
     throw Error("DRAFT_UNSUPPORTED",

@@ -84,8 +84,9 @@ std::vector<float> mtp_reference_logits(const model::Model& model, std::span<con
                                         cpu::ThreadPool& pool);
 
 // Throws DRAFT_UNSUPPORTED naming why `model` cannot draft with its next-token-prediction layers:
-// it has none, it has recurrent layers (a rejected draft cannot be rolled back from their state),
-// or it runs on the GPU (`on_gpu`), which does not run them yet.
+// it has none, it has recurrent layers (their next-token-prediction layers do not run yet: Qwen3.5's and
+// DeepSeek-V4's are untried or need its hyper-connection streams), or it runs on the GPU (`on_gpu`), which
+// does not run them yet.
 void check_mtp_drafts(const model::Model& model, bool on_gpu);
 
 }  // namespace bloomery::engine

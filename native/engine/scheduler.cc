@@ -185,12 +185,6 @@ std::shared_ptr<Request> Scheduler::generate(std::shared_ptr<Session> session, s
     throw Error("DRAFT_UNSUPPORTED", "model drafts need a draft model (loadModel's draftModel option)");
   }
   if (draft.source == DraftSource::kMtp) check_mtp_drafts(runtime_.model(), runtime_.on_gpu());
-  // A rejected draft is rolled back by moving the position back: recurrent states cannot be.
-  if (draft.source != DraftSource::kNone && session->recurrent()) {
-    throw Error("DRAFT_UNSUPPORTED", runtime_.model().params.architecture +
-                                         " has recurrent layers, whose state a rejected draft cannot be rolled back "
-                                         "from: generate without draft");
-  }
   auto request = std::make_shared<Request>();
   request->session = std::move(session);
   request->input = std::move(prompt);
@@ -550,6 +544,8 @@ void Scheduler::execute(Pass& pass) {
       batch.reserve(pass.parts.size());
       for (const Pass::Part& part : pass.parts) {
         const Request& r = *part.request;
+        // Recurrent states cannot move back past rejected drafts: the pass starts from a checkpoint.
+        if (part.decode && part.tokens.size() > 1) r.session->keep_draft_checkpoint();
         r.session->begin_pass(part.first_position);
         batch.push_back({part.tokens, part.first_position, &r.session->cache_, logit_rows(part), r.drafts_mtp()});
       }
@@ -776,6 +772,7 @@ void Scheduler::deliver(const std::shared_ptr<Request>& request, std::span<const
   const auto settle = [&](size_t kept) {
     if (!decode) return;
     r.session->position_ = first + 1 + static_cast<int64_t>(kept);
+    if (rows > 1) r.session->settle_drafts();
     stats_.decode_tokens += 1 + static_cast<int64_t>(kept);
     const auto drafted = static_cast<int64_t>(rows - 1);
     if (drafted == 0) {

@@ -204,6 +204,20 @@ void Session::checkpoint(bool to_cache) {
   if (to_cache) store_locked();
 }
 
+void Session::keep_draft_checkpoint() {
+  if (!recurrent_) return;
+  Checkpoint& kept = checkpoints_.emplace_back(Checkpoint{recurrent_position_, {}, true});
+  kept.recurrent.resize(static_cast<size_t>(cache_.recurrent_floats()));
+  cache_.copy_recurrent_out(kept.recurrent.data());
+}
+
+void Session::settle_drafts() {
+  if (!recurrent_) return;
+  std::lock_guard lock(runtime_->compute_);
+  catch_up_locked();
+  std::erase_if(checkpoints_, [](const Checkpoint& c) { return c.draft; });
+}
+
 int64_t Session::nearest_checkpoint(int64_t n) const {
   // A checkpoint whose window the windowed layers no longer hold (DeepSeek-V4's, beside its
   // compressors' states) is no place to go on from.

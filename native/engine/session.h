@@ -190,6 +190,12 @@ class Session {
   // nearest checkpoint (or its start). The caller holds the compute lock.
   void catch_up_locked();
   void catch_up();
+  // Drafts in a pass of a model with recurrent layers (Scheduler): the states before the pass are
+  // kept as a draft checkpoint (under the compute lock, before begin_pass), and once the pass's
+  // kept tokens set position_, rejected drafts roll back by evaluating the kept tokens again from
+  // it (catch_up); then the draft checkpoints go.
+  void keep_draft_checkpoint();
+  void settle_drafts();
   bool recurrent() const { return recurrent_; }
   // Where the recurrent states are usable as a prefix of `tokens` (at most `limit` long): their
   // position when the prompt begins with the tokens before it, else 0.
@@ -254,6 +260,7 @@ class Session {
   struct Checkpoint {
     int64_t position;
     std::vector<float> recurrent;
+    bool draft = false;  // kept for a pass's drafts only (keep_draft_checkpoint): not one of kSessionCheckpoints
   };
   std::vector<Checkpoint> checkpoints_;
   const bool recurrent_;  // the model has layers of linear attention

@@ -200,7 +200,7 @@ void bind_deepseek4(Binder& b) {
   b.bind_embeddings();
   for (int64_t l = 0; l < p.layers; ++l) bind_layer(b, l, b.model().layers[l], c.ratios[l], hash_layers);
   // The next-token-prediction layers: bound (their weights count), not run. MTP drafts refuse
-  // the model (engine/mtp_draft.h: its compressors' states cannot be rolled back).
+  // the model (engine/mtp_draft.h: they do not run beside recurrent layers yet).
   for (int64_t l = p.layers; l < p.layers + p.nextn_layers; ++l) {
     bind_layer(b, l, b.model().nextn_layers[l - p.layers].blocks, 0, hash_layers);
     b.bind_nextn(l);
