@@ -10,23 +10,16 @@ namespace {
 
 float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
-// Scales each destination's weights (over its sources) to sum to one, epsilon added to the sum.
-void normalize_destinations(float* comb, int64_t streams, float eps) {
-  for (int64_t dst = 0; dst < streams; ++dst) {
+// Scales each of the `streams` lines of comb to sum to one, epsilon added to the sum: line i's
+// entries are comb[i * line + k * step]. A destination's weights over its sources: line 1, step
+// streams; a source's over its destinations: line streams, step 1.
+void normalize_lines(float* comb, int64_t streams, float eps, int64_t line, int64_t step) {
+  for (int64_t i = 0; i < streams; ++i) {
+    float* first = comb + i * line;
     float sum = eps;
-    for (int64_t src = 0; src < streams; ++src) sum += comb[dst + streams * src];
+    for (int64_t k = 0; k < streams; ++k) sum += first[k * step];
     const float inv = 1.0f / sum;
-    for (int64_t src = 0; src < streams; ++src) comb[dst + streams * src] *= inv;
-  }
-}
-
-// Scales each source's weights (over its destinations) likewise.
-void normalize_sources(float* comb, int64_t streams, float eps) {
-  for (int64_t src = 0; src < streams; ++src) {
-    float sum = eps;
-    for (int64_t dst = 0; dst < streams; ++dst) sum += comb[dst + streams * src];
-    const float inv = 1.0f / sum;
-    for (int64_t dst = 0; dst < streams; ++dst) comb[dst + streams * src] *= inv;
+    for (int64_t k = 0; k < streams; ++k) first[k * step] *= inv;
   }
 }
 
@@ -61,10 +54,10 @@ void hyper_weights(const float* mixes, int64_t n, const float* scale, const floa
       const float inv = 1.0f / sum;
       for (int64_t dst = 0; dst < s; ++dst) c[dst + s * src] = std::fma(c[dst + s * src], inv, shape.epsilon);
     }
-    normalize_destinations(c, s, shape.epsilon);
+    normalize_lines(c, s, shape.epsilon, 1, s);
     for (int64_t k = 1; k < shape.sinkhorn_iterations; ++k) {
-      normalize_sources(c, s, shape.epsilon);
-      normalize_destinations(c, s, shape.epsilon);
+      normalize_lines(c, s, shape.epsilon, s, 1);
+      normalize_lines(c, s, shape.epsilon, 1, s);
     }
   }
 }

@@ -13,7 +13,6 @@
 #include "cpu/softmax.h"
 #include "engine/head_products.h"
 #include "engine/lightning_indexer.h"
-#include "quant/float_formats.h"
 
 namespace bloomery::engine {
 
