@@ -43,13 +43,11 @@ void compressor_rows(const Compressor& c, int64_t n, const std::vector<int64_t>&
   s.input.reset(s.normed.data(), n, c.weights->kv.cols);
   cpu::matmul(c.weights->kv, s.input, values.data(), pool);
   cpu::matmul(c.weights->gate, s.input, scores.data(), pool);
-  // The bias of each place in a block, as floats (llama.cpp's get_rows of the F16 table).
-  s.position_bias.resize(static_cast<size_t>(c.ratio * width));
-  for (int64_t r = 0; r < c.ratio; ++r)
-    cpu::dequantize_row(c.weights->position_bias, r, s.position_bias.data() + r * width);
+  // Each row's bias by its place in the block, as floats (llama.cpp's get_rows of the F16 table).
+  s.position_bias.resize(static_cast<size_t>(width));
   for (int64_t i = 0; i < n; ++i) {
-    const float* bias = s.position_bias.data() + (positions[i] % c.ratio) * width;
-    for (int64_t j = 0; j < width; ++j) scores[i * width + j] += bias[j];
+    cpu::dequantize_row(c.weights->position_bias, positions[i] % c.ratio, s.position_bias.data());
+    for (int64_t j = 0; j < width; ++j) scores[i * width + j] += s.position_bias[j];
   }
 }
 

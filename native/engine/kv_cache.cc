@@ -51,6 +51,7 @@ KvCache::KvCache(const model::HyperParams& params, int64_t layers, std::span<con
       layer.recurrent.resize(static_cast<size_t>(params_.delta_net.state_floats()));
       continue;
     }
+    // Compressed attention's layers of the pass (a next-token-prediction layer attends its window alone).
     if (!params_.compressed.ratios.empty() && layers == params_.layers) {
       const int64_t ratio = params_.compressed.ratios[static_cast<size_t>(l)];
       layer.compressed_width = model::compressed_row_width(params_, l);

@@ -198,17 +198,18 @@ void Session::checkpoint(bool to_cache) {
   if (!recurrent_ || at <= 0) return;
   // A pass ends past the checkpoints it leaves (begin_pass): `at` is the last.
   if (checkpoints_.size() == kSessionCheckpoints) checkpoints_.erase(checkpoints_.begin());
-  Checkpoint& kept = checkpoints_.emplace_back(Checkpoint{at, {}});
-  kept.recurrent.resize(static_cast<size_t>(cache_.recurrent_floats()));
-  cache_.copy_recurrent_out(kept.recurrent.data());
+  keep_checkpoint(at, false);
   if (to_cache) store_locked();
 }
 
-void Session::keep_draft_checkpoint() {
-  if (!recurrent_) return;
-  Checkpoint& kept = checkpoints_.emplace_back(Checkpoint{recurrent_position_, {}, true});
+void Session::keep_checkpoint(int64_t at, bool draft) {
+  Checkpoint& kept = checkpoints_.emplace_back(Checkpoint{at, {}, draft});
   kept.recurrent.resize(static_cast<size_t>(cache_.recurrent_floats()));
   cache_.copy_recurrent_out(kept.recurrent.data());
+}
+
+void Session::keep_draft_checkpoint() {
+  if (recurrent_) keep_checkpoint(recurrent_position_, true);
 }
 
 void Session::settle_drafts() {
@@ -394,7 +395,6 @@ std::shared_ptr<SessionState> Session::snapshot(int64_t n, std::pmr::memory_reso
   state->window_first = state_window_first(n);
   state->shifted_from = fresh_ < n ? fresh_ : SessionState::kNoShift;
   state->linear_layers = shape.linear_layers;
-  state->recurrent_floats = shape.recurrent_floats;
   state->tokens.assign(history_.begin(), history_.begin() + n);
   const int64_t rows = state_rows(shape, n, state->window_first);
   state->keys.resize(static_cast<size_t>(rows * shape.row.keys));

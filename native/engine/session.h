@@ -204,6 +204,8 @@ class Session {
   int64_t nearest_checkpoint(int64_t n) const;
   // Makes the context the first `n` tokens from the checkpoint at n (nearest_checkpoint's).
   void restore_checkpoint(int64_t n);
+  // Appends the recurrent states, those after `at` tokens, to checkpoints_. The caller holds the compute lock.
+  void keep_checkpoint(int64_t at, bool draft);
   // The first position the windowed layers' caches still hold (0: every position held).
   int64_t held_window_first() const;
   // The first position of the windowed layers a state of the first n tokens keeps.

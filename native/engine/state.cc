@@ -322,7 +322,6 @@ SessionState read_state_file(const std::string& path, const StateExpectation& ex
   state.windowed_layers = shape.windowed_layers;
   state.row = shape.row;
   state.linear_layers = shape.linear_layers;
-  state.recurrent_floats = shape.recurrent_floats;
   state.window_first = static_cast<int64_t>(header.window_first);
   state.shifted_from =
       header.shifted_from < header.tokens ? static_cast<int64_t>(header.shifted_from) : SessionState::kNoShift;

@@ -35,10 +35,8 @@ struct SessionState {
   // f16, layer after layer in the model's order, each layer's rows of row.keys (row.values).
   std::pmr::vector<uint16_t> keys, values;
   // Layers of linear attention (no rows), and the recurrent states after the last token of every
-  // layer that keeps one (linear attention's, compressors'): recurrent_floats floats in all, layer
-  // after layer.
+  // layer that keeps one (linear attention's, compressors'), layer after layer.
   int64_t linear_layers = 0;
-  int64_t recurrent_floats = 0;
   std::vector<float> recurrent;
   // Compressed attention's compressed rows (f16, layer after layer): of each such layer, the rows
   // of the blocks its tokens completed (model::compressed_row_width each).
