@@ -126,7 +126,8 @@ export interface GenerateTimings {
    * prompt-state cache (see `promptCacheHit`). `cachedPromptTokens + promptTokens` is the prompt's length.
    * A model with recurrent layers (Qwen3.5, Qwen3-Next) reuses a prefix only at a checkpoint: the
    * session's whole state, or one kept 512·2^i tokens before the end of an earlier prompt or
-   * evaluation (by the session itself, or in the prompt-state cache).
+   * evaluation (by the session itself, or in the prompt-state cache), or 4 tokens before the end of
+   * the session's own earlier generation prompt.
    */
   cachedPromptTokens: number;
   /** Whether the cached prompt tokens were restored from the model's prompt-state cache. */

@@ -147,6 +147,22 @@ describe.each(FAMILIES)("a session with recurrent layers ($preset)", ({ preset, 
     }
   });
 
+  it("evaluates only the last tokens of a prompt it ran before (a regenerated answer)", async () => {
+    const model = await open(preset, { cacheRam: 0 });
+    const prompt = tokens(300, 40);
+    const after = tokens(2, 41);
+    const fresh = model.createSession();
+    const expected = (await fresh.generate(prompt, { maxTokens: 8 }).result).tokens;
+    const expectedAfter = await fresh.evaluate(after, { logits: "all" });
+    const session = model.createSession();
+    await session.generate(prompt, { maxTokens: 8 }).result;
+    const again = await session.generate(prompt, { maxTokens: 8 }).result;
+    // The prompt's tail checkpoint, 4 tokens before its end: only those are evaluated again.
+    expect(again.timings.cachedPromptTokens).toBe(296);
+    expect(again.tokens).toEqual(expected);
+    expect(await session.evaluate(after, { logits: "all" })).toEqual(expectedAfter);
+  });
+
   it("keeps checkpoints of evaluations too, for its own next prompt and, through the cache, for others", async () => {
     // Evaluated after 100 tokens, 1,100 more end at 1,200: checkpoints at 176, 688 and 1,200.
     const prompt = tokens(1200, 12);

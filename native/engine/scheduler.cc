@@ -385,9 +385,10 @@ void Scheduler::admit(Outbox& out) {
 namespace {
 
 // The first checkpoint after position `from` of a prompt or an evaluation that ends at position
-// `end`: end - kCheckpointSpacing * 2^i for the largest i that leaves one after `from`, else the end.
-int64_t next_checkpoint(int64_t end, int64_t from) {
-  int64_t next = end;
+// `end`: end - kCheckpointSpacing * 2^i for the largest i that leaves one after `from`, else (a
+// generation's prompt) end - kPromptTailCheckpoint where that is after `from`, else the end.
+int64_t next_checkpoint(int64_t end, int64_t from, bool generating) {
+  int64_t next = generating && end - kPromptTailCheckpoint > from ? end - kPromptTailCheckpoint : end;
   for (int64_t gap = kCheckpointSpacing; end - gap > from; gap *= 2) next = end - gap;
   return next;
 }
@@ -430,7 +431,7 @@ void Scheduler::plan(Pass& pass) {
     // (kept in commit).
     if (r->session->recurrent()) {
       const int64_t at = r->base + static_cast<int64_t>(r->evaluated);
-      take = std::min(take, next_checkpoint(r->base + static_cast<int64_t>(r->input.size()), at) - at);
+      take = std::min(take, next_checkpoint(r->base + static_cast<int64_t>(r->input.size()), at, r->generating()) - at);
     }
     if (take > room) break;
     const auto first = r->input.begin() + static_cast<ptrdiff_t>(r->evaluated);
@@ -681,7 +682,12 @@ void Scheduler::commit(Pass& pass, Outbox& out) {
       const int64_t at = r.base + static_cast<int64_t>(r.evaluated);
       // An evaluation's end stays the session's own checkpoint, as other models store no
       // evaluation's end: a loop of one-token evaluations would copy its whole state every token.
-      if (next_checkpoint(end, at - 1) == at) r.session->checkpoint(at != end || r.generating());
+      // So does a prompt's tail checkpoint: a prompt that shares all but its last tokens with a cached
+      // one is served by the cached checkpoints below it.
+      if (next_checkpoint(end, at - 1, r.generating()) == at) {
+        const bool tail = r.generating() && at == end - kPromptTailCheckpoint;
+        r.session->checkpoint(!tail && (at != end || r.generating()));
+      }
     }
     if (!r.generating() && all_rows) r.logits.insert(r.logits.end(), logits, logits + logit_rows * p.vocab);
     if (r.evaluated < r.input.size()) continue;  // more of the prompt next step

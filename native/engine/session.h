@@ -41,6 +41,10 @@ inline constexpr int64_t kDefaultStepTokens = 256;
 // prompt (checkpoints: a later prompt restores the nearest one inside the prefix it shares); an
 // evaluation's end stays the session's own checkpoint.
 inline constexpr int64_t kCheckpointSpacing = 512;
+// A generation's prompt also leaves the session a checkpoint of its own this many tokens before its
+// end (as llama-server does), so that the same prompt again (a regenerated answer, a client's retry,
+// a chat turn whose template renders the prompt's last tokens anew) evaluates only those tokens.
+inline constexpr int64_t kPromptTailCheckpoint = 4;
 // A session keeps the recurrent states of its own last checkpoints, this many at most (the oldest
 // out first): those of one prompt of up to 64 times kCheckpointSpacing tokens, or of a few turns.
 inline constexpr size_t kSessionCheckpoints = 8;
