@@ -8,8 +8,9 @@
 // ik runs with -fa 1 -fmoe 1 (and -mla 3 for MLA models), -t 16, prompts of 4,096 with
 // -b 4096 -ub 4096 (../shared/BASELINES.md: its fastest settings). Decode is greedy generate()
 // as a user streams it (first token to last) and the engine's own time for those passes (what
-// llama-bench's tg measures); prompts of 512 and 4,096 tokens. Writes JSON to $OUT (or the
-// working directory), one file per placement.
+// llama-bench's tg measures); prompts of 512 and 4,096 tokens; with --depth D, the engine's decode
+// after a prompt of D tokens (ik: -gp D,128). Writes JSON to $OUT (or the working directory), one
+// file per placement.
 //   node bench/families.mjs /root/glm.gguf whole budget=24
 // A device call lasts at most 10 minutes, and ours can run while the peer's build finishes, so the
 // two halves can run apart: `--phase ours` keeps our figures in BENCH_STATE (default /root/families),
@@ -17,19 +18,20 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { getSystemInfo, loadModel, modelFootprint, readGgufInfo } from "../dist/index.js";
-import { cpuExpertsPlan, promptRate, secondsSince, streamedDecodeRate, takeOption } from "./measure.mjs";
+import { cpuExpertsPlan, promptRate, secondsSince, spreadTokens, streamedDecodeRate, takeOption } from "./measure.mjs";
 import { IK_BENCH, ikLayerSplit, ikRun, peerBuilt } from "./peer.mjs";
 
 const args = process.argv.slice(2);
 const PHASE = takeOption(args, "--phase", "both");
+const DEPTH = Number(takeOption(args, "--depth", "0"));
 const [path, ...placementArgs] = args;
 if (!path || !["ours", "peer", "both"].includes(PHASE))
   throw new Error(
-    "usage: node bench/families.mjs <model.gguf> (whole|budget=<GiB>|cpu-experts)... [--phase ours|peer|both]",
+    "usage: node bench/families.mjs <model.gguf> (whole|budget=<GiB>|cpu-experts)... [--phase ours|peer|both] [--depth D]",
   );
 const PLACEMENTS = placementArgs.length > 0 ? placementArgs : ["whole"];
 const STATE = process.env.BENCH_STATE ?? "/root/families";
-const CONTEXT = 8192;
+const CONTEXT = Math.max(8192, DEPTH + 256);
 const DECODE_STEPS = 128;
 const GIB = 2 ** 30;
 
@@ -66,6 +68,7 @@ async function ours(options) {
   const decode = await streamedDecodeRate(model, session, DECODE_STEPS);
   const after = model.stats();
   const decodeEngine = (after.decodeTokens - before.decodeTokens) / (after.decodeSeconds - before.decodeSeconds);
+  const decodeAtDepth = DEPTH > 0 ? await engineDecodeAfter(model, DEPTH) : undefined;
   const plan = model.plan;
   model.dispose();
   return {
@@ -77,7 +80,19 @@ async function ours(options) {
     decodeEngineTokensPerSecond: decodeEngine,
     prompt512TokensPerSecond: prompt512,
     prompt4096TokensPerSecond: prompt4096,
+    ...(decodeAtDepth === undefined ? {} : { depth: DEPTH, decodeAtDepthTokensPerSecond: decodeAtDepth }),
   };
+}
+
+/** The engine's decode tok/s (model.stats(): the passes' own time) of DECODE_STEPS greedy tokens after `depth` prompt tokens. */
+async function engineDecodeAfter(model, depth) {
+  const session = model.createSession();
+  const start = model.stats();
+  const ban = { [model.info.eosToken]: -Infinity };
+  await session.generate(spreadTokens(depth, model.info.vocabSize), { maxTokens: DECODE_STEPS, logitBias: ban }).result;
+  const end = model.stats();
+  session.dispose();
+  return (end.decodeTokens - start.decodeTokens) / (end.decodeSeconds - start.decodeSeconds);
 }
 
 const stateFile = (placement) => join(STATE, `${summary.architecture}-${placement}.json`);
@@ -90,7 +105,7 @@ for (const placement of PLACEMENTS) {
     continue;
   }
   const result = {
-    command: `node bench/families.mjs ${path} ${placement}`,
+    command: `node bench/families.mjs ${path} ${placement}${DEPTH > 0 ? ` --depth ${DEPTH}` : ""}`,
     date: new Date().toISOString(),
     machine: getSystemInfo(),
     model: { path, architecture: summary.architecture, layers: summary.layers, bytes: summary.tensorBytes },
@@ -112,10 +127,18 @@ for (const { result, ikArgs } of results) {
     const short = ikRun(path, [...ikArgs, "-p", "512", "-n", "128"], { mla });
     const long = ikRun(path, [...ikArgs, "-p", "4096", "-n", "0", "-b", "4096", "-ub", "4096"], { mla });
     const peer = { decode: short.figures.tg128, prompt512: short.figures.pp512, prompt4096: long.figures.pp4096 };
+    const runs = [short, long];
+    if (DEPTH > 0) {
+      const deep = ikRun(path, [...ikArgs, "-p", "0", "-n", "0", "-gp", `${DEPTH},${DECODE_STEPS}`], { mla });
+      // llama-bench names the test tg<n>@pp<depth> (spacing differs between versions).
+      const test = Object.keys(deep.figures).find((name) => name.replace(/\s/g, "").includes(`@pp${DEPTH}`));
+      peer.decodeAtDepth = test === undefined ? undefined : deep.figures[test];
+      runs.push(deep);
+    }
     result.peer = {
       name: "ik_llama.cpp llama-bench",
       date: new Date().toISOString(),
-      runs: [short, long],
+      runs,
       figures: peer,
     };
     result.ratios = {
@@ -123,6 +146,9 @@ for (const { result, ikArgs } of results) {
       decodeEngine: result.ours.decodeEngineTokensPerSecond / peer.decode,
       prompt512: result.ours.prompt512TokensPerSecond / peer.prompt512,
       prompt4096: result.ours.prompt4096TokensPerSecond / peer.prompt4096,
+      ...(peer.decodeAtDepth === undefined
+        ? {}
+        : { decodeAtDepth: result.ours.decodeAtDepthTokensPerSecond / peer.decodeAtDepth }),
     };
   } else {
     result.peer = { error: `${IK_BENCH} not built (../shared/device/peer/build.sh)` };
