@@ -261,7 +261,7 @@ describe.each(FAMILIES)("a session with recurrent layers ($preset)", ({ preset, 
 });
 
 describe("DeepSeek-V4's next-token-prediction layer", () => {
-  it("loads with the file and refuses MTP drafts by name (it does not run beside recurrent layers yet)", async () => {
+  it("loads with the file and refuses MTP drafts by name (it takes the hyper-connection streams, not run yet)", async () => {
     const model = await open("tiny-deepseek4", { cacheRam: 0 });
     const error = await model
       .createSession()
@@ -272,7 +272,7 @@ describe("DeepSeek-V4's next-token-prediction layer", () => {
       );
     expect(error).toBeInstanceOf(BloomeryError);
     expect((error as BloomeryError).code).toBe("DRAFT_UNSUPPORTED");
-    expect((error as BloomeryError).message).toContain("recurrent layers");
+    expect((error as BloomeryError).message).toContain("hyper-connection streams");
   });
 });
 

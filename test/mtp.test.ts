@@ -7,18 +7,19 @@ import { callNative, callNativeAsync, type NativeModelHandle, type NativeSession
 import { writeSyntheticModel } from "../tools/synth/synth.js";
 
 // MTP drafts (issue 20): the model's own next-token-prediction layer drafts the next tokens,
-// chained, and a pass of the model verifies them. On the tiny GLM-4.5, DeepSeek-V3 and MiMo-V2 fixtures
-// (one nextn layer each, random weights, so few drafts are kept and most roll back):
+// chained, and a pass of the model verifies them. On the tiny GLM-4.5, DeepSeek-V3, MiMo-V2 and
+// Qwen3.5 fixtures (one nextn layer each, random weights, so few drafts are kept and most roll back;
+// Qwen3.5's recurrent states roll back from the pass's draft checkpoint):
 // - greedy output with drafts is the output without, alone and with parallel sessions;
 // - the layer's logits from a session's rows, built pass by pass while drafts come and roll back
 //   (and across a second generation that continues the first), equal a straightforward evaluation
 //   afresh (engine::mtp_reference_logits: the model over every token in one pass, then the layer over
 //   every position in one pass). node-llama-cpp has no MTP context, so llama.cpp cannot be asked for
 //   the layer's logits: the reference is this computation, and the layer's graph follows llama.cpp's
-//   (src/models/glm4-moe.cpp, deepseek2.cpp, mimo2.cpp graph_mtp).
+//   (src/models/glm4-moe.cpp, deepseek2.cpp, mimo2.cpp, qwen35moe.cpp graph_mtp).
 
 const dir = mkdtempSync(join(tmpdir(), "bloomery-mtp-"));
-const PRESETS = ["tiny-glm4moe", "tiny-deepseek2", "tiny-mimo2"] as const;
+const PRESETS = ["tiny-glm4moe", "tiny-deepseek2", "tiny-mimo2", "tiny-qwen35moe-mtp"] as const;
 const PROMPTS = [
   "A river is",
   "1, 2, 3, 4, 5, 6, 7, 8,",
@@ -134,25 +135,6 @@ describe.each(PRESETS)("the MTP layer's logits on %s", (preset) => {
       } finally {
         callNative((a) => a.disposeSession(session));
       }
-    }
-  });
-});
-
-describe("MTP drafts where they cannot run", () => {
-  it("are refused by name for a model with recurrent layers, at load and per run", async () => {
-    const path = join(dir, "tiny-qwen35moe-mtp.gguf");
-    await writeSyntheticModel(path, { preset: "tiny-qwen35moe-mtp", weightType: "Q8_0" });
-    const refusal = { code: "DRAFT_UNSUPPORTED", message: expect.stringMatching(/recurrent layers/) };
-    await expect(loadModel(path, { threads: 2, contextSize: 256, draft: "mtp" })).rejects.toMatchObject(refusal);
-    const model = await loadModel(path, { threads: 2, contextSize: 256 });
-    try {
-      const session = model.createSession();
-      await expect(session.generate("A river is", { maxTokens: 4, draft: "mtp" }).result).rejects.toMatchObject(
-        refusal,
-      );
-      session.dispose();
-    } finally {
-      model.dispose();
     }
   });
 });

@@ -16,10 +16,10 @@ void check_mtp_drafts(const model::Model& model, bool on_gpu) {
                                          " file has no next-token-prediction layers (nextn_predict_layers): use "
                                          "\"ngram\" or \"model\"");
   }
-  if (model::has_recurrent_layers(model)) {
+  if (model.params.hyper.streams > 0) {
     throw Error("DRAFT_UNSUPPORTED", "draft \"mtp\": " + arch +
-                                         " has recurrent layers, beside which its next-token-prediction layers do not "
-                                         "run yet: use \"ngram\" or \"model\"");
+                                         "'s next-token-prediction layers take its hyper-connection streams, which "
+                                         "they do not run with yet: use \"ngram\" or \"model\"");
   }
   if (on_gpu) {
     throw Error("DRAFT_UNSUPPORTED",

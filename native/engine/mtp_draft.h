@@ -84,9 +84,9 @@ std::vector<float> mtp_reference_logits(const model::Model& model, std::span<con
                                         cpu::ThreadPool& pool);
 
 // Throws DRAFT_UNSUPPORTED naming why `model` cannot draft with its next-token-prediction layers:
-// it has none, it has recurrent layers (their next-token-prediction layers do not run yet: Qwen3.5's and
-// DeepSeek-V4's are untried or need its hyper-connection streams), or it runs on the GPU (`on_gpu`), which
-// does not run them yet.
+// it has none, they take hyper-connection streams (DeepSeek-V4's), which they do not run with yet, or it
+// runs on the GPU (`on_gpu`), which does not run them yet. Recurrent layers beside them (Qwen3.5/3.6) roll
+// back from the pass's draft checkpoint as with any other drafts (Session::keep_draft_checkpoint).
 void check_mtp_drafts(const model::Model& model, bool on_gpu);
 
 }  // namespace bloomery::engine

@@ -960,7 +960,7 @@ export const PRESETS: Record<string, SynthPreset> = {
     ...TINY_QWEN35MOE,
     name: "tiny-qwen35moe-mtp",
     description:
-      "tiny-qwen35moe with a next-token-prediction layer after the last (MTP drafts refuse its recurrent layers)",
+      "tiny-qwen35moe with a next-token-prediction layer after the last (MTP drafts beside recurrent layers)",
     nextnLayers: 1,
   },
   "tiny-qwen3next": {
