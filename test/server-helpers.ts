@@ -39,6 +39,8 @@ export async function startServer(
       | "reranking"
     >;
     contextSize?: number;
+    /** The slots' -sps (default llama-server's 0.10). */
+    slotPromptSimilarity?: number;
   } = {},
 ): Promise<TestServer> {
   const modelPath = options.modelPath ?? defaultModelPath();
@@ -57,7 +59,7 @@ export async function startServer(
     temperature: options.temperature ?? 0.8,
     ...options.config,
   });
-  context.serve(new Slots(model, options.parallel ?? 2));
+  context.serve(new Slots(model, options.parallel ?? 2, options.slotPromptSimilarity));
   const url = await app.listen({ host: "127.0.0.1", port: 0 });
   return {
     app,

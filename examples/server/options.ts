@@ -31,6 +31,12 @@ export interface ServeOptions {
   /** -t: CPU threads; undefined (also -t 0 or less, as llama-server reads it): one per physical core. */
   threads?: number;
   parallel: number;
+  /**
+   * -sps: a request without id_slot takes the free slot whose context shares the longest prefix with its
+   * prompt, where that prefix is more than this fraction of the prompt (else the free slot idle longest);
+   * 0: always the free slot idle longest. As llama-server's, default 0.10.
+   */
+  slotPromptSimilarity: number;
   apiKeys: string[];
   /** -a: the model's names (comma-separated on the command line); the first in sorted order is its id. */
   aliases: string[];
@@ -192,6 +198,14 @@ export const FLAGS: readonly Flag[] = [
     kind: "integer",
     help: "slots: requests served at once (default 2)",
     apply: (o, v) => (o.parallel = v as number),
+  },
+  {
+    names: ["-sps", "--slot-prompt-similarity"],
+    kind: "number",
+    help:
+      "a request takes the free slot whose context shares the longest prefix with its prompt, where that prefix " +
+      "is more than this fraction of the prompt, else the slot idle longest (default 0.10; 0: always the slot idle longest)",
+    apply: (o, v, name) => (o.slotPromptSimilarity = atMost(atLeast(v as number, 0, name), 1, name)),
   },
   {
     names: ["--api-key"],
@@ -594,6 +608,7 @@ export function parseServeOptions(argv: readonly string[], env: NodeJS.ProcessEn
     host: "127.0.0.1",
     port: 8080,
     parallel: 2,
+    slotPromptSimilarity: 0.1,
     kvUnified: false,
     apiKeys: [],
     aliases: [],

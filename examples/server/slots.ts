@@ -115,9 +115,15 @@ export class Slots {
     requestsDeferred: 0,
   };
 
+  /**
+   * `similarity`: a request without a slot of its choice takes the free slot whose context shares the
+   * longest prefix with its prompt, where that is more than this fraction of the prompt (its state is
+   * there: on a model with recurrent layers no other slot can reuse it); else the slot idle longest.
+   */
   constructor(
     readonly model: Model,
     readonly count: number,
+    readonly similarity = 0.1,
   ) {
     this.#free = Array.from({ length: count }, (_, id) => ({ id, session: model.createSession(), context: [] }));
   }
@@ -237,7 +243,7 @@ export class Slots {
     if (!Number.isInteger(idSlot) || idSlot < -1 || idSlot >= this.count) {
       throw new HttpError(400, `'id_slot' must be -1 (any slot) or a slot from 0 to ${this.count - 1}, not ${idSlot}`);
     }
-    const slot = await this.#acquire(signal, idSlot);
+    const slot = await this.#acquire(signal, idSlot, prompt);
     onSlot?.(slot.id);
     this.metrics.requestsProcessing++;
     // The run ends when the client leaves or a shutdown stops it.
@@ -343,10 +349,10 @@ export class Slots {
     m.busySlotsSum += (result.timings.decodeTokens + 1) * this.busy;
   }
 
-  /** The first free slot (or slot `wanted`), else a wait in arrival order. */
-  #acquire(signal: AbortSignal, wanted: number): Promise<Slot> {
+  /** A free slot (slot `wanted`, or the one `prompt` is most like), else a wait in arrival order. */
+  #acquire(signal: AbortSignal, wanted: number, prompt: readonly number[]): Promise<Slot> {
     if (this.#closed) return Promise.reject(shuttingDown("slots take no more work"));
-    const free = this.#takeFree(wanted);
+    const free = this.#takeFree(wanted, prompt);
     if (free) return Promise.resolve(free);
     if (signal.aborted) return Promise.reject(new ClientGone());
     this.metrics.requestsDeferred++;
@@ -374,9 +380,19 @@ export class Slots {
     });
   }
 
-  /** Takes the first free slot (`wanted` -1) or slot `wanted` when it is free. */
-  #takeFree(wanted: number): Slot | undefined {
-    const index = wanted < 0 ? 0 : this.#free.findIndex((free) => free.id === wanted);
+  /**
+   * Takes slot `wanted` when it is free; with `wanted` -1, the free slot whose context shares the longest
+   * prefix with `prompt`, beyond `similarity` of it, else the one idle longest (the free list's first).
+   */
+  #takeFree(wanted: number, prompt: readonly number[] = []): Slot | undefined {
+    let index = wanted < 0 ? 0 : this.#free.findIndex((free) => free.id === wanted);
+    if (wanted < 0 && this.similarity > 0 && prompt.length > 0) {
+      let best = 0;
+      this.#free.forEach((slot, i) => {
+        const shared = commonPrefix(slot.context, prompt) / prompt.length;
+        if (shared > best && shared > this.similarity) [best, index] = [shared, i];
+      });
+    }
     return index >= 0 && index < this.#free.length ? this.#free.splice(index, 1)[0] : undefined;
   }
 
@@ -385,4 +401,11 @@ export class Slots {
     if (next >= 0) this.#waiting.splice(next, 1)[0]!.take(slot);
     else this.#free.push(slot);
   }
+}
+
+/** How many tokens `a` and `b` share from their first on. */
+function commonPrefix(a: readonly number[], b: readonly number[]): number {
+  let n = 0;
+  while (n < a.length && n < b.length && a[n] === b[n]) n++;
+  return n;
 }
