@@ -54,6 +54,7 @@ const SAMPLES: Record<
   "-c": { args: ["-c", "256"] },
   "-t": { args: ["-t", "3"] },
   "-np": { args: ["-np", "3"] },
+  "-sps": { args: ["-sps", "0.5"] },
   "--api-key": { args: ["--api-key", "k1"] },
   "--api-key-file": { args: ["--api-key-file", file("keys.txt", "k2\n")] },
   "-a": { args: ["-a", "tiny"] },
@@ -245,7 +246,7 @@ describe("the settings built from the flags, run (finding 10)", () => {
     ]));
     model = await loadModel(defaultModelPath(), launch.load);
     server = createApp(launch.config, launch.app);
-    server.context.serve(new Slots(model, launch.slots));
+    server.context.serve(new Slots(model, launch.slots, launch.slotPromptSimilarity));
   });
   afterAll(async () => {
     await server?.app.close();

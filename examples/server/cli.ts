@@ -62,7 +62,7 @@ async function main(): Promise<void> {
         p.step ? `${p.step} ${megabytes(p.bytes ?? 0)} of ${megabytes(p.totalBytes ?? 0)}` : p.stage,
       ),
   }).finally(() => loading.end());
-  context.serve(new Slots(model, launch.slots, options.slotPromptSimilarity));
+  context.serve(new Slots(model, launch.slots, launch.slotPromptSimilarity));
   log(`model loaded, ${launch.slots} slot(s) of ${model.info.contextSize} tokens`);
   for (const question of launch.ask) {
     process.stdout.write(`> ${question}\n${await askOverHttp(address, question, launch.config.apiKeys[0])}\n\n`);

@@ -16,6 +16,8 @@ export interface Launch {
   listen: { host: string; port: number };
   /** Slots: requests served at once (loadModel's parallel too). */
   slots: number;
+  /** -sps: how much of a request's prompt a free slot's context must share for the request to take it (Slots). */
+  slotPromptSimilarity: number;
   ask: string[];
   /** Where the model runs, for the log. */
   where: string;
@@ -114,6 +116,7 @@ export async function launchSettings(options: ServeOptions, modelPath: string, g
     app: { timeoutSeconds: options.timeoutSeconds, webui: options.webui },
     listen: { host: options.host, port: options.port },
     slots: options.parallel,
+    slotPromptSimilarity: options.slotPromptSimilarity,
     ask: options.ask,
     where: where.description,
     warnings,
