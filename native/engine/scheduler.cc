@@ -685,8 +685,8 @@ void Scheduler::commit(Pass& pass, Outbox& out) {
       // So does a prompt's tail checkpoint: a prompt that shares all but its last tokens with a cached
       // one is served by the cached checkpoints below it.
       if (next_checkpoint(end, at - 1, r.generating()) == at) {
-        const bool tail = r.generating() && at == end - kPromptTailCheckpoint;
-        r.session->checkpoint(!tail && (at != end || r.generating()));
+        const bool session_only = at == (r.generating() ? end - kPromptTailCheckpoint : end);
+        r.session->checkpoint(!session_only);
       }
     }
     if (!r.generating() && all_rows) r.logits.insert(r.logits.end(), logits, logits + logit_rows * p.vocab);
