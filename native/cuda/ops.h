@@ -294,6 +294,9 @@ struct RopeShape {
   float theta_scale = 1.0f;
   float ramp_low = 0.0f, ramp_high = 0.0f;
   float mscale = 1.0f;
+  // cpu::RopeParams::sections (interleaved multi-axis rope at text positions: a pair whose sector
+  // falls in the fourth axis takes angle 0); all zero: plain rope.
+  int sections[4] = {};
 };
 // Where position_heads also writes the k and v rows, as f16 (as llama.cpp keeps them): the rows
 // of segment s, [first_row[s], first_row[s + 1]), into one sequence's cache of the layer
@@ -447,5 +450,70 @@ bool batched_attention_serves(const AttentionShape& shape, const KvSegments& seq
 bool batched_causal_attention(const float* q, const int32_t* positions, const KvSegments& sequences,
                               const AttentionShape& shape, void* scratch, float* out, const QuantizedRows& quantized,
                               StreamHandle stream);
+
+// --- delta_net.cu ---
+// Gated DeltaNet (qwen3next, qwen35moe), as engine/forward.cc's delta_net_attention. Its sizes
+// (model::DeltaNetParams): channels = 2 * key_width + value_width, the convolution's [q..., k...,
+// v...] per row.
+struct DeltaNetShape {
+  int64_t k_heads = 0, v_heads = 0, head_dim = 0, conv_kernel = 0;
+  bool grouped_heads = false;  // value head h reads key head h / (v_heads / k_heads); else h % k_heads
+  int64_t key_width() const { return k_heads * head_dim; }
+  int64_t value_width() const { return v_heads * head_dim; }
+  int64_t channels() const { return 2 * key_width() + value_width(); }
+  int64_t conv_floats() const { return (conv_kernel - 1) * channels(); }
+};
+// Whether the kernels serve these sizes: head_dim 32, 64, 128 or 256 (the rule keeps a state row
+// in a warp's registers), conv_kernel 2 to 8, v_heads a positive multiple of k_heads.
+bool delta_net_supports(const DeltaNetShape& shape);
+// The sequences of one launch: segment s is rows [first_row[s], first_row[s + 1]) of the pass's
+// buffers (relative to the pointers passed; first_row nondecreasing), its layer's state at
+// states[s] (conv_floats() floats of the convolution's state, then v_heads states of head_dim x
+// head_dim, model::DeltaNetParams' layout). Rows of a segment are consecutive tokens of one sequence.
+constexpr int kMaxRecurrentSegments = 8;
+struct RecurrentSegments {
+  int count = 0;
+  int first_row[kMaxRecurrentSegments + 1] = {};
+  float* states[kMaxRecurrentSegments] = {};
+};
+// In place over `mixed` (rows of shape.channels() floats): each segment's causal convolution
+// (taps: [channels][conv_kernel], device) from its state's held inputs, then SiLU, rounded as
+// cpu::causal_conv_silu (its SiLU's exp that of an AVX-512 host); each segment's convolution
+// state moves on past its rows; then each row's q heads and k heads L2-normed (cpu::l2_norm,
+// epsilon `eps`). Two launches.
+void delta_net_conv(float* mixed, const RecurrentSegments& segments, const DeltaNetShape& shape, const float* taps,
+                    float eps, StreamHandle stream);
+// beta[i] = sigmoid(beta[i]); decay[i] = softplus(decay[i] + dt_bias[h]) * a[h] (ggml's softplus:
+// linear above 20), in place over n rows of v_heads values (h = i % v_heads), as engine/forward.cc's
+// delta_net_attention computes them.
+void delta_net_gates(float* beta, float* decay, int64_t n, int64_t v_heads, const float* dt_bias, const float* a,
+                     StreamHandle stream);
+// The gated delta rule (cpu::gated_delta_rule) over each segment's rows of `mixed` (after
+// delta_net_conv): per token, per value head: S *= exp(g); d = (v - S k) * beta; S += d k^T;
+// o = (S q) / sqrt(head_dim), g (decay) and beta read at [row * v_heads + h], o written to
+// out + row * value_width + h * head_dim, the states updated in place (at states[s] +
+// conv_floats()). The state's row dots sum in another order than the CPU's.
+void delta_net_rule(const float* mixed, const float* decay, const float* beta, const RecurrentSegments& segments,
+                    const DeltaNetShape& shape, float* out, StreamHandle stream);
+// Qwen3-Next's fused projections: n `grouped` rows of k_heads parts [q (head_dim), k (head_dim),
+// the group's values (group * head_dim), their z (group * head_dim)], group = v_heads / k_heads,
+// into mixed ([q..., k..., v...]) and z rows (value_width), as forward.cc's qkvz branch.
+void delta_net_split_qkvz(const float* grouped, int64_t n, const DeltaNetShape& shape, float* mixed, float* z,
+                          StreamHandle stream);
+// And its beta_alpha: n rows of k_heads parts [the group's betas, their alphas] into beta and
+// decay rows of v_heads.
+void delta_net_split_beta_alpha(const float* grouped, int64_t n, const DeltaNetShape& shape, float* beta, float* decay,
+                                StreamHandle stream);
+// Gated attention's query projection (model::GqaWeights::output_gate): n rows of `heads` parts
+// [query (head_dim), gate (head_dim)] into q and gate rows of heads * head_dim.
+void split_gated_query(const float* q_gated, int64_t n, int64_t heads, int64_t head_dim, float* q, float* gate,
+                       StreamHandle stream);
+// x[i] *= sigmoid(gate[i]) over `count` floats (the gated attention's output).
+void sigmoid_gate(float* x, const float* gate, int64_t count, StreamHandle stream);
+// residual[r] += rows[r] * sigmoid(gate_logits[r]) for n rows of `width` floats (the shared
+// expert's output behind its gate, model::FfnWeights::shared_gate: one logit per row), each
+// product rounded before the sum, as forward.cc's ffn_block.
+void add_sigmoid_gated(const float* rows, const float* gate_logits, int64_t n, int64_t width, float* residual,
+                       StreamHandle stream);
 
 }  // namespace bloomery::cuda

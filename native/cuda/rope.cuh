@@ -6,14 +6,24 @@
 
 namespace bloomery::cuda {
 
+// Whether pair i of an interleaved multi-axis rope takes its angle from the fourth axis
+// (position 0 at text positions), as cpu/rope.cc's fourth_axis (ggml's imrope).
+__device__ __forceinline__ bool rope_fourth_axis(const RopeShape& k, int i) {
+  const int sum = k.sections[0] + k.sections[1] + k.sections[2] + k.sections[3];
+  if (sum == 0) return false;
+  const int sector = i % sum;
+  return sector >= 3 * k.sections[sector % 3];
+}
+
 // The rotation of pair i at `position`. The angle is built as the CPU path (cpu/rope.cc) and
 // ggml build it: theta multiplied up by theta_scale in float, i times, so that every rounding
-// is the same, then YaRN's ramp (one fused multiply-add, as cpu/rope.cc and ggml blend it); cos
-// and sin are taken in double and rounded once, which gives the correctly rounded float the
-// host's libm returns.
+// is the same (0 for a pair of the fourth axis of RopeShape::sections), then YaRN's ramp (one
+// fused multiply-add, as cpu/rope.cc and ggml blend it); cos and sin are taken in double and
+// rounded once, which gives the correctly rounded float the host's libm returns.
 __device__ __forceinline__ void rope_angle(const RopeShape& k, int32_t position, int i, float* c, float* s) {
   float theta_base = static_cast<float>(position);
   for (int j = 0; j < i; ++j) theta_base = __fmul_rn(theta_base, k.theta_scale);
+  if (rope_fourth_axis(k, i)) theta_base = 0.0f;
   const float factor = k.freq_factors ? k.freq_factors[i] : 1.0f;
   const float extrapolated = __fdiv_rn(theta_base, factor);
   float theta = __fmul_rn(k.freq_scale, extrapolated);
