@@ -230,6 +230,10 @@ void copy_async(void* dst, const void* src, size_t bytes, StreamHandle stream) {
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, raw(stream)), "cudaMemcpyAsync");
 }
 
+void zero_async(void* dst, size_t bytes, StreamHandle stream) {
+  check(cudaMemsetAsync(dst, 0, bytes, raw(stream)), "cudaMemsetAsync");
+}
+
 void upload(void* dst, const void* src, size_t bytes) {
   check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy (weights)");
   // From pageable memory cudaMemcpy may return once the bytes are staged, before their DMA ends;

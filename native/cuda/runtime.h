@@ -163,6 +163,8 @@ void copy_to_device(void* dst, const void* src, size_t bytes, StreamHandle strea
 void copy_to_host(void* dst, const void* src, size_t bytes, StreamHandle stream);
 // Either direction, or device to device (unified addressing tells which).
 void copy_async(void* dst, const void* src, size_t bytes, StreamHandle stream);
+// Sets `bytes` of device memory to zero (a sequence's recurrent states before its first token).
+void zero_async(void* dst, size_t bytes, StreamHandle stream);
 // Synchronous upload of a large host range (weights at load).
 void upload(void* dst, const void* src, size_t bytes);
 // Synchronous read of a small device range (counters).

@@ -65,6 +65,14 @@ struct GpuAttention {
   bool windowed = false;               // attends the last HyperParams::sliding_window positions only
   const float* sinks = nullptr;        // one logit per query head (gpt-oss), or null
   const float* output_bias = nullptr;  // added to the output product (gpt-oss), or null
+  // Each head of q's output is [query, gate]: the attention's output is multiplied by sigmoid(gate).
+  bool output_gate = false;
+  // Gated DeltaNet (model::DeltaNetWeights): qkv and z, or one qkvz; beta and alpha, or one beta_alpha.
+  DeviceMatrix qkv, z, qkvz, beta, alpha, beta_alpha;
+  const float* conv = nullptr;
+  const float* dt_bias = nullptr;
+  const float* decay_rate = nullptr;  // DeltaNetWeights::a
+  const float* head_norm = nullptr;   // DeltaNetWeights::norm
 };
 
 struct GpuFfn {
@@ -80,6 +88,7 @@ struct GpuFfn {
   const float* gate_bias = nullptr;
   const float* up_bias = nullptr;
   const float* down_bias = nullptr;
+  DeviceMatrix shared_gate;  // one row: the shared experts' output times sigmoid(shared_gate x) (empty: none)
 };
 
 struct GpuLayer {
@@ -160,6 +169,11 @@ struct Workspace {
   // experts do, each (token, head) slot routed to its head's matrix by a fixed routing
   // (latent_heads[token * heads + h] = h, latent_slots[h] = h) grouped once per pass.
   DeviceBuffer latent_a, latent_b, latent_heads, latent_slots, latent_order, latent_chunks, latent_chunk_count;
+  // Gated DeltaNet (empty for other models): the convolution's channels, the output gate z, the
+  // fused projections' rows before they are split, each head's beta and decay.
+  DeviceBuffer mixed, z, grouped, beta, decay;
+  // Gated attention's [query, gate] heads and its gates; the gated shared experts' output and gate.
+  DeviceBuffer q_gated, attention_gate, shared_out, shared_gate;
 };
 
 // The weights' places in device memory, and which experts are there: what bind_weights
@@ -180,6 +194,7 @@ struct GpuWeights {
 struct StepCaches {
   const void* keys = nullptr;
   const void* values = nullptr;
+  const void* recurrent = nullptr;
   int64_t window_first = 0;
   bool operator==(const StepCaches&) const = default;
 };
@@ -191,13 +206,37 @@ struct DecodeGraph {
   std::vector<StepCaches> caches;
 };
 
+// The layers' kinds that size a sequence's cache and the workspace: per layer, 1 for a
+// sliding-window layer (`windowed`), 1 for a layer of linear attention (`linear`: a recurrent
+// state, no rows); whether any attention has an output gate, and any FFN a gated shared expert.
+struct LayerKinds {
+  std::vector<uint8_t> windowed, linear;
+  bool output_gate = false, shared_gate = false;
+  LayerKinds() = default;
+  explicit LayerKinds(const model::Model& m) : windowed(model::windowed_layers(m)) {
+    for (const model::LayerWeights& w : m.layers) {
+      linear.push_back(w.attention.kind == model::AttentionKind::kDeltaNet);
+      output_gate = output_gate || w.attention.gqa.output_gate;
+      shared_gate = shared_gate || !w.ffn.shared_gate.empty();
+    }
+  }
+  // Rows of layer l's cache for a context of `context`, `window` rows in a windowed layer.
+  int64_t rows(size_t l, int64_t context, int64_t window) const {
+    if (linear[l]) return 0;
+    return windowed[l] ? window : context;
+  }
+  int64_t recurrent_floats(const model::HyperParams& p) const {
+    return std::count(linear.begin(), linear.end(), 1) * p.delta_net.state_floats();
+  }
+};
+
 class GpuModel : public GpuWeights {
  public:
   int device = 0;
   model::HyperParams params;
   int64_t context_size = 0;          // the most positions a sequence's KV cache holds: what the workspace is sized for
   int64_t pass_rows = kGpuPassRows;  // the most rows of a pass (gpu_pass_rows)
-  std::vector<uint8_t> windowed;     // per layer, 1 for a sliding-window layer (model::windowed_layers)
+  LayerKinds kinds;
   // Whether every layer's per-head latent products (k_b, v_b) have tiled kernels: one grouping
   // of a pass's (token, head) slots serves them all, so they take the tiles together or not at all.
   bool latent_tiles = false;
@@ -237,9 +276,15 @@ class GpuSequence {
   int64_t capacity = 0;  // the positions a sequence may reach (its context)
   model::CacheRow row;
   std::vector<uint8_t> windowed;     // per layer
-  std::vector<int64_t> rows_before;  // per layer, the rows of the layers before it
-  int64_t window_rows = 0;           // of each windowed layer (0: none)
-  int64_t window_first = 0;          // the position a windowed layer's first row holds
+  std::vector<int64_t> rows_before;  // per layer, the rows of the layers before it (a linear layer has none)
+  // The recurrent states of the layers of linear attention (model::DeltaNetParams::state_floats
+  // each), layer after layer as a SessionState holds them; per layer, the floats before its
+  // state (-1: none). Zeroed by the pass that starts the sequence at position 0.
+  DeviceBuffer recurrent;
+  std::vector<int64_t> recurrent_before;
+  DeviceBuffer kept_recurrent;  // keep_recurrent_on_device's copy (allocated by its first call)
+  int64_t window_rows = 0;      // of each windowed layer (0: none)
+  int64_t window_first = 0;     // the position a windowed layer's first row holds
   // A restore_kv whose copies may still run: per layer, the event after its rows' copies, and the
   // host rows they read (null when none may run).
   std::vector<std::unique_ptr<cuda::Event>> layer_restored;
@@ -255,6 +300,7 @@ class GpuSequence {
   uint16_t* stored_keys(int64_t layer) const { return keys.as<uint16_t>() + rows_before[layer] * row.keys; }
   uint16_t* stored_values(int64_t layer) const { return values.as<uint16_t>() + rows_before[layer] * row.values; }
   int64_t first_stored(int64_t layer) const { return windowed[layer] ? window_first : 0; }
+  float* recurrent_of(int64_t layer) const { return recurrent.as<float>() + recurrent_before[layer]; }
   // The host waits for a restore's copies (the last layer's are queued last), then lets go of its rows.
   void settle_restore() {
     if (!restoring) return;
@@ -348,18 +394,20 @@ int64_t window_rows(const model::HyperParams& p, int64_t context, int64_t pass_r
   return std::min(context, p.sliding_window + model::kWindowAlign + pass_rows);
 }
 
-// A sequence's cache: `windowed` per layer.
-size_t kv_bytes(const model::HyperParams& p, std::span<const uint8_t> windowed, int64_t context_size,
-                int64_t pass_rows) {
+// A sequence's cache: its layers' KV rows and recurrent states.
+size_t kv_bytes(const model::HyperParams& p, const LayerKinds& kept, int64_t context_size, int64_t pass_rows) {
   const model::CacheRow row = model::cache_row(p);
   int64_t rows = 0;
-  for (const uint8_t w : windowed) rows += w ? window_rows(p, context_size, pass_rows) : context_size;
-  return static_cast<size_t>(rows * (row.keys + row.values)) * sizeof(uint16_t);
+  for (size_t l = 0; l < kept.windowed.size(); ++l) {
+    rows += kept.rows(l, context_size, window_rows(p, context_size, pass_rows));
+  }
+  return static_cast<size_t>(rows * (row.keys + row.values)) * sizeof(uint16_t) +
+         static_cast<size_t>(kept.recurrent_floats(p)) * sizeof(float);
 }
 
 // The workspace's buffers, in bytes, in Workspace's order (`logits` as first allocated).
-std::vector<std::pair<const char*, size_t>> workspace_sizes(const model::HyperParams& p, int64_t context_size,
-                                                            int64_t pass_rows) {
+std::vector<std::pair<const char*, size_t>> workspace_sizes(const model::HyperParams& p, const LayerKinds& kinds,
+                                                            int64_t context_size, int64_t pass_rows) {
   const auto floats = [](int64_t count) { return static_cast<size_t>(count) * sizeof(float); };
   const auto ints = [](int64_t count) { return static_cast<size_t>(count) * sizeof(int32_t); };
   const int64_t b = pass_rows;
@@ -370,7 +418,10 @@ std::vector<std::pair<const char*, size_t>> workspace_sizes(const model::HyperPa
   // MLA: v holds the rotated queries, attention the attended latents, latent_b the absorbed
   // queries (and the normed low-rank ones), latent_a the unrotated queries and the heads' values.
   const int64_t slots = latent ? b * p.heads : 0;
-  const int64_t attended = std::max({q_width, p.heads * p.value_dim, p.heads * mla.kv_lora_rank});
+  const model::DeltaNetParams& d = p.delta_net;
+  const bool delta_net = std::find(kinds.linear.begin(), kinds.linear.end(), 1) != kinds.linear.end();
+  const int64_t attended =
+      std::max({q_width, p.heads * p.value_dim, p.heads * mla.kv_lora_rank, delta_net ? d.value_width() : 0});
   const int64_t latent_a = std::max(mla.nope_dim, mla.value_dim), latent_b = mla.kv_lora_rank;
   const int64_t routed = b * p.experts_used;
   const int64_t dense = std::max(p.feed_forward, p.shared_feed_forward);  // the dense FFN's or the shared experts'
@@ -413,10 +464,20 @@ std::vector<std::pair<const char*, size_t>> workspace_sizes(const model::HyperPa
           {"latent_slots", ints(latent ? p.heads : 0)},
           {"latent_order", ints(slots)},
           {"latent_chunks", ints(3 * latent_chunks)},
-          {"latent_chunk_count", ints(1)}};
+          {"latent_chunk_count", ints(1)},
+          {"mixed", floats(delta_net ? b * d.channels() : 0)},
+          {"z", floats(delta_net ? b * d.value_width() : 0)},
+          {"grouped", floats(delta_net ? b * std::max(d.channels() + d.value_width(), 2 * d.v_heads) : 0)},
+          {"beta", floats(delta_net ? b * d.v_heads : 0)},
+          {"decay", floats(delta_net ? b * d.v_heads : 0)},
+          {"q_gated", floats(kinds.output_gate ? 2 * b * q_width : 0)},
+          {"attention_gate", floats(kinds.output_gate ? b * q_width : 0)},
+          {"shared_out", floats(kinds.shared_gate ? b * p.embedding : 0)},
+          {"shared_gate", floats(kinds.shared_gate ? b : 0)}};
 }
 
-void allocate_workspace(const model::HyperParams& p, int64_t context_size, int64_t pass_rows, Workspace& w) {
+void allocate_workspace(const model::HyperParams& p, const LayerKinds& kinds, int64_t context_size, int64_t pass_rows,
+                        Workspace& w) {
   DeviceBuffer* buffers[] = {&w.residual,
                              &w.normed,
                              &w.q,
@@ -445,8 +506,17 @@ void allocate_workspace(const model::HyperParams& p, int64_t context_size, int64
                              &w.latent_slots,
                              &w.latent_order,
                              &w.latent_chunks,
-                             &w.latent_chunk_count};
-  const auto sizes = workspace_sizes(p, context_size, pass_rows);
+                             &w.latent_chunk_count,
+                             &w.mixed,
+                             &w.z,
+                             &w.grouped,
+                             &w.beta,
+                             &w.decay,
+                             &w.q_gated,
+                             &w.attention_gate,
+                             &w.shared_out,
+                             &w.shared_gate};
+  const auto sizes = workspace_sizes(p, kinds, context_size, pass_rows);
   for (size_t i = 0; i < sizes.size(); ++i) *buffers[i] = DeviceBuffer(sizes[i].second, sizes[i].first);
   if (p.mla.kv_lora_rank == 0) return;
   // The fixed routing of the per-head products: slot token * heads + h to head h, head h in slot h.
@@ -548,6 +618,19 @@ void bind_weights(const model::Model& m, Uploader& up, GpuWeights& g) {
     da.windowed = a.windowed;
     da.sinks = up.vector(a.sinks, p.heads);
     da.output_bias = up.vector(a.output_bias, p.embedding);
+    da.output_gate = a.gqa.output_gate;
+    const model::DeltaNetWeights& dn = a.delta_net;
+    const model::DeltaNetParams& d = p.delta_net;
+    da.qkv = up.matrix(dn.qkv);
+    da.z = up.matrix(dn.z);
+    da.qkvz = up.matrix(dn.qkvz);
+    da.beta = up.matrix(dn.beta);
+    da.alpha = up.matrix(dn.alpha);
+    da.beta_alpha = up.matrix(dn.beta_alpha);
+    da.conv = up.vector(dn.conv, d.channels() * d.conv_kernel);
+    da.dt_bias = up.vector(dn.dt_bias, d.v_heads);
+    da.decay_rate = up.vector(dn.a, d.v_heads);
+    da.head_norm = up.vector(dn.norm, d.head_dim);
     const model::FfnWeights& f = m.layers[l].ffn;
     GpuFfn& df = g.layers[l].ffn;
     df.kind = f.kind;
@@ -555,6 +638,7 @@ void bind_weights(const model::Model& m, Uploader& up, GpuWeights& g) {
     df.gate = up.matrix(f.dense.gate);
     df.up = up.matrix(f.dense.up);
     df.down = up.matrix(f.dense.down);
+    df.shared_gate = up.matrix(f.shared_gate);
     if (f.kind != model::FfnKind::kMoe) continue;
     df.router = up.matrix(f.routed.router);
     df.router_bias = up.vector(f.routed.router_bias, p.experts);
@@ -615,27 +699,26 @@ void set_residency(const model::HyperParams& p, std::vector<std::vector<int32_t>
   }
 }
 
-size_t workspace_bytes(const model::HyperParams& p, int64_t context_size, int64_t pass_rows) {
+size_t workspace_bytes(const model::HyperParams& p, const LayerKinds& kinds, int64_t context_size, int64_t pass_rows) {
   size_t bytes = 0;
-  for (const auto& [name, size] : workspace_sizes(p, context_size, pass_rows)) bytes += (size + 255) / 256 * 256;
+  for (const auto& [name, size] : workspace_sizes(p, kinds, context_size, pass_rows)) bytes += (size + 255) / 256 * 256;
   return bytes;
 }
 
 // The growth of the workspace and of a sequence's windowed layers from passes of kGpuPassRows
 // rows to passes of `pass_rows`.
-size_t pass_growth(const model::HyperParams& p, std::span<const uint8_t> windowed, int64_t context_size,
-                   int64_t pass_rows) {
-  return workspace_bytes(p, context_size, pass_rows) - workspace_bytes(p, context_size, kGpuPassRows) +
-         kv_bytes(p, windowed, context_size, pass_rows) - kv_bytes(p, windowed, context_size, kGpuPassRows);
+size_t pass_growth(const model::HyperParams& p, const LayerKinds& kinds, int64_t context_size, int64_t pass_rows) {
+  return workspace_bytes(p, kinds, context_size, pass_rows) - workspace_bytes(p, kinds, context_size, kGpuPassRows) +
+         kv_bytes(p, kinds, context_size, pass_rows) - kv_bytes(p, kinds, context_size, kGpuPassRows);
 }
 
 // The rows of a pass that streams host experts through `staging` bytes: kStreamedPassRows where
 // the workspace and a sequence's windows grow by no more than the staging takes (so at most
 // doubling what streaming costs in device memory), else kGpuPassRows: a small model's experts
 // copy in no time, and its workspace would outgrow them.
-int64_t streamed_pass_rows(const model::HyperParams& p, std::span<const uint8_t> windowed, int64_t context_size,
+int64_t streamed_pass_rows(const model::HyperParams& p, const LayerKinds& kinds, int64_t context_size,
                            uint64_t staging) {
-  return pass_growth(p, windowed, context_size, kStreamedPassRows) <= staging ? kStreamedPassRows : kGpuPassRows;
+  return pass_growth(p, kinds, context_size, kStreamedPassRows) <= staging ? kStreamedPassRows : kGpuPassRows;
 }
 
 // Every tensor the GPU's kernels cannot serve, in the model's order.
@@ -659,11 +742,26 @@ std::vector<GpuKernelGap> kernel_gaps(const model::Model& m) {
     const char* down = f.kind == model::FfnKind::kMoe ? "ffn_down_shexp" : "ffn_down";
     const bool low_rank_q = !a.mla.q_a.empty();
     for (const auto& [matrix, name] :
-         {std::pair{&a.gqa.q, "attn_q"}, std::pair{&a.gqa.k, "attn_k"}, std::pair{&a.gqa.v, "attn_v"},
-          std::pair{&a.mla.q_a, "attn_q_a"}, std::pair{&a.mla.q, low_rank_q ? "attn_q_b" : "attn_q"},
-          std::pair{&a.mla.kv_a, "attn_kv_a_mqa"}, std::pair{&a.mla.k_b.first, "attn_k_b"},
-          std::pair{&a.mla.v_b.first, "attn_v_b"}, std::pair{&a.output, "attn_output"}, std::pair{&f.dense.gate, gate},
-          std::pair{&f.dense.up, up}, std::pair{&f.dense.down, down}, std::pair{&f.routed.router, "ffn_gate_inp"}}) {
+         {std::pair{&a.gqa.q, "attn_q"},
+          std::pair{&a.gqa.k, "attn_k"},
+          std::pair{&a.gqa.v, "attn_v"},
+          std::pair{&a.mla.q_a, "attn_q_a"},
+          std::pair{&a.mla.q, low_rank_q ? "attn_q_b" : "attn_q"},
+          std::pair{&a.mla.kv_a, "attn_kv_a_mqa"},
+          std::pair{&a.mla.k_b.first, "attn_k_b"},
+          std::pair{&a.mla.v_b.first, "attn_v_b"},
+          std::pair{&a.output, a.kind == model::AttentionKind::kDeltaNet ? "ssm_out" : "attn_output"},
+          std::pair{&f.dense.gate, gate},
+          std::pair{&f.dense.up, up},
+          std::pair{&f.dense.down, down},
+          std::pair{&f.routed.router, "ffn_gate_inp"},
+          std::pair{&f.shared_gate, "ffn_gate_inp_shexp"},
+          std::pair{&a.delta_net.qkv, "attn_qkv"},
+          std::pair{&a.delta_net.z, "attn_gate"},
+          std::pair{&a.delta_net.qkvz, "ssm_in"},
+          std::pair{&a.delta_net.beta, "ssm_beta"},
+          std::pair{&a.delta_net.alpha, "ssm_alpha"},
+          std::pair{&a.delta_net.beta_alpha, "ssm_ba"}}) {
       if (!matrix->empty() && !cuda::matvec_supports(matrix->kernels->type)) {
         no_kernel(*matrix, layer + name + ".weight", "matvec");
       }
@@ -717,8 +815,27 @@ void check_kernels(const std::vector<GpuKernelGap>& gaps, const GpuWeights& g) {
   }
 }
 
-void check_shape(const model::HyperParams& p) {
+// Gated DeltaNet's sizes as its kernels take them.
+cuda::DeltaNetShape delta_net_shape(const model::HyperParams& p) {
+  const model::DeltaNetParams& d = p.delta_net;
+  cuda::DeltaNetShape shape;
+  shape.k_heads = d.k_heads;
+  shape.v_heads = d.v_heads;
+  shape.head_dim = d.head_dim;
+  shape.conv_kernel = d.conv_kernel;
+  shape.grouped_heads = d.grouped_heads;
+  return shape;
+}
+
+void check_shape(const model::HyperParams& p, const LayerKinds& kinds) {
   const model::MlaParams& mla = p.mla;
+  const model::DeltaNetParams& d = p.delta_net;
+  if (std::find(kinds.linear.begin(), kinds.linear.end(), 1) != kinds.linear.end() &&
+      !cuda::delta_net_supports(delta_net_shape(p))) {
+    throw Error("UNSUPPORTED_MODEL", "the GPU path's Gated DeltaNet kernels do not serve heads of " +
+                                         std::to_string(d.head_dim) + " with a convolution of " +
+                                         std::to_string(d.conv_kernel) + " taps; load the model with gpu: false");
+  }
   if (mla.kv_lora_rank > 0) {
     if (!cuda::latent_attention_supports(mla.kv_lora_rank, mla.rope_dim) || mla.nope_dim % 32 != 0 ||
         mla.value_dim % 32 != 0 || mla.q_lora_rank % 32 != 0 || p.embedding % 32 != 0) {
@@ -936,7 +1053,8 @@ struct Pass {
             k.theta_scale,
             k.ramp_low,
             k.ramp_high,
-            k.mscale};
+            k.mscale,
+            {rope.sections[0], rope.sections[1], rope.sections[2], rope.sections[3]}};
   }
 
   // The sequences' rows in groups of at most kMaxKvSegments, each with its rows' caches of
@@ -965,6 +1083,8 @@ struct Pass {
   void attention_block(const GpuAttention& w, int64_t layer) const {
     if (w.kind == model::AttentionKind::kMla) {
       latent_attention_block(w, layer);
+    } else if (w.kind == model::AttentionKind::kDeltaNet) {
+      delta_net_block(w, layer);
     } else {
       gqa_attention_block(w, layer);
     }
@@ -977,7 +1097,11 @@ struct Pass {
     const int64_t v_width = w.kv_heads * p.value_dim, out_width = p.heads * p.value_dim;
     const model::CacheRow row = model::cache_row(p);
     Input x = norm(f(ws.residual), n, w.norm, w.q);
-    mul_all({{&w.q, f(ws.q), false}, {&w.k, f(ws.k), false}, {&w.v, f(ws.v), false}}, x);
+    // With an output gate, each head's query comes with its gate: split apart after the products.
+    mul_all({{&w.q, f(w.output_gate ? ws.q_gated : ws.q), false}, {&w.k, f(ws.k), false}, {&w.v, f(ws.v), false}}, x);
+    if (w.output_gate) {
+      cuda::split_gated_query(f(ws.q_gated), n, p.heads, p.head_dim, f(ws.q), f(ws.attention_gate), stream);
+    }
     cuda::AttentionHeads heads;
     heads.q = f(ws.q);
     heads.k = f(ws.k);
@@ -1010,9 +1134,10 @@ struct Pass {
       group.cache = cache;
       cuda::position_heads(group, rows, ws.positions.as<int32_t>() + first_row, rope, stream);
     });
-    // Decode rows come back quantized for the output projection as well, when every sequence's do.
+    // Decode rows come back quantized for the output projection as well, when every sequence's do
+    // (not where the output gate multiplies them first).
     // A group of sequences whose rows fit one launch (a decode step of several streams) takes one.
-    const bool quantizes = !cuda::is_float_type(w.output.type);
+    const bool quantizes = !cuda::is_float_type(w.output.type) && !w.output_gate;
     bool quantized = quantizes;
     const int32_t* positions = ws.positions.as<int32_t>();
     const auto quantized_rows = [&](int64_t first_row) {
@@ -1037,6 +1162,7 @@ struct Pass {
                                             stream, quantized_rows(part.first_row));
       }
     });
+    if (w.output_gate) cuda::sigmoid_gate(f(ws.attention), f(ws.attention_gate), n * out_width, stream);
     Input attended = quantized ? Input(*this, f(ws.attention), n, out_width, w.output.type)
                                : Input(*this, f(ws.attention), n, out_width);
     output_projection(w, attended);
@@ -1154,8 +1280,63 @@ struct Pass {
     output_projection(w, values);
   }
 
+  // Gated DeltaNet, as the CPU's delta_net_attention: the input projections (the convolution's
+  // [q, k, v] channels and the output gate z, or Qwen3-Next's fused qkvz split into them; beta
+  // and alpha, or its fused beta_alpha), each head's beta and decay; per sequence the causal
+  // convolution with SiLU and the L2-normed q and k heads, then the gated delta rule over its
+  // states; each head's output RMS-normed, gated by silu(z), and the output product.
+  void delta_net_block(const GpuAttention& w, int64_t layer) const {
+    const model::HyperParams& p = m.params;
+    const model::DeltaNetParams& d = p.delta_net;
+    const Workspace& ws = m.work;
+    const cuda::DeltaNetShape shape = delta_net_shape(p);
+    const bool fused = w.qkvz.rows > 0;
+    Input x = norm(f(ws.residual), n, w.norm, fused ? w.qkvz : w.qkv);
+    if (fused) {
+      mul(w.qkvz, x, n, f(ws.grouped), false);
+      cuda::delta_net_split_qkvz(f(ws.grouped), n, shape, f(ws.mixed), f(ws.z), stream);
+    } else {
+      mul_all({{&w.qkv, f(ws.mixed), false}, {&w.z, f(ws.z), false}}, x);
+    }
+    if (w.beta_alpha.rows > 0) {
+      mul(w.beta_alpha, x, n, f(ws.grouped), false);
+      cuda::delta_net_split_beta_alpha(f(ws.grouped), n, shape, f(ws.beta), f(ws.decay), stream);
+    } else {
+      mul_all({{&w.beta, f(ws.beta), false}, {&w.alpha, f(ws.decay), false}}, x);
+    }
+    cuda::delta_net_gates(f(ws.beta), f(ws.decay), n, d.v_heads, w.dt_bias, w.decay_rate, stream);
+    for (size_t first = 0; first < layout.segments.size(); first += cuda::kMaxRecurrentSegments) {
+      const size_t count = std::min<size_t>(cuda::kMaxRecurrentSegments, layout.segments.size() - first);
+      const int64_t first_row = layout.segments[first].first_row;
+      cuda::RecurrentSegments states;
+      states.count = static_cast<int>(count);
+      for (size_t i = 0; i < count; ++i) {
+        const PassLayout::Segment& part = layout.segments[first + i];
+        states.first_row[i] = static_cast<int>(part.first_row - first_row);
+        states.first_row[i + 1] = static_cast<int>(part.first_row + part.rows - first_row);
+        states.states[i] = part.sequence->recurrent_of(layer);
+      }
+      float* mixed = f(ws.mixed) + first_row * d.channels();
+      cuda::delta_net_conv(mixed, states, shape, w.conv, p.rms_epsilon, stream);
+      cuda::delta_net_rule(mixed, f(ws.decay) + first_row * d.v_heads, f(ws.beta) + first_row * d.v_heads, states,
+                           shape, f(ws.attention) + first_row * d.value_width(), stream);
+    }
+    cuda::RmsNorm args;
+    args.x = f(ws.attention);
+    args.rows = n * d.v_heads;
+    args.width = d.head_dim;
+    args.weight = w.head_norm;
+    args.eps = p.rms_epsilon;
+    args.out = f(ws.attention);
+    cuda::rms_norm(args, stream);
+    cuda::swiglu(f(ws.z), f(ws.attention), n * d.value_width(), f(ws.attention), stream);
+    Input attended(*this, f(ws.attention), n, d.value_width());
+    output_projection(w, attended);
+  }
+
   // residual += down(silu(gate x) * up x): the dense FFN, or an MoE layer's shared experts.
-  void swiglu_ffn(const GpuFfn& w, Input& x) const {
+  // (`out` = instead, where given.)
+  void swiglu_ffn(const GpuFfn& w, Input& x, float* out = nullptr) const {
     const Workspace& ws = m.work;
     const int64_t width = w.gate.rows;
     if (cuda::gated_matvec_supports(w.gate, w.up)) {
@@ -1171,7 +1352,7 @@ struct Pass {
       cuda::swiglu(f(ws.gate), f(ws.up), n * width, f(ws.hidden), stream);
     }
     Input hidden(*this, f(ws.hidden), n, width);
-    mul(w.down, hidden, n, f(ws.residual), true);
+    mul(w.down, hidden, n, out ? out : f(ws.residual), out == nullptr);
   }
 
   // Whether this pass copies layer `layer`'s host experts to the GPU rather than handing its rows
@@ -1293,7 +1474,15 @@ struct Pass {
     if (w.gate.rows == 0) return;
     // The routed experts quantized their hidden rows over x's: the shared experts read x afresh.
     Input shared(*this, f(ws.normed), n, p.embedding);
-    swiglu_ffn(w, shared);
+    if (w.shared_gate.rows == 0) {
+      swiglu_ffn(w, shared);
+      return;
+    }
+    // Gated (Qwen3-Next, Qwen3.5): their output times sigmoid(shared_gate x) joins the residual.
+    // The gate's product first: the shared experts' hidden rows are quantized over x's.
+    mul(w.shared_gate, shared, n, f(ws.shared_gate), false);
+    swiglu_ffn(w, shared, f(ws.shared_out));
+    cuda::add_sigmoid_gated(f(ws.shared_out), f(ws.shared_gate), n, p.embedding, f(ws.residual), stream);
   }
 
   // Queues the pass over the rows uploaded to work.tokens / work.positions: begin(), each
@@ -1519,7 +1708,7 @@ void replay_decode_step(GpuModel& model, const Pass& pass) {
   std::vector<StepCaches> caches;
   for (const PassLayout::Segment& part : pass.layout.segments) {
     const GpuSequence& s = *part.sequence;
-    caches.push_back({s.keys.data(), s.values.data(), s.window_first});
+    caches.push_back({s.keys.data(), s.values.data(), s.recurrent.data(), s.window_first});
   }
   std::list<DecodeGraph>& graphs = model.decode_graphs;
   auto step = std::find_if(graphs.begin(), graphs.end(), [&](const DecodeGraph& g) { return g.caches == caches; });
@@ -1557,14 +1746,14 @@ GpuFootprint gpu_footprint(const model::Model& model, int64_t context_size) {
     f.expert_bytes.push_back(routed_expert_bytes(w));
     if (!w.ffn.routed.empty()) f.dense_bytes += 3 * 256;  // each of the layer's three pools may round up to 256 bytes
   }
-  const std::vector<uint8_t> windowed = model::windowed_layers(model);
-  f.kv_bytes = kv_bytes(p, windowed, context_size, kGpuPassRows);
-  f.workspace_bytes = workspace_bytes(p, context_size, kGpuPassRows);
+  const LayerKinds kinds(model);
+  f.kv_bytes = kv_bytes(p, kinds, context_size, kGpuPassRows);
+  f.workspace_bytes = workspace_bytes(p, kinds, context_size, kGpuPassRows);
   f.kernel_gaps = kernel_gaps(model);
   const uint64_t staging = ExpertStream::staging_bytes(model, streamable_layers(model, f.kernel_gaps));
-  f.stream_bytes = staging > 0 ? staging + pass_growth(p, windowed, context_size,
-                                                       streamed_pass_rows(p, windowed, context_size, staging))
-                               : 0;
+  f.stream_bytes =
+      staging > 0 ? staging + pass_growth(p, kinds, context_size, streamed_pass_rows(p, kinds, context_size, staging))
+                  : 0;
   f.reserve_bytes = kReserve;
   return f;
 }
@@ -1578,7 +1767,7 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
                                        std::to_string(status.devices.size()) + " CUDA devices)");
   }
   const model::HyperParams& p = model.params;
-  check_shape(p);
+  check_shape(p, LayerKinds(model));
   check_blocks(model);
   const std::vector<GpuKernelGap> gaps = kernel_gaps(model);
 
@@ -1615,10 +1804,10 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
   const uint64_t usable = memory.free > kReserve ? memory.free - kReserve : 0;
   const uint64_t available = options.budget > 0 ? std::min<uint64_t>(options.budget, usable) : usable;
   const uint64_t staging = resident < all && !arena ? ExpertStream::staging_bytes(model, streamed) : 0;
-  g->windowed = model::windowed_layers(model);
-  g->pass_rows = staging > 0 ? streamed_pass_rows(p, g->windowed, context_size, staging) : kGpuPassRows;
-  const size_t kv = kv_bytes(p, g->windowed, context_size, g->pass_rows);
-  const size_t workspace = workspace_bytes(p, context_size, g->pass_rows);
+  g->kinds = LayerKinds(model);
+  g->pass_rows = staging > 0 ? streamed_pass_rows(p, g->kinds, context_size, staging) : kGpuPassRows;
+  const size_t kv = kv_bytes(p, g->kinds, context_size, g->pass_rows);
+  const size_t workspace = workspace_bytes(p, g->kinds, context_size, g->pass_rows);
   const uint64_t needed = weights + workspace + kv + staging;
   if (needed > available) {
     const std::string limit = options.budget > 0 && options.budget < usable
@@ -1636,7 +1825,7 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
   planner.allocate(progress);
   bind_weights(model, planner, *g);
   g->weights = planner.take();
-  allocate_workspace(p, context_size, g->pass_rows, g->work);
+  allocate_workspace(p, g->kinds, context_size, g->pass_rows, g->work);
   if (p.experts > 0) {
     const std::vector<uint32_t> zeros(static_cast<size_t>(p.layers * p.experts), 0);
     const size_t bytes = zeros.size() * sizeof(uint32_t);
@@ -1685,26 +1874,30 @@ std::shared_ptr<GpuSequence> create_gpu_sequence(GpuModel& model, int64_t contex
                                         " positions is longer than the model's contextSize of " +
                                         std::to_string(model.context_size));
   }
-  const size_t bytes = kv_bytes(p, model.windowed, context_size, model.pass_rows);
+  const LayerKinds& kept = model.kinds;
+  const size_t bytes = kv_bytes(p, kept, context_size, model.pass_rows);
   const cuda::MemoryInfo memory = cuda::memory_info();
   if (bytes + kReserve > memory.free) {
-    throw Error("INSUFFICIENT_MEMORY", "a session's KV cache needs " + gib(bytes) + " (contextSize " +
-                                           std::to_string(context_size) + "); the GPU has " + gib(memory.free) +
-                                           " free, less a reserve of " + gib(kReserve));
+    throw Error("INSUFFICIENT_MEMORY", "a session's KV cache and recurrent states need " + gib(bytes) +
+                                           " (contextSize " + std::to_string(context_size) + "); the GPU has " +
+                                           gib(memory.free) + " free, less a reserve of " + gib(kReserve));
   }
   std::shared_ptr<GpuSequence> s(new GpuSequence, [m = &model](GpuSequence* q) { release_sequence(*m, q); });
   const std::lock_guard exclusive(hybrid_passes());  // after s: see upload_model
   s->capacity = context_size;
   s->row = model::cache_row(p);
   s->window_rows = p.sliding_window > 0 ? window_rows(p, context_size, model.pass_rows) : 0;
-  int64_t rows = 0;
-  for (const uint8_t w : model.windowed) {
+  int64_t rows = 0, recurrent = 0;
+  for (size_t l = 0; l < kept.windowed.size(); ++l) {
     s->rows_before.push_back(rows);
-    rows += w ? s->window_rows : context_size;
+    rows += kept.rows(l, context_size, s->window_rows);
+    s->recurrent_before.push_back(kept.linear[l] ? recurrent : -1);
+    if (kept.linear[l]) recurrent += p.delta_net.state_floats();
   }
-  s->windowed = model.windowed;
+  s->windowed = kept.windowed;
   s->keys = DeviceBuffer(static_cast<size_t>(rows * s->row.keys) * sizeof(uint16_t), "KV cache (keys)");
   s->values = DeviceBuffer(static_cast<size_t>(rows * s->row.values) * sizeof(uint16_t), "KV cache (values)");
+  s->recurrent = DeviceBuffer(static_cast<size_t>(recurrent) * sizeof(float), "recurrent states");
   return s;
 }
 
@@ -1777,8 +1970,11 @@ void gpu_forward(GpuModel& model, std::span<const GpuSequenceRows> batch, std::v
     const int64_t first = passes[i].first;
     const int64_t n = passes[i].rows;
     for (const PassLayout::Segment& part : passes[i].segments) {
-      make_window_room(model, *part.sequence, positions[static_cast<size_t>(first + part.first_row)], part.rows,
-                       stream);
+      const int32_t position = positions[static_cast<size_t>(first + part.first_row)];
+      make_window_room(model, *part.sequence, position, part.rows, stream);
+      // A sequence begun again starts its recurrent states from zero.
+      const DeviceBuffer& recurrent = part.sequence->recurrent;
+      if (position == 0 && recurrent.bytes() > 0) cuda::zero_async(recurrent.data(), recurrent.bytes(), stream);
     }
     cuda::copy_to_device(ws.tokens.data(), tokens.data() + first, n * sizeof(int32_t), stream);
     cuda::copy_to_device(ws.positions.data(), positions.data() + first, n * sizeof(int32_t), stream);
@@ -1880,11 +2076,13 @@ void seat_copied_experts(GpuModel& model) {
 namespace {
 
 // fn(layer, its first row in a state's layout, the first position it holds there) for each layer
-// of a state of `packed` tokens whose windowed layers hold positions from window_first on.
+// with KV rows (not those of linear attention) of a state of `packed` tokens whose windowed layers
+// hold positions from window_first on.
 template <typename Fn>
 void state_layers(const GpuSequence& s, int64_t packed, int64_t window_first, Fn fn) {
   int64_t at = 0;
   for (size_t layer = 0; layer < s.windowed.size(); ++layer) {
+    if (s.recurrent_before[layer] >= 0) continue;
     const int64_t from = s.windowed[layer] ? window_first : 0;
     fn(static_cast<int64_t>(layer), at, from);
     at += packed - from;
@@ -1959,6 +2157,40 @@ void restore_kv(GpuModel& model, GpuSequence& sequence, int64_t n, int64_t packe
                      static_cast<size_t>((n - from) * row.values) * sizeof(uint16_t), copies);
     sequence.layer_restored[static_cast<size_t>(layer)]->record(copies);
   });
+  // settle_restore waits for the last layer's event: after every copy, also where that layer is one
+  // of linear attention (no rows, so state_layers passed it by).
+  sequence.layer_restored.back()->record(copies);
+}
+
+int64_t gpu_recurrent_floats(const GpuSequence& sequence) {
+  return static_cast<int64_t>(sequence.recurrent.bytes() / sizeof(float));
+}
+
+void copy_recurrent_to_host(GpuModel& model, GpuSequence& sequence, float* recurrent) {
+  cuda::use_device(model.device);
+  cuda::copy_to_host(recurrent, sequence.recurrent.data(), sequence.recurrent.bytes(), model.stream.handle());
+  model.stream.synchronize();
+}
+
+void copy_recurrent_to_device(GpuModel& model, GpuSequence& sequence, const float* recurrent) {
+  cuda::use_device(model.device);
+  cuda::copy_to_device(sequence.recurrent.data(), recurrent, sequence.recurrent.bytes(), model.stream.handle());
+  model.stream.synchronize();
+}
+
+void keep_recurrent_on_device(GpuModel& model, GpuSequence& sequence) {
+  cuda::use_device(model.device);
+  if (sequence.kept_recurrent.bytes() != sequence.recurrent.bytes()) {
+    sequence.kept_recurrent = DeviceBuffer(sequence.recurrent.bytes(), "a draft checkpoint's recurrent states");
+  }
+  cuda::copy_async(sequence.kept_recurrent.data(), sequence.recurrent.data(), sequence.recurrent.bytes(),
+                   model.stream.handle());
+}
+
+void restore_recurrent_on_device(GpuModel& model, GpuSequence& sequence) {
+  cuda::use_device(model.device);
+  cuda::copy_async(sequence.recurrent.data(), sequence.kept_recurrent.data(), sequence.recurrent.bytes(),
+                   model.stream.handle());
 }
 
 std::pmr::memory_resource& state_memory(GpuModel& model) {
@@ -2000,6 +2232,11 @@ const std::vector<std::vector<int32_t>>& gpu_slot_experts(GpuModel&) { refuse();
 void begin_swaps(GpuModel&, std::span<const Swap>) { refuse(); }
 void seat_copied_experts(GpuModel&) { refuse(); }
 int64_t gpu_window_first(const GpuSequence&) { refuse(); }
+int64_t gpu_recurrent_floats(const GpuSequence&) { refuse(); }
+void copy_recurrent_to_host(GpuModel&, GpuSequence&, float*) { refuse(); }
+void copy_recurrent_to_device(GpuModel&, GpuSequence&, const float*) { refuse(); }
+void keep_recurrent_on_device(GpuModel&, GpuSequence&) { refuse(); }
+void restore_recurrent_on_device(GpuModel&, GpuSequence&) { refuse(); }
 int64_t gpu_window_rows(const GpuSequence&) { refuse(); }
 void copy_kv_to_host(GpuModel&, GpuSequence&, int64_t, int64_t, uint16_t*, uint16_t*) { refuse(); }
 void copy_kv_to_device(GpuModel&, GpuSequence&, int64_t, int64_t, int64_t, const uint16_t*, const uint16_t*) {

@@ -175,6 +175,17 @@ int64_t gpu_window_first(const GpuSequence& sequence);
 // The rows each of the sequence's sliding-window layers holds (0 without them).
 int64_t gpu_window_rows(const GpuSequence& sequence);
 
+// The recurrent states of the sequence's layers of linear attention (model::DeltaNetParams::
+// state_floats each, layer after layer, as a SessionState and KvCache::copy_recurrent_out hold
+// them): their floats, and copies to and from host memory, the host waiting for them.
+int64_t gpu_recurrent_floats(const GpuSequence& sequence);
+void copy_recurrent_to_host(GpuModel& model, GpuSequence& sequence, float* recurrent);
+void copy_recurrent_to_device(GpuModel& model, GpuSequence& sequence, const float* recurrent);
+// The same kept on the card, in a second copy of the sequence's (one at a time: a pass's draft
+// checkpoint), and put back from it; on the model's stream, behind and before its passes.
+void keep_recurrent_on_device(GpuModel& model, GpuSequence& sequence);
+void restore_recurrent_on_device(GpuModel& model, GpuSequence& sequence);
+
 // Page-locked host memory for the states the prompt-state cache keeps of the model's sessions
 // (cuda::PinnedPool, made on first use): copy_kv_to_host fills them and restore_kv reads them at
 // the link's speed. At most kKeptStateMemory bytes of freed states are kept page-locked for reuse.

@@ -532,6 +532,12 @@ void Scheduler::execute(Pass& pass) {
       for (const Pass::Part& part : pass.parts) rows += static_cast<int64_t>(part.tokens.size());
       runtime_.routing_replay_->next(rows, runtime_.model().params.layers, scratch_.replayed_routing);
     }
+    for (const Pass::Part& part : pass.parts) {
+      Session& session = *part.request->session;
+      // Recurrent states cannot move back past rejected drafts: the pass starts from a checkpoint.
+      if (part.decode && part.tokens.size() > 1) session.keep_draft_checkpoint();
+      session.begin_pass(part.first_position);
+    }
     if (runtime_.gpu_) {
       std::vector<GpuSequenceRows> batch;
       batch.reserve(pass.parts.size());
@@ -545,9 +551,6 @@ void Scheduler::execute(Pass& pass) {
       batch.reserve(pass.parts.size());
       for (const Pass::Part& part : pass.parts) {
         const Request& r = *part.request;
-        // Recurrent states cannot move back past rejected drafts: the pass starts from a checkpoint.
-        if (part.decode && part.tokens.size() > 1) r.session->keep_draft_checkpoint();
-        r.session->begin_pass(part.first_position);
         batch.push_back({part.tokens, part.first_position, &r.session->cache_, logit_rows(part), r.drafts_mtp()});
       }
       forward(runtime_.model(), batch, logits_, scratch_, runtime_.pool_, runtime_.arena_.get());

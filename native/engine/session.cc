@@ -90,11 +90,6 @@ Runtime::Runtime(std::unique_ptr<model::Model> model, const RuntimeOptions& opti
                                            "'s compressed attention and hyper-connections (DeepSeek-V4) do not run on "
                                            "the GPU yet: load the model with gpu: false");
   }
-  if (options.gpu && model::has_recurrent_layers(*model_)) {
-    throw Error("UNSUPPORTED_FEATURE", model_->params.architecture +
-                                           "'s linear-attention (Gated DeltaNet) layers do not run on the GPU yet: "
-                                           "load the model with gpu: false");
-  }
   if (options.gpu && model::has_sparse_attention(*model_)) {
     throw Error("UNSUPPORTED_FEATURE", model_->params.architecture +
                                            "'s DeepSeek sparse attention (its lightning indexer) does not run on the "
@@ -143,7 +138,9 @@ Runtime::~Runtime() { scheduler_->stop(); }
 
 Session::Session(std::shared_ptr<Runtime> runtime)
     : runtime_(std::move(runtime)),
-      cache_(runtime_->model(), runtime_->on_gpu() ? 0 : runtime_->context_size()),
+      // On the GPU the sequence holds the rows and recurrent states: the host cache holds nothing.
+      cache_(runtime_->on_gpu() ? KvCache(runtime_->model().params, {}, {}, 0)
+                                : KvCache(runtime_->model(), runtime_->context_size())),
       recurrent_(model::has_recurrent_layers(runtime_->model())) {
   if (runtime_->on_gpu()) gpu_ = create_gpu_sequence(*runtime_->gpu_, runtime_->context_size());
 }
@@ -204,8 +201,25 @@ void Session::checkpoint(bool to_cache) {
 
 void Session::keep_checkpoint(int64_t at, bool draft) {
   Checkpoint& kept = checkpoints_.emplace_back(Checkpoint{at, {}, draft});
-  kept.recurrent.resize(static_cast<size_t>(cache_.recurrent_floats()));
-  cache_.copy_recurrent_out(kept.recurrent.data());
+  if (gpu_ && draft) {
+    // A pass's drafts roll back on the card: its states are copied there, not to the host.
+    keep_recurrent_on_device(*runtime_->gpu_, *gpu_);
+    kept.on_device = true;
+  } else if (gpu_) {
+    kept.recurrent.resize(static_cast<size_t>(gpu_recurrent_floats(*gpu_)));
+    copy_recurrent_to_host(*runtime_->gpu_, *gpu_, kept.recurrent.data());
+  } else {
+    kept.recurrent.resize(static_cast<size_t>(cache_.recurrent_floats()));
+    cache_.copy_recurrent_out(kept.recurrent.data());
+  }
+}
+
+void Session::load_recurrent(const float* recurrent) {
+  if (gpu_) {
+    copy_recurrent_to_device(*runtime_->gpu_, *gpu_, recurrent);
+  } else {
+    cache_.copy_recurrent_in(recurrent);
+  }
 }
 
 void Session::keep_draft_checkpoint() {
@@ -233,8 +247,10 @@ int64_t Session::nearest_checkpoint(int64_t n) const {
 void Session::restore_checkpoint(int64_t n) {
   const auto kept =
       std::find_if(checkpoints_.begin(), checkpoints_.end(), [n](const Checkpoint& c) { return c.position == n; });
-  if (kept != checkpoints_.end()) {
-    cache_.copy_recurrent_in(kept->recurrent.data());
+  if (kept != checkpoints_.end() && kept->on_device) {
+    restore_recurrent_on_device(*runtime_->gpu_, *gpu_);
+  } else if (kept != checkpoints_.end()) {
+    load_recurrent(kept->recurrent.data());
   } else {
     // No checkpoint: the states start afresh (n is 0; a pass from position 0 overwrites them).
     n = 0;
@@ -365,9 +381,15 @@ void Session::catch_up_locked() {
   std::vector<float> logits;
   for (int64_t done = from; done < n; done += runtime_->step_tokens_) {
     const int64_t take = std::min(runtime_->step_tokens_, n - done);
-    const SequenceRows rows{std::span(tokens).subspan(static_cast<size_t>(done), static_cast<size_t>(take)), done,
-                            &cache_, LogitRows::kLast};
-    forward(runtime_->model(), std::span(&rows, 1), logits, scratch, runtime_->pool_, runtime_->arena_.get());
+    const std::span<const int32_t> part =
+        std::span(tokens).subspan(static_cast<size_t>(done), static_cast<size_t>(take));
+    if (gpu_) {
+      const GpuSequenceRows rows{gpu_.get(), part, done, LogitRows::kLast};
+      gpu_forward(*runtime_->gpu_, std::span(&rows, 1), logits, scratch.hidden);
+    } else {
+      const SequenceRows rows{part, done, &cache_, LogitRows::kLast};
+      forward(runtime_->model(), std::span(&rows, 1), logits, scratch, runtime_->pool_, runtime_->arena_.get());
+    }
   }
   recurrent_position_ = n;
 }
@@ -403,6 +425,7 @@ std::shared_ptr<SessionState> Session::snapshot(int64_t n, std::pmr::memory_reso
   state->compressed.resize(static_cast<size_t>(compressed_elements(shape, n)));
   if (gpu_) {
     copy_kv_to_host(*runtime_->gpu_, *gpu_, n, state->window_first, state->keys.data(), state->values.data());
+    if (!state->recurrent.empty()) copy_recurrent_to_host(*runtime_->gpu_, *gpu_, state->recurrent.data());
   } else {
     cache_.copy_out(n, state->keys.data(), state->values.data(), state->recurrent.data(), state->compressed.data());
   }
@@ -415,6 +438,7 @@ void Session::load(std::shared_ptr<const SessionState> state, int64_t n) {
     return;
   }
   const SessionState& rows = *state;
+  if (!rows.recurrent.empty()) load_recurrent(rows.recurrent.data());
   restore_kv(*runtime_->gpu_, *gpu_, n, static_cast<int64_t>(rows.tokens.size()), rows.window_first, rows.keys.data(),
              rows.values.data(), std::move(state));
   adopt(rows, n);
@@ -424,6 +448,7 @@ void Session::load(const SessionState& state, int64_t n) {
   const int64_t packed = static_cast<int64_t>(state.tokens.size());
   if (gpu_) {
     copy_kv_to_device(*runtime_->gpu_, *gpu_, n, packed, state.window_first, state.keys.data(), state.values.data());
+    if (!state.recurrent.empty()) load_recurrent(state.recurrent.data());
   } else {
     cache_.copy_in(n, state);
   }

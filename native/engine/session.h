@@ -210,6 +210,8 @@ class Session {
   void restore_checkpoint(int64_t n);
   // Appends the recurrent states, those after `at` tokens, to checkpoints_. The caller holds the compute lock.
   void keep_checkpoint(int64_t at, bool draft);
+  // Sets the recurrent states (the session's GPU sequence's, or its cache's) from a checkpoint's or a state's.
+  void load_recurrent(const float* recurrent);
   // The first position the windowed layers' caches still hold (0: every position held).
   int64_t held_window_first() const;
   // The first position of the windowed layers a state of the first n tokens keeps.
@@ -266,7 +268,8 @@ class Session {
   struct Checkpoint {
     int64_t position;
     std::vector<float> recurrent;
-    bool draft = false;  // kept for a pass's drafts only (keep_draft_checkpoint): not one of kSessionCheckpoints
+    bool draft = false;      // kept for a pass's drafts only (keep_draft_checkpoint): not one of kSessionCheckpoints
+    bool on_device = false;  // a draft checkpoint of a GPU sequence: its states are the sequence's kept copy
   };
   std::vector<Checkpoint> checkpoints_;
   const bool recurrent_;  // the model has layers of linear attention

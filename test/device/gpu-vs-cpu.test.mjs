@@ -68,6 +68,12 @@ for (const type of ["F16", "Q8_0", "Q4_K", "Q6_K", "MXFP4"]) CASES.push(["tiny-g
 CASES.push(["tiny-gpt-oss-mxfp4", undefined]);
 // MiniMax-M2's Q/K norms over whole projections, partial rotary, sigmoid routing with a selection bias.
 for (const type of ["F16", "Q8_0", "Q4_K"]) CASES.push(["tiny-minimax-m2", type]);
+// The hybrid Qwens' Gated DeltaNet layers (a convolution and a recurrent state per value head;
+// Qwen3-Next's value heads repeat their key heads, Qwen3.5's tile them, and its projections come
+// fused) beside gated attention with the interleaved multi-axis rope (Qwen3.5) and a gated shared expert.
+for (const preset of ["tiny-qwen35moe", "tiny-qwen3next"]) {
+  for (const type of ["F16", "Q8_0", "Q4_K"]) CASES.push([preset, type]);
+}
 // MiMo-V2's: KV heads per layer (1 on full layers, 2 on windowed ones, in cache rows sized for 2),
 // value heads half the keys' width, the output scaled, windows with sinks rotating on a base of their own.
 for (const type of ["F16", "Q8_0", "Q4_K"]) CASES.push(["tiny-mimo2", type]);
