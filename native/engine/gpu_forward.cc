@@ -225,9 +225,8 @@ struct LayerKinds {
     if (linear[l]) return 0;
     return windowed[l] ? window : context;
   }
-  int64_t recurrent_floats(const model::HyperParams& p) const {
-    return std::count(linear.begin(), linear.end(), 1) * p.delta_net.state_floats();
-  }
+  int64_t linear_layers() const { return std::count(linear.begin(), linear.end(), 1); }
+  int64_t recurrent_floats(const model::HyperParams& p) const { return linear_layers() * p.delta_net.state_floats(); }
 };
 
 class GpuModel : public GpuWeights {
@@ -419,7 +418,7 @@ std::vector<std::pair<const char*, size_t>> workspace_sizes(const model::HyperPa
   // queries (and the normed low-rank ones), latent_a the unrotated queries and the heads' values.
   const int64_t slots = latent ? b * p.heads : 0;
   const model::DeltaNetParams& d = p.delta_net;
-  const bool delta_net = std::find(kinds.linear.begin(), kinds.linear.end(), 1) != kinds.linear.end();
+  const bool delta_net = kinds.linear_layers() > 0;
   const int64_t attended =
       std::max({q_width, p.heads * p.value_dim, p.heads * mla.kv_lora_rank, delta_net ? d.value_width() : 0});
   const int64_t latent_a = std::max(mla.nope_dim, mla.value_dim), latent_b = mla.kv_lora_rank;
@@ -830,8 +829,7 @@ cuda::DeltaNetShape delta_net_shape(const model::HyperParams& p) {
 void check_shape(const model::HyperParams& p, const LayerKinds& kinds) {
   const model::MlaParams& mla = p.mla;
   const model::DeltaNetParams& d = p.delta_net;
-  if (std::find(kinds.linear.begin(), kinds.linear.end(), 1) != kinds.linear.end() &&
-      !cuda::delta_net_supports(delta_net_shape(p))) {
+  if (kinds.linear_layers() > 0 && !cuda::delta_net_supports(delta_net_shape(p))) {
     throw Error("UNSUPPORTED_MODEL", "the GPU path's Gated DeltaNet kernels do not serve heads of " +
                                          std::to_string(d.head_dim) + " with a convolution of " +
                                          std::to_string(d.conv_kernel) + " taps; load the model with gpu: false");
