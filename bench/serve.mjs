@@ -13,16 +13,12 @@
 // SDK's). Writes JSON to $OUT (or the working directory).
 //   node bench/serve.mjs <model.gguf> [--placement cpu|whole|cpu-experts] [--tokens 128] [--rounds 3]
 //        [--depths 64,5600] [--streams 1,2,4,8] [--threads N] [--port 8177]
-import { spawn } from "node:child_process";
 import { writeFileSync } from "node:fs";
-import { dirname, join } from "node:path";
-import { setTimeout as sleep } from "node:timers/promises";
-import { fileURLToPath } from "node:url";
-import { TextDecoder } from "node:util";
+import { join } from "node:path";
 import { getSystemInfo, loadModel, modelFootprint } from "../dist/index.js";
 import { cpuExpertsPlan, spreadTokens, streamRate, takeOption } from "./measure.mjs";
+import { completionChunks as serverChunks, startServer } from "./server-client.mjs";
 
-const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const args = process.argv.slice(2);
 const placement = takeOption(args, "--placement", "cpu");
 const TOKENS = Number(takeOption(args, "--tokens", "128"));
@@ -48,39 +44,6 @@ async function sides() {
     return { sdk: { gpu: "auto", plan }, server: ["-ngl", "99", "--cpu-moe"] };
   }
   throw new Error(`--placement ${placement}: cpu, whole or cpu-experts`);
-}
-
-/** Starts bloomery-serve with `flags` and waits until its model is loaded; its log lines go to `log`. */
-async function startServer(flags, log) {
-  const server = spawn(
-    process.execPath,
-    [
-      join(root, "dist/serve-cli.js"),
-      ...["-m", path, "--port", String(PORT), "-np", String(SLOTS), "-c", String(CONTEXT * SLOTS), ...flags],
-    ],
-    { stdio: ["ignore", "ignore", "pipe"] },
-  );
-  server.stderr.on("data", (data) =>
-    log.push(
-      ...String(data)
-        .split("\n")
-        .filter((l) => l.trim()),
-    ),
-  );
-  const exited = new Promise((_, reject) =>
-    server.on("exit", (code) => reject(new Error(`bloomery-serve exited (${code}):\n${log.slice(-5).join("\n")}`))),
-  );
-  for (;;) {
-    const health = await Promise.race([
-      fetch(`http://127.0.0.1:${PORT}/health`).then(
-        (r) => r.status,
-        () => 0,
-      ),
-      exited,
-    ]);
-    if (health === 200) return server;
-    await sleep(500);
-  }
 }
 
 /** When each chunk of `chunks` came (the first's and the last's) and every token after the first chunk's. */
@@ -154,35 +117,9 @@ async function streamRows() {
   return result;
 }
 
-/** The token chunks of a streamed /completion, and its last event's timings in `out`. */
-async function* completionChunks(prompt, out) {
-  const response = await fetch(`http://127.0.0.1:${PORT}/completion`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify({
-      prompt,
-      n_predict: TOKENS + 1,
-      temperature: 0,
-      ignore_eos: true,
-      cache_prompt: false,
-      stream: true,
-      return_tokens: true,
-    }),
-  });
-  if (!response.ok) throw new Error(`/completion: ${response.status} ${await response.text()}`);
-  const decoder = new TextDecoder();
-  let buffered = "";
-  for await (const bytes of response.body) {
-    buffered += decoder.decode(bytes, { stream: true });
-    for (let end; (end = buffered.indexOf("\n\n")) >= 0; buffered = buffered.slice(end + 2)) {
-      const event = buffered.slice(0, end);
-      if (!event.startsWith("data: ")) continue;
-      const data = JSON.parse(event.slice(6));
-      if (data.stop) out.timings = data.timings;
-      if (data.tokens?.length) yield { tokens: data.tokens };
-    }
-  }
-}
+/** The token chunks of a greedy streamed /completion of `prompt` (end of text ignored, no cache), its timings in `out`. */
+const completionChunks = (prompt, out) =>
+  serverChunks(PORT, { prompt, n_predict: TOKENS + 1, temperature: 0, ignore_eos: true, cache_prompt: false }, out);
 
 const placed = await sides();
 const sdk = { ...placed.sdk, ...(THREADS ? { threads: Number(THREADS) } : {}) };
@@ -192,7 +129,12 @@ const vocab = model.info.vocabSize;
 const session = model.createSession();
 const banEnd = Object.fromEntries(model.info.endTokens.map((token) => [token, -Infinity]));
 const log = [];
-const server = await startServer(serverFlags, log);
+const server = await startServer(
+  path,
+  PORT,
+  ["-np", String(SLOTS), "-c", String(CONTEXT * SLOTS), ...serverFlags],
+  log,
+);
 const props = await (await fetch(`http://127.0.0.1:${PORT}/props`)).json();
 const rows = [];
 try {
