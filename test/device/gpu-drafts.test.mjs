@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fixtures, skip, split } from "./helpers.mjs";
+import { fixtures, generated as run, skip, split } from "./helpers.mjs";
 import { loadModel } from "../../dist/index.js";
 import { writeDraftModel } from "../../bench/draft-model.mjs";
 
@@ -21,15 +21,6 @@ const PROMPTS = [
 ];
 const NGRAM = { source: "ngram", adaptive: false, max: 6 };
 const { fixture } = fixtures("drafts");
-
-async function run(model, prompt, options) {
-  const session = model.createSession();
-  try {
-    return await session.generate(prompt, options).result;
-  } finally {
-    session.dispose();
-  }
-}
 
 /** Greedy tokens with `draft` equal those without, alone and with the prompts run at once. */
 async function expectDraftsKeepTokens(model, draft, what) {

@@ -10,7 +10,16 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { assertWithinBar, compare, fixtures, sameGreedy, skip, split } from "./helpers.mjs";
+import {
+  assertWithinBar,
+  compare,
+  expectExactStateRoundTrips,
+  fixtures,
+  generated as run,
+  sameGreedy,
+  skip,
+  split,
+} from "./helpers.mjs";
 import { agreementBar } from "../distributions.mjs";
 import { loadModel } from "../../dist/index.js";
 
@@ -26,15 +35,6 @@ function tokens(n, seed) {
   });
 }
 
-async function run(model, prompt, options) {
-  const session = model.createSession();
-  try {
-    return await session.generate(prompt, options).result;
-  } finally {
-    session.dispose();
-  }
-}
-
 for (const preset of PRESETS) {
   test(`${preset}: a GPU session's recurrent states save, fork and restore exactly`, { skip }, async () => {
     // F32 weights: the GPU and the CPU agree to KL ~1e-10, so three rows of each can be held to the bar.
@@ -43,23 +43,9 @@ for (const preset of PRESETS) {
     const cpu = await loadModel(path, { gpu: false, contextSize: 1024, cacheRam: 0 });
     try {
       assert.equal(model.info.gpu, true);
-      const prompt = tokens(300, 1);
       const probe = tokens(3, 2);
-      const original = model.createSession();
-      await original.evaluate(prompt);
-      const state = await original.save();
       const file = join(dir, `${preset}.state`);
-      await original.save(file);
-      const fork = await original.fork();
-      const expected = await original.evaluate(probe, { logits: "all" });
-
-      assert.deepEqual(await fork.evaluate(probe, { logits: "all" }), expected, "fork");
-      const restored = model.createSession();
-      await restored.restore(state);
-      assert.deepEqual(await restored.evaluate(probe, { logits: "all" }), expected, "restore from memory");
-      const fromFile = model.createSession();
-      await fromFile.restore(file);
-      assert.deepEqual(await fromFile.evaluate(probe, { logits: "all" }), expected, "restore from a file");
+      const expected = await expectExactStateRoundTrips(model, tokens(300, 1), probe, file);
 
       // The same state continues on the CPU: its logits within the bar of the GPU's.
       const onCpu = cpu.createSession();

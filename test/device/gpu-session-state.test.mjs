@@ -5,7 +5,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { fixtures, skip } from "./helpers.mjs";
+import { expectExactStateRoundTrips, fixtures, skip } from "./helpers.mjs";
 import { loadModel } from "../../dist/index.js";
 
 const { dir, fixture } = fixtures("gpu-state");
@@ -19,24 +19,7 @@ test("a GPU session's state restores, forks and round-trips through a file exact
   const model = await loadModel(path, { gpu: "auto", contextSize: 256, cacheRam: 0 });
   try {
     const vocab = model.info.vocabSize;
-    const prompt = tokens(100, 1, vocab);
-    const probe = tokens(3, 2, vocab);
-    const original = model.createSession();
-    await original.evaluate(prompt);
-    const state = await original.save();
-    const file = join(dir, "state.bin");
-    await original.save(file);
-    const fork = await original.fork();
-    const expected = await original.evaluate(probe, { logits: "all" });
-
-    assert.deepEqual(await fork.evaluate(probe, { logits: "all" }), expected, "fork");
-    const restored = model.createSession();
-    await restored.restore(state);
-    assert.deepEqual(await restored.evaluate(probe, { logits: "all" }), expected, "restore from memory");
-    const fromFile = model.createSession();
-    await fromFile.restore(file);
-    assert.equal(fromFile.position, prompt.length);
-    assert.deepEqual(await fromFile.evaluate(probe, { logits: "all" }), expected, "restore from a file");
+    await expectExactStateRoundTrips(model, tokens(100, 1, vocab), tokens(3, 2, vocab), join(dir, "state.bin"));
   } finally {
     model.dispose();
   }

@@ -102,6 +102,39 @@ export function assertWithinBar(comparisons, bar) {
   }
 }
 
+/** The result of `model` generating after `prompt` with `options`, in a session of its own. */
+export async function generated(model, prompt, options) {
+  const session = model.createSession();
+  try {
+    return await session.generate(prompt, options).result;
+  } finally {
+    session.dispose();
+  }
+}
+
+/**
+ * A session of `model` that evaluated `prompt`: its fork, its state saved in memory and to `file`, each restored
+ * into a new session, give exactly the logits the session gives for `probe`; returns those logits.
+ */
+export async function expectExactStateRoundTrips(model, prompt, probe, file) {
+  const original = model.createSession();
+  await original.evaluate(prompt);
+  const state = await original.save();
+  await original.save(file);
+  const fork = await original.fork();
+  const expected = await original.evaluate(probe, { logits: "all" });
+  assert.deepEqual(await fork.evaluate(probe, { logits: "all" }), expected, "fork");
+  const restored = model.createSession();
+  await restored.restore(state);
+  assert.deepEqual(await restored.evaluate(probe, { logits: "all" }), expected, "restore from memory");
+  const fromFile = model.createSession();
+  await fromFile.restore(file);
+  assert.equal(fromFile.position, prompt.length);
+  assert.deepEqual(await fromFile.evaluate(probe, { logits: "all" }), expected, "restore from a file");
+  for (const session of [original, fork, restored, fromFile]) session.dispose();
+  return expected;
+}
+
 /** `length` greedy tokens of `model` after `prompt`, in a session of their own. */
 export async function greedyTokens(model, prompt, length) {
   const session = model.createSession();
