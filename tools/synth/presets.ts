@@ -808,6 +808,33 @@ const QWEN3MOE_2B: SynthPreset = {
   expertsUsed: 4,
 };
 
+const QWEN36_35B_A3B: SynthPreset = {
+  name: "qwen3.6-35b-a3b",
+  description:
+    "Qwen3.6-35B-A3B shapes (qwen35moe), 40 layers (30 Gated DeltaNet), 256 experts (8 used) + 1 gated shared, Q4_K_M-like mix",
+  architecture: "qwen35moe",
+  vocab: "qwen",
+  vocabSize: 248_320,
+  layers: 40,
+  embedding: 2048,
+  heads: 16,
+  headsKv: 2,
+  headDim: 256,
+  ropeDims: 64,
+  ropeSections: [11, 11, 10, 0],
+  deltaNet: { convKernel: 4, kHeads: 16, vHeads: 32, headDim: 128, interval: 4 },
+  feedForward: 512,
+  experts: 256,
+  expertsUsed: 8,
+  expertFeedForward: 512,
+  sharedFeedForward: 512,
+  contextLength: 262_144,
+  ropeFreqBase: 1e7,
+  rmsEpsilon: 1e-6,
+  mix: HYBRID_QWEN_MIX,
+  fileType: 15, // LLAMA_FTYPE_MOSTLY_Q4_K_M
+};
+
 export const PRESETS: Record<string, SynthPreset> = {
   "qwen3-30b-a3b": QWEN3_30B_A3B,
   "qwen3-30b-a3b-iq2xxs": {
@@ -904,31 +931,16 @@ export const PRESETS: Record<string, SynthPreset> = {
       hashLayers: 2,
     },
   },
-  "qwen3.6-35b-a3b": {
-    name: "qwen3.6-35b-a3b",
+  "qwen3.6-35b-a3b": QWEN36_35B_A3B,
+  "qwen35moe-cpu": {
+    ...QWEN36_35B_A3B,
+    name: "qwen35moe-cpu",
     description:
-      "Qwen3.6-35B-A3B shapes (qwen35moe), 40 layers (30 Gated DeltaNet), 256 experts (8 used) + 1 gated shared, Q4_K_M-like mix",
-    architecture: "qwen35moe",
-    vocab: "qwen",
-    vocabSize: 248_320,
-    layers: 40,
-    embedding: 2048,
-    heads: 16,
-    headsKv: 2,
-    headDim: 256,
-    ropeDims: 64,
-    ropeSections: [11, 11, 10, 0],
-    deltaNet: { convKernel: 4, kHeads: 16, vHeads: 32, headDim: 128, interval: 4 },
-    feedForward: 512,
-    experts: 256,
-    expertsUsed: 8,
-    expertFeedForward: 512,
-    sharedFeedForward: 512,
-    contextLength: 262_144,
-    ropeFreqBase: 1e7,
-    rmsEpsilon: 1e-6,
-    mix: HYBRID_QWEN_MIX,
-    fileType: 15, // LLAMA_FTYPE_MOSTLY_Q4_K_M
+      "qwen35moe for the CPU benchmark: Qwen3.6-35B-A3B's attention and Gated DeltaNet heads on 8 layers (6 Gated DeltaNet), 32 experts (4 used) + 1 gated shared, the big preset's mix, 0.7 GB",
+    vocabSize: 32_768,
+    layers: 8,
+    experts: 32,
+    expertsUsed: 4,
   },
   "qwen3-next-80b-a3b": {
     name: "qwen3-next-80b-a3b",
