@@ -1060,21 +1060,25 @@ struct Pass {
   // `parts` the group's segments of the layout.
   template <typename Fn>
   void cache_groups(int64_t layer, Fn fn) const {
-    for (size_t first = 0; first < layout.segments.size(); first += cuda::kMaxKvSegments) {
-      const size_t count = std::min<size_t>(cuda::kMaxKvSegments, layout.segments.size() - first);
-      const int64_t first_row = layout.segments[first].first_row;
+    segment_groups(cuda::kMaxKvSegments, [&](int64_t first_row, std::span<const PassLayout::Segment> parts) {
       cuda::KvSegments cache;
-      cache.count = static_cast<int>(count);
-      for (size_t i = 0; i < count; ++i) {
-        const PassLayout::Segment& part = layout.segments[first + i];
-        cache.first_row[i] = static_cast<int>(part.first_row - first_row);
-        cache.keys[i] = part.sequence->keys_of(layer);
-        cache.values[i] = part.sequence->values_of(layer);
+      cache.count = static_cast<int>(parts.size());
+      for (size_t i = 0; i < parts.size(); ++i) {
+        cache.first_row[i] = static_cast<int>(parts[i].first_row - first_row);
+        cache.keys[i] = parts[i].sequence->keys_of(layer);
+        cache.values[i] = parts[i].sequence->values_of(layer);
       }
-      const PassLayout::Segment& last = layout.segments[first + count - 1];
-      const int64_t rows = last.first_row + last.rows - first_row;
-      cache.first_row[count] = static_cast<int>(rows);
-      fn(first_row, rows, cache, std::span(layout.segments).subspan(first, count));
+      const int64_t rows = parts.back().first_row + parts.back().rows - first_row;
+      cache.first_row[parts.size()] = static_cast<int>(rows);
+      fn(first_row, rows, cache, parts);
+    });
+  }
+  // The layout's segments in groups of at most `most`: fn(the group's first row, its segments).
+  template <typename Fn>
+  void segment_groups(size_t most, Fn fn) const {
+    for (size_t first = 0; first < layout.segments.size(); first += most) {
+      const size_t count = std::min(most, layout.segments.size() - first);
+      fn(layout.segments[first].first_row, std::span(layout.segments).subspan(first, count));
     }
   }
 
@@ -1303,22 +1307,19 @@ struct Pass {
       mul_all({{&w.beta, f(ws.beta), false}, {&w.alpha, f(ws.decay), false}}, x);
     }
     cuda::delta_net_gates(f(ws.beta), f(ws.decay), n, d.v_heads, w.dt_bias, w.decay_rate, stream);
-    for (size_t first = 0; first < layout.segments.size(); first += cuda::kMaxRecurrentSegments) {
-      const size_t count = std::min<size_t>(cuda::kMaxRecurrentSegments, layout.segments.size() - first);
-      const int64_t first_row = layout.segments[first].first_row;
+    segment_groups(cuda::kMaxRecurrentSegments, [&](int64_t first_row, std::span<const PassLayout::Segment> parts) {
       cuda::RecurrentSegments states;
-      states.count = static_cast<int>(count);
-      for (size_t i = 0; i < count; ++i) {
-        const PassLayout::Segment& part = layout.segments[first + i];
-        states.first_row[i] = static_cast<int>(part.first_row - first_row);
-        states.first_row[i + 1] = static_cast<int>(part.first_row + part.rows - first_row);
-        states.states[i] = part.sequence->recurrent_of(layer);
+      states.count = static_cast<int>(parts.size());
+      for (size_t i = 0; i < parts.size(); ++i) {
+        states.first_row[i] = static_cast<int>(parts[i].first_row - first_row);
+        states.first_row[i + 1] = static_cast<int>(parts[i].first_row + parts[i].rows - first_row);
+        states.states[i] = parts[i].sequence->recurrent_of(layer);
       }
       float* mixed = f(ws.mixed) + first_row * d.channels();
       cuda::delta_net_conv(mixed, states, shape, w.conv, p.rms_epsilon, stream);
       cuda::delta_net_rule(mixed, f(ws.decay) + first_row * d.v_heads, f(ws.beta) + first_row * d.v_heads, states,
                            shape, f(ws.attention) + first_row * d.value_width(), stream);
-    }
+    });
     cuda::RmsNorm args;
     args.x = f(ws.attention);
     args.rows = n * d.v_heads;
@@ -1646,11 +1647,10 @@ PassLayout pass_layout(std::span<const GpuSequenceRows> batch, const std::vector
     const int64_t begin = std::max(first_row[i], first), end = std::min(first_row[i + 1], first + n);
     if (begin >= end) continue;
     layout.segments.push_back({batch[i].sequence, begin - first, end - begin});
-    if (batch[i].rows == LogitRows::kEmbeddings) {
-      layout.add_hidden(begin - first, end - begin);
-    } else if (batch[i].rows == LogitRows::kAll) {
+    if (batch[i].rows == LogitRows::kEmbeddings || batch[i].keep_hidden) layout.add_hidden(begin - first, end - begin);
+    if (batch[i].rows == LogitRows::kAll) {
       layout.add_output(begin - first, end - begin);
-    } else if (end == first_row[i + 1]) {
+    } else if (batch[i].rows == LogitRows::kLast && end == first_row[i + 1]) {
       layout.add_output(end - 1 - first, 1);
     }
   }

@@ -122,12 +122,16 @@ struct GpuSequenceRows {
   std::span<const int32_t> tokens;
   int64_t first_position = 0;
   LogitRows rows = LogitRows::kLast;
+  // Also each row's hidden state after the output norm, as the model's next-token-prediction layer
+  // takes it (forward.h's SequenceRows::keep_hidden), among the returned hidden states.
+  bool keep_hidden = false;
 };
 
 // forward() on the GPU: the same contract (the caller checks tokens, positions and that no
 // sequence appears twice), the logits sequence after sequence, and in `hidden` the hidden states
-// after the output norm of every row of the kEmbeddings parts, part after part (forward()'s
-// scratch.hidden). `replayed`: forward()'s scratch.replayed_routing (benchmarks; empty: the routers choose).
+// after the output norm of every row of the kEmbeddings and keep_hidden parts, part after part
+// (forward()'s scratch.hidden). `replayed`: forward()'s scratch.replayed_routing (benchmarks;
+// empty: the routers choose).
 void gpu_forward(GpuModel& model, std::span<const GpuSequenceRows> batch, std::vector<float>& logits,
                  std::vector<float>& hidden, std::span<const int32_t> replayed = {});
 

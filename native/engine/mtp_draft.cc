@@ -21,9 +21,12 @@ void check_mtp_drafts(const model::Model& model, bool on_gpu) {
                                          "'s next-token-prediction layers take its hyper-connection streams, which "
                                          "they do not run with yet: use \"ngram\" or \"model\"");
   }
-  if (on_gpu) {
-    throw Error("DRAFT_UNSUPPORTED",
-                "draft \"mtp\": the GPU does not run next-token-prediction layers yet: load the model with gpu: false");
+  // Beside a model on the GPU the layer runs on the CPU from the hidden states the GPU's passes return,
+  // which are after the output norm.
+  if (on_gpu && !model.nextn_layers.front().normed_hidden) {
+    throw Error("DRAFT_UNSUPPORTED", "draft \"mtp\": " + arch +
+                                         "'s next-token-prediction layer takes the hidden states before the output "
+                                         "norm, which the GPU's passes do not return: load the model with gpu: false");
   }
 }
 

@@ -85,7 +85,9 @@ std::vector<float> mtp_reference_logits(const model::Model& model, std::span<con
 
 // Throws DRAFT_UNSUPPORTED naming why `model` cannot draft with its next-token-prediction layers:
 // it has none, they take hyper-connection streams (DeepSeek-V4's), which they do not run with yet, or it
-// runs on the GPU (`on_gpu`), which does not run them yet. Recurrent layers beside them (Qwen3.5/3.6) roll
+// runs on the GPU (`on_gpu`) and its layer takes hidden states before the output norm (MiMo-V2's), which
+// the GPU's passes do not return (beside a GPU model the layer runs on the CPU from the normed hidden
+// states the passes return: GpuSequenceRows::keep_hidden). Recurrent layers beside them (Qwen3.5/3.6) roll
 // back from the pass's draft checkpoint as with any other drafts (Session::keep_draft_checkpoint).
 void check_mtp_drafts(const model::Model& model, bool on_gpu);
 

@@ -543,7 +543,7 @@ void Scheduler::execute(Pass& pass) {
       batch.reserve(pass.parts.size());
       for (const Pass::Part& part : pass.parts) {
         const Request& r = *part.request;
-        batch.push_back({r.session->gpu_.get(), part.tokens, part.first_position, logit_rows(part)});
+        batch.push_back({r.session->gpu_.get(), part.tokens, part.first_position, logit_rows(part), r.drafts_mtp()});
       }
       gpu_forward(*runtime_.gpu_, batch, logits_, scratch_.hidden, scratch_.replayed_routing);
     } else {

@@ -2,8 +2,8 @@
 // of several rows) and the context shift's K re-rotation, on the GPU and on a hybrid placement.
 // Greedy runs with drafts give the tokens greedy runs without give, alone and two at once; a run
 // that shifts its context on the GPU gives the CPU's tokens past the shift. Drafts run on the
-// default model (trained, so that n-gram drafts on repetitive text get kept). Skips where no
-// NVIDIA device exists.
+// default model (trained, so that n-gram drafts on repetitive text get kept); MTP drafts beside the
+// GPU on the tiny fixtures with next-token-prediction layers. Skips where no NVIDIA device exists.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { mkdtempSync } from "node:fs";
@@ -78,6 +78,53 @@ test("n-gram and draft-model drafts on a hybrid placement keep greedy tokens", {
   } finally {
     model.dispose();
   }
+});
+
+// MTP drafts beside a model on the GPU: the next-token-prediction layer runs on the CPU from the
+// normed hidden states the GPU's passes return (GpuSequenceRows::keep_hidden); the GPU verifies.
+// Greedy tokens with them equal those without, alone and three at once (the tiny fixtures' random
+// layers keep few drafts: the rollback is what is exercised), on GLM's and DeepSeek's layouts and
+// beside Qwen3.5's recurrent states; MiMo-V2's layer (hidden states before the norm) is refused by name.
+const MTP = { source: "mtp", adaptive: false, max: 4 };
+const MTP_PROMPTS = [
+  Array.from({ length: 24 }, (_, i) => 10 + ((i * 37) % 300)),
+  Array.from({ length: 40 }, (_, i) => 10 + (i % 12)),
+  Array.from({ length: 16 }, (_, i) => 10 + ((i * 101) % 350)),
+];
+for (const preset of ["tiny-glm4moe", "tiny-deepseek2", "tiny-qwen35moe-mtp"]) {
+  test(`${preset} F32: MTP drafts beside the GPU keep greedy tokens`, { skip }, async () => {
+    const model = await loadModel(fixture(preset, "F32"), { gpu: "auto", contextSize: 512, parallel: 3 });
+    try {
+      assert.equal(model.info.gpu, true);
+      const options = { maxTokens: 48, temperature: 0 };
+      let drafted = 0;
+      const plain = [];
+      for (const prompt of MTP_PROMPTS) {
+        const expected = await run(model, prompt, { ...options, draft: false });
+        const drafting = await run(model, prompt, { ...options, draft: MTP });
+        assert.deepEqual(drafting.tokens, expected.tokens, JSON.stringify(prompt));
+        drafted += drafting.timings.draftTokens;
+        plain.push(expected.tokens);
+      }
+      assert.ok(drafted > 0, "drafts were verified");
+      const together = await Promise.all(MTP_PROMPTS.map((prompt) => run(model, prompt, { ...options, draft: MTP })));
+      assert.deepEqual(
+        together.map((r) => r.tokens),
+        plain,
+        "sessions sharing verify passes",
+      );
+    } finally {
+      model.dispose();
+    }
+  });
+}
+
+test("tiny-mimo2: MTP drafts beside the GPU are refused by name", { skip }, async () => {
+  await assert.rejects(loadModel(fixture("tiny-mimo2", "F32"), { gpu: "auto", draft: "mtp" }), (error) => {
+    assert.equal(error.code, "DRAFT_UNSUPPORTED");
+    assert.match(error.message, /before the output norm/);
+    return true;
+  });
 });
 
 // GPU and CPU round a Q8_0 model's activations apart (issue 9), so their greedy runs part within
