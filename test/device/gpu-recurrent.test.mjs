@@ -45,7 +45,7 @@ for (const preset of PRESETS) {
       assert.equal(model.info.gpu, true);
       const probe = tokens(3, 2);
       const file = join(dir, `${preset}.state`);
-      const expected = await expectExactStateRoundTrips(model, tokens(300, 1), probe, file);
+      const { expected } = await expectExactStateRoundTrips(model, tokens(300, 1), probe, file);
 
       // The same state continues on the CPU: its logits within the bar of the GPU's.
       const onCpu = cpu.createSession();

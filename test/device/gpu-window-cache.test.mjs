@@ -8,7 +8,16 @@
 // windows' rows. Skips where no NVIDIA device exists.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { assertWithinBar, compare, cpuLogits, decodeAll, fixtures, skip } from "./helpers.mjs";
+import { join } from "node:path";
+import {
+  assertWithinBar,
+  compare,
+  cpuLogits,
+  decodeAll,
+  expectExactStateRoundTrips,
+  fixtures,
+  skip,
+} from "./helpers.mjs";
 import { agreementBar, walkTokens } from "../distributions.mjs";
 import { loadModel } from "../../dist/index.js";
 
@@ -69,15 +78,12 @@ test("states with moved windows restore on the GPU exactly, and between the GPU 
     const input = walkTokens(cpu.info.bosToken, vocab, POSITIONS + 64);
     const prefix = input.slice(0, POSITIONS);
     const probe = input.slice(POSITIONS);
-    const onGpu = gpu.createSession();
-    await onGpu.evaluate(prefix);
-    const gpuState = await onGpu.save();
-    const fork = await onGpu.fork();
-    const expected = await onGpu.evaluate(probe, { logits: "all" });
-    assert.deepEqual(await fork.evaluate(probe, { logits: "all" }), expected, "a fork on the GPU");
-    const restored = gpu.createSession();
-    await restored.restore(gpuState);
-    assert.deepEqual(await restored.evaluate(probe, { logits: "all" }), expected, "a restore on the GPU");
+    const { expected, state: gpuState } = await expectExactStateRoundTrips(
+      gpu,
+      prefix,
+      probe,
+      join(dir, "moved-windows.bin"),
+    );
 
     const onCpu = cpu.createSession();
     await onCpu.evaluate(prefix);

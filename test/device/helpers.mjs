@@ -114,7 +114,8 @@ export async function generated(model, prompt, options) {
 
 /**
  * A session of `model` that evaluated `prompt`: its fork, its state saved in memory and to `file`, each restored
- * into a new session, give exactly the logits the session gives for `probe`; returns those logits.
+ * into a new session, give exactly the logits the session gives for `probe`; returns those logits and the state
+ * saved in memory.
  */
 export async function expectExactStateRoundTrips(model, prompt, probe, file) {
   const original = model.createSession();
@@ -132,7 +133,7 @@ export async function expectExactStateRoundTrips(model, prompt, probe, file) {
   assert.equal(fromFile.position, prompt.length);
   assert.deepEqual(await fromFile.evaluate(probe, { logits: "all" }), expected, "restore from a file");
   for (const session of [original, fork, restored, fromFile]) session.dispose();
-  return expected;
+  return { expected, state };
 }
 
 /** `length` greedy tokens of `model` after `prompt`, in a session of their own. */
