@@ -1,8 +1,10 @@
 #include <cuda_runtime.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <iterator>
 #include <new>
+#include <string_view>
 #include <utility>
 
 #include "base/error.h"
@@ -23,9 +25,19 @@ void check(cudaError_t err, const char* what) {
 
 cudaStream_t raw(StreamHandle s) { return static_cast<cudaStream_t>(s); }
 
+constexpr const char* kModuleLoading = "CUDA_MODULE_LOADING";
+
+// At library load, before anything initializes the driver (which reads the variable once).
+[[maybe_unused]] const bool kEagerLoadingAsked = setenv(kModuleLoading, "EAGER", 0) == 0;
+
 }  // namespace
 
 void use_device(int device) { check(cudaSetDevice(device), "cudaSetDevice"); }
+
+bool modules_load_eagerly() {
+  const char* mode = std::getenv(kModuleLoading);
+  return mode != nullptr && std::string_view(mode) == "EAGER";
+}
 
 void allow_shared_memory(const void* kernel, size_t bytes, const char* what) {
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)), what);

@@ -16,6 +16,12 @@ namespace bloomery::cuda {
 // Makes `device` current on the calling thread (the addon runs passes on pool threads).
 void use_device(int device);
 
+// Whether the driver loads every kernel with its module (CUDA_MODULE_LOADING=EAGER), which
+// bloomery asks for when it loads, unless the environment already says otherwise. Hybrid passes
+// need it: the GPU waits for the host between layers (HostExperts), and a kernel loaded lazily,
+// on its first launch, makes that launch wait for the device, so the pass never ends.
+bool modules_load_eagerly();
+
 // Free and total bytes of the current device.
 struct MemoryInfo {
   uint64_t free = 0;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <list>
 #include <map>
@@ -1833,6 +1834,13 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
     g->routed_taken = zeros;
   }
   if (resident < all) {
+    if (!cuda::modules_load_eagerly()) {
+      const char* mode = std::getenv("CUDA_MODULE_LOADING");
+      throw Error("UNSUPPORTED_FEATURE", std::string("experts on the CPU beside the GPU need CUDA kernels loaded with "
+                                                     "their module, and CUDA_MODULE_LOADING is ") +
+                                             (mode ? mode : "unset") +
+                                             ": unset it or set it to EAGER (or load with gpu: false)");
+    }
     std::vector<std::vector<uint8_t>> on_host;
     for (size_t l = 0; l < g->slot_tables.size(); ++l) {
       const bool routed = !model.layers[l].ffn.routed.empty();
