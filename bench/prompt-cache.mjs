@@ -10,8 +10,11 @@
 // token of a streamed /completion of the whole prompt, against the next request's sharing 3,900 of its
 // tokens (the slot's own state, or the prompt-state cache's), as a client sees them; the server's
 // timings say what it reused (cache_n) and evaluated (prompt_n).
+// With --extend, the later prompts share the whole first prompt and add 100 tokens (a conversation
+// that goes on) instead of replacing its last 100: a model with recurrent layers then restores the
+// checkpoint a generation's prompt keeps 4 tokens before its end.
 // Writes JSON to $OUT (or the working directory).
-//   node bench/prompt-cache.mjs /root/q.gguf [--rounds 4] [--placement whole|cpu] [--prompt 4000] [--server]
+//   node bench/prompt-cache.mjs /root/q.gguf [--rounds 4] [--placement whole|cpu] [--prompt 4000] [--server] [--extend]
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { getSystemInfo, loadModel } from "../dist/index.js";
@@ -22,12 +25,15 @@ const args = process.argv.slice(2);
 const ROUNDS = Number(takeOption(args, "--rounds", "4"));
 const PLACEMENT = takeOption(args, "--placement", "whole");
 const PROMPT = Number(takeOption(args, "--prompt", "4000"));
-const SERVER = args.includes("--server");
-if (SERVER) args.splice(args.indexOf("--server"), 1);
+const flag = (name) => args.includes(name) && args.splice(args.indexOf(name), 1).length > 0;
+const SERVER = flag("--server");
+const EXTEND = flag("--extend");
 const path = args[0] ?? "/root/q.gguf";
-const SHARED = PROMPT - 100;
+const NEW = 100; // the later prompts' tokens after the shared ones
+const SHARED = EXTEND ? PROMPT : PROMPT - NEW;
 const PORT = 8178;
-const CONTEXT = PROMPT + 64;
+const CONTEXT = SHARED + NEW + 64;
+const MODE = `--prompt ${PROMPT}${SERVER ? " --server" : ""}${EXTEND ? " --extend" : ""}`;
 
 // Round r's tokens: spread over the vocabulary as the synthetic models' tokens are, and apart from
 // every other round's (no prefix of one round's prompt is another's).
@@ -59,13 +65,13 @@ async function sdkRounds() {
 
   const warm = model.createSession();
   await firstToken(warm, tokens(PROMPT, 1000000)); // kernels loaded, the pass's shapes seen once
-  await firstToken(model.createSession(), [...tokens(SHARED, 1000000), ...tokens(PROMPT - SHARED, 1000001)]);
+  await firstToken(model.createSession(), [...tokens(SHARED, 1000000), ...tokens(NEW, 1000001)]);
 
   const rounds = [];
   for (let r = 0; r < ROUNDS; ++r) {
     const first = tokens(PROMPT, 3 * r);
-    const second = [...first.slice(0, SHARED), ...tokens(PROMPT - SHARED, 3 * r + 1)];
-    const third = [...first.slice(0, SHARED), ...tokens(PROMPT - SHARED, 3 * r + 2)];
+    const second = [...first.slice(0, SHARED), ...tokens(NEW, 3 * r + 1)];
+    const third = [...first.slice(0, SHARED), ...tokens(NEW, 3 * r + 2)];
     const owner = model.createSession();
     const full = await firstToken(owner, first);
     const restored = await firstToken(model.createSession(), second);
@@ -86,11 +92,11 @@ async function sdkRounds() {
   const restoredMs = median(rounds.map((r) => r.restored.ms));
   const keptMs = median(rounds.map((r) => r.kept.ms));
   const result = {
-    command: `node bench/prompt-cache.mjs ${path} --rounds ${ROUNDS} --placement ${PLACEMENT} --prompt ${PROMPT}`,
+    command: `node bench/prompt-cache.mjs ${path} --rounds ${ROUNDS} --placement ${PLACEMENT} ${MODE}`,
     date: new Date().toISOString(),
     machine: getSystemInfo(),
     model: { path, architecture: model.info.architecture, placement: PLACEMENT },
-    settings: { prompt: PROMPT, shared: SHARED, reused: rounds[0].restored.cached, rounds: ROUNDS },
+    settings: { prompt: PROMPT, shared: SHARED, added: NEW, reused: rounds[0].restored.cached, rounds: ROUNDS },
     figures: {
       fullFirstTokenMs: fullMs,
       restoredFirstTokenMs: restoredMs,
@@ -100,7 +106,7 @@ async function sdkRounds() {
     },
     rounds,
   };
-  const out = join(process.env.OUT ?? ".", `prompt-cache-${PLACEMENT}.json`);
+  const out = join(process.env.OUT ?? ".", `prompt-cache-${PLACEMENT}${EXTEND ? "-extend" : ""}.json`);
   writeFileSync(out, JSON.stringify(result, null, 2));
   console.log(
     `first token (medians of ${ROUNDS}): full ${fullMs.toFixed(1)} ms, restored ${restoredMs.toFixed(1)} ms ` +
@@ -138,10 +144,10 @@ async function serverRounds() {
       return { ms, cached: out.timings.cache_n, evaluated: out.timings.prompt_n };
     };
     await firstToken(tokens(PROMPT, 1000000)); // kernels loaded, the pass's shapes seen once
-    await firstToken([...tokens(SHARED, 1000000), ...tokens(PROMPT - SHARED, 1000001)]);
+    await firstToken([...tokens(SHARED, 1000000), ...tokens(NEW, 1000001)]);
     for (let r = 0; r < ROUNDS; ++r) {
       const first = tokens(PROMPT, 3 * r);
-      const second = [...first.slice(0, SHARED), ...tokens(PROMPT - SHARED, 3 * r + 1)];
+      const second = [...first.slice(0, SHARED), ...tokens(NEW, 3 * r + 1)];
       const full = await firstToken(first);
       const restored = await firstToken(second);
       if (restored.cached === 0)
@@ -159,16 +165,16 @@ async function serverRounds() {
   const fullMs = median(rounds.map((r) => r.full.ms));
   const restoredMs = median(rounds.map((r) => r.restored.ms));
   const result = {
-    command: `node bench/prompt-cache.mjs ${path} --rounds ${ROUNDS} --placement ${PLACEMENT} --prompt ${PROMPT} --server`,
+    command: `node bench/prompt-cache.mjs ${path} --rounds ${ROUNDS} --placement ${PLACEMENT} ${MODE}`,
     date: new Date().toISOString(),
     machine: getSystemInfo(),
     model: { path, name, placement: PLACEMENT },
     server: { flags, log: log.filter((l) => /listening|loaded/.test(l)) },
-    settings: { prompt: PROMPT, shared: SHARED, reused: rounds[0].restored.cached, rounds: ROUNDS },
+    settings: { prompt: PROMPT, shared: SHARED, added: NEW, reused: rounds[0].restored.cached, rounds: ROUNDS },
     figures: { fullFirstTokenMs: fullMs, sharedFirstTokenMs: restoredMs, fullOverShared: fullMs / restoredMs },
     rounds,
   };
-  const out = join(process.env.OUT ?? ".", `prompt-cache-server-${PLACEMENT}.json`);
+  const out = join(process.env.OUT ?? ".", `prompt-cache-server-${PLACEMENT}${EXTEND ? "-extend" : ""}.json`);
   writeFileSync(out, JSON.stringify(result, null, 2));
   console.log(
     `through the server, first token (medians of ${ROUNDS}): full ${fullMs.toFixed(1)} ms, sharing ${SHARED} ` +
