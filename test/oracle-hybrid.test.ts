@@ -11,9 +11,13 @@ const PRESETS = ["tiny-qwen35moe", "tiny-qwen3next"];
 describeOracle("hybrid linear-attention Qwens: CPU engine vs llama.cpp", {
   positions: 160,
   longPositions: 700,
-  cases: PRESETS.flatMap((preset) =>
-    ["F32", "F16", "Q8_0", "Q4_0", "Q4_K", "Q6_K"].map((type): OracleCase => [preset, type]),
-  ),
+  cases: [
+    ...PRESETS.flatMap((preset) =>
+      ["F32", "F16", "Q8_0", "Q4_0", "Q4_K", "Q6_K"].map((type): OracleCase => [preset, type]),
+    ),
+    // Attention heads of 256, as the real Qwen3.5/3.6 files have.
+    ["tiny-qwen35moe-256", "F16"],
+  ],
   longCases: PRESETS.map((preset): OracleCase => [preset, "F16"]),
   exactWhereSameArithmetic: true,
 });

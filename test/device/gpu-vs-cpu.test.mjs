@@ -74,6 +74,8 @@ for (const type of ["F16", "Q8_0", "Q4_K"]) CASES.push(["tiny-minimax-m2", type]
 for (const preset of ["tiny-qwen35moe", "tiny-qwen3next"]) {
   for (const type of ["F16", "Q8_0", "Q4_K"]) CASES.push([preset, type]);
 }
+// Their real attention heads are 256 wide (the tiled attention's value columns in two blocks).
+CASES.push(["tiny-qwen35moe-256", "F16"]);
 // MiMo-V2's: KV heads per layer (1 on full layers, 2 on windowed ones, in cache rows sized for 2),
 // value heads half the keys' width, the output scaled, windows with sinks rotating on a base of their own.
 for (const type of ["F16", "Q8_0", "Q4_K"]) CASES.push(["tiny-mimo2", type]);

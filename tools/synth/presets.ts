@@ -975,6 +975,13 @@ export const PRESETS: Record<string, SynthPreset> = {
       "tiny-qwen35moe with a next-token-prediction layer after the last (MTP drafts beside recurrent layers)",
     nextnLayers: 1,
   },
+  "tiny-qwen35moe-256": {
+    ...TINY_QWEN35MOE,
+    name: "tiny-qwen35moe-256",
+    description:
+      "tiny-qwen35moe with attention heads of 256, as Qwen3.5/3.6's (the GPU's tiled attention splits their value columns over two blocks)",
+    headDim: 256,
+  },
   "tiny-qwen3next": {
     ...TINY_QWEN35MOE,
     name: "tiny-qwen3next",
