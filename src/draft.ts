@@ -13,11 +13,11 @@ import { checkOptions, optionKeys } from "./validate.js";
  * the context's last few tokens (no extra model: strong when the output quotes or edits the
  * prompt, as code edits do); `"model"`, a small draft model with the same vocabulary
  * (loadModel's `draftModel`), drafting greedily; `"mtp"`, the model's own next-token-prediction
- * layer (GLM-4.5+, DeepSeek-V3, MiMo-V2 and Qwen3.5/3.6 files carry one: `nextn_predict_layers`),
- * chained for several tokens, as llama.cpp's draft-mtp runs it (on the CPU, beside a model on the GPU
- * too, from the normed hidden states its passes return; refused with DRAFT_UNSUPPORTED for a file
- * without one, DeepSeek-V4's, which takes hyper-connection streams, and on the GPU MiMo-V2's, which
- * takes the hidden states before the output norm). An `"mtp"` generation
+ * layer (GLM-4.5+, DeepSeek-V3/V4, MiMo-V2 and Qwen3.5/3.6 files carry one: `nextn_predict_layers`;
+ * DeepSeek-V4's takes the model's hyper-connection streams), chained for several tokens, as
+ * llama.cpp's draft-mtp runs it (on the CPU, beside a model on the GPU too, from the normed hidden
+ * states its passes return; refused with DRAFT_UNSUPPORTED for a file without one, and on the GPU
+ * for MiMo-V2's, which takes the hidden states before the output norm). An `"mtp"` generation
  * reuses only the prefix of its prompt that the session's MTP layer holds too (not a prefix from
  * the prompt-state cache or a restored state): the rest is evaluated again.
  */

@@ -260,22 +260,6 @@ describe.each(FAMILIES)("a session with recurrent layers ($preset)", ({ preset, 
   });
 });
 
-describe("DeepSeek-V4's next-token-prediction layer", () => {
-  it("loads with the file and refuses MTP drafts by name (it takes the hyper-connection streams, not run yet)", async () => {
-    const model = await open("tiny-deepseek4", { cacheRam: 0 });
-    const error = await model
-      .createSession()
-      .generate(tokens(20, 3), { maxTokens: 4, draft: "mtp" })
-      .result.then(
-        () => undefined,
-        (e: unknown) => e,
-      );
-    expect(error).toBeInstanceOf(BloomeryError);
-    expect((error as BloomeryError).code).toBe("DRAFT_UNSUPPORTED");
-    expect((error as BloomeryError).message).toContain("hyper-connection streams");
-  });
-});
-
 describe("a draft model with recurrent layers", () => {
   it("is refused by name (its own states could not follow a rejected draft back)", async () => {
     const path = join(dir, "tiny-qwen35moe.gguf");

@@ -7,19 +7,21 @@ import { callNative, callNativeAsync, type NativeModelHandle, type NativeSession
 import { writeSyntheticModel } from "../tools/synth/synth.js";
 
 // MTP drafts (issue 20): the model's own next-token-prediction layer drafts the next tokens,
-// chained, and a pass of the model verifies them. On the tiny GLM-4.5, DeepSeek-V3, MiMo-V2 and
-// Qwen3.5 fixtures (one nextn layer each, random weights, so few drafts are kept and most roll back;
-// Qwen3.5's recurrent states roll back from the pass's draft checkpoint):
+// chained, and a pass of the model verifies them. On the tiny GLM-4.5, DeepSeek-V3, MiMo-V2,
+// Qwen3.5 and DeepSeek-V4 fixtures (one nextn layer each, random weights, so few drafts are kept and
+// most roll back; Qwen3.5's recurrent states and DeepSeek-V4's compressors roll back from the pass's
+// draft checkpoint; DeepSeek-V4's layer takes and passes on the four hyper-connection streams):
 // - greedy output with drafts is the output without, alone and with parallel sessions;
 // - the layer's logits from a session's rows, built pass by pass while drafts come and roll back
 //   (and across a second generation that continues the first), equal a straightforward evaluation
 //   afresh (engine::mtp_reference_logits: the model over every token in one pass, then the layer over
 //   every position in one pass). node-llama-cpp has no MTP context, so llama.cpp cannot be asked for
 //   the layer's logits: the reference is this computation, and the layer's graph follows llama.cpp's
-//   (src/models/glm4-moe.cpp, deepseek2.cpp, mimo2.cpp, qwen35moe.cpp graph_mtp).
+//   (src/models/glm4-moe.cpp, deepseek2.cpp, mimo2.cpp, qwen35moe.cpp, deepseek4.cpp graph_mtp); two
+//   sessions' generations share passes there, so each part's hidden rows must reach its own session.
 
 const dir = mkdtempSync(join(tmpdir(), "bloomery-mtp-"));
-const PRESETS = ["tiny-glm4moe", "tiny-deepseek2", "tiny-mimo2", "tiny-qwen35moe-mtp"] as const;
+const PRESETS = ["tiny-glm4moe", "tiny-deepseek2", "tiny-mimo2", "tiny-qwen35moe-mtp", "tiny-deepseek4"] as const;
 const PROMPTS = [
   "A river is",
   "1, 2, 3, 4, 5, 6, 7, 8,",
@@ -112,28 +114,37 @@ describe.each(PRESETS)("the MTP layer's logits on %s", (preset) => {
     const model = await loadModel(paths[preset]!, { threads: 1, contextSize: 64, gpu: false });
     const prompts = PROMPTS.map((p) => Array.from(model.tokenize(p)));
     model.dispose();
+    // The session holds the prompt and the tokens drawn but the last, which an MTP draft would follow;
+    // a generation that ended on an end-of-generation token evaluated every token it drew (the check
+    // then follows them with the last again).
+    const check = (session: NativeSessionHandle, drawn: number[], what: string) => {
+      const held = callNative((a) => a.sessionPosition(session));
+      const tokens = held === drawn.length ? [...drawn, drawn.at(-1)!] : drawn;
+      expect(held, what).toBe(tokens.length - 1);
+      const rows = callNative((a) => a.sessionMtpLogits(session, tokens.at(-1)!));
+      const fresh = callNative((a) => a.modelMtpReferenceLogits(handle, Int32Array.from(tokens)));
+      expect(rows.length, what).toBe(fresh.length);
+      let worst = 0;
+      for (let t = 0; t < fresh.length; t++) worst = Math.max(worst, Math.abs(rows[t]! - fresh[t]!));
+      expect(worst, `${what}: the largest logit difference`).toBeLessThanOrEqual(1e-4);
+    };
     for (const [i, prompt] of prompts.entries()) {
+      const other = prompts[(i + 1) % prompts.length]!;
       const session = callNative((a) => a.createSession(handle));
+      const beside = callNative((a) => a.createSession(handle));
       try {
-        // The session holds the prompt and the tokens drawn but the last, which an MTP draft would follow.
-        const first = await generate(session, prompt, 24);
+        // Two generations sharing passes: each part's hidden rows reach its own session.
+        const [first, alongside] = await Promise.all([generate(session, prompt, 24), generate(beside, other, 24)]);
         const context = [...prompt, ...first];
-        const check = (tokens: number[], what: string) => {
-          const next = tokens.at(-1)!;
-          const rows = callNative((a) => a.sessionMtpLogits(session, next));
-          const fresh = callNative((a) => a.modelMtpReferenceLogits(handle, Int32Array.from(tokens)));
-          expect(rows.length, what).toBe(fresh.length);
-          let worst = 0;
-          for (let t = 0; t < fresh.length; t++) worst = Math.max(worst, Math.abs(rows[t]! - fresh[t]!));
-          expect(worst, `${what}: the largest logit difference`).toBeLessThanOrEqual(1e-4);
-        };
-        check(context, `prompt ${i}`);
+        check(session, context, `prompt ${i}`);
+        check(beside, [...other, ...alongside], `prompt ${(i + 1) % prompts.length} beside it`);
         // A second generation continuing the first (its prompt begins with the context) reuses the rows.
-        const more = [...context, ...prompts[(i + 1) % prompts.length]!];
+        const more = [...context, ...other];
         const second = await generate(session, more, 16);
-        check([...more, ...second], `prompt ${i}, continued`);
+        check(session, [...more, ...second], `prompt ${i}, continued`);
       } finally {
         callNative((a) => a.disposeSession(session));
+        callNative((a) => a.disposeSession(beside));
       }
     }
   });

@@ -129,7 +129,7 @@ void compressed_attention(const model::HyperParams& p, const model::AttentionWei
   const CompressedParams& c = p.compressed;
   const model::CompressedWeights& w = a.compressed;
   const model::IndexerParams& x = p.indexer;
-  const int64_t d = p.head_dim, heads = p.heads, ratio = c.ratios[static_cast<size_t>(layer)];
+  const int64_t d = p.head_dim, heads = p.heads, ratio = w.ratio;
   const cpu::RopeParams& rope = ratio != 0 ? c.rope : p.rope;
   const auto& angles = ratio != 0 ? s.compressed_rope_angles : s.rope_angles;
   std::vector<int64_t>& positions = s.row_positions;
@@ -183,7 +183,7 @@ void compressed_attention(const model::HyperParams& p, const model::AttentionWei
   shape.scale = p.attention_scale;
   shape.window = p.sliding_window;
   shape.ratio = ratio;
-  shape.compressed_stride = model::compressed_row_width(p, layer);
+  shape.compressed_stride = model::compressed_width_at_ratio(p, ratio);
   shape.sinks = a.sinks;
   shape.selected_count = indexed ? x.top_k : 0;
   int64_t row = 0;

@@ -18,9 +18,9 @@
 
 namespace bloomery::engine {
 
-// Layer `layer` over the n rows of s.normed (each part's raw rows, compressed rows and
-// compressor state kept in its cache): into s.attention, n rows of groups * output_rank (the
-// input of the layer's attn_output_b).
+// `a` over the n rows of s.normed (each part's raw rows, compressed rows and compressor state
+// kept in layer `layer` of its cache; a.compressed.ratio says which it has): into s.attention, n rows of groups *
+// output_rank (the input of the layer's attn_output_b).
 void compressed_attention(const model::HyperParams& p, const model::AttentionWeights& a, int64_t layer, int64_t n,
                           std::span<const SequenceRows> batch, ForwardScratch& s, cpu::ThreadPool& pool);
 

@@ -483,13 +483,13 @@ void join_streams(const model::Model& model, int64_t n, ForwardScratch& s, cpu::
   std::copy_n(s.hyper_normed.data(), n * p.embedding, s.residual.data());
 }
 
-// Whether the hidden states kept for the model's MTP layer are normed (NextnLayer::normed_hidden).
-bool mtp_hidden_normed(const model::Model& model) {
-  return model.nextn_layers.empty() || model.nextn_layers.front().normed_hidden;
+// How the hidden states kept for the model's MTP layer are taken (NextnLayer::hidden).
+model::NextnHidden mtp_hidden(const model::Model& model) {
+  return model.nextn_layers.empty() ? model::NextnHidden::kNormed : model.nextn_layers.front().hidden;
 }
 
 // Per row: its token's embedding (of `embedding`) into `into`, its rotation angles; and which rows
-// return logits and hidden states (s.logit_rows, s.hidden_rows, s.hidden_normed). Returns the rows.
+// return logits and hidden states (s.logit_rows, s.hidden_rows, s.hidden_kind). Returns the rows.
 int64_t begin_rows(const model::Model& model, const cpu::WeightMatrix& embedding, std::span<const SequenceRows> batch,
                    std::vector<float>& into, ForwardScratch& s) {
   const HyperParams& p = model.params;
@@ -499,7 +499,7 @@ int64_t begin_rows(const model::Model& model, const cpu::WeightMatrix& embedding
   into.resize(static_cast<size_t>(n * p.embedding));
   s.logit_rows.clear();
   s.hidden_rows.clear();
-  s.hidden_normed.clear();
+  s.hidden_kind.clear();
   int64_t row = 0;
   for (const SequenceRows& part : batch) {
     const int64_t rows = static_cast<int64_t>(part.tokens.size());
@@ -512,7 +512,7 @@ int64_t begin_rows(const model::Model& model, const cpu::WeightMatrix& embedding
         cpu::rope_angles(p.compressed.rope, part.first_position + i, s.compressed_rope_angles[row]);
       if (part.rows == LogitRows::kEmbeddings || part.keep_hidden) {
         s.hidden_rows.push_back(row);
-        s.hidden_normed.push_back(part.rows == LogitRows::kEmbeddings || mtp_hidden_normed(model) ? 1 : 0);
+        s.hidden_kind.push_back(part.rows == LogitRows::kEmbeddings ? model::NextnHidden::kNormed : mtp_hidden(model));
       }
       if (part.rows == LogitRows::kAll || (part.rows == LogitRows::kLast && i == rows - 1)) {
         s.logit_rows.push_back(row);
@@ -522,19 +522,40 @@ int64_t begin_rows(const model::Model& model, const cpu::WeightMatrix& embedding
   return n;
 }
 
-// The head: s.hidden_rows of s.residual into s.hidden (normed by `norm` where s.hidden_normed
-// says), and the logits of s.logit_rows (normed, then times `output`).
+// With hyper-connections, the streams of the hidden rows that keep them (NextnHidden::kStreams)
+// into s.hidden_streams, before the head mixes them.
+void keep_streams(const HyperParams& p, ForwardScratch& s) {
+  const int64_t width = p.hyper.streams * p.embedding;
+  s.hidden_streams.clear();
+  for (size_t i = 0; i < s.hidden_rows.size(); ++i) {
+    if (s.hidden_kind[i] != model::NextnHidden::kStreams) continue;
+    const float* row = s.residual.data() + s.hidden_rows[i] * width;
+    s.hidden_streams.insert(s.hidden_streams.end(), row, row + width);
+  }
+}
+
+// The head: s.hidden_rows into s.hidden as s.hidden_kind says (of s.residual, normed by `norm` or
+// not; or the streams keep_streams kept), and the logits of s.logit_rows (normed, then times `output`).
 void head(const model::Model& model, const float* norm, const cpu::WeightMatrix& output, std::vector<float>& logits,
           ForwardScratch& s, cpu::ThreadPool& pool) {
   const HyperParams& p = model.params;
-  s.hidden.resize(s.hidden_rows.size() * static_cast<size_t>(p.embedding));
+  s.hidden.clear();
+  const float* streams = s.hidden_streams.data();
   for (size_t i = 0; i < s.hidden_rows.size(); ++i) {
     const float* row = s.residual.data() + s.hidden_rows[i] * p.embedding;
-    if (s.hidden_normed[i]) {
-      cpu::rms_norm(row, 1, p.embedding, p.embedding, norm, p.rms_epsilon, s.hidden.data() + i * p.embedding,
-                    p.embedding);
-    } else {
-      std::copy_n(row, p.embedding, s.hidden.data() + i * p.embedding);
+    const size_t at = s.hidden.size();
+    switch (s.hidden_kind[i]) {
+      case model::NextnHidden::kNormed:
+        s.hidden.resize(at + static_cast<size_t>(p.embedding));
+        cpu::rms_norm(row, 1, p.embedding, p.embedding, norm, p.rms_epsilon, s.hidden.data() + at, p.embedding);
+        break;
+      case model::NextnHidden::kBeforeNorm:
+        s.hidden.insert(s.hidden.end(), row, row + p.embedding);
+        break;
+      case model::NextnHidden::kStreams:
+        s.hidden.insert(s.hidden.end(), streams, streams + p.hyper.streams * p.embedding);
+        streams += p.hyper.streams * p.embedding;
+        break;
     }
   }
   // The norm gathers the rows that return logits, so the output product reads only those.
@@ -563,8 +584,15 @@ void forward(const model::Model& model, std::span<const SequenceRows> batch, std
     attention_block(p, model.layers[l].attention, l, n, batch, s, pool);
     ffn_block(model, model.layers[l], l, n, batch, arena, s, pool);
   }
-  if (p.hyper.streams > 0) join_streams(model, n, s, pool);
+  if (p.hyper.streams > 0) {
+    keep_streams(p, s);
+    join_streams(model, n, s, pool);
+  }
   head(model, model.output_norm, model.output, logits, s, pool);
+}
+
+int64_t mtp_hidden_width(const model::Model& model) {
+  return (mtp_hidden(model) == model::NextnHidden::kStreams ? model.params.hyper.streams : 1) * model.params.embedding;
 }
 
 void forward_nextn(const model::Model& model, std::span<const SequenceRows> batch, std::span<const float> hidden,
@@ -573,19 +601,26 @@ void forward_nextn(const model::Model& model, std::span<const SequenceRows> batc
   const model::NextnLayer& m = model.nextn_layers.front();
   const cpu::WeightMatrix& embedding = m.embed_tokens.empty() ? model.token_embedding : m.embed_tokens;
   const int64_t n = begin_rows(model, embedding, batch, s.concat, s);
-  // Each row's [enorm(embedding), hnorm(hidden)], projected to the embedding by eh_proj.
-  s.concat.resize(static_cast<size_t>(n * 2 * p.embedding));
-  for (int64_t i = n - 1; i >= 0; --i) {
-    float* row = s.concat.data() + i * 2 * p.embedding;
-    cpu::rms_norm(s.concat.data() + i * p.embedding, 1, p.embedding, p.embedding, m.enorm, p.rms_epsilon, row,
-                  p.embedding);
-    cpu::rms_norm(hidden.data() + i * p.embedding, 1, p.embedding, p.embedding, m.hnorm, p.rms_epsilon,
-                  row + p.embedding, p.embedding);
+  // Each row's [enorm(embedding), hnorm(hidden)], projected to the embedding by eh_proj; with
+  // hyper-connections, each of the row's streams so, beside the same normed embedding.
+  const int64_t streams = std::max<int64_t>(p.hyper.streams, 1), e = p.embedding;
+  s.enormed.resize(static_cast<size_t>(n * e));
+  cpu::rms_norm(s.concat.data(), n, e, e, m.enorm, p.rms_epsilon, s.enormed.data(), e);
+  s.concat.resize(static_cast<size_t>(n * streams * 2 * e));
+  for (int64_t i = 0; i < n * streams; ++i) {
+    float* row = s.concat.data() + i * 2 * e;
+    std::copy_n(s.enormed.data() + i / streams * e, e, row);
+    cpu::rms_norm(hidden.data() + i * e, 1, e, e, m.hnorm, p.rms_epsilon, row + e, e);
   }
-  s.input.reset(s.concat.data(), n, 2 * p.embedding);
+  s.residual.resize(static_cast<size_t>(n * streams * e));
+  s.input.reset(s.concat.data(), n * streams, 2 * e);
   cpu::matmul(m.eh_proj, s.input, s.residual.data(), pool);
   attention_block(p, m.blocks.attention, 0, n, batch, s, pool);
   ffn_block(model, m.blocks, p.layers, n, batch, nullptr, s, pool);
+  if (p.hyper.streams > 0) {
+    keep_streams(p, s);
+    join_streams(model, n, s, pool);
+  }
   head(model, m.shared_head_norm ? m.shared_head_norm : model.output_norm,
        m.shared_head.empty() ? model.output : m.shared_head, logits, s, pool);
 }

@@ -32,8 +32,9 @@ struct ForwardScratch {
   std::vector<float> residual, normed, q, k, v, attention, projected, gate, up, activated, router_logits;
   std::vector<float> q_low, head_in, head_out, shared;  // MLA's low-rank queries and per-head products; shared experts
   std::vector<float> q_gated, attn_gate,
-      shared_gate;            // gated attention's [query, gate] heads, the gates; the shared experts' gate
-  std::vector<float> concat;  // the next-token-prediction layer's [enorm(embedding), hnorm(hidden)] rows
+      shared_gate;             // gated attention's [query, gate] heads, the gates; the shared experts' gate
+  std::vector<float> concat;   // the next-token-prediction layer's [enorm(embedding), hnorm(hidden)] rows
+  std::vector<float> enormed;  // its rows' normed embeddings
   std::vector<float> mixed, z, beta, decay,
       grouped;  // Gated DeltaNet's convolved channels, output gates, betas, decays
   // The lightning indexer's queries, head weights and keys of each row, its scores, its Hadamard
@@ -55,11 +56,12 @@ struct ForwardScratch {
   std::vector<std::vector<float>> windowed_rope_angles;  // per row, where windowed layers rotate otherwise
   std::vector<int64_t> logit_rows;                       // the rows whose logits the pass returns
   std::vector<int64_t> hidden_rows;                      // the rows whose hidden states the pass returns
-  // The hidden states of every row of the kEmbeddings and keep_hidden parts, part after part
-  // (embedding floats each): after the output norm, but a keep_hidden part's before it where the
-  // model's MTP layer takes them so (model::NextnLayer::normed_hidden).
+  // The hidden states of every row of the kEmbeddings and keep_hidden parts, part after part: a
+  // kEmbeddings row's after the output norm (embedding floats), a keep_hidden row's as the model's
+  // MTP layer takes them (mtp_hidden_width floats: model::NextnLayer::hidden).
   std::vector<float> hidden;
-  std::vector<uint8_t> hidden_normed;  // per row of hidden_rows: it is normed
+  std::vector<model::NextnHidden> hidden_kind;  // per row of hidden_rows
+  std::vector<float> hidden_streams;            // the kStreams rows' streams, before the head mixes them
   cpu::MatmulInput input;
   cpu::Routing routing;
   cpu::MoeScratch moe;
@@ -88,6 +90,10 @@ struct SequenceRows {
   bool keep_hidden = false;
 };
 
+// The floats of a hidden state the model's next-token-prediction layer takes (NextnLayer::hidden):
+// the embedding, or DeepSeek-V4's streams of it.
+int64_t mtp_hidden_width(const model::Model& model);
+
 // Runs every sequence's rows in one pass and writes vocab logits, sequence after sequence:
 // one row for a kLast part, one per token for a kAll part; a kEmbeddings part's rows go to
 // scratch.hidden instead (and a keep_hidden part's too). The caller checks token ids, that
@@ -98,13 +104,13 @@ void forward(const model::Model& model, std::span<const SequenceRows> batch, std
 
 // The model's first next-token-prediction layer (model.nextn_layers, llama.cpp's nextn) over a
 // batch, as llama.cpp's MTP graphs run it: each row's token embedding (the layer's own, or the
-// model's) and `hidden` row (embedding floats per row of the batch: the hidden state of the
-// position before, after the output norm or before it as NextnLayer::normed_hidden says), each
-// RMS-normed, concatenated and projected by eh_proj; then the layer's attention and FFN blocks,
-// their keys and values in layer 0 of each part's cache (a cache of the nextn layer:
-// KvCache::nextn); then the head (the layer's shared head norm and output, else the model's).
-// Returns logits as forward() does, and the rows of keep_hidden parts in scratch.hidden (head-normed
-// or not as normed_hidden says: what the layer takes for the next drafted token).
+// model's) and `hidden` row (mtp_hidden_width floats per row of the batch: the hidden state of the
+// position before, as NextnLayer::hidden says), each RMS-normed, concatenated and projected by
+// eh_proj (with hyper-connections, each stream so, the embedding beside each); then the layer's
+// attention and FFN blocks, their keys and values in layer 0 of each part's cache (a cache of the
+// nextn layer: KvCache::nextn); then the head (the layer's shared head norm and output, else the
+// model's). Returns logits as forward() does, and the rows of keep_hidden parts in scratch.hidden
+// (as NextnLayer::hidden says: what the layer takes for the next drafted token).
 void forward_nextn(const model::Model& model, std::span<const SequenceRows> batch, std::span<const float> hidden,
                    std::vector<float>& logits, ForwardScratch& scratch, cpu::ThreadPool& pool);
 

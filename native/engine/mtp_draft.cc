@@ -16,14 +16,9 @@ void check_mtp_drafts(const model::Model& model, bool on_gpu) {
                                          " file has no next-token-prediction layers (nextn_predict_layers): use "
                                          "\"ngram\" or \"model\"");
   }
-  if (model.params.hyper.streams > 0) {
-    throw Error("DRAFT_UNSUPPORTED", "draft \"mtp\": " + arch +
-                                         "'s next-token-prediction layers take its hyper-connection streams, which "
-                                         "they do not run with yet: use \"ngram\" or \"model\"");
-  }
   // Beside a model on the GPU the layer runs on the CPU from the hidden states the GPU's passes return,
   // which are after the output norm.
-  if (on_gpu && !model.nextn_layers.front().normed_hidden) {
+  if (on_gpu && model.nextn_layers.front().hidden != model::NextnHidden::kNormed) {
     throw Error("DRAFT_UNSUPPORTED", "draft \"mtp\": " + arch +
                                          "'s next-token-prediction layer takes the hidden states before the output "
                                          "norm, which the GPU's passes do not return: load the model with gpu: false");
@@ -50,7 +45,7 @@ std::unique_ptr<MtpSequence> MtpDrafter::new_sequence(int64_t capacity) const {
 }
 
 void MtpDrafter::propose(std::span<MtpJob> jobs, int64_t step_tokens, cpu::ThreadPool& pool) {
-  const int64_t width = model_.params.embedding, vocab = model_.params.vocab;
+  const int64_t width = mtp_hidden_width(model_), vocab = model_.params.vocab;
   struct Progress {
     int64_t end = 0;           // the position of the token the draft follows
     int64_t next = 0;          // the next position to give a row from the target's hidden states
@@ -150,7 +145,7 @@ void MtpDrafter::propose(std::span<MtpJob> jobs, int64_t step_tokens, cpu::Threa
 
 std::vector<float> mtp_reference_logits(const model::Model& model, std::span<const int32_t> tokens,
                                         cpu::ThreadPool& pool) {
-  const int64_t width = model.params.embedding;
+  const int64_t width = mtp_hidden_width(model);
   const auto n = static_cast<int64_t>(tokens.size());
   ForwardScratch scratch;
   std::vector<float> logits;

@@ -25,16 +25,16 @@ namespace bloomery::engine {
 // A sequence's state of the next-token-prediction layer.
 struct MtpSequence {
   MtpSequence(const model::Model& model, int64_t capacity)
-      : width(model.params.embedding), cache(KvCache::nextn(model, capacity)) {}
+      : width(mtp_hidden_width(model)), cache(KvCache::nextn(model, capacity)) {}
 
-  // The target's hidden states of `n` rows (embedding floats each) at positions [first, first + n),
+  // The target's hidden states of `n` rows (`width` floats each) at positions [first, first + n),
   // replacing what was kept from `first` on.
   void keep_hidden(int64_t first, const float* rows, int64_t n);
   // How much of `prompt` a generation may take as evaluated: the prefix of it whose rows the cache
   // holds, and whose last position's hidden state is kept (for the row after it).
   int64_t reusable(std::span<const int32_t> prompt) const;
 
-  int64_t width;  // of a hidden state: the embedding
+  int64_t width;  // of a hidden state (mtp_hidden_width)
   KvCache cache;
   // The tokens whose rows the cache holds from the target's hidden states: the row of position p
   // holds tokens[p] with the target's hidden state at p - 1 (none before position 0: zeros).

@@ -569,23 +569,25 @@ void Scheduler::execute(Pass& pass) {
 
 // Hands each part's hidden states on (scratch_.hidden holds them part after part): an embedding
 // part's to its request, pooled once its last token ran (on this thread, under the compute lock:
-// the head of a reranker runs on the pool); an MTP-drafting generation's to its session's MTP
-// state, for the rows of the positions after them.
+// the head of a reranker runs on the pool); an MTP-drafting generation's (mtp_hidden_width floats
+// a row) to its session's MTP state, for the rows of the positions after them.
 void Scheduler::keep_hidden_states(Pass& pass) {
-  const int64_t width = runtime_.model().params.embedding;
-  size_t row = 0;
+  const model::Model& model = runtime_.model();
+  const auto embedding_width = static_cast<size_t>(model.params.embedding);
+  const auto mtp_width = static_cast<size_t>(mtp_hidden_width(model));
+  const float* first = scratch_.hidden.data();
   for (const Pass::Part& part : pass.parts) {
     Request& r = *part.request;
     const bool embedding = r.rows == LogitRows::kEmbeddings;
     if (!embedding && !r.drafts_mtp()) continue;
     const size_t n = part.tokens.size();
-    const float* first = scratch_.hidden.data() + row * static_cast<size_t>(width);
-    row += n;
     if (!embedding) {
       r.session->mtp_->keep_hidden(part.first_position, first, static_cast<int64_t>(n));
+      first += n * mtp_width;
       continue;
     }
-    r.hidden.insert(r.hidden.end(), first, first + n * static_cast<size_t>(width));
+    r.hidden.insert(r.hidden.end(), first, first + n * embedding_width);
+    first += n * embedding_width;
     if (r.evaluated + n == r.input.size()) r.hidden = pool(runtime_.model(), r.pooling, r.hidden, runtime_.pool_);
   }
 }

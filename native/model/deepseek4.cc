@@ -76,6 +76,7 @@ void bind_layer(Binder& b, int64_t l, LayerWeights& w, int64_t ratio, int64_t ha
   q.q_b = b.matrix(layer_tensor(l, "attn_q_b"), c.q_lora_rank, p.heads * d);
   q.kv = b.matrix(layer_tensor(l, "attn_kv"), p.embedding, d);
   q.kv_norm = b.vector(layer_tensor(l, "attn_kv_a_norm"), d);
+  q.ratio = ratio;
   // attn_output_a holds the groups' matrices one after another: [heads / groups * d, rank] each.
   cpu::WeightMatrix output_a = b.matrix(layer_tensor(l, "attn_output_a"), p.heads * d / groups, c.output_rank * groups);
   output_a.rows = c.output_rank;
@@ -199,11 +200,12 @@ void bind_deepseek4(Binder& b) {
 
   b.bind_embeddings();
   for (int64_t l = 0; l < p.layers; ++l) bind_layer(b, l, b.model().layers[l], c.ratios[l], hash_layers);
-  // The next-token-prediction layers: bound (their weights count), not run. MTP drafts refuse
-  // the model (engine/mtp_draft.h: they do not run beside recurrent layers yet).
+  // The next-token-prediction layers: their window alone, taking the model's streams (as
+  // llama.cpp's deepseek4 graph_mtp).
   for (int64_t l = p.layers; l < p.layers + p.nextn_layers; ++l) {
     bind_layer(b, l, b.model().nextn_layers[l - p.layers].blocks, 0, hash_layers);
     b.bind_nextn(l);
+    b.model().nextn_layers[l - p.layers].hidden = NextnHidden::kStreams;
   }
   b.model().output_hyper = {b.matrix("output_hc_fn.weight", p.hyper.streams * p.embedding, p.hyper.streams),
                             b.vector("output_hc_base.weight", p.hyper.streams), b.vector("output_hc_scale.weight", 1)};

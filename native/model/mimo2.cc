@@ -66,7 +66,7 @@ void bind_mimo2(Binder& b) {
     NextnLayer& n = b.model().nextn_layers[l - p.layers];
     const float* out_norm = b.optional_vector(layer_tensor(l, "layer_out_norm"), p.embedding);
     if (!n.shared_head_norm) n.shared_head_norm = out_norm;
-    n.normed_hidden = false;
+    n.hidden = NextnHidden::kBeforeNorm;
   }
 }
 

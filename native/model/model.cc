@@ -41,7 +41,10 @@ int64_t CompressedParams::state_floats(int64_t ratio, int64_t head_dim, int64_t 
 }
 
 int64_t compressed_row_width(const HyperParams& params, int64_t layer) {
-  const int64_t ratio = params.compressed.ratios.empty() ? 0 : params.compressed.ratios[layer];
+  return compressed_width_at_ratio(params, params.compressed.ratios.empty() ? 0 : params.compressed.ratios[layer]);
+}
+
+int64_t compressed_width_at_ratio(const HyperParams& params, int64_t ratio) {
   if (ratio == 0) return 0;
   return params.head_dim + (ratio == CompressedParams::kOverlapRatio ? params.indexer.head_dim : 0);
 }

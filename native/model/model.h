@@ -232,6 +232,9 @@ struct CompressedWeights {
   cpu::WeightMatrix q_b;  // q_lora_rank -> heads * head_dim
   cpu::WeightMatrix kv;   // embedding -> head_dim
   const float* kv_norm = nullptr;
+  // Positions a compressed row takes (CompressedParams::ratios): 0 (the window alone; a
+  // next-token-prediction layer's), kOverlapRatio (overlapping blocks, indexed) or 128.
+  int64_t ratio = 0;
   CompressorWeights compressor;          // empty for layers of ratio 0
   CompressorWeights indexer_compressor;  // the indexer's keys (layers of kOverlapRatio)
   cpu::WeightMatrix indexer_q;           // q_lora_rank -> indexer heads * head_dim
@@ -297,6 +300,12 @@ struct LayerWeights {
 // A next-token-prediction (MTP) layer: its blocks, and its own weights around them (llama.cpp's
 // nextn): the token's embedding and the previous hidden state, each normed, concatenated and
 // projected to the embedding, then the blocks, then a head (by default the model's own).
+// The hidden state a next-token-prediction layer takes with the next token (and passes on to the
+// next drafted token, its own): after the model's output norm and the layer's head norm (GLM,
+// DeepSeek-V3, Qwen3.5), before them (MiMo-V2), or the hyper-connection streams before the head
+// mixes them (DeepSeek-V4: streams x embedding floats).
+enum class NextnHidden : uint8_t { kNormed, kBeforeNorm, kStreams };
+
 struct NextnLayer {
   LayerWeights blocks;
   cpu::WeightMatrix eh_proj;  // 2 x embedding -> embedding
@@ -305,9 +314,7 @@ struct NextnLayer {
   cpu::WeightMatrix embed_tokens;           // empty: the model's token embedding
   cpu::WeightMatrix shared_head;            // empty: the model's output matrix
   const float* shared_head_norm = nullptr;  // null: the model's output norm
-  // The hidden states it takes (the model's) and passes on to the next drafted token (its own) are
-  // after the output norm and its head norm (GLM, DeepSeek); false: before them (mimo2).
-  bool normed_hidden = true;
+  NextnHidden hidden = NextnHidden::kNormed;
 };
 
 // A reranker's classification head (Pooling::kRank): one row of the sequence's hidden states,
@@ -347,8 +354,10 @@ struct CacheRow {
 };
 CacheRow cache_row(const HyperParams& params);
 // A layer of AttentionKind::kCompressed: the f16 elements of one compressed row (the compressed
-// key, then for overlapping blocks the indexer's compressed key); 0 for other layers.
+// key, then for overlapping blocks the indexer's compressed key); 0 for other layers. The same
+// for a layer of `ratio` (CompressedWeights::ratio).
 int64_t compressed_row_width(const HyperParams& params, int64_t layer);
+int64_t compressed_width_at_ratio(const HyperParams& params, int64_t ratio);
 // Where in a key row the lightning indexer's key lies: after MLA's latent and rotary key.
 int64_t indexer_key_offset(const HyperParams& params);
 
