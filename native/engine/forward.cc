@@ -471,9 +471,17 @@ void spread_streams(const HyperParams& p, int64_t n, ForwardScratch& s) {
 }
 
 // The head's mix of each row's streams (Model::output_hyper) into s.residual's first n rows of
-// the embedding, what the output norm reads.
+// the embedding, what the output norm reads; first the streams of the hidden rows that keep them
+// (NextnHidden::kStreams) into s.hidden_streams.
 void join_streams(const model::Model& model, int64_t n, ForwardScratch& s, cpu::ThreadPool& pool) {
   const HyperParams& p = model.params;
+  const int64_t width = p.hyper.streams * p.embedding;
+  s.hidden_streams.clear();
+  for (size_t i = 0; i < s.hidden_rows.size(); ++i) {
+    if (s.hidden_kind[i] != model::NextnHidden::kStreams) continue;
+    const float* row = s.residual.data() + s.hidden_rows[i] * width;
+    s.hidden_streams.insert(s.hidden_streams.end(), row, row + width);
+  }
   hyper_mixes(p, model.output_hyper, n, s, pool);
   s.hyper_pre.resize(static_cast<size_t>(n * p.hyper.streams));
   const cpu::HyperShape shape = hyper_shape(p);
@@ -522,20 +530,8 @@ int64_t begin_rows(const model::Model& model, const cpu::WeightMatrix& embedding
   return n;
 }
 
-// With hyper-connections, the streams of the hidden rows that keep them (NextnHidden::kStreams)
-// into s.hidden_streams, before the head mixes them.
-void keep_streams(const HyperParams& p, ForwardScratch& s) {
-  const int64_t width = p.hyper.streams * p.embedding;
-  s.hidden_streams.clear();
-  for (size_t i = 0; i < s.hidden_rows.size(); ++i) {
-    if (s.hidden_kind[i] != model::NextnHidden::kStreams) continue;
-    const float* row = s.residual.data() + s.hidden_rows[i] * width;
-    s.hidden_streams.insert(s.hidden_streams.end(), row, row + width);
-  }
-}
-
 // The head: s.hidden_rows into s.hidden as s.hidden_kind says (of s.residual, normed by `norm` or
-// not; or the streams keep_streams kept), and the logits of s.logit_rows (normed, then times `output`).
+// not; or the streams join_streams kept), and the logits of s.logit_rows (normed, then times `output`).
 void head(const model::Model& model, const float* norm, const cpu::WeightMatrix& output, std::vector<float>& logits,
           ForwardScratch& s, cpu::ThreadPool& pool) {
   const HyperParams& p = model.params;
@@ -584,10 +580,7 @@ void forward(const model::Model& model, std::span<const SequenceRows> batch, std
     attention_block(p, model.layers[l].attention, l, n, batch, s, pool);
     ffn_block(model, model.layers[l], l, n, batch, arena, s, pool);
   }
-  if (p.hyper.streams > 0) {
-    keep_streams(p, s);
-    join_streams(model, n, s, pool);
-  }
+  if (p.hyper.streams > 0) join_streams(model, n, s, pool);
   head(model, model.output_norm, model.output, logits, s, pool);
 }
 
@@ -617,10 +610,7 @@ void forward_nextn(const model::Model& model, std::span<const SequenceRows> batc
   cpu::matmul(m.eh_proj, s.input, s.residual.data(), pool);
   attention_block(p, m.blocks.attention, 0, n, batch, s, pool);
   ffn_block(model, m.blocks, p.layers, n, batch, nullptr, s, pool);
-  if (p.hyper.streams > 0) {
-    keep_streams(p, s);
-    join_streams(model, n, s, pool);
-  }
+  if (p.hyper.streams > 0) join_streams(model, n, s, pool);
   head(model, m.shared_head_norm ? m.shared_head_norm : model.output_norm,
        m.shared_head.empty() ? model.output : m.shared_head, logits, s, pool);
 }
