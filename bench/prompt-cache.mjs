@@ -91,12 +91,8 @@ async function sdkRounds() {
   const fullMs = median(rounds.map((r) => r.full.ms));
   const restoredMs = median(rounds.map((r) => r.restored.ms));
   const keptMs = median(rounds.map((r) => r.kept.ms));
-  const result = {
-    command: `node bench/prompt-cache.mjs ${path} --rounds ${ROUNDS} --placement ${PLACEMENT} ${MODE}`,
-    date: new Date().toISOString(),
-    machine: getSystemInfo(),
+  const { result, out } = save("", rounds, {
     model: { path, architecture: model.info.architecture, placement: PLACEMENT },
-    settings: { prompt: PROMPT, shared: SHARED, added: NEW, reused: rounds[0].restored.cached, rounds: ROUNDS },
     figures: {
       fullFirstTokenMs: fullMs,
       restoredFirstTokenMs: restoredMs,
@@ -104,10 +100,7 @@ async function sdkRounds() {
       fullOverRestored: fullMs / restoredMs,
       restoreMs: restoredMs - keptMs,
     },
-    rounds,
-  };
-  const out = join(process.env.OUT ?? ".", `prompt-cache-${PLACEMENT}${EXTEND ? "-extend" : ""}.json`);
-  writeFileSync(out, JSON.stringify(result, null, 2));
+  });
   console.log(
     `first token (medians of ${ROUNDS}): full ${fullMs.toFixed(1)} ms, restored ${restoredMs.toFixed(1)} ms ` +
       `(${result.figures.fullOverRestored.toFixed(2)}x sooner), kept ${keptMs.toFixed(1)} ms; wrote ${out}`,
@@ -116,6 +109,21 @@ async function sdkRounds() {
 
 function median(values) {
   return values.sort((a, b) => a - b)[Math.floor(values.length / 2)];
+}
+
+/** Writes the run's JSON (the command, machine, settings and `rounds` beside `fields`) to $OUT; returns it and its path. */
+function save(kind, rounds, fields) {
+  const result = {
+    command: `node bench/prompt-cache.mjs ${path} --rounds ${ROUNDS} --placement ${PLACEMENT} ${MODE}`,
+    date: new Date().toISOString(),
+    machine: getSystemInfo(),
+    settings: { prompt: PROMPT, shared: SHARED, added: NEW, reused: rounds[0].restored.cached, rounds: ROUNDS },
+    ...fields,
+    rounds,
+  };
+  const out = join(process.env.OUT ?? ".", `prompt-cache-${kind}${PLACEMENT}${EXTEND ? "-extend" : ""}.json`);
+  writeFileSync(out, JSON.stringify(result, null, 2));
+  return { result, out };
 }
 
 async function serverRounds() {
@@ -164,18 +172,11 @@ async function serverRounds() {
   }
   const fullMs = median(rounds.map((r) => r.full.ms));
   const restoredMs = median(rounds.map((r) => r.restored.ms));
-  const result = {
-    command: `node bench/prompt-cache.mjs ${path} --rounds ${ROUNDS} --placement ${PLACEMENT} ${MODE}`,
-    date: new Date().toISOString(),
-    machine: getSystemInfo(),
+  const { result, out } = save("server-", rounds, {
     model: { path, name, placement: PLACEMENT },
     server: { flags, log: log.filter((l) => /listening|loaded/.test(l)) },
-    settings: { prompt: PROMPT, shared: SHARED, added: NEW, reused: rounds[0].restored.cached, rounds: ROUNDS },
     figures: { fullFirstTokenMs: fullMs, sharedFirstTokenMs: restoredMs, fullOverShared: fullMs / restoredMs },
-    rounds,
-  };
-  const out = join(process.env.OUT ?? ".", `prompt-cache-server-${PLACEMENT}${EXTEND ? "-extend" : ""}.json`);
-  writeFileSync(out, JSON.stringify(result, null, 2));
+  });
   console.log(
     `through the server, first token (medians of ${ROUNDS}): full ${fullMs.toFixed(1)} ms, sharing ${SHARED} ` +
       `tokens ${restoredMs.toFixed(1)} ms (${result.figures.fullOverShared.toFixed(2)}x sooner); wrote ${out}`,

@@ -37,14 +37,13 @@ const model = await loadModel(path, { contextSize: CONTEXT, cacheRam: 0, ...(awa
 const vocab = model.info.vocabSize;
 const ban = { [model.info.eosToken]: -Infinity };
 
-/** The engine's seconds and passes of what `run` evaluates or generates (model.stats() around it). */
+/** The engine's seconds of what `run` evaluates or generates (model.stats() around it). */
 async function engineSeconds(run) {
   const before = model.stats();
   await run();
   const after = model.stats();
   return {
     seconds: after.promptSeconds + after.decodeSeconds - before.promptSeconds - before.decodeSeconds,
-    passes: after.passes - before.passes,
     decodeSeconds: after.decodeSeconds - before.decodeSeconds,
   };
 }
