@@ -22,6 +22,7 @@
 #include "cuda/runtime.h"
 #include "engine/expert_stream.h"
 #include "engine/gpu_residency.h"
+#include "engine/gpu_rope.h"
 #include "quant/ggml_types.h"
 
 namespace bloomery::engine {
@@ -1041,19 +1042,7 @@ struct Pass {
 
   // The rotation of the model's layers, or of its windowed ones (HyperParams::windowed_rope).
   cuda::RopeShape rope_shape(bool windowed = false) const {
-    const model::HyperParams& p = m.params;
-    const cpu::RopeParams& rope = windowed ? p.windowed_rope : p.rope;
-    const cpu::RopeConstants k = cpu::rope_constants(rope);
-    return {rope.style == cpu::RopeStyle::kNeox,
-            rope.dims,
-            rope.freq_scale,
-            m.freq_factors,
-            rope.ext_factor,
-            k.theta_scale,
-            k.ramp_low,
-            k.ramp_high,
-            k.mscale,
-            {rope.sections[0], rope.sections[1], rope.sections[2], rope.sections[3]}};
+    return gpu_rope_shape(windowed ? m.params.windowed_rope : m.params.rope, m.freq_factors);
   }
 
   // The sequences' rows in groups of at most kMaxKvSegments, each with its rows' caches of

@@ -26,6 +26,7 @@
 #include "cpu/rope.h"
 #include "cpu/thread_pool.h"
 #include "cuda/ops.h"
+#include "engine/gpu_rope.h"
 #include "tests/cuda_test_util.h"
 
 using namespace bloomery;
@@ -372,22 +373,6 @@ TEST(cuda_sigmoid_gates_match_cpu) {
 
 namespace {
 
-// The rotation position_heads takes for the CPU's `params`, sections included.
-cuda::RopeShape sectioned_rope_shape(const cpu::RopeParams& params) {
-  const cpu::RopeConstants k = cpu::rope_constants(params);
-  cuda::RopeShape shape;
-  shape.neox = params.style == cpu::RopeStyle::kNeox;
-  shape.dims = params.dims;
-  shape.freq_scale = params.freq_scale;
-  shape.ext_factor = params.ext_factor;
-  shape.theta_scale = k.theta_scale;
-  shape.ramp_low = k.ramp_low;
-  shape.ramp_high = k.ramp_high;
-  shape.mscale = k.mscale;
-  for (int i = 0; i < 4; ++i) shape.sections[i] = params.sections[static_cast<size_t>(i)];
-  return shape;
-}
-
 std::vector<float> cpu_rotated(std::vector<float> x, int64_t n, int64_t heads, int64_t head_dim,
                                const cpu::RopeParams& params, const std::vector<int32_t>& positions) {
   std::vector<float> angles;
@@ -445,7 +430,7 @@ TEST(cuda_rope_sections_match_cpu) {
       h.q = dx.as<float>();
       h.heads = heads;
       h.head_dim = c.head_dim;
-      cuda::position_heads(h, n, dpos.as<int32_t>(), sectioned_rope_shape(params), stream.handle());
+      cuda::position_heads(h, n, dpos.as<int32_t>(), engine::gpu_rope_shape(params, nullptr), stream.handle());
       const auto got = download<float>(dx, x.size(), stream);
       // As cuda_position_heads_matches_cpu: cos and sin may differ from the host's libm in the last bit.
       CHECK(mismatches(got, want) <= want.size() / 10 && relative_error(got, want) < 1e-6)

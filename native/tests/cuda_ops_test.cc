@@ -20,6 +20,7 @@
 #include "cpu/rope.h"
 #include "cpu/thread_pool.h"
 #include "cuda/ops.h"
+#include "engine/gpu_rope.h"
 #include "quant/float_formats.h"
 #include "tests/cuda_test_util.h"
 
@@ -147,20 +148,6 @@ TEST(cuda_rms_norm_with_expert_sum_and_blocks) {
 
 namespace {
 
-// The rotation position_heads takes for the CPU's `params` (as engine/gpu_forward.cc makes it).
-cuda::RopeShape rope_shape(const cpu::RopeParams& params, const float* device_factors) {
-  const cpu::RopeConstants k = cpu::rope_constants(params);
-  return {params.style == cpu::RopeStyle::kNeox,
-          params.dims,
-          params.freq_scale,
-          device_factors,
-          params.ext_factor,
-          k.theta_scale,
-          k.ramp_low,
-          k.ramp_high,
-          k.mscale};
-}
-
 // The CPU path's steps for a layer's heads (engine/forward.cc): biases, per-head norms, rope.
 void cpu_position_heads(std::vector<float>& x, int64_t n, int64_t heads, int64_t head_dim, const float* bias,
                         const float* norm, const cpu::RopeParams* rope, const std::vector<int32_t>& positions) {
@@ -209,7 +196,7 @@ TEST(cuda_rope_matches_cpu) {
         auto want = x;
         cpu_position_heads(want, n, heads, head_dim, nullptr, nullptr, &params, positions);
         const auto dx = upload(x);
-        const cuda::RopeShape shape = rope_shape(params, with_factors ? dfactors.as<float>() : nullptr);
+        const cuda::RopeShape shape = engine::gpu_rope_shape(params, with_factors ? dfactors.as<float>() : nullptr);
         cuda::AttentionHeads h;
         h.q = dx.as<float>();
         h.heads = heads;
@@ -284,7 +271,7 @@ TEST(cuda_position_heads_matches_cpu) {
         h.value_dim = value_dim;
         h.key_row = row_heads * head_dim;
         h.value_row = row_heads * value_dim;
-        const cuda::RopeShape shape = rope_shape(params, nullptr);
+        const cuda::RopeShape shape = engine::gpu_rope_shape(params, nullptr);
         const size_t cache_values = static_cast<size_t>((positions.back() + 1) * row_heads * head_dim);
         const std::vector<uint16_t> empty(cache_values, 0);
         const cuda::DeviceBuffer caches[4] = {upload(empty), upload(empty), upload(empty), upload(empty)};
