@@ -2,7 +2,7 @@ import { mkdtempSync, openSync, readSync, closeSync, rmSync, statSync } from "no
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { BloomeryError, ggmlType, readGgufInfo, type GgufInfo } from "../src/index.js";
+import { BloomeryError, ggmlType, modelFootprint, readGgufInfo, type GgufInfo } from "../src/index.js";
 import {
   BLOCK_D,
   BLOCK_DMIN,
@@ -234,6 +234,80 @@ describe("qwen3-30b-a3b", () => {
 
   it("refuses a weight type, as its mix is fixed", () => {
     expect(() => planSyntheticModel({ preset: "qwen3-30b-a3b", weightType: "Q8_0" })).toThrow(BloomeryError);
+  });
+});
+
+// GLM-5's config (zai-org/GLM-5 and 5.1: glm_moe_dsa), layer for layer: the slice's shapes are the real
+// file's, so its per-layer figures scale to the 78 layers (tools/synth/README.md).
+describe("glm-5-slice", () => {
+  const plan = planSyntheticModel({ preset: "glm-5-slice" });
+  const tensor = (name: string) => plan.tensors.find((t) => t.name === name)!;
+  const layerBytes = (l: number) =>
+    plan.tensors.filter((t) => t.name.startsWith(`blk.${l}.`)).reduce((sum, t) => sum + t.bytes, 0);
+
+  it("has GLM-5's hyperparameters and tensor shapes", () => {
+    expect(plan.metadata).toMatchObject({
+      "general.architecture": "glm-dsa",
+      "glm-dsa.block_count": 10,
+      "glm-dsa.embedding_length": 6144,
+      "glm-dsa.feed_forward_length": 12_288,
+      "glm-dsa.attention.head_count": 64,
+      "glm-dsa.attention.q_lora_rank": 2048,
+      "glm-dsa.attention.kv_lora_rank": 512,
+      "glm-dsa.attention.indexer.head_count": 32,
+      "glm-dsa.attention.indexer.key_length": 128,
+      "glm-dsa.attention.indexer.top_k": 2048,
+      "glm-dsa.expert_count": 256,
+      "glm-dsa.expert_used_count": 8,
+      "glm-dsa.expert_feed_forward_length": 2048,
+      "glm-dsa.leading_dense_block_count": 3,
+      "glm-dsa.expert_weights_scale": 2.5,
+      "glm-dsa.rope.dimension_count": 64,
+      "glm-dsa.rope.freq_base": 1e6,
+      "glm-dsa.context_length": 202_752,
+    });
+    // Every layer has its indexer, as llama.cpp reads GLM-5's files (no indexer.types).
+    expect(plan.metadata["glm-dsa.attention.indexer.types"]).toBeUndefined();
+    expect(plan.vocab.tokens).toHaveLength(154_880);
+    const shapes: [string, number[]][] = [
+      ["blk.0.ffn_gate.weight", [6144, 12_288]],
+      ["blk.3.attn_q_a.weight", [6144, 2048]],
+      ["blk.3.attn_q_b.weight", [2048, 64 * 256]],
+      ["blk.3.attn_kv_a_mqa.weight", [6144, 512 + 64]],
+      ["blk.3.attn_k_b.weight", [192, 512, 64]],
+      ["blk.3.attn_v_b.weight", [512, 256, 64]],
+      ["blk.3.attn_output.weight", [64 * 256, 6144]],
+      ["blk.9.indexer.attn_q_b.weight", [2048, 32 * 128]],
+      ["blk.9.indexer.attn_k.weight", [6144, 128]],
+      ["blk.9.indexer.proj.weight", [6144, 32]],
+      ["blk.3.ffn_gate_exps.weight", [6144, 2048, 256]],
+      ["blk.3.ffn_down_exps.weight", [2048, 6144, 256]],
+      ["blk.3.ffn_gate_shexp.weight", [6144, 2048]],
+    ];
+    for (const [name, shape] of shapes) expect(tensor(name)?.shape, name).toEqual(shape);
+    expect(plan.tensors.some((t) => t.name.startsWith("blk.10."))).toBe(false);
+  });
+
+  it("has the per-layer bytes the README scales to the whole file", () => {
+    const gb = (bytes: number) => Math.round(bytes / 1e7) / 100;
+    expect([0, 1, 2].map((l) => gb(layerBytes(l)))).toEqual([0.25, 0.25, 0.25]);
+    for (let l = 3; l < 10; ++l) expect(gb(layerBytes(l)), `layer ${l}`).toBe(4.72);
+    expect(gb(tensor("token_embd.weight").bytes + tensor("output.weight").bytes)).toBe(1.32);
+    expect(gb(plan.tensorBytes)).toBe(35.1);
+    // GLM-5's 3 dense and 75 MoE layers with the embedding and output: the README's 356 GB.
+    let layers = 0;
+    for (let l = 0; l < 10; ++l) layers += layerBytes(l);
+    const whole = 3 * layerBytes(0) + 75 * layerBytes(3) + plan.tensorBytes - layers;
+    expect(Math.round(whole / 1e9)).toBe(356);
+  });
+
+  it("binds as a header-only file, each position's cache row holding the indexer's key", async () => {
+    const path = join(dir, "glm-5-slice-header.gguf");
+    await writeSyntheticModel(path, { preset: "glm-5-slice", headerOnly: true });
+    const footprint = await modelFootprint(path, { contextSize: 4096 });
+    expect(footprint.kernelGaps).toEqual([]);
+    // 10 layers of [latent 512, rotary key 64, indexer key 128] f16 per position.
+    expect(footprint.kvBytes).toBe(4096 * 10 * (512 + 64 + 128) * 2);
   });
 });
 

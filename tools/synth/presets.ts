@@ -908,6 +908,34 @@ export const PRESETS: Record<string, SynthPreset> = {
     mix: Q3_K_M_MIX,
     fileType: 12, // LLAMA_FTYPE_MOSTLY_Q3_K_M
   },
+  "glm-5-slice": {
+    name: "glm-5-slice",
+    description:
+      "GLM-5's (and 5.1's) exact per-layer shapes, 10 of its 78 layers (the first 3 dense, as the real file's), MLA with DeepSeek sparse attention on every layer, 256 experts (8 used) + 1 shared, Q3_K_M-like mix, 35 GB",
+    architecture: "glm-dsa",
+    vocab: "glm",
+    vocabSize: 154_880,
+    layers: 10,
+    embedding: 6144,
+    heads: 64,
+    headsKv: 1,
+    headDim: 256,
+    mla: { qLoraRank: 2048, kvLoraRank: 512, nopeDim: 192, ropeDim: 64, valueDim: 256 },
+    // No indexer.types: as llama.cpp reads GLM-5's files without the key, every layer has its own.
+    indexer: { heads: 32, headDim: 128, topK: 2048 },
+    feedForward: 12_288,
+    experts: 256,
+    expertsUsed: 8,
+    expertFeedForward: 2048,
+    leadingDense: 3,
+    sharedExperts: 1,
+    router: { gating: 2, normalize: true, scale: 2.5, selectionBias: true, groups: 1, groupsUsed: 1 },
+    contextLength: 202_752,
+    ropeFreqBase: 1e6,
+    rmsEpsilon: 1e-5,
+    mix: { ...Q3_K_M_MIX, indexer: "Q4_K" },
+    fileType: 12, // LLAMA_FTYPE_MOSTLY_Q3_K_M
+  },
   "deepseek-v4-flash-slice": DEEPSEEK_V4_FLASH_SLICE,
   "deepseek4-cpu": {
     ...DEEPSEEK_V4_FLASH_SLICE,
