@@ -114,12 +114,15 @@ void compressed_attention(const float* q, int64_t n, int64_t first_position, con
     return;
   }
   // A decode step's few tokens: each token's cells gathered once, its heads spread over the threads.
+  // The workers read this thread's cells through `gathered`: the name of a thread_local in the
+  // lambda would be each worker's own.
   static thread_local Cells cells;
+  const Cells& gathered = cells;
   for (int64_t i = 0; i < n; ++i) {
     gather(raw, compressed, shape, first_position + i, cells);
     pool.parallel_for(static_cast<size_t>(tiles), 1, [&](size_t begin, size_t end) {
       thread_local Buffers b;
-      for (auto t = static_cast<int64_t>(begin); t < static_cast<int64_t>(end); ++t) tile(i, cells, t, b);
+      for (auto t = static_cast<int64_t>(begin); t < static_cast<int64_t>(end); ++t) tile(i, gathered, t, b);
     });
   }
 }
