@@ -1,5 +1,5 @@
-// Causal attention on tensor cores (f16 mma.sync m16n8k16, f32 accumulators) for head_dim 64
-// and 128, prompts and decode steps alike. A block takes a tile of packed rows of one KV head
+// Causal attention on tensor cores (f16 mma.sync m16n8k16, f32 accumulators) for head_dim 64,
+// 128 and 256, prompts and decode steps alike. A block takes a tile of packed rows of one KV head
 // (packed row r of a pass is token r / group and query head kv_head * group + r % group, so the
 // query heads that share a KV head read each K/V tile once) and cache positions in segments of
 // kSegment. A batch of one row tile per KV head (a decode step, a few streams) gives each
@@ -28,6 +28,10 @@
 // and each mma row is a dot of its own), so a row's floats do not depend on the batch: a prompt
 // split into other passes, a decode step and a prompt row at the same position agree exactly.
 //
+// Heads of 256 (the hybrid Qwens' gated attention) split their value columns over two blocks,
+// each computing the same scores (the same instructions, so the same floats and statistics) and
+// the products of its 128 columns: a whole head's accumulators would not fit a thread's registers.
+//
 // A sliding window (gpt-oss) masks the positions before each row's window as the causal mask
 // masks those after it; segments before every window of a block's rows are skipped (their
 // statistics stored as empty, their products as zeros: what computing them would give, so the
@@ -40,6 +44,7 @@
 #include "base/error.h"
 #include "cuda/attention_tiles.cuh"
 #include "cuda/quantize.cuh"
+#include "cuda/runtime.h"
 
 namespace bloomery::cuda {
 
@@ -96,8 +101,17 @@ struct Shape {
   static constexpr int kThreads = kWarps * kWarp;
   static constexpr int kStride = D + kPad;  // halves per shared row
   static constexpr int kSteps = D / 16;     // mma K steps over the head
+  // Value columns a block multiplies and sums: a part of a wider head's, over kValueParts blocks.
+  static constexpr int kValueColumns = D < 128 ? D : 128;
+  static constexpr int kValueParts = D / kValueColumns;
+  static constexpr int kValueStride = kValueColumns + kPad;
+  static constexpr size_t kStatsShared = (kRows + kTile) * kStride * sizeof(uint16_t);
+  static constexpr size_t kValuesShared = kTile * (kStride + kValueStride) * sizeof(uint16_t);
   static_assert(kRows <= kTile, "the query tile is staged in a K/V tile's shared memory");
 };
+
+// The blocks' shared memory, laid out by each kernel (sizes: Shape's kStatsShared, kValuesShared).
+extern __shared__ __align__(16) uint16_t dynamic_shared[];
 
 // A block's packed rows [first, end) and the cache they attend.
 struct RowTile {
@@ -199,22 +213,38 @@ __device__ void load_queries(const Params& p, int kv_head, const RowTile& tile, 
   __syncthreads();
 }
 
-// Queues copies of cache rows [first, first + kTile) of the KV head into `tile` (cp.async, so
-// every piece is in flight at once), zeros from `end` on: rows never written may hold NaN bit
-// patterns, and 0 * NaN would reach the output. wait_for_tiles() waits for this thread's copies.
-template <int D, int kWarps>
-__device__ void load_tile(const uint16_t* cache, int64_t kv_width, int kv_head, int first, int end, uint16_t* tile) {
-  using S = Shape<D, kWarps>;
-  constexpr int kPieces = D / 8;  // 16-byte pieces per row
-  for (int i = threadIdx.x; i < kTile * kPieces; i += S::kThreads) {
+// Queues copies of columns [column, column + kColumns) of cache rows [first, first + kTile) into
+// `tile` (rows of kStride halves; cp.async, so every piece is in flight at once), zeros from `end`
+// on: rows never written may hold NaN bit patterns, and 0 * NaN would reach the output.
+// wait_for_tiles() waits for this thread's copies.
+template <int kColumns, int kStride, int kThreads>
+__device__ void load_tile(const uint16_t* cache, int64_t kv_width, int64_t column, int first, int end, uint16_t* tile) {
+  constexpr int kPieces = kColumns / 8;  // 16-byte pieces per row
+  for (int i = threadIdx.x; i < kTile * kPieces; i += kThreads) {
     const int r = i / kPieces, c = i % kPieces * 8;
     const int position = first + r;
     const bool inside = position < end;
-    const uint16_t* source = cache + (inside ? position * kv_width + kv_head * D + c : 0);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared_address(tile + r * S::kStride + c)),
+    const uint16_t* source = cache + (inside ? position * kv_width + column + c : 0);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared_address(tile + r * kStride + c)),
                  "l"(source), "r"(inside ? 16 : 0)
                  : "memory");
   }
+}
+
+// The KV head's keys, whole rows.
+template <int D, int kWarps>
+__device__ void load_keys(const uint16_t* cache, int64_t kv_width, int kv_head, int first, int end, uint16_t* tile) {
+  using S = Shape<D, kWarps>;
+  load_tile<D, S::kStride, S::kThreads>(cache, kv_width, static_cast<int64_t>(kv_head) * D, first, end, tile);
+}
+
+// The KV head's value columns of part `part` (Shape::kValueColumns of them).
+template <int D, int kWarps>
+__device__ void load_values(const uint16_t* cache, int64_t kv_width, int kv_head, int part, int first, int end,
+                            uint16_t* tile) {
+  using S = Shape<D, kWarps>;
+  load_tile<S::kValueColumns, S::kValueStride, S::kThreads>(
+      cache, kv_width, static_cast<int64_t>(kv_head) * D + part * S::kValueColumns, first, end, tile);
 }
 
 // The warp's scores against a K tile: s[t][e] is row lane / 4 + 8 * (e / 2), position
@@ -352,11 +382,12 @@ __device__ bool last_segment_block(uint32_t* arrived, int count) {
 
 // o += P V for a tile: the probabilities p = exp(s - max) * inverse rounded to f16 as A
 // fragments (the C layout of score tiles 2j and 2j + 1 is the A layout of positions
-// [16 j, 16 j + 16)), V from the shared tile `values`.
+// [16 j, 16 j + 16)), V (the block's value columns) from the shared tile `values`.
 template <int D, int kWarps>
 __device__ __forceinline__ void add_tile_values(const float (&s)[kTile / 8][4], int first, const LaneRows& rows,
                                                 const float (&max)[2], const float (&inverse)[2],
-                                                const uint16_t* values, float (&o)[D / 8][4]) {
+                                                const uint16_t* values,
+                                                float (&o)[Shape<D, kWarps>::kValueColumns / 8][4]) {
   using S = Shape<D, kWarps>;
   const int lane = threadIdx.x % kWarp, m = lane / 8;
   uint32_t probs[kTile / 16][4];
@@ -372,29 +403,30 @@ __device__ __forceinline__ void add_tile_values(const float (&s)[kTile / 8][4], 
     probs[t / 2][t % 2 * 2] = pack_halves(pr[0], pr[1]);
     probs[t / 2][t % 2 * 2 + 1] = pack_halves(pr[2], pr[3]);
   }
-  const uint16_t* base = values + (m % 2 * 8 + lane % 8) * S::kStride + m / 2 * 8;
+  const uint16_t* base = values + (m % 2 * 8 + lane % 8) * S::kValueStride + m / 2 * 8;
 #pragma unroll
   for (int j = 0; j < kTile / 16; ++j) {
 #pragma unroll
-    for (int d = 0; d < D / 8; d += 2) {
+    for (int d = 0; d < S::kValueColumns / 8; d += 2) {
       uint32_t b[4];
-      ldmatrix_x4_trans(b, base + j * 16 * S::kStride + d * 8);
+      ldmatrix_x4_trans(b, base + j * 16 * S::kValueStride + d * 8);
       mma(o[d], probs[j], b[0], b[1]);
       mma(o[d + 1], probs[j], b[2], b[3]);
     }
   }
 }
 
-// Writes the lane's rows of `total` to `dest` (rows of D floats, indexed as row_index).
-template <int D>
+// Writes the lane's rows of `total`, value columns [column, column + W), to `dest` (rows of D
+// floats, indexed as row_index).
+template <int D, int W>
 __device__ __forceinline__ void store_rows(const Params& p, int kv_head, const LaneRows& rows,
-                                           const float (&total)[D / 8][4], float* dest) {
+                                           const float (&total)[W / 8][4], int column, float* dest) {
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     if (rows.limit[i] < 0) continue;
-    float* row = dest + row_index(p, kv_head, rows.row[i]) * D + threadIdx.x % 4 * 2;
+    float* row = dest + row_index(p, kv_head, rows.row[i]) * D + column + threadIdx.x % 4 * 2;
 #pragma unroll
-    for (int d = 0; d < D / 8; ++d) {
+    for (int d = 0; d < W / 8; ++d) {
       *reinterpret_cast<float2*>(row + d * 8) = make_float2(total[d][2 * i], total[d][2 * i + 1]);
     }
   }
@@ -403,8 +435,8 @@ __device__ __forceinline__ void store_rows(const Params& p, int kv_head, const L
 template <int D, int kWarps>
 __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_stats_kernel(Params p) {
   using S = Shape<D, kWarps>;
-  __shared__ __align__(16) uint16_t stage[S::kRows * S::kStride];
-  __shared__ __align__(16) uint16_t tile[kTile * S::kStride];
+  uint16_t* const tile = dynamic_shared;
+  uint16_t* const stage = tile + kTile * S::kStride;
   wait_for_previous_kernel();
   const int kv_head = blockIdx.y;
   const RowTile rows_tile = row_tile<D, kWarps>(p);
@@ -414,7 +446,7 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_stats_ke
   const int live = min(max(segments.begin, segments.live), segments.end);
   // Each K tile is queued while the one before is folded (the first while the queries load).
   if (live < segments.end)
-    load_tile<D, kWarps>(rows_tile.keys, p.key_row, kv_head, live * kSegment, segments.length, tile);
+    load_keys<D, kWarps>(rows_tile.keys, p.key_row, kv_head, live * kSegment, segments.length, tile);
   const LaneRows rows = lane_rows(p, rows_tile);
   uint32_t a[S::kSteps][4];
   load_queries<D, kWarps>(p, kv_head, rows_tile, stage, a);
@@ -434,7 +466,7 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_stats_ke
       tile_scores<D, kWarps>(a, tile, p.scale, s);
       __syncthreads();
       if (first + kTile < end)
-        load_tile<D, kWarps>(rows_tile.keys, p.key_row, kv_head, first + kTile, segments.length, tile);
+        load_keys<D, kWarps>(rows_tile.keys, p.key_row, kv_head, first + kTile, segments.length, tile);
       fold_tile_statistics(s, first, rows, max, sum);
     }
     store_statistics(p, kv_head, rows, segment, max, sum);
@@ -455,10 +487,10 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_stats_ke
 template <int D, int kWarps>
 __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_values_kernel(Params p) {
   using S = Shape<D, kWarps>;
-  __shared__ __align__(16) uint16_t keys[kTile * S::kStride];
-  __shared__ __align__(16) uint16_t values[kTile * S::kStride];
+  uint16_t* const keys = dynamic_shared;
+  uint16_t* const values = keys + kTile * S::kStride;
   wait_for_previous_kernel();
-  const int kv_head = blockIdx.y;
+  const int kv_head = blockIdx.y / S::kValueParts, part = blockIdx.y % S::kValueParts;
   const RowTile tile = row_tile<D, kWarps>(p);
   const Segments segments = block_segments<D, kWarps>(p, tile);
   if (segments.begin >= segments.end) return;
@@ -468,17 +500,18 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_values_k
   // The first V tile loads while the queries are staged through `keys`, the first K tile while
   // the folded statistics are read; each later tile while the one before is multiplied.
   if (live < segments.end)
-    load_tile<D, kWarps>(tile.values, p.value_row, kv_head, live * kSegment, segments.length, values);
+    load_values<D, kWarps>(tile.values, p.value_row, kv_head, part, live * kSegment, segments.length, values);
   const LaneRows rows = lane_rows(p, tile);
   uint32_t a[S::kSteps][4];
   load_queries<D, kWarps>(p, kv_head, tile, keys, a);
-  if (live < segments.end) load_tile<D, kWarps>(tile.keys, p.key_row, kv_head, live * kSegment, segments.length, keys);
+  if (live < segments.end) load_keys<D, kWarps>(tile.keys, p.key_row, kv_head, live * kSegment, segments.length, keys);
   float max[2], inverse[2];
   load_folded(p, kv_head, rows, max, inverse);
 
-  float total[D / 8][4] = {};  // the segments' products, added in segment order
+  constexpr int W = S::kValueColumns;
+  float total[W / 8][4] = {};  // the segments' products, added in segment order
   for (int segment = live; segment < segments.end; ++segment) {
-    float o[D / 8][4] = {};
+    float o[W / 8][4] = {};
     for (int first = segment * kSegment; first < min((segment + 1) * kSegment, end); first += kTile) {
       wait_for_tiles();
       __syncthreads();
@@ -486,20 +519,21 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_values_k
       tile_scores<D, kWarps>(a, keys, p.scale, s);
       __syncthreads();
       const bool more = first + kTile < end;
-      if (more) load_tile<D, kWarps>(tile.keys, p.key_row, kv_head, first + kTile, segments.length, keys);
+      if (more) load_keys<D, kWarps>(tile.keys, p.key_row, kv_head, first + kTile, segments.length, keys);
       add_tile_values<D, kWarps>(s, first, rows, max, inverse, values, o);
       __syncthreads();
-      if (more) load_tile<D, kWarps>(tile.values, p.value_row, kv_head, first + kTile, segments.length, values);
+      if (more) load_values<D, kWarps>(tile.values, p.value_row, kv_head, part, first + kTile, segments.length, values);
     }
 #pragma unroll
-    for (int d = 0; d < D / 8; ++d) {
+    for (int d = 0; d < W / 8; ++d) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) total[d][e] = __fadd_rn(total[d][e], o[d][e]);
     }
   }
   // A block per segment leaves its segment's product (from zero, as above) for combine_segments.
   const int64_t stride = static_cast<int64_t>(p.n) * p.heads;
-  store_rows<D>(p, kv_head, rows, total, p.block_per_segment ? p.partial + segments.begin * stride * D : p.out);
+  store_rows<D, W>(p, kv_head, rows, total, part * W,
+                   p.block_per_segment ? p.partial + segments.begin * stride * D : p.out);
 }
 
 // Returns once `count` blocks (a KV head's segments in one launch) have called it, each after
@@ -537,10 +571,10 @@ template <int D, int kWarps>
 __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_decode_kernel(Params p) {
   using S = Shape<D, kWarps>;
   static_assert(kSegment == kTile, "a block's segment is one tile");
-  __shared__ __align__(16) uint16_t keys[kTile * S::kStride];
-  __shared__ __align__(16) uint16_t values[kTile * S::kStride];
+  uint16_t* const keys = dynamic_shared;
+  uint16_t* const values = keys + kTile * S::kStride;
   wait_for_previous_kernel();
-  const int kv_head = blockIdx.y;
+  const int kv_head = blockIdx.y / S::kValueParts, part = blockIdx.y % S::kValueParts;
   const RowTile tile = row_tile<D, kWarps>(p);
   const Segments segments = block_segments<D, kWarps>(p, tile);
   if (segments.begin >= segments.end) return;
@@ -548,11 +582,11 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_decode_k
   // A segment before every row's window: empty statistics and a zero product, nothing loaded.
   const bool live = segments.begin >= segments.live;
   // V loads while the queries are staged through `keys`, K once they are.
-  if (live) load_tile<D, kWarps>(tile.values, p.value_row, kv_head, first, segments.length, values);
+  if (live) load_values<D, kWarps>(tile.values, p.value_row, kv_head, part, first, segments.length, values);
   const LaneRows rows = lane_rows(p, tile);
   uint32_t a[S::kSteps][4];
   load_queries<D, kWarps>(p, kv_head, tile, keys, a);
-  if (live) load_tile<D, kWarps>(tile.keys, p.key_row, kv_head, first, segments.length, keys);
+  if (live) load_keys<D, kWarps>(tile.keys, p.key_row, kv_head, first, segments.length, keys);
   wait_for_tiles();
   __syncthreads();
   float s[kTile / 8][4];
@@ -563,21 +597,23 @@ __global__ void __launch_bounds__(Shape<D, kWarps>::kThreads) attention_decode_k
     if (live) fold_tile_statistics(s, first, rows, max, sum);
     store_statistics(p, kv_head, rows, segments.begin, max, sum);
   }
-  segment_barrier(p.barriers + 2 * (blockIdx.x * gridDim.y + kv_head), segments_of(segments.length));
-  float o[D / 8][4] = {};
+  // Each value part's blocks meet at a barrier of their own (they store the same statistics).
+  segment_barrier(p.barriers + 2 * (blockIdx.x * gridDim.y + blockIdx.y), segments_of(segments.length));
+  constexpr int W = S::kValueColumns;
+  float o[W / 8][4] = {};
   if (live) {
     float max[2], inverse[2];
     softmax_scale(p, kv_head, rows, max, inverse);
     add_tile_values<D, kWarps>(s, first, rows, max, inverse, values, o);
   }
-  float total[D / 8][4];
+  float total[W / 8][4];
 #pragma unroll
-  for (int d = 0; d < D / 8; ++d) {
+  for (int d = 0; d < W / 8; ++d) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) total[d][e] = __fadd_rn(0.0f, o[d][e]);
   }
   const int64_t stride = static_cast<int64_t>(p.n) * p.heads;
-  store_rows<D>(p, kv_head, rows, total, p.partial + segments.begin * stride * D);
+  store_rows<D, W>(p, kv_head, rows, total, part * W, p.partial + segments.begin * stride * D);
 }
 
 // Each output the sum of its row's segment products (sum_segments).
@@ -630,13 +666,17 @@ Plan plan_for(int64_t n, const AttentionShape& shape) {
 
 int64_t cache_segments(const AttentionShape& shape) { return (shape.cache_positions + kSegment - 1) / kSegment; }
 
+// Blocks per KV head and row tile that split the value columns (Shape::kValueParts).
+int64_t value_parts(const AttentionShape& shape) { return shape.head_dim == 256 ? Shape<256, 1>::kValueParts : 1; }
+
 // The decode launch's barriers (segment_barrier: two words per KV head and row tile, a tile per
 // sequence at most; the statistics launch counts its blocks in the first, last_segment_block) lead
 // the scratch, at the same place for every batch, so that words another
 // batch's statistics overwrote never serve as a barrier: they start zeroed (as a DeviceBuffer
 // does) and each barrier leaves them so.
 size_t barrier_bytes(const AttentionShape& shape) {
-  return (static_cast<size_t>(2 * shape.kv_heads * kMaxKvSegments) * sizeof(uint32_t) + 255) / 256 * 256;
+  return (static_cast<size_t>(2 * shape.kv_heads * value_parts(shape) * kMaxKvSegments) * sizeof(uint32_t) + 255) /
+         256 * 256;
 }
 
 // The segments' statistics, then each row's folded ones.
@@ -667,7 +707,8 @@ bool fused_decode_fits(const dim3& grid) {
     int per_sm = 0, sms = 0;
     const bool known = device >= 0 &&
                        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attention_decode_kernel<D, kWarps>,
-                                                                     Shape<D, kWarps>::kThreads, 0) == cudaSuccess &&
+                                                                     Shape<D, kWarps>::kThreads,
+                                                                     Shape<D, kWarps>::kValuesShared) == cudaSuccess &&
                        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess;
     // Unknown: the two launches, which never wait for another block (the same floats).
     if (!known) {
@@ -679,14 +720,30 @@ bool fused_decode_fits(const dim3& grid) {
   return static_cast<int64_t>(grid.x) * grid.y * grid.z * 2 <= capacity.blocks;
 }
 
+// `grid`: row tiles, KV heads, segments; the value products' launches have each KV head's
+// value parts along y.
 template <int D, int kWarps>
 void launch(const Params& p, const dim3& grid, bool block_per_segment, cudaStream_t stream) {
-  if (block_per_segment && fused_decode_fits<D, kWarps>(grid)) {
-    launch_early(attention_decode_kernel<D, kWarps>, grid, dim3(Shape<D, kWarps>::kThreads), 0, stream, p);
+  using S = Shape<D, kWarps>;
+  const dim3 parts(grid.x, grid.y * S::kValueParts, grid.z);
+  if (block_per_segment && fused_decode_fits<D, kWarps>(parts)) {
+    launch_early(attention_decode_kernel<D, kWarps>, parts, dim3(S::kThreads), S::kValuesShared, stream, p);
     return;
   }
-  launch_early(attention_stats_kernel<D, kWarps>, grid, dim3(Shape<D, kWarps>::kThreads), 0, stream, p);
-  launch_early(attention_values_kernel<D, kWarps>, grid, dim3(Shape<D, kWarps>::kThreads), 0, stream, p);
+  launch_early(attention_stats_kernel<D, kWarps>, grid, dim3(S::kThreads), S::kStatsShared, stream, p);
+  launch_early(attention_values_kernel<D, kWarps>, parts, dim3(S::kThreads), S::kValuesShared, stream, p);
+}
+
+// Shared memory past the default 48 KiB, for the kernels that take it.
+template <int D, int kWarps>
+void allow_shared_memory() {
+  using S = Shape<D, kWarps>;
+  cuda::allow_shared_memory(reinterpret_cast<const void*>(attention_stats_kernel<D, kWarps>), S::kStatsShared,
+                            "tiled attention's shared memory");
+  for (const void* kernel : {reinterpret_cast<const void*>(attention_values_kernel<D, kWarps>),
+                             reinterpret_cast<const void*>(attention_decode_kernel<D, kWarps>)}) {
+    cuda::allow_shared_memory(kernel, S::kValuesShared, "tiled attention's shared memory");
+  }
 }
 
 // Params for n rows (every scratch region sized for them), whatever the row tiles.
@@ -716,7 +773,7 @@ Params params_for(const float* q, int64_t n, const int32_t* positions, const Att
 
 void check_tiled(const AttentionShape& shape) {
   if (!tiled_attention_serves(shape)) {
-    throw Error("UNSUPPORTED_MODEL", "tiled GPU attention needs key and value heads both 64 or both 128 wide, not " +
+    throw Error("UNSUPPORTED_MODEL", "tiled GPU attention needs key and value heads both 64, 128 or 256 wide, not " +
                                          std::to_string(shape.head_dim) + " and " +
                                          std::to_string(with_cache_rows(shape).value_dim));
   }
@@ -726,8 +783,10 @@ void check_tiled(const AttentionShape& shape) {
 void launch_rows(const Params& p, const dim3& grid, bool wide, const AttentionShape& shape, cudaStream_t s) {
   if (shape.head_dim == 64) {
     wide ? launch<64, kWideWarps>(p, grid, p.block_per_segment, s) : launch<64, 1>(p, grid, p.block_per_segment, s);
-  } else {
+  } else if (shape.head_dim == 128) {
     wide ? launch<128, kWideWarps>(p, grid, p.block_per_segment, s) : launch<128, 1>(p, grid, p.block_per_segment, s);
+  } else {
+    wide ? launch<256, kWideWarps>(p, grid, p.block_per_segment, s) : launch<256, 1>(p, grid, p.block_per_segment, s);
   }
 }
 
@@ -753,7 +812,14 @@ bool combine_segments(const Params& p, int64_t n, const AttentionShape& shape, c
 }  // namespace
 
 bool tiled_attention_serves(const AttentionShape& shape) {
-  return (shape.head_dim == 64 || shape.head_dim == 128) && with_cache_rows(shape).value_dim == shape.head_dim;
+  return (shape.head_dim == 64 || shape.head_dim == 128 || shape.head_dim == 256) &&
+         with_cache_rows(shape).value_dim == shape.head_dim;
+}
+
+void prepare_tiled_attention(int64_t head_dim) {
+  if (head_dim != 256) return;
+  allow_shared_memory<256, 1>();
+  allow_shared_memory<256, kWideWarps>();
 }
 
 size_t attention_scratch_bytes(const AttentionShape& shape, int64_t max_rows) {

@@ -425,11 +425,14 @@ void exact_causal_attention(const float* q, int64_t n, const int32_t* positions,
                             const uint16_t* values, const AttentionShape& shape, float* out, StreamHandle stream);
 
 // --- attention_tiled.cu ---
-// Tensor-core attention (f16 mma, f32 sums) for head_dim 64 and 128, the cache's positions
+// Tensor-core attention (f16 mma, f32 sums) for head_dim 64, 128 and 256, the cache's positions
 // split over blocks when the batch is one row tile per KV head (a decode step). The CPU's f16
 // roundings (query, normalized probabilities), a different order of float sums.
-// Whether they serve `shape`: key and value heads of one width, 64 or 128.
+// Whether they serve `shape`: key and value heads of one width, 64, 128 or 256.
 bool tiled_attention_serves(const AttentionShape& shape);
+// Once per device before the first launch for heads of `head_dim` (outside a graph capture): the
+// shared memory of 256-wide heads' kernels, past the default limit.
+void prepare_tiled_attention(int64_t head_dim);
 // Device memory the tiled kernels need for batches of up to `max_rows` rows over a cache of
 // shape.cache_positions: every row's softmax statistics per segment of the cache, a decode
 // step's partial outputs per segment, and the barriers of a decode step's blocks, which need

@@ -2,9 +2,9 @@
 // path's floats (cuda_ops_test.cc checks that), on random queries and f16 caches: decode rows
 // at contexts 1 to 5,000 (a block per segment of the cache), batches of 2 and 4 rows, and
 // prompts of 1 to 700 rows from position 0 and from mid-cache; GQA ratios 1, 4 and 8; head_dim
-// 64 and 128; spread scores and sharp ones (large enough that exp overflows without the
-// maximum subtracted). Then that a row's floats do not depend on its batch, that decode rows
-// come back quantized when asked, and the kernels' times. Skips, saying why, where there is no CUDA device.
+// 64, 128 and 256 (its value columns split over two blocks); spread scores and sharp ones (large enough that exp
+// overflows without the maximum subtracted). Then that a row's floats do not depend on its batch, that decode rows come
+// back quantized when asked, and the kernels' times. Skips, saying why, where there is no CUDA device.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -33,6 +33,13 @@ struct Case {
 };
 
 constexpr float kValueAmplitude = 2.0f;
+
+// The device, ready for every head width the tiled kernels serve (256-wide heads' shared memory).
+bool attention_ready(const char* test) {
+  if (!device_ready(test)) return false;
+  cuda::prepare_tiled_attention(256);
+  return true;
+}
 
 // `count` f16 cache values drawn uniformly from [-1.5, 1.5).
 std::vector<uint16_t> random_cache(int64_t count, std::mt19937& rng) {
@@ -108,10 +115,10 @@ void check_case(const Case& c, std::mt19937& rng, const cuda::Stream& stream) {
 }  // namespace
 
 TEST(cuda_tiled_attention_decode_matches_exact) {
-  if (!device_ready("cuda_tiled_attention_decode_matches_exact")) return;
+  if (!attention_ready("cuda_tiled_attention_decode_matches_exact")) return;
   std::mt19937 rng(41);
   const cuda::Stream stream;
-  for (const int64_t d : {128, 64}) {
+  for (const int64_t d : {128, 64, 256}) {
     for (const int64_t group : {1, 4, 8}) {
       for (const int64_t context : {1, 7, 300, 5000}) {
         for (const float amplitude : {1.5f, 60.0f}) check_case({4, group, d, context - 1, 1, amplitude}, rng, stream);
@@ -123,10 +130,10 @@ TEST(cuda_tiled_attention_decode_matches_exact) {
 }
 
 TEST(cuda_tiled_attention_prompt_matches_exact) {
-  if (!device_ready("cuda_tiled_attention_prompt_matches_exact")) return;
+  if (!attention_ready("cuda_tiled_attention_prompt_matches_exact")) return;
   std::mt19937 rng(43);
   const cuda::Stream stream;
-  for (const int64_t d : {128, 64}) {
+  for (const int64_t d : {128, 64, 256}) {
     for (const int64_t group : {1, 4, 8}) {
       for (const int64_t first : {0, 777}) {
         for (const int64_t n : {1, 2, 3, 15, 16, 17, 63, 64, 65, 130, 511, 700}) {
@@ -143,7 +150,7 @@ TEST(cuda_tiled_attention_prompt_matches_exact) {
 // positions, the two launches at 40,960) and prompts from position 0 and from mid-cache, windows
 // shorter and longer than a segment, against the exact kernel.
 TEST(cuda_tiled_attention_window_and_sinks_match_exact) {
-  if (!device_ready("cuda_tiled_attention_window_and_sinks_match_exact")) return;
+  if (!attention_ready("cuda_tiled_attention_window_and_sinks_match_exact")) return;
   std::mt19937 rng(73);
   const cuda::Stream stream;
   for (const int64_t d : {64, 128}) {
@@ -171,14 +178,14 @@ TEST(cuda_tiled_attention_window_and_sinks_match_exact) {
 // steps (a block per segment), as a short batch (one row tile, a block per segment) and as a
 // middle batch (all segments in one block). What prompt caching and batched decoding rely on.
 TEST(cuda_tiled_attention_rows_do_not_depend_on_the_batch) {
-  if (!device_ready("cuda_tiled_attention_rows_do_not_depend_on_the_batch")) return;
+  if (!attention_ready("cuda_tiled_attention_rows_do_not_depend_on_the_batch")) return;
   std::mt19937 rng(53);
   const cuda::Stream stream;
   const auto sinks = upload(random_floats(16, 3.0f, rng));
   for (const auto& [d, group, window] :
        {std::tuple{int64_t{128}, int64_t{1}, int64_t{0}}, std::tuple{int64_t{128}, int64_t{8}, int64_t{0}},
         std::tuple{int64_t{64}, int64_t{1}, int64_t{0}}, std::tuple{int64_t{64}, int64_t{8}, int64_t{0}},
-        std::tuple{int64_t{64}, int64_t{8}, int64_t{96}}}) {
+        std::tuple{int64_t{64}, int64_t{8}, int64_t{96}}, std::tuple{int64_t{256}, int64_t{8}, int64_t{0}}}) {
     {
       const int64_t kv_heads = 2, heads = kv_heads * group, first = 500, n = 300, length = first + n;
       const int64_t kv_width = kv_heads * d, q_width = heads * d;
@@ -227,7 +234,7 @@ TEST(cuda_tiled_attention_rows_do_not_depend_on_the_batch) {
 // decode in turn, 200 times each, and every result equals that query set's first, bit for bit. A
 // block that read the statistics early would find the other query set's, left by the launch before.
 TEST(cuda_tiled_attention_decode_blocks_wait_for_every_segment) {
-  if (!device_ready("cuda_tiled_attention_decode_blocks_wait_for_every_segment")) return;
+  if (!attention_ready("cuda_tiled_attention_decode_blocks_wait_for_every_segment")) return;
   std::mt19937 rng(61);
   const cuda::Stream stream;
   const int64_t kv_heads = 4, heads = 32, d = 128, q_width = heads * d;
@@ -264,7 +271,7 @@ TEST(cuda_tiled_attention_decode_blocks_wait_for_every_segment) {
 // product. It ends, and its row equals, bit for bit, the same row in a batch whose blocks run all
 // of their segments, and the exact kernel's within check_case's bound.
 TEST(cuda_tiled_attention_decode_over_a_long_cache) {
-  if (!device_ready("cuda_tiled_attention_decode_over_a_long_cache")) return;
+  if (!attention_ready("cuda_tiled_attention_decode_over_a_long_cache")) return;
   std::mt19937 rng(71);
   const cuda::Stream stream;
   const int64_t kv_heads = 4, heads = 32, d = 128, length = 40960, rows = 40, q_width = heads * d;
@@ -295,7 +302,7 @@ TEST(cuda_tiled_attention_decode_over_a_long_cache) {
 // (Q8_K) and Q8_0's, exactly as quantize_activations quantizes the float output; a prompt batch
 // (all segments in one block) says it did not quantize.
 TEST(cuda_tiled_attention_quantizes_decode_rows) {
-  if (!device_ready("cuda_tiled_attention_quantizes_decode_rows")) return;
+  if (!attention_ready("cuda_tiled_attention_quantizes_decode_rows")) return;
   std::mt19937 rng(59);
   const cuda::Stream stream;
   const int64_t kv_heads = 4, heads = 32, d = 128, length = 700, q_width = heads * d;
@@ -329,18 +336,18 @@ TEST(cuda_tiled_attention_quantizes_decode_rows) {
 // A decode step of several sequences in one launch (batched_causal_attention) gives each row the
 // floats (and quantized blocks) of its sequence attended alone: up to 8 sequences of their own
 // caches and capacities, at depths on both sides of a segment's edge and deep into the cache,
-// some of two rows (a verify step), for head_dim 128 and 64, 8 and 4 query heads per KV head.
+// some of two rows (a verify step), for head_dim 128, 64 and 256, 8 and 4 query heads per KV head.
 // Run twice over, alternating two query sets, so a barrier or statistic left by the launch
 // before cannot pass. A sequence attending another's cache, or its rows another's positions, fails.
 TEST(cuda_batched_decode_attention_equals_each_sequence_alone) {
-  if (!device_ready("cuda_batched_decode_attention_equals_each_sequence_alone")) return;
+  if (!attention_ready("cuda_batched_decode_attention_equals_each_sequence_alone")) return;
   std::mt19937 rng(67);
   const cuda::Stream stream;
   const uint32_t type = quant::BlockQ4_K::kType;
   const auto sinks = upload(random_floats(32, 3.0f, rng));
   // Without and with gpt-oss's window and sinks.
   for (const int64_t window : {0, 96})
-    for (const int64_t d : {128, 64}) {
+    for (const int64_t d : {128, 64, 256}) {
       for (const int64_t group : {8, 4, 2}) {
         const int64_t kv_heads = group == 2 ? 2 : 4, heads = kv_heads * group, q_width = heads * d;
         // (depth of the first row, rows, capacity) per sequence.
@@ -417,46 +424,51 @@ TEST(cuda_batched_decode_attention_equals_each_sequence_alone) {
 }
 
 // Not a check: the times of both kernels on the qwen3-30b-a3b shape (32 query heads, 4 KV
-// heads, head_dim 128), for the device report: a prompt batch of 512 rows at the start and at
-// the end of a 4,096-token prompt, and decode rows at short and long contexts.
+// heads, head_dim 128) and Qwen3.6-35B-A3B's gated attention (16 query heads, 2 KV heads,
+// head_dim 256), for the device report: a prompt batch of 512 rows at the start and at the end
+// of a 4,096-token prompt, and decode rows at short and long contexts.
 TEST(cuda_attention_times) {
-  if (!device_ready("cuda_attention_times")) return;
+  if (!attention_ready("cuda_attention_times")) return;
   std::mt19937 rng(47);
   const cuda::Stream stream;
   const int64_t capacity = 8192;
-  const cuda::AttentionShape shape{32, 4, 128, 1.0f / std::sqrt(128.0f), capacity};
-  const int64_t kv_width = shape.kv_heads * shape.head_dim, q_width = shape.heads * shape.head_dim;
-  const auto cache = random_cache(capacity * kv_width, rng);
-  const auto keys = upload(cache), values = upload(cache);
-  const auto q = upload(random_floats(static_cast<size_t>(512 * q_width), 1.5f, rng));
-  cuda::DeviceBuffer out(static_cast<size_t>(512 * q_width) * sizeof(float), "out");
-  cuda::DeviceBuffer scratch(cuda::attention_scratch_bytes(shape, 512), "scratch");
-  for (const auto& [first, n] : {std::pair{int64_t{0}, int64_t{512}}, std::pair{int64_t{3584}, int64_t{512}},
-                                 std::pair{int64_t{299}, int64_t{1}}, std::pair{int64_t{4095}, int64_t{1}},
-                                 std::pair{int64_t{8191}, int64_t{1}}, std::pair{int64_t{4095}, int64_t{4}}}) {
-    std::vector<int32_t> positions(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) positions[i] = static_cast<int32_t>(first + i);
-    const auto dpos = upload(positions);
-    const auto time = [&](const auto& launch) {
-      launch();
-      stream.synchronize();
-      constexpr int kRuns = 20;
-      const auto start = std::chrono::steady_clock::now();
-      for (int r = 0; r < kRuns; ++r) launch();
-      stream.synchronize();
-      return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / kRuns;
-    };
-    const double exact = time([&] {
-      cuda::exact_causal_attention(q.as<float>(), n, dpos.as<int32_t>(), keys.as<uint16_t>(), values.as<uint16_t>(),
-                                   shape, out.as<float>(), stream.handle());
-    });
-    const double tiled = time([&] {
-      cuda::causal_attention(q.as<float>(), n, dpos.as<int32_t>(), keys.as<uint16_t>(), values.as<uint16_t>(), shape,
-                             scratch.data(), out.as<float>(), stream.handle());
-    });
-    cuda::check_launch("attention times");
-    std::printf("  attention, %lld rows from position %lld: exact %.1f us, tiled %.1f us (%.1fx)\n",
-                static_cast<long long>(n), static_cast<long long>(first), exact, tiled, exact / tiled);
+  for (const auto& [heads, kv_heads, d] :
+       {std::tuple{int64_t{32}, int64_t{4}, int64_t{128}}, std::tuple{int64_t{16}, int64_t{2}, int64_t{256}}}) {
+    const cuda::AttentionShape shape{heads, kv_heads, d, 1.0f / std::sqrt(static_cast<float>(d)), capacity};
+    const int64_t kv_width = shape.kv_heads * shape.head_dim, q_width = shape.heads * shape.head_dim;
+    const auto cache = random_cache(capacity * kv_width, rng);
+    const auto keys = upload(cache), values = upload(cache);
+    const auto q = upload(random_floats(static_cast<size_t>(512 * q_width), 1.5f, rng));
+    cuda::DeviceBuffer out(static_cast<size_t>(512 * q_width) * sizeof(float), "out");
+    cuda::DeviceBuffer scratch(cuda::attention_scratch_bytes(shape, 512), "scratch");
+    for (const auto& [first, n] : {std::pair{int64_t{0}, int64_t{512}}, std::pair{int64_t{3584}, int64_t{512}},
+                                   std::pair{int64_t{299}, int64_t{1}}, std::pair{int64_t{4095}, int64_t{1}},
+                                   std::pair{int64_t{8191}, int64_t{1}}, std::pair{int64_t{4095}, int64_t{4}}}) {
+      std::vector<int32_t> positions(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) positions[i] = static_cast<int32_t>(first + i);
+      const auto dpos = upload(positions);
+      const auto time = [&](const auto& launch) {
+        launch();
+        stream.synchronize();
+        constexpr int kRuns = 20;
+        const auto start = std::chrono::steady_clock::now();
+        for (int r = 0; r < kRuns; ++r) launch();
+        stream.synchronize();
+        return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / kRuns;
+      };
+      const double exact = time([&] {
+        cuda::exact_causal_attention(q.as<float>(), n, dpos.as<int32_t>(), keys.as<uint16_t>(), values.as<uint16_t>(),
+                                     shape, out.as<float>(), stream.handle());
+      });
+      const double tiled = time([&] {
+        cuda::causal_attention(q.as<float>(), n, dpos.as<int32_t>(), keys.as<uint16_t>(), values.as<uint16_t>(), shape,
+                               scratch.data(), out.as<float>(), stream.handle());
+      });
+      cuda::check_launch("attention times");
+      std::printf("  attention, head_dim %lld, %lld rows from position %lld: exact %.1f us, tiled %.1f us (%.1fx)\n",
+                  static_cast<long long>(d), static_cast<long long>(n), static_cast<long long>(first), exact, tiled,
+                  exact / tiled);
+    }
   }
 }
 
