@@ -13,6 +13,11 @@
 // and multiplies. A decode step (a single token) gives each segment its own block and adds the
 // segments' products in order in latent_combine_kernel; a batch gives each block all of its rows'
 // segments and adds them in the same order, so a row's floats do not depend on the batch.
+//
+// Sparse (a lightning indexer's choice, DeepSeek sparse attention): each token attends only the
+// positions listed for it, in their list's order: "slot" j of a row is position selected[j], and
+// tiles and segments run over slots instead of positions. A block then takes 16 heads of one token
+// (its rows share one list), the rows past the token's last head left empty.
 #include <cuda_fp16.h>
 
 #include "base/error.h"
@@ -34,9 +39,13 @@ struct Params {
   const float* q_latent;  // [rows][rank]
   const float* q_rope;    // [rows][rope]
   const int32_t* positions;
-  const uint16_t* cache;  // [positions][rank + rope]
+  const uint16_t* cache;  // [positions][key_row]: [latent, rope] first
+  int key_row;            // halves from one position's row to the next
   int n;
   int heads;
+  // Sparse: each token's top_k positions (token t's at selected[t * top_k]); null: every position.
+  const int32_t* selected;
+  int top_k;
   float scale;
   bool block_per_segment;
   float2* stats;   // [segment][rows]: each row's maximum score and its exps' sum in the segment
@@ -78,8 +87,30 @@ __device__ SharedLayout shared_layout(uint8_t* base) {
 
 __device__ __forceinline__ int segments_of(int length) { return (length + kTile - 1) / kTile; }
 
-// The last position each of the block's rows attends (-1 past the batch), for this thread's
-// two mma rows; the positions the block's longest row sees; and the segments the block runs,
+// The slots a token at `position` attends: the positions it sees, or at most top_k of them.
+__device__ __forceinline__ int slots_at(const Params& p, int position) {
+  return p.selected ? min(position + 1, p.top_k) : position + 1;
+}
+
+// Blocks per token of a sparse launch: 16 of its heads each.
+__host__ __device__ __forceinline__ int head_blocks(int heads) { return (heads + kRows - 1) / kRows; }
+
+// The block's packed rows, [first, end): 16 of the batch's, or with a sparse choice 16 of one
+// token's heads (end at its last head); `slots`: that token's list, or null.
+struct RowSpan {
+  int first, end;
+  const int32_t* slots;
+};
+
+__device__ RowSpan row_span(const Params& p) {
+  const int block = static_cast<int>(blockIdx.x);
+  if (!p.selected) return {block * kRows, p.n * p.heads, nullptr};
+  const int token = block / head_blocks(p.heads), first = token * p.heads + block % head_blocks(p.heads) * kRows;
+  return {first, (token + 1) * p.heads, p.selected + static_cast<int64_t>(token) * p.top_k};
+}
+
+// The last slot each of the block's rows attends (-1 for an empty row), for this thread's two
+// mma rows; the slots the block's longest row sees; and the segments the block runs,
 // [begin, end): with a block per segment, its own one (none where its rows end before it).
 struct BlockRows {
   int limit[2];
@@ -87,19 +118,18 @@ struct BlockRows {
   int begin, end;
 };
 
-__device__ BlockRows block_rows(const Params& p, int first_row) {
+__device__ BlockRows block_rows(const Params& p, const RowSpan& span) {
   __shared__ int longest;
   if (threadIdx.x == 0) longest = 0;
   __syncthreads();
-  const int rows = p.n * p.heads;
-  if (threadIdx.x < kRows && first_row + static_cast<int>(threadIdx.x) < rows) {
-    atomicMax(&longest, p.positions[(first_row + threadIdx.x) / p.heads] + 1);
+  if (threadIdx.x < kRows && span.first + static_cast<int>(threadIdx.x) < span.end) {
+    atomicMax(&longest, slots_at(p, p.positions[(span.first + threadIdx.x) / p.heads]));
   }
   __syncthreads();
   BlockRows b;
   for (int i = 0; i < 2; ++i) {
-    const int row = first_row + static_cast<int>(threadIdx.x % kWarp) / 4 + 8 * i;
-    b.limit[i] = row < rows ? p.positions[row / p.heads] : -1;
+    const int row = span.first + static_cast<int>(threadIdx.x % kWarp) / 4 + 8 * i;
+    b.limit[i] = row < span.end ? slots_at(p, p.positions[row / p.heads]) - 1 : -1;
   }
   b.length = longest;
   const int count = segments_of(longest);
@@ -110,14 +140,13 @@ __device__ BlockRows block_rows(const Params& p, int first_row) {
 
 // The block's queries, rounded to f16, into shared rows of [latent, rope].
 template <int Rank, int Rope>
-__device__ void stage_queries(const Params& p, int first_row, uint16_t* queries) {
+__device__ void stage_queries(const Params& p, const RowSpan& span, uint16_t* queries) {
   using S = Shape<Rank, Rope>;
-  const int rows = p.n * p.heads;
   for (int i = threadIdx.x; i < kRows * S::kKey / 2; i += kThreads) {
     const int r = i / (S::kKey / 2), c = i % (S::kKey / 2) * 2;
-    const int row = first_row + r;
+    const int row = span.first + r;
     float2 v = make_float2(0.0f, 0.0f);
-    if (row < rows) {
+    if (row < span.end) {
       v = c < Rank ? *reinterpret_cast<const float2*>(p.q_latent + static_cast<int64_t>(row) * Rank + c)
                    : *reinterpret_cast<const float2*>(p.q_rope + static_cast<int64_t>(row) * Rope + c - Rank);
     }
@@ -125,17 +154,17 @@ __device__ void stage_queries(const Params& p, int first_row, uint16_t* queries)
   }
 }
 
-// Copies cache rows [first, first + kTile) into `tile` (cp.async), zeros from `end` on: rows never
-// written may hold NaN bit patterns, and 0 * NaN would reach the output.
+// Copies the cache rows of slots [first, first + kTile) into `tile` (cp.async), zeros from slot
+// `end` on: rows never written may hold NaN bit patterns, and 0 * NaN would reach the output.
 template <int Rank, int Rope>
-__device__ void load_tile(const uint16_t* cache, int first, int end, uint16_t* tile) {
+__device__ void load_tile(const Params& p, const RowSpan& span, int first, int end, uint16_t* tile) {
   using S = Shape<Rank, Rope>;
   constexpr int kPieces = S::kKey / 8;  // 16-byte pieces per row
   for (int i = threadIdx.x; i < kTile * kPieces; i += kThreads) {
     const int r = i / kPieces, c = i % kPieces * 8;
-    const int position = first + r;
-    const bool inside = position < end;
-    const uint16_t* source = cache + (inside ? static_cast<int64_t>(position) * S::kKey + c : 0);
+    const bool inside = first + r < end;
+    const int position = inside ? (span.slots ? span.slots[first + r] : first + r) : 0;
+    const uint16_t* source = p.cache + (inside ? static_cast<int64_t>(position) * p.key_row + c : 0);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared_address(tile + r * S::kStride + c)),
                  "l"(source), "r"(inside ? 16 : 0)
                  : "memory");
@@ -218,14 +247,14 @@ __global__ void __launch_bounds__(kThreads) latent_stats_kernel(Params p) {
   extern __shared__ __align__(16) uint8_t shared[];
   const SharedLayout sh = shared_layout<Rank, Rope>(shared);
   wait_for_previous_kernel();
-  const int first_row = blockIdx.x * kRows;
-  const BlockRows rows = block_rows(p, first_row);
+  const RowSpan span = row_span(p);
+  const BlockRows rows = block_rows(p, span);
   if (rows.begin >= rows.end) return;
-  stage_queries<Rank, Rope>(p, first_row, sh.queries);
+  stage_queries<Rank, Rope>(p, span, sh.queries);
   const int64_t stride = static_cast<int64_t>(p.n) * p.heads;
   for (int segment = rows.begin; segment < rows.end; ++segment) {
     const int first = segment * kTile;
-    load_tile<Rank, Rope>(p.cache, first, rows.length, sh.tile);
+    load_tile<Rank, Rope>(p, span, first, rows.length, sh.tile);
     float s[2][4];
     tile_scores<Rank, Rope>(sh, p.scale, s);
     float max[2];
@@ -234,7 +263,7 @@ __global__ void __launch_bounds__(kThreads) latent_stats_kernel(Params p) {
     const int lane = threadIdx.x % kWarp;
     if (threadIdx.x < kWarp && lane % 4 == 0) {
       for (int i = 0; i < 2; ++i) {
-        const int row = first_row + lane / 4 + 8 * i;
+        const int row = span.first + lane / 4 + 8 * i;
         if (rows.limit[i] >= first) p.stats[segment * stride + row] = make_float2(max[i], static_cast<float>(sum[i]));
       }
     }
@@ -299,16 +328,16 @@ __global__ void __launch_bounds__(kThreads) latent_values_kernel(Params p) {
   extern __shared__ __align__(16) uint8_t shared[];
   const SharedLayout sh = shared_layout<Rank, Rope>(shared);
   wait_for_previous_kernel();
-  const int first_row = blockIdx.x * kRows;
-  const BlockRows rows = block_rows(p, first_row);
+  const RowSpan span = row_span(p);
+  const BlockRows rows = block_rows(p, span);
   if (rows.begin >= rows.end) return;
-  stage_queries<Rank, Rope>(p, first_row, sh.queries);
+  stage_queries<Rank, Rope>(p, span, sh.queries);
   float max[2], inverse[2];
-  softmax_scale(p, first_row, rows, max, inverse);
+  softmax_scale(p, span.first, rows, max, inverse);
   float total[S::kColumns / 8][4] = {};  // the segments' products, added in segment order
   for (int segment = rows.begin; segment < rows.end; ++segment) {
     const int first = segment * kTile;
-    load_tile<Rank, Rope>(p.cache, first, rows.length, sh.tile);
+    load_tile<Rank, Rope>(p, span, first, rows.length, sh.tile);
     float s[2][4];
     tile_scores<Rank, Rope>(sh, p.scale, s);
     float o[S::kColumns / 8][4] = {};
@@ -324,7 +353,8 @@ __global__ void __launch_bounds__(kThreads) latent_values_kernel(Params p) {
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   for (int i = 0; i < 2; ++i) {
     if (rows.limit[i] < 0) continue;
-    float* row = dest + (first_row + lane / 4 + 8 * i) * static_cast<int64_t>(Rank) + warp * S::kColumns + lane % 4 * 2;
+    float* row =
+        dest + (span.first + lane / 4 + 8 * i) * static_cast<int64_t>(Rank) + warp * S::kColumns + lane % 4 * 2;
 #pragma unroll
     for (int d = 0; d < S::kColumns / 8; ++d) {
       *reinterpret_cast<float2*>(row + d * 8) = make_float2(total[d][2 * i], total[d][2 * i + 1]);
@@ -333,15 +363,20 @@ __global__ void __launch_bounds__(kThreads) latent_values_kernel(Params p) {
 }
 
 // Each output the sum of its row's segment products (sum_segments).
-__global__ void latent_combine_kernel(const float* partial, const int32_t* positions, int64_t rows, int heads, int rank,
-                                      float* out) {
+__global__ void latent_combine_kernel(Params p, int rank) {
   wait_for_previous_kernel();
+  const int64_t rows = static_cast<int64_t>(p.n) * p.heads;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= rows * rank) return;
-  out[i] = sum_segments(partial, rows * rank, segments_of(positions[i / rank / heads] + 1), i);
+  p.out[i] = sum_segments(p.partial, rows * rank, segments_of(slots_at(p, p.positions[i / rank / p.heads])), i);
 }
 
 int64_t cache_segments(int64_t cache_positions) { return (cache_positions + kTile - 1) / kTile; }
+
+// The segments a decode step's grid covers: of the cache, or of a sparse choice's slots.
+int64_t step_segments(const Params& p, int64_t cache_positions) {
+  return cache_segments(p.selected ? std::min<int64_t>(cache_positions, p.top_k) : cache_positions);
+}
 
 size_t stats_bytes(int64_t rows, int64_t cache_positions) {
   return (static_cast<size_t>(cache_segments(cache_positions) * rows) * sizeof(float2) + 255) / 256 * 256;
@@ -359,8 +394,9 @@ template <int Rank, int Rope>
 void launch(const Params& p, int64_t cache_positions, cudaStream_t stream) {
   using S = Shape<Rank, Rope>;
   const int64_t rows = static_cast<int64_t>(p.n) * p.heads;
-  const dim3 grid(static_cast<unsigned>((rows + kRows - 1) / kRows), 1,
-                  static_cast<unsigned>(p.block_per_segment ? cache_segments(cache_positions) : 1));
+  const int64_t blocks = p.selected ? static_cast<int64_t>(p.n) * head_blocks(p.heads) : (rows + kRows - 1) / kRows;
+  const dim3 grid(static_cast<unsigned>(blocks), 1,
+                  static_cast<unsigned>(p.block_per_segment ? step_segments(p, cache_positions) : 1));
   launch_early(latent_stats_kernel<Rank, Rope>, grid, dim3(kThreads), S::kSharedBytes, stream, p);
   launch_early(latent_values_kernel<Rank, Rope>, grid, dim3(kThreads), S::kSharedBytes, stream, p);
 }
@@ -390,12 +426,22 @@ void latent_attention(const LatentAttention& a, void* scratch, StreamHandle stre
                 "128 with 32), not " +
                     std::to_string(a.rank) + " with " + std::to_string(a.rope));
   }
+  const int64_t key_row = a.key_row > 0 ? a.key_row : a.rank + a.rope;
+  if (key_row < a.rank + a.rope || key_row % 8 != 0 || (a.selected && a.top_k < 1)) {
+    throw Error("INVALID_ARGUMENT",
+                "latent attention reads cache rows of a multiple of 8 halves holding the latent and "
+                "rotary key, and a sparse choice of at least one position (rows of " +
+                    std::to_string(key_row) + ", top_k " + std::to_string(a.top_k) + ")");
+  }
   Params p;
   p.q_latent = a.q_latent;
   p.q_rope = a.q_rope;
   p.positions = a.positions;
   p.cache = a.cache;
+  p.key_row = static_cast<int>(key_row);
   p.n = static_cast<int>(a.n);
+  p.selected = a.selected;
+  p.top_k = static_cast<int>(a.top_k);
   p.heads = static_cast<int>(a.heads);
   p.scale = a.scale;
   p.block_per_segment = a.n == 1;
@@ -411,8 +457,8 @@ void latent_attention(const LatentAttention& a, void* scratch, StreamHandle stre
   if (!p.block_per_segment) return;
   constexpr int kCombineThreads = 256;
   const int64_t rows = a.n * a.heads;
-  launch_early(latent_combine_kernel, dim3(ceil_div(rows * a.rank, kCombineThreads)), dim3(kCombineThreads), 0, s,
-               p.partial, a.positions, rows, p.heads, static_cast<int>(a.rank), a.out);
+  launch_early(latent_combine_kernel, dim3(ceil_div(rows * a.rank, kCombineThreads)), dim3(kCombineThreads), 0, s, p,
+               static_cast<int>(a.rank));
 }
 
 }  // namespace bloomery::cuda

@@ -34,7 +34,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
 
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
     store_latent_kernel(const float* kv, int64_t n, int rank, const float* norm, float eps, const int32_t* positions,
-                        RopeShape rope, KvSegments cache) {
+                        RopeShape rope, KvSegments cache, int64_t key_row) {
   wait_for_previous_kernel();
   __shared__ float staged[kWarpsPerBlock][kMaxRope];
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
@@ -42,7 +42,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
   const int lane = threadIdx.x % kWarp, dims = static_cast<int>(rope.dims), width = rank + dims;
   int s = 0;
   while (row >= cache.first_row[s + 1]) ++s;
-  uint16_t* slot = cache.keys[s] + static_cast<int64_t>(positions[row]) * width;
+  uint16_t* slot = cache.keys[s] + static_cast<int64_t>(positions[row]) * key_row;
   const float* x = kv + row * width;
   double sum = 0.0;
   for (int j = lane; j < rank; j += kWarp) sum = __dadd_rn(sum, static_cast<double>(__fmul_rn(x[j], x[j])));
@@ -80,14 +80,20 @@ void split_latent_query(const float* q, int64_t n, int64_t heads, int64_t nope, 
 }
 
 void store_latent(const float* kv, int64_t n, int64_t rank, const float* norm, float eps, const int32_t* positions,
-                  const RopeShape& rope, const KvSegments& cache, StreamHandle stream) {
+                  const RopeShape& rope, const KvSegments& cache, int64_t key_row, StreamHandle stream) {
   check_rope(rope);
+  if (key_row < rank + rope.dims) {
+    throw Error("INVALID_ARGUMENT", "store_latent's cache rows of " + std::to_string(key_row) +
+                                        " halves cannot hold a latent and rotary key of " +
+                                        std::to_string(rank + rope.dims));
+  }
   if (cache.count < 1 || cache.count > kMaxKvSegments || cache.first_row[0] != 0 || cache.first_row[cache.count] != n) {
     throw Error("INVALID_ARGUMENT", "store_latent's cache segments must cover its " + std::to_string(n) +
                                         " rows in at most " + std::to_string(kMaxKvSegments) + " segments");
   }
   launch_early(store_latent_kernel, dim3(ceil_div(n, kWarpsPerBlock)), dim3(kWarpsPerBlock * kWarp), 0,
-               static_cast<cudaStream_t>(stream), kv, n, static_cast<int>(rank), norm, eps, positions, rope, cache);
+               static_cast<cudaStream_t>(stream), kv, n, static_cast<int>(rank), norm, eps, positions, rope, cache,
+               key_row);
 }
 
 }  // namespace bloomery::cuda

@@ -341,21 +341,26 @@ void position_heads(const AttentionHeads& h, int64_t n, const int32_t* positions
 void split_latent_query(const float* q, int64_t n, int64_t heads, int64_t nope, const int32_t* positions,
                         const RopeShape& rope, float* nope_out, float* rope_out, StreamHandle stream);
 // kv: n rows of [latent (rank), rotary key (rope.dims)]: the latent RMS-normed by `norm` (epsilon
-// `eps`), the key rotated, both stored as f16 into the row's cache (cache.keys; rows of rank +
-// rope.dims) at its position.
+// `eps`), the key rotated, both stored as f16 at the start of the row's cache row (cache.keys;
+// rows of key_row halves) at its position.
 void store_latent(const float* kv, int64_t n, int64_t rank, const float* norm, float eps, const int32_t* positions,
-                  const RopeShape& rope, const KvSegments& cache, StreamHandle stream);
+                  const RopeShape& rope, const KvSegments& cache, int64_t key_row, StreamHandle stream);
 
 // --- attention_latent.cu ---
 // Multi-head latent attention with the up-projections absorbed: rows of n tokens x heads
 // (row token * heads + head), each query [q_latent (rank), q_rope (rope)] against the cache's
 // f16 rows [latent, rotary key] of positions [0, positions[token]], the values being the
-// latents; out: rows of rank floats. The rounding is causal_attention's.
+// latents; out: rows of rank floats. The rounding is causal_attention's. Sparse (`selected` set):
+// token t attends only positions selected[t * top_k ...], the first min(positions[t] + 1, top_k)
+// of them (a lightning indexer's choice, lightning_indexer.cu).
 struct LatentAttention {
   const float* q_latent = nullptr;
   const float* q_rope = nullptr;
   const int32_t* positions = nullptr;  // per token
   const uint16_t* cache = nullptr;
+  int64_t key_row = 0;  // halves from one cache row to the next (a multiple of 8); 0: rank + rope
+  const int32_t* selected = nullptr;
+  int64_t top_k = 0;
   int64_t n = 0;
   int64_t heads = 0;
   int64_t rank = 0;
@@ -370,6 +375,42 @@ void prepare_latent_attention(int64_t rank, int64_t rope);
 // Scratch for passes of up to `max_rows` tokens.
 size_t latent_attention_scratch_bytes(int64_t heads, int64_t rank, int64_t cache_positions, int64_t max_rows);
 void latent_attention(const LatentAttention& a, void* scratch, StreamHandle stream);
+
+// --- lightning_indexer.cu: DeepSeek sparse attention's choice of positions ---
+// The indexer's sizes: `heads` query heads of `head_dim` against one key of head_dim per
+// position, each token attending its top_k best-scored positions; `rope`: the rotation of the
+// first rope.dims of each head (the indexer's own style).
+struct IndexerShape {
+  int64_t heads = 0;
+  int64_t head_dim = 0;
+  int64_t top_k = 0;
+  RopeShape rope;
+};
+bool indexer_supports(int64_t heads, int64_t head_dim);
+// q: n rows of heads * head_dim floats, in place: each head rotated, then multiplied by the
+// orthonormal Hadamard matrix of head_dim; row i at positions[i].
+void indexer_queries(float* q, int64_t n, const IndexerShape& shape, const int32_t* positions, StreamHandle stream);
+// k: n rows of head_dim floats, layer-normed (norm, bias, eps), rotated and multiplied by the
+// Hadamard matrix, stored as f16 at key_offset of each row's cache row (rows of key_row halves).
+void store_indexer_keys(const float* k, int64_t n, const IndexerShape& shape, const float* norm, const float* bias,
+                        float eps, const int32_t* positions, const KvSegments& cache, int64_t key_row,
+                        int64_t key_offset, StreamHandle stream);
+// One sequence's rows: each token's score of every position it sees, sum over heads of
+// max(q_h . k, 0) * weight_h * weight_scale, and its top_k best positions into
+// selected[i * top_k ...] in position order (all it sees, then -1, where they are at most top_k).
+struct IndexerSelect {
+  const float* q = nullptr;        // n rows of heads * head_dim (indexer_queries')
+  const float* weights = nullptr;  // n rows of heads
+  float weight_scale = 1.0f;
+  const int32_t* positions = nullptr;
+  const uint16_t* keys = nullptr;  // position 0's key (its cache row plus key_offset)
+  int64_t key_row = 0;
+  int64_t n = 0;
+  int64_t cache_positions = 0;  // the cache's capacity: the grid covers it
+  int32_t* selected = nullptr;
+};
+size_t indexer_scratch_bytes(int64_t cache_positions);
+void indexer_select(const IndexerSelect& s, const IndexerShape& shape, void* scratch, StreamHandle stream);
 
 // --- embed.cu ---
 // out[i] = row tokens[i] of `table`, dequantized to floats.

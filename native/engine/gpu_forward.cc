@@ -64,6 +64,11 @@ struct GpuAttention {
   DeviceMatrix q_a, kv_a, k_b, v_b;  // MLA's (k_b and v_b: a stack of one matrix per head)
   const float* q_a_norm = nullptr;
   const float* kv_a_norm = nullptr;
+  // A lightning indexer of the layer's own (model::IndexerWeights; empty for a layer that attends
+  // the last indexer's choice, or without sparse attention).
+  DeviceMatrix indexer_q, indexer_k, indexer_weights;
+  const float* indexer_k_norm = nullptr;
+  const float* indexer_k_bias = nullptr;
   bool windowed = false;               // attends the last HyperParams::sliding_window positions only
   const float* sinks = nullptr;        // one logit per query head (gpt-oss), or null
   const float* output_bias = nullptr;  // added to the output product (gpt-oss), or null
@@ -176,6 +181,10 @@ struct Workspace {
   DeviceBuffer mixed, z, grouped, beta, decay;
   // Gated attention's [query, gate] heads and its gates; the gated shared experts' output and gate.
   DeviceBuffer q_gated, attention_gate, shared_out, shared_gate;
+  // DeepSeek sparse attention (empty for other models): the lightning indexer's queries, keys and
+  // head weights, each row's selected positions (kept from layer to layer: a layer without an
+  // indexer attends the last one's choice), and the scores' scratch.
+  DeviceBuffer indexer_q, indexer_k, indexer_weights, selected, indexer_scratch;
 };
 
 // The weights' places in device memory, and which experts are there: what bind_weights
@@ -437,6 +446,8 @@ std::vector<std::pair<const char*, size_t>> workspace_sizes(const model::HyperPa
   const size_t attention_scratch =
       latent ? cuda::latent_attention_scratch_bytes(p.heads, mla.kv_lora_rank, context_size, b)
              : cuda::attention_scratch_bytes(attention_shape(p, context_size), b);
+  const model::IndexerParams& x = p.indexer;
+  const bool sparse = x.top_k > 0;
   return {{"residual", floats(b * p.embedding)},
           {"normed", floats(b * p.embedding)},
           {"q", floats(b * q_width)},
@@ -474,7 +485,12 @@ std::vector<std::pair<const char*, size_t>> workspace_sizes(const model::HyperPa
           {"q_gated", floats(kinds.output_gate ? 2 * b * q_width : 0)},
           {"attention_gate", floats(kinds.output_gate ? b * q_width : 0)},
           {"shared_out", floats(kinds.shared_gate ? b * p.embedding : 0)},
-          {"shared_gate", floats(kinds.shared_gate ? b : 0)}};
+          {"shared_gate", floats(kinds.shared_gate ? b : 0)},
+          {"indexer_q", floats(sparse ? b * x.heads * x.head_dim : 0)},
+          {"indexer_k", floats(sparse ? b * x.head_dim : 0)},
+          {"indexer_weights", floats(sparse ? b * x.heads : 0)},
+          {"selected", ints(sparse ? b * x.top_k : 0)},
+          {"indexer_scratch", sparse ? cuda::indexer_scratch_bytes(context_size) : 0}};
 }
 
 void allocate_workspace(const model::HyperParams& p, const LayerKinds& kinds, int64_t context_size, int64_t pass_rows,
@@ -516,7 +532,12 @@ void allocate_workspace(const model::HyperParams& p, const LayerKinds& kinds, in
                              &w.q_gated,
                              &w.attention_gate,
                              &w.shared_out,
-                             &w.shared_gate};
+                             &w.shared_gate,
+                             &w.indexer_q,
+                             &w.indexer_k,
+                             &w.indexer_weights,
+                             &w.selected,
+                             &w.indexer_scratch};
   const auto sizes = workspace_sizes(p, kinds, context_size, pass_rows);
   for (size_t i = 0; i < sizes.size(); ++i) *buffers[i] = DeviceBuffer(sizes[i].second, sizes[i].first);
   if (p.mla.kv_lora_rank == 0) return;
@@ -598,7 +619,7 @@ void bind_weights(const model::Model& m, Uploader& up, GpuWeights& g) {
     GpuAttention& da = g.layers[l].attention;
     da.kind = a.kind;
     da.norm = up.vector(a.norm, p.embedding);
-    da.q = up.matrix(a.kind == model::AttentionKind::kMla ? a.mla.q : a.gqa.q);
+    da.q = up.matrix(model::is_latent(a.kind) ? a.mla.q : a.gqa.q);
     da.k = up.matrix(a.gqa.k);
     da.v = up.matrix(a.gqa.v);
     da.output = up.matrix(a.output);
@@ -616,6 +637,11 @@ void bind_weights(const model::Model& m, Uploader& up, GpuWeights& g) {
     da.kv_a_norm = up.vector(a.mla.kv_a_norm, p.mla.kv_lora_rank);
     da.k_b = up.matrix(a.mla.k_b.first, a.mla.k_b.count);
     da.v_b = up.matrix(a.mla.v_b.first, a.mla.v_b.count);
+    da.indexer_q = up.matrix(a.indexer.q);
+    da.indexer_k = up.matrix(a.indexer.k);
+    da.indexer_weights = up.matrix(a.indexer.head_weights);
+    da.indexer_k_norm = up.vector(a.indexer.k_norm, p.indexer.head_dim);
+    da.indexer_k_bias = up.vector(a.indexer.k_norm_bias, p.indexer.head_dim);
     da.windowed = a.windowed;
     da.sinks = up.vector(a.sinks, p.heads);
     da.output_bias = up.vector(a.output_bias, p.embedding);
@@ -751,6 +777,9 @@ std::vector<GpuKernelGap> kernel_gaps(const model::Model& m) {
           std::pair{&a.mla.kv_a, "attn_kv_a_mqa"},
           std::pair{&a.mla.k_b.first, "attn_k_b"},
           std::pair{&a.mla.v_b.first, "attn_v_b"},
+          std::pair{&a.indexer.q, "indexer.attn_q_b"},
+          std::pair{&a.indexer.k, "indexer.attn_k"},
+          std::pair{&a.indexer.head_weights, "indexer.proj"},
           std::pair{&a.output, a.kind == model::AttentionKind::kDeltaNet ? "ssm_out" : "attn_output"},
           std::pair{&f.dense.gate, gate},
           std::pair{&f.dense.up, up},
@@ -844,6 +873,14 @@ void check_shape(const model::HyperParams& p, const LayerKinds& kinds) {
                   "the other widths multiples of 32 (kv_lora_rank " +
                       std::to_string(mla.kv_lora_rank) + ", rotary " + std::to_string(mla.rope_dim) + ", nope " +
                       std::to_string(mla.nope_dim) + ", value " + std::to_string(mla.value_dim) + ")");
+    }
+    const model::IndexerParams& x = p.indexer;
+    if (x.top_k > 0 && (!cuda::indexer_supports(x.heads, x.head_dim) || model::cache_row(p).keys % 8 != 0)) {
+      throw Error("UNSUPPORTED_MODEL",
+                  "the GPU path's lightning indexer serves heads of 64 or 128 (at most 128 heads, "
+                  "8192 query floats a token, cache rows a multiple of 8 halves), not " +
+                      std::to_string(x.heads) + " heads of " + std::to_string(x.head_dim) +
+                      "; load the model with gpu: false");
     }
     return;
   }
@@ -1073,7 +1110,7 @@ struct Pass {
   }
 
   void attention_block(const GpuAttention& w, int64_t layer) const {
-    if (w.kind == model::AttentionKind::kMla) {
+    if (model::is_latent(w.kind)) {
       latent_attention_block(w, layer);
     } else if (w.kind == model::AttentionKind::kDeltaNet) {
       delta_net_block(w, layer);
@@ -1222,14 +1259,22 @@ struct Pass {
   // Multi-head latent attention, as the CPU's mla_attention: the queries (through the low-rank
   // q_a, its norm and q_b, or attn_q) split into the part k_b absorbs and the rotated part; the
   // latent and rotary key normed, rotated and cached; attention over the cache; each head's
-  // attended latent through v_b; the output product.
+  // attended latent through v_b; the output product. Sparse (kSparseMla): a layer with an
+  // indexer of its own caches its keys and chooses each row's positions (indexer_choice); every
+  // sparse layer attends the last choice.
   void latent_attention_block(const GpuAttention& w, int64_t layer) const {
     const model::HyperParams& p = m.params;
     const model::MlaParams& mla = p.mla;
     const Workspace& ws = m.work;
+    const bool sparse = w.kind == model::AttentionKind::kSparseMla;
+    const bool own_indexer = sparse && w.indexer_q.rows > 0;
     Input x = norm(f(ws.residual), n, w.norm, w.q_a.rows > 0 ? w.q_a : w.q);
     if (w.q_a.rows > 0) {
       mul_all({{&w.q_a, f(ws.latent_b), false}, {&w.kv_a, f(ws.k), false}}, x);
+      // The indexer's key and head weights read the attention's input, which the norm below overwrites.
+      if (own_indexer) {
+        mul_all({{&w.indexer_k, f(ws.indexer_k), false}, {&w.indexer_weights, f(ws.indexer_weights), false}}, x);
+      }
       cuda::RmsNorm args;
       args.x = f(ws.latent_b);
       args.rows = n;
@@ -1240,15 +1285,23 @@ struct Pass {
       cuda::rms_norm(args, stream);
       Input low(*this, f(ws.normed), n, mla.q_lora_rank);
       mul(w.q, low, n, f(ws.q), false);
+      if (own_indexer) mul(w.indexer_q, low, n, f(ws.indexer_q), false);
     } else {
       mul_all({{&w.q, f(ws.q), false}, {&w.kv_a, f(ws.k), false}}, x);
     }
     const cuda::RopeShape rope = rope_shape();
     const int32_t* positions = ws.positions.as<int32_t>();
+    const int64_t key_row = model::cache_row(p).keys;
     cache_groups(layer, [&](int64_t first_row, int64_t rows, const cuda::KvSegments& cache, auto) {
       cuda::store_latent(f(ws.k) + first_row * (mla.kv_lora_rank + mla.rope_dim), rows, mla.kv_lora_rank, w.kv_a_norm,
-                         p.rms_epsilon, positions + first_row, rope, cache, stream);
+                         p.rms_epsilon, positions + first_row, rope, cache, key_row, stream);
+      if (own_indexer) {
+        cuda::store_indexer_keys(f(ws.indexer_k) + first_row * p.indexer.head_dim, rows, indexer_shape(),
+                                 w.indexer_k_norm, w.indexer_k_bias, p.indexer.norm_epsilon, positions + first_row,
+                                 cache, key_row, model::indexer_key_offset(p), stream);
+      }
     });
+    if (own_indexer) indexer_choice(layer);
     cuda::split_latent_query(f(ws.q), n, p.heads, mla.nope_dim, positions, rope, f(ws.latent_a), f(ws.v), stream);
     per_head(w.k_b, f(ws.latent_a), f(ws.latent_b));
     for (const PassLayout::Segment& part : layout.segments) {
@@ -1258,6 +1311,11 @@ struct Pass {
       a.q_rope = f(ws.v) + first * mla.rope_dim;
       a.positions = positions + part.first_row;
       a.cache = part.sequence->keys_of(layer);
+      a.key_row = key_row;
+      if (sparse) {
+        a.selected = ws.selected.as<int32_t>() + part.first_row * p.indexer.top_k;
+        a.top_k = p.indexer.top_k;
+      }
       a.n = part.rows;
       a.heads = p.heads;
       a.rank = mla.kv_lora_rank;
@@ -1270,6 +1328,38 @@ struct Pass {
     per_head(w.v_b, f(ws.attention), f(ws.latent_a));
     Input values(*this, f(ws.latent_a), n, p.heads * mla.value_dim);
     output_projection(w, values);
+  }
+
+  cuda::IndexerShape indexer_shape() const {
+    const model::IndexerParams& x = m.params.indexer;
+    cpu::RopeParams rope = m.params.rope;
+    rope.style = x.rope_style;
+    return {x.heads, x.head_dim, x.top_k, gpu_rope_shape(rope, m.freq_factors)};
+  }
+
+  // The lightning indexer's choice for every row, as the CPU's indexer_rows and select_positions:
+  // its queries rotated (its keys are cached by then), and per sequence each row's top_k
+  // positions of `layer`'s keys into ws.selected.
+  void indexer_choice(int64_t layer) const {
+    const model::HyperParams& p = m.params;
+    const model::IndexerParams& x = p.indexer;
+    const Workspace& ws = m.work;
+    const cuda::IndexerShape shape = indexer_shape();
+    const int32_t* positions = ws.positions.as<int32_t>();
+    cuda::indexer_queries(f(ws.indexer_q), n, shape, positions, stream);
+    for (const PassLayout::Segment& part : layout.segments) {
+      cuda::IndexerSelect s;
+      s.q = f(ws.indexer_q) + part.first_row * x.heads * x.head_dim;
+      s.weights = f(ws.indexer_weights) + part.first_row * x.heads;
+      s.weight_scale = 1.0f / std::sqrt(static_cast<float>(x.head_dim * x.heads));
+      s.positions = positions + part.first_row;
+      s.keys = part.sequence->keys_of(layer) + model::indexer_key_offset(p);
+      s.key_row = model::cache_row(p).keys;
+      s.n = part.rows;
+      s.cache_positions = part.sequence->capacity;
+      s.selected = ws.selected.as<int32_t>() + part.first_row * x.top_k;
+      cuda::indexer_select(s, shape, ws.indexer_scratch.data(), stream);
+    }
   }
 
   // Gated DeltaNet, as the CPU's delta_net_attention: the input projections (the convolution's

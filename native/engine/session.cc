@@ -90,11 +90,6 @@ Runtime::Runtime(std::unique_ptr<model::Model> model, const RuntimeOptions& opti
                                            "'s compressed attention and hyper-connections (DeepSeek-V4) do not run on "
                                            "the GPU yet: load the model with gpu: false");
   }
-  if (options.gpu && model::has_sparse_attention(*model_)) {
-    throw Error("UNSUPPORTED_FEATURE", model_->params.architecture +
-                                           "'s DeepSeek sparse attention (its lightning indexer) does not run on the "
-                                           "GPU yet: load the model with gpu: false");
-  }
   if (!options.draft_model.empty()) {
     draft_model_ = std::make_unique<DraftModel>(model::load_model(options.draft_model), *model_);
   }

@@ -32,6 +32,9 @@ namespace bloomery::model {
 // indexer where the blocks are short.
 enum class AttentionKind : uint8_t { kGqa, kMla, kDeltaNet, kSparseMla, kCompressed };
 
+// Whether a layer of `kind` is multi-head latent attention, over every position or a sparse choice.
+inline bool is_latent(AttentionKind kind) { return kind == AttentionKind::kMla || kind == AttentionKind::kSparseMla; }
+
 // What a layer's FFN is. kDense: a SwiGLU FFN. kMoe: routed SwiGLU experts, plus shared
 // experts (a SwiGLU every row runs) when the model has them.
 enum class FfnKind : uint8_t { kDense, kMoe };

@@ -5,9 +5,12 @@
 // scores; a row's floats the same in a prompt and decoded alone; and the heads' preparation
 // (queries split and rotated, latents normed and rotated into the cache) against the CPU's steps.
 // Skips, saying why, where there is no CUDA device.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <numeric>
+#include <tuple>
 #include <vector>
 
 #include "tests/check.h"
@@ -161,6 +164,88 @@ TEST(cuda_latent_attention_rows_do_not_depend_on_the_batch) {
   }
 }
 
+// Sparse latent attention (a lightning indexer's choice) against cpu::causal_attention with the
+// same choice: each token attends top_k positions listed in no particular order (all it sees, then
+// -1, where they are fewer), over cache rows wider than [latent, rope] (the indexer's key follows);
+// heads fewer than a block's 16 rows, 16, and several blocks a token; decode rows alone and prompts.
+TEST(cuda_sparse_latent_attention_matches_cpu) {
+  if (!device_ready("cuda_sparse_latent_attention_matches_cpu")) return;
+  std::mt19937 rng(74);
+  const cuda::Stream stream;
+  cpu::ThreadPool pool(4);
+  for (const auto& [rank, rope] : {std::pair<int64_t, int64_t>{512, 64}, std::pair<int64_t, int64_t>{128, 32}}) {
+    for (const int64_t heads : {4, 16, 40}) {
+      for (const auto& [first, n, top_k] :
+           {std::tuple<int64_t, int64_t, int64_t>{9, 1, 16}, std::tuple<int64_t, int64_t, int64_t>{2999, 1, 100},
+            std::tuple<int64_t, int64_t, int64_t>{0, 37, 24}, std::tuple<int64_t, int64_t, int64_t>{300, 70, 130}}) {
+        const int64_t key = rank + rope, key_row = key + 64, length = first + n;
+        std::vector<uint16_t> cache(static_cast<size_t>((length + 10) * key_row));
+        for (auto& x : cache) {
+          x = quant::fp32_to_fp16(std::uniform_real_distribution<float>(-kValueAmplitude, kValueAmplitude)(rng));
+        }
+        const auto q_latent = random_floats(static_cast<size_t>(n * heads * rank), 1.5f, rng);
+        const auto q_rope = random_floats(static_cast<size_t>(n * heads * rope), 1.5f, rng);
+        std::vector<int32_t> positions, selected;
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t seen = first + i + 1;
+          positions.push_back(static_cast<int32_t>(first + i));
+          std::vector<int32_t> all(static_cast<size_t>(seen));
+          std::iota(all.begin(), all.end(), 0);
+          if (seen > top_k) std::shuffle(all.begin(), all.end(), rng);
+          all.resize(static_cast<size_t>(top_k), -1);
+          selected.insert(selected.end(), all.begin(), all.end());
+        }
+        const auto dql = upload(q_latent), dqr = upload(q_rope), dc = upload(cache), dp = upload(positions);
+        const auto ds = upload(selected);
+        const int64_t capacity = length + 10;
+        cuda::DeviceBuffer out(static_cast<size_t>(n * heads * rank) * sizeof(float), "out");
+        cuda::DeviceBuffer scratch(cuda::latent_attention_scratch_bytes(heads, rank, capacity, n), "scratch");
+        cuda::prepare_latent_attention(rank, rope);
+        cuda::LatentAttention a;
+        a.q_latent = dql.as<float>();
+        a.q_rope = dqr.as<float>();
+        a.positions = dp.as<int32_t>();
+        a.cache = dc.as<uint16_t>();
+        a.key_row = key_row;
+        a.selected = ds.as<int32_t>();
+        a.top_k = top_k;
+        a.n = n;
+        a.heads = heads;
+        a.rank = rank;
+        a.rope = rope;
+        a.scale = 1.0f / std::sqrt(static_cast<float>(key));
+        a.cache_positions = capacity;
+        a.out = out.as<float>();
+        cuda::latent_attention(a, scratch.data(), stream.handle());
+        cuda::check_launch("sparse latent attention test");
+        const auto got = download<float>(out, static_cast<size_t>(n * heads * rank), stream);
+
+        std::vector<float> q(static_cast<size_t>(n * heads * key));
+        for (int64_t row = 0; row < n * heads; ++row) {
+          std::copy_n(q_latent.data() + row * rank, rank, q.data() + row * key);
+          std::copy_n(q_rope.data() + row * rope, rope, q.data() + row * key + rank);
+        }
+        std::vector<float> want(static_cast<size_t>(n * heads * rank));
+        cpu::AttentionShape shape{heads, 1, key, rank, a.scale, key_row, key_row};
+        shape.selected = selected.data();
+        shape.selected_count = top_k;
+        cpu::causal_attention(q.data(), n, first, cache.data(), cache.data(), shape, want.data(), pool);
+        // As check_case bounds the dense kernels: the sums' order moves a probability's f16 rounding
+        // by an ulp at most, over top_k attended positions.
+        const double bound =
+            kValueAmplitude * (std::ldexp(1.0, -10) + 3.0 * static_cast<double>(top_k) * std::ldexp(1.0, -24));
+        double largest = 0.0;
+        for (size_t i = 0; i < got.size(); ++i) {
+          const double diff = std::fabs(static_cast<double>(got[i]) - want[i]);
+          largest = std::isnan(diff) ? INFINITY : std::max(largest, diff);
+        }
+        CHECK(largest <= bound) << "rank " << rank << ", " << heads << " heads, " << n << " rows from " << first
+                                << ", top " << top_k << ": largest difference " << largest << " over " << bound;
+      }
+    }
+  }
+}
+
 // split_latent_query and store_latent against the CPU's steps (engine/forward.cc's mla_attention:
 // the query's rope part rotated, the latent RMS-normed, the key rotated), with YaRN; cos and sin
 // may differ from the host's libm in the last bit on rare angles.
@@ -193,7 +278,7 @@ TEST(cuda_latent_heads_match_cpu) {
   segments.count = 1;
   segments.first_row[1] = static_cast<int>(n);
   segments.keys[0] = cache.as<uint16_t>();
-  cuda::store_latent(dkv.as<float>(), n, rank, dnorm.as<float>(), 1e-6f, dpos.as<int32_t>(), shape, segments,
+  cuda::store_latent(dkv.as<float>(), n, rank, dnorm.as<float>(), 1e-6f, dpos.as<int32_t>(), shape, segments, key,
                      stream.handle());
   const auto got_nope = download<float>(nope_out, static_cast<size_t>(n * heads * nope), stream);
   const auto got_rope = download<float>(rope_out, static_cast<size_t>(n * heads * rope_dims), stream);

@@ -54,6 +54,7 @@ for (const [preset, type] of [
   ["tiny-qwen3moe", "Q8_0"],
   ["tiny-glm4moe", "Q4_K"],
   ["tiny-deepseek2", "Q8_0"],
+  ["tiny-glm-dsa", "Q8_0"],
   ["tiny-gpt-oss", "Q8_0"],
   // Not its Q8_0: there the CPU's own scalar and SIMD sums already part by a top-1 miss of 0.57
   // nats (gpu-vs-cpu's floor), past the 0.1 this test allows a long prompt whose experts the CPU

@@ -113,6 +113,8 @@ for (const [preset, type] of [
   ["tiny-llama", "Q6_K"],
   ["tiny-glm4moe", "Q8_0"],
   ["tiny-deepseek2", "Q4_K"],
+  ["tiny-deepseek32", "Q4_K"],
+  ["tiny-glm-dsa", "Q8_0"],
   ["tiny-gpt-oss", "Q8_0"],
   ["tiny-mimo2", "Q4_K"],
 ]) {

@@ -36,6 +36,8 @@ for (const [preset, type] of [
   // Windowed layers: the state keeps their windows (4,000 positions moved them on the GPU).
   ["tiny-gpt-oss", "Q8_0"],
   ["tiny-mimo2", "Q8_0"],
+  // The lightning indexer's keys ride in the cached rows: the restored prefix's choices are the same.
+  ["tiny-glm-dsa", "Q8_0"],
 ]) {
   test(`${preset}: a GPU session restores a shared prefix from the prompt-state cache`, { skip }, async () => {
     const path = fixture(preset, type);

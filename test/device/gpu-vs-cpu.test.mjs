@@ -74,6 +74,11 @@ for (const type of ["F16", "Q8_0", "Q4_K"]) CASES.push(["tiny-minimax-m2", type]
 for (const preset of ["tiny-qwen35moe", "tiny-qwen3next"]) {
   for (const type of ["F16", "Q8_0", "Q4_K"]) CASES.push([preset, type]);
 }
+// DeepSeek sparse attention: each layer's lightning indexer (or GLM-5's shared layers, the last
+// one's) picks the 16 or 24 of the 1,000 positions its latent attention reads.
+for (const preset of ["tiny-deepseek32", "tiny-glm-dsa"]) {
+  for (const type of ["F16", "Q8_0", "Q4_K"]) CASES.push([preset, type]);
+}
 // Their real attention heads are 256 wide (the tiled attention's value columns in two blocks).
 CASES.push(["tiny-qwen35moe-256", "F16"]);
 // MiMo-V2's: KV heads per layer (1 on full layers, 2 on windowed ones, in cache rows sized for 2),

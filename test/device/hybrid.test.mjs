@@ -82,6 +82,8 @@ for (const [preset, type] of [
   ["tiny-glm4moe", "Q4_K"],
   ["tiny-deepseek2", "Q4_K"],
   ["tiny-deepseek2", "Q8_0"],
+  ["tiny-deepseek32", "Q4_K"],
+  ["tiny-glm-dsa", "Q8_0"],
   ["tiny-gpt-oss", "Q8_0"],
   ["tiny-gpt-oss-mxfp4", undefined],
   ["tiny-mimo2", "Q8_0"],

@@ -1,0 +1,343 @@
+// DeepSeek's lightning indexer on the GPU (DeepSeek sparse attention: DeepSeek-V3.2, GLM-5), as
+// the CPU path runs it (engine/lightning_indexer.cc, cpu/lightning_indexer.cc): the indexer's
+// query heads and its one key per position rotated over their first rope dims and multiplied by
+// the orthonormal Hadamard matrix (here a fast Walsh-Hadamard transform, the same product summed
+// in another order), the keys layer-normed first and cached as f16 beside MLA's row; then each
+// token's score of every position it sees, the sum over heads of max(q_h . k, 0) times the head's
+// weight, and its top_k best-scored positions. The selection is exact on the scores (a radix
+// select of the k-th largest, then the positions above it and the first ties, in position order),
+// so a token's list does not depend on the batch; the scores' sums run in another order than the
+// CPU's, so near-ties may resolve otherwise there.
+#include <algorithm>
+#include <cmath>
+
+#include "base/error.h"
+#include "cuda/common.cuh"
+#include "cuda/rope.cuh"
+
+namespace bloomery::cuda {
+
+namespace {
+
+constexpr int kWarpsPerBlock = 4;
+constexpr int kMaxHeadDim = 128;
+constexpr int kMaxQueryFloats = 8192;  // heads * head_dim a token's query holds in shared memory
+constexpr int kMaxHeads = 128;
+constexpr int kScoreTile = 32;   // positions per scoring block, one per lane
+constexpr int kScoreGroups = 8;  // warps per scoring block, each summing every eighth head
+constexpr int kSelectThreads = 1024;
+// Tokens whose scores are held at once: the scratch holds this many rows of the cache's capacity.
+constexpr int64_t kSelectRows = 16;
+
+// Rotates the staged head (head_dim floats in shared memory) over its first rope.dims at
+// `position` and multiplies it by the orthonormal Hadamard matrix of head_dim, in place; the
+// warp's lanes share the work.
+__device__ void rotate_head(float* x, int head_dim, const RopeShape& rope, int32_t position) {
+  rotate_pairs(rope, position, x, [&](int j, float v) { x[j] = v; });
+  __syncwarp();
+  const int lane = threadIdx.x % kWarp;
+  for (int h = 1; h < head_dim; h *= 2) {
+    for (int b = lane; b < head_dim / 2; b += kWarp) {
+      const int i = b / h * 2 * h + b % h, j = i + h;
+      const float u = x[i], v = x[j];
+      x[i] = __fadd_rn(u, v);
+      x[j] = __fsub_rn(u, v);
+    }
+    __syncwarp();
+  }
+  const float scale = __fdiv_rn(1.0f, __fsqrt_rn(static_cast<float>(head_dim)));
+  for (int j = lane; j < head_dim; j += kWarp) x[j] = __fmul_rn(x[j], scale);
+  __syncwarp();
+}
+
+// One warp per query head: rows of heads * head_dim floats, in place.
+__global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
+    indexer_queries_kernel(float* q, int64_t heads_total, int heads, int head_dim, const int32_t* positions,
+                           RopeShape rope) {
+  wait_for_previous_kernel();
+  __shared__ float staged[kWarpsPerBlock][kMaxHeadDim];
+  const int64_t head = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
+  if (head >= heads_total) return;
+  const int lane = threadIdx.x % kWarp;
+  float* x = staged[threadIdx.x / kWarp];
+  float* row = q + head * head_dim;
+  for (int j = lane; j < head_dim; j += kWarp) x[j] = row[j];
+  __syncwarp();
+  rotate_head(x, head_dim, rope, positions[head / heads]);
+  for (int j = lane; j < head_dim; j += kWarp) row[j] = x[j];
+}
+
+// One warp per key: layer-normed as cpu::layer_norm rounds it (sums in double; each product
+// rounded before the bias is added), rotated, and stored as f16 at its cache row's key_offset.
+__global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
+    store_keys_kernel(const float* k, int64_t n, int head_dim, const float* norm, const float* bias, float eps,
+                      const int32_t* positions, RopeShape rope, KvSegments cache, int64_t key_row, int64_t key_offset) {
+  wait_for_previous_kernel();
+  __shared__ float staged[kWarpsPerBlock][kMaxHeadDim];
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
+  if (row >= n) return;
+  const int lane = threadIdx.x % kWarp;
+  float* x = staged[threadIdx.x / kWarp];
+  const float* in = k + row * head_dim;
+  double sum = 0.0;
+  for (int j = lane; j < head_dim; j += kWarp) sum = __dadd_rn(sum, static_cast<double>(in[j]));
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  const float mean = __fdiv_rn(static_cast<float>(sum), static_cast<float>(head_dim));
+  double squares = 0.0;
+  for (int j = lane; j < head_dim; j += kWarp) {
+    const float centered = __fsub_rn(in[j], mean);
+    squares = __dadd_rn(squares, static_cast<double>(__fmul_rn(centered, centered)));
+  }
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) squares += __shfl_xor_sync(0xffffffffu, squares, offset);
+  const float scale =
+      __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(static_cast<float>(squares / static_cast<double>(head_dim)), eps)));
+  for (int j = lane; j < head_dim; j += kWarp) {
+    const float scaled = __fmul_rn(__fsub_rn(in[j], mean), scale);
+    x[j] = __fadd_rn(static_cast<float>(static_cast<double>(scaled) * norm[j]), bias[j]);
+  }
+  __syncwarp();
+  rotate_head(x, head_dim, rope, positions[row]);
+  int s = 0;
+  while (row >= cache.first_row[s + 1]) ++s;
+  uint16_t* slot = cache.keys[s] + static_cast<int64_t>(positions[row]) * key_row + key_offset;
+  for (int j = lane; j < head_dim; j += kWarp) slot[j] = __half_as_ushort(__float2half(x[j]));
+}
+
+struct ScoreParams {
+  const float* q;        // [row][heads * head_dim], the group's first row first
+  const float* weights;  // [row][heads]
+  float weight_scale;
+  const int32_t* positions;  // the group's
+  const uint16_t* keys;      // the first position's key
+  int64_t key_row;
+  int heads, head_dim, top_k;
+  int64_t cache_positions;
+  float* scores;  // [row][cache_positions]
+};
+
+// A block scores kScoreTile positions of one token: lane p takes position p of the tile, warp g
+// the heads g, g + 8, ...; the warps' sums are added in warp order.
+__global__ void __launch_bounds__(kScoreGroups* kWarp) indexer_scores_kernel(ScoreParams p) {
+  extern __shared__ __align__(16) uint8_t shared[];
+  wait_for_previous_kernel();
+  const int row = static_cast<int>(blockIdx.y), first = static_cast<int>(blockIdx.x) * kScoreTile;
+  const int seen = p.positions[row] + 1;
+  if (seen <= p.top_k || first >= seen) return;  // a token that sees at most top_k attends them all
+  const int width = p.heads * p.head_dim, pairs = p.head_dim / 2, key_stride = pairs + 1;
+  float* q = reinterpret_cast<float*>(shared);
+  float* weights = q + width;
+  uint32_t* keys = reinterpret_cast<uint32_t*>(weights + p.heads);
+  float* partial = reinterpret_cast<float*>(keys + kScoreTile * key_stride);
+  const float* q_row = p.q + static_cast<int64_t>(row) * width;
+  for (int i = threadIdx.x; i < width; i += blockDim.x) q[i] = q_row[i];
+  for (int h = threadIdx.x; h < p.heads; h += blockDim.x) {
+    weights[h] = __fmul_rn(p.weights[static_cast<int64_t>(row) * p.heads + h], p.weight_scale);
+  }
+  for (int i = threadIdx.x; i < kScoreTile * pairs; i += blockDim.x) {
+    const int t = i / pairs, c = i % pairs, position = first + t;
+    keys[t * key_stride + c] =
+        position < seen ? *reinterpret_cast<const uint32_t*>(p.keys + position * p.key_row + 2 * c) : 0u;
+  }
+  __syncthreads();
+  const int lane = threadIdx.x % kWarp, group = threadIdx.x / kWarp;
+  const uint32_t* key = keys + lane * key_stride;
+  float sum = 0.0f;
+  for (int h = group; h < p.heads; h += kScoreGroups) {
+    const float* qh = q + h * p.head_dim;
+    float dot = 0.0f;
+    for (int c = 0; c < pairs; ++c) {
+      const float2 k = __half22float2(*reinterpret_cast<const __half2*>(key + c));
+      dot = __fmaf_rn(qh[2 * c], k.x, dot);
+      dot = __fmaf_rn(qh[2 * c + 1], k.y, dot);
+    }
+    sum = __fmaf_rn(fmaxf(dot, 0.0f), weights[h], sum);
+  }
+  partial[group * kWarp + lane] = sum;
+  __syncthreads();
+  if (group != 0 || first + lane >= seen) return;
+  float score = 0.0f;
+  for (int g = 0; g < kScoreGroups; ++g) score = __fadd_rn(score, partial[g * kWarp + lane]);
+  p.scores[row * p.cache_positions + first + lane] = score;
+}
+
+// Scores as unsigned integers of the same order (larger float, larger integer).
+__device__ __forceinline__ uint32_t ordered_bits(float score) {
+  const uint32_t u = __float_as_uint(score);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// The exclusive prefix sum of v over the block's threads (kSelectThreads), in thread order.
+__device__ int exclusive_sum(int v, int* warp_totals) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  int inclusive = v;
+#pragma unroll
+  for (int offset = 1; offset < kWarp; offset *= 2) {
+    const int other = __shfl_up_sync(0xffffffffu, inclusive, offset);
+    if (lane >= offset) inclusive += other;
+  }
+  if (lane == kWarp - 1) warp_totals[warp] = inclusive;
+  __syncthreads();
+  if (warp == 0) {
+    int total = warp_totals[lane];
+#pragma unroll
+    for (int offset = 1; offset < kWarp; offset *= 2) {
+      const int other = __shfl_up_sync(0xffffffffu, total, offset);
+      if (lane >= offset) total += other;
+    }
+    warp_totals[lane] = total;  // inclusive over the warps
+  }
+  __syncthreads();
+  const int before = (warp > 0 ? warp_totals[warp - 1] : 0) + inclusive - v;
+  __syncthreads();
+  return before;
+}
+
+// A block per token: its top_k best-scored positions in position order (those above the k-th
+// largest score, then as many of the positions equal to it as fill k, the first ones); a token
+// that sees at most top_k positions attends them all, -1 after them.
+__global__ void __launch_bounds__(kSelectThreads)
+    indexer_top_k_kernel(const float* scores, const int32_t* positions, int top_k, int64_t cache_positions,
+                         int32_t* selected) {
+  wait_for_previous_kernel();
+  __shared__ int histogram[256];
+  __shared__ uint32_t prefix_shared;
+  __shared__ int needed_shared;
+  __shared__ int warp_totals[kWarp];
+  const int row = static_cast<int>(blockIdx.x), seen = positions[row] + 1;
+  int32_t* out = selected + static_cast<int64_t>(row) * top_k;
+  if (seen <= top_k) {
+    for (int i = threadIdx.x; i < top_k; i += kSelectThreads) out[i] = i < seen ? i : -1;
+    return;
+  }
+  const float* row_scores = scores + row * cache_positions;
+  uint32_t prefix = 0, mask = 0;
+  int needed = top_k;  // of the positions matching the prefix, how many the selection still takes
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int i = threadIdx.x; i < 256; i += kSelectThreads) histogram[i] = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < seen; i += kSelectThreads) {
+      const uint32_t u = ordered_bits(row_scores[i]);
+      if ((u & mask) == prefix) atomicAdd(&histogram[(u >> shift) & 255u], 1);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int above = 0, digit = 255;
+      while (above + histogram[digit] < needed) above += histogram[digit--];
+      prefix_shared = prefix | (static_cast<uint32_t>(digit) << shift);
+      needed_shared = needed - above;
+    }
+    __syncthreads();
+    prefix = prefix_shared;
+    needed = needed_shared;
+    mask |= 255u << shift;
+    __syncthreads();
+  }
+  // `prefix` is the k-th largest score's bits; `needed` of the positions equal to it are taken.
+  const int chunk = (seen + kSelectThreads - 1) / kSelectThreads;
+  const int begin = min(seen, static_cast<int>(threadIdx.x) * chunk), end = min(seen, begin + chunk);
+  int above = 0, ties = 0;
+  for (int i = begin; i < end; ++i) {
+    const uint32_t u = ordered_bits(row_scores[i]);
+    above += u > prefix;
+    ties += u == prefix;
+  }
+  const int ties_before = exclusive_sum(ties, warp_totals);
+  const int taken_ties = max(0, min(ties, needed - ties_before));
+  int at = exclusive_sum(above + taken_ties, warp_totals);
+  int tie = ties_before;
+  for (int i = begin; i < end; ++i) {
+    const uint32_t u = ordered_bits(row_scores[i]);
+    if (u > prefix) {
+      out[at++] = i;
+    } else if (u == prefix) {
+      if (tie < needed) out[at++] = i;
+      ++tie;
+    }
+  }
+}
+
+size_t score_shared_bytes(const IndexerShape& shape) {
+  return static_cast<size_t>(shape.heads * shape.head_dim + shape.heads) * sizeof(float) +
+         static_cast<size_t>(kScoreTile * (shape.head_dim / 2 + 1)) * sizeof(uint32_t) +
+         static_cast<size_t>(kScoreGroups * kWarp) * sizeof(float);
+}
+
+void check_shape(const IndexerShape& shape) {
+  if (!indexer_supports(shape.heads, shape.head_dim) || shape.top_k < 1 || shape.rope.dims > shape.head_dim ||
+      shape.rope.dims % 2 != 0) {
+    throw Error("UNSUPPORTED_MODEL", "the GPU's lightning indexer serves heads of 64 or 128 (at most 128 heads and " +
+                                         std::to_string(kMaxQueryFloats) +
+                                         " query floats a token) rotating an even count of their dims, not " +
+                                         std::to_string(shape.heads) + " heads of " + std::to_string(shape.head_dim) +
+                                         " rotating " + std::to_string(shape.rope.dims));
+  }
+}
+
+}  // namespace
+
+bool indexer_supports(int64_t heads, int64_t head_dim) {
+  return (head_dim == 64 || head_dim == 128) && heads >= 1 && heads <= kMaxHeads && heads * head_dim <= kMaxQueryFloats;
+}
+
+void indexer_queries(float* q, int64_t n, const IndexerShape& shape, const int32_t* positions, StreamHandle stream) {
+  check_shape(shape);
+  const int64_t total = n * shape.heads;
+  if (total == 0) return;
+  launch_early(indexer_queries_kernel, dim3(ceil_div(total, kWarpsPerBlock)), dim3(kWarpsPerBlock * kWarp), 0,
+               static_cast<cudaStream_t>(stream), q, total, static_cast<int>(shape.heads),
+               static_cast<int>(shape.head_dim), positions, shape.rope);
+}
+
+void store_indexer_keys(const float* k, int64_t n, const IndexerShape& shape, const float* norm, const float* bias,
+                        float eps, const int32_t* positions, const KvSegments& cache, int64_t key_row,
+                        int64_t key_offset, StreamHandle stream) {
+  check_shape(shape);
+  if (cache.count < 1 || cache.count > kMaxKvSegments || cache.first_row[0] != 0 || cache.first_row[cache.count] != n ||
+      key_offset + shape.head_dim > key_row) {
+    throw Error("INVALID_ARGUMENT", "store_indexer_keys' cache segments must cover its " + std::to_string(n) +
+                                        " rows in at most " + std::to_string(kMaxKvSegments) +
+                                        " segments, and its key fit the cache's row");
+  }
+  launch_early(store_keys_kernel, dim3(ceil_div(n, kWarpsPerBlock)), dim3(kWarpsPerBlock * kWarp), 0,
+               static_cast<cudaStream_t>(stream), k, n, static_cast<int>(shape.head_dim), norm, bias, eps, positions,
+               shape.rope, cache, key_row, key_offset);
+}
+
+size_t indexer_scratch_bytes(int64_t cache_positions) {
+  return static_cast<size_t>(kSelectRows * cache_positions) * sizeof(float);
+}
+
+void indexer_select(const IndexerSelect& s, const IndexerShape& shape, void* scratch, StreamHandle stream) {
+  check_shape(shape);
+  if (s.key_row % 2 != 0) {
+    throw Error("INVALID_ARGUMENT", "the indexer reads keys in pairs of halves: rows of " + std::to_string(s.key_row));
+  }
+  const auto raw = static_cast<cudaStream_t>(stream);
+  float* scores = static_cast<float*>(scratch);
+  const int64_t width = shape.heads * shape.head_dim;
+  for (int64_t first = 0; first < s.n; first += kSelectRows) {
+    const int64_t rows = std::min(kSelectRows, s.n - first);
+    ScoreParams p;
+    p.q = s.q + first * width;
+    p.weights = s.weights + first * shape.heads;
+    p.weight_scale = s.weight_scale;
+    p.positions = s.positions + first;
+    p.keys = s.keys;
+    p.key_row = s.key_row;
+    p.heads = static_cast<int>(shape.heads);
+    p.head_dim = static_cast<int>(shape.head_dim);
+    p.top_k = static_cast<int>(shape.top_k);
+    p.cache_positions = s.cache_positions;
+    p.scores = scores;
+    launch_early(indexer_scores_kernel,
+                 dim3(static_cast<unsigned>(ceil_div(s.cache_positions, kScoreTile)), static_cast<unsigned>(rows)),
+                 dim3(kScoreGroups * kWarp), score_shared_bytes(shape), raw, p);
+    launch_early(indexer_top_k_kernel, dim3(static_cast<unsigned>(rows)), dim3(kSelectThreads), 0, raw,
+                 static_cast<const float*>(scores), s.positions + first, static_cast<int>(shape.top_k),
+                 s.cache_positions, s.selected + first * shape.top_k);
+  }
+}
+
+}  // namespace bloomery::cuda

@@ -1,0 +1,254 @@
+// The lightning indexer on the GPU against the CPU path: its queries (rotated, then multiplied by
+// the Hadamard matrix) and cached keys (layer-normed first) against the CPU's steps; each token's
+// choice against the scores in double (k distinct positions it sees, in position order, none
+// scored below the k-th best by more than float noise), all it sees when they are at most top_k,
+// the first of equal scores, and a token's choice the same in a prompt and decoded alone.
+// Skips, saying why, where there is no CUDA device.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include "tests/check.h"
+
+#ifdef BLOOMERY_CUDA
+
+#include "cpu/lightning_indexer.h"
+#include "cpu/rms_norm.h"
+#include "cpu/rope.h"
+#include "cuda/ops.h"
+#include "engine/gpu_rope.h"
+#include "tests/cuda_test_util.h"
+
+using namespace bloomery;
+using namespace bloomery::tests::gpu;
+
+namespace {
+
+// The CPU's rotation of one head (engine/lightning_indexer.cc): rope over the first dims, then
+// the Hadamard matrix.
+void cpu_rotate(float* x, int64_t head_dim, const cpu::RopeParams& rope, int32_t position) {
+  std::vector<float> angles;
+  cpu::rope_angles(rope, position, angles);
+  cpu::rope_apply(x, 1, head_dim, rope, angles);
+  const std::vector<float> h = cpu::hadamard_matrix(head_dim);
+  std::vector<float> out(static_cast<size_t>(head_dim), 0.0f);
+  for (int64_t i = 0; i < head_dim; ++i) {
+    double sum = 0.0;
+    for (int64_t j = 0; j < head_dim; ++j) sum += static_cast<double>(h[i * head_dim + j]) * x[j];
+    out[i] = static_cast<float>(sum);
+  }
+  std::copy(out.begin(), out.end(), x);
+}
+
+cpu::RopeParams indexer_rope(int64_t dims, bool neox) {
+  cpu::RopeParams rope;
+  rope.dims = dims;
+  rope.freq_base = 10000.0f;
+  rope.style = neox ? cpu::RopeStyle::kNeox : cpu::RopeStyle::kNormal;
+  return rope;
+}
+
+cuda::IndexerShape shape_of(int64_t heads, int64_t head_dim, int64_t top_k, const cpu::RopeParams& rope) {
+  return {heads, head_dim, top_k, engine::gpu_rope_shape(rope, nullptr)};
+}
+
+}  // namespace
+
+TEST(cuda_indexer_heads_match_cpu) {
+  if (!device_ready("cuda_indexer_heads_match_cpu")) return;
+  std::mt19937 rng(81);
+  const cuda::Stream stream;
+  for (const int64_t head_dim : {64, 128}) {
+    for (const bool neox : {true, false}) {
+      const int64_t heads = 8, n = 5, key_row = 224, key_offset = 160;
+      const cpu::RopeParams rope = indexer_rope(32, neox);
+      const cuda::IndexerShape shape = shape_of(heads, head_dim, 16, rope);
+      const std::vector<int32_t> positions = {0, 1, 7, 900, 4000};
+      const auto q = random_floats(static_cast<size_t>(n * heads * head_dim), 2.0f, rng);
+      const auto k = random_floats(static_cast<size_t>(n * head_dim), 2.0f, rng);
+      const auto norm = random_floats(static_cast<size_t>(head_dim), 1.0f, rng);
+      const auto bias = random_floats(static_cast<size_t>(head_dim), 0.5f, rng);
+      const auto dq = upload(q), dk = upload(k), dnorm = upload(norm), dbias = upload(bias), dpos = upload(positions);
+      const auto cache = upload(std::vector<uint16_t>(static_cast<size_t>(4096 * key_row), 0));
+      cuda::indexer_queries(dq.as<float>(), n, shape, dpos.as<int32_t>(), stream.handle());
+      cuda::KvSegments segments;
+      segments.count = 2;
+      segments.first_row[1] = 2;
+      segments.first_row[2] = static_cast<int>(n);
+      segments.keys[0] = segments.keys[1] = cache.as<uint16_t>();
+      cuda::store_indexer_keys(dk.as<float>(), n, shape, dnorm.as<float>(), dbias.as<float>(), 1e-6f,
+                               dpos.as<int32_t>(), segments, key_row, key_offset, stream.handle());
+      const auto got_q = download<float>(dq, q.size(), stream);
+      const auto got_cache = download<uint16_t>(cache, static_cast<size_t>(4096 * key_row), stream);
+
+      std::vector<float> want_q = q;
+      for (int64_t i = 0; i < n * heads; ++i) {
+        cpu_rotate(want_q.data() + i * head_dim, head_dim, rope, positions[i / heads]);
+      }
+      // The transform sums in another order than the matrix product: a few ulps of the row's size.
+      double worst = 0.0;
+      for (size_t i = 0; i < q.size(); ++i) worst = std::max(worst, std::fabs(double(got_q[i]) - want_q[i]));
+      CHECK(worst < 1e-5 * std::sqrt(double(head_dim)) * 2.0)
+          << "head_dim " << head_dim << (neox ? " neox" : " normal") << ": queries differ by " << worst;
+      int64_t misses = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        std::vector<float> key(k.begin() + i * head_dim, k.begin() + (i + 1) * head_dim);
+        cpu::layer_norm(key.data(), 1, head_dim, head_dim, norm.data(), bias.data(), 1e-6f);
+        cpu_rotate(key.data(), head_dim, rope, positions[i]);
+        for (int64_t j = 0; j < head_dim; ++j) {
+          const float got = quant::fp16_to_fp32(got_cache[positions[i] * key_row + key_offset + j]);
+          misses += std::fabs(got - key[j]) > std::ldexp(std::fabs(key[j]), -10) + 1e-6f;
+        }
+        CHECK(got_cache[positions[i] * key_row] == 0 && got_cache[positions[i] * key_row + key_offset - 1] == 0)
+            << "the key was written outside its place in the row";
+      }
+      CHECK(misses == 0) << "head_dim " << head_dim << ": " << misses << " cached key halves differ by over an ulp";
+    }
+  }
+}
+
+namespace {
+
+// n tokens at positions first..first+n-1 against random keys (or all keys equal), with the
+// scores in double.
+struct SelectCase {
+  int64_t heads, head_dim, top_k, first, n;
+  int64_t key_row, key_offset, capacity;
+  std::vector<float> q, w;
+  std::vector<uint16_t> cache;
+  std::vector<double> scores;  // [token][position]
+
+  SelectCase(int64_t heads_, int64_t head_dim_, int64_t top_k_, int64_t first_, int64_t n_, bool equal_keys,
+             std::mt19937& rng)
+      : heads(heads_), head_dim(head_dim_), top_k(top_k_), first(first_), n(n_) {
+    key_row = head_dim + 24;
+    key_offset = 16;
+    capacity = first + n + 40;
+    q = random_floats(static_cast<size_t>(n * heads * head_dim), 1.0f, rng);
+    w = random_floats(static_cast<size_t>(n * heads), 1.0f, rng);
+    cache.resize(static_cast<size_t>(capacity * key_row));
+    const auto one_key = random_floats(static_cast<size_t>(head_dim), 1.0f, rng);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    for (int64_t p = 0; p < capacity; ++p) {
+      for (int64_t j = 0; j < head_dim; ++j) {
+        cache[p * key_row + key_offset + j] = quant::fp32_to_fp16(equal_keys ? one_key[j] : uniform(rng));
+      }
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t p = 0; p < capacity; ++p) {
+        double score = 0.0;
+        for (int64_t h = 0; h < heads; ++h) {
+          double dot = 0.0;
+          for (int64_t j = 0; j < head_dim; ++j) {
+            dot += double(q[(i * heads + h) * head_dim + j]) * quant::fp16_to_fp32(cache[p * key_row + key_offset + j]);
+          }
+          score += std::max(dot, 0.0) * double(w[i * heads + h]) * 0.125;
+        }
+        scores.push_back(score);
+      }
+    }
+  }
+
+  // indexer_select's lists for tokens [row, row + count) in one launch.
+  std::vector<int32_t> gpu(int64_t row, int64_t count, const cuda::Stream& stream) const {
+    const std::vector<float> qs(q.begin() + row * heads * head_dim, q.begin() + (row + count) * heads * head_dim);
+    const std::vector<float> ws(w.begin() + row * heads, w.begin() + (row + count) * heads);
+    std::vector<int32_t> positions;
+    for (int64_t i = row; i < row + count; ++i) positions.push_back(static_cast<int32_t>(first + i));
+    const auto dq = upload(qs), dw = upload(ws), dc = upload(cache), dp = upload(positions);
+    cuda::DeviceBuffer selected(static_cast<size_t>(count * top_k) * sizeof(int32_t), "selected");
+    cuda::DeviceBuffer scratch(cuda::indexer_scratch_bytes(capacity), "scratch");
+    cuda::IndexerSelect s;
+    s.q = dq.as<float>();
+    s.weights = dw.as<float>();
+    s.weight_scale = 0.125f;
+    s.positions = dp.as<int32_t>();
+    s.keys = dc.as<uint16_t>() + key_offset;
+    s.key_row = key_row;
+    s.n = count;
+    s.cache_positions = capacity;
+    s.selected = selected.as<int32_t>();
+    cuda::indexer_select(s, shape_of(heads, head_dim, top_k, indexer_rope(32, true)), scratch.data(), stream.handle());
+    cuda::check_launch("indexer select test");
+    return download<int32_t>(selected, static_cast<size_t>(count * top_k), stream);
+  }
+};
+
+}  // namespace
+
+TEST(cuda_indexer_choice_is_the_top_k) {
+  if (!device_ready("cuda_indexer_choice_is_the_top_k")) return;
+  std::mt19937 rng(82);
+  const cuda::Stream stream;
+  for (const auto& [heads, head_dim] : {std::pair<int64_t, int64_t>{8, 64}, std::pair<int64_t, int64_t>{64, 128}}) {
+    for (const auto& [first, n, top_k] :
+         {std::tuple<int64_t, int64_t, int64_t>{0, 40, 16}, std::tuple<int64_t, int64_t, int64_t>{3000, 1, 2048},
+          std::tuple<int64_t, int64_t, int64_t>{500, 35, 100}}) {
+      const SelectCase c(heads, head_dim, top_k, first, n, false, rng);
+      const std::vector<int32_t> selected = c.gpu(0, n, stream);
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t seen = first + i + 1;
+        const int32_t* got = selected.data() + i * top_k;
+        if (seen <= top_k) {
+          bool all = true;
+          for (int64_t j = 0; j < top_k; ++j) all = all && got[j] == (j < seen ? j : -1);
+          CHECK(all) << "a token seeing " << seen << " positions (top " << top_k << ") attends them all, in order";
+          continue;
+        }
+        const double* scores = c.scores.data() + i * c.capacity;
+        std::vector<double> sorted(scores, scores + seen);
+        std::sort(sorted.begin(), sorted.end(), std::greater<>());
+        const double kth = sorted[static_cast<size_t>(top_k - 1)];
+        const double noise = 1e-5 * (std::fabs(sorted[0]) + 1.0);
+        bool ordered = true, inside = true, good = true;
+        for (int64_t j = 0; j < top_k; ++j) {
+          inside = inside && got[j] >= 0 && got[j] < seen;
+          ordered = ordered && (j == 0 || got[j] > got[j - 1]);
+          good = good && inside && scores[got[j]] >= kth - noise;
+        }
+        CHECK(inside && ordered) << "token " << i << " at " << seen - 1
+                                 << ": the choice is not k distinct seen positions in order";
+        CHECK(good) << "token " << i << " at " << seen - 1 << ": a chosen position scores under the k-th best";
+      }
+    }
+  }
+}
+
+// Every key equal: every score ties, and the first top_k positions are taken.
+TEST(cuda_indexer_choice_takes_the_first_ties) {
+  if (!device_ready("cuda_indexer_choice_takes_the_first_ties")) return;
+  std::mt19937 rng(83);
+  const cuda::Stream stream;
+  const SelectCase c(8, 64, 24, 700, 3, true, rng);
+  const std::vector<int32_t> selected = c.gpu(0, 3, stream);
+  for (int64_t i = 0; i < 3; ++i) {
+    bool first = true;
+    for (int64_t j = 0; j < 24; ++j) first = first && selected[i * 24 + j] == j;
+    CHECK(first) << "token " << i << ": equal scores should take positions 0..23";
+  }
+}
+
+// A prompt's tokens (over more than one group of held scores) and the same tokens chosen alone,
+// as a decode step chooses: the same lists.
+TEST(cuda_indexer_choice_does_not_depend_on_the_batch) {
+  if (!device_ready("cuda_indexer_choice_does_not_depend_on_the_batch")) return;
+  std::mt19937 rng(84);
+  const cuda::Stream stream;
+  const SelectCase c(16, 128, 64, 200, 30, false, rng);
+  const std::vector<int32_t> all = c.gpu(0, 30, stream);
+  for (const int64_t i : {0, 15, 16, 29}) {
+    const std::vector<int32_t> alone = c.gpu(i, 1, stream);
+    CHECK(std::equal(alone.begin(), alone.end(), all.begin() + i * 64))
+        << "row " << i << ": chosen alone, its list differs from the prompt's";
+  }
+}
+
+#else
+
+TEST(cuda_lightning_indexer_skipped) { std::printf("skip cuda_lightning_indexer tests: this build has no CUDA\n"); }
+
+#endif
