@@ -29,11 +29,12 @@ constexpr int kSelectThreads = 1024;
 // Tokens whose scores are held at once: the scratch holds this many rows of the cache's capacity.
 constexpr int64_t kSelectRows = 16;
 
-// Rotates the staged head (head_dim floats in shared memory) over its first rope.dims at
-// `position` and multiplies it by the orthonormal Hadamard matrix of head_dim, in place; the
-// warp's lanes share the work.
-__device__ void rotate_head(float* x, int head_dim, const RopeShape& rope, int32_t position) {
-  rotate_pairs(rope, position, x, [&](int j, float v) { x[j] = v; });
+// Rotates the staged head (head_dim floats in shared memory) over its first rope.dims (`tail`:
+// its last) at `position` and multiplies it by the orthonormal Hadamard matrix of head_dim, in
+// place; the warp's lanes share the work.
+__device__ void rotate_head(float* x, int head_dim, const RopeShape& rope, bool tail, int32_t position) {
+  float* rotated = tail ? x + head_dim - rope.dims : x;
+  rotate_pairs(rope, position, rotated, [&](int j, float v) { rotated[j] = v; });
   __syncwarp();
   const int lane = threadIdx.x % kWarp;
   for (int h = 1; h < head_dim; h *= 2) {
@@ -53,7 +54,7 @@ __device__ void rotate_head(float* x, int head_dim, const RopeShape& rope, int32
 // One warp per query head: rows of heads * head_dim floats, in place.
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
     indexer_queries_kernel(float* q, int64_t heads_total, int heads, int head_dim, const int32_t* positions,
-                           RopeShape rope) {
+                           RopeShape rope, bool tail) {
   wait_for_previous_kernel();
   __shared__ float staged[kWarpsPerBlock][kMaxHeadDim];
   const int64_t head = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
@@ -63,7 +64,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
   float* row = q + head * head_dim;
   for (int j = lane; j < head_dim; j += kWarp) x[j] = row[j];
   __syncwarp();
-  rotate_head(x, head_dim, rope, positions[head / heads]);
+  rotate_head(x, head_dim, rope, tail, positions[head / heads]);
   for (int j = lane; j < head_dim; j += kWarp) row[j] = x[j];
 }
 
@@ -71,7 +72,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
 // rounded before the bias is added), rotated, and stored as f16 at its cache row's key_offset.
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
     store_keys_kernel(const float* k, int64_t n, int head_dim, const float* norm, const float* bias, float eps,
-                      const int32_t* positions, RopeShape rope, KvSegments cache, int64_t key_row, int64_t key_offset) {
+                      const int32_t* positions, RopeShape rope, bool tail, KvSegments cache, int64_t key_row,
+                      int64_t key_offset) {
   wait_for_previous_kernel();
   __shared__ float staged[kWarpsPerBlock][kMaxHeadDim];
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
@@ -98,7 +100,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
     x[j] = __fadd_rn(static_cast<float>(static_cast<double>(scaled) * norm[j]), bias[j]);
   }
   __syncwarp();
-  rotate_head(x, head_dim, rope, positions[row]);
+  rotate_head(x, head_dim, rope, tail, positions[row]);
   int s = 0;
   while (row >= cache.first_row[s + 1]) ++s;
   uint16_t* slot = cache.keys[s] + static_cast<int64_t>(positions[row]) * key_row + key_offset;
@@ -112,7 +114,7 @@ struct ScoreParams {
   const int32_t* positions;  // the group's
   const uint16_t* keys;      // the first position's key
   int64_t key_row;
-  int heads, head_dim, top_k;
+  int heads, head_dim, top_k, ratio;
   int64_t cache_positions;
   float* scores;  // [row][cache_positions]
 };
@@ -123,7 +125,7 @@ __global__ void __launch_bounds__(kScoreGroups* kWarp) indexer_scores_kernel(Sco
   extern __shared__ __align__(16) uint8_t shared[];
   wait_for_previous_kernel();
   const int row = static_cast<int>(blockIdx.y), first = static_cast<int>(blockIdx.x) * kScoreTile;
-  const int seen = p.positions[row] + 1;
+  const int seen = (p.positions[row] + 1) / p.ratio;
   if (seen <= p.top_k || first >= seen) return;  // a token that sees at most top_k attends them all
   const int width = p.heads * p.head_dim, pairs = p.head_dim / 2, key_stride = pairs + 1;
   float* q = reinterpret_cast<float*>(shared);
@@ -198,14 +200,14 @@ __device__ int exclusive_sum(int v, int* warp_totals) {
 // largest score, then as many of the positions equal to it as fill k, the first ones); a token
 // that sees at most top_k positions attends them all, -1 after them.
 __global__ void __launch_bounds__(kSelectThreads)
-    indexer_top_k_kernel(const float* scores, const int32_t* positions, int top_k, int64_t cache_positions,
+    indexer_top_k_kernel(const float* scores, const int32_t* positions, int top_k, int ratio, int64_t cache_positions,
                          int32_t* selected) {
   wait_for_previous_kernel();
   __shared__ int histogram[256];
   __shared__ uint32_t prefix_shared;
   __shared__ int needed_shared;
   __shared__ int warp_totals[kWarp];
-  const int row = static_cast<int>(blockIdx.x), seen = positions[row] + 1;
+  const int row = static_cast<int>(blockIdx.x), seen = (positions[row] + 1) / ratio;
   int32_t* out = selected + static_cast<int64_t>(row) * top_k;
   if (seen <= top_k) {
     for (int i = threadIdx.x; i < top_k; i += kSelectThreads) out[i] = i < seen ? i : -1;
@@ -265,8 +267,8 @@ size_t score_shared_bytes(const IndexerShape& shape) {
 }
 
 void check_shape(const IndexerShape& shape) {
-  if (!indexer_supports(shape.heads, shape.head_dim) || shape.top_k < 1 || shape.rope.dims > shape.head_dim ||
-      shape.rope.dims % 2 != 0) {
+  if (!indexer_supports(shape.heads, shape.head_dim) || shape.top_k < 1 || shape.ratio < 1 ||
+      shape.rope.dims > shape.head_dim || shape.rope.dims % 2 != 0) {
     throw Error("UNSUPPORTED_MODEL", "the GPU's lightning indexer serves heads of 64 or 128 (at most 128 heads and " +
                                          std::to_string(kMaxQueryFloats) +
                                          " query floats a token) rotating an even count of their dims, not " +
@@ -287,7 +289,7 @@ void indexer_queries(float* q, int64_t n, const IndexerShape& shape, const int32
   if (total == 0) return;
   launch_early(indexer_queries_kernel, dim3(ceil_div(total, kWarpsPerBlock)), dim3(kWarpsPerBlock * kWarp), 0,
                static_cast<cudaStream_t>(stream), q, total, static_cast<int>(shape.heads),
-               static_cast<int>(shape.head_dim), positions, shape.rope);
+               static_cast<int>(shape.head_dim), positions, shape.rope, shape.rope_tail);
 }
 
 void store_indexer_keys(const float* k, int64_t n, const IndexerShape& shape, const float* norm, const float* bias,
@@ -302,7 +304,7 @@ void store_indexer_keys(const float* k, int64_t n, const IndexerShape& shape, co
   }
   launch_early(store_keys_kernel, dim3(ceil_div(n, kWarpsPerBlock)), dim3(kWarpsPerBlock * kWarp), 0,
                static_cast<cudaStream_t>(stream), k, n, static_cast<int>(shape.head_dim), norm, bias, eps, positions,
-               shape.rope, cache, key_row, key_offset);
+               shape.rope, shape.rope_tail, cache, key_row, key_offset);
 }
 
 size_t indexer_scratch_bytes(int64_t cache_positions) {
@@ -329,6 +331,7 @@ void indexer_select(const IndexerSelect& s, const IndexerShape& shape, void* scr
     p.heads = static_cast<int>(shape.heads);
     p.head_dim = static_cast<int>(shape.head_dim);
     p.top_k = static_cast<int>(shape.top_k);
+    p.ratio = static_cast<int>(shape.ratio);
     p.cache_positions = s.cache_positions;
     p.scores = scores;
     launch_early(indexer_scores_kernel,
@@ -336,7 +339,7 @@ void indexer_select(const IndexerSelect& s, const IndexerShape& shape, void* scr
                  dim3(kScoreGroups * kWarp), score_shared_bytes(shape), raw, p);
     launch_early(indexer_top_k_kernel, dim3(static_cast<unsigned>(rows)), dim3(kSelectThreads), 0, raw,
                  static_cast<const float*>(scores), s.positions + first, static_cast<int>(shape.top_k),
-                 s.cache_positions, s.selected + first * shape.top_k);
+                 static_cast<int>(shape.ratio), s.cache_positions, s.selected + first * shape.top_k);
   }
 }
 

@@ -378,13 +378,16 @@ void latent_attention(const LatentAttention& a, void* scratch, StreamHandle stre
 
 // --- lightning_indexer.cu: DeepSeek sparse attention's choice of positions ---
 // The indexer's sizes: `heads` query heads of `head_dim` against one key of head_dim per
-// position, each token attending its top_k best-scored positions; `rope`: the rotation of the
-// first rope.dims of each head (the indexer's own style).
+// `ratio` positions (DeepSeek-V4's indexer scores compressed rows: a token at position p sees keys
+// [0, (p + 1) / ratio)), each token attending its top_k best-scored keys; `rope`: the rotation of
+// the first rope.dims of each head (the indexer's own style), or with `rope_tail` the last ones.
 struct IndexerShape {
   int64_t heads = 0;
   int64_t head_dim = 0;
   int64_t top_k = 0;
   RopeShape rope;
+  int64_t ratio = 1;
+  bool rope_tail = false;
 };
 bool indexer_supports(int64_t heads, int64_t head_dim);
 // q: n rows of heads * head_dim floats, in place: each head rotated, then multiplied by the
@@ -406,11 +409,89 @@ struct IndexerSelect {
   const uint16_t* keys = nullptr;  // position 0's key (its cache row plus key_offset)
   int64_t key_row = 0;
   int64_t n = 0;
-  int64_t cache_positions = 0;  // the cache's capacity: the grid covers it
+  int64_t cache_positions = 0;  // the keys the cache can hold: the grid covers them
   int32_t* selected = nullptr;
 };
 size_t indexer_scratch_bytes(int64_t cache_positions);
 void indexer_select(const IndexerSelect& s, const IndexerShape& shape, void* scratch, StreamHandle stream);
+
+// --- hyper_connections.cu: DeepSeek-V4's residual of several streams, as cpu/hyper_connections.h ---
+struct HyperShape {
+  int64_t streams = 0;  // at most 8
+  int64_t width = 0;
+  int64_t sinkhorn_iterations = 0;
+  float epsilon = 0.0f;
+};
+// From n rows of (2 + streams) * streams mixes and the block's scale (3) and base: the input
+// weights `pre` (n x streams), the output weights `post` (n x streams) and the streams' mix `comb`
+// (n x streams x streams, [dst + streams * src]), as cpu::hyper_weights.
+void hyper_weights(const float* mixes, int64_t n, const float* scale, const float* base, const HyperShape& shape,
+                   float* pre, float* post, float* comb, StreamHandle stream);
+// The head's input weights from n rows of `streams` mixes, as cpu::hyper_head_weights.
+void hyper_head_weights(const float* mixes, int64_t n, const float* scale, const float* base, const HyperShape& shape,
+                        float* pre, StreamHandle stream);
+// out[i] = sum over streams of pre[i][s] * residual[i][s] (n rows of width), as cpu::hyper_pre.
+void hyper_pre(const float* residual, const float* pre, int64_t n, const HyperShape& shape, float* out,
+               StreamHandle stream);
+// residual[i][dst] = x[i] * post[i][dst] + sum over src of residual[i][src] * comb[i][dst][src], in
+// place, as cpu::hyper_post.
+void hyper_post(const float* x, const float* post, const float* comb, int64_t n, const HyperShape& shape,
+                float* residual, StreamHandle stream);
+
+// --- compressor.cu: DeepSeek-V4's compressors, as engine/compressed_attention.cc runs them ---
+// A compressor turns each block of `ratio` positions into one row of `dim`; with `overlap` (the
+// indexed layers' blocks of 4) each position's values and scores are 2 * dim wide and a block
+// also weighs the block before. Rows go to `offset` of the layer's compressed rows (row_stride
+// halves apart), normed by eps, rotated over their last rope.dims at the block's first position,
+// then (`hadamard`: the indexer's keys) multiplied by the Hadamard matrix.
+struct CompressorShape {
+  int64_t ratio = 0;
+  int64_t dim = 0;
+  bool overlap = false;
+  int64_t offset = 0;
+  int64_t row_stride = 0;
+  bool hadamard = false;
+  RopeShape rope;
+  float eps = 0.0f;
+};
+bool compressor_supports(const CompressorShape& shape);
+// scores: n rows of `width`; each += the F16 or F32 table's row for its position's place in its block.
+void add_position_bias(float* scores, int64_t n, const int32_t* positions, const DeviceMatrix& table, int64_t ratio,
+                       int64_t width, StreamHandle stream);
+// One sequence's n rows (positions[0] on, consecutive): each block they complete compressed into
+// `compressed` (its row block * row_stride), from these rows and the ring of earlier ones
+// (`ring`: slots of [values, scores], 2 * ratio slots with overlap, else ratio), then the rows'
+// last slots into the ring.
+void compress_rows(const float* values, const float* scores, int64_t n, const int32_t* positions,
+                   const CompressorShape& shape, const float* norm, float* ring, uint16_t* compressed,
+                   StreamHandle stream);
+
+// --- compressed_attention.cu: DeepSeek-V4's attention, as cpu::compressed_attention ---
+// Each of n tokens' heads reads one key head whose keys are its values: the raw rows of the last
+// `window` positions (position p's at raw + p * raw_row) and the compressed rows it sees (block
+// b's at compressed + b * compressed_stride, seen from position (b + 1) * ratio - 1 on): all of
+// them, or with `selected` those of the token's top_k entries (-1 or unseen: none), one softmax
+// with each head's sink (sinks: one logit a head, or null).
+struct CompressedAttention {
+  const float* q = nullptr;  // n rows of heads * head_dim
+  int64_t n = 0;
+  int64_t heads = 0;
+  int64_t head_dim = 0;
+  const int32_t* positions = nullptr;
+  float scale = 1.0f;
+  const uint16_t* raw = nullptr;
+  int64_t raw_row = 0;
+  int64_t window = 0;
+  const uint16_t* compressed = nullptr;
+  int64_t compressed_stride = 0;
+  int64_t ratio = 0;  // 0: no compressed rows
+  const int32_t* selected = nullptr;
+  int64_t top_k = 0;
+  const float* sinks = nullptr;
+  float* out = nullptr;  // n rows of heads * head_dim
+};
+bool compressed_attention_supports(int64_t head_dim);
+void compressed_attention(const CompressedAttention& a, StreamHandle stream);
 
 // --- embed.cu ---
 // out[i] = row tokens[i] of `table`, dequantized to floats.
