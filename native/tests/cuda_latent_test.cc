@@ -38,14 +38,20 @@ struct LatentCase {
 
 struct LatentRun {
   std::vector<float> q_latent, q_rope;
-  std::vector<uint16_t> cache;
+  std::vector<uint16_t> cache;  // rows of key_row halves, [latent, rope] first
+  int64_t key_row = 0;
   std::vector<int32_t> positions;
+  // A sparse choice: each token's top_k positions (empty: every position).
+  std::vector<int32_t> selected;
+  int64_t top_k = 0;
 };
 
-LatentRun random_run(const LatentCase& c, std::mt19937& rng) {
+// Random queries and cache rows (of key_row halves; 0: rank + rope).
+LatentRun random_run(const LatentCase& c, std::mt19937& rng, int64_t key_row = 0) {
   LatentRun r;
-  const int64_t length = c.first + c.n, key = c.rank + c.rope;
-  r.cache.resize(static_cast<size_t>((length + 300) * key));
+  const int64_t length = c.first + c.n;
+  r.key_row = key_row > 0 ? key_row : c.rank + c.rope;
+  r.cache.resize(static_cast<size_t>((length + 300) * r.key_row));
   for (auto& x : r.cache) {
     x = quant::fp32_to_fp16(std::uniform_real_distribution<float>(-kValueAmplitude, kValueAmplitude)(rng));
   }
@@ -59,8 +65,9 @@ LatentRun random_run(const LatentCase& c, std::mt19937& rng) {
 float latent_scale(const LatentCase& c) { return 1.0f / std::sqrt(static_cast<float>(c.rank + c.rope)); }
 
 std::vector<float> gpu_latent(const LatentCase& c, const LatentRun& r, const cuda::Stream& stream) {
-  const int64_t capacity = static_cast<int64_t>(r.cache.size()) / (c.rank + c.rope);
+  const int64_t capacity = static_cast<int64_t>(r.cache.size()) / r.key_row;
   const auto dql = upload(r.q_latent), dqr = upload(r.q_rope), dc = upload(r.cache), dp = upload(r.positions);
+  const auto ds = upload(r.selected);
   cuda::DeviceBuffer out(static_cast<size_t>(c.n * c.heads * c.rank) * sizeof(float), "out");
   cuda::DeviceBuffer scratch(cuda::latent_attention_scratch_bytes(c.heads, c.rank, capacity, c.n), "scratch");
   cuda::prepare_latent_attention(c.rank, c.rope);
@@ -69,6 +76,11 @@ std::vector<float> gpu_latent(const LatentCase& c, const LatentRun& r, const cud
   a.q_rope = dqr.as<float>();
   a.positions = dp.as<int32_t>();
   a.cache = dc.as<uint16_t>();
+  a.key_row = r.key_row;
+  if (r.top_k > 0) {
+    a.selected = ds.as<int32_t>();
+    a.top_k = r.top_k;
+  }
   a.n = c.n;
   a.heads = c.heads;
   a.rank = c.rank;
@@ -89,7 +101,11 @@ std::vector<float> cpu_latent(const LatentCase& c, const LatentRun& r, cpu::Thre
     std::copy_n(r.q_rope.data() + row * c.rope, c.rope, q.data() + row * key + c.rank);
   }
   std::vector<float> out(static_cast<size_t>(c.n * c.heads * c.rank));
-  const cpu::AttentionShape shape{c.heads, 1, key, c.rank, latent_scale(c), key, key};
+  cpu::AttentionShape shape{c.heads, 1, key, c.rank, latent_scale(c), r.key_row, r.key_row};
+  if (r.top_k > 0) {
+    shape.selected = r.selected.data();
+    shape.selected_count = r.top_k;
+  }
   cpu::causal_attention(q.data(), c.n, c.first, r.cache.data(), r.cache.data(), shape, out.data(), pool);
   return out;
 }
@@ -178,60 +194,20 @@ TEST(cuda_sparse_latent_attention_matches_cpu) {
       for (const auto& [first, n, top_k] :
            {std::tuple<int64_t, int64_t, int64_t>{9, 1, 16}, std::tuple<int64_t, int64_t, int64_t>{2999, 1, 100},
             std::tuple<int64_t, int64_t, int64_t>{0, 37, 24}, std::tuple<int64_t, int64_t, int64_t>{300, 70, 130}}) {
-        const int64_t key = rank + rope, key_row = key + 64, length = first + n;
-        std::vector<uint16_t> cache(static_cast<size_t>((length + 10) * key_row));
-        for (auto& x : cache) {
-          x = quant::fp32_to_fp16(std::uniform_real_distribution<float>(-kValueAmplitude, kValueAmplitude)(rng));
-        }
-        const auto q_latent = random_floats(static_cast<size_t>(n * heads * rank), 1.5f, rng);
-        const auto q_rope = random_floats(static_cast<size_t>(n * heads * rope), 1.5f, rng);
-        std::vector<int32_t> positions, selected;
+        const LatentCase c{rank, rope, heads, first, n, 1.5f};
+        LatentRun r = random_run(c, rng, rank + rope + 64);
+        r.top_k = top_k;
         for (int64_t i = 0; i < n; ++i) {
           const int64_t seen = first + i + 1;
-          positions.push_back(static_cast<int32_t>(first + i));
           std::vector<int32_t> all(static_cast<size_t>(seen));
           std::iota(all.begin(), all.end(), 0);
           if (seen > top_k) std::shuffle(all.begin(), all.end(), rng);
           all.resize(static_cast<size_t>(top_k), -1);
-          selected.insert(selected.end(), all.begin(), all.end());
+          r.selected.insert(r.selected.end(), all.begin(), all.end());
         }
-        const auto dql = upload(q_latent), dqr = upload(q_rope), dc = upload(cache), dp = upload(positions);
-        const auto ds = upload(selected);
-        const int64_t capacity = length + 10;
-        cuda::DeviceBuffer out(static_cast<size_t>(n * heads * rank) * sizeof(float), "out");
-        cuda::DeviceBuffer scratch(cuda::latent_attention_scratch_bytes(heads, rank, capacity, n), "scratch");
-        cuda::prepare_latent_attention(rank, rope);
-        cuda::LatentAttention a;
-        a.q_latent = dql.as<float>();
-        a.q_rope = dqr.as<float>();
-        a.positions = dp.as<int32_t>();
-        a.cache = dc.as<uint16_t>();
-        a.key_row = key_row;
-        a.selected = ds.as<int32_t>();
-        a.top_k = top_k;
-        a.n = n;
-        a.heads = heads;
-        a.rank = rank;
-        a.rope = rope;
-        a.scale = 1.0f / std::sqrt(static_cast<float>(key));
-        a.cache_positions = capacity;
-        a.out = out.as<float>();
-        cuda::latent_attention(a, scratch.data(), stream.handle());
-        cuda::check_launch("sparse latent attention test");
-        const auto got = download<float>(out, static_cast<size_t>(n * heads * rank), stream);
-
-        std::vector<float> q(static_cast<size_t>(n * heads * key));
-        for (int64_t row = 0; row < n * heads; ++row) {
-          std::copy_n(q_latent.data() + row * rank, rank, q.data() + row * key);
-          std::copy_n(q_rope.data() + row * rope, rope, q.data() + row * key + rank);
-        }
-        std::vector<float> want(static_cast<size_t>(n * heads * rank));
-        cpu::AttentionShape shape{heads, 1, key, rank, a.scale, key_row, key_row};
-        shape.selected = selected.data();
-        shape.selected_count = top_k;
-        cpu::causal_attention(q.data(), n, first, cache.data(), cache.data(), shape, want.data(), pool);
-        // As check_case bounds the dense kernels: the sums' order moves a probability's f16 rounding
-        // by an ulp at most, over top_k attended positions.
+        const auto got = gpu_latent(c, r, stream);
+        const auto want = cpu_latent(c, r, pool);
+        // As check_case bounds the dense kernels, over top_k attended positions.
         const double bound =
             kValueAmplitude * (std::ldexp(1.0, -10) + 3.0 * static_cast<double>(top_k) * std::ldexp(1.0, -24));
         double largest = 0.0;
