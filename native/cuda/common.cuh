@@ -232,9 +232,28 @@ __device__ __forceinline__ float swiglu_value(float gate, float up) {
   return __fmul_rn(__fdiv_rn(gate, __fadd_rn(1.0f, exp_as_host(-gate))), up);
 }
 
+// gate and up joined by `a`, rounded as cpu/swiglu.cc's swiglu, clamped_swiglu and limited_swiglu
+// (the last two's exps are libm's).
+__device__ __forceinline__ float gated_value(float gate, float up, const GatedActivation& a) {
+  switch (a.kind) {
+    case GatedActivation::Kind::kSwiglu:
+      break;
+    case GatedActivation::Kind::kClamped: {
+      const float g = fminf(gate, a.limit);
+      const float u = fminf(fmaxf(up, -a.limit), a.limit);
+      return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, exp_as_libm(__fmul_rn(a.alpha, -g)))), __fadd_rn(u, 1.0f));
+    }
+    case GatedActivation::Kind::kLimited: {
+      const float g = fminf(gate, a.limit);
+      const float u = fminf(fmaxf(up, -a.limit), a.limit);
+      return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, exp_as_libm(-g))), u);
+    }
+  }
+  return swiglu_value(gate, up);
+}
+
 // A routed slot's gated value with ExpertEpilogue's biases and activation, for output `row` of
-// `rows`, rounded as the CPU's moe_run_experts (add_bias, then swiglu or clamped_swiglu, whose
-// exp is libm's).
+// `rows`, rounded as the CPU's moe_run_experts (add_bias, then the activation).
 __device__ __forceinline__ float gated_expert_value(float gate, float up, const ExpertEpilogue& e, int slot, int row,
                                                     int rows) {
   if (e.gate_bias || e.up_bias) {
@@ -242,10 +261,7 @@ __device__ __forceinline__ float gated_expert_value(float gate, float up, const 
     if (e.gate_bias) gate = __fadd_rn(gate, e.gate_bias[at]);
     if (e.up_bias) up = __fadd_rn(up, e.up_bias[at]);
   }
-  if (!e.clamped) return swiglu_value(gate, up);
-  const float g = fminf(gate, e.limit);
-  const float u = fminf(fmaxf(up, -e.limit), e.limit);
-  return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, exp_as_libm(__fmul_rn(e.alpha, -g)))), __fadd_rn(u, 1.0f));
+  return gated_value(gate, up, e.activation);
 }
 
 // A routed slot's down product with ExpertEpilogue's bias, for output `row` of `rows`.

@@ -6,10 +6,11 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void swiglu_kernel(const float* gate, const float* up, int64_t count, float* out) {
+__global__ void swiglu_kernel(const float* gate, const float* up, int64_t count, float* out,
+                              GatedActivation activation) {
   wait_for_previous_kernel();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < count) out[i] = swiglu_value(gate[i], up[i]);
+  if (i < count) out[i] = gated_value(gate[i], up[i], activation);
 }
 
 // Multiplying by a scale of 1 changes no float, so every projection takes the multiply.
@@ -31,9 +32,10 @@ void add_projection(const float* projected, int64_t rows, int64_t width, const f
                static_cast<cudaStream_t>(stream), projected, count, static_cast<int>(width), bias, scale, residual);
 }
 
-void swiglu(const float* gate, const float* up, int64_t count, float* out, StreamHandle stream) {
+void swiglu(const float* gate, const float* up, int64_t count, float* out, StreamHandle stream,
+            const GatedActivation& activation) {
   launch_early(swiglu_kernel, dim3(ceil_div(count, kThreads)), dim3(kThreads), 0, static_cast<cudaStream_t>(stream),
-               gate, up, count, out);
+               gate, up, count, out, activation);
 }
 
 }  // namespace bloomery::cuda

@@ -594,10 +594,11 @@ bool gated_matvec_supports(const DeviceMatrix& gate, const DeviceMatrix& up) {
 }
 
 void gated_matvec(const DeviceMatrix& gate, const DeviceMatrix& up, const ActivationBlock* x, int64_t n, float* y,
-                  StreamHandle stream) {
+                  StreamHandle stream, const GatedActivation& activation) {
   const int nt = tokens_per_block(n);
   MatvecArgs a = dense_args(gate, {nullptr, x}, n, y, false);
   a.w_up = up.data;
+  a.epilogue.activation = activation;
   launch_quantized<true>(gate.type, nt, dim3(row_blocks(gate.type, gate.rows, gate.cols), ceil_div(n, nt)), a, stream);
 }
 

@@ -477,10 +477,11 @@ void mmq(const DeviceMatrix& w, const ActivationBlock* x, int64_t n, float* y, b
 }
 
 void gated_mmq(const DeviceMatrix& gate, const DeviceMatrix& up, const ActivationBlock* x, int64_t n, float* y,
-               StreamHandle stream) {
+               StreamHandle stream, const GatedActivation& activation) {
   if (n == 0) return;
   MmqArgs a = dense_args(gate, x, n, y, false);
   a.w_up = up.data;
+  a.epilogue.activation = activation;
   launch<true>(gate.type, dense_grid(gate, n), a, stream);
 }
 

@@ -83,11 +83,21 @@ struct MatvecProduct {
 // take one or two launches, not three.
 void matvecs(std::span<const MatvecProduct> products, const MatvecInput& x, int64_t n, StreamHandle stream);
 
-// y[i] = silu(gate x[i]) * (up x[i]): an FFN's fused first half. gate and up share a
-// quantized type (see gated_matvec_supports).
+// How a gated product joins gate and up (cpu::ActivationKind): silu(gate) * up; gpt-oss's clamped
+// SwiGLU (cpu::clamped_swiglu: alpha and limit); DeepSeek-V4's limited SwiGLU
+// (cpu::limited_swiglu: limit).
+struct GatedActivation {
+  enum class Kind : uint8_t { kSwiglu, kClamped, kLimited };
+  Kind kind = Kind::kSwiglu;
+  float alpha = 0.0f;
+  float limit = 0.0f;
+};
+
+// y[i] = activation(gate x[i], up x[i]) (silu(gate x[i]) * (up x[i]) by default): an FFN's fused
+// first half. gate and up share a quantized type (see gated_matvec_supports).
 bool gated_matvec_supports(const DeviceMatrix& gate, const DeviceMatrix& up);
 void gated_matvec(const DeviceMatrix& gate, const DeviceMatrix& up, const ActivationBlock* x, int64_t n, float* y,
-                  StreamHandle stream);
+                  StreamHandle stream, const GatedActivation& activation = {});
 
 // Rows grouped by expert (moe.cu builds them): `order` lists routed slots (row * used + k)
 // expert by expert; each chunk {expert, first, count} covers at most `tokens_per_chunk`
@@ -103,17 +113,14 @@ struct ExpertGroups {
 // What a routed expert's products add to their dot products (gpt-oss's experts; the default adds
 // nothing): per-expert biases, each `rows` floats of the product's outputs expert after expert
 // (device memory, indexed by the slot's expert in `chosen`, so they stay put when residency moves
-// an expert to another slot), then gated products join gate and up by the clamped SwiGLU
-// (cpu::ActivationKind::kClampedSwiglu) instead of silu(gate) * up. As the CPU's moe_run_experts:
-// each bias added to its product, then the activation.
+// an expert to another slot), then gated products join gate and up by `activation`. As the CPU's
+// moe_run_experts: each bias added to its product, then the activation.
 struct ExpertEpilogue {
   const int32_t* chosen = nullptr;  // routed slot -> expert (with any bias)
   const float* gate_bias = nullptr;
   const float* up_bias = nullptr;
   const float* down_bias = nullptr;
-  bool clamped = false;
-  float alpha = 0.0f;
-  float limit = 0.0f;
+  GatedActivation activation;
 };
 
 // For each routed slot s: hidden[s] = silu(gate_e x[s / used]) * (up_e x[s / used]). gate and
@@ -143,7 +150,7 @@ bool mmq_serves(uint32_t type, int64_t n);
 // type mmq_serves (any n: the threshold is the caller's choice).
 void mmq(const DeviceMatrix& w, const ActivationBlock* x, int64_t n, float* y, bool accumulate, StreamHandle stream);
 void gated_mmq(const DeviceMatrix& gate, const DeviceMatrix& up, const ActivationBlock* x, int64_t n, float* y,
-               StreamHandle stream);
+               StreamHandle stream, const GatedActivation& activation = {});
 void expert_gated_mmq(const DeviceMatrix& gate, const DeviceMatrix& up, const ActivationBlock* x, int64_t used,
                       const ExpertGroups& groups, float* hidden, StreamHandle stream,
                       const ExpertEpilogue& epilogue = {});
@@ -274,8 +281,9 @@ struct RmsNorm {
 void rms_norm(const RmsNorm& norm, StreamHandle stream);
 
 // --- elementwise.cu ---
-// out = silu(gate) * up, elementwise over `count` floats.
-void swiglu(const float* gate, const float* up, int64_t count, float* out, StreamHandle stream);
+// out = activation(gate, up) (silu(gate) * up by default), elementwise over `count` floats.
+void swiglu(const float* gate, const float* up, int64_t count, float* out, StreamHandle stream,
+            const GatedActivation& activation = {});
 // residual[r] += (projected[r] + bias) * scale for `rows` rows of `width` floats (bias: `width`
 // floats, or none): an attention output's bias and scale, rounded as the CPU path's add_bias, the
 // value scale's multiply, then add_into (engine/forward.cc).

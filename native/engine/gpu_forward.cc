@@ -846,6 +846,19 @@ void check_kernels(const std::vector<GpuKernelGap>& gaps, const GpuWeights& g) {
 }
 
 // Gated DeltaNet's sizes as its kernels take them.
+// The GPU's form of a SwiGLU's activation (HyperParams::activation, shared_activation).
+cuda::GatedActivation gated_activation(const cpu::ExpertActivation& a) {
+  switch (a.kind) {
+    case cpu::ActivationKind::kSwiglu:
+      break;
+    case cpu::ActivationKind::kClampedSwiglu:
+      return {cuda::GatedActivation::Kind::kClamped, a.alpha, a.limit};
+    case cpu::ActivationKind::kLimitedSwiglu:
+      return {cuda::GatedActivation::Kind::kLimited, a.alpha, a.limit};
+  }
+  return {};
+}
+
 cuda::DeltaNetShape delta_net_shape(const model::HyperParams& p) {
   const model::DeltaNetParams& d = p.delta_net;
   cuda::DeltaNetShape shape;
@@ -1418,17 +1431,18 @@ struct Pass {
   void swiglu_ffn(const GpuFfn& w, Input& x, float* out = nullptr) const {
     const Workspace& ws = m.work;
     const int64_t width = w.gate.rows;
+    const cuda::GatedActivation activation = gated_activation(m.params.shared_activation);
     if (cuda::gated_matvec_supports(w.gate, w.up)) {
       const ActivationBlock* blocks = x.quantized_for(w.gate.type);
       if (tiles(w.gate.type, n)) {
-        cuda::gated_mmq(w.gate, w.up, blocks, n, f(ws.hidden), stream);
+        cuda::gated_mmq(w.gate, w.up, blocks, n, f(ws.hidden), stream, activation);
       } else {
-        cuda::gated_matvec(w.gate, w.up, blocks, n, f(ws.hidden), stream);
+        cuda::gated_matvec(w.gate, w.up, blocks, n, f(ws.hidden), stream, activation);
       }
     } else {
       mul(w.gate, x, n, f(ws.gate), false);
       mul(w.up, x, n, f(ws.up), false);
-      cuda::swiglu(f(ws.gate), f(ws.up), n * width, f(ws.hidden), stream);
+      cuda::swiglu(f(ws.gate), f(ws.up), n * width, f(ws.hidden), stream, activation);
     }
     Input hidden(*this, f(ws.hidden), n, width);
     mul(w.down, hidden, n, out ? out : f(ws.residual), out == nullptr);
@@ -1516,13 +1530,8 @@ struct Pass {
                    Input& x) const {
     const model::HyperParams& p = m.params;
     const Workspace& ws = m.work;
-    const cuda::ExpertEpilogue epilogue{ws.chosen.as<int32_t>(),
-                                        w.gate_bias,
-                                        w.up_bias,
-                                        w.down_bias,
-                                        p.activation.kind == cpu::ActivationKind::kClampedSwiglu,
-                                        p.activation.alpha,
-                                        p.activation.limit};
+    const cuda::ExpertEpilogue epilogue{ws.chosen.as<int32_t>(), w.gate_bias, w.up_bias, w.down_bias,
+                                        gated_activation(p.activation)};
     const cuda::MatvecInput input = x.for_type(experts.gate.type);
     if (tiled) {
       cuda::expert_gated_mmq(experts.gate, experts.up, input.blocks, p.experts_used, groups, f(ws.hidden), stream,

@@ -323,7 +323,9 @@ TEST(cuda_expert_matvec_matches_cpu) {
 // gpt-oss's experts (ExpertEpilogue): each product's per-expert bias, found through the slot's
 // expert although the stack holds the experts in another order (slot = experts - 1 - expert, as
 // residency may seat them), and the clamped SwiGLU, against the CPU's dots, add_bias and
-// clamped_swiglu; in the matvec (a decode step's row and a batch), the float stacks and the tiles.
+// clamped_swiglu; DeepSeek-V4's limited SwiGLU against limited_swiglu (the same biases, which its
+// experts lack, checked once); in the matvec (a decode step's row and a batch), the float stacks
+// and the tiles.
 TEST(cuda_expert_epilogue_matches_cpu) {
   if (!device_ready("cuda_expert_epilogue_matches_cpu")) return;
   std::mt19937 rng(23);
@@ -337,78 +339,86 @@ TEST(cuda_expert_epilogue_matches_cpu) {
   const auto up_bias = random_floats(static_cast<size_t>(experts * ff), 2.0f, rng);
   const auto down_bias = random_floats(static_cast<size_t>(experts * width), 2.0f, rng);
   const auto dgb = upload(gate_bias), dub = upload(up_bias), ddb = upload(down_bias);
-  for (const uint32_t type : {quant::BlockMXFP4::kType, quant::BlockQ8_0::kType, uint32_t{1}}) {
-    const auto gate = random_matrix(type, experts * ff, width, rng), up = random_matrix(type, experts * ff, width, rng);
-    const auto down = random_matrix(type, experts * width, ff, rng);
-    const auto dg = upload(gate), du = upload(up), dd = upload(down);
-    cuda::DeviceMatrix mg = device_matrix(type, dg, ff, width), mu = device_matrix(type, du, ff, width);
-    cuda::DeviceMatrix md = device_matrix(type, dd, width, ff);
-    mg.count = mu.count = md.count = experts;
-    // Expert e's matrix sits at slot experts - 1 - e of its stack.
-    const auto expert_matrix = [&](const std::vector<uint8_t>& stack, size_t bytes, int32_t e) {
-      const int32_t slot = slot_of_expert[e];
-      return std::vector<uint8_t>(stack.begin() + slot * bytes, stack.begin() + (slot + 1) * bytes);
-    };
-    std::vector<int64_t> batches = {1, 5};
-    if (cuda::mmq_serves(type, cuda::kMmqMinRows)) batches.push_back(cuda::kMmqMinRows);
-    for (const int64_t n : batches) {
-      const bool tiled = n >= cuda::kMmqMinRows;
-      std::vector<int32_t> routed(static_cast<size_t>(n * used));
-      for (int64_t i = 0; i < n; ++i) {
-        std::vector<int32_t> all(static_cast<size_t>(experts));
-        for (int64_t e = 0; e < experts; ++e) all[e] = static_cast<int32_t>(e);
-        std::shuffle(all.begin(), all.end(), rng);
-        std::copy_n(all.begin(), used, routed.begin() + i * used);
-      }
-      const auto chosen = upload(routed);
-      const DeviceGroups grouping(n, experts, used, tiled ? cuda::kMmqTileTokens : cuda::tokens_per_expert_chunk(n));
-      grouping.group(chosen.as<int32_t>(), n, experts, used, slots.as<int32_t>(), stream);
-      const cuda::ExpertEpilogue epilogue{
-          chosen.as<int32_t>(), dgb.as<float>(), dub.as<float>(), ddb.as<float>(), true, alpha, limit};
-      const auto x = random_floats(static_cast<size_t>(n * width), 2.0f, rng);
-      const auto dx = upload(x);
-      cuda::DeviceBuffer x_blocks(static_cast<size_t>(n * width / 32) * sizeof(cuda::ActivationBlock), "x blocks");
-      cuda::DeviceBuffer hidden(static_cast<size_t>(n * used * ff) * sizeof(float), "hidden");
-      cuda::DeviceBuffer h_blocks(static_cast<size_t>(n * used * ff / 32) * sizeof(cuda::ActivationBlock), "blocks");
-      cuda::DeviceBuffer out(static_cast<size_t>(n * used * width) * sizeof(float), "out");
-      const cuda::MatvecInput x_in = product_input(type, dx, n, width, x_blocks, stream);
-      if (tiled) {
-        cuda::expert_gated_mmq(mg, mu, x_in.blocks, used, grouping.groups, hidden.as<float>(), stream.handle(),
-                               epilogue);
-      } else {
-        cuda::expert_gated_matvec(mg, mu, x_in, used, grouping.groups, hidden.as<float>(), stream.handle(), epilogue);
-      }
-      const cuda::MatvecInput h_in = product_input(type, hidden, n * used, ff, h_blocks, stream);
-      if (tiled) {
-        cuda::expert_mmq(md, h_in.blocks, grouping.groups, out.as<float>(), stream.handle(), epilogue);
-      } else {
-        cuda::expert_matvec(md, h_in, grouping.groups, out.as<float>(), stream.handle(), epilogue);
-      }
-      const auto got_hidden = download<float>(hidden, static_cast<size_t>(n * used * ff), stream);
-      const auto got_out = download<float>(out, static_cast<size_t>(n * used * width), stream);
-      std::vector<float> want_hidden(got_hidden.size()), want_out(got_out.size());
-      for (int64_t s = 0; s < n * used; ++s) {
-        const int32_t e = routed[s];
-        const std::vector<float> row(x.begin() + (s / used) * width, x.begin() + (s / used + 1) * width);
-        auto g = cpu_matvec(type, expert_matrix(gate, mg.matrix_bytes, e), ff, width, row, 1);
-        auto u = cpu_matvec(type, expert_matrix(up, mu.matrix_bytes, e), ff, width, row, 1);
-        for (int64_t j = 0; j < ff; ++j) {
-          g[j] += gate_bias[e * ff + j];
-          u[j] += up_bias[e * ff + j];
+  for (const auto kind : {cuda::GatedActivation::Kind::kClamped, cuda::GatedActivation::Kind::kLimited})
+    for (const uint32_t type : {quant::BlockMXFP4::kType, quant::BlockQ8_0::kType, uint32_t{1}}) {
+      const bool limited = kind == cuda::GatedActivation::Kind::kLimited;
+      const auto gate = random_matrix(type, experts * ff, width, rng),
+                 up = random_matrix(type, experts * ff, width, rng);
+      const auto down = random_matrix(type, experts * width, ff, rng);
+      const auto dg = upload(gate), du = upload(up), dd = upload(down);
+      cuda::DeviceMatrix mg = device_matrix(type, dg, ff, width), mu = device_matrix(type, du, ff, width);
+      cuda::DeviceMatrix md = device_matrix(type, dd, width, ff);
+      mg.count = mu.count = md.count = experts;
+      // Expert e's matrix sits at slot experts - 1 - e of its stack.
+      const auto expert_matrix = [&](const std::vector<uint8_t>& stack, size_t bytes, int32_t e) {
+        const int32_t slot = slot_of_expert[e];
+        return std::vector<uint8_t>(stack.begin() + slot * bytes, stack.begin() + (slot + 1) * bytes);
+      };
+      std::vector<int64_t> batches = {1, 5};
+      if (cuda::mmq_serves(type, cuda::kMmqMinRows)) batches.push_back(cuda::kMmqMinRows);
+      for (const int64_t n : batches) {
+        const bool tiled = n >= cuda::kMmqMinRows;
+        std::vector<int32_t> routed(static_cast<size_t>(n * used));
+        for (int64_t i = 0; i < n; ++i) {
+          std::vector<int32_t> all(static_cast<size_t>(experts));
+          for (int64_t e = 0; e < experts; ++e) all[e] = static_cast<int32_t>(e);
+          std::shuffle(all.begin(), all.end(), rng);
+          std::copy_n(all.begin(), used, routed.begin() + i * used);
         }
-        cpu::clamped_swiglu(g.data(), u.data(), ff, alpha, limit, want_hidden.data() + s * ff);
-        const std::vector<float> h(got_hidden.begin() + s * ff, got_hidden.begin() + (s + 1) * ff);
-        const auto d = cpu_matvec(type, expert_matrix(down, md.matrix_bytes, e), width, ff, h, 1);
-        for (int64_t j = 0; j < width; ++j) want_out[s * width + j] = d[j] + down_bias[e * width + j];
+        const auto chosen = upload(routed);
+        const DeviceGroups grouping(n, experts, used, tiled ? cuda::kMmqTileTokens : cuda::tokens_per_expert_chunk(n));
+        grouping.group(chosen.as<int32_t>(), n, experts, used, slots.as<int32_t>(), stream);
+        const cuda::ExpertEpilogue epilogue{
+            chosen.as<int32_t>(), dgb.as<float>(), dub.as<float>(), ddb.as<float>(), {kind, alpha, limit}};
+        const auto x = random_floats(static_cast<size_t>(n * width), 2.0f, rng);
+        const auto dx = upload(x);
+        cuda::DeviceBuffer x_blocks(static_cast<size_t>(n * width / 32) * sizeof(cuda::ActivationBlock), "x blocks");
+        cuda::DeviceBuffer hidden(static_cast<size_t>(n * used * ff) * sizeof(float), "hidden");
+        cuda::DeviceBuffer h_blocks(static_cast<size_t>(n * used * ff / 32) * sizeof(cuda::ActivationBlock), "blocks");
+        cuda::DeviceBuffer out(static_cast<size_t>(n * used * width) * sizeof(float), "out");
+        const cuda::MatvecInput x_in = product_input(type, dx, n, width, x_blocks, stream);
+        if (tiled) {
+          cuda::expert_gated_mmq(mg, mu, x_in.blocks, used, grouping.groups, hidden.as<float>(), stream.handle(),
+                                 epilogue);
+        } else {
+          cuda::expert_gated_matvec(mg, mu, x_in, used, grouping.groups, hidden.as<float>(), stream.handle(), epilogue);
+        }
+        const cuda::MatvecInput h_in = product_input(type, hidden, n * used, ff, h_blocks, stream);
+        if (tiled) {
+          cuda::expert_mmq(md, h_in.blocks, grouping.groups, out.as<float>(), stream.handle(), epilogue);
+        } else {
+          cuda::expert_matvec(md, h_in, grouping.groups, out.as<float>(), stream.handle(), epilogue);
+        }
+        const auto got_hidden = download<float>(hidden, static_cast<size_t>(n * used * ff), stream);
+        const auto got_out = download<float>(out, static_cast<size_t>(n * used * width), stream);
+        std::vector<float> want_hidden(got_hidden.size()), want_out(got_out.size());
+        for (int64_t s = 0; s < n * used; ++s) {
+          const int32_t e = routed[s];
+          const std::vector<float> row(x.begin() + (s / used) * width, x.begin() + (s / used + 1) * width);
+          auto g = cpu_matvec(type, expert_matrix(gate, mg.matrix_bytes, e), ff, width, row, 1);
+          auto u = cpu_matvec(type, expert_matrix(up, mu.matrix_bytes, e), ff, width, row, 1);
+          for (int64_t j = 0; j < ff; ++j) {
+            g[j] += gate_bias[e * ff + j];
+            u[j] += up_bias[e * ff + j];
+          }
+          if (limited) {
+            cpu::limited_swiglu(g.data(), u.data(), ff, limit, want_hidden.data() + s * ff);
+          } else {
+            cpu::clamped_swiglu(g.data(), u.data(), ff, alpha, limit, want_hidden.data() + s * ff);
+          }
+          const std::vector<float> h(got_hidden.begin() + s * ff, got_hidden.begin() + (s + 1) * ff);
+          const auto d = cpu_matvec(type, expert_matrix(down, md.matrix_bytes, e), width, ff, h, 1);
+          for (int64_t j = 0; j < width; ++j) want_out[s * width + j] = d[j] + down_bias[e * width + j];
+        }
+        const double hidden_error = relative_error(got_hidden, want_hidden),
+                     out_error = relative_error(got_out, want_out);
+        std::printf("  expert epilogue (%s) %s n %lld%s: relative error %.3g (gate/up), %.3g (down)\n",
+                    limited ? "limited" : "clamped", type_name(type), static_cast<long long>(n),
+                    tiled ? " (tiles)" : "", hidden_error, out_error);
+        CHECK(hidden_error < 5e-5) << type_name(type) << " n " << n << ": gate/up relative error " << hidden_error;
+        CHECK(out_error < 2e-5) << type_name(type) << " n " << n << ": down relative error " << out_error;
       }
-      const double hidden_error = relative_error(got_hidden, want_hidden),
-                   out_error = relative_error(got_out, want_out);
-      std::printf("  expert epilogue %s n %lld%s: relative error %.3g (gate/up), %.3g (down)\n", type_name(type),
-                  static_cast<long long>(n), tiled ? " (tiles)" : "", hidden_error, out_error);
-      CHECK(hidden_error < 5e-5) << type_name(type) << " n " << n << ": gate/up relative error " << hidden_error;
-      CHECK(out_error < 2e-5) << type_name(type) << " n " << n << ": down relative error " << out_error;
     }
-  }
 }
 
 #else
