@@ -103,11 +103,19 @@ __device__ void route_row(const float* l, int row, int experts, int used, const 
     p[i] = e < experts ? __ldcg(l + e) : -INFINITY;
     if (r.router_bias && e < experts) p[i] = __fadd_rn(p[i], __ldg(r.router_bias + e));
   }
-  if (r.softmax_selected) {
+  if (r.gating == RouterSpec::Gating::kSoftmaxSelected) {
     // The logits choose; their softmax over the chosen weights them, below.
-  } else if (r.sigmoid) {
+  } else if (r.gating == RouterSpec::Gating::kSigmoid) {
 #pragma unroll
     for (int i = 0; i < kMaxExpertsPerLane; ++i) p[i] = __fdiv_rn(1.0f, __fadd_rn(1.0f, exp_as_libm(-p[i])));
+  } else if (r.gating == RouterSpec::Gating::kSqrtSoftplus) {
+    // As cpu::route: ggml's softplus (linear above 20; libm's exp and log), then its square root.
+#pragma unroll
+    for (int i = 0; i < kMaxExpertsPerLane; ++i) {
+      const float softplus =
+          p[i] > 20.0f ? p[i] : static_cast<float>(log(static_cast<double>(__fadd_rn(1.0f, exp_as_libm(p[i])))));
+      p[i] = __fsqrt_rn(softplus);
+    }
   } else {
     float local_max = -INFINITY;
 #pragma unroll
@@ -150,7 +158,24 @@ __device__ void route_row(const float* l, int row, int experts, int used, const 
   double chosen_sum = 0.0;
   int my_expert = 0;
   float my_weight = 0.0f;
-  for (int k = 0; k < used; ++k) {
+  if (r.token_experts) {
+    // Hash routing: the token's experts in table order, each with its gating weight (held by
+    // lane e % 32, at index e / 32).
+    const int32_t* table = r.token_experts + static_cast<int64_t>(__ldg(r.tokens + row)) * used;
+    for (int k = 0; k < used; ++k) {
+      const int e = __ldg(table + k);
+      float held = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kMaxExpertsPerLane; ++i) held = i == e / kWarp ? p[i] : held;
+      const float w = __shfl_sync(0xffffffffu, held, e % kWarp);
+      chosen_sum += static_cast<double>(w);
+      if (lane == k) {
+        my_expert = e;
+        my_weight = w;
+      }
+    }
+  }
+  for (int k = 0; k < (r.token_experts ? 0 : used); ++k) {
     float best = -INFINITY, best_w = 0.0f;
     int best_e = INT32_MAX;
 #pragma unroll
@@ -173,7 +198,7 @@ __device__ void route_row(const float* l, int row, int experts, int used, const 
       my_weight = best_w;
     }
   }
-  if (r.softmax_selected) {
+  if (r.gating == RouterSpec::Gating::kSoftmaxSelected) {
     // cpu::route's softmax over the chosen, in k order: the maximum, exps, their sum in double
     // (cpu/softmax.cc's scalar tail, libm's exp, which a row of fewer than a SIMD block takes:
     // gpt-oss's routers choose 4; 16 or more would take the CPU's blocks and part in last bits).

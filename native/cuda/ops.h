@@ -166,24 +166,30 @@ void float_mmq(const DeviceMatrix& w, const float* x, int64_t n, float* y, bool 
 
 // --- moe.cu ---
 // How the router turns a row's logits into its experts and their weights, as the CPU's
-// cpu::route does: softmax or sigmoid weights; `selection_bias` (device, one per expert, or null)
-// added to them only to choose; the best `groups_used` of `groups` expert groups (each scored by
-// its two best) alone compete; the `used` best, their weights normalized to sum to one or not,
-// then scaled.
+// cpu::route does: the gating's weights (cpu::Gating: softmax, sigmoid, DeepSeek-V4's square root
+// of softplus; or gpt-oss's softmax over the chosen); `selection_bias` (device, one per expert, or
+// null) added to them only to choose; the best `groups_used` of `groups` expert groups (each
+// scored by its two best) alone compete; the `used` best, their weights normalized to sum to one
+// or not, then scaled.
 struct RouterSpec {
-  bool sigmoid = false;
+  enum class Gating : uint8_t { kSoftmax, kSigmoid, kSoftmaxSelected, kSqrtSoftplus };
+  Gating gating = Gating::kSoftmax;
   bool normalize = false;
   float scale = 1.0f;
   int groups = 1;
   int groups_used = 1;
   const float* selection_bias = nullptr;
-  // gpt-oss: the top logits choose and a softmax over the chosen ones weights them (no gating
-  // over all experts), after router_bias (one per expert, or null) is added to the logits.
-  bool softmax_selected = false;
+  // gpt-oss (kSoftmaxSelected): the top logits choose and a softmax over the chosen ones weights
+  // them (no gating over all experts), after router_bias (one per expert, or null) is added to
+  // the logits.
   const float* router_bias = nullptr;
   // Benchmarks (engine/routing_replay.h): each row's experts as given here ([row][used]), each weighted
   // scale / used, instead of the router's choice.
   const int32_t* replay = nullptr;
+  // Hash routing (DeepSeek-V4's first layers): row r's experts are token_experts[tokens[r] *
+  // used ...] (device), weighted by the gating as the router would weight them.
+  const int32_t* token_experts = nullptr;
+  const int32_t* tokens = nullptr;
 };
 // The `used` best experts of each row (in order) and their weights.
 void route_top_k(const float* logits, int64_t n, int64_t experts, int64_t used, const RouterSpec& router,

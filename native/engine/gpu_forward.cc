@@ -89,6 +89,7 @@ struct GpuFfn {
   DeviceMatrix router;
   const float* router_bias = nullptr;  // added to the router's logits (gpt-oss), or null
   const float* selection_bias = nullptr;
+  const int32_t* token_experts = nullptr;            // hash routing's table (model::RoutedExperts), or null
   DeviceMatrix expert_gate, expert_up, expert_down;  // the routed experts: the layer's slot pool
   const int32_t* expert_slots = nullptr;             // expert -> slot in the pool, -1: in host memory
   // Per-expert biases of the products (gpt-oss), by expert (not slot): all of the layer's experts.
@@ -570,8 +571,11 @@ class Uploader {
   const float* vector(const float* host, int64_t length) {
     return resolve<float>(plan_.place(host, static_cast<size_t>(length) * sizeof(float)));
   }
+  const int32_t* ints(const int32_t* host, int64_t count) {
+    return resolve<int32_t>(plan_.place(host, static_cast<size_t>(count) * sizeof(int32_t)));
+  }
   const int32_t* table(const std::vector<int32_t>& host) {
-    return resolve<int32_t>(plan_.place(host.data(), host.size() * sizeof(int32_t)));
+    return ints(host.data(), static_cast<int64_t>(host.size()));
   }
   // A slot pool holding the `resident` experts of a stack, slot i = resident[i].
   DeviceMatrix experts(const cpu::ExpertMatrices& w, const std::vector<int32_t>& resident) {
@@ -670,6 +674,7 @@ void bind_weights(const model::Model& m, Uploader& up, GpuWeights& g) {
     df.router = up.matrix(f.routed.router);
     df.router_bias = up.vector(f.routed.router_bias, p.experts);
     df.selection_bias = up.vector(f.routed.selection_bias, p.experts);
+    df.token_experts = up.ints(f.routed.token_experts, p.vocab * p.experts_used);
     df.gate_bias = up.vector(f.routed.biases.gate, p.experts * p.expert_feed_forward);
     df.up_bias = up.vector(f.routed.biases.up, p.experts * p.expert_feed_forward);
     df.down_bias = up.vector(f.routed.biases.down, p.experts * p.embedding);
@@ -846,6 +851,21 @@ void check_kernels(const std::vector<GpuKernelGap>& gaps, const GpuWeights& g) {
 }
 
 // Gated DeltaNet's sizes as its kernels take them.
+// The GPU router's form of the model's gating.
+cuda::RouterSpec::Gating router_gating(model::Gating gating) {
+  switch (gating) {
+    case model::Gating::kSoftmax:
+      break;
+    case model::Gating::kSigmoid:
+      return cuda::RouterSpec::Gating::kSigmoid;
+    case model::Gating::kSoftmaxSelected:
+      return cuda::RouterSpec::Gating::kSoftmaxSelected;
+    case model::Gating::kSqrtSoftplus:
+      return cuda::RouterSpec::Gating::kSqrtSoftplus;
+  }
+  return cuda::RouterSpec::Gating::kSoftmax;
+}
+
 // The GPU's form of a SwiGLU's activation (HyperParams::activation, shared_activation).
 cuda::GatedActivation gated_activation(const cpu::ExpertActivation& a) {
   switch (a.kind) {
@@ -1481,14 +1501,13 @@ struct Pass {
     groups.tokens_per_chunk = tiled ? cuda::kMmqTileTokens : cuda::tokens_per_expert_chunk(n);
     groups.max_chunks = cuda::max_expert_chunks(n, p.experts, p.experts_used, groups.tokens_per_chunk);
     uint32_t* counts = m.routed.as<uint32_t>() + layer * p.experts;
-    cuda::RouterSpec router{p.router.gating == model::Gating::kSigmoid,
-                            p.router.normalize,
-                            p.router.scale,
-                            static_cast<int>(p.router.groups),
-                            static_cast<int>(p.router.groups_used),
-                            w.selection_bias,
-                            p.router.gating == model::Gating::kSoftmaxSelected,
-                            w.router_bias};
+    cuda::RouterSpec router{
+        router_gating(p.router.gating),         p.router.normalize, p.router.scale, static_cast<int>(p.router.groups),
+        static_cast<int>(p.router.groups_used), w.selection_bias,   w.router_bias};
+    if (w.token_experts) {
+      router.token_experts = w.token_experts;
+      router.tokens = ws.tokens.as<int32_t>();
+    }
     if (m.replaying_routing) {
       router.replay = ws.replayed_routing.as<int32_t>() + layer * n * p.experts_used;
     }

@@ -420,19 +420,53 @@ TEST(cuda_moe_routing_matches_cpu) {
   std::mt19937 rng(21);
   const cuda::Stream stream;
   // Qwen3's softmax (normalized or not), DeepSeek-V3's router: sigmoid, a selection bias, 8
-  // groups of which 4 compete, normalized and scaled weights; and gpt-oss's: biased logits choose,
-  // a softmax over the chosen weights them.
+  // groups of which 4 compete, normalized and scaled weights; gpt-oss's: biased logits choose, a
+  // softmax over the chosen weights them; DeepSeek-V4's: the square root of softplus with a
+  // selection bias, and in its first layers each token's experts from a table (hash routing).
   const cpu::RouterParams deepseek{
       .gating = cpu::Gating::kSigmoid, .normalize = true, .scale = 2.5f, .groups = 8, .groups_used = 4};
-  for (const auto& [experts, used, router] :
-       {std::tuple{int64_t{8}, int64_t{2}, cpu::RouterParams{.normalize = true}},
-        std::tuple{int64_t{128}, int64_t{8}, cpu::RouterParams{.normalize = true}},
-        std::tuple{int64_t{60}, int64_t{4}, cpu::RouterParams{}}, std::tuple{int64_t{256}, int64_t{8}, deepseek},
-        std::tuple{int64_t{128}, int64_t{4}, cpu::RouterParams{.gating = cpu::Gating::kSoftmaxSelected}}}) {
-    const int64_t n = 11, width = 96;
+  const cpu::RouterParams deepseek4{.gating = cpu::Gating::kSqrtSoftplus, .normalize = true, .scale = 1.5f};
+  const auto gpu_gating = [](cpu::Gating g) {
+    switch (g) {
+      case cpu::Gating::kSoftmax:
+        break;
+      case cpu::Gating::kSigmoid:
+        return cuda::RouterSpec::Gating::kSigmoid;
+      case cpu::Gating::kSoftmaxSelected:
+        return cuda::RouterSpec::Gating::kSoftmaxSelected;
+      case cpu::Gating::kSqrtSoftplus:
+        return cuda::RouterSpec::Gating::kSqrtSoftplus;
+    }
+    return cuda::RouterSpec::Gating::kSoftmax;
+  };
+  for (const auto& [experts, used, router, hashed] :
+       {std::tuple{int64_t{8}, int64_t{2}, cpu::RouterParams{.normalize = true}, false},
+        std::tuple{int64_t{128}, int64_t{8}, cpu::RouterParams{.normalize = true}, false},
+        std::tuple{int64_t{60}, int64_t{4}, cpu::RouterParams{}, false},
+        std::tuple{int64_t{256}, int64_t{8}, deepseek, false},
+        std::tuple{int64_t{128}, int64_t{4}, cpu::RouterParams{.gating = cpu::Gating::kSoftmaxSelected}, false},
+        std::tuple{int64_t{256}, int64_t{6}, deepseek4, false},
+        std::tuple{int64_t{256}, int64_t{6}, deepseek4, true}}) {
+    const int64_t n = 11, width = 96, vocab = 17;
     const auto logits = random_floats(static_cast<size_t>(n * experts), 4.0f, rng);
     const auto bias = random_floats(static_cast<size_t>(experts), 0.5f, rng);
-    const float* selection_bias = router.gating == cpu::Gating::kSigmoid ? bias.data() : nullptr;
+    const bool biased = router.gating == cpu::Gating::kSigmoid || router.gating == cpu::Gating::kSqrtSoftplus;
+    const float* selection_bias = biased ? bias.data() : nullptr;
+    // Hash routing: a table of `used` distinct experts per token id, and each row's token.
+    std::vector<int32_t> token_experts, tokens, table_choice;
+    if (hashed) {
+      for (int64_t t = 0; t < vocab; ++t) {
+        std::vector<int32_t> all(static_cast<size_t>(experts));
+        std::iota(all.begin(), all.end(), 0);
+        std::shuffle(all.begin(), all.end(), rng);
+        token_experts.insert(token_experts.end(), all.begin(), all.begin() + used);
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        tokens.push_back(static_cast<int32_t>(rng() % vocab));
+        table_choice.insert(table_choice.end(), token_experts.begin() + tokens.back() * used,
+                            token_experts.begin() + (tokens.back() + 1) * used);
+      }
+    }
     // gpt-oss's router bias joins the logits (forward.cc adds it before cpu::route; the GPU in the route).
     const bool gpt_oss = router.gating == cpu::Gating::kSoftmaxSelected;
     std::vector<float> routed = logits;
@@ -440,26 +474,31 @@ TEST(cuda_moe_routing_matches_cpu) {
       for (size_t i = 0; i < routed.size(); ++i) routed[i] += bias[i % static_cast<size_t>(experts)];
     }
     cpu::Routing routing;
-    cpu::route(routed.data(), n, experts, used, router, selection_bias, routing);
-    const auto dl = upload(logits), dbias = upload(bias);
-    const cuda::RouterSpec spec{router.gating == cpu::Gating::kSigmoid,
-                                router.normalize,
-                                router.scale,
-                                static_cast<int>(router.groups),
-                                static_cast<int>(router.groups_used),
-                                selection_bias ? dbias.as<float>() : nullptr,
-                                gpt_oss,
-                                gpt_oss ? dbias.as<float>() : nullptr};
+    cpu::route(routed.data(), n, experts, used, router, selection_bias, routing,
+               hashed ? table_choice.data() : nullptr);
+    const auto dl = upload(logits), dbias = upload(bias), dtable = upload(token_experts), dtokens = upload(tokens);
+    cuda::RouterSpec spec{gpu_gating(router.gating),
+                          router.normalize,
+                          router.scale,
+                          static_cast<int>(router.groups),
+                          static_cast<int>(router.groups_used),
+                          selection_bias ? dbias.as<float>() : nullptr,
+                          gpt_oss ? dbias.as<float>() : nullptr};
+    if (hashed) {
+      spec.token_experts = dtable.as<int32_t>();
+      spec.tokens = dtokens.as<int32_t>();
+    }
     cuda::DeviceBuffer chosen(static_cast<size_t>(n * used) * sizeof(int32_t), "chosen");
     cuda::DeviceBuffer weights(static_cast<size_t>(n * used) * sizeof(float), "weights");
     cuda::route_top_k(dl.as<float>(), n, experts, used, spec, chosen.as<int32_t>(), weights.as<float>(),
                       stream.handle());
     const auto got_chosen = download<int32_t>(chosen, static_cast<size_t>(n * used), stream);
     const auto got_weights = download<float>(weights, static_cast<size_t>(n * used), stream);
-    CHECK(got_chosen == routing.experts) << experts << " experts: chosen experts differ";
+    CHECK(got_chosen == routing.experts) << experts << " experts" << (hashed ? ", hash-routed" : "")
+                                         << ": chosen experts differ";
     CHECK(mismatches(got_weights, routing.weights) == 0)
-        << experts << " experts: " << mismatches(got_weights, routing.weights) << " weights differ, relative error "
-        << relative_error(got_weights, routing.weights);
+        << experts << " experts" << (hashed ? ", hash-routed" : "") << ": " << mismatches(got_weights, routing.weights)
+        << " weights differ, relative error " << relative_error(got_weights, routing.weights);
 
     // Grouping: every routed slot of a GPU-resident expert once, in a chunk naming its slot,
     // in chunks of at most tokens_per_chunk; slots of host experts (-1) in none. Then the
