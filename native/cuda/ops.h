@@ -348,6 +348,11 @@ struct AttentionHeads {
 };
 void position_heads(const AttentionHeads& h, int64_t n, const int32_t* positions, const RopeShape& shape,
                     StreamHandle stream);
+// x: n rows of `heads` heads of head_dim floats, in place: each head's last rope.dims values
+// rotated at its row's position (DeepSeek-V4's queries and keys), or with `inverse` back by the
+// opposite angle (its attention's outputs), as cpu::rope_apply with the sines negated for that.
+void rotate_tails(float* x, int64_t n, int64_t heads, int64_t head_dim, const int32_t* positions, const RopeShape& rope,
+                  bool inverse, StreamHandle stream);
 
 // --- latent.cu: multi-head latent attention's heads, as the CPU path makes them ---
 // q: n rows of `heads` heads of nope + rope.dims floats -> nope_out: n * heads rows of `nope`

@@ -1,6 +1,6 @@
 // Attention heads made ready for the cache and the scores in one launch: bias, per-head RMS
 // norm and rotary position embedding, one warp per head, and the k and v heads written to the
-// f16 KV cache.
+// f16 KV cache. Beside it, DeepSeek-V4's rotation of each head's last dims, and its inverse.
 #include "base/error.h"
 #include "cuda/common.cuh"
 #include "cuda/rope.cuh"
@@ -81,7 +81,41 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
   if (rotate) rotate_pairs(shape, positions[row], values, put);
 }
 
+// One warp per head: its last rope.dims values rotated at its token's position, or (`inverse`) by
+// the opposite angle, as cpu::rope_apply with the angles' sines negated (ggml_rope_ext_back).
+__global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
+    rotate_tails_kernel(float* x, int64_t heads_total, int heads, int head_dim, const int32_t* positions,
+                        RopeShape rope, bool inverse) {
+  wait_for_previous_kernel();
+  const int64_t head = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
+  if (head >= heads_total) return;
+  float* tail = x + head * head_dim + head_dim - rope.dims;
+  const int half = static_cast<int>(rope.dims) / 2, position = positions[head / heads];
+  for (int i = threadIdx.x % kWarp; i < half; i += kWarp) {
+    float c, s;
+    rope_angle(rope, position, i, &c, &s);
+    if (inverse) s = -s;
+    const int a = rope.neox ? i : 2 * i, b = rope.neox ? i + half : 2 * i + 1;
+    const float x0 = tail[a], x1 = tail[b];
+    tail[a] = __fmaf_rn(x0, c, -__fmul_rn(x1, s));
+    tail[b] = __fmaf_rn(x0, s, __fmul_rn(x1, c));
+  }
+}
+
 }  // namespace
+
+void rotate_tails(float* x, int64_t n, int64_t heads, int64_t head_dim, const int32_t* positions, const RopeShape& rope,
+                  bool inverse, StreamHandle stream) {
+  if (rope.dims > head_dim || rope.dims % 2 != 0) {
+    throw Error("INVALID_ARGUMENT", "rotate_tails turns an even count of at most head_dim (" +
+                                        std::to_string(head_dim) + ") dims, not " + std::to_string(rope.dims));
+  }
+  const int64_t total = n * heads;
+  if (total == 0) return;
+  launch_early(rotate_tails_kernel, dim3(ceil_div(total, kWarpsPerBlock)), dim3(kWarpsPerBlock * kWarp), 0,
+               static_cast<cudaStream_t>(stream), x, total, static_cast<int>(heads), static_cast<int>(head_dim),
+               positions, rope, inverse);
+}
 
 void position_heads(const AttentionHeads& heads, int64_t n, const int32_t* positions, const RopeShape& shape,
                     StreamHandle stream) {
