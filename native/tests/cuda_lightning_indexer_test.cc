@@ -64,7 +64,8 @@ TEST(cuda_indexer_heads_match_cpu) {
   const cuda::Stream stream;
   for (const int64_t head_dim : {64, 128}) {
     for (const bool neox : {true, false}) {
-      const int64_t heads = 8, n = 5, key_row = 224, key_offset = 160;
+      // MLA's 128 + 32 halves, then the indexer's key, then 8 more: the row's end is left alone too.
+      const int64_t heads = 8, n = 5, key_offset = 160, key_row = key_offset + head_dim + 8;
       const cpu::RopeParams rope = indexer_rope(32, neox);
       const cuda::IndexerShape shape = shape_of(heads, head_dim, 16, rope);
       const std::vector<int32_t> positions = {0, 1, 7, 900, 4000};
@@ -103,7 +104,8 @@ TEST(cuda_indexer_heads_match_cpu) {
           const float got = quant::fp16_to_fp32(got_cache[positions[i] * key_row + key_offset + j]);
           misses += std::fabs(got - key[j]) > std::ldexp(std::fabs(key[j]), -10) + 1e-6f;
         }
-        CHECK(got_cache[positions[i] * key_row] == 0 && got_cache[positions[i] * key_row + key_offset - 1] == 0)
+        CHECK(got_cache[positions[i] * key_row] == 0 && got_cache[positions[i] * key_row + key_offset - 1] == 0 &&
+              got_cache[positions[i] * key_row + key_offset + head_dim] == 0)
             << "the key was written outside its place in the row";
       }
       CHECK(misses == 0) << "head_dim " << head_dim << ": " << misses << " cached key halves differ by over an ulp";
