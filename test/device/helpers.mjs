@@ -7,6 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { sameTop } from "../distributions.mjs";
+import { loadModel } from "../../dist/index.js";
 
 export const hasGpu = existsSync("/dev/nvidiactl");
 /** node:test's skip option: a reason where no NVIDIA device exists. */
@@ -81,6 +82,27 @@ export function compare(reference, candidate, vocab) {
     for (let i = 0; i < vocab; ++i) kl += Math.exp(p[i]) * (p[i] - q[i]);
   }
   return { top1: agree / rows, kl: kl / rows, widestMiss };
+}
+
+/**
+ * The widest top-1 miss (compare's widestMiss, in nats) a run whose sums round differently from
+ * the reference's may show on the model at `path`: 0.1, or, where two correct evaluations already
+ * part more, twice their widest miss: the CPU path's scalar kernels against its SIMD ones on
+ * `tokens` (one prompt), measured in this run, as gpu-vs-cpu's floor. A near-tie that flips moves
+ * little under dense attention; under a sparse one it swaps a position a top-k reads (and GLM-5's
+ * shared layers read it again), so its misses reach further on both sides alike.
+ */
+export async function missBound(path, tokens, { contextSize, dir }) {
+  const cpu = await loadModel(path, { gpu: false, contextSize });
+  try {
+    const session = cpu.createSession();
+    const simd = await session.evaluate(tokens, { logits: "all" });
+    session.dispose();
+    const floor = compare(simd, cpuLogits(path, tokens, { isa: "scalar", contextSize, dir }), cpu.info.vocabSize);
+    return Math.max(0.1, 2 * floor.widestMiss);
+  } finally {
+    cpu.dispose();
+  }
 }
 
 /** The logits of `input` decoded one token at a time in a session of `model`'s own, as one array of rows. */
