@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { BloomeryError, loadModel, type Model } from "../src/index.js";
+import { loadModel, type Model } from "../src/index.js";
 import { writeSyntheticModel } from "../tools/synth/synth.js";
 
 // A session of a model with recurrent layers carries their states with its KV cache: a fork, a
@@ -267,20 +267,5 @@ describe("a draft model with recurrent layers", () => {
       code: "DRAFT_UNSUPPORTED",
       message: expect.stringMatching(/draft model with recurrent layers/),
     });
-  });
-});
-
-describe("DeepSeek-V4 on the GPU", () => {
-  it("is refused by name (its compressed attention and hyper-connections run on the CPU only)", async () => {
-    const error = await loadModel(join(dir, "tiny-deepseek4.gguf"), { gpu: "auto", contextSize: 64 }).then(
-      (model) => {
-        models.push(model);
-        return undefined;
-      },
-      (e: unknown) => e,
-    );
-    expect(error).toBeInstanceOf(BloomeryError);
-    expect((error as BloomeryError).code).toBe("UNSUPPORTED_FEATURE");
-    expect((error as BloomeryError).message).toContain("compressed attention");
   });
 });

@@ -102,6 +102,16 @@ __global__ void post_kernel(const float* x, const float* post, const float* comb
   }
 }
 
+// A thread per (row, column): the embedding's column copied into each of the row's streams.
+__global__ void spread_kernel(const float* x, int64_t n, int streams, int64_t width, float* residual) {
+  wait_for_previous_kernel();
+  const int64_t at = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (at >= n * width) return;
+  const int64_t i = at / width, j = at % width;
+  const float v = x[at];
+  for (int h = 0; h < streams; ++h) residual[(i * streams + h) * width + j] = v;
+}
+
 void check(const HyperShape& shape) {
   if (shape.streams < 1 || shape.streams > kMaxStreams) {
     throw Error("UNSUPPORTED_MODEL", "the GPU's hyper-connections serve 1 to " + std::to_string(kMaxStreams) +
@@ -112,6 +122,13 @@ void check(const HyperShape& shape) {
 dim3 blocks_for(int64_t count) { return dim3(static_cast<unsigned>(ceil_div(count, kThreads))); }
 
 }  // namespace
+
+void spread_streams(const float* x, int64_t n, const HyperShape& shape, float* residual, StreamHandle stream) {
+  check(shape);
+  if (n == 0) return;
+  launch_early(spread_kernel, blocks_for(n * shape.width), dim3(kThreads), 0, static_cast<cudaStream_t>(stream), x, n,
+               static_cast<int>(shape.streams), shape.width, residual);
+}
 
 void hyper_weights(const float* mixes, int64_t n, const float* scale, const float* base, const HyperShape& shape,
                    float* pre, float* post, float* comb, StreamHandle stream) {

@@ -60,6 +60,27 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
                [&](int j, float v) { slot[rank + j] = __half_as_ushort(__float2half(v)); });
 }
 
+// A warp per row: its floats as f16 into the row's cache row.
+__global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
+    store_rows_kernel(const float* x, int64_t n, int width, const int32_t* positions, KvSegments cache,
+                      int64_t key_row) {
+  wait_for_previous_kernel();
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
+  if (row >= n) return;
+  const int lane = threadIdx.x % kWarp;
+  int s = 0;
+  while (row >= cache.first_row[s + 1]) ++s;
+  uint16_t* slot = cache.keys[s] + static_cast<int64_t>(positions[row]) * key_row;
+  for (int j = lane; j < width; j += kWarp) slot[j] = __half_as_ushort(__float2half(x[row * width + j]));
+}
+
+void check_segments(const KvSegments& cache, int64_t n, const char* what) {
+  if (cache.count < 1 || cache.count > kMaxKvSegments || cache.first_row[0] != 0 || cache.first_row[cache.count] != n) {
+    throw Error("INVALID_ARGUMENT", std::string(what) + "'s cache segments must cover its " + std::to_string(n) +
+                                        " rows in at most " + std::to_string(kMaxKvSegments) + " segments");
+  }
+}
+
 void check_rope(const RopeShape& rope) {
   if (rope.dims > kMaxRope || rope.dims % 2 != 0) {
     throw Error("UNSUPPORTED_MODEL", "GPU latent attention rotates an even count of at most " +
@@ -87,13 +108,22 @@ void store_latent(const float* kv, int64_t n, int64_t rank, const float* norm, f
                                         " halves cannot hold a latent and rotary key of " +
                                         std::to_string(rank + rope.dims));
   }
-  if (cache.count < 1 || cache.count > kMaxKvSegments || cache.first_row[0] != 0 || cache.first_row[cache.count] != n) {
-    throw Error("INVALID_ARGUMENT", "store_latent's cache segments must cover its " + std::to_string(n) +
-                                        " rows in at most " + std::to_string(kMaxKvSegments) + " segments");
-  }
+  check_segments(cache, n, "store_latent");
   launch_early(store_latent_kernel, dim3(ceil_div(n, kWarpsPerBlock)), dim3(kWarpsPerBlock * kWarp), 0,
                static_cast<cudaStream_t>(stream), kv, n, static_cast<int>(rank), norm, eps, positions, rope, cache,
                key_row);
+}
+
+void store_rows(const float* x, int64_t n, int64_t width, const int32_t* positions, const KvSegments& cache,
+                int64_t key_row, StreamHandle stream) {
+  if (key_row < width) {
+    throw Error("INVALID_ARGUMENT", "store_rows' cache rows of " + std::to_string(key_row) +
+                                        " halves cannot hold rows of " + std::to_string(width));
+  }
+  check_segments(cache, n, "store_rows");
+  if (n == 0) return;
+  launch_early(store_rows_kernel, dim3(ceil_div(n, kWarpsPerBlock)), dim3(kWarpsPerBlock * kWarp), 0,
+               static_cast<cudaStream_t>(stream), x, n, static_cast<int>(width), positions, cache, key_row);
 }
 
 }  // namespace bloomery::cuda

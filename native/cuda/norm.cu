@@ -64,7 +64,12 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNorm a, Activatio
     const int count = max(0, min(kPerThread, width - first));
     float v[kPerThread], w[kPerThread];
     load_values(x + first, count, v);
-    load_values(a.weight + first, count, w);
+    if (a.weight) {
+      load_values(a.weight + first, count, w);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kPerThread; ++i) w[i] = 1.0f;  // no weight: x * scale, times one exactly
+    }
 #pragma unroll
     for (int i = 0; i < kPerThread; ++i) v[i] = __fmul_rn(__fmul_rn(v[i], scale), w[i]);
     for (int i = 0; i < count; ++i) y[first + i] = v[i];

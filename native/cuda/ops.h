@@ -268,7 +268,7 @@ struct ExpertSum {
   int64_t used = 0;
 };
 
-// out[r] = x[r] / rms(x[r]) * weight for `rows` rows of `width` floats (contiguous). With
+// out[r] = x[r] / rms(x[r]) * weight (no weight: none) for `rows` rows of `width` floats (contiguous). With
 // `pending` set, first x[r] += the expert sum, in place and rounded as combine_experts adds it.
 // With `blocks` set, the normed rows are also quantized for weights of type `blocks_for`, as
 // quantize_activations would quantize `out` (in activation_format(blocks_for): width a multiple
@@ -365,6 +365,11 @@ void split_latent_query(const float* q, int64_t n, int64_t heads, int64_t nope, 
 void store_latent(const float* kv, int64_t n, int64_t rank, const float* norm, float eps, const int32_t* positions,
                   const RopeShape& rope, const KvSegments& cache, int64_t key_row, StreamHandle stream);
 
+// x: n rows of `width` floats stored as f16 at the start of each row's cache row (cache.keys; rows
+// of key_row halves) at its position (DeepSeek-V4's keys, normed and rotated already).
+void store_rows(const float* x, int64_t n, int64_t width, const int32_t* positions, const KvSegments& cache,
+                int64_t key_row, StreamHandle stream);
+
 // --- attention_latent.cu ---
 // Multi-head latent attention with the up-projections absorbed: rows of n tokens x heads
 // (row token * heads + head), each query [q_latent (rank), q_rope (rope)] against the cache's
@@ -441,6 +446,8 @@ struct HyperShape {
   int64_t sinkhorn_iterations = 0;
   float epsilon = 0.0f;
 };
+// residual: n rows of `streams` copies of x's row (n rows of width), as the CPU spreads the embedding.
+void spread_streams(const float* x, int64_t n, const HyperShape& shape, float* residual, StreamHandle stream);
 // From n rows of (2 + streams) * streams mixes and the block's scale (3) and base: the input
 // weights `pre` (n x streams), the output weights `post` (n x streams) and the streams' mix `comb`
 // (n x streams x streams, [dst + streams * src]), as cpu::hyper_weights.

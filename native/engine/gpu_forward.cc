@@ -49,6 +49,19 @@ std::string type_name(uint32_t type) {
   return info ? std::string(info->name) : "type " + std::to_string(type);
 }
 
+// A block's hyper-connection weights on the card (model::HyperConnectionWeights; empty: none).
+struct GpuHyper {
+  DeviceMatrix mix;
+  const float* base = nullptr;
+  const float* scale = nullptr;
+};
+
+// One of DeepSeek-V4's compressors on the card (model::CompressorWeights).
+struct GpuCompressor {
+  DeviceMatrix kv, gate, position_bias;
+  const float* norm = nullptr;
+};
+
 // A layer's blocks on the card: model::LayerWeights with the weights in device memory.
 struct GpuAttention {
   model::AttentionKind kind = model::AttentionKind::kGqa;
@@ -80,6 +93,13 @@ struct GpuAttention {
   const float* dt_bias = nullptr;
   const float* decay_rate = nullptr;  // DeltaNetWeights::a
   const float* head_norm = nullptr;   // DeltaNetWeights::norm
+  // DeepSeek-V4's compressed attention (model::CompressedWeights): q_a, q_a_norm, q (its q_b), kv_a
+  // (its kv), kv_a_norm (its kv_norm), indexer_q, indexer_weights and output (its output_b) above;
+  // the ratio, the compressors, and output_a's stack of one matrix per group of heads.
+  int64_t ratio = 0;
+  GpuCompressor compressor, indexer_compressor;
+  DeviceMatrix output_a;
+  GpuHyper hyper;
 };
 
 struct GpuFfn {
@@ -97,6 +117,7 @@ struct GpuFfn {
   const float* up_bias = nullptr;
   const float* down_bias = nullptr;
   DeviceMatrix shared_gate;  // one row: the shared experts' output times sigmoid(shared_gate x) (empty: none)
+  GpuHyper hyper;
 };
 
 struct GpuLayer {
@@ -186,6 +207,16 @@ struct Workspace {
   // head weights, each row's selected positions (kept from layer to layer: a layer without an
   // indexer attends the last one's choice), and the scores' scratch.
   DeviceBuffer indexer_q, indexer_k, indexer_weights, selected, indexer_scratch;
+  // Hyper-connections (DeepSeek-V4; empty for other models; the residual holds each row's streams):
+  // the streams normed as one row, a block's mixes and its input, output and streams' weights; the
+  // block's input before its norm (also the head's join of the streams), and its output, which
+  // hyper_post spreads over the streams.
+  DeviceBuffer hyper_normed, hyper_mixes, hyper_pre, hyper_post, hyper_comb, hyper_input, block_out;
+  // DeepSeek-V4's compressed attention: its compressors' values and scores (the attention's rows'
+  // and the indexer's keys'), and output_a's products run as the per-head ones are, each (token,
+  // group) slot routed to its group's matrix (group_heads[token * groups + g] = g, group_slots[g] = g).
+  DeviceBuffer compressor_values, compressor_scores, indexer_values, indexer_scores;
+  DeviceBuffer group_heads, group_slots, group_order, group_chunks, group_chunk_count;
 };
 
 // The weights' places in device memory, and which experts are there: what bind_weights
@@ -197,16 +228,18 @@ struct GpuWeights {
   std::vector<std::vector<int32_t>> slot_tables;
   DeviceMatrix token_embedding, output;
   const float* output_norm = nullptr;
+  GpuHyper output_hyper;  // the head's mix of the residual streams (DeepSeek-V4), or empty
   const float* freq_factors = nullptr;
   std::vector<GpuLayer> layers;
 };
 
-// The KV caches a decode step's launches address, sequence by sequence: its keys, values and the
-// position its windowed layers' storage begins at.
+// The KV caches a decode step's launches address, sequence by sequence: its keys, values,
+// recurrent states and compressed rows, and the position its windowed layers' storage begins at.
 struct StepCaches {
   const void* keys = nullptr;
   const void* values = nullptr;
   const void* recurrent = nullptr;
+  const void* compressed = nullptr;
   int64_t window_first = 0;
   bool operator==(const StepCaches&) const = default;
 };
@@ -220,14 +253,19 @@ struct DecodeGraph {
 
 // The layers' kinds that size a sequence's cache and the workspace: per layer, 1 for a
 // sliding-window layer (`windowed`), 1 for a layer of linear attention (`linear`: a recurrent
-// state, no rows); whether any attention has an output gate, and any FFN a gated shared expert.
+// state, no rows), and compressed attention's ratio (`ratio`: DeepSeek-V4's
+// CompressedParams::ratios; 0 for other layers); whether any attention has an output gate, and
+// any FFN a gated shared expert.
 struct LayerKinds {
   std::vector<uint8_t> windowed, linear;
+  std::vector<int64_t> ratio;
   bool output_gate = false, shared_gate = false;
   LayerKinds() = default;
   explicit LayerKinds(const model::Model& m) : windowed(model::windowed_layers(m)) {
-    for (const model::LayerWeights& w : m.layers) {
+    for (size_t l = 0; l < m.layers.size(); ++l) {
+      const model::LayerWeights& w = m.layers[l];
       linear.push_back(w.attention.kind == model::AttentionKind::kDeltaNet);
+      ratio.push_back(w.attention.kind == model::AttentionKind::kCompressed ? w.attention.compressed.ratio : 0);
       output_gate = output_gate || w.attention.gqa.output_gate;
       shared_gate = shared_gate || !w.ffn.shared_gate.empty();
     }
@@ -238,7 +276,26 @@ struct LayerKinds {
     return windowed[l] ? window : context;
   }
   int64_t linear_layers() const { return std::count(linear.begin(), linear.end(), 1); }
-  int64_t recurrent_floats(const model::HyperParams& p) const { return linear_layers() * p.delta_net.state_floats(); }
+  // Floats of layer l's recurrent state: linear attention's, or the rings of a compressed layer's
+  // compressors (as the CPU's KvCache holds them); 0: none.
+  int64_t state_floats(const model::HyperParams& p, size_t l) const {
+    if (linear[l]) return p.delta_net.state_floats();
+    return model::CompressedParams::state_floats(ratio[l], p.head_dim, p.indexer.head_dim);
+  }
+  int64_t recurrent_floats(const model::HyperParams& p) const {
+    int64_t floats = 0;
+    for (size_t l = 0; l < linear.size(); ++l) floats += state_floats(p, l);
+    return floats;
+  }
+  // Halves of layer l's compressed rows for a context of `context` (one row per `ratio` positions).
+  int64_t compressed_halves(const model::HyperParams& p, size_t l, int64_t context) const {
+    return ratio[l] > 0 ? context / ratio[l] * model::compressed_width_at_ratio(p, ratio[l]) : 0;
+  }
+  int64_t compressed_halves(const model::HyperParams& p, int64_t context) const {
+    int64_t halves = 0;
+    for (size_t l = 0; l < ratio.size(); ++l) halves += compressed_halves(p, l, context);
+    return halves;
+  }
 };
 
 class GpuModel : public GpuWeights {
@@ -251,6 +308,7 @@ class GpuModel : public GpuWeights {
   // Whether every layer's per-head latent products (k_b, v_b) have tiled kernels: one grouping
   // of a pass's (token, head) slots serves them all, so they take the tiles together or not at all.
   bool latent_tiles = false;
+  bool group_tiles = false;                     // the same for DeepSeek-V4's output groups (output_a)
   std::unique_ptr<HostExperts> host_experts;    // set when some experts live in host memory: decode and short prompts
   std::unique_ptr<ExpertStream> expert_stream;  // with host_experts: long prompts copy them to the GPU
   std::unique_ptr<GpuResidency> residency;      // with host_experts: moves experts between passes
@@ -293,6 +351,11 @@ class GpuSequence {
   // state (-1: none). Zeroed by the pass that starts the sequence at position 0.
   DeviceBuffer recurrent;
   std::vector<int64_t> recurrent_before;
+  std::vector<uint8_t> linear;  // per layer, 1 for linear attention: a recurrent state and no rows
+  // DeepSeek-V4's compressed rows (LayerKinds::compressed_halves a layer, f16, rows of
+  // model::compressed_row_width), layer after layer; per layer, the halves before its rows (-1: none).
+  DeviceBuffer compressed;
+  std::vector<int64_t> compressed_before;
   DeviceBuffer kept_recurrent;  // keep_recurrent_on_device's copy (allocated by its first call)
   int64_t window_rows = 0;      // of each windowed layer (0: none)
   int64_t window_first = 0;     // the position a windowed layer's first row holds
@@ -312,6 +375,7 @@ class GpuSequence {
   uint16_t* stored_values(int64_t layer) const { return values.as<uint16_t>() + rows_before[layer] * row.values; }
   int64_t first_stored(int64_t layer) const { return windowed[layer] ? window_first : 0; }
   float* recurrent_of(int64_t layer) const { return recurrent.as<float>() + recurrent_before[layer]; }
+  uint16_t* compressed_of(int64_t layer) const { return compressed.as<uint16_t>() + compressed_before[layer]; }
   // The host waits for a restore's copies (the last layer's are queued last), then lets go of its rows.
   void settle_restore() {
     if (!restoring) return;
@@ -405,14 +469,15 @@ int64_t window_rows(const model::HyperParams& p, int64_t context, int64_t pass_r
   return std::min(context, p.sliding_window + model::kWindowAlign + pass_rows);
 }
 
-// A sequence's cache: its layers' KV rows and recurrent states.
+// A sequence's cache: its layers' KV rows, compressed rows and recurrent states.
 size_t kv_bytes(const model::HyperParams& p, const LayerKinds& kept, int64_t context_size, int64_t pass_rows) {
   const model::CacheRow row = model::cache_row(p);
   int64_t rows = 0;
   for (size_t l = 0; l < kept.windowed.size(); ++l) {
     rows += kept.rows(l, context_size, window_rows(p, context_size, pass_rows));
   }
-  return static_cast<size_t>(rows * (row.keys + row.values)) * sizeof(uint16_t) +
+  return static_cast<size_t>(rows * (row.keys + row.values) + kept.compressed_halves(p, context_size)) *
+             sizeof(uint16_t) +
          static_cast<size_t>(kept.recurrent_floats(p)) * sizeof(float);
 }
 
@@ -438,7 +503,9 @@ std::vector<std::pair<const char*, size_t>> workspace_sizes(const model::HyperPa
   const int64_t dense = std::max(p.feed_forward, p.shared_feed_forward);  // the dense FFN's or the shared experts'
   // Also an attention output product, before add_projection adds its bias.
   const int64_t hidden = std::max({b * dense, routed * p.expert_feed_forward, b * p.embedding});
-  const int64_t widest = std::max({b * p.embedding, b * attended, hidden, slots * std::max(latent_a, latent_b)});
+  const int64_t widest =
+      std::max({b * p.embedding, b * attended, hidden, slots * std::max(latent_a, latent_b),
+                b * p.hyper.streams * p.embedding, b * p.compressed.output_groups * p.compressed.output_rank});
   // The matvec's chunks are the smaller (kMmqTileTokens for the tiles), so they bound the count.
   const int64_t chunks =
       p.experts > 0 ? cuda::max_expert_chunks(b, p.experts, p.experts_used, cuda::tokens_per_expert_chunk(b)) : 0;
@@ -449,8 +516,16 @@ std::vector<std::pair<const char*, size_t>> workspace_sizes(const model::HyperPa
              : cuda::attention_scratch_bytes(attention_shape(p, context_size), b);
   const model::IndexerParams& x = p.indexer;
   const bool sparse = x.top_k > 0;
-  return {{"residual", floats(b * p.embedding)},
-          {"normed", floats(b * p.embedding)},
+  const int64_t streams = p.hyper.streams;
+  const model::CompressedParams& c = p.compressed;
+  const bool compressed = c.q_lora_rank > 0;
+  // A compressor's row is twice as wide where blocks overlap (the indexed layers').
+  const int64_t compressor_width = compressed ? 2 * p.head_dim : 0, indexer_width = compressed ? 2 * x.head_dim : 0;
+  const int64_t group_slots = compressed ? b * c.output_groups : 0;
+  const int64_t group_chunks =
+      compressed ? cuda::max_expert_chunks(b, c.output_groups, c.output_groups, cuda::tokens_per_expert_chunk(b)) : 0;
+  return {{"residual", floats(b * std::max<int64_t>(streams, 1) * p.embedding)},
+          {"normed", floats(b * std::max(p.embedding, c.q_lora_rank))},
           {"q", floats(b * q_width)},
           {"k", floats(b * kv_width)},
           {"v", floats(std::max({b * kv_width, b * v_width, slots * mla.rope_dim}))},
@@ -472,7 +547,7 @@ std::vector<std::pair<const char*, size_t>> workspace_sizes(const model::HyperPa
           {"attention_scratch", attention_scratch},
           {"route_ticket", ints(1)},
           {"latent_a", floats(slots * latent_a)},
-          {"latent_b", floats(std::max(slots * latent_b, b * mla.q_lora_rank))},
+          {"latent_b", floats(std::max({slots * latent_b, b * mla.q_lora_rank, b * c.q_lora_rank}))},
           {"latent_heads", ints(slots)},
           {"latent_slots", ints(latent ? p.heads : 0)},
           {"latent_order", ints(slots)},
@@ -480,7 +555,8 @@ std::vector<std::pair<const char*, size_t>> workspace_sizes(const model::HyperPa
           {"latent_chunk_count", ints(1)},
           {"mixed", floats(delta_net ? b * d.channels() : 0)},
           {"z", floats(delta_net ? b * d.value_width() : 0)},
-          {"grouped", floats(delta_net ? b * std::max(d.channels() + d.value_width(), 2 * d.v_heads) : 0)},
+          {"grouped", floats(std::max(delta_net ? b * std::max(d.channels() + d.value_width(), 2 * d.v_heads) : 0,
+                                      group_slots * c.output_rank))},
           {"beta", floats(delta_net ? b * d.v_heads : 0)},
           {"decay", floats(delta_net ? b * d.v_heads : 0)},
           {"q_gated", floats(kinds.output_gate ? 2 * b * q_width : 0)},
@@ -491,7 +567,32 @@ std::vector<std::pair<const char*, size_t>> workspace_sizes(const model::HyperPa
           {"indexer_k", floats(sparse ? b * x.head_dim : 0)},
           {"indexer_weights", floats(sparse ? b * x.heads : 0)},
           {"selected", ints(sparse ? b * x.top_k : 0)},
-          {"indexer_scratch", sparse ? cuda::indexer_scratch_bytes(context_size) : 0}};
+          {"indexer_scratch", sparse ? cuda::indexer_scratch_bytes(context_size) : 0},
+          {"hyper_normed", floats(b * streams * p.embedding)},
+          {"hyper_mixes", floats(b * (2 + streams) * streams)},
+          {"hyper_pre", floats(b * streams)},
+          {"hyper_post", floats(b * streams)},
+          {"hyper_comb", floats(b * streams * streams)},
+          {"hyper_input", floats(streams > 0 ? b * p.embedding : 0)},
+          {"block_out", floats(streams > 0 ? b * p.embedding : 0)},
+          {"compressor_values", floats(b * compressor_width)},
+          {"compressor_scores", floats(b * compressor_width)},
+          {"indexer_values", floats(b * indexer_width)},
+          {"indexer_scores", floats(b * indexer_width)},
+          {"group_heads", ints(group_slots)},
+          {"group_slots", ints(compressed ? c.output_groups : 0)},
+          {"group_order", ints(group_slots)},
+          {"group_chunks", ints(3 * group_chunks)},
+          {"group_chunk_count", ints(compressed ? 1 : 0)}};
+}
+
+// Routes slot i of `heads` (token * count + k) to matrix k, and matrix k to slot k of `slots`.
+void fixed_routing(int64_t count, const DeviceBuffer& heads, const DeviceBuffer& slots) {
+  std::vector<int32_t> head(heads.bytes() / sizeof(int32_t)), slot(static_cast<size_t>(count));
+  for (size_t i = 0; i < head.size(); ++i) head[i] = static_cast<int32_t>(i % static_cast<size_t>(count));
+  std::iota(slot.begin(), slot.end(), 0);
+  cuda::upload(heads.data(), head.data(), head.size() * sizeof(int32_t));
+  cuda::upload(slots.data(), slot.data(), slot.size() * sizeof(int32_t));
 }
 
 void allocate_workspace(const model::HyperParams& p, const LayerKinds& kinds, int64_t context_size, int64_t pass_rows,
@@ -538,16 +639,29 @@ void allocate_workspace(const model::HyperParams& p, const LayerKinds& kinds, in
                              &w.indexer_k,
                              &w.indexer_weights,
                              &w.selected,
-                             &w.indexer_scratch};
+                             &w.indexer_scratch,
+                             &w.hyper_normed,
+                             &w.hyper_mixes,
+                             &w.hyper_pre,
+                             &w.hyper_post,
+                             &w.hyper_comb,
+                             &w.hyper_input,
+                             &w.block_out,
+                             &w.compressor_values,
+                             &w.compressor_scores,
+                             &w.indexer_values,
+                             &w.indexer_scores,
+                             &w.group_heads,
+                             &w.group_slots,
+                             &w.group_order,
+                             &w.group_chunks,
+                             &w.group_chunk_count};
   const auto sizes = workspace_sizes(p, kinds, context_size, pass_rows);
   for (size_t i = 0; i < sizes.size(); ++i) *buffers[i] = DeviceBuffer(sizes[i].second, sizes[i].first);
-  if (p.mla.kv_lora_rank == 0) return;
-  // The fixed routing of the per-head products: slot token * heads + h to head h, head h in slot h.
-  std::vector<int32_t> heads(w.latent_heads.bytes() / sizeof(int32_t)), slots(static_cast<size_t>(p.heads));
-  for (size_t i = 0; i < heads.size(); ++i) heads[i] = static_cast<int32_t>(i % static_cast<size_t>(p.heads));
-  std::iota(slots.begin(), slots.end(), 0);
-  cuda::upload(w.latent_heads.data(), heads.data(), heads.size() * sizeof(int32_t));
-  cuda::upload(w.latent_slots.data(), slots.data(), slots.size() * sizeof(int32_t));
+  // The fixed routing of the per-head products: slot token * heads + h to head h, head h in slot h;
+  // and of DeepSeek-V4's grouped output product, slot token * groups + g to group g.
+  if (p.mla.kv_lora_rank > 0) fixed_routing(p.heads, w.latent_heads, w.latent_slots);
+  if (p.compressed.q_lora_rank > 0) fixed_routing(p.compressed.output_groups, w.group_heads, w.group_slots);
 }
 
 class Uploader {
@@ -610,12 +724,39 @@ class Uploader {
   size_t next_pool_ = 0;
 };
 
+GpuHyper bind_hyper(const model::HyperConnectionWeights& h, int64_t base, int64_t scale, Uploader& up) {
+  return {up.matrix(h.mix), up.vector(h.base, base), up.vector(h.scale, scale)};
+}
+
+GpuCompressor bind_compressor(const model::CompressorWeights& c, int64_t dim, Uploader& up) {
+  return {up.matrix(c.kv), up.matrix(c.gate), up.matrix(c.position_bias), up.vector(c.norm, dim)};
+}
+
+// DeepSeek-V4's compressed attention into GpuAttention's fields (see there).
+void bind_compressed(const model::HyperParams& p, const model::CompressedWeights& c, Uploader& up, GpuAttention& da) {
+  da.q_a = up.matrix(c.q_a);
+  da.q_a_norm = up.vector(c.q_a_norm, p.compressed.q_lora_rank);
+  da.q = up.matrix(c.q_b);
+  da.kv_a = up.matrix(c.kv);
+  da.kv_a_norm = up.vector(c.kv_norm, p.head_dim);
+  da.ratio = c.ratio;
+  if (!c.compressor.empty()) da.compressor = bind_compressor(c.compressor, p.head_dim, up);
+  if (!c.indexer_compressor.empty()) {
+    da.indexer_compressor = bind_compressor(c.indexer_compressor, p.indexer.head_dim, up);
+  }
+  da.indexer_q = up.matrix(c.indexer_q);
+  da.indexer_weights = up.matrix(c.indexer_weights);
+  da.output_a = up.matrix(c.output_a.first, c.output_a.count);
+}
+
 void bind_weights(const model::Model& m, Uploader& up, GpuWeights& g) {
   const model::HyperParams& p = m.params;
   const int64_t q_width = p.heads * p.head_dim;
+  const int64_t streams = p.hyper.streams;
   g.token_embedding = up.matrix(m.token_embedding);
   g.output = up.matrix(m.output);
   g.output_norm = up.vector(m.output_norm, p.embedding);
+  g.output_hyper = bind_hyper(m.output_hyper, streams, 1, up);
   g.freq_factors = up.vector(p.rope.freq_factors, p.rope.dims / 2);
   g.layers.resize(m.layers.size());
   for (size_t l = 0; l < m.layers.size(); ++l) {
@@ -662,6 +803,8 @@ void bind_weights(const model::Model& m, Uploader& up, GpuWeights& g) {
     da.dt_bias = up.vector(dn.dt_bias, d.v_heads);
     da.decay_rate = up.vector(dn.a, d.v_heads);
     da.head_norm = up.vector(dn.norm, d.head_dim);
+    if (a.kind == model::AttentionKind::kCompressed) bind_compressed(p, a.compressed, up, da);
+    da.hyper = bind_hyper(a.hyper, (2 + streams) * streams, 3, up);
     const model::FfnWeights& f = m.layers[l].ffn;
     GpuFfn& df = g.layers[l].ffn;
     df.kind = f.kind;
@@ -670,6 +813,7 @@ void bind_weights(const model::Model& m, Uploader& up, GpuWeights& g) {
     df.up = up.matrix(f.dense.up);
     df.down = up.matrix(f.dense.down);
     df.shared_gate = up.matrix(f.shared_gate);
+    df.hyper = bind_hyper(f.hyper, (2 + streams) * streams, 3, up);
     if (f.kind != model::FfnKind::kMoe) continue;
     df.router = up.matrix(f.routed.router);
     df.router_bias = up.vector(f.routed.router_bias, p.experts);
@@ -765,6 +909,9 @@ std::vector<GpuKernelGap> kernel_gaps(const model::Model& m) {
   if (!cuda::matvec_supports(m.output.kernels->type)) {
     no_kernel(m.output, m.output.data == m.token_embedding.data ? "token_embd.weight" : "output.weight", "matvec");
   }
+  if (!m.output_hyper.mix.empty() && !cuda::matvec_supports(m.output_hyper.mix.kernels->type)) {
+    no_kernel(m.output_hyper.mix, "output_hc_fn.weight", "matvec");
+  }
   for (size_t l = 0; l < m.layers.size(); ++l) {
     const model::AttentionWeights& a = m.layers[l].attention;
     const model::FfnWeights& f = m.layers[l].ffn;
@@ -797,6 +944,18 @@ std::vector<GpuKernelGap> kernel_gaps(const model::Model& m) {
           std::pair{&a.delta_net.beta, "ssm_beta"},
           std::pair{&a.delta_net.alpha, "ssm_alpha"},
           std::pair{&a.delta_net.beta_alpha, "ssm_ba"}}) {
+      if (!matrix->empty() && !cuda::matvec_supports(matrix->kernels->type)) {
+        no_kernel(*matrix, layer + name + ".weight", "matvec");
+      }
+    }
+    const model::CompressedWeights& c = a.compressed;
+    for (const auto& [matrix, name] :
+         {std::pair{&c.q_a, "attn_q_a"}, std::pair{&c.q_b, "attn_q_b"}, std::pair{&c.kv, "attn_kv"},
+          std::pair{&c.compressor.kv, "attn_compressor_kv"}, std::pair{&c.compressor.gate, "attn_compressor_gate"},
+          std::pair{&c.indexer_compressor.kv, "indexer_compressor_kv"},
+          std::pair{&c.indexer_compressor.gate, "indexer_compressor_gate"}, std::pair{&c.indexer_q, "indexer.attn_q_b"},
+          std::pair{&c.indexer_weights, "indexer.proj"}, std::pair{&c.output_a.first, "attn_output_a"},
+          std::pair{&a.hyper.mix, "hc_attn_fn"}, std::pair{&f.hyper.mix, "hc_ffn_fn"}}) {
       if (!matrix->empty() && !cuda::matvec_supports(matrix->kernels->type)) {
         no_kernel(*matrix, layer + name + ".weight", "matvec");
       }
@@ -890,7 +1049,61 @@ cuda::DeltaNetShape delta_net_shape(const model::HyperParams& p) {
   return shape;
 }
 
+// A compressor of DeepSeek-V4's layers of `ratio` as its kernels take it: the attention's rows, or
+// (`indexer`) the indexer's keys, which follow them in each compressed row.
+cuda::CompressorShape compressor_shape(const model::HyperParams& p, int64_t ratio, bool indexer,
+                                       const float* device_freq_factors) {
+  cuda::CompressorShape shape;
+  shape.ratio = ratio;
+  shape.dim = indexer ? p.indexer.head_dim : p.head_dim;
+  shape.overlap = ratio == model::CompressedParams::kOverlapRatio;
+  shape.offset = indexer ? p.head_dim : 0;
+  shape.row_stride = model::compressed_width_at_ratio(p, ratio);
+  shape.hadamard = indexer;
+  shape.rope = gpu_rope_shape(p.compressed.rope, device_freq_factors);
+  shape.eps = p.rms_epsilon;
+  return shape;
+}
+
+// DeepSeek-V4's blocks: what its kernels serve.
+void check_compressed(const model::HyperParams& p, const LayerKinds& kinds) {
+  const model::CompressedParams& c = p.compressed;
+  const model::IndexerParams& x = p.indexer;
+  const auto refuse = [&](const std::string& what) {
+    throw Error("UNSUPPORTED_MODEL", p.architecture + " on the GPU: " + what + "; load the model with gpu: false");
+  };
+  if (p.hyper.streams < 1 || p.hyper.streams > 8) {
+    refuse("hyper-connections of 1 to 8 streams run there, not " + std::to_string(p.hyper.streams));
+  }
+  if (!cuda::compressed_attention_supports(p.head_dim)) {
+    refuse("compressed attention serves heads of 64 to 512 (multiples of 64), not " + std::to_string(p.head_dim));
+  }
+  if (p.embedding % 32 != 0 || c.q_lora_rank % 32 != 0 || c.output_rank % 32 != 0 || c.output_groups < 1 ||
+      p.heads % c.output_groups != 0 || (p.heads / c.output_groups * p.head_dim) % 32 != 0) {
+    refuse("the embedding, q_lora_rank, output rank and each output group's width must be multiples of 32");
+  }
+  if (c.rope.freq_factors && c.rope.freq_factors != p.rope.freq_factors) {
+    refuse("the compressed layers' rotation takes frequency factors of its own");
+  }
+  for (const int64_t ratio : kinds.ratio) {
+    if (ratio == 0) continue;
+    if (!cuda::compressor_supports(compressor_shape(p, ratio, false, nullptr))) {
+      refuse("no compressor kernel for blocks of " + std::to_string(ratio) + " rows of " + std::to_string(p.head_dim));
+    }
+    if (ratio != model::CompressedParams::kOverlapRatio) continue;
+    if (!cuda::compressor_supports(compressor_shape(p, ratio, true, nullptr)) ||
+        !cuda::indexer_supports(x.heads, x.head_dim)) {
+      refuse("the lightning indexer serves heads of 64 or 128 (at most 128), not " + std::to_string(x.heads) +
+             " heads of " + std::to_string(x.head_dim));
+    }
+  }
+}
+
 void check_shape(const model::HyperParams& p, const LayerKinds& kinds) {
+  if (p.compressed.q_lora_rank > 0) {
+    check_compressed(p, kinds);
+    return;
+  }
   const model::MlaParams& mla = p.mla;
   const model::DeltaNetParams& d = p.delta_net;
   if (kinds.linear_layers() > 0 && !cuda::delta_net_supports(delta_net_shape(p))) {
@@ -1110,6 +1323,64 @@ struct Pass {
     return Input(*this, args.out, count, p.embedding, first.type);
   }
 
+  // Hyper-connections (DeepSeek-V4): the residual holds each row's streams, a block reads their mix
+  // (block_input) and its output goes to ws.block_out, which block_output spreads over the streams.
+  bool hyper() const { return m.params.hyper.streams > 0; }
+  cuda::HyperShape hyper_shape() const {
+    const model::HyperParams& p = m.params;
+    return {p.hyper.streams, p.embedding, p.hyper.sinkhorn_iterations, p.hyper.epsilon};
+  }
+  // Where a block's products add their output: the residual, or with hyper-connections the block's
+  // output (zeroed by block_input).
+  float* out() const { return f(hyper() ? m.work.block_out : m.work.residual); }
+  // The rows the head reads: the residual, or with hyper-connections the streams' join.
+  float* trunk() const { return f(hyper() ? m.work.hyper_input : m.work.residual); }
+
+  // The streams' mix weights of the pass's rows (each row's streams RMS-normed as one row, times
+  // `h`'s matrix) into ws.hyper_mixes, as the CPU's hyper_mixes.
+  void hyper_mixes(const GpuHyper& h) const {
+    const model::HyperParams& p = m.params;
+    const Workspace& ws = m.work;
+    const int64_t width = p.hyper.streams * p.embedding;
+    cuda::RmsNorm args;
+    args.x = f(ws.residual);
+    args.rows = n;
+    args.width = width;
+    args.eps = p.rms_epsilon;
+    args.out = f(ws.hyper_normed);
+    cuda::rms_norm(args, stream);
+    Input streams(*this, f(ws.hyper_normed), n, width);
+    mul(h.mix, streams, n, f(ws.hyper_mixes), false);
+  }
+
+  // A block's input normed by `weight` (and quantized for `first`): the residual's rows, or with
+  // hyper-connections their streams' mix, as the CPU's block_input; the block's output starts at zero.
+  Input block_input(const GpuHyper& h, const float* weight, const DeviceMatrix& first) const {
+    if (!hyper()) return norm(f(m.work.residual), n, weight, first);
+    const Workspace& ws = m.work;
+    hyper_mixes(h);
+    cuda::hyper_weights(f(ws.hyper_mixes), n, h.scale, h.base, hyper_shape(), f(ws.hyper_pre), f(ws.hyper_post),
+                        f(ws.hyper_comb), stream);
+    cuda::hyper_pre(f(ws.residual), f(ws.hyper_pre), n, hyper_shape(), f(ws.hyper_input), stream);
+    cuda::zero_async(ws.block_out.data(), static_cast<size_t>(n * m.params.embedding) * sizeof(float), stream);
+    return norm(f(ws.hyper_input), n, weight, first);
+  }
+  // A block's output (added to the residual by its products) with hyper-connections: each stream
+  // made of it and the streams' mix, as the CPU's block_output.
+  void block_output() const {
+    if (!hyper()) return;
+    const Workspace& ws = m.work;
+    cuda::hyper_post(f(ws.block_out), f(ws.hyper_post), f(ws.hyper_comb), n, hyper_shape(), f(ws.residual), stream);
+  }
+  // The head's mix of each row's streams into ws.hyper_input (trunk()), as the CPU's join_streams.
+  void join_streams() const {
+    const Workspace& ws = m.work;
+    hyper_mixes(m.output_hyper);
+    cuda::hyper_head_weights(f(ws.hyper_mixes), n, m.output_hyper.scale, m.output_hyper.base, hyper_shape(),
+                             f(ws.hyper_pre), stream);
+    cuda::hyper_pre(f(ws.residual), f(ws.hyper_pre), n, hyper_shape(), f(ws.hyper_input), stream);
+  }
+
   // The rotation of the model's layers, or of its windowed ones (HyperParams::windowed_rope).
   cuda::RopeShape rope_shape(bool windowed = false) const {
     return gpu_rope_shape(windowed ? m.params.windowed_rope : m.params.rope, m.freq_factors);
@@ -1143,7 +1414,9 @@ struct Pass {
   }
 
   void attention_block(const GpuAttention& w, int64_t layer) const {
-    if (model::is_latent(w.kind)) {
+    if (w.kind == model::AttentionKind::kCompressed) {
+      compressed_attention_block(w, layer);
+    } else if (model::is_latent(w.kind)) {
       latent_attention_block(w, layer);
     } else if (w.kind == model::AttentionKind::kDeltaNet) {
       delta_net_block(w, layer);
@@ -1230,24 +1503,26 @@ struct Pass {
     output_projection(w, attended);
   }
 
-  // residual += the attention output's product, with its bias and the value scale (gpt-oss's,
+  // out() += the attention output's product, with its bias and the value scale (gpt-oss's,
   // MiMo's) joining it before the residual does, as on the CPU.
   void output_projection(const GpuAttention& w, Input& attended) const {
     const model::HyperParams& p = m.params;
     const Workspace& ws = m.work;
     if (!w.output_bias && p.value_scale == 1.0f) {
-      mul(w.output, attended, n, f(ws.residual), true);
+      mul(w.output, attended, n, out(), true);
       return;
     }
     mul(w.output, attended, n, f(ws.hidden), false);
-    cuda::add_projection(f(ws.hidden), n, p.embedding, w.output_bias, p.value_scale, f(ws.residual), stream);
+    cuda::add_projection(f(ws.hidden), n, p.embedding, w.output_bias, p.value_scale, out(), stream);
   }
 
   // The pass's rows of `width` floats at x RMS-normed in place by `weight`.
-  void whole_row_norm(float* x, int64_t width, const float* weight) const {
+  void whole_row_norm(float* x, int64_t width, const float* weight) const { norm_rows(x, n, width, weight); }
+  // `rows` rows of `width` floats at x RMS-normed in place by `weight` (null: none).
+  void norm_rows(float* x, int64_t rows, int64_t width, const float* weight) const {
     cuda::RmsNorm args;
     args.x = x;
-    args.rows = n;
+    args.rows = rows;
     args.width = width;
     args.weight = weight;
     args.eps = m.params.rms_epsilon;
@@ -1265,11 +1540,11 @@ struct Pass {
   }
 
   // The per-head products of multi-head latent attention (k_b, v_b: a matrix per head), run as
-  // routed experts are, over the pass's slots (token, head) in the grouping begin() made.
-  void per_head(const DeviceMatrix& w, const float* x, float* y) const {
-    const model::HyperParams& p = m.params;
-    Input in(*this, x, n * p.heads, w.cols);
-    const cuda::ExpertGroups groups = latent_groups();
+  // routed experts are, over the pass's slots (token, head) in the grouping begin() made; or with
+  // `groups` another fixed grouping's (DeepSeek-V4's output groups: output_groups()).
+  void per_head(const DeviceMatrix& w, const float* x, float* y) const { per_head(w, x, y, latent_groups()); }
+  void per_head(const DeviceMatrix& w, const float* x, float* y, const cuda::ExpertGroups& groups) const {
+    Input in(*this, x, n * w.count, w.cols);
     if (groups.tokens_per_chunk == cuda::kMmqTileTokens) {
       cuda::expert_mmq(w, in.for_type(w.type).blocks, groups, y, stream);
     } else {
@@ -1286,6 +1561,18 @@ struct Pass {
     const bool tiled = m.latent_tiles && layout.tiled;
     g.tokens_per_chunk = tiled ? cuda::kMmqTileTokens : cuda::tokens_per_expert_chunk(n);
     g.max_chunks = cuda::max_expert_chunks(n, p.heads, p.heads, g.tokens_per_chunk);
+    return g;
+  }
+  cuda::ExpertGroups output_groups() const {
+    const int64_t groups = m.params.compressed.output_groups;
+    const Workspace& ws = m.work;
+    cuda::ExpertGroups g;
+    g.order = ws.group_order.as<int32_t>();
+    g.chunks = ws.group_chunks.as<int32_t>();
+    g.chunk_count = ws.group_chunk_count.as<int32_t>();
+    const bool tiled = m.group_tiles && layout.tiled;
+    g.tokens_per_chunk = tiled ? cuda::kMmqTileTokens : cuda::tokens_per_expert_chunk(n);
+    g.max_chunks = cuda::max_expert_chunks(n, groups, groups, g.tokens_per_chunk);
     return g;
   }
 
@@ -1361,6 +1648,140 @@ struct Pass {
     per_head(w.v_b, f(ws.attention), f(ws.latent_a));
     Input values(*this, f(ws.latent_a), n, p.heads * mla.value_dim);
     output_projection(w, values);
+  }
+
+  // DeepSeek-V4's compressed attention, as the CPU's compressed_attention
+  // (engine/compressed_attention.cc): the query (low rank, normed; each head normed; its tail
+  // rotated) and the key row (normed, its tail rotated, cached in the window's rows); the
+  // compressors' rows into their rings, each completed block into its compressed row; on the
+  // indexed layers (blocks of kOverlapRatio) the indexer's choice of compressed rows; attention
+  // over the window and the compressed rows, with the sinks; each head's output rotated back; each
+  // group of heads through its output_a matrix, then output_b.
+  void compressed_attention_block(const GpuAttention& w, int64_t layer) const {
+    const model::HyperParams& p = m.params;
+    const model::CompressedParams& c = p.compressed;
+    const model::IndexerParams& x = p.indexer;
+    const Workspace& ws = m.work;
+    const int64_t d = p.head_dim, heads = p.heads, ratio = w.ratio;
+    const bool indexed = ratio == model::CompressedParams::kOverlapRatio;
+    const int32_t* positions = ws.positions.as<int32_t>();
+    const float* factors = c.rope.freq_factors ? m.freq_factors : nullptr;
+    const cuda::RopeShape rope = ratio != 0 ? gpu_rope_shape(c.rope, factors) : rope_shape();
+    const cuda::CompressorShape rows_shape = compressor_shape(p, ratio, false, factors);
+    const cuda::CompressorShape keys_shape = compressor_shape(p, ratio, true, factors);
+    const int64_t rows_width = (indexed ? 2 : 1) * d, keys_width = 2 * x.head_dim;
+    const int64_t row_stride = model::compressed_width_at_ratio(p, ratio);
+
+    // The products of the block's input.
+    Input in = block_input(w.hyper, w.norm, w.q_a);
+    mul_all({{&w.q_a, f(ws.latent_b), false}, {&w.kv_a, f(ws.k), false}}, in);
+    if (ratio != 0) {
+      mul_all(
+          {{&w.compressor.kv, f(ws.compressor_values), false}, {&w.compressor.gate, f(ws.compressor_scores), false}},
+          in);
+    }
+    if (indexed) {
+      mul_all({{&w.indexer_compressor.kv, f(ws.indexer_values), false},
+               {&w.indexer_compressor.gate, f(ws.indexer_scores), false},
+               {&w.indexer_weights, f(ws.indexer_weights), false}},
+              in);
+    }
+    // The query, and the indexer's from the same low-rank rows.
+    cuda::RmsNorm low;
+    low.x = f(ws.latent_b);
+    low.rows = n;
+    low.width = c.q_lora_rank;
+    low.weight = w.q_a_norm;
+    low.eps = p.rms_epsilon;
+    low.out = f(ws.normed);
+    cuda::rms_norm(low, stream);
+    Input low_rank(*this, f(ws.normed), n, c.q_lora_rank);
+    mul(w.q, low_rank, n, f(ws.q), false);
+    if (indexed) mul(w.indexer_q, low_rank, n, f(ws.indexer_q), false);
+    norm_rows(f(ws.q), n * heads, d, nullptr);
+    cuda::rotate_tails(f(ws.q), n, heads, d, positions, rope, false, stream);
+    // The key row, into the window's rows.
+    norm_rows(f(ws.k), n, d, w.kv_a_norm);
+    cuda::rotate_tails(f(ws.k), n, 1, d, positions, rope, false, stream);
+    const int64_t key_row = model::cache_row(p).keys;
+    cache_groups(layer, [&](int64_t first_row, int64_t rows, const cuda::KvSegments& cache, auto) {
+      cuda::store_rows(f(ws.k) + first_row * d, rows, d, positions + first_row, cache, key_row, stream);
+    });
+    // The compressors: each sequence's rows into its rings, its completed blocks into compressed rows.
+    if (ratio != 0) {
+      cuda::add_position_bias(f(ws.compressor_scores), n, positions, w.compressor.position_bias, ratio, rows_width,
+                              stream);
+      if (indexed) {
+        cuda::add_position_bias(f(ws.indexer_scores), n, positions, w.indexer_compressor.position_bias, ratio,
+                                keys_width, stream);
+      }
+      for (const PassLayout::Segment& part : layout.segments) {
+        float* ring = part.sequence->recurrent_of(layer);
+        uint16_t* compressed = part.sequence->compressed_of(layer);
+        const int64_t at = part.first_row;
+        cuda::compress_rows(f(ws.compressor_values) + at * rows_width, f(ws.compressor_scores) + at * rows_width,
+                            part.rows, positions + at, rows_shape, w.compressor.norm, ring, compressed, stream);
+        if (!indexed) continue;
+        cuda::compress_rows(f(ws.indexer_values) + at * keys_width, f(ws.indexer_scores) + at * keys_width, part.rows,
+                            positions + at, keys_shape, w.indexer_compressor.norm,
+                            ring + model::CompressedParams::state_floats(ratio, d, 0), compressed, stream);
+      }
+    }
+    // The indexer's choice of each row's compressed rows.
+    if (indexed) {
+      cuda::IndexerShape shape;
+      shape.heads = x.heads;
+      shape.head_dim = x.head_dim;
+      shape.top_k = x.top_k;
+      shape.rope = gpu_rope_shape(c.rope, factors);
+      shape.ratio = ratio;
+      shape.rope_tail = true;
+      cuda::indexer_queries(f(ws.indexer_q), n, shape, positions, stream);
+      for (const PassLayout::Segment& part : layout.segments) {
+        cuda::IndexerSelect select;
+        select.q = f(ws.indexer_q) + part.first_row * x.heads * x.head_dim;
+        select.weights = f(ws.indexer_weights) + part.first_row * x.heads;
+        select.weight_scale = 1.0f / std::sqrt(static_cast<float>(x.head_dim * x.heads));
+        select.positions = positions + part.first_row;
+        select.keys = part.sequence->compressed_of(layer) + d;
+        select.key_row = row_stride;
+        select.n = part.rows;
+        select.cache_positions = part.sequence->capacity / ratio;
+        select.selected = ws.selected.as<int32_t>() + part.first_row * x.top_k;
+        cuda::indexer_select(select, shape, ws.indexer_scratch.data(), stream);
+      }
+    }
+    // Attention over each sequence's window and compressed rows.
+    for (const PassLayout::Segment& part : layout.segments) {
+      cuda::CompressedAttention a;
+      a.q = f(ws.q) + part.first_row * heads * d;
+      a.n = part.rows;
+      a.heads = heads;
+      a.head_dim = d;
+      a.positions = positions + part.first_row;
+      a.scale = p.attention_scale;
+      a.raw = part.sequence->keys_of(layer);
+      a.raw_row = key_row;
+      a.window = p.sliding_window;
+      if (ratio != 0) {
+        a.compressed = part.sequence->compressed_of(layer);
+        a.compressed_stride = row_stride;
+        a.ratio = ratio;
+      }
+      if (indexed) {
+        a.selected = ws.selected.as<int32_t>() + part.first_row * x.top_k;
+        a.top_k = x.top_k;
+      }
+      a.sinks = w.sinks;
+      a.out = f(ws.attention) + part.first_row * heads * d;
+      cuda::compressed_attention(a, stream);
+    }
+    // Each head's output rotated back; each group of heads through its matrix, then output_b.
+    cuda::rotate_tails(f(ws.attention), n, heads, d, positions, rope, true, stream);
+    per_head(w.output_a, f(ws.attention), f(ws.grouped), output_groups());
+    Input grouped(*this, f(ws.grouped), n, c.output_groups * c.output_rank);
+    mul(w.output, grouped, n, out(), true);
+    block_output();
   }
 
   cuda::IndexerShape indexer_shape() const {
@@ -1446,7 +1867,7 @@ struct Pass {
     output_projection(w, attended);
   }
 
-  // residual += down(silu(gate x) * up x): the dense FFN, or an MoE layer's shared experts.
+  // out() += down(silu(gate x) * up x): the dense FFN, or an MoE layer's shared experts.
   // (`out` = instead, where given.)
   void swiglu_ffn(const GpuFfn& w, Input& x, float* out = nullptr) const {
     const Workspace& ws = m.work;
@@ -1465,7 +1886,7 @@ struct Pass {
       cuda::swiglu(f(ws.gate), f(ws.up), n * width, f(ws.hidden), stream, activation);
     }
     Input hidden(*this, f(ws.hidden), n, width);
-    mul(w.down, hidden, n, out ? out : f(ws.residual), out == nullptr);
+    mul(w.down, hidden, n, out ? out : this->out(), out == nullptr);
   }
 
   // Whether this pass copies layer `layer`'s host experts to the GPU rather than handing its rows
@@ -1531,16 +1952,16 @@ struct Pass {
     if (streamed_layer) m.expert_stream->layer_done(stream);
     const cuda::ExpertSum sum{f(ws.expert_out), f(ws.routing_weights), ws.chosen.as<int32_t>(), experts.slot_of_expert,
                               p.experts_used};
-    if (!host_layer) {
+    if (!host_layer && !hyper()) {
       pending = sum;
       return;
     }
     // The host's sum is added after the GPU's, and a streamed layer's slot table is the stream's.
     if (gpu_half) {
       cuda::combine_experts(sum.expert_out, sum.weights, sum.chosen, sum.slot_of_expert, n, p.experts_used, p.embedding,
-                            f(ws.residual), stream);
+                            out(), stream);
     }
-    if (hybrid) host->queue_collect(layer, n, f(ws.residual), stream);
+    if (hybrid) host->queue_collect(layer, n, out(), stream);
   }
 
   // The products of the routed rows' GPU experts (grouped by `groups`) into ws.expert_out: the
@@ -1569,11 +1990,15 @@ struct Pass {
   }
 
   void ffn_block(const GpuFfn& w, int64_t layer) const {
+    const bool routed = w.kind == model::FfnKind::kMoe;
+    Input x = block_input(w.hyper, w.norm, routed ? w.expert_gate : w.gate);
+    ffn(w, layer, x);
+    block_output();
+  }
+  void ffn(const GpuFfn& w, int64_t layer, Input& x) const {
     const model::HyperParams& p = m.params;
     const Workspace& ws = m.work;
-    const bool routed = w.kind == model::FfnKind::kMoe;
-    Input x = norm(f(ws.residual), n, w.norm, routed ? w.expert_gate : w.gate);
-    if (!routed) {
+    if (w.kind != model::FfnKind::kMoe) {
       swiglu_ffn(w, x);
       return;
     }
@@ -1589,7 +2014,7 @@ struct Pass {
     // The gate's product first: the shared experts' hidden rows are quantized over x's.
     mul(w.shared_gate, shared, n, f(ws.shared_gate), false);
     swiglu_ffn(w, shared, f(ws.shared_out));
-    cuda::add_sigmoid_gated(f(ws.shared_out), f(ws.shared_gate), n, p.embedding, f(ws.residual), stream);
+    cuda::add_sigmoid_gated(f(ws.shared_out), f(ws.shared_gate), n, p.embedding, out(), stream);
   }
 
   // Queues the pass over the rows uploaded to work.tokens / work.positions: begin(), each
@@ -1605,7 +2030,21 @@ struct Pass {
                             ws.latent_slots.as<int32_t>(), g.tokens_per_chunk, ws.latent_order.as<int32_t>(),
                             ws.latent_chunks.as<int32_t>(), ws.latent_chunk_count.as<int32_t>(), stream);
     }
-    cuda::embed(m.token_embedding, m.work.tokens.as<int32_t>(), n, f(m.work.residual), stream);
+    const model::CompressedParams& c = m.params.compressed;
+    if (c.q_lora_rank > 0) {
+      const Workspace& ws = m.work;
+      const cuda::ExpertGroups g = output_groups();
+      cuda::group_by_expert(ws.group_heads.as<int32_t>(), n, c.output_groups, c.output_groups,
+                            ws.group_slots.as<int32_t>(), g.tokens_per_chunk, ws.group_order.as<int32_t>(),
+                            ws.group_chunks.as<int32_t>(), ws.group_chunk_count.as<int32_t>(), stream);
+    }
+    if (!hyper()) {
+      cuda::embed(m.token_embedding, m.work.tokens.as<int32_t>(), n, f(m.work.residual), stream);
+      return;
+    }
+    // Each row's embedding becomes its streams.
+    cuda::embed(m.token_embedding, m.work.tokens.as<int32_t>(), n, f(m.work.hyper_input), stream);
+    cuda::spread_streams(f(m.work.hyper_input), n, hyper_shape(), f(m.work.residual), stream);
   }
   void layer(int64_t l) const {
     // A sequence restored by restore_kv: its layer's rows may still be on their way.
@@ -1624,12 +2063,13 @@ struct Pass {
     const model::HyperParams& p = m.params;
     const Workspace& ws = m.work;
     cuda::check_launch("the GPU forward pass");
+    if (hyper() && layout.hidden_rows + layout.output_rows > 0) join_streams();
     if (layout.hidden_rows > 0) normed_hidden_states();
     if (layout.output_rows == 0) return;
     const PassLayout::Run& only = layout.outputs.front();
     if (layout.outputs.size() == 1 && only.first_row + only.rows == n) {
       // The last rows (a decode step, a prompt's last row): the norm adds the pending MoE sum.
-      Input normed = norm(f(ws.residual) + only.first_row * p.embedding, only.rows, m.output_norm, m.output);
+      Input normed = norm(trunk() + only.first_row * p.embedding, only.rows, m.output_norm, m.output);
       mul(m.output, normed, only.rows, f(ws.logits), false);
     } else {
       output_runs();
@@ -1655,7 +2095,7 @@ struct Pass {
   void add_pending_experts() const {
     if (!pending.expert_out) return;
     cuda::combine_experts(pending.expert_out, pending.weights, pending.chosen, pending.slot_of_expert, n, pending.used,
-                          m.params.embedding, f(m.work.residual), stream);
+                          m.params.embedding, trunk(), stream);
     pending = {};
   }
   // Each run of rows of the residual stream through the output norm, gathered into `out`.
@@ -1664,7 +2104,7 @@ struct Pass {
     int64_t gathered = 0;
     for (const PassLayout::Run& run : runs) {
       cuda::RmsNorm args;
-      args.x = f(m.work.residual) + run.first_row * p.embedding;
+      args.x = trunk() + run.first_row * p.embedding;
       args.rows = run.rows;
       args.width = p.embedding;
       args.weight = m.output_norm;
@@ -1814,7 +2254,7 @@ void replay_decode_step(GpuModel& model, const Pass& pass) {
   std::vector<StepCaches> caches;
   for (const PassLayout::Segment& part : pass.layout.segments) {
     const GpuSequence& s = *part.sequence;
-    caches.push_back({s.keys.data(), s.values.data(), s.recurrent.data(), s.window_first});
+    caches.push_back({s.keys.data(), s.values.data(), s.recurrent.data(), s.compressed.data(), s.window_first});
   }
   std::list<DecodeGraph>& graphs = model.decode_graphs;
   auto step = std::find_if(graphs.begin(), graphs.end(), [&](const DecodeGraph& g) { return g.caches == caches; });
@@ -1894,6 +2334,13 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
     for (const cpu::ExpertMatrices* m : {&w.attention.mla.k_b, &w.attention.mla.v_b}) {
       if (m->count > 0)
         g->latent_tiles = g->latent_tiles && cuda::mmq_serves(m->first.kernels->type, cuda::kMmqMinRows);
+    }
+  }
+  g->group_tiles = p.compressed.q_lora_rank > 0;
+  for (const model::LayerWeights& w : model.layers) {
+    const cpu::ExpertMatrices& output_a = w.attention.compressed.output_a;
+    if (output_a.count > 0) {
+      g->group_tiles = g->group_tiles && cuda::mmq_serves(output_a.first.kernels->type, cuda::kMmqMinRows);
     }
   }
   set_residency(p, resident_experts(model, options.gpu_experts), *g);
@@ -2001,17 +2448,23 @@ std::shared_ptr<GpuSequence> create_gpu_sequence(GpuModel& model, int64_t contex
   s->capacity = context_size;
   s->row = model::cache_row(p);
   s->window_rows = p.sliding_window > 0 ? window_rows(p, context_size, model.pass_rows) : 0;
-  int64_t rows = 0, recurrent = 0;
+  int64_t rows = 0, recurrent = 0, compressed = 0;
   for (size_t l = 0; l < kept.windowed.size(); ++l) {
     s->rows_before.push_back(rows);
     rows += kept.rows(l, context_size, s->window_rows);
-    s->recurrent_before.push_back(kept.linear[l] ? recurrent : -1);
-    if (kept.linear[l]) recurrent += p.delta_net.state_floats();
+    const int64_t state = kept.state_floats(p, l);
+    s->recurrent_before.push_back(state > 0 ? recurrent : -1);
+    recurrent += state;
+    const int64_t halves = kept.compressed_halves(p, l, context_size);
+    s->compressed_before.push_back(halves > 0 ? compressed : -1);
+    compressed += halves;
   }
   s->windowed = kept.windowed;
+  s->linear = kept.linear;
   s->keys = DeviceBuffer(static_cast<size_t>(rows * s->row.keys) * sizeof(uint16_t), "KV cache (keys)");
   s->values = DeviceBuffer(static_cast<size_t>(rows * s->row.values) * sizeof(uint16_t), "KV cache (values)");
   s->recurrent = DeviceBuffer(static_cast<size_t>(recurrent) * sizeof(float), "recurrent states");
+  s->compressed = DeviceBuffer(static_cast<size_t>(compressed) * sizeof(uint16_t), "compressed rows");
   return s;
 }
 
@@ -2196,12 +2649,36 @@ template <typename Fn>
 void state_layers(const GpuSequence& s, int64_t packed, int64_t window_first, Fn fn) {
   int64_t at = 0;
   for (size_t layer = 0; layer < s.windowed.size(); ++layer) {
-    if (s.recurrent_before[layer] >= 0) continue;
+    if (s.linear[layer]) continue;
     const int64_t from = s.windowed[layer] ? window_first : 0;
     fn(static_cast<int64_t>(layer), at, from);
     at += packed - from;
   }
 }
+
+// A state's compressed rows (SessionState::compressed: per compressed layer, in layer order, the
+// rows of the blocks before `packed`) and a sequence's: copy(layer, fn) calls fn(the layer's first
+// half in the state, the halves of its blocks before n) for a compressed layer, and nothing for
+// another; layers come in order.
+class CompressedCopies {
+ public:
+  CompressedCopies(const GpuModel& model, const GpuSequence& sequence, int64_t n, int64_t packed)
+      : model_(model), sequence_(sequence), n_(n), packed_(packed) {}
+  template <typename Fn>
+  void copy(int64_t layer, Fn fn) {
+    if (sequence_.compressed_before[layer] < 0) return;
+    const int64_t ratio = model_.kinds.ratio[layer];
+    const int64_t width = model::compressed_width_at_ratio(model_.params, ratio);
+    if (n_ / ratio > 0) fn(at_, n_ / ratio * width);
+    at_ += packed_ / ratio * width;
+  }
+
+ private:
+  const GpuModel& model_;
+  const GpuSequence& sequence_;
+  int64_t n_, packed_;
+  int64_t at_ = 0;
+};
 
 // Takes a state's window_first as the sequence's, for loading its first n positions.
 void adopt_window(GpuSequence& s, int64_t n, int64_t window_first) {
@@ -2218,7 +2695,7 @@ int64_t gpu_window_first(const GpuSequence& sequence) { return sequence.window_f
 int64_t gpu_window_rows(const GpuSequence& sequence) { return sequence.window_rows; }
 
 void copy_kv_to_host(GpuModel& model, GpuSequence& sequence, int64_t n, int64_t window_first, uint16_t* keys,
-                     uint16_t* values) {
+                     uint16_t* values, uint16_t* compressed) {
   cuda::use_device(model.device);
   sequence.settle_restore();
   const model::CacheRow& row = sequence.row;
@@ -2227,32 +2704,47 @@ void copy_kv_to_host(GpuModel& model, GpuSequence& sequence, int64_t n, int64_t 
                                         std::to_string(sequence.window_first) + " on, not " +
                                         std::to_string(window_first));
   }
+  CompressedCopies rows(model, sequence, n, n);
   state_layers(sequence, n, window_first, [&](int64_t layer, int64_t at, int64_t from) {
     cuda::copy_to_host(keys + at * row.keys, sequence.keys_of(layer) + from * row.keys,
                        static_cast<size_t>((n - from) * row.keys) * sizeof(uint16_t), model.stream.handle());
     cuda::copy_to_host(values + at * row.values, sequence.values_of(layer) + from * row.values,
                        static_cast<size_t>((n - from) * row.values) * sizeof(uint16_t), model.stream.handle());
+    if (compressed) {
+      rows.copy(layer, [&](int64_t host_at, int64_t halves) {
+        cuda::copy_to_host(compressed + host_at, sequence.compressed_of(layer),
+                           static_cast<size_t>(halves) * sizeof(uint16_t), model.stream.handle());
+      });
+    }
   });
   model.stream.synchronize();
 }
 
 void copy_kv_to_device(GpuModel& model, GpuSequence& sequence, int64_t n, int64_t packed, int64_t window_first,
-                       const uint16_t* keys, const uint16_t* values) {
+                       const uint16_t* keys, const uint16_t* values, const uint16_t* compressed) {
   cuda::use_device(model.device);
   sequence.settle_restore();
   adopt_window(sequence, n, window_first);
   const model::CacheRow& row = sequence.row;
+  CompressedCopies rows(model, sequence, n, packed);
   state_layers(sequence, packed, window_first, [&](int64_t layer, int64_t at, int64_t from) {
     cuda::copy_to_device(sequence.keys_of(layer) + from * row.keys, keys + at * row.keys,
                          static_cast<size_t>((n - from) * row.keys) * sizeof(uint16_t), model.stream.handle());
     cuda::copy_to_device(sequence.values_of(layer) + from * row.values, values + at * row.values,
                          static_cast<size_t>((n - from) * row.values) * sizeof(uint16_t), model.stream.handle());
+    if (compressed) {
+      rows.copy(layer, [&](int64_t host_at, int64_t halves) {
+        cuda::copy_to_device(sequence.compressed_of(layer), compressed + host_at,
+                             static_cast<size_t>(halves) * sizeof(uint16_t), model.stream.handle());
+      });
+    }
   });
   model.stream.synchronize();
 }
 
 void restore_kv(GpuModel& model, GpuSequence& sequence, int64_t n, int64_t packed, int64_t window_first,
-                const uint16_t* keys, const uint16_t* values, std::shared_ptr<const void> rows) {
+                const uint16_t* keys, const uint16_t* values, const uint16_t* compressed,
+                std::shared_ptr<const void> rows) {
   cuda::use_device(model.device);
   sequence.settle_restore();
   adopt_window(sequence, n, window_first);
@@ -2264,11 +2756,18 @@ void restore_kv(GpuModel& model, GpuSequence& sequence, int64_t n, int64_t packe
   sequence.layer_restored.front()->record(model.stream.handle());
   sequence.layer_restored.front()->wait_in(copies);
   sequence.restoring = std::move(rows);
+  CompressedCopies blocks(model, sequence, n, packed);
   state_layers(sequence, packed, window_first, [&](int64_t layer, int64_t at, int64_t from) {
     cuda::copy_async(sequence.keys_of(layer) + from * row.keys, keys + at * row.keys,
                      static_cast<size_t>((n - from) * row.keys) * sizeof(uint16_t), copies);
     cuda::copy_async(sequence.values_of(layer) + from * row.values, values + at * row.values,
                      static_cast<size_t>((n - from) * row.values) * sizeof(uint16_t), copies);
+    if (compressed) {
+      blocks.copy(layer, [&](int64_t host_at, int64_t halves) {
+        cuda::copy_async(sequence.compressed_of(layer), compressed + host_at,
+                         static_cast<size_t>(halves) * sizeof(uint16_t), copies);
+      });
+    }
     sequence.layer_restored[static_cast<size_t>(layer)]->record(copies);
   });
   // settle_restore waits for the last layer's event: after every copy, also where that layer is one
@@ -2352,11 +2851,12 @@ void copy_recurrent_to_device(GpuModel&, GpuSequence&, const float*) { refuse();
 void keep_recurrent_on_device(GpuModel&, GpuSequence&) { refuse(); }
 void restore_recurrent_on_device(GpuModel&, GpuSequence&) { refuse(); }
 int64_t gpu_window_rows(const GpuSequence&) { refuse(); }
-void copy_kv_to_host(GpuModel&, GpuSequence&, int64_t, int64_t, uint16_t*, uint16_t*) { refuse(); }
-void copy_kv_to_device(GpuModel&, GpuSequence&, int64_t, int64_t, int64_t, const uint16_t*, const uint16_t*) {
+void copy_kv_to_host(GpuModel&, GpuSequence&, int64_t, int64_t, uint16_t*, uint16_t*, uint16_t*) { refuse(); }
+void copy_kv_to_device(GpuModel&, GpuSequence&, int64_t, int64_t, int64_t, const uint16_t*, const uint16_t*,
+                       const uint16_t*) {
   refuse();
 }
-void restore_kv(GpuModel&, GpuSequence&, int64_t, int64_t, int64_t, const uint16_t*, const uint16_t*,
+void restore_kv(GpuModel&, GpuSequence&, int64_t, int64_t, int64_t, const uint16_t*, const uint16_t*, const uint16_t*,
                 std::shared_ptr<const void>) {
   refuse();
 }

@@ -159,18 +159,21 @@ void seat_copied_experts(GpuModel& model);
 // windowed layer holds positions from window_first on there (of a sliding-window model), n - from
 // rows of the host's `packed` - from per layer. Copying out takes window_first at or after the
 // sequence's (gpu_window_first); copying in makes it the sequence's, and refuses
-// (INVALID_ARGUMENT) a state whose windowed layers hold more than the sequence's can.
+// (INVALID_ARGUMENT) a state whose windowed layers hold more than the sequence's can. With
+// `compressed` (DeepSeek-V4's: SessionState::compressed), each compressed layer's rows of the
+// blocks before n too, packed / ratio rows of the host's per layer.
 void copy_kv_to_host(GpuModel& model, GpuSequence& sequence, int64_t n, int64_t window_first, uint16_t* keys,
-                     uint16_t* values);
+                     uint16_t* values, uint16_t* compressed = nullptr);
 void copy_kv_to_device(GpuModel& model, GpuSequence& sequence, int64_t n, int64_t packed, int64_t window_first,
-                       const uint16_t* keys, const uint16_t* values);
+                       const uint16_t* keys, const uint16_t* values, const uint16_t* compressed = nullptr);
 // copy_kv_to_device without the host waiting: the copies are queued layer by layer on a stream of
 // their own, and the sequence's next pass waits for each layer's rows only where that layer reads
 // them, so the copy runs behind the pass's first layers. The sequence holds `rows` (what owns
 // `keys` and `values`) until the copies are done. From page-locked memory (state_memory) the
 // copies run at the link's speed; from pageable memory each returns once its bytes are staged.
 void restore_kv(GpuModel& model, GpuSequence& sequence, int64_t n, int64_t packed, int64_t window_first,
-                const uint16_t* keys, const uint16_t* values, std::shared_ptr<const void> rows);
+                const uint16_t* keys, const uint16_t* values, const uint16_t* compressed,
+                std::shared_ptr<const void> rows);
 // The first position the sequence's sliding-window layers hold (0 without them): a GPU sequence
 // keeps the window, its alignment and one pass's rows of each (llama.cpp's iSWA cache keeps the
 // window and a batch), so it can go on from position n only where model::window_floor(n) is at

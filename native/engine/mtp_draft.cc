@@ -18,10 +18,12 @@ void check_mtp_drafts(const model::Model& model, bool on_gpu) {
   }
   // Beside a model on the GPU the layer runs on the CPU from the hidden states the GPU's passes return,
   // which are after the output norm.
-  if (on_gpu && model.nextn_layers.front().hidden != model::NextnHidden::kNormed) {
-    throw Error("DRAFT_UNSUPPORTED", "draft \"mtp\": " + arch +
-                                         "'s next-token-prediction layer takes the hidden states before the output "
-                                         "norm, which the GPU's passes do not return: load the model with gpu: false");
+  const model::NextnHidden hidden = model.nextn_layers.front().hidden;
+  if (on_gpu && hidden != model::NextnHidden::kNormed) {
+    const char* takes = hidden == model::NextnHidden::kStreams ? "the hidden states' hyper-connection streams"
+                                                               : "the hidden states before the output norm";
+    throw Error("DRAFT_UNSUPPORTED", "draft \"mtp\": " + arch + "'s next-token-prediction layer takes " + takes +
+                                         ", which the GPU's passes do not return: load the model with gpu: false");
   }
 }
 

@@ -85,11 +85,6 @@ Runtime::Runtime(std::unique_ptr<model::Model> model, const RuntimeOptions& opti
                                         std::to_string(parallel_) + " parallel sequences");
   }
   arena_ = disk_tier(*model_, options);
-  if (options.gpu && model::has_compressed_attention(*model_)) {
-    throw Error("UNSUPPORTED_FEATURE", model_->params.architecture +
-                                           "'s compressed attention and hyper-connections (DeepSeek-V4) do not run on "
-                                           "the GPU yet: load the model with gpu: false");
-  }
   if (!options.draft_model.empty()) {
     draft_model_ = std::make_unique<DraftModel>(model::load_model(options.draft_model), *model_);
   }
@@ -419,7 +414,8 @@ std::shared_ptr<SessionState> Session::snapshot(int64_t n, std::pmr::memory_reso
   state->recurrent.resize(static_cast<size_t>(shape.recurrent_floats));
   state->compressed.resize(static_cast<size_t>(compressed_elements(shape, n)));
   if (gpu_) {
-    copy_kv_to_host(*runtime_->gpu_, *gpu_, n, state->window_first, state->keys.data(), state->values.data());
+    copy_kv_to_host(*runtime_->gpu_, *gpu_, n, state->window_first, state->keys.data(), state->values.data(),
+                    state->compressed.data());
     if (!state->recurrent.empty()) copy_recurrent_to_host(*runtime_->gpu_, *gpu_, state->recurrent.data());
   } else {
     cache_.copy_out(n, state->keys.data(), state->values.data(), state->recurrent.data(), state->compressed.data());
@@ -435,14 +431,15 @@ void Session::load(std::shared_ptr<const SessionState> state, int64_t n) {
   const SessionState& rows = *state;
   if (!rows.recurrent.empty()) load_recurrent(rows.recurrent.data());
   restore_kv(*runtime_->gpu_, *gpu_, n, static_cast<int64_t>(rows.tokens.size()), rows.window_first, rows.keys.data(),
-             rows.values.data(), std::move(state));
+             rows.values.data(), rows.compressed.data(), std::move(state));
   adopt(rows, n);
 }
 
 void Session::load(const SessionState& state, int64_t n) {
   const int64_t packed = static_cast<int64_t>(state.tokens.size());
   if (gpu_) {
-    copy_kv_to_device(*runtime_->gpu_, *gpu_, n, packed, state.window_first, state.keys.data(), state.values.data());
+    copy_kv_to_device(*runtime_->gpu_, *gpu_, n, packed, state.window_first, state.keys.data(), state.values.data(),
+                      state.compressed.data());
     if (!state.recurrent.empty()) load_recurrent(state.recurrent.data());
   } else {
     cache_.copy_in(n, state);

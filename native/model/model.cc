@@ -79,11 +79,6 @@ bool has_recurrent_layers(const Model& model) {
   });
 }
 
-bool has_compressed_attention(const Model& model) {
-  return std::any_of(model.layers.begin(), model.layers.end(),
-                     [](const LayerWeights& l) { return l.attention.kind == AttentionKind::kCompressed; });
-}
-
 bool has_sparse_attention(const Model& model) {
   return std::any_of(model.layers.begin(), model.layers.end(),
                      [](const LayerWeights& l) { return l.attention.kind == AttentionKind::kSparseMla; });

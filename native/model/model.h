@@ -383,8 +383,6 @@ int64_t cache_positions(const Model& model, int64_t layer, int64_t context);
 // Whether any layer keeps a recurrent state (which cannot be cut back to an earlier position):
 // linear attention's, or a compressor's (the rows of the blocks it has not compressed yet).
 bool has_recurrent_layers(const Model& model);
-// Whether any layer is of DeepSeek-V4's compressed attention (AttentionKind::kCompressed).
-bool has_compressed_attention(const Model& model);
 // Whether any layer attends positions a lightning indexer selects (AttentionKind::kSparseMla).
 bool has_sparse_attention(const Model& model);
 

@@ -55,6 +55,7 @@ for (const [preset, type] of [
   ["tiny-glm4moe", "Q4_K"],
   ["tiny-deepseek2", "Q8_0"],
   ["tiny-glm-dsa", "Q8_0"],
+  ["tiny-deepseek4", "Q4_K"],
   ["tiny-gpt-oss", "Q8_0"],
   // Not its Q8_0: there the CPU's own scalar and SIMD sums already part by a top-1 miss of 0.57
   // nats (gpu-vs-cpu's floor), so missBound would allow 1.1; its Q4_K keeps the bound at 0.1.

@@ -115,6 +115,7 @@ for (const [preset, type] of [
   ["tiny-deepseek2", "Q4_K"],
   ["tiny-deepseek32", "Q4_K"],
   ["tiny-glm-dsa", "Q8_0"],
+  ["tiny-deepseek4", "Q8_0"],
   ["tiny-gpt-oss", "Q8_0"],
   ["tiny-mimo2", "Q4_K"],
 ]) {

@@ -119,13 +119,18 @@ for (const preset of ["tiny-glm4moe", "tiny-deepseek2", "tiny-qwen35moe-mtp"]) {
   });
 }
 
-test("tiny-mimo2: MTP drafts beside the GPU are refused by name", { skip }, async () => {
-  await assert.rejects(loadModel(fixture("tiny-mimo2", "F32"), { gpu: "auto", draft: "mtp" }), (error) => {
-    assert.equal(error.code, "DRAFT_UNSUPPORTED");
-    assert.match(error.message, /before the output norm/);
-    return true;
+for (const [preset, takes] of [
+  ["tiny-mimo2", /before the output norm/],
+  ["tiny-deepseek4", /hyper-connection streams/],
+]) {
+  test(`${preset}: MTP drafts beside the GPU are refused by name`, { skip }, async () => {
+    await assert.rejects(loadModel(fixture(preset, "F32"), { gpu: "auto", draft: "mtp" }), (error) => {
+      assert.equal(error.code, "DRAFT_UNSUPPORTED");
+      assert.match(error.message, takes);
+      return true;
+    });
   });
-});
+}
 
 // GPU and CPU round a Q8_0 model's activations apart (issue 9), so their greedy runs part within
 // a few dozen tokens whether or not they shift; on F32 weights they agree to KL ~1e-10, so a run

@@ -14,16 +14,27 @@ function tokens(n, seed, vocab) {
   return Array.from({ length: n }, (_, i) => (i * 7919 + seed * 104729 + 13) % vocab);
 }
 
-test("a GPU session's state restores, forks and round-trips through a file exactly", { skip }, async () => {
-  const path = fixture("tiny-qwen3", "Q4_K");
-  const model = await loadModel(path, { gpu: "auto", contextSize: 256, cacheRam: 0 });
-  try {
-    const vocab = model.info.vocabSize;
-    await expectExactStateRoundTrips(model, tokens(100, 1, vocab), tokens(3, 2, vocab), join(dir, "state.bin"));
-  } finally {
-    model.dispose();
-  }
-});
+// DeepSeek-V4's state adds its compressed rows (300 positions: 75 rows of 4, 2 of 128) and its
+// compressors' rings (recurrent states, mid-block after 300 positions) to the window's rows.
+for (const [preset, type, length] of [
+  ["tiny-qwen3", "Q4_K", 100],
+  ["tiny-deepseek4", "Q8_0", 300],
+]) {
+  test(
+    `${preset}: a GPU session's state restores, forks and round-trips through a file exactly`,
+    { skip },
+    async () => {
+      const path = fixture(preset, type);
+      const model = await loadModel(path, { gpu: "auto", contextSize: 512, cacheRam: 0 });
+      try {
+        const vocab = model.info.vocabSize;
+        await expectExactStateRoundTrips(model, tokens(length, 1, vocab), tokens(3, 2, vocab), join(dir, "state.bin"));
+      } finally {
+        model.dispose();
+      }
+    },
+  );
+}
 
 // The restored rows are copied behind the suffix's pass, each layer waited for where it reads them
 // (engine/gpu_forward.h: restore_kv). qwen3moe-2b's 24 layers of a 4,000-token prefix take longer

@@ -79,6 +79,10 @@ for (const preset of ["tiny-qwen35moe", "tiny-qwen3next"]) {
 for (const preset of ["tiny-deepseek32", "tiny-glm-dsa"]) {
   for (const type of ["F16", "Q8_0", "Q4_K"]) CASES.push([preset, type]);
 }
+// DeepSeek-V4's blocks: hyper-connections (4 residual streams), compressed attention (a window of
+// 32 raw rows beside rows of 4 positions, chosen by an indexer, or of 128), output groups, the
+// square root of softplus with hash routing in its first layer, and the limited SwiGLU.
+for (const type of ["F16", "Q8_0", "Q4_K"]) CASES.push(["tiny-deepseek4", type]);
 // Their real attention heads are 256 wide (the tiled attention's value columns in two blocks).
 CASES.push(["tiny-qwen35moe-256", "F16"]);
 // MiMo-V2's: KV heads per layer (1 on full layers, 2 on windowed ones, in cache rows sized for 2),

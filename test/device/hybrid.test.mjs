@@ -101,6 +101,7 @@ for (const [preset, type] of [
   ["tiny-deepseek2", "Q8_0"],
   ["tiny-deepseek32", "Q4_K"],
   ["tiny-glm-dsa", "Q8_0"],
+  ["tiny-deepseek4", "Q4_K"],
   ["tiny-gpt-oss", "Q8_0"],
   ["tiny-gpt-oss-mxfp4", undefined],
   ["tiny-mimo2", "Q8_0"],
