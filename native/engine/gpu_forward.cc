@@ -1552,28 +1552,39 @@ struct Pass {
     }
   }
   cuda::ExpertGroups latent_groups() const {
-    const model::HyperParams& p = m.params;
     const Workspace& ws = m.work;
-    cuda::ExpertGroups g;
-    g.order = ws.latent_order.as<int32_t>();
-    g.chunks = ws.latent_chunks.as<int32_t>();
-    g.chunk_count = ws.latent_chunk_count.as<int32_t>();
-    const bool tiled = m.latent_tiles && layout.tiled;
-    g.tokens_per_chunk = tiled ? cuda::kMmqTileTokens : cuda::tokens_per_expert_chunk(n);
-    g.max_chunks = cuda::max_expert_chunks(n, p.heads, p.heads, g.tokens_per_chunk);
-    return g;
+    return fixed_groups(m.params.heads, ws.latent_order, ws.latent_chunks, ws.latent_chunk_count, m.latent_tiles);
   }
   cuda::ExpertGroups output_groups() const {
-    const int64_t groups = m.params.compressed.output_groups;
     const Workspace& ws = m.work;
+    return fixed_groups(m.params.compressed.output_groups, ws.group_order, ws.group_chunks, ws.group_chunk_count,
+                        m.group_tiles);
+  }
+  // A fixed grouping's buffers: `count` slots a token, in tiles where the pass's parts take them and
+  // every matrix it serves has tiled kernels (`tiles`).
+  cuda::ExpertGroups fixed_groups(int64_t count, const DeviceBuffer& order, const DeviceBuffer& chunks,
+                                  const DeviceBuffer& chunk_count, bool tiles) const {
     cuda::ExpertGroups g;
-    g.order = ws.group_order.as<int32_t>();
-    g.chunks = ws.group_chunks.as<int32_t>();
-    g.chunk_count = ws.group_chunk_count.as<int32_t>();
-    const bool tiled = m.group_tiles && layout.tiled;
-    g.tokens_per_chunk = tiled ? cuda::kMmqTileTokens : cuda::tokens_per_expert_chunk(n);
-    g.max_chunks = cuda::max_expert_chunks(n, groups, groups, g.tokens_per_chunk);
+    g.order = order.as<int32_t>();
+    g.chunks = chunks.as<int32_t>();
+    g.chunk_count = chunk_count.as<int32_t>();
+    g.tokens_per_chunk = tiles && layout.tiled ? cuda::kMmqTileTokens : cuda::tokens_per_expert_chunk(n);
+    g.max_chunks = cuda::max_expert_chunks(n, count, count, g.tokens_per_chunk);
     return g;
+  }
+
+  // The low-rank query (the n rows of `rank` at ws.latent_b) normed by `weight` into ws.normed:
+  // MLA's and DeepSeek-V4's, after every product of the block's input (which ws.normed held).
+  Input low_rank_query(int64_t rank, const float* weight) const {
+    cuda::RmsNorm args;
+    args.x = f(m.work.latent_b);
+    args.rows = n;
+    args.width = rank;
+    args.weight = weight;
+    args.eps = m.params.rms_epsilon;
+    args.out = f(m.work.normed);
+    cuda::rms_norm(args, stream);
+    return Input(*this, f(m.work.normed), n, rank);
   }
 
   // Multi-head latent attention, as the CPU's mla_attention: the queries (through the low-rank
@@ -1595,15 +1606,7 @@ struct Pass {
       if (own_indexer) {
         mul_all({{&w.indexer_k, f(ws.indexer_k), false}, {&w.indexer_weights, f(ws.indexer_weights), false}}, x);
       }
-      cuda::RmsNorm args;
-      args.x = f(ws.latent_b);
-      args.rows = n;
-      args.width = mla.q_lora_rank;
-      args.weight = w.q_a_norm;
-      args.eps = p.rms_epsilon;
-      args.out = f(ws.normed);
-      cuda::rms_norm(args, stream);
-      Input low(*this, f(ws.normed), n, mla.q_lora_rank);
+      Input low = low_rank_query(mla.q_lora_rank, w.q_a_norm);
       mul(w.q, low, n, f(ws.q), false);
       if (own_indexer) mul(w.indexer_q, low, n, f(ws.indexer_q), false);
     } else {
@@ -1687,15 +1690,7 @@ struct Pass {
               in);
     }
     // The query, and the indexer's from the same low-rank rows.
-    cuda::RmsNorm low;
-    low.x = f(ws.latent_b);
-    low.rows = n;
-    low.width = c.q_lora_rank;
-    low.weight = w.q_a_norm;
-    low.eps = p.rms_epsilon;
-    low.out = f(ws.normed);
-    cuda::rms_norm(low, stream);
-    Input low_rank(*this, f(ws.normed), n, c.q_lora_rank);
+    Input low_rank = low_rank_query(c.q_lora_rank, w.q_a_norm);
     mul(w.q, low_rank, n, f(ws.q), false);
     if (indexed) mul(w.indexer_q, low_rank, n, f(ws.indexer_q), false);
     norm_rows(f(ws.q), n * heads, d, nullptr);
@@ -1736,20 +1731,7 @@ struct Pass {
       shape.rope = gpu_rope_shape(c.rope, factors);
       shape.ratio = ratio;
       shape.rope_tail = true;
-      cuda::indexer_queries(f(ws.indexer_q), n, shape, positions, stream);
-      for (const PassLayout::Segment& part : layout.segments) {
-        cuda::IndexerSelect select;
-        select.q = f(ws.indexer_q) + part.first_row * x.heads * x.head_dim;
-        select.weights = f(ws.indexer_weights) + part.first_row * x.heads;
-        select.weight_scale = 1.0f / std::sqrt(static_cast<float>(x.head_dim * x.heads));
-        select.positions = positions + part.first_row;
-        select.keys = part.sequence->compressed_of(layer) + d;
-        select.key_row = row_stride;
-        select.n = part.rows;
-        select.cache_positions = part.sequence->capacity / ratio;
-        select.selected = ws.selected.as<int32_t>() + part.first_row * x.top_k;
-        cuda::indexer_select(select, shape, ws.indexer_scratch.data(), stream);
-      }
+      indexer_choice(shape, row_stride, [&](const GpuSequence& sequence) { return sequence.compressed_of(layer) + d; });
     }
     // Attention over each sequence's window and compressed rows.
     for (const PassLayout::Segment& part : layout.segments) {
@@ -1796,9 +1778,15 @@ struct Pass {
   // positions of `layer`'s keys into ws.selected.
   void indexer_choice(int64_t layer) const {
     const model::HyperParams& p = m.params;
-    const model::IndexerParams& x = p.indexer;
+    indexer_choice(indexer_shape(), model::cache_row(p).keys,
+                   [&](const GpuSequence& s) { return s.keys_of(layer) + model::indexer_key_offset(p); });
+  }
+  // The same over the keys keys_of(sequence) gives, rows of key_row halves, one per shape.ratio
+  // positions (DeepSeek-V4's compressed rows).
+  template <typename KeysOf>
+  void indexer_choice(const cuda::IndexerShape& shape, int64_t key_row, KeysOf keys_of) const {
+    const model::IndexerParams& x = m.params.indexer;
     const Workspace& ws = m.work;
-    const cuda::IndexerShape shape = indexer_shape();
     const int32_t* positions = ws.positions.as<int32_t>();
     cuda::indexer_queries(f(ws.indexer_q), n, shape, positions, stream);
     for (const PassLayout::Segment& part : layout.segments) {
@@ -1807,10 +1795,10 @@ struct Pass {
       s.weights = f(ws.indexer_weights) + part.first_row * x.heads;
       s.weight_scale = 1.0f / std::sqrt(static_cast<float>(x.head_dim * x.heads));
       s.positions = positions + part.first_row;
-      s.keys = part.sequence->keys_of(layer) + model::indexer_key_offset(p);
-      s.key_row = model::cache_row(p).keys;
+      s.keys = keys_of(*part.sequence);
+      s.key_row = key_row;
       s.n = part.rows;
-      s.cache_positions = part.sequence->capacity;
+      s.cache_positions = part.sequence->capacity / shape.ratio;
       s.selected = ws.selected.as<int32_t>() + part.first_row * x.top_k;
       cuda::indexer_select(s, shape, ws.indexer_scratch.data(), stream);
     }
