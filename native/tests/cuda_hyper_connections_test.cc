@@ -13,6 +13,7 @@
 #ifdef BLOOMERY_CUDA
 
 #include "cpu/hyper_connections.h"
+#include "cpu/rms_norm.h"
 #include "cpu/thread_pool.h"
 #include "cuda/ops.h"
 #include "tests/cuda_test_util.h"
@@ -81,6 +82,37 @@ TEST(cuda_hyper_connections_match_cpu) {
     CHECK(download<float>(gmixed, mixed.size(), stream) == mixed) << "the input mix differs";
     CHECK(download<float>(dr, updated.size(), stream) == updated) << "the residual's update differs";
   }
+}
+
+// The pass's residual of streams: each row's embedding copied into its streams, and the streams
+// RMS-normed as one row without a weight (what a block's mix product reads), as the CPU's
+// spread_streams and rms_norm with no weight.
+TEST(cuda_streams_spread_and_norm_as_the_cpu) {
+  if (!device_ready("cuda_streams_spread_and_norm_as_the_cpu")) return;
+  std::mt19937 rng(92);
+  const cuda::Stream stream;
+  const int64_t n = 9, streams = 4, width = 320;
+  const auto x = random_floats(static_cast<size_t>(n * width), 2.0f, rng);
+  std::vector<float> spread;
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t h = 0; h < streams; ++h)
+      spread.insert(spread.end(), x.begin() + i * width, x.begin() + (i + 1) * width);
+  }
+  std::vector<float> normed(spread.size());
+  cpu::rms_norm(spread.data(), n, streams * width, streams * width, nullptr, 1e-6f, normed.data(), streams * width);
+  const auto dx = upload(x);
+  cuda::DeviceBuffer residual(spread.size() * sizeof(float), "residual"), out(spread.size() * sizeof(float), "normed");
+  cuda::spread_streams(dx.as<float>(), n, cuda::HyperShape{streams, width, 1, 1e-6f}, residual.as<float>(),
+                       stream.handle());
+  cuda::RmsNorm args;
+  args.x = residual.as<float>();
+  args.rows = n;
+  args.width = streams * width;
+  args.eps = 1e-6f;
+  args.out = out.as<float>();
+  cuda::rms_norm(args, stream.handle());
+  CHECK(download<float>(residual, spread.size(), stream) == spread) << "the spread streams differ";
+  CHECK(download<float>(out, normed.size(), stream) == normed) << "the unweighted norm differs";
 }
 
 #else

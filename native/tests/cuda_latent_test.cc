@@ -285,6 +285,36 @@ TEST(cuda_latent_heads_match_cpu) {
   CHECK(cache_misses <= n * key / 50) << cache_misses << " cached halves differ";
 }
 
+// DeepSeek-V4's key rows (normed and rotated by then) stored as f16 at their positions' cache rows,
+// two sequences in one launch, the halves after each row's width untouched.
+TEST(cuda_store_rows_writes_f16_rows_at_positions) {
+  if (!device_ready("cuda_store_rows_writes_f16_rows_at_positions")) return;
+  std::mt19937 rng(29);
+  const cuda::Stream stream;
+  const int64_t width = 128, key_row = 136, capacity = 64;
+  const std::vector<int32_t> positions = {0, 1, 2, 3, 7, 8, 63};  // rows 0-3 of one sequence, 4-6 of another
+  const auto n = static_cast<int64_t>(positions.size());
+  const auto rows = random_floats(static_cast<size_t>(n * width), 3.0f, rng);
+  const std::vector<uint16_t> blank(static_cast<size_t>(capacity * key_row), 0x7c01);  // a NaN pattern
+  const auto first = upload(blank), second = upload(blank), drows = upload(rows), dpos = upload(positions);
+  cuda::KvSegments segments;
+  segments.count = 2;
+  segments.first_row[1] = 4;
+  segments.first_row[2] = static_cast<int>(n);
+  segments.keys[0] = first.as<uint16_t>();
+  segments.keys[1] = second.as<uint16_t>();
+  cuda::store_rows(drows.as<float>(), n, width, dpos.as<int32_t>(), segments, key_row, stream.handle());
+  std::vector<uint16_t> want_first = blank, want_second = blank;
+  for (int64_t i = 0; i < n; ++i) {
+    std::vector<uint16_t>& want = i < 4 ? want_first : want_second;
+    for (int64_t j = 0; j < width; ++j) {
+      want[static_cast<size_t>(positions[i] * key_row + j)] = quant::fp32_to_fp16(rows[i * width + j]);
+    }
+  }
+  CHECK(download<uint16_t>(first, blank.size(), stream) == want_first) << "the first sequence's rows differ";
+  CHECK(download<uint16_t>(second, blank.size(), stream) == want_second) << "the second sequence's rows differ";
+}
+
 #else
 
 TEST(cuda_latent_skipped) { std::printf("skip cuda_latent tests: this build has no CUDA\n"); }
