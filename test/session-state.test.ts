@@ -325,12 +325,6 @@ describe("sparse attention's cache (deepseek32: the indexer's keys beside the la
     expect(together).toEqual(alone);
   });
 
-  it("is refused on the GPU by name (its indexer runs on the CPU only)", async () => {
-    const error = await refusal(loadModel(sparsePath, { gpu: "auto", contextSize: 64 }));
-    expect(error.code).toBe("UNSUPPORTED_FEATURE");
-    expect(error.message).toContain("lightning indexer");
-  });
-
   it("refuses a context shift by name (its cached indexer keys are not shifted)", async () => {
     const model = await open(sparsePath, { contextSize: 64 });
     const error = await refusal(

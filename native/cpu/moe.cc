@@ -76,12 +76,9 @@ void route(const float* logits, int64_t n, int64_t experts, int64_t used, const 
     } else if (router.gating == Gating::kSigmoid) {
       for (float& w : weights) w = 1.0f / (1.0f + std::exp(-w));
     } else if (router.gating == Gating::kSqrtSoftplus) {
-      // ggml's softplus (linear above 20), then its square root. The log is taken in double and
-      // rounded once: libm's logf is off by up to 0.82 ulp, which no GPU log reproduces, and a
-      // router's weights are the same on both only if they round alike.
-      for (float& w : weights) {
-        w = std::sqrt(w > 20.0f ? w : static_cast<float>(std::log(static_cast<double>(1.0f + std::exp(w)))));
-      }
+      // ggml's softplus (linear above 20; libm's logf, as llama.cpp's, which the oracle matches
+      // exactly), then its square root.
+      for (float& w : weights) w = std::sqrt(w > 20.0f ? w : std::log(1.0f + std::exp(w)));
     }
     if (chosen) {
       std::copy_n(chosen + i * used, used, order.begin());
