@@ -95,8 +95,7 @@ struct GpuAttention {
   const float* head_norm = nullptr;   // DeltaNetWeights::norm
   // DeepSeek-V4's compressed attention (model::CompressedWeights): q_a, q_a_norm, q (its q_b), kv_a
   // (its kv), kv_a_norm (its kv_norm), indexer_q, indexer_weights and output (its output_b) above;
-  // the ratio, the compressors, and output_a's stack of one matrix per group of heads.
-  int64_t ratio = 0;
+  // the compressors, and output_a's stack of one matrix per group of heads (the ratio: LayerKinds').
   GpuCompressor compressor, indexer_compressor;
   DeviceMatrix output_a;
   GpuHyper hyper;
@@ -739,11 +738,8 @@ void bind_compressed(const model::HyperParams& p, const model::CompressedWeights
   da.q = up.matrix(c.q_b);
   da.kv_a = up.matrix(c.kv);
   da.kv_a_norm = up.vector(c.kv_norm, p.head_dim);
-  da.ratio = c.ratio;
-  if (!c.compressor.empty()) da.compressor = bind_compressor(c.compressor, p.head_dim, up);
-  if (!c.indexer_compressor.empty()) {
-    da.indexer_compressor = bind_compressor(c.indexer_compressor, p.indexer.head_dim, up);
-  }
+  da.compressor = bind_compressor(c.compressor, p.head_dim, up);
+  da.indexer_compressor = bind_compressor(c.indexer_compressor, p.indexer.head_dim, up);
   da.indexer_q = up.matrix(c.indexer_q);
   da.indexer_weights = up.matrix(c.indexer_weights);
   da.output_a = up.matrix(c.output_a.first, c.output_a.count);
@@ -1342,13 +1338,7 @@ struct Pass {
     const model::HyperParams& p = m.params;
     const Workspace& ws = m.work;
     const int64_t width = p.hyper.streams * p.embedding;
-    cuda::RmsNorm args;
-    args.x = f(ws.residual);
-    args.rows = n;
-    args.width = width;
-    args.eps = p.rms_epsilon;
-    args.out = f(ws.hyper_normed);
-    cuda::rms_norm(args, stream);
+    norm_rows(f(ws.residual), n, width, nullptr, f(ws.hyper_normed));
     Input streams(*this, f(ws.hyper_normed), n, width);
     mul(h.mix, streams, n, f(ws.hyper_mixes), false);
   }
@@ -1517,16 +1507,16 @@ struct Pass {
   }
 
   // The pass's rows of `width` floats at x RMS-normed in place by `weight`.
-  void whole_row_norm(float* x, int64_t width, const float* weight) const { norm_rows(x, n, width, weight); }
-  // `rows` rows of `width` floats at x RMS-normed in place by `weight` (null: none).
-  void norm_rows(float* x, int64_t rows, int64_t width, const float* weight) const {
+  void whole_row_norm(float* x, int64_t width, const float* weight) const { norm_rows(x, n, width, weight, x); }
+  // `rows` rows of `width` floats at x RMS-normed by `weight` (null: none) into `out` (x: in place).
+  void norm_rows(float* x, int64_t rows, int64_t width, const float* weight, float* out) const {
     cuda::RmsNorm args;
     args.x = x;
     args.rows = rows;
     args.width = width;
     args.weight = weight;
     args.eps = m.params.rms_epsilon;
-    args.out = x;
+    args.out = out;
     cuda::rms_norm(args, stream);
   }
 
@@ -1576,14 +1566,7 @@ struct Pass {
   // The low-rank query (the n rows of `rank` at ws.latent_b) normed by `weight` into ws.normed:
   // MLA's and DeepSeek-V4's, after every product of the block's input (which ws.normed held).
   Input low_rank_query(int64_t rank, const float* weight) const {
-    cuda::RmsNorm args;
-    args.x = f(m.work.latent_b);
-    args.rows = n;
-    args.width = rank;
-    args.weight = weight;
-    args.eps = m.params.rms_epsilon;
-    args.out = f(m.work.normed);
-    cuda::rms_norm(args, stream);
+    norm_rows(f(m.work.latent_b), n, rank, weight, f(m.work.normed));
     return Input(*this, f(m.work.normed), n, rank);
   }
 
@@ -1665,7 +1648,7 @@ struct Pass {
     const model::CompressedParams& c = p.compressed;
     const model::IndexerParams& x = p.indexer;
     const Workspace& ws = m.work;
-    const int64_t d = p.head_dim, heads = p.heads, ratio = w.ratio;
+    const int64_t d = p.head_dim, heads = p.heads, ratio = m.kinds.ratio[static_cast<size_t>(layer)];
     const bool indexed = ratio == model::CompressedParams::kOverlapRatio;
     const int32_t* positions = ws.positions.as<int32_t>();
     const float* factors = c.rope.freq_factors ? m.freq_factors : nullptr;
@@ -1693,10 +1676,10 @@ struct Pass {
     Input low_rank = low_rank_query(c.q_lora_rank, w.q_a_norm);
     mul(w.q, low_rank, n, f(ws.q), false);
     if (indexed) mul(w.indexer_q, low_rank, n, f(ws.indexer_q), false);
-    norm_rows(f(ws.q), n * heads, d, nullptr);
+    norm_rows(f(ws.q), n * heads, d, nullptr, f(ws.q));
     cuda::rotate_tails(f(ws.q), n, heads, d, positions, rope, false, stream);
     // The key row, into the window's rows.
-    norm_rows(f(ws.k), n, d, w.kv_a_norm);
+    norm_rows(f(ws.k), n, d, w.kv_a_norm, f(ws.k));
     cuda::rotate_tails(f(ws.k), n, 1, d, positions, rope, false, stream);
     const int64_t key_row = model::cache_row(p).keys;
     cache_groups(layer, [&](int64_t first_row, int64_t rows, const cuda::KvSegments& cache, auto) {
@@ -1842,14 +1825,7 @@ struct Pass {
       cuda::delta_net_rule(mixed, f(ws.decay) + first_row * d.v_heads, f(ws.beta) + first_row * d.v_heads, states,
                            shape, f(ws.attention) + first_row * d.value_width(), stream);
     });
-    cuda::RmsNorm args;
-    args.x = f(ws.attention);
-    args.rows = n * d.v_heads;
-    args.width = d.head_dim;
-    args.weight = w.head_norm;
-    args.eps = p.rms_epsilon;
-    args.out = f(ws.attention);
-    cuda::rms_norm(args, stream);
+    norm_rows(f(ws.attention), n * d.v_heads, d.head_dim, w.head_norm, f(ws.attention));
     cuda::swiglu(f(ws.z), f(ws.attention), n * d.value_width(), f(ws.attention), stream);
     Input attended(*this, f(ws.attention), n, d.value_width());
     output_projection(w, attended);
