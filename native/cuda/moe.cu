@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "cuda/expert_sum.cuh"
 #include "cuda/float_dot.cuh"
+#include "cuda/log_as_libm.cuh"
 
 namespace bloomery::cuda {
 
@@ -109,14 +110,10 @@ __device__ void route_row(const float* l, int row, int experts, int used, const 
 #pragma unroll
     for (int i = 0; i < kMaxExpertsPerLane; ++i) p[i] = __fdiv_rn(1.0f, __fadd_rn(1.0f, exp_as_libm(-p[i])));
   } else if (r.gating == RouterSpec::Gating::kSqrtSoftplus) {
-    // As cpu::route: ggml's softplus (linear above 20; libm's exp), then its square root. The log is
-    // taken in double and rounded once, where the CPU takes libm's logf (as llama.cpp, which its
-    // oracle matches exactly): that logf is off by up to 0.82 ulp, so 0.06 % of the weights part
-    // in the last bit.
+    // As cpu::route: ggml's softplus (linear above 20; libm's exp and logf), then its square root.
 #pragma unroll
     for (int i = 0; i < kMaxExpertsPerLane; ++i) {
-      const float softplus =
-          p[i] > 20.0f ? p[i] : static_cast<float>(log(static_cast<double>(__fadd_rn(1.0f, exp_as_libm(p[i])))));
+      const float softplus = p[i] > 20.0f ? p[i] : log_as_libm(__fadd_rn(1.0f, exp_as_libm(p[i])));
       p[i] = __fsqrt_rn(softplus);
     }
   } else {

@@ -496,11 +496,7 @@ TEST(cuda_moe_routing_matches_cpu) {
     const auto got_weights = download<float>(weights, static_cast<size_t>(n * used), stream);
     CHECK(got_chosen == routing.experts) << experts << " experts" << (hashed ? ", hash-routed" : "")
                                          << ": chosen experts differ";
-    // The square root of softplus: the CPU's logf (llama.cpp's) is off by up to 0.82 ulp and the
-    // GPU's log rounds once, so a weight may part in its last bits; every other gating is exact.
-    const bool softplus = router.gating == cpu::Gating::kSqrtSoftplus;
-    CHECK(softplus ? relative_error(got_weights, routing.weights) < 1e-6
-                   : mismatches(got_weights, routing.weights) == 0)
+    CHECK(mismatches(got_weights, routing.weights) == 0)
         << experts << " experts" << (hashed ? ", hash-routed" : "") << ": " << mismatches(got_weights, routing.weights)
         << " weights differ, relative error " << relative_error(got_weights, routing.weights);
 
