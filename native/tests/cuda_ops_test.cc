@@ -328,7 +328,7 @@ TEST(cuda_exact_attention_matches_cpu) {
     int64_t value_dim = 0;     // MiMo's narrower value heads (0: head_dim)
     int64_t row_kv_heads = 0;  // the KV heads the cache's rows hold (0: kv_heads)
   };
-  for (const Case c :
+  for (const Case& c :
        {Case{4, 2, 64, 3, 5}, Case{8, 2, 128, 0, 17}, Case{4, 4, 256, 40, 2}, Case{2, 1, 64, 2100, 2},
         Case{8, 2, 64, 100, 40, 32, true}, Case{4, 2, 64, 0, 20, 8, false}, Case{4, 1, 128, 3000, 3, 128, true},
         Case{4, 2, 64, 10, 6, 0, true}, Case{2, 1, 64, 2100, 2, 0, true}, Case{4, 1, 128, 0, 9, 0, false, 64, 2},
