@@ -402,6 +402,8 @@ export interface ModelStats {
   draftAcceptanceRate: number;
   /** Sessions per pass, on average: above 1 when streams shared passes. */
   meanSequencesPerPass: number;
+  /** The most sessions one pass has held. */
+  widestPass: number;
   /** Hybrid pass times on the GPU; null for a model on the CPU. */
   offload: OffloadTimes | null;
   /** Routed expert calls by the tier that served them (GPU, RAM, disk), and expert moves. */
@@ -645,6 +647,7 @@ export class Model extends EventEmitter<ModelEvents> {
       draftPasses: s.draftPasses,
       draftAcceptanceRate: s.draftTokens > 0 ? s.draftAccepted / s.draftTokens : 0,
       meanSequencesPerPass: s.passes > 0 ? s.sequenceRows / s.passes : 0,
+      widestPass: s.widestPass,
       offload: s.offload,
       residency: residencyStats(s.residency),
       disk: s.disk && {

@@ -65,6 +65,7 @@ export interface NativeModelStats {
   draftPasses: number;
   rows: number;
   sequenceRows: number;
+  widestPass: number;
   active: number;
   waiting: number;
   offload: OffloadTimes | null;

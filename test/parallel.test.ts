@@ -56,6 +56,8 @@ describe("parallel streams", () => {
     expect(d.decodeTokens).toBe(decodeRows);
     expect(d.passes).toBeLessThan(decodeRows * 0.75);
     expect(after.meanSequencesPerPass).toBeGreaterThan(before.meanSequencesPerPass);
+    expect(before.widestPass).toBe(1);
+    expect(after.widestPass).toBe(2);
     expect(after.decodeTokensPerSecond).toBeGreaterThan(0);
     expect(after.promptTokensPerSecond).toBeGreaterThan(0);
     expect(after).toMatchObject({ activeSequences: 0, waitingSequences: 0 });

@@ -412,6 +412,7 @@ Napi::Value model_stats(const Napi::CallbackInfo& info) {
     o.Set("draftPasses", double(s.draft_passes));
     o.Set("rows", double(s.rows));
     o.Set("sequenceRows", double(s.sequence_rows));
+    o.Set("widestPass", double(s.widest_pass));
     o.Set("active", double(s.active));
     o.Set("waiting", double(s.waiting));
     o.Set("offload", runtime.gpu() ? Napi::Value(offload_times(info.Env(), engine::offload_stats(*runtime.gpu())))

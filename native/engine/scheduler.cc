@@ -642,6 +642,7 @@ void Scheduler::commit(Pass& pass, Outbox& out) {
   stats_.rows += rows;
   ++stats_.passes;
   stats_.sequence_rows += static_cast<int64_t>(pass.parts.size());
+  stats_.widest_pass = std::max(stats_.widest_pass, static_cast<int64_t>(pass.parts.size()));
   if (prompt_rows) stats_.prompt_seconds += pass.seconds;
   if (decode_rows) stats_.decode_seconds += pass.seconds;
   if (decode_rows) ++stats_.decode_passes;

@@ -108,6 +108,7 @@ struct SchedulerStats {
   int64_t draft_passes = 0;    // generations' passes that verified drafts (one per generation and pass)
   int64_t rows = 0;            // rows over all passes
   int64_t sequence_rows = 0;   // sequences over all passes: sequence_rows / passes is the mean batch width
+  int64_t widest_pass = 0;     // the most sequences one pass has held
   int64_t active = 0;          // requests running now
   int64_t waiting = 0;         // requests waiting for a place
 };

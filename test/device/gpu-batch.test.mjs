@@ -180,8 +180,12 @@ test("tiny-qwen3 Q4_K: ten sessions decoded together give their single-stream to
     const got = await Promise.all(runs.map((run, i) => generate(model, sessions[i], run)));
     for (const session of sessions) session.dispose();
     const { passes, sequences } = passesSince(model, before);
-    console.log(`ten sessions at once: ${(sequences / passes).toFixed(2)} sequences per pass`);
-    assert.ok(sequences / passes > 8, `passes of more than 8 sequences (${sequences} in ${passes} passes)`);
+    const widest = model.stats().widestPass;
+    console.log(`ten sessions at once: ${(sequences / passes).toFixed(2)} sequences per pass, ${widest} at most`);
+    // How many steps join each pass depends on the host's load (the suite runs its files side by
+    // side); one pass of more than 8 takes the two-launch path.
+    assert.equal(before.widestPass, 1);
+    assert.ok(widest > 8, `a pass of more than 8 sequences (${sequences} in ${passes} passes, ${widest} at most)`);
     for (const [i, result] of got.entries()) assert.deepEqual(result.tokens, reference[i], `session ${i}'s tokens`);
   } finally {
     model.dispose();
