@@ -12,7 +12,7 @@ import { join } from "node:path";
 import {
   assertWithinBar,
   compare,
-  cpuLogits,
+  cpuFloor,
   decodeAll,
   expectExactStateRoundTrips,
   fixtures,
@@ -53,7 +53,7 @@ for (const [preset, type] of [
         const vocab = cpu.info.vocabSize;
         const input = walkTokens(cpu.info.bosToken, vocab, POSITIONS);
         const reference = await cpu.createSession().evaluate(input, { logits: "all" });
-        const floor = compare(reference, cpuLogits(path, input, { isa: "scalar", contextSize: CONTEXT, dir }), vocab);
+        const floor = cpuFloor(path, input, reference, vocab, { contextSize: CONTEXT, dir });
         const bar = agreementBar(floor.top1, floor.kl);
         const prompt = compare(reference, await gpu.createSession().evaluate(input, { logits: "all" }), vocab);
         const decode = compare(reference, await decodeAll(gpu, input), vocab);
