@@ -130,50 +130,18 @@ HostRegistration::~HostRegistration() {
   if (base_) cudaHostUnregister(base_);
 }
 
-PinnedPool::~PinnedPool() {
-  for (const auto& [bytes, block] : kept_) cudaFreeHost(block);
-}
-
-void* PinnedPool::do_allocate(size_t bytes, size_t alignment) {
+void* PinnedPool::fresh(size_t bytes, size_t alignment) {
   // cudaHostAlloc's blocks are page-aligned.
   if (alignment > 4096) throw std::bad_alloc();
-  bytes = bytes == 0 ? 1 : bytes;
-  const std::lock_guard lock(mutex_);
-  const auto fit = kept_.lower_bound(bytes);
-  if (fit != kept_.end() && fit->first <= bytes + bytes / 2) {
-    const auto [size, block] = *fit;
-    kept_.erase(fit);
-    kept_bytes_ -= size;
-    in_use_.emplace(block, size);
-    return block;
-  }
   void* block = nullptr;
   if (cudaHostAlloc(&block, bytes, cudaHostAllocPortable) != cudaSuccess) {
     cudaGetLastError();
     throw std::bad_alloc();
   }
-  in_use_.emplace(block, bytes);
   return block;
 }
 
-void PinnedPool::do_deallocate(void* block, size_t, size_t) {
-  const std::lock_guard lock(mutex_);
-  const auto held = in_use_.find(block);
-  const size_t size = held->second;
-  in_use_.erase(held);
-  kept_.emplace(size, block);
-  kept_bytes_ += size;
-  release_beyond_keep();
-}
-
-void PinnedPool::release_beyond_keep() {
-  while (kept_bytes_ > keep_) {
-    const auto largest = std::prev(kept_.end());
-    kept_bytes_ -= largest->first;
-    cudaFreeHost(largest->second);
-    kept_.erase(largest);
-  }
-}
+void PinnedPool::release(void* block) noexcept { cudaFreeHost(block); }
 
 Stream::Stream() {
   cudaStream_t s = nullptr;

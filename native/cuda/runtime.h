@@ -5,11 +5,10 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <memory_resource>
-#include <mutex>
 #include <string>
-#include <unordered_map>
+
+#include "base/kept_blocks.h"
 
 namespace bloomery::cuda {
 
@@ -99,29 +98,17 @@ class HostRegistration {
 // device fill and drain (the prompt-state cache's states of a model on the GPU): a copy from it
 // runs at the link's speed and leaves the host free, where one from pageable memory goes through
 // the driver's bounce buffer at a fraction of it with the host waiting. Page-locking fresh memory
-// costs about what copying it does, and freeing it waits for the device, so a freed block is kept
-// for reuse (an allocation takes the smallest kept block that holds it, if at most half as large
-// again) while the kept blocks total at most `keep` bytes; the largest go first beyond that.
-// Memory the host cannot page-lock throws std::bad_alloc. Thread-safe.
-class PinnedPool final : public std::pmr::memory_resource {
+// costs about what copying it does, and freeing it waits for the device, so freed blocks are kept
+// for reuse as KeptBlocks keeps them, at most `keep` bytes. Memory the host cannot page-lock, or an
+// alignment past a page, throws std::bad_alloc.
+class PinnedPool final : public KeptBlocks {
  public:
-  explicit PinnedPool(size_t keep) : keep_(keep) {}
-  PinnedPool(const PinnedPool&) = delete;
-  PinnedPool& operator=(const PinnedPool&) = delete;
-  // Every block allocated from it must have been returned.
-  ~PinnedPool() override;
+  explicit PinnedPool(size_t keep) : KeptBlocks(keep) {}
+  ~PinnedPool() override { release_kept(); }
 
  private:
-  void* do_allocate(size_t bytes, size_t alignment) override;
-  void do_deallocate(void* block, size_t bytes, size_t alignment) override;
-  bool do_is_equal(const std::pmr::memory_resource& other) const noexcept override { return this == &other; }
-  void release_beyond_keep();
-
-  const size_t keep_;
-  std::mutex mutex_;
-  std::multimap<size_t, void*> kept_;         // free blocks by size
-  std::unordered_map<void*, size_t> in_use_;  // each block handed out, by its size (at least what was asked)
-  size_t kept_bytes_ = 0;
+  void* fresh(size_t bytes, size_t alignment) override;
+  void release(void* block) noexcept override;
 };
 
 // An opaque cudaStream_t.

@@ -190,7 +190,8 @@ void Session::checkpoint(bool to_cache) {
 }
 
 void Session::keep_checkpoint(int64_t at, bool draft) {
-  Checkpoint& kept = checkpoints_.emplace_back(Checkpoint{at, {}, draft});
+  Checkpoint& kept =
+      checkpoints_.emplace_back(Checkpoint{at, std::pmr::vector<float>(&runtime_->state_blocks_), draft});
   if (gpu_ && draft) {
     // A pass's drafts roll back on the card: its states are copied there, not to the host.
     keep_recurrent_on_device(*runtime_->gpu_, *gpu_);
@@ -272,13 +273,13 @@ bool Session::store_locked() {
     return false;
   }
   try {
-    in_cache_ = cache.store(snapshot(n, gpu_ ? &state_memory(*runtime_->gpu_) : std::pmr::get_default_resource()));
+    in_cache_ = cache.store(snapshot(n, gpu_ ? &state_memory(*runtime_->gpu_) : &runtime_->state_blocks_));
   } catch (const std::bad_alloc&) {
     // Memory the host cannot page-lock holds the state in ordinary memory, which a restore
     // copies from more slowly; memory there is none of leaves it out of the cache.
     if (!gpu_) return false;
     try {
-      in_cache_ = cache.store(snapshot(n));
+      in_cache_ = cache.store(snapshot(n, &runtime_->state_blocks_));
     } catch (const std::bad_alloc&) {
       return false;
     }

@@ -7,12 +7,14 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <memory_resource>
 #include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "base/kept_blocks.h"
 #include "cpu/thread_pool.h"
 #include "engine/draft.h"
 #include "engine/forward.h"
@@ -48,6 +50,10 @@ inline constexpr int64_t kPromptTailCheckpoint = 4;
 // A session keeps the recurrent states of its own last checkpoints, this many at most (the oldest
 // out first): those of one prompt of up to 64 times kCheckpointSpacing tokens, or of a few turns.
 inline constexpr size_t kSessionCheckpoints = 8;
+// Freed host memory of states (sessions' checkpoints, on the CPU the prompt-state cache's states)
+// kept for the next state, at most this much: its pages are touched already (base/kept_blocks.h).
+// It holds four of Qwen3.6-35B-A3B's 63 MiB of recurrent states.
+inline constexpr size_t kKeptHostStates = size_t{256} << 20;
 
 // The disk tier: routed experts read from the model file into an arena of `arena_bytes` as
 // passes need them (expert_arena.h). Per layer, the experts it pages; none: no disk tier.
@@ -127,6 +133,9 @@ class Runtime {
   std::unique_ptr<MtpDrafter> mtp_drafter_;
   std::unique_ptr<Residency> residency_;
   std::unique_ptr<RoutingReplay> routing_replay_;  // under compute_
+  // Host memory of the sessions' checkpoints and of the CPU's cached states: before the prompt-state
+  // cache, whose states go back to it.
+  HostBlocks state_blocks_{kKeptHostStates};
   PromptCache prompt_cache_;
   std::once_flag fingerprint_once_;
   uint64_t fingerprint_ = 0;
@@ -185,7 +194,7 @@ class Session {
   PromptReuse prepare_prompt(std::span<const int32_t> tokens, int64_t reusable = INT64_MAX);
 
   // The state of the first n tokens (n = position_ where the model has windowed layers; with
-  // recurrent layers, n = recurrent_position_), its keys and values in `memory`; the caller holds
+  // recurrent layers, n = recurrent_position_), its rows and states in `memory`; the caller holds
   // the runtime's compute lock.
   std::shared_ptr<SessionState> snapshot(int64_t n,
                                          std::pmr::memory_resource* memory = std::pmr::get_default_resource());
@@ -267,7 +276,7 @@ class Session {
   // compute lock; in position order.
   struct Checkpoint {
     int64_t position;
-    std::vector<float> recurrent;
+    std::pmr::vector<float> recurrent;  // in the runtime's state_blocks_
     bool draft = false;      // kept for a pass's drafts only (keep_draft_checkpoint): not one of kSessionCheckpoints
     bool on_device = false;  // a draft checkpoint of a GPU sequence: its states are the sequence's kept copy
   };

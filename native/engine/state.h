@@ -16,8 +16,9 @@ namespace bloomery::engine {
 
 struct SessionState {
   SessionState() = default;
-  // Keys and values in `memory` (the prompt-state cache keeps a GPU model's states page-locked).
-  explicit SessionState(std::pmr::memory_resource* memory) : keys(memory), values(memory), compressed(memory) {}
+  // Its rows and states in `memory` (the prompt-state cache keeps a GPU model's states page-locked).
+  explicit SessionState(std::pmr::memory_resource* memory)
+      : keys(memory), values(memory), recurrent(memory), compressed(memory) {}
 
   uint64_t model_fingerprint = 0;  // set by Session::save; the prompt-state cache's states never leave their model
   int64_t layers = 0;
@@ -37,7 +38,7 @@ struct SessionState {
   // Layers of linear attention (no rows), and the recurrent states after the last token of every
   // layer that keeps one (linear attention's, compressors'), layer after layer.
   int64_t linear_layers = 0;
-  std::vector<float> recurrent;
+  std::pmr::vector<float> recurrent;
   // Compressed attention's compressed rows (f16, layer after layer): of each such layer, the rows
   // of the blocks its tokens completed (model::compressed_row_width each).
   std::pmr::vector<uint16_t> compressed;

@@ -1,0 +1,77 @@
+#include "base/kept_blocks.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <iterator>
+#include <new>
+
+namespace bloomery {
+
+void* KeptBlocks::do_allocate(size_t bytes, size_t alignment) {
+  bytes = std::max<size_t>(bytes, 1);
+  {
+    const std::lock_guard lock(mutex_);
+    for (auto fit = kept_.lower_bound(bytes); fit != kept_.end() && fit->first <= bytes + bytes / 2; ++fit) {
+      if (reinterpret_cast<uintptr_t>(fit->second) % alignment != 0) continue;
+      const auto [size, block] = *fit;
+      kept_.erase(fit);
+      kept_bytes_ -= size;
+      in_use_.emplace(block, size);
+      return block;
+    }
+  }
+  void* block = fresh(bytes, alignment);
+  const std::lock_guard lock(mutex_);
+  in_use_.emplace(block, bytes);
+  return block;
+}
+
+void KeptBlocks::do_deallocate(void* block, size_t, size_t) {
+  const std::lock_guard lock(mutex_);
+  const auto held = in_use_.find(block);
+  const size_t size = held->second;
+  in_use_.erase(held);
+  kept_.emplace(size, block);
+  kept_bytes_ += size;
+  release_beyond(keep_);
+}
+
+size_t KeptBlocks::kept_bytes() {
+  const std::lock_guard lock(mutex_);
+  return kept_bytes_;
+}
+
+void KeptBlocks::release_beyond(size_t keep) noexcept {
+  while (kept_bytes_ > keep) {
+    const auto largest = std::prev(kept_.end());
+    kept_bytes_ -= largest->first;
+    release(largest->second);
+    kept_.erase(largest);
+  }
+}
+
+void KeptBlocks::release_kept() noexcept {
+  const std::lock_guard lock(mutex_);
+  release_beyond(0);
+}
+
+namespace {
+constexpr size_t kHugePage = size_t{2} << 20;
+}
+
+void* HostBlocks::fresh(size_t bytes, size_t alignment) {
+  const bool huge = bytes >= kHugePage;
+  const size_t align = std::max(alignment, huge ? kHugePage : alignof(std::max_align_t));
+  // aligned_alloc takes a size that is a multiple of the alignment.
+  void* block = std::aligned_alloc(align, (bytes + align - 1) / align * align);
+  if (!block) throw std::bad_alloc();
+  if (huge)
+    madvise(block, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);  // advice only: its failure leaves small pages
+  return block;
+}
+
+void HostBlocks::release(void* block) noexcept { std::free(block); }
+
+}  // namespace bloomery
