@@ -190,8 +190,7 @@ void Session::checkpoint(bool to_cache) {
 }
 
 void Session::keep_checkpoint(int64_t at, bool draft) {
-  Checkpoint& kept =
-      checkpoints_.emplace_back(Checkpoint{at, std::pmr::vector<float>(&runtime_->state_blocks_), draft});
+  Checkpoint& kept = checkpoints_.emplace_back(Checkpoint{at, StateBuffer<float>(&runtime_->state_blocks_), draft});
   if (gpu_ && draft) {
     // A pass's drafts roll back on the card: its states are copied there, not to the host.
     keep_recurrent_on_device(*runtime_->gpu_, *gpu_);

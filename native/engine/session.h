@@ -276,7 +276,7 @@ class Session {
   // compute lock; in position order.
   struct Checkpoint {
     int64_t position;
-    std::pmr::vector<float> recurrent;  // in the runtime's state_blocks_
+    StateBuffer<float> recurrent;  // in the runtime's state_blocks_
     bool draft = false;      // kept for a pass's drafts only (keep_draft_checkpoint): not one of kSessionCheckpoints
     bool on_device = false;  // a draft checkpoint of a GPU sequence: its states are the sequence's kept copy
   };

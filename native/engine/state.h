@@ -7,12 +7,40 @@
 #include <cstdint>
 #include <limits>
 #include <memory_resource>
+#include <new>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/model.h"
 
 namespace bloomery::engine {
+
+// A polymorphic allocator whose elements start unset where no value is given: a state's buffers
+// are filled by copies right after they are sized, and zeroing them first would write each of
+// their bytes once more (63 MiB a checkpoint of Qwen3.6-35B-A3B's recurrent states).
+template <typename T>
+class FillLaterAllocator : public std::pmr::polymorphic_allocator<T> {
+ public:
+  using std::pmr::polymorphic_allocator<T>::polymorphic_allocator;
+  template <typename U>
+  struct rebind {
+    using other = FillLaterAllocator<U>;
+  };
+  // As polymorphic_allocator: a copy of a container takes the default resource.
+  FillLaterAllocator select_on_container_copy_construction() const { return {}; }
+  template <typename U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    std::pmr::polymorphic_allocator<T>::construct(p, std::forward<Args>(args)...);
+  }
+};
+// A state's rows or recurrent states, in a memory resource (page-locked, kept blocks or the heap).
+template <typename T>
+using StateBuffer = std::vector<T, FillLaterAllocator<T>>;
 
 struct SessionState {
   SessionState() = default;
@@ -34,14 +62,14 @@ struct SessionState {
   static constexpr int64_t kNoShift = std::numeric_limits<int64_t>::max();
   int64_t shifted_from = kNoShift;
   // f16, layer after layer in the model's order, each layer's rows of row.keys (row.values).
-  std::pmr::vector<uint16_t> keys, values;
+  StateBuffer<uint16_t> keys, values;
   // Layers of linear attention (no rows), and the recurrent states after the last token of every
   // layer that keeps one (linear attention's, compressors'), layer after layer.
   int64_t linear_layers = 0;
-  std::pmr::vector<float> recurrent;
+  StateBuffer<float> recurrent;
   // Compressed attention's compressed rows (f16, layer after layer): of each such layer, the rows
   // of the blocks its tokens completed (model::compressed_row_width each).
-  std::pmr::vector<uint16_t> compressed;
+  StateBuffer<uint16_t> compressed;
 
   // Host memory the state holds.
   uint64_t bytes() const;
