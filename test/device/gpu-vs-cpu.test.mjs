@@ -9,10 +9,11 @@
 // mean KL <= 1e-3, or, on a fixture where two correct evaluations already part more, twice their
 // floor, as the issue's KL rule takes twice llama.cpp's: here the widest of the CPU path's pairs of
 // orders of the same sums (its scalar, AVX2 and AVX-512 kernels, as many as the host runs; helpers'
-// cpuFloor) on the same file and tokens, measured in the same run. The GPU's logits equal the CPU's to ~1e-7 until one activation rounds to the next
-// int8 code on one side only; from there the two carry different rounding noise, and on fixtures
-// whose weights are as wide as Q8_0's (their near-flat distributions) that flips 0.5-4 % of top-1s
-// between any two orders of the sums, the CPU's own pairs included.
+// cpuFloor) on the same file and tokens, measured in the same run. The GPU's logits equal the
+// CPU's to ~1e-7 until one activation rounds to the next int8 code on one side only; from there
+// the two carry different rounding noise, and on fixtures whose weights are as wide as Q8_0's
+// (their near-flat distributions) that flips 0.5-4 % of top-1s between any two orders of the sums,
+// the CPU's own pairs included.
 // Skips where no NVIDIA device exists.
 import { test } from "node:test";
 import assert from "node:assert/strict";
