@@ -19,12 +19,13 @@ TEST(kept_blocks_serve_the_next_allocation_they_fit) {
   HostBlocks blocks(64 * kMiB);
   void* a = blocks.allocate(10 * kMiB);
   blocks.deallocate(a, 10 * kMiB);
+  CHECK(blocks.kept_bytes() == 10 * kMiB) << blocks.kept_bytes();
   void* same = blocks.allocate(9 * kMiB);
-  CHECK(same == a) << "a freed block of 10 MiB serves 9 MiB";
+  CHECK(same == a && blocks.kept_bytes() == 0) << "a freed block of 10 MiB serves 9 MiB";
   blocks.deallocate(same, 9 * kMiB);
   // 10 MiB is more than half as large again as 6 MiB: a fresh block, the kept one stays.
   void* small = blocks.allocate(6 * kMiB);
-  CHECK(small != a);
+  CHECK(small != a && blocks.kept_bytes() == 10 * kMiB) << blocks.kept_bytes();
   void* again = blocks.allocate(10 * kMiB);
   CHECK(again == a);
   void* larger = blocks.allocate(11 * kMiB);
@@ -70,8 +71,10 @@ TEST(kept_blocks_give_a_pmr_vector_its_predecessor_s_storage) {
     state.resize(16 * kMiB / sizeof(float));
     first = state.data();
   }
+  CHECK(blocks.kept_bytes() == 16 * kMiB) << blocks.kept_bytes();
   std::pmr::vector<float> next(&blocks);
   next.resize(16 * kMiB / sizeof(float), 1.0f);
-  CHECK(next.data() == first) << "a checkpoint's recurrent states reuse the last one's pages";
+  CHECK(next.data() == first && blocks.kept_bytes() == 0)
+      << "a checkpoint's recurrent states reuse the last one's pages";
   CHECK(next.back() == 1.0f);
 }
