@@ -2,12 +2,15 @@
 // computes it: every query head reads one key head whose keys are its values, over a token's cells,
 // the raw rows of its window's positions and then the compressed rows it sees (each standing for a
 // block of `ratio` positions, seen from the position that completes it; all of them, or those a
-// lightning indexer selected), with the head's learned sink in the softmax. A block takes kGroup
-// heads of one token and walks its cells in chunks twice: first each head's maximum score and exp
-// sum (scores from f16-rounded queries against the f16 rows, as the CPU rounds them), then the
-// weights, normalized and rounded to f16, times the rows. Cells are added in order, so a token's
-// floats do not depend on its batch; the CPU's sums run in another order (its SIMD lanes, one max
-// before the exps), so the outputs agree to rounding.
+// lightning indexer selected), with the head's learned sink in the softmax. A block takes Group
+// heads of one token (4 in a prompt's pass; 1 for a few tokens, which would leave most of the
+// card idle: a decode step's 64 heads in 16 blocks took 154 us a layer on an H200) and walks its
+// cells in chunks twice: first each head's maximum score and exp sum (scores from f16-rounded
+// queries against the f16 rows, as the CPU rounds them), then the weights, normalized and rounded
+// to f16, times the rows (a token of one chunk keeps its scores from the first walk). Cells are
+// added in order, kUnroll rows loaded ahead, so a token's floats depend neither on its batch nor
+// on Group; the CPU's sums run in another order (its SIMD lanes, one max before the exps), so the
+// outputs agree to rounding.
 #include <cmath>
 
 #include "base/error.h"
@@ -17,12 +20,14 @@ namespace bloomery::cuda {
 
 namespace {
 
-constexpr int kGroup = 4;  // heads a block serves
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / kWarp;
 constexpr int kChunk = 256;  // cells scored at once
 constexpr int kMaxHeadDim = 512;
 constexpr int kDimsPerThread = kMaxHeadDim / kThreads;
+constexpr int kUnroll = 8;  // rows whose values the weighted sum loads before it adds any
+// Below this many blocks of 4 heads a pass takes a head a block.
+constexpr int64_t kWideGroupBlocks = 512;
 
 // A token's cells: raw rows of positions [raw_first, position], then compressed rows.
 struct Cells {
@@ -54,25 +59,26 @@ __device__ const uint16_t* cell_row(const CompressedAttention& a, const Cells& c
 
 // The scaled scores of the group's heads against cells [first, first + kChunk) into scores[h][cell]
 // (-inf where masked or past the last): a warp per cell.
+template <int Group>
 __device__ void chunk_scores(const CompressedAttention& a, const Cells& c, const float* queries, int heads, int first,
                              float (*scores)[kChunk]) {
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, d = static_cast<int>(a.head_dim);
   for (int local = warp; local < kChunk; local += kWarps) {
     const int cell = first + local;
     const uint16_t* row = cell < c.count() ? cell_row(a, c, cell) : nullptr;
-    float dots[kGroup] = {};
+    float dots[Group] = {};
     if (row) {
       for (int j = 2 * lane; j < d; j += 2 * kWarp) {
         const float2 k = __half22float2(*reinterpret_cast<const __half2*>(row + j));
 #pragma unroll
-        for (int h = 0; h < kGroup; ++h) {
+        for (int h = 0; h < Group; ++h) {
           dots[h] = __fmaf_rn(queries[h * kMaxHeadDim + j], k.x, dots[h]);
           dots[h] = __fmaf_rn(queries[h * kMaxHeadDim + j + 1], k.y, dots[h]);
         }
       }
     }
 #pragma unroll
-    for (int h = 0; h < kGroup; ++h) {
+    for (int h = 0; h < Group; ++h) {
       float v = dots[h];
 #pragma unroll
       for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
@@ -82,32 +88,33 @@ __device__ void chunk_scores(const CompressedAttention& a, const Cells& c, const
   __syncthreads();
 }
 
+template <int Group>
 __global__ void __launch_bounds__(kThreads) compressed_attention_kernel(CompressedAttention a) {
   wait_for_previous_kernel();
-  __shared__ float queries[kGroup * kMaxHeadDim];
-  __shared__ float scores[kGroup][kChunk];
-  __shared__ float maxima[kGroup];
-  __shared__ double sums[kGroup];
-  const int token = static_cast<int>(blockIdx.x), first_head = static_cast<int>(blockIdx.y) * kGroup;
-  const int heads = min(kGroup, static_cast<int>(a.heads) - first_head), d = static_cast<int>(a.head_dim);
+  __shared__ float queries[Group * kMaxHeadDim];
+  __shared__ float scores[Group][kChunk];
+  __shared__ float maxima[Group];
+  __shared__ double sums[Group];
+  const int token = static_cast<int>(blockIdx.x), first_head = static_cast<int>(blockIdx.y) * Group;
+  const int heads = min(Group, static_cast<int>(a.heads) - first_head), d = static_cast<int>(a.head_dim);
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const Cells c = cells_of(a, token);
   // The group's queries, rounded to f16 as the CPU rounds them for the dot.
-  for (int i = threadIdx.x; i < kGroup * kMaxHeadDim; i += kThreads) {
+  for (int i = threadIdx.x; i < Group * kMaxHeadDim; i += kThreads) {
     const int h = i / kMaxHeadDim, j = i % kMaxHeadDim;
     queries[i] = h < heads && j < d
                      ? __half2float(__float2half(a.q[(static_cast<int64_t>(token) * a.heads + first_head + h) * d + j]))
                      : 0.0f;
   }
-  if (threadIdx.x < kGroup) {
+  if (threadIdx.x < Group) {
     maxima[threadIdx.x] = -INFINITY;
     sums[threadIdx.x] = 0.0;
   }
   __syncthreads();
   // Each head's maximum and exp sum over the cells, chunk by chunk (warp h keeps head h's).
   for (int first = 0; first < c.count(); first += kChunk) {
-    chunk_scores(a, c, queries, heads, first, scores);
-    if (warp < kGroup) {
+    chunk_scores<Group>(a, c, queries, heads, first, scores);
+    if (warp < Group) {
       float chunk_max = -INFINITY;
       for (int i = lane; i < kChunk; i += kWarp) chunk_max = fmaxf(chunk_max, scores[warp][i]);
 #pragma unroll
@@ -131,7 +138,7 @@ __global__ void __launch_bounds__(kThreads) compressed_attention_kernel(Compress
     }
     __syncthreads();
   }
-  if (threadIdx.x < kGroup && a.sinks && static_cast<int>(threadIdx.x) < heads) {
+  if (threadIdx.x < Group && a.sinks && static_cast<int>(threadIdx.x) < heads) {
     const float sink = a.sinks[first_head + threadIdx.x], old_max = maxima[threadIdx.x];
     const float new_max = fmaxf(old_max, sink);
     const double rescale = old_max == -INFINITY ? 0.0 : exp(static_cast<double>(old_max) - new_max);
@@ -140,10 +147,11 @@ __global__ void __launch_bounds__(kThreads) compressed_attention_kernel(Compress
   }
   __syncthreads();
   // The weights, normalized and rounded to f16, times the rows: thread t takes dims t, t + 256.
-  float out[kGroup][kDimsPerThread] = {};
+  float out[Group][kDimsPerThread] = {};
   for (int first = 0; first < c.count(); first += kChunk) {
-    chunk_scores(a, c, queries, heads, first, scores);
-    for (int i = threadIdx.x; i < kGroup * kChunk; i += kThreads) {
+    // One chunk's scores are still in `scores` from the first walk.
+    if (c.count() > kChunk) chunk_scores<Group>(a, c, queries, heads, first, scores);
+    for (int i = threadIdx.x; i < Group * kChunk; i += kThreads) {
       const int h = i / kChunk, cell = i % kChunk;
       const float inverse = static_cast<float>(1.0 / sums[h]);
       const float s = scores[h][cell];
@@ -152,16 +160,28 @@ __global__ void __launch_bounds__(kThreads) compressed_attention_kernel(Compress
     }
     __syncthreads();
     const int last = min(kChunk, c.count() - first);
-    for (int local = 0; local < last; ++local) {
-      const uint16_t* row = cell_row(a, c, first + local);
-      if (!row) continue;
+    for (int local = 0; local < last; local += kUnroll) {
+      // kUnroll rows' values in flight at once, then added in the cells' order.
+      float v[kUnroll][kDimsPerThread];
+      bool present[kUnroll];
 #pragma unroll
-      for (int k = 0; k < kDimsPerThread; ++k) {
-        const int j = static_cast<int>(threadIdx.x) + k * kThreads;
-        if (j >= d) break;
-        const float v = __half2float(__ushort_as_half(row[j]));
+      for (int u = 0; u < kUnroll; ++u) {
+        const uint16_t* row = local + u < last ? cell_row(a, c, first + local + u) : nullptr;
+        present[u] = row != nullptr;
 #pragma unroll
-        for (int h = 0; h < kGroup; ++h) out[h][k] = __fmaf_rn(scores[h][local], v, out[h][k]);
+        for (int k = 0; k < kDimsPerThread; ++k) {
+          const int j = static_cast<int>(threadIdx.x) + k * kThreads;
+          v[u][k] = row && j < d ? __half2float(__ushort_as_half(row[j])) : 0.0f;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (!present[u]) continue;
+#pragma unroll
+        for (int k = 0; k < kDimsPerThread; ++k) {
+#pragma unroll
+          for (int h = 0; h < Group; ++h) out[h][k] = __fmaf_rn(scores[h][local + u], v[u][k], out[h][k]);
+        }
       }
     }
     __syncthreads();
@@ -189,8 +209,11 @@ void compressed_attention(const CompressedAttention& a, StreamHandle stream) {
                     " (a multiple of 64) over rows of even widths, not " + std::to_string(a.head_dim));
   }
   if (a.n == 0) return;
-  const dim3 grid(static_cast<unsigned>(a.n), static_cast<unsigned>(ceil_div(a.heads, kGroup)));
-  launch_early(compressed_attention_kernel, grid, dim3(kThreads), 0, static_cast<cudaStream_t>(stream), a);
+  const bool wide = a.n * ceil_div(a.heads, 4) >= kWideGroupBlocks;
+  const int group = wide ? 4 : 1;
+  const dim3 grid(static_cast<unsigned>(a.n), static_cast<unsigned>(ceil_div(a.heads, group)));
+  launch_early(wide ? compressed_attention_kernel<4> : compressed_attention_kernel<1>, grid, dim3(kThreads), 0,
+               static_cast<cudaStream_t>(stream), a);
 }
 
 }  // namespace bloomery::cuda

@@ -16,52 +16,82 @@ constexpr int kMaxStreams = 8;
 __device__ __forceinline__ float sigmoid_as_libm(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, exp_as_libm(-x))); }
 
 // Scales each line of c (as cpu's normalize_lines: line i's entries c[i * line + k * step]) to sum
-// to one, epsilon added to the sum.
-__device__ void normalize_lines(float* c, int streams, float eps, int line, int step) {
-  for (int i = 0; i < streams; ++i) {
+// to one, epsilon added to the sum. S: the streams (see weights_kernel).
+template <int S>
+__device__ __forceinline__ void normalize_lines(float* c, int streams, float eps, int line, int step) {
+  const int s = S > 0 ? S : streams;
+#pragma unroll
+  for (int i = 0; i < (S > 0 ? S : kMaxStreams); ++i) {
+    if (i >= s) break;
     float* first = c + i * line;
     float sum = eps;
-    for (int k = 0; k < streams; ++k) sum = __fadd_rn(sum, first[k * step]);
+#pragma unroll
+    for (int k = 0; k < (S > 0 ? S : kMaxStreams); ++k) {
+      if (k < s) sum = __fadd_rn(sum, first[k * step]);
+    }
     const float inv = __fdiv_rn(1.0f, sum);
-    for (int k = 0; k < streams; ++k) first[k * step] = __fmul_rn(first[k * step], inv);
+#pragma unroll
+    for (int k = 0; k < (S > 0 ? S : kMaxStreams); ++k) {
+      if (k < s) first[k * step] = __fmul_rn(first[k * step], inv);
+    }
   }
 }
 
-// A thread per row: pre, post and comb from the row's (2 + streams) * streams mixes.
+// A thread per row: pre, post and comb from the row's (2 + streams) * streams mixes. S is the
+// streams where known when compiled (DeepSeek-V4's 4): every index of the streams' matrix is then a
+// constant and the matrix stays in registers through Sinkhorn's iterations, where indexed at run
+// time (S = 0, up to kMaxStreams) it lives in local memory and a decode step's one thread waits on
+// it (47 us a layer on an H200). The operations and their order are the same either way.
+template <int S>
 __global__ void weights_kernel(const float* mixes, int64_t n, const float* scale, const float* base, HyperShape shape,
                                float* pre, float* post, float* comb) {
   wait_for_previous_kernel();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  const int s = static_cast<int>(shape.streams);
+  constexpr int kMax = S > 0 ? S : kMaxStreams;
+  const int s = S > 0 ? S : static_cast<int>(shape.streams);
   const float* m = mixes + i * (2 + s) * s;
-  for (int h = 0; h < s; ++h) {
+#pragma unroll
+  for (int h = 0; h < kMax; ++h) {
+    if (h >= s) break;
     pre[i * s + h] = __fadd_rn(sigmoid_as_libm(__fadd_rn(__fmul_rn(m[h], scale[0]), base[h])), shape.epsilon);
     post[i * s + h] = __fmul_rn(2.0f, sigmoid_as_libm(__fadd_rn(__fmul_rn(m[s + h], scale[1]), base[s + h])));
   }
-  float c[kMaxStreams * kMaxStreams];
-  for (int src = 0; src < s; ++src) {
+  float c[kMax * kMax];
+#pragma unroll
+  for (int src = 0; src < kMax; ++src) {
+    if (src >= s) break;
     float max = -INFINITY;
-    for (int dst = 0; dst < s; ++dst) {
+#pragma unroll
+    for (int dst = 0; dst < kMax; ++dst) {
+      if (dst >= s) break;
       const int at = dst + s * src;
       c[at] = __fmaf_rn(m[2 * s + at], scale[2], base[2 * s + at]);
       max = fmaxf(max, c[at]);
     }
     float sum = 0.0f;
-    for (int dst = 0; dst < s; ++dst) {
+#pragma unroll
+    for (int dst = 0; dst < kMax; ++dst) {
+      if (dst >= s) break;
       const int at = dst + s * src;
       c[at] = exp_as_libm(__fsub_rn(c[at], max));
       sum = __fadd_rn(sum, c[at]);
     }
     const float inv = __fdiv_rn(1.0f, sum);
-    for (int dst = 0; dst < s; ++dst) c[dst + s * src] = __fmaf_rn(c[dst + s * src], inv, shape.epsilon);
+#pragma unroll
+    for (int dst = 0; dst < kMax; ++dst) {
+      if (dst < s) c[dst + s * src] = __fmaf_rn(c[dst + s * src], inv, shape.epsilon);
+    }
   }
-  normalize_lines(c, s, shape.epsilon, 1, s);
+  normalize_lines<S>(c, s, shape.epsilon, 1, s);
   for (int64_t k = 1; k < shape.sinkhorn_iterations; ++k) {
-    normalize_lines(c, s, shape.epsilon, s, 1);
-    normalize_lines(c, s, shape.epsilon, 1, s);
+    normalize_lines<S>(c, s, shape.epsilon, s, 1);
+    normalize_lines<S>(c, s, shape.epsilon, 1, s);
   }
-  for (int at = 0; at < s * s; ++at) comb[i * s * s + at] = c[at];
+#pragma unroll
+  for (int at = 0; at < kMax * kMax; ++at) {
+    if (at < s * s) comb[i * s * s + at] = c[at];
+  }
 }
 
 __global__ void head_weights_kernel(const float* mixes, int64_t count, int streams, const float* scale,
@@ -134,8 +164,10 @@ void hyper_weights(const float* mixes, int64_t n, const float* scale, const floa
                    float* pre, float* post, float* comb, StreamHandle stream) {
   check(shape);
   if (n == 0) return;
-  launch_early(weights_kernel, blocks_for(n), dim3(kThreads), 0, static_cast<cudaStream_t>(stream), mixes, n, scale,
-               base, shape, pre, post, comb);
+  // DeepSeek-V4 has 4 streams.
+  const auto kernel = shape.streams == 4 ? weights_kernel<4> : weights_kernel<0>;
+  launch_early(kernel, blocks_for(n), dim3(kThreads), 0, static_cast<cudaStream_t>(stream), mixes, n, scale, base,
+               shape, pre, post, comb);
 }
 
 void hyper_head_weights(const float* mixes, int64_t n, const float* scale, const float* base, const HyperShape& shape,

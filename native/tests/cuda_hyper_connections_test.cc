@@ -1,11 +1,13 @@
 // DeepSeek-V4's hyper-connections on the GPU against cpu/hyper_connections: the block's weights
 // (input, output and the streams' Sinkhorn-normalized mix), the head's, the input mix and the
-// residual's update, over rows of 4 streams. The kernels take the CPU's ops in its order, so the
-// floats agree but where libm's expf and the device's double exp round apart (a last bit, rarely).
-// Skips, saying why, where there is no CUDA device.
+// residual's update, over rows of 4 streams (and of 3, the weights kernel's path for any count).
+// The kernels take the CPU's ops in its order, so the floats agree but where libm's expf and the
+// device's double exp round apart (a last bit, rarely). Skips, saying why, where there is no CUDA
+// device.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <utility>
 #include <vector>
 
 #include "tests/check.h"
@@ -41,8 +43,10 @@ TEST(cuda_hyper_connections_match_cpu) {
   std::mt19937 rng(91);
   const cuda::Stream stream;
   cpu::ThreadPool pool(4);
-  const int64_t n = 37, streams = 4, width = 320, mix_width = (2 + streams) * streams;
-  for (const int64_t iterations : {1, 20}) {
+  const int64_t n = 37, width = 320;
+  // 4 streams take the kernel compiled for them (DeepSeek-V4's), 3 the one for any count.
+  for (const auto [streams, iterations] : {std::pair<int64_t, int64_t>{4, 1}, {4, 20}, {3, 20}}) {
+    const int64_t mix_width = (2 + streams) * streams;
     const cpu::HyperShape shape{streams, width, iterations, 1e-6f};
     const cuda::HyperShape gpu_shape{streams, width, iterations, 1e-6f};
     const auto mixes = random_floats(static_cast<size_t>(n * mix_width), 3.0f, rng);
@@ -77,7 +81,7 @@ TEST(cuda_hyper_connections_match_cpu) {
     CHECK(worst_relative(download<float>(gpre, pre.size(), stream), pre) <= bound) << "pre weights differ";
     CHECK(worst_relative(download<float>(gpost, post.size(), stream), post) <= bound) << "post weights differ";
     CHECK(worst_relative(download<float>(gcomb, comb.size(), stream), comb) <= bound)
-        << iterations << " Sinkhorn iterations: the streams' mix differs";
+        << streams << " streams, " << iterations << " Sinkhorn iterations: the streams' mix differs";
     CHECK(worst_relative(download<float>(ghead, head.size(), stream), head) <= bound) << "head weights differ";
     CHECK(download<float>(gmixed, mixed.size(), stream) == mixed) << "the input mix differs";
     CHECK(download<float>(dr, updated.size(), stream) == updated) << "the residual's update differs";
