@@ -45,7 +45,7 @@ TEST(cuda_hyper_connections_match_cpu) {
   cpu::ThreadPool pool(4);
   const int64_t n = 37, width = 320;
   // 4 streams take the kernel compiled for them (DeepSeek-V4's), 3 the one for any count.
-  for (const auto [streams, iterations] : {std::pair<int64_t, int64_t>{4, 1}, {4, 20}, {3, 20}}) {
+  for (const auto& [streams, iterations] : {std::pair<int64_t, int64_t>{4, 1}, {4, 20}, {3, 20}}) {
     const int64_t mix_width = (2 + streams) * streams;
     const cpu::HyperShape shape{streams, width, iterations, 1e-6f};
     const cuda::HyperShape gpu_shape{streams, width, iterations, 1e-6f};
