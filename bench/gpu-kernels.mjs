@@ -4,7 +4,8 @@
 // sessions each evaluate their prompt, then take their decode steps together (one pass of N
 // rows a step, as parallel streams decode), so what grows with the streams can be named. With
 // --suffix N --depth D, one session evaluates a prompt of D tokens and then N more instead (the
-// last pass: a short prompt after a long context, as one served from the prompt-state cache).
+// last pass: a short prompt after a long context, as one served from the prompt-state cache;
+// --suffix 4095 --depth 1 profiles a long prompt's passes). The JSON names the file's architecture.
 // Writes JSON to $OUT.
 //   node bench/gpu-kernels.mjs /root/q.gguf [--streams 1 | --suffix 100 --depth 3900]
 import { execFileSync } from "node:child_process";
@@ -12,7 +13,7 @@ import { existsSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
-import { getSystemInfo, loadModel } from "../dist/index.js";
+import { getSystemInfo, loadModel, readGgufInfo } from "../dist/index.js";
 
 const { values, positionals } = parseArgs({
   allowPositionals: true,
@@ -184,7 +185,7 @@ if (process.env.BLOOMERY_KERNELS_WORKLOAD) {
     machine: getSystemInfo(),
     model: {
       path,
-      preset: "qwen3-30b-a3b synthetic",
+      architecture: (await readGgufInfo(path)).summary.architecture,
       ...(SUFFIX > 0
         ? { depth: DEPTH, suffix: SUFFIX }
         : { prompt: PROMPT, decodeSteps: DECODE_STEPS, streams: STREAMS }),
