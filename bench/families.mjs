@@ -64,6 +64,8 @@ async function ours(options) {
   await promptRate(session, 64, vocab);
   const prompt512 = Math.max(await promptRate(session, 512, vocab), await promptRate(session, 512, vocab));
   const prompt4096 = await promptRate(session, 4096, vocab);
+  // With host experts: what the prompts' streamed passes copied, and how fast (their limit).
+  const offload = model.stats().offload;
   const before = model.stats();
   const decode = await streamedDecodeRate(model, session, DECODE_STEPS);
   const after = model.stats();
@@ -80,6 +82,13 @@ async function ours(options) {
     decodeEngineTokensPerSecond: decodeEngine,
     prompt512TokensPerSecond: prompt512,
     prompt4096TokensPerSecond: prompt4096,
+    ...(offload?.streamedPasses
+      ? {
+          streamedPasses: offload.streamedPasses,
+          streamedGB: offload.streamedBytes / 1e9,
+          streamedGBPerSecond: offload.streamedBytesPerSecond / 1e9,
+        }
+      : {}),
     ...(decodeAtDepth === undefined ? {} : { depth: DEPTH, decodeAtDepthTokensPerSecond: decodeAtDepth }),
   };
 }

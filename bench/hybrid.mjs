@@ -35,6 +35,7 @@ async function measure(name, options) {
   const promptStats = model.stats().offload;
   const prompt4096 = await promptRate(session, 4096, vocab);
   const prompt4096Stats = delta(model.stats().offload, promptStats);
+  const streamedRate = model.stats().offload.streamedBytesPerSecond; // a rate: not a difference
 
   session.reset();
   let logits = await session.evaluate(spreadTokens(64, vocab));
@@ -78,6 +79,8 @@ async function measure(name, options) {
       gpuWaitSeconds: prompt4096Stats.gpuWaitSeconds,
       cpuExpertSeconds: prompt4096Stats.cpuExpertSeconds,
       cpuWaitSeconds: prompt4096Stats.cpuWaitSeconds,
+      streamedGB: prompt4096Stats.streamedBytes / 1e9,
+      streamedGBPerSecond: streamedRate / 1e9,
     },
   };
   const peer = PEERS[name];

@@ -332,6 +332,13 @@ export interface OffloadTimes {
   cpuWaitSeconds: number;
   /** The GPU waiting for the CPU's expert sums. */
   gpuWaitSeconds: number;
+  /** Bytes of host experts the streamed passes copied to the GPU. */
+  streamedBytes: number;
+  /**
+   * The rate of those copies, bytes per second over the copies timed on the GPU (0 before any): what a streamed
+   * prompt's passes cannot outrun, as every pass copies every host expert.
+   */
+  streamedBytesPerSecond: number;
 }
 
 /**

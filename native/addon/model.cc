@@ -375,6 +375,8 @@ Napi::Object offload_times(Napi::Env env, const engine::OffloadStats& s) {
   o.Set("cpuExpertSeconds", s.cpu_expert_seconds);
   o.Set("cpuWaitSeconds", s.cpu_wait_seconds);
   o.Set("gpuWaitSeconds", s.gpu_wait_seconds);
+  o.Set("streamedBytes", double(s.streamed_bytes));
+  o.Set("streamedBytesPerSecond", s.streamed_bytes_per_second);
   return o;
 }
 

@@ -166,8 +166,23 @@ ExpertStream::ExpertStream(const model::Model& model, const std::vector<std::vec
 void ExpertStream::harvest_timing(Stage& stage) {
   if (stage.timed_bytes == 0 || !stage.copy_end.done()) return;
   const double seconds = stage.copy_end.elapsed_ms(stage.copy_start) * 1e-3;
-  if (seconds > 0) seconds_per_byte_ = blend(seconds_per_byte_, seconds / static_cast<double>(stage.timed_bytes));
+  if (seconds > 0) {
+    seconds_per_byte_ = blend(seconds_per_byte_, seconds / static_cast<double>(stage.timed_bytes));
+    std::lock_guard lock(totals_mutex_);
+    timed_bytes_ += stage.timed_bytes;
+    timed_seconds_ += seconds;
+  }
   stage.timed_bytes = 0;
+}
+
+ExpertStream::CopyTotals ExpertStream::copy_totals() const {
+  std::lock_guard lock(totals_mutex_);
+  return {copied_bytes_, timed_seconds_ > 0 ? static_cast<double>(timed_bytes_) / timed_seconds_ : 0};
+}
+
+void ExpertStream::count_copied(uint64_t bytes) {
+  std::lock_guard lock(totals_mutex_);
+  copied_bytes_ += bytes;
 }
 
 bool ExpertStream::has_host_experts(int64_t layer) const {
@@ -245,6 +260,7 @@ void ExpertStream::queue_copy(int64_t layer, Stage& stage) {
     stage.timed_bytes = from_host;
   }
   stage.copied.record(stream);
+  count_copied(from_host);
 }
 
 void ExpertStream::observe_call(const uint32_t* counts, bool streamed) {
@@ -309,8 +325,8 @@ void ExpertStream::complete_layer(const cuda::ExpertGroups& groups, cuda::Stream
     any = true;
   }
   if (!any) return;
-  gather_all(model_.layers[stage.layer].ffn.routed, pools_[stage.layer], slot_tables_[stage.layer], missing,
-             stage.gate.as<uint8_t>(), stage.up.as<uint8_t>(), stage.down.as<uint8_t>(), stream);
+  count_copied(gather_all(model_.layers[stage.layer].ffn.routed, pools_[stage.layer], slot_tables_[stage.layer],
+                          missing, stage.gate.as<uint8_t>(), stage.up.as<uint8_t>(), stage.down.as<uint8_t>(), stream));
 }
 
 void ExpertStream::layer_done(cuda::StreamHandle stream) {

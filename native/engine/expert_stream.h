@@ -52,6 +52,7 @@ class RowCostTable {
 
 #include <array>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "cuda/ops.h"
@@ -94,6 +95,14 @@ class ExpertStream {
   // rate); 0 before the first streamed pass.
   double copy_layer_seconds();
 
+  // What the streamed passes copied from the host since load: its bytes, and the rate of the
+  // copies timed so far (bytes per second over their summed time; 0 before any). Any thread.
+  struct CopyTotals {
+    uint64_t bytes = 0;
+    double bytes_per_second = 0;
+  };
+  CopyTotals copy_totals() const;
+
   // A streamed pass: begin_pass queues the first host layer's copies; queue_layer makes
   // `stream` wait for layer `layer`'s copies, queues the next host layer's into the other
   // stack, and returns this layer's stack (slots = expert ids); layer_done, after the
@@ -135,6 +144,7 @@ class ExpertStream {
   int64_t next_host_layer(int64_t after) const;
   void queue_copy(int64_t layer, Stage& stage);
   void harvest_timing(Stage& stage);
+  void count_copied(uint64_t bytes);
 
   const model::Model& model_;
   const std::vector<std::vector<int32_t>>& slot_tables_;
@@ -152,6 +162,11 @@ class ExpertStream {
   std::vector<uint32_t> counts_seen_;  // the counts observe_call last saw
   cuda::PinnedBuffer readback_;        // complete_layer's copy of the grouping
   size_t readback_ints_ = 0;
+  // copy_totals' sums, written by the thread running the passes.
+  mutable std::mutex totals_mutex_;
+  uint64_t copied_bytes_ = 0;
+  uint64_t timed_bytes_ = 0;
+  double timed_seconds_ = 0;
 };
 
 }  // namespace bloomery::engine

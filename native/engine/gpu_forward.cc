@@ -2572,7 +2572,13 @@ void gpu_forward(GpuModel& model, std::span<const GpuSequenceRows> batch, std::v
 OffloadStats offload_stats(GpuModel& model) {
   if (!model.host_experts) return {};
   cuda::use_device(model.device);
-  return model.host_experts->stats();
+  OffloadStats s = model.host_experts->stats();
+  if (model.expert_stream) {
+    const ExpertStream::CopyTotals copies = model.expert_stream->copy_totals();
+    s.streamed_bytes = copies.bytes;
+    s.streamed_bytes_per_second = copies.bytes_per_second;
+  }
+  return s;
 }
 
 bool gpu_can_move_experts(GpuModel& model) { return model.residency != nullptr; }

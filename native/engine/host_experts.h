@@ -14,12 +14,14 @@ namespace bloomery::engine {
 
 // Where a hybrid model's time went, summed over its passes since load.
 struct OffloadStats {
-  uint64_t passes = 0;            // passes whose host experts the CPU ran
-  uint64_t streamed_passes = 0;   // prompt passes that copied the host experts to the GPU instead
-  double wall_seconds = 0;        // from the pass's first launch to its logits on the host
-  double cpu_expert_seconds = 0;  // the thread pool running host experts
-  double cpu_wait_seconds = 0;    // the host waiting for the GPU's routed rows
-  double gpu_wait_seconds = 0;    // the GPU waiting for the CPU's sums
+  uint64_t passes = 0;                   // passes whose host experts the CPU ran
+  uint64_t streamed_passes = 0;          // prompt passes that copied the host experts to the GPU instead
+  double wall_seconds = 0;               // from the pass's first launch to its logits on the host
+  double cpu_expert_seconds = 0;         // the thread pool running host experts
+  double cpu_wait_seconds = 0;           // the host waiting for the GPU's routed rows
+  double gpu_wait_seconds = 0;           // the GPU waiting for the CPU's sums
+  uint64_t streamed_bytes = 0;           // host experts' bytes the streamed passes copied to the GPU
+  double streamed_bytes_per_second = 0;  // those copies' measured rate (0 before one was timed)
 };
 
 }  // namespace bloomery::engine

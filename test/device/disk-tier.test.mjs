@@ -99,6 +99,7 @@ for (const [preset, type] of [
           const disk = hybrid.stats().disk;
           console.log(`${path} ${what}: offload ${JSON.stringify(offload)}\n  disk ${JSON.stringify(disk)}`);
           assert.equal(offload.streamedPasses, 0, `${what}: a disk tier never copies host experts to the GPU`);
+          assert.equal(offload.streamedBytes, 0, `${what}: no bytes streamed`);
           assert.ok(disk.misses > 0 && disk.hits > 0, `${what}: the arena read and reused experts`);
           // Every routed call in one tier: the GPU's slots, RAM (the arena's hits) or disk (the arena's reads).
           const { residency, promptTokens, decodeTokens } = hybrid.stats();

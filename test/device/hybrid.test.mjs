@@ -70,6 +70,7 @@ async function expectSameAsAllGpu(path, reference, referenceLogits, hybrid, what
   console.log(`  offload ${JSON.stringify(stats)}`);
   assert.ok(stats.passes > 0 && stats.cpuExpertSeconds > 0, "the CPU ran experts");
   assert.ok(stats.streamedPasses >= 3, "the long prompts copied host experts to the GPU");
+  assert.ok(stats.streamedBytes > 0 && stats.streamedBytesPerSecond > 0, "the streamed copies are counted and timed");
   // The CPU's expert dots round differently from the GPU's (as in gpu-vs-cpu.test.mjs, issue 9):
   // on these near-flat random distributions near-ties may flip (Q8_0 measured top-1 0.987, KL 6e-5,
   // the widest flip 0.06 nats), so every flip must be a near-tie of the reference's own distribution:
