@@ -105,17 +105,24 @@ describe.each(FAMILIES)("a session with recurrent layers ($preset)", ({ preset, 
     const cached = await open(preset, { cacheRam: "256MiB", contextSize: 1300 });
     const plain = await open(preset, { cacheRam: 0, contextSize: 1300 });
     const prompt = tokens(1200, 8);
-    await cached.createSession().generate(prompt, { maxTokens: 1 }).result;
+    // The generation goes on past its prompt: the cache takes the checkpoints' states, not the last.
+    await cached.createSession().generate(prompt, { maxTokens: 3 }).result;
+    const after = tokens(2, 30);
     for (const [shared, restored] of [
       [687, 176],
       [688, 688],
       [700, 688],
     ] as const) {
       const next = [...prompt.slice(0, shared), ...tokens(40, 9 + shared)];
-      const reuse = await cached.createSession().generate(next, { maxTokens: 4 }).result;
+      const reusing = cached.createSession();
+      const reuse = await reusing.generate(next, { maxTokens: 4 }).result;
       expect(reuse.timings.cachedPromptTokens, `a prefix of ${shared}`).toBe(restored);
-      const fresh = await plain.createSession().generate(next, { maxTokens: 4 }).result;
+      const evaluating = plain.createSession();
+      const fresh = await evaluating.generate(next, { maxTokens: 4 }).result;
       expect(reuse.tokens, `a prefix of ${shared}`).toEqual(fresh.tokens);
+      expect(await reusing.evaluate(after, { logits: "all" }), `a prefix of ${shared}`).toEqual(
+        await evaluating.evaluate(after, { logits: "all" }),
+      );
     }
   });
 

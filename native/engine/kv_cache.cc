@@ -103,7 +103,7 @@ void KvCache::copy_out(int64_t n, uint16_t* keys, uint16_t* values, float* recur
       compressed = std::copy_n(l.compressed.data(), count, compressed);
     }
     if (!l.recurrent.empty()) {
-      recurrent = std::copy(l.recurrent.begin(), l.recurrent.end(), recurrent);
+      if (recurrent) recurrent = std::copy(l.recurrent.begin(), l.recurrent.end(), recurrent);
       if (l.keys.empty()) continue;
     }
     const int64_t from = l.windowed ? window_from : 0;

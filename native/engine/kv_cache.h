@@ -57,8 +57,8 @@ class KvCache {
 
   // Copies the rows of positions [0, n) of every layer (of a windowed layer: [window_first(), n))
   // to `keys` and `values`, layer after layer as a SessionState holds them, the recurrent states
-  // to `recurrent` (they are the states after the cache's last position, which the caller knows
-  // to be n), and the compressed rows of the blocks before n to `compressed`.
+  // to `recurrent` unless it is null (they are the states after the cache's last position, which
+  // the caller knows to be n), and the compressed rows of the blocks before n to `compressed`.
   void copy_out(int64_t n, uint16_t* keys, uint16_t* values, float* recurrent, uint16_t* compressed = nullptr) const;
   // Loads the first n positions of `state` (model::window_floor(n) >= state.window_first), its
   // compressed rows of the blocks before n, and its recurrent states (those after its last token:

@@ -857,16 +857,19 @@ void Scheduler::finish(std::shared_ptr<Request> request, RequestEnd end, Outbox&
   // owner hears of the end, so the next prompt of any session finds it. A cancelled one is
   // stored by its owner, once it has set what the context keeps.
   const bool store = r.generating() && r.session->running_ == &r && end.reason != StopReason::kCancelled;
+  // An evaluation's checkpoints for the cache go there as it ends (Session::checkpoint).
+  const bool store_checkpoints = !r.generating() && r.admitted && end.reason != StopReason::kCancelled;
   if (r.admitted) {
     if (r.session->running_ == &r) r.session->running_ = nullptr;
     std::erase(active_, request);
   }
   r.pending = -1;
   if (end.reason == StopReason::kCancelled && !end.error) end.timings = r.timings;
-  out.events.push_back([request = std::move(request), end = std::move(end), store]() mutable {
-    if (store) {
+  out.events.push_back([request = std::move(request), end = std::move(end), store, store_checkpoints]() mutable {
+    if (store || store_checkpoints) {
       try {
-        request->session->store_in_cache();
+        if (store) request->session->store_in_cache();
+        if (store_checkpoints) request->session->store_checkpoints();
       } catch (...) {
         end.reason = StopReason::kCancelled;
         end.error = std::current_exception();

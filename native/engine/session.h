@@ -163,8 +163,12 @@ class Session {
   bool store_in_cache();
   // With recurrent layers, at a checkpoint of a prompt or an evaluation (the scheduler ends
   // passes there): keeps the recurrent states as one of the session's own checkpoints, and where
-  // `to_cache`, stores the state in the prompt-state cache (store_in_cache).
+  // `to_cache`, the state goes to the prompt-state cache: from the checkpoint when the request
+  // ends (store_checkpoints, or any store or restore before), at once where windowed layers would
+  // drop its rows meanwhile.
   void checkpoint(bool to_cache);
+  // Stores the states of the checkpoints kept for the cache (see checkpoint) that still hold.
+  void store_checkpoints();
 
   // A copy of the state: its tokens, keys and values, and where its rows came through a context shift.
   std::shared_ptr<const SessionState> save();
@@ -197,7 +201,8 @@ class Session {
   // recurrent layers, n = recurrent_position_), its rows and states in `memory`; the caller holds
   // the runtime's compute lock.
   std::shared_ptr<SessionState> snapshot(int64_t n,
-                                         std::pmr::memory_resource* memory = std::pmr::get_default_resource());
+                                         std::pmr::memory_resource* memory = std::pmr::get_default_resource(),
+                                         const float* recurrent = nullptr);
   // With recurrent layers: brings their states to position_ when they are elsewhere (a stop, a
   // cancel or a failed pass cut the context back), by evaluating the context again from its
   // nearest checkpoint (or its start). The caller holds the compute lock.
@@ -237,6 +242,11 @@ class Session {
   void adopt(const SessionState& state, int64_t n);
   void check_restorable(const SessionState& state, uint64_t fingerprint);
   bool store_locked();
+  void store_checkpoints_locked();
+  // Stores the state of the first n tokens in the prompt-state cache, its recurrent states from
+  // `recurrent` where given (a checkpoint's), else the session's own; false where it does not fit
+  // the cache or host memory runs short.
+  bool cache_state(int64_t n, const float* recurrent);
   // history_ cut to position_; the caller holds the compute lock.
   const std::vector<int32_t>& current_history();
   // Records that the keys and values of `tokens` were written at first_position on (the
@@ -281,6 +291,9 @@ class Session {
     bool on_device = false;  // a draft checkpoint of a GPU sequence: its states are the sequence's kept copy
   };
   std::vector<Checkpoint> checkpoints_;
+  // Positions of checkpoints whose states go to the prompt-state cache when the request ends, in
+  // order; guarded by the compute lock.
+  std::vector<int64_t> cache_checkpoints_;
   const bool recurrent_;  // the model has layers of linear attention
   // The MTP layer's state, from the first generation that drafts with it (only the scheduler thread uses it).
   std::unique_ptr<MtpSequence> mtp_;
