@@ -64,9 +64,9 @@ async function ours(options) {
   await promptRate(session, 64, vocab);
   const prompt512 = Math.max(await promptRate(session, 512, vocab), await promptRate(session, 512, vocab));
   const prompt4096 = await promptRate(session, 4096, vocab);
-  // With host experts: what the prompts' streamed passes copied, and how fast (their limit).
-  const offload = model.stats().offload;
   const before = model.stats();
+  // With host experts: what the prompts' streamed passes copied, and how fast (their limit).
+  const offload = before.offload;
   const decode = await streamedDecodeRate(model, session, DECODE_STEPS);
   const after = model.stats();
   const decodeEngine = (after.decodeTokens - before.decodeTokens) / (after.decodeSeconds - before.decodeSeconds);

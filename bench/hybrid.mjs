@@ -34,8 +34,8 @@ async function measure(name, options) {
   const prompt512 = Math.max(await promptRate(session, 512, vocab), await promptRate(session, 512, vocab));
   const promptStats = model.stats().offload;
   const prompt4096 = await promptRate(session, 4096, vocab);
-  const prompt4096Stats = delta(model.stats().offload, promptStats);
-  const streamedRate = model.stats().offload.streamedBytesPerSecond; // a rate: not a difference
+  const prompt4096Offload = model.stats().offload;
+  const prompt4096Stats = delta(prompt4096Offload, promptStats);
 
   session.reset();
   let logits = await session.evaluate(spreadTokens(64, vocab));
@@ -80,7 +80,7 @@ async function measure(name, options) {
       cpuExpertSeconds: prompt4096Stats.cpuExpertSeconds,
       cpuWaitSeconds: prompt4096Stats.cpuWaitSeconds,
       streamedGB: prompt4096Stats.streamedBytes / 1e9,
-      streamedGBPerSecond: streamedRate / 1e9,
+      streamedGBPerSecond: prompt4096Offload.streamedBytesPerSecond / 1e9, // a rate: not a difference
     },
   };
   const peer = PEERS[name];

@@ -853,23 +853,25 @@ void Scheduler::deliver(const std::shared_ptr<Request>& request, std::span<const
 
 void Scheduler::finish(std::shared_ptr<Request> request, RequestEnd end, Outbox& out) {
   Request& r = *request;
-  // A generation that ran to its end leaves its state in the prompt-state cache before its
-  // owner hears of the end, so the next prompt of any session finds it. A cancelled one is
-  // stored by its owner, once it has set what the context keeps.
-  const bool store = r.generating() && r.session->running_ == &r && end.reason != StopReason::kCancelled;
-  // An evaluation's checkpoints for the cache go there as it ends (Session::checkpoint).
-  const bool store_checkpoints = !r.generating() && r.admitted && end.reason != StopReason::kCancelled;
+  // A request that ran to its end leaves its states in the prompt-state cache before its owner
+  // hears of the end, so the next prompt of any session finds them: a generation its last state
+  // and its checkpoints' (store_in_cache), an evaluation its checkpoints' only (Session::checkpoint).
+  // A cancelled one is stored by its owner, once it has set what the context keeps.
+  const bool store = r.session->running_ == &r && end.reason != StopReason::kCancelled;
   if (r.admitted) {
     if (r.session->running_ == &r) r.session->running_ = nullptr;
     std::erase(active_, request);
   }
   r.pending = -1;
   if (end.reason == StopReason::kCancelled && !end.error) end.timings = r.timings;
-  out.events.push_back([request = std::move(request), end = std::move(end), store, store_checkpoints]() mutable {
-    if (store || store_checkpoints) {
+  out.events.push_back([request = std::move(request), end = std::move(end), store]() mutable {
+    if (store) {
       try {
-        if (store) request->session->store_in_cache();
-        if (store_checkpoints) request->session->store_checkpoints();
+        if (request->generating()) {
+          request->session->store_in_cache();
+        } else {
+          request->session->store_checkpoints();
+        }
       } catch (...) {
         end.reason = StopReason::kCancelled;
         end.error = std::current_exception();
