@@ -5,6 +5,10 @@
 // 32 x 32 part with mma.sync m16n8k16 (exact products, f32 sums). The products are the matvec's;
 // only the order of the f32 additions differs, and a row's sums run in one order whatever else
 // is in the batch.
+// Matrices of at most 64 rows (DeepSeek-V4's hyper-connection mixes: 24 rows of 16,384 columns)
+// would make one block per 64 tokens walk every column: 8 blocks for a 512-token prompt, 0.5 ms a
+// product on an H100. They take narrow blocks instead: 8 tokens each, whose 16 warps each sum a
+// sixteenth of the columns straight from memory, then add their sums in warp order.
 #include "base/error.h"
 #include "cuda/attention_tiles.cuh"
 #include "cuda/common.cuh"
@@ -110,6 +114,95 @@ __global__ void __launch_bounds__(kThreads) float_mmq_kernel(const uint8_t* w, s
   }
 }
 
+constexpr int kNarrowWarps = 16;
+constexpr int kNarrowThreads = kNarrowWarps * kWarp;
+constexpr int kNarrowTokens = 8;  // one mma's n
+constexpr int kNarrowUnroll = 4;  // k16 steps whose loads are in flight together
+
+// The a operand of m16n8k16 (16 weight rows x 16 columns from column k) read from the matrix:
+// rows past the matrix's repeat its last, their sums dropped.
+__device__ __forceinline__ void load_rows(const uint8_t* w, size_t row_bytes, int rows, int row0, int k, int lane,
+                                          uint32_t (&a)[4]) {
+  const int r = lane / 4, c = k + 2 * (lane % 4);
+  const uint8_t* top = w + static_cast<size_t>(min(row0 + r, rows - 1)) * row_bytes;
+  const uint8_t* bottom = w + static_cast<size_t>(min(row0 + r + 8, rows - 1)) * row_bytes;
+  a[0] = __ldg(reinterpret_cast<const uint32_t*>(top + c * sizeof(uint16_t)));
+  a[1] = __ldg(reinterpret_cast<const uint32_t*>(bottom + c * sizeof(uint16_t)));
+  a[2] = __ldg(reinterpret_cast<const uint32_t*>(top + (c + 8) * sizeof(uint16_t)));
+  a[3] = __ldg(reinterpret_cast<const uint32_t*>(bottom + (c + 8) * sizeof(uint16_t)));
+}
+
+// RowFragments x 16 weight rows (at most 64) against 8 tokens a block. Warp v sums the columns of
+// its sixteenth of the matrix's k16 steps (a split that depends on the columns only, so a token's
+// sums are the same in any batch); the block then adds the warps' sums in warp order.
+template <uint32_t Type, int RowFragments>
+__global__ void __launch_bounds__(kNarrowThreads)
+    float_mmq_narrow_kernel(const uint8_t* w, size_t row_bytes, int rows, int cols, const float* x, int n, float* y,
+                            bool accumulate) {
+  __shared__ float sums[kNarrowWarps][RowFragments * 4][kWarp];
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int first_token = blockIdx.x * kNarrowTokens;
+  const int steps = cols / 16, begin = warp * steps / kNarrowWarps, end = (warp + 1) * steps / kNarrowWarps;
+  // This lane's token in the b operand (tokens past the batch repeat the last; their sums are dropped).
+  const float* xt = x + static_cast<int64_t>(min(first_token + lane / 4, n - 1)) * cols + 2 * (lane % 4);
+  float acc[RowFragments][4] = {};
+  wait_for_previous_kernel();  // the activations are the kernel before's output
+  int s = begin;
+  for (; s + kNarrowUnroll <= end; s += kNarrowUnroll) {
+    uint32_t a[kNarrowUnroll][RowFragments][4];
+    float2 lo[kNarrowUnroll], hi[kNarrowUnroll];
+#pragma unroll
+    for (int u = 0; u < kNarrowUnroll; ++u) {
+      const int k = (s + u) * 16;
+      lo[u] = *reinterpret_cast<const float2*>(xt + k);
+      hi[u] = *reinterpret_cast<const float2*>(xt + k + 8);
+#pragma unroll
+      for (int f = 0; f < RowFragments; ++f) load_rows(w, row_bytes, rows, 16 * f, k, lane, a[u][f]);
+    }
+#pragma unroll
+    for (int u = 0; u < kNarrowUnroll; ++u) {
+      const uint32_t b0 = pack_operands<Type>(lo[u].x, lo[u].y), b1 = pack_operands<Type>(hi[u].x, hi[u].y);
+#pragma unroll
+      for (int f = 0; f < RowFragments; ++f) mma_of<Type>(acc[f], a[u][f], b0, b1);
+    }
+  }
+  for (; s < end; ++s) {
+    const int k = s * 16;
+    const float2 lo = *reinterpret_cast<const float2*>(xt + k), hi = *reinterpret_cast<const float2*>(xt + k + 8);
+    const uint32_t b0 = pack_operands<Type>(lo.x, lo.y), b1 = pack_operands<Type>(hi.x, hi.y);
+#pragma unroll
+    for (int f = 0; f < RowFragments; ++f) {
+      uint32_t a[4];
+      load_rows(w, row_bytes, rows, 16 * f, k, lane, a);
+      mma_of<Type>(acc[f], a, b0, b1);
+    }
+  }
+#pragma unroll
+  for (int f = 0; f < RowFragments; ++f) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) sums[warp][f * 4 + e][lane] = acc[f][e];
+  }
+  __syncthreads();
+  // Thread i adds up element i / 32 of lane i % 32's fragments.
+  if (threadIdx.x >= RowFragments * 4 * kWarp) return;
+  const int element = threadIdx.x / kWarp, owner = threadIdx.x % kWarp;
+  const int f = element / 4, e = element % 4;
+  float sum = 0.0f;
+  for (int v = 0; v < kNarrowWarps; ++v) sum += sums[v][element][owner];
+  const int row = 16 * f + owner / 4 + 8 * (e / 2);
+  const int token = first_token + 2 * (owner % 4) + e % 2;
+  if (row >= rows || token >= n) return;
+  float* out = y + static_cast<int64_t>(token) * rows + row;
+  *out = accumulate ? *out + sum : sum;
+}
+
+template <uint32_t Type>
+void launch_narrow(const DeviceMatrix& w, const float* x, int64_t n, float* y, bool accumulate, cudaStream_t stream) {
+  const auto kernel = w.rows <= 32 ? float_mmq_narrow_kernel<Type, 2> : float_mmq_narrow_kernel<Type, 4>;
+  launch_early(kernel, dim3(ceil_div(n, kNarrowTokens)), dim3(kNarrowThreads), 0, stream, w.data, w.row_bytes,
+               static_cast<int>(w.rows), static_cast<int>(w.cols), x, static_cast<int>(n), y, accumulate);
+}
+
 }  // namespace
 
 bool float_mmq_serves(const DeviceMatrix& w) {
@@ -124,6 +217,12 @@ void float_mmq(const DeviceMatrix& w, const float* x, int64_t n, float* y, bool 
                                         std::to_string(w.cols));
   }
   if (n == 0) return;
+  if (w.rows <= kTileRows) {
+    const auto cuda_stream = static_cast<cudaStream_t>(stream);
+    w.type == kTypeF16 ? launch_narrow<kTypeF16>(w, x, n, y, accumulate, cuda_stream)
+                       : launch_narrow<kTypeBF16>(w, x, n, y, accumulate, cuda_stream);
+    return;
+  }
   const dim3 grid(ceil_div(w.rows, kTileRows), ceil_div(n, kTileTokens));
   const auto kernel = w.type == kTypeF16 ? float_mmq_kernel<kTypeF16> : float_mmq_kernel<kTypeBF16>;
   launch_early(kernel, grid, dim3(kThreads), 0, static_cast<cudaStream_t>(stream), w.data, w.row_bytes,

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "tests/check.h"
@@ -137,40 +138,56 @@ TEST(cuda_mmq_matches_cpu_and_matvec) {
 
 // Float weights (F16, BF16: gpt-oss's attention) in the float tiles: the CPU's products (the
 // activations rounded to the weight type) and the float matvec's within float rounding, for
-// batches of one partial tile to several, accumulating too; and faster than the matvec at a
-// prompt's batch on gpt-oss's q projection.
+// batches of one partial tile to several, accumulating too; the same for matrices of at most 64
+// rows (the narrow blocks, of 32 and 64 rows; a column count whose k16 steps the warps share
+// unevenly), whose token rows also come out the same in a batch of 150 as in one of 77; and
+// faster than the matvec at a prompt's batch on gpt-oss's q projection and DeepSeek-V4's
+// hyper-connection mix.
 TEST(cuda_float_mmq_matches_cpu_and_matvec) {
   if (!device_ready("cuda_float_mmq_matches_cpu_and_matvec")) return;
   std::mt19937 rng(37);
-  const int64_t rows = 67, cols = 320;
   const cuda::Stream stream;
-  for (const uint32_t type : {uint32_t{1}, uint32_t{30}}) {
-    const auto w = random_matrix(type, rows, cols, rng);
-    const auto dw = upload(w);
-    const cuda::DeviceMatrix m = device_matrix(type, dw, rows, cols);
-    CHECK(cuda::float_mmq_serves(m)) << "type " << type;
-    for (const int64_t n : {1, 64, 77, 150}) {
-      const auto x = random_floats(static_cast<size_t>(n * cols), 2.0f, rng);
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{67, 320}, {24, 1088}, {40, 1024}}) {
+    for (const uint32_t type : {uint32_t{1}, uint32_t{30}}) {
+      const auto w = random_matrix(type, rows, cols, rng);
+      const auto dw = upload(w);
+      const cuda::DeviceMatrix m = device_matrix(type, dw, rows, cols);
+      CHECK(cuda::float_mmq_serves(m)) << "type " << type;
+      for (const int64_t n : {1, 64, 77, 150}) {
+        const auto x = random_floats(static_cast<size_t>(n * cols), 2.0f, rng);
+        const auto dx = upload(x);
+        const size_t out = static_cast<size_t>(n * rows);
+        cuda::DeviceBuffer y(out * sizeof(float), "y"), y_matvec(out * sizeof(float), "y matvec");
+        cuda::float_mmq(m, dx.as<float>(), n, y.as<float>(), false, stream.handle());
+        cuda::matvec(m, {dx.as<float>(), nullptr}, n, y_matvec.as<float>(), false, stream.handle());
+        const auto got = download<float>(y, out, stream);
+        const auto want = cpu_matvec(type, w, rows, cols, x, n);
+        const double error = relative_error(got, want);
+        const double to_matvec = relative_error(got, download<float>(y_matvec, out, stream));
+        std::printf("  float mmq type %u n %lld: relative error %.3g (CPU), %.3g (matvec)\n", type,
+                    static_cast<long long>(n), error, to_matvec);
+        CHECK(error < 2e-6) << "type " << type << " n " << n << ": relative error " << error << " to the CPU";
+        CHECK(to_matvec < 2e-6) << "type " << type << " n " << n << ": relative error " << to_matvec
+                                << " to the matvec";
+        const auto base = random_floats(out, 5.0f, rng);
+        const auto dy = upload(base);
+        cuda::float_mmq(m, dx.as<float>(), n, dy.as<float>(), true, stream.handle());
+        auto sum = base;
+        for (size_t i = 0; i < out; ++i) sum[i] += want[i];
+        const double accumulated = relative_error(download<float>(dy, out, stream), sum);
+        CHECK(accumulated < 2e-6) << "type " << type << " n " << n << ": accumulated, relative error " << accumulated;
+      }
+      // A token's row does not depend on the rows beside it.
+      const auto x = random_floats(static_cast<size_t>(150 * cols), 2.0f, rng);
       const auto dx = upload(x);
-      const size_t out = static_cast<size_t>(n * rows);
-      cuda::DeviceBuffer y(out * sizeof(float), "y"), y_matvec(out * sizeof(float), "y matvec");
-      cuda::float_mmq(m, dx.as<float>(), n, y.as<float>(), false, stream.handle());
-      cuda::matvec(m, {dx.as<float>(), nullptr}, n, y_matvec.as<float>(), false, stream.handle());
-      const auto got = download<float>(y, out, stream);
-      const auto want = cpu_matvec(type, w, rows, cols, x, n);
-      const double error = relative_error(got, want);
-      const double to_matvec = relative_error(got, download<float>(y_matvec, out, stream));
-      std::printf("  float mmq type %u n %lld: relative error %.3g (CPU), %.3g (matvec)\n", type,
-                  static_cast<long long>(n), error, to_matvec);
-      CHECK(error < 2e-6) << "type " << type << " n " << n << ": relative error " << error << " to the CPU";
-      CHECK(to_matvec < 2e-6) << "type " << type << " n " << n << ": relative error " << to_matvec << " to the matvec";
-      const auto base = random_floats(out, 5.0f, rng);
-      const auto dy = upload(base);
-      cuda::float_mmq(m, dx.as<float>(), n, dy.as<float>(), true, stream.handle());
-      auto sum = base;
-      for (size_t i = 0; i < out; ++i) sum[i] += want[i];
-      const double accumulated = relative_error(download<float>(dy, out, stream), sum);
-      CHECK(accumulated < 2e-6) << "type " << type << " n " << n << ": accumulated, relative error " << accumulated;
+      cuda::DeviceBuffer wide(static_cast<size_t>(150 * rows) * sizeof(float), "wide"),
+          narrow(static_cast<size_t>(77 * rows) * sizeof(float), "narrow");
+      cuda::float_mmq(m, dx.as<float>(), 150, wide.as<float>(), false, stream.handle());
+      cuda::float_mmq(m, dx.as<float>(), 77, narrow.as<float>(), false, stream.handle());
+      const auto all = download<float>(wide, static_cast<size_t>(150 * rows), stream);
+      const auto first = download<float>(narrow, static_cast<size_t>(77 * rows), stream);
+      CHECK(std::equal(first.begin(), first.end(), all.begin()))
+          << "type " << type << " rows " << rows << ": 77 tokens' rows differ in a batch of 150";
     }
   }
   const int64_t q_rows = 4096, q_cols = 2880, n = 512;
@@ -186,6 +203,19 @@ TEST(cuda_float_mmq_matches_cpu_and_matvec) {
   std::printf("  BF16 %lld x %lld, n %lld: float mmq %.3f ms, matvec %.3f ms (%.2fx)\n", static_cast<long long>(q_rows),
               static_cast<long long>(q_cols), static_cast<long long>(n), tiles, matvec, matvec / tiles);
   CHECK(tiles < matvec) << "float mmq " << tiles << " ms, matvec " << matvec << " ms";
+  const int64_t mix_rows = 24, mix_cols = 16384;
+  const auto dmix = upload(random_matrix(1, mix_rows, mix_cols, rng));
+  const cuda::DeviceMatrix mix = device_matrix(1, dmix, mix_rows, mix_cols);
+  const auto dmix_x = upload(random_floats(static_cast<size_t>(n * mix_cols), 2.0f, rng));
+  const double narrow =
+      milliseconds(stream, [&] { cuda::float_mmq(mix, dmix_x.as<float>(), n, y.as<float>(), false, stream.handle()); });
+  const double mix_matvec = milliseconds(stream, [&] {
+    cuda::matvec(mix, {dmix_x.as<float>(), nullptr}, n, y.as<float>(), false, stream.handle());
+  });
+  std::printf("  F16 %lld x %lld, n %lld: float mmq %.3f ms, matvec %.3f ms (%.2fx)\n",
+              static_cast<long long>(mix_rows), static_cast<long long>(mix_cols), static_cast<long long>(n), narrow,
+              mix_matvec, mix_matvec / narrow);
+  CHECK(narrow < mix_matvec) << "float mmq " << narrow << " ms, matvec " << mix_matvec << " ms";
 }
 
 TEST(cuda_gated_mmq_matches_cpu_and_matvec) {
