@@ -6,8 +6,8 @@
 // only the order of the f32 additions differs, and a row's sums run in one order whatever else
 // is in the batch.
 // Matrices of at most 64 rows (DeepSeek-V4's hyper-connection mixes: 24 rows of 16,384 columns)
-// would make one block per 64 tokens walk every column: 8 blocks for a 512-token prompt, 0.5 ms a
-// product on an H100. They take narrow blocks instead: 8 tokens each, whose 16 warps each sum a
+// would make one block per 64 tokens walk every column: 4 blocks for a pass of 252 tokens, 0.5 ms
+// a product on an H100. They take narrow blocks instead: 8 tokens each, whose 16 warps each sum a
 // sixteenth of the columns straight from memory, then add their sums in warp order.
 #include "base/error.h"
 #include "cuda/attention_tiles.cuh"
