@@ -193,9 +193,10 @@ void copy_recurrent_to_device(GpuModel& model, GpuSequence& sequence, const floa
 void keep_recurrent_on_device(GpuModel& model, GpuSequence& sequence);
 void restore_recurrent_on_device(GpuModel& model, GpuSequence& sequence);
 
-// Page-locked host memory for the states the prompt-state cache keeps of the model's sessions
-// (cuda::PinnedPool, made on first use): copy_kv_to_host fills them and restore_kv reads them at
-// the link's speed. At most kKeptStateMemory bytes of freed states are kept page-locked for reuse.
+// Page-locked host memory for the states the prompt-state cache keeps of the model's sessions and
+// for the sessions' checkpoints (cuda::PinnedPool, made on first use): copy_kv_to_host and
+// copy_recurrent_to_host fill them and restore_kv reads them at the link's speed. At most
+// kKeptStateMemory bytes of freed states are kept page-locked for reuse.
 inline constexpr size_t kKeptStateMemory = size_t{1} << 30;
 std::pmr::memory_resource& state_memory(GpuModel& model);
 

@@ -50,9 +50,10 @@ inline constexpr int64_t kPromptTailCheckpoint = 4;
 // A session keeps the recurrent states of its own last checkpoints, this many at most (the oldest
 // out first): those of one prompt of up to 64 times kCheckpointSpacing tokens, or of a few turns.
 inline constexpr size_t kSessionCheckpoints = 8;
-// Freed host memory of states (sessions' checkpoints, on the CPU the prompt-state cache's states)
+// Freed host memory of a CPU model's states (sessions' checkpoints, the prompt-state cache's states)
 // kept for the next state, at most this much: its pages are touched already (base/kept_blocks.h).
-// It holds four of Qwen3.6-35B-A3B's 63 MiB of recurrent states.
+// It holds four of Qwen3.6-35B-A3B's 63 MiB of recurrent states. A GPU model keeps its states
+// page-locked instead (state_memory).
 inline constexpr size_t kKeptHostStates = size_t{256} << 20;
 
 // The disk tier: routed experts read from the model file into an arena of `arena_bytes` as
@@ -133,8 +134,8 @@ class Runtime {
   std::unique_ptr<MtpDrafter> mtp_drafter_;
   std::unique_ptr<Residency> residency_;
   std::unique_ptr<RoutingReplay> routing_replay_;  // under compute_
-  // Host memory of the sessions' checkpoints and of the CPU's cached states: before the prompt-state
-  // cache, whose states go back to it.
+  // Host memory of the CPU's checkpoints and cached states (and of a GPU model's where it cannot be
+  // page-locked): before the prompt-state cache, whose states go back to it.
   HostBlocks state_blocks_{kKeptHostStates};
   PromptCache prompt_cache_;
   std::once_flag fingerprint_once_;
@@ -286,7 +287,7 @@ class Session {
   // compute lock; in position order.
   struct Checkpoint {
     int64_t position;
-    StateBuffer<float> recurrent;  // in the runtime's state_blocks_
+    StateBuffer<float> recurrent;  // a GPU sequence's page-locked (state_memory), else in the runtime's state_blocks_
     bool draft = false;      // kept for a pass's drafts only (keep_draft_checkpoint): not one of kSessionCheckpoints
     bool on_device = false;  // a draft checkpoint of a GPU sequence: its states are the sequence's kept copy
   };
