@@ -2,9 +2,10 @@
 // computes it: every query head reads one key head whose keys are its values, over a token's cells,
 // the raw rows of its window's positions and then the compressed rows it sees (each standing for a
 // block of `ratio` positions, seen from the position that completes it; all of them, or those a
-// lightning indexer selected), with the head's learned sink in the softmax. A block takes Group
-// heads of one token (4 in a prompt's pass; 1 for a few tokens, which would leave most of the
-// card idle: a decode step's 64 heads in 16 blocks took 154 us a layer on an H200) and walks its
+// lightning indexer selected), with the head's learned sink in the softmax. Passes of 16 tokens
+// or more take compressed_attention_tiles.cu's tensor-core blocks; here a block takes Group heads
+// of one token (4 where the pass still makes 512 blocks of 4, else 1: a decode step's 64 heads in
+// 16 blocks of 4 left most of the card idle, 154 us a layer on an H200) and walks its
 // cells in chunks twice: first each head's maximum score and exp sum (scores from f16-rounded
 // queries against the f16 rows, as the CPU rounds them), then the weights, normalized and rounded
 // to f16, times the rows (a token of one chunk keeps its scores from the first walk). Cells are
@@ -15,6 +16,7 @@
 
 #include "base/error.h"
 #include "cuda/common.cuh"
+#include "cuda/compressed_cells.cuh"
 
 namespace bloomery::cuda {
 
@@ -28,34 +30,6 @@ constexpr int kDimsPerThread = kMaxHeadDim / kThreads;
 constexpr int kUnroll = 8;  // rows whose values the weighted sum loads before it adds any
 // Below this many blocks of 4 heads a pass takes a head a block.
 constexpr int64_t kWideGroupBlocks = 512;
-
-// A token's cells: raw rows of positions [raw_first, position], then compressed rows.
-struct Cells {
-  int position, raw_first, raw, compressed;  // raw and compressed: counts of cells (compressed may be masked)
-  int seen;                                  // compressed rows the token sees
-  const int32_t* chosen;                     // the indexer's list, or null
-  __device__ int count() const { return raw + compressed; }
-};
-
-__device__ Cells cells_of(const CompressedAttention& a, int token) {
-  Cells c;
-  c.position = a.positions[token];
-  c.raw_first = a.window > 0 ? max(0, c.position - static_cast<int>(a.window) + 1) : 0;
-  c.raw = c.position + 1 - c.raw_first;
-  c.seen = a.ratio > 0 ? (c.position + 1) / static_cast<int>(a.ratio) : 0;
-  c.chosen = a.selected ? a.selected + static_cast<int64_t>(token) * a.top_k : nullptr;
-  c.compressed = a.ratio == 0 ? 0 : (c.chosen ? static_cast<int>(a.top_k) : c.seen);
-  return c;
-}
-
-// Cell `cell`'s row, or null where it is masked (a selection entry past what the token sees).
-__device__ const uint16_t* cell_row(const CompressedAttention& a, const Cells& c, int cell) {
-  if (cell < c.raw) return a.raw + static_cast<int64_t>(c.raw_first + cell) * a.raw_row;
-  const int k = cell - c.raw;
-  const int block = c.chosen ? c.chosen[k] : k;
-  if (block < 0 || block >= c.seen) return nullptr;
-  return a.compressed + static_cast<int64_t>(block) * a.compressed_stride;
-}
 
 // The scaled scores of the group's heads against cells [first, first + kChunk) into scores[h][cell]
 // (-inf where masked or past the last): a warp per cell.
@@ -209,6 +183,10 @@ void compressed_attention(const CompressedAttention& a, StreamHandle stream) {
                     " (a multiple of 64) over rows of even widths, not " + std::to_string(a.head_dim));
   }
   if (a.n == 0) return;
+  if (compressed_tiles_serve(a)) {
+    compressed_attention_tiles(a, stream);
+    return;
+  }
   const bool wide = a.n * ceil_div(a.heads, 4) >= kWideGroupBlocks;
   const int group = wide ? 4 : 1;
   const dim3 grid(static_cast<unsigned>(a.n), static_cast<unsigned>(ceil_div(a.heads, group)));

@@ -517,6 +517,9 @@ struct CompressedAttention {
   float* out = nullptr;  // n rows of heads * head_dim
 };
 bool compressed_attention_supports(int64_t head_dim);
+// Once per device before the first launch (outside a graph capture): the shared memory of the
+// prompts' kernel, past the default limit.
+void prepare_compressed_attention();
 void compressed_attention(const CompressedAttention& a, StreamHandle stream);
 
 // --- embed.cu ---

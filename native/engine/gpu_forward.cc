@@ -2284,6 +2284,7 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
   cuda::use_device(options.device);
   if (p.mla.kv_lora_rank > 0) cuda::prepare_latent_attention(p.mla.kv_lora_rank, p.mla.rope_dim);
   cuda::prepare_tiled_attention(p.head_dim);
+  if (p.compressed.q_lora_rank > 0) cuda::prepare_compressed_attention();
   std::shared_ptr<GpuModel> g(new GpuModel, [](GpuModel* m) {
     const std::lock_guard freeing(hybrid_passes());
     delete m;

@@ -189,10 +189,13 @@ TEST(cuda_compressed_attention_matches_cpu) {
     for (const auto& [heads, window, ratio, top_k] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{4, 32, 0, 0},
                                                       std::tuple<int64_t, int64_t, int64_t, int64_t>{6, 32, 4, 8},
                                                       std::tuple<int64_t, int64_t, int64_t, int64_t>{16, 128, 128, 0},
-                                                      std::tuple<int64_t, int64_t, int64_t, int64_t>{8, 128, 4, 64}}) {
-      // Decode steps and a pass of 70 rows take a head a block; 130 rows of 16 heads take 4 a block.
+                                                      std::tuple<int64_t, int64_t, int64_t, int64_t>{8, 128, 4, 64},
+                                                      std::tuple<int64_t, int64_t, int64_t, int64_t>{140, 32, 4, 8}}) {
+      // Decode steps take a head a block, and so do 15 rows but of 140 heads (4 a block); passes of 70
+      // and 130 rows take the tensor-core blocks of 64 heads (of 140 heads: three blocks a token).
       for (const auto& [first, n] : {std::pair<int64_t, int64_t>{9, 1}, std::pair<int64_t, int64_t>{2999, 1},
-                                     std::pair<int64_t, int64_t>{500, 70}, std::pair<int64_t, int64_t>{700, 130}}) {
+                                     std::pair<int64_t, int64_t>{300, 15}, std::pair<int64_t, int64_t>{500, 70},
+                                     std::pair<int64_t, int64_t>{700, 130}}) {
         const int64_t length = first + n, stride = d + 64, blocks = ratio > 0 ? length / ratio + 1 : 1;
         std::vector<uint16_t> raw(static_cast<size_t>(length * d)), compressed(static_cast<size_t>(blocks * stride));
         std::uniform_real_distribution<float> uniform(-kAmplitude, kAmplitude);
