@@ -2,7 +2,7 @@
 // accumulators). Every query head of a token reads the same cells (one key head whose keys are
 // its values: cuda/compressed_cells.cuh), so a block takes one token and 64 of its heads and reads
 // each cell's row once for all of them; compressed_attention.cu's blocks of 4 heads read every row
-// 16 times for V4-Flash's 64 heads (15.4 ms of a 512-token pass's 77.5 ms on an H100). Its 16
+// 16 times for V4-Flash's 64 heads (15.4 ms of a 252-token pass's 77.5 ms on an H100). Its 16
 // warps walk the cells in chunks of 32, twice, as that kernel does: first each head's maximum
 // score and exp sum, then the weights, normalized and rounded to f16, times the rows. Each warp
 // scores a 16-head by 8-cell tile of a chunk against the whole row, and multiplies a 16-head tile's
