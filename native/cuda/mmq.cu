@@ -250,14 +250,14 @@ __device__ __forceinline__ void load_weights(WeightTile& tile, const uint8_t* w,
   }
 }
 
-// Copies step `step` of the tile's activation rows, with the scaled code sums Type's mins take:
-// per 32 or per 16 as it groups them; Q8_1's stored sum (and its half-precision scale) for the
-// types with block offsets.
+// Copies step `step` of the tile's first `tokens` activation rows (the fragments its products
+// read), with the scaled code sums Type's mins take: per 32 or per 16 as it groups them; Q8_1's
+// stored sum (and its half-precision scale) for the types with block offsets.
 template <uint32_t Type>
 __device__ __forceinline__ void load_activations(ActivationTile& tile, const ActivationBlock* const* rows,
-                                                 const MmqArgs& a, int step) {
+                                                 const MmqArgs& a, int step, int tokens) {
   using D = Decoder<Type>;
-  for (int u = threadIdx.x; u < kTileTokens * kStepBlocks; u += kThreads) {
+  for (int u = threadIdx.x; u < tokens * kStepBlocks; u += kThreads) {
     const int t = u / kStepBlocks, b = u % kStepBlocks;
     const int block = kStepBlocks * step + b;
     int q[8] = {};
@@ -294,10 +294,10 @@ __device__ __forceinline__ void load_activations(ActivationTile& tile, const Act
 }
 
 // acc[m][n][e] (C layout: element e at row g + 8 (e / 2), token 2 tig + e % 2 of fragment
-// m, n) += the step's products of the warp's rows and tokens.
+// m, n) += the step's products of the warp's rows and its first `fragments` token fragments.
 template <uint32_t Type>
 __device__ __forceinline__ void multiply_step(const WeightTile& w, const ActivationTile& x, int row0, int token0,
-                                              float (&acc)[kRowFragments][kTokenFragments][4]) {
+                                              int fragments, float (&acc)[kRowFragments][kTokenFragments][4]) {
   using D = Decoder<Type>;
   const int lane = threadIdx.x % kWarp;
   const int g = lane / 4, tig = lane % 4;
@@ -314,6 +314,7 @@ __device__ __forceinline__ void multiply_step(const WeightTile& w, const Activat
     }
 #pragma unroll
     for (int n = 0; n < kTokenFragments; ++n) {
+      if (n >= fragments) break;
       const int token = token0 + 8 * n + g;
       const int b0 = x.codes[token][8 * b + tig];
       const int b1 = x.codes[token][8 * b + 4 + tig];
@@ -382,7 +383,11 @@ __global__ void __launch_bounds__(kThreads) mmq_kernel(MmqArgs a) {
   const size_t offset = static_cast<size_t>(expert) * a.matrix_bytes;
   const int warp = threadIdx.x / kWarp;
   const int row0 = (warp / 2) * kWarpRows, token0 = (warp % 2) * kWarpTokens;
-  const bool busy = token0 < count;  // a warp whose tokens are all past `count` skips the products
+  // A warp multiplies only the token fragments of 8 that hold some of the tile's `count` tokens
+  // (none past them): an expert chunk of a short pass holds a few tokens, whose products would
+  // otherwise cost as much as a full tile's. Only those fragments' activations are copied.
+  const int fragments = max(0, min(kTokenFragments, (count - token0 + 7) / 8));
+  const int tokens = min(kTileTokens, (count + 7) / 8 * 8);
 
   float acc[kRowFragments][kTokenFragments][4] = {};
   float acc_up[Gated ? kRowFragments : 1][kTokenFragments][4] = {};
@@ -390,11 +395,11 @@ __global__ void __launch_bounds__(kThreads) mmq_kernel(MmqArgs a) {
   for (int step = 0; step < a.steps; ++step) {
     load_weights<Type>(weights[0], a.w + offset, a, first_row, step);
     if constexpr (Gated) load_weights<Type>(weights[1], a.w_up + offset, a, first_row, step);
-    load_activations<Type>(activations, x_rows, a, step);
+    load_activations<Type>(activations, x_rows, a, step, tokens);
     __syncthreads();
-    if (busy) {
-      multiply_step<Type>(weights[0], activations, row0, token0, acc);
-      if constexpr (Gated) multiply_step<Type>(weights[1], activations, row0, token0, acc_up);
+    if (fragments > 0) {
+      multiply_step<Type>(weights[0], activations, row0, token0, fragments, acc);
+      if constexpr (Gated) multiply_step<Type>(weights[1], activations, row0, token0, fragments, acc_up);
     }
     __syncthreads();
   }
