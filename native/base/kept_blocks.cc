@@ -7,8 +7,14 @@
 #include <cstdlib>
 #include <iterator>
 #include <new>
+#include <system_error>
 
 namespace bloomery {
+
+namespace {
+// Kept blocks are handed out with at least this alignment (what replenish()'s blocks have).
+constexpr size_t kKeptAlignment = alignof(std::max_align_t);
+}  // namespace
 
 void* KeptBlocks::do_allocate(size_t bytes, size_t alignment) {
   bytes = std::max<size_t>(bytes, 1);
@@ -53,7 +59,64 @@ void KeptBlocks::release_beyond(size_t keep) noexcept {
   }
 }
 
+size_t KeptBlocks::serving(size_t bytes, size_t alignment) const {
+  size_t n = 0;
+  for (auto fit = kept_.lower_bound(bytes); fit != kept_.end() && fit->first <= bytes + bytes / 2; ++fit) {
+    n += reinterpret_cast<uintptr_t>(fit->second) % alignment == 0;
+  }
+  return n;
+}
+
+void KeptBlocks::replenish(size_t bytes, size_t count) {
+  bytes = std::max<size_t>(bytes, 1);
+  std::lock_guard lock(mutex_);
+  if (stopping_) return;
+  wish_ = Wish{bytes, count};
+  if (!replenisher_.joinable()) {
+    try {
+      replenisher_ = std::thread([this] { replenishing(); });
+    } catch (const std::system_error&) {
+      wish_.reset();  // no thread: allocations make their own blocks
+      return;
+    }
+  }
+  wake_.notify_one();
+}
+
+void KeptBlocks::replenishing() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    wake_.wait(lock, [this] { return stopping_ || wish_; });
+    if (stopping_) return;
+    const Wish wish = *wish_;
+    if (serving(wish.bytes, kKeptAlignment) >= wish.count || kept_bytes_ + wish.bytes > keep_) {
+      wish_.reset();
+      continue;
+    }
+    lock.unlock();
+    void* block = nullptr;
+    try {
+      block = fresh(wish.bytes, kKeptAlignment);
+    } catch (const std::bad_alloc&) {
+    }
+    lock.lock();
+    if (!block) {
+      wish_.reset();
+      continue;
+    }
+    kept_.emplace(wish.bytes, block);
+    kept_bytes_ += wish.bytes;
+    release_beyond(keep_);
+  }
+}
+
 void KeptBlocks::release_kept() noexcept {
+  {
+    const std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (replenisher_.joinable()) replenisher_.join();
   const std::lock_guard lock(mutex_);
   release_beyond(0);
 }
@@ -62,7 +125,7 @@ namespace {
 constexpr size_t kHugePage = size_t{2} << 20;
 }
 
-void* HostBlocks::fresh(size_t bytes, size_t alignment) {
+void* allocate_host_block(size_t bytes, size_t alignment) {
   const bool huge = bytes >= kHugePage;
   const size_t align = std::max(alignment, huge ? kHugePage : alignof(std::max_align_t));
   // aligned_alloc takes a size that is a multiple of the alignment.
@@ -72,6 +135,8 @@ void* HostBlocks::fresh(size_t bytes, size_t alignment) {
     madvise(block, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);  // advice only: its failure leaves small pages
   return block;
 }
+
+void* HostBlocks::fresh(size_t bytes, size_t alignment) { return allocate_host_block(bytes, alignment); }
 
 void HostBlocks::release(void* block) noexcept { std::free(block); }
 

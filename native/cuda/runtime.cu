@@ -1,7 +1,9 @@
 #include <cuda_runtime.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <iterator>
 #include <new>
 #include <string_view>
@@ -131,17 +133,29 @@ HostRegistration::~HostRegistration() {
 }
 
 void* PinnedPool::fresh(size_t bytes, size_t alignment) {
-  // cudaHostAlloc's blocks are page-aligned.
-  if (alignment > 4096) throw std::bad_alloc();
-  void* block = nullptr;
-  if (cudaHostAlloc(&block, bytes, cudaHostAllocPortable) != cudaSuccess) {
-    cudaGetLastError();
+  if (alignment > (size_t{2} << 20)) throw std::bad_alloc();
+  constexpr size_t kPage = 4096;  // registrations take whole pages
+  const size_t pages = (bytes + kPage - 1) / kPage * kPage;
+  void* block = allocate_host_block(pages, std::max(alignment, kPage));
+  // Touched here, a fault per huge page where the host gives them, so the registration only pins
+  // what is there.
+  std::memset(block, 0, pages);
+  int current = 0;
+  const bool registered = cudaGetDevice(&current) == cudaSuccess && cudaSetDevice(device_) == cudaSuccess &&
+                          cudaHostRegister(block, pages, cudaHostRegisterPortable) == cudaSuccess;
+  if (!registered) cudaGetLastError();
+  cudaSetDevice(current);  // the calling thread's device as it was
+  if (!registered) {
+    std::free(block);
     throw std::bad_alloc();
   }
   return block;
 }
 
-void PinnedPool::release(void* block) noexcept { cudaFreeHost(block); }
+void PinnedPool::release(void* block) noexcept {
+  cudaHostUnregister(block);
+  std::free(block);
+}
 
 Stream::Stream() {
   cudaStream_t s = nullptr;

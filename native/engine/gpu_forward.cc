@@ -2292,6 +2292,7 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
   // Taken after g, so that a failed upload lets go of it before g's deleter takes it again.
   const std::lock_guard exclusive(hybrid_passes());
   g->device = options.device;
+  g->state_pool = std::make_unique<cuda::PinnedPool>(kKeptStateMemory, g->device);  // allocates nothing yet
   g->params = p;
   g->context_size = context_size;
   g->latent_tiles = p.mla.kv_lora_rank > 0;
@@ -2777,10 +2778,9 @@ void restore_recurrent_on_device(GpuModel& model, GpuSequence& sequence) {
                    model.stream.handle());
 }
 
-std::pmr::memory_resource& state_memory(GpuModel& model) {
-  if (!model.state_pool) model.state_pool = std::make_unique<cuda::PinnedPool>(kKeptStateMemory);
-  return *model.state_pool;
-}
+std::pmr::memory_resource& state_memory(GpuModel& model) { return *model.state_pool; }
+
+void ready_state_memory(GpuModel& model, size_t bytes, size_t count) { model.state_pool->replenish(bytes, count); }
 
 }  // namespace bloomery::engine
 
@@ -2832,6 +2832,7 @@ void restore_kv(GpuModel&, GpuSequence&, int64_t, int64_t, int64_t, const uint16
   refuse();
 }
 std::pmr::memory_resource& state_memory(GpuModel&) { refuse(); }
+void ready_state_memory(GpuModel&, size_t, size_t) { refuse(); }
 
 }  // namespace bloomery::engine
 

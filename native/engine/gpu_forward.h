@@ -194,10 +194,13 @@ void keep_recurrent_on_device(GpuModel& model, GpuSequence& sequence);
 void restore_recurrent_on_device(GpuModel& model, GpuSequence& sequence);
 
 // Page-locked host memory for the states the prompt-state cache keeps of the model's sessions and
-// for the sessions' checkpoints (cuda::PinnedPool, made on first use): copy_kv_to_host and
+// for the sessions' checkpoints (cuda::PinnedPool, made at upload, allocating nothing until used): copy_kv_to_host and
 // copy_recurrent_to_host fill them and restore_kv reads them at the link's speed. At most
 // kKeptStateMemory bytes of freed states are kept page-locked for reuse.
 inline constexpr size_t kKeptStateMemory = size_t{1} << 30;
 std::pmr::memory_resource& state_memory(GpuModel& model);
+// Has state_memory make `count` blocks of `bytes` ahead, on a thread of its own (KeptBlocks::replenish):
+// a GPU sequence's checkpoints take them in the middle of its prompts.
+void ready_state_memory(GpuModel& model, size_t bytes, size_t count);
 
 }  // namespace bloomery::engine

@@ -50,6 +50,9 @@ inline constexpr int64_t kPromptTailCheckpoint = 4;
 // A session keeps the recurrent states of its own last checkpoints, this many at most (the oldest
 // out first): those of one prompt of up to 64 times kCheckpointSpacing tokens, or of a few turns.
 inline constexpr size_t kSessionCheckpoints = 8;
+// Page-locked blocks a GPU session with recurrent layers keeps made ahead for its next checkpoints:
+// a generation's prompt takes two before its first token (its tail and its end).
+inline constexpr size_t kReadyCheckpoints = 2;
 // Freed host memory of a CPU model's states (sessions' checkpoints, the prompt-state cache's states)
 // kept for the next state, at most this much: its pages are touched already (base/kept_blocks.h).
 // It holds four of Qwen3.6-35B-A3B's 63 MiB of recurrent states. A GPU model keeps its states
@@ -225,6 +228,8 @@ class Session {
   void restore_checkpoint(int64_t n);
   // Appends the recurrent states, those after `at` tokens, to checkpoints_. The caller holds the compute lock.
   void keep_checkpoint(int64_t at, bool draft);
+  // Has kReadyCheckpoints page-locked blocks of a checkpoint's size made ahead (a GPU sequence's).
+  void ready_checkpoints();
   // Sets the recurrent states (the session's GPU sequence's, or its cache's) from a checkpoint's or a state's.
   void load_recurrent(const float* recurrent);
   // The first position the windowed layers' caches still hold (0: every position held).

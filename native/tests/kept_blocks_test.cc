@@ -1,10 +1,13 @@
 // HostBlocks (base/kept_blocks.h): a freed block serves the next allocation it fits (at most half
 // as large again), the kept blocks stay under their cap (the largest going first), large blocks
-// are aligned to 2 MiB, and a pmr vector's storage comes back for the next one.
+// are aligned to 2 MiB, a pmr vector's storage comes back for the next one, and replenish() makes
+// blocks ahead on a thread of its own, within the cap.
 #include "base/kept_blocks.h"
 
+#include <chrono>
 #include <cstdint>
 #include <memory_resource>
+#include <thread>
 #include <vector>
 
 #include "tests/check.h"
@@ -77,4 +80,36 @@ TEST(kept_blocks_give_a_pmr_vector_its_predecessor_s_storage) {
   CHECK(next.data() == first && blocks.kept_bytes() == 0)
       << "a checkpoint's recurrent states reuse the last one's pages";
   CHECK(next.back() == 1.0f);
+}
+
+namespace {
+// Waits up to 10 s for the replenishing thread to keep `bytes`; the bytes kept then.
+size_t kept_within(HostBlocks& blocks, size_t bytes) {
+  for (int i = 0; i < 1000 && blocks.kept_bytes() < bytes; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return blocks.kept_bytes();
+}
+}  // namespace
+
+TEST(kept_blocks_replenish_ahead_within_their_cap) {
+  HostBlocks blocks(64 * kMiB);
+  blocks.replenish(10 * kMiB, 2);
+  CHECK(kept_within(blocks, 20 * kMiB) == 20 * kMiB) << blocks.kept_bytes();
+  // Allocations of that size take the blocks made ahead.
+  void* a = blocks.allocate(10 * kMiB);
+  void* b = blocks.allocate(9 * kMiB);
+  CHECK(blocks.kept_bytes() == 0) << blocks.kept_bytes();
+  // A wish the kept blocks already meet makes none: a and b back, two of 10 MiB kept.
+  blocks.deallocate(a, 10 * kMiB);
+  blocks.deallocate(b, 9 * kMiB);
+  blocks.replenish(10 * kMiB, 2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  CHECK(blocks.kept_bytes() == 20 * kMiB) << blocks.kept_bytes();
+  // One more block of 40 MiB fits the cap of 64 beside the 20 kept; a second would pass it.
+  blocks.replenish(40 * kMiB, 2);
+  CHECK(kept_within(blocks, 60 * kMiB) == 60 * kMiB) << blocks.kept_bytes();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  CHECK(blocks.kept_bytes() == 60 * kMiB) << blocks.kept_bytes();
+  // The destructor stops a thread that is still making blocks (a wish of many small ones).
+  blocks.replenish(kMiB / 2, 40);
 }
