@@ -104,6 +104,29 @@ describe("llama.cpp-native endpoints", () => {
     expect(text).toMatch(/^llamacpp:tokens_predicted_total \d+/m);
   });
 
+  it("takes a prompt of token ids, alone or among texts, and refuses an id outside the vocabulary by its place", async () => {
+    const ids = Array.from(server.model.tokenize(prompt, { special: true, addSpecial: false }));
+    const body = { n_predict: 8, temperature: 0, return_tokens: true };
+    const fromText = await (await postJson(`${server.url}/completion`, { ...body, prompt })).json();
+    const fromIds = await (await postJson(`${server.url}/completion`, { ...body, prompt: ids })).json();
+    expect(fromIds.tokens).toEqual(fromText.tokens);
+    expect(fromIds.tokens_evaluated).toBe(ids.length);
+    // A text among ids is tokenized in its place (no BOS but first): the text of the last ids gives them back.
+    const split = ids.length - 3;
+    const tail = server.model.detokenize(ids.slice(split), { special: true });
+    const mixed = await (
+      await postJson(`${server.url}/completion`, { ...body, prompt: [...ids.slice(0, split), tail] })
+    ).json();
+    expect(mixed.tokens_evaluated).toBe(
+      split + server.model.tokenize(tail, { special: true, addSpecial: false }).length,
+    );
+    for (const bad of [server.model.info.vocabSize, -1, 1.5]) {
+      const refused = await postJson(`${server.url}/completion`, { ...body, prompt: [ids[0], ids[1], bad, "x"] });
+      expect(refused.status).toBe(400);
+      expect((await refused.json()).error.message).toMatch(/'prompt\[2\]'.*token id below/);
+    }
+  });
+
   it("refuses unknown fields, wrong types and long prompts with llama-server's error shape", async () => {
     const unknown = await postJson(`${server.url}/completion`, { prompt: "x", mirostat: 2 });
     expect(unknown.status).toBe(400);
