@@ -63,6 +63,7 @@ async function ours(options) {
   const session = model.createSession();
   await promptRate(session, 64, vocab);
   const prompt512 = Math.max(await promptRate(session, 512, vocab), await promptRate(session, 512, vocab));
+  const beforeLong = model.stats().offload;
   const prompt4096 = await promptRate(session, 4096, vocab);
   const before = model.stats();
   // With host experts: what the prompts' streamed passes copied, and how fast (their limit).
@@ -87,6 +88,14 @@ async function ours(options) {
           streamedPasses: offload.streamedPasses,
           streamedGB: offload.streamedBytes / 1e9,
           streamedGBPerSecond: offload.streamedBytesPerSecond / 1e9,
+          // The prompt of 4,096 alone: how many passes streamed and the CPU ran (its checkpoints split it), and
+          // what they copied.
+          prompt4096Offload: {
+            streamedPasses: offload.streamedPasses - beforeLong.streamedPasses,
+            cpuPasses: offload.passes - beforeLong.passes,
+            streamedGB: (offload.streamedBytes - beforeLong.streamedBytes) / 1e9,
+            wallSeconds: offload.wallSeconds - beforeLong.wallSeconds,
+          },
         }
       : {}),
     ...(decodeAtDepth === undefined ? {} : { depth: DEPTH, decodeAtDepthTokensPerSecond: decodeAtDepth }),
