@@ -434,6 +434,37 @@ describe("modelFootprint", () => {
     },
   );
 
+  it.skipIf(!cuda)(
+    "plans DeepSeek-V4-Flash's whole file (header-only) on a 24 GiB GPU: 128 GiB of host RAM holds the rest, 64 GiB pages it from disk",
+    async () => {
+      const GiB = 2 ** 30;
+      const path = join(dir, "deepseek-v4-flash.gguf");
+      await writeSyntheticModel(path, { preset: "deepseek-v4-flash", headerOnly: true });
+      const f = await modelFootprint(path, { contextSize: 32_768 });
+      rmSync(path);
+      expect(f.expertBytes).toHaveLength(43);
+      const all = 43 * f.experts;
+      const total = (plan: OffloadPlan, tier: "gpu" | "host" | "disk") =>
+        plan.layers.reduce((n, layer) => n + (layer[tier] ?? []).length, 0);
+      // 136 GB at the slice's Q3_K_M-like mix: the GPU takes what its 24 GiB leave for experts, host RAM the rest.
+      const roomy = planOffload(f, { gpu: 24 * GiB, hostRam: 128 * GiB });
+      expect(total(roomy, "gpu")).toBeGreaterThan(0);
+      expect(total(roomy, "gpu") + total(roomy, "host")).toBe(all);
+      expect(total(roomy, "disk")).toBe(0);
+      expect(roomy.bytes.gpu.total).toBeLessThanOrEqual(24 * GiB);
+      expect(roomy.bytes.host).toBeLessThanOrEqual(128 * GiB);
+      expect(roomy.arena.slots).toBe(0);
+      // With 64 GiB the host experts cannot all stay: every one not on the GPU is paged from the file into an arena
+      // that RAM holds, with room for the widest layer's.
+      const tight = planOffload(f, { gpu: 24 * GiB, hostRam: 64 * GiB });
+      expect(total(tight, "host")).toBe(0);
+      expect(total(tight, "disk")).toBe(all - total(tight, "gpu"));
+      expect(tight.arena.bytes).toBeLessThanOrEqual(64 * GiB);
+      expect(tight.arena.slots).toBeGreaterThanOrEqual(Math.max(...tight.layers.map((l) => (l.disk ?? []).length)));
+      for (const layer of tight.layers) expect(layer.reason).toMatch(/paged from disk/);
+    },
+  );
+
   it("is what loadModel plans with; a plan with GPU experts without gpu is refused", async () => {
     const path = join(dir, "tiny-qwen3moe.gguf");
     await writeSyntheticModel(path, { preset: "tiny-qwen3moe", weightType: "Q4_K" });

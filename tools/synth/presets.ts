@@ -937,6 +937,18 @@ export const PRESETS: Record<string, SynthPreset> = {
     fileType: 12, // LLAMA_FTYPE_MOSTLY_Q3_K_M
   },
   "deepseek-v4-flash-slice": DEEPSEEK_V4_FLASH_SLICE,
+  // The whole file's shapes, for plans on a header-only file (--header-only): too large to write in full here.
+  "deepseek-v4-flash": {
+    ...DEEPSEEK_V4_FLASH_SLICE,
+    name: "deepseek-v4-flash",
+    description:
+      "DeepSeek-V4-Flash's shapes, all 43 layers (ratios 0, 0, then 4 and 128 in turn), 256 experts (6 used) + 1 shared, the slice's Q3_K_M-like mix, for plans (--header-only)",
+    layers: 43,
+    deepseek4: {
+      ...DEEPSEEK_V4_FLASH_SLICE.deepseek4!,
+      compressRatios: [0, 0, ...Array.from({ length: 41 }, (_, i) => (i % 2 === 0 ? 4 : 128))],
+    },
+  },
   "deepseek4-cpu": {
     ...DEEPSEEK_V4_FLASH_SLICE,
     name: "deepseek4-cpu",
