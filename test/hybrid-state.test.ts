@@ -154,6 +154,15 @@ describe.each(FAMILIES)("a session with recurrent layers ($preset)", ({ preset, 
     }
   });
 
+  it("takes a prompt's checkpoints inside its passes, or (windowed layers) ends passes on them", async () => {
+    const model = await open(preset, { cacheRam: "256MiB", contextSize: 1300 });
+    const before = model.stats().passes;
+    await model.createSession().generate(tokens(1200, 50), { maxTokens: 1 }).result;
+    // Checkpoints at 176, 688, the tail 1,196 and 1,200: passes of the default 256-row step, five,
+    // or six ending on them ([0, 176), [176, 432) ... [944, 1,196), [1,196, 1,200)).
+    expect(model.stats().passes - before).toBe(windowed ? 6 : 5);
+  });
+
   it("evaluates only the last tokens of a prompt it ran before (a regenerated answer)", async () => {
     const model = await open(preset, { cacheRam: 0 });
     const prompt = tokens(300, 40);

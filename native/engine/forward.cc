@@ -4,6 +4,7 @@
 #include <cmath>
 #include <functional>
 
+#include "base/error.h"
 #include "cpu/attention.h"
 #include "cpu/causal_conv.h"
 #include "cpu/delta_rule.h"
@@ -202,16 +203,26 @@ void delta_net_attention(const HyperParams& p, const model::AttentionWeights& a,
     const auto rows = static_cast<int64_t>(part.tokens.size());
     float* state = part.cache->recurrent(layer);
     if (part.first_position == 0) std::fill_n(state, d.state_floats(), 0.0f);
-    float* mixed = s.mixed.data() + row * channels;
-    cpu::causal_conv_silu(mixed, rows, channels, channels, d.conv_kernel, w.conv, state);
-    // A token's q heads, then its k heads, are L2-normed each.
-    for (int64_t t = 0; t < rows; ++t) {
-      cpu::l2_norm(mixed + t * channels, 2 * d.k_heads, d.head_dim, d.head_dim, p.rms_epsilon);
+    // The rows run up to each snapshot, whose copy of the state is then taken, and on to the end:
+    // the convolution and the rule carry their states from one run into the next.
+    int64_t done = 0;
+    for (size_t cut = 0; cut <= part.snapshots.size(); ++cut) {
+      const int64_t until = cut < part.snapshots.size() ? part.snapshots[cut].rows : rows;
+      const int64_t first = row + done, count = until - done;
+      float* mixed = s.mixed.data() + first * channels;
+      cpu::causal_conv_silu(mixed, count, channels, channels, d.conv_kernel, w.conv, state);
+      // A token's q heads, then its k heads, are L2-normed each.
+      for (int64_t t = 0; t < count; ++t) {
+        cpu::l2_norm(mixed + t * channels, 2 * d.k_heads, d.head_dim, d.head_dim, p.rms_epsilon);
+      }
+      cpu::gated_delta_rule(shape, count, mixed, mixed + d.key_width(), channels, mixed + 2 * d.key_width(), channels,
+                            s.decay.data() + first * d.v_heads, s.beta.data() + first * d.v_heads,
+                            state + d.conv_floats(), s.attention.data() + first * value_width, value_width, pool);
+      if (cut < part.snapshots.size()) {
+        std::copy_n(state, d.state_floats(), part.snapshots[cut].states + part.cache->recurrent_offset(layer));
+      }
+      done = until;
     }
-    float* out = s.attention.data() + row * value_width;
-    cpu::gated_delta_rule(shape, rows, mixed, mixed + d.key_width(), channels, mixed + 2 * d.key_width(), channels,
-                          s.decay.data() + row * d.v_heads, s.beta.data() + row * d.v_heads, state + d.conv_floats(),
-                          out, value_width, pool);
     row += rows;
   }
   cpu::rms_norm(s.attention.data(), n * d.v_heads, d.head_dim, d.head_dim, w.norm, p.rms_epsilon, s.attention.data(),
@@ -570,9 +581,35 @@ void head(const model::Model& model, const float* norm, const cpu::WeightMatrix&
 
 }  // namespace
 
+bool takes_snapshots(const model::Model& model) {
+  const std::vector<uint8_t> windowed = model::windowed_layers(model);
+  return std::none_of(windowed.begin(), windowed.end(), [](uint8_t w) { return w != 0; }) &&
+         std::none_of(model.layers.begin(), model.layers.end(),
+                      [](const model::LayerWeights& l) { return !l.attention.compressed.compressor.empty(); });
+}
+
+void check_snapshots(std::span<const StateSnapshot> snapshots, int64_t rows, bool taken) {
+  if (snapshots.empty()) return;
+  if (!taken) {
+    throw Error("INVALID_ARGUMENT",
+                "this model's passes take no recurrent states inside their rows (windowed layers or compressors)");
+  }
+  int64_t after = 0;
+  for (const StateSnapshot& snapshot : snapshots) {
+    if (snapshot.rows <= after || snapshot.rows >= rows || snapshot.states == nullptr) {
+      throw Error("INVALID_ARGUMENT", "a pass's snapshots lie inside its part's rows, in order");
+    }
+    after = snapshot.rows;
+  }
+}
+
 void forward(const model::Model& model, std::span<const SequenceRows> batch, std::vector<float>& logits,
              ForwardScratch& s, cpu::ThreadPool& pool, ExpertArena* arena) {
   const HyperParams& p = model.params;
+  for (const SequenceRows& part : batch) {
+    check_snapshots(part.snapshots, static_cast<int64_t>(part.tokens.size()),
+                    part.snapshots.empty() || takes_snapshots(model));
+  }
   const int64_t n = begin_rows(model, model.token_embedding, batch, s.residual, s);
   if (p.hyper.streams > 0) spread_streams(p, n, s);
   s.routed.assign(static_cast<size_t>(p.layers * p.experts), 0);

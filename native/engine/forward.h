@@ -77,6 +77,22 @@ struct ForwardScratch {
 // pool (engine/pooling.h).
 enum class LogitRows : uint8_t { kLast, kAll, kEmbeddings };
 
+// The recurrent states a pass takes inside a sequence's rows (a checkpoint that does not end the
+// pass): after its first `rows` rows (0 < rows < its rows), every layer of linear attention's
+// state into `states`, in the layout of KvCache::copy_recurrent_out (gpu_recurrent_floats on
+// the GPU). Only models whose every recurrent state is linear attention's and that have no
+// windowed layers take them: a compressor's rings and a window's rows would be past the
+// checkpoint by the pass's end (forward refuses with INVALID_ARGUMENT).
+struct StateSnapshot {
+  int64_t rows = 0;
+  float* states = nullptr;
+};
+// Whether passes of `model` can take StateSnapshots.
+bool takes_snapshots(const model::Model& model);
+// INVALID_ARGUMENT unless `snapshots` of a part of `rows` rows are in order inside them and the
+// model takes them (`taken`: takes_snapshots).
+void check_snapshots(std::span<const StateSnapshot> snapshots, int64_t rows, bool taken);
+
 // One sequence's rows in a pass: `tokens` at positions [first_position, first_position +
 // tokens.size()), whose keys and values go to `cache` (and whose linear layers' recurrent
 // states there are those after first_position - 1; a pass from position 0 begins them anew).
@@ -88,6 +104,8 @@ struct SequenceRows {
   // Also each row's hidden state as the model's next-token-prediction layer takes it with the next
   // token (engine/mtp_draft.h), in scratch.hidden.
   bool keep_hidden = false;
+  // States taken inside the rows, in order of their rows.
+  std::span<const StateSnapshot> snapshots;
 };
 
 // The floats of a hidden state the model's next-token-prediction layer takes (NextnLayer::hidden):

@@ -304,6 +304,7 @@ class GpuModel : public GpuWeights {
   int64_t context_size = 0;          // the most positions a sequence's KV cache holds: what the workspace is sized for
   int64_t pass_rows = kGpuPassRows;  // the most rows of a pass (gpu_pass_rows)
   LayerKinds kinds;
+  bool takes_snapshots = false;  // forward.h's takes_snapshots
   // Whether every layer's per-head latent products (k_b, v_b) have tiled kernels: one grouping
   // of a pass's (token, head) slots serves them all, so they take the tiles together or not at all.
   bool latent_tiles = false;
@@ -1159,6 +1160,9 @@ struct PassLayout {
   struct Segment {
     GpuSequence* sequence;
     int64_t first_row, rows;
+    // The part's snapshots in these rows, `rows` counted from the segment's first (at most its
+    // rows: a part that goes on in the next pass can take one at this pass's end).
+    std::vector<StateSnapshot> snapshots;
   };
   struct Run {  // rows [first_row, first_row + rows)
     int64_t first_row, rows;
@@ -1812,18 +1816,49 @@ struct Pass {
       mul_all({{&w.beta, f(ws.beta), false}, {&w.alpha, f(ws.decay), false}}, x);
     }
     cuda::delta_net_gates(f(ws.beta), f(ws.decay), n, d.v_heads, w.dt_bias, w.decay_rate, stream);
-    segment_groups(cuda::kMaxRecurrentSegments, [&](int64_t first_row, std::span<const PassLayout::Segment> parts) {
-      cuda::RecurrentSegments states;
-      states.count = static_cast<int>(parts.size());
-      for (size_t i = 0; i < parts.size(); ++i) {
-        states.first_row[i] = static_cast<int>(parts[i].first_row - first_row);
-        states.first_row[i + 1] = static_cast<int>(parts[i].first_row + parts[i].rows - first_row);
-        states.states[i] = parts[i].sequence->recurrent_of(layer);
-      }
+    // The convolution and the rule over `states`' segments, their rows counted from `first_row`.
+    const auto run = [&](const cuda::RecurrentSegments& states, int64_t first_row) {
       float* mixed = f(ws.mixed) + first_row * d.channels();
       cuda::delta_net_conv(mixed, states, shape, w.conv, p.rms_epsilon, stream);
       cuda::delta_net_rule(mixed, f(ws.decay) + first_row * d.v_heads, f(ws.beta) + first_row * d.v_heads, states,
                            shape, f(ws.attention) + first_row * d.value_width(), stream);
+    };
+    segment_groups(cuda::kMaxRecurrentSegments, [&](int64_t first_row, std::span<const PassLayout::Segment> parts) {
+      const bool snapshots = std::any_of(parts.begin(), parts.end(),
+                                         [](const PassLayout::Segment& part) { return !part.snapshots.empty(); });
+      if (!snapshots) {
+        cuda::RecurrentSegments states;
+        states.count = static_cast<int>(parts.size());
+        for (size_t i = 0; i < parts.size(); ++i) {
+          states.first_row[i] = static_cast<int>(parts[i].first_row - first_row);
+          states.first_row[i + 1] = static_cast<int>(parts[i].first_row + parts[i].rows - first_row);
+          states.states[i] = parts[i].sequence->recurrent_of(layer);
+        }
+        run(states, first_row);
+        return;
+      }
+      // Each part alone, its rows up to each snapshot, whose copy of the layer's state then goes
+      // to the host behind them, and on: the convolution's and the rule's states carry from one
+      // run into the next as from one pass into the next.
+      for (const PassLayout::Segment& part : parts) {
+        float* state = part.sequence->recurrent_of(layer);
+        int64_t done = 0;
+        for (size_t cut = 0; cut <= part.snapshots.size(); ++cut) {
+          const int64_t until = cut < part.snapshots.size() ? part.snapshots[cut].rows : part.rows;
+          if (until > done) {
+            cuda::RecurrentSegments alone;
+            alone.count = 1;
+            alone.first_row[1] = static_cast<int>(until - done);
+            alone.states[0] = state;
+            run(alone, part.first_row + done);
+          }
+          if (cut < part.snapshots.size()) {
+            cuda::copy_to_host(part.snapshots[cut].states + part.sequence->recurrent_before[layer], state,
+                               static_cast<size_t>(d.state_floats()) * sizeof(float), stream);
+          }
+          done = until;
+        }
+      }
     });
     norm_rows(f(ws.attention), n * d.v_heads, d.head_dim, w.head_norm, f(ws.attention));
     cuda::swiglu(f(ws.z), f(ws.attention), n * d.value_width(), f(ws.attention), stream);
@@ -2158,7 +2193,14 @@ PassLayout pass_layout(std::span<const GpuSequenceRows> batch, const std::vector
   for (size_t i = 0; i < batch.size(); ++i) {
     const int64_t begin = std::max(first_row[i], first), end = std::min(first_row[i + 1], first + n);
     if (begin >= end) continue;
-    layout.segments.push_back({batch[i].sequence, begin - first, end - begin});
+    PassLayout::Segment& segment =
+        layout.segments.emplace_back(PassLayout::Segment{batch[i].sequence, begin - first, end - begin, {}});
+    const int64_t done = begin - first_row[i];
+    for (const StateSnapshot& snapshot : batch[i].snapshots) {
+      if (snapshot.rows > done && snapshot.rows <= done + segment.rows) {
+        segment.snapshots.push_back({snapshot.rows - done, snapshot.states});
+      }
+    }
     if (batch[i].rows == LogitRows::kEmbeddings || batch[i].keep_hidden) layout.add_hidden(begin - first, end - begin);
     if (batch[i].rows == LogitRows::kAll) {
       layout.add_output(begin - first, end - begin);
@@ -2325,6 +2367,7 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
   const uint64_t available = options.budget > 0 ? std::min<uint64_t>(options.budget, usable) : usable;
   const uint64_t staging = resident < all && !arena ? ExpertStream::staging_bytes(model, streamed) : 0;
   g->kinds = LayerKinds(model);
+  g->takes_snapshots = takes_snapshots(model);
   g->pass_rows = staging > 0 ? streamed_pass_rows(p, g->kinds, context_size, staging) : kGpuPassRows;
   const size_t kv = kv_bytes(p, g->kinds, context_size, g->pass_rows);
   const size_t workspace = workspace_bytes(p, g->kinds, context_size, g->pass_rows);
@@ -2447,6 +2490,9 @@ void gpu_forward(GpuModel& model, std::span<const GpuSequenceRows> batch, std::v
       positions.push_back(static_cast<int32_t>(part.first_position + static_cast<int64_t>(i)));
     }
     first_row.push_back(static_cast<int64_t>(tokens.size()));
+  }
+  for (const GpuSequenceRows& part : batch) {
+    check_snapshots(part.snapshots, static_cast<int64_t>(part.tokens.size()), model.takes_snapshots);
   }
   const auto total = static_cast<int64_t>(tokens.size());
   std::vector<PassLayout> passes;

@@ -125,6 +125,9 @@ struct GpuSequenceRows {
   // Also each row's hidden state after the output norm, as the model's next-token-prediction layer
   // takes it (forward.h's SequenceRows::keep_hidden), among the returned hidden states.
   bool keep_hidden = false;
+  // Recurrent states taken inside the rows (forward.h's StateSnapshot, in gpu_recurrent_floats'
+  // layout), copied out on the model's stream: they are there when gpu_forward returns.
+  std::span<const StateSnapshot> snapshots;
 };
 
 // forward() on the GPU: the same contract (the caller checks tokens, positions and that no

@@ -121,6 +121,12 @@ int64_t KvCache::recurrent_floats() const {
   return n;
 }
 
+int64_t KvCache::recurrent_offset(int64_t layer) const {
+  int64_t n = 0;
+  for (int64_t l = 0; l < layer; ++l) n += static_cast<int64_t>(layers_[l].recurrent.size());
+  return n;
+}
+
 void KvCache::copy_recurrent_out(float* recurrent) const {
   for (const Layer& l : layers_) recurrent = std::copy(l.recurrent.begin(), l.recurrent.end(), recurrent);
 }

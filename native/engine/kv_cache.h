@@ -68,6 +68,8 @@ class KvCache {
   // The recurrent states alone (every linear layer's, in layer order, as copy_out writes them):
   // a session's checkpoints, whose positions' rows the cache still holds.
   int64_t recurrent_floats() const;
+  // Where a layer's recurrent state begins in that layout: the floats of the layers' before it.
+  int64_t recurrent_offset(int64_t layer) const;
   void copy_recurrent_out(float* recurrent) const;
   void copy_recurrent_in(const float* recurrent);
 

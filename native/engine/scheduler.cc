@@ -81,6 +81,9 @@ struct Scheduler::Pass {
     int64_t first_position = 0;
     bool decode = false;     // a generated token fed back
     int32_t late_draft = 0;  // the draft model or the MTP layer is to draft this many tokens in execute()
+    // A prompt's (or an evaluation's) checkpoints inside the part, taken inside the pass
+    // (Session::take_pass_checkpoints): their positions, in order.
+    std::vector<int64_t> checkpoints;
   };
   std::vector<Part> parts;
   std::exception_ptr error;
@@ -427,15 +430,21 @@ void Scheduler::plan(Pass& pass) {
     const auto remaining = static_cast<int64_t>(r->input.size() - r->evaluated);
     if (remaining == 0) continue;
     int64_t take = std::min(remaining, runtime_.step_tokens());
-    // With recurrent layers, the passes of a prompt or an evaluation end on its checkpoints
-    // (kept in commit).
-    if (r->session->recurrent()) {
-      const int64_t at = r->base + static_cast<int64_t>(r->evaluated);
-      take = std::min(take, next_checkpoint(r->base + static_cast<int64_t>(r->input.size()), at, r->generating()) - at);
-    }
+    // With recurrent layers, a prompt's or an evaluation's checkpoints are kept in commit: those
+    // inside the part from the states the pass takes there where the model takes them inside its
+    // rows, else the passes end on them.
+    const int64_t at = r->base + static_cast<int64_t>(r->evaluated);
+    const int64_t end = r->base + static_cast<int64_t>(r->input.size());
+    const bool inside = r->session->checkpoints_inside_passes();
+    if (r->session->recurrent() && !inside) take = std::min(take, next_checkpoint(end, at, r->generating()) - at);
     if (take > room) break;
     const auto first = r->input.begin() + static_cast<ptrdiff_t>(r->evaluated);
-    pass.parts.push_back({r, std::vector<int32_t>(first, first + take), r->session->position_, false});
+    Pass::Part& part =
+        pass.parts.emplace_back(Pass::Part{r, std::vector<int32_t>(first, first + take), r->session->position_, false});
+    for (int64_t c = next_checkpoint(end, at, r->generating()); inside && c < at + take;
+         c = next_checkpoint(end, c, r->generating())) {
+      part.checkpoints.push_back(c);
+    }
     room -= take;
   }
 }
@@ -538,20 +547,31 @@ void Scheduler::execute(Pass& pass) {
       if (part.decode && part.tokens.size() > 1) session.keep_draft_checkpoint();
       session.begin_pass(part.first_position);
     }
+    std::vector<std::vector<StateSnapshot>> snapshots;
+    snapshots.reserve(pass.parts.size());
+    for (const Pass::Part& part : pass.parts) {
+      snapshots.push_back(part.checkpoints.empty()
+                              ? std::vector<StateSnapshot>()
+                              : part.request->session->take_pass_checkpoints(part.checkpoints, part.first_position));
+    }
     if (runtime_.gpu_) {
       std::vector<GpuSequenceRows> batch;
       batch.reserve(pass.parts.size());
-      for (const Pass::Part& part : pass.parts) {
+      for (size_t i = 0; i < pass.parts.size(); ++i) {
+        const Pass::Part& part = pass.parts[i];
         const Request& r = *part.request;
-        batch.push_back({r.session->gpu_.get(), part.tokens, part.first_position, logit_rows(part), r.drafts_mtp()});
+        batch.push_back(
+            {r.session->gpu_.get(), part.tokens, part.first_position, logit_rows(part), r.drafts_mtp(), snapshots[i]});
       }
       gpu_forward(*runtime_.gpu_, batch, logits_, scratch_.hidden, scratch_.replayed_routing);
     } else {
       std::vector<SequenceRows> batch;
       batch.reserve(pass.parts.size());
-      for (const Pass::Part& part : pass.parts) {
+      for (size_t i = 0; i < pass.parts.size(); ++i) {
+        const Pass::Part& part = pass.parts[i];
         const Request& r = *part.request;
-        batch.push_back({part.tokens, part.first_position, &r.session->cache_, logit_rows(part), r.drafts_mtp()});
+        batch.push_back(
+            {part.tokens, part.first_position, &r.session->cache_, logit_rows(part), r.drafts_mtp(), snapshots[i]});
       }
       forward(runtime_.model(), batch, logits_, scratch_, runtime_.pool_, runtime_.arena_.get());
     }
@@ -690,10 +710,15 @@ void Scheduler::commit(Pass& pass, Outbox& out) {
       // evaluation's end: a loop of one-token evaluations would copy its whole state every token.
       // So does a prompt's tail checkpoint: a prompt that shares all but its last tokens with a cached
       // one is served by the cached checkpoints below it.
-      if (next_checkpoint(end, at - 1, r.generating()) == at) {
-        const bool session_only = at == (r.generating() ? end - kPromptTailCheckpoint : end);
-        r.session->checkpoint(!session_only);
+      const auto to_cache = [&](int64_t checkpoint) {
+        return checkpoint != (r.generating() ? end - kPromptTailCheckpoint : end);
+      };
+      if (!part.checkpoints.empty()) {
+        std::vector<uint8_t> cached;
+        for (const int64_t c : part.checkpoints) cached.push_back(to_cache(c) ? 1 : 0);
+        r.session->keep_pass_checkpoints(cached);
       }
+      if (next_checkpoint(end, at - 1, r.generating()) == at) r.session->checkpoint(to_cache(at));
     }
     if (!r.generating() && all_rows) r.logits.insert(r.logits.end(), logits, logits + logit_rows * p.vocab);
     if (r.evaluated < r.input.size()) continue;  // more of the prompt next step

@@ -131,7 +131,8 @@ Session::Session(std::shared_ptr<Runtime> runtime)
       // On the GPU the sequence holds the rows and recurrent states: the host cache holds nothing.
       cache_(runtime_->on_gpu() ? KvCache(runtime_->model().params, {}, {}, 0)
                                 : KvCache(runtime_->model(), runtime_->context_size())),
-      recurrent_(model::has_recurrent_layers(runtime_->model())) {
+      recurrent_(model::has_recurrent_layers(runtime_->model())),
+      checkpoints_inside_passes_(recurrent_ && takes_snapshots(runtime_->model())) {
   if (runtime_->on_gpu()) gpu_ = create_gpu_sequence(*runtime_->gpu_, runtime_->context_size());
   if (gpu_ && recurrent_) ready_checkpoints();
 }
@@ -190,16 +191,44 @@ void Session::checkpoint(bool to_cache) {
   const int64_t at = recurrent_position_;
   if (!recurrent_ || at <= 0) return;
   // A pass ends past the checkpoints it leaves (begin_pass): `at` is the last.
-  if (checkpoints_.size() == kSessionCheckpoints) {
-    // The oldest goes: first to the cache where it was kept for it.
-    if (std::find(cache_checkpoints_.begin(), cache_checkpoints_.end(), checkpoints_.front().position) !=
-        cache_checkpoints_.end()) {
-      store_checkpoints_locked();
-    }
-    checkpoints_.erase(checkpoints_.begin());
-  }
+  make_room_for_checkpoint();
   keep_checkpoint(at, false);
-  if (!to_cache) return;
+  if (to_cache) cache_checkpoint(at);
+}
+
+std::vector<StateSnapshot> Session::take_pass_checkpoints(std::span<const int64_t> positions, int64_t first_position) {
+  pass_checkpoints_.clear();
+  std::vector<StateSnapshot> snapshots;
+  for (const int64_t at : positions) {
+    Checkpoint& kept = pass_checkpoints_.emplace_back(Checkpoint{at, checkpoint_memory(), false});
+    snapshots.push_back({at - first_position, kept.recurrent.data()});
+  }
+  return snapshots;
+}
+
+void Session::keep_pass_checkpoints(std::span<const uint8_t> to_cache) {
+  std::lock_guard lock(runtime_->compute_);
+  for (size_t i = 0; i < pass_checkpoints_.size(); ++i) {
+    make_room_for_checkpoint();
+    const int64_t at = pass_checkpoints_[i].position;
+    checkpoints_.push_back(std::move(pass_checkpoints_[i]));
+    if (i < to_cache.size() && to_cache[i] != 0) cache_checkpoint(at);
+  }
+  pass_checkpoints_.clear();
+  if (gpu_) ready_checkpoints();
+}
+
+void Session::make_room_for_checkpoint() {
+  if (checkpoints_.size() < kSessionCheckpoints) return;
+  // The oldest goes: first to the cache where it was kept for it.
+  if (std::find(cache_checkpoints_.begin(), cache_checkpoints_.end(), checkpoints_.front().position) !=
+      cache_checkpoints_.end()) {
+    store_checkpoints_locked();
+  }
+  checkpoints_.erase(checkpoints_.begin());
+}
+
+void Session::cache_checkpoint(int64_t at) {
   // Without windowed layers the rows before `at` stay as they are while the request goes on, and
   // the checkpoint keeps the recurrent states: the cache gets the state when the request ends, not
   // before the prompt's first token (copying it to fresh page-locked memory took ~60 ms per
@@ -231,38 +260,43 @@ void Session::store_checkpoints_locked() {
 
 void Session::keep_checkpoint(int64_t at, bool draft) {
   if (!gpu_) {
-    Checkpoint& kept = checkpoints_.emplace_back(Checkpoint{at, StateBuffer<float>(&runtime_->state_blocks_), draft});
-    kept.recurrent.resize(static_cast<size_t>(cache_.recurrent_floats()));
+    Checkpoint& kept = checkpoints_.emplace_back(Checkpoint{at, checkpoint_memory(), draft});
     cache_.copy_recurrent_out(kept.recurrent.data());
     return;
   }
-  // A GPU sequence's checkpoints are page-locked (state_memory), which the card writes at the
-  // link's speed: Qwen3.6-35B-A3B's 63 MiB took 1.2 ms on an H100 against 22 ms into ordinary
-  // memory, twice before a prompt's first token. Page-locking them there took longer still (29-44
-  // ms each), so the blocks are made ahead (ready_checkpoints). Memory the host cannot page-lock
-  // holds one in ordinary memory, as the prompt-state cache's states.
-  std::pmr::memory_resource* locked = &state_memory(*runtime_->gpu_);
   if (draft) {
     // A pass's drafts roll back on the card: its states are copied there, not to the host.
     keep_recurrent_on_device(*runtime_->gpu_, *gpu_);
-    checkpoints_.push_back(Checkpoint{at, StateBuffer<float>(locked), true, true});
+    checkpoints_.push_back(Checkpoint{at, StateBuffer<float>(&state_memory(*runtime_->gpu_)), true, true});
     return;
   }
-  const auto floats = static_cast<size_t>(gpu_recurrent_floats(*gpu_));
-  StateBuffer<float> recurrent = [&] {
-    StateBuffer<float> buffer(locked);
-    try {
-      buffer.resize(floats);
-      return buffer;
-    } catch (const std::bad_alloc&) {
-      StateBuffer<float> ordinary(&runtime_->state_blocks_);
-      ordinary.resize(floats);
-      return ordinary;
-    }
-  }();
+  StateBuffer<float> recurrent = checkpoint_memory();
   copy_recurrent_to_host(*runtime_->gpu_, *gpu_, recurrent.data());
   checkpoints_.push_back(Checkpoint{at, std::move(recurrent), false});
   ready_checkpoints();
+}
+
+StateBuffer<float> Session::checkpoint_memory() {
+  if (!gpu_) {
+    StateBuffer<float> buffer(&runtime_->state_blocks_);
+    buffer.resize(static_cast<size_t>(cache_.recurrent_floats()));
+    return buffer;
+  }
+  // A GPU sequence's checkpoints are page-locked (state_memory), which the card writes at the
+  // link's speed: Qwen3.6-35B-A3B's 63 MiB took 1.2 ms on an H100 against 22 ms into ordinary
+  // memory, several times before a prompt's first token. Page-locking them there took longer still
+  // (29-44 ms each), so the blocks are made ahead (ready_checkpoints). Memory the host cannot
+  // page-lock holds one in ordinary memory, as the prompt-state cache's states.
+  const auto floats = static_cast<size_t>(gpu_recurrent_floats(*gpu_));
+  StateBuffer<float> buffer(&state_memory(*runtime_->gpu_));
+  try {
+    buffer.resize(floats);
+    return buffer;
+  } catch (const std::bad_alloc&) {
+    StateBuffer<float> ordinary(&runtime_->state_blocks_);
+    ordinary.resize(floats);
+    return ordinary;
+  }
 }
 
 void Session::load_recurrent(const float* recurrent) {
@@ -313,6 +347,7 @@ void Session::restore_checkpoint(int64_t n) {
 
 void Session::begin_pass(int64_t first_position) {
   recurrent_position_ = -1;
+  pass_checkpoints_.clear();
   std::erase_if(checkpoints_, [first_position](const Checkpoint& c) { return c.position > first_position; });
 }
 
@@ -520,6 +555,7 @@ void Session::adopt(const SessionState& state, int64_t n) {
   position_ = n;
   recurrent_position_ = n;
   checkpoints_.clear();
+  pass_checkpoints_.clear();
   cache_checkpoints_.clear();
   fresh_ = state.shifted_from < n ? state.shifted_from : SessionState::kNoShift;
 }

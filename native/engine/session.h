@@ -51,8 +51,9 @@ inline constexpr int64_t kPromptTailCheckpoint = 4;
 // out first): those of one prompt of up to 64 times kCheckpointSpacing tokens, or of a few turns.
 inline constexpr size_t kSessionCheckpoints = 8;
 // Page-locked blocks a GPU session with recurrent layers keeps made ahead for its next checkpoints:
-// a generation's prompt takes two before its first token (its tail and its end).
-inline constexpr size_t kReadyCheckpoints = 2;
+// a generation's prompt of 4,096 tokens takes five before its first token (at 2,048, 3,072 and
+// 3,584, its tail and its end), most of them inside one pass (Session::take_pass_checkpoints).
+inline constexpr size_t kReadyCheckpoints = 5;
 // Freed host memory of a CPU model's states (sessions' checkpoints, the prompt-state cache's states)
 // kept for the next state, at most this much: its pages are touched already (base/kept_blocks.h).
 // It holds four of Qwen3.6-35B-A3B's 63 MiB of recurrent states. A GPU model keeps its states
@@ -165,12 +166,19 @@ class Session {
   // is empty, or it is larger than the whole cache. Returns whether the cache holds it. The
   // cache is an optimisation: when host memory runs short, the state is not cached.
   bool store_in_cache();
-  // With recurrent layers, at a checkpoint of a prompt or an evaluation (the scheduler ends
-  // passes there): keeps the recurrent states as one of the session's own checkpoints, and where
-  // `to_cache`, the state goes to the prompt-state cache: from the checkpoint when the request
-  // ends (store_checkpoints, or any store or restore before), at once where windowed layers would
-  // drop its rows meanwhile.
+  // With recurrent layers, at a checkpoint of a prompt or an evaluation that ends a pass: keeps
+  // the recurrent states as one of the session's own checkpoints, and where `to_cache`, the state
+  // goes to the prompt-state cache: from the checkpoint when the request ends (store_checkpoints,
+  // or any store or restore before), at once where windowed layers would drop its rows meanwhile.
   void checkpoint(bool to_cache);
+  // The checkpoints inside a pass (where the model takes them there, forward.h's
+  // takes_snapshots; else the scheduler ends passes on checkpoints): buffers for the states at
+  // `positions` (in order, after first_position and before the part's end), which the pass
+  // fills; under the compute lock, after begin_pass. After the pass, keep_pass_checkpoints keeps
+  // them as checkpoint() would at each, `to_cache[i]` for positions[i]; the next begin_pass
+  // drops those a failed or cancelled pass left.
+  std::vector<StateSnapshot> take_pass_checkpoints(std::span<const int64_t> positions, int64_t first_position);
+  void keep_pass_checkpoints(std::span<const uint8_t> to_cache);
   // Stores the states of the checkpoints kept for the cache (see checkpoint) that still hold.
   void store_checkpoints();
 
@@ -219,6 +227,9 @@ class Session {
   void keep_draft_checkpoint();
   void settle_drafts();
   bool recurrent() const { return recurrent_; }
+  // Whether a pass takes the recurrent states of checkpoints inside its rows (forward.h's
+  // takes_snapshots), so that the scheduler need not end passes on them.
+  bool checkpoints_inside_passes() const { return checkpoints_inside_passes_; }
   // Where the recurrent states are usable as a prefix of `tokens` (at most `limit` long): their
   // position when the prompt begins with the tokens before it, else 0.
   int64_t recurrent_prefix(std::span<const int32_t> tokens, int64_t limit) const;
@@ -228,6 +239,14 @@ class Session {
   void restore_checkpoint(int64_t n);
   // Appends the recurrent states, those after `at` tokens, to checkpoints_. The caller holds the compute lock.
   void keep_checkpoint(int64_t at, bool draft);
+  // Host memory for a checkpoint's recurrent states: a GPU sequence's page-locked where the host
+  // can (state_memory), else ordinary.
+  StateBuffer<float> checkpoint_memory();
+  // Before a checkpoint at `at` is appended: the oldest goes where kSessionCheckpoints are kept
+  // (to the cache first where it was kept for it).
+  void make_room_for_checkpoint();
+  // After a checkpoint at `at` is appended: its state goes to the cache (see checkpoint()).
+  void cache_checkpoint(int64_t at);
   // Has kReadyCheckpoints page-locked blocks of a checkpoint's size made ahead (a GPU sequence's).
   void ready_checkpoints();
   // Sets the recurrent states (the session's GPU sequence's, or its cache's) from a checkpoint's or a state's.
@@ -297,10 +316,12 @@ class Session {
     bool on_device = false;  // a draft checkpoint of a GPU sequence: its states are the sequence's kept copy
   };
   std::vector<Checkpoint> checkpoints_;
+  std::vector<Checkpoint> pass_checkpoints_;  // take_pass_checkpoints' until keep_pass_checkpoints
   // Positions of checkpoints whose states go to the prompt-state cache when the request ends, in
   // order; guarded by the compute lock.
   std::vector<int64_t> cache_checkpoints_;
   const bool recurrent_;  // the model has layers of linear attention
+  const bool checkpoints_inside_passes_;
   // The MTP layer's state, from the first generation that drafts with it (only the scheduler thread uses it).
   std::unique_ptr<MtpSequence> mtp_;
   const Request* running_ = nullptr;  // the request of this session that runs now (guarded by the scheduler's mutex)

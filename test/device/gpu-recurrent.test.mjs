@@ -3,7 +3,7 @@
 // or file-restored GPU session gives exactly the logits of the original (its recurrent states went
 // to host memory and back); a prompt that shares a prefix restores the nearest checkpoint inside it
 // (from the prompt-state cache, or the session's own) and then draws exactly what the same rows in
-// the same passes draw; a state saved on the GPU continues on the CPU within the bar; n-gram drafts
+// the same passes draw, and a checkpoint taken inside a pass continues as the CPU's evaluation; a state saved on the GPU continues on the CPU within the bar; n-gram drafts
 // roll rejected tokens back on the card and keep greedy decoding's tokens, alone and beside another
 // session; experts split between the GPU and the CPU give the whole-GPU tokens (up to a tie).
 // (GPU against CPU logits over 1,000 tokens: gpu-vs-cpu.test.mjs.) Skips where no NVIDIA device exists.
@@ -96,6 +96,56 @@ for (const preset of PRESETS) {
     } finally {
       cached.dispose();
       plain.dispose();
+    }
+  });
+
+  test(`${preset}: checkpoints taken inside a GPU pass continue as the CPU's whole evaluation`, { skip }, async () => {
+    // F32 weights: the GPU and the CPU agree to KL ~1e-10, so a state taken a row early or late
+    // (a token seen twice or not at all) is far outside the bar. Whole on the GPU, and with half
+    // the experts on the CPU (the hybrid pass).
+    const path = fixture(preset, "F32");
+    const whole = await loadModel(path, { gpu: "auto", contextSize: 1300, cacheRam: 0 });
+    const hybrid = await loadModel(path, {
+      gpu: "auto",
+      contextSize: 1300,
+      cacheRam: 0,
+      plan: split(whole.plan, (e) => e % 2 === 0),
+    });
+    const cpu = await loadModel(path, { gpu: false, contextSize: 1300, cacheRam: 0 });
+    try {
+      // A prompt of 1,200 tokens: one pass of the whole model's step (the hybrid's may be shorter),
+      // its checkpoints at 176, 688 and the tail 1,196 taken inside it.
+      const prompt = tokens(1200, 8);
+      const probe = tokens(3, 2);
+      const greedy = { maxTokens: 1, temperature: 0 };
+      for (const model of [whole, hybrid]) {
+        for (const [shared, restored] of [
+          [687, 176],
+          [700, 688],
+          [1199, 1196],
+        ]) {
+          const next = [...prompt.slice(0, shared), ...tokens(5, 9 + shared)];
+          const session = model.createSession();
+          const before = model.stats().passes;
+          await session.generate(prompt, greedy).result;
+          if (model === whole) assert.equal(model.stats().passes - before, 1, "the prompt ran in one pass");
+          const reuse = await session.generate(next, greedy).result;
+          assert.equal(reuse.timings.cachedPromptTokens, restored, `a prefix of ${shared}`);
+          const onGpu = await session.evaluate(probe, { logits: "all" });
+          session.dispose();
+          const reference = cpu.createSession();
+          const cpuRun = await reference.generate(next, greedy).result;
+          assert.deepEqual(reuse.tokens, cpuRun.tokens, `a prefix of ${shared}`);
+          const onCpu = await reference.evaluate(probe, { logits: "all" });
+          reference.dispose();
+          const m = compare(onCpu, onGpu, model.info.vocabSize);
+          assertWithinBar({ [`the checkpoint at ${restored}`]: m }, agreementBar(1, 0));
+        }
+      }
+    } finally {
+      whole.dispose();
+      hybrid.dispose();
+      cpu.dispose();
     }
   });
 
