@@ -141,10 +141,11 @@ void* PinnedPool::fresh(size_t bytes, size_t alignment) {
   // what is there.
   std::memset(block, 0, pages);
   int current = 0;
-  const bool registered = cudaGetDevice(&current) == cudaSuccess && cudaSetDevice(device_) == cudaSuccess &&
+  const bool read = cudaGetDevice(&current) == cudaSuccess;
+  const bool registered = read && cudaSetDevice(device_) == cudaSuccess &&
                           cudaHostRegister(block, pages, cudaHostRegisterPortable) == cudaSuccess;
   if (!registered) cudaGetLastError();
-  cudaSetDevice(current);  // the calling thread's device as it was
+  if (read) cudaSetDevice(current);  // the calling thread's device as it was
   if (!registered) {
     std::free(block);
     throw std::bad_alloc();

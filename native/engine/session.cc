@@ -475,10 +475,10 @@ void Session::catch_up_locked() {
     const std::span<const int32_t> part =
         std::span(tokens).subspan(static_cast<size_t>(done), static_cast<size_t>(take));
     if (gpu_) {
-      const GpuSequenceRows rows{gpu_.get(), part, done, LogitRows::kLast};
+      const GpuSequenceRows rows{gpu_.get(), part, done, LogitRows::kLast, false, {}};
       gpu_forward(*runtime_->gpu_, std::span(&rows, 1), logits, scratch.hidden);
     } else {
-      const SequenceRows rows{part, done, &cache_, LogitRows::kLast};
+      const SequenceRows rows{part, done, &cache_, LogitRows::kLast, false, {}};
       forward(runtime_->model(), std::span(&rows, 1), logits, scratch, runtime_->pool_, runtime_->arena_.get());
     }
   }
