@@ -154,6 +154,28 @@ describe.each(FAMILIES)("a session with recurrent layers ($preset)", ({ preset, 
     }
   });
 
+  it("restores its own checkpoint whose states the prompt-state cache took when the request ended", async () => {
+    // The cache's state and the session's checkpoint at 688 share one copy of the recurrent states
+    // (without windowed layers; with them the session's own checkpoint is gone and the cache's serves).
+    const cached = await open(preset, { cacheRam: "256MiB", contextSize: 1300 });
+    const plain = await open(preset, { cacheRam: 0, contextSize: 1300 });
+    const prompt = tokens(1200, 60);
+    const next = [...prompt.slice(0, 700), ...tokens(40, 61)];
+    const after = tokens(2, 62);
+    const session = cached.createSession();
+    await session.generate(prompt, { maxTokens: 2 }).result;
+    const reuse = await session.generate(next, { maxTokens: 4 }).result;
+    expect(reuse.timings.cachedPromptTokens).toBe(688);
+    const fresh = plain.createSession();
+    expect(reuse.tokens).toEqual((await fresh.generate(next, { maxTokens: 4 }).result).tokens);
+    expect(await session.evaluate(after, { logits: "all" })).toEqual(await fresh.evaluate(after, { logits: "all" }));
+    // Another session restores the same state from the cache.
+    const other = cached.createSession();
+    const again = await other.generate(next, { maxTokens: 4 }).result;
+    expect(again.timings.cachedPromptTokens).toBe(688);
+    expect(again.tokens).toEqual(reuse.tokens);
+  });
+
   it("takes a prompt's checkpoints inside its passes, or (windowed layers) ends passes on them", async () => {
     const model = await open(preset, { cacheRam: "256MiB", contextSize: 1300 });
     const before = model.stats().passes;

@@ -38,6 +38,12 @@ bool PromptCache::store(std::shared_ptr<const SessionState> state) {
   return true;
 }
 
+bool PromptCache::keeps(const SessionState* state) {
+  std::lock_guard lock(mutex_);
+  return std::any_of(entries_.begin(), entries_.end(),
+                     [state](const std::shared_ptr<const SessionState>& entry) { return entry.get() == state; });
+}
+
 bool PromptCache::holds(std::span<const int32_t> tokens) {
   std::lock_guard lock(mutex_);
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {
@@ -49,13 +55,14 @@ bool PromptCache::holds(std::span<const int32_t> tokens) {
   return false;
 }
 
-PromptCache::Match PromptCache::find(std::span<const int32_t> tokens) {
+PromptCache::Match PromptCache::find(std::span<const int32_t> tokens, int64_t longest) {
   std::lock_guard lock(mutex_);
   auto best = entries_.end();
   int64_t best_length = 0;
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {
     const int64_t shared = common_prefix((*it)->tokens, tokens);
-    if (whole_states_ && shared != static_cast<int64_t>((*it)->tokens.size())) continue;
+    const auto held = static_cast<int64_t>((*it)->tokens.size());
+    if (whole_states_ && (shared != held || held > longest)) continue;
     if (shared > best_length) {
       best = it;
       best_length = shared;

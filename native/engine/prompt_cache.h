@@ -33,6 +33,8 @@ class PromptCache {
   // whole_states, both only for the same tokens). Then the least recently used entries go until
   // the rest fits.
   bool store(std::shared_ptr<const SessionState> state);
+  // Whether `state` itself is one of the entries (store may have refreshed another instead).
+  bool keeps(const SessionState* state);
 
   // Whether an entry's tokens begin with `tokens` (then it counts as used): such a state
   // needs no storing.
@@ -40,7 +42,9 @@ class PromptCache {
 
   // The entry sharing the longest prefix with `tokens` (with whole_states: the longest entry whose
   // tokens all begin `tokens`), marked as used, or an empty match.
-  Match find(std::span<const int32_t> tokens);
+  // With whole_states, only entries of at most `longest` tokens count: a prompt that a cached
+  // state covers whole still evaluates its last token, so a shorter entry serves it.
+  Match find(std::span<const int32_t> tokens, int64_t longest = INT64_MAX);
 
   uint64_t capacity() const { return capacity_; }
   uint64_t bytes() const;

@@ -160,7 +160,7 @@ PromptReuse Session::prepare_prompt(std::span<const int32_t> tokens, int64_t reu
       recurrent_ ? std::max(recurrent_prefix(tokens, limit), at_checkpoint)
                  : usable(std::min({common_prefix(current_history(), tokens), limit, fresh_}), held_window_first());
   PromptCache& cache = runtime_->prompt_cache_;
-  const PromptCache::Match match = cache.capacity() > 0 ? cache.find(tokens) : PromptCache::Match{};
+  const PromptCache::Match match = cache.capacity() > 0 ? cache.find(tokens, limit) : PromptCache::Match{};
   int64_t cached = match.state ? usable(std::min(match.length, limit), match.state->window_first) : 0;
   if (recurrent_ && cached != static_cast<int64_t>(match.state ? match.state->tokens.size() : 0)) cached = 0;
   if (cached > own) {
@@ -200,7 +200,7 @@ std::vector<StateSnapshot> Session::take_pass_checkpoints(std::span<const int64_
   pass_checkpoints_.clear();
   std::vector<StateSnapshot> snapshots;
   for (const int64_t at : positions) {
-    Checkpoint& kept = pass_checkpoints_.emplace_back(Checkpoint{at, checkpoint_memory(), false});
+    Checkpoint& kept = pass_checkpoints_.emplace_back(Checkpoint{at, checkpoint_memory(), false, false, {}});
     snapshots.push_back({at - first_position, kept.recurrent.data()});
   }
   return snapshots;
@@ -251,7 +251,7 @@ void Session::store_checkpoints_locked() {
     const auto kept = std::find_if(checkpoints_.begin(), checkpoints_.end(),
                                    [at](const Checkpoint& c) { return c.position == at && !c.draft; });
     if (kept == checkpoints_.end() || static_cast<int64_t>(history_.size()) < at) continue;
-    const bool stored = cache_state(at, kept->recurrent.data());
+    const bool stored = cache_state(at, &*kept);
     // The state at the recurrent states' position is the session's own (store_locked's).
     if (at == recurrent_position_) in_cache_ = stored;
   }
@@ -260,19 +260,19 @@ void Session::store_checkpoints_locked() {
 
 void Session::keep_checkpoint(int64_t at, bool draft) {
   if (!gpu_) {
-    Checkpoint& kept = checkpoints_.emplace_back(Checkpoint{at, checkpoint_memory(), draft});
+    Checkpoint& kept = checkpoints_.emplace_back(Checkpoint{at, checkpoint_memory(), draft, false, {}});
     cache_.copy_recurrent_out(kept.recurrent.data());
     return;
   }
   if (draft) {
     // A pass's drafts roll back on the card: its states are copied there, not to the host.
     keep_recurrent_on_device(*runtime_->gpu_, *gpu_);
-    checkpoints_.push_back(Checkpoint{at, StateBuffer<float>(&state_memory(*runtime_->gpu_)), true, true});
+    checkpoints_.push_back(Checkpoint{at, StateBuffer<float>(&state_memory(*runtime_->gpu_)), true, true, {}});
     return;
   }
   StateBuffer<float> recurrent = checkpoint_memory();
   copy_recurrent_to_host(*runtime_->gpu_, *gpu_, recurrent.data());
-  checkpoints_.push_back(Checkpoint{at, std::move(recurrent), false});
+  checkpoints_.push_back(Checkpoint{at, std::move(recurrent), false, false, {}});
   ready_checkpoints();
 }
 
@@ -335,7 +335,7 @@ void Session::restore_checkpoint(int64_t n) {
   if (kept != checkpoints_.end() && kept->on_device) {
     restore_recurrent_on_device(*runtime_->gpu_, *gpu_);
   } else if (kept != checkpoints_.end()) {
-    load_recurrent(kept->recurrent.data());
+    load_recurrent(kept->states());
   } else {
     // No checkpoint: the states start afresh (n is 0; a pass from position 0 overwrites them).
     n = 0;
@@ -367,19 +367,35 @@ bool Session::store_locked() {
   return in_cache_ = cache_state(n, nullptr);
 }
 
-bool Session::cache_state(int64_t n, const float* recurrent) {
+bool Session::cache_state(int64_t n, Checkpoint* from) {
   PromptCache& cache = runtime_->prompt_cache_;
+  // A checkpoint whose states a cached state took already: that state again (the cache may have
+  // let it go since).
+  if (from != nullptr && from->stored) return cache.store(from->stored);
   if (session_state_bytes(state_shape(runtime_->model()), n, held_window_first()) > cache.capacity()) {
     return false;
   }
+  const auto store = [&](std::pmr::memory_resource* memory) {
+    std::shared_ptr<SessionState> state = snapshot(n, memory, from != nullptr ? &from->recurrent : nullptr);
+    const bool stored = cache.store(state);
+    if (from != nullptr) {
+      // Where the cache refreshed another entry instead (or refused), the states go back.
+      if (stored && cache.keeps(state.get())) {
+        from->stored = state;
+      } else {
+        from->recurrent = std::move(state->recurrent);
+      }
+    }
+    return stored;
+  };
   try {
-    return cache.store(snapshot(n, gpu_ ? &state_memory(*runtime_->gpu_) : &runtime_->state_blocks_, recurrent));
+    return store(gpu_ ? &state_memory(*runtime_->gpu_) : &runtime_->state_blocks_);
   } catch (const std::bad_alloc&) {
     // Memory the host cannot page-lock holds the state in ordinary memory, which a restore
     // copies from more slowly; memory there is none of leaves it out of the cache.
     if (!gpu_) return false;
     try {
-      return cache.store(snapshot(n, &runtime_->state_blocks_, recurrent));
+      return store(&runtime_->state_blocks_);
     } catch (const std::bad_alloc&) {
       return false;
     }
@@ -499,7 +515,8 @@ bool Session::can_continue_at(int64_t n) const {
   return n == 0 || model::window_floor(runtime_->model().params, n) >= held_window_first();
 }
 
-std::shared_ptr<SessionState> Session::snapshot(int64_t n, std::pmr::memory_resource* memory, const float* recurrent) {
+std::shared_ptr<SessionState> Session::snapshot(int64_t n, std::pmr::memory_resource* memory,
+                                                StateBuffer<float>* recurrent) {
   const StateShape shape = state_shape(runtime_->model());
   auto state = std::make_shared<SessionState>(memory);
   state->layers = shape.layers;
@@ -512,7 +529,7 @@ std::shared_ptr<SessionState> Session::snapshot(int64_t n, std::pmr::memory_reso
   const int64_t rows = state_rows(shape, n, state->window_first);
   state->keys.resize(static_cast<size_t>(rows * shape.row.keys));
   state->values.resize(static_cast<size_t>(rows * shape.row.values));
-  state->recurrent.resize(static_cast<size_t>(shape.recurrent_floats));
+  if (recurrent == nullptr) state->recurrent.resize(static_cast<size_t>(shape.recurrent_floats));
   state->compressed.resize(static_cast<size_t>(compressed_elements(shape, n)));
   float* own_recurrent = recurrent ? nullptr : state->recurrent.data();
   if (gpu_) {
@@ -522,7 +539,7 @@ std::shared_ptr<SessionState> Session::snapshot(int64_t n, std::pmr::memory_reso
   } else {
     cache_.copy_out(n, state->keys.data(), state->values.data(), own_recurrent, state->compressed.data());
   }
-  if (recurrent) std::copy_n(recurrent, state->recurrent.size(), state->recurrent.data());
+  if (recurrent) state->recurrent = std::move(*recurrent);
   return state;
 }
 

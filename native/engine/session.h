@@ -210,11 +210,13 @@ class Session {
   PromptReuse prepare_prompt(std::span<const int32_t> tokens, int64_t reusable = INT64_MAX);
 
   // The state of the first n tokens (n = position_ where the model has windowed layers; with
-  // recurrent layers, n = recurrent_position_), its rows and states in `memory`; the caller holds
+  // recurrent layers, n = recurrent_position_), its rows and states in `memory`, its recurrent
+  // states taken from `recurrent` where given (a checkpoint's: moved, not copied, where it is in
+  // `memory` too; taken last, so an allocation that fails leaves it as it was); the caller holds
   // the runtime's compute lock.
   std::shared_ptr<SessionState> snapshot(int64_t n,
                                          std::pmr::memory_resource* memory = std::pmr::get_default_resource(),
-                                         const float* recurrent = nullptr);
+                                         StateBuffer<float>* recurrent = nullptr);
   // With recurrent layers: brings their states to position_ when they are elsewhere (a stop, a
   // cancel or a failed pass cut the context back), by evaluating the context again from its
   // nearest checkpoint (or its start). The caller holds the compute lock.
@@ -268,10 +270,12 @@ class Session {
   void check_restorable(const SessionState& state, uint64_t fingerprint);
   bool store_locked();
   void store_checkpoints_locked();
-  // Stores the state of the first n tokens in the prompt-state cache, its recurrent states from
-  // `recurrent` where given (a checkpoint's), else the session's own; false where it does not fit
-  // the cache or host memory runs short.
-  bool cache_state(int64_t n, const float* recurrent);
+  // Stores the state of the first n tokens in the prompt-state cache, its recurrent states the
+  // session's own, or `from`'s (a checkpoint at n: the cached state takes them, and the checkpoint
+  // reads them there from then on, so they are held once); false where it does not fit the cache
+  // or host memory runs short.
+  struct Checkpoint;
+  bool cache_state(int64_t n, Checkpoint* from);
   // history_ cut to position_; the caller holds the compute lock.
   const std::vector<int32_t>& current_history();
   // Records that the keys and values of `tokens` were written at first_position on (the
@@ -314,6 +318,9 @@ class Session {
     StateBuffer<float> recurrent;  // a GPU sequence's page-locked (state_memory), else in the runtime's state_blocks_
     bool draft = false;      // kept for a pass's drafts only (keep_draft_checkpoint): not one of kSessionCheckpoints
     bool on_device = false;  // a draft checkpoint of a GPU sequence: its states are the sequence's kept copy
+    // The prompt-state cache's state that took `recurrent` (cache_state): the states are its.
+    std::shared_ptr<const SessionState> stored;
+    const float* states() const { return stored ? stored->recurrent.data() : recurrent.data(); }
   };
   std::vector<Checkpoint> checkpoints_;
   std::vector<Checkpoint> pass_checkpoints_;  // take_pass_checkpoints' until keep_pass_checkpoints

@@ -71,6 +71,26 @@ TEST(prompt_cache_finds_the_longest_shared_prefix) {
   CHECK(cache.find(std::vector<int32_t>{7}).length == 1);
 }
 
+TEST(prompt_cache_of_whole_states_finds_the_longest_that_leaves_a_token_to_evaluate) {
+  // Recurrent states serve only whole: the prompt that one covers entirely takes a shorter one.
+  PromptCache cache(1 << 20, true);
+  const auto whole = make_state({1, 2, 3, 4});
+  const auto shorter = make_state({1, 2});
+  CHECK(cache.store(whole));
+  CHECK(cache.store(shorter));
+  CHECK(cache.keeps(whole.get()) && cache.keeps(shorter.get()));
+  const std::vector<int32_t> prompt{1, 2, 3, 4};
+  CHECK(cache.find(prompt).state == whole);
+  const PromptCache::Match m = cache.find(prompt, 3);
+  CHECK(m.state == shorter);
+  CHECK(m.length == 2) << m.length;
+  CHECK(cache.find(prompt, 1).state == nullptr);
+  // A state of the same tokens again refreshes the entry: the cache keeps the first.
+  const auto again = make_state({1, 2});
+  CHECK(cache.store(again));
+  CHECK(!cache.keeps(again.get()) && cache.keeps(shorter.get()));
+}
+
 TEST(prompt_cache_keeps_one_entry_for_states_that_hold_one_another) {
   PromptCache cache(1 << 20);
   CHECK(cache.store(make_state({1, 2})));
