@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "cpu/cpu_dispatch.h"
 #include "cpu/matmul.h"
 #include "cpu/thread_pool.h"
@@ -191,4 +192,32 @@ TEST(forward_embedding_rows_beside_logit_rows_equal_each_alone) {
   for (size_t j = 0; j < width; ++j)
     square += double(hidden[j] / model->output_norm[j]) * (hidden[j] / model->output_norm[j]);
   CHECK(std::abs(std::sqrt(square / double(width)) - 1.0) < 1e-3) << std::sqrt(square / double(width));
+}
+
+TEST(forward_refuses_snapshots_outside_a_parts_rows_or_out_of_order) {
+  float states[1] = {};
+  const auto code = [](std::span<const engine::StateSnapshot> snapshots, int64_t rows,
+                       bool taken = true) -> std::string {
+    try {
+      engine::check_snapshots(snapshots, rows, taken);
+    } catch (const Error& e) {
+      return e.code();
+    }
+    return "none";
+  };
+  const engine::StateSnapshot inside[] = {{1, states}, {3, states}};
+  CHECK(code(inside, 4) == "none");
+  CHECK(code({}, 4) == "none");
+  CHECK(code({}, 4, false) == "none");
+  CHECK(code(inside, 4, false) == "INVALID_ARGUMENT");   // a model whose passes cannot take them
+  const engine::StateSnapshot at_end[] = {{4, states}};  // the pass's end is no snapshot: its own state is
+  CHECK(code(at_end, 4) == "INVALID_ARGUMENT");
+  const engine::StateSnapshot at_start[] = {{0, states}};
+  CHECK(code(at_start, 4) == "INVALID_ARGUMENT");
+  const engine::StateSnapshot backwards[] = {{3, states}, {2, states}};
+  CHECK(code(backwards, 4) == "INVALID_ARGUMENT");
+  const engine::StateSnapshot twice[] = {{2, states}, {2, states}};
+  CHECK(code(twice, 4) == "INVALID_ARGUMENT");
+  const engine::StateSnapshot nowhere[] = {{2, nullptr}};
+  CHECK(code(nowhere, 4) == "INVALID_ARGUMENT");
 }
