@@ -16,12 +16,20 @@ namespace {
 constexpr size_t kKeptAlignment = alignof(std::max_align_t);
 }  // namespace
 
+std::pair<KeptBlocks::Kept::iterator, KeptBlocks::Kept::iterator> KeptBlocks::sized_for(size_t bytes) {
+  return {kept_.lower_bound(bytes), kept_.upper_bound(bytes + bytes / 2)};
+}
+
+bool KeptBlocks::aligned(const void* block, size_t alignment) {
+  return reinterpret_cast<uintptr_t>(block) % alignment == 0;
+}
+
 void* KeptBlocks::do_allocate(size_t bytes, size_t alignment) {
   bytes = std::max<size_t>(bytes, 1);
   {
     const std::lock_guard lock(mutex_);
-    for (auto fit = kept_.lower_bound(bytes); fit != kept_.end() && fit->first <= bytes + bytes / 2; ++fit) {
-      if (reinterpret_cast<uintptr_t>(fit->second) % alignment != 0) continue;
+    for (auto [fit, end] = sized_for(bytes); fit != end; ++fit) {
+      if (!aligned(fit->second, alignment)) continue;
       const auto [size, block] = *fit;
       kept_.erase(fit);
       kept_bytes_ -= size;
@@ -59,12 +67,10 @@ void KeptBlocks::release_beyond(size_t keep) noexcept {
   }
 }
 
-size_t KeptBlocks::serving(size_t bytes, size_t alignment) const {
-  size_t n = 0;
-  for (auto fit = kept_.lower_bound(bytes); fit != kept_.end() && fit->first <= bytes + bytes / 2; ++fit) {
-    n += reinterpret_cast<uintptr_t>(fit->second) % alignment == 0;
-  }
-  return n;
+size_t KeptBlocks::serving(size_t bytes, size_t alignment) {
+  const auto [first, end] = sized_for(bytes);
+  return static_cast<size_t>(
+      std::count_if(first, end, [alignment](const auto& kept) { return aligned(kept.second, alignment); }));
 }
 
 void KeptBlocks::replenish(size_t bytes, size_t count) {

@@ -12,6 +12,7 @@
 #include <optional>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 
 namespace bloomery {
 
@@ -51,13 +52,18 @@ class KeptBlocks : public std::pmr::memory_resource {
   void* do_allocate(size_t bytes, size_t alignment) final;
   void do_deallocate(void* block, size_t bytes, size_t alignment) final;
   bool do_is_equal(const std::pmr::memory_resource& other) const noexcept final { return this == &other; }
+  using Kept = std::multimap<size_t, void*>;  // free blocks by size
   void release_beyond(size_t keep) noexcept;
-  size_t serving(size_t bytes, size_t alignment) const;  // kept blocks that would serve an allocation
-  void replenishing();                                   // the replenishing thread's loop
+  // The kept blocks large enough for `bytes` and at most half as large again; of them, those
+  // aligned to `alignment` serve an allocation.
+  std::pair<Kept::iterator, Kept::iterator> sized_for(size_t bytes);
+  static bool aligned(const void* block, size_t alignment);
+  size_t serving(size_t bytes, size_t alignment);  // kept blocks that would serve an allocation
+  void replenishing();                             // the replenishing thread's loop
 
   const size_t keep_;
   std::mutex mutex_;
-  std::multimap<size_t, void*> kept_;         // free blocks by size
+  Kept kept_;
   std::unordered_map<void*, size_t> in_use_;  // each block handed out, by its size (at least what was asked)
   size_t kept_bytes_ = 0;
   std::optional<Wish> wish_;  // what replenish() asked for and the thread has not made yet
