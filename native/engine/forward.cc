@@ -203,12 +203,9 @@ void delta_net_attention(const HyperParams& p, const model::AttentionWeights& a,
     const auto rows = static_cast<int64_t>(part.tokens.size());
     float* state = part.cache->recurrent(layer);
     if (part.first_position == 0) std::fill_n(state, d.state_floats(), 0.0f);
-    // The rows run up to each snapshot, whose copy of the state is then taken, and on to the end:
-    // the convolution and the rule carry their states from one run into the next.
-    int64_t done = 0;
-    for (size_t cut = 0; cut <= part.snapshots.size(); ++cut) {
-      const int64_t until = cut < part.snapshots.size() ? part.snapshots[cut].rows : rows;
-      const int64_t first = row + done, count = until - done;
+    // The convolution and the rule carry their states from one run into the next.
+    runs_between_snapshots(part.snapshots, rows, [&](int64_t from, int64_t to, const StateSnapshot* snapshot) {
+      const int64_t first = row + from, count = to - from;
       float* mixed = s.mixed.data() + first * channels;
       cpu::causal_conv_silu(mixed, count, channels, channels, d.conv_kernel, w.conv, state);
       // A token's q heads, then its k heads, are L2-normed each.
@@ -218,11 +215,8 @@ void delta_net_attention(const HyperParams& p, const model::AttentionWeights& a,
       cpu::gated_delta_rule(shape, count, mixed, mixed + d.key_width(), channels, mixed + 2 * d.key_width(), channels,
                             s.decay.data() + first * d.v_heads, s.beta.data() + first * d.v_heads,
                             state + d.conv_floats(), s.attention.data() + first * value_width, value_width, pool);
-      if (cut < part.snapshots.size()) {
-        std::copy_n(state, d.state_floats(), part.snapshots[cut].states + part.cache->recurrent_offset(layer));
-      }
-      done = until;
-    }
+      if (snapshot) std::copy_n(state, d.state_floats(), snapshot->states + part.cache->recurrent_offset(layer));
+    });
     row += rows;
   }
   cpu::rms_norm(s.attention.data(), n * d.v_heads, d.head_dim, d.head_dim, w.norm, p.rms_epsilon, s.attention.data(),

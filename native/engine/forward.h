@@ -92,6 +92,18 @@ bool takes_snapshots(const model::Model& model);
 // INVALID_ARGUMENT unless `snapshots` of a part of `rows` rows are in order inside them and the
 // model takes them (`taken`: takes_snapshots).
 void check_snapshots(std::span<const StateSnapshot> snapshots, int64_t rows, bool taken);
+// How a recurrent op takes them: run(from, to, snapshot) for each run of a part's `rows` rows
+// between its snapshots, in order, `snapshot` the one that ends the run (the state after `to`
+// rows goes to it) and null for the last run (to `rows`), which may be empty.
+template <typename Run>
+void runs_between_snapshots(std::span<const StateSnapshot> snapshots, int64_t rows, Run run) {
+  int64_t from = 0;
+  for (const StateSnapshot& snapshot : snapshots) {
+    run(from, snapshot.rows, &snapshot);
+    from = snapshot.rows;
+  }
+  run(from, rows, static_cast<const StateSnapshot*>(nullptr));
+}
 
 // One sequence's rows in a pass: `tokens` at positions [first_position, first_position +
 // tokens.size()), whose keys and values go to `cache` (and whose linear layers' recurrent

@@ -1842,22 +1842,19 @@ struct Pass {
       // run into the next as from one pass into the next.
       for (const PassLayout::Segment& part : parts) {
         float* state = part.sequence->recurrent_of(layer);
-        int64_t done = 0;
-        for (size_t cut = 0; cut <= part.snapshots.size(); ++cut) {
-          const int64_t until = cut < part.snapshots.size() ? part.snapshots[cut].rows : part.rows;
-          if (until > done) {
+        runs_between_snapshots(part.snapshots, part.rows, [&](int64_t from, int64_t to, const StateSnapshot* snapshot) {
+          if (to > from) {
             cuda::RecurrentSegments alone;
             alone.count = 1;
-            alone.first_row[1] = static_cast<int>(until - done);
+            alone.first_row[1] = static_cast<int>(to - from);
             alone.states[0] = state;
-            run(alone, part.first_row + done);
+            run(alone, part.first_row + from);
           }
-          if (cut < part.snapshots.size()) {
-            cuda::copy_to_host(part.snapshots[cut].states + part.sequence->recurrent_before[layer], state,
+          if (snapshot) {
+            cuda::copy_to_host(snapshot->states + part.sequence->recurrent_before[layer], state,
                                static_cast<size_t>(d.state_floats()) * sizeof(float), stream);
           }
-          done = until;
-        }
+        });
       }
     });
     norm_rows(f(ws.attention), n * d.v_heads, d.head_dim, w.head_norm, f(ws.attention));
