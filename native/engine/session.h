@@ -244,10 +244,10 @@ class Session {
   // Host memory for a checkpoint's recurrent states: a GPU sequence's page-locked where the host
   // can (state_memory), else ordinary.
   StateBuffer<float> checkpoint_memory();
-  // Before a checkpoint at `at` is appended: the oldest goes where kSessionCheckpoints are kept
-  // (to the cache first where it was kept for it).
+  // Before a checkpoint is appended: the oldest goes where kSessionCheckpoints are kept (to the
+  // cache first where it was kept for it).
   void make_room_for_checkpoint();
-  // After a checkpoint at `at` is appended: its state goes to the cache (see checkpoint()).
+  // After the checkpoint at `at` is appended: its state goes to the cache (see checkpoint()).
   void cache_checkpoint(int64_t at);
   // Has kReadyCheckpoints page-locked blocks of a checkpoint's size made ahead (a GPU sequence's).
   void ready_checkpoints();
