@@ -9,9 +9,9 @@ int64_t common_prefix(std::span<const int32_t> a, std::span<const int32_t> b) {
   return end_a - a.begin();
 }
 
-bool PromptCache::store(std::shared_ptr<const SessionState> state) {
+PromptCache::Stored PromptCache::store(std::shared_ptr<const SessionState> state) {
   const uint64_t bytes = state->bytes();
-  if (bytes > capacity_ || state->tokens.empty()) return false;
+  if (bytes > capacity_ || state->tokens.empty()) return Stored::kRefused;
   const std::span<const int32_t> tokens = state->tokens;
   std::lock_guard lock(mutex_);
   for (auto it = entries_.begin(); it != entries_.end();) {
@@ -20,7 +20,7 @@ bool PromptCache::store(std::shared_ptr<const SessionState> state) {
     const bool same = held.size() == tokens.size() && shared == static_cast<int64_t>(tokens.size());
     if (same || (!whole_states_ && shared == static_cast<int64_t>(tokens.size()))) {
       entries_.splice(entries_.begin(), entries_, it);
-      return true;
+      return Stored::kRefreshed;
     }
     if (!whole_states_ && shared == static_cast<int64_t>(held.size())) {
       bytes_ -= (*it)->bytes();
@@ -35,13 +35,7 @@ bool PromptCache::store(std::shared_ptr<const SessionState> state) {
   }
   entries_.push_front(std::move(state));
   bytes_ += bytes;
-  return true;
-}
-
-bool PromptCache::keeps(const SessionState* state) {
-  std::lock_guard lock(mutex_);
-  return std::any_of(entries_.begin(), entries_.end(),
-                     [state](const std::shared_ptr<const SessionState>& entry) { return entry.get() == state; });
+  return Stored::kTaken;
 }
 
 bool PromptCache::holds(std::span<const int32_t> tokens) {

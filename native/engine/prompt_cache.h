@@ -27,14 +27,16 @@ class PromptCache {
     int64_t length = 0;                         // tokens the state shares with the prompt, from the start
   };
 
-  // Takes `state` as the most recently used entry, unless it is larger than the whole cache
-  // (then returns false). An entry whose tokens begin the new state's is dropped (the new one
+  // What store did with a state: took it as an entry, refreshed an entry that holds its tokens
+  // already (the state itself is not kept), or refused it.
+  enum class Stored { kTaken, kRefreshed, kRefused };
+
+  // Takes `state` as the most recently used entry, unless it is larger than the whole cache or
+  // has no tokens (refused). An entry whose tokens begin the new state's is dropped (the new one
   // holds it too); a state whose tokens begin an entry's only refreshes that entry (with
   // whole_states, both only for the same tokens). Then the least recently used entries go until
   // the rest fits.
-  bool store(std::shared_ptr<const SessionState> state);
-  // Whether `state` itself is one of the entries (store may have refreshed another instead).
-  bool keeps(const SessionState* state);
+  Stored store(std::shared_ptr<const SessionState> state);
 
   // Whether an entry's tokens begin with `tokens` (then it counts as used): such a state
   // needs no storing.

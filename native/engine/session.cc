@@ -371,22 +371,22 @@ bool Session::cache_state(int64_t n, Checkpoint* from) {
   PromptCache& cache = runtime_->prompt_cache_;
   // A checkpoint whose states a cached state took already: that state again (the cache may have
   // let it go since).
-  if (from != nullptr && from->stored) return cache.store(from->stored);
+  if (from != nullptr && from->stored) return cache.store(from->stored) != PromptCache::Stored::kRefused;
   if (session_state_bytes(state_shape(runtime_->model()), n, held_window_first()) > cache.capacity()) {
     return false;
   }
   const auto store = [&](std::pmr::memory_resource* memory) {
     std::shared_ptr<SessionState> state = snapshot(n, memory, from != nullptr ? &from->recurrent : nullptr);
-    const bool stored = cache.store(state);
+    const PromptCache::Stored stored = cache.store(state);
     if (from != nullptr) {
       // Where the cache refreshed another entry instead (or refused), the states go back.
-      if (stored && cache.keeps(state.get())) {
+      if (stored == PromptCache::Stored::kTaken) {
         from->stored = state;
       } else {
         from->recurrent = std::move(state->recurrent);
       }
     }
-    return stored;
+    return stored != PromptCache::Stored::kRefused;
   };
   try {
     return store(gpu_ ? &state_memory(*runtime_->gpu_) : &runtime_->state_blocks_);

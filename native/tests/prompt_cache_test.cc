@@ -59,9 +59,9 @@ std::string temp_path(const char* name) { return (std::filesystem::temp_director
 
 TEST(prompt_cache_finds_the_longest_shared_prefix) {
   PromptCache cache(1 << 20);
-  CHECK(cache.store(make_state({1, 2, 3, 4})));
-  CHECK(cache.store(make_state({1, 2, 9})));
-  CHECK(cache.store(make_state({7, 8})));
+  CHECK(cache.store(make_state({1, 2, 3, 4})) == PromptCache::Stored::kTaken);
+  CHECK(cache.store(make_state({1, 2, 9})) == PromptCache::Stored::kTaken);
+  CHECK(cache.store(make_state({7, 8})) == PromptCache::Stored::kTaken);
   const std::vector<int32_t> prompt{1, 2, 3, 5, 6};
   const PromptCache::Match m = cache.find(prompt);
   CHECK(m.state != nullptr);
@@ -76,9 +76,8 @@ TEST(prompt_cache_of_whole_states_finds_the_longest_that_leaves_a_token_to_evalu
   PromptCache cache(1 << 20, true);
   const auto whole = make_state({1, 2, 3, 4});
   const auto shorter = make_state({1, 2});
-  CHECK(cache.store(whole));
-  CHECK(cache.store(shorter));
-  CHECK(cache.keeps(whole.get()) && cache.keeps(shorter.get()));
+  CHECK(cache.store(whole) == PromptCache::Stored::kTaken);
+  CHECK(cache.store(shorter) == PromptCache::Stored::kTaken);
   const std::vector<int32_t> prompt{1, 2, 3, 4};
   CHECK(cache.find(prompt).state == whole);
   const PromptCache::Match m = cache.find(prompt, 3);
@@ -86,18 +85,17 @@ TEST(prompt_cache_of_whole_states_finds_the_longest_that_leaves_a_token_to_evalu
   CHECK(m.length == 2) << m.length;
   CHECK(cache.find(prompt, 1).state == nullptr);
   // A state of the same tokens again refreshes the entry: the cache keeps the first.
-  const auto again = make_state({1, 2});
-  CHECK(cache.store(again));
-  CHECK(!cache.keeps(again.get()) && cache.keeps(shorter.get()));
+  CHECK(cache.store(make_state({1, 2})) == PromptCache::Stored::kRefreshed);
+  CHECK(cache.find(prompt, 3).state == shorter);
 }
 
 TEST(prompt_cache_keeps_one_entry_for_states_that_hold_one_another) {
   PromptCache cache(1 << 20);
-  CHECK(cache.store(make_state({1, 2})));
-  CHECK(cache.store(make_state({1, 2, 3})));  // holds {1, 2}: replaces it
+  CHECK(cache.store(make_state({1, 2})) == PromptCache::Stored::kTaken);
+  CHECK(cache.store(make_state({1, 2, 3})) == PromptCache::Stored::kTaken);  // holds {1, 2}: replaces it
   CHECK(cache.size() == 1) << cache.size();
   CHECK(cache.bytes() == bytes_of(3));
-  CHECK(cache.store(make_state({1, 2})));  // begins {1, 2, 3}: nothing new
+  CHECK(cache.store(make_state({1, 2})) == PromptCache::Stored::kRefreshed);  // begins {1, 2, 3}: nothing new
   CHECK(cache.size() == 1);
   CHECK(cache.holds(std::vector<int32_t>{1, 2}));
   CHECK(!cache.holds(std::vector<int32_t>{1, 2, 4}));
@@ -105,23 +103,23 @@ TEST(prompt_cache_keeps_one_entry_for_states_that_hold_one_another) {
 
 TEST(prompt_cache_evicts_the_least_recently_used_within_its_budget) {
   PromptCache cache(2 * bytes_of(4) + bytes_of(4) / 2);  // room for two states of four tokens
-  CHECK(cache.store(make_state({1, 1, 1, 1})));
-  CHECK(cache.store(make_state({2, 2, 2, 2})));
+  CHECK(cache.store(make_state({1, 1, 1, 1})) == PromptCache::Stored::kTaken);
+  CHECK(cache.store(make_state({2, 2, 2, 2})) == PromptCache::Stored::kTaken);
   CHECK(cache.find(std::vector<int32_t>{1, 1, 1, 1}).length == 4);  // {1...} is now the most recent
-  CHECK(cache.store(make_state({3, 3, 3, 3})));
+  CHECK(cache.store(make_state({3, 3, 3, 3})) == PromptCache::Stored::kTaken);
   CHECK(cache.size() == 2) << cache.size();
   CHECK(cache.bytes() <= cache.capacity());
   CHECK(cache.find(std::vector<int32_t>{2, 2}).state == nullptr) << "the least recently used entry stays";
   CHECK(cache.find(std::vector<int32_t>{1, 1}).length == 2);
   CHECK(cache.find(std::vector<int32_t>{3, 3}).length == 2);
   // A state larger than the whole cache is refused and evicts nothing.
-  CHECK(!cache.store(make_state(std::vector<int32_t>(40, 5))));
+  CHECK(cache.store(make_state(std::vector<int32_t>(40, 5))) == PromptCache::Stored::kRefused);
   CHECK(cache.size() == 2);
 }
 
 TEST(prompt_cache_of_zero_bytes_holds_nothing) {
   PromptCache cache(0);
-  CHECK(!cache.store(make_state({1})));
+  CHECK(cache.store(make_state({1})) == PromptCache::Stored::kRefused);
   CHECK(cache.size() == 0);
   CHECK(cache.bytes() == 0);
 }
