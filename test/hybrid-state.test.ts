@@ -176,13 +176,35 @@ describe.each(FAMILIES)("a session with recurrent layers ($preset)", ({ preset, 
     expect(again.tokens).toEqual(reuse.tokens);
   });
 
-  it("takes a prompt's checkpoints inside its passes, or (windowed layers) ends passes on them", async () => {
+  it("takes a prompt's checkpoints inside its passes", async () => {
     const model = await open(preset, { cacheRam: "256MiB", contextSize: 1300 });
     const before = model.stats().passes;
     await model.createSession().generate(tokens(1200, 50), { maxTokens: 1 }).result;
-    // Checkpoints at 176, 688, the tail 1,196 and 1,200: passes of the default 256-row step, five,
-    // or six ending on them ([0, 176), [176, 432) ... [944, 1,196), [1,196, 1,200)).
-    expect(model.stats().passes - before).toBe(windowed ? 6 : 5);
+    // Checkpoints at 176, 688, the tail 1,196 and 1,200: five passes of the default 256-row step
+    // (six where they ended on them: [0, 176), [176, 432) ... [944, 1,196), [1,196, 1,200)).
+    expect(model.stats().passes - before).toBe(5);
+  });
+
+  it("caches the checkpoints inside passes longer than the default step", async () => {
+    // 300 parallel sessions make a step of 300 rows. A windowed layer keeps the window before the
+    // start of a part's last 256-row store only, so a part with a checkpoint inside is cut to 256
+    // rows ([0, 256) with 176, [556, 812) with 688); else the window before 176 would be gone by the
+    // part's end at 300 and its state not cached.
+    const cached = await open(preset, { cacheRam: "256MiB", contextSize: 1300, parallel: 300 });
+    const plain = await open(preset, { cacheRam: 0, contextSize: 1300 });
+    const prompt = tokens(1200, 70);
+    await cached.createSession().generate(prompt, { maxTokens: 2 }).result;
+    for (const [shared, restored] of [
+      [687, 176],
+      [700, 688],
+    ] as const) {
+      const next = [...prompt.slice(0, shared), ...tokens(40, 71 + shared)];
+      const reuse = await cached.createSession().generate(next, { maxTokens: 4 }).result;
+      expect(reuse.timings.cachedPromptTokens, `a prefix of ${shared}`).toBe(restored);
+      expect(reuse.tokens, `a prefix of ${shared}`).toEqual(
+        (await plain.createSession().generate(next, { maxTokens: 4 }).result).tokens,
+      );
+    }
   });
 
   it("evaluates only the last tokens of a prompt it ran before (a regenerated answer)", async () => {

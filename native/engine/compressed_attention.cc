@@ -86,14 +86,15 @@ void compress_block(const Compressor& c, const float* state, int64_t block, cons
   cpu::rope_apply(row + c.dim - rope.dims, 1, rope.dims, rope, angles);
 }
 
-// Runs compressor `c` over a part's rows (rows [row, row + n) of `values` and `scores`): each
-// row into its ring slot, each completed block compressed into the layer's compressed rows.
-void run_compressor(const Compressor& c, const model::HyperParams& p, const SequenceRows& part, int64_t layer,
+// Runs compressor `c` over rows [row, row + n) of `values` and `scores`, those of positions
+// [first, first + n) of `cache`: each row into its ring slot, each completed block compressed
+// into the layer's compressed rows.
+void run_compressor(const Compressor& c, const model::HyperParams& p, KvCache& cache, int64_t first, int64_t layer,
                     int64_t row, int64_t n, float* state, const std::vector<float>& values,
                     const std::vector<float>& scores, ForwardScratch& s, cpu::ThreadPool& pool) {
   const int64_t width = c.width();
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t position = part.first_position + i;
+    const int64_t position = first + i;
     float* slot = state + (position % c.slots()) * 2 * width;
     std::copy_n(values.data() + (row + i) * width, width, slot);
     std::copy_n(scores.data() + (row + i) * width, width, slot + width);
@@ -103,7 +104,7 @@ void run_compressor(const Compressor& c, const model::HyperParams& p, const Sequ
     compress_block(c, state, block, p.compressed.rope, p.rms_epsilon, s.compressor_entries, s.compressor_values,
                    s.compressor_angles, s.compressed_row.data());
     if (c.rotate) rotate_by_hadamard(s.compressed_row.data(), 1, c.dim, c.dim, s, pool);
-    part.cache->store_compressed(layer, block, c.offset, c.dim, s.compressed_row.data());
+    cache.store_compressed(layer, block, c.offset, c.dim, s.compressed_row.data());
   }
 }
 
@@ -191,12 +192,20 @@ void compressed_attention(const model::HyperParams& p, const model::AttentionWei
     const auto rows = static_cast<int64_t>(part.tokens.size());
     KvCache& cache = *part.cache;
     if (ratio != 0) {
+      // The rings are the layer's recurrent state: a snapshot inside the rows takes them there.
       float* state = cache.recurrent(layer);
-      run_compressor(main, p, part, layer, row, rows, state, s.compressor_kv, s.compressor_scores, s, pool);
-      if (indexed) {
-        run_compressor(keys, p, part, layer, row, rows, state + CompressedParams::state_floats(ratio, d, 0),
-                       s.indexer_kv, s.indexer_scores_in, s, pool);
-      }
+      const int64_t state_floats = CompressedParams::state_floats(ratio, d, x.head_dim);
+      runs_between_snapshots(part.snapshots, rows, [&](int64_t from, int64_t to, const StateSnapshot* snapshot) {
+        const int64_t first = part.first_position + from;
+        run_compressor(main, p, cache, first, layer, row + from, to - from, state, s.compressor_kv, s.compressor_scores,
+                       s, pool);
+        if (indexed) {
+          run_compressor(keys, p, cache, first, layer, row + from, to - from,
+                         state + CompressedParams::state_floats(ratio, d, 0), s.indexer_kv, s.indexer_scores_in, s,
+                         pool);
+        }
+        if (snapshot) std::copy_n(state, state_floats, snapshot->states + cache.recurrent_offset(layer));
+      });
     }
     if (indexed) {
       const cpu::IndexerShape selection{x.heads, x.head_dim, x.top_k, shape.compressed_stride, ratio};

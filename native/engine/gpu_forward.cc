@@ -304,7 +304,7 @@ class GpuModel : public GpuWeights {
   int64_t context_size = 0;          // the most positions a sequence's KV cache holds: what the workspace is sized for
   int64_t pass_rows = kGpuPassRows;  // the most rows of a pass (gpu_pass_rows)
   LayerKinds kinds;
-  bool takes_snapshots = false;  // forward.h's takes_snapshots
+  bool takes_snapshots = false;  // forward.h's gpu_takes_snapshots
   // Whether every layer's per-head latent products (k_b, v_b) have tiled kernels: one grouping
   // of a pass's (token, head) slots serves them all, so they take the tiles together or not at all.
   bool latent_tiles = false;
@@ -2364,7 +2364,7 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
   const uint64_t available = options.budget > 0 ? std::min<uint64_t>(options.budget, usable) : usable;
   const uint64_t staging = resident < all && !arena ? ExpertStream::staging_bytes(model, streamed) : 0;
   g->kinds = LayerKinds(model);
-  g->takes_snapshots = takes_snapshots(model);
+  g->takes_snapshots = gpu_takes_snapshots(model);
   g->pass_rows = staging > 0 ? streamed_pass_rows(p, g->kinds, context_size, staging) : kGpuPassRows;
   const size_t kv = kv_bytes(p, g->kinds, context_size, g->pass_rows);
   const size_t workspace = workspace_bytes(p, g->kinds, context_size, g->pass_rows);

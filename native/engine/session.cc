@@ -1,6 +1,7 @@
 #include "engine/session.h"
 
 #include <algorithm>
+#include <limits>
 #include <new>
 #include <string>
 
@@ -132,7 +133,8 @@ Session::Session(std::shared_ptr<Runtime> runtime)
       cache_(runtime_->on_gpu() ? KvCache(runtime_->model().params, {}, {}, 0)
                                 : KvCache(runtime_->model(), runtime_->context_size())),
       recurrent_(model::has_recurrent_layers(runtime_->model())),
-      checkpoints_inside_passes_(recurrent_ && takes_snapshots(runtime_->model())) {
+      windowed_(state_shape(runtime_->model()).windowed_layers != 0),
+      checkpoints_inside_passes_(recurrent_ && (!runtime_->on_gpu() || gpu_takes_snapshots(runtime_->model()))) {
   if (runtime_->on_gpu()) gpu_ = create_gpu_sequence(*runtime_->gpu_, runtime_->context_size());
   if (gpu_ && recurrent_) ready_checkpoints();
 }
@@ -232,12 +234,23 @@ void Session::cache_checkpoint(int64_t at) {
   // Without windowed layers the rows before `at` stay as they are while the request goes on, and
   // the checkpoint keeps the recurrent states: the cache gets the state when the request ends, not
   // before the prompt's first token (copying it to fresh page-locked memory took ~60 ms per
-  // store on an H100, four stores in a prompt of 4,000 tokens). Windowed layers drop rows.
-  if (state_shape(runtime_->model()).windowed_layers == 0) {
+  // store on an H100, four stores in a prompt of 4,000 tokens). Windowed layers drop rows as the
+  // request goes on: their state goes now, the session's own at a pass's end, a checkpoint's
+  // inside the pass while the pass's windows hold the rows before it (inner_checkpoint_rows).
+  if (!windowed_) {
     cache_checkpoints_.push_back(at);
-  } else {
+  } else if (at == recurrent_position_) {
     store_locked();
+  } else {
+    cache_checkpoints_.push_back(at);
+    store_checkpoints_locked();
   }
+}
+
+int64_t Session::inner_checkpoint_rows() const {
+  // The CPU's windows keep the rows before the start of a part's last store of kWindowSlice rows
+  // (KvCache::store): a checkpoint inside a longer part would have lost the window before it.
+  return windowed_ ? model::kWindowSlice : std::numeric_limits<int64_t>::max();
 }
 
 void Session::store_checkpoints() {
@@ -250,7 +263,8 @@ void Session::store_checkpoints_locked() {
     // A pass from before `at` dropped the checkpoint, and the rows after its start.
     const auto kept = std::find_if(checkpoints_.begin(), checkpoints_.end(),
                                    [at](const Checkpoint& c) { return c.position == at && !c.draft; });
-    if (kept == checkpoints_.end() || static_cast<int64_t>(history_.size()) < at) continue;
+    // A windowed layer's rows before `at` must still be held (can_continue_at).
+    if (kept == checkpoints_.end() || static_cast<int64_t>(history_.size()) < at || !can_continue_at(at)) continue;
     const bool stored = cache_state(at, &*kept);
     // The state at the recurrent states' position is the session's own (store_locked's).
     if (at == recurrent_position_) in_cache_ = stored;

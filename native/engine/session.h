@@ -171,12 +171,12 @@ class Session {
   // goes to the prompt-state cache: from the checkpoint when the request ends (store_checkpoints,
   // or any store or restore before), at once where windowed layers would drop its rows meanwhile.
   void checkpoint(bool to_cache);
-  // The checkpoints inside a pass (where the model takes them there, forward.h's
-  // takes_snapshots; else the scheduler ends passes on checkpoints): buffers for the states at
-  // `positions` (in order, after first_position and before the part's end), which the pass
-  // fills; under the compute lock, after begin_pass. After the pass, keep_pass_checkpoints keeps
-  // them as checkpoint() would at each, `to_cache[i]` for positions[i]; the next begin_pass
-  // drops those a failed or cancelled pass left.
+  // The checkpoints inside a pass (where checkpoints_inside_passes; else the scheduler ends
+  // passes on checkpoints): buffers for the states at `positions` (in order, after
+  // first_position and before the part's end), which the pass fills; under the compute lock,
+  // after begin_pass. After the pass, keep_pass_checkpoints keeps them as checkpoint() would at
+  // each, `to_cache[i]` for positions[i]; the next begin_pass drops those a failed or cancelled
+  // pass left.
   std::vector<StateSnapshot> take_pass_checkpoints(std::span<const int64_t> positions, int64_t first_position);
   void keep_pass_checkpoints(std::span<const uint8_t> to_cache);
   // Stores the states of the checkpoints kept for the cache (see checkpoint) that still hold.
@@ -229,9 +229,11 @@ class Session {
   void keep_draft_checkpoint();
   void settle_drafts();
   bool recurrent() const { return recurrent_; }
-  // Whether a pass takes the recurrent states of checkpoints inside its rows (forward.h's
-  // takes_snapshots), so that the scheduler need not end passes on them.
+  // Whether a pass takes the recurrent states of checkpoints inside its rows (the CPU's always,
+  // the GPU's where forward.h's gpu_takes_snapshots), so that the scheduler need not end passes
+  // on them; and the most rows of a part with checkpoints inside it.
   bool checkpoints_inside_passes() const { return checkpoints_inside_passes_; }
+  int64_t inner_checkpoint_rows() const;
   // Where the recurrent states are usable as a prefix of `tokens` (at most `limit` long): their
   // position when the prompt begins with the tokens before it, else 0.
   int64_t recurrent_prefix(std::span<const int32_t> tokens, int64_t limit) const;
@@ -327,7 +329,8 @@ class Session {
   // Positions of checkpoints whose states go to the prompt-state cache when the request ends, in
   // order; guarded by the compute lock.
   std::vector<int64_t> cache_checkpoints_;
-  const bool recurrent_;  // the model has layers of linear attention
+  const bool recurrent_;  // the model has recurrent states (linear attention's, compressors')
+  const bool windowed_;   // the model has windowed layers
   const bool checkpoints_inside_passes_;
   // The MTP layer's state, from the first generation that drafts with it (only the scheduler thread uses it).
   std::unique_ptr<MtpSequence> mtp_;
