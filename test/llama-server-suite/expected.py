@@ -104,6 +104,9 @@ SKIPPED = {
 WRITES_ON = [
     "unit/test_completion.py::test_completion_unified*",
     "unit/test_ctx_shift.py::test_ctx_shift_disabled_stream",
+    # 64 tokens at temperature 0.8 from "Hi how are you": the default model's draw ends at its 43rd on an AVX2 host
+    # (an AMD EPYC), past 64 on the AVX-512 hosts before; its logits' last bits decide.
+    "unit/test_ctx_shift.py::test_ctx_shift_disabled_short_prompt[64-64-False]",
     "unit/test_completion.py::test_completion_parallel_slots*",
     "unit/test_completion.py::test_n_probs_post_sampling",
     "unit/test_completion.py::test_n_probs_post_backend_sampling",
