@@ -575,20 +575,7 @@ void head(const model::Model& model, const float* norm, const cpu::WeightMatrix&
 
 }  // namespace
 
-bool gpu_takes_snapshots(const model::Model& model) {
-  const std::vector<uint8_t> windowed = model::windowed_layers(model);
-  return std::none_of(windowed.begin(), windowed.end(), [](uint8_t w) { return w != 0; }) &&
-         std::none_of(model.layers.begin(), model.layers.end(),
-                      [](const model::LayerWeights& l) { return !l.attention.compressed.compressor.empty(); });
-}
-
-void check_snapshots(std::span<const StateSnapshot> snapshots, int64_t rows, bool taken) {
-  if (snapshots.empty()) return;
-  if (!taken) {
-    throw Error("INVALID_ARGUMENT",
-                "this model's passes on the GPU take no recurrent states inside their rows (windowed layers or "
-                "compressors)");
-  }
+void check_snapshots(std::span<const StateSnapshot> snapshots, int64_t rows) {
   int64_t after = 0;
   for (const StateSnapshot& snapshot : snapshots) {
     if (snapshot.rows <= after || snapshot.rows >= rows || snapshot.states == nullptr) {
@@ -602,7 +589,7 @@ void forward(const model::Model& model, std::span<const SequenceRows> batch, std
              ForwardScratch& s, cpu::ThreadPool& pool, ExpertArena* arena) {
   const HyperParams& p = model.params;
   for (const SequenceRows& part : batch) {
-    check_snapshots(part.snapshots, static_cast<int64_t>(part.tokens.size()), true);
+    check_snapshots(part.snapshots, static_cast<int64_t>(part.tokens.size()));
   }
   const int64_t n = begin_rows(model, model.token_embedding, batch, s.residual, s);
   if (p.hyper.streams > 0) spread_streams(p, n, s);

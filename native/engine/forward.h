@@ -80,18 +80,13 @@ enum class LogitRows : uint8_t { kLast, kAll, kEmbeddings };
 // The recurrent states a pass takes inside a sequence's rows (a checkpoint that does not end the
 // pass): after its first `rows` rows (0 < rows < its rows), every recurrent layer's
 // state into `states`, in the layout of KvCache::copy_recurrent_out (gpu_recurrent_floats on
-// the GPU): a linear attention's convolution and recurrent state, a compressor's rings. The
-// CPU's passes take them for every model; the GPU's where gpu_takes_snapshots.
+// the GPU): a linear attention's convolution and recurrent state, a compressor's rings.
 struct StateSnapshot {
   int64_t rows = 0;
   float* states = nullptr;
 };
-// Whether the GPU's passes of `model` take StateSnapshots: not yet with compressors (their rings)
-// or windowed layers (a GPU pass's windows keep no rows for a state inside it).
-bool gpu_takes_snapshots(const model::Model& model);
-// INVALID_ARGUMENT unless `snapshots` of a part of `rows` rows are in order inside them and the
-// model's passes take them (`taken`).
-void check_snapshots(std::span<const StateSnapshot> snapshots, int64_t rows, bool taken);
+// INVALID_ARGUMENT unless `snapshots` of a part of `rows` rows are in order inside them.
+void check_snapshots(std::span<const StateSnapshot> snapshots, int64_t rows);
 // How a recurrent op takes them: run(from, to, snapshot) for each run of a part's `rows` rows
 // between its snapshots, in order, `snapshot` the one that ends the run (the state after `to`
 // rows goes to it) and null for the last run (to `rows`), which may be empty.

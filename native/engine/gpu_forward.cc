@@ -304,7 +304,6 @@ class GpuModel : public GpuWeights {
   int64_t context_size = 0;          // the most positions a sequence's KV cache holds: what the workspace is sized for
   int64_t pass_rows = kGpuPassRows;  // the most rows of a pass (gpu_pass_rows)
   LayerKinds kinds;
-  bool takes_snapshots = false;  // forward.h's gpu_takes_snapshots
   // Whether every layer's per-head latent products (k_b, v_b) have tiled kernels: one grouping
   // of a pass's (token, head) slots serves them all, so they take the tiles together or not at all.
   bool latent_tiles = false;
@@ -1697,16 +1696,28 @@ struct Pass {
         cuda::add_position_bias(f(ws.indexer_scores), n, positions, w.indexer_compressor.position_bias, ratio,
                                 keys_width, stream);
       }
+      // A snapshot inside a part takes the rings after its rows: the part's rows run up to it, the
+      // layer's rings go to the host behind them, and the rest run on.
+      const size_t ring_bytes =
+          static_cast<size_t>(m.kinds.state_floats(p, static_cast<size_t>(layer))) * sizeof(float);
       for (const PassLayout::Segment& part : layout.segments) {
         float* ring = part.sequence->recurrent_of(layer);
         uint16_t* compressed = part.sequence->compressed_of(layer);
-        const int64_t at = part.first_row;
-        cuda::compress_rows(f(ws.compressor_values) + at * rows_width, f(ws.compressor_scores) + at * rows_width,
-                            part.rows, positions + at, rows_shape, w.compressor.norm, ring, compressed, stream);
-        if (!indexed) continue;
-        cuda::compress_rows(f(ws.indexer_values) + at * keys_width, f(ws.indexer_scores) + at * keys_width, part.rows,
-                            positions + at, keys_shape, w.indexer_compressor.norm,
-                            ring + model::CompressedParams::state_floats(ratio, d, 0), compressed, stream);
+        runs_between_snapshots(part.snapshots, part.rows, [&](int64_t from, int64_t to, const StateSnapshot* snapshot) {
+          const int64_t at = part.first_row + from;
+          if (to > from) {
+            cuda::compress_rows(f(ws.compressor_values) + at * rows_width, f(ws.compressor_scores) + at * rows_width,
+                                to - from, positions + at, rows_shape, w.compressor.norm, ring, compressed, stream);
+            if (indexed) {
+              cuda::compress_rows(f(ws.indexer_values) + at * keys_width, f(ws.indexer_scores) + at * keys_width,
+                                  to - from, positions + at, keys_shape, w.indexer_compressor.norm,
+                                  ring + model::CompressedParams::state_floats(ratio, d, 0), compressed, stream);
+            }
+          }
+          if (snapshot) {
+            cuda::copy_to_host(snapshot->states + part.sequence->recurrent_before[layer], ring, ring_bytes, stream);
+          }
+        });
       }
     }
     // The indexer's choice of each row's compressed rows.
@@ -2364,7 +2375,6 @@ std::shared_ptr<GpuModel> upload_model(const model::Model& model, const GpuOptio
   const uint64_t available = options.budget > 0 ? std::min<uint64_t>(options.budget, usable) : usable;
   const uint64_t staging = resident < all && !arena ? ExpertStream::staging_bytes(model, streamed) : 0;
   g->kinds = LayerKinds(model);
-  g->takes_snapshots = gpu_takes_snapshots(model);
   g->pass_rows = staging > 0 ? streamed_pass_rows(p, g->kinds, context_size, staging) : kGpuPassRows;
   const size_t kv = kv_bytes(p, g->kinds, context_size, g->pass_rows);
   const size_t workspace = workspace_bytes(p, g->kinds, context_size, g->pass_rows);
@@ -2489,7 +2499,7 @@ void gpu_forward(GpuModel& model, std::span<const GpuSequenceRows> batch, std::v
     first_row.push_back(static_cast<int64_t>(tokens.size()));
   }
   for (const GpuSequenceRows& part : batch) {
-    check_snapshots(part.snapshots, static_cast<int64_t>(part.tokens.size()), model.takes_snapshots);
+    check_snapshots(part.snapshots, static_cast<int64_t>(part.tokens.size()));
   }
   const auto total = static_cast<int64_t>(tokens.size());
   std::vector<PassLayout> passes;

@@ -134,7 +134,7 @@ Session::Session(std::shared_ptr<Runtime> runtime)
                                 : KvCache(runtime_->model(), runtime_->context_size())),
       recurrent_(model::has_recurrent_layers(runtime_->model())),
       windowed_(state_shape(runtime_->model()).windowed_layers != 0),
-      checkpoints_inside_passes_(recurrent_ && (!runtime_->on_gpu() || gpu_takes_snapshots(runtime_->model()))) {
+      checkpoints_inside_passes_(recurrent_) {
   if (runtime_->on_gpu()) gpu_ = create_gpu_sequence(*runtime_->gpu_, runtime_->context_size());
   if (gpu_ && recurrent_) ready_checkpoints();
 }
@@ -248,9 +248,11 @@ void Session::cache_checkpoint(int64_t at) {
 }
 
 int64_t Session::inner_checkpoint_rows() const {
-  // The CPU's windows keep the rows before the start of a part's last store of kWindowSlice rows
-  // (KvCache::store): a checkpoint inside a longer part would have lost the window before it.
-  return windowed_ ? model::kWindowSlice : std::numeric_limits<int64_t>::max();
+  // Windows keep the rows before the start of a part's last store: of kWindowSlice rows on the
+  // CPU (KvCache::store), of a GPU pass's (make_window_room; a part no longer than a pass runs in
+  // one). A checkpoint inside a longer part would have lost the window before it.
+  if (!windowed_) return std::numeric_limits<int64_t>::max();
+  return gpu_ ? gpu_pass_rows(*runtime_->gpu_) : model::kWindowSlice;
 }
 
 void Session::store_checkpoints() {

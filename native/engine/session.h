@@ -229,9 +229,9 @@ class Session {
   void keep_draft_checkpoint();
   void settle_drafts();
   bool recurrent() const { return recurrent_; }
-  // Whether a pass takes the recurrent states of checkpoints inside its rows (the CPU's always,
-  // the GPU's where forward.h's gpu_takes_snapshots), so that the scheduler need not end passes
-  // on them; and the most rows of a part with checkpoints inside it.
+  // Whether a pass takes the recurrent states of checkpoints inside its rows (a model with
+  // recurrent layers), so that the scheduler need not end passes on them; and the most rows of a
+  // part with checkpoints inside it.
   bool checkpoints_inside_passes() const { return checkpoints_inside_passes_; }
   int64_t inner_checkpoint_rows() const;
   // Where the recurrent states are usable as a prefix of `tokens` (at most `limit` long): their

@@ -6,6 +6,7 @@
 // the same passes draw, and a checkpoint taken inside a pass continues as the CPU's evaluation; a state saved on the GPU continues on the CPU within the bar; n-gram drafts
 // roll rejected tokens back on the card and keep greedy decoding's tokens, alone and beside another
 // session; experts split between the GPU and the CPU give the whole-GPU tokens (up to a tie).
+// DeepSeek-V4's compressors' rings, taken inside a GPU pass, continue as the CPU's evaluation too.
 // (GPU against CPU logits over 1,000 tokens: gpu-vs-cpu.test.mjs.) Skips where no NVIDIA device exists.
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -203,3 +204,49 @@ for (const preset of PRESETS) {
     }
   });
 }
+
+test(
+  "tiny-deepseek4: checkpoints taken inside a GPU pass continue as the CPU's whole evaluation",
+  { skip },
+  async () => {
+    // DeepSeek-V4's recurrent states are its compressors' rings (blocks of 4 and of 128 positions);
+    // its windows of 32 drop the rows before a checkpoint as the prompt goes on, so the prompt-state
+    // cache takes each checkpoint's state at once and serves it. The prompt of 1,200 runs in one
+    // pass with its checkpoints at 176, 688 and 1,196 inside it; a prompt sharing 687 or 700 of its
+    // tokens then restores 176 (mid-block of the 128-position compressor) or 688 and goes on as
+    // the CPU's evaluation of the whole prompt does.
+    const path = fixture("tiny-deepseek4", "F16");
+    const gpu = await loadModel(path, { gpu: "auto", contextSize: 1300, cacheRam: "256MiB" });
+    const cpu = await loadModel(path, { gpu: false, contextSize: 1300, cacheRam: 0 });
+    try {
+      const prompt = tokens(1200, 8);
+      const probe = tokens(3, 2);
+      const greedy = { maxTokens: 1, temperature: 0 };
+      const before = gpu.stats().passes;
+      await gpu.createSession().generate(prompt, greedy).result;
+      assert.equal(gpu.stats().passes - before, 1, "the prompt ran in one pass");
+      for (const [shared, restored] of [
+        [687, 176],
+        [700, 688],
+      ]) {
+        const next = [...prompt.slice(0, shared), ...tokens(200, 9 + shared)];
+        const session = gpu.createSession();
+        const reuse = await session.generate(next, greedy).result;
+        assert.equal(reuse.timings.cachedPromptTokens, restored, `a prefix of ${shared}`);
+        const onGpu = await session.evaluate(probe, { logits: "all" });
+        session.dispose();
+        const reference = cpu.createSession();
+        await reference.generate(next, greedy).result;
+        const onCpu = await reference.evaluate(probe, { logits: "all" });
+        reference.dispose();
+        assertWithinBar(
+          { [`the checkpoint at ${restored}`]: compare(onCpu, onGpu, gpu.info.vocabSize) },
+          agreementBar(1, 0),
+        );
+      }
+    } finally {
+      gpu.dispose();
+      cpu.dispose();
+    }
+  },
+);
