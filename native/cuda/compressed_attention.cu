@@ -8,10 +8,13 @@
 // 16 blocks of 4 left most of the card idle, 154 us a layer on an H200) and walks its
 // cells in chunks twice: first each head's maximum score and exp sum (scores from f16-rounded
 // queries against the f16 rows, as the CPU rounds them), then the weights, normalized and rounded
-// to f16, times the rows (a token of one chunk keeps its scores from the first walk). Cells are
-// added in order, kUnroll rows loaded ahead, so a token's floats depend neither on its batch nor
-// on Group; the CPU's sums run in another order (its SIMD lanes, one max before the exps), so the
-// outputs agree to rounding.
+// to f16, times the rows (a token of one chunk keeps its scores from the first walk). A decode
+// step's block is one token's chain of loads, so both walks keep many rows in flight: a warp
+// scores kCellsInFlight cells at once, and kCellGroups groups of threads each add every
+// kCellGroups-th cell's row (kUnroll rows loaded ahead), their sums added in group order at the
+// end. That order is fixed by the cells alone, so a token's floats depend neither on its batch
+// nor on Group; the CPU's sums run in another order (its SIMD lanes, one max before the exps), so
+// the outputs agree to rounding.
 #include <cmath>
 
 #include "base/error.h"
@@ -26,37 +29,56 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / kWarp;
 constexpr int kChunk = 256;  // cells scored at once
 constexpr int kMaxHeadDim = 512;
-constexpr int kDimsPerThread = kMaxHeadDim / kThreads;
-constexpr int kUnroll = 8;  // rows whose values the weighted sum loads before it adds any
+constexpr int kCellsInFlight = 4;  // cells a warp scores together, their rows' loads in flight at once
+// The weighted sum: kCellGroups groups of threads, each taking every kCellGroups-th cell; a
+// thread of a group takes kPairsPerThread f16 pairs of a row, pair p at dims 2 * t + 2 * p *
+// kGroupThreads, so that each of a group's loads is one contiguous run of the row.
+constexpr int kCellGroups = 4;
+constexpr int kGroupThreads = kThreads / kCellGroups;
+constexpr int kPairsPerThread = kMaxHeadDim / (2 * kGroupThreads);
+constexpr int kUnroll = 8;  // rows of a group whose values the weighted sum loads before it adds any
 // Below this many blocks of 4 heads a pass takes a head a block.
 constexpr int64_t kWideGroupBlocks = 512;
 
 // The scaled scores of the group's heads against cells [first, first + kChunk) into scores[h][cell]
-// (-inf where masked or past the last): a warp per cell.
+// (-inf where masked or past the last): a warp per kCellsInFlight cells, each cell's dot summed in
+// the same order whatever cells share its warp.
 template <int Group>
 __device__ void chunk_scores(const CompressedAttention& a, const Cells& c, const float* queries, int heads, int first,
                              float (*scores)[kChunk]) {
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, d = static_cast<int>(a.head_dim);
-  for (int local = warp; local < kChunk; local += kWarps) {
-    const int cell = first + local;
-    const uint16_t* row = cell < c.count() ? cell_row(a, c, cell) : nullptr;
-    float dots[Group] = {};
-    if (row) {
-      for (int j = 2 * lane; j < d; j += 2 * kWarp) {
-        const float2 k = __half22float2(*reinterpret_cast<const __half2*>(row + j));
+  const int last = min(kChunk, c.count() - first);
+  for (int base = warp * kCellsInFlight; base < kChunk; base += kWarps * kCellsInFlight) {
+    const uint16_t* rows[kCellsInFlight];
+    float dots[kCellsInFlight][Group] = {};
 #pragma unroll
-        for (int h = 0; h < Group; ++h) {
-          dots[h] = __fmaf_rn(queries[h * kMaxHeadDim + j], k.x, dots[h]);
-          dots[h] = __fmaf_rn(queries[h * kMaxHeadDim + j + 1], k.y, dots[h]);
+    for (int u = 0; u < kCellsInFlight; ++u) rows[u] = base + u < last ? cell_row(a, c, first + base + u) : nullptr;
+    if (base < last) {
+      for (int j = 2 * lane; j < d; j += 2 * kWarp) {
+        float2 k[kCellsInFlight];
+#pragma unroll
+        for (int u = 0; u < kCellsInFlight; ++u) {
+          k[u] = rows[u] ? __half22float2(*reinterpret_cast<const __half2*>(rows[u] + j)) : make_float2(0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int u = 0; u < kCellsInFlight; ++u) {
+#pragma unroll
+          for (int h = 0; h < Group; ++h) {
+            dots[u][h] = __fmaf_rn(queries[h * kMaxHeadDim + j], k[u].x, dots[u][h]);
+            dots[u][h] = __fmaf_rn(queries[h * kMaxHeadDim + j + 1], k[u].y, dots[u][h]);
+          }
         }
       }
     }
 #pragma unroll
-    for (int h = 0; h < Group; ++h) {
-      float v = dots[h];
+    for (int u = 0; u < kCellsInFlight; ++u) {
 #pragma unroll
-      for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-      if (lane == 0) scores[h][local] = row && h < heads ? __fmul_rn(v, a.scale) : -INFINITY;
+      for (int h = 0; h < Group; ++h) {
+        float v = dots[u][h];
+#pragma unroll
+        for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+        if (lane == 0) scores[h][base + u] = rows[u] && h < heads ? __fmul_rn(v, a.scale) : -INFINITY;
+      }
     }
   }
   __syncthreads();
@@ -120,8 +142,10 @@ __global__ void __launch_bounds__(kThreads) compressed_attention_kernel(Compress
     maxima[threadIdx.x] = new_max;
   }
   __syncthreads();
-  // The weights, normalized and rounded to f16, times the rows: thread t takes dims t, t + 256.
-  float out[Group][kDimsPerThread] = {};
+  // The weights, normalized and rounded to f16, times the rows: group g adds cells g, g + kCellGroups, ...
+  const int cell_group = static_cast<int>(threadIdx.x) / kGroupThreads,
+            t = static_cast<int>(threadIdx.x) % kGroupThreads;
+  float out[Group][2 * kPairsPerThread] = {};
   for (int first = 0; first < c.count(); first += kChunk) {
     // One chunk's scores are still in `scores` from the first walk.
     if (c.count() > kChunk) chunk_scores<Group>(a, c, queries, heads, first, scores);
@@ -134,37 +158,66 @@ __global__ void __launch_bounds__(kThreads) compressed_attention_kernel(Compress
     }
     __syncthreads();
     const int last = min(kChunk, c.count() - first);
-    for (int local = 0; local < last; local += kUnroll) {
+    for (int local = cell_group; local < last; local += kCellGroups * kUnroll) {
       // kUnroll rows' values in flight at once, then added in the cells' order.
-      float v[kUnroll][kDimsPerThread];
+      float2 v[kUnroll][kPairsPerThread];
       bool present[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        const uint16_t* row = local + u < last ? cell_row(a, c, first + local + u) : nullptr;
+        const int cell = local + u * kCellGroups;
+        const uint16_t* row = cell < last ? cell_row(a, c, first + cell) : nullptr;
         present[u] = row != nullptr;
 #pragma unroll
-        for (int k = 0; k < kDimsPerThread; ++k) {
-          const int j = static_cast<int>(threadIdx.x) + k * kThreads;
-          v[u][k] = row && j < d ? __half2float(__ushort_as_half(row[j])) : 0.0f;
+        for (int k = 0; k < kPairsPerThread; ++k) {
+          const int j = 2 * (t + k * kGroupThreads);
+          v[u][k] = row && j < d ? __half22float2(*reinterpret_cast<const __half2*>(row + j)) : make_float2(0.0f, 0.0f);
         }
       }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         if (!present[u]) continue;
 #pragma unroll
-        for (int k = 0; k < kDimsPerThread; ++k) {
+        for (int h = 0; h < Group; ++h) {
+          const float w = scores[h][local + u * kCellGroups];
 #pragma unroll
-          for (int h = 0; h < Group; ++h) out[h][k] = __fmaf_rn(scores[h][local + u], v[u][k], out[h][k]);
+          for (int k = 0; k < kPairsPerThread; ++k) {
+            out[h][2 * k] = __fmaf_rn(w, v[u][k].x, out[h][2 * k]);
+            out[h][2 * k + 1] = __fmaf_rn(w, v[u][k].y, out[h][2 * k + 1]);
+          }
         }
       }
     }
     __syncthreads();
   }
+  // The groups' sums, added in group order by the first group, which writes them.
+  __shared__ float partial[kCellGroups - 1][Group][kMaxHeadDim];
+  if (cell_group > 0) {
+#pragma unroll
+    for (int h = 0; h < Group; ++h) {
+#pragma unroll
+      for (int k = 0; k < kPairsPerThread; ++k) {
+        const int j = 2 * (t + k * kGroupThreads);
+        partial[cell_group - 1][h][j] = out[h][2 * k];
+        partial[cell_group - 1][h][j + 1] = out[h][2 * k + 1];
+      }
+    }
+  }
+  __syncthreads();
+  if (cell_group > 0) return;
   for (int h = 0; h < heads; ++h) {
 #pragma unroll
-    for (int k = 0; k < kDimsPerThread; ++k) {
-      const int j = static_cast<int>(threadIdx.x) + k * kThreads;
-      if (j < d) a.out[(static_cast<int64_t>(token) * a.heads + first_head + h) * d + j] = out[h][k];
+    for (int k = 0; k < kPairsPerThread; ++k) {
+      const int j = 2 * (t + k * kGroupThreads);
+      if (j >= d) continue;
+      float x = out[h][2 * k], y = out[h][2 * k + 1];
+#pragma unroll
+      for (int g = 0; g < kCellGroups - 1; ++g) {
+        x = __fadd_rn(x, partial[g][h][j]);
+        y = __fadd_rn(y, partial[g][h][j + 1]);
+      }
+      float* o = a.out + (static_cast<int64_t>(token) * a.heads + first_head + h) * d + j;
+      o[0] = x;
+      o[1] = y;
     }
   }
 }

@@ -191,9 +191,11 @@ TEST(cuda_compressed_attention_matches_cpu) {
                                                       std::tuple<int64_t, int64_t, int64_t, int64_t>{6, 32, 4, 8},
                                                       std::tuple<int64_t, int64_t, int64_t, int64_t>{16, 128, 128, 0},
                                                       std::tuple<int64_t, int64_t, int64_t, int64_t>{8, 128, 4, 64},
+                                                      std::tuple<int64_t, int64_t, int64_t, int64_t>{8, 128, 4, 0},
                                                       std::tuple<int64_t, int64_t, int64_t, int64_t>{140, 32, 4, 8}}) {
       // Decode steps take a head a block, and so do 15 rows but of 140 heads (4 a block); passes of 70
       // and 130 rows take the tensor-core blocks of 64 heads (of 140 heads: three blocks a token).
+      // Ratio 4 with no indexer at 3,000 positions: 878 cells, several chunks of the decode kernel.
       for (const auto& [first, n] : {std::pair<int64_t, int64_t>{9, 1}, std::pair<int64_t, int64_t>{2999, 1},
                                      std::pair<int64_t, int64_t>{300, 15}, std::pair<int64_t, int64_t>{500, 70},
                                      std::pair<int64_t, int64_t>{700, 130}}) {
