@@ -16,11 +16,15 @@ namespace bloomery::cpu {
 void causal_conv_silu(float* rows, int64_t n, int64_t stride, int64_t channels, int64_t kernel, const float* taps,
                       float* state);
 
-// One token's outputs of every channel: out[c] = the fused multiply-adds of inputs[k][c] *
-// taps_by_tap[k * channels + c] from k = 0 on, into 0 (ggml's order: the earliest input first, in
-// float, each product fused into the sum as its x86 build compiles the loop). `out` may be
-// inputs[kernel - 1]. The tiers: one channel at a time (std::fma), AVX2 and AVX-512 (a vector of
-// channels at a time, the same roundings).
+// One token's outputs of every channel: out[c] = the sum of inputs[k][c] * taps_by_tap[k * channels + c]
+// from k = 0 on, into 0, in float (ggml's order: the earliest input first), each product fused
+// into the sum or rounded first as the ggml build of the tier compiles the loop. GCC vectorizes it
+// over the taps: a vector's worth of products round before they are added, one by one, and only
+// the taps past the last whole vector fuse. The tiers: one channel at a time, every product fused
+// (std::fma), as ggml's AVX-512 builds with fewer than 8 taps (Qwen3-Next's and Qwen3.5's 4); AVX-512
+// (a vector of channels at a time) likewise; AVX2 (likewise) as llama.cpp's AVX2 build, whose
+// vectors of 4 round the products of the first kernel & ~3 taps (of 4 taps: all four, none fused).
+// `out` may be inputs[kernel - 1].
 void conv_token_scalar(const float* const* inputs, const float* taps_by_tap, int64_t kernel, int64_t channels,
                        float* out);
 #if BLOOMERY_X86_SIMD

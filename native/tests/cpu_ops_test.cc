@@ -5,6 +5,7 @@
 // one-element-at-a-time form.
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -249,28 +250,68 @@ TEST(cpu_delta_rule_token_step_of_the_tier_is_the_scalar_one) {
   }
 }
 
-// The causal convolution: a token's outputs at this host's tier are its scalar form's bit for bit,
-// and rows convolved in one call are those convolved a few at a time (the state carried between
-// calls, calls shorter than the kernel included).
-TEST(cpu_causal_conv_tier_and_split_calls_agree) {
+// A token's output of channel c as ggml_ssm_conv's loop sums it where the ggml build fuses the
+// products of the taps from `rounded` on (conv_token_*): the first rounded products each rounded to
+// float and added in order, then the rest fused into the sum.
+namespace {
+float conv_reference(const std::vector<const float*>& inputs, const float* taps_by_tap, int64_t kernel,
+                     int64_t channels, int64_t c, int64_t rounded) {
+  float sum = 0.0f;
+  for (int64_t k = 0; k < rounded; ++k) {
+    volatile float product = inputs[k][c] * taps_by_tap[k * channels + c];  // kept out of a fused multiply-add
+    sum += product;
+  }
+  for (int64_t k = rounded; k < kernel; ++k) sum = std::fma(inputs[k][c], taps_by_tap[k * channels + c], sum);
+  return sum;
+}
+}  // namespace
+
+// The causal convolution: each tier this host runs sums a token's taps as the ggml build of its tier
+// does (the scalar and AVX-512 ones every product fused, as ggml's AVX-512 builds with fewer than 8
+// taps; AVX2 the products of the first kernel & ~3 taps rounded, so none of Qwen3.5's 4 fused), and
+// rows convolved in one call are those convolved a few at a time (the state carried between calls,
+// calls shorter than the kernel included).
+TEST(cpu_causal_conv_tiers_round_as_ggml_and_split_calls_agree) {
   const quant::SimdTier tier = host_simd_tier();
   std::mt19937 rng(8);
+  using ConvToken = void (*)(const float* const*, const float*, int64_t, int64_t, float*);
+  struct Tier {
+    quant::SimdTier tier;
+    ConvToken step;
+    int64_t lanes;  // the taps of a vector of ggml's loop: the products of the first kernel & ~(lanes - 1) round
+    std::vector<int64_t> kernels;
+    const char* name;
+  };
+  const Tier tiers[] = {{quant::SimdTier::kScalar, conv_token_scalar, 0, {4, 13}, "scalar"},
+                        {quant::SimdTier::kAvx2, conv_token_avx2, 4, {4, 5, 13}, "avx2"},
+                        {quant::SimdTier::kAvx512, conv_token_avx512, 0, {4}, "avx512"}};
+  for (const Tier& t : tiers) {
+    if (t.tier > tier) continue;
+    for (const int64_t kernel : t.kernels) {
+      const int64_t rounded = t.lanes == 0 ? 0 : kernel & ~(t.lanes - 1);
+      for (const int64_t channels : {int64_t{72}, int64_t{768}}) {
+        const std::vector<float> taps = random_floats(static_cast<size_t>(channels * kernel), rng);
+        std::vector<std::vector<float>> rows;
+        std::vector<const float*> inputs;
+        for (int64_t k = 0; k < kernel; ++k) {
+          rows.push_back(random_floats(static_cast<size_t>(channels), rng));
+          inputs.push_back(rows.back().data());
+        }
+        std::vector<float> out(static_cast<size_t>(channels));
+        t.step(inputs.data(), taps.data(), kernel, channels, out.data());
+        int64_t differ = 0;
+        for (int64_t c = 0; c < channels; ++c) {
+          const float reference = conv_reference(inputs, taps.data(), kernel, channels, c, rounded);
+          if (std::memcmp(&out[c], &reference, sizeof(float)) != 0) ++differ;
+        }
+        CHECK(differ == 0) << t.name << ", kernel " << kernel << ", " << channels << " channels: " << differ
+                           << " outputs differ";
+      }
+    }
+  }
   const int64_t kernel = 4, held = kernel - 1;
   for (const int64_t channels : {int64_t{72}, int64_t{768}}) {
     const std::vector<float> taps = random_floats(static_cast<size_t>(channels * kernel), rng);
-    if (tier >= quant::SimdTier::kAvx2) {
-      const auto step = tier >= quant::SimdTier::kAvx512 ? conv_token_avx512 : conv_token_avx2;
-      std::vector<std::vector<float>> rows;
-      std::vector<const float*> inputs;
-      for (int64_t k = 0; k < kernel; ++k) {
-        rows.push_back(random_floats(static_cast<size_t>(channels), rng));
-        inputs.push_back(rows.back().data());
-      }
-      std::vector<float> simd(static_cast<size_t>(channels)), scalar(simd.size());
-      step(inputs.data(), taps.data(), kernel, channels, simd.data());
-      conv_token_scalar(inputs.data(), taps.data(), kernel, channels, scalar.data());
-      CHECK(simd == scalar) << channels << " channels";
-    }
     const int64_t n = 11;
     const std::vector<float> x = random_floats(static_cast<size_t>(n * channels), rng);
     const std::vector<float> start = random_floats(static_cast<size_t>(channels * held), rng);
