@@ -1,11 +1,10 @@
 #include "engine/pooling.h"
 
-#include <algorithm>
-#include <cmath>
 #include <iterator>
 
 #include "base/error.h"
 #include "cpu/matmul.h"
+#include "cpu/softmax.h"
 
 namespace bloomery::engine {
 
@@ -48,12 +47,9 @@ std::vector<float> rank(const model::RankHead& head, std::vector<float> pooled, 
   if (head.output_bias) {
     for (size_t i = 0; i < out.size(); ++i) out[i] += head.output_bias[i];
   }
-  if (head.softmax) {
-    const float max = *std::max_element(out.begin(), out.end());
-    float sum = 0;
-    for (float& x : out) sum += x = std::exp(x - max);
-    for (float& x : out) x /= sum;
-  }
+  // As llama.cpp's ggml_soft_max: the exponentials summed in double, then each times the float
+  // nearest 1 / sum (a float sum and a division part from it by an ulp or two).
+  if (head.softmax) cpu::softmax(out.data(), static_cast<int64_t>(out.size()));
   return out;
 }
 
