@@ -72,12 +72,13 @@ function inputs(model: Model): { name: string; tokens: number[] }[] {
 
 describe("model.embed against llama.cpp's embeddings", () => {
   for (const pooling of ["last", "mean", "cls", "none"] as const) {
-    it(`pooling ${pooling}: plain text, arbitrary ids, a long input (cosine >= 0.9999)`, async () => {
+    it(`pooling ${pooling}: plain text, arbitrary ids, a long input (cosine >= 0.9999 with llama.cpp's arithmetic)`, async () => {
       const path = withPooling(pooling);
       const model = await loadModel(path, { gpu: false, threads: THREADS, contextSize: CONTEXT });
       // Without flash attention (its CPU kernel sums in f16), as the rank test below and test/oracle.ts run it. In one
       // batch llama.cpp's attention products are tinyBLAS's, not the one-token order ours take: on the long input
-      // the vectors part by a cosine of 1.2e-5, the short ones by less than 1e-6 (with flash attention: up to 1.3e-4).
+      // the vectors part by a cosine of 1.2e-5, the short ones by less than 1e-6 (with flash attention: up to 1.3e-4). Where
+      // llama.cpp's CPU variant is not our tier's arithmetic (its AMX variant multiplies in half precision), 1e-3.
       const theirs = await llama.loadModel({ modelPath: path, defaultContextFlashAttention: false });
       const context = await theirs.createEmbeddingContext({
         contextSize: CONTEXT,
@@ -95,7 +96,7 @@ describe("model.embed against llama.cpp's embeddings", () => {
           const vector = pooling === "none" ? ours[i]!.tokenVectors!.at(-1)! : ours[i]!.vector;
           const similarity = cosine(vector, reference);
           console.log(`${pooling}, ${c.name} (${c.tokens.length} tokens): cosine ${similarity.toFixed(6)}`);
-          expect(similarity, c.name).toBeGreaterThanOrEqual(0.9999);
+          expect(similarity, c.name).toBeGreaterThanOrEqual(sameArithmetic(llama) ? 0.9999 : 0.999);
           expect(ours[i]!.tokenCount).toBe(c.tokens.length);
           if (pooling === "none") {
             expect(ours[i]!.tokenVectors).toHaveLength(c.tokens.length);
