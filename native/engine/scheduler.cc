@@ -431,19 +431,18 @@ void Scheduler::plan(Pass& pass) {
     if (remaining == 0) continue;
     int64_t take = std::min(remaining, runtime_.step_tokens());
     // With recurrent layers, a prompt's or an evaluation's checkpoints are kept in commit: those
-    // inside the part from the states the pass takes there where the model takes them inside its
-    // rows (such a part is at most inner_checkpoint_rows long), else the passes end on them.
+    // inside the part from the states the pass takes there (such a part is at most
+    // inner_checkpoint_rows long).
     const int64_t at = r->base + static_cast<int64_t>(r->evaluated);
     const int64_t end = r->base + static_cast<int64_t>(r->input.size());
-    const bool inside = r->session->checkpoints_inside_passes();
+    const bool recurrent = r->session->recurrent();
     const int64_t checkpoint = next_checkpoint(end, at, r->generating());
-    if (r->session->recurrent() && !inside) take = std::min(take, checkpoint - at);
-    if (inside && checkpoint < at + take) take = std::min(take, r->session->inner_checkpoint_rows());
+    if (recurrent && checkpoint < at + take) take = std::min(take, r->session->inner_checkpoint_rows());
     if (take > room) break;
     const auto first = r->input.begin() + static_cast<ptrdiff_t>(r->evaluated);
     Pass::Part& part =
         pass.parts.emplace_back(Pass::Part{r, std::vector<int32_t>(first, first + take), r->session->position_, false});
-    for (int64_t c = checkpoint; inside && c < at + take; c = next_checkpoint(end, c, r->generating())) {
+    for (int64_t c = checkpoint; recurrent && c < at + take; c = next_checkpoint(end, c, r->generating())) {
       part.checkpoints.push_back(c);
     }
     room -= take;

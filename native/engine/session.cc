@@ -133,8 +133,7 @@ Session::Session(std::shared_ptr<Runtime> runtime)
       cache_(runtime_->on_gpu() ? KvCache(runtime_->model().params, {}, {}, 0)
                                 : KvCache(runtime_->model(), runtime_->context_size())),
       recurrent_(model::has_recurrent_layers(runtime_->model())),
-      windowed_(state_shape(runtime_->model()).windowed_layers != 0),
-      checkpoints_inside_passes_(recurrent_) {
+      windowed_(state_shape(runtime_->model()).windowed_layers != 0) {
   if (runtime_->on_gpu()) gpu_ = create_gpu_sequence(*runtime_->gpu_, runtime_->context_size());
   if (gpu_ && recurrent_) ready_checkpoints();
 }

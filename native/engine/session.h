@@ -171,8 +171,7 @@ class Session {
   // goes to the prompt-state cache: from the checkpoint when the request ends (store_checkpoints,
   // or any store or restore before), at once where windowed layers would drop its rows meanwhile.
   void checkpoint(bool to_cache);
-  // The checkpoints inside a pass (where checkpoints_inside_passes; else the scheduler ends
-  // passes on checkpoints): buffers for the states at `positions` (in order, after
+  // The checkpoints inside a pass: buffers for the states at `positions` (in order, after
   // first_position and before the part's end), which the pass fills; under the compute lock,
   // after begin_pass. After the pass, keep_pass_checkpoints keeps them as checkpoint() would at
   // each, `to_cache[i]` for positions[i]; the next begin_pass drops those a failed or cancelled
@@ -229,10 +228,7 @@ class Session {
   void keep_draft_checkpoint();
   void settle_drafts();
   bool recurrent() const { return recurrent_; }
-  // Whether a pass takes the recurrent states of checkpoints inside its rows (a model with
-  // recurrent layers), so that the scheduler need not end passes on them; and the most rows of a
-  // part with checkpoints inside it.
-  bool checkpoints_inside_passes() const { return checkpoints_inside_passes_; }
+  // The most rows of a part with checkpoints inside it (a pass takes their recurrent states).
   int64_t inner_checkpoint_rows() const;
   // Where the recurrent states are usable as a prefix of `tokens` (at most `limit` long): their
   // position when the prompt begins with the tokens before it, else 0.
@@ -331,7 +327,6 @@ class Session {
   std::vector<int64_t> cache_checkpoints_;
   const bool recurrent_;  // the model has recurrent states (linear attention's, compressors')
   const bool windowed_;   // the model has windowed layers
-  const bool checkpoints_inside_passes_;
   // The MTP layer's state, from the first generation that drafts with it (only the scheduler thread uses it).
   std::unique_ptr<MtpSequence> mtp_;
   const Request* running_ = nullptr;  // the request of this session that runs now (guarded by the scheduler's mutex)
