@@ -465,6 +465,51 @@ describe("modelFootprint", () => {
     },
   );
 
+  it.skipIf(!cuda)(
+    "plans DeepSeek-V4.1-Flash's widths (header-only) on a 24 GiB GPU and 128 GiB of host RAM: the GPU, a RAM arena and the disk",
+    async () => {
+      const GiB = 2 ** 30;
+      const path = join(dir, "deepseek-v4.1-flash.gguf");
+      await writeSyntheticModel(path, { preset: "deepseek-v4.1-flash", headerOnly: true });
+      const f = await modelFootprint(path, { contextSize: 32_768 });
+      rmSync(path);
+      // 40 layers of 384 routed experts, all MoE: 15,360 experts, every layer's the same width.
+      expect(f.expertBytes).toHaveLength(40);
+      expect(f.experts).toBe(384);
+      expect(new Set(f.expertBytes).size).toBe(1);
+      const all = 40 * 384;
+      const total = (plan: OffloadPlan, tier: "gpu" | "host" | "disk") =>
+        plan.layers.reduce((n, layer) => n + (layer[tier] ?? []).length, 0);
+      // About twice V4-Flash's experts at the same mix: 128 GiB of host RAM cannot hold those the GPU leaves, so
+      // they are all paged from the file through an arena that takes the whole budget in whole slots.
+      const plan = planOffload(f, { gpu: 24 * GiB, hostRam: 128 * GiB });
+      expectPartition(plan, 384);
+      const gpu = total(plan, "gpu");
+      const disk = total(plan, "disk");
+      expect(gpu).toBeGreaterThan(0);
+      expect(total(plan, "host")).toBe(0);
+      expect(disk).toBe(all - gpu);
+      expect(plan.bytes.gpu.total).toBeLessThanOrEqual(24 * GiB);
+      expect(plan.bytes.gpu.staging).toBe(0);
+      expect(plan.bytes.gpu.experts).toBe(gpu * f.expertBytes[0]!);
+      expect(plan.bytes.disk).toBe(disk * f.expertBytes[0]!);
+      expect(plan.bytes.host).toBe(0);
+      expect(plan.arena.slots).toBe(Math.floor((128 * GiB) / f.arenaSlotBytes));
+      expect(plan.arena.bytes).toBeLessThanOrEqual(128 * GiB);
+      // The arena holds more than any layer pages, and fewer than the disk tier's experts: it pages.
+      expect(plan.arena.slots).toBeGreaterThanOrEqual(Math.max(...plan.layers.map((l) => (l.disk ?? []).length)));
+      expect(plan.arena.slots).toBeLessThan(disk);
+      // The same count on the GPU in every layer (one more in the first), and each layer's reason says what each
+      // tier holds.
+      const seated = plan.layers.map((l) => l.gpu.length);
+      expect(Math.max(...seated) - Math.min(...seated)).toBeLessThanOrEqual(1);
+      for (const layer of plan.layers) {
+        expect(layer.reason).toContain(`${layer.gpu.length} of 384 experts fit the GPU budget`);
+        expect(layer.reason).toContain(`the CPU's ${layer.disk!.length} are paged from disk into the RAM arena`);
+      }
+    },
+  );
+
   it("is what loadModel plans with; a plan with GPU experts without gpu is refused", async () => {
     const path = join(dir, "tiny-qwen3moe.gguf");
     await writeSyntheticModel(path, { preset: "tiny-qwen3moe", weightType: "Q4_K" });

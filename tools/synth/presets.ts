@@ -794,6 +794,11 @@ const DEEPSEEK_V4_FLASH_SLICE: SynthPreset = {
   fileType: 12, // LLAMA_FTYPE_MOSTLY_Q3_K_M
 };
 
+/** DeepSeek-V4-Flash's compression over `layers` layers: the window alone on the first two, then blocks of 4 and 128 in turn. */
+function v4FlashRatios(layers: number): number[] {
+  return [0, 0, ...Array.from({ length: layers - 2 }, (_, i) => (i % 2 === 0 ? 4 : 128))];
+}
+
 const QWEN3MOE_2B: SynthPreset = {
   ...QWEN3_30B_A3B,
   name: "qwen3moe-2b",
@@ -944,10 +949,33 @@ export const PRESETS: Record<string, SynthPreset> = {
     description:
       "DeepSeek-V4-Flash's shapes, all 43 layers (ratios 0, 0, then 4 and 128 in turn), 256 experts (6 used) + 1 shared, the slice's Q3_K_M-like mix, for plans (--header-only)",
     layers: 43,
+    deepseek4: { ...DEEPSEEK_V4_FLASH_SLICE.deepseek4!, compressRatios: v4FlashRatios(43) },
+  },
+  // DeepSeek-V4.1-Flash (deepseek_v41, deepseek-ai/DeepSeek-V4.1-Flash at 314113f8) is a newer architecture than
+  // deepseek4, which no GGUF architecture describes yet: its published widths and counts over V4's blocks, for plans on
+  // a header-only file (--header-only), too large to write in full here. V4.1's CSA2 attention (ratios 0, 0, 2 x 18,
+  // 1 x 20, compressors shared by source layers 2, 8, 14 and 20, indexers by 8 layers, a candidate pre-filter) has no
+  // deepseek4 form: V4-Flash's ratios stand for it, a compressor and indexer per layer, with V4.1's indexer widths.
+  // Its config names no hash-routed layers. Not in it: the Engram tables (layers 1 and 14, 384,006,168 and
+  // 384,016,682 rows of 256 at fp8, ~203 GB, read from disk by hash), the vision encoder, the 3 DSpark draft layers.
+  "deepseek-v4.1-flash": {
+    ...DEEPSEEK_V4_FLASH_SLICE,
+    name: "deepseek-v4.1-flash",
+    description:
+      "DeepSeek-V4.1-Flash's widths and counts over DeepSeek-V4's blocks, for plans (--header-only): 40 layers of embedding 5120, q_lora 1280, an indexer of 32 heads of 128, 384 experts (6 used) of 2304 + 1 shared, none hash-routed, the V4 slice's Q3_K_M-like mix; V4-Flash's ratios (0, 0, then 4 and 128 in turn) stand for V4.1's CSA2, and the Engram tables (~203 GB at fp8, read from disk by hash), the vision encoder and the DSpark draft layers are not in it",
+    layers: 40,
+    embedding: 5120,
+    feedForward: 2304,
+    experts: 384,
+    expertFeedForward: 2304,
+    indexer: { heads: 32, headDim: 128, topK: 512 },
     deepseek4: {
       ...DEEPSEEK_V4_FLASH_SLICE.deepseek4!,
-      compressRatios: [0, 0, ...Array.from({ length: 41 }, (_, i) => (i % 2 === 0 ? 4 : 128))],
+      qLoraRank: 1280,
+      compressRatios: v4FlashRatios(40),
+      hashLayers: 0,
     },
+    rmsEpsilon: 1e-20,
   },
   "deepseek4-cpu": {
     ...DEEPSEEK_V4_FLASH_SLICE,

@@ -241,7 +241,8 @@ function architectureMetadata(p: SynthPreset): [string, GgufValue, GgufMetadataT
       [`${a}.hyper_connection.count`, v.hyperConnections, "u32"],
       [`${a}.hyper_connection.sinkhorn_iterations`, v.sinkhornIterations, "u32"],
       [`${a}.hyper_connection.epsilon`, v.hyperEpsilon, "f32"],
-      [`${a}.hash_layer_count`, v.hashLayers, "u32"],
+      // A count key is positive where present: a model without hash-routed layers leaves it out.
+      ...(v.hashLayers > 0 ? ([[`${a}.hash_layer_count`, v.hashLayers, "u32"]] as typeof entries) : []),
       [`${a}.swiglu_clamp_exp`, perLayer(v.swigluLimit), "array<f32>"],
       [`${a}.swiglu_clamp_shexp`, perLayer(v.swigluLimit), "array<f32>"],
     );
