@@ -18,13 +18,17 @@ void conv_token_scalar(const float* const* inputs, const float* taps_by_tap, int
   }
 }
 
-void causal_conv_silu(float* rows, int64_t n, int64_t stride, int64_t channels, int64_t kernel, const float* taps,
-                      float* state) {
-  static const auto conv_token = [] {
+ConvToken host_conv_token() {
+  static const ConvToken conv_token = [] {
     const quant::SimdTier tier = host_simd_tier();
     if (tier >= quant::SimdTier::kAvx512) return conv_token_avx512;
     return tier >= quant::SimdTier::kAvx2 ? conv_token_avx2 : conv_token_scalar;
   }();
+  return conv_token;
+}
+
+void causal_conv_silu(float* rows, int64_t n, int64_t stride, int64_t channels, int64_t kernel, const float* taps,
+                      float* state, ConvToken conv_token) {
   const int64_t held = kernel - 1;
   // Token-major copies: the held inputs (the state's), their successors after these rows, and
   // the taps by tap, so that a token's outputs are a few vectors of every channel at once.

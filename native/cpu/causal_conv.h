@@ -10,11 +10,19 @@
 
 namespace bloomery::cpu {
 
+// A token's convolution over every channel (conv_token_* below).
+using ConvToken = void (*)(const float* const* inputs, const float* taps_by_tap, int64_t kernel, int64_t channels,
+                           float* out);
+
+// The host's tier of conv_token: llama.cpp's CPU build for this host rounds as it does.
+ConvToken host_conv_token();
+
 // Convolves n rows of `channels` inputs (rows `stride` floats apart) in place, each row of outputs
 // then passed through SiLU (cpu::vec_silu, as ggml_silu over the row), and moves `state` ([channels][kernel - 1]) on
-// past them. `taps` is [channels][kernel].
+// past them. `taps` is [channels][kernel]. `conv_token` is the host's tier but where a caller needs another
+// rounding (the GPU's kernel fuses every product, as conv_token_scalar).
 void causal_conv_silu(float* rows, int64_t n, int64_t stride, int64_t channels, int64_t kernel, const float* taps,
-                      float* state);
+                      float* state, ConvToken conv_token = host_conv_token());
 
 // One token's outputs of every channel: out[c] = the sum of inputs[k][c] * taps_by_tap[k * channels + c]
 // from k = 0 on, into 0, in float (ggml's order: the earliest input first), each product fused

@@ -113,7 +113,8 @@ std::string join(const std::vector<int>& rows) {
 // each from a state of its own; kernels of 4 taps (the models') and of 2 and 8 (the ends of what
 // the kernels serve). The states after must be the CPU's exactly (they are inputs moved along);
 // the rows as well but for rare last bits of the norm (its double sum runs in another order),
-// when the host's SiLU is the AVX-512 or AVX2 tier's (the GPU's exp is theirs).
+// when the host's SiLU is the AVX-512 or AVX2 tier's (the GPU's exp is theirs). The GPU fuses each
+// product into the sum in tap order, as the scalar tier's convolution (an AVX2 host's rounds them).
 TEST(cuda_delta_net_conv_matches_cpu) {
   if (!device_ready("cuda_delta_net_conv_matches_cpu")) return;
   std::mt19937 rng(31);
@@ -140,7 +141,8 @@ TEST(cuda_delta_net_conv_matches_cpu) {
     int first = 0;
     for (size_t s = 0; s < c.rows.size(); ++s) {
       float* rows = want.data() + first * channels;
-      cpu::causal_conv_silu(rows, c.rows[s], channels, channels, c.kernel, taps.data(), want_states[s].data());
+      cpu::causal_conv_silu(rows, c.rows[s], channels, channels, c.kernel, taps.data(), want_states[s].data(),
+                            cpu::conv_token_scalar);
       for (int t = 0; t < c.rows[s]; ++t) {
         cpu::l2_norm(rows + t * channels, 2 * shape.k_heads, shape.head_dim, shape.head_dim, eps);
       }
