@@ -5,13 +5,16 @@
 // in another order), the keys layer-normed first and cached as f16 beside MLA's row; then each
 // token's score of every position it sees, the sum over heads of max(q_h . k, 0) times the head's
 // weight, and its top_k best-scored positions. The selection is exact on the scores (a radix
-// select of the k-th largest, then the positions above it and the first ties, in position order),
-// so a token's list does not depend on the batch; the scores' sums run in another order than the
-// CPU's, so near-ties may resolve otherwise there.
+// select of the k-th largest, then the positions above it and the ties at it, in position order),
+// so a token's list does not depend on the batch; the ties it keeps are the CPU's (std::partial_sort's,
+// as llama.cpp's ggml_top_k): the first ones where all of them fit, else the ones its heap keeps
+// (base/heap_select.h). The scores' sums run in another order than the CPU's, so near-ties may
+// resolve otherwise there.
 #include <algorithm>
 #include <cmath>
 
 #include "base/error.h"
+#include "base/heap_select.h"
 #include "cuda/common.cuh"
 #include "cuda/rope.cuh"
 
@@ -196,9 +199,30 @@ __device__ int exclusive_sum(int v, int* warp_totals) {
   return before;
 }
 
+// Sorts a[0, n) ascending (heapsort, on one thread).
+__device__ void sort_positions(int32_t* a, int n) {
+  const auto sift = [a](int root, int end) {
+    for (int child = 2 * root + 1; child < end; root = child, child = 2 * root + 1) {
+      if (child + 1 < end && a[child + 1] > a[child]) ++child;
+      if (a[root] >= a[child]) return;
+      const int32_t t = a[root];
+      a[root] = a[child];
+      a[child] = t;
+    }
+  };
+  for (int root = n / 2 - 1; root >= 0; --root) sift(root, n);
+  for (int end = n - 1; end > 0; --end) {
+    const int32_t t = a[0];
+    a[0] = a[end];
+    a[end] = t;
+    sift(0, end);
+  }
+}
+
 // A block per token: its top_k best-scored positions in position order (those above the k-th
-// largest score, then as many of the positions equal to it as fill k, the first ones); a token
-// that sees at most top_k positions attends them all, -1 after them.
+// largest score, then as many of the positions equal to it as fill k: all of them where they fit,
+// else the ones std::partial_sort keeps, as the CPU path chooses); a token that sees at most top_k
+// positions attends them all, -1 after them.
 __global__ void __launch_bounds__(kSelectThreads)
     indexer_top_k_kernel(const float* scores, const int32_t* positions, int top_k, int ratio, int64_t cache_positions,
                          int32_t* selected) {
@@ -206,6 +230,7 @@ __global__ void __launch_bounds__(kSelectThreads)
   __shared__ int histogram[256];
   __shared__ uint32_t prefix_shared;
   __shared__ int needed_shared;
+  __shared__ int tied_shared;
   __shared__ int warp_totals[kWarp];
   const int row = static_cast<int>(blockIdx.x), seen = (positions[row] + 1) / ratio;
   int32_t* out = selected + static_cast<int64_t>(row) * top_k;
@@ -229,6 +254,7 @@ __global__ void __launch_bounds__(kSelectThreads)
       while (above + histogram[digit] < needed) above += histogram[digit--];
       prefix_shared = prefix | (static_cast<uint32_t>(digit) << shift);
       needed_shared = needed - above;
+      tied_shared = histogram[digit];  // after the last digit: the positions equal to the k-th score
     }
     __syncthreads();
     prefix = prefix_shared;
@@ -237,6 +263,17 @@ __global__ void __launch_bounds__(kSelectThreads)
     __syncthreads();
   }
   // `prefix` is the k-th largest score's bits; `needed` of the positions equal to it are taken.
+  if (tied_shared > needed) {
+    // More positions tie at the k-th score than fit (on the tiny fixtures: scores of exactly 0,
+    // every head's dot negative, where most heads weigh negatively): which of them the CPU keeps
+    // depends on std::partial_sort's heap, so one thread replays it over the row (out as its
+    // heap), then puts the list in position order. Rare, and O(seen log k) where it happens.
+    if (threadIdx.x == 0) {
+      partial_sort_selection(row_scores, seen, top_k, out);
+      sort_positions(out, top_k);
+    }
+    return;
+  }
   const int chunk = (seen + kSelectThreads - 1) / kSelectThreads;
   const int begin = min(seen, static_cast<int>(threadIdx.x) * chunk), end = min(seen, begin + chunk);
   int above = 0, ties = 0;

@@ -4,10 +4,12 @@
 // fewer; and attention restricted to a selection equals attention over those positions alone.
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <random>
 #include <set>
 #include <vector>
 
+#include "base/heap_select.h"
 #include "cpu/attention.h"
 #include "cpu/lightning_indexer.h"
 #include "cpu/thread_pool.h"
@@ -100,6 +102,35 @@ TEST(lightning_indexer_selects_the_best_scored_positions) {
   check_selection(300, 3);
   check_selection(600, 1);
   check_selection(100, 150);
+}
+
+// The GPU's choice where more positions tie at the k-th score than fit replays std::partial_sort's
+// heap (base/heap_select.h): over rows of few distinct scores, it keeps the ties std::partial_sort
+// keeps (which are not the first ones), for k from 1 to DeepSeek-V3.2's 2048.
+TEST(partial_sort_selection_keeps_std_partial_sorts_ties) {
+  std::mt19937 rng(12);
+  int64_t not_first = 0;
+  for (int trial = 0; trial < 1400; ++trial) {
+    const int64_t k = std::vector<int64_t>{1, 2, 3, 16, 24, 100, 2048}[trial % 7];
+    const int64_t seen = k + 1 + static_cast<int64_t>(rng() % static_cast<uint32_t>(k < 100 ? 2000 : 5000));
+    const int levels = 1 + static_cast<int>(rng() % 8);
+    std::vector<float> scores(static_cast<size_t>(seen));
+    for (float& v : scores) v = static_cast<float>(static_cast<int>(rng() % levels)) - (rng() % 4 == 0 ? 100.0f : 0.0f);
+    std::vector<int32_t> order(static_cast<size_t>(seen));
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [&](int32_t a, int32_t b) { return scores[a] > scores[b]; });
+    std::vector<int32_t> expected(order.begin(), order.begin() + k), got(static_cast<size_t>(k));
+    partial_sort_selection(scores.data(), seen, k, got.data());
+    std::sort(expected.begin(), expected.end());
+    std::sort(got.begin(), got.end());
+    CHECK(got == expected) << "k " << k << " of " << seen << " positions (" << levels << " scores): another choice";
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return scores[a] > scores[b]; });
+    std::sort(order.begin(), order.begin() + k);
+    not_first += !std::equal(expected.begin(), expected.end(), order.begin());
+  }
+  CHECK(not_first > 100) << "the rows should tie past k often enough that the first ties differ: " << not_first;
 }
 
 TEST(attention_over_a_selection_equals_attention_over_those_positions) {

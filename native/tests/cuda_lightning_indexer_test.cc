@@ -116,7 +116,8 @@ TEST(cuda_indexer_heads_match_cpu) {
 namespace {
 
 // n tokens at positions first..first+n-1 against random keys (or all keys equal), with the
-// scores in double.
+// scores in double; with `palette` > 0 every key one of that many random ones, so the scores of a
+// token take that many values and tie across many positions.
 struct SelectCase {
   int64_t heads, head_dim, top_k, first, n;
   int64_t key_row, key_offset, capacity;
@@ -125,7 +126,7 @@ struct SelectCase {
   std::vector<double> scores;  // [token][position]
 
   SelectCase(int64_t heads_, int64_t head_dim_, int64_t top_k_, int64_t first_, int64_t n_, bool equal_keys,
-             std::mt19937& rng)
+             std::mt19937& rng, int64_t palette = 0)
       : heads(heads_), head_dim(head_dim_), top_k(top_k_), first(first_), n(n_) {
     key_row = head_dim + 24;
     key_offset = 16;
@@ -134,10 +135,13 @@ struct SelectCase {
     w = random_floats(static_cast<size_t>(n * heads), 1.0f, rng);
     cache.resize(static_cast<size_t>(capacity * key_row));
     const auto one_key = random_floats(static_cast<size_t>(head_dim), 1.0f, rng);
+    const auto keys = random_floats(static_cast<size_t>(std::max<int64_t>(palette, 1) * head_dim), 1.0f, rng);
     std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
     for (int64_t p = 0; p < capacity; ++p) {
+      const int64_t pick = palette > 0 ? static_cast<int64_t>(rng() % static_cast<uint32_t>(palette)) : 0;
       for (int64_t j = 0; j < head_dim; ++j) {
-        cache[p * key_row + key_offset + j] = quant::fp32_to_fp16(equal_keys ? one_key[j] : uniform(rng));
+        const float v = equal_keys ? one_key[j] : palette > 0 ? keys[pick * head_dim + j] : uniform(rng);
+        cache[p * key_row + key_offset + j] = quant::fp32_to_fp16(v);
       }
     }
     for (int64_t i = 0; i < n; ++i) {
@@ -220,7 +224,8 @@ TEST(cuda_indexer_choice_is_the_top_k) {
   }
 }
 
-// Every key equal: every score ties, and the first top_k positions are taken.
+// Every key equal: every score ties, and the first top_k positions are taken (as std::partial_sort
+// takes them: no later position scores above its heap's top).
 TEST(cuda_indexer_choice_takes_the_first_ties) {
   if (!device_ready("cuda_indexer_choice_takes_the_first_ties")) return;
   std::mt19937 rng(83);
@@ -231,6 +236,34 @@ TEST(cuda_indexer_choice_takes_the_first_ties) {
     bool first = true;
     for (int64_t j = 0; j < 24; ++j) first = first && selected[i * 24 + j] == j;
     CHECK(first) << "token " << i << ": equal scores should take positions 0..23";
+  }
+}
+
+// Keys drawn from 30: a token's scores take 30 values, each shared by about ten positions, so more
+// positions tie at the k-th score than fit. The choice keeps the ties the CPU path keeps
+// (std::partial_sort's, as llama.cpp's ggml_top_k), which here differ from the first ones in most
+// rows: taking the first ones parted tiny-deepseek32 F16's GPU logits from every CPU order (issue 27).
+TEST(cuda_indexer_choice_keeps_the_cpus_ties) {
+  if (!device_ready("cuda_indexer_choice_keeps_the_cpus_ties")) return;
+  std::mt19937 rng(85);
+  const cuda::Stream stream;
+  for (const int64_t top_k : {16, 100}) {
+    const int64_t heads = 8, head_dim = 64, first = 300, n = 20;
+    const SelectCase c(heads, head_dim, top_k, first, n, false, rng, 30);
+    const std::vector<int32_t> gpu = c.gpu(0, n, stream);
+    std::vector<float> weights = c.w;
+    for (float& v : weights) v *= 0.125f;  // prescaled, as engine/lightning_indexer.cc does
+    std::vector<int32_t> cpu_choice(static_cast<size_t>(n * top_k));
+    std::vector<float> scores;
+    cpu::ThreadPool pool(1);
+    cpu::select_positions(c.q.data(), weights.data(), n, first, c.cache.data() + c.key_offset,
+                          {heads, head_dim, top_k, c.key_row}, cpu_choice.data(), scores, pool);
+    for (int64_t i = 0; i < n; ++i) {
+      std::vector<int32_t> want(cpu_choice.begin() + i * top_k, cpu_choice.begin() + (i + 1) * top_k);
+      std::sort(want.begin(), want.end());
+      CHECK(std::equal(want.begin(), want.end(), gpu.begin() + i * top_k))
+          << "top " << top_k << ", token " << i << ": the GPU kept other ties than the CPU (or not in position order)";
+    }
   }
 }
 

@@ -90,19 +90,9 @@ CASES.push(["tiny-qwen35moe-256", "F16"]);
 // value heads half the keys' width, the output scaled, windows with sinks rotating on a base of their own.
 for (const type of ["F16", "Q8_0", "Q4_K"]) CASES.push(["tiny-mimo2", type]);
 
-// Known gap, run and reported but not failing the suite until resolved (issue 27): on F16 weights
-// tiny-deepseek32's GPU runs part from every CPU order further than those orders part from each
-// other (an H200: GPU vs AVX-512 / AVX2 / scalar top-1 0.952 / 0.948 / 0.947; the CPU's pairs
-// 0.975-0.985; the GPU's own prompt vs decode 0.976), while its Q4_K runs agree to top-1 1.0 and its
-// Q8_0 runs within the bar. Its indexer picks 16 of up to 1,000 positions on every layer, so a near-
-// tie flips what a layer reads; that the GPU parts more than its own noise explains is open.
-const KNOWN = {
-  "tiny-deepseek32 F16": "float weights under sparse attention part past the floor (issue 27)",
-};
-
 for (const [preset, type] of CASES) {
   const name = type ? `${preset} ${type}` : preset;
-  test(`${name}: GPU logits match the CPU's`, { skip, todo: KNOWN[name] }, async () => {
+  test(`${name}: GPU logits match the CPU's`, { skip }, async () => {
     const path = fixture(preset, type);
     const cpu = await loadModel(path, { gpu: false, contextSize: CONTEXT });
     const gpu = await loadModel(path, { gpu: "auto", contextSize: CONTEXT });
