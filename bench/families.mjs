@@ -4,7 +4,9 @@
 //   whole        the whole model on the GPU            (ik: -ngl 99)
 //   budget=24    a GPU budget of 24 GiB, the rest on the CPU (ik: the routed experts of as many
 //                whole layers as the same memory holds on the GPU, the others' with -ot on the CPU)
-//   cpu-experts  every routed expert on the CPU        (ik: -ot exps=CPU)
+//   cpu-experts  every routed expert on the CPU        (ik: -ot exps=CPU); adaptive residency moves the
+//                most-routed onto the GPU as it runs, as by default
+//   cpu-experts-static  the same, the experts kept where the plan put them (residency "static"), as ik keeps them
 // ik runs with -fa 1 -fmoe 1 (and -mla 3 for MLA models), -t 16, prompts of 4,096 with
 // -b 4096 -ub 4096 (../shared/BASELINES.md: its fastest settings). Decode is greedy generate()
 // as a user streams it (first token to last) and the engine's own time for those passes (what
@@ -27,7 +29,7 @@ const DEPTH = Number(takeOption(args, "--depth", "0"));
 const [path, ...placementArgs] = args;
 if (!path || !["ours", "peer", "both"].includes(PHASE))
   throw new Error(
-    "usage: node bench/families.mjs <model.gguf> (whole|budget=<GiB>|cpu-experts)... [--phase ours|peer|both] [--depth D]",
+    "usage: node bench/families.mjs <model.gguf> (whole|budget=<GiB>|cpu-experts|cpu-experts-static)... [--phase ours|peer|both] [--depth D]",
   );
 const PLACEMENTS = placementArgs.length > 0 ? placementArgs : ["whole"];
 const STATE = process.env.BENCH_STATE ?? "/root/families";
@@ -44,8 +46,12 @@ async function placements(placement) {
   if (placement === "whole") return { ours: { gpu: "auto" }, ik: ["-ngl", "99"] };
   const footprint = await modelFootprint(path, { contextSize: CONTEXT });
   const layers = footprint.expertBytes.length;
-  if (placement === "cpu-experts") {
-    return { ours: { gpu: "auto", plan: cpuExpertsPlan(footprint) }, ik: ["-ngl", "99", "-ot", "exps=CPU"] };
+  if (placement === "cpu-experts" || placement === "cpu-experts-static") {
+    const residency = placement === "cpu-experts-static" ? "static" : "adaptive";
+    return {
+      ours: { gpu: "auto", plan: cpuExpertsPlan(footprint), residency },
+      ik: ["-ngl", "99", "-ot", "exps=CPU"],
+    };
   }
   const budget = Number(/^budget=(\d+(\.\d+)?)$/.exec(placement)?.[1]) * GIB;
   if (!(budget > 0)) throw new Error(`unknown placement ${placement}`);
@@ -73,6 +79,7 @@ async function ours(options) {
   const decodeEngine = (after.decodeTokens - before.decodeTokens) / (after.decodeSeconds - before.decodeSeconds);
   const decodeAtDepth = DEPTH > 0 ? await engineDecodeAfter(model, DEPTH) : undefined;
   const plan = model.plan;
+  const { adaptive, moves, gpuHitRate } = after.residency;
   model.dispose();
   return {
     loadSeconds,
@@ -83,6 +90,8 @@ async function ours(options) {
     decodeEngineTokensPerSecond: decodeEngine,
     prompt512TokensPerSecond: prompt512,
     prompt4096TokensPerSecond: prompt4096,
+    // Whether experts moved onto the GPU while it ran (up to the decode's end), and the share of calls it served.
+    residency: { adaptive, moves, gpuHitRate },
     ...(offload?.streamedPasses
       ? {
           streamedPasses: offload.streamedPasses,
