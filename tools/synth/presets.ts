@@ -746,6 +746,11 @@ const QWEN3_30B_A3B: SynthPreset = {
   fileType: 15, // LLAMA_FTYPE_MOSTLY_Q4_K_M
 };
 
+/** DeepSeek-V4-Flash's compression over `layers` layers: the window alone on the first two, then blocks of 4 and 128 in turn. */
+function v4FlashRatios(layers: number): number[] {
+  return [0, 0, ...Array.from({ length: layers - 2 }, (_, i) => (i % 2 === 0 ? 4 : 128))];
+}
+
 /**
  * DeepSeek-V4-Flash's exact per-layer shapes (43 layers, embedding 4096, 64 heads of 512 with 64
  * rotated, a window of 128, layers 0 and 1 the window alone, then compressed blocks of 4 and 128 in
@@ -775,7 +780,7 @@ const DEEPSEEK_V4_FLASH_SLICE: SynthPreset = {
   indexer: { heads: 64, headDim: 128, topK: 512 },
   deepseek4: {
     qLoraRank: 1024,
-    compressRatios: [0, 0, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128],
+    compressRatios: v4FlashRatios(12),
     slidingWindow: 128,
     compressRopeFreqBase: 160_000,
     outputGroups: 8,
@@ -793,11 +798,6 @@ const DEEPSEEK_V4_FLASH_SLICE: SynthPreset = {
   mix: { ...Q3_K_M_MIX, indexer: "Q4_K" },
   fileType: 12, // LLAMA_FTYPE_MOSTLY_Q3_K_M
 };
-
-/** DeepSeek-V4-Flash's compression over `layers` layers: the window alone on the first two, then blocks of 4 and 128 in turn. */
-function v4FlashRatios(layers: number): number[] {
-  return [0, 0, ...Array.from({ length: layers - 2 }, (_, i) => (i % 2 === 0 ? 4 : 128))];
-}
 
 const QWEN3MOE_2B: SynthPreset = {
   ...QWEN3_30B_A3B,
@@ -993,7 +993,7 @@ export const PRESETS: Record<string, SynthPreset> = {
     deepseek4: {
       ...DEEPSEEK_V4_FLASH_SLICE.deepseek4!,
       qLoraRank: 512,
-      compressRatios: [0, 0, 4, 128, 4, 128, 4, 128],
+      compressRatios: v4FlashRatios(8),
       outputGroups: 4,
       outputRank: 256,
       hashLayers: 2,
