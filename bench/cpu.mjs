@@ -42,13 +42,17 @@ const settings = {
 };
 const contextSize = settings.prompt + settings.decode + 16;
 
-/** Deterministic prompt tokens, away from the special tokens at the ends of the vocabulary. */
-function promptTokens(count) {
+/**
+ * Deterministic prompt tokens, away from the special tokens at the ends of the vocabulary: ids from
+ * 256 up to 20,256, or to 256 below the vocabulary's end where it is smaller (the default model's 8,192).
+ */
+function promptTokens(count, vocabSize) {
+  const span = Math.min(20_000, vocabSize - 512);
   const tokens = [];
   let state = 0x2545f491;
   while (tokens.length < count) {
     state = (Math.imul(state, 1664525) + 1013904223) >>> 0;
-    tokens.push(256 + (state % 20_000));
+    tokens.push(256 + (state % span));
   }
   return tokens;
 }
@@ -65,11 +69,17 @@ async function best(reps, before, run) {
   return fastest;
 }
 
+/** The file's vocabulary size, from its metadata (both engines draw the same prompt from it). */
+async function vocabSize(modelPath) {
+  const { readGgufInfo } = await import(join(root, "dist/index.js"));
+  return (await readGgufInfo(modelPath)).metadata["tokenizer.ggml.tokens"].length;
+}
+
 async function benchOurs(modelPath) {
   const { loadModel } = await import(join(root, "dist/index.js"));
   const model = await loadModel(modelPath, { gpu: false, threads: settings.threads, contextSize });
   const session = model.createSession();
-  const prompt = promptTokens(settings.prompt);
+  const prompt = promptTokens(settings.prompt, await vocabSize(modelPath));
   const decode = async (steps) => {
     let token = argmax(await session.evaluate([prompt[0]]));
     for (let i = 1; i < steps; i++) token = argmax(await session.evaluate([token]));
@@ -100,11 +110,15 @@ async function benchLlamaCpp(modelPath) {
     threads: settings.threads,
   });
   const sequence = context.getSequence();
-  const prompt = promptTokens(settings.prompt);
+  const prompt = promptTokens(settings.prompt, await vocabSize(modelPath));
   const decode = async (steps) => {
-    // A greedy generator: each token it yields is one single-token forward pass.
-    const generator = sequence.evaluate([prompt[0]], { temperature: 0 });
-    for (let i = 0; i < steps; i++) await generator.next();
+    // A greedy generator: each token it yields is one single-token forward pass. It yields end
+    // tokens too (and goes on): without yieldEogToken it ends at the first one, and a trained
+    // model (the default one) reaches one within a few steps, so the steps would not be timed.
+    const generator = sequence.evaluate([prompt[0]], { temperature: 0, yieldEogToken: true });
+    for (let i = 0; i < steps; i++) {
+      if ((await generator.next()).done) throw new Error(`llama.cpp's generator ended after ${i} of ${steps} steps`);
+    }
     await generator.return();
   };
   await sequence.evaluateWithoutGeneratingNewTokens(prompt);
