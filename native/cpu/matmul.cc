@@ -39,7 +39,7 @@ void dot_rows(const WeightMatrix& w, int64_t first, int64_t last, const uint8_t*
   const bool repacked = w.repacked_by_llama();
   const quant::VecDotFn dot = repacked ? k.vec_dot_repacked : k.vec_dot;
   const quant::VecDotRowsFn dot_many = repacked ? k.vec_dot_rows_repacked : k.vec_dot_rows;
-  const quant::VecDotWeightRowsFn dot_weight_rows = repacked ? k.vec_dot_weight_rows_repacked : nullptr;
+  const quant::VecDotWeightRowsFn dot_weight_rows = repacked ? k.vec_dot_weight_rows_repacked : k.vec_dot_weight_rows;
   if (dot_weight_rows) {
     // Eight weight rows at a time against up to kDotRows activation rows, each weight block
     // decoded once for all of them. The first activation rows' pass prefetches the eight weight

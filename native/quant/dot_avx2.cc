@@ -687,6 +687,42 @@ BLOOMERY_AVX2 void weight_rows_for(int rows, const void* w, size_t row_bytes, co
 // Q4_0's codes less 8, as a codebook.
 constexpr int8_t kQ4_0Values[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
 
+// vec_dot_q8_0_q8_0_avx2 for four weight rows against A activation rows: each of the 4 x A products
+// keeps its own accumulator and sums its blocks as the single-row dot does (one FMA of the two
+// scales' product per block into eight float lanes, then the same horizontal sum), so every output
+// has the single-row dot's bits. The single-row dot waits on its one FMA chain at every block; here
+// 4 x A chains run side by side, each weight block's absolute values and scale are made once for the
+// A activation rows, and each activation block is loaded once for the four weight rows.
+template <int A>
+BLOOMERY_AVX2 void q8_0_weight_rows(const BlockQ8_0* const* x, const BlockQ8_0* const* y, int64_t nb, float* out,
+                                    const AheadPrefetch* prefetch) {
+  constexpr int kW = 4;
+  __m256 acc[kW][A];
+  for (auto& row : acc)
+    for (__m256& a : row) a = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    if (prefetch) prefetch->block(i);
+    __m256i qx[kW], ax[kW];
+    float dx[kW];
+    for (int j = 0; j < kW; ++j) {
+      qx[j] = load256(x[j][i].qs);
+      ax[j] = _mm256_sign_epi8(qx[j], qx[j]);
+      dx[j] = half_to_float(x[j][i].d);
+    }
+    for (int r = 0; r < A; ++r) {
+      const __m256i qy = load256(y[r][i].qs);
+      const float dy = half_to_float(y[r][i].d);
+      for (int j = 0; j < kW; ++j) {
+        const __m256i products = _mm256_maddubs_epi16(ax[j], _mm256_sign_epi8(qy, qx[j]));
+        const __m256i sums = _mm256_madd_epi16(products, _mm256_set1_epi16(1));
+        acc[j][r] = _mm256_fmadd_ps(_mm256_set1_ps(dx[j] * dy), _mm256_cvtepi32_ps(sums), acc[j][r]);
+      }
+    }
+  }
+  for (int j = 0; j < kW; ++j)
+    for (int r = 0; r < A; ++r) out[r * kWeightRows + j] = sum_of_8(acc[j][r]);
+}
+
 }  // namespace
 
 void vec_dot_weight_rows_q4_0_q8_0_repacked_avx2(const void* w, size_t row_bytes, const void* const* a, int rows,
@@ -717,6 +753,29 @@ void vec_dot_weight_rows_iq4_nl_q8_0_repacked_vnni(const void* w, size_t row_byt
 void vec_dot_weight_rows_mxfp4_q8_0_repacked_vnni(const void* w, size_t row_bytes, const void* const* a, int rows,
                                                   int64_t n, float* out, const void* ahead, size_t ahead_bytes) {
   weight_rows_for<BlockMXFP4, true>(rows, w, row_bytes, a, n, kMxfp4Values, out, ahead, ahead_bytes);
+}
+
+// The eight weight rows as two halves of four, against the activation rows two at a time (the
+// registers hold 4 x 2 accumulators); the first pass prefetches `ahead`, the later ones find the
+// weight rows in cache.
+BLOOMERY_AVX2 void vec_dot_weight_rows_q8_0_q8_0_avx2(const void* w, size_t row_bytes, const void* const* a, int rows,
+                                                      int64_t n, float* out, const void* ahead, size_t ahead_bytes) {
+  const BlockQ8_0* x[kWeightRows];
+  weight_rows(w, row_bytes, x);
+  const auto* y = reinterpret_cast<const BlockQ8_0* const*>(a);
+  const int64_t nb = n / kQK;
+  const AheadPrefetch prefetch(ahead, ahead_bytes, nb);
+  for (int half = 0; half < 2; ++half) {
+    for (int r = 0; r < rows; r += 2) {
+      const AheadPrefetch* first = half == 0 && r == 0 ? &prefetch : nullptr;
+      float* at = out + r * kWeightRows + 4 * half;
+      if (r + 1 < rows) {
+        q8_0_weight_rows<2>(x + 4 * half, y + r, nb, at, first);
+      } else {
+        q8_0_weight_rows<1>(x + 4 * half, y + r, nb, at, first);
+      }
+    }
+  }
 }
 
 BLOOMERY_AVX2 float vec_dot_q4_k_q8_k_repacked_avx2(const void* w, const void* a, int64_t n) {

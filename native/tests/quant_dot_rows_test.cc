@@ -118,46 +118,51 @@ TEST(quant_multi_row_dots_match_single_row_dots_bit_for_bit) {
   }
 }
 
-// The several-weight-row dots (Q4_0, IQ4_NL, MXFP4; a decode step's one activation row and a
-// prompt's 2 to 8) against the single-row repacked dots, on rows whose MXFP4 scales include the
-// two E8M0 exponents below the normal range (0 and 1), at both tiers.
+// The several-weight-row dots (Q8_0 in its own layout; Q4_0, IQ4_NL, MXFP4 repacked; a decode
+// step's one activation row and a prompt's 2 to 8) against the single-row dots of the same layout, on
+// rows whose MXFP4 scales include the two E8M0 exponents below the normal range (0 and 1), at both tiers.
 TEST(quant_weight_row_dots_match_single_row_dots_bit_for_bit) {
   if (cpu::host_simd_tier() < SimdTier::kAvx2) return;
   std::mt19937 rng(11);
   const int64_t n = 32 * 37;
-  int checked = 0;
+  int checked_repacked = 0, checked_plain = 0;
   for (const SimdTier tier : {SimdTier::kAvx2, SimdTier::kAvx512}) {
     if (cpu::host_simd_tier() < tier) continue;
     for (const uint32_t type : cpu_weight_types()) {
       const QuantKernels& k = quant_kernels(type, tier);
-      if (!k.vec_dot_weight_rows_repacked) continue;
-      ++checked;
-      const size_t row_bytes = *ggml_row_bytes(*ggml_type(type), static_cast<uint64_t>(n));
-      for (int rows = 1; rows <= kDotRows; ++rows) {
-        Bytes w = random_rows(type, n, kWeightRows, rng);
-        if (type == 39) {
-          const size_t block_bytes = ggml_type(type)->block_bytes;
-          for (size_t block = rows; block < w.size() / block_bytes; block += 7) w[block * block_bytes] = block % 2;
-        }
-        const ActivationRows activations = random_activations(k, n, rng);
-        float got[kDotRows * kWeightRows];
-        // Odd row counts prefetch the rows themselves meanwhile (as if they came next): the same sums.
-        const bool prefetch = rows % 2 == 1;
-        k.vec_dot_weight_rows_repacked(w.data(), row_bytes, activations.rows, rows, n, got,
-                                       prefetch ? w.data() : nullptr, prefetch ? w.size() : 0);
-        for (int r = 0; r < rows; ++r) {
-          for (int j = 0; j < kWeightRows; ++j) {
-            const float want = k.vec_dot_repacked(w.data() + j * row_bytes, activations.rows[r], n);
-            CHECK(std::memcmp(&got[r * kWeightRows + j], &want, sizeof want) == 0)
-                << ggml_type(type)->name << " tier " << simd_tier_name(tier) << " rows " << rows << " activation row "
-                << r << " weight row " << j << std::setprecision(9) << ": " << got[r * kWeightRows + j] << " vs "
-                << want;
+      for (const bool repacked : {false, true}) {
+        const VecDotWeightRowsFn several = repacked ? k.vec_dot_weight_rows_repacked : k.vec_dot_weight_rows;
+        const VecDotFn single = repacked ? k.vec_dot_repacked : k.vec_dot;
+        if (!several) continue;
+        ++(repacked ? checked_repacked : checked_plain);
+        const size_t row_bytes = *ggml_row_bytes(*ggml_type(type), static_cast<uint64_t>(n));
+        for (int rows = 1; rows <= kDotRows; ++rows) {
+          Bytes w = random_rows(type, n, kWeightRows, rng);
+          if (type == 39) {
+            const size_t block_bytes = ggml_type(type)->block_bytes;
+            for (size_t block = rows; block < w.size() / block_bytes; block += 7) w[block * block_bytes] = block % 2;
+          }
+          const ActivationRows activations = random_activations(k, n, rng);
+          float got[kDotRows * kWeightRows];
+          // Odd row counts prefetch the rows themselves meanwhile (as if they came next): the same sums.
+          const bool prefetch = rows % 2 == 1;
+          several(w.data(), row_bytes, activations.rows, rows, n, got, prefetch ? w.data() : nullptr,
+                  prefetch ? w.size() : 0);
+          for (int r = 0; r < rows; ++r) {
+            for (int j = 0; j < kWeightRows; ++j) {
+              const float want = single(w.data() + j * row_bytes, activations.rows[r], n);
+              CHECK(std::memcmp(&got[r * kWeightRows + j], &want, sizeof want) == 0)
+                  << ggml_type(type)->name << (repacked ? " repacked" : "") << " tier " << simd_tier_name(tier)
+                  << " rows " << rows << " activation row " << r << " weight row " << j << std::setprecision(9) << ": "
+                  << got[r * kWeightRows + j] << " vs " << want;
+            }
           }
         }
       }
     }
   }
-  CHECK(checked >= 3) << "Q4_0, IQ4_NL and MXFP4 have several-weight-row dots";
+  CHECK(checked_repacked >= 3) << "Q4_0, IQ4_NL and MXFP4 have repacked several-weight-row dots";
+  CHECK(checked_plain >= 1) << "Q8_0 has a several-weight-row dot";
 }
 
 // llama.cpp's quantized dots on x86 are its AVX2 code on AVX-512 hosts too, so every AVX-512
