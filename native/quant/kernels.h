@@ -37,12 +37,14 @@ using VecDotRowsFn = void (*)(const void* weights, const void* const* activation
 constexpr int kWeightRows = 8;
 // out[r * kWeightRows + j] = vec_dot(weights + j * row_bytes, activations[r], n) for j <
 // kWeightRows and r < rows (1 to kDotRows), bit for bit: eight weight rows against a decode
-// step's activation row or a prompt's several at once, each weight block decoded once for all of
-// them and each activation block loaded once for all eight rows, their block sums scaled in one
-// vector. The `ahead_bytes` bytes at `ahead` (the rows that come next; none: 0) are prefetched
-// meanwhile, a few cache lines per block: eight rows read side by side are eight short streams,
-// which the hardware prefetcher hardly follows, while these loads keep the next rows' one stream
-// coming at memory speed (a burst of them at once would stall on the line fill buffers instead).
+// step's activation row or a prompt's several at once. The repacked kernels decode each weight
+// block once for all the activation rows and load each activation block once for all eight rows,
+// their block sums scaled in one vector; Q8_0's (its own layout) takes tiles of four weight rows
+// by two activation rows, one FMA chain per product. The `ahead_bytes` bytes at `ahead` (the rows
+// that come next; none: 0) are prefetched meanwhile, a few cache lines per block: eight rows read
+// side by side are eight short streams, which the hardware prefetcher hardly follows, while these
+// loads keep the next rows' one stream coming at memory speed (a burst of them at once would stall
+// on the line fill buffers instead).
 using VecDotWeightRowsFn = void (*)(const void* weights, size_t row_bytes, const void* const* activations, int rows,
                                     int64_t n, float* out, const void* ahead, size_t ahead_bytes);
 
