@@ -41,10 +41,11 @@ void dot_rows(const WeightMatrix& w, int64_t first, int64_t last, const uint8_t*
   const quant::VecDotRowsFn dot_many = repacked ? k.vec_dot_rows_repacked : k.vec_dot_rows;
   const quant::VecDotWeightRowsFn dot_weight_rows = repacked ? k.vec_dot_weight_rows_repacked : k.vec_dot_weight_rows;
   if (dot_weight_rows) {
-    // Eight weight rows at a time against up to kDotRows activation rows, each weight block
-    // decoded once for all of them. The first activation rows' pass prefetches the eight weight
-    // rows after them (the later passes find them in cache), past this task's rows too (within the
-    // matrix): the thread's next task mostly takes them, and so its first rows come from cache.
+    // Eight weight rows at a time against up to kDotRows activation rows, sharing each weight
+    // block's decoding among them (quant/kernels.h says how each kernel does). The first
+    // activation rows' pass prefetches the eight weight rows after them (the later passes find
+    // them in cache), past this task's rows too (within the matrix): the thread's next task mostly
+    // takes them, and so its first rows come from cache.
     constexpr int64_t kGroup = quant::kWeightRows;
     float tile[quant::kDotRows * kGroup];
     for (; first + kGroup <= last; first += kGroup) {

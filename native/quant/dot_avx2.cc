@@ -42,11 +42,12 @@ BLOOMERY_AVX2 inline __m256 load_bf16x8(const uint16_t* p) {
 }
 
 // Signed x signed bytes, summed in fours into eight int32: maddubs needs an unsigned
-// left side, so move x's sign onto y.
-BLOOMERY_AVX2 inline __m256i dot_i8(__m256i x, __m256i y) {
-  const __m256i products = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
-  return _mm256_madd_epi16(products, _mm256_set1_epi16(1));
+// left side, so move x's sign onto y. `abs_x` is x's absolute values (_mm256_sign_epi8(x, x)),
+// made once where one x meets several y.
+BLOOMERY_AVX2 inline __m256i dot_i8(__m256i abs_x, __m256i x, __m256i y) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(abs_x, _mm256_sign_epi8(y, x)), _mm256_set1_epi16(1));
 }
+BLOOMERY_AVX2 inline __m256i dot_i8(__m256i x, __m256i y) { return dot_i8(_mm256_sign_epi8(x, x), x, y); }
 
 // The 32 codes of a 16-byte nibble array in element order: low nibbles are elements
 // 0..15, high nibbles 16..31.
@@ -713,8 +714,7 @@ BLOOMERY_AVX2 void q8_0_weight_rows(const BlockQ8_0* const* x, const BlockQ8_0* 
       const __m256i qy = load256(y[r][i].qs);
       const float dy = half_to_float(y[r][i].d);
       for (int j = 0; j < kW; ++j) {
-        const __m256i products = _mm256_maddubs_epi16(ax[j], _mm256_sign_epi8(qy, qx[j]));
-        const __m256i sums = _mm256_madd_epi16(products, _mm256_set1_epi16(1));
+        const __m256i sums = dot_i8(ax[j], qx[j], qy);
         acc[j][r] = _mm256_fmadd_ps(_mm256_set1_ps(dx[j] * dy), _mm256_cvtepi32_ps(sums), acc[j][r]);
       }
     }
