@@ -59,19 +59,24 @@ LayerWeights& Binder::weights(int64_t layer) {
 
 std::string Binder::key(std::string_view suffix) const { return architecture_ + "." + std::string(suffix); }
 
-int64_t Binder::required_count(std::string_view suffix) const {
+int64_t Binder::required_count(std::string_view suffix) const { return count_at_least(suffix, 1); }
+
+int64_t Binder::count_at_least(std::string_view suffix, int64_t least) const {
   const std::string k = key(suffix);
   const std::optional<int64_t> value = model_.file.get_int(k);
   if (!value) throw Error("MODEL_BAD_METADATA", "the model has no " + k);
   // llama.cpp reads these as 32-bit; the bound also keeps products of two of them within int64.
-  if (*value < 1 || *value > std::numeric_limits<int32_t>::max()) {
+  if (*value < least || *value > std::numeric_limits<int32_t>::max()) {
     throw Error("MODEL_BAD_METADATA", k + " = " + std::to_string(*value) + " is out of range");
   }
   return *value;
 }
 
+// Where leaving a count out means none (a fallback of 0: no leading dense layers, no shared
+// experts), the file may also say 0.
 int64_t Binder::count_or(std::string_view suffix, int64_t fallback) const {
-  return model_.file.find(key(suffix)) ? required_count(suffix) : fallback;
+  if (!model_.file.find(key(suffix))) return fallback;
+  return count_at_least(suffix, fallback == 0 ? 0 : 1);
 }
 
 float Binder::float_or(std::string_view suffix, float fallback) const {

@@ -50,6 +50,7 @@ class Binder {
   // `<arch>.<key>` as a positive integer (at most 2^31 - 1); MODEL_BAD_METADATA naming the key when
   // absent or out of range.
   int64_t required_count(std::string_view key) const;
+  // The same, or `fallback` when absent; where the fallback is 0 (absent means none), 0 too.
   int64_t count_or(std::string_view key, int64_t fallback) const;
   // `<arch>.<key>` as a finite float (positive), or `fallback` when absent.
   float float_or(std::string_view key, float fallback) const;
@@ -141,6 +142,8 @@ class Binder {
   const int32_t* id_table(const std::string& name, int64_t cols, int64_t rows, int64_t below) const;
 
  private:
+  // `<arch>.<key>` as an integer in [least, 2^31 - 1]; MODEL_BAD_METADATA naming the key otherwise.
+  int64_t count_at_least(std::string_view key, int64_t least) const;
   const gguf::Tensor& tensor(const std::string& name, std::initializer_list<int64_t> shape) const;
   cpu::WeightMatrix bind_matrix(const gguf::Tensor& t) const;
   SwigluWeights swiglu(int64_t layer, std::string_view suffix, int64_t width) const;
