@@ -31,6 +31,7 @@ export default defineConfig([
       "chat-cli": "tools/chat/cli.ts",
       "serve-cli": "examples/server/cli.ts",
       "train-export": "tools/train/export-cli.ts",
+      "train-nextn-export": "tools/train/nextn-export-cli.ts",
     },
     format: ["esm"],
     shims: true,

@@ -83,7 +83,7 @@ export function quantizeQ8_0(values: Float32Array): Uint8Array {
   return out;
 }
 
-function f32Bytes(values: Float32Array): Uint8Array {
+export function f32Bytes(values: Float32Array): Uint8Array {
   const out = new Uint8Array(values.length * 4);
   const view = new DataView(out.buffer);
   values.forEach((v, i) => view.setFloat32(4 * i, v, true));
