@@ -1,5 +1,5 @@
-// Speculative decoding on the default model, on the CPU: decode with drafts against decode
-// without, in the same process, with the same tokens.
+// Speculative decoding on the default model, on the CPU: decode with drafts (n-gram, a draft model, the
+// model's own next-token-prediction layer) against decode without, in the same process, with the same tokens.
 //
 //   node bench/draft.mjs [--threads N --tokens 256 --rounds 5]
 //
@@ -51,6 +51,19 @@ const CASES = [
   { name: "ngram, repetitive", draft: "ngram", prompt: "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16," },
   { name: "model, chat", draft: "model", prompt: chat('What does "whisper" mean?') },
   { name: "model, text", draft: "model", prompt: "A river is" },
+  // The model's own trained next-token-prediction layer: the width as the engine chooses it, and fixed.
+  { name: "mtp, chat", draft: "mtp", prompt: chat('What does "whisper" mean?') },
+  { name: "mtp, text", draft: "mtp", prompt: "A river is" },
+  {
+    name: "mtp x1, chat",
+    draft: { source: "mtp", adaptive: false, max: 1 },
+    prompt: chat('What does "whisper" mean?'),
+  },
+  {
+    name: "mtp x2, chat",
+    draft: { source: "mtp", adaptive: false, max: 2 },
+    prompt: chat('What does "whisper" mean?'),
+  },
 ];
 
 const dir = mkdtempSync(join(tmpdir(), "bloomery-bench-draft-"));

@@ -147,7 +147,7 @@ describe("contextShift against llama.cpp's context shift", () => {
   // three tokens after the prose's first 60. After a shift llama.cpp's new rows fill the freed cells,
   // so its attention sums in another order than ours (positions in order): here the texts part 31 tokens
   // after the first shift (without re-rotation, at the shift itself).
-  it("the default model (qwen3moe, NEOX rope): the same tokens 24 past the first shift, keeping the first", async () => {
+  it("the default model (glm4moe, NEOX rope): the same tokens 24 past the first shift, keeping the first", async () => {
     await expectSameShiftedTokens("default model", MODEL, 1, 1, 24);
   });
 

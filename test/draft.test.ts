@@ -3,10 +3,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { loadModel, type DraftOption, type GenerateOptions, type Model } from "../src/index.js";
+import { writeSyntheticModel } from "../tools/synth/synth.js";
 import { DEFAULT_MODEL, writeDraftModel } from "./draft-helpers.js";
 
 // Speculative decoding (issue 20) on the default model: a pass verifies the tokens an n-gram
-// lookup or a draft model drafts, the sampler draws at each of its rows as it would without
+// lookup, a draft model or the model's own trained next-token-prediction layer drafts, the sampler draws at each of its rows as it would without
 // drafts, and the drafts are kept up to the first draw that differs; the rest roll back. So
 // greedy runs give the tokens they give without drafts, and sampled runs the target's
 // distribution (a randomized probability-integral test against the model's own probabilities).
@@ -25,6 +26,7 @@ const PROMPTS = [
 const SOURCES: Record<string, DraftOption> = {
   ngram: { source: "ngram", adaptive: false, max: 6 },
   model: { source: "model", adaptive: false, max: 4 },
+  mtp: { source: "mtp", adaptive: false, max: 3 },
 };
 
 beforeAll(async () => {
@@ -99,18 +101,24 @@ describe("greedy drafts", () => {
 
 describe("draft options", () => {
   it("refuses what it does not run, by name", async () => {
-    const s = model.createSession();
-    // The default model has no next-token-prediction layers.
-    await expect(s.generate("A", { draft: "mtp" }).result).rejects.toMatchObject({
+    // A model without next-token-prediction layers.
+    const plainPath = join(dir, "tiny-qwen3moe.gguf");
+    await writeSyntheticModel(plainPath, { preset: "tiny-qwen3moe", weightType: "Q8_0" });
+    const plain = await loadModel(plainPath, { threads: 1 });
+    const p = plain.createSession();
+    await expect(p.generate("A", { draft: "mtp" }).result).rejects.toMatchObject({
       code: "DRAFT_UNSUPPORTED",
       message: expect.stringMatching(/next-token-prediction/),
     });
+    p.dispose();
+    plain.dispose();
+    await expect(loadModel(plainPath, { draft: "mtp" })).rejects.toMatchObject({ code: "DRAFT_UNSUPPORTED" });
+    const s = model.createSession();
     expect(() => s.generate("A", { draft: { source: "ngram", max: 65 } })).toThrow(/draft.max/);
     expect(() => s.generate("A", { draft: { source: "ngram", pMin: 2 } })).toThrow(/draft.pMin/);
     expect(() => s.generate("A", { draft: { source: "ngram", extra: 1 } as DraftOption })).toThrow(/extra/);
     s.dispose();
     await expect(loadModel(DEFAULT_MODEL, { draft: "model" })).rejects.toMatchObject({ code: "DRAFT_UNSUPPORTED" });
-    await expect(loadModel(DEFAULT_MODEL, { draft: "mtp" })).rejects.toMatchObject({ code: "DRAFT_UNSUPPORTED" });
   });
 });
 
