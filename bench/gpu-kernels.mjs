@@ -5,7 +5,8 @@
 // rows a step, as parallel streams decode), so what grows with the streams can be named. With
 // --suffix N --depth D, one session evaluates a prompt of D tokens and then N more instead (the
 // last pass: a short prompt after a long context, as one served from the prompt-state cache;
-// --suffix 4095 --depth 1 profiles a long prompt's passes). The JSON names the file's architecture.
+// --suffix 4095 --depth 1 profiles a long prompt's passes); only the suffix's passes are profiled, so a long
+// context costs its own time, not ncu's. The JSON names the file's architecture.
 // Writes JSON to $OUT.
 //   node bench/gpu-kernels.mjs /root/q.gguf [--streams 1 | --suffix 100 --depth 3900]
 import { execFileSync } from "node:child_process";
@@ -168,11 +169,15 @@ if (process.env.BLOOMERY_KERNELS_WORKLOAD) {
     "--cache-control",
     "none",
   ];
+  // After a context (--depth), only the suffix's passes: the engine starts the collection at the first pass
+  // past the context (BLOOMERY_PROFILE_FROM_POSITION), and the context's passes run at full speed, unprofiled.
+  const window = SUFFIX > 0 ? ["--profile-from-start", "off"] : [];
+  const from = SUFFIX > 0 ? { BLOOMERY_PROFILE_FROM_POSITION: String(DEPTH) } : {};
   const csv = execFileSync(
     ncu,
-    [...args, process.execPath, fileURLToPath(import.meta.url), path, ...process.argv.slice(3)],
+    [...args, ...window, process.execPath, fileURLToPath(import.meta.url), path, ...process.argv.slice(3)],
     {
-      env: { ...process.env, BLOOMERY_KERNELS_WORKLOAD: "1" },
+      env: { ...process.env, BLOOMERY_KERNELS_WORKLOAD: "1", ...from },
       maxBuffer: 1 << 30,
       encoding: "utf8",
     },

@@ -1,7 +1,9 @@
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
@@ -28,6 +30,7 @@ void check(cudaError_t err, const char* what) {
 cudaStream_t raw(StreamHandle s) { return static_cast<cudaStream_t>(s); }
 
 constexpr const char* kModuleLoading = "CUDA_MODULE_LOADING";
+constexpr const char* kProfileFromPosition = "BLOOMERY_PROFILE_FROM_POSITION";
 
 // At library load, before anything initializes the driver (which reads the variable once).
 [[maybe_unused]] const bool kEagerLoadingAsked = setenv(kModuleLoading, "EAGER", 0) == 0;
@@ -43,6 +46,22 @@ bool modules_load_eagerly() {
 
 void allow_shared_memory(const void* kernel, size_t bytes, const char* what) {
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)), what);
+}
+
+void profile_from_position(int64_t last_position) {
+  static const int64_t from = [] {
+    const char* text = std::getenv(kProfileFromPosition);
+    if (text == nullptr) return int64_t{-1};
+    char* end = nullptr;
+    const long long value = std::strtoll(text, &end, 10);
+    if (end == text || *end != '\0' || value < 0) {
+      throw Error("INVALID_ARGUMENT", std::string(kProfileFromPosition) + " must be a position, not \"" + text + "\"");
+    }
+    return static_cast<int64_t>(value);
+  }();
+  static std::atomic<bool> started{false};
+  if (from < 0 || last_position < from || started.exchange(true)) return;
+  check(cudaProfilerStart(), "cudaProfilerStart");
 }
 
 MemoryInfo memory_info() {

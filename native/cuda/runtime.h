@@ -21,6 +21,12 @@ void use_device(int device);
 // on its first launch, makes that launch wait for the device, so the pass never ends.
 bool modules_load_eagerly();
 
+// With BLOOMERY_PROFILE_FROM_POSITION=N in the environment, starts Nsight Compute's collection
+// (ncu --profile-from-start off) before the first pass whose last position is N or later, so that
+// bench/gpu-kernels.mjs profiles the passes after a long context and not the context's own.
+// INVALID_ARGUMENT names the variable when it is not a whole number.
+void profile_from_position(int64_t last_position);
+
 // Free and total bytes of the current device.
 struct MemoryInfo {
   uint64_t free = 0;
