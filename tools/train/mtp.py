@@ -111,7 +111,8 @@ def attention(p, h, cfg, rope, mask):
 def moe(p, h, cfg):
     shape = h.shape
     h = h.reshape(-1, shape[-1])
-    probs = torch.softmax(h @ p["ffn_gate_inp"].T + p.get("exp_probs_b", 0), -1)
+    # softmax over the router, top-k renormalized (the exported selection biases are zeros: no term here)
+    probs = torch.softmax(h @ p["ffn_gate_inp"].T, -1)
     top_w, top_e = probs.topk(cfg["experts_used"], -1)
     top_w = top_w / top_w.sum(-1, keepdim=True)
     out = torch.zeros_like(h)
