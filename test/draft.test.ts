@@ -7,10 +7,11 @@ import { writeSyntheticModel } from "../tools/synth/synth.js";
 import { DEFAULT_MODEL, writeDraftModel } from "./draft-helpers.js";
 
 // Speculative decoding (issue 20) on the default model: a pass verifies the tokens an n-gram
-// lookup, a draft model or the model's own trained next-token-prediction layer drafts, the sampler draws at each of its rows as it would without
-// drafts, and the drafts are kept up to the first draw that differs; the rest roll back. So
-// greedy runs give the tokens they give without drafts, and sampled runs the target's
-// distribution (a randomized probability-integral test against the model's own probabilities).
+// lookup, a draft model or the model's own trained next-token-prediction layer drafts, the
+// sampler draws at each of its rows as it would without drafts, and the drafts are kept up to
+// the first draw that differs; the rest roll back. So greedy runs give the tokens they give
+// without drafts, and sampled runs the target's distribution (a randomized probability-integral
+// test against the model's own probabilities).
 
 const dir = mkdtempSync(join(tmpdir(), "bloomery-draft-"));
 let model: Model;

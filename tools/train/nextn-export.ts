@@ -49,6 +49,10 @@ export async function exportWithNextn(model: string, nextn: string, out: string)
   const experts = Number(info.metadata[`${FROM}.expert_count`]);
   const headDim = Number(info.metadata[`${FROM}.attention.key_length`]);
 
+  const trained = readSafetensors(nextn);
+  const prefix = `blk.${layers}.`;
+  checkNextn(trained, prefix, embedding, headDim);
+
   const tensors: GgufTensorSource[] = [];
   const fd = openSync(model, "r");
   try {
@@ -62,13 +66,15 @@ export async function exportWithNextn(model: string, nextn: string, out: string)
   } finally {
     closeSync(fd);
   }
-  for (let l = 0; l < layers; l++) {
+  // Every layer, the next-n one too, has a selection bias of zeros; the trunk's layers a shared expert of zeros.
+  for (let l = 0; l <= layers; l++) {
     tensors.push({
       name: `blk.${l}.exp_probs_b.bias`,
       type: "F32",
       shape: [experts],
       data: new Uint8Array(4 * experts),
     });
+    if (l === layers) break;
     for (const [role, shape] of [
       ["ffn_gate_shexp", [embedding, expertWidth]],
       ["ffn_up_shexp", [embedding, expertWidth]],
@@ -83,8 +89,6 @@ export async function exportWithNextn(model: string, nextn: string, out: string)
     }
   }
 
-  const trained = readSafetensors(nextn);
-  const prefix = `blk.${layers}.`;
   for (const [key, tensor] of trained) {
     if (!key.startsWith(prefix) || !key.endsWith(".weight")) throw new Error(`${nextn}: unexpected tensor ${key}`);
     const role = key.slice(prefix.length, -".weight".length);
@@ -93,8 +97,6 @@ export async function exportWithNextn(model: string, nextn: string, out: string)
     if (NEXTN_MATRICES.has(role)) tensors.push({ name, type: "Q8_0", shape, data: quantizeQ8_0(tensor.values) });
     else tensors.push({ name, type: "F32", shape, data: f32Bytes(tensor.values) });
   }
-  tensors.push({ name: `${prefix}exp_probs_b.bias`, type: "F32", shape: [experts], data: new Uint8Array(4 * experts) });
-  checkNextn(trained, prefix, embedding, headDim);
 
   const metadata: Record<string, GgufValue> = {};
   const metadataTypes: Record<string, GgufMetadataType> = {};
