@@ -1,13 +1,15 @@
 // The selection step of libstdc++'s std::partial_sort(first, first + k, last, comp) over the
 // positions [0, seen) with comp(a, b) = scores[a] > scores[b] (__heap_select: __make_heap over
-// the first k, then __pop_heap for each later position that compares before the heap's top),
-// move for move. Which of the positions tied at the k-th largest score it keeps depends on those
+// the first k, then __pop_heap for each later position that compares before the heap's top), to
+// the same heap. Which of the positions tied at the k-th largest score it keeps depends on those
 // moves, not on position order; llama.cpp's ggml_top_k and the CPU path's lightning indexer
 // (cpu/lightning_indexer.cc) choose by std::partial_sort, so a selection that must keep the same
-// ties (the GPU's, cuda/lightning_indexer.cu) replays it. Host and device code alike.
+// ties (the GPU's, cuda/lightning_indexer.cu) replays it. Its steps are host and device code alike;
+// partial_sort_selection, the whole replay on one thread, is the host's (the tests').
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #ifdef __CUDACC__
 #define BLOOMERY_HOST_DEVICE __host__ __device__
@@ -17,49 +19,93 @@
 
 namespace bloomery {
 
+// The heap: positions, and beside each its score (kept with it, so that a comparison reads one
+// array, not the scores through the positions: the GPU holds both in shared memory).
+struct PositionHeap {
+  int32_t* positions;
+  float* scores;
+  int64_t k;
+};
+
 namespace heap_select_detail {
 
-// __adjust_heap, then __push_heap, over heap[0, len) of positions: `value` into the hole at `hole`.
-BLOOMERY_HOST_DEVICE inline void adjust_heap(int32_t* heap, int64_t hole, int64_t len, int32_t value,
-                                             const float* scores) {
-  const int64_t top = hole;
+BLOOMERY_HOST_DEVICE inline void move_entry(const PositionHeap& h, int64_t to, int64_t from) {
+  h.positions[to] = h.positions[from];
+  h.scores[to] = h.scores[from];
+}
+
+// __adjust_heap, then __push_heap, over the heap: (position, score) into the hole at `hole`.
+BLOOMERY_HOST_DEVICE inline void adjust_heap(const PositionHeap& h, int64_t hole, int32_t position, float score) {
+  const int64_t top = hole, len = h.k;
   int64_t second = hole;
   while (second < (len - 1) / 2) {
     second = 2 * (second + 1);
-    if (scores[heap[second]] > scores[heap[second - 1]]) second--;
-    heap[hole] = heap[second];
+    if (h.scores[second] > h.scores[second - 1]) second--;
+    move_entry(h, hole, second);
     hole = second;
   }
   if ((len & 1) == 0 && second == (len - 2) / 2) {
     second = 2 * (second + 1);
-    heap[hole] = heap[second - 1];
+    move_entry(h, hole, second - 1);
     hole = second - 1;
   }
   int64_t parent = (hole - 1) / 2;
-  while (hole > top && scores[heap[parent]] > scores[value]) {
-    heap[hole] = heap[parent];
+  while (hole > top && h.scores[parent] > score) {
+    move_entry(h, hole, parent);
     hole = parent;
     parent = (hole - 1) / 2;
   }
-  heap[hole] = value;
+  h.positions[hole] = position;
+  h.scores[hole] = score;
 }
 
 }  // namespace heap_select_detail
 
+// __make_heap's sift of `parent` (its entry into its subtree), which changes that subtree alone:
+// __make_heap sifts the parents from the last to the root, so the parents of one level may be
+// sifted in any order, or at once, once the levels below them are done.
+BLOOMERY_HOST_DEVICE inline void sift_parent(const PositionHeap& h, int64_t parent) {
+  heap_select_detail::adjust_heap(h, parent, h.positions[parent], h.scores[parent]);
+}
+
+// The parents of level `level` of a heap of k (the root's is 0): [first, last], empty where last < first.
+BLOOMERY_HOST_DEVICE inline int64_t heap_level_first(int level) { return (int64_t{1} << level) - 1; }
+BLOOMERY_HOST_DEVICE inline int64_t heap_level_last(int level, int64_t k) {
+  const int64_t last_parent = (k - 2) / 2;
+  const int64_t end = (int64_t{2} << level) - 2;
+  return end < last_parent ? end : last_parent;
+}
+// The deepest level holding a parent (-1 for k < 2).
+BLOOMERY_HOST_DEVICE inline int heap_parent_levels(int64_t k) {
+  int levels = 0;
+  while (k >= 2 && heap_level_first(levels) <= (k - 2) / 2) ++levels;
+  return levels - 1;
+}
+
+// __heap_select's step for a later position: where it compares before the heap's top (a higher
+// score than the lowest kept), it takes the top's place.
+BLOOMERY_HOST_DEVICE inline void offer_position(const PositionHeap& h, int32_t position, float score) {
+  if (score > h.scores[0]) heap_select_detail::adjust_heap(h, 0, position, score);
+}
+
 // The k positions of [0, seen) (k <= seen) that std::partial_sort of the positions 0, 1, ... by
-// descending score leaves first, into heap[0, k), in heap order (not sorted).
-BLOOMERY_HOST_DEVICE inline void partial_sort_selection(const float* scores, int64_t seen, int64_t k, int32_t* heap) {
-  using heap_select_detail::adjust_heap;
-  for (int64_t i = 0; i < k; ++i) heap[i] = static_cast<int32_t>(i);
-  if (k >= 2) {
-    for (int64_t parent = (k - 2) / 2;; --parent) {
-      adjust_heap(heap, parent, k, heap[parent], scores);
-      if (parent == 0) break;
-    }
+// descending score leaves first, in heap order (not sorted). The parents are sifted level by
+// level, each level's in increasing order (the GPU sifts them at once; the result is
+// __make_heap's, which takes them in decreasing order).
+inline std::vector<int32_t> partial_sort_selection(const float* scores, int64_t seen, int64_t k) {
+  std::vector<int32_t> positions(static_cast<size_t>(k));
+  std::vector<float> kept(static_cast<size_t>(k));
+  const PositionHeap h{positions.data(), kept.data(), k};
+  for (int64_t i = 0; i < k; ++i) {
+    positions[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+    kept[static_cast<size_t>(i)] = scores[i];
   }
-  for (int64_t i = k; i < seen; ++i) {
-    if (scores[i] > scores[heap[0]]) adjust_heap(heap, 0, k, static_cast<int32_t>(i), scores);
+  for (int level = heap_parent_levels(k); level >= 0; --level) {
+    for (int64_t parent = heap_level_first(level); parent <= heap_level_last(level, k); ++parent)
+      sift_parent(h, parent);
   }
+  for (int64_t i = k; i < seen; ++i) offer_position(h, static_cast<int32_t>(i), scores[i]);
+  return positions;
 }
 
 }  // namespace bloomery

@@ -31,6 +31,9 @@ constexpr int kScoreGroups = 8;  // warps per scoring block, each summing every 
 constexpr int kSelectThreads = 1024;
 // Tokens whose scores are held at once: the scratch holds this many rows of the cache's capacity.
 constexpr int64_t kSelectRows = 16;
+// The most positions a token chooses: the tie path's heap (a position and a score each) fits the
+// 48 KiB of shared memory a launch has without asking.
+constexpr int kMaxTopK = 4096;
 
 // Rotates the staged head (head_dim floats in shared memory) over its first rope.dims (`tail`:
 // its last) at `position` and multiplies it by the orthonormal Hadamard matrix of head_dim, in
@@ -199,23 +202,53 @@ __device__ int exclusive_sum(int v, int* warp_totals) {
   return before;
 }
 
-// Sorts a[0, n) ascending (heapsort, on one thread).
-__device__ void sort_positions(int32_t* a, int n) {
-  const auto sift = [a](int root, int end) {
-    for (int child = 2 * root + 1; child < end; root = child, child = 2 * root + 1) {
-      if (child + 1 < end && a[child + 1] > a[child]) ++child;
-      if (a[root] >= a[child]) return;
-      const int32_t t = a[root];
-      a[root] = a[child];
-      a[child] = t;
+// The tie path of indexer_top_k_kernel: std::partial_sort's choice (base/heap_select.h), its heap
+// in shared memory, then that choice in position order. The parents are sifted a level at a time,
+// and warp 0 offers the later positions 32 at a time (only those above the heap's lowest score at
+// the time enter, and that score only rises), so one thread runs only the entries. The row's
+// scores are not needed after that, so they hold the chosen positions' marks.
+__device__ void select_tied(float* row_scores, int seen, int top_k, const PositionHeap& heap, int32_t* out,
+                            int* warp_totals) {
+  for (int i = threadIdx.x; i < top_k; i += kSelectThreads) {
+    heap.positions[i] = i;
+    heap.scores[i] = row_scores[i];
+  }
+  __syncthreads();
+  for (int level = heap_parent_levels(top_k); level >= 0; --level) {
+    const int64_t last = heap_level_last(level, top_k);
+    for (int64_t parent = heap_level_first(level) + threadIdx.x; parent <= last; parent += kSelectThreads) {
+      sift_parent(heap, parent);
     }
-  };
-  for (int root = n / 2 - 1; root >= 0; --root) sift(root, n);
-  for (int end = n - 1; end > 0; --end) {
-    const int32_t t = a[0];
-    a[0] = a[end];
-    a[end] = t;
-    sift(0, end);
+    __syncthreads();
+  }
+  if (threadIdx.x < kWarp) {
+    const int lane = static_cast<int>(threadIdx.x);
+    for (int base = top_k; base < seen; base += kWarp) {
+      const int i = base + lane;
+      const float score = i < seen ? row_scores[i] : 0.0f;
+      unsigned above = __ballot_sync(0xffffffffu, i < seen && score > heap.scores[0]);
+      while (above != 0) {
+        const int j = __ffs(above) - 1;
+        above &= above - 1;
+        const float offered = __shfl_sync(0xffffffffu, score, j);
+        if (lane == 0) offer_position(heap, base + j, offered);
+        __syncwarp();
+      }
+    }
+  }
+  __syncthreads();
+  int* chosen = reinterpret_cast<int*>(row_scores);
+  for (int i = threadIdx.x; i < seen; i += kSelectThreads) chosen[i] = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < top_k; i += kSelectThreads) chosen[heap.positions[i]] = 1;
+  __syncthreads();
+  const int chunk = (seen + kSelectThreads - 1) / kSelectThreads;
+  const int begin = min(seen, static_cast<int>(threadIdx.x) * chunk), end = min(seen, begin + chunk);
+  int count = 0;
+  for (int i = begin; i < end; ++i) count += chosen[i];
+  int at = exclusive_sum(count, warp_totals);
+  for (int i = begin; i < end; ++i) {
+    if (chosen[i] != 0) out[at++] = i;
   }
 }
 
@@ -224,7 +257,7 @@ __device__ void sort_positions(int32_t* a, int n) {
 // else the ones std::partial_sort keeps, as the CPU path chooses); a token that sees at most top_k
 // positions attends them all, -1 after them.
 __global__ void __launch_bounds__(kSelectThreads)
-    indexer_top_k_kernel(const float* scores, const int32_t* positions, int top_k, int ratio, int64_t cache_positions,
+    indexer_top_k_kernel(float* scores, const int32_t* positions, int top_k, int ratio, int64_t cache_positions,
                          int32_t* selected) {
   wait_for_previous_kernel();
   __shared__ int histogram[256];
@@ -238,7 +271,7 @@ __global__ void __launch_bounds__(kSelectThreads)
     for (int i = threadIdx.x; i < top_k; i += kSelectThreads) out[i] = i < seen ? i : -1;
     return;
   }
-  const float* row_scores = scores + row * cache_positions;
+  float* row_scores = scores + row * cache_positions;
   uint32_t prefix = 0, mask = 0;
   int needed = top_k;  // of the positions matching the prefix, how many the selection still takes
   for (int shift = 24; shift >= 0; shift -= 8) {
@@ -264,14 +297,14 @@ __global__ void __launch_bounds__(kSelectThreads)
   }
   // `prefix` is the k-th largest score's bits; `needed` of the positions equal to it are taken.
   if (tied_shared > needed) {
-    // More positions tie at the k-th score than fit (on the tiny fixtures: scores of exactly 0,
-    // every head's dot negative, where most heads weigh negatively): which of them the CPU keeps
-    // depends on std::partial_sort's heap, so one thread replays it over the row (out as its
-    // heap), then puts the list in position order. Rare, and O(seen log k) where it happens.
-    if (threadIdx.x == 0) {
-      partial_sort_selection(row_scores, seen, top_k, out);
-      sort_positions(out, top_k);
-    }
+    // More positions tie at the k-th score than fit (scores of exactly 0, every head's dot
+    // negative: on the tiny fixtures, and on the synthetic full-size models for the rows whose
+    // queries point away from every key): which of them the CPU keeps depends on
+    // std::partial_sort's heap, so the block replays it.
+    extern __shared__ __align__(16) uint8_t heap_shared[];
+    const PositionHeap heap{reinterpret_cast<int32_t*>(heap_shared),
+                            reinterpret_cast<float*>(heap_shared + top_k * sizeof(int32_t)), top_k};
+    select_tied(row_scores, seen, top_k, heap, out, warp_totals);
     return;
   }
   const int chunk = (seen + kSelectThreads - 1) / kSelectThreads;
@@ -304,20 +337,22 @@ size_t score_shared_bytes(const IndexerShape& shape) {
 }
 
 void check_shape(const IndexerShape& shape) {
-  if (!indexer_supports(shape.heads, shape.head_dim) || shape.top_k < 1 || shape.ratio < 1 ||
+  if (!indexer_supports(shape.heads, shape.head_dim, shape.top_k) || shape.top_k < 1 || shape.ratio < 1 ||
       shape.rope.dims > shape.head_dim || shape.rope.dims % 2 != 0) {
     throw Error("UNSUPPORTED_MODEL", "the GPU's lightning indexer serves heads of 64 or 128 (at most 128 heads and " +
-                                         std::to_string(kMaxQueryFloats) +
-                                         " query floats a token) rotating an even count of their dims, not " +
+                                         std::to_string(kMaxQueryFloats) + " query floats a token, choosing at most " +
+                                         std::to_string(kMaxTopK) + ") rotating an even count of their dims, not " +
                                          std::to_string(shape.heads) + " heads of " + std::to_string(shape.head_dim) +
-                                         " rotating " + std::to_string(shape.rope.dims));
+                                         " choosing " + std::to_string(shape.top_k) + " rotating " +
+                                         std::to_string(shape.rope.dims));
   }
 }
 
 }  // namespace
 
-bool indexer_supports(int64_t heads, int64_t head_dim) {
-  return (head_dim == 64 || head_dim == 128) && heads >= 1 && heads <= kMaxHeads && heads * head_dim <= kMaxQueryFloats;
+bool indexer_supports(int64_t heads, int64_t head_dim, int64_t top_k) {
+  return (head_dim == 64 || head_dim == 128) && heads >= 1 && heads <= kMaxHeads &&
+         heads * head_dim <= kMaxQueryFloats && top_k <= kMaxTopK;
 }
 
 void indexer_queries(float* q, int64_t n, const IndexerShape& shape, const int32_t* positions, StreamHandle stream) {
@@ -374,9 +409,10 @@ void indexer_select(const IndexerSelect& s, const IndexerShape& shape, void* scr
     launch_early(indexer_scores_kernel,
                  dim3(static_cast<unsigned>(ceil_div(s.cache_positions, kScoreTile)), static_cast<unsigned>(rows)),
                  dim3(kScoreGroups * kWarp), score_shared_bytes(shape), raw, p);
-    launch_early(indexer_top_k_kernel, dim3(static_cast<unsigned>(rows)), dim3(kSelectThreads), 0, raw,
-                 static_cast<const float*>(scores), s.positions + first, static_cast<int>(shape.top_k),
-                 static_cast<int>(shape.ratio), s.cache_positions, s.selected + first * shape.top_k);
+    launch_early(indexer_top_k_kernel, dim3(static_cast<unsigned>(rows)), dim3(kSelectThreads),
+                 static_cast<size_t>(shape.top_k) * (sizeof(int32_t) + sizeof(float)), raw, scores, s.positions + first,
+                 static_cast<int>(shape.top_k), static_cast<int>(shape.ratio), s.cache_positions,
+                 s.selected + first * shape.top_k);
   }
 }
 

@@ -413,7 +413,8 @@ struct IndexerShape {
   int64_t ratio = 1;
   bool rope_tail = false;
 };
-bool indexer_supports(int64_t heads, int64_t head_dim);
+// Heads of 64 or 128 dims (at most 128 heads and 8192 query floats a token), at most 4096 chosen.
+bool indexer_supports(int64_t heads, int64_t head_dim, int64_t top_k);
 // q: n rows of heads * head_dim floats, in place: each head rotated, then multiplied by the
 // orthonormal Hadamard matrix of head_dim; row i at positions[i].
 void indexer_queries(float* q, int64_t n, const IndexerShape& shape, const int32_t* positions, StreamHandle stream);

@@ -120,8 +120,8 @@ TEST(partial_sort_selection_keeps_std_partial_sorts_ties) {
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(order.begin(), order.begin() + k, order.end(),
                       [&](int32_t a, int32_t b) { return scores[a] > scores[b]; });
-    std::vector<int32_t> expected(order.begin(), order.begin() + k), got(static_cast<size_t>(k));
-    partial_sort_selection(scores.data(), seen, k, got.data());
+    std::vector<int32_t> expected(order.begin(), order.begin() + k);
+    std::vector<int32_t> got = partial_sort_selection(scores.data(), seen, k);
     std::sort(expected.begin(), expected.end());
     std::sort(got.begin(), got.end());
     CHECK(got == expected) << "k " << k << " of " << seen << " positions (" << levels << " scores): another choice";

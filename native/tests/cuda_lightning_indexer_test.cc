@@ -247,8 +247,9 @@ TEST(cuda_indexer_choice_keeps_the_cpus_ties) {
   if (!device_ready("cuda_indexer_choice_keeps_the_cpus_ties")) return;
   std::mt19937 rng(85);
   const cuda::Stream stream;
-  for (const int64_t top_k : {16, 100}) {
-    const int64_t heads = 8, head_dim = 64, first = 300, n = 20;
+  // 600: a heap of ten levels, and more than a warp's worth of later positions to offer.
+  for (const int64_t top_k : {16, 100, 600}) {
+    const int64_t heads = 8, head_dim = 64, first = 3 * top_k + 252, n = 20;
     const SelectCase c(heads, head_dim, top_k, first, n, false, rng, 30);
     const std::vector<int32_t> gpu = c.gpu(0, n, stream);
     std::vector<float> weights = c.w;
