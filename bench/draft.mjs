@@ -1,20 +1,22 @@
-// Speculative decoding on the default model, on the CPU: decode with drafts (n-gram, a draft model, the
-// model's own next-token-prediction layer) against decode without, in the same process, with the same tokens.
+// Speculative decoding on the default model: decode with drafts (n-gram, a draft model, the model's own
+// next-token-prediction layer) against decode without, in the same process, with the same tokens; on the CPU,
+// or with --gpu the whole model on the GPU (the draft model stays on the CPU, as loadModel runs one).
 //
-//   node bench/draft.mjs [--threads N --tokens 256 --rounds 5]
+//   node bench/draft.mjs [--threads N --tokens 256 --rounds 5] [--gpu]
 //
 // Plain ESM over the built package (dist/ and the addon). Each case generates greedily from its
 // prompt with drafts off and on, alternating for `rounds` rounds; each keeps its best decode rate
 // (generated tokens after the first over the time from the first to the last), so a load spike
 // from another process costs a round, not the ratio. Every run's tokens must equal the run's
 // without drafts. Prints the rates, the ratios (drafts / none) and the drafts kept, and writes
-// them to bench/results/<date>-draft.json.
+// them to bench/results/<date>-draft.json (<date>-draft-gpu.json with --gpu; into $OUT where that is set, as on
+// the GPU machine).
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
-import { loadModel } from "../dist/index.js";
+import { getSystemInfo, loadModel } from "../dist/index.js";
 import { writeDraftModel } from "./draft-model.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
@@ -24,6 +26,7 @@ const { values } = parseArgs({
     threads: { type: "string", default: "2" },
     tokens: { type: "string", default: "256" },
     rounds: { type: "string", default: "5" },
+    gpu: { type: "boolean", default: false },
   },
 });
 const threads = Number(values.threads);
@@ -69,6 +72,7 @@ const CASES = [
 const dir = mkdtempSync(join(tmpdir(), "bloomery-bench-draft-"));
 const model = await loadModel(MODEL, {
   threads,
+  gpu: values.gpu ? "auto" : false,
   draft: false,
   draftModel: await writeDraftModel(MODEL, join(dir, "draft.gguf")),
 });
@@ -117,8 +121,10 @@ for (const c of CASES) {
 model.dispose();
 rmSync(dir, { recursive: true, force: true });
 const stamp = new Date().toISOString().slice(0, 16).replace(":", "");
-mkdirSync(join(root, "bench/results"), { recursive: true });
+const outDir = process.env.OUT ?? join(root, "bench/results");
+mkdirSync(outDir, { recursive: true });
+const machine = values.gpu ? { machine: getSystemInfo() } : {};
 writeFileSync(
-  join(root, `bench/results/${stamp}-draft.json`),
-  `${JSON.stringify({ threads, maxTokens, rounds, results }, null, 2)}\n`,
+  join(outDir, `${stamp}-draft${values.gpu ? "-gpu" : ""}.json`),
+  `${JSON.stringify({ threads, gpu: values.gpu, maxTokens, rounds, ...machine, results }, null, 2)}\n`,
 );
