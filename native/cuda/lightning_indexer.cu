@@ -31,9 +31,6 @@ constexpr int kScoreGroups = 8;  // warps per scoring block, each summing every 
 constexpr int kSelectThreads = 1024;
 // Tokens whose scores are held at once: the scratch holds this many rows of the cache's capacity.
 constexpr int64_t kSelectRows = 16;
-// The most positions a token chooses: the tie path's heap (a position and a score each) fits the
-// 48 KiB of shared memory a launch has without asking.
-constexpr int kMaxTopK = 4096;
 
 // Rotates the staged head (head_dim floats in shared memory) over its first rope.dims (`tail`:
 // its last) at `position` and multiplies it by the orthonormal Hadamard matrix of head_dim, in
@@ -207,8 +204,8 @@ __device__ int exclusive_sum(int v, int* warp_totals) {
 // and warp 0 offers the later positions 32 at a time (only those above the heap's lowest score at
 // the time enter, and that score only rises), so one thread runs only the entries. The row's
 // scores are not needed after that, so they hold the chosen positions' marks.
-__device__ void select_tied(float* row_scores, int seen, int top_k, const PositionHeap& heap, int32_t* out,
-                            int* warp_totals) {
+__device__ void select_tied(float* row_scores, int seen, const PositionHeap& heap, int32_t* out, int* warp_totals) {
+  const int top_k = static_cast<int>(heap.k);
   for (int i = threadIdx.x; i < top_k; i += kSelectThreads) {
     heap.positions[i] = i;
     heap.scores[i] = row_scores[i];
@@ -304,7 +301,7 @@ __global__ void __launch_bounds__(kSelectThreads)
     extern __shared__ __align__(16) uint8_t heap_shared[];
     const PositionHeap heap{reinterpret_cast<int32_t*>(heap_shared),
                             reinterpret_cast<float*>(heap_shared + top_k * sizeof(int32_t)), top_k};
-    select_tied(row_scores, seen, top_k, heap, out, warp_totals);
+    select_tied(row_scores, seen, heap, out, warp_totals);
     return;
   }
   const int chunk = (seen + kSelectThreads - 1) / kSelectThreads;
@@ -341,10 +338,10 @@ void check_shape(const IndexerShape& shape) {
       shape.rope.dims > shape.head_dim || shape.rope.dims % 2 != 0) {
     throw Error("UNSUPPORTED_MODEL", "the GPU's lightning indexer serves heads of 64 or 128 (at most 128 heads and " +
                                          std::to_string(kMaxQueryFloats) + " query floats a token, choosing at most " +
-                                         std::to_string(kMaxTopK) + ") rotating an even count of their dims, not " +
-                                         std::to_string(shape.heads) + " heads of " + std::to_string(shape.head_dim) +
-                                         " choosing " + std::to_string(shape.top_k) + " rotating " +
-                                         std::to_string(shape.rope.dims));
+                                         std::to_string(kIndexerMaxTopK) +
+                                         ") rotating an even count of their dims, not " + std::to_string(shape.heads) +
+                                         " heads of " + std::to_string(shape.head_dim) + " choosing " +
+                                         std::to_string(shape.top_k) + " rotating " + std::to_string(shape.rope.dims));
   }
 }
 
@@ -352,7 +349,7 @@ void check_shape(const IndexerShape& shape) {
 
 bool indexer_supports(int64_t heads, int64_t head_dim, int64_t top_k) {
   return (head_dim == 64 || head_dim == 128) && heads >= 1 && heads <= kMaxHeads &&
-         heads * head_dim <= kMaxQueryFloats && top_k <= kMaxTopK;
+         heads * head_dim <= kMaxQueryFloats && top_k <= kIndexerMaxTopK;
 }
 
 void indexer_queries(float* q, int64_t n, const IndexerShape& shape, const int32_t* positions, StreamHandle stream) {

@@ -413,7 +413,11 @@ struct IndexerShape {
   int64_t ratio = 1;
   bool rope_tail = false;
 };
-// Heads of 64 or 128 dims (at most 128 heads and 8192 query floats a token), at most 4096 chosen.
+// The most positions a token chooses on the GPU: the tie path's heap (a position and a score each)
+// fits the 48 KiB of shared memory a launch has without asking.
+constexpr int64_t kIndexerMaxTopK = 4096;
+// Heads of 64 or 128 dims (at most 128 heads and 8192 query floats a token), at most
+// kIndexerMaxTopK chosen.
 bool indexer_supports(int64_t heads, int64_t head_dim, int64_t top_k);
 // q: n rows of heads * head_dim floats, in place: each head rotated, then multiplied by the
 // orthonormal Hadamard matrix of head_dim; row i at positions[i].

@@ -1089,9 +1089,9 @@ void check_compressed(const model::HyperParams& p, const LayerKinds& kinds) {
     if (ratio != model::CompressedParams::kOverlapRatio) continue;
     if (!cuda::compressor_supports(compressor_shape(p, ratio, true, nullptr)) ||
         !cuda::indexer_supports(x.heads, x.head_dim, x.top_k)) {
-      refuse("the lightning indexer serves heads of 64 or 128 (at most 128) choosing at most 4096 positions, not " +
-             std::to_string(x.heads) + " heads of " + std::to_string(x.head_dim) + " choosing " +
-             std::to_string(x.top_k));
+      refuse("the lightning indexer serves heads of 64 or 128 (at most 128) choosing at most " +
+             std::to_string(cuda::kIndexerMaxTopK) + " positions, not " + std::to_string(x.heads) + " heads of " +
+             std::to_string(x.head_dim) + " choosing " + std::to_string(x.top_k));
     }
   }
 }
@@ -1121,10 +1121,10 @@ void check_shape(const model::HyperParams& p, const LayerKinds& kinds) {
     if (x.top_k > 0 && (!cuda::indexer_supports(x.heads, x.head_dim, x.top_k) || model::cache_row(p).keys % 8 != 0)) {
       throw Error("UNSUPPORTED_MODEL",
                   "the GPU path's lightning indexer serves heads of 64 or 128 (at most 128 heads, "
-                  "8192 query floats a token, cache rows a multiple of 8 halves) choosing at most 4096 "
-                  "positions, not " +
-                      std::to_string(x.heads) + " heads of " + std::to_string(x.head_dim) + " choosing " +
-                      std::to_string(x.top_k) + "; load the model with gpu: false");
+                  "8192 query floats a token, cache rows a multiple of 8 halves) choosing at most " +
+                      std::to_string(cuda::kIndexerMaxTopK) + " positions, not " + std::to_string(x.heads) +
+                      " heads of " + std::to_string(x.head_dim) + " choosing " + std::to_string(x.top_k) +
+                      "; load the model with gpu: false");
     }
     return;
   }
