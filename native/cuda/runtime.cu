@@ -48,7 +48,7 @@ void allow_shared_memory(const void* kernel, size_t bytes, const char* what) {
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)), what);
 }
 
-void profile_from_position(int64_t last_position) {
+void profile_from_position(std::span<const int32_t> positions) {
   static const int64_t from = [] {
     const char* text = std::getenv(kProfileFromPosition);
     if (text == nullptr) return int64_t{-1};
@@ -60,7 +60,11 @@ void profile_from_position(int64_t last_position) {
     return static_cast<int64_t>(value);
   }();
   static std::atomic<bool> started{false};
-  if (from < 0 || last_position < from || started.exchange(true)) return;
+  if (from < 0 || started.load() ||
+      std::none_of(positions.begin(), positions.end(), [](int32_t position) { return position >= from; }) ||
+      started.exchange(true)) {
+    return;
+  }
   check(cudaProfilerStart(), "cudaProfilerStart");
 }
 

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory_resource>
+#include <span>
 #include <string>
 
 #include "base/kept_blocks.h"
@@ -22,10 +23,11 @@ void use_device(int device);
 bool modules_load_eagerly();
 
 // With BLOOMERY_PROFILE_FROM_POSITION=N in the environment, starts Nsight Compute's collection
-// (ncu --profile-from-start off) before the first pass whose last position is N or later, so that
-// bench/gpu-kernels.mjs profiles the passes after a long context and not the context's own.
-// INVALID_ARGUMENT names the variable when it is not a whole number.
-void profile_from_position(int64_t last_position);
+// (ncu --profile-from-start off) before the first pass holding position N or later (`positions`:
+// the pass's, read only while the collection waits for one), so that bench/gpu-kernels.mjs
+// profiles the passes after a long context and not the context's own. INVALID_ARGUMENT names the
+// variable when it is not a whole number.
+void profile_from_position(std::span<const int32_t> positions);
 
 // Free and total bytes of the current device.
 struct MemoryInfo {

@@ -2503,7 +2503,7 @@ void gpu_forward(GpuModel& model, std::span<const GpuSequenceRows> batch, std::v
   for (const GpuSequenceRows& part : batch) {
     check_snapshots(part.snapshots, static_cast<int64_t>(part.tokens.size()));
   }
-  if (!positions.empty()) cuda::profile_from_position(*std::max_element(positions.begin(), positions.end()));
+  cuda::profile_from_position(positions);
   const auto total = static_cast<int64_t>(tokens.size());
   std::vector<PassLayout> passes;
   int64_t widest = 0, output_rows = 0, widest_hidden = 0, hidden_rows = 0;
