@@ -3,6 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { loadModel, readGgufInfo } from "../src/index.js";
+import { fillWords, streamKey } from "../tools/synth/random.js";
 import { writeSyntheticModel } from "../tools/synth/synth.js";
 import { exportWithNextn } from "../tools/train/nextn-export.js";
 
@@ -35,15 +36,11 @@ const FROM_TRUNK = [
   "ffn_down_exps",
 ];
 
-/** Deterministic small values (a linear congruential stream), so the layer's drafts are not all one token. */
+/** Small values from the synthetic writer's seeded stream, so the layer's drafts are not all one token. */
 function values(count: number, seed: number): Float32Array {
-  const out = new Float32Array(count);
-  let x = seed >>> 0;
-  for (let i = 0; i < count; i++) {
-    x = (Math.imul(x, 1664525) + 1013904223) >>> 0;
-    out[i] = (x / 2 ** 32 - 0.5) * 0.1;
-  }
-  return out;
+  const words = new Uint32Array(count);
+  fillWords(words, streamKey(seed), 0);
+  return Float32Array.from(words, (word) => (word / 2 ** 32 - 0.5) * 0.1);
 }
 
 function writeSafetensors(path: string, tensors: Map<string, { shape: number[]; values: Float32Array }>): void {
