@@ -1,6 +1,7 @@
-// Speculative decoding on the default model: decode with drafts (n-gram, a draft model, the model's own
-// next-token-prediction layer) against decode without, in the same process, with the same tokens; on the CPU,
-// or with --gpu the whole model on the GPU (the draft model stays on the CPU, as loadModel runs one).
+// Speculative decoding on the default model: decode with drafts (n-gram, a draft model, the
+// model's own next-token-prediction layer) against decode without, in the same process, with the
+// same tokens; on the CPU, or with --gpu the whole model on the GPU (the draft model stays on the
+// CPU, as loadModel runs one).
 //
 //   node bench/draft.mjs [--threads N --tokens 256 --rounds 5] [--gpu | --peer]
 //
@@ -14,8 +15,8 @@
 // (generated tokens after the first over the time from the first to the last), so a load spike
 // from another process costs a round, not the ratio. Every run's tokens must equal the run's
 // without drafts. Prints the rates, the ratios (drafts / none) and the drafts kept, and writes
-// them to bench/results/<date>-draft.json (<date>-draft-gpu.json with --gpu; into $OUT where that is set, as on
-// the GPU machine).
+// them to bench/results/<date>-draft.json (-draft-gpu.json with --gpu, -draft-peer.json with
+// --peer), or into $OUT where that is set (as on the GPU machine).
 import { execFileSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
