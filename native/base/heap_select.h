@@ -1,14 +1,25 @@
 // The selection step of libstdc++'s std::partial_sort(first, first + k, last, comp) over the
 // positions [0, seen) with comp(a, b) = scores[a] > scores[b] (__heap_select: __make_heap over
 // the first k, then __pop_heap for each later position that compares before the heap's top), to
-// the same heap. Which of the positions tied at the k-th largest score it keeps depends on those
+// the same choice. Which of the positions tied at the k-th largest score it keeps depends on those
 // moves, not on position order; llama.cpp's ggml_top_k and the CPU path's lightning indexer
 // (cpu/lightning_indexer.cc) choose by std::partial_sort, so a selection that must keep the same
-// ties (the GPU's, cuda/lightning_indexer.cu) replays it. Its steps are host and device code alike;
-// partial_sort_selection, the whole replay on one thread, is the host's (the tests').
+// ties (the GPU's, cuda/lightning_indexer.cu) follows it. Its steps are host and device code alike;
+// partial_sort_selection, the whole choice on one thread, is the host's (the tests').
+//
+// The heap keeps its lowest score at the top. Once that score is the k-th largest, t (it never
+// falls, and it ends there), only a later position scoring above t enters, and it never rises into
+// a slot holding t: the slots holding t (the tied region) form a subtree at the top whose moves do
+// not depend on the scores above t. Each entry takes the top's position out and moves up the tied
+// positions along the path __adjust_heap's hole takes: into a child holding t, the right one where
+// both do. So the tied positions leave in the preorder of the region that visits a slot, then its
+// right subtree, then its left one, and the first E of them leave, E the count of later positions
+// scoring above t: no entry has to be replayed. Only the entries before the top reaches t are.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #ifdef __CUDACC__
@@ -88,11 +99,42 @@ BLOOMERY_HOST_DEVICE inline void offer_position(const PositionHeap& h, int32_t p
   if (score > h.scores[0]) heap_select_detail::adjust_heap(h, 0, position, score);
 }
 
-// The k positions of [0, seen) (k <= seen) that std::partial_sort of the positions 0, 1, ... by
-// descending score leaves first, in heap order (not sorted). The parents are sifted level by
-// level, each level's in increasing order (the GPU sifts them at once; the result is
-// __make_heap's, which takes them in decreasing order).
+// The tied region's count of slots in a slot's subtree, from whether the slot holds t and its
+// children's counts (0 for a child past the heap's end): counted from the deepest level up.
+BLOOMERY_HOST_DEVICE inline int32_t tied_subtree_count(bool tied, int32_t left_count, int32_t right_count) {
+  return tied ? 1 + left_count + right_count : 0;
+}
+
+// The preorder ranks (slot, right subtree, left subtree) of a tied slot's children from its own
+// rank and the children's counts; -1 for a child outside the region. Ranked from the top down.
+struct ChildRanks {
+  int32_t left, right;
+};
+BLOOMERY_HOST_DEVICE inline ChildRanks tied_child_ranks(int32_t rank, int32_t left_count, int32_t right_count) {
+  return {left_count > 0 ? rank + 1 + right_count : -1, right_count > 0 ? rank + 1 : -1};
+}
+
+// The slots of level `level` (the root's is 0) of a heap of k: [heap_level_first, heap_slot_last].
+BLOOMERY_HOST_DEVICE inline int64_t heap_slot_last(int level, int64_t k) {
+  const int64_t end = (int64_t{2} << level) - 2;
+  return end < k - 1 ? end : k - 1;
+}
+// The deepest level holding a slot.
+BLOOMERY_HOST_DEVICE inline int heap_slot_levels(int64_t k) {
+  int levels = 0;
+  while (heap_level_first(levels + 1) < k) ++levels;
+  return levels;
+}
+
+// The k positions of [0, seen) (k < seen) that std::partial_sort of the positions 0, 1, ... by
+// descending score leaves first, unordered. The parents are sifted level by level, each level's in
+// increasing order (the GPU sifts them at once; the result is __make_heap's, which takes them in
+// decreasing order); the later positions are offered until the top holds t, and the rest of the
+// choice is the tied region's preorder (above).
 inline std::vector<int32_t> partial_sort_selection(const float* scores, int64_t seen, int64_t k) {
+  std::vector<float> sorted(scores, scores + seen);
+  std::nth_element(sorted.begin(), sorted.begin() + (k - 1), sorted.end(), std::greater<float>());
+  const float tie = sorted[static_cast<size_t>(k - 1)];
   std::vector<int32_t> positions(static_cast<size_t>(k));
   std::vector<float> kept(static_cast<size_t>(k));
   const PositionHeap h{positions.data(), kept.data(), k};
@@ -104,8 +146,32 @@ inline std::vector<int32_t> partial_sort_selection(const float* scores, int64_t 
     for (int64_t parent = heap_level_first(level); parent <= heap_level_last(level, k); ++parent)
       sift_parent(h, parent);
   }
-  for (int64_t i = k; i < seen; ++i) offer_position(h, static_cast<int32_t>(i), scores[i]);
-  return positions;
+  int64_t next = k;
+  for (; next < seen && kept[0] != tie; ++next) offer_position(h, static_cast<int32_t>(next), scores[next]);
+  int32_t entries = 0;
+  for (int64_t i = next; i < seen; ++i) entries += scores[i] > tie;
+  std::vector<int32_t> count(static_cast<size_t>(k)), rank(static_cast<size_t>(k), -1);
+  const auto count_of = [&](int64_t slot) { return slot < k ? count[static_cast<size_t>(slot)] : 0; };
+  for (int level = heap_slot_levels(k); level >= 0; --level) {
+    for (int64_t s = heap_level_first(level); s <= heap_slot_last(level, k); ++s)
+      count[static_cast<size_t>(s)] =
+          tied_subtree_count(kept[static_cast<size_t>(s)] == tie, count_of(2 * s + 1), count_of(2 * s + 2));
+  }
+  rank[0] = 0;
+  for (int64_t s = 0; 2 * s + 1 < k; ++s) {
+    if (rank[static_cast<size_t>(s)] < 0) continue;
+    const ChildRanks r = tied_child_ranks(rank[static_cast<size_t>(s)], count_of(2 * s + 1), count_of(2 * s + 2));
+    rank[static_cast<size_t>(2 * s + 1)] = r.left;
+    if (2 * s + 2 < k) rank[static_cast<size_t>(2 * s + 2)] = r.right;
+  }
+  std::vector<int32_t> chosen;
+  for (int64_t i = 0; i < seen; ++i) {
+    if (scores[i] > tie) chosen.push_back(static_cast<int32_t>(i));
+  }
+  for (int64_t s = 0; s < k; ++s) {
+    if (rank[static_cast<size_t>(s)] >= entries) chosen.push_back(positions[static_cast<size_t>(s)]);
+  }
+  return chosen;
 }
 
 }  // namespace bloomery

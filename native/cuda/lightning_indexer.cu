@@ -200,11 +200,15 @@ __device__ int exclusive_sum(int v, int* warp_totals) {
 }
 
 // The tie path of indexer_top_k_kernel: std::partial_sort's choice (base/heap_select.h), its heap
-// in shared memory, then that choice in position order. The parents are sifted a level at a time,
-// and warp 0 offers the later positions 32 at a time (only those above the heap's lowest score at
-// the time enter, and that score only rises), so one thread runs only the entries. The row's
-// scores are not needed after that, so they hold the chosen positions' marks.
-__device__ void select_tied(float* row_scores, int seen, const PositionHeap& heap, int32_t* out, int* warp_totals) {
+// in shared memory, then that choice in position order. The parents are sifted a level at a time.
+// Warp 0 offers the later positions 32 at a time (only those above the heap's lowest score at the
+// time enter, and that score only rises) until the heap's top holds the tie score; from there the
+// tied positions leave in the tied region's preorder, so the block counts the region's subtrees
+// from the bottom level up and ranks them from the top down, and keeps the ones ranked at or past
+// the count of the remaining positions above the tie. The heap's scores hold those counts and
+// ranks in turn, and the row's scores (not needed after that) the chosen positions' marks.
+__device__ void select_tied(float* row_scores, int seen, float tie, const PositionHeap& heap, int32_t* out,
+                            int* warp_totals, int* next_shared) {
   const int top_k = static_cast<int>(heap.k);
   for (int i = threadIdx.x; i < top_k; i += kSelectThreads) {
     heap.positions[i] = i;
@@ -220,24 +224,63 @@ __device__ void select_tied(float* row_scores, int seen, const PositionHeap& hea
   }
   if (threadIdx.x < kWarp) {
     const int lane = static_cast<int>(threadIdx.x);
-    for (int base = top_k; base < seen; base += kWarp) {
-      const int i = base + lane;
+    int next = top_k;  // the first position not offered
+    while (next < seen && heap.scores[0] != tie) {
+      const int i = next + lane;
       const float score = i < seen ? row_scores[i] : 0.0f;
       unsigned above = __ballot_sync(0xffffffffu, i < seen && score > heap.scores[0]);
+      int stop = min(seen, next + kWarp);
       while (above != 0) {
         const int j = __ffs(above) - 1;
+        if (heap.scores[0] == tie) {
+          stop = next + j;
+          break;
+        }
         above &= above - 1;
         const float offered = __shfl_sync(0xffffffffu, score, j);
-        if (lane == 0) offer_position(heap, base + j, offered);
+        if (lane == 0) offer_position(heap, next + j, offered);
         __syncwarp();
       }
+      next = stop;
     }
+    if (lane == 0) *next_shared = next;
   }
   __syncthreads();
+  const int next = *next_shared;
+  const auto count_of = [&](int slot) { return slot < top_k ? __float_as_int(heap.scores[slot]) : 0; };
+  for (int level = heap_slot_levels(top_k); level >= 0; --level) {
+    const int64_t last = heap_slot_last(level, top_k);
+    for (int64_t slot = heap_level_first(level) + threadIdx.x; slot <= last; slot += kSelectThreads) {
+      // The top holds the tie score, so it ranks first: its rank replaces its count, which nothing reads.
+      const int s = static_cast<int>(slot);
+      const int count = tied_subtree_count(heap.scores[s] == tie, count_of(2 * s + 1), count_of(2 * s + 2));
+      heap.scores[s] = __int_as_float(s == 0 ? 0 : count);
+    }
+    __syncthreads();
+  }
+  for (int level = 0; level <= heap_parent_levels(top_k); ++level) {
+    const int64_t last = heap_level_last(level, top_k);
+    for (int64_t parent = heap_level_first(level) + threadIdx.x; parent <= last; parent += kSelectThreads) {
+      const int s = static_cast<int>(parent);
+      const int rank = __float_as_int(heap.scores[s]);
+      const ChildRanks r =
+          rank < 0 ? ChildRanks{-1, -1} : tied_child_ranks(rank, count_of(2 * s + 1), count_of(2 * s + 2));
+      heap.scores[2 * s + 1] = __int_as_float(r.left);
+      if (2 * s + 2 < top_k) heap.scores[2 * s + 2] = __int_as_float(r.right);
+    }
+    __syncthreads();
+  }
   int* chosen = reinterpret_cast<int*>(row_scores);
-  for (int i = threadIdx.x; i < seen; i += kSelectThreads) chosen[i] = 0;
-  __syncthreads();
-  for (int i = threadIdx.x; i < top_k; i += kSelectThreads) chosen[heap.positions[i]] = 1;
+  int entries = 0;  // the positions from `next` on above the tie: each takes the region's next in preorder
+  for (int base = 0; base < seen; base += kSelectThreads) {
+    const int i = base + static_cast<int>(threadIdx.x);
+    const bool above = i < seen && row_scores[i] > tie;
+    if (i < seen) chosen[i] = above;
+    entries += __syncthreads_count(above && i >= next);
+  }
+  for (int s = threadIdx.x; s < top_k; s += kSelectThreads) {
+    if (__float_as_int(heap.scores[s]) >= entries) chosen[heap.positions[s]] = 1;
+  }
   __syncthreads();
   const int chunk = (seen + kSelectThreads - 1) / kSelectThreads;
   const int begin = min(seen, static_cast<int>(threadIdx.x) * chunk), end = min(seen, begin + chunk);
@@ -261,6 +304,7 @@ __global__ void __launch_bounds__(kSelectThreads)
   __shared__ uint32_t prefix_shared;
   __shared__ int needed_shared;
   __shared__ int tied_shared;
+  __shared__ int next_shared;
   __shared__ int warp_totals[kWarp];
   const int row = static_cast<int>(blockIdx.x), seen = (positions[row] + 1) / ratio;
   int32_t* out = selected + static_cast<int64_t>(row) * top_k;
@@ -301,7 +345,8 @@ __global__ void __launch_bounds__(kSelectThreads)
     extern __shared__ __align__(16) uint8_t heap_shared[];
     const PositionHeap heap{reinterpret_cast<int32_t*>(heap_shared),
                             reinterpret_cast<float*>(heap_shared + top_k * sizeof(int32_t)), top_k};
-    select_tied(row_scores, seen, heap, out, warp_totals);
+    const float tie = __uint_as_float((prefix & 0x80000000u) ? (prefix ^ 0x80000000u) : ~prefix);
+    select_tied(row_scores, seen, tie, heap, out, warp_totals, &next_shared);
     return;
   }
   const int chunk = (seen + kSelectThreads - 1) / kSelectThreads;

@@ -104,18 +104,29 @@ TEST(lightning_indexer_selects_the_best_scored_positions) {
   check_selection(100, 150);
 }
 
-// The GPU's choice where more positions tie at the k-th score than fit replays std::partial_sort's
-// heap (base/heap_select.h): over rows of few distinct scores, it keeps the ties std::partial_sort
-// keeps (which are not the first ones), for k from 1 to DeepSeek-V3.2's 2048.
+// The GPU's choice where more positions tie at the k-th score than fit follows std::partial_sort's
+// heap (base/heap_select.h): it keeps the ties std::partial_sort keeps (which are not the first
+// ones), for k from 1 to DeepSeek-V3.2's 2048, over rows of few distinct scores and over rows of
+// the synthetic models' kind: mostly 0 (every head's dot negative), the rest distinct scores on
+// either side, so that a row's later positions above the tie enter by the hundred.
 TEST(partial_sort_selection_keeps_std_partial_sorts_ties) {
   std::mt19937 rng(12);
+  std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
   int64_t not_first = 0;
-  for (int trial = 0; trial < 1400; ++trial) {
+  for (int trial = 0; trial < 2100; ++trial) {
     const int64_t k = std::vector<int64_t>{1, 2, 3, 16, 24, 100, 2048}[trial % 7];
     const int64_t seen = k + 1 + static_cast<int64_t>(rng() % static_cast<uint32_t>(k < 100 ? 2000 : 5000));
     const int levels = 1 + static_cast<int>(rng() % 8);
+    const float above = 0.05f + 0.3f * uniform(rng), below = 0.2f * uniform(rng);
     std::vector<float> scores(static_cast<size_t>(seen));
-    for (float& v : scores) v = static_cast<float>(static_cast<int>(rng() % levels)) - (rng() % 4 == 0 ? 100.0f : 0.0f);
+    for (float& v : scores) {
+      if (trial % 3 != 2) {
+        v = static_cast<float>(static_cast<int>(rng() % levels)) - (rng() % 4 == 0 ? 100.0f : 0.0f);
+      } else {
+        const float u = uniform(rng);
+        v = u < above ? 1.0f + uniform(rng) : u < above + below ? -1.0f - uniform(rng) : 0.0f;
+      }
+    }
     std::vector<int32_t> order(static_cast<size_t>(seen));
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(order.begin(), order.begin() + k, order.end(),

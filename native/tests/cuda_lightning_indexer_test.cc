@@ -117,7 +117,8 @@ namespace {
 
 // n tokens at positions first..first+n-1 against random keys (or all keys equal), with the
 // scores in double; with `palette` > 0 every key one of that many random ones, so the scores of a
-// token take that many values and tie across many positions.
+// token take that many values and tie across many positions; with `zero_share` > 0 that share of
+// the keys zero, so those positions score 0 and the rest either side of it.
 struct SelectCase {
   int64_t heads, head_dim, top_k, first, n;
   int64_t key_row, key_offset, capacity;
@@ -126,7 +127,7 @@ struct SelectCase {
   std::vector<double> scores;  // [token][position]
 
   SelectCase(int64_t heads_, int64_t head_dim_, int64_t top_k_, int64_t first_, int64_t n_, bool equal_keys,
-             std::mt19937& rng, int64_t palette = 0)
+             std::mt19937& rng, int64_t palette = 0, double zero_share = 0.0)
       : heads(heads_), head_dim(head_dim_), top_k(top_k_), first(first_), n(n_) {
     key_row = head_dim + 24;
     key_offset = 16;
@@ -139,8 +140,9 @@ struct SelectCase {
     std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
     for (int64_t p = 0; p < capacity; ++p) {
       const int64_t pick = palette > 0 ? static_cast<int64_t>(rng() % static_cast<uint32_t>(palette)) : 0;
+      const bool zero = zero_share > 0.0 && uniform(rng) * 0.5f + 0.5f < zero_share;
       for (int64_t j = 0; j < head_dim; ++j) {
-        const float v = equal_keys ? one_key[j] : palette > 0 ? keys[pick * head_dim + j] : uniform(rng);
+        const float v = zero ? 0.0f : equal_keys ? one_key[j] : palette > 0 ? keys[pick * head_dim + j] : uniform(rng);
         cache[p * key_row + key_offset + j] = quant::fp32_to_fp16(v);
       }
     }
@@ -243,14 +245,17 @@ TEST(cuda_indexer_choice_takes_the_first_ties) {
 // positions tie at the k-th score than fit. The choice keeps the ties the CPU path keeps
 // (std::partial_sort's, as llama.cpp's ggml_top_k), which here differ from the first ones in most
 // rows: taking the first ones parted tiny-deepseek32 F16's GPU logits from every CPU order (issue 27).
+// Then DeepSeek-V3.2's top 2048 of 10,000 positions, 85% of them scoring 0 (the rows of the
+// synthetic full-size models): hundreds of later positions above the tie take tied ones' places.
 TEST(cuda_indexer_choice_keeps_the_cpus_ties) {
   if (!device_ready("cuda_indexer_choice_keeps_the_cpus_ties")) return;
   std::mt19937 rng(85);
   const cuda::Stream stream;
   // 600: a heap of ten levels, and more than a warp's worth of later positions to offer.
-  for (const int64_t top_k : {16, 100, 600}) {
-    const int64_t heads = 8, head_dim = 64, first = 3 * top_k + 252, n = 20;
-    const SelectCase c(heads, head_dim, top_k, first, n, false, rng, 30);
+  for (const auto& [top_k, palette, zero_share] : std::vector<std::tuple<int64_t, int64_t, double>>{
+           {16, 30, 0.0}, {100, 30, 0.0}, {600, 30, 0.0}, {2048, 0, 0.85}}) {
+    const int64_t heads = 8, head_dim = 64, first = top_k < 2048 ? 3 * top_k + 252 : 5 * top_k, n = 20;
+    const SelectCase c(heads, head_dim, top_k, first, n, false, rng, palette, zero_share);
     const std::vector<int32_t> gpu = c.gpu(0, n, stream);
     std::vector<float> weights = c.w;
     for (float& v : weights) v *= 0.125f;  // prescaled, as engine/lightning_indexer.cc does
