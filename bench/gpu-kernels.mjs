@@ -6,9 +6,11 @@
 // --suffix N --depth D, one session evaluates a prompt of D tokens and then N more instead (the
 // last pass: a short prompt after a long context, as one served from the prompt-state cache;
 // --suffix 4095 --depth 1 profiles a long prompt's passes); only the suffix's passes are profiled, so a long
-// context costs its own time, not ncu's. The JSON names the file's architecture.
+// context costs its own time, not ncu's; with --decode as well, the N are a generation's decode
+// steps after a prompt of D (each step replays its CUDA graph, as decode at depth runs). The JSON
+// names the file's architecture.
 // Writes JSON to $OUT.
-//   node bench/gpu-kernels.mjs /root/q.gguf [--streams 1 | --suffix 100 --depth 3900]
+//   node bench/gpu-kernels.mjs /root/q.gguf [--streams 1 | --suffix 100 --depth 3900 [--decode]]
 import { execFileSync } from "node:child_process";
 import { existsSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -22,10 +24,13 @@ const { values, positionals } = parseArgs({
     streams: { type: "string", default: "1" },
     suffix: { type: "string", default: "0" },
     depth: { type: "string", default: "0" },
+    decode: { type: "boolean", default: false },
   },
 });
 const SUFFIX = Number(values.suffix);
 const DEPTH = Number(values.depth);
+const DECODE = values.decode;
+if (DECODE && !(SUFFIX > 0 && DEPTH > 0)) throw new Error("--decode takes --suffix N (steps) and --depth D (a prompt)");
 const path = positionals[0] ?? "/root/q.gguf";
 const STREAMS = Number(values.streams);
 if (!Number.isInteger(STREAMS) || STREAMS < 1)
@@ -39,8 +44,13 @@ async function workload() {
   if (SUFFIX > 0) {
     const session = model.createSession();
     const tokens = Array.from({ length: DEPTH + SUFFIX }, (_, i) => (i * 7919 + 11) % vocab);
-    await session.evaluate(tokens.slice(0, DEPTH));
-    await session.evaluate(tokens.slice(DEPTH));
+    if (DECODE) {
+      const ban = { [model.info.eosToken]: -Infinity };
+      await session.generate(tokens.slice(0, DEPTH), { maxTokens: SUFFIX + 1, logitBias: ban }).result;
+    } else {
+      await session.evaluate(tokens.slice(0, DEPTH));
+      await session.evaluate(tokens.slice(DEPTH));
+    }
     model.dispose();
     return;
   }
@@ -192,7 +202,7 @@ if (process.env.BLOOMERY_KERNELS_WORKLOAD) {
       path,
       architecture: (await readGgufInfo(path)).summary.architecture,
       ...(SUFFIX > 0
-        ? { depth: DEPTH, suffix: SUFFIX }
+        ? { depth: DEPTH, [DECODE ? "decodeSteps" : "suffix"]: SUFFIX }
         : { prompt: PROMPT, decodeSteps: DECODE_STEPS, streams: STREAMS }),
     },
     note:
@@ -201,7 +211,7 @@ if (process.env.BLOOMERY_KERNELS_WORKLOAD) {
     rawKernelName: launches[0]?.kernel,
     passes,
   };
-  const name = SUFFIX > 0 ? `suffix-${SUFFIX}-at-${DEPTH}` : STREAMS === 1 ? "" : `${STREAMS}`;
+  const name = SUFFIX > 0 ? `${DECODE ? "decode" : "suffix"}-${SUFFIX}-at-${DEPTH}` : STREAMS === 1 ? "" : `${STREAMS}`;
   const out = join(process.env.OUT ?? ".", name ? `gpu-kernels-${name}.json` : "gpu-kernels.json");
   writeFileSync(out, JSON.stringify(result, null, 2));
   for (const [i, pass] of passes.entries()) {
