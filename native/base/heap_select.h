@@ -38,45 +38,34 @@ struct PositionHeap {
   int64_t k;
 };
 
-namespace heap_select_detail {
-
-BLOOMERY_HOST_DEVICE inline void move_entry(const PositionHeap& h, int64_t to, int64_t from) {
-  h.positions[to] = h.positions[from];
-  h.scores[to] = h.scores[from];
+// __adjust_heap (a hole moved down the path of lesser children, the right one where they tie,
+// to the bottom; then __push_heap of the entry back up past the scores above it) leaves the heap
+// as this sift from the top does: at each level the lesser child (the right one on a tie) moves
+// up while its score is at most the entry's. A level reads and writes only the hole and its
+// children, so entries can follow one another down two levels apart (the GPU's pipeline).
+// sift_level takes one level: the next hole, or -1 where the entry belongs at `hole`.
+BLOOMERY_HOST_DEVICE inline int64_t sift_level(const PositionHeap& h, int64_t hole, float score) {
+  const int64_t left = 2 * hole + 1, right = left + 1;
+  if (left >= h.k) return -1;
+  const int64_t child = right < h.k && !(h.scores[right] > h.scores[left]) ? right : left;
+  if (h.scores[child] > score) return -1;
+  h.positions[hole] = h.positions[child];
+  h.scores[hole] = h.scores[child];
+  return child;
 }
 
-// __adjust_heap, then __push_heap, over the heap: (position, score) into the hole at `hole`.
-BLOOMERY_HOST_DEVICE inline void adjust_heap(const PositionHeap& h, int64_t hole, int32_t position, float score) {
-  const int64_t top = hole, len = h.k;
-  int64_t second = hole;
-  while (second < (len - 1) / 2) {
-    second = 2 * (second + 1);
-    if (h.scores[second] > h.scores[second - 1]) second--;
-    move_entry(h, hole, second);
-    hole = second;
-  }
-  if ((len & 1) == 0 && second == (len - 2) / 2) {
-    second = 2 * (second + 1);
-    move_entry(h, hole, second - 1);
-    hole = second - 1;
-  }
-  int64_t parent = (hole - 1) / 2;
-  while (hole > top && h.scores[parent] > score) {
-    move_entry(h, hole, parent);
-    hole = parent;
-    parent = (hole - 1) / 2;
-  }
+// The whole sift of (position, score) into the hole at `hole`.
+BLOOMERY_HOST_DEVICE inline void sift_down(const PositionHeap& h, int64_t hole, int32_t position, float score) {
+  for (int64_t next = sift_level(h, hole, score); next >= 0; next = sift_level(h, hole, score)) hole = next;
   h.positions[hole] = position;
   h.scores[hole] = score;
 }
-
-}  // namespace heap_select_detail
 
 // __make_heap's sift of `parent` (its entry into its subtree), which changes that subtree alone:
 // __make_heap sifts the parents from the last to the root, so the parents of one level may be
 // sifted in any order, or at once, once the levels below them are done.
 BLOOMERY_HOST_DEVICE inline void sift_parent(const PositionHeap& h, int64_t parent) {
-  heap_select_detail::adjust_heap(h, parent, h.positions[parent], h.scores[parent]);
+  sift_down(h, parent, h.positions[parent], h.scores[parent]);
 }
 
 // The parents of level `level` of a heap of k (the root's is 0): [first, last], empty where last < first.
@@ -96,7 +85,7 @@ BLOOMERY_HOST_DEVICE inline int heap_parent_levels(int64_t k) {
 // __heap_select's step for a later position: where it compares before the heap's top (a higher
 // score than the lowest kept), it takes the top's place.
 BLOOMERY_HOST_DEVICE inline void offer_position(const PositionHeap& h, int32_t position, float score) {
-  if (score > h.scores[0]) heap_select_detail::adjust_heap(h, 0, position, score);
+  if (score > h.scores[0]) sift_down(h, 0, position, score);
 }
 
 // The tied region's count of slots in a slot's subtree, from whether the slot holds t and its

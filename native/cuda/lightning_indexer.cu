@@ -199,10 +199,73 @@ __device__ int exclusive_sum(int v, int* warp_totals) {
   return before;
 }
 
+// Warp 0 offers the positions from top_k on in order, each that scores above the heap's top at
+// its turn (the top only rises), until the top holds the tie score; into *next it writes the
+// first position not offered. The entries sift down as a pipeline (base/heap_select.h's
+// sift_level): lane j takes the entry at level j, the entries move a lane and a level each step,
+// and a new one starts at the top once the one before it has left level 1, so that no two read or
+// write the same slots.
+__device__ void offer_until_tied(const float* row_scores, int seen, float tie, const PositionHeap& heap, int* next) {
+  const unsigned all = 0xffffffffu;
+  const int lane = static_cast<int>(threadIdx.x);
+  int hole = -1, position = 0;  // this lane's entry: where it sifts (-1: none), and what it carries
+  float score = 0.0f;
+  int window = static_cast<int>(heap.k), following = window;  // the positions loaded, and the next 32
+  float window_score = 0.0f;
+  unsigned candidates = 0;  // the window's positions above the top when loaded, not yet offered
+  bool offering = true;
+  while (true) {
+    if (offering && __shfl_sync(all, hole, 1) < 0) {
+      const float top = heap.scores[0];
+      offering = top != tie;
+      while (offering) {
+        if (candidates == 0) {
+          if (following >= seen) {
+            offering = false;
+            break;
+          }
+          window = following;
+          following += kWarp;
+          const int i = window + lane;
+          window_score = i < seen ? row_scores[i] : 0.0f;
+          candidates = __ballot_sync(all, i < seen && window_score > top);
+          continue;
+        }
+        const int j = __ffs(candidates) - 1;
+        const float offered = __shfl_sync(all, window_score, j);
+        candidates &= candidates - 1;
+        if (offered > top) {
+          if (lane == 0) {
+            hole = 0;
+            position = window + j;
+            score = offered;
+          }
+          break;
+        }
+      }
+    }
+    if (!offering && __ballot_sync(all, hole >= 0) == 0) break;
+    if (hole >= 0) {
+      const int below = static_cast<int>(sift_level(heap, hole, score));
+      if (below < 0) {
+        heap.positions[hole] = position;
+        heap.scores[hole] = score;
+      }
+      hole = below;
+    }
+    __syncwarp();
+    hole = __shfl_up_sync(all, hole, 1);
+    position = __shfl_up_sync(all, position, 1);
+    score = __shfl_up_sync(all, score, 1);
+    if (lane == 0) hole = -1;
+  }
+  if (lane == 0) *next = candidates != 0 ? window + __ffs(candidates) - 1 : following;
+}
+
 // The tie path of indexer_top_k_kernel: std::partial_sort's choice (base/heap_select.h), its heap
-// in shared memory, then that choice in position order. The parents are sifted a level at a time.
-// Warp 0 offers the later positions 32 at a time (only those above the heap's lowest score at the
-// time enter, and that score only rises) until the heap's top holds the tie score; from there the
+// in shared memory, then that choice in position order. The parents are sifted a level at a time,
+// and warp 0 offers the later positions (offer_until_tied) until the heap's top holds the tie
+// score; from there the
 // tied positions leave in the tied region's preorder, so the block counts the region's subtrees
 // from the bottom level up and ranks them from the top down, and keeps the ones ranked at or past
 // the count of the remaining positions above the tie. The heap's scores hold those counts and
@@ -222,29 +285,7 @@ __device__ void select_tied(float* row_scores, int seen, float tie, const Positi
     }
     __syncthreads();
   }
-  if (threadIdx.x < kWarp) {
-    const int lane = static_cast<int>(threadIdx.x);
-    int next = top_k;  // the first position not offered
-    while (next < seen && heap.scores[0] != tie) {
-      const int i = next + lane;
-      const float score = i < seen ? row_scores[i] : 0.0f;
-      unsigned above = __ballot_sync(0xffffffffu, i < seen && score > heap.scores[0]);
-      int stop = min(seen, next + kWarp);
-      while (above != 0) {
-        const int j = __ffs(above) - 1;
-        if (heap.scores[0] == tie) {
-          stop = next + j;
-          break;
-        }
-        above &= above - 1;
-        const float offered = __shfl_sync(0xffffffffu, score, j);
-        if (lane == 0) offer_position(heap, next + j, offered);
-        __syncwarp();
-      }
-      next = stop;
-    }
-    if (lane == 0) *next_shared = next;
-  }
+  if (threadIdx.x < kWarp) offer_until_tied(row_scores, seen, tie, heap, next_shared);
   __syncthreads();
   const int next = *next_shared;
   const auto count_of = [&](int slot) { return slot < top_k ? __float_as_int(heap.scores[slot]) : 0; };
