@@ -68,19 +68,25 @@ BLOOMERY_HOST_DEVICE inline void sift_parent(const PositionHeap& h, int64_t pare
   sift_down(h, parent, h.positions[parent], h.scores[parent]);
 }
 
-// The parents of level `level` of a heap of k (the root's is 0): [first, last], empty where last < first.
+// The slots of level `level` (the root's is 0) of a heap of k: [heap_level_first, heap_slot_last].
 BLOOMERY_HOST_DEVICE inline int64_t heap_level_first(int level) { return (int64_t{1} << level) - 1; }
-BLOOMERY_HOST_DEVICE inline int64_t heap_level_last(int level, int64_t k) {
-  const int64_t last_parent = (k - 2) / 2;
+BLOOMERY_HOST_DEVICE inline int64_t heap_slot_last(int level, int64_t k) {
   const int64_t end = (int64_t{2} << level) - 2;
-  return end < last_parent ? end : last_parent;
+  return end < k - 1 ? end : k - 1;
 }
-// The deepest level holding a parent (-1 for k < 2).
-BLOOMERY_HOST_DEVICE inline int heap_parent_levels(int64_t k) {
+// The parents of that level: [heap_level_first, heap_level_last], empty where last < first. The
+// parents are the slots up to the last one's parent, (k - 2) / 2.
+BLOOMERY_HOST_DEVICE inline int64_t heap_level_last(int level, int64_t k) {
+  return heap_slot_last(level, (k - 2) / 2 + 1);
+}
+// The deepest level holding a slot.
+BLOOMERY_HOST_DEVICE inline int heap_slot_levels(int64_t k) {
   int levels = 0;
-  while (k >= 2 && heap_level_first(levels) <= (k - 2) / 2) ++levels;
-  return levels - 1;
+  while (heap_level_first(levels + 1) < k) ++levels;
+  return levels;
 }
+// The deepest level holding a parent, the one above the deepest slot's (-1 for k = 1).
+BLOOMERY_HOST_DEVICE inline int heap_parent_levels(int64_t k) { return heap_slot_levels(k) - 1; }
 
 // __heap_select's step for a later position: where it compares before the heap's top (a higher
 // score than the lowest kept), it takes the top's place.
@@ -101,18 +107,6 @@ struct ChildRanks {
 };
 BLOOMERY_HOST_DEVICE inline ChildRanks tied_child_ranks(int32_t rank, int32_t left_count, int32_t right_count) {
   return {left_count > 0 ? rank + 1 + right_count : -1, right_count > 0 ? rank + 1 : -1};
-}
-
-// The slots of level `level` (the root's is 0) of a heap of k: [heap_level_first, heap_slot_last].
-BLOOMERY_HOST_DEVICE inline int64_t heap_slot_last(int level, int64_t k) {
-  const int64_t end = (int64_t{2} << level) - 2;
-  return end < k - 1 ? end : k - 1;
-}
-// The deepest level holding a slot.
-BLOOMERY_HOST_DEVICE inline int heap_slot_levels(int64_t k) {
-  int levels = 0;
-  while (heap_level_first(levels + 1) < k) ++levels;
-  return levels;
 }
 
 // The k positions of [0, seen) (k < seen) that std::partial_sort of the positions 0, 1, ... by

@@ -172,6 +172,10 @@ __device__ __forceinline__ uint32_t ordered_bits(float score) {
   const uint32_t u = __float_as_uint(score);
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
+// The score whose ordered_bits are `bits`.
+__device__ __forceinline__ float score_of_ordered_bits(uint32_t bits) {
+  return __uint_as_float((bits & 0x80000000u) ? (bits ^ 0x80000000u) : ~bits);
+}
 
 // The exclusive prefix sum of v over the block's threads (kSelectThreads), in thread order.
 __device__ int exclusive_sum(int v, int* warp_totals) {
@@ -265,10 +269,9 @@ __device__ void offer_until_tied(const float* row_scores, int seen, float tie, c
 // The tie path of indexer_top_k_kernel: std::partial_sort's choice (base/heap_select.h), its heap
 // in shared memory, then that choice in position order. The parents are sifted a level at a time,
 // and warp 0 offers the later positions (offer_until_tied) until the heap's top holds the tie
-// score; from there the
-// tied positions leave in the tied region's preorder, so the block counts the region's subtrees
-// from the bottom level up and ranks them from the top down, and keeps the ones ranked at or past
-// the count of the remaining positions above the tie. The heap's scores hold those counts and
+// score; from there the tied positions leave in the tied region's preorder, so the block counts
+// the region's subtrees from the bottom level up and ranks them from the top down, and keeps the
+// ones ranked at or past the count of the remaining positions above the tie. The heap's scores hold those counts and
 // ranks in turn, and the row's scores (not needed after that) the chosen positions' marks.
 __device__ void select_tied(float* row_scores, int seen, float tie, const PositionHeap& heap, int32_t* out,
                             int* warp_totals, int* next_shared) {
@@ -382,12 +385,11 @@ __global__ void __launch_bounds__(kSelectThreads)
     // More positions tie at the k-th score than fit (scores of exactly 0, every head's dot
     // negative: on the tiny fixtures, and on the synthetic full-size models for the rows whose
     // queries point away from every key): which of them the CPU keeps depends on
-    // std::partial_sort's heap, so the block replays it.
+    // std::partial_sort's heap, so the block follows it.
     extern __shared__ __align__(16) uint8_t heap_shared[];
     const PositionHeap heap{reinterpret_cast<int32_t*>(heap_shared),
                             reinterpret_cast<float*>(heap_shared + top_k * sizeof(int32_t)), top_k};
-    const float tie = __uint_as_float((prefix & 0x80000000u) ? (prefix ^ 0x80000000u) : ~prefix);
-    select_tied(row_scores, seen, tie, heap, out, warp_totals, &next_shared);
+    select_tied(row_scores, seen, score_of_ordered_bits(prefix), heap, out, warp_totals, &next_shared);
     return;
   }
   const int chunk = (seen + kSelectThreads - 1) / kSelectThreads;
