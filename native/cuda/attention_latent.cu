@@ -1,10 +1,12 @@
 // Latent attention on tensor cores (f16 mma.sync m16n8k16, f32 accumulators): multi-head latent
 // attention with the up-projections absorbed, where every query head of every row attends one
 // shared cache row per position, [latent (Rank), rotary key (Rope)] in f16, and the values are
-// the latents. A block takes 16 packed rows (row r: token r / heads, head r % heads) and 64-position
-// tiles of the cache; its four warps score a quarter of a tile's positions each against the whole
-// key width, and multiply the tile's probabilities (staged in shared memory) by a quarter of the
-// latent columns each, so no thread holds a row's 512 outputs.
+// the latents. A block takes Groups groups of 16 packed rows (row r: token r / heads, head
+// r % heads) and 64-position tiles of the cache, each tile loaded once for all of its groups. A
+// group's four warps score a quarter of a tile's positions each against the whole key width, and
+// multiply the tile's probabilities (staged in shared memory) by a quarter of the latent columns
+// each, so no thread holds a row's 512 outputs. A decode step runs groups of one (a block per
+// segment); a batch four, so that a token's 64 heads share the tiles their common list gathers.
 //
 // The rounding is the GQA kernels' (attention_tiled.cu) and the CPU's (cpu/attention.cc): queries
 // and probabilities rounded to f16, the probabilities normalized before they are rounded, so the
@@ -28,11 +30,12 @@ namespace bloomery::cuda {
 
 namespace {
 
-constexpr int kRows = 16;  // packed rows per block: one mma M
+constexpr int kRows = 16;  // packed rows per group: one mma M
 constexpr int kTile = 64;  // cache positions per tile and per segment
-constexpr int kWarps = 4;  // each scoring kTile / kWarps positions, multiplying Rank / kWarps columns
-constexpr int kThreads = kWarps * kWarp;
-constexpr int kPad = 8;  // halves after each shared row, so ldmatrix's eight row reads miss each other's banks
+constexpr int kWarps = 4;  // a group's, each scoring kTile / kWarps positions, multiplying Rank / kWarps columns
+constexpr int kGroupThreads = kWarps * kWarp;
+constexpr int kBatchGroups = 4;  // a batch's groups per block (a decode step's: one)
+constexpr int kPad = 8;          // halves after each shared row, so ldmatrix's eight row reads miss each other's banks
 constexpr int kProbStride = kTile + kPad;
 
 struct Params {
@@ -60,11 +63,18 @@ struct Shape {
   static constexpr int kSteps = kKey / 16;        // mma K steps over a key
   static constexpr int kColumns = Rank / kWarps;  // latent columns each warp multiplies
   static_assert(kKey % 16 == 0 && kColumns % 16 == 0, "whole mma tiles");
-  static constexpr size_t kSharedBytes = (kRows + kTile) * kStride * sizeof(uint16_t) +
-                                         kRows * kProbStride * sizeof(uint16_t) + kWarps * kRows * sizeof(float) +
-                                         kWarps * kRows * sizeof(double);
+  static constexpr size_t shared_bytes(int groups) {
+    return (groups * kRows + kTile) * kStride * sizeof(uint16_t) + groups * kRows * kProbStride * sizeof(uint16_t) +
+           groups * kWarps * kRows * (sizeof(float) + sizeof(double));
+  }
 };
 
+// Within a block of groups: the calling thread's group, and its warp within the group.
+__device__ __forceinline__ int group_of_thread() { return static_cast<int>(threadIdx.x) / kGroupThreads; }
+__device__ __forceinline__ int warp_in_group() { return static_cast<int>(threadIdx.x) % kGroupThreads / kWarp; }
+
+// A group's view of the block's shared memory: its own queries, probabilities and reductions,
+// and the tile all groups share.
 struct SharedLayout {
   uint16_t* queries;
   uint16_t* tile;
@@ -73,15 +83,19 @@ struct SharedLayout {
   double* warp_sum;  // [warp][row]
 };
 
-template <int Rank, int Rope>
+template <int Rank, int Rope, int Groups>
 __device__ SharedLayout shared_layout(uint8_t* base) {
   using S = Shape<Rank, Rope>;
+  const int group = group_of_thread();
+  double* warp_sums = reinterpret_cast<double*>(base);
+  float* warp_maxes = reinterpret_cast<float*>(warp_sums + Groups * kWarps * kRows);
+  uint16_t* queries = reinterpret_cast<uint16_t*>(warp_maxes + Groups * kWarps * kRows);
   SharedLayout l;
-  l.warp_sum = reinterpret_cast<double*>(base);
-  l.warp_max = reinterpret_cast<float*>(base + kWarps * kRows * sizeof(double));
-  l.queries = reinterpret_cast<uint16_t*>(l.warp_max + kWarps * kRows);
-  l.tile = l.queries + kRows * S::kStride;
-  l.probs = l.tile + kTile * S::kStride;
+  l.warp_sum = warp_sums + group * kWarps * kRows;
+  l.warp_max = warp_maxes + group * kWarps * kRows;
+  l.queries = queries + group * kRows * S::kStride;
+  l.tile = queries + Groups * kRows * S::kStride;
+  l.probs = l.tile + kTile * S::kStride + group * kRows * kProbStride;
   return l;
 }
 
@@ -92,24 +106,33 @@ __device__ __forceinline__ int slots_at(const Params& p, int position) {
   return p.selected ? min(position + 1, p.top_k) : position + 1;
 }
 
-// Blocks per token of a sparse launch: 16 of its heads each.
-__host__ __device__ __forceinline__ int head_blocks(int heads) { return (heads + kRows - 1) / kRows; }
+// Blocks per token of a sparse launch: groups * 16 of its heads each.
+__host__ __device__ __forceinline__ int head_blocks(int heads, int groups) {
+  return (heads + groups * kRows - 1) / (groups * kRows);
+}
 
-// The block's packed rows, [first, end): 16 of the batch's, or with a sparse choice 16 of one
-// token's heads (end at its last head); `slots`: that token's list, or null.
+// Packed rows [first, end): the block's (first the block's, `Groups * 16` of the batch's, or with
+// a sparse choice that many of one token's heads, end at its last head) or its group's (first
+// the group's); `slots`: that token's list, or null.
 struct RowSpan {
   int first, end;
   const int32_t* slots;
 };
 
-__device__ RowSpan row_span(const Params& p) {
+template <int Groups>
+__device__ RowSpan block_span(const Params& p) {
   const int block = static_cast<int>(blockIdx.x);
-  if (!p.selected) return {block * kRows, p.n * p.heads, nullptr};
-  const int token = block / head_blocks(p.heads), first = token * p.heads + block % head_blocks(p.heads) * kRows;
+  if (!p.selected) return {block * Groups * kRows, p.n * p.heads, nullptr};
+  const int token = block / head_blocks(p.heads, Groups);
+  const int first = token * p.heads + block % head_blocks(p.heads, Groups) * Groups * kRows;
   return {first, (token + 1) * p.heads, p.selected + static_cast<int64_t>(token) * p.top_k};
 }
 
-// The last slot each of the block's rows attends (-1 for an empty row), for this thread's two
+__device__ RowSpan group_span(const RowSpan& block) {
+  return {block.first + group_of_thread() * kRows, block.end, block.slots};
+}
+
+// The last slot each of the group's rows attends (-1 for an empty row), for this thread's two
 // mma rows; the slots the block's longest row sees; and the segments the block runs,
 // [begin, end): with a block per segment, its own one (none where its rows end before it).
 struct BlockRows {
@@ -118,18 +141,19 @@ struct BlockRows {
   int begin, end;
 };
 
-__device__ BlockRows block_rows(const Params& p, const RowSpan& span) {
+template <int Groups>
+__device__ BlockRows block_rows(const Params& p, const RowSpan& block, const RowSpan& group) {
   __shared__ int longest;
   if (threadIdx.x == 0) longest = 0;
   __syncthreads();
-  if (threadIdx.x < kRows && span.first + static_cast<int>(threadIdx.x) < span.end) {
-    atomicMax(&longest, slots_at(p, p.positions[(span.first + threadIdx.x) / p.heads]));
+  if (threadIdx.x < Groups * kRows && block.first + static_cast<int>(threadIdx.x) < block.end) {
+    atomicMax(&longest, slots_at(p, p.positions[(block.first + threadIdx.x) / p.heads]));
   }
   __syncthreads();
   BlockRows b;
   for (int i = 0; i < 2; ++i) {
-    const int row = span.first + static_cast<int>(threadIdx.x % kWarp) / 4 + 8 * i;
-    b.limit[i] = row < span.end ? slots_at(p, p.positions[row / p.heads]) - 1 : -1;
+    const int row = group.first + static_cast<int>(threadIdx.x % kWarp) / 4 + 8 * i;
+    b.limit[i] = row < group.end ? slots_at(p, p.positions[row / p.heads]) - 1 : -1;
   }
   b.length = longest;
   const int count = segments_of(longest);
@@ -138,11 +162,11 @@ __device__ BlockRows block_rows(const Params& p, const RowSpan& span) {
   return b;
 }
 
-// The block's queries, rounded to f16, into shared rows of [latent, rope].
+// The group's queries, rounded to f16, into its shared rows of [latent, rope].
 template <int Rank, int Rope>
 __device__ void stage_queries(const Params& p, const RowSpan& span, uint16_t* queries) {
   using S = Shape<Rank, Rope>;
-  for (int i = threadIdx.x; i < kRows * S::kKey / 2; i += kThreads) {
+  for (int i = threadIdx.x % kGroupThreads; i < kRows * S::kKey / 2; i += kGroupThreads) {
     const int r = i / (S::kKey / 2), c = i % (S::kKey / 2) * 2;
     const int row = span.first + r;
     float2 v = make_float2(0.0f, 0.0f);
@@ -156,11 +180,12 @@ __device__ void stage_queries(const Params& p, const RowSpan& span, uint16_t* qu
 
 // Copies the cache rows of slots [first, first + kTile) into `tile` (cp.async), zeros from slot
 // `end` on: rows never written may hold NaN bit patterns, and 0 * NaN would reach the output.
+// All of the block's threads take part.
 template <int Rank, int Rope>
 __device__ void load_tile(const Params& p, const RowSpan& span, int first, int end, uint16_t* tile) {
   using S = Shape<Rank, Rope>;
   constexpr int kPieces = S::kKey / 8;  // 16-byte pieces per row
-  for (int i = threadIdx.x; i < kTile * kPieces; i += kThreads) {
+  for (int i = threadIdx.x; i < kTile * kPieces; i += blockDim.x) {
     const int r = i / kPieces, c = i % kPieces * 8;
     const bool inside = first + r < end;
     const int position = inside ? (span.slots ? span.slots[first + r] : first + r) : 0;
@@ -178,7 +203,7 @@ __device__ void load_tile(const Params& p, const RowSpan& span, int first, int e
 template <int Rank, int Rope>
 __device__ void tile_scores(const SharedLayout& sh, float scale, float (&s)[2][4]) {
   using S = Shape<Rank, Rope>;
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, m = lane / 8;
+  const int lane = threadIdx.x % kWarp, warp = warp_in_group(), m = lane / 8;
   const uint16_t* a_base = sh.queries + (m % 2 * 8 + lane % 8) * S::kStride + m / 2 * 8;
   const uint16_t* b_base = sh.tile + (warp * 16 + m / 2 * 8 + lane % 8) * S::kStride + m % 2 * 8;
   s[0][0] = s[0][1] = s[0][2] = s[0][3] = s[1][0] = s[1][1] = s[1][2] = s[1][3] = 0.0f;
@@ -198,14 +223,14 @@ __device__ void tile_scores(const SharedLayout& sh, float scale, float (&s)[2][4
 }
 
 __device__ __forceinline__ int score_position(int first, int t, int e) {
-  return first + threadIdx.x / kWarp * 16 + t * 8 + threadIdx.x % 4 * 2 + e % 2;
+  return first + warp_in_group() * 16 + t * 8 + threadIdx.x % 4 * 2 + e % 2;
 }
 
 // A segment's statistics of the block's rows: the maximum score and the exps' sum over the
 // positions each row sees, reduced over the quad and then over the warps in warp order.
 __device__ void segment_statistics(const SharedLayout& sh, const float (&s)[2][4], int first, const BlockRows& rows,
                                    float (&max)[2], double (&sum)[2]) {
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int warp = warp_in_group(), lane = threadIdx.x % kWarp;
   for (int i = 0; i < 2; ++i) {
     float m = -INFINITY;
     for (int t = 0; t < 2; ++t) {
@@ -242,13 +267,13 @@ __device__ void segment_statistics(const SharedLayout& sh, const float (&s)[2][4
   __syncthreads();
 }
 
-template <int Rank, int Rope>
-__global__ void __launch_bounds__(kThreads) latent_stats_kernel(Params p) {
+template <int Rank, int Rope, int Groups>
+__global__ void __launch_bounds__(Groups* kGroupThreads) latent_stats_kernel(Params p) {
   extern __shared__ __align__(16) uint8_t shared[];
-  const SharedLayout sh = shared_layout<Rank, Rope>(shared);
+  const SharedLayout sh = shared_layout<Rank, Rope, Groups>(shared);
   wait_for_previous_kernel();
-  const RowSpan span = row_span(p);
-  const BlockRows rows = block_rows(p, span);
+  const RowSpan block = block_span<Groups>(p), span = group_span(block);
+  const BlockRows rows = block_rows<Groups>(p, block, span);
   if (rows.begin >= rows.end) return;
   stage_queries<Rank, Rope>(p, span, sh.queries);
   const int64_t stride = static_cast<int64_t>(p.n) * p.heads;
@@ -261,7 +286,7 @@ __global__ void __launch_bounds__(kThreads) latent_stats_kernel(Params p) {
     double sum[2];
     segment_statistics(sh, s, first, rows, max, sum);
     const int lane = threadIdx.x % kWarp;
-    if (threadIdx.x < kWarp && lane % 4 == 0) {
+    if (warp_in_group() == 0 && lane % 4 == 0) {
       for (int i = 0; i < 2; ++i) {
         const int row = span.first + lane / 4 + 8 * i;
         if (rows.limit[i] >= first) p.stats[segment * stride + row] = make_float2(max[i], static_cast<float>(sum[i]));
@@ -290,7 +315,7 @@ __device__ void add_tile_values(const SharedLayout& sh, const float (&s)[2][4], 
                                 const float (&max)[2], const float (&inverse)[2],
                                 float (&o)[Shape<Rank, Rope>::kColumns / 8][4]) {
   using S = Shape<Rank, Rope>;
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, m = lane / 8;
+  const int lane = threadIdx.x % kWarp, warp = warp_in_group(), m = lane / 8;
 #pragma unroll
   for (int t = 0; t < 2; ++t) {
     float pr[4];
@@ -322,14 +347,14 @@ __device__ void add_tile_values(const SharedLayout& sh, const float (&s)[2][4], 
   __syncthreads();
 }
 
-template <int Rank, int Rope>
-__global__ void __launch_bounds__(kThreads) latent_values_kernel(Params p) {
+template <int Rank, int Rope, int Groups>
+__global__ void __launch_bounds__(Groups* kGroupThreads) latent_values_kernel(Params p) {
   using S = Shape<Rank, Rope>;
   extern __shared__ __align__(16) uint8_t shared[];
-  const SharedLayout sh = shared_layout<Rank, Rope>(shared);
+  const SharedLayout sh = shared_layout<Rank, Rope, Groups>(shared);
   wait_for_previous_kernel();
-  const RowSpan span = row_span(p);
-  const BlockRows rows = block_rows(p, span);
+  const RowSpan block = block_span<Groups>(p), span = group_span(block);
+  const BlockRows rows = block_rows<Groups>(p, block, span);
   if (rows.begin >= rows.end) return;
   stage_queries<Rank, Rope>(p, span, sh.queries);
   float max[2], inverse[2];
@@ -350,7 +375,7 @@ __global__ void __launch_bounds__(kThreads) latent_values_kernel(Params p) {
   }
   const int64_t rows_total = static_cast<int64_t>(p.n) * p.heads;
   float* dest = p.block_per_segment ? p.partial + rows.begin * rows_total * Rank : p.out;
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp, warp = warp_in_group();
   for (int i = 0; i < 2; ++i) {
     if (rows.limit[i] < 0) continue;
     float* row =
@@ -382,23 +407,39 @@ size_t stats_bytes(int64_t rows, int64_t cache_positions) {
   return (static_cast<size_t>(cache_segments(cache_positions) * rows) * sizeof(float2) + 255) / 256 * 256;
 }
 
-template <int Rank, int Rope>
+template <int Rank, int Rope, int Groups>
 void allow_shared_memory() {
-  for (const void* kernel : {reinterpret_cast<const void*>(latent_stats_kernel<Rank, Rope>),
-                             reinterpret_cast<const void*>(latent_values_kernel<Rank, Rope>)}) {
-    cuda::allow_shared_memory(kernel, Shape<Rank, Rope>::kSharedBytes, "latent attention's shared memory");
+  for (const void* kernel : {reinterpret_cast<const void*>(latent_stats_kernel<Rank, Rope, Groups>),
+                             reinterpret_cast<const void*>(latent_values_kernel<Rank, Rope, Groups>)}) {
+    cuda::allow_shared_memory(kernel, Shape<Rank, Rope>::shared_bytes(Groups), "latent attention's shared memory");
   }
 }
 
 template <int Rank, int Rope>
+void allow_shared_memory() {
+  allow_shared_memory<Rank, Rope, 1>();
+  allow_shared_memory<Rank, Rope, kBatchGroups>();
+}
+
+template <int Rank, int Rope, int Groups>
 void launch(const Params& p, int64_t cache_positions, cudaStream_t stream) {
-  using S = Shape<Rank, Rope>;
-  const int64_t rows = static_cast<int64_t>(p.n) * p.heads;
-  const int64_t blocks = p.selected ? static_cast<int64_t>(p.n) * head_blocks(p.heads) : (rows + kRows - 1) / kRows;
+  const size_t shared = Shape<Rank, Rope>::shared_bytes(Groups);
+  const int64_t rows = static_cast<int64_t>(p.n) * p.heads, block_rows = Groups * kRows;
+  const int64_t blocks =
+      p.selected ? static_cast<int64_t>(p.n) * head_blocks(p.heads, Groups) : (rows + block_rows - 1) / block_rows;
   const dim3 grid(static_cast<unsigned>(blocks), 1,
                   static_cast<unsigned>(p.block_per_segment ? step_segments(p, cache_positions) : 1));
-  launch_early(latent_stats_kernel<Rank, Rope>, grid, dim3(kThreads), S::kSharedBytes, stream, p);
-  launch_early(latent_values_kernel<Rank, Rope>, grid, dim3(kThreads), S::kSharedBytes, stream, p);
+  launch_early(latent_stats_kernel<Rank, Rope, Groups>, grid, dim3(Groups * kGroupThreads), shared, stream, p);
+  launch_early(latent_values_kernel<Rank, Rope, Groups>, grid, dim3(Groups * kGroupThreads), shared, stream, p);
+}
+
+template <int Rank, int Rope>
+void launch(const Params& p, int64_t cache_positions, cudaStream_t stream) {
+  if (p.block_per_segment) {
+    launch<Rank, Rope, 1>(p, cache_positions, stream);
+  } else {
+    launch<Rank, Rope, kBatchGroups>(p, cache_positions, stream);
+  }
 }
 
 }  // namespace

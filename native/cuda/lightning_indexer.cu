@@ -26,11 +26,15 @@ constexpr int kWarpsPerBlock = 4;
 constexpr int kMaxHeadDim = 128;
 constexpr int kMaxQueryFloats = 8192;  // heads * head_dim a token's query holds in shared memory
 constexpr int kMaxHeads = 128;
-constexpr int kScoreTile = 32;   // positions per scoring block, one per lane
-constexpr int kScoreGroups = 8;  // warps per scoring block, each summing every eighth head
+constexpr int kScoreTile = 32;          // positions per scoring block, one per lane
+constexpr int kScoreGroups = 8;         // warps per scoring block, each summing every eighth head
+constexpr int64_t kScoreBlocks = 1024;  // a launch's scoring blocks, unless its rows' tiles are fewer
 constexpr int kSelectThreads = 1024;
-// Tokens whose scores are held at once: the scratch holds this many rows of the cache's capacity.
-constexpr int64_t kSelectRows = 16;
+// The scratch holds a row of the cache's capacity for each token one launch scores and selects
+// from: as many as a pass brings (a block each, to fill the GPU), unless the rows would pass
+// kScratchBudget: then as many as it holds, but never fewer than kMinSelectRows.
+constexpr size_t kScratchBudget = size_t{64} << 20;
+constexpr int64_t kMinSelectRows = 16;
 
 // Rotates the staged head (head_dim floats in shared memory) over its first rope.dims (`tail`:
 // its last) at `position` and multiplies it by the orthonormal Hadamard matrix of head_dim, in
@@ -117,54 +121,79 @@ struct ScoreParams {
   const int32_t* positions;  // the group's
   const uint16_t* keys;      // the first position's key
   int64_t key_row;
-  int heads, head_dim, top_k, ratio;
+  int heads, top_k, ratio;  // the head width is the kernel's HeadDim
   int64_t cache_positions;
   float* scores;  // [row][cache_positions]
 };
 
-// A block scores kScoreTile positions of one token: lane p takes position p of the tile, warp g
-// the heads g, g + 8, ...; the warps' sums are added in warp order.
+// A block scores tiles of kScoreTile positions of one token, its row's queries staged once:
+// tiles blockIdx.x, blockIdx.x + gridDim.x, ... up to the positions the token sees, so that the
+// grid (fixed for a decode step's graph) costs no more than those positions. Lane p takes
+// position p of a tile, its key held in registers, and warp g the heads g, g + 8, ...; the
+// warps' sums are added in warp order.
+template <int HeadDim>
 __global__ void __launch_bounds__(kScoreGroups* kWarp) indexer_scores_kernel(ScoreParams p) {
+  constexpr int kPairs = HeadDim / 2, kKeyStride = kPairs + 1;
   extern __shared__ __align__(16) uint8_t shared[];
   wait_for_previous_kernel();
-  const int row = static_cast<int>(blockIdx.y), first = static_cast<int>(blockIdx.x) * kScoreTile;
+  const int row = static_cast<int>(blockIdx.y);
   const int seen = (p.positions[row] + 1) / p.ratio;
-  if (seen <= p.top_k || first >= seen) return;  // a token that sees at most top_k attends them all
-  const int width = p.heads * p.head_dim, pairs = p.head_dim / 2, key_stride = pairs + 1;
+  // A token that sees at most top_k attends them all.
+  if (seen <= p.top_k || static_cast<int>(blockIdx.x) * kScoreTile >= seen) return;
+  const int width = p.heads * HeadDim;
   float* q = reinterpret_cast<float*>(shared);
   float* weights = q + width;
   uint32_t* keys = reinterpret_cast<uint32_t*>(weights + p.heads);
-  float* partial = reinterpret_cast<float*>(keys + kScoreTile * key_stride);
+  float* partial = reinterpret_cast<float*>(keys + kScoreTile * kKeyStride);
   const float* q_row = p.q + static_cast<int64_t>(row) * width;
   for (int i = threadIdx.x; i < width; i += blockDim.x) q[i] = q_row[i];
   for (int h = threadIdx.x; h < p.heads; h += blockDim.x) {
     weights[h] = __fmul_rn(p.weights[static_cast<int64_t>(row) * p.heads + h], p.weight_scale);
   }
-  for (int i = threadIdx.x; i < kScoreTile * pairs; i += blockDim.x) {
-    const int t = i / pairs, c = i % pairs, position = first + t;
-    keys[t * key_stride + c] =
-        position < seen ? *reinterpret_cast<const uint32_t*>(p.keys + position * p.key_row + 2 * c) : 0u;
-  }
-  __syncthreads();
   const int lane = threadIdx.x % kWarp, group = threadIdx.x / kWarp;
-  const uint32_t* key = keys + lane * key_stride;
-  float sum = 0.0f;
-  for (int h = group; h < p.heads; h += kScoreGroups) {
-    const float* qh = q + h * p.head_dim;
-    float dot = 0.0f;
-    for (int c = 0; c < pairs; ++c) {
-      const float2 k = __half22float2(*reinterpret_cast<const __half2*>(key + c));
-      dot = __fmaf_rn(qh[2 * c], k.x, dot);
-      dot = __fmaf_rn(qh[2 * c + 1], k.y, dot);
+  for (int first = static_cast<int>(blockIdx.x) * kScoreTile; first < seen;
+       first += static_cast<int>(gridDim.x) * kScoreTile) {
+    for (int i = threadIdx.x; i < kScoreTile * kPairs; i += blockDim.x) {
+      const int t = i / kPairs, c = i % kPairs, position = first + t;
+      keys[t * kKeyStride + c] =
+          position < seen ? *reinterpret_cast<const uint32_t*>(p.keys + position * p.key_row + 2 * c) : 0u;
     }
-    sum = __fmaf_rn(fmaxf(dot, 0.0f), weights[h], sum);
+    __syncthreads();
+    __half2 key[kPairs];
+#pragma unroll
+    for (int c = 0; c < kPairs; ++c) key[c] = *reinterpret_cast<const __half2*>(keys + lane * kKeyStride + c);
+    // Two of the warp's heads at a time (two independent chains of products), added in head order.
+    float sum = 0.0f;
+    for (int h = group; h < p.heads; h += 2 * kScoreGroups) {
+      const bool second = h + kScoreGroups < p.heads;
+      const float4* qa = reinterpret_cast<const float4*>(q + h * HeadDim);
+      const float4* qb = reinterpret_cast<const float4*>(q + (second ? h + kScoreGroups : h) * HeadDim);
+      float a = 0.0f, b = 0.0f;
+#pragma unroll
+      for (int c = 0; c < kPairs; c += 2) {
+        const float2 k0 = __half22float2(key[c]), k1 = __half22float2(key[c + 1]);
+        const float4 va = qa[c / 2], vb = qb[c / 2];
+        a = __fmaf_rn(va.x, k0.x, a);
+        b = __fmaf_rn(vb.x, k0.x, b);
+        a = __fmaf_rn(va.y, k0.y, a);
+        b = __fmaf_rn(vb.y, k0.y, b);
+        a = __fmaf_rn(va.z, k1.x, a);
+        b = __fmaf_rn(vb.z, k1.x, b);
+        a = __fmaf_rn(va.w, k1.y, a);
+        b = __fmaf_rn(vb.w, k1.y, b);
+      }
+      sum = __fmaf_rn(fmaxf(a, 0.0f), weights[h], sum);
+      if (second) sum = __fmaf_rn(fmaxf(b, 0.0f), weights[h + kScoreGroups], sum);
+    }
+    partial[group * kWarp + lane] = sum;
+    __syncthreads();
+    if (group == 0 && first + lane < seen) {
+      float score = 0.0f;
+      for (int g = 0; g < kScoreGroups; ++g) score = __fadd_rn(score, partial[g * kWarp + lane]);
+      p.scores[row * p.cache_positions + first + lane] = score;
+    }
+    __syncthreads();  // the next tile's keys and sums overwrite these
   }
-  partial[group * kWarp + lane] = sum;
-  __syncthreads();
-  if (group != 0 || first + lane >= seen) return;
-  float score = 0.0f;
-  for (int g = 0; g < kScoreGroups; ++g) score = __fadd_rn(score, partial[g * kWarp + lane]);
-  p.scores[row * p.cache_positions + first + lane] = score;
 }
 
 // Scores as unsigned integers of the same order (larger float, larger integer).
@@ -464,20 +493,29 @@ void store_indexer_keys(const float* k, int64_t n, const IndexerShape& shape, co
                shape.rope, shape.rope_tail, cache, key_row, key_offset);
 }
 
-size_t indexer_scratch_bytes(int64_t cache_positions) {
-  return static_cast<size_t>(kSelectRows * cache_positions) * sizeof(float);
+size_t indexer_scratch_bytes(int64_t cache_positions, int64_t max_rows) {
+  const size_t row_bytes = static_cast<size_t>(std::max<int64_t>(cache_positions, 1)) * sizeof(float);
+  const int64_t within_budget = static_cast<int64_t>(kScratchBudget / row_bytes);
+  return static_cast<size_t>(std::min(max_rows, std::max(within_budget, kMinSelectRows))) * row_bytes;
 }
 
-void indexer_select(const IndexerSelect& s, const IndexerShape& shape, void* scratch, StreamHandle stream) {
+void indexer_select(const IndexerSelect& s, const IndexerShape& shape, void* scratch, size_t scratch_bytes,
+                    StreamHandle stream) {
   check_shape(shape);
   if (s.key_row % 2 != 0) {
     throw Error("INVALID_ARGUMENT", "the indexer reads keys in pairs of halves: rows of " + std::to_string(s.key_row));
   }
+  const int64_t launch_rows =
+      static_cast<int64_t>(scratch_bytes / (static_cast<size_t>(s.cache_positions) * sizeof(float)));
+  if (s.n > 0 && launch_rows < 1) {
+    throw Error("INVALID_ARGUMENT", "indexer_select's scratch of " + std::to_string(scratch_bytes) +
+                                        " bytes holds no row of " + std::to_string(s.cache_positions) + " scores");
+  }
   const auto raw = static_cast<cudaStream_t>(stream);
   float* scores = static_cast<float*>(scratch);
   const int64_t width = shape.heads * shape.head_dim;
-  for (int64_t first = 0; first < s.n; first += kSelectRows) {
-    const int64_t rows = std::min(kSelectRows, s.n - first);
+  for (int64_t first = 0; first < s.n; first += launch_rows) {
+    const int64_t rows = std::min(launch_rows, s.n - first);
     ScoreParams p;
     p.q = s.q + first * width;
     p.weights = s.weights + first * shape.heads;
@@ -486,14 +524,20 @@ void indexer_select(const IndexerSelect& s, const IndexerShape& shape, void* scr
     p.keys = s.keys;
     p.key_row = s.key_row;
     p.heads = static_cast<int>(shape.heads);
-    p.head_dim = static_cast<int>(shape.head_dim);
     p.top_k = static_cast<int>(shape.top_k);
     p.ratio = static_cast<int>(shape.ratio);
     p.cache_positions = s.cache_positions;
     p.scores = scores;
-    launch_early(indexer_scores_kernel,
-                 dim3(static_cast<unsigned>(ceil_div(s.cache_positions, kScoreTile)), static_cast<unsigned>(rows)),
-                 dim3(kScoreGroups * kWarp), score_shared_bytes(shape), raw, p);
+    // Enough blocks to fill the GPU, never more than the cache's tiles: each loops over its tiles.
+    const int64_t tiles = ceil_div(s.cache_positions, kScoreTile);
+    const int64_t blocks_per_row = std::min(tiles, std::max<int64_t>(1, ceil_div(kScoreBlocks, rows)));
+    const dim3 grid(static_cast<unsigned>(blocks_per_row), static_cast<unsigned>(rows));
+    const size_t shared = score_shared_bytes(shape);
+    if (shape.head_dim == 64) {
+      launch_early(indexer_scores_kernel<64>, grid, dim3(kScoreGroups * kWarp), shared, raw, p);
+    } else {
+      launch_early(indexer_scores_kernel<128>, grid, dim3(kScoreGroups * kWarp), shared, raw, p);
+    }
     launch_early(indexer_top_k_kernel, dim3(static_cast<unsigned>(rows)), dim3(kSelectThreads),
                  static_cast<size_t>(shape.top_k) * (sizeof(int32_t) + sizeof(float)), raw, scores, s.positions + first,
                  static_cast<int>(shape.top_k), static_cast<int>(shape.ratio), s.cache_positions,

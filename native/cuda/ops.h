@@ -441,8 +441,13 @@ struct IndexerSelect {
   int64_t cache_positions = 0;  // the keys the cache can hold: the grid covers them
   int32_t* selected = nullptr;
 };
-size_t indexer_scratch_bytes(int64_t cache_positions);
-void indexer_select(const IndexerSelect& s, const IndexerShape& shape, void* scratch, StreamHandle stream);
+// The scratch indexer_select keeps its scores in, for passes of up to max_rows tokens over caches
+// of up to cache_positions: a row of scores for each token one launch selects for (all of them,
+// unless a long cache would make that large; then fewer, as many as the budget holds).
+size_t indexer_scratch_bytes(int64_t cache_positions, int64_t max_rows);
+// `scratch` of scratch_bytes (indexer_scratch_bytes'): each launch takes as many tokens as it holds.
+void indexer_select(const IndexerSelect& s, const IndexerShape& shape, void* scratch, size_t scratch_bytes,
+                    StreamHandle stream);
 
 // --- hyper_connections.cu: DeepSeek-V4's residual of several streams, as cpu/hyper_connections.h ---
 struct HyperShape {

@@ -566,7 +566,7 @@ std::vector<std::pair<const char*, size_t>> workspace_sizes(const model::HyperPa
           {"indexer_k", floats(sparse ? b * x.head_dim : 0)},
           {"indexer_weights", floats(sparse ? b * x.heads : 0)},
           {"selected", ints(sparse ? b * x.top_k : 0)},
-          {"indexer_scratch", sparse ? cuda::indexer_scratch_bytes(context_size) : 0},
+          {"indexer_scratch", sparse ? cuda::indexer_scratch_bytes(context_size, b) : 0},
           {"hyper_normed", floats(b * streams * p.embedding)},
           {"hyper_mixes", floats(b * (2 + streams) * streams)},
           {"hyper_pre", floats(b * streams)},
@@ -1800,7 +1800,7 @@ struct Pass {
       s.n = part.rows;
       s.cache_positions = part.sequence->capacity / shape.ratio;
       s.selected = ws.selected.as<int32_t>() + part.first_row * x.top_k;
-      cuda::indexer_select(s, shape, ws.indexer_scratch.data(), stream);
+      cuda::indexer_select(s, shape, ws.indexer_scratch.data(), ws.indexer_scratch.bytes(), stream);
     }
   }
 

@@ -183,14 +183,15 @@ TEST(cuda_latent_attention_rows_do_not_depend_on_the_batch) {
 // Sparse latent attention (a lightning indexer's choice) against cpu::causal_attention with the
 // same choice: each token attends top_k positions listed in no particular order (all it sees, then
 // -1, where they are fewer), over cache rows wider than [latent, rope] (the indexer's key follows);
-// heads fewer than a block's 16 rows, 16, and several blocks a token; decode rows alone and prompts.
+// heads fewer than a group's 16 rows, 16, a part of a batch block's 64, and several batch blocks a
+// token; decode rows alone and prompts.
 TEST(cuda_sparse_latent_attention_matches_cpu) {
   if (!device_ready("cuda_sparse_latent_attention_matches_cpu")) return;
   std::mt19937 rng(74);
   const cuda::Stream stream;
   cpu::ThreadPool pool(4);
   for (const auto& [rank, rope] : {std::pair<int64_t, int64_t>{512, 64}, std::pair<int64_t, int64_t>{128, 32}}) {
-    for (const int64_t heads : {4, 16, 40}) {
+    for (const int64_t heads : {4, 16, 40, 128}) {
       for (const auto& [first, n, top_k] :
            {std::tuple<int64_t, int64_t, int64_t>{9, 1, 16}, std::tuple<int64_t, int64_t, int64_t>{2999, 1, 100},
             std::tuple<int64_t, int64_t, int64_t>{0, 37, 24}, std::tuple<int64_t, int64_t, int64_t>{300, 70, 130}}) {

@@ -161,15 +161,18 @@ struct SelectCase {
     }
   }
 
-  // indexer_select's lists for tokens [row, row + count) in one launch.
-  std::vector<int32_t> gpu(int64_t row, int64_t count, const cuda::Stream& stream) const {
+  // indexer_select's lists for tokens [row, row + count), with scratch for scratch_rows of them
+  // (so in launches of that many tokens; all of them by default).
+  std::vector<int32_t> gpu(int64_t row, int64_t count, const cuda::Stream& stream, int64_t scratch_rows = 0) const {
     const std::vector<float> qs(q.begin() + row * heads * head_dim, q.begin() + (row + count) * heads * head_dim);
     const std::vector<float> ws(w.begin() + row * heads, w.begin() + (row + count) * heads);
     std::vector<int32_t> positions;
     for (int64_t i = row; i < row + count; ++i) positions.push_back(static_cast<int32_t>(first + i));
     const auto dq = upload(qs), dw = upload(ws), dc = upload(cache), dp = upload(positions);
     cuda::DeviceBuffer selected(static_cast<size_t>(count * top_k) * sizeof(int32_t), "selected");
-    cuda::DeviceBuffer scratch(cuda::indexer_scratch_bytes(capacity), "scratch");
+    const size_t scratch_bytes = scratch_rows > 0 ? static_cast<size_t>(scratch_rows * capacity) * sizeof(float)
+                                                  : cuda::indexer_scratch_bytes(capacity, count);
+    cuda::DeviceBuffer scratch(scratch_bytes, "scratch");
     cuda::IndexerSelect s;
     s.q = dq.as<float>();
     s.weights = dw.as<float>();
@@ -180,7 +183,8 @@ struct SelectCase {
     s.n = count;
     s.cache_positions = capacity;
     s.selected = selected.as<int32_t>();
-    cuda::indexer_select(s, shape_of(heads, head_dim, top_k, indexer_rope(32, true)), scratch.data(), stream.handle());
+    cuda::indexer_select(s, shape_of(heads, head_dim, top_k, indexer_rope(32, true)), scratch.data(), scratch_bytes,
+                         stream.handle());
     cuda::check_launch("indexer select test");
     return download<int32_t>(selected, static_cast<size_t>(count * top_k), stream);
   }
@@ -273,19 +277,31 @@ TEST(cuda_indexer_choice_keeps_the_cpus_ties) {
   }
 }
 
-// A prompt's tokens (over more than one group of held scores) and the same tokens chosen alone,
-// as a decode step chooses: the same lists.
+// A prompt's tokens (in one launch, and in launches of 16 where the scratch holds no more) and
+// the same tokens chosen alone, as a decode step chooses: the same lists.
 TEST(cuda_indexer_choice_does_not_depend_on_the_batch) {
   if (!device_ready("cuda_indexer_choice_does_not_depend_on_the_batch")) return;
   std::mt19937 rng(84);
   const cuda::Stream stream;
   const SelectCase c(16, 128, 64, 200, 30, false, rng);
   const std::vector<int32_t> all = c.gpu(0, 30, stream);
+  const std::vector<int32_t> grouped = c.gpu(0, 30, stream, 16);
   for (const int64_t i : {0, 15, 16, 29}) {
     const std::vector<int32_t> alone = c.gpu(i, 1, stream);
     CHECK(std::equal(alone.begin(), alone.end(), all.begin() + i * 64))
         << "row " << i << ": chosen alone, its list differs from the prompt's";
+    CHECK(std::equal(alone.begin(), alone.end(), grouped.begin() + i * 64))
+        << "row " << i << ": chosen alone, its list differs from the prompt's in launches of 16";
   }
+}
+
+// The scratch holds every row of a pass over a short cache, and a bounded share of a long one's.
+TEST(indexer_scratch_grows_with_the_pass_within_its_budget) {
+  CHECK(cuda::indexer_scratch_bytes(4096, 512) == 512 * 4096 * sizeof(float));
+  CHECK(cuda::indexer_scratch_bytes(4096, 1) == 4096 * sizeof(float));
+  // 64 MiB hold 83 rows of 200,000 scores; a cache of 2^20 positions still takes 16 rows (64 MiB).
+  CHECK(cuda::indexer_scratch_bytes(200000, 2048) == 83 * 200000 * sizeof(float));
+  CHECK(cuda::indexer_scratch_bytes(1 << 22, 2048) == size_t{16} * (1 << 22) * sizeof(float));
 }
 
 #else
