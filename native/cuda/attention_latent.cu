@@ -18,8 +18,8 @@
 //
 // Sparse (a lightning indexer's choice, DeepSeek sparse attention): each token attends only the
 // positions listed for it, in their list's order: "slot" j of a row is position selected[j], and
-// tiles and segments run over slots instead of positions. A block then takes 16 heads of one token
-// (its rows share one list), the rows past the token's last head left empty.
+// tiles and segments run over slots instead of positions. A block then takes Groups * 16 heads of
+// one token (its rows share one list), the rows past the token's last head left empty.
 #include <cuda_fp16.h>
 
 #include "base/error.h"
