@@ -109,15 +109,40 @@ BLOOMERY_HOST_DEVICE inline ChildRanks tied_child_ranks(int32_t rank, int32_t le
   return {left_count > 0 ? rank + 1 + right_count : -1, right_count > 0 ? rank + 1 : -1};
 }
 
+// Where the top first holds t, found without the heap: the first later position not offered. Until
+// then the top scores under t, so each later position scoring at or above t enters and takes out a
+// position scoring under t, while one scoring under t can only replace another: the top holds t
+// right after the later position that brings the count under t (the first k's, `below`) to 0, and
+// no tied position has left the heap by then. So where no position from there on scores above t,
+// the choice is every position before it scoring at or above t: no heap needs building.
+inline int64_t tie_reaches_top(const float* scores, int64_t seen, int64_t k, float tie) {
+  int64_t below = 0;
+  for (int64_t i = 0; i < k; ++i) below += scores[i] < tie;
+  int64_t next = k;
+  for (; below > 0 && next < seen; ++next) below -= scores[next] >= tie;
+  return next;
+}
+
 // The k positions of [0, seen) (k < seen) that std::partial_sort of the positions 0, 1, ... by
 // descending score leaves first, unordered. The parents are sifted level by level, each level's in
 // increasing order (the GPU sifts them at once; the result is __make_heap's, which takes them in
 // decreasing order); the later positions are offered until the top holds t, and the rest of the
-// choice is the tied region's preorder (above).
+// choice is the tied region's preorder (above); or, where no later position enters once the top
+// holds t, no heap at all (tie_reaches_top).
 inline std::vector<int32_t> partial_sort_selection(const float* scores, int64_t seen, int64_t k) {
   std::vector<float> sorted(scores, scores + seen);
   std::nth_element(sorted.begin(), sorted.begin() + (k - 1), sorted.end(), std::greater<float>());
   const float tie = sorted[static_cast<size_t>(k - 1)];
+  const int64_t reached = tie_reaches_top(scores, seen, k, tie);
+  int32_t entries = 0;  // the later positions above t from there: each takes out a tied one
+  for (int64_t i = reached; i < seen; ++i) entries += scores[i] > tie;
+  std::vector<int32_t> chosen;
+  if (entries == 0) {
+    for (int64_t i = 0; i < reached; ++i) {
+      if (scores[i] >= tie) chosen.push_back(static_cast<int32_t>(i));
+    }
+    return chosen;
+  }
   std::vector<int32_t> positions(static_cast<size_t>(k));
   std::vector<float> kept(static_cast<size_t>(k));
   const PositionHeap h{positions.data(), kept.data(), k};
@@ -129,10 +154,7 @@ inline std::vector<int32_t> partial_sort_selection(const float* scores, int64_t 
     for (int64_t parent = heap_level_first(level); parent <= heap_level_last(level, k); ++parent)
       sift_parent(h, parent);
   }
-  int64_t next = k;
-  for (; next < seen && kept[0] != tie; ++next) offer_position(h, static_cast<int32_t>(next), scores[next]);
-  int32_t entries = 0;
-  for (int64_t i = next; i < seen; ++i) entries += scores[i] > tie;
+  for (int64_t next = k; next < reached; ++next) offer_position(h, static_cast<int32_t>(next), scores[next]);
   std::vector<int32_t> count(static_cast<size_t>(k)), rank(static_cast<size_t>(k), -1);
   const auto count_of = [&](int64_t slot) { return slot < k ? count[static_cast<size_t>(slot)] : 0; };
   for (int level = heap_slot_levels(k); level >= 0; --level) {
@@ -147,7 +169,6 @@ inline std::vector<int32_t> partial_sort_selection(const float* scores, int64_t 
     rank[static_cast<size_t>(2 * s + 1)] = r.left;
     if (2 * s + 2 < k) rank[static_cast<size_t>(2 * s + 2)] = r.right;
   }
-  std::vector<int32_t> chosen;
   for (int64_t i = 0; i < seen; ++i) {
     if (scores[i] > tie) chosen.push_back(static_cast<int32_t>(i));
   }

@@ -365,6 +365,51 @@ __device__ void select_tied(float* row_scores, int seen, float tie, const Positi
   }
 }
 
+// base/heap_select.h's tie_reaches_top on the block: the first position past the first top_k
+// positions' count under the tie of later positions scoring at or above it (top_k where none
+// scores under it).
+__device__ int tie_reaches_top(const float* row_scores, int seen, int top_k, float tie, int* warp_totals,
+                               int* found_shared) {
+  int below = 0;
+  for (int base = 0; base < top_k; base += kSelectThreads) {
+    const int i = base + static_cast<int>(threadIdx.x);
+    below += __syncthreads_count(i < top_k && row_scores[i] < tie);
+  }
+  if (below == 0) return top_k;
+  if (threadIdx.x == 0) *found_shared = seen;
+  int counted = 0;
+  for (int base = top_k; base < seen && counted < below; base += kSelectThreads) {
+    const int i = base + static_cast<int>(threadIdx.x);
+    const bool entering = i < seen && row_scores[i] >= tie;
+    const int before = exclusive_sum(entering, warp_totals);
+    if (entering && counted + before + 1 == below) *found_shared = i + 1;
+    counted += __syncthreads_count(entering);
+  }
+  __syncthreads();
+  return *found_shared;
+}
+
+// The tie path's choice where no position from `reached` on scores above the tie: every position
+// before it scoring at or above the tie, in position order. False (nothing written) otherwise.
+__device__ bool select_without_heap(const float* row_scores, int seen, float tie, int reached, int32_t* out,
+                                    int* warp_totals) {
+  int entering = 0;
+  for (int base = reached; base < seen; base += kSelectThreads) {
+    const int i = base + static_cast<int>(threadIdx.x);
+    entering += __syncthreads_count(i < seen && row_scores[i] > tie);
+  }
+  if (entering > 0) return false;
+  const int chunk = (reached + kSelectThreads - 1) / kSelectThreads;
+  const int begin = min(reached, static_cast<int>(threadIdx.x) * chunk), end = min(reached, begin + chunk);
+  int count = 0;
+  for (int i = begin; i < end; ++i) count += row_scores[i] >= tie;
+  int at = exclusive_sum(count, warp_totals);
+  for (int i = begin; i < end; ++i) {
+    if (row_scores[i] >= tie) out[at++] = i;
+  }
+  return true;
+}
+
 // A block per token: its top_k best-scored positions in position order (those above the k-th
 // largest score, then as many of the positions equal to it as fill k: all of them where they fit,
 // else the ones std::partial_sort keeps, as the CPU path chooses); a token that sees at most top_k
@@ -414,11 +459,14 @@ __global__ void __launch_bounds__(kSelectThreads)
     // More positions tie at the k-th score than fit (scores of exactly 0, every head's dot
     // negative: on the tiny fixtures, and on the synthetic full-size models for the rows whose
     // queries point away from every key): which of them the CPU keeps depends on
-    // std::partial_sort's heap, so the block follows it.
+    // std::partial_sort's heap, so the block follows it, or finds that no tied position leaves it.
+    const float tie = score_of_ordered_bits(prefix);
+    const int reached = tie_reaches_top(row_scores, seen, top_k, tie, warp_totals, &next_shared);
+    if (select_without_heap(row_scores, seen, tie, reached, out, warp_totals)) return;
     extern __shared__ __align__(16) uint8_t heap_shared[];
     const PositionHeap heap{reinterpret_cast<int32_t*>(heap_shared),
                             reinterpret_cast<float*>(heap_shared + top_k * sizeof(int32_t)), top_k};
-    select_tied(row_scores, seen, score_of_ordered_bits(prefix), heap, out, warp_totals, &next_shared);
+    select_tied(row_scores, seen, tie, heap, out, warp_totals, &next_shared);
     return;
   }
   const int chunk = (seen + kSelectThreads - 1) / kSelectThreads;

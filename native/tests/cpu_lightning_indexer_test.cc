@@ -112,7 +112,7 @@ TEST(lightning_indexer_selects_the_best_scored_positions) {
 TEST(partial_sort_selection_keeps_std_partial_sorts_ties) {
   std::mt19937 rng(12);
   std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
-  int64_t not_first = 0;
+  int64_t not_first = 0, without_heap = 0, after_moves = 0;
   for (int trial = 0; trial < 2100; ++trial) {
     const int64_t k = std::vector<int64_t>{1, 2, 3, 16, 24, 100, 2048}[trial % 7];
     const int64_t seen = k + 1 + static_cast<int64_t>(rng() % static_cast<uint32_t>(k < 100 ? 2000 : 5000));
@@ -136,12 +136,24 @@ TEST(partial_sort_selection_keeps_std_partial_sorts_ties) {
     std::sort(expected.begin(), expected.end());
     std::sort(got.begin(), got.end());
     CHECK(got == expected) << "k " << k << " of " << seen << " positions (" << levels << " scores): another choice";
+    // Which way the choice went: without a heap (no later position above the tie once it holds the
+    // top), after entries that moved the heap first (some of the first k scoring under the tie).
+    std::vector<float> sorted = scores;
+    std::nth_element(sorted.begin(), sorted.begin() + (k - 1), sorted.end(), std::greater<float>());
+    const float tie = sorted[static_cast<size_t>(k - 1)];
+    const int64_t reached = tie_reaches_top(scores.data(), seen, k, tie);
+    const bool none_after = std::none_of(scores.begin() + reached, scores.end(), [&](float v) { return v > tie; });
+    without_heap += none_after && reached > k;
+    after_moves += !none_after && reached > k;
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return scores[a] > scores[b]; });
     std::sort(order.begin(), order.begin() + k);
     not_first += !std::equal(expected.begin(), expected.end(), order.begin());
   }
   CHECK(not_first > 100) << "the rows should tie past k often enough that the first ties differ: " << not_first;
+  CHECK(without_heap > 100 && after_moves > 100)
+      << "rows should take both ways after entries moved the heap: " << without_heap << " without it, " << after_moves
+      << " with it";
 }
 
 TEST(attention_over_a_selection_equals_attention_over_those_positions) {
