@@ -114,7 +114,8 @@ BLOOMERY_HOST_DEVICE inline ChildRanks tied_child_ranks(int32_t rank, int32_t le
 // position scoring under t, while one scoring under t can only replace another: the top holds t
 // right after the later position that brings the count under t (the first k's, `below`) to 0, and
 // no tied position has left the heap by then. So where no position from there on scores above t,
-// the choice is every position before it scoring at or above t: no heap needs building.
+// the choice is every position before it scoring at or above t, which is every position above t
+// and the first ties in position order (as where the ties fit): no heap needs building.
 inline int64_t tie_reaches_top(const float* scores, int64_t seen, int64_t k, float tie) {
   int64_t below = 0;
   for (int64_t i = 0; i < k; ++i) below += scores[i] < tie;

@@ -389,25 +389,17 @@ __device__ int tie_reaches_top(const float* row_scores, int seen, int top_k, flo
   return *found_shared;
 }
 
-// The tie path's choice where no position from `reached` on scores above the tie: every position
-// before it scoring at or above the tie, in position order. False (nothing written) otherwise.
-__device__ bool select_without_heap(const float* row_scores, int seen, float tie, int reached, int32_t* out,
-                                    int* warp_totals) {
+// Whether std::partial_sort's heap takes a tied position out: whether a position from `reached`
+// (tie_reaches_top's) on scores above the tie. Where none does, it keeps the tied positions before
+// `reached`, which are the first `needed` ties in position order: the choice the block makes
+// where the ties fit, so that no heap is built.
+__device__ bool takes_out_a_tie(const float* row_scores, int seen, float tie, int reached) {
   int entering = 0;
   for (int base = reached; base < seen; base += kSelectThreads) {
     const int i = base + static_cast<int>(threadIdx.x);
     entering += __syncthreads_count(i < seen && row_scores[i] > tie);
   }
-  if (entering > 0) return false;
-  const int chunk = (reached + kSelectThreads - 1) / kSelectThreads;
-  const int begin = min(reached, static_cast<int>(threadIdx.x) * chunk), end = min(reached, begin + chunk);
-  int count = 0;
-  for (int i = begin; i < end; ++i) count += row_scores[i] >= tie;
-  int at = exclusive_sum(count, warp_totals);
-  for (int i = begin; i < end; ++i) {
-    if (row_scores[i] >= tie) out[at++] = i;
-  }
-  return true;
+  return entering > 0;
 }
 
 // A block per token: its top_k best-scored positions in position order (those above the k-th
@@ -459,15 +451,16 @@ __global__ void __launch_bounds__(kSelectThreads)
     // More positions tie at the k-th score than fit (scores of exactly 0, every head's dot
     // negative: on the tiny fixtures, and on the synthetic full-size models for the rows whose
     // queries point away from every key): which of them the CPU keeps depends on
-    // std::partial_sort's heap, so the block follows it, or finds that no tied position leaves it.
+    // std::partial_sort's heap, so the block follows it where the heap takes a tied position out.
     const float tie = score_of_ordered_bits(prefix);
     const int reached = tie_reaches_top(row_scores, seen, top_k, tie, warp_totals, &next_shared);
-    if (select_without_heap(row_scores, seen, tie, reached, out, warp_totals)) return;
-    extern __shared__ __align__(16) uint8_t heap_shared[];
-    const PositionHeap heap{reinterpret_cast<int32_t*>(heap_shared),
-                            reinterpret_cast<float*>(heap_shared + top_k * sizeof(int32_t)), top_k};
-    select_tied(row_scores, seen, tie, heap, out, warp_totals, &next_shared);
-    return;
+    if (takes_out_a_tie(row_scores, seen, tie, reached)) {
+      extern __shared__ __align__(16) uint8_t heap_shared[];
+      const PositionHeap heap{reinterpret_cast<int32_t*>(heap_shared),
+                              reinterpret_cast<float*>(heap_shared + top_k * sizeof(int32_t)), top_k};
+      select_tied(row_scores, seen, tie, heap, out, warp_totals, &next_shared);
+      return;
+    }
   }
   const int chunk = (seen + kSelectThreads - 1) / kSelectThreads;
   const int begin = min(seen, static_cast<int>(threadIdx.x) * chunk), end = min(seen, begin + chunk);
