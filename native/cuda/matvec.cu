@@ -536,6 +536,20 @@ bool quantizes_input(int64_t rows_per_block, int64_t cols) {
   return rows_per_block == 1 && static_cast<size_t>(cols / 32) * sizeof(ActivationBlock) <= 48 * 1024;
 }
 
+// The values all blocks of a one-row product may quantize (see quantizes_one_row).
+constexpr int64_t kMaxRowQuantizeValues = int64_t{1} << 22;
+
+bool quantizes_one_row(uint32_t type, int64_t cols, int64_t weight_rows) {
+  // Each block reads the whole float row (4 bytes a value) from L2 and quantizes it: more bytes
+  // than its own weight rows. That buys a launch where the product is small; past
+  // kMaxRowQuantizeValues values in all, the blocks' reads cost more than the launch (GLM-5's
+  // output projection of 16,384 columns ran at half the speed of the same product after a
+  // quantize launch, and a decode step 13 % slower). 2^20 and 2^22 measured alike there; 2^22
+  // keeps a 2,048-wide model's products (q, k and v; o; eight experts' gate and up) as they were.
+  return !is_float_type(type) && quantizes_input(1, cols) &&
+         static_cast<int64_t>(row_blocks(type, weight_rows, cols)) * cols <= kMaxRowQuantizeValues;
+}
+
 bool matvec_supports(uint32_t type) {
   return is_float_type(type) || with_type(QuantizedTypes{}, type, [](auto) {});
 }

@@ -68,6 +68,10 @@ struct MatvecInput {
 // Whether a quantized product quantizes float input rows of `cols` itself: when each of its
 // blocks reads one row (a dense product of n = 1 rows, an expert product of tokens_per_chunk 1).
 bool quantizes_input(int64_t rows_per_block, int64_t cols);
+// Whether a product of one row through `weight_rows` rows of `cols` weights of `type` (in all, over
+// the launch's matrices or experts) should take the row as floats (quantizes_input) rather than
+// after a quantize launch: while the product is small.
+bool quantizes_one_row(uint32_t type, int64_t cols, int64_t weight_rows);
 
 // y[i] (+)= w x[i] for n rows (y rows of w.rows floats). `accumulate` adds into y.
 void matvec(const DeviceMatrix& w, const MatvecInput& x, int64_t n, float* y, bool accumulate, StreamHandle stream);

@@ -1218,8 +1218,8 @@ struct Pass {
 
   // Float rows that one or more matrices read, quantized into the one activations buffer in
   // the format each weight type wants, again only when that format changes; a single row (of a
-  // decode step) is left to the products that quantize their input themselves
-  // (cuda::quantizes_input), while the routed experts' rows are quantized once for all of
+  // decode step) is left to small products that quantize their input themselves
+  // (cuda::quantizes_one_row), while the routed experts' rows are quantized once for all of
   // their experts' blocks.
   class Input {
    public:
@@ -1243,10 +1243,12 @@ struct Pass {
       }
       return pass_.blocks();
     }
-    cuda::MatvecInput for_type(uint32_t type) {
+    // The input of products of `type` through `weight_rows` weight rows in all (a one-row
+    // input quantizes in the products while they are small: cuda::quantizes_one_row).
+    cuda::MatvecInput for_type(uint32_t type, int64_t weight_rows) {
       const int format = format_of(type);
       if (format < 0) return {x_, nullptr};
-      if (format != format_ && rows_ == 1 && cuda::quantizes_input(1, cols_)) return {x_, nullptr};
+      if (format != format_ && rows_ == 1 && cuda::quantizes_one_row(type, cols_, weight_rows)) return {x_, nullptr};
       if (format != format_) {
         cuda::quantize_activations(x_, rows_, cols_, type, pass_.blocks(), pass_.stream);
         format_ = format;
@@ -1263,11 +1265,11 @@ struct Pass {
 
   void mul(const DeviceMatrix& w, Input& x, int64_t rows, float* y, bool accumulate) const {
     if (tiles(w.type, rows)) {
-      cuda::mmq(w, x.for_type(w.type).blocks, rows, y, accumulate, stream);
+      cuda::mmq(w, x.for_type(w.type, w.rows).blocks, rows, y, accumulate, stream);
     } else if (float_tiles(w, rows)) {
-      cuda::float_mmq(w, x.for_type(w.type).floats, rows, y, accumulate, stream);
+      cuda::float_mmq(w, x.for_type(w.type, w.rows).floats, rows, y, accumulate, stream);
     } else {
-      cuda::matvec(w, x.for_type(w.type), rows, y, accumulate, stream);
+      cuda::matvec(w, x.for_type(w.type, w.rows), rows, y, accumulate, stream);
     }
   }
 
@@ -1280,13 +1282,16 @@ struct Pass {
       if (run.empty()) return;
       if (tiles(run.front().w->type, n)) {
         for (const cuda::MatvecProduct& product : run) {
-          cuda::mmq(*product.w, x.for_type(product.w->type).blocks, n, product.y, product.accumulate, stream);
+          cuda::mmq(*product.w, x.for_type(product.w->type, product.w->rows).blocks, n, product.y, product.accumulate,
+                    stream);
         }
       } else if (Input::format_of(run.front().w->type) < 0 && layout.tiled) {
         // Float weights: each product in the float tiles where they serve it.
         for (const cuda::MatvecProduct& product : run) mul(*product.w, x, n, product.y, product.accumulate);
       } else {
-        cuda::matvecs(run, x.for_type(run.front().w->type), n, stream);
+        int64_t weight_rows = 0;
+        for (const cuda::MatvecProduct& product : run) weight_rows += product.w->rows;
+        cuda::matvecs(run, x.for_type(run.front().w->type, weight_rows), n, stream);
       }
       run.clear();
     };
@@ -1541,9 +1546,9 @@ struct Pass {
   void per_head(const DeviceMatrix& w, const float* x, float* y, const cuda::ExpertGroups& groups) const {
     Input in(*this, x, n * w.count, w.cols);
     if (groups.tokens_per_chunk == cuda::kMmqTileTokens) {
-      cuda::expert_mmq(w, in.for_type(w.type).blocks, groups, y, stream);
+      cuda::expert_mmq(w, in.for_type(w.type, w.rows * w.count).blocks, groups, y, stream);
     } else {
-      cuda::expert_matvec(w, in.for_type(w.type), groups, y, stream);
+      cuda::expert_matvec(w, in.for_type(w.type, w.rows * w.count), groups, y, stream);
     }
   }
   cuda::ExpertGroups latent_groups() const {
@@ -1942,10 +1947,10 @@ struct Pass {
       router.replay = ws.replayed_routing.as<int32_t>() + layer * n * p.experts_used;
     }
     if (n <= cuda::kMaxRouteDecodeRows && cuda::is_float_type(w.router.type)) {
-      cuda::route_decode(w.router, x.for_type(w.router.type).floats, n, p.experts, p.experts_used, router,
-                         experts.slot_of_expert, groups.tokens_per_chunk, f(ws.router_logits), ws.chosen.as<int32_t>(),
-                         f(ws.routing_weights), counts, ws.order.as<int32_t>(), ws.chunks.as<int32_t>(),
-                         ws.chunk_count.as<int32_t>(), ws.route_ticket.as<uint32_t>(), stream);
+      cuda::route_decode(w.router, x.for_type(w.router.type, w.router.rows).floats, n, p.experts, p.experts_used,
+                         router, experts.slot_of_expert, groups.tokens_per_chunk, f(ws.router_logits),
+                         ws.chosen.as<int32_t>(), f(ws.routing_weights), counts, ws.order.as<int32_t>(),
+                         ws.chunks.as<int32_t>(), ws.chunk_count.as<int32_t>(), ws.route_ticket.as<uint32_t>(), stream);
     } else {
       mul(w.router, x, n, f(ws.router_logits), false);
       cuda::route_and_group(f(ws.router_logits), n, p.experts, p.experts_used, router, experts.slot_of_expert,
@@ -1981,7 +1986,7 @@ struct Pass {
     const Workspace& ws = m.work;
     const cuda::ExpertEpilogue epilogue{ws.chosen.as<int32_t>(), w.gate_bias, w.up_bias, w.down_bias,
                                         gated_activation(p.activation)};
-    const cuda::MatvecInput input = x.for_type(experts.gate.type);
+    const cuda::MatvecInput input = x.for_type(experts.gate.type, experts.gate.rows * p.experts_used);
     if (tiled) {
       cuda::expert_gated_mmq(experts.gate, experts.up, input.blocks, p.experts_used, groups, f(ws.hidden), stream,
                              epilogue);
@@ -1991,10 +1996,11 @@ struct Pass {
     }
     Input hidden(*this, f(ws.hidden), n * p.experts_used, p.expert_feed_forward);
     if (tiled) {
-      cuda::expert_mmq(experts.down, hidden.for_type(experts.down.type).blocks, groups, f(ws.expert_out), stream,
-                       epilogue);
+      cuda::expert_mmq(experts.down, hidden.for_type(experts.down.type, experts.down.rows * p.experts_used).blocks,
+                       groups, f(ws.expert_out), stream, epilogue);
     } else {
-      cuda::expert_matvec(experts.down, hidden.for_type(experts.down.type), groups, f(ws.expert_out), stream, epilogue);
+      cuda::expert_matvec(experts.down, hidden.for_type(experts.down.type, experts.down.rows * p.experts_used), groups,
+                          f(ws.expert_out), stream, epilogue);
     }
   }
 

@@ -239,6 +239,20 @@ TEST(cuda_types_match_cpu_types) {
   }
 }
 
+// A one-row product quantizes its row in its blocks while it is small (a decode step's q, k and v
+// of a 2,048-wide model), and takes a quantize launch's blocks where its blocks' reads of the float
+// row would pass its weights' (GLM-5's output projection of 16,384 columns, eight experts' gate
+// and up of 6,144); float weights read floats either way.
+TEST(cuda_one_row_products_quantize_while_small) {
+  const uint32_t q4k = quant::BlockQ4_K::kType;
+  CHECK(cuda::quantizes_one_row(q4k, 2048, 5120));
+  CHECK(cuda::quantizes_one_row(q4k, 4096, 2048));
+  CHECK(!cuda::quantizes_one_row(q4k, 16384, 6144));
+  CHECK(!cuda::quantizes_one_row(q4k, 6144, 8 * 2048));
+  for (const uint32_t type : kFloatTypes) CHECK(!cuda::quantizes_one_row(type, 2048, 16)) << type_name(type);
+  // Past the shared memory a block's row takes, never.
+  CHECK(!cuda::quantizes_one_row(q4k, 65536, 4));
+}
 // The expert kernels over route_and_group's groups (a decode step's single row, and a batch):
 // each routed slot's SwiGLU of its expert's gate and up, then its expert's down product of the
 // GPU's hidden row, against the CPU's dots of the same expert's rows; for stacks of every GPU
