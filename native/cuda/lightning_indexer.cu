@@ -232,24 +232,91 @@ __device__ int exclusive_sum(int v, int* warp_totals) {
   return before;
 }
 
+// The heap's slot s packed in one word at words[s + 1], the score's bits high: a sift step reads
+// both children of a hole (2 h + 1 and 2 h + 2, at an even word) in one 16-byte load and moves one
+// word, where the PositionHeap's arrays take four loads and two stores. The words overlay the
+// PositionHeap's arrays (pack_heap and unpack_heap move the slots through registers), with two
+// more: the unused first, and the one past the last child a pair load may read.
+struct PackedHeap {
+  uint64_t* words;
+  int k;
+};
+constexpr int kSlotsPerThread = static_cast<int>((kIndexerMaxTopK + kSelectThreads - 1) / kSelectThreads);
+
+__device__ __forceinline__ uint64_t pack_slot(int32_t position, float score) {
+  return (static_cast<uint64_t>(__float_as_uint(score)) << 32) | static_cast<uint32_t>(position);
+}
+__device__ __forceinline__ float slot_score(uint64_t word) {
+  return __uint_as_float(static_cast<uint32_t>(word >> 32));
+}
+
+__device__ __forceinline__ void pack_heap(const PositionHeap& heap, const PackedHeap& packed) {
+  uint64_t held[kSlotsPerThread];
+#pragma unroll
+  for (int i = 0; i < kSlotsPerThread; ++i) {
+    const int s = static_cast<int>(threadIdx.x) + i * kSelectThreads;
+    if (s < packed.k) held[i] = pack_slot(heap.positions[s], heap.scores[s]);
+  }
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < kSlotsPerThread; ++i) {
+    const int s = static_cast<int>(threadIdx.x) + i * kSelectThreads;
+    if (s < packed.k) packed.words[s + 1] = held[i];
+  }
+  __syncthreads();
+}
+
+__device__ __forceinline__ void unpack_heap(const PackedHeap& packed, const PositionHeap& heap) {
+  uint64_t held[kSlotsPerThread];
+#pragma unroll
+  for (int i = 0; i < kSlotsPerThread; ++i) {
+    const int s = static_cast<int>(threadIdx.x) + i * kSelectThreads;
+    if (s < packed.k) held[i] = packed.words[s + 1];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < kSlotsPerThread; ++i) {
+    const int s = static_cast<int>(threadIdx.x) + i * kSelectThreads;
+    if (s < packed.k) {
+      heap.positions[s] = static_cast<int32_t>(static_cast<uint32_t>(held[i]));
+      heap.scores[s] = slot_score(held[i]);
+    }
+  }
+  __syncthreads();
+}
+
+// base/heap_select.h's sift_level on the packed heap, by the same comparisons.
+__device__ __forceinline__ int packed_sift_level(const PackedHeap& h, int hole, uint64_t entry) {
+  const int left = 2 * hole + 1;
+  if (left >= h.k) return -1;
+  const ulonglong2 children = *reinterpret_cast<const ulonglong2*>(h.words + left + 1);
+  const bool right = left + 1 < h.k && !(slot_score(children.y) > slot_score(children.x));
+  const uint64_t child = right ? children.y : children.x;
+  if (slot_score(child) > slot_score(entry)) return -1;
+  h.words[hole + 1] = child;
+  return right ? left + 1 : left;
+}
+
 // Warp 0 offers the positions from top_k on in order, each that scores above the heap's top at
 // its turn (the top only rises), until the top holds the tie score; into *next it writes the
 // first position not offered. The entries sift down as a pipeline (base/heap_select.h's
 // sift_level): lane j takes the entry at level j, the entries move a lane and a level each step,
 // and a new one starts at the top once the one before it has left level 1, so that no two read or
-// write the same slots.
-__device__ void offer_until_tied(const float* row_scores, int seen, float tie, const PositionHeap& heap, int* next) {
+// write the same slots. The scores of the next 32 positions load while the window before them is
+// offered.
+__device__ void offer_until_tied(const float* row_scores, int seen, float tie, const PackedHeap& heap, int* next) {
   const unsigned all = 0xffffffffu;
   const int lane = static_cast<int>(threadIdx.x);
-  int hole = -1, position = 0;  // this lane's entry: where it sifts (-1: none), and what it carries
-  float score = 0.0f;
-  int window = static_cast<int>(heap.k), following = window;  // the positions loaded, and the next 32
+  int hole = -1;                            // this lane's entry: where it sifts (-1: none)
+  uint64_t entry = 0;                       // and what it carries
+  int window = heap.k, following = window;  // the positions offered from, and the next 32
   float window_score = 0.0f;
+  float following_score = following + lane < seen ? row_scores[following + lane] : 0.0f;
   unsigned candidates = 0;  // the window's positions above the top when loaded, not yet offered
   bool offering = true;
   while (true) {
     if (offering && __shfl_sync(all, hole, 1) < 0) {
-      const float top = heap.scores[0];
+      const float top = slot_score(heap.words[1]);
       offering = top != tie;
       while (offering) {
         if (candidates == 0) {
@@ -258,10 +325,10 @@ __device__ void offer_until_tied(const float* row_scores, int seen, float tie, c
             break;
           }
           window = following;
+          window_score = following_score;
           following += kWarp;
-          const int i = window + lane;
-          window_score = i < seen ? row_scores[i] : 0.0f;
-          candidates = __ballot_sync(all, i < seen && window_score > top);
+          following_score = following + lane < seen ? row_scores[following + lane] : 0.0f;
+          candidates = __ballot_sync(all, window + lane < seen && window_score > top);
           continue;
         }
         const int j = __ffs(candidates) - 1;
@@ -270,8 +337,7 @@ __device__ void offer_until_tied(const float* row_scores, int seen, float tie, c
         if (offered > top) {
           if (lane == 0) {
             hole = 0;
-            position = window + j;
-            score = offered;
+            entry = pack_slot(window + j, offered);
           }
           break;
         }
@@ -279,17 +345,13 @@ __device__ void offer_until_tied(const float* row_scores, int seen, float tie, c
     }
     if (!offering && __ballot_sync(all, hole >= 0) == 0) break;
     if (hole >= 0) {
-      const int below = static_cast<int>(sift_level(heap, hole, score));
-      if (below < 0) {
-        heap.positions[hole] = position;
-        heap.scores[hole] = score;
-      }
+      const int below = packed_sift_level(heap, hole, entry);
+      if (below < 0) heap.words[hole + 1] = entry;
       hole = below;
     }
     __syncwarp();
     hole = __shfl_up_sync(all, hole, 1);
-    position = __shfl_up_sync(all, position, 1);
-    score = __shfl_up_sync(all, score, 1);
+    entry = __shfl_up_sync(all, entry, 1);
     if (lane == 0) hole = -1;
   }
   if (lane == 0) *next = candidates != 0 ? window + __ffs(candidates) - 1 : following;
@@ -317,8 +379,11 @@ __device__ void select_tied(float* row_scores, int seen, float tie, const Positi
     }
     __syncthreads();
   }
-  if (threadIdx.x < kWarp) offer_until_tied(row_scores, seen, tie, heap, next_shared);
+  const PackedHeap packed{reinterpret_cast<uint64_t*>(heap.positions), top_k};
+  pack_heap(heap, packed);
+  if (threadIdx.x < kWarp) offer_until_tied(row_scores, seen, tie, packed, next_shared);
   __syncthreads();
+  unpack_heap(packed, heap);
   const int next = *next_shared;
   const auto count_of = [&](int slot) { return slot < top_k ? __float_as_int(heap.scores[slot]) : 0; };
   for (int level = heap_slot_levels(top_k); level >= 0; --level) {
@@ -580,7 +645,7 @@ void indexer_select(const IndexerSelect& s, const IndexerShape& shape, void* scr
       launch_early(indexer_scores_kernel<128>, grid, dim3(kScoreGroups * kWarp), shared, raw, p);
     }
     launch_early(indexer_top_k_kernel, dim3(static_cast<unsigned>(rows)), dim3(kSelectThreads),
-                 static_cast<size_t>(shape.top_k) * (sizeof(int32_t) + sizeof(float)), raw, scores, s.positions + first,
+                 static_cast<size_t>(shape.top_k + 2) * sizeof(uint64_t), raw, scores, s.positions + first,
                  static_cast<int>(shape.top_k), static_cast<int>(shape.ratio), s.cache_positions,
                  s.selected + first * shape.top_k);
   }
