@@ -124,6 +124,13 @@ inline int64_t tie_reaches_top(const float* scores, int64_t seen, int64_t k, flo
   return next;
 }
 
+// t, the k-th largest of the scores of [0, seen).
+inline float kth_largest_score(const float* scores, int64_t seen, int64_t k) {
+  std::vector<float> sorted(scores, scores + seen);
+  std::nth_element(sorted.begin(), sorted.begin() + (k - 1), sorted.end(), std::greater<float>());
+  return sorted[static_cast<size_t>(k - 1)];
+}
+
 // The k positions of [0, seen) (k < seen) that std::partial_sort of the positions 0, 1, ... by
 // descending score leaves first, unordered. The parents are sifted level by level, each level's in
 // increasing order (the GPU sifts them at once; the result is __make_heap's, which takes them in
@@ -131,9 +138,7 @@ inline int64_t tie_reaches_top(const float* scores, int64_t seen, int64_t k, flo
 // choice is the tied region's preorder (above); or, where no later position enters once the top
 // holds t, no heap at all (tie_reaches_top).
 inline std::vector<int32_t> partial_sort_selection(const float* scores, int64_t seen, int64_t k) {
-  std::vector<float> sorted(scores, scores + seen);
-  std::nth_element(sorted.begin(), sorted.begin() + (k - 1), sorted.end(), std::greater<float>());
-  const float tie = sorted[static_cast<size_t>(k - 1)];
+  const float tie = kth_largest_score(scores, seen, k);
   const int64_t reached = tie_reaches_top(scores, seen, k, tie);
   int32_t entries = 0;  // the later positions above t from there: each takes out a tied one
   for (int64_t i = reached; i < seen; ++i) entries += scores[i] > tie;

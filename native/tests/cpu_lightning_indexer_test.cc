@@ -138,9 +138,7 @@ TEST(partial_sort_selection_keeps_std_partial_sorts_ties) {
     CHECK(got == expected) << "k " << k << " of " << seen << " positions (" << levels << " scores): another choice";
     // Which way the choice went: without a heap (no later position above the tie once it holds the
     // top), after entries that moved the heap first (some of the first k scoring under the tie).
-    std::vector<float> sorted = scores;
-    std::nth_element(sorted.begin(), sorted.begin() + (k - 1), sorted.end(), std::greater<float>());
-    const float tie = sorted[static_cast<size_t>(k - 1)];
+    const float tie = kth_largest_score(scores.data(), seen, k);
     const int64_t reached = tie_reaches_top(scores.data(), seen, k, tie);
     const bool none_after = std::none_of(scores.begin() + reached, scores.end(), [&](float v) { return v > tie; });
     without_heap += none_after && reached > k;
