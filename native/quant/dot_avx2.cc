@@ -778,6 +778,92 @@ BLOOMERY_AVX2 void vec_dot_weight_rows_q8_0_q8_0_avx2(const void* w, size_t row_
   }
 }
 
+namespace {
+
+// Two 8-lane float vectors as one 512-bit vector (lo in lanes 0-7), and back (no AVX-512 DQ).
+BLOOMERY_AVX2_VNNI inline __m512 join_8s(__m256 lo, __m256 hi) {
+  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
+}
+BLOOMERY_AVX2_VNNI inline __m256 upper_8(__m512 v) {
+  return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+}
+
+// q8_0_weight_rows' sums on AVX-512 hosts, all eight weight rows against A activation rows: a
+// 512-bit register holds one block of two weight rows, their codes moved up by 128 into unsigned
+// bytes (once for the A rows), so that one VNNI byte dot (vpdpbusd) per pair of weight rows and
+// activation row, started from -128 times the activation's four-byte sums (once for the eight
+// rows), gives the AVX2 kernel's very int32 lanes (exact integers either way). Each half's float
+// lanes then take the same FMA of the same product of scales, and the same horizontal sum.
+template <int A>
+BLOOMERY_AVX2_VNNI void q8_0_weight_rows_vnni(const BlockQ8_0* const (&x)[kWeightRows], const BlockQ8_0* const* y,
+                                              int64_t nb, float* out, const AheadPrefetch* prefetch) {
+  constexpr int kPairs = kWeightRows / 2;
+  const __m512i up = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i zero = _mm512_setzero_si512();
+  __m512 acc[kPairs][A];
+  for (auto& pair : acc)
+    for (__m512& a : pair) a = _mm512_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    if (prefetch) prefetch->block(i);
+    __m512i codes[kPairs];
+    __m512 dx[kPairs];
+    for (int p = 0; p < kPairs; ++p) {
+      const BlockQ8_0& first = x[2 * p][i];
+      const BlockQ8_0& second = x[2 * p + 1][i];
+      codes[p] =
+          _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(load256(first.qs)), load256(second.qs), 1), up);
+      dx[p] = join_8s(_mm256_set1_ps(half_to_float(first.d)), _mm256_set1_ps(half_to_float(second.d)));
+    }
+    for (int r = 0; r < A; ++r) {
+      const __m512i qy = _mm512_broadcast_i64x4(load256(y[r][i].qs));
+      const __m512i start = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, up, qy));
+      const __m512 dy = _mm512_set1_ps(half_to_float(y[r][i].d));
+      for (int p = 0; p < kPairs; ++p) {
+        const __m512i sums = _mm512_dpbusd_epi32(start, codes[p], qy);
+        acc[p][r] = _mm512_fmadd_ps(_mm512_mul_ps(dx[p], dy), _mm512_cvtepi32_ps(sums), acc[p][r]);
+      }
+    }
+  }
+  for (int p = 0; p < kPairs; ++p) {
+    for (int r = 0; r < A; ++r) {
+      out[r * kWeightRows + 2 * p] = sum_of_8(_mm512_castps512_ps256(acc[p][r]));
+      out[r * kWeightRows + 2 * p + 1] = sum_of_8(upper_8(acc[p][r]));
+    }
+  }
+}
+
+}  // namespace
+
+// The activation rows four at a time; the first pass prefetches `ahead`, the later ones find the
+// weight rows in cache.
+BLOOMERY_AVX2_VNNI void vec_dot_weight_rows_q8_0_q8_0_vnni(const void* w, size_t row_bytes, const void* const* a,
+                                                           int rows, int64_t n, float* out, const void* ahead,
+                                                           size_t ahead_bytes) {
+  const BlockQ8_0* x[kWeightRows];
+  weight_rows(w, row_bytes, x);
+  const auto* y = reinterpret_cast<const BlockQ8_0* const*>(a);
+  const int64_t nb = n / kQK;
+  const AheadPrefetch prefetch(ahead, ahead_bytes, nb);
+  for (int r = 0; r < rows; r += 4) {
+    const AheadPrefetch* first = r == 0 ? &prefetch : nullptr;
+    float* at = out + r * kWeightRows;
+    switch (std::min(4, rows - r)) {
+      case 4:
+        q8_0_weight_rows_vnni<4>(x, y + r, nb, at, first);
+        break;
+      case 3:
+        q8_0_weight_rows_vnni<3>(x, y + r, nb, at, first);
+        break;
+      case 2:
+        q8_0_weight_rows_vnni<2>(x, y + r, nb, at, first);
+        break;
+      default:
+        q8_0_weight_rows_vnni<1>(x, y + r, nb, at, first);
+        break;
+    }
+  }
+}
+
 BLOOMERY_AVX2 float vec_dot_q4_k_q8_k_repacked_avx2(const void* w, const void* a, int64_t n) {
   const auto* x = static_cast<const BlockQ4_K*>(w);
   const auto* y = static_cast<const BlockQ8_K*>(a);

@@ -84,6 +84,7 @@ BLOOMERY_X86_DOT(vec_dot_iq4_nl_q8_0_repacked_avx2);
 BLOOMERY_X86_DOT(vec_dot_mxfp4_q8_0_repacked_avx2);
 // Q8_0 in its own layout (llama.cpp repacks it on no x86 host).
 BLOOMERY_X86_DOT_WEIGHT_ROWS(vec_dot_weight_rows_q8_0_q8_0_avx2);
+BLOOMERY_X86_DOT_WEIGHT_ROWS(vec_dot_weight_rows_q8_0_q8_0_vnni);
 BLOOMERY_X86_DOT_WEIGHT_ROWS(vec_dot_weight_rows_q4_0_q8_0_repacked_avx2);
 BLOOMERY_X86_DOT_WEIGHT_ROWS(vec_dot_weight_rows_iq4_nl_q8_0_repacked_avx2);
 BLOOMERY_X86_DOT_WEIGHT_ROWS(vec_dot_weight_rows_mxfp4_q8_0_repacked_avx2);

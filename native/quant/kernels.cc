@@ -33,6 +33,7 @@ struct KernelRow {
   VecDotWeightRowsFn repacked_weight_rows_avx2 = nullptr;    // AVX2 and up
   VecDotWeightRowsFn repacked_weight_rows_avx512 = nullptr;  // AVX-512 hosts: the same sums through VNNI
   VecDotWeightRowsFn weight_rows_avx2 = nullptr;             // vec_dot's, eight weight rows at once; AVX2 and up
+  VecDotWeightRowsFn weight_rows_avx512 = nullptr;           // AVX-512 hosts: the same sums through VNNI
 };
 
 constexpr uint32_t kF32 = 0, kF16 = 1, kQ8_0 = 8, kQ8_1 = 9, kQ8_K = 15, kBF16 = 30;
@@ -53,7 +54,8 @@ constexpr KernelRow kRows[] = {
     {6, kQ8_0, dequantize_row_q5_0, quantize_row_q8_0, vec_dot_q5_0_q8_0, vec_dot_q5_0_q8_0_avx2, nullptr},
     {7, kQ8_1, dequantize_row_q5_1, quantize_row_q8_1, vec_dot_q5_1_q8_1, vec_dot_q5_1_q8_1_avx2, nullptr},
     {8, kQ8_0, dequantize_row_q8_0, quantize_row_q8_0, vec_dot_q8_0_q8_0, vec_dot_q8_0_q8_0_avx2, nullptr, nullptr,
-     nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, vec_dot_weight_rows_q8_0_q8_0_avx2},
+     nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, vec_dot_weight_rows_q8_0_q8_0_avx2,
+     vec_dot_weight_rows_q8_0_q8_0_vnni},
     {10, kQ8_K, dequantize_row_q2_k, quantize_row_q8_k, vec_dot_q2_k_q8_k, vec_dot_q2_k_q8_k_avx2, nullptr, nullptr,
      nullptr, nullptr, vec_dot_q2_k_q8_k_repacked_avx2},
     {11, kQ8_K, dequantize_row_q3_k, quantize_row_q8_k, vec_dot_q3_k_q8_k, vec_dot_q3_k_q8_k_avx2,
@@ -109,6 +111,7 @@ QuantKernels resolve(const KernelRow& row, SimdTier tier, bool avx512_bf16) {
   if (tier == SimdTier::kAvx2) k.vec_dot_repacked = row.repacked_avx2;
   if (tier >= SimdTier::kAvx2) k.vec_dot_weight_rows_repacked = row.repacked_weight_rows_avx2;
   if (tier >= SimdTier::kAvx2) k.vec_dot_weight_rows = row.weight_rows_avx2;
+  if (tier >= SimdTier::kAvx512 && row.weight_rows_avx512) k.vec_dot_weight_rows = row.weight_rows_avx512;
   if (tier >= SimdTier::kAvx512 && row.repacked_weight_rows_avx512) {
     k.vec_dot_weight_rows_repacked = row.repacked_weight_rows_avx512;
   }

@@ -56,7 +56,8 @@ struct QuantKernels {
   VecDotFn vec_dot;
   SimdTier vec_dot_tier;      // the tier vec_dot comes from: at most the tier asked for
   VecDotRowsFn vec_dot_rows;  // nullptr where the tier has none: callers loop over vec_dot
-  // vec_dot's, eight weight rows at once (Q8_0 from the AVX2 tier; nullptr for the others).
+  // vec_dot's, eight weight rows at once (Q8_0 from the AVX2 tier, through VNNI on AVX-512 hosts;
+  // nullptr for the others).
   VecDotWeightRowsFn vec_dot_weight_rows = nullptr;
   // The same product in the order of llama.cpp's repacked kernels: on x86 its CPU backend stores
   // Q4_0, IQ4_NL, MXFP4 and Q4_K weights (Q2_K too on AVX-512 hosts) whose row count is a multiple
