@@ -169,6 +169,19 @@ TEST(quant_q8_0_known_block) {
   CHECK(vec_dot_q8_0_q8_0(&b, &b, 32) == expected) << vec_dot_q8_0_q8_0(&b, &b, 32) << " vs " << expected;
 }
 
+// Q8_0's activations round half to even (llama.cpp's x86 path), not half away from zero (ggml's
+// scalar reference): with amax 127 the inverse scale is 1, so each value's own half decides.
+TEST(quant_q8_0_rounds_halves_to_even) {
+  float x[32] = {};
+  x[0] = 127.0f;
+  const float halves[] = {0.5f, 1.5f, 2.5f, -0.5f, -1.5f, -2.5f, 125.5f, -126.5f};
+  const int8_t even[] = {0, 2, 2, 0, -2, -2, 126, -126};
+  for (int j = 0; j < 8; ++j) x[1 + j] = halves[j];
+  BlockQ8_0 b;
+  quantize_row_q8_0(x, &b, 32);
+  for (int j = 0; j < 8; ++j) CHECK(b.qs[1 + j] == even[j]) << halves[j] << " quantized to " << int(b.qs[1 + j]);
+}
+
 TEST(quant_q4_k_known_block) {
   // Scales 10 + 7j and mins 3 + 8j reach above 15, so the packed high bits of
   // sub-blocks 4..7 matter. Packed here as ggml's get_scale_min_k4 reads them.
