@@ -47,19 +47,23 @@ BLOOMERY_AVX512 inline __m512 sum_partials(const __m512* p) {
   return _mm512_add_ps(_mm512_add_ps(lanes[0], lanes[2]), _mm512_add_ps(lanes[1], lanes[3]));
 }
 
+// Partial sum p takes cells p, p + 64, ... in that order, so it is walked partial by partial: the
+// Q queries' sums of one partial stay in registers over its cells, where a walk cell by cell would
+// load and store a partial at every cell. The same FMAs in the same order: the same bits.
 template <int Q>
 BLOOMERY_AVX512 void weighted_sum_tile(const float* const* weights, const uint16_t* rows, int64_t row_stride,
                                        int64_t count, int64_t d, float* const* out) {
   alignas(64) __m512 partial[Q][kPartials];
   for (int64_t c = 0; c < d; c += 16) {
     const __mmask16 m = chunk_mask(c, d);
-    for (int q = 0; q < Q; ++q) std::fill(partial[q], partial[q] + kPartials, _mm512_setzero_ps());
-    for (int64_t j = 0; j < count; ++j) {
-      const __m512 v = load_f16x16(rows + j * row_stride + c, m);
-      for (int q = 0; q < Q; ++q) {
-        __m512& p = partial[q][j % kPartials];
-        p = _mm512_fmadd_ps(v, _mm512_set1_ps(weights[q][j]), p);
+    for (int p = 0; p < kPartials; ++p) {
+      __m512 sum[Q];
+      for (int q = 0; q < Q; ++q) sum[q] = _mm512_setzero_ps();
+      for (int64_t j = p; j < count; j += kPartials) {
+        const __m512 v = load_f16x16(rows + j * row_stride + c, m);
+        for (int q = 0; q < Q; ++q) sum[q] = _mm512_fmadd_ps(v, _mm512_set1_ps(weights[q][j]), sum[q]);
       }
+      for (int q = 0; q < Q; ++q) partial[q][p] = sum[q];
     }
     for (int q = 0; q < Q; ++q) _mm512_mask_storeu_ps(out[q] + c, m, sum_partials(partial[q]));
   }
