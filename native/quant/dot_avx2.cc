@@ -780,12 +780,19 @@ BLOOMERY_AVX2 void vec_dot_weight_rows_q8_0_q8_0_avx2(const void* w, size_t row_
 
 namespace {
 
-// Two 8-lane float vectors as one 512-bit vector (lo in lanes 0-7), and back (no AVX-512 DQ).
+// Two 8-lane float vectors as one 512-bit vector, lo in lanes 0-7 (no AVX-512 DQ).
 BLOOMERY_AVX2_VNNI inline __m512 join_8s(__m256 lo, __m256 hi) {
   return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
 }
-BLOOMERY_AVX2_VNNI inline __m256 upper_8(__m512 v) {
-  return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+
+// sum_of_8 of the four 8-lane halves of a and b at once, by the same additions (each of two
+// operands in either order): lane 4k of the result is the sum of half k of [a low, a high,
+// b low, b high].
+BLOOMERY_AVX2_VNNI inline __m512 sums_of_halves(__m512 a, __m512 b) {
+  const __m512 fours = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+                                     _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512 twos = _mm512_add_ps(fours, _mm512_permute_ps(fours, _MM_SHUFFLE(1, 0, 3, 2)));
+  return _mm512_add_ps(twos, _mm512_permute_ps(twos, _MM_SHUFFLE(2, 3, 0, 1)));
 }
 
 // q8_0_weight_rows' sums on AVX-512 hosts, all eight weight rows against A activation rows: a
@@ -793,7 +800,8 @@ BLOOMERY_AVX2_VNNI inline __m256 upper_8(__m512 v) {
 // bytes (once for the A rows), so that one VNNI byte dot (vpdpbusd) per pair of weight rows and
 // activation row, started from -128 times the activation's four-byte sums (once for the eight
 // rows), gives the AVX2 kernel's very int32 lanes (exact integers either way). Each half's float
-// lanes then take the same FMA of the same product of scales, and the same horizontal sum.
+// lanes then take the same FMA of the same product of scales, and the same horizontal sum
+// (sums_of_halves).
 template <int A>
 BLOOMERY_AVX2_VNNI void q8_0_weight_rows_vnni(const BlockQ8_0* const (&x)[kWeightRows], const BlockQ8_0* const* y,
                                               int64_t nb, float* out, const AheadPrefetch* prefetch) {
@@ -824,11 +832,12 @@ BLOOMERY_AVX2_VNNI void q8_0_weight_rows_vnni(const BlockQ8_0* const (&x)[kWeigh
       }
     }
   }
-  for (int p = 0; p < kPairs; ++p) {
-    for (int r = 0; r < A; ++r) {
-      out[r * kWeightRows + 2 * p] = sum_of_8(_mm512_castps512_ps256(acc[p][r]));
-      out[r * kWeightRows + 2 * p + 1] = sum_of_8(upper_8(acc[p][r]));
-    }
+  static_assert(kPairs == 4, "an activation row's sums are two registers of four halves");
+  for (int r = 0; r < A; ++r) {
+    _mm256_storeu_ps(out + r * kWeightRows, _mm512_castps512_ps256(_mm512_permutex2var_ps(
+                                                sums_of_halves(acc[0][r], acc[1][r]),
+                                                _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 0, 0, 0, 0, 0, 0, 0),
+                                                sums_of_halves(acc[2][r], acc[3][r]))));
   }
 }
 
