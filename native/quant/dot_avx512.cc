@@ -114,6 +114,13 @@ BLOOMERY_AVX512 inline __m256 accumulate_block(__m256i lanes, float d, __m256 ac
   return _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(lanes), acc);
 }
 
+// Lane r: the sum of v[r]'s eight lanes (integers: exact in any order).
+BLOOMERY_AVX512 inline __m256i sums_of_eight_rows(const __m256i (&v)[8]) {
+  const __m256i low = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  const __m256i high = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(low, high, 0x20), _mm256_permute2x128_si256(low, high, 0x31));
+}
+
 }  // namespace
 
 // F32 rows (the MoE router) and F16 rows, in llama.cpp's order (float_dot.h).
@@ -201,12 +208,20 @@ BLOOMERY_AVX512 inline void q4_k_tile(const BlockQ4_K* const* x, const BlockQ8_K
   __m256 acc[W][R];
   __m128 mins[W][R];
   float repacked_acc[W][R] = {}, repacked_mins[W][R] = {};
-  for (int w = 0; w < W; ++w)
+  // Repacked against eight activation rows, a weight row's repacked sums and mins go through one
+  // vector, lane r for activation row r: the same integer sums, and lane by lane the same FMAs.
+  constexpr bool kRowsInLanes = Repacked && R == 8;
+  __m256 lane_acc[W], lane_mins[W];
+  for (int w = 0; w < W; ++w) {
+    lane_acc[w] = lane_mins[w] = _mm256_setzero_ps();
     for (int r = 0; r < R; ++r) acc[w][r] = _mm256_setzero_ps(), mins[w][r] = _mm_setzero_ps();
+  }
   for (int64_t i = 0; i < n / kQKK; ++i) {
     uint8_t scales[W][8];
     float d[W];
     __m512i sum[W][R];
+    alignas(32) float activation_scales[R];
+    for (int r = 0; r < R; ++r) activation_scales[r] = y[r][i].d;
     for (int w = 0; w < W; ++w) {
       uint8_t block_mins[8];
       k4_unpack_scale_mins(x[w][i].scales, scales[w], block_mins);
@@ -215,17 +230,25 @@ BLOOMERY_AVX512 inline void q4_k_tile(const BlockQ4_K* const* x, const BlockQ8_K
       int64_t mins_bytes;
       std::memcpy(&mins_bytes, block_mins, 8);
       const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_cvtsi64_si128(mins_bytes), pair_mins));
+      __m256i min_lanes[R];
       for (int r = 0; r < R; ++r) {
         // Lane m: runs 2m and 2m + 1, as llama.cpp's four-lane accumulator of mins has them.
         const __m256i m = _mm256_madd_epi16(load256(y[r][i].bsums), mins16);
         const __m128i lanes = _mm_hadd_epi32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
-        if constexpr (Repacked) {
+        if constexpr (kRowsInLanes) {
+          min_lanes[r] = m;
+        } else if constexpr (Repacked) {
           repacked_mins[w][r] =
               std::fma(static_cast<float>(sum_of_lanes(lanes)), dmin * y[r][i].d, repacked_mins[w][r]);
         } else {
           mins[w][r] = _mm_fmadd_ps(_mm_set1_ps(-y[r][i].d * dmin), _mm_cvtepi32_ps(lanes), mins[w][r]);
         }
         sum[w][r] = _mm512_setzero_si512();
+      }
+      if constexpr (kRowsInLanes) {
+        lane_mins[w] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums_of_eight_rows(min_lanes)),
+                            _mm256_mul_ps(_mm256_set1_ps(dmin), _mm256_load_ps(activation_scales)), lane_mins[w]);
       }
     }
     for (int g = 0; g < 4; ++g) {
@@ -241,6 +264,14 @@ BLOOMERY_AVX512 inline void q4_k_tile(const BlockQ4_K* const* x, const BlockQ8_K
       }
     }
     for (int w = 0; w < W; ++w) {
+      if constexpr (kRowsInLanes) {
+        __m256i block_lanes[R];
+        for (int r = 0; r < R; ++r) block_lanes[r] = add_runs(sum[w][r]);
+        lane_acc[w] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums_of_eight_rows(block_lanes)),
+                            _mm256_mul_ps(_mm256_set1_ps(d[w]), _mm256_load_ps(activation_scales)), lane_acc[w]);
+        continue;
+      }
       for (int r = 0; r < R; ++r) {
         if constexpr (Repacked) {
           const __m256i lanes = add_runs(sum[w][r]);
@@ -253,6 +284,10 @@ BLOOMERY_AVX512 inline void q4_k_tile(const BlockQ4_K* const* x, const BlockQ8_K
     }
   }
   for (int w = 0; w < W; ++w) {
+    if constexpr (kRowsInLanes) {
+      _mm256_storeu_ps(out + w * R, _mm256_sub_ps(lane_acc[w], lane_mins[w]));
+      continue;
+    }
     for (int r = 0; r < R; ++r) {
       out[w * R + r] = Repacked ? repacked_acc[w][r] - repacked_mins[w][r] : sum_of_8(acc[w][r]) + sum_of_4(mins[w][r]);
     }
