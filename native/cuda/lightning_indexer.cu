@@ -300,22 +300,25 @@ __device__ __forceinline__ int packed_sift_level(const PackedHeap& h, int hole, 
 // Warp 0 offers the positions from top_k on in order, each that scores above the heap's top at
 // its turn (the top only rises), until the top holds the tie score; into *next it writes the
 // first position not offered. The entries sift down as a pipeline (base/heap_select.h's
-// sift_level): lane j takes the entry at level j, the entries move a lane and a level each step,
-// and a new one starts at the top once the one before it has left level 1, so that no two read or
-// write the same slots. The scores of the next 32 positions load while the window before them is
+// sift_level), a level a step: lane j takes the entries j, j + 32, ... each from the top to its
+// slot, and an entry starts once the one before it has left level 1 (two steps after it started,
+// or one where it stayed at the top), so that no two read or write the same slots and no entry
+// moves between lanes. The scores of the next 32 positions load while the window before them is
 // offered.
 __device__ void offer_until_tied(const float* row_scores, int seen, float tie, const PackedHeap& heap, int* next) {
   const unsigned all = 0xffffffffu;
   const int lane = static_cast<int>(threadIdx.x);
   int hole = -1;                            // this lane's entry: where it sifts (-1: none)
   uint64_t entry = 0;                       // and what it carries
+  int starter = 0;                          // the lane the next entry starts in
+  int since_start = 2;                      // steps since the last entry started
   int window = heap.k, following = window;  // the positions offered from, and the next 32
   float window_score = 0.0f;
   float following_score = following + lane < seen ? row_scores[following + lane] : 0.0f;
   unsigned candidates = 0;  // the window's positions above the top when loaded, not yet offered
   bool offering = true;
   while (true) {
-    if (offering && __shfl_sync(all, hole, 1) < 0) {
+    if (offering && (since_start >= 2 || __shfl_sync(all, hole, (starter + kWarp - 1) % kWarp) < 0)) {
       const float top = slot_score(heap.words[1]);
       offering = top != tie;
       while (offering) {
@@ -335,10 +338,12 @@ __device__ void offer_until_tied(const float* row_scores, int seen, float tie, c
         const float offered = __shfl_sync(all, window_score, j);
         candidates &= candidates - 1;
         if (offered > top) {
-          if (lane == 0) {
+          if (lane == starter) {
             hole = 0;
             entry = pack_slot(window + j, offered);
           }
+          starter = (starter + 1) % kWarp;
+          since_start = 0;
           break;
         }
       }
@@ -350,9 +355,7 @@ __device__ void offer_until_tied(const float* row_scores, int seen, float tie, c
       hole = below;
     }
     __syncwarp();
-    hole = __shfl_up_sync(all, hole, 1);
-    entry = __shfl_up_sync(all, entry, 1);
-    if (lane == 0) hole = -1;
+    ++since_start;
   }
   if (lane == 0) *next = candidates != 0 ? window + __ffs(candidates) - 1 : following;
 }

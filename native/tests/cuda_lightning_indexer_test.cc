@@ -277,6 +277,56 @@ TEST(cuda_indexer_choice_keeps_the_cpus_ties) {
   }
 }
 
+// Rows where most positions score under the tie (two heads weighted +1 and -1, each key's value
+// on one of them: positive, negative or zero scores in chosen shares), so that the heap's top
+// reaches the tie only after thousands of later positions enter, many of them under it: the
+// replay's pipeline keeps the CPU's ties through every one of them.
+TEST(cuda_indexer_choice_keeps_the_cpus_ties_through_thousands_of_entries) {
+  if (!device_ready("cuda_indexer_choice_keeps_the_cpus_ties_through_thousands_of_entries")) return;
+  const int64_t heads = 2, head_dim = 64, top_k = 2048, seen = 16384;
+  const cuda::Stream stream;
+  for (const auto& [zero_share, negative_share] :
+       std::vector<std::pair<float, float>>{{0.1f, 0.95f}, {0.02f, 0.97f}, {0.6f, 0.9f}}) {
+    std::mt19937 rng(86);
+    std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+    std::vector<uint16_t> cache(static_cast<size_t>(seen * head_dim), 0);
+    for (int64_t p = 0; p < seen; ++p) {
+      if (uniform(rng) < zero_share) continue;
+      const float value = 0.01f + 4.0f * uniform(rng);
+      cache[static_cast<size_t>(p * head_dim + (uniform(rng) < negative_share ? 1 : 0))] = quant::fp32_to_fp16(value);
+    }
+    std::vector<float> q(static_cast<size_t>(heads * head_dim), 0.0f), weights = {1.0f, -1.0f};
+    q[0] = 1.0f;
+    q[static_cast<size_t>(head_dim + 1)] = 1.0f;
+    const auto dq = upload(q), dw = upload(weights), dc = upload(cache);
+    const auto dp = upload(std::vector<int32_t>{static_cast<int32_t>(seen - 1)});
+    cuda::DeviceBuffer selected(static_cast<size_t>(top_k) * sizeof(int32_t), "selected");
+    const size_t scratch_bytes = cuda::indexer_scratch_bytes(seen, 1);
+    cuda::DeviceBuffer scratch(scratch_bytes, "scratch");
+    cuda::IndexerSelect s;
+    s.q = dq.as<float>();
+    s.weights = dw.as<float>();
+    s.positions = dp.as<int32_t>();
+    s.keys = dc.as<uint16_t>();
+    s.key_row = head_dim;
+    s.n = 1;
+    s.cache_positions = seen;
+    s.selected = selected.as<int32_t>();
+    cuda::indexer_select(s, {heads, head_dim, top_k, {}}, scratch.data(), scratch_bytes, stream.handle());
+    cuda::check_launch("indexer select test");
+    const std::vector<int32_t> gpu = download<int32_t>(selected, static_cast<size_t>(top_k), stream);
+    std::vector<int32_t> want(static_cast<size_t>(top_k));
+    std::vector<float> scores;
+    cpu::ThreadPool pool(1);
+    cpu::select_positions(q.data(), weights.data(), 1, seen - 1, cache.data(), {heads, head_dim, top_k, head_dim},
+                          want.data(), scores, pool);
+    std::sort(want.begin(), want.end());
+    CHECK(std::equal(want.begin(), want.end(), gpu.begin()))
+        << "zeros " << zero_share << ", negatives " << negative_share
+        << ": the GPU kept other ties than the CPU (or not in position order)";
+  }
+}
+
 // A prompt's tokens (in one launch, and in launches of 16 where the scratch holds no more) and
 // the same tokens chosen alone, as a decode step chooses: the same lists.
 TEST(cuda_indexer_choice_does_not_depend_on_the_batch) {
