@@ -221,7 +221,9 @@ BLOOMERY_AVX512 inline void q4_k_tile(const BlockQ4_K* const* x, const BlockQ8_K
     float d[W];
     __m512i sum[W][R];
     alignas(32) float activation_scales[R];
-    for (int r = 0; r < R; ++r) activation_scales[r] = y[r][i].d;
+    if constexpr (kRowsInLanes) {
+      for (int r = 0; r < R; ++r) activation_scales[r] = y[r][i].d;
+    }
     for (int w = 0; w < W; ++w) {
       uint8_t block_mins[8];
       k4_unpack_scale_mins(x[w][i].scales, scales[w], block_mins);
@@ -232,18 +234,20 @@ BLOOMERY_AVX512 inline void q4_k_tile(const BlockQ4_K* const* x, const BlockQ8_K
       const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_cvtsi64_si128(mins_bytes), pair_mins));
       __m256i min_lanes[R];
       for (int r = 0; r < R; ++r) {
+        sum[w][r] = _mm512_setzero_si512();
         // Lane m: runs 2m and 2m + 1, as llama.cpp's four-lane accumulator of mins has them.
         const __m256i m = _mm256_madd_epi16(load256(y[r][i].bsums), mins16);
-        const __m128i lanes = _mm_hadd_epi32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
         if constexpr (kRowsInLanes) {
           min_lanes[r] = m;
-        } else if constexpr (Repacked) {
+          continue;
+        }
+        const __m128i lanes = _mm_hadd_epi32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
+        if constexpr (Repacked) {
           repacked_mins[w][r] =
               std::fma(static_cast<float>(sum_of_lanes(lanes)), dmin * y[r][i].d, repacked_mins[w][r]);
         } else {
           mins[w][r] = _mm_fmadd_ps(_mm_set1_ps(-y[r][i].d * dmin), _mm_cvtepi32_ps(lanes), mins[w][r]);
         }
-        sum[w][r] = _mm512_setzero_si512();
       }
       if constexpr (kRowsInLanes) {
         lane_mins[w] =
