@@ -115,6 +115,35 @@ TEST(cuda_indexer_heads_match_cpu) {
 
 namespace {
 
+// indexer_select's lists for tokens at `positions` (q and w their rows) against the f16 `cache` of
+// `capacity` rows of key_row halves, each key at key_offset; with scratch for scratch_rows tokens (so
+// in launches of that many; all of them by default).
+std::vector<int32_t> select_on_gpu(const std::vector<float>& q, const std::vector<float>& w, float weight_scale,
+                                   const std::vector<uint16_t>& cache, int64_t key_row, int64_t key_offset,
+                                   int64_t capacity, const std::vector<int32_t>& positions,
+                                   const cuda::IndexerShape& shape, const cuda::Stream& stream,
+                                   int64_t scratch_rows = 0) {
+  const auto count = static_cast<int64_t>(positions.size());
+  const auto dq = upload(q), dw = upload(w), dc = upload(cache), dp = upload(positions);
+  cuda::DeviceBuffer selected(static_cast<size_t>(count * shape.top_k) * sizeof(int32_t), "selected");
+  const size_t scratch_bytes = scratch_rows > 0 ? static_cast<size_t>(scratch_rows * capacity) * sizeof(float)
+                                                : cuda::indexer_scratch_bytes(capacity, count);
+  cuda::DeviceBuffer scratch(scratch_bytes, "scratch");
+  cuda::IndexerSelect s;
+  s.q = dq.as<float>();
+  s.weights = dw.as<float>();
+  s.weight_scale = weight_scale;
+  s.positions = dp.as<int32_t>();
+  s.keys = dc.as<uint16_t>() + key_offset;
+  s.key_row = key_row;
+  s.n = count;
+  s.cache_positions = capacity;
+  s.selected = selected.as<int32_t>();
+  cuda::indexer_select(s, shape, scratch.data(), scratch_bytes, stream.handle());
+  cuda::check_launch("indexer select test");
+  return download<int32_t>(selected, static_cast<size_t>(count * shape.top_k), stream);
+}
+
 // n tokens at positions first..first+n-1 against random keys (or all keys equal), with the
 // scores in double; with `palette` > 0 every key one of that many random ones, so the scores of a
 // token take that many values and tie across many positions; with `zero_share` > 0 that share of
@@ -168,25 +197,8 @@ struct SelectCase {
     const std::vector<float> ws(w.begin() + row * heads, w.begin() + (row + count) * heads);
     std::vector<int32_t> positions;
     for (int64_t i = row; i < row + count; ++i) positions.push_back(static_cast<int32_t>(first + i));
-    const auto dq = upload(qs), dw = upload(ws), dc = upload(cache), dp = upload(positions);
-    cuda::DeviceBuffer selected(static_cast<size_t>(count * top_k) * sizeof(int32_t), "selected");
-    const size_t scratch_bytes = scratch_rows > 0 ? static_cast<size_t>(scratch_rows * capacity) * sizeof(float)
-                                                  : cuda::indexer_scratch_bytes(capacity, count);
-    cuda::DeviceBuffer scratch(scratch_bytes, "scratch");
-    cuda::IndexerSelect s;
-    s.q = dq.as<float>();
-    s.weights = dw.as<float>();
-    s.weight_scale = 0.125f;
-    s.positions = dp.as<int32_t>();
-    s.keys = dc.as<uint16_t>() + key_offset;
-    s.key_row = key_row;
-    s.n = count;
-    s.cache_positions = capacity;
-    s.selected = selected.as<int32_t>();
-    cuda::indexer_select(s, shape_of(heads, head_dim, top_k, indexer_rope(32, true)), scratch.data(), scratch_bytes,
-                         stream.handle());
-    cuda::check_launch("indexer select test");
-    return download<int32_t>(selected, static_cast<size_t>(count * top_k), stream);
+    return select_on_gpu(qs, ws, 0.125f, cache, key_row, key_offset, capacity, positions,
+                         shape_of(heads, head_dim, top_k, indexer_rope(32, true)), stream, scratch_rows);
   }
 };
 
@@ -280,7 +292,8 @@ TEST(cuda_indexer_choice_keeps_the_cpus_ties) {
 // Rows where most positions score under the tie (two heads weighted +1 and -1, each key's value
 // on one of them: positive, negative or zero scores in chosen shares), so that the heap's top
 // reaches the tie only after thousands of later positions enter, many of them under it: the
-// replay's pipeline keeps the CPU's ties through every one of them.
+// replay's pipeline keeps the CPU's ties through every one of them. (The row with 2 % zeros takes
+// no heap, its choice the same with the heap path turned off: it checks the ordinary path.)
 TEST(cuda_indexer_choice_keeps_the_cpus_ties_through_thousands_of_entries) {
   if (!device_ready("cuda_indexer_choice_keeps_the_cpus_ties_through_thousands_of_entries")) return;
   const int64_t heads = 2, head_dim = 64, top_k = 2048, seen = 16384;
@@ -298,23 +311,9 @@ TEST(cuda_indexer_choice_keeps_the_cpus_ties_through_thousands_of_entries) {
     std::vector<float> q(static_cast<size_t>(heads * head_dim), 0.0f), weights = {1.0f, -1.0f};
     q[0] = 1.0f;
     q[static_cast<size_t>(head_dim + 1)] = 1.0f;
-    const auto dq = upload(q), dw = upload(weights), dc = upload(cache);
-    const auto dp = upload(std::vector<int32_t>{static_cast<int32_t>(seen - 1)});
-    cuda::DeviceBuffer selected(static_cast<size_t>(top_k) * sizeof(int32_t), "selected");
-    const size_t scratch_bytes = cuda::indexer_scratch_bytes(seen, 1);
-    cuda::DeviceBuffer scratch(scratch_bytes, "scratch");
-    cuda::IndexerSelect s;
-    s.q = dq.as<float>();
-    s.weights = dw.as<float>();
-    s.positions = dp.as<int32_t>();
-    s.keys = dc.as<uint16_t>();
-    s.key_row = head_dim;
-    s.n = 1;
-    s.cache_positions = seen;
-    s.selected = selected.as<int32_t>();
-    cuda::indexer_select(s, {heads, head_dim, top_k, {}}, scratch.data(), scratch_bytes, stream.handle());
-    cuda::check_launch("indexer select test");
-    const std::vector<int32_t> gpu = download<int32_t>(selected, static_cast<size_t>(top_k), stream);
+    const std::vector<int32_t> gpu =
+        select_on_gpu(q, weights, 1.0f, cache, head_dim, 0, seen, {static_cast<int32_t>(seen - 1)},
+                      {heads, head_dim, top_k, {}}, stream);
     std::vector<int32_t> want(static_cast<size_t>(top_k));
     std::vector<float> scores;
     cpu::ThreadPool pool(1);
