@@ -285,79 +285,96 @@ __device__ __forceinline__ void unpack_heap(const PackedHeap& packed, const Posi
   __syncthreads();
 }
 
-// base/heap_select.h's sift_level on the packed heap, by the same comparisons.
+// One level of base/heap_select.h's sift_level on the packed heap, by the same comparisons, for the lane's
+// entry at `hole` (-1: none): the next hole, or -1 where the entry is placed or there is none. Every lane
+// loads, its hole's children or (where it has no hole or a leaf's) the unused first word and the root,
+// and only a lane with an entry stores, so that a step is one straight sequence the warp's other work
+// interleaves with.
 __device__ __forceinline__ int packed_sift_level(const PackedHeap& h, int hole, uint64_t entry) {
   const int left = 2 * hole + 1;
-  if (left >= h.k) return -1;
-  const ulonglong2 children = *reinterpret_cast<const ulonglong2*>(h.words + left + 1);
+  const bool has_children = hole >= 0 && left < h.k;
+  const ulonglong2 children = *reinterpret_cast<const ulonglong2*>(h.words + (has_children ? left + 1 : 0));
   const bool right = left + 1 < h.k && !(slot_score(children.y) > slot_score(children.x));
   const uint64_t child = right ? children.y : children.x;
-  if (slot_score(child) > slot_score(entry)) return -1;
-  h.words[hole + 1] = child;
-  return right ? left + 1 : left;
+  const bool moves = has_children && !(slot_score(child) > slot_score(entry));
+  if (hole >= 0) h.words[hole + 1] = moves ? child : entry;
+  return moves ? (right ? left + 1 : left) : -1;
 }
 
-// Warp 0 offers the positions from top_k on in order, each that scores above the heap's top at
-// its turn (the top only rises), until the top holds the tie score; into *next it writes the
-// first position not offered. The entries sift down as a pipeline (base/heap_select.h's
-// sift_level), a level a step: lane j takes the entries j, j + 32, ... each from the top to its
-// slot, and an entry starts once the one before it has left level 1 (two steps after it started,
-// or one where it stayed at the top), so that no two read or write the same slots and no entry
-// moves between lanes. The scores of the next 32 positions load while the window before them is
-// offered.
-__device__ void offer_until_tied(const float* row_scores, int seen, float tie, const PackedHeap& heap, int* next) {
+// The positions warp 0 offers, a window of 32 at a time, their scores loaded kWindowsAhead windows
+// before they are offered (a run of windows with nothing to offer then waits on no load); the window
+// being offered keeps, of its positions, those that may still enter.
+constexpr int kWindowsAhead = 4;
+struct OfferedWindows {
+  const float* row_scores;
+  int reached;  // the first position not offered
+  int first;    // the window's first position
+  float score;  // the lane's position's score
+  float ahead[kWindowsAhead];
+  unsigned candidates;  // the window's positions not yet offered that score above the heap's top
+
+  __device__ float load(int position) const { return position < reached ? row_scores[position] : 0.0f; }
+  // The next position scoring above `top` (the top only rises, so a position at or under it never
+  // enters) into *position and *entering_score, moving to later windows as this one runs out; false
+  // where no position before `reached` does.
+  __device__ bool next_entry(float top, int* position, float* entering_score) {
+    const unsigned all = 0xffffffffu;
+    const int lane = static_cast<int>(threadIdx.x);
+    candidates &= __ballot_sync(all, score > top);
+    while (candidates == 0 && first + kWarp < reached) {
+      first += kWarp;
+      score = ahead[0];
+#pragma unroll
+      for (int i = 0; i + 1 < kWindowsAhead; ++i) ahead[i] = ahead[i + 1];
+      ahead[kWindowsAhead - 1] = load(first + kWindowsAhead * kWarp + lane);
+      candidates = __ballot_sync(all, first + lane < reached && score > top);
+    }
+    if (candidates == 0) return false;
+    const int j = __ffs(candidates) - 1;
+    candidates &= candidates - 1;
+    *position = first + j;
+    *entering_score = __shfl_sync(all, score, j);
+    return true;
+  }
+};
+
+// Warp 0 offers the positions from top_k up to `reached` (where the heap's top comes to hold the tie
+// score: tie_reaches_top) in order, each that scores above the heap's top at its turn. The entries
+// sift down as a pipeline (base/heap_select.h's sift_level), a level a step: entry i keeps lane
+// i % 32 from the top to its slot, and starts two steps after the one before it, so that no two read
+// or write the same slots. The next entry is chosen during the second of those steps, from the top
+// the one before left at the root in the first (no entry is at the root then), so that choosing it
+// and the sifts run side by side.
+__device__ void offer_until_tied(const float* row_scores, int reached, const PackedHeap& heap) {
   const unsigned all = 0xffffffffu;
   const int lane = static_cast<int>(threadIdx.x);
-  int hole = -1;                            // this lane's entry: where it sifts (-1: none)
-  uint64_t entry = 0;                       // and what it carries
-  int starter = 0;                          // the lane the next entry starts in
-  int since_start = 2;                      // steps since the last entry started
-  int window = heap.k, following = window;  // the positions offered from, and the next 32
-  float window_score = 0.0f;
-  float following_score = following + lane < seen ? row_scores[following + lane] : 0.0f;
-  unsigned candidates = 0;  // the window's positions above the top when loaded, not yet offered
-  bool offering = true;
+  int hole = -1;       // this lane's entry: where it sifts (-1: none)
+  uint64_t entry = 0;  // and what it carries
+  int starter = 0;     // the lane the next entry starts in
+  OfferedWindows windows{row_scores, reached, heap.k, 0.0f, {}, 0u};
+  windows.score = windows.load(heap.k + lane);
+#pragma unroll
+  for (int i = 0; i < kWindowsAhead; ++i) windows.ahead[i] = windows.load(heap.k + (i + 1) * kWarp + lane);
+  windows.candidates = __ballot_sync(all, heap.k + lane < reached);
+  int position = 0;
+  float score = 0.0f;
+  bool starting = windows.next_entry(slot_score(heap.words[1]), &position, &score);
   while (true) {
-    if (offering && (since_start >= 2 || __shfl_sync(all, hole, (starter + kWarp - 1) % kWarp) < 0)) {
-      const float top = slot_score(heap.words[1]);
-      offering = top != tie;
-      while (offering) {
-        if (candidates == 0) {
-          if (following >= seen) {
-            offering = false;
-            break;
-          }
-          window = following;
-          window_score = following_score;
-          following += kWarp;
-          following_score = following + lane < seen ? row_scores[following + lane] : 0.0f;
-          candidates = __ballot_sync(all, window + lane < seen && window_score > top);
-          continue;
-        }
-        const int j = __ffs(candidates) - 1;
-        const float offered = __shfl_sync(all, window_score, j);
-        candidates &= candidates - 1;
-        if (offered > top) {
-          if (lane == starter) {
-            hole = 0;
-            entry = pack_slot(window + j, offered);
-          }
-          starter = (starter + 1) % kWarp;
-          since_start = 0;
-          break;
-        }
+    if (starting) {
+      if (lane == starter) {
+        hole = 0;
+        entry = pack_slot(position, score);
       }
+      starter = (starter + 1) % kWarp;
     }
-    if (!offering && __ballot_sync(all, hole >= 0) == 0) break;
-    if (hole >= 0) {
-      const int below = packed_sift_level(heap, hole, entry);
-      if (below < 0) heap.words[hole + 1] = entry;
-      hole = below;
-    }
+    hole = packed_sift_level(heap, hole, entry);
     __syncwarp();
-    ++since_start;
+    const float top = slot_score(heap.words[1]);
+    hole = packed_sift_level(heap, hole, entry);
+    starting = windows.next_entry(top, &position, &score);
+    __syncwarp();
+    if (!starting && __ballot_sync(all, hole >= 0) == 0) break;
   }
-  if (lane == 0) *next = candidates != 0 ? window + __ffs(candidates) - 1 : following;
 }
 
 // The tie path of indexer_top_k_kernel: std::partial_sort's choice (base/heap_select.h), its heap
@@ -367,8 +384,8 @@ __device__ void offer_until_tied(const float* row_scores, int seen, float tie, c
 // the region's subtrees from the bottom level up and ranks them from the top down, and keeps the
 // ones ranked at or past the count of the remaining positions above the tie. The heap's scores hold those counts and
 // ranks in turn, and the row's scores (not needed after that) the chosen positions' marks.
-__device__ void select_tied(float* row_scores, int seen, float tie, const PositionHeap& heap, int32_t* out,
-                            int* warp_totals, int* next_shared) {
+__device__ void select_tied(float* row_scores, int seen, float tie, int reached, const PositionHeap& heap, int32_t* out,
+                            int* warp_totals) {
   const int top_k = static_cast<int>(heap.k);
   for (int i = threadIdx.x; i < top_k; i += kSelectThreads) {
     heap.positions[i] = i;
@@ -384,10 +401,9 @@ __device__ void select_tied(float* row_scores, int seen, float tie, const Positi
   }
   const PackedHeap packed{reinterpret_cast<uint64_t*>(heap.positions), top_k};
   pack_heap(heap, packed);
-  if (threadIdx.x < kWarp) offer_until_tied(row_scores, seen, tie, packed, next_shared);
+  if (threadIdx.x < kWarp) offer_until_tied(row_scores, reached, packed);
   __syncthreads();
   unpack_heap(packed, heap);
-  const int next = *next_shared;
   const auto count_of = [&](int slot) { return slot < top_k ? __float_as_int(heap.scores[slot]) : 0; };
   for (int level = heap_slot_levels(top_k); level >= 0; --level) {
     const int64_t last = heap_slot_last(level, top_k);
@@ -412,12 +428,12 @@ __device__ void select_tied(float* row_scores, int seen, float tie, const Positi
     __syncthreads();
   }
   int* chosen = reinterpret_cast<int*>(row_scores);
-  int entries = 0;  // the positions from `next` on above the tie: each takes the region's next in preorder
+  int entries = 0;  // the positions from `reached` on above the tie: each takes the region's next in preorder
   for (int base = 0; base < seen; base += kSelectThreads) {
     const int i = base + static_cast<int>(threadIdx.x);
     const bool above = i < seen && row_scores[i] > tie;
     if (i < seen) chosen[i] = above;
-    entries += __syncthreads_count(above && i >= next);
+    entries += __syncthreads_count(above && i >= reached);
   }
   for (int s = threadIdx.x; s < top_k; s += kSelectThreads) {
     if (__float_as_int(heap.scores[s]) >= entries) chosen[heap.positions[s]] = 1;
@@ -526,7 +542,7 @@ __global__ void __launch_bounds__(kSelectThreads)
       extern __shared__ __align__(16) uint8_t heap_shared[];
       const PositionHeap heap{reinterpret_cast<int32_t*>(heap_shared),
                               reinterpret_cast<float*>(heap_shared + top_k * sizeof(int32_t)), top_k};
-      select_tied(row_scores, seen, tie, heap, out, warp_totals, &next_shared);
+      select_tied(row_scores, seen, tie, reached, heap, out, warp_totals);
       return;
     }
   }
