@@ -853,23 +853,12 @@ BLOOMERY_AVX2_VNNI void vec_dot_weight_rows_q8_0_q8_0_vnni(const void* w, size_t
   const auto* y = reinterpret_cast<const BlockQ8_0* const*>(a);
   const int64_t nb = n / kQK;
   const AheadPrefetch prefetch(ahead, ahead_bytes, nb);
+  using Kernel =
+      void (*)(const BlockQ8_0* const(&)[kWeightRows], const BlockQ8_0* const*, int64_t, float*, const AheadPrefetch*);
+  static constexpr Kernel kKernels[] = {q8_0_weight_rows_vnni<1>, q8_0_weight_rows_vnni<2>, q8_0_weight_rows_vnni<3>,
+                                        q8_0_weight_rows_vnni<4>};
   for (int r = 0; r < rows; r += 4) {
-    const AheadPrefetch* first = r == 0 ? &prefetch : nullptr;
-    float* at = out + r * kWeightRows;
-    switch (std::min(4, rows - r)) {
-      case 4:
-        q8_0_weight_rows_vnni<4>(x, y + r, nb, at, first);
-        break;
-      case 3:
-        q8_0_weight_rows_vnni<3>(x, y + r, nb, at, first);
-        break;
-      case 2:
-        q8_0_weight_rows_vnni<2>(x, y + r, nb, at, first);
-        break;
-      default:
-        q8_0_weight_rows_vnni<1>(x, y + r, nb, at, first);
-        break;
-    }
+    kKernels[std::min(4, rows - r) - 1](x, y + r, nb, out + r * kWeightRows, r == 0 ? &prefetch : nullptr);
   }
 }
 
