@@ -28,13 +28,13 @@ bool is_leading_d(uint32_t type) {
   return type == 23 || type == 16 || type == 17 || type == 18 || type == 19 || type == 21 || type == 22;
 }
 
-// Random blocks with every f16 field (d, dmin) set to a small normal value, so no block is
-// inf or NaN; `rows` rows of `n` elements.
+// Random blocks with every f16 field (d, dmin) set to a small normal value of its own, so no block
+// is inf or NaN and a kernel that takes one field, block or row for another gets other sums; `rows`
+// rows of `n` elements.
 Bytes random_rows(uint32_t type, int64_t n, int64_t rows, std::mt19937& rng) {
   const size_t row_bytes = *ggml_row_bytes(*ggml_type(type), static_cast<uint64_t>(n));
   Bytes out(row_bytes * static_cast<size_t>(rows));
   for (uint8_t& b : out) b = static_cast<uint8_t>(rng());
-  const uint16_t half = fp32_to_fp16(0.001f);
   const size_t block_bytes = ggml_type(type)->block_bytes;
   const std::vector<size_t> f16_fields = type == 12 || type == 13 ? std::vector<size_t>{0, 2}
                                          : type == 11             ? std::vector<size_t>{offsetof(BlockQ3_K, d)}
@@ -44,7 +44,10 @@ Bytes random_rows(uint32_t type, int64_t n, int64_t rows, std::mt19937& rng) {
                                          : type == 35             ? std::vector<size_t>{offsetof(BlockTQ2_0, d)}
                                                                   : std::vector<size_t>{};
   for (size_t block = 0; block < out.size() / block_bytes; ++block) {
-    for (const size_t at : f16_fields) std::memcpy(out.data() + block * block_bytes + at, &half, 2);
+    for (const size_t at : f16_fields) {
+      const uint16_t half = fp32_to_fp16(0.0005f + 0.001f * static_cast<float>(rng() % 1024) / 1024.0f);
+      std::memcpy(out.data() + block * block_bytes + at, &half, 2);
+    }
     if (type == 39) out[block * block_bytes] = static_cast<uint8_t>(120 + rng() % 10);  // MXFP4's E8M0 scale
   }
   return out;
