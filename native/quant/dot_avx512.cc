@@ -202,7 +202,6 @@ namespace {
 // than of its Q4_K dot.
 template <int W, int R, bool Repacked>
 BLOOMERY_AVX512 inline void q4_k_tile(const BlockQ4_K* const* x, const BlockQ8_K* const* y, int64_t n, float* out) {
-  const __m256i low_mask = _mm256_set1_epi8(0x0f);
   // Bytes 0,0,1,1,...,7,7: each 32-element min against its two 16-element bsums.
   const __m128i pair_mins = _mm_set_epi8(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
   __m256 acc[W][R];
@@ -216,8 +215,17 @@ BLOOMERY_AVX512 inline void q4_k_tile(const BlockQ4_K* const* x, const BlockQ8_K
     lane_acc[w] = lane_mins[w] = _mm256_setzero_ps();
     for (int r = 0; r < R; ++r) acc[w][r] = _mm256_setzero_ps(), mins[w][r] = _mm_setzero_ps();
   }
+  // Word lanes 0..15 take sub-block 2g's scale, 16..31 sub-block 2g + 1's: one permute a step
+  // spreads a block's eight scales (as int16 words) over the two 32-element runs it multiplies.
+  __m512i scale_index[4];
+  for (int g = 0; g < 4; ++g) {
+    scale_index[g] = _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16(static_cast<int16_t>(2 * g)),
+                                             _mm512_set1_epi16(static_cast<int16_t>(2 * g + 1)));
+  }
+  const __m512i low_mask = _mm512_set1_epi8(0x0f);
   for (int64_t i = 0; i < n / kQKK; ++i) {
     uint8_t scales[W][8];
+    __m512i scale_words[W];
     float d[W];
     __m512i sum[W][R];
     alignas(32) float activation_scales[R];
@@ -227,6 +235,9 @@ BLOOMERY_AVX512 inline void q4_k_tile(const BlockQ4_K* const* x, const BlockQ8_K
     for (int w = 0; w < W; ++w) {
       uint8_t block_mins[8];
       k4_unpack_scale_mins(x[w][i].scales, scales[w], block_mins);
+      int64_t scale_bytes;
+      std::memcpy(&scale_bytes, scales[w], 8);
+      scale_words[w] = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(scale_bytes)));
       d[w] = half_to_float(x[w][i].d);
       const float dmin = half_to_float(x[w][i].dmin);
       int64_t mins_bytes;
@@ -260,8 +271,8 @@ BLOOMERY_AVX512 inline void q4_k_tile(const BlockQ4_K* const* x, const BlockQ8_K
       for (int r = 0; r < R; ++r) activations[r] = load512(y[r][i].qs + 64 * g);
       for (int w = 0; w < W; ++w) {
         const __m256i q = load256(x[w][i].qs + 32 * g);
-        const __m512i codes = join(_mm256_and_si256(q, low_mask), _mm256_and_si256(_mm256_srli_epi16(q, 4), low_mask));
-        const __m512i s = two_scales_i16(scales[w][2 * g], scales[w][2 * g + 1]);
+        const __m512i codes = _mm512_and_si512(join(q, _mm256_srli_epi16(q, 4)), low_mask);
+        const __m512i s = _mm512_permutexvar_epi16(scale_index[g], scale_words[w]);
         for (int r = 0; r < R; ++r) {
           sum[w][r] = _mm512_dpwssd_epi32(sum[w][r], _mm512_maddubs_epi16(codes, activations[r]), s);
         }
