@@ -56,6 +56,22 @@ BLOOMERY_AVX512 inline __m512i two_scales_i16(int16_t lo, int16_t hi) {
   return _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16(lo), _mm512_set1_epi16(hi));
 }
 
+// Q4_K/Q5_K's eight 32-element sub-block scales as int16 words (words(), once a block), spread over
+// each 64-element step's two runs by one permute (step()): two_scales_i16(scales[2g], scales[2g + 1])
+// for step g, without its two broadcasts and blend.
+struct StepScales {
+  __m512i index[4];  // word lanes 0..15: sub-block 2g; 16..31: 2g + 1
+  BLOOMERY_AVX512 StepScales() {
+    for (int g = 0; g < 4; ++g) index[g] = two_scales_i16(static_cast<int16_t>(2 * g), static_cast<int16_t>(2 * g + 1));
+  }
+  BLOOMERY_AVX512 static __m512i words(const uint8_t (&scales)[8]) {
+    int64_t bytes;
+    std::memcpy(&bytes, scales, 8);
+    return _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(bytes)));
+  }
+  BLOOMERY_AVX512 __m512i step(__m512i words, int g) const { return _mm512_permutexvar_epi16(index[g], words); }
+};
+
 // |x| (unsigned) and y carrying x's sign: the operands for dpbusd / maddubs.
 struct SignSplit {
   __m512i magnitude;
@@ -215,13 +231,7 @@ BLOOMERY_AVX512 inline void q4_k_tile(const BlockQ4_K* const* x, const BlockQ8_K
     lane_acc[w] = lane_mins[w] = _mm256_setzero_ps();
     for (int r = 0; r < R; ++r) acc[w][r] = _mm256_setzero_ps(), mins[w][r] = _mm_setzero_ps();
   }
-  // Word lanes 0..15 take sub-block 2g's scale, 16..31 sub-block 2g + 1's: one permute a step
-  // spreads a block's eight scales (as int16 words) over the two 32-element runs it multiplies.
-  __m512i scale_index[4];
-  for (int g = 0; g < 4; ++g) {
-    scale_index[g] = _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16(static_cast<int16_t>(2 * g)),
-                                             _mm512_set1_epi16(static_cast<int16_t>(2 * g + 1)));
-  }
+  const StepScales step_scales;
   const __m512i low_mask = _mm512_set1_epi8(0x0f);
   for (int64_t i = 0; i < n / kQKK; ++i) {
     uint8_t scales[W][8];
@@ -235,9 +245,7 @@ BLOOMERY_AVX512 inline void q4_k_tile(const BlockQ4_K* const* x, const BlockQ8_K
     for (int w = 0; w < W; ++w) {
       uint8_t block_mins[8];
       k4_unpack_scale_mins(x[w][i].scales, scales[w], block_mins);
-      int64_t scale_bytes;
-      std::memcpy(&scale_bytes, scales[w], 8);
-      scale_words[w] = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(scale_bytes)));
+      scale_words[w] = StepScales::words(scales[w]);
       d[w] = half_to_float(x[w][i].d);
       const float dmin = half_to_float(x[w][i].dmin);
       int64_t mins_bytes;
@@ -272,7 +280,7 @@ BLOOMERY_AVX512 inline void q4_k_tile(const BlockQ4_K* const* x, const BlockQ8_K
       for (int w = 0; w < W; ++w) {
         const __m256i q = load256(x[w][i].qs + 32 * g);
         const __m512i codes = _mm512_and_si512(join(q, _mm256_srli_epi16(q, 4)), low_mask);
-        const __m512i s = _mm512_permutexvar_epi16(scale_index[g], scale_words[w]);
+        const __m512i s = step_scales.step(scale_words[w], g);
         for (int r = 0; r < R; ++r) {
           sum[w][r] = _mm512_dpwssd_epi32(sum[w][r], _mm512_maddubs_epi16(codes, activations[r]), s);
         }
@@ -352,11 +360,13 @@ BLOOMERY_AVX512 float vec_dot_q5_k_q8_k_avx512(const void* w, const void* a, int
   const auto* y = static_cast<const BlockQ8_K*>(a);
   const __m256i low_mask = _mm256_set1_epi8(0x0f);
   const __m256i one = _mm256_set1_epi8(1);
+  const StepScales step_scales;
   __m256 acc = _mm256_setzero_ps();
   float mins = 0;
   for (int64_t i = 0; i < n / kQKK; ++i) {
     uint8_t scales[8], block_mins[8];
     k4_unpack_scale_mins(x[i].scales, scales, block_mins);
+    const __m512i scale_words = StepScales::words(scales);
     mins += y[i].d * half_to_float(x[i].dmin) * static_cast<float>(k4_mins_dot(block_mins, y[i].bsums));
     __m256i high_bits = load256(x[i].qh);  // shifted down two bits per 64 elements
     __m512i sum = _mm512_setzero_si512();
@@ -368,8 +378,7 @@ BLOOMERY_AVX512 float vec_dot_q5_k_q8_k_avx512(const void* w, const void* a, int
       const __m512i codes = join(_mm256_or_si256(_mm256_and_si256(q, low_mask), h_lo),
                                  _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), low_mask), h_hi));
       const __m512i p = _mm512_maddubs_epi16(codes, load512(y[i].qs + 64 * g));
-      const __m512i s = two_scales_i16(scales[2 * g], scales[2 * g + 1]);
-      sum = _mm512_dpwssd_epi32(sum, p, s);
+      sum = _mm512_dpwssd_epi32(sum, p, step_scales.step(scale_words, g));
     }
     acc = accumulate_block(add_runs(sum), y[i].d * half_to_float(x[i].d), acc);
   }
